@@ -1,0 +1,37 @@
+"""ckpt: take, inspect, diff, verify, prune, migrate and replay checkpoints of
+long-running agents, workflows and processes.
+
+The library API lives in `ckptcli.api` and is re-exported here on first use, so
+`import ckptcli` stays cheap for the CLI's start-up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_API = (
+    "Checkpoint",
+    "ListFilter",
+    "TakeResult",
+    "VerifyReport",
+    "export_checkpoint",
+    "import_checkpoint",
+    "init_store",
+    "list_checkpoints",
+    "open_checkpoint",
+    "open_store",
+    "take",
+    "verify",
+)
+
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from ckptcli import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'ckptcli' has no attribute {name!r}")

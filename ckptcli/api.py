@@ -1,0 +1,617 @@
+"""The Python API the CLI is built on: open a store, take, get, list, restore, verify,
+export and import. No UI imports here (tests/test_import_hygiene.py).
+
+    >>> import ckptcli
+    >>> store = ckptcli.init_store("/tmp/demo/.ckpt")          # doctest: +SKIP
+    >>> cid = ckptcli.take(store, {"memory": {"goal": "x"}}, subject="agent:bot").id  # doctest: +SKIP
+    >>> ckptcli.open_checkpoint(cid.hex(), store).state()    # doctest: +SKIP
+    {'memory': {'goal': 'x'}}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ckptcli import __version__
+from ckptcli.blobs import CaptureReport, capture, restore_blobs, tree_size
+from ckptcli.errors import (
+    CkptError,
+    CorruptError,
+    InvalidInputError,
+    LimitExceededError,
+    NotFoundError,
+    StoreIOError,
+)
+from ckptcli.format import framing, limits
+from ckptcli.format.manifest import (
+    DOC_SECTION_KEYS,
+    EXT_PREFIX,
+    LABEL_KEY_RE,
+    LAYOUT_DOCUMENT,
+    LAYOUT_SECTIONS,
+    NAMESPACE_RE,
+    STANDARD_SECTIONS,
+    Manifest,
+    Subject,
+    check_name,
+)
+from ckptcli.format.values import OBJ_DATA, Budget, Decoder, Encoder, LazyBytes, ObjectSource, unpack_ev
+from ckptcli.format.walk import WalkResult, walk_checkpoint
+from ckptcli.progress import NULL, Progress
+from ckptcli.store.repository import Store, resolve_store_path
+from ckptcli.store.single import CheckpointFile, is_checkpoint_file, write_checkpoint_file
+
+PathLike = str | os.PathLike[str]
+
+
+# -- stores ------------------------------------------------------------------------
+def open_store(path: PathLike | None = None) -> Store:
+    """Open the store at `path` (a store directory or a directory holding `.ckpt/`),
+    or find one as git does: CKPT_STORE, then `.ckpt/` in cwd or any parent."""
+    return Store.open(Path(path) if path is not None else None)
+
+
+def init_store(path: PathLike) -> Store:
+    """Create an empty store directory at `path`."""
+    return Store.init(Path(path))
+
+
+# -- state documents -----------------------------------------------------------------
+def split_document(doc: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Map a state document onto sections; returns (layout, {section: value}).
+
+    A map whose keys are all among memory/plan/tools/events/ext is split into those
+    sections (ext: {namespace: value} becomes `ext:<namespace>` sections). Anything
+    else is kept whole as `memory`. The layout records which, so restore gives back
+    exactly the document that was taken.
+    """
+    if isinstance(doc, dict) and doc and all(isinstance(k, str) and k in DOC_SECTION_KEYS for k in doc):
+        ext = doc.get("ext", {})
+        if isinstance(ext, dict) and all(isinstance(ns, str) and NAMESPACE_RE.match(ns) for ns in ext):
+            sections = {k: v for k, v in doc.items() if k != "ext"}
+            for ns, v in ext.items():
+                sections[EXT_PREFIX + ns] = v
+            layout = {"kind": LAYOUT_SECTIONS, "keys": list(doc.keys()), "ext": list(ext.keys()) if "ext" in doc else []}
+            return layout, sections
+    return {"kind": LAYOUT_DOCUMENT}, {"memory": doc}
+
+
+def join_document(layout: dict[str, Any], sections: dict[str, Any]) -> Any:
+    if layout.get("kind") == LAYOUT_DOCUMENT:
+        return sections.get("memory")
+    doc: dict[str, Any] = {}
+    for key in layout.get("keys", []):
+        if key == "ext":
+            doc["ext"] = {ns: sections[EXT_PREFIX + ns] for ns in layout.get("ext", []) if EXT_PREFIX + ns in sections}
+        elif key in sections:
+            doc[key] = sections[key]
+    return doc
+
+
+def read_document(stream: IO[bytes], fmt: str = "auto", where: str = "state document") -> tuple[Any, str]:
+    """Parse a JSON or msgpack state document; returns (value, format name)."""
+    data = stream.read()
+    if fmt == "auto":
+        stripped = data.lstrip()[:1]
+        fmt = "json" if stripped in (b"{", b"[", b'"') or stripped.isdigit() or stripped in (b"-", b"t", b"f", b"n") else "msgpack"
+    if fmt == "json":
+        try:
+            return json.loads(data), "json"
+        except RecursionError:
+            raise LimitExceededError(f"{where}: nesting is deeper than {limits.MAX_DEPTH} levels") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InvalidInputError(f"{where}: not valid JSON ({exc})", hint="check the file, or pass --format msgpack") from None
+    if fmt == "msgpack":
+        import msgpack
+
+        try:
+            return msgpack.unpackb(data, raw=False, strict_map_key=False), "msgpack"
+        except msgpack.StackError:
+            raise LimitExceededError(f"{where}: nesting is deeper than the decoder allows") from None
+        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, UnicodeDecodeError) as exc:
+            raise InvalidInputError(f"{where}: not valid msgpack ({exc})", hint="check the file, or pass --format json") from None
+    raise InvalidInputError(f"unknown document format {fmt!r}", hint="use json, msgpack or auto")
+
+
+def write_document(value: Any, out: IO[bytes], fmt: str) -> None:
+    if fmt == "msgpack":
+        out.write(framing.pack(value))
+        return
+    try:
+        text = json.dumps(value, ensure_ascii=False, indent=2, allow_nan=True, default=_json_refuse)
+    except ValueError as exc:
+        raise InvalidInputError(f"the state cannot be written as JSON ({exc})", hint="pass --format msgpack") from None
+    out.write(text.encode("utf-8") + b"\n")
+
+
+def _json_refuse(value: Any) -> Any:
+    raise InvalidInputError(f"the state holds a {type(value).__name__} value, which JSON cannot carry", hint="pass --format msgpack")
+
+
+def states_equal(a: Any, b: Any) -> bool:
+    """Exact equality of states: types must match, NaN equals NaN, 0.0 and -0.0 differ."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    if isinstance(a, list):
+        return len(a) == len(b) and all(states_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return list(a.keys()) == list(b.keys()) and all(states_equal(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+# -- take --------------------------------------------------------------------------------
+@dataclass
+class TakeResult:
+    id: bytes
+    manifest: Manifest
+    new_objects: int
+    new_bytes: int
+    capture: CaptureReport = field(default_factory=CaptureReport)
+
+    @property
+    def hex(self) -> str:
+        return self.id.hex()
+
+
+def parse_labels(items: list[str] | dict[str, str] | None) -> dict[str, str]:
+    if not items:
+        return {}
+    pairs = items.items() if isinstance(items, dict) else (_split_kv(i, "label") for i in items)
+    out = {}
+    for k, v in pairs:
+        if not LABEL_KEY_RE.match(k):
+            raise InvalidInputError(f"label key {k!r} is not valid", hint="use letters, digits, '.', '_', '/', '-'")
+        out[k] = str(v)
+    return out
+
+
+def _split_kv(text: str, what: str) -> tuple[str, str]:
+    k, sep, v = text.partition("=")
+    if not sep or not k:
+        raise InvalidInputError(f"{what} {text!r} is not KEY=VALUE")
+    return k, v
+
+
+def take(
+    store: Store,
+    state: Any,
+    *,
+    subject: str | Subject,
+    labels: list[str] | dict[str, str] | None = None,
+    parents: list[str] | None = None,
+    message: str = "",
+    blobs: dict[str, PathLike] | None = None,
+    branch: str | None = None,
+    schema_version: int | str | None = None,
+    config_hash: str | None = None,
+    producer: dict[str, str] | None = None,
+    doc_format: str = "python",
+    progress: Progress = NULL,
+) -> TakeResult:
+    """Take a checkpoint of `state` (and files under `blobs`) into `store`.
+
+    Args:
+        state: the state document (maps with string keys, lists, str, bytes, int,
+            float, bool, None); see split_document for how it maps onto sections.
+        subject: "KIND:NAME", e.g. "agent:support-bot".
+        parents: checkpoint references; default is the branch head when `branch` is
+            given, else the subject's latest; [] for a root checkpoint.
+        blobs: name -> file or directory to store in the `blobs` section.
+    Returns:
+        TakeResult with the new id and what it added to the store.
+    Raises:
+        InvalidInputError, LimitExceededError for state ckpt cannot store;
+        StoreIOError when the disk refuses; nothing is committed then.
+    """
+    subj = subject if isinstance(subject, Subject) else Subject.parse(subject)
+    label_map = parse_labels(labels)
+    blob_paths = {check_name(k, "blob name"): Path(v) for k, v in (blobs or {}).items()}
+    if branch is not None:
+        check_name(branch, "branch name")
+    layout, sections = split_document(state)
+    layout["format"] = doc_format
+    with store.backend.lock("store", shared=True):
+        if parents is None:
+            head = store.read_ref(f"refs/branches/{branch}") if branch else None
+            if head is None:
+                head = store.read_ref(store.latest_ref(subj))
+            parent_ids = [head] if head is not None else []
+        else:
+            parent_ids = [store.resolve(p) for p in parents]
+        if len(parent_ids) > limits.MAX_PARENTS:
+            raise InvalidInputError(f"{len(parent_ids)} parents; a checkpoint may have at most {limits.MAX_PARENTS}")
+        txn = store.transaction()
+        try:
+            enc = Encoder(txn, cdc=store.config.cdc)
+            encoded = {name: enc.encode(value, where=name) for name, value in sections.items()}
+            report = CaptureReport()
+            if blob_paths:
+                total = sum(tree_size(p) for p in blob_paths.values())
+                progress.start("reading blobs", total)
+                try:
+                    entries = {name: capture(p, enc, progress, report) for name, p in blob_paths.items()}
+                finally:
+                    progress.finish()
+                encoded["blobs"] = enc.encode(entries, where="blobs")
+            txn.commit()
+        except BaseException:
+            txn.abort()
+            raise
+        manifest = Manifest(
+            subject=subj,
+            sections=encoded,
+            layout=layout,
+            parents=parent_ids,
+            producer=producer or {"name": "ckptcli", "version": __version__},
+            labels=label_map,
+            message=message,
+            schema_version=schema_version,
+            config_hash=config_hash,
+            deps={"ckptcli": __version__, "python": platform.python_version()},
+            stats={"logical_bytes": enc.logical_bytes, "new_objects": txn.new_objects, "new_bytes": txn.new_stored_bytes},
+        )
+        cid = store.write_manifest(manifest)  # the commit point
+    store.advance_latest(subj, cid, manifest.created_ns)
+    if branch:
+        store.set_branch(branch, cid)
+    return TakeResult(cid, manifest, txn.new_objects, txn.new_stored_bytes, report)
+
+
+# -- reading -----------------------------------------------------------------------------
+Source = Store | CheckpointFile
+
+
+class Checkpoint:
+    """One checkpoint, in a store or a checkpoint file. Sections are decoded on demand."""
+
+    def __init__(self, source: Source, cid: bytes) -> None:
+        self.source = source
+        self.id = cid
+        self.manifest = source.manifest(cid)
+
+    @property
+    def hex(self) -> str:
+        return self.id.hex()
+
+    def _decoder(self, lazy: bool = False) -> Decoder:
+        return Decoder(self.source, budget=Budget(), lazy_bytes=lazy)
+
+    def section_names(self) -> list[str]:
+        return list(self.manifest.sections)
+
+    def section(self, name: str, *, lazy_bytes: bool = False) -> Any:
+        ev = self.manifest.sections.get(name)
+        if ev is None:
+            have = ", ".join(self.manifest.sections) or "none"
+            raise NotFoundError(f"checkpoint {self.hex[:12]} has no section {name!r} (it has: {have})")
+        return self._decoder(lazy_bytes).decode(ev, f"section {name}")
+
+    def state(self) -> Any:
+        """The state document exactly as it was taken (without blobs)."""
+        dec = self._decoder()
+        sections = {n: dec.decode(ev, f"section {n}") for n, ev in self.manifest.sections.items() if n != "blobs"}
+        return join_document(self.manifest.layout, sections)
+
+    def blobs(self) -> dict[str, Any]:
+        """Blob entries, with file data left in the store (LazyBytes) until written."""
+        if "blobs" not in self.manifest.sections:
+            return {}
+        value = self.section("blobs", lazy_bytes=True)
+        if not isinstance(value, dict):
+            raise CorruptError(f"checkpoint {self.hex[:12]}: blobs section is not a map")
+        return value
+
+    def restore_blobs(
+        self, target: PathLike, *, names: list[str] | None = None, overwrite: bool = False, progress: Progress = NULL
+    ) -> int:
+        blobs = self.blobs()
+        if names:
+            missing = [n for n in names if n not in blobs]
+            if missing:
+                raise NotFoundError(f"checkpoint {self.hex[:12]} has no blob {missing[0]!r} (it has: {', '.join(blobs) or 'none'})")
+        return restore_blobs(blobs, Path(target), self._decoder(), names=names, overwrite=overwrite, progress=progress, where=f"checkpoint {self.hex[:12]}")
+
+    def summary(self) -> dict[str, Any]:
+        """Metadata and a short description of each section (for `ckpt show`)."""
+        out = info_dict(self.id, self.manifest)
+        out["sections"] = {name: describe_section(self, name) for name in self.manifest.sections}
+        return out
+
+
+def describe_section(ck: Checkpoint, name: str) -> dict[str, Any]:
+    value = ck.section(name, lazy_bytes=True)
+    desc: dict[str, Any] = {"type": _type_name(value)}
+    if isinstance(value, (list, dict)):
+        desc["items"] = len(value)
+    if name == "blobs" and isinstance(value, dict):
+        files, nbytes = _count_blob_files(value)
+        desc["files"] = files
+        desc["bytes"] = nbytes
+    else:
+        desc["bytes"] = _value_bytes(value)
+    return desc
+
+
+def _type_name(v: Any) -> str:
+    return {dict: "map", list: "list", str: "string", bytes: "bytes", int: "int", float: "float", bool: "bool", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _value_bytes(v: Any) -> int:
+    if isinstance(v, (str, bytes)):
+        return len(v.encode() if isinstance(v, str) else v)
+    if isinstance(v, LazyBytes):
+        return v.size
+    if isinstance(v, list):
+        return sum(_value_bytes(x) for x in v)
+    if isinstance(v, dict):
+        return sum(len(k) + _value_bytes(x) for k, x in v.items())
+    return 8
+
+
+def _count_blob_files(entries: dict[str, Any]) -> tuple[int, int]:
+    files = nbytes = 0
+    stack = list(entries.values())
+    while stack:
+        e = stack.pop()
+        if not isinstance(e, dict):
+            continue
+        if e.get("type") == "file":
+            files += 1
+            nbytes += e.get("size", 0) if isinstance(e.get("size"), int) else 0
+        elif e.get("type") == "dir" and isinstance(e.get("entries"), dict):
+            stack.extend(e["entries"].values())
+    return files, nbytes
+
+
+def info_dict(cid: bytes, m: Manifest) -> dict[str, Any]:
+    return {
+        "id": cid.hex(),
+        "created": format_time(m.created_ns),
+        "created_ns": m.created_ns,
+        "subject": str(m.subject),
+        "parents": [p.hex() for p in m.parents],
+        "labels": dict(m.labels),
+        "message": m.message,
+        "producer": dict(m.producer),
+        "format": m.format_version,
+        "schema_version": m.schema_version,
+        "config_hash": m.config_hash,
+        "deps": dict(m.deps),
+        "stats": dict(m.stats),
+    }
+
+
+def format_time(ns: int) -> str:
+    secs, rem = divmod(ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{rem // 1000:06d}Z"
+
+
+def open_source(where: PathLike | None = None, *, store: Store | None = None) -> Source:
+    if store is not None:
+        return store
+    return open_store(where)
+
+
+def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLike | None = None) -> Checkpoint:
+    """A checkpoint by reference: a checkpoint file's path, an id or unique prefix,
+    a tag, a branch, KIND:NAME (its latest), or `latest`; `~N` walks back N parents."""
+    p = Path(ref)
+    if (ref.endswith(".ckpt") or os.sep in ref or p.is_file()) and p.exists() and p.is_file():
+        if not is_checkpoint_file(p):
+            framing.check_header(p.read_bytes()[:12], framing.KIND_FILE, str(p))
+        f = CheckpointFile(p)
+        return Checkpoint(f, f.id)
+    if ref.endswith(".ckpt") and not p.exists():
+        raise NotFoundError(f"{ref} does not exist")
+    st = store if store is not None else open_store(store_path)
+    return Checkpoint(st, st.resolve(ref))
+
+
+@dataclass
+class ListFilter:
+    subject: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    since_ns: int | None = None
+    until_ns: int | None = None
+    limit: int | None = None
+
+
+def list_checkpoints(store: Store, flt: ListFilter | None = None) -> list[tuple[bytes, Manifest]]:
+    """Checkpoints newest first, filtered."""
+    f = flt or ListFilter()
+    subj = Subject.parse(f.subject) if f.subject else None
+    out = []
+    for cid in store.manifest_ids():
+        try:
+            m = store.manifest(cid)
+        except CkptError:
+            continue  # a damaged manifest is verify's business, not ls's
+        if subj and m.subject != subj:
+            continue
+        if any(m.labels.get(k) != v for k, v in f.labels.items()):
+            continue
+        if f.since_ns is not None and m.created_ns < f.since_ns:
+            continue
+        if f.until_ns is not None and m.created_ns > f.until_ns:
+            continue
+        out.append((cid, m))
+    out.sort(key=lambda t: (t[1].created_ns, t[0]), reverse=True)
+    return out[: f.limit] if f.limit else out
+
+
+# -- export / import -----------------------------------------------------------------------
+def collect_objects(source: ObjectSource, manifest: Manifest) -> WalkResult:
+    return walk_checkpoint(source, manifest)
+
+
+def export_checkpoint(ck: Checkpoint, out: PathLike | IO[bytes], progress: Progress = NULL) -> int:
+    """Write `ck` as a single checkpoint file; returns its size in bytes."""
+    src = ck.source
+    walked = collect_objects(src, ck.manifest)
+    objects = []
+    progress.start("exporting", len(walked.objects))
+    for oid, (typ, _section) in walked.objects.items():
+        entry, stored = src.read_stored(oid)
+        objects.append((oid, typ, entry.codec, stored, entry.raw_len))
+        progress.advance(1)
+    progress.finish()
+    manifest_bytes = src.manifest_bytes if isinstance(src, CheckpointFile) else src.manifest_bytes(ck.id)
+    if isinstance(out, (str, os.PathLike)):
+        path = Path(out)
+        tmp = path.with_name(f".{path.name}.ckpt-partial")
+        try:
+            with open(tmp, "wb") as fh:
+                write_checkpoint_file(fh, manifest_bytes, objects)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise StoreIOError(f"cannot write {path}: {exc.strerror}") from None
+        return path.stat().st_size
+    buf = io.BytesIO()
+    write_checkpoint_file(buf, manifest_bytes, objects)
+    out.write(buf.getvalue())
+    return len(buf.getvalue())
+
+
+def import_checkpoint(store: Store, path: PathLike, progress: Progress = NULL) -> bytes:
+    """Copy a checkpoint file into `store` (objects verbatim); returns the checkpoint id."""
+    f = CheckpointFile(Path(path))
+    try:
+        problem = f.check_whole_file()
+        if problem:
+            raise CorruptError(problem, hint="the file was damaged in transit; export it again")
+        with store.backend.lock("store", shared=True):
+            txn = store.transaction()
+            try:
+                progress.start("importing", len(f.entries))
+                for oid, entry in f.entries.items():
+                    raw = f.get(oid)  # checks the hash before anything lands in the store
+                    _e, stored = f.read_stored(oid)
+                    txn.put_stored(oid, entry.obj_type, entry.codec, stored, len(raw))
+                    progress.advance(1)
+                progress.finish()
+                # every object the manifest needs must be here before it is committed
+                walk_checkpoint(f, f.manifest())
+                txn.commit()
+            except BaseException:
+                txn.abort()
+                raise
+            cid = store.add_manifest_bytes(f.manifest_bytes)
+        m = f.manifest()
+        store.advance_latest(m.subject, cid, m.created_ns)
+        return cid
+    finally:
+        f.close()
+
+
+# -- verify ----------------------------------------------------------------------------------
+@dataclass
+class Problem:
+    kind: str  # pack, index, manifest, ref, config, object, file
+    name: str  # file path or object id
+    message: str
+    checkpoints: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "message": self.message, "checkpoints": self.checkpoints}
+
+
+@dataclass
+class VerifyReport:
+    checkpoints: int = 0
+    objects: int = 0
+    bytes_read: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "checkpoints": self.checkpoints,
+            "objects": self.objects,
+            "bytes_read": self.bytes_read,
+            "problems": [p.to_dict() for p in self.problems],
+            "notes": self.notes,
+        }
+
+
+def verify(
+    source: Source,
+    refs: list[str] | None = None,
+    *,
+    read_data: bool = False,
+    progress: Progress = NULL,
+) -> VerifyReport:
+    """Check checkpoints (all when `refs` is None). Structure always: every manifest,
+    index, ref and node object parses and every referenced object exists. With
+    `read_data`, every pack and every object is re-hashed too."""
+    from ckptcli.integrity import verify_file, verify_store
+
+    if isinstance(source, CheckpointFile):
+        return verify_file(source, read_data=read_data, progress=progress)
+    return verify_store(source, refs, read_data=read_data, progress=progress)
+
+
+def deps_versions() -> dict[str, str]:
+    out = {"python": sys.version.split()[0]}
+    for mod in ("msgpack", "zstandard"):
+        with contextlib.suppress(Exception):
+            out[mod] = __import__(mod).version if mod == "msgpack" else __import__(mod).__version__
+    return out
+
+
+def checkpoint_id_of_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def is_store(path: PathLike) -> bool:
+    try:
+        resolve_store_path(Path(path))
+        return True
+    except CkptError:
+        return False
+
+
+def iter_sections(ck: Checkpoint) -> Iterator[tuple[str, Any]]:
+    for name in ck.section_names():
+        yield name, ck.section(name)
+
+
+__all__ = [
+    "Checkpoint",
+    "ListFilter",
+    "TakeResult",
+    "VerifyReport",
+    "export_checkpoint",
+    "import_checkpoint",
+    "init_store",
+    "list_checkpoints",
+    "open_checkpoint",
+    "open_store",
+    "take",
+    "verify",
+    "OBJ_DATA",
+    "unpack_ev",
+    "STANDARD_SECTIONS",
+]

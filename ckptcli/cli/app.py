@@ -1,0 +1,135 @@
+"""The `ckpt` command: the Typer app, shared options, and the error boundary.
+
+Each verb lives in ckptcli/cli/commands/<verb>.py and registers itself on `app`.
+Commands parse options, call the library (ckptcli.api), and render; nothing more.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ckptcli import __version__
+from ckptcli.errors import CkptError, ExitCode
+
+HELP = """ckpt takes, inspects, verifies and moves checkpoints of long-running agents,
+workflows and processes.
+
+A store is a directory of immutable, content-addressed objects (`.ckpt/`, found as
+git finds `.git`). Every read command also accepts a single checkpoint file made
+by `ckpt export`.
+
+Examples:
+
+  ckpt init
+
+  echo '{"memory": {"goal": "triage"}}' | ckpt take - --subject agent:bot
+
+  ckpt ls
+
+  ckpt show latest --section memory
+
+  ckpt verify --read-data
+"""
+
+app = typer.Typer(
+    name="ckpt",
+    help=HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+
+COMMANDS = ("init", "take", "ls", "show", "cat", "restore", "verify", "export", "import_", "tag", "branch", "refs")
+
+StoreOpt = Annotated[
+    Path | None,
+    typer.Option("--store", "-s", envvar="CKPT_STORE", help="Store directory (default: nearest .ckpt/ above cwd).", show_default=False),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"ckpt {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """ckpt: checkpoints for long-running agents, workflows and processes."""
+
+
+def open_store(path: Path | None) -> Any:
+    from ckptcli.api import open_store as _open
+
+    return _open(path)
+
+
+def _register() -> None:
+    for name in COMMANDS:
+        importlib.import_module(f"ckptcli.cli.commands.{name}")
+
+
+def fail(exc: CkptError) -> int:
+    from ckptcli.cli.output import err
+
+    err().print(f"ckpt: error: {exc}", markup=False, highlight=False)
+    return int(exc.exit_code)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Entry point: runs the app and turns every failure into one line and an exit code."""
+    import click
+
+    _register()
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(args=argv if argv is not None else sys.argv[1:], prog_name="ckpt", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
+    except CkptError as exc:
+        return fail(exc)
+    except click.exceptions.NoArgsIsHelpError as exc:  # type: ignore[attr-defined,unused-ignore]
+        exc.show()
+        return 0
+    except click.UsageError as exc:
+        exc.show()
+        return int(ExitCode.USAGE)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.Abort:
+        sys.stderr.write("ckpt: interrupted\n")
+        return int(ExitCode.INTERRUPTED)
+    except KeyboardInterrupt:
+        sys.stderr.write("ckpt: interrupted; nothing was committed by the interrupted step\n")
+        return int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        # stdout closed early (e.g. `ckpt cat | head`): not an error worth a message
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except RecursionError:
+        sys.stderr.write("ckpt: error: input nests too deeply to process\n")
+        return int(ExitCode.LIMIT_EXCEEDED)
+    except Exception as exc:  # noqa: BLE001 - the boundary: never show a traceback by default
+        if os.environ.get("CKPT_DEBUG"):
+            raise
+        sys.stderr.write(f"ckpt: internal error: {type(exc).__name__}: {exc} (set CKPT_DEBUG=1 for the traceback, and please report it)\n")
+        return int(ExitCode.INTERNAL)
+
+
+def entry() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    entry()

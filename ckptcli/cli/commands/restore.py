@@ -1,0 +1,64 @@
+"""ckpt restore: the state document, and blobs into a directory."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ckptcli.cli.app import StoreOpt, app
+from ckptcli.cli.output import BarProgress, exit_status, human_size
+from ckptcli.errors import ExitCode, StoreIOError
+
+
+@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED, ExitCode.UNSAFE_PATH, ExitCode.CONFLICT, ExitCode.IO_ERROR))
+def restore(
+    ref: Annotated[str, typer.Argument(help="Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file.")],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the state document here (default: stdout).", show_default=False)] = None,
+    blobs_dir: Annotated[Path | None, typer.Option("--blobs", "-B", help="Restore blobs into this directory (created if missing).", show_default=False)] = None,
+    blob: Annotated[list[str] | None, typer.Option("--blob", help="Only this blob; repeatable.", show_default=False)] = None,
+    fmt: Annotated[str | None, typer.Option("--format", help="json or msgpack (default: the format it was taken in).", show_default=False)] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace files that already exist in the blobs directory.")] = False,
+    no_state: Annotated[bool, typer.Option("--no-state", help="Do not write the state document.")] = False,
+    store: StoreOpt = None,
+) -> None:
+    """Restore a checkpoint: its state document, and its blobs into a directory.
+
+    Nothing inside a checkpoint can write outside the blobs directory: names such as
+    ../x or /etc/x and escaping symlinks are refused before anything is written.
+
+    Examples:
+
+      ckpt restore latest > state.json
+
+      ckpt restore 3f2a9c -o state.json --blobs ./restored
+
+      ckpt restore exported.ckpt --format msgpack -o state.msgpack
+    """
+    from ckptcli import api
+
+    ck = api.open_checkpoint(ref, store_path=store)
+    if blobs_dir is not None:
+        n = ck.restore_blobs(blobs_dir, names=blob or None, overwrite=overwrite, progress=BarProgress())
+        sys.stderr.write(f"restored {human_size(n)} of blobs into {blobs_dir}\n")
+    if no_state:
+        return
+    state = ck.state()
+    doc_fmt = fmt or ("msgpack" if ck.manifest.layout.get("format") == "msgpack" else "json")
+    if output is None:
+        api.write_document(state, sys.stdout.buffer, doc_fmt)
+        sys.stdout.buffer.flush()
+        return
+    tmp = output.with_name(f".{output.name}.ckpt-partial")
+    try:
+        with open(tmp, "wb") as fh:
+            api.write_document(state, fh, doc_fmt)
+        tmp.replace(output)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise StoreIOError(f"cannot write {output}: {exc.strerror}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,91 @@
+"""ckpt take: store a state document (and files) as a new checkpoint."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ckptcli.cli.app import JsonOpt, StoreOpt, app, open_store
+from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out
+from ckptcli.errors import ExitCode, InvalidInputError, NotFoundError, StoreIOError
+
+
+@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LIMIT_EXCEEDED, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
+def take(
+    document: Annotated[str | None, typer.Argument(help="State document (JSON or msgpack) path, or - for stdin.", show_default=False)] = None,
+    subject: Annotated[str, typer.Option("--subject", "-S", help="What this is a checkpoint of, as KIND:NAME (agent, workflow, process).")] = "agent:default",
+    label: Annotated[list[str] | None, typer.Option("--label", "-l", help="KEY=VALUE label; repeatable.", show_default=False)] = None,
+    parent: Annotated[list[str] | None, typer.Option("--parent", "-p", help="Parent checkpoint; repeatable (default: the subject's latest).", show_default=False)] = None,
+    root: Annotated[bool, typer.Option("--root", help="Take a checkpoint with no parent.")] = False,
+    message: Annotated[str, typer.Option("--message", "-m", help="A note stored with the checkpoint.")] = "",
+    blob: Annotated[list[str] | None, typer.Option("--blob", "-b", help="NAME=PATH: a file or directory to store; repeatable.", show_default=False)] = None,
+    branch: Annotated[str | None, typer.Option("--branch", help="Take on this branch: its head is the parent, and it moves to the new checkpoint.", show_default=False)] = None,
+    fmt: Annotated[str, typer.Option("--format", help="Document format: auto, json or msgpack.")] = "auto",
+    schema_version: Annotated[str | None, typer.Option("--schema-version", help="Version of the subject's own state schema.", show_default=False)] = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Take a checkpoint.
+
+    A document whose top-level keys are among memory, plan, tools, events and ext
+    is split into those sections (ext holds {namespace: value}); any other document
+    is stored whole as the memory section. Restore gives back the same document.
+
+    Examples:
+
+      ckpt take state.json --subject agent:support-bot --label run=42
+
+      cat state.msgpack | ckpt take - --subject workflow:etl -m "before step 7"
+
+      ckpt take state.json --blob workspace=./work --blob model=./model.bin
+    """
+    from ckptcli import api
+
+    blobs: dict[str, Path] = {}
+    for item in blob or []:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise InvalidInputError(f"--blob {item!r} is not NAME=PATH")
+        blobs[name] = Path(path)
+    if document is None and not blobs:
+        raise InvalidInputError("no state document", hint="give a path, - for stdin, or at least one --blob")
+    if document is None:
+        state, doc_format = {}, "json"
+    elif document == "-":
+        state, doc_format = api.read_document(sys.stdin.buffer, fmt, "stdin")
+    else:
+        try:
+            with open(document, "rb") as fh:
+                state, doc_format = api.read_document(fh, fmt, document)
+        except FileNotFoundError:
+            raise NotFoundError(f"state document {document} does not exist") from None
+        except IsADirectoryError:
+            raise InvalidInputError(f"{document} is a directory", hint="use --blob NAME=DIR to store a directory") from None
+        except OSError as exc:
+            raise StoreIOError(f"cannot read {document}: {exc.strerror}") from None
+    st = open_store(store)
+    result = api.take(
+        st,
+        state,
+        subject=subject,
+        labels=label,
+        parents=[] if root else parent or None,
+        message=message,
+        blobs=blobs,
+        branch=branch,
+        schema_version=int(schema_version) if schema_version and schema_version.isdigit() else schema_version,
+        doc_format=doc_format,
+        progress=BarProgress(),
+    )
+    if as_json:
+        emit_json({"id": result.hex, "subject": str(result.manifest.subject), "parents": [p.hex() for p in result.manifest.parents], "new_objects": result.new_objects, "new_bytes": result.new_bytes})
+        return
+    out().print(result.hex, markup=False)
+    sys.stderr.write(
+        f"took {result.hex[:12]} ({result.manifest.subject}): {result.new_objects} new objects, {human_size(result.new_bytes)} added\n"
+    )
+    for skipped in result.capture.skipped:
+        sys.stderr.write(f"ckpt: warning: skipped {skipped} (not a regular file, directory or symlink)\n")

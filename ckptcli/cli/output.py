@@ -1,0 +1,98 @@
+"""Rendering for the CLI: consoles that respect NO_COLOR, JSON, sizes, progress bars,
+and the exit-status epilog every command's help ends with."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from ckptcli.errors import EXIT_CODE_MEANINGS, ExitCode
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def exit_status(*codes: ExitCode) -> str:
+    """The 'Exit status' epilog: the codes a command uses, from the one table."""
+    chosen = [ExitCode.OK, *codes, ExitCode.USAGE, ExitCode.INTERNAL]
+    seen: list[ExitCode] = []
+    for c in chosen:
+        if c not in seen:
+            seen.append(c)
+    lines = [f"{int(c):>3}  {EXIT_CODE_MEANINGS[c]}" for c in sorted(seen)]
+    # "\b" stops click from re-wrapping the table into one paragraph
+    return "Exit status:\n\n\b\n" + "\n".join(lines) + "\n\nOther codes mean failure; the full table is in docs/exit-codes.md."
+
+
+def _no_color() -> bool:
+    return bool(os.environ.get("NO_COLOR"))
+
+
+_out: Console | None = None
+_err: Console | None = None
+
+
+def out() -> Console:
+    global _out
+    if _out is None:
+        from rich.console import Console
+
+        _out = Console(no_color=_no_color(), highlight=False, soft_wrap=True)
+    return _out
+
+
+def err() -> Console:
+    global _err
+    if _err is None:
+        from rich.console import Console
+
+        _err = Console(stderr=True, no_color=_no_color(), highlight=False, soft_wrap=True)
+    return _err
+
+
+def emit_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+
+
+def human_size(n: int | float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+class BarProgress:
+    """A rich progress bar on stderr, shown only when stderr is a terminal."""
+
+    def __init__(self, enabled: bool | None = None) -> None:
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._bar: Any = None
+        self._task: Any = None
+
+    def start(self, label: str, total: int | None) -> None:
+        if not self.enabled:
+            return
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.finish()
+        self._bar = Progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=err(), transient=True
+        )
+        self._bar.start()
+        self._task = self._bar.add_task(label, total=total)
+
+    def advance(self, amount: int) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task, amount)
+
+    def finish(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def short(hexid: str) -> str:
+    return hexid[:12]

@@ -1,0 +1,140 @@
+"""Every error ckpt raises on purpose, and the exit code each one maps to.
+
+The tree::
+
+    CkptError                      exit 1   anything ckpt failed to do
+    ├── UsageError                 exit 2   options or arguments that make no sense
+    ├── NotFoundError              exit 3   no such checkpoint, ref, file or section
+    │   └── StoreNotFoundError     exit 10  no store here (run `ckpt init`)
+    ├── InvalidInputError          exit 4   a state document or argument ckpt cannot take
+    ├── DataError                  exit 5   bytes that are not what they claim to be
+    │   ├── CorruptError           exit 5   hash mismatch, truncation, bad structure
+    │   ├── UnsupportedVersionError exit 6  written by a newer ckpt (or not a ckpt file)
+    │   └── LimitExceededError     exit 7   declared or decoded sizes/depth/counts too large
+    ├── UnsafePathError            exit 8   a path inside a checkpoint would escape its target
+    ├── LockError                  exit 9   the store is locked by another process
+    ├── ConflictError              exit 11  the name or ref already exists
+    └── StoreIOError               exit 12  the operating system refused a read or write
+
+``VerifyFailed`` (exit 5) is raised by the CLI when `ckpt verify` found damage.
+Unexpected exceptions are reported by the CLI as one line with exit 70 (internal error);
+set ``CKPT_DEBUG=1`` to see the traceback.
+
+Every message says what is wrong, where, and what to do next. The CLI prints
+``ckpt: error: <message>`` and exits with the code; nothing else.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """The one table of exit codes; docs/exit-codes.md and every command's help print it."""
+
+    OK = 0
+    FAILURE = 1
+    USAGE = 2
+    NOT_FOUND = 3
+    INVALID_INPUT = 4
+    CORRUPT = 5
+    UNSUPPORTED_VERSION = 6
+    LIMIT_EXCEEDED = 7
+    UNSAFE_PATH = 8
+    LOCKED = 9
+    NO_STORE = 10
+    CONFLICT = 11
+    IO_ERROR = 12
+    INTERNAL = 70
+    INTERRUPTED = 130
+
+
+EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
+    ExitCode.OK: "success",
+    ExitCode.FAILURE: "failure (also: differences found, where a command documents it)",
+    ExitCode.USAGE: "usage error: bad option or argument",
+    ExitCode.NOT_FOUND: "no such checkpoint, ref, section or file",
+    ExitCode.INVALID_INPUT: "input ckpt cannot take (state document, name, label)",
+    ExitCode.CORRUPT: "damaged data: hash mismatch, truncated or malformed file",
+    ExitCode.UNSUPPORTED_VERSION: "written by a newer ckpt, or not a ckpt file",
+    ExitCode.LIMIT_EXCEEDED: "a size, depth or count limit was exceeded",
+    ExitCode.UNSAFE_PATH: "a path inside a checkpoint would escape the target directory",
+    ExitCode.LOCKED: "the store is locked by another process",
+    ExitCode.NO_STORE: "no store found (run `ckpt init`, or pass --store)",
+    ExitCode.CONFLICT: "the name already exists",
+    ExitCode.IO_ERROR: "the operating system refused a read or write",
+    ExitCode.INTERNAL: "internal error (a bug: please report it with CKPT_DEBUG=1 output)",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C); the store is left as it was",
+}
+
+
+class CkptError(Exception):
+    """Base of every error ckpt raises on purpose."""
+
+    exit_code: ExitCode = ExitCode.FAILURE
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}; {self.hint}"
+        return self.message
+
+
+class UsageError(CkptError):
+    exit_code = ExitCode.USAGE
+
+
+class NotFoundError(CkptError):
+    exit_code = ExitCode.NOT_FOUND
+
+
+class StoreNotFoundError(NotFoundError):
+    exit_code = ExitCode.NO_STORE
+
+
+class InvalidInputError(CkptError):
+    exit_code = ExitCode.INVALID_INPUT
+
+
+class DataError(CkptError):
+    """Bytes that are not what they claim to be."""
+
+    exit_code = ExitCode.CORRUPT
+
+
+class CorruptError(DataError):
+    exit_code = ExitCode.CORRUPT
+
+
+class UnsupportedVersionError(DataError):
+    exit_code = ExitCode.UNSUPPORTED_VERSION
+
+
+class LimitExceededError(DataError):
+    exit_code = ExitCode.LIMIT_EXCEEDED
+
+
+class UnsafePathError(CkptError):
+    exit_code = ExitCode.UNSAFE_PATH
+
+
+class LockError(CkptError):
+    exit_code = ExitCode.LOCKED
+
+
+class ConflictError(CkptError):
+    exit_code = ExitCode.CONFLICT
+
+
+class StoreIOError(CkptError):
+    exit_code = ExitCode.IO_ERROR
+
+
+class VerifyFailed(CkptError):
+    """`ckpt verify` found damage; the report has already been printed."""
+
+    exit_code = ExitCode.CORRUPT

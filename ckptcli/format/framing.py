@@ -1,0 +1,171 @@
+"""Magic numbers, record files, and bounded msgpack/zstd decoding.
+
+A *record file* (manifest, index, ref, config, pack table) is::
+
+    0   8  magic        b"\\x89CKP" + kind (4 ASCII bytes)
+    8   2  version      container format version, u16 big-endian
+    10  1  codec        0 = stored, 1 = zstd
+    11  1  reserved     0
+    12  4  stored_len   length of the body as stored, u32 big-endian
+    16  4  raw_len      length of the body once decoded, u32 big-endian
+    20  n  body         msgpack map (compressed when codec = 1)
+    20+n 32 checksum    SHA-256 of bytes [0, 20+n)
+
+Every byte of a record is covered by the checksum, so a flipped byte is found.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from typing import Any
+
+import msgpack
+import zstandard
+
+from ckptcli.errors import CorruptError, LimitExceededError, UnsupportedVersionError
+from ckptcli.format import limits
+
+MAGIC_PREFIX = b"\x89CKP"
+KIND_MANIFEST = b"MANI"
+KIND_INDEX = b"INDX"
+KIND_REF = b"REF_"
+KIND_CONFIG = b"CONF"
+KIND_PACK = b"PACK"
+KIND_PACK_TABLE = b"PTAB"
+KIND_FILE = b"FILE"
+KIND_NAMES = {
+    KIND_MANIFEST: "manifest",
+    KIND_INDEX: "index",
+    KIND_REF: "ref",
+    KIND_CONFIG: "config",
+    KIND_PACK: "pack",
+    KIND_PACK_TABLE: "pack table",
+    KIND_FILE: "checkpoint file",
+}
+
+CODEC_NONE = 0
+CODEC_ZSTD = 1
+
+_RECORD_HEAD = struct.Struct(">8sHBBII")
+RECORD_HEAD_SIZE = _RECORD_HEAD.size  # 20
+CHECKSUM_SIZE = 32
+HEADER = struct.Struct(">8sHH")  # magic, version, reserved: the 12-byte file header
+HEADER_SIZE = HEADER.size
+
+
+def sha256(data: bytes | memoryview) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def compress(raw: bytes, level: int = limits.ZSTD_LEVEL) -> tuple[int, bytes]:
+    """Compress with zstd when that saves space; returns (codec, stored bytes)."""
+    if len(raw) < 64:
+        return CODEC_NONE, raw
+    packed = zstandard.ZstdCompressor(level=level, write_content_size=True).compress(raw)
+    if len(packed) >= len(raw):
+        return CODEC_NONE, raw
+    return CODEC_ZSTD, packed
+
+
+def decompress(codec: int, stored: bytes | memoryview, raw_len: int, limit: int, where: str) -> bytes:
+    """Decode stored bytes, refusing anything larger than declared or than `limit`."""
+    if raw_len > limit:
+        raise LimitExceededError(
+            f"{where}: declares {raw_len} bytes, more than the limit of {limit}",
+            hint="the file is damaged or hostile; run `ckpt verify`",
+        )
+    if codec == CODEC_NONE:
+        if len(stored) != raw_len:
+            raise CorruptError(f"{where}: stored length {len(stored)} differs from declared {raw_len}")
+        return bytes(stored)
+    if codec != CODEC_ZSTD:
+        raise CorruptError(f"{where}: unknown codec {codec}")
+    try:
+        # max_output_size bounds the work even if the frame lies about its size.
+        raw = zstandard.ZstdDecompressor().decompress(bytes(stored), max_output_size=raw_len)
+    except zstandard.ZstdError as exc:
+        raise CorruptError(f"{where}: compressed data is damaged ({exc})") from None
+    if len(raw) != raw_len:
+        raise CorruptError(f"{where}: decompressed to {len(raw)} bytes, declared {raw_len}")
+    return raw
+
+
+def unpack(data: bytes, where: str, *, ext_hook: Any = None) -> Any:
+    """msgpack-decode untrusted bytes with bounded sizes and nesting."""
+    kwargs: dict[str, Any] = {
+        "raw": False,
+        "strict_map_key": False,
+        "max_array_len": limits.MAX_CONTAINER_LEN,
+        "max_map_len": limits.MAX_CONTAINER_LEN,
+    }
+    if ext_hook is not None:
+        kwargs["ext_hook"] = ext_hook
+    try:
+        return msgpack.unpackb(data, **kwargs)
+    except msgpack.StackError:
+        raise LimitExceededError(f"{where}: nesting is deeper than the decoder allows") from None
+    except (msgpack.ExtraData, msgpack.FormatError, ValueError, TypeError, UnicodeDecodeError) as exc:
+        if isinstance(exc, (LimitExceededError, CorruptError)):
+            raise
+        raise CorruptError(f"{where}: malformed msgpack ({exc})") from None
+
+
+def pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def encode_header(kind: bytes, version: int = limits.FORMAT_VERSION) -> bytes:
+    return HEADER.pack(MAGIC_PREFIX + kind, version, 0)
+
+
+def check_header(data: bytes | memoryview, kind: bytes, where: str) -> int:
+    """Check magic and version of a file header; returns the version."""
+    if len(data) < HEADER_SIZE:
+        raise CorruptError(f"{where}: truncated ({len(data)} bytes), not a complete ckpt {KIND_NAMES[kind]}")
+    magic, version, _reserved = HEADER.unpack_from(data, 0)
+    if magic[:4] != MAGIC_PREFIX:
+        raise UnsupportedVersionError(
+            f"{where}: not a ckpt file (wrong magic {bytes(magic[:4])!r})",
+            hint="check the path",
+        )
+    if magic[4:] != kind:
+        got = KIND_NAMES.get(magic[4:], repr(bytes(magic[4:])))
+        raise CorruptError(f"{where}: expected a ckpt {KIND_NAMES[kind]}, found a {got}")
+    if version not in limits.READABLE_VERSIONS:
+        newest = max(limits.READABLE_VERSIONS)
+        if version > newest:
+            raise UnsupportedVersionError(
+                f"{where}: written in format version {version}, this ckpt reads up to version {newest}",
+                hint="upgrade ckpt (pip install -U ckptcli)",
+            )
+        raise UnsupportedVersionError(f"{where}: format version {version} is not readable by this ckpt")
+    return int(version)
+
+
+def encode_record(kind: bytes, body: dict[str, Any], version: int = limits.FORMAT_VERSION) -> bytes:
+    raw = pack(body)
+    codec, stored = compress(raw)
+    head = _RECORD_HEAD.pack(MAGIC_PREFIX + kind, version, codec, 0, len(stored), len(raw))
+    out = head + stored
+    return out + sha256(out)
+
+
+def decode_record(data: bytes, kind: bytes, where: str) -> tuple[int, dict[str, Any]]:
+    """Check and decode a record file; returns (version, body map)."""
+    check_header(data, kind, where)
+    if len(data) < RECORD_HEAD_SIZE + CHECKSUM_SIZE:
+        raise CorruptError(f"{where}: truncated ({len(data)} bytes)")
+    _magic, version, codec, _res, stored_len, raw_len = _RECORD_HEAD.unpack_from(data, 0)
+    expected = RECORD_HEAD_SIZE + stored_len + CHECKSUM_SIZE
+    if len(data) != expected:
+        what = "truncated" if len(data) < expected else "has trailing bytes"
+        raise CorruptError(f"{where}: {what} ({len(data)} bytes, header says {expected})")
+    body_end = RECORD_HEAD_SIZE + stored_len
+    if sha256(data[:body_end]) != data[body_end:]:
+        raise CorruptError(f"{where}: checksum mismatch (the file is damaged)")
+    raw = decompress(codec, data[RECORD_HEAD_SIZE:body_end], raw_len, limits.MAX_RECORD_SIZE, where)
+    body = unpack(raw, where)
+    if not isinstance(body, dict):
+        raise CorruptError(f"{where}: record body is not a map")
+    return int(version), body

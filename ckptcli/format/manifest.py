@@ -1,0 +1,154 @@
+"""The manifest: a checkpoint's metadata and the roots of its sections.
+
+A checkpoint's id is the SHA-256 of its manifest file, so the manifest (and through
+it every object it names) is immutable. Writing the manifest is the commit point.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptcli.errors import CorruptError, InvalidInputError
+from ckptcli.format import framing, limits
+
+SUBJECT_KINDS = ("agent", "workflow", "process")
+STANDARD_SECTIONS = ("memory", "plan", "tools", "events", "blobs")
+EXT_PREFIX = "ext:"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+NAMESPACE_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+LABEL_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+LAYOUT_SECTIONS = "sections"
+LAYOUT_DOCUMENT = "document"
+DOC_SECTION_KEYS = ("memory", "plan", "tools", "events", "ext")
+
+
+def check_name(value: str, what: str) -> str:
+    if not NAME_RE.match(value):
+        raise InvalidInputError(
+            f"{what} {value!r} is not a valid name",
+            hint="use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit",
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Subject:
+    kind: str
+    name: str
+
+    @classmethod
+    def parse(cls, text: str) -> Subject:
+        """'agent:support-bot' -> Subject('agent', 'support-bot')."""
+        kind, sep, name = text.partition(":")
+        if not sep:
+            raise InvalidInputError(
+                f"subject {text!r} has no kind", hint="write it as KIND:NAME, e.g. agent:support-bot"
+            )
+        if kind not in SUBJECT_KINDS:
+            raise InvalidInputError(f"subject kind {kind!r} is not one of {', '.join(SUBJECT_KINDS)}")
+        return cls(kind, check_name(name, "subject name"))
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+
+@dataclass
+class Manifest:
+    subject: Subject
+    sections: dict[str, bytes]  # section name -> EV bytes
+    layout: dict[str, Any]
+    parents: list[bytes] = field(default_factory=list)
+    created_ns: int = field(default_factory=time.time_ns)
+    producer: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    message: str = ""
+    schema_version: int | str | None = None
+    config_hash: str | None = None
+    deps: dict[str, str] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+    format_version: int = limits.FORMAT_VERSION
+
+    def to_body(self) -> dict[str, Any]:
+        return {
+            "format": self.format_version,
+            "parents": list(self.parents),
+            "created": self.created_ns,
+            "subject": {"kind": self.subject.kind, "name": self.subject.name},
+            "producer": dict(self.producer),
+            "labels": dict(self.labels),
+            "message": self.message,
+            "schema_version": self.schema_version,
+            "config_hash": self.config_hash,
+            "deps": dict(self.deps),
+            "layout": self.layout,
+            "sections": dict(self.sections),
+            "stats": dict(self.stats),
+        }
+
+    def encode(self) -> bytes:
+        return framing.encode_record(framing.KIND_MANIFEST, self.to_body(), self.format_version)
+
+    @classmethod
+    def decode(cls, data: bytes, where: str) -> Manifest:
+        version, body = framing.decode_record(data, framing.KIND_MANIFEST, where)
+        return cls.from_body(body, version, where)
+
+    @classmethod
+    def from_body(cls, b: dict[str, Any], version: int, where: str) -> Manifest:
+        def need(key: str, typ: type | tuple[type, ...], default: Any = None, required: bool = True) -> Any:
+            if key not in b:
+                if required:
+                    raise CorruptError(f"{where}: manifest has no {key!r} field")
+                return default
+            v = b[key]
+            if not isinstance(v, typ):
+                raise CorruptError(f"{where}: manifest field {key!r} has the wrong type")
+            return v
+
+        parents = need("parents", list)
+        if len(parents) > limits.MAX_PARENTS or not all(isinstance(p, bytes) and len(p) == 32 for p in parents):
+            raise CorruptError(f"{where}: manifest parents are malformed")
+        subj = need("subject", dict)
+        kind, name = subj.get("kind"), subj.get("name")
+        if not isinstance(kind, str) or not isinstance(name, str):
+            raise CorruptError(f"{where}: manifest subject is malformed")
+        sections = need("sections", dict)
+        for k, v in sections.items():
+            if not isinstance(k, str) or not isinstance(v, bytes):
+                raise CorruptError(f"{where}: manifest section {k!r} is malformed")
+            if not (k in STANDARD_SECTIONS or k.startswith(EXT_PREFIX)):
+                raise CorruptError(f"{where}: manifest names unknown section {k!r}")
+        layout = need("layout", dict)
+        if layout.get("kind") not in (LAYOUT_SECTIONS, LAYOUT_DOCUMENT):
+            raise CorruptError(f"{where}: manifest layout is malformed")
+        labels = need("labels", dict, {}, required=False)
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+            raise CorruptError(f"{where}: manifest labels are malformed")
+        fmt = need("format", int)
+        if fmt != version:
+            raise CorruptError(f"{where}: manifest says format {fmt}, file header says {version}")
+        created = need("created", int)
+        sv = b.get("schema_version")
+        if sv is not None and not isinstance(sv, (int, str)):
+            raise CorruptError(f"{where}: manifest schema_version has the wrong type")
+        ch = b.get("config_hash")
+        if ch is not None and not isinstance(ch, str):
+            raise CorruptError(f"{where}: manifest config_hash has the wrong type")
+        return cls(
+            subject=Subject(kind, name),
+            sections=sections,
+            layout=layout,
+            parents=parents,
+            created_ns=created,
+            producer={str(k): str(v) for k, v in need("producer", dict, {}, required=False).items()},
+            labels=labels,
+            message=need("message", str, "", required=False),
+            schema_version=sv,
+            config_hash=ch,
+            deps={str(k): str(v) for k, v in need("deps", dict, {}, required=False).items()},
+            stats={str(k): int(v) for k, v in need("stats", dict, {}, required=False).items() if isinstance(v, int)},
+            format_version=version,
+        )

@@ -1,0 +1,507 @@
+"""Encoding values into content-addressed objects, and decoding them back.
+
+An *encoded value* (EV) is msgpack in which some parts are replaced by references
+(msgpack ext types, formats/v1.md "Encoded values"):
+
+    ext 1  BIGINT  signed big-endian two's-complement integer outside int64/uint64
+    ext 2  REF     32-byte id of a node object whose content is an EV
+    ext 3  LIST    32-byte id of the root node of a list chunk tree
+    ext 4  MAP     32-byte id of the root node of a map chunk tree
+    ext 5  BYTES   32-byte id of the root node of a byte-string chunk tree
+    ext 6  STR     32-byte id of the root node of a UTF-8 string chunk tree
+
+A chunk-tree node is ``[kind, level, total, children]``. For LIST and MAP, level-0
+children are the items themselves (an array of EVs, or a map of key -> EV) and
+``total`` counts items; for BYTES and STR, level-1 children are ``[size, data id]``
+and ``total`` counts bytes. Higher levels hold ``[total, node id]`` pairs.
+
+Node boundaries are content-defined (an entry whose hash has its low bits zero
+closes a node), so appending to a long list rewrites only the last leaf and the
+right spine above it: checkpoint N+1 costs O(new data + log n), never O(n).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any, NamedTuple, Protocol
+
+import msgpack
+
+from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LimitExceededError
+from ckptcli.format import limits
+from ckptcli.format.framing import unpack
+
+EXT_BIGINT = 1
+EXT_REF = 2
+EXT_LIST = 3
+EXT_MAP = 4
+EXT_BYTES = 5
+EXT_STR = 6
+TREE_KINDS = (EXT_LIST, EXT_MAP, EXT_BYTES, EXT_STR)
+EXT_NAMES = {EXT_BIGINT: "BIGINT", EXT_REF: "REF", EXT_LIST: "LIST", EXT_MAP: "MAP", EXT_BYTES: "BYTES", EXT_STR: "STR"}
+
+#: Object types as recorded in an index.
+OBJ_DATA = 0
+OBJ_NODE = 1
+
+MAX_BIGINT_BYTES = 1024
+
+_INT_MIN = -(2**63)
+_INT_MAX = 2**64 - 1
+
+
+class ObjectSink(Protocol):
+    """Where an encoder puts the objects it makes."""
+
+    def put(self, oid: bytes, content: bytes, obj_type: int) -> None: ...
+
+
+class ObjectSource(Protocol):
+    """Where a decoder reads objects from; `get` returns content whose hash was checked."""
+
+    def get(self, oid: bytes) -> bytes: ...
+
+
+class Ext(NamedTuple):
+    code: int
+    oid: bytes
+
+
+class Encoded(NamedTuple):
+    """A value already encoded (its EV bytes), placed inside a value being encoded."""
+
+    ev: bytes
+
+
+class LazyBytes(NamedTuple):
+    """A byte string left in the store, to be streamed (see Decoder(lazy_bytes=True))."""
+
+    oid: bytes
+    size: int
+
+
+def _array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes([0x90 | n])
+    if n < 0x10000:
+        return b"\xdc" + struct.pack(">H", n)
+    return b"\xdd" + struct.pack(">I", n)
+
+
+def _map_header(n: int) -> bytes:
+    if n < 16:
+        return bytes([0x80 | n])
+    if n < 0x10000:
+        return b"\xde" + struct.pack(">H", n)
+    return b"\xdf" + struct.pack(">I", n)
+
+
+_packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+
+def _ext(code: int, payload: bytes) -> bytes:
+    return _packb(msgpack.ExtType(code, payload))
+
+
+def bigint_to_bytes(value: int) -> bytes:
+    length = (value.bit_length() + 8) // 8  # +1 bit for the sign
+    return value.to_bytes(length, "big", signed=True)
+
+
+def _is_boundary(digest: bytes) -> bool:
+    return (digest[0] & limits.TREE_BOUNDARY_MASK) == 0
+
+
+class _PathError(Exception):
+    """Carries a CkptError up the recursion while the path to the bad value is collected."""
+
+    def __init__(self, error: CkptError, part: str) -> None:
+        self.error = error
+        self.parts = [part]
+
+
+def _format_path(parts: list[str]) -> str:
+    out = ""
+    for part in reversed(parts):
+        out += part
+    return out or "(top)"
+
+
+class Encoder:
+    """Turns Python values into EVs, writing every object it makes to `sink`."""
+
+    def __init__(self, sink: ObjectSink, *, cdc: tuple[int, int, int] | None = None) -> None:
+        self.sink = sink
+        self.cdc = cdc or (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX)
+        #: Bytes of leaf data this encoder saw (logical size), for stats.
+        self.logical_bytes = 0
+
+    # -- objects ---------------------------------------------------------------
+    def _put_node(self, content: bytes) -> bytes:
+        oid = hashlib.sha256(content).digest()
+        self.sink.put(oid, content, OBJ_NODE)
+        return oid
+
+    def _put_data(self, content: bytes) -> bytes:
+        oid = hashlib.sha256(content).digest()
+        self.sink.put(oid, content, OBJ_DATA)
+        return oid
+
+    # -- values ----------------------------------------------------------------
+    def encode(self, value: Any, where: str = "") -> bytes:
+        """Encode a value; returns its EV bytes (small: large parts became objects)."""
+        try:
+            return self._enc(value, 0)
+        except _PathError as exc:
+            err = exc.error
+            path = (where or "") + _format_path(exc.parts)
+            err.message = f"{path}: {err.message}"
+            raise err from None
+        except RecursionError:
+            raise LimitExceededError(
+                f"{where or 'value'}: nesting is deeper than {limits.MAX_DEPTH} levels"
+            ) from None
+
+    def _fail(self, error: CkptError) -> _PathError:
+        return _PathError(error, "")
+
+    def _enc(self, v: Any, depth: int) -> bytes:
+        t = type(v)
+        if v is None or t is bool:
+            return _packb(v)
+        if t is int:
+            if _INT_MIN <= v <= _INT_MAX:
+                return _packb(v)
+            raw = bigint_to_bytes(v)
+            if len(raw) > MAX_BIGINT_BYTES:
+                raise self._fail(InvalidInputError(f"integer of {v.bit_length()} bits is larger than ckpt stores (8192 bits)"))
+            return _ext(EXT_BIGINT, raw)
+        if t is float:
+            return _packb(v)
+        if t is str:
+            try:
+                data = v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise self._fail(InvalidInputError("string is not valid Unicode (lone surrogate)")) from None
+            self.logical_bytes += len(data)
+            if len(data) > limits.CHUNK_THRESHOLD:
+                return _ext(EXT_STR, self._chunk_tree(EXT_STR, data))
+            return _packb(v)
+        if t is bytes or t is bytearray or t is memoryview:
+            data = bytes(v)
+            self.logical_bytes += len(data)
+            if len(data) > limits.CHUNK_THRESHOLD:
+                return _ext(EXT_BYTES, self._chunk_tree(EXT_BYTES, data))
+            return _packb(data)
+        if t is Encoded:
+            return v.ev  # type: ignore[no-any-return]
+        if t is list or t is tuple:
+            if depth >= limits.MAX_DEPTH:
+                raise self._fail(LimitExceededError(f"nesting is deeper than {limits.MAX_DEPTH} levels"))
+            items = []
+            for i, x in enumerate(v):
+                try:
+                    items.append(self._child(x, depth + 1))
+                except _PathError as exc:
+                    exc.parts.append(f"[{i}]")
+                    raise
+            return self._container(EXT_LIST, items, _array_header)
+        if t is dict:
+            if depth >= limits.MAX_DEPTH:
+                raise self._fail(LimitExceededError(f"nesting is deeper than {limits.MAX_DEPTH} levels"))
+            entries = []
+            for k, x in v.items():
+                if type(k) is not str:
+                    raise self._fail(InvalidInputError(f"map key {k!r} is a {type(k).__name__}; ckpt maps need string keys"))
+                kb = _packb(k)
+                if len(kb) > limits.MAX_KEY_BYTES:
+                    raise self._fail(InvalidInputError(f"map key of {len(kb)} bytes is longer than {limits.MAX_KEY_BYTES}"))
+                try:
+                    entries.append(kb + self._child(x, depth + 1))
+                except _PathError as exc:
+                    exc.parts.append(f".{k}")
+                    raise
+            return self._container(EXT_MAP, entries, _map_header)
+        if isinstance(v, bool | int | float | str | bytes | list | dict):
+            # subclasses (IntEnum, OrderedDict, ...): store as the base type
+            for base in (bool, int, float, str, bytes, list, dict):
+                if isinstance(v, base):
+                    return self._enc(base(v), depth)
+        raise self._fail(InvalidInputError(f"a value of type {t.__name__} cannot be stored (use maps, lists, strings, bytes, numbers, booleans, null)"))
+
+    def _child(self, x: Any, depth: int) -> bytes:
+        ev = self._enc(x, depth)
+        if len(ev) > limits.INLINE_MAX:
+            return _ext(EXT_REF, self._put_node(ev))
+        return ev
+
+    def _container(self, kind: int, items: list[bytes], header: Callable[[int], bytes]) -> bytes:
+        total = sum(len(i) for i in items)
+        if len(items) <= limits.TREE_MIN_ITEMS and total <= limits.TREE_MIN_BYTES:
+            return header(len(items)) + b"".join(items)
+        return _ext(kind, self._item_tree(kind, items, header))
+
+    def _item_tree(self, kind: int, items: list[bytes], header: Callable[[int], bytes]) -> bytes:
+        level_entries: list[tuple[int, bytes]] = []  # (count, node id)
+        start = 0
+        n = len(items)
+        for i, item in enumerate(items):
+            size = i + 1 - start
+            if i == n - 1 or size >= limits.TREE_MAX_FANOUT or _is_boundary(hashlib.sha256(item).digest()):
+                chunk = items[start : i + 1]
+                content = (
+                    b"\x94" + _packb(kind) + b"\x00" + _packb(len(chunk)) + header(len(chunk)) + b"".join(chunk)
+                )
+                level_entries.append((len(chunk), self._put_node(content)))
+                start = i + 1
+        return self._upper_levels(kind, level_entries, 1)
+
+    def _upper_levels(self, kind: int, entries: list[tuple[int, bytes]], level: int) -> bytes:
+        """Group `entries` (children of level `level`) into nodes until one root remains."""
+        # Item trees start with level-0 nodes; byte trees with data objects, which
+        # cannot be a root, so they always get at least one level-1 node.
+        first_node_level = 1 if kind in (EXT_BYTES, EXT_STR) else 0
+        while True:
+            if len(entries) == 1 and level - 1 >= first_node_level:
+                return entries[0][1]
+            parents: list[tuple[int, bytes]] = []
+            start = 0
+            n = len(entries)
+            for i, (_total, oid) in enumerate(entries):
+                if i == n - 1 or i + 1 - start >= limits.TREE_MAX_FANOUT or _is_boundary(oid[1:2]):
+                    chunk = entries[start : i + 1]
+                    subtotal = sum(c for c, _ in chunk)
+                    body = _array_header(len(chunk)) + b"".join(b"\x92" + _packb(c) + _packb(o) for c, o in chunk)
+                    content = b"\x94" + _packb(kind) + _packb(level) + _packb(subtotal) + body
+                    parents.append((subtotal, self._put_node(content)))
+                    start = i + 1
+            if level >= limits.MAX_TREE_LEVEL:  # pragma: no cover - needs > 128**15 entries
+                raise LimitExceededError("value is too large for a chunk tree")
+            entries = parents
+            level += 1
+
+    def _chunk_tree(self, kind: int, data: bytes) -> bytes:
+        from ckptcli.format.chunker import chunk_bytes
+
+        entries = [(len(piece), self._put_data(piece)) for piece in chunk_bytes(data, self.cdc)]
+        return self._upper_levels(kind, entries, 1)
+
+    def encode_stream(self, stream: IO[bytes], on_bytes: Callable[[int], None] | None = None) -> tuple[bytes, int]:
+        """Encode a byte stream as BYTES (chunked, bounded memory); returns (EV, size)."""
+        from ckptcli.format.chunker import iter_chunks
+
+        entries: list[tuple[int, bytes]] = []
+        size = 0
+        inline = bytearray()
+        for piece in iter_chunks(stream, self.cdc):
+            size += len(piece)
+            if on_bytes:
+                on_bytes(len(piece))
+            if size <= limits.CHUNK_THRESHOLD and not entries:
+                inline += piece
+                continue
+            if inline:
+                entries.append((len(inline), self._put_data(bytes(inline))))
+                inline = bytearray()
+            entries.append((len(piece), self._put_data(piece)))
+        self.logical_bytes += size
+        if not entries:
+            return _packb(bytes(inline)), size
+        return _ext(EXT_BYTES, self._upper_levels(EXT_BYTES, entries, 1)), size
+
+
+@dataclass
+class Budget:
+    """How much a decode may produce; shared across the objects of one checkpoint."""
+
+    max_bytes: int = limits.MAX_DECODED_BYTES
+    max_items: int = limits.MAX_DECODED_ITEMS
+    used_bytes: int = 0
+    used_items: int = 0
+
+    def take(self, nbytes: int, items: int = 1) -> None:
+        self.used_bytes += nbytes
+        self.used_items += items
+        if self.used_bytes > self.max_bytes:
+            raise LimitExceededError(
+                f"decoded state is larger than {self.max_bytes} bytes",
+                hint="the checkpoint is hostile or damaged; if it is genuine, raise CKPT_MAX_DECODED_BYTES",
+            )
+        if self.used_items > self.max_items:
+            raise LimitExceededError(
+                f"decoded state has more than {self.max_items} values",
+                hint="the checkpoint is hostile or damaged; if it is genuine, raise CKPT_MAX_DECODED_ITEMS",
+            )
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == EXT_BIGINT:
+        if not 0 < len(data) <= MAX_BIGINT_BYTES:
+            raise CorruptError(f"BIGINT of {len(data)} bytes")
+        return int.from_bytes(data, "big", signed=True)
+    if code in (EXT_REF, EXT_LIST, EXT_MAP, EXT_BYTES, EXT_STR):
+        if len(data) != 32:
+            raise CorruptError(f"{EXT_NAMES[code]} reference of {len(data)} bytes, expected 32")
+        return Ext(code, data)
+    raise CorruptError(f"unknown msgpack ext type {code}")
+
+
+def unpack_ev(data: bytes, where: str) -> Any:
+    return unpack(data, where, ext_hook=_ext_hook)
+
+
+def hexid(oid: bytes) -> str:
+    return oid.hex()
+
+
+def parse_tree_node(content: bytes, kind: int, oid: bytes) -> tuple[int, int, Any]:
+    """Check a chunk-tree node's shape; returns (level, total, children)."""
+    where = f"object {oid.hex()[:12]}"
+    node = unpack_ev(content, where)
+    if not (isinstance(node, list) and len(node) == 4):
+        raise CorruptError(f"{where}: not a chunk-tree node")
+    nkind, level, total, children = node
+    if nkind != kind:
+        raise CorruptError(f"{where}: expected a {EXT_NAMES[kind]} node, found kind {nkind!r}")
+    if type(level) is not int or not 0 <= level <= limits.MAX_TREE_LEVEL or type(total) is not int or total < 0:
+        raise CorruptError(f"{where}: bad node level or total")
+    if kind in (EXT_BYTES, EXT_STR) and level == 0:
+        raise CorruptError(f"{where}: byte-string trees start at level 1")
+    leaf = level == 0
+    if leaf:
+        want: type = dict if kind == EXT_MAP else list
+        if not isinstance(children, want) or len(children) != total:
+            raise CorruptError(f"{where}: leaf holds {len(children) if isinstance(children, (list, dict)) else '?'} items, declares {total}")
+    else:
+        if not isinstance(children, list) or not children:
+            raise CorruptError(f"{where}: node has no children")
+        s = 0
+        for c in children:
+            if not (isinstance(c, list) and len(c) == 2 and type(c[0]) is int and c[0] >= 0 and isinstance(c[1], bytes) and len(c[1]) == 32):
+                raise CorruptError(f"{where}: malformed child entry")
+            s += c[0]
+        if s != total:
+            raise CorruptError(f"{where}: children sum to {s}, node declares {total}")
+    return level, total, children
+
+
+class Decoder:
+    """Turns EVs back into Python values, reading objects from `source`."""
+
+    def __init__(self, source: ObjectSource, *, budget: Budget | None = None, lazy_bytes: bool = False) -> None:
+        self.source = source
+        self.budget = budget or Budget()
+        self.lazy_bytes = lazy_bytes
+
+    def decode(self, ev: bytes, where: str = "value") -> Any:
+        return self._walk(unpack_ev(ev, where), 0)
+
+    def _walk(self, obj: Any, depth: int) -> Any:
+        t = type(obj)
+        if t is list:
+            if depth >= limits.MAX_DEPTH:
+                raise LimitExceededError(f"value nests deeper than {limits.MAX_DEPTH} levels")
+            self.budget.take(0)
+            return [self._walk(x, depth + 1) for x in obj]
+        if t is dict:
+            if depth >= limits.MAX_DEPTH:
+                raise LimitExceededError(f"value nests deeper than {limits.MAX_DEPTH} levels")
+            self.budget.take(0)
+            out = {}
+            for k, v in obj.items():
+                if type(k) is not str:
+                    raise CorruptError(f"map key {k!r} is not a string")
+                out[k] = self._walk(v, depth + 1)
+            return out
+        if t is Ext:
+            return self._resolve(obj, depth)
+        if t is str:
+            self.budget.take(len(obj))
+        elif t is bytes:
+            self.budget.take(len(obj))
+        else:
+            self.budget.take(0)
+        return obj
+
+    def _resolve(self, ref: Ext, depth: int) -> Any:
+        if ref.code == EXT_REF:
+            content = self.source.get(ref.oid)
+            return self._walk(unpack_ev(content, f"object {ref.oid.hex()[:12]}"), depth)
+        if ref.code == EXT_LIST:
+            if depth >= limits.MAX_DEPTH:
+                raise LimitExceededError(f"value nests deeper than {limits.MAX_DEPTH} levels")
+            return [self._walk(x, depth + 1) for x in self._iter_items(ref.oid, EXT_LIST, None)]
+        if ref.code == EXT_MAP:
+            if depth >= limits.MAX_DEPTH:
+                raise LimitExceededError(f"value nests deeper than {limits.MAX_DEPTH} levels")
+            out: dict[str, Any] = {}
+            for k, v in self._iter_items(ref.oid, EXT_MAP, None):
+                if type(k) is not str:
+                    raise CorruptError(f"map key {k!r} is not a string")
+                if k in out:
+                    raise CorruptError(f"map key {k!r} appears twice in object {ref.oid.hex()[:12]}")
+                out[k] = self._walk(v, depth + 1)
+            return out
+        if ref.code in (EXT_BYTES, EXT_STR):
+            if self.lazy_bytes and ref.code == EXT_BYTES:
+                _level, total, _children = parse_tree_node(self.source.get(ref.oid), EXT_BYTES, ref.oid)
+                self.budget.take(0)
+                return LazyBytes(ref.oid, total)
+            data = b"".join(self.iter_bytes(ref.oid, ref.code))
+            self.budget.take(len(data))
+            if ref.code == EXT_STR:
+                try:
+                    return data.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise CorruptError(f"STR tree {ref.oid.hex()[:12]} is not valid UTF-8") from None
+            return data
+        raise CorruptError(f"unexpected reference kind {ref.code}")  # pragma: no cover
+
+    def _iter_items(self, oid: bytes, kind: int, want_level: int | None) -> Iterator[Any]:
+        level, _total, children = parse_tree_node(self.source.get(oid), kind, oid)
+        if want_level is not None and level != want_level:
+            raise CorruptError(f"object {oid.hex()[:12]}: tree level {level}, parent expects {want_level}")
+        if level == 0:
+            if kind == EXT_MAP:
+                yield from children.items()
+            else:
+                yield from children
+            return
+        for _count, child in children:
+            yield from self._iter_items(child, kind, level - 1)
+
+    def iter_bytes(self, oid: bytes, kind: int = EXT_BYTES, want_level: int | None = None) -> Iterator[bytes]:
+        """Stream the pieces of a BYTES/STR tree in order, each hash-checked."""
+        level, _total, children = parse_tree_node(self.source.get(oid), kind, oid)
+        if want_level is not None and level != want_level:
+            raise CorruptError(f"object {oid.hex()[:12]}: tree level {level}, parent expects {want_level}")
+        for size, child in children:
+            if level == 1:
+                piece = self.source.get(child)
+                if len(piece) != size:
+                    raise CorruptError(f"object {child.hex()[:12]}: {len(piece)} bytes, parent says {size}")
+                yield piece
+            else:
+                yield from self.iter_bytes(child, kind, level - 1)
+
+
+def walk_references(ev_obj: Any) -> Iterator[Ext]:
+    """Every reference directly inside an unpacked EV (not following them)."""
+    stack = [ev_obj]
+    while stack:
+        x = stack.pop()
+        t = type(x)
+        if t is Ext:
+            yield x
+        elif t is list:
+            stack.extend(x)
+        elif t is dict:
+            stack.extend(x.values())
+
+
+def is_finite_number(x: Any) -> bool:
+    return not (isinstance(x, float) and (math.isnan(x) or math.isinf(x)))

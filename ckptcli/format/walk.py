@@ -1,0 +1,82 @@
+"""Finding every object a checkpoint needs, by following the references in its sections.
+
+Node objects are read (their references are inside them); data objects are only
+named, unless the caller reads them too (`verify --read-data`, export).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ckptcli.errors import CkptError, CorruptError
+from ckptcli.format.manifest import Manifest
+from ckptcli.format.values import (
+    EXT_BYTES,
+    EXT_LIST,
+    EXT_MAP,
+    EXT_REF,
+    EXT_STR,
+    OBJ_DATA,
+    OBJ_NODE,
+    ObjectSource,
+    parse_tree_node,
+    unpack_ev,
+    walk_references,
+)
+
+
+@dataclass
+class WalkResult:
+    #: every object reached: id -> (object type, section that first reached it)
+    objects: dict[bytes, tuple[int, str]] = field(default_factory=dict)
+    #: objects that could not be read or parsed: id -> (section, error message)
+    errors: dict[bytes, tuple[str, str]] = field(default_factory=dict)
+
+
+def walk_checkpoint(
+    source: ObjectSource,
+    manifest: Manifest,
+    *,
+    result: WalkResult | None = None,
+    on_error: Callable[[bytes, str, CkptError], None] | None = None,
+) -> WalkResult:
+    """Follow every reference of `manifest`. Objects already in `result` are not read again,
+    so walking many checkpoints of one store costs each shared object once."""
+    res = result or WalkResult()
+    seen = res.objects
+    stack: list[tuple[int, bytes, int | None, str]] = []
+    for name, ev in manifest.sections.items():
+        for ref in walk_references(unpack_ev(ev, f"section {name}")):
+            stack.append((ref.code, ref.oid, None, name))
+    while stack:
+        code, oid, want_level, section = stack.pop()
+        if oid in seen:
+            continue
+        seen[oid] = (OBJ_NODE, section)
+        try:
+            content = source.get(oid)
+            if code == EXT_REF:
+                for ref in walk_references(unpack_ev(content, f"object {oid.hex()[:12]}")):
+                    stack.append((ref.code, ref.oid, None, section))
+                continue
+            level, _total, children = parse_tree_node(content, code, oid)
+            if want_level is not None and level != want_level:
+                raise CorruptError(f"object {oid.hex()[:12]}: tree level {level}, its parent expects {want_level}")
+            if code in (EXT_LIST, EXT_MAP) and level == 0:
+                for ref in walk_references(children):
+                    stack.append((ref.code, ref.oid, None, section))
+            elif code in (EXT_BYTES, EXT_STR) and level == 1:
+                for _size, child in children:
+                    if child not in seen:
+                        seen[child] = (OBJ_DATA, section)
+            else:
+                for _count, child in children:
+                    stack.append((code, child, level - 1, section))
+        except CkptError as exc:
+            res.errors[oid] = (section, exc.message)
+            if on_error is not None:
+                on_error(oid, section, exc)
+            else:
+                raise
+    return res

@@ -1,0 +1,266 @@
+"""Checking a store or checkpoint file (`ckpt verify`): find every damaged file and object, and the checkpoints that need it.
+
+Structure (default): config, every index, ref and manifest parses and matches its
+checksum or name; every node object a checkpoint reaches is read and hash-checked;
+every data object it names is in an index. `read_data`: every pack file is
+re-hashed whole and every object in it decompressed and re-hashed, so a flipped
+byte anywhere in the store is found and named.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from collections import defaultdict
+from typing import Any
+
+from ckptcli.errors import CkptError, CorruptError
+from ckptcli.format import framing, limits
+from ckptcli.format.manifest import Manifest
+from ckptcli.format.values import ObjectSource
+from ckptcli.format.walk import WalkResult, walk_checkpoint
+from ckptcli.progress import NULL, Progress
+from ckptcli.store.repository import IndexEntry, Store, pack_path, parse_entry_rows
+from ckptcli.store.single import CheckpointFile
+
+_U32 = struct.Struct(">I")
+
+
+class _Source:
+    """Reads objects through verify's own (tolerant) index, so one bad index file
+    does not stop the rest of the check."""
+
+    def __init__(self, store: Store, index: dict[bytes, IndexEntry]) -> None:
+        self.store = store
+        self.index = index
+
+    def get(self, oid: bytes) -> bytes:
+        entry = self.index.get(oid)
+        if entry is None:
+            raise CorruptError(f"object {oid.hex()[:12]} is missing (no index names it)")
+        stored = self.store.backend.read_range(pack_path(entry.pack), entry.offset, entry.stored_len)
+        where = f"object {oid.hex()[:12]} in pack {entry.pack.hex()[:12]}"
+        if len(stored) != entry.stored_len:
+            raise CorruptError(f"{where}: pack is truncated")
+        raw = framing.decompress(entry.codec, stored, entry.raw_len, limits.MAX_OBJECT_SIZE, where)
+        if hashlib.sha256(raw).digest() != oid:
+            raise CorruptError(f"{where}: content does not match its hash")
+        return raw
+
+
+def read_pack_table(data: bytes, where: str) -> list[Any]:
+    if len(data) < framing.HEADER_SIZE + 4:
+        raise CorruptError(f"{where}: truncated")
+    framing.check_header(data, framing.KIND_PACK, where)
+    (tlen,) = _U32.unpack_from(data, len(data) - 4)
+    start = len(data) - 4 - tlen
+    if start < framing.HEADER_SIZE:
+        raise CorruptError(f"{where}: table length {tlen} does not fit")
+    _v, body = framing.decode_record(data[start : len(data) - 4], framing.KIND_PACK_TABLE, f"{where} (table)")
+    rows = body.get("entries")
+    if not isinstance(rows, list):
+        raise CorruptError(f"{where}: table has no entries")
+    return rows
+
+
+def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progress: Progress = NULL) -> Any:
+    from ckptcli.api import Problem, VerifyReport
+
+    rep = VerifyReport()
+    backend = store.backend
+
+    def problem(kind: str, name: str, message: str) -> Problem:
+        p = Problem(kind, name, message)
+        rep.problems.append(p)
+        return p
+
+    try:
+        framing.decode_record(backend.read("config"), framing.KIND_CONFIG, "config")
+    except CkptError as exc:
+        problem("config", "config", exc.message)
+
+    # indexes (tolerant: a damaged one is reported, its packs are read from their own tables)
+    index: dict[bytes, IndexEntry] = {}
+    indexed_packs: set[bytes] = set()
+    for name in backend.list("index"):
+        try:
+            for pack_id, rows in store.read_index_file(name):
+                for oid, entry in parse_entry_rows(rows, pack_id, name):
+                    index.setdefault(oid, entry)
+                indexed_packs.add(pack_id)
+        except CkptError as exc:
+            problem("index", name, exc.message)
+    pack_files = {p.rsplit("/", 1)[-1]: p for p in backend.list("packs")}
+    unindexed_tables: dict[bytes, list[tuple[bytes, IndexEntry]]] = {}
+    for hexname, path in pack_files.items():
+        try:
+            pid = bytes.fromhex(hexname)
+        except ValueError:
+            problem("pack", path, "file name is not a pack id")
+            continue
+        if pid in indexed_packs:
+            continue
+        try:
+            rows = read_pack_table(backend.read(path), path)
+            unindexed_tables[pid] = list(parse_entry_rows(rows, pid, path))
+        except CkptError as exc:
+            problem("pack", path, exc.message)
+    for pid, entries in unindexed_tables.items():
+        for oid, entry in entries:
+            index.setdefault(oid, entry)
+        if any(p.kind == "index" for p in rep.problems):
+            rep.notes.append(f"pack {pid.hex()[:12]} is named by no readable index; its own table was used")
+        else:
+            rep.notes.append(f"pack {pid.hex()[:12]} is named by no index (left by an interrupted take; harmless)")
+    for pid in indexed_packs:
+        if pid.hex() not in pack_files:
+            problem("pack", pack_path(pid), "pack named by an index is missing")
+
+    # refs
+    ref_targets: list[tuple[str, bytes]] = []
+    for path in backend.list("refs"):
+        try:
+            t = store.read_ref(path)
+            if t is not None:
+                ref_targets.append((path, t))
+        except CkptError as exc:
+            problem("ref", path, exc.message)
+
+    # manifests
+    if refs is None:
+        ids = store.manifest_ids()
+    else:
+        ids = [store.resolve(r) for r in refs]
+    manifests: dict[bytes, Manifest] = {}
+    for cid in ids:
+        name = f"manifests/{cid.hex()}"
+        try:
+            data = backend.read(name)
+            if hashlib.sha256(data).digest() != cid:
+                raise CorruptError(f"{name}: content does not match its name (the manifest is damaged)")
+            manifests[cid] = Manifest.decode(data, name)
+        except CkptError as exc:
+            problem("manifest", name, exc.message).checkpoints.append(cid.hex())
+    all_ids = set(store.manifest_ids())
+    for path, t in ref_targets:
+        if t not in all_ids:
+            problem("ref", path, f"points to checkpoint {t.hex()[:12]}, which does not exist")
+
+    # objects reachable from each checkpoint
+    src = _Source(store, index)
+    walked = WalkResult()
+    progress.start("checking structure", len(manifests))
+    for cid, m in manifests.items():
+        try:
+            walk_checkpoint(src, m, result=walked, on_error=lambda *_: None)
+        except CkptError as exc:
+            problem("manifest", f"manifests/{cid.hex()}", exc.message).checkpoints.append(cid.hex())
+        progress.advance(1)
+    progress.finish()
+    rep.checkpoints = len(manifests)
+    rep.objects = len(walked.objects)
+    bad: dict[bytes, str] = {oid: msg for oid, (_s, msg) in walked.errors.items()}
+    for oid, (typ, _section) in walked.objects.items():
+        if oid not in index and oid not in bad:
+            bad[oid] = f"object {oid.hex()[:12]} is missing (no index names it)"
+
+    if read_data:
+        total = sum(backend.size(p) for p in pack_files.values())
+        progress.start("reading data", total)
+        by_pack: dict[bytes, list[tuple[bytes, IndexEntry]]] = defaultdict(list)
+        for oid, entry in index.items():
+            by_pack[entry.pack].append((oid, entry))
+        for hexname, path in pack_files.items():
+            try:
+                data = backend.read(path)
+            except CkptError as exc:
+                problem("pack", path, exc.message)
+                continue
+            rep.bytes_read += len(data)
+            if hashlib.sha256(data).hexdigest() != hexname:
+                p = problem("pack", path, "content does not match its name (some byte of the pack is damaged)")
+                try:
+                    read_pack_table(data, path)
+                except CkptError as exc:
+                    p.message += f"; {exc.message}"
+                try:
+                    framing.check_header(data, framing.KIND_PACK, path)
+                except CkptError as exc:
+                    p.message += f"; {exc.message}"
+                affected = {oid for oid, _e in by_pack.get(bytes.fromhex(hexname), [])}
+                p.checkpoints = _checkpoints_needing(src, manifests, affected)
+            for oid, entry in by_pack.get(bytes.fromhex(hexname), []):
+                stored = data[entry.offset : entry.offset + entry.stored_len]
+                where = f"object {oid.hex()[:12]} in pack {hexname[:12]}"
+                try:
+                    if len(stored) != entry.stored_len:
+                        raise CorruptError(f"{where}: pack is truncated")
+                    raw = framing.decompress(entry.codec, stored, entry.raw_len, limits.MAX_OBJECT_SIZE, where)
+                    if hashlib.sha256(raw).digest() != oid:
+                        raise CorruptError(f"{where}: content does not match its hash")
+                except CkptError as exc:
+                    bad.setdefault(oid, exc.message)
+            progress.advance(len(data))
+        progress.finish()
+
+    if bad:
+        needing = _checkpoints_per_object(src, manifests, set(bad))
+        for oid, msg in sorted(bad.items()):
+            p = problem("object", oid.hex(), msg)
+            p.checkpoints = sorted(needing.get(oid, []))
+    return rep
+
+
+def _checkpoints_per_object(src: ObjectSource, manifests: dict[bytes, Manifest], targets: set[bytes]) -> dict[bytes, list[str]]:
+    out: dict[bytes, list[str]] = defaultdict(list)
+    cache = _CachingSource(src)
+    for cid, m in manifests.items():
+        res = walk_checkpoint(cache, m, on_error=lambda *_: None)
+        for oid in targets & set(res.objects):
+            out[oid].append(cid.hex())
+    return out
+
+
+def _checkpoints_needing(src: ObjectSource, manifests: dict[bytes, Manifest], objs: set[bytes]) -> list[str]:
+    per = _checkpoints_per_object(src, manifests, objs)
+    return sorted({c for cs in per.values() for c in cs})
+
+
+class _CachingSource:
+    def __init__(self, src: ObjectSource) -> None:
+        self.src = src
+        self.cache: dict[bytes, bytes] = {}
+
+    def get(self, oid: bytes) -> bytes:
+        v = self.cache.get(oid)
+        if v is None:
+            v = self.src.get(oid)
+            self.cache[oid] = v
+        return v
+
+
+def verify_file(f: CheckpointFile, *, read_data: bool, progress: Progress = NULL) -> Any:
+    from ckptcli.api import Problem, VerifyReport
+
+    rep = VerifyReport(checkpoints=1)
+    msg = f.check_whole_file()
+    if msg:
+        rep.problems.append(Problem("file", str(f.path), msg, [f.id.hex()]))
+    res = walk_checkpoint(f, f.manifest(), on_error=lambda *_: None)
+    rep.objects = len(res.objects)
+    bad = {oid: m for oid, (_s, m) in res.errors.items()}
+    for oid in res.objects:
+        if oid not in f.entries:
+            bad.setdefault(oid, f"object {oid.hex()[:12]} is missing from the file")
+    if read_data:
+        progress.start("reading data", len(f.entries))
+        for oid in f.entries:
+            try:
+                rep.bytes_read += len(f.get(oid))
+            except CkptError as exc:
+                bad.setdefault(oid, exc.message)
+            progress.advance(1)
+        progress.finish()
+    for oid, m in sorted(bad.items()):
+        rep.problems.append(Problem("object", oid.hex(), m, [f.id.hex()]))
+    return rep

@@ -1,0 +1,1 @@
+"""Stores: the local directory store and the single-file form of one checkpoint."""

@@ -1,0 +1,210 @@
+"""Where a store's files live. The layout (formats/v1.md "Store layout") is the same
+on every backend; a backend only moves bytes.
+
+The local backend writes every file as temp file + fsync + rename + directory
+fsync, so a crash at any instant leaves either the old file or the new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import secrets
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from ckptcli.errors import LockError, NotFoundError, StoreIOError
+
+
+def _io_error(exc: OSError, what: str, path: Path | str) -> StoreIOError:
+    reason = exc.strerror or str(exc)
+    hint = None
+    if exc.errno == errno.ENOSPC:
+        hint = "free some disk space and try again; nothing was committed"
+    elif exc.errno in (errno.EACCES, errno.EPERM):
+        hint = "check the permissions of the store directory"
+    return StoreIOError(f"cannot {what} {path}: {reason}", hint=hint)
+
+
+class Backend(ABC):
+    """Moves bytes for a store. Paths are '/'-separated and relative to the store root."""
+
+    @abstractmethod
+    def read(self, path: str) -> bytes:
+        """Args: path. Returns: the file's bytes. Raises: NotFoundError, StoreIOError."""
+
+    @abstractmethod
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """Args: path, offset, length. Returns: up to `length` bytes. Raises: NotFoundError, StoreIOError."""
+
+    @abstractmethod
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Args: path, data. Writes the whole file durably or not at all. Raises: StoreIOError."""
+
+    @abstractmethod
+    def open_temp(self) -> tuple[str, IO[bytes]]:
+        """Returns: (temp name, writable binary file) for a large file written in pieces."""
+
+    @abstractmethod
+    def commit_temp(self, temp: str, handle: IO[bytes], path: str) -> None:
+        """Args: the pair from open_temp and the final path. Durably renames. Raises: StoreIOError."""
+
+    @abstractmethod
+    def discard_temp(self, temp: str, handle: IO[bytes]) -> None:
+        """Args: the pair from open_temp. Removes the temp file."""
+
+    @abstractmethod
+    def list(self, prefix: str) -> list[str]:
+        """Args: a directory path. Returns: file paths below it (recursive), sorted."""
+
+    @abstractmethod
+    def exists(self, path: str) -> bool:
+        """Args: path. Returns: whether a file is there."""
+
+    @abstractmethod
+    def delete(self, path: str) -> None:
+        """Args: path. Removes the file; missing is not an error."""
+
+    @abstractmethod
+    def size(self, path: str) -> int:
+        """Args: path. Returns: the file's size in bytes. Raises: NotFoundError."""
+
+    @abstractmethod
+    def lock(self, name: str, *, shared: bool, wait: float = 30.0) -> contextlib.AbstractContextManager[None]:
+        """Args: lock name, shared or exclusive, seconds to wait. Raises: LockError."""
+
+
+class LocalBackend(Backend):
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._handles: dict[str, IO[bytes]] = {}
+
+    def _p(self, path: str) -> Path:
+        return self.root / path
+
+    def read(self, path: str) -> bytes:
+        try:
+            return self._p(path).read_bytes()
+        except FileNotFoundError:
+            raise NotFoundError(f"{self._p(path)} does not exist") from None
+        except OSError as exc:
+            raise _io_error(exc, "read", self._p(path)) from None
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        fh = self._handles.get(path)
+        try:
+            if fh is None:
+                if len(self._handles) > 64:
+                    for h in self._handles.values():
+                        h.close()
+                    self._handles.clear()
+                fh = open(self._p(path), "rb")  # noqa: SIM115 - cached handle, closed in close()
+                self._handles[path] = fh
+            return os.pread(fh.fileno(), length, offset)
+        except FileNotFoundError:
+            raise NotFoundError(f"{self._p(path)} does not exist") from None
+        except OSError as exc:
+            raise _io_error(exc, "read", self._p(path)) from None
+
+    def close(self) -> None:
+        for h in self._handles.values():
+            h.close()
+        self._handles.clear()
+
+    def _fsync_dir(self, d: Path) -> None:
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        temp, fh = self.open_temp()
+        try:
+            fh.write(data)
+        except OSError as exc:
+            self.discard_temp(temp, fh)
+            raise _io_error(exc, "write", self._p(path)) from None
+        self.commit_temp(temp, fh, path)
+
+    def open_temp(self) -> tuple[str, IO[bytes]]:
+        temp = f"tmp/{os.getpid()}-{secrets.token_hex(8)}.tmp"
+        try:
+            fh = open(self._p(temp), "xb")  # noqa: SIM115 - returned to the caller
+        except OSError as exc:
+            raise _io_error(exc, "create a temporary file in", self.root / "tmp") from None
+        return temp, fh
+
+    def commit_temp(self, temp: str, handle: IO[bytes], path: str) -> None:
+        dest = self._p(path)
+        try:
+            handle.flush()
+            os.fsync(handle.fileno())
+            handle.close()
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(self._p(temp), dest)
+            self._fsync_dir(dest.parent)
+        except OSError as exc:
+            self.discard_temp(temp, handle)
+            raise _io_error(exc, "write", dest) from None
+
+    def discard_temp(self, temp: str, handle: IO[bytes]) -> None:
+        with contextlib.suppress(OSError):
+            handle.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self._p(temp))
+
+    def list(self, prefix: str) -> list[str]:
+        base = self._p(prefix)
+        out: list[str] = []
+        try:
+            for dirpath, _dirs, files in os.walk(base):
+                rel = os.path.relpath(dirpath, self.root)
+                for f in files:
+                    out.append(f"{rel}/{f}" if rel != "." else f)
+        except OSError as exc:
+            raise _io_error(exc, "list", base) from None
+        return sorted(p.replace(os.sep, "/") for p in out)
+
+    def exists(self, path: str) -> bool:
+        return self._p(path).is_file()
+
+    def delete(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._p(path).unlink()
+
+    def size(self, path: str) -> int:
+        try:
+            return self._p(path).stat().st_size
+        except FileNotFoundError:
+            raise NotFoundError(f"{self._p(path)} does not exist") from None
+
+    @contextlib.contextmanager
+    def lock(self, name: str, *, shared: bool, wait: float = 30.0) -> Iterator[None]:
+        path = self._p(f"locks/{name}.lock")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise _io_error(exc, "open the lock", path) from None
+        try:
+            mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+            deadline = time.monotonic() + wait
+            while True:
+                try:
+                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LockError(
+                            f"the store at {self.root} is locked ({name}) by another ckpt process",
+                            hint="wait for it to finish and try again",
+                        ) from None
+                    time.sleep(0.01)
+            yield
+        finally:
+            os.close(fd)  # closing releases the flock

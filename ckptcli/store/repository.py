@@ -1,0 +1,490 @@
+"""A store: packs of immutable objects, their indexes, manifests and refs.
+
+Layout (formats/v1.md "Store layout")::
+
+    config                      store version, id, chunker parameters
+    packs/<2 hex>/<64 hex>      objects, back to back, with their table at the end
+    index/<64 hex>              which pack holds which object (one file per take)
+    manifests/<64 hex>          one per checkpoint; the name is the checkpoint id
+    refs/latest/<kind>/<name>   newest checkpoint of a subject
+    refs/branches/<name>        a movable line of history
+    refs/tags/<name>            a fixed name for one checkpoint
+    locks/  tmp/                local coordination and in-flight writes
+
+Order of writes in one take: packs, then the index that names them, then the
+manifest (the commit point), then refs. Every file is written to tmp/, fsynced and
+renamed, so a crash at any instant leaves the store readable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ckptcli.errors import (
+    CkptError,
+    ConflictError,
+    CorruptError,
+    InvalidInputError,
+    NotFoundError,
+    StoreNotFoundError,
+)
+from ckptcli.format import framing, limits
+from ckptcli.format.manifest import NAME_RE, Manifest, Subject, check_name
+from ckptcli.store.backend import Backend, LocalBackend
+
+STORE_DIRNAME = ".ckpt"
+PACK_TARGET_SIZE = 64 * 1024 * 1024
+_U32 = struct.Struct(">I")
+
+
+class IndexEntry(NamedTuple):
+    pack: bytes
+    obj_type: int
+    offset: int
+    stored_len: int
+    raw_len: int
+    codec: int
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    version: int
+    store_id: bytes
+    created_ns: int
+    cdc: tuple[int, int, int]
+
+    def to_body(self) -> dict[str, Any]:
+        mn, avg, mx = self.cdc
+        return {
+            "version": self.version,
+            "id": self.store_id,
+            "created": self.created_ns,
+            "chunker": {"algorithm": "fastcdc", "min": mn, "avg": avg, "max": mx},
+        }
+
+
+def pack_path(pack_id: bytes) -> str:
+    h = pack_id.hex()
+    return f"packs/{h[:2]}/{h}"
+
+
+def _entry_row(oid: bytes, e: IndexEntry) -> list[Any]:
+    return [oid, e.obj_type, e.offset, e.stored_len, e.raw_len, e.codec]
+
+
+def parse_entry_rows(rows: Any, pack_id: bytes, where: str) -> Iterator[tuple[bytes, IndexEntry]]:
+    if not isinstance(rows, list):
+        raise CorruptError(f"{where}: entry table is not a list")
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 6 and isinstance(row[0], bytes) and len(row[0]) == 32):
+            raise CorruptError(f"{where}: malformed entry")
+        oid, typ, off, slen, rlen, codec = row
+        if not all(type(x) is int and x >= 0 for x in (typ, off, slen, rlen, codec)) or typ > 1 or codec > 1:
+            raise CorruptError(f"{where}: malformed entry for object {oid.hex()[:12]}")
+        if rlen > limits.MAX_OBJECT_SIZE or slen > limits.MAX_OBJECT_SIZE + 1024:
+            raise CorruptError(f"{where}: object {oid.hex()[:12]} declares {rlen} bytes, over the limit")
+        yield oid, IndexEntry(pack_id, typ, off, slen, rlen, codec)
+
+
+class PackWriter:
+    """Appends stored objects to one pack file in tmp/; `finish` commits it."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.temp, self.fh = backend.open_temp()
+        self.hasher = hashlib.sha256()
+        self.size = 0
+        self.rows: list[list[Any]] = []
+        self._write(framing.encode_header(framing.KIND_PACK))
+
+    def _write(self, data: bytes) -> None:
+        self.fh.write(data)
+        self.hasher.update(data)
+        self.size += len(data)
+
+    def add(self, oid: bytes, obj_type: int, codec: int, stored: bytes, raw_len: int) -> int:
+        offset = self.size
+        self._write(stored)
+        self.rows.append([oid, obj_type, offset, len(stored), raw_len, codec])
+        return offset
+
+    def finish(self) -> tuple[bytes, list[list[Any]]]:
+        table = framing.encode_record(framing.KIND_PACK_TABLE, {"entries": self.rows})
+        self._write(table)
+        self._write(_U32.pack(len(table)))
+        pack_id = self.hasher.digest()
+        self.backend.commit_temp(self.temp, self.fh, pack_path(pack_id))
+        return pack_id, self.rows
+
+    def abort(self) -> None:
+        self.backend.discard_temp(self.temp, self.fh)
+
+
+class Transaction:
+    """An ObjectSink that writes new objects into packs; `commit` writes their index.
+
+    Objects the store already has are skipped (that is the deduplication).
+    """
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.known = store.index()
+        self.new: dict[bytes, int] = {}
+        self.pack: PackWriter | None = None
+        self.packs: list[tuple[bytes, list[list[Any]]]] = []
+        self.new_objects = 0
+        self.new_stored_bytes = 0
+
+    def has(self, oid: bytes) -> bool:
+        return oid in self.known or oid in self.new
+
+    def put(self, oid: bytes, content: bytes, obj_type: int) -> None:
+        if oid in self.known or oid in self.new:
+            return
+        if len(content) > limits.MAX_OBJECT_SIZE:  # pragma: no cover - the encoder keeps objects smaller
+            raise CkptError(f"object of {len(content)} bytes exceeds the format limit")
+        codec, stored = framing.compress(content)
+        self.put_stored(oid, obj_type, codec, stored, len(content))
+
+    def put_stored(self, oid: bytes, obj_type: int, codec: int, stored: bytes, raw_len: int) -> None:
+        if oid in self.known or oid in self.new:
+            return
+        if self.pack is None:
+            self.pack = PackWriter(self.store.backend)
+        self.pack.add(oid, obj_type, codec, stored, raw_len)
+        self.new[oid] = obj_type
+        self.new_objects += 1
+        self.new_stored_bytes += len(stored)
+        if self.pack.size >= PACK_TARGET_SIZE:
+            self.packs.append(self.pack.finish())
+            self.pack = None
+
+    def commit(self) -> bytes | None:
+        """Finish packs and write their index; returns the index id (None if nothing new)."""
+        if self.pack is not None:
+            self.packs.append(self.pack.finish())
+            self.pack = None
+        if not self.packs:
+            return None
+        body = {"packs": [{"id": pid, "entries": rows} for pid, rows in self.packs]}
+        data = framing.encode_record(framing.KIND_INDEX, body)
+        index_id = hashlib.sha256(data).digest()
+        self.store.backend.write_atomic(f"index/{index_id.hex()}", data)
+        self.store._merge_index(self.packs)
+        return index_id
+
+    def abort(self) -> None:
+        if self.pack is not None:
+            self.pack.abort()
+            self.pack = None
+
+
+def find_store(start: Path | None = None) -> Path:
+    """The store for this directory: CKPT_STORE, else the nearest .ckpt/ above cwd."""
+    env = os.environ.get("CKPT_STORE")
+    if env:
+        return resolve_store_path(Path(env))
+    here = (start or Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        cand = d / STORE_DIRNAME
+        if (cand / "config").is_file():
+            return cand
+    raise StoreNotFoundError(
+        f"no ckpt store in {here} or any parent directory",
+        hint="run `ckpt init` here, or pass --store PATH (or set CKPT_STORE)",
+    )
+
+
+def resolve_store_path(path: Path) -> Path:
+    if (path / "config").is_file():
+        return path
+    if (path / STORE_DIRNAME / "config").is_file():
+        return path / STORE_DIRNAME
+    raise StoreNotFoundError(f"{path} is not a ckpt store", hint="run `ckpt init` to create one, or check --store / CKPT_STORE")
+
+
+class Store:
+    """A ckpt store on a backend. Use `Store.open(path)` or `Store.init(path)`."""
+
+    def __init__(self, backend: Backend, config: StoreConfig, location: str) -> None:
+        self.backend = backend
+        self.config = config
+        self.location = location
+        self._index: dict[bytes, IndexEntry] | None = None
+        self._index_files: set[str] = set()
+        self._manifest_cache: dict[bytes, Manifest] = {}
+
+    # -- opening -----------------------------------------------------------------
+    @classmethod
+    def init(cls, path: Path) -> Store:
+        if (path / "config").exists():
+            raise ConflictError(f"a ckpt store already exists at {path}")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            for sub in ("packs", "index", "manifests", "refs", "locks", "tmp"):
+                (path / sub).mkdir(exist_ok=True)
+        except OSError as exc:
+            raise CkptError(f"cannot create a store at {path}: {exc.strerror}") from None
+        config = StoreConfig(
+            limits.FORMAT_VERSION, secrets.token_bytes(16), time.time_ns(), (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX)
+        )
+        backend = LocalBackend(path)
+        backend.write_atomic("config", framing.encode_record(framing.KIND_CONFIG, config.to_body()))
+        return cls(backend, config, str(path))
+
+    @classmethod
+    def open(cls, path: Path | None = None) -> Store:
+        root = resolve_store_path(path) if path is not None else find_store()
+        backend = LocalBackend(root)
+        where = str(root / "config")
+        try:
+            data = backend.read("config")
+        except NotFoundError:
+            raise StoreNotFoundError(f"{root} is not a ckpt store") from None
+        _version, body = framing.decode_record(data, framing.KIND_CONFIG, where)
+        try:
+            ch = body["chunker"]
+            config = StoreConfig(int(body["version"]), bytes(body["id"]), int(body["created"]), (int(ch["min"]), int(ch["avg"]), int(ch["max"])))
+        except (KeyError, TypeError, ValueError):
+            raise CorruptError(f"{where}: store config is malformed") from None
+        for sub in ("tmp", "locks"):
+            (root / sub).mkdir(exist_ok=True)
+        return cls(backend, config, str(root))
+
+    def close(self) -> None:
+        if isinstance(self.backend, LocalBackend):
+            self.backend.close()
+
+    # -- objects -----------------------------------------------------------------
+    def index(self) -> dict[bytes, IndexEntry]:
+        if self._index is None:
+            self._index = {}
+            self.refresh_index()
+        return self._index
+
+    def refresh_index(self) -> None:
+        """Read index files written since the last look (other processes' takes)."""
+        idx = self._index if self._index is not None else {}
+        self._index = idx
+        for name in self.backend.list("index"):
+            if name in self._index_files:
+                continue
+            for pack_id, rows in self.read_index_file(name):
+                for oid, entry in parse_entry_rows(rows, pack_id, name):
+                    idx.setdefault(oid, entry)
+            self._index_files.add(name)
+
+    def read_index_file(self, name: str) -> list[tuple[bytes, Any]]:
+        data = self.backend.read(name)
+        if hashlib.sha256(data).hexdigest() != name.rsplit("/", 1)[-1]:
+            raise CorruptError(f"{name}: content does not match its name (the index file is damaged)", hint="run `ckpt verify`")
+        _v, body = framing.decode_record(data, framing.KIND_INDEX, name)
+        packs = body.get("packs")
+        if not isinstance(packs, list):
+            raise CorruptError(f"{name}: index has no pack list")
+        out = []
+        for p in packs:
+            if not (isinstance(p, dict) and isinstance(p.get("id"), bytes) and len(p["id"]) == 32):
+                raise CorruptError(f"{name}: malformed pack entry")
+            out.append((p["id"], p.get("entries")))
+        return out
+
+    def _merge_index(self, packs: list[tuple[bytes, list[list[Any]]]]) -> None:
+        idx = self.index()
+        for pack_id, rows in packs:
+            for oid, entry in parse_entry_rows(rows, pack_id, "new index"):
+                idx.setdefault(oid, entry)
+
+    def has(self, oid: bytes) -> bool:
+        return oid in self.index()
+
+    def read_stored(self, oid: bytes) -> tuple[IndexEntry, bytes]:
+        entry = self.index().get(oid)
+        if entry is None:
+            raise CorruptError(f"object {oid.hex()[:12]} is missing from the store", hint="run `ckpt verify` to see which checkpoints need it")
+        stored = self.backend.read_range(pack_path(entry.pack), entry.offset, entry.stored_len)
+        if len(stored) != entry.stored_len:
+            raise CorruptError(f"pack {entry.pack.hex()[:12]} is truncated (object {oid.hex()[:12]})", hint="run `ckpt verify`")
+        return entry, stored
+
+    def get(self, oid: bytes) -> bytes:
+        """The content of an object, its hash checked."""
+        entry, stored = self.read_stored(oid)
+        where = f"object {oid.hex()[:12]} in pack {entry.pack.hex()[:12]}"
+        raw = framing.decompress(entry.codec, stored, entry.raw_len, limits.MAX_OBJECT_SIZE, where)
+        if hashlib.sha256(raw).digest() != oid:
+            raise CorruptError(f"{where}: content does not match its hash (the pack is damaged)", hint="run `ckpt verify --read-data`")
+        return raw
+
+    def transaction(self) -> Transaction:
+        return Transaction(self)
+
+    # -- manifests ---------------------------------------------------------------
+    def manifest_ids(self) -> list[bytes]:
+        out = []
+        for name in self.backend.list("manifests"):
+            h = name.rsplit("/", 1)[-1]
+            if len(h) == 64:
+                try:
+                    out.append(bytes.fromhex(h))
+                except ValueError:
+                    continue
+        return out
+
+    def manifest(self, cid: bytes) -> Manifest:
+        m = self._manifest_cache.get(cid)
+        if m is None:
+            name = f"manifests/{cid.hex()}"
+            try:
+                data = self.backend.read(name)
+            except NotFoundError:
+                raise NotFoundError(f"checkpoint {cid.hex()[:12]} does not exist in {self.location}") from None
+            if hashlib.sha256(data).digest() != cid:
+                raise CorruptError(f"{name}: content does not match its name (the manifest is damaged)", hint="run `ckpt verify`")
+            m = Manifest.decode(data, name)
+            self._manifest_cache[cid] = m
+        return m
+
+    def manifest_bytes(self, cid: bytes) -> bytes:
+        return self.backend.read(f"manifests/{cid.hex()}")
+
+    def write_manifest(self, manifest: Manifest) -> bytes:
+        data = manifest.encode()
+        cid = hashlib.sha256(data).digest()
+        self.backend.write_atomic(f"manifests/{cid.hex()}", data)
+        self._manifest_cache[cid] = manifest
+        return cid
+
+    def add_manifest_bytes(self, data: bytes) -> bytes:
+        cid = hashlib.sha256(data).digest()
+        Manifest.decode(data, "imported manifest")
+        if not self.backend.exists(f"manifests/{cid.hex()}"):
+            self.backend.write_atomic(f"manifests/{cid.hex()}", data)
+        return cid
+
+    # -- refs --------------------------------------------------------------------
+    def read_ref(self, path: str) -> bytes | None:
+        if not self.backend.exists(path):
+            return None
+        data = self.backend.read(path)
+        _v, body = framing.decode_record(data, framing.KIND_REF, path)
+        target = body.get("target")
+        if not (isinstance(target, bytes) and len(target) == 32):
+            raise CorruptError(f"{path}: ref has no valid target")
+        return target
+
+    def write_ref(self, path: str, target: bytes) -> None:
+        self.backend.write_atomic(path, framing.encode_record(framing.KIND_REF, {"target": target, "updated": time.time_ns()}))
+
+    def ref_paths(self) -> list[str]:
+        return self.backend.list("refs")
+
+    def refs(self) -> dict[str, bytes]:
+        out = {}
+        for path in self.ref_paths():
+            t = self.read_ref(path)
+            if t is not None:
+                out[path[len("refs/") :]] = t
+        return out
+
+    @staticmethod
+    def latest_ref(subject: Subject) -> str:
+        return f"refs/latest/{subject.kind}/{subject.name}"
+
+    def advance_latest(self, subject: Subject, cid: bytes, created_ns: int) -> None:
+        """Point the subject's latest at `cid` unless a newer checkpoint got there first."""
+        path = self.latest_ref(subject)
+        with self.backend.lock("refs", shared=False):
+            cur = self.read_ref(path)
+            if cur is not None and cur != cid:
+                try:
+                    if self.manifest(cur).created_ns > created_ns:
+                        return
+                except CkptError:
+                    pass  # a damaged target is replaced
+            self.write_ref(path, cid)
+
+    def set_branch(self, name: str, cid: bytes) -> None:
+        check_name(name, "branch name")
+        with self.backend.lock("refs", shared=False):
+            self.write_ref(f"refs/branches/{name}", cid)
+
+    def set_tag(self, name: str, cid: bytes, *, force: bool = False) -> None:
+        check_name(name, "tag name")
+        path = f"refs/tags/{name}"
+        with self.backend.lock("refs", shared=False):
+            cur = self.read_ref(path)
+            if cur is not None and cur != cid and not force:
+                raise ConflictError(f"tag {name!r} already points at {cur.hex()[:12]}", hint="pass --force to move it")
+            self.write_ref(path, cid)
+
+    def delete_ref(self, path: str) -> None:
+        with self.backend.lock("refs", shared=False):
+            if not self.backend.exists(path):
+                raise NotFoundError(f"no ref {path[len('refs/'):]!r}")
+            self.backend.delete(path)
+
+    # -- resolving names -----------------------------------------------------------
+    def resolve(self, ref: str) -> bytes:
+        """A checkpoint id for an id, unique id prefix, tag, branch, KIND:NAME or `latest`,
+        optionally followed by ~N (N first-parents back)."""
+        base, back = ref, 0
+        if "~" in ref:
+            base, _, n = ref.rpartition("~")
+            if not n.isdigit():
+                raise InvalidInputError(f"{ref!r}: what follows '~' must be a number of steps back")
+            back = int(n)
+        cid = self._resolve_base(base)
+        for step in range(back):
+            parents = self.manifest(cid).parents
+            if not parents:
+                raise NotFoundError(f"{ref!r}: checkpoint {cid.hex()[:12]} has no parent ({step} steps back)")
+            cid = parents[0]
+        return cid
+
+    def _resolve_base(self, ref: str) -> bytes:
+        if not ref:
+            raise InvalidInputError("an empty checkpoint reference")
+        if ref == "latest":
+            best: tuple[int, bytes] | None = None
+            for path, t in self.refs().items():
+                if path.startswith("latest/"):
+                    created = self.manifest(t).created_ns
+                    if best is None or created > best[0]:
+                        best = (created, t)
+            if best is None:
+                raise NotFoundError(f"the store at {self.location} has no checkpoints yet", hint="take one with `ckpt take`")
+            return best[1]
+        if ":" in ref:
+            subject = Subject.parse(ref)
+            t = self.read_ref(self.latest_ref(subject))
+            if t is None:
+                raise NotFoundError(f"no checkpoints of subject {ref}")
+            return t
+        for ns in ("tags", "branches"):
+            if NAME_RE.match(ref):
+                t = self.read_ref(f"refs/{ns}/{ref}")
+                if t is not None:
+                    return t
+        low = ref.lower()
+        if len(low) >= 4 and all(c in "0123456789abcdef" for c in low):
+            if len(low) == 64 and self.backend.exists(f"manifests/{low}"):
+                return bytes.fromhex(low)
+            matches = [c for c in self.manifest_ids() if c.hex().startswith(low)]
+            if len(matches) == 1:
+                return matches[0]
+            if len(matches) > 1:
+                shown = ", ".join(sorted(m.hex()[:12] for m in matches[:5]))
+                raise InvalidInputError(f"{ref!r} is ambiguous: it matches {len(matches)} checkpoints ({shown})", hint="give more characters")
+        raise NotFoundError(
+            f"no checkpoint, tag or branch named {ref!r} in {self.location}",
+            hint="see `ckpt ls` for ids, or use a tag, a branch, KIND:NAME or latest",
+        )
