@@ -19,10 +19,10 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from ckptcli import __version__
 from ckptcli.blobs import CaptureReport, capture, restore_blobs, tree_size
@@ -194,7 +194,7 @@ def take(
     labels: list[str] | dict[str, str] | None = None,
     parents: list[str] | None = None,
     message: str = "",
-    blobs: dict[str, PathLike] | None = None,
+    blobs: Mapping[str, PathLike] | None = None,
     branch: str | None = None,
     schema_version: int | str | None = None,
     config_hash: str | None = None,
@@ -237,7 +237,7 @@ def take(
         txn = store.transaction()
         try:
             enc = Encoder(txn, cdc=store.config.cdc)
-            encoded = {name: enc.encode(value, where=name) for name, value in sections.items()}
+            encoded = {name: enc.encode_root(value, where=name) for name, value in sections.items()}
             report = CaptureReport()
             if blob_paths:
                 total = sum(tree_size(p) for p in blob_paths.values())
@@ -246,7 +246,7 @@ def take(
                     entries = {name: capture(p, enc, progress, report) for name, p in blob_paths.items()}
                 finally:
                     progress.finish()
-                encoded["blobs"] = enc.encode(entries, where="blobs")
+                encoded["blobs"] = enc.encode_root(entries, where="blobs")
             txn.commit()
         except BaseException:
             txn.abort()
@@ -412,7 +412,8 @@ def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLik
     p = Path(ref)
     if (ref.endswith(".ckpt") or os.sep in ref or p.is_file()) and p.exists() and p.is_file():
         if not is_checkpoint_file(p):
-            framing.check_header(p.read_bytes()[:12], framing.KIND_FILE, str(p))
+            with open(p, "rb") as fh:
+                framing.check_header(fh.read(framing.HEADER_SIZE), framing.KIND_FILE, str(p))
         f = CheckpointFile(p)
         return Checkpoint(f, f.id)
     if ref.endswith(".ckpt") and not p.exists():
@@ -569,8 +570,8 @@ def verify(
     from ckptcli.integrity import verify_file, verify_store
 
     if isinstance(source, CheckpointFile):
-        return verify_file(source, read_data=read_data, progress=progress)
-    return verify_store(source, refs, read_data=read_data, progress=progress)
+        return cast(VerifyReport, verify_file(source, read_data=read_data, progress=progress))
+    return cast(VerifyReport, verify_store(source, refs, read_data=read_data, progress=progress))
 
 
 def deps_versions() -> dict[str, str]:
@@ -599,6 +600,8 @@ def iter_sections(ck: Checkpoint) -> Iterator[tuple[str, Any]]:
 
 
 __all__ = [
+    "OBJ_DATA",
+    "STANDARD_SECTIONS",
     "Checkpoint",
     "ListFilter",
     "TakeResult",
@@ -610,8 +613,6 @@ __all__ = [
     "open_checkpoint",
     "open_store",
     "take",
-    "verify",
-    "OBJ_DATA",
     "unpack_ev",
-    "STANDARD_SECTIONS",
+    "verify",
 ]

@@ -134,7 +134,7 @@ class StoreIOError(CkptError):
     exit_code = ExitCode.IO_ERROR
 
 
-class VerifyFailed(CkptError):
+class VerifyFailed(CkptError):  # noqa: N818 - a verdict, not a fault in ckpt
     """`ckpt verify` found damage; the report has already been printed."""
 
     exit_code = ExitCode.CORRUPT

@@ -160,9 +160,11 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
     rep.checkpoints = len(manifests)
     rep.objects = len(walked.objects)
     bad: dict[bytes, str] = {oid: msg for oid, (_s, msg) in walked.errors.items()}
-    for oid, (typ, _section) in walked.objects.items():
+    for oid in walked.objects:
         if oid not in index and oid not in bad:
             bad[oid] = f"object {oid.hex()[:12]} is missing (no index names it)"
+        elif oid in walked.data_sizes and oid in index and index[oid].raw_len != walked.data_sizes[oid] and oid not in bad:
+            bad[oid] = f"object {oid.hex()[:12]} holds {index[oid].raw_len} bytes, its tree node says {walked.data_sizes[oid]}"
 
     if read_data:
         total = sum(backend.size(p) for p in pack_files.values())

@@ -6,6 +6,8 @@ objects (formats/v1.md "JSON view"):
     {"$bytes": "<base64>"}               a byte string
     {"$blob": {"size": N, "id": "<hex>"}}  file data left in the store
     {"$float": "nan" | "inf" | "-inf"}   a non-finite float
+    {"$map": {...}}                      a map of the state whose only key starts with "$"
+                                         (so it cannot be mistaken for a tag)
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from ckptcli.format.values import LazyBytes
 def to_json(value: Any) -> Any:
     t = type(value)
     if t is dict:
-        return {k: to_json(v) for k, v in value.items()}
+        out = {k: to_json(v) for k, v in value.items()}
+        if len(out) == 1 and next(iter(out)).startswith("$"):
+            return {"$map": out}
+        return out
     if t is list:
         return [to_json(v) for v in value]
     if t is bytes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ckptcli.errors import InvalidInputError
 
@@ -30,5 +30,5 @@ def parse_time(text: str, now_ns: int | None = None) -> int:
     except ValueError:
         raise InvalidInputError(f"{text!r} is not a time", hint="use ISO 8601 (2026-11-21T10:00) or an age (2h, 7d)") from None
     if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
+        dt = dt.replace(tzinfo=UTC)
     return int(dt.timestamp() * 1_000_000_000)

@@ -89,7 +89,11 @@ def fail(exc: CkptError) -> int:
 
 def run(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every failure into one line and an exit code."""
-    import click
+    try:
+        from typer._click import exceptions as ce  # newer typer vendors its own click
+    except ImportError:  # pragma: no cover - typer that uses the click package
+        from click import exceptions as ce  # type: ignore[no-redef]
+    no_args_help = getattr(ce, "NoArgsIsHelpError", ())
 
     _register()
     command = typer.main.get_command(app)
@@ -98,15 +102,15 @@ def run(argv: list[str] | None = None) -> int:
         return rv if isinstance(rv, int) else 0
     except CkptError as exc:
         return fail(exc)
-    except click.exceptions.NoArgsIsHelpError as exc:  # type: ignore[attr-defined,unused-ignore]
+    except no_args_help as exc:
         exc.show()
         return 0
-    except click.UsageError as exc:
+    except ce.UsageError as exc:
         exc.show()
         return int(ExitCode.USAGE)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         return int(exc.exit_code)
-    except click.Abort:
+    except typer.Abort:
         sys.stderr.write("ckpt: interrupted\n")
         return int(ExitCode.INTERRUPTED)
     except KeyboardInterrupt:
@@ -120,7 +124,7 @@ def run(argv: list[str] | None = None) -> int:
     except RecursionError:
         sys.stderr.write("ckpt: error: input nests too deeply to process\n")
         return int(ExitCode.LIMIT_EXCEEDED)
-    except Exception as exc:  # noqa: BLE001 - the boundary: never show a traceback by default
+    except Exception as exc:
         if os.environ.get("CKPT_DEBUG"):
             raise
         sys.stderr.write(f"ckpt: internal error: {type(exc).__name__}: {exc} (set CKPT_DEBUG=1 for the traceback, and please report it)\n")
@@ -132,4 +136,7 @@ def entry() -> None:
 
 
 if __name__ == "__main__":
-    entry()
+    # `python -m ckptcli.cli.app`: run the imported module, whose app the commands register on
+    from ckptcli.cli.app import entry as _entry
+
+    _entry()

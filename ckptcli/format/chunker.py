@@ -9,12 +9,12 @@ with memory bounded by the window size.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, Any
 
 WINDOW = 8 * 1024 * 1024
 
 
-def _cdc():  # type: ignore[no-untyped-def]
+def _cdc() -> Any:
     # Imported on first use: fastcdc pulls in click, which plain reads never need.
     from fastcdc.fastcdc_cy import fastcdc_cy
 

@@ -81,17 +81,29 @@ def decompress(codec: int, stored: bytes | memoryview, raw_len: int, limit: int,
         return bytes(stored)
     if codec != CODEC_ZSTD:
         raise CorruptError(f"{where}: unknown codec {codec}")
+    data = bytes(stored)
+    # python-zstandard trusts a frame's declared content size over max_output_size,
+    # so the declaration is checked first: a frame must state exactly raw_len.
     try:
-        # max_output_size bounds the work even if the frame lies about its size.
-        raw = zstandard.ZstdDecompressor().decompress(bytes(stored), max_output_size=raw_len)
+        declared = zstandard.frame_content_size(data)
     except zstandard.ZstdError as exc:
         raise CorruptError(f"{where}: compressed data is damaged ({exc})") from None
+    if declared != raw_len:
+        raise CorruptError(f"{where}: compressed frame declares {declared} bytes, the entry declares {raw_len}")
+    try:
+        dobj = zstandard.ZstdDecompressor().decompressobj()
+        raw = dobj.decompress(data)
+        trailing = dobj.unused_data
+    except zstandard.ZstdError as exc:
+        raise CorruptError(f"{where}: compressed data is damaged ({exc})") from None
+    if trailing:
+        raise CorruptError(f"{where}: {len(trailing)} bytes follow the compressed frame")
     if len(raw) != raw_len:
         raise CorruptError(f"{where}: decompressed to {len(raw)} bytes, declared {raw_len}")
     return raw
 
 
-def unpack(data: bytes, where: str, *, ext_hook: Any = None) -> Any:
+def unpack(data: bytes, where: str, *, ext_hook: Any = None, pairs_hook: Any = None) -> Any:
     """msgpack-decode untrusted bytes with bounded sizes and nesting."""
     kwargs: dict[str, Any] = {
         "raw": False,
@@ -101,13 +113,17 @@ def unpack(data: bytes, where: str, *, ext_hook: Any = None) -> Any:
     }
     if ext_hook is not None:
         kwargs["ext_hook"] = ext_hook
+    if pairs_hook is not None:
+        kwargs["object_pairs_hook"] = pairs_hook
     try:
         return msgpack.unpackb(data, **kwargs)
     except msgpack.StackError:
         raise LimitExceededError(f"{where}: nesting is deeper than the decoder allows") from None
-    except (msgpack.ExtraData, msgpack.FormatError, ValueError, TypeError, UnicodeDecodeError) as exc:
-        if isinstance(exc, (LimitExceededError, CorruptError)):
-            raise
+    except ValueError as exc:
+        if "exceeds max" in str(exc):
+            raise LimitExceededError(f"{where}: a container has more than {limits.MAX_CONTAINER_LEN} entries") from None
+        raise CorruptError(f"{where}: malformed msgpack ({exc})") from None
+    except (msgpack.ExtraData, msgpack.FormatError, TypeError, UnicodeDecodeError) as exc:
         raise CorruptError(f"{where}: malformed msgpack ({exc})") from None
 
 

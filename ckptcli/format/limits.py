@@ -24,6 +24,8 @@ MAX_TREE_LEVEL = 16
 MAX_KEY_BYTES = 4096
 #: Most entries in one node or record array/map.
 MAX_CONTAINER_LEN = 1_000_000
+#: Longest BIGINT payload (8192 bits).
+MAX_BIGINT_BYTES = 1024
 #: Most parents one checkpoint may name.
 MAX_PARENTS = 64
 
@@ -52,9 +54,14 @@ INLINE_MAX = 128
 #: TREE_MIN_BYTES, is stored as a chunk tree.
 TREE_MIN_ITEMS = 32
 TREE_MIN_BYTES = 4096
-#: A chunk-tree node closes after an entry whose hash has these low bits zero
-#: (one in 16 on average), or when it reaches TREE_MAX_FANOUT entries.
-TREE_BOUNDARY_MASK = 0x0F
+#: A leaf closes after an item with probability len(item) / TREE_LEAF_TARGET_BYTES
+#: (decided by the item's hash), so leaves average about 1 KiB whatever the item
+#: size; and always at TREE_MAX_FANOUT items or TREE_LEAF_MAX_BYTES.
+TREE_LEAF_TARGET_BYTES = 1024
+TREE_LEAF_MAX_BYTES = 64 * 1024
+#: An inner node closes after a child whose id has these low bits zero (one in 8
+#: on average), or at TREE_MAX_FANOUT children.
+TREE_BOUNDARY_MASK = 0x07
 TREE_MAX_FANOUT = 128
 #: Strings and byte strings longer than this are split with FastCDC.
 CHUNK_THRESHOLD = 64 * 1024

@@ -19,6 +19,9 @@ STANDARD_SECTIONS = ("memory", "plan", "tools", "events", "blobs")
 EXT_PREFIX = "ext:"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 NAMESPACE_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+#: Readers accept subject kinds beyond SUBJECT_KINDS (a later version may add some),
+#: but only ones that are safe as a path component.
+KIND_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 LABEL_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 LAYOUT_SECTIONS = "sections"
 LAYOUT_DOCUMENT = "document"
@@ -104,51 +107,70 @@ class Manifest:
                     raise CorruptError(f"{where}: manifest has no {key!r} field")
                 return default
             v = b[key]
-            if not isinstance(v, typ):
+            # bool is an int in Python; the format keeps them apart
+            if not isinstance(v, typ) or (isinstance(v, bool) and bool not in (typ if isinstance(typ, tuple) else (typ,))):
                 raise CorruptError(f"{where}: manifest field {key!r} has the wrong type")
             return v
+
+        def str_map(key: str) -> dict[str, str]:
+            m = need(key, dict, {}, required=False)
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in m.items()):
+                raise CorruptError(f"{where}: manifest {key} are malformed")
+            return dict(m)
 
         parents = need("parents", list)
         if len(parents) > limits.MAX_PARENTS or not all(isinstance(p, bytes) and len(p) == 32 for p in parents):
             raise CorruptError(f"{where}: manifest parents are malformed")
         subj = need("subject", dict)
         kind, name = subj.get("kind"), subj.get("name")
-        if not isinstance(kind, str) or not isinstance(name, str):
-            raise CorruptError(f"{where}: manifest subject is malformed")
+        # both become path components of refs/latest/<kind>/<name>: nothing may escape
+        if not (isinstance(kind, str) and KIND_RE.match(kind) and isinstance(name, str) and NAME_RE.match(name)):
+            raise CorruptError(f"{where}: manifest subject {kind!r}:{name!r} is not a valid subject")
         sections = need("sections", dict)
         for k, v in sections.items():
             if not isinstance(k, str) or not isinstance(v, bytes):
                 raise CorruptError(f"{where}: manifest section {k!r} is malformed")
-            if not (k in STANDARD_SECTIONS or k.startswith(EXT_PREFIX)):
+            if not (k in STANDARD_SECTIONS or (k.startswith(EXT_PREFIX) and NAMESPACE_RE.match(k[len(EXT_PREFIX) :]))):
                 raise CorruptError(f"{where}: manifest names unknown section {k!r}")
         layout = need("layout", dict)
-        if layout.get("kind") not in (LAYOUT_SECTIONS, LAYOUT_DOCUMENT):
-            raise CorruptError(f"{where}: manifest layout is malformed")
-        labels = need("labels", dict, {}, required=False)
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-            raise CorruptError(f"{where}: manifest labels are malformed")
+        _check_layout(layout, where)
+        labels = str_map("labels")
         fmt = need("format", int)
         if fmt != version:
             raise CorruptError(f"{where}: manifest says format {fmt}, file header says {version}")
         created = need("created", int)
         sv = b.get("schema_version")
-        if sv is not None and not isinstance(sv, (int, str)):
+        if sv is not None and (not isinstance(sv, (int, str)) or isinstance(sv, bool)):
             raise CorruptError(f"{where}: manifest schema_version has the wrong type")
         ch = b.get("config_hash")
         if ch is not None and not isinstance(ch, str):
             raise CorruptError(f"{where}: manifest config_hash has the wrong type")
+        stats = need("stats", dict, {}, required=False)
         return cls(
             subject=Subject(kind, name),
             sections=sections,
             layout=layout,
             parents=parents,
             created_ns=created,
-            producer={str(k): str(v) for k, v in need("producer", dict, {}, required=False).items()},
+            producer=str_map("producer"),
             labels=labels,
             message=need("message", str, "", required=False),
             schema_version=sv,
             config_hash=ch,
-            deps={str(k): str(v) for k, v in need("deps", dict, {}, required=False).items()},
-            stats={str(k): int(v) for k, v in need("stats", dict, {}, required=False).items() if isinstance(v, int)},
+            deps=str_map("deps"),
+            stats={k: v for k, v in stats.items() if isinstance(k, str) and type(v) is int},
             format_version=version,
         )
+
+
+def _check_layout(layout: dict[str, Any], where: str) -> None:
+    kind = layout.get("kind")
+    if kind == LAYOUT_DOCUMENT:
+        return
+    if kind != LAYOUT_SECTIONS:
+        raise CorruptError(f"{where}: manifest layout kind {kind!r} is unknown")
+    keys, ext = layout.get("keys", []), layout.get("ext", [])
+    if not (isinstance(keys, list) and all(isinstance(k, str) and k in DOC_SECTION_KEYS for k in keys) and len(set(keys)) == len(keys)):
+        raise CorruptError(f"{where}: manifest layout keys are malformed")
+    if not (isinstance(ext, list) and all(isinstance(n, str) and NAMESPACE_RE.match(n) for n in ext) and len(set(ext)) == len(ext)):
+        raise CorruptError(f"{where}: manifest layout ext namespaces are malformed")

@@ -22,12 +22,14 @@ right spine above it: checkpoint N+1 costs O(new data + log n), never O(n).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import struct
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any, NamedTuple, Protocol
+from typing import IO, Any, NamedTuple, Protocol, cast
 
 import msgpack
 
@@ -48,7 +50,6 @@ EXT_NAMES = {EXT_BIGINT: "BIGINT", EXT_REF: "REF", EXT_LIST: "LIST", EXT_MAP: "M
 OBJ_DATA = 0
 OBJ_NODE = 1
 
-MAX_BIGINT_BYTES = 1024
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
@@ -100,7 +101,11 @@ def _map_header(n: int) -> bytes:
     return b"\xdf" + struct.pack(">I", n)
 
 
-_packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_PACK = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+
+
+def _packb(obj: Any) -> bytes:
+    return cast(bytes, _PACK(obj))
 
 
 def _ext(code: int, payload: bytes) -> bytes:
@@ -114,6 +119,13 @@ def bigint_to_bytes(value: int) -> bytes:
 
 def _is_boundary(digest: bytes) -> bool:
     return (digest[0] & limits.TREE_BOUNDARY_MASK) == 0
+
+
+def _is_leaf_boundary(item: bytes) -> bool:
+    """Close a leaf after this item with probability len(item)/TREE_LEAF_TARGET_BYTES,
+    decided by the item's content so the same items always split the same way."""
+    threshold = len(item) * 2**32 // limits.TREE_LEAF_TARGET_BYTES
+    return int.from_bytes(hashlib.sha256(item).digest()[:4], "big") < threshold
 
 
 class _PathError(Exception):
@@ -155,7 +167,8 @@ class Encoder:
     def encode(self, value: Any, where: str = "") -> bytes:
         """Encode a value; returns its EV bytes (small: large parts became objects)."""
         try:
-            return self._enc(value, 0)
+            with _deep_recursion():
+                return self._enc(value, 0)
         except _PathError as exc:
             err = exc.error
             path = (where or "") + _format_path(exc.parts)
@@ -165,6 +178,14 @@ class Encoder:
             raise LimitExceededError(
                 f"{where or 'value'}: nesting is deeper than {limits.MAX_DEPTH} levels"
             ) from None
+
+    def encode_root(self, value: Any, where: str = "") -> bytes:
+        """Like encode, but a large result becomes its own object, so the manifest
+        that holds it stays small and unchanged sections cost nothing to repeat."""
+        ev = self.encode(value, where)
+        if len(ev) > limits.INLINE_MAX:
+            return _ext(EXT_REF, self._put_node(ev))
+        return ev
 
     def _fail(self, error: CkptError) -> _PathError:
         return _PathError(error, "")
@@ -177,7 +198,7 @@ class Encoder:
             if _INT_MIN <= v <= _INT_MAX:
                 return _packb(v)
             raw = bigint_to_bytes(v)
-            if len(raw) > MAX_BIGINT_BYTES:
+            if len(raw) > limits.MAX_BIGINT_BYTES:
                 raise self._fail(InvalidInputError(f"integer of {v.bit_length()} bits is larger than ckpt stores (8192 bits)"))
             return _ext(EXT_BIGINT, raw)
         if t is float:
@@ -198,7 +219,7 @@ class Encoder:
                 return _ext(EXT_BYTES, self._chunk_tree(EXT_BYTES, data))
             return _packb(data)
         if t is Encoded:
-            return v.ev  # type: ignore[no-any-return]
+            return cast(bytes, v.ev)
         if t is list or t is tuple:
             if depth >= limits.MAX_DEPTH:
                 raise self._fail(LimitExceededError(f"nesting is deeper than {limits.MAX_DEPTH} levels"))
@@ -217,9 +238,13 @@ class Encoder:
             for k, x in v.items():
                 if type(k) is not str:
                     raise self._fail(InvalidInputError(f"map key {k!r} is a {type(k).__name__}; ckpt maps need string keys"))
+                try:
+                    key_len = len(k.encode("utf-8"))
+                except UnicodeEncodeError:
+                    raise self._fail(InvalidInputError(f"map key {k!r} is not valid Unicode (lone surrogate)")) from None
+                if key_len > limits.MAX_KEY_BYTES:
+                    raise self._fail(InvalidInputError(f"map key of {key_len} bytes is longer than {limits.MAX_KEY_BYTES}"))
                 kb = _packb(k)
-                if len(kb) > limits.MAX_KEY_BYTES:
-                    raise self._fail(InvalidInputError(f"map key of {len(kb)} bytes is longer than {limits.MAX_KEY_BYTES}"))
                 try:
                     entries.append(kb + self._child(x, depth + 1))
                 except _PathError as exc:
@@ -230,7 +255,7 @@ class Encoder:
             # subclasses (IntEnum, OrderedDict, ...): store as the base type
             for base in (bool, int, float, str, bytes, list, dict):
                 if isinstance(v, base):
-                    return self._enc(base(v), depth)
+                    return self._enc(cast(Any, base)(v), depth)
         raise self._fail(InvalidInputError(f"a value of type {t.__name__} cannot be stored (use maps, lists, strings, bytes, numbers, booleans, null)"))
 
     def _child(self, x: Any, depth: int) -> bytes:
@@ -249,9 +274,16 @@ class Encoder:
         level_entries: list[tuple[int, bytes]] = []  # (count, node id)
         start = 0
         n = len(items)
+        leaf_bytes = 0
         for i, item in enumerate(items):
-            size = i + 1 - start
-            if i == n - 1 or size >= limits.TREE_MAX_FANOUT or _is_boundary(hashlib.sha256(item).digest()):
+            leaf_bytes += len(item)
+            if (
+                i == n - 1
+                or i + 1 - start >= limits.TREE_MAX_FANOUT
+                or leaf_bytes >= limits.TREE_LEAF_MAX_BYTES
+                or _is_leaf_boundary(item)
+            ):
+                leaf_bytes = 0
                 chunk = items[start : i + 1]
                 content = (
                     b"\x94" + _packb(kind) + b"\x00" + _packb(len(chunk)) + header(len(chunk)) + b"".join(chunk)
@@ -294,23 +326,22 @@ class Encoder:
         """Encode a byte stream as BYTES (chunked, bounded memory); returns (EV, size)."""
         from ckptcli.format.chunker import iter_chunks
 
+        # Same result as encode(stream.read()): up to CHUNK_THRESHOLD bytes stay inline,
+        # anything longer becomes a BYTES tree of exactly the chunks chunk_bytes would cut.
         entries: list[tuple[int, bytes]] = []
+        held: list[bytes] = []
         size = 0
-        inline = bytearray()
         for piece in iter_chunks(stream, self.cdc):
             size += len(piece)
             if on_bytes:
                 on_bytes(len(piece))
-            if size <= limits.CHUNK_THRESHOLD and not entries:
-                inline += piece
-                continue
-            if inline:
-                entries.append((len(inline), self._put_data(bytes(inline))))
-                inline = bytearray()
-            entries.append((len(piece), self._put_data(piece)))
+            held.append(piece)
+            if size > limits.CHUNK_THRESHOLD:
+                entries.extend((len(p), self._put_data(p)) for p in held)
+                held = []
         self.logical_bytes += size
         if not entries:
-            return _packb(bytes(inline)), size
+            return _packb(b"".join(held)), size
         return _ext(EXT_BYTES, self._upper_levels(EXT_BYTES, entries, 1)), size
 
 
@@ -340,7 +371,7 @@ class Budget:
 
 def _ext_hook(code: int, data: bytes) -> Any:
     if code == EXT_BIGINT:
-        if not 0 < len(data) <= MAX_BIGINT_BYTES:
+        if not 0 < len(data) <= limits.MAX_BIGINT_BYTES:
             raise CorruptError(f"BIGINT of {len(data)} bytes")
         return int.from_bytes(data, "big", signed=True)
     if code in (EXT_REF, EXT_LIST, EXT_MAP, EXT_BYTES, EXT_STR):
@@ -350,16 +381,35 @@ def _ext_hook(code: int, data: bytes) -> Any:
     raise CorruptError(f"unknown msgpack ext type {code}")
 
 
+def _unique_pairs(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise CorruptError("a map has the same key twice")
+    return out
+
+
 def unpack_ev(data: bytes, where: str) -> Any:
-    return unpack(data, where, ext_hook=_ext_hook)
+    """msgpack-decode one EV (or node), references left as Ext, duplicate keys refused."""
+    return unpack(data, where, ext_hook=_ext_hook, pairs_hook=_unique_pairs)
 
 
-def hexid(oid: bytes) -> str:
-    return oid.hex()
+@contextlib.contextmanager
+def _deep_recursion() -> Iterator[None]:
+    """Values may nest MAX_DEPTH containers plus as many references; each costs a few
+    Python frames, more than the default limit of 1000 allows."""
+    old = sys.getrecursionlimit()
+    need = 8 * limits.MAX_DEPTH + 200
+    if old < need:
+        sys.setrecursionlimit(need)
+    try:
+        yield
+    finally:
+        if old < need:
+            sys.setrecursionlimit(old)
 
 
-def parse_tree_node(content: bytes, kind: int, oid: bytes) -> tuple[int, int, Any]:
-    """Check a chunk-tree node's shape; returns (level, total, children)."""
+def parse_tree_node(content: bytes, kind: int, oid: bytes, want_level: int | None = None, want_total: int | None = None) -> tuple[int, int, Any]:
+    """Check a chunk-tree node's shape, and what its parent says of it; returns (level, total, children)."""
     where = f"object {oid.hex()[:12]}"
     node = unpack_ev(content, where)
     if not (isinstance(node, list) and len(node) == 4):
@@ -369,12 +419,15 @@ def parse_tree_node(content: bytes, kind: int, oid: bytes) -> tuple[int, int, An
         raise CorruptError(f"{where}: expected a {EXT_NAMES[kind]} node, found kind {nkind!r}")
     if type(level) is not int or not 0 <= level <= limits.MAX_TREE_LEVEL or type(total) is not int or total < 0:
         raise CorruptError(f"{where}: bad node level or total")
+    if want_level is not None and level != want_level:
+        raise CorruptError(f"{where}: tree level {level}, its parent expects {want_level}")
+    if want_total is not None and total != want_total:
+        raise CorruptError(f"{where}: node holds {total}, its parent says {want_total}")
     if kind in (EXT_BYTES, EXT_STR) and level == 0:
         raise CorruptError(f"{where}: byte-string trees start at level 1")
-    leaf = level == 0
-    if leaf:
-        want: type = dict if kind == EXT_MAP else list
-        if not isinstance(children, want) or len(children) != total:
+    if level == 0:
+        ok_type = isinstance(children, dict) if kind == EXT_MAP else isinstance(children, list)
+        if not ok_type or len(children) != total:
             raise CorruptError(f"{where}: leaf holds {len(children) if isinstance(children, (list, dict)) else '?'} items, declares {total}")
     else:
         if not isinstance(children, list) or not children:
@@ -389,8 +442,16 @@ def parse_tree_node(content: bytes, kind: int, oid: bytes) -> tuple[int, int, An
     return level, total, children
 
 
+_SCALARS = (type(None), bool, int, float)
+
+
 class Decoder:
-    """Turns EVs back into Python values, reading objects from `source`."""
+    """Turns EVs back into Python values, reading objects from `source`.
+
+    Every decode is bounded: containers nest at most MAX_DEPTH deep and references
+    at most MAX_DEPTH + 1 deep along any path, and `budget` caps the total output
+    (shared by every decode of this Decoder, so one checkpoint has one budget).
+    """
 
     def __init__(self, source: ObjectSource, *, budget: Budget | None = None, lazy_bytes: bool = False) -> None:
         self.source = source
@@ -398,53 +459,56 @@ class Decoder:
         self.lazy_bytes = lazy_bytes
 
     def decode(self, ev: bytes, where: str = "value") -> Any:
-        return self._walk(unpack_ev(ev, where), 0)
+        try:
+            with _deep_recursion():
+                return self._walk(unpack_ev(ev, where), 0, 0)
+        except RecursionError:
+            raise LimitExceededError(f"{where}: value nests too deeply to decode") from None
 
-    def _walk(self, obj: Any, depth: int) -> Any:
+    def _deeper(self, depth: int) -> int:
+        if depth >= limits.MAX_DEPTH:
+            raise LimitExceededError(f"value nests deeper than {limits.MAX_DEPTH} levels")
+        return depth + 1
+
+    def _walk(self, obj: Any, depth: int, hops: int) -> Any:
         t = type(obj)
         if t is list:
-            if depth >= limits.MAX_DEPTH:
-                raise LimitExceededError(f"value nests deeper than {limits.MAX_DEPTH} levels")
+            d = self._deeper(depth)
             self.budget.take(0)
-            return [self._walk(x, depth + 1) for x in obj]
+            return [self._walk(x, d, hops) for x in obj]
         if t is dict:
-            if depth >= limits.MAX_DEPTH:
-                raise LimitExceededError(f"value nests deeper than {limits.MAX_DEPTH} levels")
+            d = self._deeper(depth)
             self.budget.take(0)
             out = {}
             for k, v in obj.items():
-                if type(k) is not str:
-                    raise CorruptError(f"map key {k!r} is not a string")
-                out[k] = self._walk(v, depth + 1)
+                out[_check_key(k)] = self._walk(v, d, hops)
             return out
         if t is Ext:
-            return self._resolve(obj, depth)
-        if t is str:
+            if hops > limits.MAX_DEPTH:
+                raise LimitExceededError(f"references chain deeper than {limits.MAX_DEPTH} levels")
+            return self._resolve(obj, depth, hops + 1)
+        if t is str or t is bytes:
             self.budget.take(len(obj))
-        elif t is bytes:
-            self.budget.take(len(obj))
-        else:
+        elif t in _SCALARS:
             self.budget.take(0)
+        else:
+            raise CorruptError(f"a value of msgpack type {t.__name__} is not part of the ckpt format")
         return obj
 
-    def _resolve(self, ref: Ext, depth: int) -> Any:
+    def _resolve(self, ref: Ext, depth: int, hops: int) -> Any:
         if ref.code == EXT_REF:
             content = self.source.get(ref.oid)
-            return self._walk(unpack_ev(content, f"object {ref.oid.hex()[:12]}"), depth)
+            return self._walk(unpack_ev(content, f"object {ref.oid.hex()[:12]}"), depth, hops)
         if ref.code == EXT_LIST:
-            if depth >= limits.MAX_DEPTH:
-                raise LimitExceededError(f"value nests deeper than {limits.MAX_DEPTH} levels")
-            return [self._walk(x, depth + 1) for x in self._iter_items(ref.oid, EXT_LIST, None)]
+            d = self._deeper(depth)
+            return [self._walk(x, d, hops) for x in self._iter_items(ref.oid, EXT_LIST)]
         if ref.code == EXT_MAP:
-            if depth >= limits.MAX_DEPTH:
-                raise LimitExceededError(f"value nests deeper than {limits.MAX_DEPTH} levels")
+            d = self._deeper(depth)
             out: dict[str, Any] = {}
-            for k, v in self._iter_items(ref.oid, EXT_MAP, None):
-                if type(k) is not str:
-                    raise CorruptError(f"map key {k!r} is not a string")
+            for k, v in self._iter_items(ref.oid, EXT_MAP):
                 if k in out:
                     raise CorruptError(f"map key {k!r} appears twice in object {ref.oid.hex()[:12]}")
-                out[k] = self._walk(v, depth + 1)
+                out[_check_key(k)] = self._walk(v, d, hops)
             return out
         if ref.code in (EXT_BYTES, EXT_STR):
             if self.lazy_bytes and ref.code == EXT_BYTES:
@@ -461,32 +525,36 @@ class Decoder:
             return data
         raise CorruptError(f"unexpected reference kind {ref.code}")  # pragma: no cover
 
-    def _iter_items(self, oid: bytes, kind: int, want_level: int | None) -> Iterator[Any]:
-        level, _total, children = parse_tree_node(self.source.get(oid), kind, oid)
-        if want_level is not None and level != want_level:
-            raise CorruptError(f"object {oid.hex()[:12]}: tree level {level}, parent expects {want_level}")
+    def _iter_items(self, oid: bytes, kind: int, want_level: int | None = None, want_total: int | None = None) -> Iterator[Any]:
+        level, _total, children = parse_tree_node(self.source.get(oid), kind, oid, want_level, want_total)
         if level == 0:
             if kind == EXT_MAP:
                 yield from children.items()
             else:
                 yield from children
             return
-        for _count, child in children:
-            yield from self._iter_items(child, kind, level - 1)
+        for count, child in children:
+            yield from self._iter_items(child, kind, level - 1, count)
 
-    def iter_bytes(self, oid: bytes, kind: int = EXT_BYTES, want_level: int | None = None) -> Iterator[bytes]:
-        """Stream the pieces of a BYTES/STR tree in order, each hash-checked."""
-        level, _total, children = parse_tree_node(self.source.get(oid), kind, oid)
-        if want_level is not None and level != want_level:
-            raise CorruptError(f"object {oid.hex()[:12]}: tree level {level}, parent expects {want_level}")
+    def iter_bytes(self, oid: bytes, kind: int = EXT_BYTES, want_level: int | None = None, want_total: int | None = None) -> Iterator[bytes]:
+        """Stream the pieces of a BYTES/STR tree in order, each hash- and size-checked."""
+        level, _total, children = parse_tree_node(self.source.get(oid), kind, oid, want_level, want_total)
         for size, child in children:
             if level == 1:
                 piece = self.source.get(child)
                 if len(piece) != size:
-                    raise CorruptError(f"object {child.hex()[:12]}: {len(piece)} bytes, parent says {size}")
+                    raise CorruptError(f"object {child.hex()[:12]}: {len(piece)} bytes, its parent says {size}")
                 yield piece
             else:
-                yield from self.iter_bytes(child, kind, level - 1)
+                yield from self.iter_bytes(child, kind, level - 1, size)
+
+
+def _check_key(k: Any) -> str:
+    if type(k) is not str:
+        raise CorruptError(f"map key {k!r} is not a string")
+    if len(k) > limits.MAX_KEY_BYTES // 4 and len(k.encode("utf-8")) > limits.MAX_KEY_BYTES:
+        raise LimitExceededError(f"map key of {len(k.encode('utf-8'))} bytes is longer than {limits.MAX_KEY_BYTES}")
+    return k
 
 
 def walk_references(ev_obj: Any) -> Iterator[Ext]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ckptcli.errors import CkptError, CorruptError
+from ckptcli.errors import CkptError
 from ckptcli.format.manifest import Manifest
 from ckptcli.format.values import (
     EXT_BYTES,
@@ -32,6 +32,8 @@ class WalkResult:
     objects: dict[bytes, tuple[int, str]] = field(default_factory=dict)
     #: objects that could not be read or parsed: id -> (section, error message)
     errors: dict[bytes, tuple[str, str]] = field(default_factory=dict)
+    #: data objects: id -> the size their parent node says they have
+    data_sizes: dict[bytes, int] = field(default_factory=dict)
 
 
 def walk_checkpoint(
@@ -45,12 +47,12 @@ def walk_checkpoint(
     so walking many checkpoints of one store costs each shared object once."""
     res = result or WalkResult()
     seen = res.objects
-    stack: list[tuple[int, bytes, int | None, str]] = []
+    stack: list[tuple[int, bytes, int | None, int | None, str]] = []
     for name, ev in manifest.sections.items():
         for ref in walk_references(unpack_ev(ev, f"section {name}")):
-            stack.append((ref.code, ref.oid, None, name))
+            stack.append((ref.code, ref.oid, None, None, name))
     while stack:
-        code, oid, want_level, section = stack.pop()
+        code, oid, want_level, want_total, section = stack.pop()
         if oid in seen:
             continue
         seen[oid] = (OBJ_NODE, section)
@@ -58,21 +60,20 @@ def walk_checkpoint(
             content = source.get(oid)
             if code == EXT_REF:
                 for ref in walk_references(unpack_ev(content, f"object {oid.hex()[:12]}")):
-                    stack.append((ref.code, ref.oid, None, section))
+                    stack.append((ref.code, ref.oid, None, None, section))
                 continue
-            level, _total, children = parse_tree_node(content, code, oid)
-            if want_level is not None and level != want_level:
-                raise CorruptError(f"object {oid.hex()[:12]}: tree level {level}, its parent expects {want_level}")
+            level, _total, children = parse_tree_node(content, code, oid, want_level, want_total)
             if code in (EXT_LIST, EXT_MAP) and level == 0:
                 for ref in walk_references(children):
-                    stack.append((ref.code, ref.oid, None, section))
+                    stack.append((ref.code, ref.oid, None, None, section))
             elif code in (EXT_BYTES, EXT_STR) and level == 1:
-                for _size, child in children:
+                for size, child in children:
                     if child not in seen:
                         seen[child] = (OBJ_DATA, section)
+                    res.data_sizes[child] = size
             else:
-                for _count, child in children:
-                    stack.append((code, child, level - 1, section))
+                for count, child in children:
+                    stack.append((code, child, level - 1, count, section))
         except CkptError as exc:
             res.errors[oid] = (section, exc.message)
             if on_error is not None:

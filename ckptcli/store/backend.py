@@ -82,7 +82,8 @@ class Backend(ABC):
 class LocalBackend(Backend):
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._handles: dict[str, IO[bytes]] = {}
+        # raw descriptors of recently read packs (closed in close() or when collected)
+        self._fds: dict[str, int] = {}
 
     def _p(self, path: str) -> Path:
         return self.root / path
@@ -96,25 +97,27 @@ class LocalBackend(Backend):
             raise _io_error(exc, "read", self._p(path)) from None
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
-        fh = self._handles.get(path)
+        fd = self._fds.get(path)
         try:
-            if fh is None:
-                if len(self._handles) > 64:
-                    for h in self._handles.values():
-                        h.close()
-                    self._handles.clear()
-                fh = open(self._p(path), "rb")  # noqa: SIM115 - cached handle, closed in close()
-                self._handles[path] = fh
-            return os.pread(fh.fileno(), length, offset)
+            if fd is None:
+                if len(self._fds) >= 64:
+                    self.close()
+                fd = os.open(self._p(path), os.O_RDONLY)
+                self._fds[path] = fd
+            return os.pread(fd, length, offset)
         except FileNotFoundError:
             raise NotFoundError(f"{self._p(path)} does not exist") from None
         except OSError as exc:
             raise _io_error(exc, "read", self._p(path)) from None
 
     def close(self) -> None:
-        for h in self._handles.values():
-            h.close()
-        self._handles.clear()
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
 
     def _fsync_dir(self, d: Path) -> None:
         fd = os.open(d, os.O_RDONLY)
@@ -146,12 +149,23 @@ class LocalBackend(Backend):
             handle.flush()
             os.fsync(handle.fileno())
             handle.close()
-            dest.parent.mkdir(parents=True, exist_ok=True)
+            self._make_dirs(dest.parent)
             os.replace(self._p(temp), dest)
             self._fsync_dir(dest.parent)
         except OSError as exc:
             self.discard_temp(temp, handle)
             raise _io_error(exc, "write", dest) from None
+
+    def _make_dirs(self, d: Path) -> None:
+        """Create missing directories, fsyncing each parent so the new entry is durable."""
+        if d.is_dir():
+            return
+        self._make_dirs(d.parent)
+        try:
+            d.mkdir()
+        except FileExistsError:
+            return
+        self._fsync_dir(d.parent)
 
     def discard_temp(self, temp: str, handle: IO[bytes]) -> None:
         with contextlib.suppress(OSError):

@@ -33,6 +33,7 @@ from ckptcli.errors import (
     ConflictError,
     CorruptError,
     InvalidInputError,
+    LimitExceededError,
     NotFoundError,
     StoreNotFoundError,
 )
@@ -90,7 +91,7 @@ def parse_entry_rows(rows: Any, pack_id: bytes, where: str) -> Iterator[tuple[by
         if not all(type(x) is int and x >= 0 for x in (typ, off, slen, rlen, codec)) or typ > 1 or codec > 1:
             raise CorruptError(f"{where}: malformed entry for object {oid.hex()[:12]}")
         if rlen > limits.MAX_OBJECT_SIZE or slen > limits.MAX_OBJECT_SIZE + 1024:
-            raise CorruptError(f"{where}: object {oid.hex()[:12]} declares {rlen} bytes, over the limit")
+            raise LimitExceededError(f"{where}: object {oid.hex()[:12]} declares {rlen} bytes, over the limit of {limits.MAX_OBJECT_SIZE}")
         yield oid, IndexEntry(pack_id, typ, off, slen, rlen, codec)
 
 
@@ -252,9 +253,14 @@ class Store:
         _version, body = framing.decode_record(data, framing.KIND_CONFIG, where)
         try:
             ch = body["chunker"]
-            config = StoreConfig(int(body["version"]), bytes(body["id"]), int(body["created"]), (int(ch["min"]), int(ch["avg"]), int(ch["max"])))
+            if not isinstance(body["id"], bytes):
+                raise TypeError("id")
+            cdc = (int(ch["min"]), int(ch["avg"]), int(ch["max"]))
+            config = StoreConfig(int(body["version"]), body["id"], int(body["created"]), cdc)
         except (KeyError, TypeError, ValueError):
             raise CorruptError(f"{where}: store config is malformed") from None
+        if not (256 <= cdc[0] <= cdc[1] <= cdc[2] <= 4 * 1024 * 1024):
+            raise CorruptError(f"{where}: store config has impossible chunker sizes {cdc}")
         for sub in ("tmp", "locks"):
             (root / sub).mkdir(exist_ok=True)
         return cls(backend, config, str(root))
@@ -465,15 +471,15 @@ class Store:
             return best[1]
         if ":" in ref:
             subject = Subject.parse(ref)
-            t = self.read_ref(self.latest_ref(subject))
-            if t is None:
+            head = self.read_ref(self.latest_ref(subject))
+            if head is None:
                 raise NotFoundError(f"no checkpoints of subject {ref}")
-            return t
+            return head
         for ns in ("tags", "branches"):
             if NAME_RE.match(ref):
-                t = self.read_ref(f"refs/{ns}/{ref}")
-                if t is not None:
-                    return t
+                named = self.read_ref(f"refs/{ns}/{ref}")
+                if named is not None:
+                    return named
         low = ref.lower()
         if len(low) >= 4 and all(c in "0123456789abcdef" for c in low):
             if len(low) == 64 and self.backend.exists(f"manifests/{low}"):

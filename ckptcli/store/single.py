@@ -73,9 +73,10 @@ class CheckpointFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.location = str(path)
+        self.fd = -1
         try:
-            self.fh = open(path, "rb")  # noqa: SIM115 - closed in close()
-            self.size = os.fstat(self.fh.fileno()).st_size
+            self.fd = os.open(path, os.O_RDONLY)
+            self.size = os.fstat(self.fd).st_size
         except FileNotFoundError:
             raise NotFoundError(f"{path} does not exist") from None
         except OSError as exc:
@@ -107,12 +108,17 @@ class CheckpointFile:
 
     def _read(self, offset: int, length: int) -> bytes:
         try:
-            return os.pread(self.fh.fileno(), length, offset)
+            return os.pread(self.fd, length, offset)
         except OSError as exc:
             raise StoreIOError(f"cannot read {self.path}: {exc.strerror}") from None
 
     def close(self) -> None:
-        self.fh.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.close()
 
     def manifest(self, cid: bytes | None = None) -> Manifest:
         if cid is not None and cid != self.id:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -52,6 +52,7 @@ def take(
         blobs[name] = Path(path)
     if document is None and not blobs:
         raise InvalidInputError("no state document", hint="give a path, - for stdin, or at least one --blob")
+    state: Any
     if document is None:
         state, doc_format = {}, "json"
     elif document == "-":

@@ -1,0 +1,78 @@
+"""Generate docs/cli.md and docs/exit-codes.md from the commands themselves, so the
+reference cannot drift: tests/test_docs.py fails when the files are stale.
+
+    python -m ckptcli.cli.docgen        # rewrite both files
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ckptcli.errors import EXIT_CODE_MEANINGS
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def command_help() -> dict[str, str]:
+    import typer
+
+    from ckptcli.cli.app import _register, app
+
+    _register()
+    group = typer.main.get_command(app)
+    ctx = group.make_context("ckpt", [], resilient_parsing=True, terminal_width=100, max_content_width=100)  # type: ignore[attr-defined]
+    out = {"": group.get_help(ctx)}
+    for name in group.list_commands(ctx):  # type: ignore[attr-defined]
+        cmd = group.get_command(ctx, name)  # type: ignore[attr-defined]
+        sub = cmd.make_context(name, [], parent=ctx, resilient_parsing=True)
+        out[name] = cmd.get_help(sub)
+    return out
+
+
+def cli_md() -> str:
+    helps = command_help()
+    parts = [
+        "# CLI reference",
+        "",
+        "Generated from the commands' own help by `python -m ckptcli.cli.docgen`; do not edit by hand.",
+        "Every command also prints this with `-h` / `--help`.",
+        "",
+        "## ckpt",
+        "",
+        "```text",
+        helps.pop("").rstrip(),
+        "```",
+    ]
+    for name, text in helps.items():
+        parts += ["", f"## ckpt {name}", "", "```text", text.rstrip(), "```"]
+    return "\n".join(parts) + "\n"
+
+
+def exit_codes_md() -> str:
+    rows = "\n".join(f"| {int(code)} | `{code.name}` | {meaning} |" for code, meaning in sorted(EXIT_CODE_MEANINGS.items()))
+    return f"""# Exit codes
+
+One table for the whole tool (`ckptcli/errors.py`); each command's help ends with the
+codes it uses. Any code not listed here also means failure.
+
+| code | name | meaning |
+|---:|---|---|
+{rows}
+
+On any failure ckpt prints exactly one line on stderr, `ckpt: error: <what is wrong>; <what to do>`,
+and never a traceback (set `CKPT_DEBUG=1` to see one for an internal error, code 70).
+`ckpt diff --exit-code` (like `git diff --exit-code`) and `ckpt verify` use 1 and 5 as documented
+in their help.
+"""
+
+
+def main() -> None:
+    DOCS.mkdir(exist_ok=True)
+    (DOCS / "cli.md").write_text(cli_md())
+    (DOCS / "exit-codes.md").write_text(exit_codes_md())
+    sys.stdout.write("wrote docs/cli.md and docs/exit-codes.md\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Checkpoint N+1 stores only what changed: appending to a long history costs a bounded
+number of bytes and files per take, and the store grows linearly, not quadratically.
+(The full 1,000/4,000-step comparison with LangGraph's SqliteSaver is in bench/history.py.)"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import ckptcli
+from ckptcli.api import open_checkpoint, states_equal, take
+
+
+def _store_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def _message(rng: random.Random, i: int) -> dict[str, str]:
+    words = ["alpha", "order", "refund", "ticket", "status", "shipping", "customer", "lookup", "agent", "reply"]
+    return {"role": "assistant" if i % 2 else "user", "id": f"m{i}", "content": " ".join(rng.choices(words, k=70))[:450]}
+
+
+def _run(store_root: Path, steps: int) -> list[int]:
+    store = ckptcli.init_store(store_root)
+    rng = random.Random(7)
+    state: dict = {"memory": {"messages": [], "step": 0}, "tools": []}  # type: ignore[type-arg]
+    sizes = []
+    for i in range(steps):
+        state["memory"]["messages"].append(_message(rng, i))
+        state["memory"]["step"] = i
+        state["tools"].append({"id": f"c{i}", "name": "lookup", "args": {"q": i}, "result": "ok " * 20, "status": "ok"})
+        take(store, state, subject="agent:hist")
+        sizes.append(_store_bytes(store_root))
+    assert states_equal(open_checkpoint("latest", store).state(), state)
+    return sizes
+
+
+def test_history_grows_linearly(tmp_path: Path) -> None:
+    sizes = _run(tmp_path / "s", 400)
+    per_step_early = (sizes[99] - sizes[49]) / 50
+    per_step_late = (sizes[399] - sizes[349]) / 50
+    # a quadratic store would cost ~8x more per step at 400 than at 100; chunk trees add only O(log n)
+    assert per_step_late < 1.6 * per_step_early, (per_step_early, per_step_late)
+    # and each step costs a few KB at most, whatever the history length (~500 B message + ~150 B tool call)
+    assert per_step_late < 4096, per_step_late
+    # 4x the steps: linear growth plus the O(log n) spine gives ~4.5x here; quadratic would be ~16x
+    assert sizes[399] < 5 * sizes[99], sizes[399] / sizes[99]
+
+
+def test_a_take_writes_a_handful_of_files(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    store = ckptcli.init_store(root)
+    state = {"memory": {"messages": [f"message {i} " * 40 for i in range(500)]}}
+    take(store, state, subject="agent:a")
+    before = {p for p in root.rglob("*") if p.is_file()}
+    state["memory"]["messages"].append("new " * 100)
+    take(store, state, subject="agent:a")
+    new = {p.relative_to(root).parts[0] for p in root.rglob("*") if p.is_file()} - set()
+    added = [p for p in root.rglob("*") if p.is_file() and p not in before]
+    # one pack, one index, one manifest (the latest ref is rewritten in place)
+    assert sorted(p.relative_to(root).parts[0] for p in added) == ["index", "manifests", "packs"]
+    assert "tmp" not in new or not any((root / "tmp").iterdir())
+
+
+def test_unchanged_state_adds_only_a_manifest(tmp_path: Path) -> None:
+    store = ckptcli.init_store(tmp_path / "s")
+    state = {"memory": {"big": "x" * 200_000, "items": list(range(1000))}}
+    first = take(store, state, subject="agent:a")
+    again = take(store, state, subject="agent:a")
+    assert first.new_objects > 0
+    assert again.new_objects == 0 and again.new_bytes == 0
+
+
+def test_small_edit_in_a_large_blob_adds_little(tmp_path: Path) -> None:
+    store = ckptcli.init_store(tmp_path / "s")
+    f = tmp_path / "data.bin"
+    data = bytearray(random.Random(1).randbytes(4_000_000))
+    f.write_bytes(data)
+    first = take(store, {}, subject="process:p", blobs={"data": f})
+    data[2_000_000:2_000_100] = b"E" * 100
+    f.write_bytes(data)
+    second = take(store, {}, subject="process:p", blobs={"data": f})
+    assert first.new_bytes > 3_900_000
+    assert second.new_bytes < 600_000  # one or two ~64 KiB chunks and tree nodes, not the file
