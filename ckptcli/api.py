@@ -47,7 +47,7 @@ from ckptcli.format.manifest import (
     Subject,
     check_name,
 )
-from ckptcli.format.values import OBJ_DATA, Budget, Decoder, Encoder, LazyBytes, ObjectSource, unpack_ev
+from ckptcli.format.values import OBJ_DATA, Budget, Decoder, Encoder, LazyBytes, ObjectSource, bigint_to_bytes, unpack_ev
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.repository import Store, resolve_store_path
@@ -117,7 +117,7 @@ def read_document(stream: IO[bytes], fmt: str = "auto", where: str = "state docu
         import msgpack
 
         try:
-            return msgpack.unpackb(data, raw=False, strict_map_key=False), "msgpack"
+            return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_document_ext, timestamp=0), "msgpack"
         except msgpack.StackError:
             raise LimitExceededError(f"{where}: nesting is deeper than the decoder allows") from None
         except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, UnicodeDecodeError) as exc:
@@ -127,13 +127,34 @@ def read_document(stream: IO[bytes], fmt: str = "auto", where: str = "state docu
 
 def write_document(value: Any, out: IO[bytes], fmt: str) -> None:
     if fmt == "msgpack":
-        out.write(framing.pack(value))
+        out.write(framing.pack(_bigints_as_ext(value)))
         return
     try:
         text = json.dumps(value, ensure_ascii=False, indent=2, allow_nan=True, default=_json_refuse)
     except ValueError as exc:
         raise InvalidInputError(f"the state cannot be written as JSON ({exc})", hint="pass --format msgpack") from None
     out.write(text.encode("utf-8") + b"\n")
+
+
+def _bigints_as_ext(value: Any) -> Any:
+    """msgpack has no integers beyond 64 bits: write them as ext type 1 (BIGINT), as the
+    format does, and read_document reads them back."""
+    t = type(value)
+    if t is int and not -(2**63) <= value < 2**64:
+        import msgpack
+
+        return msgpack.ExtType(1, bigint_to_bytes(value))
+    if t is list:
+        return [_bigints_as_ext(v) for v in value]
+    if t is dict:
+        return {k: _bigints_as_ext(v) for k, v in value.items()}
+    return value
+
+
+def _document_ext(code: int, data: bytes) -> Any:
+    if code == 1 and 0 < len(data) <= limits.MAX_BIGINT_BYTES:
+        return int.from_bytes(data, "big", signed=True)
+    raise InvalidInputError(f"msgpack ext type {code} is not supported in a state document", hint="use plain msgpack types (ext 1 = big integer)")
 
 
 def _json_refuse(value: Any) -> Any:

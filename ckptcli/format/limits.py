@@ -55,13 +55,13 @@ INLINE_MAX = 128
 TREE_MIN_ITEMS = 32
 TREE_MIN_BYTES = 4096
 #: A leaf closes after an item with probability len(item) / TREE_LEAF_TARGET_BYTES
-#: (decided by the item's hash), so leaves average about 1 KiB whatever the item
+#: (decided by the item's hash), so leaves average about 512 bytes whatever the item
 #: size; and always at TREE_MAX_FANOUT items or TREE_LEAF_MAX_BYTES.
-TREE_LEAF_TARGET_BYTES = 1024
+TREE_LEAF_TARGET_BYTES = 512
 TREE_LEAF_MAX_BYTES = 64 * 1024
-#: An inner node closes after a child whose id has these low bits zero (one in 8
+#: An inner node closes after a child whose id has these low bits zero (one in 4
 #: on average), or at TREE_MAX_FANOUT children.
-TREE_BOUNDARY_MASK = 0x07
+TREE_BOUNDARY_MASK = 0x03
 TREE_MAX_FANOUT = 128
 #: Strings and byte strings longer than this are split with FastCDC.
 CHUNK_THRESHOLD = 64 * 1024

@@ -18,6 +18,7 @@ renamed, so a crash at any instant leaves the store readable.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import secrets
@@ -262,7 +263,9 @@ class Store:
         if not (256 <= cdc[0] <= cdc[1] <= cdc[2] <= 4 * 1024 * 1024):
             raise CorruptError(f"{where}: store config has impossible chunker sizes {cdc}")
         for sub in ("tmp", "locks"):
-            (root / sub).mkdir(exist_ok=True)
+            # absent in a copied or version-controlled store; read-only stores can do without
+            with contextlib.suppress(OSError):
+                (root / sub).mkdir(exist_ok=True)
         return cls(backend, config, str(root))
 
     def close(self) -> None:
