@@ -39,7 +39,8 @@ def out() -> Console:
     if _out is None:
         from rich.console import Console
 
-        _out = Console(no_color=_no_color(), highlight=False, soft_wrap=True)
+        # NO_COLOR: no escape codes at all (rich's no_color would still emit bold)
+        _out = Console(no_color=_no_color(), color_system=None if _no_color() else "auto", highlight=False, soft_wrap=True)
     return _out
 
 
@@ -48,7 +49,7 @@ def err() -> Console:
     if _err is None:
         from rich.console import Console
 
-        _err = Console(stderr=True, no_color=_no_color(), highlight=False, soft_wrap=True)
+        _err = Console(stderr=True, no_color=_no_color(), color_system=None if _no_color() else "auto", highlight=False, soft_wrap=True)
     return _err
 
 

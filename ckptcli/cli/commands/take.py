@@ -52,11 +52,23 @@ def take(
         blobs[name] = Path(path)
     if document is None and not blobs:
         raise InvalidInputError("no state document", hint="give a path, - for stdin, or at least one --blob")
+    # check the options before reading a possibly large document
+    from ckptcli.format.manifest import Subject, check_name
+
+    Subject.parse(subject)
+    api.parse_labels(label)
+    for name in blobs:
+        check_name(name, "blob name")
+    if branch is not None:
+        check_name(branch, "branch name")
     state: Any
     if document is None:
         state, doc_format = {}, "json"
     elif document == "-":
-        state, doc_format = api.read_document(sys.stdin.buffer, fmt, "stdin")
+        try:
+            state, doc_format = api.read_document(sys.stdin.buffer, fmt, "stdin")
+        except OSError as exc:
+            raise StoreIOError(f"cannot read the state document from stdin: {exc}") from None
     else:
         try:
             with open(document, "rb") as fh:
