@@ -246,6 +246,7 @@ def take(
     layout, sections = split_document(state)
     layout["format"] = doc_format
     with store.backend.lock("store", shared=True):
+        store.clean_stale_temps()
         if parents is None:
             head = store.read_ref(f"refs/branches/{branch}") if branch else None
             if head is None:
@@ -427,14 +428,21 @@ def open_source(where: PathLike | None = None, *, store: Store | None = None) ->
     return open_store(where)
 
 
+def names_a_file(ref: str) -> bool:
+    """A reference is a checkpoint file if it looks like a path to one, or is a checkpoint
+    file; a bare name that merely matches some other file in cwd is still a tag or branch."""
+    p = Path(ref)
+    return p.is_file() and (ref.endswith(".ckpt") or os.sep in ref or is_checkpoint_file(p))
+
+
 def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLike | None = None) -> Checkpoint:
     """A checkpoint by reference: a checkpoint file's path, an id or unique prefix,
     a tag, a branch, KIND:NAME (its latest), or `latest`; `~N` walks back N parents."""
     p = Path(ref)
-    if (ref.endswith(".ckpt") or os.sep in ref or p.is_file()) and p.exists() and p.is_file():
+    if names_a_file(ref):
         if not is_checkpoint_file(p):
             with open(p, "rb") as fh:
-                framing.check_header(fh.read(framing.HEADER_SIZE), framing.KIND_FILE, str(p))
+                framing.check_header(fh.read(framing.HEADER_SIZE), framing.KIND_FILE, str(p), outer=True)
         f = CheckpointFile(p)
         return Checkpoint(f, f.id)
     if ref.endswith(".ckpt") and not p.exists():

@@ -4,7 +4,7 @@ A blob entry is a map (formats/v1.md "The blobs section")::
 
     {"type": "file", "size": int, "mode": int, "mtime_ns": int, "data": bytes}
     {"type": "dir", "mode": int, "mtime_ns": int, "entries": {name: entry, ...}}
-    {"type": "symlink", "target": str}
+    {"type": "symlink", "target": str}     (relative, no ".." component)
 
 Restore checks every name and link target before writing anything, then writes
 through directory file descriptors with O_NOFOLLOW, so neither a hostile name
@@ -14,7 +14,6 @@ through directory file descriptors with O_NOFOLLOW, so neither a hostile name
 from __future__ import annotations
 
 import os
-import posixpath
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,12 +83,15 @@ def capture(path: Path, encoder: Encoder, progress: Progress = NULL, report: Cap
             except UnicodeEncodeError:
                 raise InvalidInputError(f"file name {name!r} in {path} is not valid UTF-8; ckpt stores UTF-8 names") from None
             entries[name] = capture(path / name, encoder, progress, rep)
-        entries = {k: v for k, v in entries.items() if v is not None}
         rep.dirs += 1
         return {"type": "dir", "mode": stat.S_IMODE(st.st_mode), "mtime_ns": st.st_mtime_ns, "entries": entries}
     if stat.S_ISLNK(st.st_mode):
-        return {"type": "symlink", "target": os.readlink(path)}
-    rep.skipped.append(str(path))
+        target = os.readlink(path)
+        if target.startswith("/") or ".." in target.split("/"):
+            rep.skipped.append(f"{path} (symlink to {target}: only links that point down into the tree are kept)")
+            return {"type": "skipped", "reason": f"symlink to {target!r} leaves the tree"}
+        return {"type": "symlink", "target": target}
+    rep.skipped.append(f"{path} (not a regular file, directory or symlink)")
     return {"type": "skipped", "reason": "not a regular file, directory or symlink"}
 
 
@@ -104,11 +106,14 @@ def check_component(name: Any, where: str) -> str:
 
 
 def _check_link(target: Any, rel: str, where: str) -> None:
-    if not isinstance(target, str) or not target or target.startswith("/") or "\x00" in target:
-        raise UnsafePathError(f"{where}: symlink {rel} points to {target!r}, outside the restore target", hint="nothing was written")
-    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
-    if resolved == ".." or resolved.startswith("../"):
-        raise UnsafePathError(f"{where}: symlink {rel} points to {target!r}, outside the restore target", hint="nothing was written")
+    """A symlink may only point down: relative, with no '..' component. Lexical checks of
+    '..' are not enough, because other links of the same tree can make 'a/..' mean
+    anything; a target that only descends stays inside whatever links it passes."""
+    if not isinstance(target, str) or not target or target.startswith("/") or "\x00" in target or ".." in target.split("/"):
+        raise UnsafePathError(
+            f"{where}: symlink {rel} points to {target!r}; ckpt restores only links that point down into the tree",
+            hint="nothing was written",
+        )
 
 
 def validate(entry: Any, rel: str, where: str) -> int:

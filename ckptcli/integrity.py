@@ -49,17 +49,33 @@ class _Source:
 
 
 def read_pack_table(data: bytes, where: str) -> list[Any]:
+    """The entries of a whole pack file, rebuilt from its trailer: each object is
+    decompressed and hashed to recover its id. Returns [[id, type, offset, stored_len,
+    raw_len, codec], ...], the rows an index holds."""
     if len(data) < framing.HEADER_SIZE + 4:
         raise CorruptError(f"{where}: truncated")
     framing.check_header(data, framing.KIND_PACK, where)
     (tlen,) = _U32.unpack_from(data, len(data) - 4)
     start = len(data) - 4 - tlen
     if start < framing.HEADER_SIZE:
-        raise CorruptError(f"{where}: table length {tlen} does not fit")
-    _v, body = framing.decode_record(data[start : len(data) - 4], framing.KIND_PACK_TABLE, f"{where} (table)")
-    rows = body.get("entries")
-    if not isinstance(rows, list):
-        raise CorruptError(f"{where}: table has no entries")
+        raise CorruptError(f"{where}: trailer length {tlen} does not fit")
+    _v, body = framing.decode_record(data[start : len(data) - 4], framing.KIND_PACK_TRAILER, f"{where} (trailer)")
+    objects = body.get("objects")
+    if not isinstance(objects, list):
+        raise CorruptError(f"{where}: trailer has no object list")
+    rows = []
+    offset = framing.HEADER_SIZE
+    for obj in objects:
+        if not (isinstance(obj, list) and len(obj) == 4 and all(type(x) is int and x >= 0 for x in obj)):
+            raise CorruptError(f"{where}: malformed trailer entry")
+        typ, slen, rlen, codec = obj
+        if offset + slen > start:
+            raise CorruptError(f"{where}: trailer names more bytes than the pack holds")
+        raw = framing.decompress(codec, data[offset : offset + slen], rlen, limits.MAX_OBJECT_SIZE, f"{where} at offset {offset}")
+        rows.append([hashlib.sha256(raw).digest(), typ, offset, slen, rlen, codec])
+        offset += slen
+    if offset != start:
+        raise CorruptError(f"{where}: {start - offset} bytes between the last object and the trailer")
     return rows
 
 
@@ -115,6 +131,10 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
     for pid in indexed_packs:
         if pid.hex() not in pack_files:
             problem("pack", pack_path(pid), "pack named by an index is missing")
+
+    stale = store.stale_temps()
+    if stale:
+        rep.notes.append(f"{len(stale)} temporary file(s) in tmp/ were left by interrupted takes (harmless; the next take removes them)")
 
     # refs
     ref_targets: list[tuple[str, bytes]] = []

@@ -32,7 +32,8 @@ KIND_INDEX = b"INDX"
 KIND_REF = b"REF_"
 KIND_CONFIG = b"CONF"
 KIND_PACK = b"PACK"
-KIND_PACK_TABLE = b"PTAB"
+KIND_PACK_TABLE = b"PTAB"  # the object table of a checkpoint file: full rows with ids
+KIND_PACK_TRAILER = b"PTRL"  # the end of a pack: what each object is, ids left to the content
 KIND_FILE = b"FILE"
 KIND_NAMES = {
     KIND_MANIFEST: "manifest",
@@ -40,7 +41,8 @@ KIND_NAMES = {
     KIND_REF: "ref",
     KIND_CONFIG: "config",
     KIND_PACK: "pack",
-    KIND_PACK_TABLE: "pack table",
+    KIND_PACK_TABLE: "object table",
+    KIND_PACK_TRAILER: "pack trailer",
     KIND_FILE: "checkpoint file",
 }
 
@@ -82,22 +84,25 @@ def decompress(codec: int, stored: bytes | memoryview, raw_len: int, limit: int,
     if codec != CODEC_ZSTD:
         raise CorruptError(f"{where}: unknown codec {codec}")
     data = bytes(stored)
-    # python-zstandard trusts a frame's declared content size over max_output_size,
-    # so the declaration is checked first: a frame must state exactly raw_len.
+    # python-zstandard trusts a frame's declared content size over max_output_size, so a
+    # declared size must be exactly raw_len; a frame without one (writers always record
+    # it, but the format allows it) is decoded with max_output_size as the bound.
     try:
         declared = zstandard.frame_content_size(data)
     except zstandard.ZstdError as exc:
         raise CorruptError(f"{where}: compressed data is damaged ({exc})") from None
-    if declared != raw_len:
-        raise CorruptError(f"{where}: compressed frame declares {declared} bytes, the entry declares {raw_len}")
     try:
-        dobj = zstandard.ZstdDecompressor().decompressobj()
-        raw = dobj.decompress(data)
-        trailing = dobj.unused_data
+        if declared == -1:
+            raw = zstandard.ZstdDecompressor().decompress(data, max_output_size=raw_len)
+        else:
+            if declared != raw_len:
+                raise CorruptError(f"{where}: compressed frame declares {declared} bytes, the entry declares {raw_len}")
+            dobj = zstandard.ZstdDecompressor().decompressobj()
+            raw = dobj.decompress(data)
+            if dobj.unused_data:
+                raise CorruptError(f"{where}: {len(dobj.unused_data)} bytes follow the compressed frame")
     except zstandard.ZstdError as exc:
-        raise CorruptError(f"{where}: compressed data is damaged ({exc})") from None
-    if trailing:
-        raise CorruptError(f"{where}: {len(trailing)} bytes follow the compressed frame")
+        raise CorruptError(f"{where}: compressed data is damaged or larger than declared ({exc})") from None
     if len(raw) != raw_len:
         raise CorruptError(f"{where}: decompressed to {len(raw)} bytes, declared {raw_len}")
     return raw
@@ -135,12 +140,18 @@ def encode_header(kind: bytes, version: int = limits.FORMAT_VERSION) -> bytes:
     return HEADER.pack(MAGIC_PREFIX + kind, version, 0)
 
 
-def check_header(data: bytes | memoryview, kind: bytes, where: str) -> int:
-    """Check magic and version of a file header; returns the version."""
+def check_header(data: bytes | memoryview, kind: bytes, where: str, *, outer: bool = False) -> int:
+    """Check magic and version of a file header; returns the version.
+
+    A wrong magic on a file the user named (`outer`) means "not a ckpt file" (exit 6);
+    on a record inside a store or checkpoint file it means damage (exit 5).
+    """
     if len(data) < HEADER_SIZE:
         raise CorruptError(f"{where}: truncated ({len(data)} bytes), not a complete ckpt {KIND_NAMES[kind]}")
     magic, version, _reserved = HEADER.unpack_from(data, 0)
     if magic[:4] != MAGIC_PREFIX:
+        if not outer:
+            raise CorruptError(f"{where}: damaged header (wrong magic {bytes(magic[:4])!r})", hint="run `ckpt verify`")
         raise UnsupportedVersionError(
             f"{where}: not a ckpt file (wrong magic {bytes(magic[:4])!r})",
             hint="check the path",

@@ -42,9 +42,9 @@ def _env_int(name: str, default: int) -> int:
 
 #: Most bytes a decoded state may hold (strings + byte strings); guards against
 #: an object graph that references one object many times (a "reference bomb").
-MAX_DECODED_BYTES = _env_int("CKPT_MAX_DECODED_BYTES", 16 * 1024**3)
+MAX_DECODED_BYTES = _env_int("CKPT_MAX_DECODED_BYTES", 4 * 1024**3)
 #: Most values (scalars + containers) a decoded state may hold.
-MAX_DECODED_ITEMS = _env_int("CKPT_MAX_DECODED_ITEMS", 200_000_000)
+MAX_DECODED_ITEMS = _env_int("CKPT_MAX_DECODED_ITEMS", 50_000_000)
 
 # --- writer parameters (not part of what a reader must know) -----------------
 

@@ -75,21 +75,28 @@ class Manifest:
     format_version: int = limits.FORMAT_VERSION
 
     def to_body(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "format": self.format_version,
             "parents": list(self.parents),
             "created": self.created_ns,
             "subject": {"kind": self.subject.kind, "name": self.subject.name},
             "producer": dict(self.producer),
-            "labels": dict(self.labels),
-            "message": self.message,
-            "schema_version": self.schema_version,
-            "config_hash": self.config_hash,
-            "deps": dict(self.deps),
-            "layout": self.layout,
-            "sections": dict(self.sections),
-            "stats": dict(self.stats),
         }
+        # optional fields are left out when they hold their default (one checkpoint per
+        # step of an agent makes every byte of a manifest count)
+        if self.labels:
+            body["labels"] = dict(self.labels)
+        if self.message:
+            body["message"] = self.message
+        if self.schema_version is not None:
+            body["schema_version"] = self.schema_version
+        if self.config_hash is not None:
+            body["config_hash"] = self.config_hash
+        body["deps"] = dict(self.deps)
+        body["layout"] = self.layout
+        body["sections"] = dict(self.sections)
+        body["stats"] = dict(self.stats)
+        return body
 
     def encode(self) -> bytes:
         return framing.encode_record(framing.KIND_MANIFEST, self.to_body(), self.format_version)

@@ -270,36 +270,44 @@ class Encoder:
             return header(len(items)) + b"".join(items)
         return _ext(kind, self._item_tree(kind, items, header))
 
+    def _leaf(self, kind: int, chunk: list[bytes], header: Callable[[int], bytes]) -> bytes:
+        return b"\x94" + _packb(kind) + b"\x00" + _packb(len(chunk)) + header(len(chunk)) + b"".join(chunk)
+
     def _item_tree(self, kind: int, items: list[bytes], header: Callable[[int], bytes]) -> bytes:
-        level_entries: list[tuple[int, bytes]] = []  # (count, node id)
+        """Cut items into leaves at content-defined boundaries. Leaves that end at a
+        boundary are *sealed* and form a tree of their own; the items after the last
+        boundary (the open tail) are embedded in the root. Appending to a long list then
+        rewrites the root and tail, and the sealed tree only when a leaf seals (about one
+        append in eight), instead of the whole right spine on every append."""
+        sealed: list[tuple[int, bytes]] = []  # (count, leaf id)
         start = 0
-        n = len(items)
         leaf_bytes = 0
         for i, item in enumerate(items):
             leaf_bytes += len(item)
-            if (
-                i == n - 1
-                or i + 1 - start >= limits.TREE_MAX_FANOUT
-                or leaf_bytes >= limits.TREE_LEAF_MAX_BYTES
-                or _is_leaf_boundary(item)
-            ):
-                leaf_bytes = 0
+            if i + 1 - start >= limits.TREE_MAX_FANOUT or leaf_bytes >= limits.TREE_LEAF_MAX_BYTES or _is_leaf_boundary(item):
                 chunk = items[start : i + 1]
-                content = (
-                    b"\x94" + _packb(kind) + b"\x00" + _packb(len(chunk)) + header(len(chunk)) + b"".join(chunk)
-                )
-                level_entries.append((len(chunk), self._put_node(content)))
+                sealed.append((len(chunk), self._put_node(self._leaf(kind, chunk, header))))
                 start = i + 1
-        return self._upper_levels(kind, level_entries, 1)
+                leaf_bytes = 0
+        tail = items[start:]
+        if not sealed:
+            return self._put_node(self._leaf(kind, tail, header))
+        root, level = self._upper_levels(kind, sealed, 1)
+        if not tail:
+            return root
+        sealed_total = len(items) - len(tail)
+        children = b"\x92" + (b"\x92" + _packb(sealed_total) + _packb(root)) + (b"\x92" + _packb(len(tail)) + self._leaf(kind, tail, header))
+        return self._put_node(b"\x94" + _packb(kind) + _packb(level + 1) + _packb(len(items)) + children)
 
-    def _upper_levels(self, kind: int, entries: list[tuple[int, bytes]], level: int) -> bytes:
-        """Group `entries` (children of level `level`) into nodes until one root remains."""
+    def _upper_levels(self, kind: int, entries: list[tuple[int, bytes]], level: int) -> tuple[bytes, int]:
+        """Group `entries` (children of level `level`) into nodes until one root remains;
+        returns (root id, root level)."""
         # Item trees start with level-0 nodes; byte trees with data objects, which
         # cannot be a root, so they always get at least one level-1 node.
         first_node_level = 1 if kind in (EXT_BYTES, EXT_STR) else 0
         while True:
             if len(entries) == 1 and level - 1 >= first_node_level:
-                return entries[0][1]
+                return entries[0][1], level - 1
             parents: list[tuple[int, bytes]] = []
             start = 0
             n = len(entries)
@@ -320,7 +328,7 @@ class Encoder:
         from ckptcli.format.chunker import chunk_bytes
 
         entries = [(len(piece), self._put_data(piece)) for piece in chunk_bytes(data, self.cdc)]
-        return self._upper_levels(kind, entries, 1)
+        return self._upper_levels(kind, entries, 1)[0]
 
     def encode_stream(self, stream: IO[bytes], on_bytes: Callable[[int], None] | None = None) -> tuple[bytes, int]:
         """Encode a byte stream as BYTES (chunked, bounded memory); returns (EV, size)."""
@@ -342,7 +350,7 @@ class Encoder:
         self.logical_bytes += size
         if not entries:
             return _packb(b"".join(held)), size
-        return _ext(EXT_BYTES, self._upper_levels(EXT_BYTES, entries, 1)), size
+        return _ext(EXT_BYTES, self._upper_levels(EXT_BYTES, entries, 1)[0]), size
 
 
 @dataclass
@@ -408,10 +416,12 @@ def _deep_recursion() -> Iterator[None]:
             sys.setrecursionlimit(old)
 
 
-def parse_tree_node(content: bytes, kind: int, oid: bytes, want_level: int | None = None, want_total: int | None = None) -> tuple[int, int, Any]:
-    """Check a chunk-tree node's shape, and what its parent says of it; returns (level, total, children)."""
-    where = f"object {oid.hex()[:12]}"
-    node = unpack_ev(content, where)
+def check_tree_node(
+    node: Any, kind: int, where: str, want_level: int | None = None, want_total: int | None = None, below: int | None = None
+) -> tuple[int, int, Any]:
+    """Check an unpacked chunk-tree node and what its parent says of it; returns
+    (level, total, children). `want_level`: a referenced child sits exactly one level
+    down; `below`: an embedded child sits at any lower level."""
     if not (isinstance(node, list) and len(node) == 4):
         raise CorruptError(f"{where}: not a chunk-tree node")
     nkind, level, total, children = node
@@ -421,6 +431,8 @@ def parse_tree_node(content: bytes, kind: int, oid: bytes, want_level: int | Non
         raise CorruptError(f"{where}: bad node level or total")
     if want_level is not None and level != want_level:
         raise CorruptError(f"{where}: tree level {level}, its parent expects {want_level}")
+    if below is not None and level >= below:
+        raise CorruptError(f"{where}: embedded node of level {level} under a node of level {below}")
     if want_total is not None and total != want_total:
         raise CorruptError(f"{where}: node holds {total}, its parent says {want_total}")
     if kind in (EXT_BYTES, EXT_STR) and level == 0:
@@ -429,17 +441,28 @@ def parse_tree_node(content: bytes, kind: int, oid: bytes, want_level: int | Non
         ok_type = isinstance(children, dict) if kind == EXT_MAP else isinstance(children, list)
         if not ok_type or len(children) != total:
             raise CorruptError(f"{where}: leaf holds {len(children) if isinstance(children, (list, dict)) else '?'} items, declares {total}")
-    else:
-        if not isinstance(children, list) or not children:
-            raise CorruptError(f"{where}: node has no children")
-        s = 0
-        for c in children:
-            if not (isinstance(c, list) and len(c) == 2 and type(c[0]) is int and c[0] >= 0 and isinstance(c[1], bytes) and len(c[1]) == 32):
-                raise CorruptError(f"{where}: malformed child entry")
-            s += c[0]
-        if s != total:
-            raise CorruptError(f"{where}: children sum to {s}, node declares {total}")
+        return level, total, children
+    if not isinstance(children, list) or not children:
+        raise CorruptError(f"{where}: node has no children")
+    can_embed = kind in (EXT_LIST, EXT_MAP)
+    s = 0
+    last = len(children) - 1
+    for i, c in enumerate(children):
+        if not (isinstance(c, list) and len(c) == 2 and type(c[0]) is int and c[0] >= 0):
+            raise CorruptError(f"{where}: malformed child entry")
+        ref = c[1]
+        if not ((isinstance(ref, bytes) and len(ref) == 32) or (can_embed and i == last and isinstance(ref, list))):
+            raise CorruptError(f"{where}: malformed child entry (only the last child of a list or map node may be embedded)")
+        s += c[0]
+    if s != total:
+        raise CorruptError(f"{where}: children sum to {s}, node declares {total}")
     return level, total, children
+
+
+def parse_tree_node(content: bytes, kind: int, oid: bytes, want_level: int | None = None, want_total: int | None = None) -> tuple[int, int, Any]:
+    """Unpack and check a chunk-tree node object; returns (level, total, children)."""
+    where = f"object {oid.hex()[:12]}"
+    return check_tree_node(unpack_ev(content, where), kind, where, want_level, want_total)
 
 
 _SCALARS = (type(None), bool, int, float)
@@ -464,6 +487,11 @@ class Decoder:
                 return self._walk(unpack_ev(ev, where), 0, 0)
         except RecursionError:
             raise LimitExceededError(f"{where}: value nests too deeply to decode") from None
+        except MemoryError:
+            raise LimitExceededError(
+                f"{where}: decoded state does not fit in memory (decoded {self.budget.used_bytes} bytes so far)",
+                hint="the checkpoint is hostile or damaged; if genuine, lower CKPT_MAX_DECODED_BYTES to fail earlier or add memory",
+            ) from None
 
     def _deeper(self, depth: int) -> int:
         if depth >= limits.MAX_DEPTH:
@@ -527,6 +555,9 @@ class Decoder:
 
     def _iter_items(self, oid: bytes, kind: int, want_level: int | None = None, want_total: int | None = None) -> Iterator[Any]:
         level, _total, children = parse_tree_node(self.source.get(oid), kind, oid, want_level, want_total)
+        yield from self._iter_children(level, children, kind, oid)
+
+    def _iter_children(self, level: int, children: Any, kind: int, oid: bytes) -> Iterator[Any]:
         if level == 0:
             if kind == EXT_MAP:
                 yield from children.items()
@@ -534,7 +565,11 @@ class Decoder:
                 yield from children
             return
         for count, child in children:
-            yield from self._iter_items(child, kind, level - 1, count)
+            if isinstance(child, bytes):
+                yield from self._iter_items(child, kind, level - 1, count)
+            else:  # the embedded open tail (see Encoder._item_tree)
+                sub_level, _t, sub = check_tree_node(child, kind, f"object {oid.hex()[:12]} (embedded node)", want_total=count, below=level)
+                yield from self._iter_children(sub_level, sub, kind, oid)
 
     def iter_bytes(self, oid: bytes, kind: int = EXT_BYTES, want_level: int | None = None, want_total: int | None = None) -> Iterator[bytes]:
         """Stream the pieces of a BYTES/STR tree in order, each hash- and size-checked."""

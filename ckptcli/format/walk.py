@@ -20,6 +20,7 @@ from ckptcli.format.values import (
     OBJ_DATA,
     OBJ_NODE,
     ObjectSource,
+    check_tree_node,
     parse_tree_node,
     unpack_ev,
     walk_references,
@@ -63,9 +64,21 @@ def walk_checkpoint(
                     stack.append((ref.code, ref.oid, None, None, section))
                 continue
             level, _total, children = parse_tree_node(content, code, oid, want_level, want_total)
-            if code in (EXT_LIST, EXT_MAP) and level == 0:
-                for ref in walk_references(children):
-                    stack.append((ref.code, ref.oid, None, None, section))
+            if code in (EXT_LIST, EXT_MAP):
+                # follow embedded nodes (an open tail) inside this object
+                nodes = [(level, children)]
+                while nodes:
+                    lvl, kids = nodes.pop()
+                    if lvl == 0:
+                        for ref in walk_references(kids):
+                            stack.append((ref.code, ref.oid, None, None, section))
+                        continue
+                    for count, child in kids:
+                        if isinstance(child, bytes):
+                            stack.append((code, child, lvl - 1, count, section))
+                        else:
+                            sub_level, _t, sub = check_tree_node(child, code, f"object {oid.hex()[:12]} (embedded node)", want_total=count, below=lvl)
+                            nodes.append((sub_level, sub))
             elif code in (EXT_BYTES, EXT_STR) and level == 1:
                 for size, child in children:
                     if child not in seen:

@@ -119,7 +119,11 @@ class PackWriter:
         return offset
 
     def finish(self) -> tuple[bytes, list[list[Any]]]:
-        table = framing.encode_record(framing.KIND_PACK_TABLE, {"entries": self.rows})
+        # The trailer makes a pack self-describing (an index can be rebuilt from it)
+        # without repeating the 32-byte ids the index holds: an id is the hash of the
+        # content, and offsets follow from the lengths.
+        objects = [[typ, slen, rlen, codec] for _oid, typ, _off, slen, rlen, codec in self.rows]
+        table = framing.encode_record(framing.KIND_PACK_TRAILER, {"objects": objects})
         self._write(table)
         self._write(_U32.pack(len(table)))
         pack_id = self.hasher.digest()
@@ -271,6 +275,32 @@ class Store:
     def close(self) -> None:
         if isinstance(self.backend, LocalBackend):
             self.backend.close()
+
+    def stale_temps(self, min_age: float = 60.0) -> list[str]:
+        """Temp files left by takes that were killed: their process is gone."""
+        out = []
+        now = time.time()
+        for name in self.backend.list("tmp"):
+            pid_text = name.rsplit("/", 1)[-1].split("-", 1)[0]
+            if not pid_text.isdigit():
+                continue
+            try:
+                os.kill(int(pid_text), 0)
+                continue  # still running (or the pid was reused): leave it
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+            with contextlib.suppress(OSError):
+                if now - (Path(self.location) / name).stat().st_mtime >= min_age:
+                    out.append(name)
+        return out
+
+    def clean_stale_temps(self) -> int:
+        stale = self.stale_temps()
+        for name in stale:
+            self.backend.delete(name)
+        return len(stale)
 
     # -- objects -----------------------------------------------------------------
     def index(self) -> dict[bytes, IndexEntry]:

@@ -83,7 +83,7 @@ class CheckpointFile:
             raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
         where = str(path)
         head = self._read(0, framing.HEADER_SIZE + 4)
-        framing.check_header(head, framing.KIND_FILE, where)
+        framing.check_header(head, framing.KIND_FILE, where, outer=True)
         if len(head) < framing.HEADER_SIZE + 4 or self.size < framing.HEADER_SIZE + 4 + TRAILER:
             raise CorruptError(f"{where}: truncated ({self.size} bytes)", hint="the file was cut short; export it again")
         (mlen,) = _U32.unpack_from(head, framing.HEADER_SIZE)

@@ -125,7 +125,8 @@ class Group:
                 continue
             fields: dict[str, Any] = {"id": oid.hex(), "tree": tree, "level": level, "total": total}
             if level > 0:
-                fields["children"] = [[n, c.hex()] for n, c in children]
+                # a referenced child by its id; the embedded open tail by its level and total
+                fields["children"] = [[n, c.hex() if isinstance(c, bytes) else {"embedded": {"level": c[1], "total": c[2]}}] for n, c in children]
             role = "leaf" if level == 0 else f"level-{level}"
             self.add(f"{prefix}/{tree.lower()}-{role}-{short}", f"{tree} chunk-tree node at level {level} {purpose}.", "tree-node", content, **fields)
 
@@ -361,7 +362,7 @@ def tree_vectors() -> Group:
     objs = Objects()
     enc = Encoder(objs)
     pieces = [b"hello, ", b"chunked ", b"world"]
-    root = enc._upper_levels(EXT_BYTES, [(len(p), enc._put_data(p)) for p in pieces], 1)
+    root = enc._upper_levels(EXT_BYTES, [(len(p), enc._put_data(p)) for p in pieces], 1)[0]
     ev = ext(EXT_BYTES, root)
     value = b"".join(pieces)
     assert Decoder(objs).decode(ev) == value
@@ -474,7 +475,8 @@ def record_vectors() -> tuple[Group, dict[str, Any]]:
             version=VERSION,
         )
     hdr = framing.encode_header(framing.KIND_PACK)
-    g.add("header-wrong-magic", "A PNG signature where the magic should be: not a ckpt file.", "header", b"\x89PNG\r\n\x1a\n" + hdr[8:], file_kind="PACK", expect_error="UnsupportedVersionError")
+    g.add("header-wrong-magic", "A PNG signature where a checkpoint file's magic should be: not a ckpt file.", "header", b"\x89PNG\r\n\x1a\n" + framing.encode_header(framing.KIND_FILE)[8:], file_kind="FILE", expect_error="UnsupportedVersionError")
+    g.add("header-wrong-magic-inside-store", "A wrong magic on a file inside a store (here a pack) is damage, not a foreign file.", "header", b"\x89PNG\r\n\x1a\n" + hdr[8:], file_kind="PACK", expect_error="CorruptError")
     g.add("header-wrong-kind", "A pack header read where a checkpoint file is expected.", "header", hdr, file_kind="FILE", expect_error="CorruptError")
     g.add("header-future-version", "Version 2: written by a newer ckpt; refused with an upgrade hint.", "header", framing.encode_header(framing.KIND_PACK, 2), file_kind="PACK", expect_error="UnsupportedVersionError")
     g.add("header-version-0", "Version 0 was never released.", "header", framing.encode_header(framing.KIND_PACK, 0), file_kind="PACK", expect_error="UnsupportedVersionError")
@@ -498,7 +500,7 @@ def record_vectors() -> tuple[Group, dict[str, Any]]:
         ),
         "ext:support.crm": enc.encode_root({"ticket": 4121}, "ext:support.crm"),
     }
-    blob_root = enc._upper_levels(EXT_BYTES, [(len(p), enc._put_data(p)) for p in (b"#!/bin/sh\n", b"echo restored\n")], 1)
+    blob_root = enc._upper_levels(EXT_BYTES, [(len(p), enc._put_data(p)) for p in (b"#!/bin/sh\n", b"echo restored\n")], 1)[0]
     blob_entries = {
         "workdir": {
             "type": "dir",
@@ -596,7 +598,7 @@ def record_invalid_vectors(g: Group, minimal: dict[str, Any]) -> None:
         g.add(name, description, "record", data, record_kind=kind, expect_error=error)
 
     body = framing.pack({"target": b"\x07" * 32, "updated": CREATED_NS})
-    bad("record-wrong-magic", "Magic \\x89CKQ instead of \\x89CKP (checksum recomputed).", raw_record(framing.KIND_REF, 1, 0, body, len(body), magic=b"\x89CKQ"), "UnsupportedVersionError")
+    bad("record-wrong-magic", "Magic \\x89CKQ instead of \\x89CKP (checksum recomputed).", raw_record(framing.KIND_REF, 1, 0, body, len(body), magic=b"\x89CKQ"), "CorruptError")
     bad("record-wrong-kind", "A ref record read where a config record is expected.", good, "CorruptError", kind="CONF")
     bad("record-future-version", "A ref record of version 2: refused before anything else is read.", framing.encode_record(framing.KIND_REF, {"target": b"\x07" * 32}, version=2), "UnsupportedVersionError")
     bad("record-truncated", "The last byte of the checksum is missing.", good[:-1], "CorruptError")
@@ -655,7 +657,8 @@ def file_vectors(ck: dict[str, Any]) -> Group:
     g.add(
         "pack",
         "A pack file holding every object of the example checkpoint (vector `manifest`): 12-byte header, stored "
-        "objects back to back, a pack table record (PTAB), its length as u32 BE. Its name is packs/<2 hex>/<id>.",
+        "objects back to back, a pack trailer record (PTRL), its length as u32 BE. Its name is packs/<2 hex>/<id>. "
+        "`decoded` holds the entry rows rebuilt from the trailer (ids by hashing each object).",
         "pack",
         pack,
         id=pack_id.hex(),

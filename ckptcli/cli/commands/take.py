@@ -101,4 +101,4 @@ def take(
         f"took {result.hex[:12]} ({result.manifest.subject}): {result.new_objects} new objects, {human_size(result.new_bytes)} added\n"
     )
     for skipped in result.capture.skipped:
-        sys.stderr.write(f"ckpt: warning: skipped {skipped} (not a regular file, directory or symlink)\n")
+        sys.stderr.write(f"ckpt: warning: skipped {skipped}\n")

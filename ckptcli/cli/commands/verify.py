@@ -41,7 +41,7 @@ def verify(
 
     source: api.Source
     names = list(refs or [])
-    if len(names) == 1 and Path(names[0]).is_file():
+    if len(names) == 1 and api.names_a_file(names[0]):
         source = CheckpointFile(Path(names[0]))
         names = []
     else:
