@@ -39,12 +39,13 @@ def test_history_grows_linearly(tmp_path: Path) -> None:
     sizes = _run(tmp_path / "s", 400)
     per_step_early = (sizes[99] - sizes[49]) / 50
     per_step_late = (sizes[399] - sizes[349]) / 50
-    # a quadratic store would cost ~8x more per step at 400 than at 100; chunk trees add only O(log n)
-    assert per_step_late < 1.6 * per_step_early, (per_step_early, per_step_late)
+    # a quadratic store would cost ~8x more per step at 400 than at 100; with the open
+    # tail embedded in the root the cost per step stays flat (measured ~1.9 KB vs ~1.6 KB)
+    assert per_step_late < 1.2 * per_step_early, (per_step_early, per_step_late)
     # and each step costs a few KB at most, whatever the history length (~500 B message + ~150 B tool call)
     assert per_step_late < 4096, per_step_late
-    # 4x the steps: linear growth plus the O(log n) spine gives ~4.5x here; quadratic would be ~16x
-    assert sizes[399] < 5 * sizes[99], sizes[399] / sizes[99]
+    # 4x the steps: linear growth gives ~4x (measured 3.6x); quadratic would be ~16x
+    assert sizes[399] < 4.3 * sizes[99], sizes[399] / sizes[99]
 
 
 def test_a_take_writes_a_handful_of_files(tmp_path: Path) -> None:
