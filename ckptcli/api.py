@@ -11,15 +11,13 @@ export and import. No UI imports here (tests/test_import_hygiene.py).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import math
 import os
 import platform
-import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
@@ -42,15 +40,14 @@ from ckptcli.format.manifest import (
     LAYOUT_DOCUMENT,
     LAYOUT_SECTIONS,
     NAMESPACE_RE,
-    STANDARD_SECTIONS,
     Manifest,
     Subject,
     check_name,
 )
-from ckptcli.format.values import OBJ_DATA, Budget, Decoder, Encoder, LazyBytes, ObjectSource, bigint_to_bytes, unpack_ev
+from ckptcli.format.values import Budget, Decoder, Encoder, LazyBytes, ObjectSource, bigint_to_bytes
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
-from ckptcli.store.repository import Store, resolve_store_path
+from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile, is_checkpoint_file, write_checkpoint_file
 
 PathLike = str | os.PathLike[str]
@@ -422,12 +419,6 @@ def format_time(ns: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{rem // 1000:06d}Z"
 
 
-def open_source(where: PathLike | None = None, *, store: Store | None = None) -> Source:
-    if store is not None:
-        return store
-    return open_store(where)
-
-
 def names_a_file(ref: str) -> bool:
     """A reference is a checkpoint file if it looks like a path to one, or is a checkpoint
     file; a bare name that merely matches some other file in cwd is still a tag or branch."""
@@ -601,47 +592,3 @@ def verify(
     if isinstance(source, CheckpointFile):
         return cast(VerifyReport, verify_file(source, read_data=read_data, progress=progress))
     return cast(VerifyReport, verify_store(source, refs, read_data=read_data, progress=progress))
-
-
-def deps_versions() -> dict[str, str]:
-    out = {"python": sys.version.split()[0]}
-    for mod in ("msgpack", "zstandard"):
-        with contextlib.suppress(Exception):
-            out[mod] = __import__(mod).version if mod == "msgpack" else __import__(mod).__version__
-    return out
-
-
-def checkpoint_id_of_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def is_store(path: PathLike) -> bool:
-    try:
-        resolve_store_path(Path(path))
-        return True
-    except CkptError:
-        return False
-
-
-def iter_sections(ck: Checkpoint) -> Iterator[tuple[str, Any]]:
-    for name in ck.section_names():
-        yield name, ck.section(name)
-
-
-__all__ = [
-    "OBJ_DATA",
-    "STANDARD_SECTIONS",
-    "Checkpoint",
-    "ListFilter",
-    "TakeResult",
-    "VerifyReport",
-    "export_checkpoint",
-    "import_checkpoint",
-    "init_store",
-    "list_checkpoints",
-    "open_checkpoint",
-    "open_store",
-    "take",
-    "unpack_ev",
-    "verify",
-]

@@ -61,3 +61,16 @@ documents = st.one_of(
         },
     ),
 )
+
+
+class DictSink:
+    """An ObjectSink (and source) in memory, for re-encoding."""
+
+    def __init__(self) -> None:
+        self.objects: dict[bytes, bytes] = {}
+
+    def put(self, oid: bytes, content: bytes, obj_type: int) -> None:
+        self.objects[oid] = content
+
+    def get(self, oid: bytes) -> bytes:
+        return self.objects[oid]

@@ -26,6 +26,7 @@ from ckptcli.format.walk import walk_checkpoint
 from ckptcli.integrity import read_pack_table
 from ckptcli.jsonview import to_json
 from ckptcli.store.single import CheckpointFile
+from tests.strategies import DictSink
 
 VECTOR_ROOT = Path(__file__).resolve().parent.parent / "formats" / "vectors"
 TREE_KINDS = {"LIST": EXT_LIST, "MAP": EXT_MAP, "BYTES": EXT_BYTES, "STR": EXT_STR}
@@ -60,19 +61,6 @@ class VectorObjects:
             return self.objects[oid]
         except KeyError:
             raise CorruptError(f"object {oid.hex()[:12]} is missing from the vectors") from None
-
-
-class DictSink:
-    """An ObjectSink (and source) in memory, for re-encoding."""
-
-    def __init__(self) -> None:
-        self.objects: dict[bytes, bytes] = {}
-
-    def put(self, oid: bytes, content: bytes, obj_type: int) -> None:
-        self.objects[oid] = content
-
-    def get(self, oid: bytes) -> bytes:
-        return self.objects[oid]
 
 
 SOURCE = VectorObjects()

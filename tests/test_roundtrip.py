@@ -15,19 +15,9 @@ import ckptcli
 from ckptcli.api import export_checkpoint, import_checkpoint, open_checkpoint, split_document, states_equal, take
 from ckptcli.format.values import Decoder, Encoder
 from tests import strategies
+from tests.strategies import DictSink
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
-
-
-class DictSink:
-    def __init__(self) -> None:
-        self.objects: dict[bytes, bytes] = {}
-
-    def put(self, oid: bytes, content: bytes, obj_type: int) -> None:
-        self.objects[oid] = content
-
-    def get(self, oid: bytes) -> bytes:
-        return self.objects[oid]
 
 
 @SETTINGS
