@@ -16,7 +16,6 @@ import json
 import math
 import os
 import platform
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,6 @@ from typing import IO, Any, cast
 from ckptcli import __version__
 from ckptcli.blobs import CaptureReport, capture, restore_blobs, tree_size
 from ckptcli.errors import (
-    CkptError,
     CorruptError,
     InvalidInputError,
     LimitExceededError,
@@ -36,7 +34,6 @@ from ckptcli.format import framing, limits
 from ckptcli.format.manifest import (
     DOC_SECTION_KEYS,
     EXT_PREFIX,
-    LABEL_KEY_RE,
     LAYOUT_DOCUMENT,
     LAYOUT_SECTIONS,
     NAMESPACE_RE,
@@ -46,6 +43,11 @@ from ckptcli.format.manifest import (
 )
 from ckptcli.format.values import Budget, Decoder, Encoder, LazyBytes, ObjectSource, bigint_to_bytes
 from ckptcli.format.walk import WalkResult, walk_checkpoint
+from ckptcli.listing import ListFilter as ListFilter  # re-exported: the API offers listing too
+from ckptcli.listing import format_time as format_time
+from ckptcli.listing import info_dict as info_dict
+from ckptcli.listing import list_checkpoints as list_checkpoints
+from ckptcli.listing import parse_labels as parse_labels
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile, is_checkpoint_file, write_checkpoint_file
@@ -183,25 +185,6 @@ class TakeResult:
     @property
     def hex(self) -> str:
         return self.id.hex()
-
-
-def parse_labels(items: list[str] | dict[str, str] | None) -> dict[str, str]:
-    if not items:
-        return {}
-    pairs = items.items() if isinstance(items, dict) else (_split_kv(i, "label") for i in items)
-    out = {}
-    for k, v in pairs:
-        if not LABEL_KEY_RE.match(k):
-            raise InvalidInputError(f"label key {k!r} is not valid", hint="use letters, digits, '.', '_', '/', '-'")
-        out[k] = str(v)
-    return out
-
-
-def _split_kv(text: str, what: str) -> tuple[str, str]:
-    k, sep, v = text.partition("=")
-    if not sep or not k:
-        raise InvalidInputError(f"{what} {text!r} is not KEY=VALUE")
-    return k, v
 
 
 def take(
@@ -396,29 +379,6 @@ def _count_blob_files(entries: dict[str, Any]) -> tuple[int, int]:
     return files, nbytes
 
 
-def info_dict(cid: bytes, m: Manifest) -> dict[str, Any]:
-    return {
-        "id": cid.hex(),
-        "created": format_time(m.created_ns),
-        "created_ns": m.created_ns,
-        "subject": str(m.subject),
-        "parents": [p.hex() for p in m.parents],
-        "labels": dict(m.labels),
-        "message": m.message,
-        "producer": dict(m.producer),
-        "format": m.format_version,
-        "schema_version": m.schema_version,
-        "config_hash": m.config_hash,
-        "deps": dict(m.deps),
-        "stats": dict(m.stats),
-    }
-
-
-def format_time(ns: int) -> str:
-    secs, rem = divmod(ns, 1_000_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{rem // 1000:06d}Z"
-
-
 def names_a_file(ref: str) -> bool:
     """A reference is a checkpoint file if it looks like a path to one, or is a checkpoint
     file; a bare name that merely matches some other file in cwd is still a tag or branch."""
@@ -440,38 +400,6 @@ def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLik
         raise NotFoundError(f"{ref} does not exist")
     st = store if store is not None else open_store(store_path)
     return Checkpoint(st, st.resolve(ref))
-
-
-@dataclass
-class ListFilter:
-    subject: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    since_ns: int | None = None
-    until_ns: int | None = None
-    limit: int | None = None
-
-
-def list_checkpoints(store: Store, flt: ListFilter | None = None) -> list[tuple[bytes, Manifest]]:
-    """Checkpoints newest first, filtered."""
-    f = flt or ListFilter()
-    subj = Subject.parse(f.subject) if f.subject else None
-    out = []
-    for cid in store.manifest_ids():
-        try:
-            m = store.manifest(cid)
-        except CkptError:
-            continue  # a damaged manifest is verify's business, not ls's
-        if subj and m.subject != subj:
-            continue
-        if any(m.labels.get(k) != v for k, v in f.labels.items()):
-            continue
-        if f.since_ns is not None and m.created_ns < f.since_ns:
-            continue
-        if f.until_ns is not None and m.created_ns > f.until_ns:
-            continue
-        out.append((cid, m))
-    out.sort(key=lambda t: (t[1].created_ns, t[0]), reverse=True)
-    return out[: f.limit] if f.limit else out
 
 
 # -- export / import -----------------------------------------------------------------------

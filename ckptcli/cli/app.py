@@ -75,8 +75,16 @@ def open_store(path: Path | None) -> Any:
     return _open(path)
 
 
-def _register() -> None:
-    for name in COMMANDS:
+def _register(argv: list[str] | None = None) -> None:
+    """Import the command modules (each registers itself). When argv names one command
+    and asks for no top-level help, only that one is imported: start-up is paid per verb."""
+    wanted: tuple[str, ...] = COMMANDS
+    if argv:
+        first = next((a for a in argv if not a.startswith("-")), None)
+        module = "import_" if first == "import" else first
+        if module in COMMANDS and argv[0] == first:
+            wanted = (module,)
+    for name in wanted:
         importlib.import_module(f"ckptcli.cli.commands.{name}")
 
 
@@ -95,10 +103,11 @@ def run(argv: list[str] | None = None) -> int:
         from click import exceptions as ce  # type: ignore[no-redef]
     no_args_help = getattr(ce, "NoArgsIsHelpError", ())
 
-    _register()
+    args = argv if argv is not None else sys.argv[1:]
+    _register(args)
     command = typer.main.get_command(app)
     try:
-        rv = command.main(args=argv if argv is not None else sys.argv[1:], prog_name="ckpt", standalone_mode=False)
+        rv = command.main(args=args, prog_name="ckpt", standalone_mode=False)
         return rv if isinstance(rv, int) else 0
     except CkptError as exc:
         return fail(exc)

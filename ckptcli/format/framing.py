@@ -35,6 +35,7 @@ KIND_PACK = b"PACK"
 KIND_PACK_TABLE = b"PTAB"  # the object table of a checkpoint file: full rows with ids
 KIND_PACK_TRAILER = b"PTRL"  # the end of a pack: what each object is, ids left to the content
 KIND_FILE = b"FILE"
+KIND_CACHE = b"CACH"  # a reader's private cache (cache/catalog); not part of what readers must know
 KIND_NAMES = {
     KIND_MANIFEST: "manifest",
     KIND_INDEX: "index",
@@ -44,6 +45,7 @@ KIND_NAMES = {
     KIND_PACK_TABLE: "object table",
     KIND_PACK_TRAILER: "pack trailer",
     KIND_FILE: "checkpoint file",
+    KIND_CACHE: "cache",
 }
 
 CODEC_NONE = 0

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import sys
+from typing import Annotated, Any
 
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
-from ckptcli.cli.output import emit_json, exit_status, out, short
+from ckptcli.cli.output import emit_json, exit_status, short
 from ckptcli.errors import ExitCode
 
 
@@ -34,39 +35,45 @@ def ls(
 
       ckpt ls exported.ckpt
     """
-    from ckptcli import api
+    from ckptcli import listing
+    from ckptcli.store.repository import Store
     from ckptcli.timeparse import parse_time
 
+    rows: list[tuple[bytes, Any]]
     if source is not None:
+        from ckptcli import api  # a checkpoint file: the full API
+
         ck = api.open_checkpoint(source, store_path=store)
         rows = [(ck.id, ck.manifest)]
     else:
-        flt = api.ListFilter(
+        flt = listing.ListFilter(
             subject=subject,
-            labels=api.parse_labels(label),
+            labels=listing.parse_labels(label),
             since_ns=parse_time(since) if since else None,
             until_ns=parse_time(until) if until else None,
             limit=limit,
         )
-        rows = api.list_checkpoints(api.open_store(store), flt)
+        rows = list(listing.list_checkpoints(Store.open(store), flt))
     if as_json:
-        emit_json([api.info_dict(cid, m) for cid, m in rows])
+        emit_json([listing.info_dict(cid, m) for cid, m in rows])
         return
     if not rows:
-        out().print("no checkpoints", markup=False)
+        sys.stdout.write("no checkpoints\n")
         return
-    from rich.table import Table
-
-    table = Table(box=None, pad_edge=False, show_edge=False)
-    for col in ("ID", "CREATED (UTC)", "SUBJECT", "PARENT", "LABELS", "MESSAGE"):
-        table.add_column(col, no_wrap=col != "MESSAGE", overflow="fold")
+    table = [("ID", "CREATED (UTC)", "SUBJECT", "PARENT", "LABELS", "MESSAGE")]
     for cid, m in rows:
-        table.add_row(
-            short(cid.hex()),
-            api.format_time(m.created_ns)[:19].replace("T", " "),
-            str(m.subject),
-            ",".join(short(p.hex()) for p in m.parents) or "-",
-            ",".join(f"{k}={v}" for k, v in m.labels.items()),
-            m.message,
+        table.append(
+            (
+                short(cid.hex()),
+                listing.format_time(m.created_ns)[:19].replace("T", " "),
+                str(m.subject),
+                ",".join(short(p.hex()) for p in m.parents) or "-",
+                ",".join(f"{k}={v}" for k, v in m.labels.items()),
+                m.message.replace("\n", " "),
+            )
         )
-    out().print(table)
+    # plain aligned columns: a rich table of 10,000 rows takes seconds to lay out
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]) - 1)]
+    sys.stdout.writelines(
+        "  ".join(cell.ljust(w) for cell, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] + "\n" for r in table
+    )
