@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptcli.errors import InvalidInputError
+from ckptcli.errors import CkptError, InvalidInputError
 from ckptcli.format.manifest import LABEL_KEY_RE, Manifest, Subject
 from ckptcli.store import catalog
 from ckptcli.store.catalog import Summary
@@ -69,7 +69,7 @@ def list_checkpoints(store: Store, flt: ListFilter | None = None) -> list[tuple[
     for row in chosen:
         try:
             out.append(Summary.from_row(row))
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, CkptError):
             out.append((row[0], Summary.of(store.manifest(row[0]))))  # a bad catalog row: read the manifest
     return out
 

@@ -7,6 +7,7 @@ fsync, so a crash at any instant leaves either the old file or the new one.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import fcntl
@@ -61,6 +62,12 @@ class Backend(ABC):
     @abstractmethod
     def list(self, prefix: str) -> list[str]:
         """Args: a directory path. Returns: file paths below it (recursive), sorted."""
+
+    def list_names(self, directory: str) -> builtins.list[str]:
+        """Args: a directory path. Returns: the names of files directly in it (unsorted).
+        Backends may override this with something faster than list()."""
+        prefix = directory.rstrip("/") + "/"
+        return [p[len(prefix) :] for p in self.list(directory) if "/" not in p[len(prefix) :]]
 
     @abstractmethod
     def exists(self, path: str) -> bool:
@@ -184,6 +191,14 @@ class LocalBackend(Backend):
         except OSError as exc:
             raise _io_error(exc, "list", base) from None
         return sorted(p.replace(os.sep, "/") for p in out)
+
+    def list_names(self, directory: str) -> builtins.list[str]:
+        try:
+            return [e.name for e in os.scandir(self._p(directory)) if e.is_file(follow_symlinks=False)]
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise _io_error(exc, "list", self._p(directory)) from None
 
     def exists(self, path: str) -> bool:
         return self._p(path).is_file()

@@ -369,8 +369,7 @@ class Store:
     # -- manifests ---------------------------------------------------------------
     def manifest_ids(self) -> list[bytes]:
         out = []
-        for name in self.backend.list("manifests"):
-            h = name.rsplit("/", 1)[-1]
+        for h in self.backend.list_names("manifests"):
             if len(h) == 64:
                 try:
                     out.append(bytes.fromhex(h))
