@@ -10,6 +10,7 @@ byte anywhere in the store is found and named.
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 from collections import defaultdict
 from typing import Any
@@ -192,25 +193,24 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
         by_pack: dict[bytes, list[tuple[bytes, IndexEntry]]] = defaultdict(list)
         for oid, entry in index.items():
             by_pack[entry.pack].append((oid, entry))
-        for hexname, path in pack_files.items():
+        # Packs are checked on a thread pool (hashlib and zstandard release the GIL),
+        # at most two packs in memory per worker; results are merged here, in order.
+        from concurrent.futures import ThreadPoolExecutor
+
+        def check_pack(hexname: str, path: str) -> tuple[str, str, int, str | None, dict[bytes, str]]:
             try:
                 data = backend.read(path)
             except CkptError as exc:
-                problem("pack", path, exc.message)
-                continue
-            rep.bytes_read += len(data)
+                return hexname, path, 0, exc.message, {}
+            damaged = None
             if hashlib.sha256(data).hexdigest() != hexname:
-                p = problem("pack", path, "content does not match its name (some byte of the pack is damaged)")
-                try:
-                    read_pack_table(data, path)
-                except CkptError as exc:
-                    p.message += f"; {exc.message}"
-                try:
-                    framing.check_header(data, framing.KIND_PACK, path)
-                except CkptError as exc:
-                    p.message += f"; {exc.message}"
-                affected = {oid for oid, _e in by_pack.get(bytes.fromhex(hexname), [])}
-                p.checkpoints = _checkpoints_needing(src, manifests, affected)
+                damaged = "content does not match its name (some byte of the pack is damaged)"
+                for check in (lambda: read_pack_table(data, path), lambda: framing.check_header(data, framing.KIND_PACK, path)):
+                    try:
+                        check()
+                    except CkptError as exc:
+                        damaged += f"; {exc.message}"
+            found: dict[bytes, str] = {}
             for oid, entry in by_pack.get(bytes.fromhex(hexname), []):
                 stored = data[entry.offset : entry.offset + entry.stored_len]
                 where = f"object {oid.hex()[:12]} in pack {hexname[:12]}"
@@ -221,8 +221,22 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
                     if hashlib.sha256(raw).digest() != oid:
                         raise CorruptError(f"{where}: content does not match its hash")
                 except CkptError as exc:
-                    bad.setdefault(oid, exc.message)
-            progress.advance(len(data))
+                    found[oid] = exc.message
+            return hexname, path, len(data), damaged, found
+
+        workers = min(4, os.cpu_count() or 1)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ckpt-verify") as pool:
+            for hexname, path, nbytes, damaged, found in pool.map(lambda item: check_pack(*item), pack_files.items()):
+                rep.bytes_read += nbytes
+                if damaged is not None and nbytes == 0:
+                    problem("pack", path, damaged)
+                elif damaged is not None:
+                    p = problem("pack", path, damaged)
+                    affected = {oid for oid, _e in by_pack.get(bytes.fromhex(hexname), [])}
+                    p.checkpoints = _checkpoints_needing(src, manifests, affected)
+                for oid, msg in found.items():
+                    bad.setdefault(oid, msg)
+                progress.advance(nbytes)
         progress.finish()
 
     if bad:

@@ -22,12 +22,15 @@ right spine above it: checkpoint N+1 costs O(new data + log n), never O(n).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import math
+import os
 import struct
 import sys
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any, NamedTuple, Protocol, cast
 
@@ -331,26 +334,77 @@ class Encoder:
         return self._upper_levels(kind, entries, 1)[0]
 
     def encode_stream(self, stream: IO[bytes], on_bytes: Callable[[int], None] | None = None) -> tuple[bytes, int]:
-        """Encode a byte stream as BYTES (chunked, bounded memory); returns (EV, size)."""
+        """Encode a byte stream as BYTES (chunked, bounded memory); returns (EV, size).
+
+        Same result as encode(stream.read()): up to CHUNK_THRESHOLD bytes stay inline,
+        anything longer becomes a BYTES tree of exactly the chunks chunk_bytes would cut.
+        When the sink can take stored objects (a store transaction), chunks are hashed
+        and compressed on a thread pool (hashlib and zstandard release the GIL), in
+        order, with a bounded number in flight.
+        """
         from ckptcli.format.chunker import iter_chunks
 
-        # Same result as encode(stream.read()): up to CHUNK_THRESHOLD bytes stay inline,
-        # anything longer becomes a BYTES tree of exactly the chunks chunk_bytes would cut.
+        parallel = hasattr(self.sink, "put_stored") and hasattr(self.sink, "has") and _workers() > 1
         entries: list[tuple[int, bytes]] = []
         held: list[bytes] = []
+        pending: collections.deque[Future[tuple[bytes, int, tuple[int, bytes] | None]]] = collections.deque()
         size = 0
-        for piece in iter_chunks(stream, self.cdc):
-            size += len(piece)
-            if on_bytes:
-                on_bytes(len(piece))
-            held.append(piece)
-            if size > limits.CHUNK_THRESHOLD:
-                entries.extend((len(p), self._put_data(p)) for p in held)
+
+        def drain(keep: int) -> None:
+            while len(pending) > keep:
+                oid, n, stored = pending.popleft().result()
+                if stored is not None:
+                    self.sink.put_stored(oid, OBJ_DATA, stored[0], stored[1], n)  # type: ignore[attr-defined]
+                entries.append((n, oid))
+
+        try:
+            for piece in iter_chunks(stream, self.cdc):
+                size += len(piece)
+                if on_bytes:
+                    on_bytes(len(piece))
+                held.append(piece)
+                if size <= limits.CHUNK_THRESHOLD:
+                    continue
+                for p in held:
+                    if parallel:
+                        pending.append(_pool().submit(_hash_and_compress, p, self.sink.has))  # type: ignore[attr-defined]
+                        drain(_IN_FLIGHT)
+                    else:
+                        entries.append((len(p), self._put_data(p)))
                 held = []
+            drain(0)
+        finally:
+            for fut in pending:
+                fut.cancel()
         self.logical_bytes += size
         if not entries:
             return _packb(b"".join(held)), size
         return _ext(EXT_BYTES, self._upper_levels(EXT_BYTES, entries, 1)[0]), size
+
+
+_IN_FLIGHT = 64  # chunks (~4 MiB) hashed/compressed ahead of the writer
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _workers() -> int:
+    return min(4, os.cpu_count() or 1)
+
+
+def _pool() -> ThreadPoolExecutor:
+    """One process-wide pool: created on first use, its threads idle between takes."""
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="ckpt-chunk")
+    return _POOL
+
+
+def _hash_and_compress(piece: bytes, known: Callable[[bytes], bool]) -> tuple[bytes, int, tuple[int, bytes] | None]:
+    from ckptcli.format.framing import compress
+
+    oid = hashlib.sha256(piece).digest()
+    if known(oid):
+        return oid, len(piece), None  # already stored: no need to compress it
+    return oid, len(piece), compress(piece)
 
 
 @dataclass

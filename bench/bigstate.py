@@ -1,0 +1,192 @@
+"""The big-state path: ckpt vs restic, tar | zstd and sha256sum on the same files, in one run.
+
+    python -m bench.bigstate [--mib 512] [--runs 3] [--json PATH]
+
+Data: --mib of mixed state in 8 files, half random bytes (incompressible), half JSON-lines
+text (compressible). Then ~1% of the bytes are changed in place by 120 scattered edits
+of ~45 KB across three of the files, for the incremental case.
+
+Each row is a median over --runs runs, every run on a fresh repository/store (peers and
+ckpt alternate, so load on this shared machine hits both alike). Peak RSS comes from
+wait4() of each process. The page cache is warm for every tool alike.
+
+Peers: restic and zstd from the system packages (`apt-get install restic zstd`; the
+setup step of this benchmark), GNU tar and coreutils sha256sum.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.common import dir_size, fmt_bytes, median, table, verdict
+
+VENV_BIN = Path(sys.executable).parent
+CKPT = str(VENV_BIN / "ckpt")
+RESTIC_ENV = {"RESTIC_PASSWORD": "bench-only-password", "RESTIC_PROGRESS_FPS": "0.0001"}
+
+
+@dataclass
+class Run:
+    seconds: float
+    max_rss_kib: int
+
+
+def run(cmd: list[str] | str, *, env: dict[str, str] | None = None, shell: bool = False, cwd: Path | None = None) -> Run:
+    """Run to completion; wall time and peak RSS of the process (its children included
+    for a shell pipeline, via RUSAGE of the waited pid)."""
+    full_env = {**os.environ, **(env or {})}
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, env=full_env, shell=shell, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _pid, status, usage = os.wait4(p.pid, 0)
+    elapsed = time.perf_counter() - t
+    err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+    if p.stderr:
+        p.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"command failed ({os.waitstatus_to_exitcode(status)}): {cmd}\n{err[-2000:]}")
+    return Run(elapsed, usage.ru_maxrss)
+
+
+# -- data -------------------------------------------------------------------------------
+def make_state(root: Path, mib: int, seed: int = 7) -> list[Path]:
+    rng = random.Random(seed)
+    root.mkdir(parents=True)
+    per_file = mib * 1024 * 1024 // 8
+    words = [f"{w}{i}" for i, w in enumerate(["alpha", "beta", "gamma", "delta", "order", "refund", "ticket", "agent", "tool", "call", "result", "status"] * 40)]
+    lines = []
+    for i in range(50_000):
+        rec = {"seq": i, "kind": rng.choice(["message", "tool.call", "tool.result", "plan.push", "memory.set"]),
+               "text": " ".join(rng.choices(words, k=rng.randint(6, 30))), "score": round(rng.random(), 4)}
+        lines.append(json.dumps(rec) + "\n")
+    files = []
+    for k in range(8):
+        path = root / (f"tensor-{k}.bin" if k % 2 == 0 else f"events-{k}.jsonl")
+        with open(path, "wb") as fh:
+            if k % 2 == 0:
+                remaining = per_file
+                while remaining:
+                    n = min(remaining, 8 << 20)
+                    fh.write(rng.randbytes(n))
+                    remaining -= n
+            else:
+                written = 0
+                while written < per_file:
+                    block = "".join(rng.choices(lines, k=4096)).encode()[: per_file - written]
+                    fh.write(block)
+                    written += len(block)
+        files.append(path)
+    return files
+
+
+def edit_in_place(files: list[Path], edits: int = 120, size: int = 45_000, seed: int = 11) -> int:
+    """~1% of the bytes, in place: `edits` scattered overwrites of `size` bytes in 3 files."""
+    rng = random.Random(seed)
+    targets = [files[0], files[1], files[4]]
+    changed = 0
+    for i in range(edits):
+        path = targets[i % 3]
+        length = path.stat().st_size
+        off = rng.randrange(0, length - size)
+        with open(path, "r+b") as fh:
+            fh.seek(off)
+            fh.write(rng.randbytes(size) if path.suffix == ".bin" else (b'{"edited": %d}\n' % i * (size // 16))[:size])
+        changed += size
+    return changed
+
+
+# -- the tools -------------------------------------------------------------------------------
+def ckpt_take(store: Path, data: Path, *extra: str) -> Run:
+    return run([CKPT, "take", "--blob", f"state={data}", "-S", "process:bench", "--store", str(store), *extra])
+
+
+def restic_backup(repo: Path, data: Path) -> Run:
+    return run(["restic", "--repo", str(repo), "--quiet", "backup", str(data)], env=RESTIC_ENV)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mib", type=int, default=512)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--workdir", type=Path)
+    args = ap.parse_args()
+    for tool in ("restic", "zstd", "tar", "sha256sum"):
+        if not shutil.which(tool):
+            raise SystemExit(f"{tool} is not installed: apt-get install restic zstd (see bench/README.md)")
+    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-big-", dir=args.workdir))
+    res: dict[str, list[Run]] = {}
+    added: dict[str, list[int]] = {"ckpt": [], "restic": []}
+
+    def rec(name: str, r: Run) -> None:
+        res.setdefault(name, []).append(r)
+
+    try:
+        print(f"[bench] making {args.mib} MiB of state", file=sys.stderr, flush=True)
+        data = work / "state"
+        files = make_state(data, args.mib)
+        total = sum(f.stat().st_size for f in files)
+        for i in range(args.runs):
+            print(f"[bench] run {i + 1}/{args.runs}", file=sys.stderr, flush=True)
+            # fresh copies of the unedited data for the incremental pair
+            run_data = work / f"data-{i}"
+            shutil.copytree(data, run_data)
+            run_files = sorted(run_data.iterdir())
+            store, repo = work / f"store-{i}", work / f"repo-{i}"
+            run([CKPT, "init", str(store)])
+            run(["restic", "--repo", str(repo), "--quiet", "init"], env=RESTIC_ENV)
+            rec("full: ckpt take", ckpt_take(store, run_data))
+            rec("full: restic backup", restic_backup(repo, run_data))
+            rec("full: tar | zstd -3 -T0", run(f"tar -cf - -C {run_data} . | zstd -3 -T0 -q -f -o {work}/state-{i}.tar.zst", shell=True))
+            s0, r0 = dir_size(store).apparent, dir_size(repo).apparent
+            edit_in_place([p for p in run_files if p.is_file()])
+            rec("incr: ckpt take", ckpt_take(store, run_data))
+            rec("incr: restic backup", restic_backup(repo, run_data))
+            added["ckpt"].append(dir_size(store).apparent - s0)
+            added["restic"].append(dir_size(repo).apparent - r0)
+            rec("verify: ckpt verify --read-data", run([CKPT, "verify", "--read-data", "--store", str(store)]))
+            rec("verify: restic check --read-data", run(["restic", "--repo", str(repo), "--quiet", "check", "--read-data"], env=RESTIC_ENV))
+            rec("verify: sha256sum (the bytes once)", run(f"sha256sum {run_data}/* > /dev/null", shell=True))
+            out_c, out_r = work / f"out-ckpt-{i}", work / f"out-restic-{i}"
+            rec("restore: ckpt restore", run([CKPT, "restore", "latest", "--no-state", "--blobs", str(out_c), "--store", str(store)]))
+            rec("restore: restic restore", run(["restic", "--repo", str(repo), "--quiet", "restore", "latest", "--target", str(out_r)], env=RESTIC_ENV))
+            for p in (run_data, store, repo, out_c, out_r, work / f"state-{i}.tar.zst"):
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    med = {k: median([r.seconds for r in v]) for k, v in res.items()}
+    rss = {k: max(r.max_rss_kib for r in v) for k, v in res.items()}
+    rows = [[k, f"{med[k]:.2f} s", f"{total / med[k] / 2**20:.0f} MiB/s", f"{rss[k] / 1024:.0f} MiB"] for k in res]
+    print(f"big state: {fmt_bytes(total)} in 8 files (half random, half JSON lines); median of {args.runs} runs\n")
+    print(table(["operation", "median", "throughput", "peak RSS"], rows))
+    checks = [
+        ("full take / restic backup", med["full: ckpt take"] / med["full: restic backup"], 0.5),
+        ("full take / tar|zstd", med["full: ckpt take"] / med["full: tar | zstd -3 -T0"], None),
+        ("incr take / restic backup (time)", med["incr: ckpt take"] / med["incr: restic backup"], 1.0),
+        ("incr bytes added / restic's", median(added["ckpt"]) / max(median(added["restic"]), 1), 0.15),
+        ("verify --read-data / restic check", med["verify: ckpt verify --read-data"] / med["verify: restic check --read-data"], 0.8),
+        ("verify --read-data / sha256sum", med["verify: ckpt verify --read-data"] / med["verify: sha256sum (the bytes once)"], None),
+        ("restore / restic restore", med["restore: ckpt restore"] / med["restore: restic restore"], 1.0),
+    ]
+    print()
+    print(table(["ratio (ckpt / peer)", "value", "target", "result"],
+                [[n, f"{v:.3f}", f"<= {t}" if t else "(info)", verdict(v <= t) if t else ""] for n, v, t in checks]))
+    print(f"\nbytes added by the incremental take: ckpt {fmt_bytes(median(added['ckpt']))}, restic {fmt_bytes(median(added['restic']))}")
+    if args.json:
+        args.json.write_text(json.dumps({"total_bytes": total, "medians_s": med, "peak_rss_kib": rss, "added": added,
+                                         "ratios": {n: v for n, v, _ in checks}}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
