@@ -24,6 +24,7 @@ from typing import IO, Any, cast
 from ckptcli import __version__
 from ckptcli.blobs import CaptureReport, capture, restore_blobs, tree_size
 from ckptcli.errors import (
+    CkptError,
     CorruptError,
     InvalidInputError,
     LimitExceededError,
@@ -201,6 +202,7 @@ def take(
     config_hash: str | None = None,
     producer: dict[str, str] | None = None,
     doc_format: str = "python",
+    force_read: bool = False,
     progress: Progress = NULL,
 ) -> TakeResult:
     """Take a checkpoint of `state` (and files under `blobs`) into `store`.
@@ -211,7 +213,9 @@ def take(
         subject: "KIND:NAME", e.g. "agent:support-bot".
         parents: checkpoint references; default is the branch head when `branch` is
             given, else the subject's latest; [] for a root checkpoint.
-        blobs: name -> file or directory to store in the `blobs` section.
+        blobs: name -> file or directory to store in the `blobs` section. Files whose
+            size, mtime, ctime and inode match the first parent's are not read again
+            (`force_read=True` reads everything).
     Returns:
         TakeResult with the new id and what it added to the store.
     Raises:
@@ -242,10 +246,12 @@ def take(
             encoded = {name: enc.encode_root(value, where=name) for name, value in sections.items()}
             report = CaptureReport()
             if blob_paths:
+                # files unchanged since the first parent (size, mtime, ctime, inode) are not read again
+                previous = {} if force_read or not parent_ids else _parent_blobs(store, parent_ids[0])
                 total = sum(tree_size(p) for p in blob_paths.values())
                 progress.start("reading blobs", total)
                 try:
-                    entries = {name: capture(p, enc, progress, report) for name, p in blob_paths.items()}
+                    entries = {name: capture(p, enc, progress, report, previous.get(name)) for name, p in blob_paths.items()}
                 finally:
                     progress.finish()
                 encoded["blobs"] = enc.encode_root(entries, where="blobs")
@@ -271,6 +277,15 @@ def take(
     if branch:
         store.set_branch(branch, cid)
     return TakeResult(cid, manifest, txn.new_objects, txn.new_stored_bytes, report)
+
+
+def _parent_blobs(store: Store, parent: bytes) -> dict[str, Any]:
+    """The parent's blob entries (file data left in the store), or {} if it has none
+    or cannot be read: then every file is simply read again."""
+    try:
+        return Checkpoint(store, parent).blobs()
+    except CkptError:
+        return {}
 
 
 # -- reading -----------------------------------------------------------------------------

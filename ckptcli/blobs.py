@@ -2,7 +2,8 @@
 
 A blob entry is a map (formats/v1.md "The blobs section")::
 
-    {"type": "file", "size": int, "mode": int, "mtime_ns": int, "data": bytes}
+    {"type": "file", "size": int, "mode": int, "mtime_ns": int, "data": bytes,
+     "ctime_ns": int, "ino": int}          (ctime_ns and ino: optional, to skip unchanged files)
     {"type": "dir", "mode": int, "mtime_ns": int, "entries": {name: entry, ...}}
     {"type": "symlink", "target": str}     (relative, no ".." component)
 
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptcli.errors import ConflictError, CorruptError, InvalidInputError, StoreIOError, UnsafePathError
-from ckptcli.format.values import Decoder, Encoded, Encoder, LazyBytes
+from ckptcli.format.values import Decoder, Encoded, Encoder, LazyBytes, bytes_ev
 from ckptcli.progress import NULL, Progress
 
 
@@ -48,13 +49,43 @@ def tree_size(path: Path) -> int:
 @dataclass
 class CaptureReport:
     files: int = 0
+    #: files not read again: unchanged since the parent checkpoint
+    reused_files: int = 0
     dirs: int = 0
     bytes: int = 0
     skipped: list[str] = field(default_factory=list)
 
 
-def capture(path: Path, encoder: Encoder, progress: Progress = NULL, report: CaptureReport | None = None) -> dict[str, Any]:
-    """Read a file or directory tree into a blob entry (file data as BYTES chunk trees)."""
+def _reusable(parent: Any, st: os.stat_result) -> Any:
+    """The parent's file data, if the file looks unchanged (same size, mtime, ctime and
+    inode, as restic decides); None when it must be read."""
+    if not (isinstance(parent, dict) and parent.get("type") == "file"):
+        return None
+    same = (
+        parent.get("size") == st.st_size
+        and parent.get("mtime_ns") == st.st_mtime_ns
+        and parent.get("ctime_ns") == st.st_ctime_ns
+        and parent.get("ino") == st.st_ino
+    )
+    data = parent.get("data")
+    if not same or not isinstance(data, (bytes, LazyBytes)):
+        return None
+    return data
+
+
+def capture(
+    path: Path,
+    encoder: Encoder,
+    progress: Progress = NULL,
+    report: CaptureReport | None = None,
+    parent: Any = None,
+) -> dict[str, Any]:
+    """Read a file or directory tree into a blob entry (file data as BYTES chunk trees).
+
+    `parent` is the same entry in the parent checkpoint (decoded with lazy bytes): a
+    file whose size, mtime, ctime and inode match it is not read again, its data is
+    referenced as it is (the objects are in the store already).
+    """
     rep = report if report is not None else CaptureReport()
     try:
         st = os.lstat(path)
@@ -63,26 +94,44 @@ def capture(path: Path, encoder: Encoder, progress: Progress = NULL, report: Cap
     except OSError as exc:
         raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
     if stat.S_ISREG(st.st_mode):
-        try:
-            with open(path, "rb") as fh:
-                ev, size = encoder.encode_stream(fh, progress.advance)
-        except OSError as exc:
-            raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
+        reused = _reusable(parent, st)
+        if reused is not None:
+            data: Any = Encoded(bytes_ev(reused))
+            size = st.st_size
+            rep.reused_files += 1
+            progress.advance(size)
+        else:
+            try:
+                with open(path, "rb") as fh:
+                    ev, size = encoder.encode_stream(fh, progress.advance)
+            except OSError as exc:
+                raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
+            data = Encoded(ev)
         rep.files += 1
         rep.bytes += size
-        return {"type": "file", "size": size, "mode": stat.S_IMODE(st.st_mode), "mtime_ns": st.st_mtime_ns, "data": Encoded(ev)}
+        return {
+            "type": "file",
+            "size": size,
+            "mode": stat.S_IMODE(st.st_mode),
+            "mtime_ns": st.st_mtime_ns,
+            "ctime_ns": st.st_ctime_ns,
+            "ino": st.st_ino,
+            "data": data,
+        }
     if stat.S_ISDIR(st.st_mode):
         entries: dict[str, Any] = {}
         try:
             names = sorted(os.listdir(path))
         except OSError as exc:
             raise StoreIOError(f"cannot list {path}: {exc.strerror}") from None
+        parent_entries = parent.get("entries") if isinstance(parent, dict) and parent.get("type") == "dir" else None
         for name in names:
             try:
                 name.encode("utf-8")
             except UnicodeEncodeError:
                 raise InvalidInputError(f"file name {name!r} in {path} is not valid UTF-8; ckpt stores UTF-8 names") from None
-            entries[name] = capture(path / name, encoder, progress, rep)
+            sub_parent = parent_entries.get(name) if isinstance(parent_entries, dict) else None
+            entries[name] = capture(path / name, encoder, progress, rep, sub_parent)
         rep.dirs += 1
         return {"type": "dir", "mode": stat.S_IMODE(st.st_mode), "mtime_ns": st.st_mtime_ns, "entries": entries}
     if stat.S_ISLNK(st.st_mode):

@@ -83,3 +83,38 @@ def test_small_edit_in_a_large_blob_adds_little(tmp_path: Path) -> None:
     second = take(store, {}, subject="process:p", blobs={"data": f})
     assert first.new_bytes > 3_900_000
     assert second.new_bytes < 600_000  # one or two ~64 KiB chunks and tree nodes, not the file
+
+
+def test_unchanged_files_are_not_read_again(tmp_path: Path) -> None:
+    store = ckptcli.init_store(tmp_path / "s")
+    work = tmp_path / "work"
+    (work / "sub").mkdir(parents=True)
+    rng = random.Random(3)
+    for i in range(5):
+        (work / ("sub" if i % 2 else ".") / f"f{i}.bin").write_bytes(rng.randbytes(100_000 + i))
+    (work / "small.txt").write_text("small")
+    first = take(store, {}, subject="process:p", blobs={"w": work})
+    assert first.capture.reused_files == 0
+    # change one file's content (same size); the others keep size, mtime, ctime and inode
+    changed = work / "sub" / "f1.bin"
+    changed.write_bytes(rng.randbytes(100_001))
+    second = take(store, {}, subject="process:p", blobs={"w": work})
+    assert second.capture.files == 6 and second.capture.reused_files == 5
+    out = tmp_path / "out"
+    open_checkpoint(second.hex, store).restore_blobs(out)
+    for p in work.rglob("*"):
+        if p.is_file():
+            assert (out / "w" / p.relative_to(work)).read_bytes() == p.read_bytes(), p
+    # --force-read reads everything, and finds nothing new
+    forced = take(store, {}, subject="process:p", blobs={"w": work}, force_read=True)
+    assert forced.capture.reused_files == 0 and forced.new_bytes < 2_000
+    # a file rewritten in place with the same size and mtime is still read (its ctime moved)
+    import os
+
+    st = changed.stat()
+    changed.write_bytes(rng.randbytes(100_001))
+    os.utime(changed, ns=(st.st_atime_ns, st.st_mtime_ns))
+    third = take(store, {}, subject="process:p", blobs={"w": work})
+    assert third.capture.reused_files == 5
+    open_checkpoint(third.hex, store).restore_blobs(tmp_path / "out3")
+    assert (tmp_path / "out3" / "w" / "sub" / "f1.bin").read_bytes() == changed.read_bytes()

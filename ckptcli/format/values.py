@@ -81,6 +81,13 @@ class Encoded(NamedTuple):
     ev: bytes
 
 
+def bytes_ev(data: bytes | LazyBytes) -> bytes:
+    """The EV of a byte string: inline bin, or a reference to its BYTES tree."""
+    if isinstance(data, LazyBytes):
+        return _ext(EXT_BYTES, data.oid)
+    return _packb(bytes(data))
+
+
 class LazyBytes(NamedTuple):
     """A byte string left in the store, to be streamed (see Decoder(lazy_bytes=True))."""
 

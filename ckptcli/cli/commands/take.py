@@ -25,6 +25,7 @@ def take(
     branch: Annotated[str | None, typer.Option("--branch", help="Take on this branch: its head is the parent, and it moves to the new checkpoint.", show_default=False)] = None,
     fmt: Annotated[str, typer.Option("--format", help="Document format: auto, json or msgpack.")] = "auto",
     schema_version: Annotated[str | None, typer.Option("--schema-version", help="Version of the subject's own state schema.", show_default=False)] = None,
+    force_read: Annotated[bool, typer.Option("--force-read", help="Read every blob file, even those unchanged since the parent (same size, mtime, ctime, inode).")] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -91,14 +92,16 @@ def take(
         branch=branch,
         schema_version=int(schema_version) if schema_version and schema_version.isdigit() else schema_version,
         doc_format=doc_format,
+        force_read=force_read,
         progress=BarProgress(),
     )
     if as_json:
         emit_json({"id": result.hex, "subject": str(result.manifest.subject), "parents": [p.hex() for p in result.manifest.parents], "new_objects": result.new_objects, "new_bytes": result.new_bytes})
         return
     out().print(result.hex, markup=False)
+    reused = f", {result.capture.reused_files} unchanged files not read" if result.capture.reused_files else ""
     sys.stderr.write(
-        f"took {result.hex[:12]} ({result.manifest.subject}): {result.new_objects} new objects, {human_size(result.new_bytes)} added\n"
+        f"took {result.hex[:12]} ({result.manifest.subject}): {result.new_objects} new objects, {human_size(result.new_bytes)} added{reused}\n"
     )
     for skipped in result.capture.skipped:
         sys.stderr.write(f"ckpt: warning: skipped {skipped}\n")
