@@ -13,6 +13,7 @@ import errno
 import fcntl
 import os
 import secrets
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -91,6 +92,7 @@ class LocalBackend(Backend):
         self.root = root
         # raw descriptors of recently read packs (closed in close() or when collected)
         self._fds: dict[str, int] = {}
+        self._fd_lock = threading.Lock()
 
     def _p(self, path: str) -> Path:
         return self.root / path
@@ -104,21 +106,33 @@ class LocalBackend(Backend):
             raise _io_error(exc, "read", self._p(path)) from None
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
-        fd = self._fds.get(path)
         try:
-            if fd is None:
-                if len(self._fds) >= 64:
-                    self.close()
-                fd = os.open(self._p(path), os.O_RDONLY)
-                self._fds[path] = fd
-            return os.pread(fd, length, offset)
+            # restore and verify read from several threads: the pread happens under the
+            # lock too, or an evicted descriptor's number could be reused by another file
+            # between lookup and read (reads are short; decompressing and hashing, the
+            # expensive part, happen outside)
+            with self._fd_lock:
+                fd = self._fds.get(path)
+                if fd is None:
+                    if len(self._fds) >= 64:
+                        self._evict()
+                    fd = os.open(self._p(path), os.O_RDONLY)
+                    self._fds[path] = fd
+                return os.pread(fd, length, offset)
         except FileNotFoundError:
             raise NotFoundError(f"{self._p(path)} does not exist") from None
         except OSError as exc:
             raise _io_error(exc, "read", self._p(path)) from None
 
+    def _evict(self) -> None:
+        # called with _fd_lock held: the oldest half goes
+        for path in list(self._fds)[: len(self._fds) // 2]:
+            with contextlib.suppress(OSError):
+                os.close(self._fds.pop(path))
+
     def close(self) -> None:
-        fds, self._fds = self._fds, {}
+        with self._fd_lock:
+            fds, self._fds = self._fds, {}
         for fd in fds.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
