@@ -118,3 +118,39 @@ def test_unchanged_files_are_not_read_again(tmp_path: Path) -> None:
     assert third.capture.reused_files == 5
     open_checkpoint(third.hex, store).restore_blobs(tmp_path / "out3")
     assert (tmp_path / "out3" / "w" / "sub" / "f1.bin").read_bytes() == changed.read_bytes()
+
+
+def test_take_works_in_a_forked_child_after_the_parent_used_the_pool(tmp_path: Path) -> None:
+    """The chunk pool is per process: a child forked after a parallel take can take too."""
+    import os
+
+    store = ckptcli.init_store(tmp_path / "s")
+    f = tmp_path / "big.bin"
+    f.write_bytes(random.Random(5).randbytes(1_000_000))
+    take(store, {}, subject="process:p", blobs={"f": f})  # starts the pool in this process
+    f.write_bytes(random.Random(6).randbytes(1_000_000))
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        try:
+            child_store = ckptcli.open_store(tmp_path / "s")
+            take(child_store, {}, subject="process:child", blobs={"f": f})
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    deadline = 60
+    import time
+
+    start = time.monotonic()
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() - start > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child's take hung")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
+    child = open_checkpoint("process:child", ckptcli.open_store(tmp_path / "s"))
+    child.restore_blobs(tmp_path / "out")
+    assert (tmp_path / "out" / "f").read_bytes() == f.read_bytes()

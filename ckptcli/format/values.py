@@ -391,6 +391,7 @@ class Encoder:
 
 _IN_FLIGHT = 64  # chunks (~4 MiB) hashed/compressed ahead of the writer
 _POOL: ThreadPoolExecutor | None = None
+_POOL_PID = 0
 
 
 def _workers() -> int:
@@ -398,10 +399,13 @@ def _workers() -> int:
 
 
 def _pool() -> ThreadPoolExecutor:
-    """One process-wide pool: created on first use, its threads idle between takes."""
-    global _POOL
-    if _POOL is None:
+    """One process-wide pool: created on first use, its threads idle between takes.
+    A forked child gets a new one (the parent's threads do not exist in the child, and
+    a pool that believes it has them would never run a task)."""
+    global _POOL, _POOL_PID
+    if _POOL is None or _POOL_PID != os.getpid():
         _POOL = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="ckpt-chunk")
+        _POOL_PID = os.getpid()
     return _POOL
 
 
