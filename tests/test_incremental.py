@@ -135,7 +135,7 @@ def test_take_works_in_a_forked_child_after_the_parent_used_the_pool(tmp_path: P
             child_store = ckptcli.open_store(tmp_path / "s")
             take(child_store, {}, subject="process:child", blobs={"f": f})
             os._exit(0)
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - a forked child must exit, whatever went wrong
             os._exit(1)
     deadline = 60
     import time

@@ -403,7 +403,7 @@ def _pool() -> ThreadPoolExecutor:
     A forked child gets a new one (the parent's threads do not exist in the child, and
     a pool that believes it has them would never run a task)."""
     global _POOL, _POOL_PID
-    if _POOL is None or _POOL_PID != os.getpid():
+    if _POOL is None or os.getpid() != _POOL_PID:
         _POOL = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="ckpt-chunk")
         _POOL_PID = os.getpid()
     return _POOL
