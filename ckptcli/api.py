@@ -42,8 +42,8 @@ from ckptcli.format.manifest import (
     Subject,
     check_name,
 )
-from ckptcli.format.values import Budget, Decoder, Encoder, LazyBytes, ObjectSource, bigint_to_bytes
-from ckptcli.format.walk import WalkResult, walk_checkpoint
+from ckptcli.format.values import Budget, Decoder, Encoder, LazyBytes, bigint_to_bytes
+from ckptcli.format.walk import walk_checkpoint
 from ckptcli.listing import ListFilter as ListFilter  # re-exported: the API offers listing too
 from ckptcli.listing import format_time as format_time
 from ckptcli.listing import info_dict as info_dict
@@ -418,14 +418,10 @@ def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLik
 
 
 # -- export / import -----------------------------------------------------------------------
-def collect_objects(source: ObjectSource, manifest: Manifest) -> WalkResult:
-    return walk_checkpoint(source, manifest)
-
-
 def export_checkpoint(ck: Checkpoint, out: PathLike | IO[bytes], progress: Progress = NULL) -> int:
     """Write `ck` as a single checkpoint file; returns its size in bytes."""
     src = ck.source
-    walked = collect_objects(src, ck.manifest)
+    walked = walk_checkpoint(src, ck.manifest)
     objects = []
     progress.start("exporting", len(walked.objects))
     for oid, (typ, _section) in walked.objects.items():

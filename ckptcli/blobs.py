@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptcli.errors import ConflictError, CorruptError, InvalidInputError, StoreIOError, UnsafePathError
-from ckptcli.format.values import Decoder, Encoded, Encoder, LazyBytes, bytes_ev, iter_bytes_parallel
+from ckptcli.format.values import Decoder, Encoded, Encoder, LazyBytes, bytes_ev
 from ckptcli.progress import NULL, Progress
 
 
@@ -242,7 +242,7 @@ class _Writer:
         try:
             data = entry["data"]
             if isinstance(data, LazyBytes):
-                for piece in iter_bytes_parallel(self.decoder, data.oid):
+                for piece in self.decoder.iter_bytes(data.oid):
                     os.write(fd, piece)
                     self.progress.advance(len(piece))
             else:

@@ -55,7 +55,7 @@ def list_checkpoints(store: Store, flt: ListFilter | None = None) -> list[tuple[
     for row in catalog.rows(store).values():
         if subj and (row[1] != subj.kind or row[2] != subj.name):
             continue
-        if f.labels and (type(row[5]) is not dict or any(row[5].get(k) != v for k, v in f.labels.items())):
+        if f.labels and any(row[5].get(k) != v for k, v in f.labels.items()):
             continue
         if f.since_ns is not None and row[4] < f.since_ns:
             continue
@@ -70,7 +70,11 @@ def list_checkpoints(store: Store, flt: ListFilter | None = None) -> list[tuple[
         try:
             out.append(Summary.from_row(row))
         except (ValueError, TypeError, CkptError):
-            out.append((row[0], Summary.of(store.manifest(row[0]))))  # a bad catalog row: read the manifest
+            # a bad catalog row: the manifest decides (a damaged one is verify's business)
+            try:
+                out.append((row[0], Summary.of(store.manifest(row[0]))))
+            except CkptError:
+                continue
     return out
 
 

@@ -636,49 +636,36 @@ class Decoder:
                 sub_level, _t, sub = check_tree_node(child, kind, f"object {oid.hex()[:12]} (embedded node)", want_total=count, below=level)
                 yield from self._iter_children(sub_level, sub, kind, oid)
 
-    def iter_bytes(self, oid: bytes, kind: int = EXT_BYTES, want_level: int | None = None, want_total: int | None = None) -> Iterator[bytes]:
-        """Stream the pieces of a BYTES/STR tree in order, each hash- and size-checked."""
+    def data_pieces(self, oid: bytes, kind: int = EXT_BYTES, want_level: int | None = None, want_total: int | None = None) -> list[tuple[int, bytes]]:
+        """The (size, data id) list of a BYTES/STR tree, reading only its nodes."""
         level, _total, children = parse_tree_node(self.source.get(oid), kind, oid, want_level, want_total)
+        if level == 1:
+            return [(size, child) for size, child in children]
+        out: list[tuple[int, bytes]] = []
         for size, child in children:
-            if level == 1:
-                piece = self.source.get(child)
-                if len(piece) != size:
-                    raise CorruptError(f"object {child.hex()[:12]}: {len(piece)} bytes, its parent says {size}")
-                yield piece
-            else:
-                yield from self.iter_bytes(child, kind, level - 1, size)
+            out.extend(self.data_pieces(child, kind, level - 1, size))
+        return out
 
-
-def data_pieces(decoder: Decoder, oid: bytes, kind: int = EXT_BYTES, want_level: int | None = None, want_total: int | None = None) -> list[tuple[int, bytes]]:
-    """The (size, data id) list of a BYTES/STR tree, reading only its nodes."""
-    level, _total, children = parse_tree_node(decoder.source.get(oid), kind, oid, want_level, want_total)
-    if level == 1:
-        return [(size, child) for size, child in children]
-    out: list[tuple[int, bytes]] = []
-    for size, child in children:
-        out.extend(data_pieces(decoder, child, kind, level - 1, size))
-    return out
-
-
-def iter_bytes_parallel(decoder: Decoder, oid: bytes, window: int = 32) -> Iterator[bytes]:
-    """Like Decoder.iter_bytes, with data objects read, decompressed and hash-checked on
-    the thread pool, `window` ahead of the consumer, yielded in order."""
-    pieces = data_pieces(decoder, oid)
-    if _workers() <= 1 or len(pieces) < 2:
-        for size, child in pieces:
-            yield _fetch(decoder.source, size, child)
-        return
-    pending: collections.deque[Future[bytes]] = collections.deque()
-    try:
-        for size, child in pieces:
-            pending.append(_pool().submit(_fetch, decoder.source, size, child))
-            if len(pending) >= window:
+    def iter_bytes(self, oid: bytes, kind: int = EXT_BYTES, window: int = 32) -> Iterator[bytes]:
+        """Stream the pieces of a BYTES/STR tree in order, each hash- and size-checked.
+        Data objects are read, decompressed and checked on the thread pool, `window`
+        ahead of the consumer (hashlib and zstandard release the GIL)."""
+        pieces = self.data_pieces(oid, kind)  # nodes are read here, in the caller's thread
+        if _workers() <= 1 or len(pieces) < 2:
+            for size, child in pieces:
+                yield _fetch(self.source, size, child)
+            return
+        pending: collections.deque[Future[bytes]] = collections.deque()
+        try:
+            for size, child in pieces:
+                pending.append(_pool().submit(_fetch, self.source, size, child))
+                if len(pending) >= window:
+                    yield pending.popleft().result()
+            while pending:
                 yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        for fut in pending:
-            fut.cancel()
+        finally:
+            for fut in pending:
+                fut.cancel()
 
 
 def _fetch(source: ObjectSource, size: int, oid: bytes) -> bytes:

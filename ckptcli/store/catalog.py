@@ -73,7 +73,14 @@ def _load(store: Store) -> dict[bytes, list[Any]]:
         if body.get("version") != CATALOG_VERSION:
             return {}
         rows = body["entries"]
-        return {r[0]: r for r in rows if type(r) is list and len(r) == 8 and type(r[0]) is bytes and type(r[4]) is int}
+        # the fields ls filters and sorts on are checked here; a row that fails is dropped
+        # and rebuilt from its manifest
+        return {
+            r[0]: r
+            for r in rows
+            if type(r) is list and len(r) == 8 and type(r[0]) is bytes and type(r[1]) is str
+            and type(r[2]) is str and type(r[4]) is int and type(r[5]) is dict
+        }
     except (CkptError, KeyError, TypeError, ValueError):
         return {}  # missing or unusable: rebuilt from the manifests
 
