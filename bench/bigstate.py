@@ -28,6 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.common import dir_size, fmt_bytes, median, table, verdict
 
@@ -114,17 +115,16 @@ def restic_backup(repo: Path, data: Path) -> Run:
     return run(["restic", "--repo", str(repo), "--quiet", "backup", str(data)], env=RESTIC_ENV)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mib", type=int, default=512)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--json", type=Path)
-    ap.add_argument("--workdir", type=Path)
-    args = ap.parse_args()
+def check_tools() -> None:
     for tool in ("restic", "zstd", "tar", "sha256sum"):
         if not shutil.which(tool):
-            raise SystemExit(f"{tool} is not installed: apt-get install restic zstd (see bench/README.md)")
-    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-big-", dir=args.workdir))
+            raise SystemExit(f"{tool} is not installed: run `bash bench/setup` (apt-get install restic zstd)")
+
+
+def measure(mib: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
+    """The big-state pairs, `runs` times each on fresh stores and repositories."""
+    check_tools()
+    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-big-", dir=workdir))
     res: dict[str, list[Run]] = {}
     added: dict[str, list[int]] = {"ckpt": [], "restic": []}
 
@@ -132,12 +132,12 @@ def main() -> int:
         res.setdefault(name, []).append(r)
 
     try:
-        print(f"[bench] making {args.mib} MiB of state", file=sys.stderr, flush=True)
+        print(f"[bench] making {mib} MiB of state", file=sys.stderr, flush=True)
         data = work / "state"
-        files = make_state(data, args.mib)
+        files = make_state(data, mib)
         total = sum(f.stat().st_size for f in files)
-        for i in range(args.runs):
-            print(f"[bench] run {i + 1}/{args.runs}", file=sys.stderr, flush=True)
+        for i in range(runs):
+            print(f"[bench] big state: run {i + 1}/{runs}", file=sys.stderr, flush=True)
             # fresh copies of the unedited data for the incremental pair
             run_data = work / f"data-{i}"
             shutil.copytree(data, run_data)
@@ -175,9 +175,6 @@ def main() -> int:
 
     med = {k: median([r.seconds for r in v]) for k, v in res.items()}
     rss = {k: max(r.max_rss_kib for r in v) for k, v in res.items()}
-    rows = [[k, f"{med[k]:.2f} s", f"{total / med[k] / 2**20:.0f} MiB/s", f"{rss[k] / 1024:.0f} MiB"] for k in res]
-    print(f"big state: {fmt_bytes(total)} in 8 files (half random, half JSON lines); median of {args.runs} runs\n")
-    print(table(["operation", "median", "throughput", "peak RSS"], rows))
     checks = [
         ("full take / restic backup", med["full: ckpt take"] / med["full: restic backup"], 0.5),
         ("full take / tar|zstd", med["full: ckpt take"] / med["full: tar | zstd -3 -T0"], None),
@@ -187,13 +184,55 @@ def main() -> int:
         ("verify --read-data / sha256sum", med["verify: ckpt verify --read-data"] / med["verify: sha256sum (the bytes once)"], None),
         ("restore / restic restore", med["restore: ckpt restore"] / med["restore: restic restore"], 1.0),
     ]
+    return {"mib": mib, "runs": runs, "total_bytes": total, "medians_s": med, "peak_rss_kib": rss, "added": added, "checks": checks}
+
+
+def report(r: dict[str, Any]) -> None:
+    med, rss, total = r["medians_s"], r["peak_rss_kib"], r["total_bytes"]
+    rows = [[k, f"{med[k]:.2f} s", f"{total / med[k] / 2**20:.0f} MiB/s", f"{rss[k] / 1024:.0f} MiB"] for k in med]
+    print(f"big state: {fmt_bytes(total)} in 8 files (half random, half JSON lines); median of {r['runs']} runs\n")
+    print(table(["operation", "median", "throughput", "peak RSS"], rows))
     print()
     print(table(["ratio (ckpt / peer)", "value", "target", "result"],
-                [[n, f"{v:.3f}", f"<= {t}" if t else "(info)", verdict(v <= t) if t else ""] for n, v, t in checks]))
+                [[n, f"{v:.3f}", f"<= {t}" if t else "(info)", verdict(v <= t) if t else ""] for n, v, t in r["checks"]]))
+    added = r["added"]
     print(f"\nbytes added by the incremental take: ckpt {fmt_bytes(median(added['ckpt']))}, restic {fmt_bytes(median(added['restic']))}")
+
+
+def measure_memory(mib: int, workdir: Path | None = None) -> dict[str, Any]:
+    """Peak RSS of a full take and a restore of `mib` MiB, ckpt and restic (one run)."""
+    check_tools()
+    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-mem-", dir=workdir))
+    try:
+        print(f"[bench] memory: making {mib} MiB of state", file=sys.stderr, flush=True)
+        data = work / "state"
+        make_state(data, mib)
+        store, repo = work / "store", work / "repo"
+        run([CKPT, "init", str(store)])
+        run(["restic", "--repo", str(repo), "--quiet", "init"], env=RESTIC_ENV)
+        os.sync()
+        out: dict[str, Run] = {}
+        out["ckpt take"] = ckpt_take(store, data)
+        out["restic backup"] = restic_backup(repo, data)
+        os.sync()
+        out["ckpt restore"] = run([CKPT, "restore", "latest", "--no-state", "--blobs", str(work / "out-c"), "--store", str(store)])
+        out["restic restore"] = run(["restic", "--repo", str(repo), "--quiet", "restore", "latest", "--target", str(work / "out-r")], env=RESTIC_ENV)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"mib": mib, "seconds": {k: v.seconds for k, v in out.items()}, "peak_rss_kib": {k: v.max_rss_kib for k, v in out.items()}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mib", type=int, default=512)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--workdir", type=Path)
+    args = ap.parse_args()
+    r = measure(args.mib, args.runs, args.workdir)
+    report(r)
     if args.json:
-        args.json.write_text(json.dumps({"total_bytes": total, "medians_s": med, "peak_rss_kib": rss, "added": added,
-                                         "ratios": {n: v for n, v, _ in checks}}, indent=2))
+        args.json.write_text(json.dumps({**r, "checks": {n: v for n, v, _ in r["checks"]}}, indent=2))
     return 0
 
 

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.common import fmt_ms, median, table, verdict
 
@@ -44,40 +45,50 @@ def build_store(path: Path, n: int) -> None:
             print(f"[bench] building store: {i}/{n}", file=sys.stderr, flush=True)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--checkpoints", type=int, default=10_000)
-    ap.add_argument("--runs", type=int, default=15)
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args()
+def measure(checkpoints: int, runs: int) -> dict[str, Any]:
     ckpt = str(VENV_BIN / "ckpt")
     work = Path(tempfile.mkdtemp(prefix="ckpt-bench-startup-"))
     try:
         store = work / "store"
-        build_store(store, args.checkpoints)
+        build_store(store, checkpoints)
         # first ls builds the catalog (cache/catalog); the timed runs read it, as every ls after the first does
         first = _time([ckpt, "ls", "--store", str(store)], 1)[0]
         cases = {
             "python -c pass (floor)": [sys.executable, "-c", "pass"],
             "ckpt --version": [ckpt, "--version"],
             "ckpt --help": [ckpt, "--help"],
-            f"ckpt ls ({args.checkpoints} checkpoints)": [ckpt, "ls", "--store", str(store)],
-            f"ckpt ls --json ({args.checkpoints})": [ckpt, "ls", "--json", "--store", str(store)],
-            f"ckpt ls -n 20 ({args.checkpoints})": [ckpt, "ls", "-n", "20", "--store", str(store)],
+            f"ckpt ls ({checkpoints} checkpoints)": [ckpt, "ls", "--store", str(store)],
+            f"ckpt ls --json ({checkpoints})": [ckpt, "ls", "--json", "--store", str(store)],
+            f"ckpt ls -n 20 ({checkpoints})": [ckpt, "ls", "-n", "20", "--store", str(store)],
         }
-        results = {name: median(_time(cmd, args.runs)) for name, cmd in cases.items()}
+        results = {name: median(_time(cmd, runs)) for name, cmd in cases.items()}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    targets = {"ckpt --help": 0.150, f"ckpt ls ({checkpoints} checkpoints)": 0.400}
+    return {"runs": runs, "first_ls_s": first, "medians_s": results, "targets_s": targets}
+
+
+def report(r: dict[str, Any]) -> None:
+    results, targets = r["medians_s"], r["targets_s"]
     floor = results["python -c pass (floor)"]
-    targets = {"ckpt --help": 0.150, f"ckpt ls ({args.checkpoints} checkpoints)": 0.400}
     rows = []
     for name, med in results.items():
         target = targets.get(name)
         rows.append([name, fmt_ms(med), f"{med / floor:.1f}x", fmt_ms(target) if target else "", verdict(med <= target) if target else ""])
-    print(f"start-up, median of {args.runs} runs each; first ls (builds the catalog): {fmt_ms(first)}\n")
+    print(f"start-up, median of {r['runs']} runs each; first ls (builds the catalog): {fmt_ms(r['first_ls_s'])}\n")
     print(table(["command", "median", "vs python floor", "target", "result"], rows))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--checkpoints", type=int, default=10_000)
+    ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    r = measure(args.checkpoints, args.runs)
+    report(r)
     if args.json:
-        args.json.write_text(json.dumps({"runs": args.runs, "first_ls_s": first, "medians_s": results}, indent=2))
+        args.json.write_text(json.dumps(r, indent=2))
     return 0
 
 

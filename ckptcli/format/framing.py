@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import threading
 from typing import Any
 
 import msgpack
@@ -62,11 +63,25 @@ def sha256(data: bytes | memoryview) -> bytes:
     return hashlib.sha256(data).digest()
 
 
-def compress(raw: bytes, level: int = limits.ZSTD_LEVEL) -> tuple[int, bytes]:
+_LOCAL = threading.local()
+
+
+def _compressor(level: int) -> zstandard.ZstdCompressor:
+    """One compressor per thread and level: a ZstdCompressor is not safe to share between
+    threads, and making one per object costs more than compressing a small object."""
+    cache: dict[int, zstandard.ZstdCompressor] | None = getattr(_LOCAL, "compressors", None)
+    if cache is None:
+        cache = _LOCAL.compressors = {}
+    if level not in cache:
+        cache[level] = zstandard.ZstdCompressor(level=level, write_content_size=True)
+    return cache[level]
+
+
+def compress(raw: bytes | memoryview, level: int = limits.ZSTD_LEVEL) -> tuple[int, bytes | memoryview]:
     """Compress with zstd when that saves space; returns (codec, stored bytes)."""
     if len(raw) < 64:
         return CODEC_NONE, raw
-    packed = zstandard.ZstdCompressor(level=level, write_content_size=True).compress(raw)
+    packed = _compressor(level).compress(raw)
     if len(packed) >= len(raw):
         return CODEC_NONE, raw
     return CODEC_ZSTD, packed

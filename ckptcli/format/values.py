@@ -345,39 +345,40 @@ class Encoder:
 
         Same result as encode(stream.read()): up to CHUNK_THRESHOLD bytes stay inline,
         anything longer becomes a BYTES tree of exactly the chunks chunk_bytes would cut.
-        When the sink can take stored objects (a store transaction), chunks are hashed
-        and compressed on a thread pool (hashlib and zstandard release the GIL), in
-        order, with a bounded number in flight.
+        When the sink can take stored objects (a store transaction), the chunks of each
+        read window are hashed and compressed together on a thread pool (hashlib and
+        zstandard release the GIL; one task per window keeps the hand-offs between
+        threads few), in order, with a bounded number of windows in flight.
         """
-        from ckptcli.format.chunker import iter_chunks
+        from ckptcli.format.chunker import iter_windows
 
         parallel = hasattr(self.sink, "put_stored") and hasattr(self.sink, "has") and _workers() > 1
         entries: list[tuple[int, bytes]] = []
-        held: list[bytes] = []
-        pending: collections.deque[Future[tuple[bytes, int, tuple[int, bytes] | None]]] = collections.deque()
+        held: list[memoryview] = []
+        pending: collections.deque[Future[list[_Stored]]] = collections.deque()
         size = 0
 
         def drain(keep: int) -> None:
             while len(pending) > keep:
-                oid, n, stored = pending.popleft().result()
-                if stored is not None:
-                    self.sink.put_stored(oid, OBJ_DATA, stored[0], stored[1], n)  # type: ignore[attr-defined]
-                entries.append((n, oid))
+                for oid, n, stored in pending.popleft().result():
+                    if stored is not None:
+                        self.sink.put_stored(oid, OBJ_DATA, stored[0], stored[1], n)  # type: ignore[attr-defined]
+                    entries.append((n, oid))
 
         try:
-            for piece in iter_chunks(stream, self.cdc):
-                size += len(piece)
+            for pieces in iter_windows(stream, self.cdc):
+                got = sum(len(p) for p in pieces)
+                size += got
                 if on_bytes:
-                    on_bytes(len(piece))
-                held.append(piece)
+                    on_bytes(got)
+                held.extend(pieces)
                 if size <= limits.CHUNK_THRESHOLD:
                     continue
-                for p in held:
-                    if parallel:
-                        pending.append(_pool().submit(_hash_and_compress, p, self.sink.has))  # type: ignore[attr-defined]
-                        drain(_IN_FLIGHT)
-                    else:
-                        entries.append((len(p), self._put_data(p)))
+                if parallel:
+                    pending.append(_pool().submit(_hash_and_compress, held, self.sink.has))  # type: ignore[attr-defined]
+                    drain(_WINDOWS_IN_FLIGHT)
+                else:
+                    entries.extend((len(p), self._put_data(bytes(p))) for p in held)
                 held = []
             drain(0)
         finally:
@@ -389,7 +390,8 @@ class Encoder:
         return _ext(EXT_BYTES, self._upper_levels(EXT_BYTES, entries, 1)[0]), size
 
 
-_IN_FLIGHT = 64  # chunks (~4 MiB) hashed/compressed ahead of the writer
+_Stored = tuple[bytes, int, "tuple[int, bytes | memoryview] | None"]  # id, raw length, (codec, stored) or None if known
+_WINDOWS_IN_FLIGHT = 3  # read windows (8 MiB each) hashed/compressed ahead of the writer
 _POOL: ThreadPoolExecutor | None = None
 _POOL_PID = 0
 
@@ -409,13 +411,15 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
-def _hash_and_compress(piece: bytes, known: Callable[[bytes], bool]) -> tuple[bytes, int, tuple[int, bytes] | None]:
+def _hash_and_compress(pieces: list[memoryview], known: Callable[[bytes], bool]) -> list[_Stored]:
     from ckptcli.format.framing import compress
 
-    oid = hashlib.sha256(piece).digest()
-    if known(oid):
-        return oid, len(piece), None  # already stored: no need to compress it
-    return oid, len(piece), compress(piece)
+    out: list[_Stored] = []
+    for piece in pieces:
+        oid = hashlib.sha256(piece).digest()
+        # an object the store already has need not be compressed
+        out.append((oid, len(piece), None if known(oid) else compress(piece)))
+    return out
 
 
 @dataclass

@@ -23,7 +23,7 @@ from typing import IO
 from ckptcli.errors import LockError, NotFoundError, StoreIOError
 
 
-def _io_error(exc: OSError, what: str, path: Path | str) -> StoreIOError:
+def io_error(exc: OSError, what: str, path: Path | str) -> StoreIOError:
     reason = exc.strerror or str(exc)
     hint = None
     if exc.errno == errno.ENOSPC:
@@ -103,7 +103,7 @@ class LocalBackend(Backend):
         except FileNotFoundError:
             raise NotFoundError(f"{self._p(path)} does not exist") from None
         except OSError as exc:
-            raise _io_error(exc, "read", self._p(path)) from None
+            raise io_error(exc, "read", self._p(path)) from None
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         try:
@@ -122,7 +122,7 @@ class LocalBackend(Backend):
         except FileNotFoundError:
             raise NotFoundError(f"{self._p(path)} does not exist") from None
         except OSError as exc:
-            raise _io_error(exc, "read", self._p(path)) from None
+            raise io_error(exc, "read", self._p(path)) from None
 
     def _evict(self) -> None:
         # called with _fd_lock held: the oldest half goes
@@ -153,7 +153,7 @@ class LocalBackend(Backend):
             fh.write(data)
         except OSError as exc:
             self.discard_temp(temp, fh)
-            raise _io_error(exc, "write", self._p(path)) from None
+            raise io_error(exc, "write", self._p(path)) from None
         self.commit_temp(temp, fh, path)
 
     def open_temp(self) -> tuple[str, IO[bytes]]:
@@ -161,7 +161,7 @@ class LocalBackend(Backend):
         try:
             fh = open(self._p(temp), "xb")  # noqa: SIM115 - returned to the caller
         except OSError as exc:
-            raise _io_error(exc, "create a temporary file in", self.root / "tmp") from None
+            raise io_error(exc, "create a temporary file in", self.root / "tmp") from None
         return temp, fh
 
     def commit_temp(self, temp: str, handle: IO[bytes], path: str) -> None:
@@ -175,7 +175,7 @@ class LocalBackend(Backend):
             self._fsync_dir(dest.parent)
         except OSError as exc:
             self.discard_temp(temp, handle)
-            raise _io_error(exc, "write", dest) from None
+            raise io_error(exc, "write", dest) from None
 
     def _make_dirs(self, d: Path) -> None:
         """Create missing directories, fsyncing each parent so the new entry is durable."""
@@ -203,7 +203,7 @@ class LocalBackend(Backend):
                 for f in files:
                     out.append(f"{rel}/{f}" if rel != "." else f)
         except OSError as exc:
-            raise _io_error(exc, "list", base) from None
+            raise io_error(exc, "list", base) from None
         return sorted(p.replace(os.sep, "/") for p in out)
 
     def list_names(self, directory: str) -> builtins.list[str]:
@@ -212,7 +212,7 @@ class LocalBackend(Backend):
         except FileNotFoundError:
             return []
         except OSError as exc:
-            raise _io_error(exc, "list", self._p(directory)) from None
+            raise io_error(exc, "list", self._p(directory)) from None
 
     def exists(self, path: str) -> bool:
         return self._p(path).is_file()
@@ -233,7 +233,7 @@ class LocalBackend(Backend):
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise _io_error(exc, "open the lock", path) from None
+            raise io_error(exc, "open the lock", path) from None
         try:
             mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
             deadline = time.monotonic() + wait

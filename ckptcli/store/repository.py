@@ -18,13 +18,15 @@ renamed, so a crash at any instant leaves the store readable.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import os
 import secrets
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -40,7 +42,7 @@ from ckptcli.errors import (
 )
 from ckptcli.format import framing, limits
 from ckptcli.format.manifest import NAME_RE, Manifest, Subject, check_name
-from ckptcli.store.backend import Backend, LocalBackend
+from ckptcli.store.backend import Backend, LocalBackend, io_error
 
 STORE_DIRNAME = ".ckpt"
 PACK_TARGET_SIZE = 64 * 1024 * 1024
@@ -96,29 +98,64 @@ def parse_entry_rows(rows: Any, pack_id: bytes, where: str) -> Iterator[tuple[by
         yield oid, IndexEntry(pack_id, typ, off, slen, rlen, codec)
 
 
-class PackWriter:
-    """Appends stored objects to one pack file in tmp/; `finish` commits it."""
+_IO_AFTER = 1024 * 1024
 
-    def __init__(self, backend: Backend) -> None:
+
+class PackWriter:
+    """Appends stored objects to one pack file in tmp/; `finish` commits it.
+
+    Once a pack passes `io_after` bytes (small takes never do: a thread hand-off would
+    cost them more than it saves), its writes, the pack hash and the final fsync and
+    rename run on one I/O thread, in order, while the caller goes on encoding: the
+    offsets and rows are bookkept here, synchronously, so they never wait for I/O. At
+    most `_IO_AHEAD` bytes are queued; a write error surfaces at the next call.
+    """
+
+    def __init__(self, backend: Backend, io_after: int | None = _IO_AFTER) -> None:
         self.backend = backend
+        self.io: ThreadPoolExecutor | None = None
+        self.io_after = io_after
+        self.pending: collections.deque[tuple[int, Future[None]]] = collections.deque()
+        self.queued = 0
         self.temp, self.fh = backend.open_temp()
         self.hasher = hashlib.sha256()
         self.size = 0
         self.rows: list[list[Any]] = []
         self._write(framing.encode_header(framing.KIND_PACK))
 
-    def _write(self, data: bytes) -> None:
-        self.fh.write(data)
-        self.hasher.update(data)
+    def _write(self, data: bytes | memoryview) -> None:
         self.size += len(data)
+        if self.io is None and self.io_after is not None and self.size > self.io_after:
+            self.io = _io_pool()  # a big pack: hand the rest of it to the I/O thread
+        if self.io is None:
+            self._write_now(data)
+            return
+        self.pending.append((len(data), self.io.submit(self._write_now, data)))
+        self.queued += len(data)
+        while self.queued > _IO_AHEAD:
+            self._wait_one()
 
-    def add(self, oid: bytes, obj_type: int, codec: int, stored: bytes, raw_len: int) -> int:
+    def _wait_one(self) -> None:
+        n, fut = self.pending.popleft()
+        self.queued -= n
+        fut.result()
+
+    def _write_now(self, data: bytes | memoryview) -> None:
+        try:
+            self.fh.write(data)
+        except OSError as exc:
+            raise io_error(exc, "write", self.temp) from None
+        self.hasher.update(data)
+
+    def add(self, oid: bytes, obj_type: int, codec: int, stored: bytes | memoryview, raw_len: int) -> int:
         offset = self.size
         self._write(stored)
         self.rows.append([oid, obj_type, offset, len(stored), raw_len, codec])
         return offset
 
-    def finish(self) -> tuple[bytes, list[list[Any]]]:
+    def finish(self) -> Callable[[], tuple[bytes, list[list[Any]]]]:
+        """Write the trailer and commit the pack; returns a call that waits for the
+        commit and gives (pack id, rows)."""
         # The trailer makes a pack self-describing (an index can be rebuilt from it)
         # without repeating the 32-byte ids the index holds: an id is the hash of the
         # content, and offsets follow from the lengths.
@@ -126,12 +163,59 @@ class PackWriter:
         table = framing.encode_record(framing.KIND_PACK_TRAILER, {"objects": objects})
         self._write(table)
         self._write(_U32.pack(len(table)))
-        pack_id = self.hasher.digest()
+        if self.io is None:
+            done = self._commit(self.hasher.digest())
+            return lambda: done
+        # The fsync of a finished pack runs on a thread of its own, so that the I/O
+        # thread goes on filling the next pack while the disk catches up with this one.
+        sealed = self.io.submit(lambda: _sync_pool().submit(self._commit, self.hasher.digest()))
+
+        def wait() -> tuple[bytes, list[list[Any]]]:
+            self._wait_all()
+            return sealed.result().result()
+
+        return wait
+
+    def _commit(self, pack_id: bytes) -> tuple[bytes, list[list[Any]]]:
         self.backend.commit_temp(self.temp, self.fh, pack_path(pack_id))
         return pack_id, self.rows
 
+    def _wait_all(self) -> None:
+        while self.pending:
+            self._wait_one()
+
     def abort(self) -> None:
+        for _n, fut in self.pending:
+            with contextlib.suppress(Exception):
+                fut.result()
+        self.pending.clear()
         self.backend.discard_temp(self.temp, self.fh)
+
+
+_IO_AHEAD = 16 << 20  # bytes of pack writes queued for the I/O thread
+
+
+_POOLS: dict[str, tuple[int, ThreadPoolExecutor]] = {}
+
+
+def _thread(name: str) -> ThreadPoolExecutor:
+    """A process-wide single thread, made on first use (a forked child makes its own:
+    the parent's threads do not exist in it)."""
+    pid, pool = _POOLS.get(name, (0, None))  # type: ignore[arg-type]
+    if pool is None or pid != os.getpid():
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        _POOLS[name] = (os.getpid(), pool)
+    return pool
+
+
+def _io_pool() -> ThreadPoolExecutor:
+    """The thread that writes and hashes big packs, in order."""
+    return _thread("ckpt-io")
+
+
+def _sync_pool() -> ThreadPoolExecutor:
+    """The thread that fsyncs and renames finished packs."""
+    return _thread("ckpt-sync")
 
 
 class Transaction:
@@ -145,7 +229,7 @@ class Transaction:
         self.known = store.index()
         self.new: dict[bytes, int] = {}
         self.pack: PackWriter | None = None
-        self.packs: list[tuple[bytes, list[list[Any]]]] = []
+        self.packs: list[Callable[[], tuple[bytes, list[list[Any]]]]] = []
         self.new_objects = 0
         self.new_stored_bytes = 0
 
@@ -160,7 +244,7 @@ class Transaction:
         codec, stored = framing.compress(content)
         self.put_stored(oid, obj_type, codec, stored, len(content))
 
-    def put_stored(self, oid: bytes, obj_type: int, codec: int, stored: bytes, raw_len: int) -> None:
+    def put_stored(self, oid: bytes, obj_type: int, codec: int, stored: bytes | memoryview, raw_len: int) -> None:
         if oid in self.known or oid in self.new:
             return
         if self.pack is None:
@@ -180,17 +264,23 @@ class Transaction:
             self.pack = None
         if not self.packs:
             return None
-        body = {"packs": [{"id": pid, "entries": rows} for pid, rows in self.packs]}
+        packs = [wait() for wait in self.packs]
+        self.packs = []
+        body = {"packs": [{"id": pid, "entries": rows} for pid, rows in packs]}
         data = framing.encode_record(framing.KIND_INDEX, body)
         index_id = hashlib.sha256(data).digest()
         self.store.backend.write_atomic(f"index/{index_id.hex()}", data)
-        self.store._merge_index(self.packs)
+        self.store._merge_index(packs)
         return index_id
 
     def abort(self) -> None:
         if self.pack is not None:
             self.pack.abort()
             self.pack = None
+        for wait in self.packs:  # let finished packs land (unindexed, so unreferenced) before returning
+            with contextlib.suppress(Exception):
+                wait()
+        self.packs = []
 
 
 def find_store(start: Path | None = None) -> Path:
