@@ -203,6 +203,7 @@ def take(
     producer: dict[str, str] | None = None,
     doc_format: str = "python",
     force_read: bool = False,
+    carry: Mapping[str, bytes] | None = None,
     progress: Progress = NULL,
 ) -> TakeResult:
     """Take a checkpoint of `state` (and files under `blobs`) into `store`.
@@ -216,6 +217,10 @@ def take(
         blobs: name -> file or directory to store in the `blobs` section. Files whose
             size, mtime, ctime and inode match the first parent's are not read again
             (`force_read=True` reads everything).
+        carry: section name -> encoded root (EV bytes) taken verbatim from another
+            checkpoint of this store, e.g. `Checkpoint.section_ev("blobs")`, so a
+            derived checkpoint (a migration, a fork) shares it without re-encoding.
+            Every object it references must already be in the store.
     Returns:
         TakeResult with the new id and what it added to the store.
     Raises:
@@ -244,6 +249,10 @@ def take(
         try:
             enc = Encoder(txn, cdc=store.config.cdc)
             encoded = {name: enc.encode_root(value, where=name) for name, value in sections.items()}
+            for name, ev in (carry or {}).items():
+                if name in encoded or (name == "blobs" and blob_paths):
+                    raise InvalidInputError(f"section {name!r} is both carried over and given")
+                encoded[name] = ev
             report = CaptureReport()
             if blob_paths:
                 # files unchanged since the first parent (size, mtime, ctime, inode) are not read again

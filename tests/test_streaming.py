@@ -11,10 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckptcli.api import init_store, open_checkpoint, open_store, take, verify
+from ckptcli.errors import InvalidInputError
 from ckptcli.format.chunker import chunk_bytes, iter_chunks, iter_windows
 
 PARAMS = (16384, 65536, 262144)
@@ -111,3 +113,20 @@ def test_a_write_that_fails_on_the_io_thread_is_one_error_line_and_commits_nothi
     assert not list((store_dir / "tmp").iterdir())
     assert not list((store_dir / "manifests").rglob("*"))
     assert verify(open_store(store_dir), read_data=True).ok
+
+
+def test_a_carried_section_is_shared_not_copied(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w.bin").write_bytes(_data("random", 2 << 20, 5))
+    store = init_store(tmp_path / "store")
+    first = take(store, {"memory": {"v": 1}}, subject="agent:a", blobs={"state": src})
+    ev = open_checkpoint(first.id.hex(), store).manifest.sections["blobs"]
+    second = take(store, {"memory": {"v": 2}}, subject="agent:a", carry={"blobs": ev}, schema_version=2)
+    assert second.new_bytes < 4096  # the memory section and the manifest's roots, no file data
+    ck = open_checkpoint(second.id.hex(), store)
+    assert ck.state() == {"memory": {"v": 2}}
+    ck.restore_blobs(tmp_path / "out")
+    assert (tmp_path / "out" / "state" / "w.bin").read_bytes() == (src / "w.bin").read_bytes()
+    with pytest.raises(InvalidInputError, match="both carried over and given"):
+        take(store, {"memory": {"v": 3}}, subject="agent:a", carry={"memory": ev})
