@@ -282,9 +282,11 @@ def take(
             stats={"logical_bytes": enc.logical_bytes, "new_objects": txn.new_objects, "new_bytes": txn.new_stored_bytes},
         )
         cid = store.write_manifest(manifest)  # the commit point
-    store.advance_latest(subj, cid, manifest.created_ns)
-    if branch:
-        store.set_branch(branch, cid)
+        # refs move while the store lock is still held, so a prune (which takes it
+        # exclusively) never sees a new checkpoint without its refs
+        store.advance_latest(subj, cid, manifest.created_ns)
+        if branch:
+            store.set_branch(branch, cid)
     return TakeResult(cid, manifest, txn.new_objects, txn.new_stored_bytes, report)
 
 
@@ -318,6 +320,13 @@ class Checkpoint:
 
     def section_names(self) -> list[str]:
         return list(self.manifest.sections)
+
+    def section_ev(self, name: str) -> bytes:
+        """A section's encoded root, as stored (for `take(carry=...)`)."""
+        ev = self.manifest.sections.get(name)
+        if ev is None:
+            raise NotFoundError(f"checkpoint {self.hex[:12]} has no section {name!r}")
+        return ev
 
     def section(self, name: str, *, lazy_bytes: bool = False) -> Any:
         ev = self.manifest.sections.get(name)
@@ -483,8 +492,8 @@ def import_checkpoint(store: Store, path: PathLike, progress: Progress = NULL) -
                 txn.abort()
                 raise
             cid = store.add_manifest_bytes(f.manifest_bytes)
-        m = f.manifest()
-        store.advance_latest(m.subject, cid, m.created_ns)
+            m = f.manifest()
+            store.advance_latest(m.subject, cid, m.created_ns)
         return cid
     finally:
         f.close()

@@ -103,6 +103,7 @@ def describe(r: subprocess.CompletedProcess[bytes]) -> str:
 #:   replace      os.replace as called by the backend (the rename inside commit_temp)
 #:   fsync        os.fsync as called by the backend
 #:   pack_add     PackWriter.add (one object appended to the pack being written)
+#:   delete       LocalBackend.delete (prune removing a manifest, index file, pack or temp)
 #: CKPT_FAULT_TRACE=<file> appends one line per call: "<point> <detail>".
 FAULT_WRAPPER = r"""
 import os, signal, sys, types
@@ -132,6 +133,7 @@ def _hook(point, fn, detail):
 
 _backend.LocalBackend.commit_temp = _hook("commit_temp", _backend.LocalBackend.commit_temp, lambda a: a[3])
 _repo.PackWriter.add = _hook("pack_add", _repo.PackWriter.add, lambda a: a[1].hex()[:12])
+_backend.LocalBackend.delete = _hook("delete", _backend.LocalBackend.delete, lambda a: a[1])
 
 class _Os(types.ModuleType):
     def __getattr__(self, name):

@@ -226,6 +226,7 @@ class Transaction:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        store.refresh_index()  # callers hold the store lock: what is indexed now stays until commit
         self.known = store.index()
         self.new: dict[bytes, int] = {}
         self.pack: PackWriter | None = None
@@ -270,7 +271,7 @@ class Transaction:
         data = framing.encode_record(framing.KIND_INDEX, body)
         index_id = hashlib.sha256(data).digest()
         self.store.backend.write_atomic(f"index/{index_id.hex()}", data)
-        self.store._merge_index(packs)
+        self.store._merge_index(packs, f"index/{index_id.hex()}")
         return index_id
 
     def abort(self) -> None:
@@ -400,10 +401,15 @@ class Store:
         return self._index
 
     def refresh_index(self) -> None:
-        """Read index files written since the last look (other processes' takes)."""
+        """Read index files written since the last look (other processes' takes). If any
+        file read before has gone, a prune has rewritten the index: read it all again,
+        so that nothing is deduplicated against an object the prune removed."""
+        names = self.backend.list("index")
+        if self._index_files - set(names):
+            self._index, self._index_files = {}, set()
         idx = self._index if self._index is not None else {}
         self._index = idx
-        for name in self.backend.list("index"):
+        for name in names:
             if name in self._index_files:
                 continue
             for pack_id, rows in self.read_index_file(name):
@@ -426,8 +432,16 @@ class Store:
             out.append((p["id"], p.get("entries")))
         return out
 
-    def _merge_index(self, packs: list[tuple[bytes, list[list[Any]]]]) -> None:
+    def reset_index(self) -> None:
+        """Forget the cached index (after a prune rewrote it); read again on next use."""
+        self._index, self._index_files = None, set()
+
+    def forget_manifest(self, cid: bytes) -> None:
+        self._manifest_cache.pop(cid, None)
+
+    def _merge_index(self, packs: list[tuple[bytes, list[list[Any]]]], name: str) -> None:
         idx = self.index()
+        self._index_files.add(name)
         for pack_id, rows in packs:
             for oid, entry in parse_entry_rows(rows, pack_id, "new index"):
                 idx.setdefault(oid, entry)

@@ -52,11 +52,12 @@ def _ref_command(ns: str, name: str | None, ref: str, delete: bool, force: bool,
     if delete:
         st.delete_ref(f"refs/{ns}/{name}")
         return
-    cid = st.resolve(ref)
-    if ns == "tags":
-        st.set_tag(name, cid, force=force)
-    else:
-        st.set_branch(name, cid)
+    with st.backend.lock("store", shared=True):  # a prune cannot remove the target meanwhile
+        cid = st.resolve(ref)
+        if ns == "tags":
+            st.set_tag(name, cid, force=force)
+        else:
+            st.set_branch(name, cid)
     if as_json:
         emit_json({"name": name, "id": cid.hex()})
     else:

@@ -1,0 +1,123 @@
+"""ckpt compat: do old checkpoints still restore under the current code? (the CI step)"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ckptcli.cli.app import JsonOpt, StoreOpt, app
+from ckptcli.cli.output import emit_json, exit_status, out
+from ckptcli.errors import ExitCode
+
+
+@app.command(
+    epilog=exit_status(ExitCode.FAILURE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.IO_ERROR)
+)
+def compat(
+    sources: Annotated[
+        list[str] | None,
+        typer.Argument(help="Directories of .ckpt files (searched recursively), .ckpt files, or checkpoints of the store (default: all of the store).", show_default=False),
+    ] = None,
+    migrations: Annotated[
+        str | None,
+        typer.Option("--migrations", "-m", metavar="SPEC", help="The project's migrations: MODULE, MODULE:NAME, or ep:NAME (entry point in ckpt.migrations).", show_default=False),
+    ] = None,
+    target: Annotated[
+        str | None,
+        typer.Option("--target", "-t", metavar="N", help="Schema version the current code reads (default: the migrations' SCHEMA_VERSION).", show_default=False),
+    ] = None,
+    adapter: Annotated[
+        str | None,
+        typer.Option("--adapter", "-a", metavar="MODULE:FUNC", help="MODULE:FUNCTION that loads a state document into the current code's objects, raising if it cannot.", show_default=False),
+    ] = None,
+    assume_version: Annotated[
+        str | None,
+        typer.Option("--assume-version", metavar="N", help="Treat checkpoints without a schema_version as this version (default: they are incompatible).", show_default=False),
+    ] = None,
+    subject: Annotated[str | None, typer.Option("--subject", "-S", metavar="KIND:NAME", help="In a store, only this subject (KIND:NAME).", show_default=False)] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", metavar="PATH", help="Also write a JUnit XML report here (one testcase per checkpoint).", show_default=False)] = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check that old checkpoints still restore under the current code.
+
+    Each checkpoint is compatible as-is (at the target schema version, and the adapter
+    accepts its state), compatible after migration (the project's migrations lead to
+    the target, every step succeeds, and the adapter accepts the result), or
+    incompatible, with the reason: unreadable or damaged, a newer format, no
+    schema_version, no migration path, a migration that raised, or the adapter
+    refusing the state. An argument that is a directory, holds a "/" or ends in .ckpt is
+    a path; anything else names a checkpoint of the store. Migrations run in memory: nothing is written anywhere but the
+    --junit report. MODULE specs are imported from the current directory too, as
+    `python -m` does. Exit status 1 when any checkpoint is incompatible.
+
+    Examples:
+
+      ckpt compat fixtures/ --migrations myapp.migrations --adapter myapp.state:load
+
+      ckpt compat fixtures/ -m myapp.migrations --junit compat.xml
+
+      ckpt compat --subject agent:bot --migrations ep:myapp --json
+    """
+    from ckptcli import api
+    from ckptcli.compat import AFTER_MIGRATION, AS_IS, INCOMPATIBLE, CompatCheck, CompatFailed, load_adapter
+    from ckptcli.errors import NotFoundError
+    from ckptcli.schema import cwd_importable, load_migrations
+
+    cwd_importable()
+    check = CompatCheck(
+        migrations=load_migrations(migrations) if migrations else None,
+        target=target,
+        adapter=load_adapter(adapter) if adapter else None,
+        assume_version=assume_version,
+    )
+    paths, refs = [], []
+    for s in sources or []:
+        # refs never hold a "/": anything with one, a directory or a .ckpt is a path
+        if Path(s).is_dir() or os.sep in s or s.endswith(".ckpt") or api.names_a_file(s):
+            paths.append(Path(s))
+        else:
+            refs.append(s)
+    results = check.files(paths) if paths else []
+    if refs or not paths:
+        results += check.store(api.open_store(store), refs, subject)
+    if not results:
+        where = ", ".join(str(p) for p in paths) if paths else "the store"
+        raise NotFoundError(f"no checkpoints found in {where}", hint="make fixtures with `ckpt export REF -o fixtures/NAME.ckpt`")
+    report = check.report(results)
+    if junit is not None:
+        report.write_junit(junit)
+    if os.environ.get("CKPT_DEBUG"):
+        import traceback
+
+        for r in report.results:
+            if r.cause is not None:
+                sys.stderr.write(f"{r.name}:\n" + "".join(traceback.format_exception(r.cause)))
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        # plain aligned columns (as ckpt ls), each row coloured by its verdict unless NO_COLOR
+        rows = [("RESULT", "CHECKPOINT", "SUBJECT", "VERSION", "DETAIL")]
+        for r in report.results:
+            detail = f"via {', '.join(r.steps)}" if r.status == AFTER_MIGRATION else r.reason
+            version = "-" if r.schema_version is None else str(r.schema_version)
+            rows.append((r.status, r.name, r.subject or "-", version, detail.replace("\n", " ")))
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        styles = {AS_IS: "green", AFTER_MIGRATION: "yellow", INCOMPATIBLE: "red"}
+        c = out()
+        for row in rows:
+            line = "  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
+            c.print(line.rstrip(), markup=False, style=styles.get(row[0]))
+        n = report.counts()
+        goal = f" against schema version {report.target}" if report.target is not None else ""
+        c.print(
+            f"{len(report.results)} checkpoint(s) checked{goal}: {n[AS_IS]} compatible as-is, {n[AFTER_MIGRATION]} after migration, {n[INCOMPATIBLE]} incompatible",
+            markup=False,
+        )
+    if not report.ok:
+        bad = report.counts()[INCOMPATIBLE]
+        raise CompatFailed(f"{bad} of {len(report.results)} checkpoint(s) incompatible", hint="see above" + (f" and {junit}" if junit else ""))

@@ -1,0 +1,114 @@
+"""ckpt prune: remove checkpoints a retention policy does not keep, then unneeded objects."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ckptcli.cli.app import JsonOpt, StoreOpt, app
+from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out
+from ckptcli.errors import ExitCode
+
+
+@app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.LOCKED, ExitCode.CORRUPT, ExitCode.NO_STORE, ExitCode.IO_ERROR))
+def prune(
+    keep_last: Annotated[int, typer.Option("--keep-last", metavar="N", help="Keep the N newest checkpoints of each subject.")] = 0,
+    keep_hourly: Annotated[int, typer.Option("--keep-hourly", metavar="N", help="Keep the newest checkpoint of each of the last N hours that have one.")] = 0,
+    keep_daily: Annotated[int, typer.Option("--keep-daily", metavar="N", help="... of each of the last N days that have one.")] = 0,
+    keep_weekly: Annotated[int, typer.Option("--keep-weekly", metavar="N", help="... of each of the last N ISO weeks that have one.")] = 0,
+    keep_monthly: Annotated[int, typer.Option("--keep-monthly", metavar="N", help="... of each of the last N months that have one.")] = 0,
+    keep_yearly: Annotated[int, typer.Option("--keep-yearly", metavar="N", help="... of each of the last N years that have one.")] = 0,
+    keep_within: Annotated[
+        str | None, typer.Option("--keep-within", metavar="AGE", help="Keep everything taken within AGE (30m, 12h, 7d, 2w) of the subject's newest.")
+    ] = None,
+    keep_tag: Annotated[
+        list[str] | None, typer.Option("--keep-tag", metavar="T", help="Keep checkpoints tagged T, or labelled T (key or key=value). Repeatable.")
+    ] = None,
+    subject: Annotated[list[str] | None, typer.Option("--subject", "-S", metavar="KIND:NAME", help="Only these subjects (repeatable).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Say what would be removed and why each survivor stays; change nothing.")] = False,
+    allow_remove_all: Annotated[bool, typer.Option("--allow-remove-all", help="Allow removing every checkpoint of a subject.")] = False,
+    max_unused: Annotated[
+        float, typer.Option("--max-unused", metavar="FRACTION", help="Rewrite a pack when more than this fraction of it is unneeded.")
+    ] = 0.1,
+    utc: Annotated[bool, typer.Option("--utc", help="Calendar buckets in UTC (default: local time).")] = False,
+    lock_wait: Annotated[float, typer.Option("--lock-wait", metavar="SECONDS", help="How long to wait for running takes to finish.")] = 300.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List kept checkpoints too, with their reasons.")] = False,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove checkpoints a retention policy does not keep, then the data only they needed.
+
+    The policy applies to each subject on its own, newest first, as restic's forget
+    does: --keep-last N keeps the N newest; each calendar rule keeps the newest
+    checkpoint of each of its last N buckets (hours, days, ISO weeks, months, years
+    that have a checkpoint); --keep-within keeps everything taken within that long of
+    the subject's newest; --keep-tag keeps tagged or labelled ones. A checkpoint that
+    any rule keeps stays. Checkpoints that a tag or a branch points at always stay.
+    A subject whose every checkpoint would go is refused unless --allow-remove-all.
+
+    Then objects no surviving checkpoint needs are deleted: packs holding only such
+    objects are removed, packs more than --max-unused unneeded are rewritten, small
+    packs (one per small take) are merged, and the index is rewritten as one file.
+
+    Safe while other processes take checkpoints: prune holds the store lock
+    exclusively, waiting up to --lock-wait seconds for running takes; takes started
+    meanwhile wait for it (up to 30 s, then exit 9 with nothing written). A crash at
+    any point loses nothing a kept checkpoint needs; run prune again to finish.
+
+    Examples:
+
+      ckpt prune --keep-last 10 --dry-run
+
+      ckpt prune --keep-daily 7 --keep-weekly 4 --keep-tag release
+
+      ckpt prune --keep-within 2d -S agent:support-bot --json
+    """
+    from datetime import UTC
+
+    from ckptcli import api
+    from ckptcli.format.manifest import Subject
+    from ckptcli.listing import format_time
+    from ckptcli.prune import Policy
+    from ckptcli.prune import prune as run_prune
+    from ckptcli.timeparse import parse_duration
+
+    policy = Policy(
+        keep_last=keep_last,
+        keep_hourly=keep_hourly,
+        keep_daily=keep_daily,
+        keep_weekly=keep_weekly,
+        keep_monthly=keep_monthly,
+        keep_yearly=keep_yearly,
+        keep_within_s=parse_duration(keep_within) if keep_within is not None else None,
+        keep_tags=list(keep_tag or []),
+        tz=UTC if utc else None,
+    )
+    st = api.open_store(store)
+    subjects = [str(Subject.parse(s)) for s in subject] if subject else None
+    report = run_prune(
+        st, policy, subjects=subjects, dry_run=dry_run, allow_remove_all=allow_remove_all, max_unused=max_unused, lock_wait=lock_wait,
+        progress=BarProgress(),
+    )
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    c = out()
+    verb = "would remove" if dry_run else "removed"
+    for d in report.decisions:
+        if d.keep and not (verbose or dry_run):
+            continue
+        what = f"keep    {d.id.hex()[:12]}  {format_time(d.created_ns)}  {d.subject}  ({', '.join(d.reasons)})" if d.keep else (
+            f"remove  {d.id.hex()[:12]}  {format_time(d.created_ns)}  {d.subject}"
+        )
+        c.print(what, markup=False)
+    c.print(f"{verb} {len(report.removed)} checkpoint(s), kept {len(report.kept)}", markup=False)
+    for name, target in report.refs_moved.items():
+        c.print(f"moved {name} to {target[:12]}" if target else f"deleted {name} (its subject has no checkpoint left)", markup=False)
+    if report.gc:
+        g = report.gc
+        c.print(
+            f"packs: {g.packs_deleted} deleted ({g.packs_repacked} of them rewritten into {g.packs_written}), "
+            f"{g.objects_removed} object(s) and {human_size(g.bytes_freed)} freed; index files {g.index_files_before} -> {g.index_files_after}",
+            markup=False,
+        )

@@ -1,0 +1,375 @@
+"""Retention policies (which checkpoints to keep) and garbage collection (which objects
+no kept checkpoint needs).
+
+The policy works like restic's `forget`, per subject: checkpoints are taken newest
+first; `keep_last` keeps the first N; each calendar rule (hourly, daily, weekly,
+monthly, yearly) keeps the newest checkpoint of each of its first N buckets;
+`keep_within` keeps everything taken within that long of the subject's newest
+checkpoint; `keep_tags` keeps checkpoints that a named tag points at or that carry the
+label (`key` or `key=value`). Tags and branch heads are never removed whatever the
+policy says. A survivor's reasons are recorded so `--dry-run` can say why it stays.
+
+Concurrency: a prune holds the store lock exclusively from the first look at the
+manifests to the last deletion. Takes hold it shared for their whole transaction
+(index read, packs, index, manifest, refs), so a prune never sees half a take, and a
+take never deduplicates against an object the prune is deleting: a take that starts
+after the prune re-reads the index (the prune's rewrite removes the old index files,
+which is how every process notices). Write order, so that a crash anywhere loses
+nothing a kept checkpoint needs: new packs (repacked objects) -> the new index (all
+kept packs) -> refs -> removed manifests -> old index files -> unneeded packs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, tzinfo
+from typing import Any
+
+from ckptcli.errors import CkptError, UsageError
+from ckptcli.format import framing
+from ckptcli.format.manifest import Manifest
+from ckptcli.format.walk import WalkResult, walk_checkpoint
+from ckptcli.progress import NULL, Progress
+from ckptcli.store.repository import IndexEntry, PackWriter, Store, pack_path
+
+
+#: calendar rules: name -> bucket key of a local time
+def _week(t: datetime) -> str:
+    year, week, _day = t.isocalendar()
+    return f"{year:04d}-W{week:02d}"
+
+
+_BUCKETS: dict[str, Callable[[datetime], str]] = {
+    "hourly": lambda t: t.strftime("%Y-%m-%d %H:00"),
+    "daily": lambda t: t.strftime("%Y-%m-%d"),
+    "weekly": _week,
+    "monthly": lambda t: t.strftime("%Y-%m"),
+    "yearly": lambda t: t.strftime("%Y"),
+}
+
+
+@dataclass
+class Policy:
+    keep_last: int = 0
+    keep_hourly: int = 0
+    keep_daily: int = 0
+    keep_weekly: int = 0
+    keep_monthly: int = 0
+    keep_yearly: int = 0
+    keep_within_s: int | None = None
+    keep_tags: list[str] = field(default_factory=list)
+    tz: tzinfo | None = None  # calendar buckets in this zone (None: local time)
+
+    def empty(self) -> bool:
+        counts = (self.keep_last, self.keep_hourly, self.keep_daily, self.keep_weekly, self.keep_monthly, self.keep_yearly)
+        return not any(counts) and self.keep_within_s is None and not self.keep_tags
+
+    def check(self) -> None:
+        for name in ("keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly", "keep_yearly"):
+            if getattr(self, name) < 0:
+                raise UsageError(f"--{name.replace('_', '-')} must not be negative")
+        if self.keep_within_s is not None and self.keep_within_s < 0:
+            raise UsageError("--keep-within must not be negative")
+
+
+@dataclass
+class Decision:
+    id: bytes
+    subject: str
+    created_ns: int
+    keep: bool
+    reasons: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id.hex(), "subject": self.subject, "created_ns": self.created_ns, "keep": self.keep, "reasons": self.reasons}
+
+
+@dataclass
+class GcReport:
+    packs_before: int = 0
+    packs_deleted: int = 0
+    packs_repacked: int = 0
+    packs_written: int = 0
+    objects_removed: int = 0
+    bytes_freed: int = 0
+    index_files_before: int = 0
+    index_files_after: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class PruneReport:
+    decisions: list[Decision]
+    dry_run: bool
+    gc: GcReport | None = None
+    refs_moved: dict[str, str | None] = field(default_factory=dict)
+
+    @property
+    def removed(self) -> list[Decision]:
+        return [d for d in self.decisions if not d.keep]
+
+    @property
+    def kept(self) -> list[Decision]:
+        return [d for d in self.decisions if d.keep]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "kept": len(self.kept),
+            "removed": len(self.removed),
+            "checkpoints": [d.to_dict() for d in self.decisions],
+            "refs_moved": self.refs_moved,
+            "gc": self.gc.to_dict() if self.gc else None,
+        }
+
+
+def decide(
+    manifests: dict[bytes, Manifest], policy: Policy, protected: dict[bytes, list[str]], subjects: Iterable[str] | None = None
+) -> list[Decision]:
+    """Apply `policy` to every subject's checkpoints (only `subjects`, when given).
+    `protected` maps checkpoint ids to the refs that keep them whatever the policy."""
+    wanted = set(subjects) if subjects is not None else None
+    groups: dict[str, list[tuple[bytes, Manifest]]] = defaultdict(list)
+    for cid, m in manifests.items():
+        subj = str(m.subject)
+        if wanted is None or subj in wanted:
+            groups[subj].append((cid, m))
+    out: list[Decision] = []
+    for subj in sorted(groups):
+        items = sorted(groups[subj], key=lambda it: (it[1].created_ns, it[0]), reverse=True)
+        newest = items[0][1].created_ns
+        last_bucket: dict[str, str] = {}
+        left = {rule: getattr(policy, f"keep_{rule}") for rule in _BUCKETS}
+        for n, (cid, m) in enumerate(items):
+            reasons: list[str] = []
+            if n < policy.keep_last:
+                reasons.append(f"last {policy.keep_last}")
+            when = datetime.fromtimestamp(m.created_ns / 1e9, policy.tz) if policy.tz else datetime.fromtimestamp(m.created_ns / 1e9).astimezone()
+            for rule, key_of in _BUCKETS.items():
+                key = key_of(when)
+                if left[rule] > 0 and last_bucket.get(rule) != key:
+                    last_bucket[rule] = key
+                    left[rule] -= 1
+                    reasons.append(f"{rule} {key}")
+            if policy.keep_within_s is not None and newest - m.created_ns <= policy.keep_within_s * 1_000_000_000:
+                reasons.append(f"within {_fmt_age(policy.keep_within_s)} of the newest")
+            for tag in policy.keep_tags:
+                if f"tags/{tag}" in protected.get(cid, []) or _has_label(m, tag):
+                    reasons.append(f"tag {tag}")
+            reasons.extend(protected.get(cid, []))
+            out.append(Decision(cid, subj, m.created_ns, bool(reasons), reasons))
+    return out
+
+
+def _has_label(m: Manifest, tag: str) -> bool:
+    key, eq, value = tag.partition("=")
+    return key in m.labels and (not eq or m.labels[key] == value)
+
+
+def _fmt_age(seconds: int) -> str:
+    for unit, n in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % n == 0:
+            return f"{seconds // n}{unit}"
+    return f"{seconds}s"
+
+
+def prune(
+    store: Store,
+    policy: Policy,
+    *,
+    subjects: list[str] | None = None,
+    dry_run: bool = False,
+    allow_remove_all: bool = False,
+    max_unused: float = 0.1,
+    lock_wait: float = 300.0,
+    progress: Progress = NULL,
+) -> PruneReport:
+    """Remove the checkpoints `policy` does not keep, then the objects no kept
+    checkpoint needs. Raises UsageError for an empty policy, or when a subject would
+    lose every checkpoint and `allow_remove_all` is not set; LockError when takes keep
+    the store busy for longer than `lock_wait` seconds."""
+    policy.check()
+    if policy.empty():
+        raise UsageError("no retention policy given", hint="give at least one --keep-* option, e.g. --keep-last 10")
+    with store.backend.lock("store", shared=False, wait=lock_wait):
+        manifests = {cid: store.manifest(cid) for cid in store.manifest_ids()}
+        refs = store.refs()
+        protected: dict[bytes, list[str]] = defaultdict(list)
+        for name, target in refs.items():
+            if name.startswith(("tags/", "branches/")):
+                protected[target].append(name)
+        decisions = decide(manifests, policy, protected, subjects)
+        if not allow_remove_all:
+            by_subject: dict[str, bool] = defaultdict(bool)
+            for d in decisions:
+                by_subject[d.subject] |= d.keep
+            emptied = sorted(s for s, any_kept in by_subject.items() if not any_kept)
+            if emptied:
+                raise UsageError(
+                    f"the policy keeps no checkpoint of {', '.join(emptied)}",
+                    hint="check the --keep-* options, or pass --allow-remove-all to remove them all",
+                )
+        report = PruneReport(decisions, dry_run)
+        removed = {d.id for d in decisions if not d.keep}
+        if dry_run:
+            return report
+        survivors = {cid: m for cid, m in manifests.items() if cid not in removed}
+        report.gc = GcReport()
+        # 1. new packs and the new index: everything a survivor needs stays readable
+        plan = _plan_gc(store, survivors, report.gc, max_unused, progress)
+        # 2. refs: no latest may point at a removed checkpoint
+        for name, target in refs.items():
+            if name.startswith("latest/") and target in removed:
+                subj = manifests[target].subject
+                rest = [(m.created_ns, cid) for cid, m in survivors.items() if m.subject == subj]
+                path = f"refs/{name}"
+                if rest:
+                    new = max(rest)[1]
+                    store.write_ref(path, new)
+                    report.refs_moved[name] = new.hex()
+                else:
+                    store.backend.delete(path)
+                    report.refs_moved[name] = None
+        # 3. the removed checkpoints, then what only they needed
+        for cid in removed:
+            store.backend.delete(f"manifests/{cid.hex()}")
+            store.forget_manifest(cid)
+        _finish_gc(store, plan, report.gc)
+        return report
+
+
+@dataclass
+class _GcPlan:
+    old_index_files: list[str]
+    new_index_file: str
+    drop_packs: list[bytes]
+
+
+def _plan_gc(store: Store, survivors: dict[bytes, Manifest], rep: GcReport, max_unused: float, progress: Progress) -> _GcPlan:
+    store.refresh_index()
+    index = store.index()
+    old_index_files = store.backend.list("index")
+    rep.index_files_before = len(old_index_files)
+    live = WalkResult()
+    progress.start("finding needed objects", len(survivors))
+    for m in survivors.values():
+        walk_checkpoint(store, m, result=live)  # raises on a missing or damaged object: nothing deleted yet
+        progress.advance(1)
+    progress.finish()
+    needed = live.objects
+    by_pack: dict[bytes, list[tuple[bytes, IndexEntry]]] = defaultdict(list)
+    for oid, entry in index.items():
+        by_pack[entry.pack].append((oid, entry))
+    pack_files = {name.rsplit("/", 1)[-1] for name in store.backend.list("packs")}
+    rep.packs_before = len(pack_files)
+    keep_rows: dict[bytes, list[list[Any]]] = {}
+    repack: list[tuple[bytes, IndexEntry]] = []
+    drop: list[bytes] = []
+    small: list[bytes] = []
+    for pack_id, entries in by_pack.items():
+        if pack_id.hex() not in pack_files:
+            continue
+        total = sum(e.stored_len for _o, e in entries)
+        unused = sum(e.stored_len for o, e in entries if o not in needed)
+        if unused == total:
+            drop.append(pack_id)
+            rep.objects_removed += len(entries)
+            rep.bytes_freed += total
+        elif unused > max_unused * total:
+            drop.append(pack_id)
+            rep.packs_repacked += 1
+            rep.objects_removed += sum(1 for o, _e in entries if o not in needed)
+            rep.bytes_freed += unused
+            repack.extend((o, e) for o, e in entries if o in needed)
+        elif total < _SMALL_PACK:
+            small.append(pack_id)
+            keep_rows[pack_id] = [[o, *e[1:]] for o, e in entries]
+        else:
+            keep_rows[pack_id] = [[o, *e[1:]] for o, e in entries]
+    # packs no index names: left by takes killed before their index was written (no take
+    # is running now: this prune holds the store lock exclusively)
+    for hexname in pack_files:
+        pid = bytes.fromhex(hexname) if len(hexname) == 64 else None
+        if pid is not None and pid not in by_pack:
+            drop.append(pid)
+            rep.bytes_freed += store.backend.size(pack_path(pid))
+    if len(small) >= _SMALL_PACKS_TO_MERGE:
+        # many small packs (one per small take) are merged: fewer files, fewer blocks
+        for pack_id in small:
+            rows = keep_rows.pop(pack_id)
+            drop.append(pack_id)
+            rep.packs_repacked += 1
+            dead = [r for r in rows if r[0] not in needed]
+            rep.objects_removed += len(dead)
+            rep.bytes_freed += sum(r[3] for r in dead)
+            repack.extend((r[0], index[r[0]]) for r in rows if r[0] in needed)
+    new_packs = _repack(store, repack, progress)
+    # a pack is named by its content: a repack can write again exactly a pack that an
+    # interrupted prune wrote (then an orphan above); what the new index names stays
+    kept_ids = set(keep_rows) | {pid for pid, _rows in new_packs}
+    drop = [pid for pid in drop if pid not in kept_ids]
+    rep.packs_written = len(new_packs)
+    rep.packs_deleted = len(drop)
+    packs = [{"id": pid, "entries": rows} for pid, rows in sorted(keep_rows.items())] + [
+        {"id": pid, "entries": rows} for pid, rows in new_packs
+    ]
+    data = framing.encode_record(framing.KIND_INDEX, {"packs": packs})
+    name = f"index/{hashlib.sha256(data).hexdigest()}"
+    store.backend.write_atomic(name, data)
+    return _GcPlan([n for n in old_index_files if n != name], name, drop)
+
+
+_SMALL_PACK = 512 * 1024
+_SMALL_PACKS_TO_MERGE = 16
+
+
+def _repack(store: Store, objects: list[tuple[bytes, IndexEntry]], progress: Progress) -> list[tuple[bytes, list[list[Any]]]]:
+    """Copy objects into new packs, stored bytes verbatim, each checked against its id."""
+    out: list[tuple[bytes, list[list[Any]]]] = []
+    if not objects:
+        return out
+    progress.start("repacking", sum(e.stored_len for _o, e in objects))
+    objects.sort(key=lambda it: (it[1].pack, it[1].offset))  # read each old pack front to back
+    writer: PackWriter | None = None
+    try:
+        for oid, entry in objects:
+            store.get(oid)  # decompresses and checks the hash: a damaged object is not carried on
+            _e, stored = store.read_stored(oid)
+            if writer is None:
+                writer = PackWriter(store.backend)
+            writer.add(oid, entry.obj_type, entry.codec, stored, entry.raw_len)
+            progress.advance(entry.stored_len)
+            if writer.size >= _REPACK_TARGET:
+                out.append(writer.finish()())
+                writer = None
+        if writer is not None:
+            out.append(writer.finish()())
+            writer = None
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    finally:
+        progress.finish()
+    return out
+
+
+_REPACK_TARGET = 64 * 1024 * 1024
+
+
+def _finish_gc(store: Store, plan: _GcPlan, rep: GcReport) -> None:
+    for name in plan.old_index_files:
+        store.backend.delete(name)
+    for pack_id in plan.drop_packs:
+        with contextlib.suppress(CkptError):  # already gone: a crashed earlier prune got this far
+            store.backend.delete(pack_path(pack_id))
+    for name in store.backend.list("tmp"):  # temp files of killed takes: none is live now
+        store.backend.delete(name)
+    store.reset_index()
+    rep.index_files_after = len(store.backend.list("index"))
