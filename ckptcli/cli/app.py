@@ -47,7 +47,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
-COMMANDS = ("init", "take", "ls", "show", "cat", "diff", "restore", "verify", "export", "import_", "tag", "branch", "refs", "compat", "prune")
+COMMANDS = ("init", "take", "ls", "show", "cat", "diff", "restore", "verify", "export", "import_", "tag", "branch", "refs", "compat", "prune", "migrate")
 
 StoreOpt = Annotated[
     Path | None,
@@ -110,6 +110,10 @@ def run(argv: list[str] | None = None) -> int:
         rv = command.main(args=args, prog_name="ckpt", standalone_mode=False)
         return rv if isinstance(rv, int) else 0
     except CkptError as exc:
+        if os.environ.get("CKPT_DEBUG") and exc.__cause__ is not None:
+            import traceback  # the user's code failed (a migration, an adapter): show where
+
+            sys.stderr.write("".join(traceback.format_exception(exc.__cause__)))
         return fail(exc)
     except no_args_help as exc:
         exc.show()

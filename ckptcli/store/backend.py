@@ -134,8 +134,10 @@ class LocalBackend(Backend):
         with self._fd_lock:
             fds, self._fds = self._fds, {}
         for fd in fds.values():
-            with contextlib.suppress(OSError):
+            try:  # noqa: SIM105 - no contextlib: __del__ may run at interpreter shutdown, modules half gone
                 os.close(fd)
+            except OSError:
+                pass
 
     def __del__(self) -> None:
         self.close()
