@@ -258,56 +258,58 @@ TestPruneMachine.settings = settings(max_examples=25, stateful_step_count=12, de
 def test_concurrent_takes_and_prunes_lose_nothing(tmp_path: Path) -> None:
     store_dir = tmp_path / "store"
     ckptcli.init_store(store_dir)
-    src = tmp_path / "state.json"
     env = child_env()
     deadline = time.monotonic() + float(os.environ.get("CKPT_PRUNE_RACE_SECONDS", "12"))
-    taken: dict[str, list[str]] = {"agent:a": [], "agent:b": []}
+    docs: dict[str, Any] = {}  # id of every successful take -> the state it took
     prunes = 0
-    procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+    procs: list[tuple[Any, subprocess.Popen[bytes]]] = []
     i = 0
     rng = random.Random(5)
     shared = rng.randbytes(2000).hex()
     while time.monotonic() < deadline:
-        for subject in taken:
+        for subject in ("agent:a", "agent:b"):
             doc = {"memory": {"i": i, "shared": shared, "own": rng.randbytes(1500).hex()}, "events": list(range(i % 50))}
-            path = tmp_path / f"s{i}-{subject[-1]}.json"
+            path = tmp_path / f"s{i}.json"
             path.write_text(json.dumps(doc))
             argv = ckpt_argv("take", path, "-S", subject, "--store", store_dir, "--json")
-            procs.append((subject, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
+            procs.append((doc, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
             i += 1
         if i % 6 == 0:
             argv = ckpt_argv("prune", "--keep-last", "3", "--max-unused", "0", "--store", store_dir, "--json")
-            procs.append(("prune", subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
+            procs.append((None, subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
             prunes += 1
         if len(procs) > 8:
-            _reap(procs[:4], taken)
+            _reap(procs[:4], docs)
             procs = procs[4:]
-    _reap(procs, taken)
-    del src
-    assert prunes >= 3 and sum(map(len, taken.values())) >= 12
+    _reap(procs, docs)
+    assert prunes >= 3 and len(docs) >= 12
     st = open_store(store_dir)
     rep = verify(st, read_data=True)
     assert rep.ok, rep.to_dict()
-    # a last prune decides with everything settled: what it keeps must restore exactly
+    present = set(st.manifest_ids())
+    assert {cid.hex() for cid in present} <= set(docs)  # nothing but successful takes
+    by_subject: dict[str, list[tuple[int, bytes]]] = {}
+    for cid in present:
+        m = st.manifest(cid)
+        by_subject.setdefault(str(m.subject), []).append((m.created_ns, cid))
+    for cid in present:  # everything still there restores exactly, whatever the prunes did
+        assert open_checkpoint(cid.hex(), st).state() == docs[cid.hex()]
+    # a last prune, with everything settled, keeps exactly each subject's three newest
     final = prune(st, Policy(keep_last=3))
-    for d in final.kept:
-        ck = open_checkpoint(d.id.hex(), open_store(store_dir))
-        assert ck.state()["memory"]["shared"] == shared
-    # and each subject's three newest successful takes are exactly what is left
-    for subject, ids in taken.items():
-        left = {d.id.hex() for d in final.kept if d.subject == subject}
-        assert left == set(ids[-3:]) or left <= set(ids), (subject, left)
-        assert left and max(ids, key=ids.index) in left
+    expected = {cid for rows in by_subject.values() for _t, cid in sorted(rows)[-3:]}
+    assert {d.id for d in final.kept} == expected
+    assert set(open_store(store_dir).manifest_ids()) == expected
+    assert verify(open_store(store_dir), read_data=True).ok
 
 
-def _reap(procs: list[tuple[str, subprocess.Popen[bytes]]], taken: dict[str, list[str]]) -> None:
-    for subject, p in procs:
+def _reap(procs: list[tuple[Any, subprocess.Popen[bytes]]], docs: dict[str, Any]) -> None:
+    for doc, p in procs:
         out, err = p.communicate(timeout=120)
         if p.returncode == 9:  # waited 30 s for the lock: refused cleanly, nothing written
             continue
         assert p.returncode == 0, err.decode()
-        if subject != "prune":
-            taken[subject].append(json.loads(out)["id"])
+        if doc is not None:
+            docs[json.loads(out)["id"]] = doc
 
 
 # -- a prune killed anywhere -------------------------------------------------------------------------------
