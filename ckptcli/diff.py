@@ -53,13 +53,11 @@ measures this walk against.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import hashlib
 import json
 import math
 import re
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -80,6 +78,7 @@ from ckptcli.format.values import (
     Ext,
     bigint_to_bytes,
     check_tree_node,
+    deep_recursion,
     parse_tree_node,
     unpack_ev,
 )
@@ -421,20 +420,6 @@ def _match(ta: list[Any], tb: list[Any]) -> list[tuple[str, int, int, int, int]]
     return ops
 
 
-@contextlib.contextmanager
-def _deep_recursion() -> Iterator[None]:
-    """The walk recurses once per level of nesting (a few frames each), up to MAX_DEPTH."""
-    old = sys.getrecursionlimit()
-    need = 8 * limits.MAX_DEPTH + 200
-    if old < need:
-        sys.setrecursionlimit(need)
-    try:
-        yield
-    finally:
-        if old < need:
-            sys.setrecursionlimit(old)
-
-
 class _Walk:
     def __init__(self, a: Checkpoint, b: Checkpoint) -> None:
         self.a = _Side(a)
@@ -770,7 +755,7 @@ def diff_checkpoints(a: Checkpoint, b: Checkpoint, *, section: str | None = None
             names = ", ".join(sorted(have)) or "none"
             raise NotFoundError(f"neither checkpoint has section {section!r} (they have: {names})")
     walk = _Walk(a, b)
-    with _deep_recursion():
+    with deep_recursion():
         if section != "blobs":
             walk.state(section)
         if section in (None, "blobs"):

@@ -339,8 +339,7 @@ def _repack(store: Store, objects: list[tuple[bytes, IndexEntry]], progress: Pro
     writer: PackWriter | None = None
     try:
         for oid, entry in objects:
-            store.get(oid)  # decompresses and checks the hash: a damaged object is not carried on
-            _e, stored = store.read_stored(oid)
+            _e, stored, _raw = store.read_checked(oid)  # a damaged object is not carried on
             if writer is None:
                 writer = PackWriter(store.backend)
             writer.add(oid, entry.obj_type, entry.codec, stored, entry.raw_len)

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from ckptcli.errors import CkptError, ExitCode, InvalidInputError, LimitExceededError, NotFoundError, UsageError
 
 if TYPE_CHECKING:
-    from ckptcli.api import TakeResult
+    from ckptcli.api import Checkpoint, TakeResult
     from ckptcli.format.manifest import Manifest
     from ckptcli.store.repository import Store
 
@@ -388,6 +388,40 @@ def storable_problem(state: Any) -> str | None:
     return None
 
 
+@dataclass
+class PreparedMigration:
+    """A checkpoint's migration worked out in memory: nothing written yet."""
+
+    checkpoint: Checkpoint
+    start: Version
+    target: Version
+    steps: list[Migration]
+    state: Any  # the migrated state ([] steps: the state as it is)
+
+
+def prepare_migration(
+    store: Store, ref: str, to_version: Version, migrations: MigrationSet, *, assume_version: Version | None = None
+) -> PreparedMigration:
+    """Open the checkpoint, plan the chain and run it in memory (what `ckpt migrate
+    --dry-run` shows, and the first half of migrate_checkpoint).
+
+    Raises:
+        InvalidInputError for a checkpoint file (migrations write into a store);
+        MigrationError for a gap, an ambiguity or a failing migration.
+    """
+    from ckptcli.api import open_checkpoint
+    from ckptcli.store.repository import Store
+
+    ck = open_checkpoint(ref, store)
+    if not isinstance(ck.source, Store):
+        raise InvalidInputError(f"{ref} is a checkpoint file; migrations write into a store", hint=f"import it first: ckpt import {ref}")
+    target = parse_version(to_version, "target version")
+    start = version_of(ck.manifest, assume_version)
+    steps = migrations.plan(start, target)
+    state = migrate_state(ck.state(), steps) if steps else ck.state()
+    return PreparedMigration(ck, start, target, steps, state)
+
+
 def migrate_checkpoint(
     store: Store,
     ref: str,
@@ -417,18 +451,12 @@ def migrate_checkpoint(
         first) or a migrated state ckpt cannot store; whatever reading the checkpoint
         raises. Nothing is written to the store unless the whole chain succeeded.
     """
-    from ckptcli.api import open_checkpoint, take
-    from ckptcli.store.repository import Store
+    from ckptcli.api import take
 
-    ck = open_checkpoint(ref, store)
-    if not isinstance(ck.source, Store):
-        raise InvalidInputError(f"{ref} is a checkpoint file; migrations write into a store", hint=f"import it first: ckpt import {ref}")
-    target = parse_version(to_version, "target version")
-    start = version_of(ck.manifest, assume_version)
-    steps = migrations.plan(start, target)
+    prep = prepare_migration(store, ref, to_version, migrations, assume_version=assume_version)
+    ck, start, target, steps, state = prep.checkpoint, prep.start, prep.target, prep.steps, prep.state
     if not steps:
         raise MigrationError(f"checkpoint {ck.hex[:12]} is already at schema version {target}; nothing to migrate")
-    state = migrate_state(ck.state(), steps)
     m = ck.manifest
     carry = {"blobs": m.sections["blobs"]} if "blobs" in m.sections else None
     try:

@@ -177,7 +177,7 @@ class Encoder:
     def encode(self, value: Any, where: str = "") -> bytes:
         """Encode a value; returns its EV bytes (small: large parts became objects)."""
         try:
-            with _deep_recursion():
+            with deep_recursion():
                 return self._enc(value, 0)
         except _PathError as exc:
             err = exc.error
@@ -392,23 +392,15 @@ class Encoder:
 
 _Stored = tuple[bytes, int, "tuple[int, bytes | memoryview] | None"]  # id, raw length, (codec, stored) or None if known
 _WINDOWS_IN_FLIGHT = 3  # read windows (8 MiB each) hashed/compressed ahead of the writer
-_POOL: ThreadPoolExecutor | None = None
-_POOL_PID = 0
-
-
 def _workers() -> int:
     return min(4, os.cpu_count() or 1)
 
 
 def _pool() -> ThreadPoolExecutor:
-    """One process-wide pool: created on first use, its threads idle between takes.
-    A forked child gets a new one (the parent's threads do not exist in the child, and
-    a pool that believes it has them would never run a task)."""
-    global _POOL, _POOL_PID
-    if _POOL is None or os.getpid() != _POOL_PID:
-        _POOL = ThreadPoolExecutor(max_workers=_workers(), thread_name_prefix="ckpt-chunk")
-        _POOL_PID = os.getpid()
-    return _POOL
+    """The pool that hashes, compresses and checks data chunks."""
+    from ckptcli.threads import executor
+
+    return executor("ckpt-chunk", _workers())
 
 
 def _hash_and_compress(pieces: list[memoryview], known: Callable[[bytes], bool]) -> list[_Stored]:
@@ -471,7 +463,7 @@ def unpack_ev(data: bytes, where: str) -> Any:
 
 
 @contextlib.contextmanager
-def _deep_recursion() -> Iterator[None]:
+def deep_recursion() -> Iterator[None]:
     """Values may nest MAX_DEPTH containers plus as many references; each costs a few
     Python frames, more than the default limit of 1000 allows."""
     old = sys.getrecursionlimit()
@@ -552,7 +544,7 @@ class Decoder:
 
     def decode(self, ev: bytes, where: str = "value") -> Any:
         try:
-            with _deep_recursion():
+            with deep_recursion():
                 return self._walk(unpack_ev(ev, where), 0, 0)
         except RecursionError:
             raise LimitExceededError(f"{where}: value nests too deeply to decode") from None

@@ -43,6 +43,7 @@ from ckptcli.errors import (
 from ckptcli.format import framing, limits
 from ckptcli.format.manifest import NAME_RE, Manifest, Subject, check_name
 from ckptcli.store.backend import Backend, LocalBackend, io_error
+from ckptcli.threads import executor
 
 STORE_DIRNAME = ".ckpt"
 PACK_TARGET_SIZE = 64 * 1024 * 1024
@@ -195,27 +196,14 @@ class PackWriter:
 _IO_AHEAD = 16 << 20  # bytes of pack writes queued for the I/O thread
 
 
-_POOLS: dict[str, tuple[int, ThreadPoolExecutor]] = {}
-
-
-def _thread(name: str) -> ThreadPoolExecutor:
-    """A process-wide single thread, made on first use (a forked child makes its own:
-    the parent's threads do not exist in it)."""
-    pid, pool = _POOLS.get(name, (0, None))  # type: ignore[arg-type]
-    if pool is None or pid != os.getpid():
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-        _POOLS[name] = (os.getpid(), pool)
-    return pool
-
-
 def _io_pool() -> ThreadPoolExecutor:
     """The thread that writes and hashes big packs, in order."""
-    return _thread("ckpt-io")
+    return executor("ckpt-io", 1)
 
 
 def _sync_pool() -> ThreadPoolExecutor:
     """The thread that fsyncs and renames finished packs."""
-    return _thread("ckpt-sync")
+    return executor("ckpt-sync", 1)
 
 
 class Transaction:
@@ -460,12 +448,16 @@ class Store:
 
     def get(self, oid: bytes) -> bytes:
         """The content of an object, its hash checked."""
+        return self.read_checked(oid)[2]
+
+    def read_checked(self, oid: bytes) -> tuple[IndexEntry, bytes, bytes]:
+        """(index entry, stored bytes, content) of an object, its hash checked."""
         entry, stored = self.read_stored(oid)
         where = f"object {oid.hex()[:12]} in pack {entry.pack.hex()[:12]}"
         raw = framing.decompress(entry.codec, stored, entry.raw_len, limits.MAX_OBJECT_SIZE, where)
         if hashlib.sha256(raw).digest() != oid:
             raise CorruptError(f"{where}: content does not match its hash (the pack is damaged)", hint="run `ckpt verify --read-data`")
-        return raw
+        return entry, stored, raw
 
     def transaction(self) -> Transaction:
         return Transaction(self)

@@ -46,15 +46,7 @@ def migrate(
       ckpt migrate latest --to 2 --migrations ep:myapp --assume-version 1 --json
     """
     from ckptcli import api
-    from ckptcli.schema import (
-        cwd_importable,
-        load_migrations,
-        migrate_checkpoint,
-        migrate_state,
-        parse_version,
-        storable_problem,
-        version_of,
-    )
+    from ckptcli.schema import cwd_importable, load_migrations, migrate_checkpoint, parse_version, prepare_migration, storable_problem
 
     cwd_importable()
     ms = load_migrations(migrations)
@@ -66,10 +58,9 @@ def migrate(
     assumed = parse_version(assume_version, "--assume-version") if assume_version is not None else None
     st = api.open_store(store)
     if dry_run:
-        ck = api.open_checkpoint(ref, st)
-        start = version_of(ck.manifest, assumed)
-        steps = ms.plan(start, target)
-        problem = storable_problem(migrate_state(ck.state(), steps)) if steps else None
+        prep = prepare_migration(st, ref, target, ms, assume_version=assumed)
+        ck, start, steps = prep.checkpoint, prep.start, prep.steps
+        problem = storable_problem(prep.state) if steps else None
         if problem:
             from ckptcli.errors import InvalidInputError
 
