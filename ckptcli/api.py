@@ -30,6 +30,7 @@ from ckptcli.errors import (
     LimitExceededError,
     NotFoundError,
     StoreIOError,
+    UnsupportedVersionError,
 )
 from ckptcli.format import framing, limits
 from ckptcli.format.manifest import (
@@ -63,9 +64,9 @@ def open_store(path: PathLike | None = None) -> Store:
     return Store.open(Path(path) if path is not None else None)
 
 
-def init_store(path: PathLike) -> Store:
-    """Create an empty store directory at `path`."""
-    return Store.init(Path(path))
+def init_store(path: PathLike, version: int = limits.FORMAT_VERSION) -> Store:
+    """Create an empty store directory at `path`, writing format `version` (the newest by default)."""
+    return Store.init(Path(path), version)
 
 
 # -- state documents -----------------------------------------------------------------
@@ -280,6 +281,7 @@ def take(
             config_hash=config_hash,
             deps={"ckptcli": __version__, "python": platform.python_version()},
             stats={"logical_bytes": enc.logical_bytes, "new_objects": txn.new_objects, "new_bytes": txn.new_stored_bytes},
+            format_version=store.version,
         )
         cid = store.write_manifest(manifest)  # the commit point
         # refs move while the store lock is still held, so a prune (which takes it
@@ -475,6 +477,12 @@ def import_checkpoint(store: Store, path: PathLike, progress: Progress = NULL) -
         problem = f.check_whole_file()
         if problem:
             raise CorruptError(problem, hint="the file was damaged in transit; export it again")
+        written = f.manifest().format_version
+        if written > store.version:
+            raise UnsupportedVersionError(
+                f"{path} holds a checkpoint written in format version {written}; the store at {store.location} is version {store.version}",
+                hint="upgrade the store first: ckpt migrate --format",
+            )
         with store.backend.lock("store", shared=True):
             txn = store.transaction()
             try:

@@ -13,6 +13,7 @@ import hashlib
 import os
 import struct
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from ckptcli.errors import CkptError, CorruptError
@@ -49,35 +50,74 @@ class _Source:
         return raw
 
 
-def read_pack_table(data: bytes, where: str) -> list[Any]:
-    """The entries of a whole pack file, rebuilt from its trailer: each object is
-    decompressed and hashed to recover its id. Returns [[id, type, offset, stored_len,
-    raw_len, codec], ...], the rows an index holds."""
+@dataclass
+class PackTable:
+    """A whole pack file taken apart through its trailer (formats/v1.md and v2.md, "Pack files")."""
+
+    version: int
+    rows: list[list[Any]]  # [id, type, offset, stored_len, raw_len, codec] of each object that decoded
+    errors: dict[int, str]  # offset -> what is wrong with the object stored there
+    trailer: bytes  # the trailer record, as stored
+
+    def pack_id(self) -> bytes | None:
+        """The id this pack should be named by; None for a version-2 pack with a damaged
+        object (its id cannot be recovered)."""
+        if self.version == 1:
+            return None  # the SHA-256 of the whole file: the caller has the bytes
+        if self.errors:
+            return None
+        return framing.pack_id_v2(framing.encode_header(framing.KIND_PACK, self.version), [r[0] for r in self.rows], self.trailer)
+
+
+def read_pack(data: bytes, where: str) -> PackTable:
+    """Take a whole pack apart: every object is checked against the trailer (version 2)
+    and decompressed and hashed to recover its id. Structural damage (header, trailer,
+    lengths) raises CorruptError; a damaged object is listed in `errors`."""
     if len(data) < framing.HEADER_SIZE + 4:
         raise CorruptError(f"{where}: truncated")
-    framing.check_header(data, framing.KIND_PACK, where)
+    version = framing.check_header(data, framing.KIND_PACK, where)
     (tlen,) = _U32.unpack_from(data, len(data) - 4)
     start = len(data) - 4 - tlen
     if start < framing.HEADER_SIZE:
         raise CorruptError(f"{where}: trailer length {tlen} does not fit")
-    _v, body = framing.decode_record(data[start : len(data) - 4], framing.KIND_PACK_TRAILER, f"{where} (trailer)")
+    trailer = data[start : len(data) - 4]
+    tversion, body = framing.decode_record(trailer, framing.KIND_PACK_TRAILER, f"{where} (trailer)")
+    if tversion != version:
+        raise CorruptError(f"{where}: a version-{tversion} trailer in a version-{version} pack")
     objects = body.get("objects")
     if not isinstance(objects, list):
         raise CorruptError(f"{where}: trailer has no object list")
-    rows = []
+    width = 4 if version == 1 else 5
+    table = PackTable(version, [], {}, trailer)
     offset = framing.HEADER_SIZE
     for obj in objects:
-        if not (isinstance(obj, list) and len(obj) == 4 and all(type(x) is int and x >= 0 for x in obj)):
-            raise CorruptError(f"{where}: malformed trailer entry")
-        typ, slen, rlen, codec = obj
+        if not (isinstance(obj, list) and len(obj) == width and all(type(x) is int and x >= 0 for x in obj)):
+            raise CorruptError(f"{where}: malformed trailer entry (version {version} entries have {width} elements)")
+        typ, slen, rlen, codec = obj[:4]
         if offset + slen > start:
             raise CorruptError(f"{where}: trailer names more bytes than the pack holds")
-        raw = framing.decompress(codec, data[offset : offset + slen], rlen, limits.MAX_OBJECT_SIZE, f"{where} at offset {offset}")
-        rows.append([hashlib.sha256(raw).digest(), typ, offset, slen, rlen, codec])
+        stored = data[offset : offset + slen]
+        try:
+            if version >= 2 and framing.stored_check(stored) != obj[4]:
+                raise CorruptError(f"{where}: the object at offset {offset} does not match its check in the trailer (its stored bytes are damaged)")
+            raw = framing.decompress(codec, stored, rlen, limits.MAX_OBJECT_SIZE, f"{where} at offset {offset}")
+            table.rows.append([hashlib.sha256(raw).digest(), typ, offset, slen, rlen, codec])
+        except CkptError as exc:
+            table.errors[offset] = exc.message
         offset += slen
     if offset != start:
         raise CorruptError(f"{where}: {start - offset} bytes between the last object and the trailer")
-    return rows
+    return table
+
+
+def read_pack_table(data: bytes, where: str) -> list[Any]:
+    """The entries of a whole pack file, rebuilt from its trailer: each object is
+    decompressed and hashed to recover its id. Returns [[id, type, offset, stored_len,
+    raw_len, codec], ...], the rows an index holds; a damaged object is CorruptError."""
+    table = read_pack(data, where)
+    if table.errors:
+        raise CorruptError(next(iter(table.errors.values())))
+    return table.rows
 
 
 def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progress: Progress = NULL) -> Any:
@@ -203,15 +243,39 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
             except CkptError as exc:
                 return hexname, path, 0, exc.message, {}
             damaged = None
-            if hashlib.sha256(data).hexdigest() != hexname:
+            found: dict[bytes, str] = {}
+            entries = by_pack.get(bytes.fromhex(hexname), [])
+            is_v2 = data[8:10] == b"\x00\x02" and data[:8] == framing.MAGIC_PREFIX + framing.KIND_PACK
+            if is_v2:
+                # version 2: the id covers header, object ids and trailer; the trailer's
+                # checks cover the stored bytes (formats/v2.md, "Verification")
+                try:
+                    table = read_pack(data, path)
+                except CkptError as exc:
+                    damaged = exc.message
+                else:
+                    if table.errors:
+                        damaged = f"{len(table.errors)} damaged object(s); first: {next(iter(table.errors.values()))}"
+                    elif (table.pack_id() or b"").hex() != hexname:
+                        damaged = "content does not match its name (its header, trailer or an object is damaged)"
+                    rows = {r[2]: r for r in table.rows}
+                    for oid, entry in entries:
+                        row = rows.get(entry.offset)
+                        if entry.offset in table.errors:
+                            found[oid] = f"object {oid.hex()[:12]} in pack {hexname[:12]}: {table.errors[entry.offset]}"
+                        elif row is None or row[3] != entry.stored_len or row[5] != entry.codec or row[4] != entry.raw_len:
+                            found[oid] = f"object {oid.hex()[:12]} in pack {hexname[:12]}: the index entry does not match the pack's trailer"
+                        elif row[0] != oid:
+                            found[oid] = f"object {oid.hex()[:12]} in pack {hexname[:12]}: content does not match its hash"
+                    return hexname, path, len(data), damaged, found
+            elif hashlib.sha256(data).hexdigest() != hexname:
                 damaged = "content does not match its name (some byte of the pack is damaged)"
                 for check in (lambda: read_pack_table(data, path), lambda: framing.check_header(data, framing.KIND_PACK, path)):
                     try:
                         check()
                     except CkptError as exc:
                         damaged += f"; {exc.message}"
-            found: dict[bytes, str] = {}
-            for oid, entry in by_pack.get(bytes.fromhex(hexname), []):
+            for oid, entry in entries:
                 stored = data[entry.offset : entry.offset + entry.stored_len]
                 where = f"object {oid.hex()[:12]} in pack {hexname[:12]}"
                 try:

@@ -251,7 +251,17 @@ class _GcPlan:
     drop_packs: list[bytes]
 
 
-def _plan_gc(store: Store, survivors: dict[bytes, Manifest], rep: GcReport, max_unused: float, progress: Progress) -> _GcPlan:
+def _plan_gc(
+    store: Store,
+    survivors: dict[bytes, Manifest],
+    rep: GcReport,
+    max_unused: float,
+    progress: Progress,
+    *,
+    upgrade: bool = False,
+) -> _GcPlan:
+    """Write the packs and the one index that replace the store's; `upgrade` keeps every
+    indexed object and rewrites every pack older than the store's format version."""
     store.refresh_index()
     index = store.index()
     old_index_files = store.backend.list("index")
@@ -262,7 +272,9 @@ def _plan_gc(store: Store, survivors: dict[bytes, Manifest], rep: GcReport, max_
         walk_checkpoint(store, m, result=live)  # raises on a missing or damaged object: nothing deleted yet
         progress.advance(1)
     progress.finish()
-    needed = live.objects
+    needed: set[bytes] | dict[bytes, Any] = live.objects
+    if upgrade:
+        needed = set(index)
     by_pack: dict[bytes, list[tuple[bytes, IndexEntry]]] = defaultdict(list)
     for oid, entry in index.items():
         by_pack[entry.pack].append((oid, entry))
@@ -277,7 +289,11 @@ def _plan_gc(store: Store, survivors: dict[bytes, Manifest], rep: GcReport, max_
             continue
         total = sum(e.stored_len for _o, e in entries)
         unused = sum(e.stored_len for o, e in entries if o not in needed)
-        if unused == total:
+        if upgrade and pack_version(store, pack_id) < store.version:
+            drop.append(pack_id)
+            rep.packs_repacked += 1
+            repack.extend(entries)
+        elif unused == total:
             drop.append(pack_id)
             rep.objects_removed += len(entries)
             rep.bytes_freed += total
@@ -319,10 +335,28 @@ def _plan_gc(store: Store, survivors: dict[bytes, Manifest], rep: GcReport, max_
     packs = [{"id": pid, "entries": rows} for pid, rows in sorted(keep_rows.items())] + [
         {"id": pid, "entries": rows} for pid, rows in new_packs
     ]
-    data = framing.encode_record(framing.KIND_INDEX, {"packs": packs})
+    data = framing.encode_record(framing.KIND_INDEX, {"packs": packs}, store.version)
     name = f"index/{hashlib.sha256(data).hexdigest()}"
     store.backend.write_atomic(name, data)
     return _GcPlan([n for n in old_index_files if n != name], name, drop)
+
+
+def pack_version(store: Store, pack_id: bytes) -> int:
+    """The format version in a pack's header."""
+    path = pack_path(pack_id)
+    return framing.check_header(store.backend.read_range(path, 0, framing.HEADER_SIZE), framing.KIND_PACK, path)
+
+
+def upgrade_packs(store: Store, progress: Progress = NULL) -> GcReport:
+    """Rewrite every pack older than the store's version (objects copied verbatim, each
+    checked against its id) and replace the index files with one; the caller holds the
+    store lock exclusively and has already moved the config to the new version. The
+    old packs and index files are deleted only after the new index is written."""
+    rep = GcReport()
+    survivors = {cid: store.manifest(cid) for cid in store.manifest_ids()}
+    plan = _plan_gc(store, survivors, rep, 1.0, progress, upgrade=True)
+    _finish_gc(store, plan, rep)
+    return rep
 
 
 _SMALL_PACK = 512 * 1024
@@ -341,7 +375,7 @@ def _repack(store: Store, objects: list[tuple[bytes, IndexEntry]], progress: Pro
         for oid, entry in objects:
             _e, stored, _raw = store.read_checked(oid)  # a damaged object is not carried on
             if writer is None:
-                writer = PackWriter(store.backend)
+                writer = PackWriter(store.backend, store.version)
             writer.add(oid, entry.obj_type, entry.codec, stored, entry.raw_len)
             progress.advance(entry.stored_len)
             if writer.size >= _REPACK_TARGET:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+import xxhash
 import zstandard
 
 # -- running the CLI ------------------------------------------------------------------------
@@ -104,6 +105,7 @@ def describe(r: subprocess.CompletedProcess[bytes]) -> str:
 #:   fsync        os.fsync as called by the backend
 #:   pack_add     PackWriter.add (one object appended to the pack being written)
 #:   delete       LocalBackend.delete (prune removing a manifest, index file, pack or temp)
+#:   file_write   single.write_checkpoint_file (a checkpoint file's bytes, before its rename)
 #: CKPT_FAULT_TRACE=<file> appends one line per call: "<point> <detail>".
 FAULT_WRAPPER = r"""
 import os, signal, sys, types
@@ -134,6 +136,8 @@ def _hook(point, fn, detail):
 _backend.LocalBackend.commit_temp = _hook("commit_temp", _backend.LocalBackend.commit_temp, lambda a: a[3])
 _repo.PackWriter.add = _hook("pack_add", _repo.PackWriter.add, lambda a: a[1].hex()[:12])
 _backend.LocalBackend.delete = _hook("delete", _backend.LocalBackend.delete, lambda a: a[1])
+import ckptcli.store.single as _single
+_single.write_checkpoint_file = _hook("file_write", _single.write_checkpoint_file, lambda a: "")
 
 class _Os(types.ModuleType):
     def __getattr__(self, name):
@@ -184,10 +188,11 @@ def make_record(
     `stored`/`codec`/`raw_len` override what is written, to make records that lie.
     """
     if stored is None:
-        if compress:
-            stored, c = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(raw_body), CODEC_ZSTD
-        else:
-            stored, c = raw_body, CODEC_NONE
+        stored, c = raw_body, CODEC_NONE
+        if compress and len(raw_body) >= 64:  # the writer's rule: zstd only when strictly smaller
+            packed = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(raw_body)
+            if len(packed) < len(raw_body):
+                stored, c = packed, CODEC_ZSTD
     else:
         c = CODEC_ZSTD
     head = RECORD_HEAD.pack(
@@ -275,17 +280,36 @@ class Layout:
     size: int
 
 
+def stored_check(stored: bytes) -> int:
+    """XXH3-64 of an object's stored bytes, as version-2 tables and trailers record it."""
+    return xxhash.xxh3_64_intdigest(stored)
+
+
+def file_checksum(data: bytes) -> bytes:
+    """The trailing checksum a checkpoint file must end with (formats/v1.md, v2.md):
+    version 1 covers every byte before it; version 2 every byte but the objects."""
+    _magic, version, _reserved = HEADER.unpack_from(data, 0)
+    if version == 1:
+        return sha256(data[:-32])
+    lay = file_layout(data)
+    return sha256(data[: lay.objects_start] + data[lay.table_start : -32])
+
+
 def parse_checkpoint_file(data: bytes) -> FileParts:
     magic, version, _reserved = HEADER.unpack_from(data, 0)
     assert magic == FILE_MAGIC, magic
     (mlen,) = U32.unpack_from(data, HEADER.size)
     manifest = data[HEADER.size + 4 : HEADER.size + 4 + mlen]
-    assert sha256(data[:-32]) == data[-32:], "file checksum"
+    assert file_checksum(data) == data[-32:], "file checksum"
     (tlen,) = U32.unpack_from(data, len(data) - TRAILER)
     table = parse_record(data[len(data) - TRAILER - tlen : len(data) - TRAILER])
     assert table.kind == b"PTAB"
     rows = table.value()["entries"]
-    objects = [StoredObject(oid, typ, codec, data[off : off + slen], rlen) for oid, typ, off, slen, rlen, codec in rows]
+    objects = []
+    for oid, typ, off, slen, rlen, codec, *check in rows:
+        stored = data[off : off + slen]
+        assert check == ([] if version == 1 else [stored_check(stored)]), "object check"
+        objects.append(StoredObject(oid, typ, codec, stored, rlen))
     return FileParts(version, manifest, objects)
 
 
@@ -300,7 +324,7 @@ def build_checkpoint_file(
     manifest: bytes,
     objects: list[StoredObject],
     *,
-    version: int = 1,
+    version: int = 2,
     magic: bytes = FILE_MAGIC,
     rows_hook: Any = None,
     compress_table: bool = True,
@@ -308,7 +332,7 @@ def build_checkpoint_file(
     """A checkpoint file with a correct table and a correct trailing checksum.
 
     `rows_hook(rows)` may change the object table ([id, type, offset, stored_len,
-    raw_len, codec] rows) before it is written.
+    raw_len, codec] rows, and the stored bytes' check in version 2) before it is written.
     """
     head = HEADER.pack(magic, version, 0) + U32.pack(len(manifest)) + manifest
     offset = len(head)
@@ -316,18 +340,20 @@ def build_checkpoint_file(
     region = bytearray()
     for o in sorted(objects, key=lambda o: o.oid):
         rows.append([o.oid, o.typ, offset, len(o.stored), o.raw_len, o.codec])
+        if version >= 2:
+            rows[-1].append(stored_check(o.stored))
         region += o.stored
         offset += len(o.stored)
     if rows_hook is not None:
         rows = rows_hook(rows)
-    table = make_record(b"PTAB", packb({"entries": rows}), compress=compress_table)
+    table = make_record(b"PTAB", packb({"entries": rows}), version=version, compress=compress_table)
     body = head + bytes(region) + table + U32.pack(len(table))
-    return body + sha256(body)
+    return refresh_checksum(body + bytes(32))
 
 
 def refresh_checksum(data: bytes) -> bytes:
     """Recompute a checkpoint file's trailing SHA-256 after its bytes were changed."""
-    return data[:-32] + sha256(data[:-32])
+    return data[:-32] + file_checksum(data)
 
 
 # -- ext references inside encoded values ----------------------------------------------------------

@@ -374,7 +374,7 @@ def test_record_declares_huge_raw_len(base: Base) -> None:
     MAX_RECORD_SIZE: refused before anything is allocated, LIMIT_EXCEEDED."""
     parts = parse_checkpoint_file(base.data)
     rec = parse_record(parts.manifest)
-    manifest = make_record(b"MANI", rec.body(), raw_len=2**31, codec=rec.codec, stored=rec.stored)
+    manifest = make_record(b"MANI", rec.body(), version=rec.version, raw_len=2**31, codec=rec.codec, stored=rec.stored)
     check_file(base, build_checkpoint_file(manifest, parts.objects), LIMIT, "manifest record raw_len 2**31")
 
 
@@ -447,7 +447,7 @@ def test_decompression_bomb_in_file(base: Base, where: str, bomb: str) -> None:
     else:
         rec = parse_record(parts.manifest)
         body = rec.body()
-        manifest = make_record(b"MANI", body, stored=BOMBS[bomb](len(body)), raw_len=len(body))
+        manifest = make_record(b"MANI", body, version=rec.version, stored=BOMBS[bomb](len(body)), raw_len=len(body))
         data = build_checkpoint_file(manifest, parts.objects)
     check_file(base, data, CORRUPT, f"decompression bomb ({bomb}) in the {where}", mem_limit=MEM_LIMIT)
 
@@ -468,8 +468,9 @@ def test_zstd_frames_without_content_size_are_accepted(base: Base, tmp_path: Pat
         StoredObject(o.oid, o.typ, CODEC_ZSTD, stream(o.content()), o.raw_len) if o.codec == CODEC_ZSTD else o for o in parts.objects
     ]
     assert any(o.codec == CODEC_ZSTD for o in parts.objects)
-    body = parse_record(parts.manifest).body()
-    manifest = make_record(b"MANI", body, stored=stream(body), raw_len=len(body))
+    rec = parse_record(parts.manifest)
+    body = rec.body()
+    manifest = make_record(b"MANI", body, version=rec.version, stored=stream(body), raw_len=len(body))
     path = base.write("no-content-size.ckpt", build_checkpoint_file(manifest, objects))
     other = tmp_path / "store"
     assert run_cli("init", other).returncode == 0

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 
 #: Container format versions this code reads; the newest is the one it writes.
-FORMAT_VERSION = 1
-READABLE_VERSIONS = frozenset({1})
+FORMAT_VERSION = 2
+READABLE_VERSIONS = frozenset({1, 2})
 
 #: Largest object (decompressed) a reader accepts.
 MAX_OBJECT_SIZE = 8 * 1024 * 1024

@@ -75,6 +75,9 @@ class StoreConfig:
             "chunker": {"algorithm": "fastcdc", "min": mn, "avg": avg, "max": mx},
         }
 
+    def encode(self) -> bytes:
+        return framing.encode_record(framing.KIND_CONFIG, self.to_body(), self.version)
+
 
 def pack_path(pack_id: bytes) -> str:
     h = pack_id.hex()
@@ -112,17 +115,23 @@ class PackWriter:
     most `_IO_AHEAD` bytes are queued; a write error surfaces at the next call.
     """
 
-    def __init__(self, backend: Backend, io_after: int | None = _IO_AFTER) -> None:
+    def __init__(self, backend: Backend, version: int = limits.FORMAT_VERSION, io_after: int | None = _IO_AFTER) -> None:
         self.backend = backend
+        self.version = version
         self.io: ThreadPoolExecutor | None = None
         self.io_after = io_after
         self.pending: collections.deque[tuple[int, Future[None]]] = collections.deque()
         self.queued = 0
         self.temp, self.fh = backend.open_temp()
-        self.hasher = hashlib.sha256()
+        # version 1 names a pack by the SHA-256 of every byte; version 2 by its header,
+        # object ids and trailer, with an XXH3-64 of each object's stored bytes in the
+        # trailer, so the pack's bytes are not hashed with SHA-256 a second time
+        self.hasher: Any = hashlib.sha256() if version == 1 else None
+        self.checks: list[int] = []
         self.size = 0
         self.rows: list[list[Any]] = []
-        self._write(framing.encode_header(framing.KIND_PACK))
+        self.header = framing.encode_header(framing.KIND_PACK, version)
+        self._write(self.header)
 
     def _write(self, data: bytes | memoryview) -> None:
         self.size += len(data)
@@ -146,10 +155,13 @@ class PackWriter:
             self.fh.write(data)
         except OSError as exc:
             raise io_error(exc, "write", self.temp) from None
-        self.hasher.update(data)
+        if self.hasher is not None:
+            self.hasher.update(data)
 
     def add(self, oid: bytes, obj_type: int, codec: int, stored: bytes | memoryview, raw_len: int) -> int:
         offset = self.size
+        if self.hasher is None:
+            self.checks.append(framing.stored_check(stored))
         self._write(stored)
         self.rows.append([oid, obj_type, offset, len(stored), raw_len, codec])
         return offset
@@ -160,16 +172,24 @@ class PackWriter:
         # The trailer makes a pack self-describing (an index can be rebuilt from it)
         # without repeating the 32-byte ids the index holds: an id is the hash of the
         # content, and offsets follow from the lengths.
-        objects = [[typ, slen, rlen, codec] for _oid, typ, _off, slen, rlen, codec in self.rows]
-        table = framing.encode_record(framing.KIND_PACK_TRAILER, {"objects": objects})
+        objects: list[list[int]] = [[typ, slen, rlen, codec] for _oid, typ, _off, slen, rlen, codec in self.rows]
+        if self.hasher is None:
+            for obj, check in zip(objects, self.checks, strict=True):
+                obj.append(check)
+        table = framing.encode_record(framing.KIND_PACK_TRAILER, {"objects": objects}, self.version)
         self._write(table)
         self._write(_U32.pack(len(table)))
+        v2_id = None if self.hasher is not None else framing.pack_id_v2(self.header, [r[0] for r in self.rows], table)
+
+        def pack_id() -> bytes:
+            return v2_id if v2_id is not None else self.hasher.digest()  # type: ignore[no-any-return]
+
         if self.io is None:
-            done = self._commit(self.hasher.digest())
+            done = self._commit(pack_id())
             return lambda: done
         # The fsync of a finished pack runs on a thread of its own, so that the I/O
         # thread goes on filling the next pack while the disk catches up with this one.
-        sealed = self.io.submit(lambda: _sync_pool().submit(self._commit, self.hasher.digest()))
+        sealed = self.io.submit(lambda: _sync_pool().submit(self._commit, pack_id()))
 
         def wait() -> tuple[bytes, list[list[Any]]]:
             self._wait_all()
@@ -237,7 +257,7 @@ class Transaction:
         if oid in self.known or oid in self.new:
             return
         if self.pack is None:
-            self.pack = PackWriter(self.store.backend)
+            self.pack = PackWriter(self.store.backend, self.store.version)
         self.pack.add(oid, obj_type, codec, stored, raw_len)
         self.new[oid] = obj_type
         self.new_objects += 1
@@ -256,7 +276,7 @@ class Transaction:
         packs = [wait() for wait in self.packs]
         self.packs = []
         body = {"packs": [{"id": pid, "entries": rows} for pid, rows in packs]}
-        data = framing.encode_record(framing.KIND_INDEX, body)
+        data = framing.encode_record(framing.KIND_INDEX, body, self.store.version)
         index_id = hashlib.sha256(data).digest()
         self.store.backend.write_atomic(f"index/{index_id.hex()}", data)
         self.store._merge_index(packs, f"index/{index_id.hex()}")
@@ -296,6 +316,28 @@ def resolve_store_path(path: Path) -> Path:
     raise StoreNotFoundError(f"{path} is not a ckpt store", hint="run `ckpt init` to create one, or check --store / CKPT_STORE")
 
 
+def read_config(backend: Backend, where: str) -> StoreConfig:
+    """The store config (formats/v1.md, "Config and refs")."""
+    try:
+        data = backend.read("config")
+    except NotFoundError:
+        raise StoreNotFoundError(f"{where.removesuffix('/config')} is not a ckpt store") from None
+    record_version, body = framing.decode_record(data, framing.KIND_CONFIG, where)
+    try:
+        ch = body["chunker"]
+        if not isinstance(body["id"], bytes):
+            raise TypeError("id")
+        cdc = (int(ch["min"]), int(ch["avg"]), int(ch["max"]))
+        config = StoreConfig(int(body["version"]), body["id"], int(body["created"]), cdc)
+    except (KeyError, TypeError, ValueError):
+        raise CorruptError(f"{where}: store config is malformed") from None
+    if config.version != record_version:
+        raise CorruptError(f"{where}: store config says version {config.version} in a version-{record_version} record")
+    if not (256 <= cdc[0] <= cdc[1] <= cdc[2] <= 4 * 1024 * 1024):
+        raise CorruptError(f"{where}: store config has impossible chunker sizes {cdc}")
+    return config
+
+
 class Store:
     """A ckpt store on a backend. Use `Store.open(path)` or `Store.init(path)`."""
 
@@ -309,7 +351,7 @@ class Store:
 
     # -- opening -----------------------------------------------------------------
     @classmethod
-    def init(cls, path: Path) -> Store:
+    def init(cls, path: Path, version: int = limits.FORMAT_VERSION) -> Store:
         if (path / "config").exists():
             raise ConflictError(f"a ckpt store already exists at {path}")
         try:
@@ -318,38 +360,33 @@ class Store:
                 (path / sub).mkdir(exist_ok=True)
         except OSError as exc:
             raise CkptError(f"cannot create a store at {path}: {exc.strerror}") from None
-        config = StoreConfig(
-            limits.FORMAT_VERSION, secrets.token_bytes(16), time.time_ns(), (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX)
-        )
+        if version not in limits.READABLE_VERSIONS:
+            raise InvalidInputError(f"format version {version} is not one this ckpt writes", hint=f"use one of {sorted(limits.READABLE_VERSIONS)}")
+        config = StoreConfig(version, secrets.token_bytes(16), time.time_ns(), (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX))
         backend = LocalBackend(path)
-        backend.write_atomic("config", framing.encode_record(framing.KIND_CONFIG, config.to_body()))
+        backend.write_atomic("config", config.encode())
         return cls(backend, config, str(path))
 
     @classmethod
     def open(cls, path: Path | None = None) -> Store:
         root = resolve_store_path(path) if path is not None else find_store()
         backend = LocalBackend(root)
-        where = str(root / "config")
-        try:
-            data = backend.read("config")
-        except NotFoundError:
-            raise StoreNotFoundError(f"{root} is not a ckpt store") from None
-        _version, body = framing.decode_record(data, framing.KIND_CONFIG, where)
-        try:
-            ch = body["chunker"]
-            if not isinstance(body["id"], bytes):
-                raise TypeError("id")
-            cdc = (int(ch["min"]), int(ch["avg"]), int(ch["max"]))
-            config = StoreConfig(int(body["version"]), body["id"], int(body["created"]), cdc)
-        except (KeyError, TypeError, ValueError):
-            raise CorruptError(f"{where}: store config is malformed") from None
-        if not (256 <= cdc[0] <= cdc[1] <= cdc[2] <= 4 * 1024 * 1024):
-            raise CorruptError(f"{where}: store config has impossible chunker sizes {cdc}")
+        config = read_config(backend, str(root / "config"))
         for sub in ("tmp", "locks"):
             # absent in a copied or version-controlled store; read-only stores can do without
             with contextlib.suppress(OSError):
                 (root / sub).mkdir(exist_ok=True)
         return cls(backend, config, str(root))
+
+    @property
+    def version(self) -> int:
+        """The format version this store writes (its config's); it reads every older one too."""
+        return self.config.version
+
+    def set_config(self, config: StoreConfig) -> None:
+        """Replace the store config (a format upgrade); the caller holds the store lock exclusively."""
+        self.backend.write_atomic("config", config.encode())
+        self.config = config
 
     def close(self) -> None:
         if isinstance(self.backend, LocalBackend):
@@ -395,6 +432,9 @@ class Store:
         names = self.backend.list("index")
         if self._index_files - set(names):
             self._index, self._index_files = {}, set()
+            # a prune or a format upgrade rewrote the index; an upgrade also moved the
+            # config to a newer version, which is the one to write from now on
+            self.config = read_config(self.backend, f"{self.location}/config")
         idx = self._index if self._index is not None else {}
         self._index = idx
         for name in names:
@@ -516,7 +556,7 @@ class Store:
         return target
 
     def write_ref(self, path: str, target: bytes) -> None:
-        self.backend.write_atomic(path, framing.encode_record(framing.KIND_REF, {"target": target, "updated": time.time_ns()}))
+        self.backend.write_atomic(path, framing.encode_record(framing.KIND_REF, {"target": target, "updated": time.time_ns()}, self.version))
 
     def ref_paths(self) -> list[str]:
         return self.backend.list("refs")

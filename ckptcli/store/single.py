@@ -6,9 +6,11 @@ Layout (formats/v1.md "Checkpoint files")::
     12     4  manifest_len u32 big-endian
     16     m  manifest     the manifest file, byte for byte (its SHA-256 is the id)
     16+m   …  objects      stored objects back to back, in ascending id order
-    …      t  table        a PTAB record: [[id, type, offset, stored_len, raw_len, codec], …]
+    …      t  table        a PTAB record: [[id, type, offset, stored_len, raw_len, codec(, check)], …]
     …      4  table_len    u32 big-endian
-    …     32  checksum     SHA-256 of every byte before it
+    …     32  checksum     version 1: SHA-256 of every byte before it; version 2: of
+                           every byte before it except the objects, which the table
+                           covers with an XXH3-64 `check` per object (formats/v2.md)
 
 Objects are copied exactly as stored, never recompressed, so export -> import ->
 export gives the same bytes.
@@ -44,24 +46,29 @@ def write_checkpoint_file(
     out: IO[bytes],
     manifest_bytes: bytes,
     objects: list[tuple[bytes, int, int, bytes, int]],
+    version: int = limits.FORMAT_VERSION,
 ) -> None:
     """Write one checkpoint file. `objects`: (id, type, codec, stored bytes, raw_len), any order."""
     h = hashlib.sha256()
 
-    def w(data: bytes) -> None:
+    def w(data: bytes, covered: bool = True) -> None:
         out.write(data)
-        h.update(data)
+        if covered or version == 1:
+            h.update(data)
 
-    w(framing.encode_header(framing.KIND_FILE))
+    w(framing.encode_header(framing.KIND_FILE, version))
     w(_U32.pack(len(manifest_bytes)))
     w(manifest_bytes)
     offset = framing.HEADER_SIZE + 4 + len(manifest_bytes)
     rows: list[list[Any]] = []
     for oid, typ, codec, stored, raw_len in sorted(objects, key=lambda o: o[0]):
-        w(stored)
-        rows.append([oid, typ, offset, len(stored), raw_len, codec])
+        w(stored, covered=False)
+        row = [oid, typ, offset, len(stored), raw_len, codec]
+        if version >= 2:
+            row.append(framing.stored_check(stored))
+        rows.append(row)
         offset += len(stored)
-    table = framing.encode_record(framing.KIND_PACK_TABLE, {"entries": rows})
+    table = framing.encode_record(framing.KIND_PACK_TABLE, {"entries": rows}, version)
     w(table)
     w(_U32.pack(len(table)))
     out.write(h.digest())
@@ -83,7 +90,7 @@ class CheckpointFile:
             raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
         where = str(path)
         head = self._read(0, framing.HEADER_SIZE + 4)
-        framing.check_header(head, framing.KIND_FILE, where, outer=True)
+        self.version = framing.check_header(head, framing.KIND_FILE, where, outer=True)
         if len(head) < framing.HEADER_SIZE + 4 or self.size < framing.HEADER_SIZE + 4 + TRAILER:
             raise CorruptError(f"{where}: truncated ({self.size} bytes)", hint="the file was cut short; export it again")
         (mlen,) = _U32.unpack_from(head, framing.HEADER_SIZE)
@@ -98,13 +105,44 @@ class CheckpointFile:
         if tlen > limits.MAX_RECORD_SIZE or table_start < objects_start:
             raise CorruptError(f"{where}: object table length {tlen} does not fit", hint="the file is truncated or damaged")
         _v, body = framing.decode_record(self._read(table_start, tlen), framing.KIND_PACK_TABLE, f"{where} (object table)")
+        rows = body.get("entries")
+        self.checks: dict[bytes, int] = {}
+        if self.version >= 2:
+            rows = self._split_checks(rows, f"{where} (object table)")
         self.entries: dict[bytes, IndexEntry] = {}
-        for oid, entry in parse_entry_rows(body.get("entries"), b"", f"{where} (object table)"):
+        end = objects_start
+        for oid, entry in parse_entry_rows(rows, b"", f"{where} (object table)"):
             if entry.offset < objects_start or entry.offset + entry.stored_len > table_start:
                 raise CorruptError(f"{where}: object {oid.hex()[:12]} lies outside the object region")
+            if self.version >= 2 and entry.offset != end:
+                # version 2: the objects tile their region exactly, in table order, so
+                # that the checks in the table cover every byte the checksum leaves out
+                raise CorruptError(f"{where}: object {oid.hex()[:12]} is not where the previous one ends")
+            end = entry.offset + entry.stored_len
             self.entries[oid] = entry
+        if self.version >= 2 and end != table_start:
+            raise CorruptError(f"{where}: {table_start - end} bytes between the last object and the table")
         self.objects_start = objects_start
         self.table_start = table_start
+        self.table_len = tlen
+
+    def _split_checks(self, rows: Any, where: str) -> list[Any]:
+        """Version-2 rows end with the XXH3-64 of the stored bytes; keep it apart."""
+        if not isinstance(rows, list):
+            raise CorruptError(f"{where}: entry table is not a list")
+        out = []
+        prev = b""
+        for row in rows:
+            if not (isinstance(row, list) and len(row) == 7 and type(row[6]) is int and 0 <= row[6] < 1 << 64):
+                raise CorruptError(f"{where}: malformed entry (version 2 rows have 7 elements, the last a u64 check)")
+            oid = row[0]
+            if isinstance(oid, bytes):
+                if oid <= prev:
+                    raise CorruptError(f"{where}: entries are not in ascending id order")
+                prev = oid
+                self.checks[oid] = row[6]
+            out.append(row[:6])
+        return out
 
     def _read(self, offset: int, length: int) -> bytes:
         try:
@@ -148,19 +186,26 @@ class CheckpointFile:
         return raw
 
     def check_whole_file(self) -> str | None:
-        """Re-hash the file; returns an error message, or None when the checksum holds."""
+        """Check every byte of the file against the checksum (and, in version 2, the
+        objects against their checks); returns an error message, or None when all hold."""
         h = hashlib.sha256()
-        remaining = self.size - 32
-        offset = 0
-        while remaining > 0:
-            piece = self._read(offset, min(remaining, 1 << 22))
-            if not piece:
-                break
-            h.update(piece)
-            offset += len(piece)
-            remaining -= len(piece)
+        if self.version == 1:
+            regions = [(0, self.size - 32)]
+        else:
+            regions = [(0, self.objects_start), (self.table_start, self.size - 32)]
+        for start, stop in regions:
+            offset = start
+            while offset < stop:
+                piece = self._read(offset, min(stop - offset, 1 << 22))
+                if not piece:
+                    break
+                h.update(piece)
+                offset += len(piece)
         if self._read(self.size - 32, 32) != h.digest():
             return f"{self.path}: file checksum mismatch (some byte of the file is damaged)"
+        for oid, entry in sorted(self.entries.items(), key=lambda kv: kv[1].offset):
+            if self.version >= 2 and framing.stored_check(self._read(entry.offset, entry.stored_len)) != self.checks.get(oid):
+                return f"{self.path}: object {oid.hex()[:12]} at offset {entry.offset} does not match its check (the file is damaged)"
         return None
 
 

@@ -1,4 +1,4 @@
-"""Generate the test vectors of container format version 1 (formats/v1.md, "Test vectors").
+"""Generate the test vectors of a container format version (formats/v1.md, "Test vectors").
 
 Valid vectors are made with ckptcli's own encoders; invalid ones are built by hand
 from valid bytes, with checksums recomputed so that each vector fails for exactly
@@ -7,8 +7,13 @@ the reason its description gives.
 Released vectors never change: an existing file is left alone unless --force is
 given, and --check only compares what would be written with what is there.
 
-    python formats/vectors/make_vectors.py            # write missing files
-    python formats/vectors/make_vectors.py --check    # exit 1 if a file differs
+    python formats/vectors/make_vectors.py                # write missing files of version 1
+    python formats/vectors/make_vectors.py --version 2    # version 2 (formats/v2.md)
+    python formats/vectors/make_vectors.py --check        # exit 1 if a file differs
+
+Version 2 changed only packs and checkpoint files (and the version in every header),
+so vectors/v2/ holds the header, record and file vectors again, written in version 2,
+with names prefixed "v2-"; values and trees are those of vectors/v1/.
 """
 
 from __future__ import annotations
@@ -468,17 +473,17 @@ def record_vectors() -> tuple[Group, dict[str, Any]]:
         name = kind.decode()
         g.add(
             f"header-{name.lower()}",
-            f"The 12-byte header of a {framing.KIND_NAMES[kind]}: 89 'CKP' '{name}', version 1 (u16 BE), reserved 0 (u16).",
+            f"The 12-byte header of a {framing.KIND_NAMES[kind]}: 89 'CKP' '{name}', version {VERSION} (u16 BE), reserved 0 (u16).",
             "header",
-            framing.encode_header(kind),
+            framing.encode_header(kind, VERSION),
             file_kind=name,
             version=VERSION,
         )
-    hdr = framing.encode_header(framing.KIND_PACK)
-    g.add("header-wrong-magic", "A PNG signature where a checkpoint file's magic should be: not a ckpt file.", "header", b"\x89PNG\r\n\x1a\n" + framing.encode_header(framing.KIND_FILE)[8:], file_kind="FILE", expect_error="UnsupportedVersionError")
+    hdr = framing.encode_header(framing.KIND_PACK, VERSION)
+    g.add("header-wrong-magic", "A PNG signature where a checkpoint file's magic should be: not a ckpt file.", "header", b"\x89PNG\r\n\x1a\n" + framing.encode_header(framing.KIND_FILE, VERSION)[8:], file_kind="FILE", expect_error="UnsupportedVersionError")
     g.add("header-wrong-magic-inside-store", "A wrong magic on a file inside a store (here a pack) is damage, not a foreign file.", "header", b"\x89PNG\r\n\x1a\n" + hdr[8:], file_kind="PACK", expect_error="CorruptError")
     g.add("header-wrong-kind", "A pack header read where a checkpoint file is expected.", "header", hdr, file_kind="FILE", expect_error="CorruptError")
-    g.add("header-future-version", "Version 2: written by a newer ckpt; refused with an upgrade hint.", "header", framing.encode_header(framing.KIND_PACK, 2), file_kind="PACK", expect_error="UnsupportedVersionError")
+    g.add("header-future-version", f"Version {VERSION + 1}: written by a newer ckpt; refused with an upgrade hint.", "header", framing.encode_header(framing.KIND_PACK, VERSION + 1), file_kind="PACK", expect_error="UnsupportedVersionError")
     g.add("header-version-0", "Version 0 was never released.", "header", framing.encode_header(framing.KIND_PACK, 0), file_kind="PACK", expect_error="UnsupportedVersionError")
     g.add("header-truncated", "Only 8 of the 12 header bytes.", "header", hdr[:8], file_kind="PACK", expect_error="CorruptError")
 
@@ -529,6 +534,7 @@ def record_vectors() -> tuple[Group, dict[str, Any]]:
         config_hash="sha256:" + sha(b"agent config").hex(),
         deps={"ckptcli": "0.1.0", "python": "3.11.7"},
         stats={"logical_bytes": 612, "new_objects": len(objs), "new_bytes": 700},
+        format_version=VERSION,
     )
     mbytes = manifest.encode()
     g.add(
@@ -545,7 +551,7 @@ def record_vectors() -> tuple[Group, dict[str, Any]]:
         decoded=to_json(manifest.to_body()),
     )
     minimal = {
-        "format": 1,
+        "format": VERSION,
         "parents": [],
         "created": CREATED_NS,
         "subject": {"kind": "workflow", "name": "nightly-etl"},
@@ -571,16 +577,17 @@ def record_vectors() -> tuple[Group, dict[str, Any]]:
 
 
 def _record(g: Group, name: str, description: str, kind: bytes, body: dict[str, Any], **fields: Any) -> bytes:
-    data = framing.encode_record(kind, body)
+    data = framing.encode_record(kind, body, VERSION)
     g.add(name, description, "record", data, record_kind=kind.decode(), version=VERSION, codec=data[10], decoded=to_json(body), **fields)
     return data
 
 
 def manifest_invalid_vectors(g: Group, minimal: dict[str, Any]) -> None:
     def bad(name: str, description: str, body: dict[str, Any]) -> None:
-        g.add(name, description, "record", framing.encode_record(framing.KIND_MANIFEST, body), record_kind="MANI", expect_error="CorruptError")
+        g.add(name, description, "record", framing.encode_record(framing.KIND_MANIFEST, body, VERSION), record_kind="MANI", expect_error="CorruptError")
 
-    bad("manifest-format-mismatch", "The body says format 2 while the file header says version 1.", {**minimal, "format": 2})
+    other = 2 if VERSION == 1 else 1
+    bad("manifest-format-mismatch", f"The body says format {other} while the file header says version {VERSION}.", {**minimal, "format": other})
     bad("manifest-unknown-section", "A section named \"scratch\": only the standard names and ext:<namespace> are allowed.", {**minimal, "sections": {"scratch": b"\xc0"}})
     bad("manifest-section-not-bin", "A section root that is a str instead of bin.", {**minimal, "sections": {"memory": "c0"}})
     bad("manifest-no-layout", "The required field `layout` is missing.", {k: v for k, v in minimal.items() if k != "layout"})
@@ -592,49 +599,54 @@ def manifest_invalid_vectors(g: Group, minimal: dict[str, Any]) -> None:
 
 
 def record_invalid_vectors(g: Group, minimal: dict[str, Any]) -> None:
-    good = framing.encode_record(framing.KIND_REF, {"target": b"\x07" * 32, "updated": CREATED_NS})
+    good = framing.encode_record(framing.KIND_REF, {"target": b"\x07" * 32, "updated": CREATED_NS}, VERSION)
 
     def bad(name: str, description: str, data: bytes, error: str, kind: str = "REF_") -> None:
         g.add(name, description, "record", data, record_kind=kind, expect_error=error)
 
     body = framing.pack({"target": b"\x07" * 32, "updated": CREATED_NS})
-    bad("record-wrong-magic", "Magic \\x89CKQ instead of \\x89CKP (checksum recomputed).", raw_record(framing.KIND_REF, 1, 0, body, len(body), magic=b"\x89CKQ"), "CorruptError")
+    bad("record-wrong-magic", "Magic \\x89CKQ instead of \\x89CKP (checksum recomputed).", raw_record(framing.KIND_REF, VERSION, 0, body, len(body), magic=b"\x89CKQ"), "CorruptError")
     bad("record-wrong-kind", "A ref record read where a config record is expected.", good, "CorruptError", kind="CONF")
-    bad("record-future-version", "A ref record of version 2: refused before anything else is read.", framing.encode_record(framing.KIND_REF, {"target": b"\x07" * 32}, version=2), "UnsupportedVersionError")
+    bad(
+        "record-future-version",
+        f"A ref record of version {VERSION + 1}: refused before anything else is read.",
+        framing.encode_record(framing.KIND_REF, {"target": b"\x07" * 32}, version=VERSION + 1),
+        "UnsupportedVersionError",
+    )
     bad("record-truncated", "The last byte of the checksum is missing.", good[:-1], "CorruptError")
     bad("record-too-short", "Only the 20-byte record head: shorter than head + checksum.", good[:20], "CorruptError")
     bad("record-trailing-bytes", "One byte after the checksum.", good + b"\x00", "CorruptError")
     flipped = bytearray(good)
     flipped[25] ^= 0x01
     bad("record-checksum-mismatch", "One bit of the body flipped; the checksum no longer matches.", bytes(flipped), "CorruptError")
-    bad("record-unknown-codec", "Codec 2 is not defined (checksum recomputed).", raw_record(framing.KIND_REF, 1, 2, body, len(body)), "CorruptError")
-    bad("record-stored-len-mismatch", "Codec 0 with raw_len 1 larger than stored_len.", raw_record(framing.KIND_REF, 1, 0, body, len(body) + 1), "CorruptError")
+    bad("record-unknown-codec", "Codec 2 is not defined (checksum recomputed).", raw_record(framing.KIND_REF, VERSION, 2, body, len(body)), "CorruptError")
+    bad("record-stored-len-mismatch", "Codec 0 with raw_len 1 larger than stored_len.", raw_record(framing.KIND_REF, VERSION, 0, body, len(body) + 1), "CorruptError")
     bomb_raw = framing.pack({"target": b"\x07" * 32, "pad": b"\x00" * 1_000_000})
     bomb = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(bomb_raw)
     bad(
         "record-zstd-bomb",
         f"A zstd frame of {len(bomb)} bytes that inflates to {len(bomb_raw)} bytes while raw_len declares 100: "
         "output beyond raw_len is an error.",
-        raw_record(framing.KIND_REF, 1, 1, bomb, 100),
+        raw_record(framing.KIND_REF, VERSION, 1, bomb, 100),
         "CorruptError",
     )
     nosize = zstandard.ZstdCompressor(level=3, write_content_size=False).compress(bomb_raw)
     bad(
         "record-zstd-bomb-no-content-size",
         "The same bomb as a frame without its content size: decompression stops at raw_len (100) bytes.",
-        raw_record(framing.KIND_REF, 1, 1, nosize, 100),
+        raw_record(framing.KIND_REF, VERSION, 1, nosize, 100),
         "CorruptError",
     )
     bad(
         "record-raw-len-over-limit",
         "raw_len declares 64 MiB + 1 (MAX_RECORD_SIZE is 64 MiB): refused before decompressing.",
-        raw_record(framing.KIND_REF, 1, 1, nosize, limits.MAX_RECORD_SIZE + 1),
+        raw_record(framing.KIND_REF, VERSION, 1, nosize, limits.MAX_RECORD_SIZE + 1),
         "LimitExceededError",
     )
     short_frame = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(body)
-    bad("record-zstd-damaged", "A zstd body whose last byte is cut off (checksum recomputed).", raw_record(framing.KIND_REF, 1, 1, short_frame[:-1], len(body)), "CorruptError")
-    bad("record-body-not-map", "A body that is a msgpack array, not a map.", raw_record(framing.KIND_REF, 1, 0, b"\x90", 1), "CorruptError")
-    bad("record-body-malformed", "A body of one byte 0xc1 (never used by msgpack).", raw_record(framing.KIND_REF, 1, 0, b"\xc1", 1), "CorruptError")
+    bad("record-zstd-damaged", "A zstd body whose last byte is cut off (checksum recomputed).", raw_record(framing.KIND_REF, VERSION, 1, short_frame[:-1], len(body)), "CorruptError")
+    bad("record-body-not-map", "A body that is a msgpack array, not a map.", raw_record(framing.KIND_REF, VERSION, 0, b"\x90", 1), "CorruptError")
+    bad("record-body-malformed", "A body of one byte 0xc1 (never used by msgpack).", raw_record(framing.KIND_REF, VERSION, 0, b"\xc1", 1), "CorruptError")
 
 
 # -- packs and checkpoint files ------------------------------------------------------------
@@ -647,25 +659,31 @@ def file_vectors(ck: dict[str, Any]) -> Group:
         root = Path(tmp)
         (root / "tmp").mkdir()
         backend = LocalBackend(root)
-        writer = PackWriter(backend)
+        writer = PackWriter(backend, VERSION)
         for oid, (content, obj_type) in objs.items():
             codec, data = stored[oid]
             writer.add(oid, obj_type, codec, data, len(content))
-        pack_id, rows = writer.finish()
+        pack_id, rows = writer.finish()()
         pack = (root / f"packs/{pack_id.hex()[:2]}/{pack_id.hex()}").read_bytes()
         backend.close()
     g.add(
         "pack",
         "A pack file holding every object of the example checkpoint (vector `manifest`): 12-byte header, stored "
         "objects back to back, a pack trailer record (PTRL), its length as u32 BE. Its name is packs/<2 hex>/<id>. "
-        "`decoded` holds the entry rows rebuilt from the trailer (ids by hashing each object).",
+        "`decoded` holds the entry rows rebuilt from the trailer (ids by hashing each object)."
+        + (
+            ""
+            if VERSION == 1
+            else " Version 2: each trailer entry ends with the XXH3-64 of the object's stored bytes, and the id is the "
+            "SHA-256 of the header, the object ids in pack order, the trailer record and its length."
+        ),
         "pack",
         pack,
         id=pack_id.hex(),
         decoded=to_json({"entries": rows}),
     )
     index_body = {"packs": [{"id": pack_id, "entries": rows}]}
-    data = framing.encode_record(framing.KIND_INDEX, index_body)
+    data = framing.encode_record(framing.KIND_INDEX, index_body, VERSION)
     g.add(
         "index",
         "The index record (kind INDX) written with that pack; its file name is index/<SHA-256 of these bytes>.",
@@ -679,7 +697,7 @@ def file_vectors(ck: dict[str, Any]) -> Group:
     )
 
     out = io.BytesIO()
-    write_checkpoint_file(out, ck["mbytes"], [(oid, t, stored[oid][0], stored[oid][1], len(c)) for oid, (c, t) in objs.items()])
+    write_checkpoint_file(out, ck["mbytes"], [(oid, t, stored[oid][0], stored[oid][1], len(c)) for oid, (c, t) in objs.items()], VERSION)
     cfile = out.getvalue()
     m: Manifest = ck["manifest"]
     dec = Decoder(objs, budget=Budget())
@@ -718,7 +736,53 @@ def file_vectors(ck: dict[str, Any]) -> Group:
         expect_error="CorruptError",
     )
     g.add("checkpoint-file-truncated", "The checkpoint file without its last byte.", "checkpoint-file", cfile[:-1], expect_error="CorruptError")
+    if VERSION >= 2:
+        v2_damage_vectors(g, pack, cfile, first_obj)
     return g
+
+
+def v2_damage_vectors(g: Group, pack: bytes, cfile: bytes, first_obj: int) -> None:
+    """Damage that only version 2's checks find: a bit a zstd decoder ignores."""
+    # The first compressed object of the pack; its frame header descriptor (the byte after
+    # the 4-byte magic) has an "unused" bit (0x10) that RFC 8878 tells decoders to ignore,
+    # so the object still decodes to its content and passes its SHA-256 check.
+    offset = 12
+    tlen = struct.unpack_from(">I", pack, len(pack) - 4)[0]
+    _v, trailer = framing.decode_record(pack[len(pack) - 4 - tlen : len(pack) - 4], framing.KIND_PACK_TRAILER, "pack")
+    for _typ, slen, _rlen, codec, _check in trailer["objects"]:
+        if codec == framing.CODEC_ZSTD:
+            break
+        offset += slen
+    damaged = bytearray(pack)
+    assert damaged[offset : offset + 4] == b"\x28\xb5\x2f\xfd"
+    damaged[offset + 4] ^= 0x10
+    g.add(
+        "pack-ignored-bit-flipped",
+        "The pack with the 'unused' bit of one object's zstd frame header flipped: the object still decodes to its "
+        "content (its id holds), but its stored bytes no longer match the XXH3-64 in the trailer.",
+        "pack",
+        bytes(damaged),
+        expect_error="CorruptError",
+    )
+    mlen = struct.unpack_from(">I", cfile, 12)[0]
+    assert first_obj == 16 + mlen
+    gap = bytearray(cfile)
+    t_len = struct.unpack_from(">I", cfile, len(cfile) - 36)[0]
+    table_start = len(cfile) - 36 - t_len
+    # one byte more between the manifest and the first object, offsets left as they are
+    gap[first_obj:first_obj] = b"\x00"
+    del gap[table_start + 1 :]
+    gap += cfile[table_start:-32]
+    body = bytes(gap)
+    checksum = hashlib.sha256(body[:first_obj] + body[table_start + 1 :]).digest()
+    g.add(
+        "checkpoint-file-gap",
+        "A version-2 checkpoint file with one byte between the manifest and the first object (checksum recomputed): "
+        "objects must tile their region exactly, so that the per-object checks cover every byte the checksum leaves out.",
+        "checkpoint-file",
+        body + checksum,
+        expect_error="CorruptError",
+    )
 
 
 # -- output ----------------------------------------------------------------------------------
@@ -728,8 +792,14 @@ def build() -> dict[str, dict[str, Any]]:
     trees = tree_vectors()
     records, ck = record_vectors()
     files = file_vectors(ck)
+    groups = [("values.json", values), ("trees.json", trees), ("records.json", records), ("files.json", files)]
+    if VERSION >= 2:
+        groups = groups[2:]
+        for _f, g in groups:
+            for v in g.vectors:
+                v["name"] = f"v{VERSION}-{v['name']}"
     out = {}
-    for fname, g in (("values.json", values), ("trees.json", trees), ("records.json", records), ("files.json", files)):
+    for fname, g in groups:
         out[fname] = {"format_version": VERSION, "title": g.title, "vectors": g.vectors}
     return out
 
@@ -754,8 +824,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--force", action="store_true", help="overwrite existing vector files (never for released versions)")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is missing or differs")
-    ap.add_argument("--out", type=Path, default=OUT_DIR, help=f"output directory (default {OUT_DIR})")
+    ap.add_argument("--version", type=int, default=1, choices=(1, 2), help="format version (default 1)")
+    ap.add_argument("--out", type=Path, default=None, help="output directory (default formats/vectors/v<VERSION>)")
     args = ap.parse_args(argv)
+    global VERSION
+    VERSION = args.version
+    args.out = args.out or OUT_DIR.parent / f"v{VERSION}"
     docs = build()
     status = 0
     args.out.mkdir(parents=True, exist_ok=True)

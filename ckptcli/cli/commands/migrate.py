@@ -11,31 +11,52 @@ from ckptcli.cli.output import emit_json, exit_status, out
 from ckptcli.errors import ExitCode
 
 
-@app.command(epilog=exit_status(ExitCode.FAILURE, ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE))
+@app.command(
+    epilog=exit_status(
+        ExitCode.FAILURE, ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.IO_ERROR, ExitCode.LOCKED
+    )
+)
 def migrate(
-    ref: Annotated[str, typer.Argument(help="The checkpoint to migrate (id, prefix, tag, branch, KIND:NAME, latest).")],
+    ref: Annotated[
+        str | None,
+        typer.Argument(help="The checkpoint to migrate (id, prefix, tag, branch, KIND:NAME, latest); with --format, a store directory or checkpoint file.", show_default=False),
+    ] = None,
     migrations: Annotated[
-        str, typer.Option("--migrations", "-m", metavar="SPEC", help="Your migrations: MODULE, MODULE:REGISTRY, or ep:NAME (entry point group ckpt.migrations).")
-    ],
+        str | None,
+        typer.Option("--migrations", "-m", metavar="SPEC", help="Your migrations: MODULE, MODULE:REGISTRY, or ep:NAME (entry point group ckpt.migrations).", show_default=False),
+    ] = None,
     to: Annotated[str | None, typer.Option("--to", metavar="VERSION", help="Target schema version (default: the one your migrations declare current).")] = None,
     assume_version: Annotated[
         str | None, typer.Option("--assume-version", metavar="VERSION", help="The version of a checkpoint that records none.")
     ] = None,
     message: Annotated[str | None, typer.Option("--message", metavar="TEXT", help="Message of the new checkpoint.")] = None,
     branch: Annotated[str | None, typer.Option("--branch", "-b", metavar="NAME", help="Also point this branch at the new checkpoint.")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Show the chain of migrations and check it runs; write nothing.")] = False,
+    format_: Annotated[
+        bool, typer.Option("--format", help="Upgrade the container format of a store (default: this one) or a checkpoint file to the newest version.")
+    ] = False,
+    list_: Annotated[bool, typer.Option("--list", help="List the container-format migrations (and yours, with --migrations).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Show what would be done and check it runs; write nothing.")] = False,
+    lock_wait: Annotated[float, typer.Option("--lock-wait", metavar="SECONDS", help="With --format: how long to wait for running takes.")] = 300.0,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Migrate a checkpoint to a new version of its state schema.
+    """Migrate a checkpoint to a new version of its state schema, or a store or file
+    to the newest container format.
 
-    Applies the chain of your migrations from the checkpoint's schema version to the
-    target (see docs/migrations.md for declaring them) and writes a NEW checkpoint:
-    its parent is the old one, its schema version the target; it keeps the subject,
-    labels and config hash, and shares the old blobs without reading them again. The
-    old checkpoint is never modified. If any step raises, nothing is written (exit 1;
-    CKPT_DEBUG=1 shows the traceback of your migration). --dry-run runs the chain in
-    memory and says what it would write.
+    Schema: applies the chain of your migrations from the checkpoint's schema version
+    to the target (see docs/migrations.md for declaring them) and writes a NEW
+    checkpoint: its parent is the old one, its schema version the target; it keeps the
+    subject, labels and config hash, and shares the old blobs without reading them
+    again. The old checkpoint is never modified. If any step raises, nothing is
+    written (exit 1; CKPT_DEBUG=1 shows the traceback of your migration). --dry-run
+    runs the chain in memory and says what it would write.
+
+    Format (--format): runs every container-format migration that applies (see
+    --list). A store is upgraded in place under its exclusive lock: old packs and
+    index files are deleted only after their replacements are written, and checkpoint
+    ids do not change; an interrupted upgrade leaves the store readable and running it
+    again finishes it. A checkpoint file is rewritten beside itself, verified, then
+    renamed over the original.
 
     Examples:
 
@@ -44,7 +65,27 @@ def migrate(
       ckpt migrate 4f2a9c --migrations myapp.migrations:REGISTRY --dry-run
 
       ckpt migrate latest --to 2 --migrations ep:myapp --assume-version 1 --json
+
+      ckpt migrate --list
+
+      ckpt migrate --format                  # this store
+
+      ckpt migrate --format old.ckpt --dry-run
     """
+    from ckptcli.errors import UsageError
+
+    if list_:
+        _list(migrations, as_json)
+        return
+    if format_:
+        if migrations or to or assume_version or message or branch:
+            raise UsageError("--format upgrades the container format; it takes no schema options", hint="run the two migrations separately")
+        _format(ref, store, dry_run, lock_wait, as_json)
+        return
+    if ref is None:
+        raise UsageError("which checkpoint?", hint="give a REF (and --migrations SPEC), or use --format or --list")
+    if migrations is None:
+        raise UsageError("--migrations SPEC is needed to migrate a checkpoint's schema", hint="see docs/migrations.md")
     from ckptcli import api
     from ckptcli.schema import cwd_importable, load_migrations, migrate_checkpoint, parse_version, prepare_migration, storable_problem
 
@@ -79,3 +120,53 @@ def migrate(
         emit_json({"id": result.hex, "parent": parent, "schema_version": result.manifest.schema_version, "new_objects": result.new_objects, "new_bytes": result.new_bytes})
     else:
         out().print(f"migrated {parent[:12]} -> {result.hex[:12]} (schema {result.manifest.schema_version}); the original is unchanged", markup=False)
+
+
+def _list(spec: str | None, as_json: bool) -> None:
+    from ckptcli.upgrade import MIGRATIONS
+
+    doc: dict[str, object] = {"format": [m.to_dict() for m in MIGRATIONS]}
+    if spec is not None:
+        from ckptcli.schema import cwd_importable, load_migrations
+
+        cwd_importable()
+        ms = load_migrations(spec)
+        doc["schema"] = [{"name": m.name, "description": m.description, "from": m.from_version, "to": m.to_version} for m in ms]
+        doc["schema_current"] = ms.current
+    if as_json:
+        emit_json(doc)
+        return
+    c = out()
+    c.print("container format:", markup=False)
+    for m in MIGRATIONS:
+        c.print(f"  {m.name}  {m.from_version} -> {m.to_version}  {m.description}", markup=False)
+    if spec is not None:
+        c.print(f"schema ({spec}; current {doc['schema_current']}):", markup=False)
+        for row in doc["schema"]:  # type: ignore[attr-defined]
+            c.print(f"  {row['name']}  {row['from']} -> {row['to']}  {row['description']}", markup=False)
+
+
+def _format(path: str | None, store: object, dry_run: bool, lock_wait: float, as_json: bool) -> None:
+    from pathlib import Path
+
+    from ckptcli.cli.output import BarProgress
+    from ckptcli.upgrade import target_of, upgrade
+
+    target = target_of(Path(path) if path is not None else (store if isinstance(store, Path) else None))
+    try:
+        rep = upgrade(target, dry_run=dry_run, lock_wait=lock_wait, progress=BarProgress())
+    finally:
+        if not isinstance(target, Path):
+            target.close()
+    if as_json:
+        emit_json(rep.to_dict())
+        return
+    c = out()
+    if not rep.steps:
+        c.print(f"{rep.target}: already format version {rep.version_after}; nothing to do", markup=False)
+        return
+    verb = "would upgrade" if dry_run else "upgraded"
+    line = f"{verb} {rep.kind} {rep.target} from format version {rep.version_before} to {rep.version_after} ({', '.join(rep.steps)})"
+    if rep.kind == "store" and not dry_run:
+        line += f"; {rep.packs_rewritten} pack(s) rewritten, {rep.index_files_before} index file(s) now {rep.index_files_after}"
+    c.print(line, markup=False)
