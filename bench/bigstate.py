@@ -143,15 +143,28 @@ def measure(mib: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
             shutil.copytree(data, run_data)
             run_files = sorted(run_data.iterdir())
             store, repo = work / f"store-{i}", work / f"repo-{i}"
+            store_v1 = work / f"store-v1-{i}"
             run([CKPT, "init", str(store)])
+            run([CKPT, "init", "--format-version", "1", str(store_v1)])
             run(["restic", "--repo", str(repo), "--quiet", "init"], env=RESTIC_ENV)
             # the copy just made is dirty in the page cache: write it back first, so neither
             # tool's fsyncs wait behind it; and alternate which tool goes first
             os.sync()
-            pair = [("full: ckpt take", lambda s=store, d=run_data: ckpt_take(s, d)), ("full: restic backup", lambda r=repo, d=run_data: restic_backup(r, d))]
+            pair = [
+                ("full: ckpt take", lambda s=store, d=run_data: ckpt_take(s, d)),
+                ("full: restic backup", lambda r=repo, d=run_data: restic_backup(r, d)),
+                ("full: ckpt take, format v1 store", lambda s=store_v1, d=run_data: ckpt_take(s, d)),
+            ]
             for name, fn in pair if i % 2 == 0 else pair[::-1]:
                 rec(name, fn())
                 os.sync()
+            verify = [
+                ("format: verify --read-data, v2 store", lambda s=store: run([CKPT, "verify", "--read-data", "--store", str(s)])),
+                ("format: verify --read-data, v1 store", lambda s=store_v1: run([CKPT, "verify", "--read-data", "--store", str(s)])),
+            ]
+            for name, fn in verify if i % 2 == 0 else verify[::-1]:
+                rec(name, fn())
+            shutil.rmtree(store_v1, ignore_errors=True)
             rec("full: tar | zstd -3 -T0", run(f"tar -cf - -C {run_data} . | zstd -3 -T0 -q -f -o {work}/state-{i}.tar.zst", shell=True))
             s0, r0 = dir_size(store).apparent, dir_size(repo).apparent
             edit_in_place([p for p in run_files if p.is_file()])
@@ -178,10 +191,12 @@ def measure(mib: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
     checks = [
         ("full take / restic backup", med["full: ckpt take"] / med["full: restic backup"], 0.5),
         ("full take / tar|zstd", med["full: ckpt take"] / med["full: tar | zstd -3 -T0"], None),
+        ("full take, format v2 / v1 store", med["full: ckpt take"] / med["full: ckpt take, format v1 store"], None),
         ("incr take / restic backup (time)", med["incr: ckpt take"] / med["incr: restic backup"], 1.0),
         ("incr bytes added / restic's", median(added["ckpt"]) / max(median(added["restic"]), 1), 0.15),
         ("verify --read-data / restic check", med["verify: ckpt verify --read-data"] / med["verify: restic check --read-data"], 0.8),
         ("verify --read-data / sha256sum", med["verify: ckpt verify --read-data"] / med["verify: sha256sum (the bytes once)"], None),
+        ("verify --read-data, format v2 / v1 store", med["format: verify --read-data, v2 store"] / med["format: verify --read-data, v1 store"], None),
         ("restore / restic restore", med["restore: ckpt restore"] / med["restore: restic restore"], 1.0),
     ]
     return {"mib": mib, "runs": runs, "total_bytes": total, "medians_s": med, "peak_rss_kib": rss, "added": added, "checks": checks}

@@ -278,3 +278,13 @@ def test_migrate_list_and_usage(tmp_path: Path) -> None:
     assert r.returncode in (2, 3, 10) and "Traceback" not in r.stderr.decode()
     r = run_ckpt("migrate", "--format", "--to", "3", tmp_path)
     assert r.returncode == 2 and "no schema options" in r.stderr.decode()
+
+
+def test_init_format_version(tmp_path: Path) -> None:
+    r = run_ckpt("init", "--format-version", "1", tmp_path / "old", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["format_version"] == 1
+    assert ckptcli.open_store(tmp_path / "old").version == 1
+    r = run_ckpt("init", "--format-version", "3", tmp_path / "future")
+    err = r.stderr.decode()
+    assert r.returncode == 4 and "format version 3" in err and "Traceback" not in err
+    assert not (tmp_path / "future").exists()

@@ -354,14 +354,14 @@ class Store:
     def init(cls, path: Path, version: int = limits.FORMAT_VERSION) -> Store:
         if (path / "config").exists():
             raise ConflictError(f"a ckpt store already exists at {path}")
+        if version not in limits.READABLE_VERSIONS:
+            raise InvalidInputError(f"format version {version} is not one this ckpt writes", hint=f"use one of {sorted(limits.READABLE_VERSIONS)}")
         try:
             path.mkdir(parents=True, exist_ok=True)
             for sub in ("packs", "index", "manifests", "refs", "locks", "tmp"):
                 (path / sub).mkdir(exist_ok=True)
         except OSError as exc:
             raise CkptError(f"cannot create a store at {path}: {exc.strerror}") from None
-        if version not in limits.READABLE_VERSIONS:
-            raise InvalidInputError(f"format version {version} is not one this ckpt writes", hint=f"use one of {sorted(limits.READABLE_VERSIONS)}")
         config = StoreConfig(version, secrets.token_bytes(16), time.time_ns(), (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX))
         backend = LocalBackend(path)
         backend.write_atomic("config", config.encode())

@@ -12,9 +12,13 @@ from ckptcli.cli.output import emit_json, exit_status, out
 from ckptcli.errors import ExitCode
 
 
-@app.command(epilog=exit_status(ExitCode.CONFLICT, ExitCode.IO_ERROR))
+@app.command(epilog=exit_status(ExitCode.CONFLICT, ExitCode.INVALID_INPUT, ExitCode.IO_ERROR))
 def init(
     path: Annotated[Path | None, typer.Argument(help="Store directory to create (default: ./.ckpt).", show_default=False)] = None,
+    format_version: Annotated[
+        int | None,
+        typer.Option("--format-version", metavar="N", help="Container format to write (default: the newest); 1 keeps the store readable by ckpt 0.1.", show_default=False),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create an empty store.
@@ -24,12 +28,15 @@ def init(
       ckpt init                 # ./.ckpt, found from here and every subdirectory
 
       ckpt init /srv/ckpt       # then use --store /srv/ckpt or CKPT_STORE=/srv/ckpt
+
+      ckpt init --format-version 1 shared/.ckpt   # for hosts still on ckpt 0.1
     """
     from ckptcli.api import init_store
+    from ckptcli.format import limits
 
     target = path if path is not None else Path.cwd() / ".ckpt"
-    store = init_store(target)
+    store = init_store(target, format_version if format_version is not None else limits.FORMAT_VERSION)
     if as_json:
-        emit_json({"store": str(target), "id": store.config.store_id.hex()})
+        emit_json({"store": str(target), "id": store.config.store_id.hex(), "format_version": store.version})
     else:
         out().print(f"Initialized empty ckpt store in {target}", markup=False)
