@@ -16,7 +16,9 @@ The tree::
     ├── ConflictError              exit 11  the name or ref already exists
     └── StoreIOError               exit 12  the operating system refused a read or write
 
-``VerifyFailed`` (exit 5) is raised by the CLI when `ckpt verify` found damage.
+``VerifyFailed`` (exit 5) is raised by the CLI when `ckpt verify` found damage, and
+``ReplayDiverged`` (exit 13) when `ckpt replay --check` found a step function that no
+longer does what was recorded.
 Unexpected exceptions are reported by the CLI as one line with exit 70 (internal error);
 set ``CKPT_DEBUG=1`` to see the traceback.
 
@@ -45,6 +47,7 @@ class ExitCode(enum.IntEnum):
     NO_STORE = 10
     CONFLICT = 11
     IO_ERROR = 12
+    DIVERGED = 13
     INTERNAL = 70
     INTERRUPTED = 130
 
@@ -63,6 +66,7 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.NO_STORE: "no store found (run `ckpt init`, or pass --store)",
     ExitCode.CONFLICT: "the name already exists",
     ExitCode.IO_ERROR: "the operating system refused a read or write",
+    ExitCode.DIVERGED: "replay --check: the step function diverged from the recorded events",
     ExitCode.INTERNAL: "internal error (a bug: please report it with CKPT_DEBUG=1 output)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); the store is left as it was",
 }
@@ -138,3 +142,10 @@ class VerifyFailed(CkptError):  # noqa: N818 - a verdict, not a fault in ckpt
     """`ckpt verify` found damage; the report has already been printed."""
 
     exit_code = ExitCode.CORRUPT
+
+
+class ReplayDiverged(CkptError):  # noqa: N818 - a verdict, not a fault in ckpt
+    """`ckpt replay --check` found the first event where the step function does something
+    else than was recorded; the divergence has already been printed."""
+
+    exit_code = ExitCode.DIVERGED

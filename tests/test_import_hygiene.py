@@ -22,6 +22,9 @@ CORE = [
     "ckptcli.integrity",
     "ckptcli.blobs",
     "ckptcli.jsonview",
+    "ckptcli.events",
+    "ckptcli.recorder",
+    "ckptcli.replay",
 ]
 UI = ("typer", "rich", "textual", "click")
 

@@ -1,0 +1,213 @@
+"""ckpt replay: rebuild the state at a point of a checkpoint's event tail, print each
+transition, or check a step function against the recording."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from ckptcli.cli.app import JsonOpt, StoreOpt, app
+from ckptcli.cli.output import emit_json, exit_status, out, short
+from ckptcli.errors import ExitCode
+
+REF_HELP = "Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file."
+ReducersOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--reducers", metavar="MODULE:NAME", help="Reducers for custom event kinds: a mapping of kind -> function; repeatable.", show_default=False
+    ),
+]
+
+
+@app.command(
+    "replay",
+    epilog=exit_status(
+        ExitCode.NOT_FOUND,
+        ExitCode.INVALID_INPUT,
+        ExitCode.CORRUPT,
+        ExitCode.UNSUPPORTED_VERSION,
+        ExitCode.LIMIT_EXCEEDED,
+        ExitCode.NO_STORE,
+        ExitCode.DIVERGED,
+    ),
+)
+def replay_cmd(
+    ref: Annotated[str, typer.Argument(help=REF_HELP)],
+    to: Annotated[
+        str | None,
+        typer.Option("--to", metavar="SEQ|TIME", help="Stop after this event: a seq number, or a time (ISO 8601, or an age such as 10m).", show_default=False),
+    ] = None,
+    step: Annotated[bool, typer.Option("--step", help="Print each event and what it changed.")] = False,
+    check: Annotated[
+        str | None,
+        typer.Option("--check", metavar="MODULE:FUNC", help="Re-run this step function over the recorded inputs and report the first divergence.", show_default=False),
+    ] = None,
+    reducers: ReducersOpt = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rebuild the state at any point of a checkpoint's event tail.
+
+    A checkpoint with events holds a snapshot (memory, plan, tools, ext) and a tail: the
+    events recorded since the previous checkpoint. Replay applies the tail's events to
+    the snapshot with deterministic reducers and prints the state (its JSON view, as
+    `ckpt cat` prints values) at the end of the tail, or after event --to SEQ, or after
+    the last event recorded at or before --to TIME. --step prints each event and the
+    changes it made (paths as in `ckpt diff`).
+
+    --check MODULE:FUNC imports your step function (from the current directory too) and
+    re-runs it on each recorded input event, answering its tool calls with the recorded
+    results: nothing external runs again. When the checkpoint was taken in the middle of
+    a step, that step is re-run from its input, in the parent's tail. It stops at the first event the function
+    emits differently, or fails to emit, prints the recorded and the replayed event, and
+    exits with 13. The step-function contract is in docs/replay.md.
+
+    --json prints {"id", "base_seq", "seq", "applied", "state"}; with --step, also
+    "steps": [{"event", "changes"}] (changes as JSON Patch operations); with --check, the
+    report {"ok", "steps", "matched", "unchecked", "partial_step", "from_seq",
+    "divergence": {"seq", "input_seq", "reason", "expected", "actual"}}.
+
+    Examples:
+
+      ckpt replay latest
+
+      ckpt replay agent:bot --to 42 --json | jq .state.memory
+
+      ckpt replay 3f2a9c --step --to 2026-11-21T10:15
+
+      ckpt replay agent:bot --check myagent.steps:step
+    """
+    from ckptcli import api
+    from ckptcli.replay import load_reducers, load_tail
+
+    if check is not None and (step or to is not None):
+        from ckptcli.errors import UsageError
+
+        raise UsageError("--check replays the whole tail", hint="leave out --step and --to")
+    red = load_reducers(reducers or [])
+    if check is not None:
+        from ckptcli.replay import load_step
+        from ckptcli.schema import cwd_importable
+
+        cwd_importable()
+        func = load_step(check)
+        _check(api.open_checkpoint(ref, store_path=store), func, red, as_json)
+        return
+    to_seq, to_time = _parse_to(to)
+    tail = load_tail(api.open_checkpoint(ref, store_path=store))
+    n = tail.count_to(to_seq, to_time)
+    position = tail.events[n - 1].seq if n else tail.base_seq
+    if step:
+        _steps(tail, to_seq, to_time, red, as_json)
+        return
+    from ckptcli.jsonview import to_json
+    from ckptcli.replay import replay
+
+    state = replay(tail, to_seq=to_seq, to_time=to_time, reducers=red)
+    if as_json:
+        emit_json({"id": tail.id, "base_seq": tail.base_seq, "seq": position, "applied": n, "state": to_json(state)})
+        return
+    sys.stdout.write(json.dumps(to_json(state), indent=2, ensure_ascii=False) + "\n")
+    sys.stderr.write(f"replayed {n} of {len(tail.events)} events onto the snapshot of {short(tail.id)} (seq {tail.base_seq}); state at seq {position}\n")
+
+
+def _parse_to(text: str | None) -> tuple[int | None, int | None]:
+    """--to: a seq (digits) or a time."""
+    if text is None:
+        return None, None
+    t = text.strip()
+    if t.isdecimal() and t.isascii():
+        return int(t), None
+    from ckptcli.errors import InvalidInputError
+    from ckptcli.timeparse import parse_time
+
+    try:
+        return None, parse_time(t)
+    except InvalidInputError:
+        raise InvalidInputError(
+            f"--to {text!r} is neither a seq number nor a time", hint="give a seq (42), an ISO 8601 time (2026-11-21T10:15) or an age (10m)"
+        ) from None
+
+
+def _steps(tail: Any, to_seq: int | None, to_time: int | None, reducers: Any, as_json: bool) -> None:
+    from ckptcli.jsonview import to_json
+    from ckptcli.replay import iter_steps
+
+    n = tail.count_to(to_seq, to_time)
+    position = tail.events[n - 1].seq if n else tail.base_seq
+    steps = iter_steps(tail, to_seq=to_seq, to_time=to_time, reducers=reducers)
+    if as_json:
+        rows = []
+        state = tail.snapshot
+        for s in steps:
+            rows.append({"event": to_json(s.event.to_map()), "changes": [c.to_dict() for c in s.changes()]})
+            state = s.after
+        emit_json({"id": tail.id, "base_seq": tail.base_seq, "seq": position, "applied": n, "steps": rows, "state": to_json(state)})
+        return
+    from ckptcli.diff import describe, describe_change, format_path
+    from ckptcli.listing import format_time
+
+    lines = [f"snapshot of {short(tail.id)} at seq {tail.base_seq}"]
+    for s in steps:
+        ev = s.event
+        cause = f"  (cause #{ev.cause})" if ev.cause is not None else ""
+        lines.append(f"#{ev.seq}  {format_time(ev.ts)}  {ev.kind}{cause}")
+        changes = s.changes()
+        for c in changes:
+            where = format_path(c.path) or "(the state)"
+            if c.op == "add":
+                lines.append(f"    + {where}: {describe(c.new)}")
+            elif c.op == "remove":
+                lines.append(f"    - {where}")
+            else:
+                lines.append(f"    ~ {where}: {describe_change(c.old, c.new)}")
+        if not changes:
+            lines.append("    (no change)")
+    lines.append(f"state at seq {position}: {n} events applied")
+    sys.stdout.writelines(line + "\n" for line in lines)
+
+
+def _check(ck: Any, func: Any, reducers: Any, as_json: bool) -> None:
+    from ckptcli.errors import ReplayDiverged
+    from ckptcli.replay import check
+
+    report = check(ck, func, reducers=reducers)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        c = out()
+        d = report.divergence
+        if d is None and report.from_seq is None and report.last_seq == report.base_seq:
+            c.print(f"nothing to check: checkpoint {short(report.id)} has no events after its snapshot (seq {report.base_seq})", markup=False)
+        elif d is None:
+            first = report.from_seq if report.from_seq is not None else report.base_seq + 1
+            c.print(
+                f"check passed: {_count(report.steps, 'step')} re-run, {_count(report.matched, 'emitted event')} matched "
+                f"(checkpoint {short(report.id)}, seq {first}..{report.last_seq})",
+                markup=False,
+            )
+        else:
+            from ckptcli.jsonview import to_json
+
+            c.print(f"diverged at seq {d.seq}, in the step for input seq {d.input_seq}: {d.reason}", markup=False)
+            for label, ev in (("recorded", d.expected), ("replayed", d.actual)):
+                text = json.dumps(to_json(ev), ensure_ascii=False) if ev is not None else "(nothing: the step had ended)"
+                c.print(f"  {label}: {text}", markup=False)
+        if report.from_seq is not None:
+            c.print(f"note: the tail starts inside the step for input seq {report.from_seq}: re-run from that input, in an earlier checkpoint", markup=False)
+        if report.unchecked:
+            c.print(f"note: {report.unchecked} events at the start continue a step begun before this checkpoint: applied, not re-run", markup=False)
+        if report.partial_step is not None:
+            c.print(f"note: the step for input seq {report.partial_step} runs past the end of the tail: checked up to there", markup=False)
+    if report.divergence is not None:
+        raise ReplayDiverged(
+            f"the step function diverged from the recording at seq {report.divergence.seq}",
+            hint="see above: the recorded event and the replayed one",
+        )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -1,0 +1,681 @@
+"""The recorder: a running agent or workflow appends events, durably and cheaply, and
+takes checkpoints by policy (docs/replay.md; the journal format is in formats/events.md).
+
+    >>> from ckptcli.recorder import CheckpointPolicy, Recorder
+    >>> rec = Recorder.open(store, "agent:bot", "bot.journal",                # doctest: +SKIP
+    ...                     policy=CheckpointPolicy(every_events=500, risky_tools={"payments.refund"}))
+    >>> rec.append("memory.set", path=["goal"], value="triage")               # doctest: +SKIP
+    >>> rec.state["memory"]["goal"]                                           # doctest: +SKIP
+    'triage'
+
+How it works. Every event is checked, applied to the live state (rec.state) with the
+reducers of ckptcli.events, and written to an append-only journal file as one record
+(length, CRC-32, msgpack map); an event that does not fit is refused before anything is
+written. Appending costs the event's own size, never the state's: the state is only
+encoded when a checkpoint is taken. Records are written in batches (`Durability`):
+`batch_size` events, or at once for the kinds in `flush_on` (tool calls and results by
+default, so that a finished tool call is never forgotten), or on `flush()`; `fsync`
+"always" writes and syncs every event, "batch" syncs each batch, "never" leaves syncing
+to the operating system.
+
+A checkpoint (`CheckpointPolicy`: every N events, every T seconds, before a call of a
+tool named risky, or `checkpoint()`) is the state at the previous checkpoint (the
+snapshot) plus the events since (the tail), taken with api.take whose parent is the
+previous checkpoint; then the journal is replaced by an empty one that starts after it.
+
+Opening a recorder on an existing journal recovers: the live state is rebuilt from the
+journal's checkpoint (replayed to its end) and the journal's intact events after it. A
+torn or damaged record at the end (a crash mid-write) is cut off with everything after it:
+at most the events not yet written when the process died are lost, never an event half
+written. If the process died after a checkpoint was committed but before its journal was
+replaced, the newer checkpoint is found by its `recorder.run` label and the events it
+already holds are skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from ckptcli.errors import ConflictError, CorruptError, InvalidInputError, LockError, NotFoundError, StoreIOError, UsageError
+from ckptcli.events import (
+    ERROR,
+    LABEL_RUN,
+    LABEL_SEQ,
+    TOOL_CALL,
+    TOOL_RESULT,
+    Event,
+    Reducers,
+    State,
+    StepContext,
+    ToolFailed,
+    check_state,
+    event_from_map,
+    make_event,
+    normalize,
+)
+
+if TYPE_CHECKING:
+    from ckptcli.api import TakeResult
+    from ckptcli.store.repository import Store
+
+Tool = Callable[[Any], Any]
+StepFunc = Callable[[StepContext, Event], Any]
+
+#: The first 8 bytes of a journal file.
+MAGIC = b"CKPTJNL1"
+JOURNAL_VERSION = 1
+#: Before each record: the payload's length and its CRC-32 (zlib's), both u32 little-endian.
+RECORD_HEAD = struct.Struct("<II")
+#: A longer record is damage (a torn length field), not an event.
+MAX_RECORD = 64 * 1024 * 1024
+FSYNC_POLICIES = ("always", "batch", "never")
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """When the recorder takes checkpoints by itself (checkpoint() takes one any time).
+
+    Args:
+        every_events: after this many events since the last checkpoint.
+        every_seconds: at the first event this long after the last checkpoint (checked
+            when events are appended: an idle recorder takes none).
+        risky_tools: before a tool.call of one of these tools, so that the checkpoint's
+            live state is the one just before the call.
+    """
+
+    every_events: int | None = None
+    every_seconds: float | None = None
+    risky_tools: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if self.every_events is not None and (type(self.every_events) is not int or self.every_events < 1):
+            raise InvalidInputError(f"every_events must be an integer >= 1, not {self.every_events!r}")
+        if self.every_seconds is not None and not (isinstance(self.every_seconds, (int, float)) and self.every_seconds > 0):
+            raise InvalidInputError(f"every_seconds must be a number > 0, not {self.every_seconds!r}")
+        object.__setattr__(self, "risky_tools", frozenset(self.risky_tools))
+
+
+@dataclass(frozen=True)
+class Durability:
+    """How events reach the disk.
+
+    Args:
+        batch_size: events kept in memory before they are written together.
+        fsync: "always" (write and fsync every event: an append that returned survives
+            a power cut), "batch" (fsync each batch written), "never" (the OS decides; a
+            process crash loses nothing written, a power cut may).
+        flush_on: kinds written (and synced, unless fsync is "never") at once.
+    """
+
+    batch_size: int = 32
+    fsync: str = "batch"
+    flush_on: frozenset[str] = frozenset({TOOL_CALL, TOOL_RESULT})
+
+    def __post_init__(self) -> None:
+        if type(self.batch_size) is not int or self.batch_size < 1:
+            raise InvalidInputError(f"batch_size must be an integer >= 1, not {self.batch_size!r}")
+        if self.fsync not in FSYNC_POLICIES:
+            raise InvalidInputError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {self.fsync!r}")
+        object.__setattr__(self, "flush_on", frozenset(self.flush_on))
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What opening an existing journal found."""
+
+    base: str  # the checkpoint the state was rebuilt from
+    events: int  # journal events applied after it
+    skipped: int  # journal events that checkpoint already held
+    dropped_bytes: int  # a torn or damaged end of the journal, cut off
+
+
+# -- the journal file ------------------------------------------------------------------------
+def _ext_int(code: int, data: bytes) -> Any:
+    if code == 1:
+        return int.from_bytes(data, "big", signed=True)
+    return msgpack.ExtType(code, data)
+
+
+def _bigints(value: Any) -> Any:
+    t = type(value)
+    if t is int and not -(2**63) <= value < 2**64:
+        from ckptcli.format.values import bigint_to_bytes
+
+        return msgpack.ExtType(1, bigint_to_bytes(value))
+    if t is list:
+        return [_bigints(v) for v in value]
+    if t is dict:
+        return {k: _bigints(v) for k, v in value.items()}
+    return value
+
+
+def encode_record(value: dict[str, Any], where: str = "event") -> bytes:
+    """One journal record: u32 length, u32 CRC-32 of the payload, the msgpack payload."""
+    payload: bytes
+    try:
+        try:
+            payload = msgpack.packb(value, use_bin_type=True)
+        except OverflowError:  # an integer beyond 64 bits: ext type 1, as in the format
+            payload = msgpack.packb(_bigints(value), use_bin_type=True)
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{where}: a string holds a lone surrogate, which UTF-8 cannot carry") from None
+    if len(payload) > MAX_RECORD:
+        raise InvalidInputError(f"{where}: {len(payload)} bytes encoded; one event may take at most {MAX_RECORD}")
+    return RECORD_HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+@dataclass
+class JournalContents:
+    header: dict[str, Any]
+    records: list[dict[str, Any]]  # the intact records after the header
+    raw: list[bytes]  # each of them as stored (length, CRC, payload)
+    starts: list[int]  # the offset of each in the file
+    good_end: int  # where the intact records end
+    size: int  # the file's size
+
+
+def read_journal(path: Path) -> JournalContents:
+    """Read a journal: the header, then records up to the first that is torn or damaged.
+
+    Raises:
+        CorruptError when the file is not a journal or its header record is damaged;
+        StoreIOError when it cannot be read.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise StoreIOError(f"cannot read journal {path}: {exc.strerror}") from None
+    if data[: len(MAGIC)] != MAGIC:
+        raise CorruptError(f"{path} is not a ckpt journal (no {MAGIC.decode()} header)", hint="give the recorder another journal path")
+    pos = len(MAGIC)
+    records: list[dict[str, Any]] = []
+    raw: list[bytes] = []
+    starts: list[int] = []
+    while pos + RECORD_HEAD.size <= len(data):
+        length, crc = RECORD_HEAD.unpack_from(data, pos)
+        start, end = pos + RECORD_HEAD.size, pos + RECORD_HEAD.size + length
+        if length > MAX_RECORD or end > len(data):
+            break
+        payload = data[start:end]
+        if zlib.crc32(payload) != crc:
+            break
+        try:
+            value = msgpack.unpackb(payload, raw=False, strict_map_key=False, ext_hook=_ext_int)
+        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, UnicodeDecodeError):
+            break
+        if type(value) is not dict:
+            break
+        records.append(value)
+        raw.append(data[pos:end])
+        starts.append(pos)
+        pos = end
+    if not records:
+        raise CorruptError(f"journal {path} has no intact header record", hint="move it aside to start a new run")
+    header = records.pop(0)
+    del raw[0], starts[0]
+    if header.get("journal") != JOURNAL_VERSION:
+        raise CorruptError(f"journal {path}: version {header.get('journal')!r} is not one this ckpt reads", hint="upgrade ckpt")
+    for key, typ in (("subject", str), ("run", str), ("base", str), ("base_seq", int)):
+        if type(header.get(key)) is not typ:
+            raise CorruptError(f"journal {path}: the header has no valid {key!r}")
+    return JournalContents(header, records, raw, starts, pos, len(data))
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):  # not every file system lets a directory be synced
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_journal(path: Path, header: dict[str, Any], records: Iterable[bytes] = ()) -> None:
+    """Replace the journal at `path` atomically (temp file, fsync, rename, fsync dir)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(MAGIC)
+            fh.write(encode_record(header, "journal header"))
+            for rec in records:
+                fh.write(rec)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise StoreIOError(f"cannot write journal {path}: {exc.strerror}") from None
+    _fsync_dir(path.parent)
+
+
+# -- the recorder ------------------------------------------------------------------------------------
+class Recorder:
+    """Records one subject's events into a journal and checkpoints into a store. Open one
+    with Recorder.open; one process (and one thread at a time) per journal."""
+
+    def __init__(self) -> None:  # use Recorder.open
+        self._lock = threading.RLock()
+        self._fd: int | None = None
+        self._lock_fd: int | None = None
+        self._buffer: list[bytes] = []
+        self.recovery: Recovery | None = None
+
+    # -- opening ------------------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        store: Store,
+        subject: str,
+        journal: str | os.PathLike[str],
+        *,
+        state: Mapping[str, Any] | None = None,
+        base: str | None = None,
+        branch: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        reducers: Reducers | None = None,
+        tools: Mapping[str, Tool] | None = None,
+        policy: CheckpointPolicy | None = None,
+        durability: Durability | None = None,
+    ) -> Recorder:
+        """Start recording `subject` into `journal`, or resume after a crash or a close.
+
+        Args:
+            journal: the journal file. If it exists, the run it holds is resumed (and
+                `state` and `base` are not used); `rec.recovery` says what was found.
+            state: the initial state of a new run (a map of memory, plan, tools, ext;
+                default {"memory": {}, "plan": [], "tools": []}); a first checkpoint of it,
+                with no parent, is taken at once.
+            base: instead of `state`, continue from this checkpoint's live state (e.g. a
+                fork): its events continue at its last seq + 1, its checkpoints are children.
+            branch: also move this branch to each checkpoint taken.
+            labels: labels of every checkpoint taken (recorder.run and events.seq are added).
+            reducers: for custom event kinds (default: standard and installed ones).
+            tools: name -> function(args) -> result, for step() functions' ctx.tool.
+        Raises:
+            LockError when another recorder has the journal open; ConflictError when it
+            records another subject; CorruptError for a file that is not a journal;
+            NotFoundError when its checkpoint is no longer in the store; what replaying it
+            raises (e.g. NotFoundError for a custom kind without its reducer).
+        """
+        from ckptcli.format.manifest import Subject, check_name
+
+        rec = cls()
+        rec.store = store
+        rec.subject = str(Subject.parse(subject))
+        rec.path = Path(journal)
+        rec.branch = check_name(branch, "branch name") if branch is not None else None
+        rec.labels = dict(labels or {})
+        rec.reducers = reducers or Reducers()
+        rec.tools = dict(tools or {})
+        rec.policy = policy or CheckpointPolicy()
+        rec.durability = durability or Durability()
+        from ckptcli.api import parse_labels
+
+        parse_labels(rec.labels)
+        rec._acquire()
+        try:
+            if rec.path.exists() and rec.path.stat().st_size > 0:
+                rec._recover()
+            else:
+                if state is not None and base is not None:
+                    raise UsageError("give a new run either an initial state or a base checkpoint, not both")
+                rec._start(state, base)
+            rec._fd = os.open(rec.path, os.O_WRONLY | os.O_APPEND)
+            rec._size = os.fstat(rec._fd).st_size
+        except BaseException:
+            rec._release()
+            raise
+        rec._last_checkpoint = time.monotonic()
+        return rec
+
+    store: Store
+    subject: str
+    path: Path
+    branch: str | None
+    labels: dict[str, str]
+    reducers: Reducers
+    tools: dict[str, Tool]
+    policy: CheckpointPolicy
+    durability: Durability
+    run: str
+    _base: str
+    _base_seq: int
+    _snapshot: State
+    _tail: list[Event]
+    _state: State
+    _next_seq: int
+    _last_ts: int
+    _size: int
+    _last_checkpoint: float
+
+    def _acquire(self) -> None:
+        import fcntl
+
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreIOError(f"cannot open {lock_path}: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise LockError(f"journal {self.path} is in use by another recorder", hint="one process records into a journal at a time") from None
+        self._lock_fd = fd
+
+    def _release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)  # closing releases the flock
+            self._lock_fd = None
+
+    def _header(self) -> dict[str, Any]:
+        return {"journal": JOURNAL_VERSION, "subject": self.subject, "run": self.run, "base": self._base, "base_seq": self._base_seq, "created_ns": time.time_ns()}
+
+    def _start(self, state: Mapping[str, Any] | None, base: str | None) -> None:
+        from ckptcli.replay import load_tail
+
+        self.run = uuid.uuid4().hex
+        self._tail = []
+        if base is not None:
+            from ckptcli.api import open_checkpoint
+            from ckptcli.store.single import CheckpointFile
+
+            ck = open_checkpoint(base, self.store)
+            if isinstance(ck.source, CheckpointFile):
+                raise InvalidInputError(f"{base} is a checkpoint file", hint="import it into the store first (ckpt import)")
+            tail = load_tail(ck)
+            live = check_state(self.reducers.apply_all(tail.snapshot, tail.events), f"checkpoint {ck.hex[:12]}")
+            self._snapshot = self._state = live
+            self._base, self._base_seq = ck.hex, tail.last_seq
+            self._last_ts = tail.events[-1].ts if tail.events else 0
+        else:
+            initial = {"memory": {}, "plan": [], "tools": []} if state is None else normalize(dict(state), "initial state")
+            self._snapshot = self._state = check_state(initial, "initial state")
+            self._base_seq = 0
+            self._last_ts = 0
+            result = self._take([], "recorder: initial state")
+            self._base = result.hex
+        self._next_seq = self._base_seq + 1
+        write_journal(self.path, self._header())
+
+    def _recover(self) -> None:
+        from ckptcli.api import ListFilter, list_checkpoints, open_checkpoint
+        from ckptcli.replay import load_tail
+
+        j = read_journal(self.path)
+        h = j.header
+        if h["subject"] != self.subject:
+            raise ConflictError(f"journal {self.path} records {h['subject']}, not {self.subject}", hint="give each subject its own journal")
+        self.run = h["run"]
+        base, base_seq = h["base"], h["base_seq"]
+        # a crash between a checkpoint's commit and the journal's replacement leaves a
+        # newer checkpoint of this run than the journal names: that one is the base
+        for cid, summary in list_checkpoints(self.store, ListFilter(labels={LABEL_RUN: self.run})):
+            seq = summary.labels.get(LABEL_SEQ, "")
+            if seq.isdecimal() and int(seq) > base_seq:
+                base, base_seq = cid.hex(), int(seq)
+        try:
+            ck = open_checkpoint(base, self.store)
+        except NotFoundError:
+            raise NotFoundError(
+                f"journal {self.path} continues checkpoint {base[:12]}, which is no longer in the store",
+                hint="move the journal aside and start a new run (Recorder.open with base=...)",
+            ) from None
+        tail = load_tail(ck)
+        live = check_state(self.reducers.apply_all(tail.snapshot, tail.events), f"checkpoint {ck.hex[:12]}")
+        self._base, self._base_seq = ck.hex, tail.last_seq
+        self._snapshot = self._state = live
+        self._tail = []
+        self._last_ts = tail.events[-1].ts if tail.events else 0
+        skipped = 0
+        kept: list[bytes] = []
+        expect = self._base_seq + 1
+        dropped = j.size - j.good_end
+        for i, raw in enumerate(j.records):
+            ev = event_from_map(raw, f"journal {self.path}: record {i + 1}")
+            if ev.seq <= self._base_seq:
+                skipped += 1
+                continue
+            if ev.seq != expect:
+                if not self._tail:
+                    raise CorruptError(
+                        f"journal {self.path} continues at seq {ev.seq}, but checkpoint {ck.hex[:12]} ends at seq {self._base_seq}: events are missing",
+                        hint="the journal does not belong to this checkpoint; move it aside to start a new run",
+                    )
+                dropped = j.size - j.starts[i]  # a gap: everything from here on is suspect
+                break
+            self._state = self.reducers.apply(self._state, ev)
+            self._tail.append(ev)
+            self._last_ts = max(self._last_ts, ev.ts)
+            kept.append(j.raw[i])
+            expect += 1
+        self._next_seq = expect
+        self.recovery = Recovery(self._base, len(self._tail), skipped, dropped)
+        if dropped or skipped or self._base != h["base"]:
+            write_journal(self.path, self._header(), kept)
+
+    # -- the live state ----------------------------------------------------------------------------
+    @property
+    def state(self) -> State:
+        """The live state. Read-only: change it by appending events."""
+        return self._state
+
+    @property
+    def next_seq(self) -> int:
+        return self._next_seq
+
+    @property
+    def last_seq(self) -> int:
+        return self._next_seq - 1
+
+    @property
+    def base(self) -> str:
+        """The hex id of the last checkpoint (the journal continues it)."""
+        return self._base
+
+    @property
+    def tail(self) -> tuple[Event, ...]:
+        """The events since the last checkpoint."""
+        return tuple(self._tail)
+
+    # -- appending ----------------------------------------------------------------------------------
+    def append(self, kind: str, /, **fields: Any) -> Event:
+        """Record one event; returns it (with its seq and ts).
+
+        Raises:
+            InvalidInputError for an event that is not valid or does not fit the live
+            state: nothing is recorded then. StoreIOError when the journal cannot be
+            written (the event is recorded in memory and written by the next flush).
+        """
+        with self._lock:
+            self._check_open()
+            risky, tool = self.policy.risky_tools, fields.get("tool")
+            if kind == TOOL_CALL and type(tool) is str and tool in risky and self._tail:
+                self.checkpoint(message=f"before a call of risky tool {fields['tool']}")
+            now = time.time_ns()
+            ev = make_event(self._next_seq, now if now > self._last_ts else self._last_ts, kind, fields)
+            new_state = self.reducers.apply(self._state, ev)
+            record = encode_record(ev.to_map(), ev.where())
+            self._state = new_state
+            self._tail.append(ev)
+            self._next_seq += 1
+            self._last_ts = ev.ts
+            self._buffer.append(record)
+            d = self.durability
+            if len(self._buffer) >= d.batch_size or d.fsync == "always" or kind in d.flush_on:
+                self.flush()
+            p = self.policy
+            if (p.every_events is not None and len(self._tail) >= p.every_events) or (
+                p.every_seconds is not None and time.monotonic() - self._last_checkpoint >= p.every_seconds
+            ):
+                self.checkpoint()
+            return ev
+
+    def flush(self) -> None:
+        """Write the events not written yet (and fsync them, unless fsync is "never")."""
+        with self._lock:
+            if not self._buffer or self._fd is None:
+                return
+            data = b"".join(self._buffer)
+            start = self._size
+            try:
+                view = memoryview(data)
+                while view:
+                    n = os.write(self._fd, view)
+                    view = view[n:]
+                if self.durability.fsync != "never":
+                    os.fsync(self._fd)
+            except OSError as exc:
+                # leave no partial record behind: the next flush writes the batch again
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, start)
+                raise StoreIOError(f"cannot write journal {self.path}: {exc.strerror}", hint="the events are kept in memory; flush() again") from None
+            self._size = start + len(data)
+            self._buffer.clear()
+
+    # -- checkpoints ---------------------------------------------------------------------------------
+    def _document(self) -> dict[str, Any]:
+        # the snapshot's own key order, the tail last: replay gives the same order back
+        doc = dict(self._snapshot)
+        doc["events"] = [ev.to_map() for ev in self._tail]
+        return doc
+
+    def _take(self, parents: list[str], message: str, labels: Mapping[str, str] | None = None) -> TakeResult:
+        from ckptcli.api import take
+
+        all_labels = {**self.labels, **(labels or {}), LABEL_RUN: self.run, LABEL_SEQ: str(self._base_seq + len(self._tail))}
+        return take(self.store, self._document(), subject=self.subject, parents=parents, labels=all_labels, message=message, branch=self.branch)
+
+    def checkpoint(self, message: str = "", labels: Mapping[str, str] | None = None) -> TakeResult:
+        """Take a checkpoint now: the snapshot (the state at the previous checkpoint) and
+        the tail (the events since); its parent is the previous checkpoint. Then the
+        journal starts again after it.
+
+        Raises:
+            what api.take raises (nothing is committed then, and recording goes on);
+            StoreIOError when the new journal cannot be written (the checkpoint is
+            committed; recovery skips the events the old journal still holds).
+        """
+        with self._lock:
+            self._check_open()
+            result = self._take([self._base], message, labels)
+            self._base, self._base_seq = result.hex, self.last_seq
+            self._snapshot = self._state
+            self._tail = []
+            self._buffer.clear()  # those events are in the checkpoint
+            self._last_checkpoint = time.monotonic()
+            write_journal(self.path, self._header())
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            try:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+                self._size = os.fstat(self._fd).st_size
+            except OSError as exc:
+                raise StoreIOError(f"cannot open journal {self.path}: {exc.strerror}") from None
+            return result
+
+    # -- steps ------------------------------------------------------------------------------------------
+    def step(self, func: StepFunc, kind: str, /, *, tools: Mapping[str, Tool] | None = None, **fields: Any) -> Event:
+        """Record an input event and run the step function on it (docs/replay.md "The
+        step-function contract"): what it emits through its context is recorded with
+        `cause` = the input's seq, its tool calls run for real and are recorded with their
+        results. If it raises, an error event is recorded and the exception propagates.
+        Returns the input event.
+        """
+        if "cause" in fields:
+            raise InvalidInputError(f"{kind}: an input event has no cause")
+        with self._lock:
+            ev = self.append(kind, **fields)
+            ctx = _LiveContext(self, ev, self.tools if tools is None else dict(tools))
+            try:
+                func(ctx, ev)
+            except Exception as exc:
+                from ckptcli.replay import error_fields
+
+                self.append(ERROR, **error_fields(exc), cause=ev.seq)
+                raise
+            return ev
+
+    # -- closing ----------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._lock_fd is None:
+            raise UsageError(f"the recorder of {self.path} is closed")
+
+    def close(self) -> None:
+        """Write what is buffered and let the journal go (reopen it to continue)."""
+        with self._lock:
+            if self._lock_fd is None:
+                return
+            try:
+                self.flush()
+            finally:
+                self._release()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _LiveContext(StepContext):
+    """The step context of a live run: events go to the recorder, tools really run."""
+
+    def __init__(self, rec: Recorder, input_event: Event, tools: Mapping[str, Tool]) -> None:
+        self.input = input_event
+        self._rec = rec
+        self._tools = tools
+
+    @property
+    def state(self) -> State:
+        return self._rec.state
+
+    def emit(self, kind: str, **fields: Any) -> Event:
+        if "cause" in fields:
+            raise InvalidInputError(f"{kind}: 'cause' is set by the step context")
+        return self._rec.append(kind, **fields, cause=self.input.seq)
+
+    def tool(self, name: str, args: Any, *, key: str | None = None) -> Any:
+        from ckptcli.replay import call_id_for
+
+        rec, cause = self._rec, self.input.seq
+        extra = {"key": key} if key is not None else {}
+        call = rec.append(TOOL_CALL, call_id=call_id_for(rec.next_seq), tool=name, args=args, **extra, cause=cause)
+        call_id = call.fields["call_id"]
+        fn = self._tools.get(name)
+        if fn is None:
+            error = f"no tool {name!r} was given to the recorder"
+        else:
+            try:
+                result = fn(call.fields["args"])
+            except Exception as exc:  # the tool failed: recorded, and the step sees ToolFailed
+                error = f"{type(exc).__name__}: {exc}"
+                rec.append(TOOL_RESULT, call_id=call_id, status="error", error=error, cause=cause)
+                raise ToolFailed(name, error) from exc
+            try:
+                done = rec.append(TOOL_RESULT, call_id=call_id, result=result, cause=cause)
+            except InvalidInputError as exc:
+                error = f"its result cannot be recorded: {exc.message}"
+            else:
+                return done.fields.get("result")
+        rec.append(TOOL_RESULT, call_id=call_id, status="error", error=error, cause=cause)
+        raise ToolFailed(name, error)
