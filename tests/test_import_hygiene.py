@@ -25,6 +25,7 @@ CORE = [
     "ckptcli.events",
     "ckptcli.recorder",
     "ckptcli.replay",
+    "ckptcli.adapters.generic",
 ]
 UI = ("typer", "rich", "textual", "click")
 

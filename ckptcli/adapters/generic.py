@@ -1,0 +1,406 @@
+"""A generic adapter for hand-built agents: capture a Python object into sections, restore it back.
+
+You declare which attributes (or keys) of your agent go into which section::
+
+    from ckptcli.adapters.generic import AgentAdapter
+
+    adapter = AgentAdapter(
+        memory=["goal", "notes", "messages"],     # attributes collected into the memory map
+        plan="plan",                              # one attribute is the whole section
+        tools="tool_log",
+        events="events",
+        ext={"acme.router": "router_state"},      # ext:<namespace> sections
+        env=["OPENAI_API_KEY", "REGION"],         # environment variables, captured redacted
+    )
+    result = adapter.take(store, agent, subject="agent:support-bot")
+    agent = adapter.restore(store, result.hex, into=agent)
+
+An agent may be a dataclass, a pydantic model (anything with ``model_dump`` and
+``model_validate``), a plain object with attributes, or a dict. Values are converted to
+plain data (dataclasses and models to maps, tuples and sets to lists, enums to their
+values); `restore` converts them back by the type hints of a dataclass or through the
+model's own validation.
+
+**Redaction.** Before anything is stored, the tool-call log (arguments and results),
+the captured environment and any other section you list in `redact_sections` are
+searched for secrets: values under keys that name secrets (``api_key``, ``password``,
+``authorization``, ...), and strings that look like keys or tokens (``sk-...``,
+``AKIA...``, ``ghp_...``, JWTs, bearer tokens, private key blocks). Each is replaced by
+``"[REDACTED:<rule>]"``. Redaction is on by default; pass ``redactor=Redactor(...)`` to
+change the patterns or ``redactor=None`` to turn it off. What was redacted (paths and
+rule names, never the values) is recorded in the checkpoint's metadata: labels
+``redacted`` (the count) and ``redaction.rules``, and the ``ext:ckpt.redaction``
+section with one JSON pointer per redacted value. A redacted value cannot be restored:
+`restore` leaves the placeholder (and the environment is never written back).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import os
+import re
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptcli.errors import InvalidInputError
+
+STANDARD = ("memory", "plan", "tools", "events")
+REDACTION_NAMESPACE = "ckpt.redaction"
+PLACEHOLDER = "[REDACTED:{rule}]"
+
+#: Keys whose values are secrets, whatever they look like (matched against the whole key, case-insensitively).
+DEFAULT_KEY_PATTERNS: dict[str, str] = {
+    "secret-key": r"(?i)^(?:.*[_-])?(?:api[_-]?key|apikey|secret|secret[_-]?key|client[_-]?secret|password|passwd|pwd|passphrase|"
+    r"token|access[_-]?token|refresh[_-]?token|id[_-]?token|auth[_-]?token|authorization|cookie|set-cookie|session[_-]?id|"
+    r"private[_-]?key|access[_-]?key|credentials?)$",
+}
+
+#: Strings that look like credentials wherever they appear (searched inside strings).
+DEFAULT_VALUE_PATTERNS: dict[str, str] = {
+    "openai-key": r"\bsk-(?:proj-)?[A-Za-z0-9_-]{20,}",
+    "anthropic-key": r"\bsk-ant-[A-Za-z0-9_-]{20,}",
+    "aws-access-key": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    "github-token": r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}",
+    "slack-token": r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
+    "google-api-key": r"\bAIza[0-9A-Za-z_-]{35}\b",
+    "jwt": r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}",
+    "bearer-token": r"(?i)\bbearer\s+[A-Za-z0-9._~+/-]{16,}=*",
+    "private-key-block": r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
+    "url-password": r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)",
+}
+
+
+@dataclass
+class Redaction:
+    """What one pass of redaction replaced: JSON pointers (into the state document) and rule names."""
+
+    paths: list[str] = field(default_factory=list)
+    rules: list[str] = field(default_factory=list)
+
+    def add(self, path: str, rule: str) -> None:
+        self.paths.append(path)
+        self.rules.append(rule)
+
+    @property
+    def count(self) -> int:
+        return len(self.paths)
+
+
+class Redactor:
+    """Replaces secrets in plain data by ``[REDACTED:<rule>]``.
+
+    Args:
+        key_patterns: rule name -> regex matched against map keys; the whole value under a
+            matching key is replaced.
+        value_patterns: rule name -> regex searched in strings; each match is replaced.
+        extra_keys / extra_values: added to the defaults (the usual way to configure).
+    """
+
+    def __init__(
+        self,
+        key_patterns: Mapping[str, str] | None = None,
+        value_patterns: Mapping[str, str] | None = None,
+        *,
+        extra_keys: Mapping[str, str] | None = None,
+        extra_values: Mapping[str, str] | None = None,
+    ) -> None:
+        keys = dict(DEFAULT_KEY_PATTERNS if key_patterns is None else key_patterns) | dict(extra_keys or {})
+        values = dict(DEFAULT_VALUE_PATTERNS if value_patterns is None else value_patterns) | dict(extra_values or {})
+        try:
+            self.keys = {name: re.compile(p) for name, p in keys.items()}
+            self.values = {name: re.compile(p) for name, p in values.items()}
+        except re.error as exc:
+            raise InvalidInputError(f"redaction pattern {exc.pattern!r}: {exc}") from None
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of the rules, recorded with each redaction (which rules ran)."""
+        text = "\n".join(f"k {n} {p.pattern}" for n, p in sorted(self.keys.items()))
+        text += "\n".join(f"v {n} {p.pattern}" for n, p in sorted(self.values.items()))
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def redact(self, value: Any, path: str, report: Redaction) -> Any:
+        """A copy of `value` with secrets replaced; `path` is its JSON pointer."""
+        if isinstance(value, dict):
+            out = {}
+            for k, v in value.items():
+                sub = f"{path}/{_escape(str(k))}"
+                rule = next((n for n, p in self.keys.items() if isinstance(k, str) and p.search(k)), None)
+                if rule is not None and v not in (None, "", [], {}):
+                    out[k] = PLACEHOLDER.format(rule=rule)
+                    report.add(sub, rule)
+                else:
+                    out[k] = self.redact(v, sub, report)
+            return out
+        if isinstance(value, list):
+            return [self.redact(v, f"{path}/{i}", report) for i, v in enumerate(value)]
+        if isinstance(value, str):
+            for name, pat in self.values.items():
+                if pat.search(value):
+                    value = pat.sub(PLACEHOLDER.format(rule=name), value)
+                    report.add(path, name)
+            return value
+        return value
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+# -- plain data -------------------------------------------------------------------------------
+
+
+def to_plain(value: Any, where: str = "value", _depth: int = 0) -> Any:
+    """Plain data ckpt stores (maps with str keys, lists, str, bytes, int, float, bool,
+    None) from dataclasses, pydantic models, enums, tuples, sets and plain containers."""
+    if _depth > 200:
+        raise InvalidInputError(f"{where}: nested more than 200 levels (a cycle?)")
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    if isinstance(value, enum.Enum):
+        return to_plain(value.value, where, _depth + 1)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_plain(getattr(value, f.name), f"{where}.{f.name}", _depth + 1) for f in dataclasses.fields(value)}
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        return to_plain(dump(mode="python"), where, _depth + 1)
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise InvalidInputError(f"{where}: map key {k!r} is not a string", hint="ckpt stores maps with string keys")
+            out[k] = to_plain(v, f"{where}.{k}", _depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v, f"{where}[{i}]", _depth + 1) for i, v in enumerate(value)]
+    if isinstance(value, (set, frozenset)):
+        items = [to_plain(v, f"{where}{{}}", _depth + 1) for v in value]
+        return sorted(items, key=repr)
+    raise InvalidInputError(
+        f"{where}: a {type(value).__name__} cannot be stored",
+        hint="map it to plain data (a dataclass, a dict, or a value with model_dump) or leave it out of the mapping",
+    )
+
+
+def from_plain(value: Any, hint: Any) -> Any:
+    """Rebuild a value of type `hint` (a dataclass, a pydantic model, an enum, list[...],
+    dict[str, ...], tuple, set, Optional/Union of those) from plain data."""
+    if hint is Any or hint is None:
+        return value
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        for a in options:
+            try:
+                return from_plain(value, a)
+            except (TypeError, ValueError, InvalidInputError):
+                continue
+        return value
+    if origin in (list, Sequence) and isinstance(value, list):
+        (arg,) = typing.get_args(hint) or (Any,)
+        return [from_plain(v, arg) for v in value]
+    if origin in (tuple,) and isinstance(value, list):
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(from_plain(v, args[0]) for v in value)
+        return tuple(from_plain(v, a) for v, a in zip(value, args, strict=False)) if args else tuple(value)
+    if origin in (set, frozenset) and isinstance(value, list):
+        (arg,) = typing.get_args(hint) or (Any,)
+        return origin(from_plain(v, arg) for v in value)
+    if origin in (dict, Mapping) and isinstance(value, dict):
+        args = typing.get_args(hint)
+        vt = args[1] if len(args) == 2 else Any
+        return {k: from_plain(v, vt) for k, v in value.items()}
+    if isinstance(hint, type):
+        if issubclass(hint, enum.Enum):
+            return hint(value)
+        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+            hints = typing.get_type_hints(hint)
+            kwargs = {f.name: from_plain(value[f.name], hints.get(f.name, Any)) for f in dataclasses.fields(hint) if f.init and f.name in value}
+            return hint(**kwargs)
+        validate = getattr(hint, "model_validate", None)
+        if callable(validate) and isinstance(value, dict):
+            return validate(value)
+        if hint is tuple and isinstance(value, list):
+            return tuple(value)
+    return value
+
+
+# -- the adapter ---------------------------------------------------------------------------------
+
+Target = str | Sequence[str] | None
+
+
+@dataclass
+class AgentAdapter:
+    """A declared mapping from an agent object onto ckpt sections (see the module docs).
+
+    Each of memory/plan/tools/events is either one attribute name (the section is that
+    attribute's value) or a list of names (the section is a map of them). `ext` maps a
+    namespace to an attribute (or list). `env` lists environment variables captured,
+    redacted, into the ``ext:ckpt.env`` section (never written back on restore).
+    """
+
+    memory: Target = None
+    plan: Target = None
+    tools: Target = None
+    events: Target = None
+    ext: Mapping[str, Target] = field(default_factory=dict)
+    env: Sequence[str] = ()
+    redactor: Redactor | None = field(default_factory=Redactor)
+    redact_sections: Sequence[str] = ("tools", "ext:ckpt.env")
+    environ: Callable[[], Mapping[str, str]] = lambda: os.environ
+
+    def __post_init__(self) -> None:
+        seen: dict[str, str] = {}
+        for section, target in self._targets():
+            for name in _names(target):
+                if name in seen:
+                    raise InvalidInputError(f"attribute {name!r} is mapped to both {seen[name]} and {section}")
+                seen[name] = section
+        if not seen and not self.env:
+            raise InvalidInputError("the mapping names no attribute", hint="give at least one of memory=, plan=, tools=, events=, ext=")
+
+    def _targets(self) -> Iterable[tuple[str, Target]]:
+        for s in STANDARD:
+            t = getattr(self, s)
+            if t is not None:
+                yield s, t
+        for ns, t in self.ext.items():
+            yield f"ext:{ns}", t
+
+    # -- capture -----------------------------------------------------------------------------
+    def capture(self, agent: Any) -> tuple[dict[str, Any], dict[str, str]]:
+        """(state document, labels) for `agent`; secrets redacted, the redaction recorded."""
+        doc: dict[str, Any] = {}
+        ext: dict[str, Any] = {}
+        for section, target in self._targets():
+            value = self._collect(agent, target, section)
+            if section.startswith("ext:"):
+                ext[section[4:]] = value
+            else:
+                doc[section] = value
+        if self.env:
+            environ = self.environ()
+            ext["ckpt.env"] = {k: environ[k] for k in self.env if k in environ}
+        if ext:
+            doc["ext"] = ext
+        labels: dict[str, str] = {}
+        if self.redactor is not None:
+            report = Redaction()
+            for section in self.redact_sections:
+                if section.startswith("ext:"):
+                    ns = section[4:]
+                    if ns in ext:
+                        ext[ns] = self.redactor.redact(ext[ns], f"/ext/{_escape(ns)}", report)
+                elif section in doc:
+                    doc[section] = self.redactor.redact(doc[section], f"/{section}", report)
+            labels = {"redacted": str(report.count), "redaction.rules": self.redactor.fingerprint}
+            if report.count:
+                doc.setdefault("ext", {})[REDACTION_NAMESPACE] = {
+                    "rules": self.redactor.fingerprint,
+                    "redacted": [{"path": p, "rule": r} for p, r in zip(report.paths, report.rules, strict=True)],
+                }
+        return doc, labels
+
+    def _collect(self, agent: Any, target: Target, section: str) -> Any:
+        if isinstance(target, str):
+            return to_plain(_get(agent, target), f"{section} ({target})")
+        return {name: to_plain(_get(agent, name), f"{section} ({name})") for name in _names(target)}
+
+    def take(self, store: Any, agent: Any, *, subject: str, labels: Mapping[str, str] | None = None, **kwargs: Any) -> Any:
+        """Capture `agent` and take a checkpoint of it (`ckptcli.take` arguments pass through)."""
+        from ckptcli.api import take
+
+        doc, meta = self.capture(agent)
+        return take(store, doc, subject=subject, labels={**meta, **dict(labels or {})}, **kwargs)
+
+    # -- restore -----------------------------------------------------------------------------
+    def restore_into(self, state: Mapping[str, Any], agent: Any) -> Any:
+        """Write a captured state back into `agent`; returns the agent (a new instance for
+        frozen dataclasses and pydantic models that refuse attribute writes)."""
+        values: dict[str, Any] = {}
+        ext = state.get("ext") or {}
+        for section, target in self._targets():
+            data = ext.get(section[4:]) if section.startswith("ext:") else state.get(section)
+            if data is None:
+                continue
+            if isinstance(target, str):
+                values[target] = data
+            else:
+                for name in _names(target):
+                    if isinstance(data, dict) and name in data:
+                        values[name] = data[name]
+        return _assign(agent, values)
+
+    def restore(self, source: Any, ref: str = "latest", *, into: Any) -> Any:
+        """Restore checkpoint `ref` of `source` (a store, or a path to a store or file) into `into`."""
+        from ckptcli.api import open_checkpoint
+        from ckptcli.store.repository import Store
+
+        if isinstance(source, Store):
+            ck = open_checkpoint(ref, source)
+        elif os.path.isfile(source):
+            ck = open_checkpoint(os.fspath(source))  # a checkpoint file holds one checkpoint
+        else:
+            ck = open_checkpoint(ref, store_path=source)
+        state = ck.state()
+        if not isinstance(state, dict):
+            raise InvalidInputError(f"checkpoint {ck.hex[:12]} holds a {type(state).__name__}, not sections this adapter wrote")
+        return self.restore_into(state, into)
+
+
+def _names(target: Target) -> list[str]:
+    if target is None:
+        return []
+    return [target] if isinstance(target, str) else list(target)
+
+
+def _get(agent: Any, name: str) -> Any:
+    if isinstance(agent, Mapping):
+        if name not in agent:
+            raise InvalidInputError(f"the agent has no key {name!r}")
+        return agent[name]
+    try:
+        return getattr(agent, name)
+    except AttributeError:
+        raise InvalidInputError(f"the agent ({type(agent).__name__}) has no attribute {name!r}") from None
+
+
+def _hints(agent: Any) -> dict[str, Any]:
+    cls = type(agent)
+    try:
+        if dataclasses.is_dataclass(cls):
+            return typing.get_type_hints(cls)
+        fields = getattr(cls, "model_fields", None)
+        if isinstance(fields, dict):
+            return {k: f.annotation for k, f in fields.items()}
+        return typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - hints that do not resolve: values are restored as stored
+        return {}
+
+
+def _assign(agent: Any, values: dict[str, Any]) -> Any:
+    if isinstance(agent, dict):
+        agent.update(values)
+        return agent
+    hints = _hints(agent)
+    typed = {k: from_plain(v, hints.get(k, Any)) for k, v in values.items()}
+    if dataclasses.is_dataclass(agent) and not isinstance(agent, type):
+        params = getattr(type(agent), "__dataclass_params__", None)
+        if params is not None and params.frozen:
+            return dataclasses.replace(agent, **typed)
+    copy = getattr(agent, "model_copy", None)
+    if callable(copy):
+        validate = type(agent).model_validate  # type: ignore[attr-defined]
+        return validate({**agent.model_dump(mode="python"), **values})
+    for k, v in typed.items():
+        setattr(agent, k, v)
+    return agent
