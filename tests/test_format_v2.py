@@ -122,7 +122,12 @@ def test_v1_store_writes_v1_until_upgraded_and_refuses_newer_checkpoints(tmp_pat
     doc = tmp_path / "doc.json"
     doc.write_text(json.dumps({"memory": {"facts": [f"fact {i}" for i in range(2000)]}}))
     assert run_ckpt("take", doc, "--subject", "agent:a", "--store", old).returncode == 0
-    assert _headers(old, "packs") == _headers(old, "index") == _headers(old, "manifests") == {1}
+    assert run_ckpt("tag", "t1", "--store", old).returncode == 0
+    assert run_ckpt("ls", "--store", old).returncode == 0  # writes the catalog cache
+    # every file the v2 code wrote into the v1 store says version 1, so ckpt 0.1 reads it all
+    written = [p for p in old.rglob("*") if p.is_file() and p.parts[len(old.parts)] not in ("locks", "tmp")]
+    assert {p.relative_to(old).parts[0] for p in written} >= {"packs", "index", "manifests", "refs", "cache", "config"}
+    assert {int.from_bytes(p.read_bytes()[8:10], "big") for p in written} == {1}
     assert run_ckpt("verify", "--read-data", "--store", old).returncode == 0
     # a checkpoint written in version 2 cannot go into a version-1 store
     new = tmp_path / "new"

@@ -105,5 +105,5 @@ def rows(store: Store) -> dict[bytes, list[Any]]:
     if changed or len(out) != len(cached):
         body = {"version": CATALOG_VERSION, "entries": list(out.values())}
         with contextlib.suppress(CkptError, OSError):  # a read-only store simply has no catalog
-            store.backend.write_atomic(CATALOG_PATH, framing.encode_record(framing.KIND_CACHE, body))
+            store.backend.write_atomic(CATALOG_PATH, framing.encode_record(framing.KIND_CACHE, body, store.version))
     return out
