@@ -1,11 +1,12 @@
 """Every core benchmark in one run, with one table of ratios and targets at the end.
 
-    python -m bench [--quick] [--runs 3] [--json PATH] [--history]
+    python -m bench [--quick] [--runs 3] [--json PATH] [--history] [--langgraph]
 
 Runs, in order: start-up and `ckpt ls` on 10,000 checkpoints (bench.startup); the
 512 MiB big-state pairs against restic, tar | zstd and sha256sum (bench.bigstate);
 peak memory of a 2 GiB take and restore, ckpt and restic; and, with --history, the
-1,000-step agent history against LangGraph's SqliteSaver (bench.history, ~4 minutes).
+1,000-step agent history against LangGraph's SqliteSaver (bench.history, ~4 minutes);
+with --langgraph, CkptSaver against SqliteSaver and DeltaChannel (bench.langgraph, ~2 minutes).
 Each part prints its own table; the summary at the end gathers every target.
 `--quick` shrinks everything (128 MiB, 512 MiB for memory, 2,000 checkpoints, 1 run)
 to check that the harness works; its figures are not the ones the targets are for.
@@ -35,6 +36,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes, one run: checks the harness, not the targets")
     ap.add_argument("--runs", type=int, default=3, help="runs of each big-state pair (default 3)")
     ap.add_argument("--history", action="store_true", help="also run bench.history (about 4 minutes)")
+    ap.add_argument("--langgraph", action="store_true", help="also run bench.langgraph (about 2 minutes)")
     ap.add_argument("--json", type=Path, help="write every figure to this file")
     ap.add_argument("--workdir", type=Path, help="where the big-state data goes (needs ~5x 512 MiB free)")
     args = ap.parse_args()
@@ -65,6 +67,9 @@ def main() -> int:
     if args.history:
         print()
         subprocess.run([sys.executable, "-m", "bench.history"], check=True)
+    if args.langgraph:
+        print()
+        subprocess.run([sys.executable, "-m", "bench.langgraph"], check=True)
     print(f"\nsummary{' (--quick: sizes too small for the targets)' if args.quick else ''}; {time.perf_counter() - t0:.0f} s in all, commit {out['machine']['commit']}\n")
     print(table(["check", "value", "target", "result"], summary))
     if args.json:

@@ -219,29 +219,62 @@ def prune(
         removed = {d.id for d in decisions if not d.keep}
         if dry_run:
             return report
-        survivors = {cid: m for cid, m in manifests.items() if cid not in removed}
-        report.gc = GcReport()
-        # 1. new packs and the new index: everything a survivor needs stays readable
-        plan = _plan_gc(store, survivors, report.gc, max_unused, progress)
-        # 2. refs: no latest may point at a removed checkpoint
-        for name, target in refs.items():
-            if name.startswith("latest/") and target in removed:
-                subj = manifests[target].subject
-                rest = [(m.created_ns, cid) for cid, m in survivors.items() if m.subject == subj]
-                path = f"refs/{name}"
-                if rest:
-                    new = max(rest)[1]
-                    store.write_ref(path, new)
-                    report.refs_moved[name] = new.hex()
-                else:
-                    store.backend.delete(path)
-                    report.refs_moved[name] = None
-        # 3. the removed checkpoints, then what only they needed
-        for cid in removed:
-            store.backend.delete(f"manifests/{cid.hex()}")
-            store.forget_manifest(cid)
-        _finish_gc(store, plan, report.gc)
+        report.gc, report.refs_moved = _remove(store, manifests, refs, removed, max_unused, progress)
         return report
+
+
+def remove_checkpoints(store: Store, ids: Iterable[bytes], *, max_unused: float = 0.1, lock_wait: float = 300.0, progress: Progress = NULL) -> GcReport:
+    """Remove exactly these checkpoints, then the objects no other checkpoint needs (for
+    adapters that delete on their users' request, e.g. LangGraph's delete_thread). Refs
+    follow as in prune: a subject's latest moves to its newest remaining checkpoint; a
+    tag or branch naming a removed checkpoint is deleted with it. Ids not in the store
+    are ignored. Raises LockError when takes keep the store busy for `lock_wait` seconds."""
+    wanted = set(ids)
+    with store.backend.lock("store", shared=False, wait=lock_wait):
+        manifests = {}
+        for cid in store.manifest_ids():
+            with contextlib.suppress(CkptError):  # a damaged manifest is verify's business; it stays
+                manifests[cid] = store.manifest(cid)
+        removed = wanted & set(manifests)
+        if not removed:
+            return GcReport()
+        refs = store.refs()
+        for name, target in refs.items():
+            if target in removed and name.startswith(("tags/", "branches/")):
+                store.delete_ref(f"refs/{name}")
+        gc, _moved = _remove(store, manifests, refs, removed, max_unused, progress)
+        return gc
+
+
+def _remove(
+    store: Store, manifests: dict[bytes, Manifest], refs: dict[str, bytes], removed: set[bytes], max_unused: float, progress: Progress
+) -> tuple[GcReport, dict[str, str | None]]:
+    """Delete `removed` (the caller holds the store lock exclusively), in the order that
+    keeps every survivor readable whenever a crash stops it."""
+    survivors = {cid: m for cid, m in manifests.items() if cid not in removed}
+    gc = GcReport()
+    moved: dict[str, str | None] = {}
+    # 1. new packs and the new index: everything a survivor needs stays readable
+    plan = _plan_gc(store, survivors, gc, max_unused, progress)
+    # 2. refs: no latest may point at a removed checkpoint
+    for name, target in refs.items():
+        if name.startswith("latest/") and target in removed:
+            subj = manifests[target].subject
+            rest = [(m.created_ns, cid) for cid, m in survivors.items() if m.subject == subj]
+            path = f"refs/{name}"
+            if rest:
+                new = max(rest)[1]
+                store.write_ref(path, new)
+                moved[name] = new.hex()
+            else:
+                store.backend.delete(path)
+                moved[name] = None
+    # 3. the removed checkpoints, then what only they needed
+    for cid in removed:
+        store.backend.delete(f"manifests/{cid.hex()}")
+        store.forget_manifest(cid)
+    _finish_gc(store, plan, gc)
+    return gc, moved
 
 
 @dataclass

@@ -26,6 +26,7 @@ CORE = [
     "ckptcli.recorder",
     "ckptcli.replay",
     "ckptcli.adapters.generic",
+    "ckptcli.timeline",  # the TUI's models: the history graph and the event timeline
 ]
 UI = ("typer", "rich", "textual", "click")
 
@@ -46,6 +47,13 @@ assert ckptcli.open_checkpoint(cid.hex(), s).state() == {{"memory": {{"x": "y" *
 assert ckptcli.verify(s, read_data=True).ok
 print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ("typer", "rich", "textual"))))
 """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == []
+
+
+def test_the_cli_and_the_tui_command_start_without_textual() -> None:
+    """`ckpt --help` stays fast: Textual is imported inside `ckpt tui` only."""
+    code = "import sys, json, ckptcli.cli.app, ckptcli.cli.commands.tui; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'textual')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []
 

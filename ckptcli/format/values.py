@@ -390,6 +390,132 @@ class Encoder:
         return _ext(EXT_BYTES, self._upper_levels(EXT_BYTES, entries, 1)[0]), size
 
 
+class ListTree:
+    """The EV of a list that grows at its end, kept up to date in O(new items).
+
+    `ev()` gives exactly the bytes `Encoder.encode` gives for a list of the same items
+    (each item an EV as a list item has it: inline, or a REF; see `Encoder.encode_root`),
+    and the same objects: leaves are cut at the same content-defined boundaries, and the
+    groups of every upper level that closed at a boundary are built once, when they
+    close. What changes with each append is only the open end of each level: the open
+    tail (embedded in the root) and one node per level above the sealed leaves. So an
+    agent's history of n messages costs O(new messages + log n) per checkpoint to
+    encode, not O(n) (a full `encode` hashes every item to find the leaf boundaries).
+
+    Nodes are handed to the sink given to `ev()` (an object already there is skipped,
+    as always); leaves and closed groups are kept until the list is long enough to be a
+    tree at all, so a list that stays inline leaves nothing behind.
+    """
+
+    def __init__(self) -> None:
+        self.items: list[bytes] = []
+        self._bytes = 0
+        self._start = 0  # the first item of the open (unsealed) leaf
+        self._leaf_bytes = 0
+        # per upper level k (index k - 1): its stable inputs (count, node id), the nodes of
+        # level k - 1 that no append changes any more, and where its open group starts
+        self._inputs: list[list[tuple[int, bytes]]] = []
+        self._group_start: list[int] = []
+        self._pending: list[tuple[bytes, bytes]] = []  # (id, content) not yet given to a sink
+        self._memo: tuple[int, bytes] | None = None
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def extend(self, items: list[bytes]) -> None:
+        for item in items:
+            self.append(item)
+
+    def append(self, item: bytes) -> None:
+        i = len(self.items)
+        self.items.append(item)
+        self._bytes += len(item)
+        self._leaf_bytes += len(item)
+        self._memo = None
+        if i + 1 - self._start >= limits.TREE_MAX_FANOUT or self._leaf_bytes >= limits.TREE_LEAF_MAX_BYTES or _is_leaf_boundary(item):
+            chunk = self.items[self._start : i + 1]
+            content = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(chunk)) + _array_header(len(chunk)) + b"".join(chunk)
+            oid = hashlib.sha256(content).digest()
+            self._pending.append((oid, content))
+            self._start = i + 1
+            self._leaf_bytes = 0
+            self._add(1, (len(chunk), oid))
+
+    def _add(self, level: int, entry: tuple[int, bytes]) -> None:
+        """A node of level `level` - 1 that will not change: an input of `level`."""
+        if len(self._inputs) < level:
+            self._inputs.append([])
+            self._group_start.append(0)
+        inputs = self._inputs[level - 1]
+        inputs.append(entry)
+        start = self._group_start[level - 1]
+        # Encoder._upper_levels closes a group at the fanout or after a boundary child
+        if len(inputs) - start >= limits.TREE_MAX_FANOUT or _is_boundary(entry[1][1:2]):
+            oid, subtotal = self._node(level, inputs[start:])
+            self._group_start[level - 1] = len(inputs)
+            self._add(level + 1, (subtotal, oid))
+
+    def _node(self, level: int, chunk: list[tuple[int, bytes]]) -> tuple[bytes, int]:
+        subtotal = sum(c for c, _ in chunk)
+        body = _array_header(len(chunk)) + b"".join(b"\x92" + _packb(c) + _packb(o) for c, o in chunk)
+        content = b"\x94" + _packb(EXT_LIST) + _packb(level) + _packb(subtotal) + body
+        oid = hashlib.sha256(content).digest()
+        self._pending.append((oid, content))
+        return oid, subtotal
+
+    def ev(self, sink: ObjectSink) -> bytes:
+        """The EV of the list as it is now; puts what it needs into `sink`."""
+        n = len(self.items)
+        if self._memo is not None and self._memo[0] == n:
+            return self._memo[1]
+        if n <= limits.TREE_MIN_ITEMS and self._bytes <= limits.TREE_MIN_BYTES:
+            ev = _array_header(n) + b"".join(self.items)
+        else:
+            tail = self.items[self._start :]
+            if not self._inputs:
+                root = self._leaf_node(tail)
+            else:
+                sealed, level = self._sealed_root()
+                if tail:
+                    tail_leaf = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(tail)) + _array_header(len(tail)) + b"".join(tail)
+                    children = b"\x92" + (b"\x92" + _packb(n - len(tail)) + _packb(sealed)) + (b"\x92" + _packb(len(tail)) + tail_leaf)
+                    content = b"\x94" + _packb(EXT_LIST) + _packb(level + 1) + _packb(n) + children
+                    root = hashlib.sha256(content).digest()
+                    self._pending.append((root, content))
+                else:
+                    root = sealed
+            ev = _ext(EXT_LIST, root)
+            for oid, content in self._pending:
+                sink.put(oid, content, OBJ_NODE)
+            self._pending.clear()
+        self._memo = (n, ev)
+        return ev
+
+    def _leaf_node(self, chunk: list[bytes]) -> bytes:
+        content = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(chunk)) + _array_header(len(chunk)) + b"".join(chunk)
+        oid = hashlib.sha256(content).digest()
+        self._pending.append((oid, content))
+        return oid
+
+    def _sealed_root(self) -> tuple[bytes, int]:
+        """The root of the sealed leaves, as Encoder._upper_levels builds it: the closed
+        groups of each level are already nodes; only each level's open group is built."""
+        carry: tuple[int, bytes] | None = None  # the open node of the level below
+        level = 1
+        while True:
+            inputs = self._inputs[level - 1] if level <= len(self._inputs) else []
+            if len(inputs) + (carry is not None) == 1:
+                return (inputs[0] if inputs else carry)[1], level - 1  # type: ignore[index]
+            start = self._group_start[level - 1] if level <= len(self._inputs) else 0
+            group = inputs[start:] + ([carry] if carry is not None else [])
+            if group:
+                oid, subtotal = self._node(level, group)
+                carry = (subtotal, oid)
+            else:
+                carry = None
+            level += 1
+
+
 _Stored = tuple[bytes, int, "tuple[int, bytes | memoryview] | None"]  # id, raw length, (codec, stored) or None if known
 _WINDOWS_IN_FLIGHT = 3  # read windows (8 MiB each) hashed/compressed ahead of the writer
 def _workers() -> int:

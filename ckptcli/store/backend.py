@@ -16,7 +16,7 @@ import secrets
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -47,6 +47,13 @@ class Backend(ABC):
     @abstractmethod
     def write_atomic(self, path: str, data: bytes) -> None:
         """Args: path, data. Writes the whole file durably or not at all. Raises: StoreIOError."""
+
+    def write_atomic_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Args: (path, data) pairs. Each file is written as by write_atomic: after a
+        crash it is there whole or not at all. A backend may make them durable together
+        (fewer syncs than one write_atomic each). Raises: StoreIOError."""
+        for path, data in items:
+            self.write_atomic(path, data)
 
     @abstractmethod
     def open_temp(self) -> tuple[str, IO[bytes]]:
@@ -157,6 +164,35 @@ class LocalBackend(Backend):
             self.discard_temp(temp, fh)
             raise io_error(exc, "write", self._p(path)) from None
         self.commit_temp(temp, fh, path)
+
+    def write_atomic_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+        # every temp file written and fsynced, then all renamed, then each directory
+        # fsynced once: the same guarantee as write_atomic per file, with one directory
+        # sync instead of one per file (a batch of manifests of the LangGraph saver)
+        temps: builtins.list[tuple[str, Path]] = []
+        try:
+            for path, data in items:
+                temp, fh = self.open_temp()
+                temps.append((temp, self._p(path)))
+                try:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                finally:
+                    fh.close()
+            dirs: dict[Path, None] = {}
+            for temp, dest in temps:
+                if dest.parent not in dirs:
+                    self._make_dirs(dest.parent)
+                    dirs[dest.parent] = None
+                os.replace(self._p(temp), dest)
+            for d in dirs:
+                self._fsync_dir(d)
+        except OSError as exc:
+            for temp, _dest in temps:
+                with contextlib.suppress(OSError):
+                    os.unlink(self._p(temp))
+            raise io_error(exc, "write", self.root) from None
 
     def open_temp(self) -> tuple[str, IO[bytes]]:
         temp = f"tmp/{os.getpid()}-{secrets.token_hex(8)}.tmp"

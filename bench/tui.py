@@ -1,0 +1,509 @@
+"""`ckpt tui` at scale: a store of 10,000 checkpoints and a checkpoint with a 100,000-event tail.
+
+    python -m bench.tui [--workdir DIR] [--runs 5] [--json PATH] [--quick]
+
+Builds (once, cached in --workdir, default /tmp/ckpt-bench-tui) a store of 10,000
+checkpoints (10 subjects of 1,000, tags, forks, migrations) and a store holding one
+checkpoint with a 100,000-event tail, then measures:
+
+- first paint, in-process: a fresh Python process per run that imports the TUI, opens
+  the store (or the checkpoint and its timeline) and runs the app with `App.run_test`;
+  the time from the process's start to the first row drawn by the list (the VirtualList
+  records when its first line is rendered), and the part after the imports;
+- first paint, real terminal: `ckpt tui` started in a pseudo-terminal; the time from
+  spawning it until its first frame's text (the list's title) has been written;
+- cursor moves in the real terminal: the time from writing a key to the terminal until
+  the frame showing the new position ("seq N" in the timeline's header) arrives, for
+  Down, PageDown, End and a jump to the middle (g 50000 Enter), and, for jumps, until the
+  state at the new position is drawn (replayed in a worker: before and after the
+  background replay has kept a state every 1,000 events);
+- the in-process UI work of one move (the screen's handler: the state, the changes, the
+  tree, and drawing the visible rows), without the terminal;
+- memory: the TUI process's RSS (VmRSS, and its peak VmHWM) after opening the tail, after
+  scrolling through 10,000 events with PageDown, and after the background replay went
+  through all 100,000; and, for comparison, the peak RSS of decoding the whole tail
+  (`replay.load_tail`, what `ckpt replay` does).
+
+Prints a table with the targets (first paint < 1 s; a cursor move drawn within 50 ms at
+the median and 100 ms at p95; memory bounded) and PASS/FAIL. Medians over --runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import select
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import table, verdict
+
+DEFAULT_WORKDIR = Path("/tmp/ckpt-bench-tui")
+CHECKPOINTS = 10_000
+EVENTS = 100_000
+FIRST_PAINT_TARGET = 1.0
+MOVE_MEDIAN_TARGET = 0.050
+MOVE_P95_TARGET = 0.100
+#: RSS growth allowed from the open timeline to after scrolling 10,000 events
+SCROLL_GROWTH_TARGET_MIB = 64
+T0 = 1_767_225_600 * 10**9
+SIZE = (120, 40)
+
+
+def log(msg: str) -> None:
+    print(f"[bench.tui] {msg}", file=sys.stderr, flush=True)
+
+
+# -- data -------------------------------------------------------------------------------------
+def build_store(path: Path, n: int) -> None:
+    """n checkpoints over 10 subjects; every 100th tagged, every 250th forked from 50 back,
+    every 500th a schema migration."""
+    import ckptcli
+    from ckptcli.api import take
+
+    store = ckptcli.init_store(path)
+    per = max(1, n // 10)
+    latest: dict[str, list[bytes]] = {}
+    for i in range(n):
+        subject = f"agent:bot{i // per}"
+        chain = latest.setdefault(subject, [])
+        k = len(chain)
+        labels = {"run": str(k // 100)}
+        parents = None
+        schema = 1 + (k // 500)
+        message = f"step {k}"
+        if k and k % 250 == 0 and len(chain) > 50:
+            parents = [chain[-50].hex()]
+            labels.update({"fork.of": chain[-50].hex(), "fork.at": str(k - 50)})
+            message = f"fork at step {k - 50}"
+        elif k and k % 500 == 0:
+            message = f"migrate schema {schema - 1} -> {schema}"
+        r = take(store, {"memory": {"step": k, "note": f"step {k} of {subject}"}}, subject=subject, labels=labels, message=message, parents=parents, schema_version=schema)
+        chain.append(r.id)
+        if k % 100 == 0:
+            store.set_tag(f"{subject.split(':')[1]}-{k}", r.id)
+        if i % 1000 == 0:
+            log(f"building the store: {i:,}/{n:,}")
+    from ckptcli.store import catalog
+
+    catalog.rows(store)  # the catalog, as the first `ckpt ls` builds it
+
+
+def make_events(n: int, seed: int = 7) -> list[dict[str, Any]]:
+    """A long agent run: per input (a user message), a plan step pushed, a tool call and
+    its result, two memory writes, the step marked done and popped, a reply."""
+    rng = random.Random(seed)
+    words = ["order", "ticket", "refund", "shipping", "account", "invoice", "status", "delayed", "customer", "agent", "tool", "search", "lookup", "reply"]
+    out: list[dict[str, Any]] = []
+    ts = T0
+    k = 0
+
+    def add(kind: str, **fields: Any) -> int:
+        nonlocal ts
+        seq = len(out) + 1
+        out.append({"seq": seq, "ts": ts, "kind": kind, **fields})
+        ts += rng.randrange(50_000_000, 2_000_000_000)
+        return seq
+
+    while len(out) < n:
+        k += 1
+        text = " ".join(rng.choice(words) for _ in range(rng.randrange(8, 30)))
+        inp = add("message.append", message={"role": "user", "content": text, "id": f"m{k}"})
+        add("plan.push", item={"step": f"handle m{k}", "status": "running"}, cause=inp)
+        add("tool.call", call_id=f"c{k}", tool=rng.choice(["search", "orders.lookup", "crm.get"]), args={"q": text[:40], "k": k}, cause=inp)
+        if rng.random() < 0.1:
+            add("tool.result", call_id=f"c{k}", status="error", error="timeout", cause=inp)
+        else:
+            add("tool.result", call_id=f"c{k}", result={"hits": rng.randrange(0, 50), "top": text[:60]}, cause=inp)
+        add("memory.set", path=["facts", f"f{k % 500}"], value={"k": k, "v": text[:30]}, cause=inp)
+        add("memory.set", path=["counters", "steps"], value=k, cause=inp)
+        add("plan.update", value="done", path=["status"], cause=inp)
+        add("plan.pop", cause=inp)
+        add("message.append", message={"role": "assistant", "content": f"done with m{k}: " + text[:80], "id": f"r{k}"}, cause=inp)
+    return out[:n]
+
+
+def build_tail(path: Path, n: int) -> None:
+    import ckptcli
+    from ckptcli.api import take
+
+    store = ckptcli.init_store(path)
+    snapshot = {
+        "memory": {"goal": "work the support queue", "messages": [], "facts": {f"f{i}": {"k": i, "v": "seed"} for i in range(200)}},
+        "plan": [{"step": "serve", "status": "running"}],
+        "tools": [],
+    }
+    log(f"generating {n:,} events")
+    events = make_events(n)
+    log("taking the checkpoint")
+    take(store, {**snapshot, "events": events}, subject="agent:long", labels={"events.seq": str(n)}, message=f"{n:,} events")
+
+
+def prepare(workdir: Path, checkpoints: int, events: int) -> tuple[Path, Path]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    store = workdir / f"store-{checkpoints}"
+    tail = workdir / f"tail-{events}"
+    for path, build, n in ((store, build_store, checkpoints), (tail, build_tail, events)):
+        stamp = path / ".bench-complete"
+        if not stamp.exists():
+            if path.exists():
+                import shutil
+
+                shutil.rmtree(path)
+            t = time.perf_counter()
+            build(path, n)
+            stamp.write_text("ok\n")
+            log(f"built {path} in {time.perf_counter() - t:.0f} s")
+    return store, tail
+
+
+# -- in-process: one fresh interpreter per run -------------------------------------------------------
+def _inner_first_paint(store: str, ref: str | None) -> dict[str, float]:
+    """Runs in a child process: import, open, run the app until its first row is drawn."""
+    import asyncio
+
+    start = time.perf_counter()
+    from ckptcli.api import open_store
+    from ckptcli.tui.app import CkptApp, open_session
+    from ckptcli.tui.widgets import VirtualList
+
+    imported = time.perf_counter()
+    st = open_store(Path(store))
+    session = open_session(st, prefill=False)
+    checkpoint = st.resolve(ref) if ref else None
+    app = CkptApp(session, checkpoint=checkpoint, view="timeline" if ref else "history", blink=False)
+    list_id = "#events" if ref else "#checkpoints"
+    out: dict[str, float] = {}
+
+    async def main() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            lst: VirtualList | None = None
+            while lst is None or lst.first_render_at is None:
+                try:
+                    lst = app.screen.query_one(list_id, VirtualList)
+                except Exception:  # noqa: BLE001 - the screen is not there yet
+                    lst = None
+                await asyncio.sleep(0.001)
+            out["first_paint_s"] = lst.first_render_at - start
+            out["after_imports_s"] = lst.first_render_at - imported
+            out["imports_s"] = imported - start
+            if ref:
+                out.update(await _inner_moves(pilot, app))
+
+    asyncio.run(main())
+    return out
+
+
+async def _inner_moves(pilot: Any, app: Any) -> dict[str, float]:
+    """The UI work of a cursor move, timed on the app's own thread: the handler (state,
+    changes, tree) and drawing every visible line of the list and the tree."""
+    screen = app.screen
+    lst = screen.events
+    tree = screen.query_one("#state")
+    times: dict[str, list[float]] = {"down": [], "pagedown": []}
+
+    def frame() -> None:
+        for y in range(lst.size.height):
+            lst.render_line(y)
+
+    for name, delta in (("down", 1), ("pagedown", lst.size.height - 1)):
+        for _ in range(60):
+            t = time.perf_counter()
+            lst.set_cursor(lst.cursor + delta)
+            screen._request(lst.cursor)
+            frame()
+            tree.refresh()
+            times[name].append(time.perf_counter() - t)
+            await pilot.pause(0)
+    return {f"ui_{k}_median_s": statistics.median(v) for k, v in times.items()} | {f"ui_{k}_max_s": max(v) for k, v in times.items()}
+
+
+def inprocess(store: Path, ref: str | None, runs: int) -> dict[str, Any]:
+    results = []
+    for _ in range(runs):
+        code = f"import json, sys; from bench.tui import _inner_first_paint; print(json.dumps(_inner_first_paint({str(store)!r}, {ref!r})))"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent)
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return {k: statistics.median(r[k] for r in results) for k in results[0]}
+
+
+# -- a real terminal ----------------------------------------------------------------------------------------
+class Terminal:
+    """`ckpt ARGS` running in a pseudo-terminal of SIZE; reads what it draws."""
+
+    def __init__(self, args: list[str]) -> None:
+        import fcntl
+        import pty
+        import struct
+        import termios
+
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", SIZE[1], SIZE[0], 0, 0))
+        env = {**os.environ, "TERM": "xterm-256color"}
+        self.start = time.perf_counter()
+        self.proc = subprocess.Popen([sys.executable, "-m", "ckptcli", *args], stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+        os.close(slave)
+        self.pid, self.fd = self.proc.pid, master
+        self.buffer = b""
+        self.match: re.Match[bytes] | None = None
+
+    def wait_for(self, marker: bytes | re.Pattern[bytes], timeout: float = 120.0) -> float:
+        """Read until `marker` (bytes or a pattern) is in what was written since the last
+        wait; returns the time it arrived. The match is kept in `self.match`."""
+        pattern = marker if isinstance(marker, re.Pattern) else re.compile(re.escape(marker))
+        deadline = time.perf_counter() + timeout
+        while (m := pattern.search(self.buffer)) is None:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                raise TimeoutError(f"{pattern.pattern!r} not drawn within {timeout} s; last output: {self.buffer[-300:]!r}")
+            ready, _, _ = select.select([self.fd], [], [], min(left, 1.0))
+            if ready:
+                self.buffer += os.read(self.fd, 1 << 20)
+        at = time.perf_counter()
+        self.match = m
+        self.buffer = self.buffer[m.end() :]
+        return at
+
+    def key_seq(self, data: bytes) -> tuple[float, int]:
+        """Write a key; (time until the timeline's header is redrawn, the seq it shows)."""
+        self.buffer = b""
+        t = time.perf_counter()
+        os.write(self.fd, data)
+        at = self.wait_for(re.compile(rb"seq (\d+)  [a-z]"))
+        assert self.match is not None
+        return at - t, int(self.match.group(1))
+
+    def wait_idle(self, quiet: float = 1.0, timeout: float = 600.0) -> None:
+        """Wait until the process uses no CPU for `quiet` seconds (its workers are done)."""
+        deadline = time.perf_counter() + timeout
+        last = -1
+        while time.perf_counter() < deadline:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            used = int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
+            if used == last:
+                return
+            last = used
+            self.drain(quiet)
+
+    def drain(self, quiet: float = 0.3) -> None:
+        """Read until nothing more comes for `quiet` seconds."""
+        while True:
+            ready, _, _ = select.select([self.fd], [], [], quiet)
+            if not ready:
+                break
+            os.read(self.fd, 1 << 20)
+        self.buffer = b""
+
+    def key(self, data: bytes, marker: bytes | re.Pattern[bytes], timeout: float = 120.0) -> float:
+        self.buffer = b""
+        t = time.perf_counter()
+        os.write(self.fd, data)
+        return self.wait_for(marker, timeout) - t
+
+    def rss_kib(self) -> tuple[int, int]:
+        """(VmRSS, VmHWM) of the TUI process, KiB."""
+        fields = {}
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            k, _, v = line.partition(":")
+            fields[k] = v.strip()
+        return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+
+    def close(self) -> None:
+        try:
+            os.write(self.fd, b"q")
+            deadline = time.perf_counter() + 10
+            while self.proc.poll() is None and time.perf_counter() < deadline:
+                self.drain(0.1)
+        except OSError:
+            pass
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            os.close(self.fd)
+
+
+DOWN, PAGEDOWN, END = b"\x1b[B", b"\x1b[6~", b"\x1b[F"
+
+
+def terminal_store(store: Path, runs: int, checkpoints: int) -> dict[str, Any]:
+    paints = []
+    for _ in range(runs):
+        term = Terminal(["tui", str(store)])
+        try:
+            paints.append(term.wait_for(f"{checkpoints:,} checkpoints".encode()) - term.start)
+            term.drain()
+            moves = [term.key(DOWN, b"children:") for _ in range(20)]
+        finally:
+            term.close()
+    return {"first_paint_s": statistics.median(paints), "down_median_s": statistics.median(moves), "down_max_s": max(moves)}
+
+
+def terminal_tail(tail: Path, ref: str, runs: int, events: int) -> dict[str, Any]:
+    args = ["tui", "--store", str(tail), ref, "--timeline"]
+    title = b"events, seq 1.."
+    paints, ends = [], []
+    for _ in range(runs):
+        term = Terminal(args)
+        try:
+            paints.append(term.wait_for(title) - term.start)
+            # End at once: the row is drawn from the tail's last leaves, its state replayed
+            # by a worker from the snapshot (the background replay has barely started)
+            term.buffer = b""
+            t = time.perf_counter()
+            os.write(term.fd, END)
+            row = term.wait_for(at_seq(events), 60) - t
+            ends.append((row, term.wait_for(state_at(events), 300) - t))
+        finally:
+            term.close()
+    out: dict[str, Any] = {
+        "first_paint_s": statistics.median(paints),
+        "end_row_cold_s": statistics.median(r for r, _ in ends),
+        "end_state_cold_s": statistics.median(s for _, s in ends),
+    }
+    term = Terminal(args)
+    try:
+        term.wait_for(title)
+        term.drain(0.05)
+        out["rss_first_paint_kib"], _ = term.rss_kib()
+        # Down while the background replay runs, then once it is done
+        busy = [term.key(DOWN, at_seq(k)) for k in range(1, 101)]
+        term.wait_idle()
+        out["rss_all_kept_kib"], _ = term.rss_kib()
+        downs = [term.key(DOWN, at_seq(k)) for k in range(101, 301)]
+        # PageDown through 10,000 events, then 10,000 more: memory must not follow
+        pages: list[float] = []
+        seq = 300
+        for mark in (10_000, 20_000):
+            while seq < min(mark, events - 100):
+                latency, seq = term.key_seq(PAGEDOWN)
+                pages.append(latency)
+            term.drain(0.2)
+            out[f"rss_after_{mark // 1000}k_kib"], out[f"hwm_after_{mark // 1000}k_kib"] = term.rss_kib()
+        out["events_scrolled"] = seq
+        jumps = []
+        for target in (events // 2, events // 4, 3 * events // 4, events // 8 + 345, events - 1000 + 7):
+            term.buffer = b""
+            os.write(term.fd, b"g")
+            term.wait_for(b"go to seq", 30)
+            t = time.perf_counter()
+            os.write(term.fd, str(target).encode() + b"\r")
+            row = term.wait_for(at_seq(target)) - t
+            jumps.append((row, term.wait_for(state_at(target)) - t))
+        out["rss_end_kib"], out["hwm_end_kib"] = term.rss_kib()
+        out["jump_row_median_s"] = statistics.median(r for r, _ in jumps)
+        out["jump_state_warm_median_s"] = statistics.median(s for _, s in jumps)
+        out["jump_state_warm_max_s"] = max(s for _, s in jumps)
+        out["down_busy_median_s"], out["down_busy_p95_s"] = statistics.median(busy), _p95(busy)
+        out["down_median_s"], out["down_p95_s"] = statistics.median(downs), _p95(downs)
+        out["pagedown_median_s"], out["pagedown_p95_s"] = statistics.median(pages), _p95(pages)
+    finally:
+        term.close()
+    return out
+
+
+def at_seq(seq: int) -> re.Pattern[bytes]:
+    """The timeline's header for the row at `seq`: "seq N  kind"."""
+    return re.compile(rb"seq %d  [a-z]" % seq)
+
+
+def state_at(seq: int) -> bytes:
+    """The state tree's root once the state at `seq` is drawn."""
+    return f"state at seq {seq:,}".encode()
+
+
+def _p95(values: list[float]) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, round(0.95 * (len(s) - 1)))]
+
+
+def whole_tail_rss(tail: Path, ref: str) -> int:
+    """Peak RSS (KiB) of decoding the whole tail, as `ckpt replay` does."""
+    code = (
+        "import resource, ckptcli; from ckptcli.replay import load_tail; "
+        f"s = ckptcli.open_store({str(tail)!r}); load_tail(ckptcli.open_checkpoint({ref!r}, s)); "
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.tui", description=__doc__.splitlines()[0])
+    ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help=f"where the data is built and kept (default {DEFAULT_WORKDIR})")
+    ap.add_argument("--runs", type=int, default=5, help="runs of each first-paint measurement (default 5)")
+    ap.add_argument("--quick", action="store_true", help="1,000 checkpoints and 10,000 events, 1 run: checks the harness")
+    ap.add_argument("--json", type=Path, help="write every figure to this file")
+    args = ap.parse_args()
+    checkpoints, events, runs = (1_000, 10_000, 1) if args.quick else (CHECKPOINTS, EVENTS, args.runs)
+    store, tail = prepare(args.workdir, checkpoints, events)
+    ref = "agent:long"
+    log("first paint in-process (store)")
+    r: dict[str, Any] = {"checkpoints": checkpoints, "events": events, "runs": runs}
+    r["inprocess_store"] = inprocess(store, None, runs)
+    log("first paint in-process (tail)")
+    r["inprocess_tail"] = inprocess(tail, ref, runs)
+    log("real terminal (store)")
+    r["terminal_store"] = terminal_store(store, runs, checkpoints)
+    log("real terminal (tail)")
+    r["terminal_tail"] = terminal_tail(tail, ref, runs, events)
+    r["whole_tail_peak_rss_kib"] = whole_tail_rss(tail, ref)
+    report(r)
+    if args.json:
+        args.json.write_text(json.dumps(r, indent=2))
+    return 0
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1000:.0f} ms"
+
+
+def _mib(kib: float) -> str:
+    return f"{kib / 1024:.0f} MiB"
+
+
+def report(r: dict[str, Any]) -> None:
+    ips, ipt, ts, tt = r["inprocess_store"], r["inprocess_tail"], r["terminal_store"], r["terminal_tail"]
+    n, e = f"{r['checkpoints']:,}", f"{r['events']:,}"
+    fp = f"< {FIRST_PAINT_TARGET:.0f} s"
+    mv = f"< {_ms(MOVE_MEDIAN_TARGET)} / {_ms(MOVE_P95_TARGET)}"
+
+    def move_ok(prefix: str) -> str:
+        return verdict(tt[f"{prefix}_median_s"] < MOVE_MEDIAN_TARGET and tt[f"{prefix}_p95_s"] < MOVE_P95_TARGET)
+
+    growth = tt["rss_after_20k_kib"] - tt["rss_all_kept_kib"]
+    rows = [
+        [f"first paint, store of {n} (in-process)", _ms(ips["first_paint_s"]), fp, verdict(ips["first_paint_s"] < FIRST_PAINT_TARGET)],
+        ["  of which imports / the rest", f"{_ms(ips['imports_s'])} / {_ms(ips['after_imports_s'])}", "", ""],
+        [f"first paint, store of {n} (terminal)", _ms(ts["first_paint_s"]), fp, verdict(ts["first_paint_s"] < FIRST_PAINT_TARGET)],
+        [f"first paint, {e}-event tail (in-process)", _ms(ipt["first_paint_s"]), fp, verdict(ipt["first_paint_s"] < FIRST_PAINT_TARGET)],
+        ["  of which imports / the rest", f"{_ms(ipt['imports_s'])} / {_ms(ipt['after_imports_s'])}", "", ""],
+        [f"first paint, {e}-event tail (terminal)", _ms(tt["first_paint_s"]), fp, verdict(tt["first_paint_s"] < FIRST_PAINT_TARGET)],
+        ["history: Down, key to frame (median / max)", f"{_ms(ts['down_median_s'])} / {_ms(ts['down_max_s'])}", f"< {_ms(MOVE_MEDIAN_TARGET)}", verdict(ts["down_median_s"] < MOVE_MEDIAN_TARGET)],
+        ["timeline: Down, key to frame (median / p95)", f"{_ms(tt['down_median_s'])} / {_ms(tt['down_p95_s'])}", mv, move_ok("down")],
+        ["timeline: PageDown, key to frame (median / p95)", f"{_ms(tt['pagedown_median_s'])} / {_ms(tt['pagedown_p95_s'])}", mv, move_ok("pagedown")],
+        ["timeline: Down while replaying in the background", f"{_ms(tt['down_busy_median_s'])} / {_ms(tt['down_busy_p95_s'])}", mv, move_ok("down_busy")],
+        ["timeline: UI work of Down / PageDown (in-process)", f"{_ms(ipt['ui_down_median_s'])} / {_ms(ipt['ui_pagedown_median_s'])}", "", ""],
+        ["timeline: End at once, row drawn", _ms(tt["end_row_cold_s"]), f"< {_ms(MOVE_P95_TARGET)}", verdict(tt["end_row_cold_s"] < MOVE_P95_TARGET)],
+        [f"timeline: End at once, state drawn (replays {e})", _ms(tt["end_state_cold_s"]), "", ""],
+        ["timeline: g SEQ, row drawn (median)", _ms(tt["jump_row_median_s"]), f"< {_ms(MOVE_P95_TARGET)}", verdict(tt["jump_row_median_s"] < MOVE_P95_TARGET)],
+        ["timeline: g SEQ, state drawn (median / max)", f"{_ms(tt['jump_state_warm_median_s'])} / {_ms(tt['jump_state_warm_max_s'])}", "", ""],
+        ["RSS: first paint / every 1,000th state kept", f"{_mib(tt['rss_first_paint_kib'])} / {_mib(tt['rss_all_kept_kib'])}", "", ""],
+        ["RSS after PageDown through 10,000 / 20,000 events", f"{_mib(tt['rss_after_10k_kib'])} / {_mib(tt['rss_after_20k_kib'])}",
+         f"+ < {SCROLL_GROWTH_TARGET_MIB} MiB", verdict(growth < SCROLL_GROWTH_TARGET_MIB * 1024)],
+        ["peak RSS of the TUI, whole run", _mib(tt["hwm_end_kib"]), "", ""],
+        ["peak RSS of decoding the whole tail (load_tail)", _mib(r["whole_tail_peak_rss_kib"]), "", ""],
+    ]
+    print(f"ckpt tui at scale: {n} checkpoints, a {e}-event tail; medians of {r['runs']} runs; terminal {SIZE[0]}x{SIZE[1]}\n")
+    print(table(["measure", "value", "target", "result"], rows))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

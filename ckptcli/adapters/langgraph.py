@@ -1,0 +1,1545 @@
+"""ckpt as a LangGraph checkpointer: `CkptSaver`, sync and async.
+
+    from ckptcli.adapters.langgraph import CkptSaver
+    graph = builder.compile(checkpointer=CkptSaver.open(".ckpt"))
+
+Every LangGraph checkpoint becomes one ckpt checkpoint of subject ``agent:<thread>``
+(the layout is in `langgraph_layout`), so `ckpt ls`, `show`, `diff`, `replay` and `tui`
+browse what the graph did. docs/langgraph.md is the guide.
+
+How a put stays under a millisecond. A ckpt take writes and fsyncs a pack, an index and
+a manifest (three files); a graph step cannot wait for that. So the saver works like a
+database with a write-ahead log:
+
+1. **The journal.** Each `put` and `put_writes` writes one record (length, CRC-32,
+   msgpack) to this saver's journal in ``<store>/langgraph/`` before it returns, so a
+   killed process loses nothing that was put. `fsync` says when it reaches the disk:
+   ``"batch"`` (the default: the commit thread syncs the journal every 20 ms, so a power
+   cut loses at most the puts of the last few tens of milliseconds), ``"always"`` (before
+   the put returns: a put that returned survives a power cut; costs an fdatasync, whose
+   latency the disk decides), ``"never"`` (the OS decides).
+2. **Memory.** What was put is kept in memory, so every read sees every put at once.
+3. **The store.** A checkpoint's objects are made when it is put, in O(new data): list
+   values are compared with the parent's by identity, so only new items are serialized,
+   converted and hashed (`ListTree` keeps the chunk tree's sealed prefix). It is *sealed*
+   (its manifest made, with its pending writes as events) by the commit thread once its
+   child has a child (its pending writes are complete by then), after `seal_idle` seconds
+   without one, or on close; the thread commits what is sealed every `commit_interval`
+   seconds: one pack, one index, the manifests, the refs; the journal is then started
+   again with what is not committed.
+4. **Recovery.** Opening a store replays the journals no live saver holds (a crash),
+   commits everything they hold and deletes them.
+
+A pending write that arrives for a checkpoint already committed (a resume after a
+restart) makes the checkpoint be written again, as revision 2 (label ``langgraph.rev``),
+whose parents are the LangGraph parent and the revision before.
+
+Values read back are LangGraph's own bytes, deserialized by the saver's serializer.
+`list` returns checkpoints whose ``channel_values`` are decoded on first use, so that
+listing a long thread does not decode every state in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import operator
+import os
+import random
+import struct
+import threading
+import time
+import uuid
+import weakref
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import msgpack
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from ckptcli.adapters import langgraph_layout as layout
+from ckptcli.adapters.langgraph_layout import MSGPACK, Key, SectionWriter, Typed, Write
+from ckptcli.adapters.msgpack_view import array_header, from_view, to_view
+from ckptcli.errors import CkptError, CorruptError, InvalidInputError, StoreIOError, UsageError
+from ckptcli.format.values import Decoder, ListTree
+from ckptcli.store.repository import Store
+
+__all__ = ["CkptSaver"]
+
+FSYNC_POLICIES = ("always", "batch", "never")
+JOURNAL_DIR = "langgraph"
+JOURNAL_MAGIC = b"CKPTLGJ1"
+_HEAD = struct.Struct("<II")  # payload length, CRC-32 of the payload
+_MAX_RECORD = 256 * 1024 * 1024
+ROTATE_BYTES = 4 * 1024 * 1024
+_PACE_EVERY, _PACE_SLEEP = 16, 0.002
+_TICK = 0.02  # how often the commit thread looks for checkpoints ready to seal  # manifests written between pauses of the committer, and the pause  # the journal is started again after a commit once it is this big
+
+LEAF, SEALED, COMMITTED = 0, 1, 2
+_Keys = list[tuple[str, str, str]]  # (thread, namespace, checkpoint id) of several checkpoints
+_MISSING = object()
+
+
+def _item_encoder(serde: SerializerProtocol) -> Callable[[Any], bytes] | None:
+    """JsonPlusSerializer's msgpack encoder of one value, when `serde` is exactly that
+    serializer and a list's bytes are its header and its items' (checked here): then a
+    list value can be stored item by item. None otherwise (values are stored whole)."""
+    if type(serde) is not JsonPlusSerializer:
+        return None
+    try:
+        from langgraph.checkpoint.serde.jsonplus import _msgpack_enc as enc
+    except ImportError:  # pragma: no cover - another langgraph-checkpoint: the slow path
+        return None
+    sample = [1, "two", {"three": [3.0]}, None]
+    try:
+        if serde.dumps_typed(sample) != (MSGPACK, array_header(len(sample)) + b"".join(enc(x) for x in sample)):
+            return None
+    except Exception:  # noqa: BLE001 - any surprise: the slow path
+        return None
+    return cast(Callable[[Any], bytes], enc)
+
+
+# -- in memory ---------------------------------------------------------------------------
+class _ItemLog:
+    """The items of a list channel value, shared by every version that is a prefix of it:
+    each item's msgpack bytes, the Python object last seen there (to tell unchanged
+    items by identity), its ckpt EV, and the chunk trees of the items and their tool
+    records, kept up to date as the log grows."""
+
+    __slots__ = ("evs", "objs", "raw", "tool_count", "tools", "tree")
+
+    def __init__(self) -> None:
+        self.raw: list[bytes] = []
+        self.objs: list[Any] = []
+        self.evs: list[bytes] = []
+        self.tree = ListTree()
+        self.tools = ListTree()
+        self.tool_count: list[int] = []  # tool records of items[: i + 1]
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+
+class _Blob:
+    """One channel value at one version: serialized bytes, or items [0, n) of a log."""
+
+    __slots__ = ("ev", "log", "n", "tools_ev", "typed")
+
+    def __init__(self, typed: Typed | None = None, log: _ItemLog | None = None, n: int = 0) -> None:
+        self.typed = typed
+        self.log = log
+        self.n = n
+        self.ev: bytes | None = None
+        self.tools_ev: bytes | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.typed is None and self.log is None
+
+    def to_typed(self) -> Typed:
+        if self.log is not None:
+            return MSGPACK, array_header(self.n) + b"".join(self.log.raw[: self.n])
+        assert self.typed is not None
+        return self.typed
+
+
+_EMPTY = _Blob()
+
+
+class _Entry:
+    """One LangGraph checkpoint the saver knows: in memory, or committed (and then read
+    from the store when needed)."""
+
+    __slots__ = (
+        "blobs_loaded", "committed", "committed_rev", "created_ns", "has_child", "key", "loaded", "manifest", "md_plain", "md_view",
+        "metadata", "parent", "prepared", "rev", "seq", "skeleton", "state", "touched", "versions", "writes",
+    )  # fmt: skip
+
+    def __init__(self, key: tuple[str, str, str], parent: str | None, seq: int) -> None:
+        self.key = key
+        self.parent = parent
+        self.seq = seq  # creation order (parents before children)
+        self.created_ns = 0
+        self.skeleton: Typed | None = None
+        self.metadata: Typed | None = None
+        self.versions: dict[str, Any] = {}
+        self.writes: dict[tuple[str, int], Write] = {}
+        self.state = LEAF
+        self.manifest: bytes | None = None  # the id of the newest revision sealed
+        self.committed: bytes | None = None  # the id of the newest revision committed
+        self.committed_rev = 0
+        self.rev = 0
+        self.loaded = True  # False: committed, its data still in the store only
+        self.blobs_loaded = False
+        self.md_plain: Any = _MISSING
+        self.touched = time.monotonic()
+        self.has_child = False
+        self.prepared: dict[str, bytes] | None = None  # its sections but events, made when it is put
+        self.md_view: Any = None
+
+
+class _Staging:
+    """The objects made since the last commit (a sink for the encoders): kept until
+    the committer has them in a pack, deduplicated against the store and each other."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.objects: dict[bytes, tuple[int, bytes]] = {}
+        self.inflight: dict[bytes, tuple[int, bytes]] = {}
+
+    def put(self, oid: bytes, content: bytes, obj_type: int) -> None:
+        if oid in self.objects or oid in self.inflight or self.store.has(oid):
+            return
+        self.objects[oid] = (obj_type, content)
+
+
+class _LazyValues(dict):  # type: ignore[type-arg]
+    """channel_values decoded on first use (by any dict operation); then a plain dict."""
+
+    __slots__ = ("_load",)
+
+    def __init__(self, load: Callable[[], dict[str, Any]]) -> None:
+        super().__init__()
+        self._load: Callable[[], dict[str, Any]] | None = load
+
+    def _m(self) -> None:
+        load = self._load
+        if load is not None:
+            self._load = None
+            dict.update(self, load())
+
+    def __getitem__(self, k: Any) -> Any:
+        self._m()
+        return dict.__getitem__(self, k)
+
+    def __contains__(self, k: object) -> bool:
+        self._m()
+        return dict.__contains__(self, k)
+
+    def __iter__(self) -> Iterator[Any]:
+        self._m()
+        return dict.__iter__(self)
+
+    def __len__(self) -> int:
+        self._m()
+        return dict.__len__(self)
+
+    def __eq__(self, other: object) -> bool:
+        self._m()
+        if isinstance(other, _LazyValues):
+            other._m()
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        self._m()
+        return dict.__repr__(self)
+
+    def __reversed__(self) -> Iterator[Any]:
+        self._m()
+        return dict.__reversed__(self)
+
+    def __setitem__(self, k: Any, v: Any) -> None:
+        self._m()
+        dict.__setitem__(self, k, v)
+
+    def __delitem__(self, k: Any) -> None:
+        self._m()
+        dict.__delitem__(self, k)
+
+    def __or__(self, other: Any) -> Any:
+        return self.copy() | other
+
+    def __ror__(self, other: Any) -> Any:
+        return other | self.copy()
+
+    def __ior__(self, other: Any) -> Any:
+        self._m()
+        dict.update(self, other)
+        return self
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return (dict, (self.copy(),))
+
+    def __copy__(self) -> dict[str, Any]:
+        return self.copy()
+
+    def __deepcopy__(self, memo: Any) -> dict[str, Any]:
+        import copy
+
+        return copy.deepcopy(self.copy(), memo)
+
+    def keys(self) -> Any:
+        self._m()
+        return dict.keys(self)
+
+    def values(self) -> Any:
+        self._m()
+        return dict.values(self)
+
+    def items(self) -> Any:
+        self._m()
+        return dict.items(self)
+
+    def get(self, k: Any, default: Any = None) -> Any:
+        self._m()
+        return dict.get(self, k, default)
+
+    def copy(self) -> dict[str, Any]:
+        self._m()
+        return {k: dict.__getitem__(self, k) for k in dict.keys(self)}
+
+    def pop(self, *args: Any) -> Any:
+        self._m()
+        return dict.pop(self, *args)
+
+    def popitem(self) -> Any:
+        self._m()
+        return dict.popitem(self)
+
+    def setdefault(self, k: Any, default: Any = None) -> Any:
+        self._m()
+        return dict.setdefault(self, k, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._m()
+        dict.update(self, *args, **kwargs)
+
+    def clear(self) -> None:
+        self._load = None
+        dict.clear(self)
+
+
+# -- the journal -------------------------------------------------------------------------
+def _frame(record: dict[str, Any]) -> bytes:
+    payload: bytes = msgpack.packb(record, use_bin_type=True)
+    return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def read_journal(data: bytes) -> tuple[list[dict[str, Any]], int]:
+    """The intact records of a journal and where they end (a torn or damaged record,
+    the end of a crash, ends the journal)."""
+    if data[: len(JOURNAL_MAGIC)] != JOURNAL_MAGIC:
+        return [], 0
+    pos = len(JOURNAL_MAGIC)
+    out = []
+    while pos + _HEAD.size <= len(data):
+        length, crc = _HEAD.unpack_from(data, pos)
+        start, end = pos + _HEAD.size, pos + _HEAD.size + length
+        if length > _MAX_RECORD or end > len(data) or zlib.crc32(data[start:end]) != crc:
+            break
+        try:
+            rec = msgpack.unpackb(data[start:end], raw=False, strict_map_key=False)
+        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+            break
+        if type(rec) is not dict:
+            break
+        out.append(rec)
+        pos = end
+    return out, pos
+
+
+class _Journal:
+    """One journal file, locked (flock) while this saver has it open.
+
+    Its space is written ahead with zeros (`reserve`), and records overwrite them: the
+    file does not grow with each record, so the fdatasync of a put flushes data alone,
+    with no file-system metadata to commit (SQLite's WAL does the same). A reader stops
+    at the first record that is not intact, so the zeros after the last one end it."""
+
+    RESERVE = 1 << 20
+
+    def __init__(self, directory: Path, fsync: str) -> None:
+        self.path = directory / f"{uuid.uuid4().hex}.journal"
+        self.fsync = fsync
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.pwrite(self.fd, JOURNAL_MAGIC + bytes(self.RESERVE - len(JOURNAL_MAGIC)), 0)
+            os.fsync(self.fd)
+            _fsync_dir(directory)
+        except OSError as exc:
+            raise StoreIOError(f"cannot create the LangGraph journal {self.path}: {exc.strerror}") from None
+        self.size = len(JOURNAL_MAGIC)  # where the records end
+        self.allocated = self.RESERVE
+        self.synced = self.size  # what is known to be on disk
+
+    def append(self, data: bytes) -> None:
+        start = self.size
+        try:
+            view = memoryview(data)
+            pos = start
+            while view:
+                n = os.pwrite(self.fd, view, pos)
+                view, pos = view[n:], pos + n
+            if self.fsync == "always":
+                os.fdatasync(self.fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.pwrite(self.fd, bytes(len(data)), start)  # no half record stays behind
+            raise StoreIOError(f"cannot write the LangGraph journal {self.path}: {exc.strerror}", hint="nothing of this call was kept") from None
+        self.size = start + len(data)
+        if self.fsync == "always":
+            self.synced = self.size
+
+    def reserve(self) -> None:
+        """Write zeros ahead when less than half the reserve is left (the commit thread
+        does this, so that puts seldom write past the written space)."""
+        if self.allocated - self.size >= self.RESERVE // 2:
+            return
+        with contextlib.suppress(OSError):
+            os.pwrite(self.fd, bytes(self.RESERVE), self.allocated)
+            os.fdatasync(self.fd)
+            self.allocated += self.RESERVE
+
+    def sync(self) -> None:
+        """fdatasync what was written since the last sync (the "batch" policy's sync,
+        which the commit thread runs every tick; also on close). Runs without the
+        saver's lock: records appended meanwhile are synced by the next call."""
+        end = self.size
+        if end > self.synced and self.fsync != "never":
+            with contextlib.suppress(OSError):
+                os.fdatasync(self.fd)
+                self.synced = end
+
+    def close(self, delete: bool) -> None:
+        if delete:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# -- the saver ----------------------------------------------------------------------------
+class CkptSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpoint saver backed by a ckpt store (module docstring: how).
+
+    Args:
+        store: a Store, or the path of a store directory (or of a directory holding
+            ``.ckpt/``); `open` creates it when missing.
+        serde: LangGraph's serializer (default JsonPlusSerializer). With the default,
+            list values (messages) are stored item by item in O(new items) per put;
+            any other serializer's bytes are stored whole, exactly.
+        fsync: "batch" (default), "always" or "never" (module docstring).
+        commit_interval: seconds between commits of sealed checkpoints to the store.
+        seal_idle: seconds after which a checkpoint without a child is sealed, so that
+            `ckpt ls` shows it (a later pending write makes a revision of it); 0: only
+            when its child is put, and on close.
+        trust_identity: take list items that are the same Python objects as the
+            parent's, at the same position, as unchanged (the default: LangGraph's
+            reducers make new objects for new or changed items). False serializes
+            every item of every put and compares bytes (slower, same result).
+    Raises:
+        StoreNotFoundError, CorruptError, StoreIOError from opening the store or
+        replaying a journal; InvalidInputError for a bad option.
+    """
+
+    def __init__(
+        self,
+        store: Store | str | os.PathLike[str],
+        *,
+        serde: SerializerProtocol | None = None,
+        fsync: str = "batch",
+        commit_interval: float = 0.5,
+        seal_idle: float = 1.0,
+        trust_identity: bool = True,
+    ) -> None:
+        super().__init__(serde=serde)
+        if fsync not in FSYNC_POLICIES:
+            raise InvalidInputError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
+        if not (commit_interval > 0 and seal_idle >= 0):
+            raise InvalidInputError("commit_interval must be > 0 and seal_idle >= 0")
+        self.store = store if isinstance(store, Store) else Store.open(Path(store))
+        self.fsync = fsync
+        self.commit_interval = commit_interval
+        self.seal_idle = seal_idle
+        self.trust_identity = trust_identity
+        self._lock = threading.RLock()
+        self._commit_mutex = threading.Lock()
+        self._staging = _Staging(self.store)
+        self._writer = SectionWriter(self._staging)
+        self._entries: dict[tuple[str, str, str], _Entry] = {}
+        self._open: dict[tuple[str, str, str], _Entry] = {}  # the entries not committed yet
+        self._by_thread: dict[str, dict[str, dict[str, _Entry]]] = {}  # thread -> ns -> id -> entry
+        self._blobs: dict[tuple[str, str, str, Any], _Blob] = {}
+        self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], Write]] = {}
+        self._queue: list[tuple[bytes, bytes, _Entry, int]] = []  # (manifest id, manifest bytes, entry, rev)
+        self._ready: list[_Entry] = []  # to seal: their pending writes are complete
+        self._seq = 0
+        self._closed = False
+        self._error: BaseException | None = None
+        self._enc = _item_encoder(self.serde)
+        self._fast = self._enc is not None
+        self._jdir = Path(self.store.location) / JOURNAL_DIR
+        try:
+            self._jdir.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise StoreIOError(f"cannot create {self._jdir}: {exc.strerror}") from None
+        orphans = self._lock_orphan_journals()  # before ours exists: ours is not an orphan
+        self._journal = _Journal(self._jdir, fsync)
+        try:
+            self._load_index()
+            self._recover(orphans)
+        except BaseException:
+            self._journal.close(delete=True)
+            raise
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ckpt-langgraph-commit", daemon=True)
+        self._thread.start()
+        ref = weakref.ref(self)
+
+        def _close_at_exit() -> None:
+            saver = ref()
+            if saver is not None:
+                saver.close()
+
+        self._atexit = _close_at_exit
+        atexit.register(_close_at_exit)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] = ".ckpt", **options: Any) -> CkptSaver:
+        """The saver of the store at `path` (created as `ckpt init` would when there is
+        none): ``builder.compile(checkpointer=CkptSaver.open(".ckpt"))``. Options are
+        the constructor's."""
+        from ckptcli.api import init_store
+        from ckptcli.store.repository import resolve_store_path
+
+        p = Path(path)
+        try:
+            resolve_store_path(p)
+        except CkptError:
+            if (p / "config").exists():
+                raise
+            return cls(init_store(p), **options)
+        return cls(p, **options)
+
+    # -- context manager and closing --------------------------------------------------------
+    def __enter__(self) -> CkptSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> CkptSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Seal and commit everything, delete the journal, stop the commit thread.
+        (Also run at interpreter exit; a saver that is never closed loses nothing either:
+        the next one to open the store replays its journal.)"""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        with contextlib.suppress(Exception):
+            atexit.unregister(self._atexit)
+        try:
+            self.flush()
+        finally:
+            with self._lock:
+                done = not self._queue and not self._staging.objects and not self._uncommitted()
+                self._journal.sync()
+                self._journal.close(delete=done)
+            self.store.close()
+
+    def abandon(self) -> None:
+        """Stop without committing anything more (what is journaled stays journaled;
+        the next saver to open the store replays it)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        with contextlib.suppress(Exception):
+            atexit.unregister(self._atexit)
+        with self._lock:
+            self._journal.close(delete=self._journal.size <= len(JOURNAL_MAGIC))
+        self.store.close()
+
+    def flush(self) -> None:
+        """Seal every checkpoint and commit it to the store now (close does this)."""
+        with self._commit_mutex:
+            with self._lock:
+                self._seal_all()
+            self._commit_locked()
+
+    def _seal_all(self) -> None:
+        for e in sorted(self._uncommitted(), key=lambda e: e.seq):
+            if e.state == LEAF:
+                self._seal(e)
+
+    def _uncommitted(self) -> list[_Entry]:
+        return list(self._open.values())
+
+    def _check(self) -> None:
+        if self._closed:
+            raise UsageError("this CkptSaver is closed")
+        if self._error is not None:
+            err, self._error = self._error, None
+            if isinstance(err, CkptError):
+                raise err
+            raise StoreIOError(f"committing LangGraph checkpoints to {self.store.location} failed: {err}") from err
+
+    # -- the index of what the store holds ---------------------------------------------------------
+    def _store_keys(self) -> dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]]:
+        """Every LangGraph checkpoint in the store: key -> [(rev, created, manifest id, key)]."""
+        from ckptcli.store import catalog
+        from ckptcli.store.catalog import Summary
+
+        out: dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]] = {}
+        for cid, row in catalog.rows(self.store).items():
+            if type(row[5]) is not dict or layout.LABEL_CHECKPOINT not in row[5]:
+                continue
+            try:
+                _cid, summary = Summary.from_row(row)
+            except (ValueError, TypeError, CkptError):
+                continue
+            k = layout.key_of(summary.subject, summary.labels)
+            if k is not None:
+                out.setdefault((k.thread_id, k.ns, k.checkpoint_id), []).append((k.rev, summary.created_ns, cid, k))
+        return out
+
+    def _load_index(self) -> None:
+        best = {key: max(revs, key=lambda r: (r[0], r[1])) for key, revs in self._store_keys().items()}
+        for key, (rev, created, cid, k) in sorted(best.items(), key=lambda kv: (kv[1][1], kv[0][2])):
+            e = self._new_entry(key, k.parent_id)
+            e.state, e.manifest, e.committed, e.committed_rev, e.rev, e.created_ns, e.loaded = COMMITTED, cid, cid, rev, rev, created, False
+            del self._open[key]
+
+    def _new_entry(self, key: tuple[str, str, str], parent: str | None) -> _Entry:
+        self._seq += 1
+        e = _Entry(key, parent, self._seq)
+        old = self._entries.get(key)
+        if old is not None:
+            self._forget_entry(old)
+        self._entries[key] = e
+        self._open[key] = e  # not committed yet
+        self._by_thread.setdefault(key[0], {}).setdefault(key[1], {})[key[2]] = e
+        return e
+
+    def _forget_entry(self, e: _Entry) -> None:
+        self._entries.pop(e.key, None)
+        self._open.pop(e.key, None)
+        by_ns = self._by_thread.get(e.key[0], {})
+        ids = by_ns.get(e.key[1], {})
+        ids.pop(e.key[2], None)
+        if not ids:
+            by_ns.pop(e.key[1], None)
+        if not by_ns:
+            self._by_thread.pop(e.key[0], None)
+
+    def _load(self, e: _Entry) -> None:
+        """Read a committed checkpoint's record (not its values) from the store."""
+        if e.loaded:
+            return
+        from ckptcli.api import Checkpoint
+
+        assert e.committed is not None
+        ck = Checkpoint(self.store, e.committed)
+        where = f"checkpoint {ck.hex[:12]}"
+        stored = layout.read_ext(ck.section(layout.EXT_SECTION), ck.section("events") if "events" in ck.manifest.sections else [], where)
+        e.skeleton, e.metadata, e.versions = stored.skeleton, stored.metadata, stored.versions
+        e.writes = {(w.task_id, w.idx): w for w in stored.writes}
+        e.loaded = True
+
+    def _load_blobs(self, e: _Entry) -> None:
+        """Bring a committed checkpoint's channel values into memory, as blobs."""
+        if e.blobs_loaded or e.committed is None:
+            return
+        from ckptcli.api import Checkpoint
+
+        self._load(e)
+        ck = Checkpoint(self.store, e.committed)
+        where = f"checkpoint {ck.hex[:12]}"
+        memory = ck.section("memory")
+        stored = layout.read_ext(ck.section(layout.EXT_SECTION), [], where)
+        if type(memory) is not dict:
+            raise CorruptError(f"{where}: its memory section is not a map of channels")
+        thread, ns, _cid = e.key
+        for ch, ver in e.versions.items():
+            bkey = (thread, ns, ch, ver)
+            if bkey in self._blobs:
+                continue
+            if ch not in memory:
+                self._blobs[bkey] = _EMPTY
+                continue
+            tag = stored.channel_types.get(ch, MSGPACK)
+            view = memory[ch]
+            if tag == MSGPACK and type(view) is list and self._fast:
+                log = _ItemLog()
+                try:
+                    raws = [from_view(v) for v in view]
+                except (ValueError, TypeError, OverflowError) as exc:
+                    raise CorruptError(f"{where}: channel {ch} cannot be turned back into LangGraph's bytes ({exc})") from None
+                self._extend_log(log, raws, [None] * len(raws))
+                self._blobs[bkey] = _Blob(log=log, n=len(log))
+            else:
+                self._blobs[bkey] = _Blob(typed=layout.view_typed(tag, view, f"{where} channel {ch}"))
+        e.blobs_loaded = True
+
+    def _blob(self, e: _Entry, ch: str) -> _Blob:
+        """The value of channel `ch` at checkpoint `e`'s version of it."""
+        self._load(e)  # a committed checkpoint's versions are read from the store first
+        thread, ns, _cid = e.key
+        ver = e.versions.get(ch)
+        bkey = (thread, ns, ch, ver)
+        b = self._blobs.get(bkey)
+        if b is not None:
+            return b
+        # written by an ancestor, or committed: the nearest one in the store holding it
+        cur: _Entry | None = e
+        while cur is not None:
+            if cur.committed is not None:
+                self._load(cur)
+                if cur.versions.get(ch) == ver:
+                    self._load_blobs(cur)
+                    b = self._blobs.get(bkey)
+                    if b is not None:
+                        return b
+            cur = self._entries.get((thread, ns, cur.parent)) if cur.parent else None
+        return _EMPTY
+
+    # -- encoding values ---------------------------------------------------------------------------
+    def _extend_log(self, log: _ItemLog, raws: list[bytes], objs: list[Any]) -> None:
+        writer = self._writer
+        for raw, obj in zip(raws, objs, strict=True):
+            view = to_view(raw)
+            ev = writer.item_ev(view)
+            writer.remember(raw, ev)
+            log.raw.append(raw)
+            log.objs.append(obj)
+            log.evs.append(ev)
+            log.tree.append(ev)
+            log.tools.extend(layout.tool_record_evs(view, ev, writer))
+            log.tool_count.append(len(log.tools))
+
+    def _list_blob(self, value: list[Any], base: _Blob | None) -> tuple[_Blob, list[Any]]:
+        """A list value as items of a log: the base's log, extended, when the value is
+        the base's items and then new ones (the common case: only the new items are
+        serialized); a new log otherwise. Returns the blob and its journal spec."""
+        enc = self._enc
+        assert enc is not None
+        log = base.log if base is not None else None
+        if log is not None and base is not None and len(value) >= base.n:
+            n = base.n
+            if self.trust_identity:
+                same = all(map(operator.is_, log.objs[:n], value[:n]))
+            else:
+                same = all(enc(v) == r for v, r in zip(value[:n], log.raw[:n], strict=True))
+            if same:
+                new = value[n:]
+                raws = [enc(v) for v in new]
+                if n != len(log):  # the log went on along another branch: a copy of its prefix
+                    log = self._copy_log(log, n)
+                self._extend_log(log, raws, list(new))
+                return _Blob(log=log, n=len(log)), ["l", n, raws]
+        old = log
+        raws = []
+        for i, v in enumerate(value):
+            if old is not None and base is not None and i < base.n and self.trust_identity and old.objs[i] is v:
+                raws.append(old.raw[i])  # unchanged item: its bytes are known
+            else:
+                raws.append(enc(v))
+        fresh = _ItemLog()
+        self._extend_log(fresh, raws, list(value))
+        return _Blob(log=fresh, n=len(fresh)), ["l", 0, raws]
+
+    def _copy_log(self, log: _ItemLog, n: int) -> _ItemLog:
+        new = _ItemLog()
+        new.raw, new.objs, new.evs = log.raw[:n], log.objs[:n], log.evs[:n]
+        new.tree.extend(new.evs)
+        new.tools.extend(log.tools.items[: log.tool_count[n - 1] if n else 0])
+        new.tool_count = log.tool_count[:n]
+        return new
+
+    def _blob_from_value(self, value: Any, base: _Blob | None) -> tuple[_Blob, list[Any]]:
+        if value is _MISSING:
+            return _EMPTY, ["e"]
+        if self._fast and type(value) is list:
+            try:
+                return self._list_blob(value, base)
+            except Exception:  # noqa: BLE001 - an item the fast path cannot take: the serializer decides, below
+                pass
+        typed = self.serde.dumps_typed(value)
+        return _Blob(typed=typed), ["t", typed[0], typed[1]]
+
+    def _blob_from_spec(self, spec: list[Any], base: _Blob | None, where: str) -> _Blob:
+        kind = spec[0]
+        if kind == "e":
+            return _EMPTY
+        if kind == "t":
+            return _Blob(typed=(spec[1], spec[2]))
+        keep, raws = spec[1], list(spec[2])
+        if keep:
+            if base is None or base.log is None or base.n < keep:
+                raise CorruptError(f"{where}: a journal record continues a list value that is not there", hint="the journal does not belong to this store")
+            log = base.log if keep == len(base.log) else self._copy_log(base.log, keep)
+        else:
+            log = _ItemLog()
+        if not self._fast:  # another serializer's journal: the items are whole values
+            return _Blob(typed=(MSGPACK, array_header(keep + len(raws)) + b"".join([*log.raw[:keep], *raws])))
+        self._extend_log(log, raws, [None] * len(raws))
+        return _Blob(log=log, n=len(log))
+
+    def _blob_ev(self, b: _Blob) -> bytes:
+        if b.ev is None:
+            if b.log is not None:
+                log = b.log
+                if b.n == len(log):
+                    b.ev, b.tools_ev = log.tree.ev(self._staging), log.tools.ev(self._staging)
+                else:  # a prefix of a log that grew since: its own trees
+                    tree, tools = ListTree(), ListTree()
+                    tree.extend(log.evs[: b.n])
+                    tools.extend(log.tools.items[: log.tool_count[b.n - 1] if b.n else 0])
+                    b.ev, b.tools_ev = tree.ev(self._staging), tools.ev(self._staging)
+            else:
+                assert b.typed is not None
+                b.ev = self._writer.item_ev(layout.typed_view(b.typed))
+        return b.ev
+
+    # -- sealing: a checkpoint's objects and manifest -----------------------------------------------
+    def _prepare(self, e: _Entry) -> None:
+        """Make the objects of a checkpoint's state (every section but its events), right
+        when it is put: its list values' trees are then exactly as long as its values.
+        Caller holds the lock."""
+        self._load(e)
+        assert e.skeleton is not None and e.metadata is not None
+        channel_evs: dict[str, bytes] = {}
+        types: dict[str, str] = {}
+        tools: list[bytes] = []
+        for ch in e.versions:
+            b = self._blob(e, ch)
+            if b.empty:
+                continue
+            channel_evs[ch] = self._blob_ev(b)
+            if b.log is not None:
+                if b.tools_ev is not None and b.tools_ev != b"\x90":
+                    tools.append(b.tools_ev)
+            elif b.typed is not None and b.typed[0] != MSGPACK:
+                types[ch] = b.typed[0]
+        tools_ev: bytes | None = None
+        if len(tools) == 1:
+            tools_ev = tools[0]
+        elif tools:  # tool calls in several list channels: one log of them all
+            records: list[Any] = []
+            for ev in tools:
+                records.extend(Decoder(_StagedSource(self)).decode(ev))
+            tools_ev = self._writer.enc.encode_root(records)
+        plan_extra: list[dict[str, Any]] = []
+        if "__pregel_tasks" in channel_evs:
+            plan_extra = layout.send_tasks(layout.typed_view(self._blob(e, "__pregel_tasks").to_typed()))
+        e.md_view = layout.typed_view(e.metadata)
+        e.prepared = self._writer.sections(
+            skeleton=e.skeleton, metadata=e.metadata, channel_evs=channel_evs, channel_types=types,
+            tools_ev=tools_ev, versions=e.versions, plan_extra=plan_extra, metadata_view=e.md_view,
+        )  # fmt: skip
+
+    def _seal(self, e: _Entry) -> None:
+        """Make the manifest of a checkpoint whose pending writes are complete (its
+        events), and queue it for the committer. Caller holds the lock."""
+        thread, ns, cid = e.key
+        parent = self._entries.get((thread, ns, e.parent)) if e.parent else None
+        if parent is not None and parent.state == LEAF and parent.seq < e.seq:
+            self._seal(parent)  # parents first: this manifest names its parent's
+        if e.prepared is None:
+            self._prepare(e)
+        assert e.prepared is not None and e.metadata is not None
+        p = e.prepared
+        sections = {"memory": p["memory"], "plan": p["plan"], "tools": p["tools"], "events": self._writer.events(e.writes.values()), layout.EXT_SECTION: p[layout.EXT_SECTION]}
+        parents = []
+        if parent is not None and parent.manifest is not None:
+            parents.append(parent.manifest)
+        if e.manifest is not None and e.manifest not in parents:
+            parents.append(e.manifest)  # the revision this one replaces
+        rev = e.rev + 1
+        m = layout.manifest_for(
+            thread, ns, cid, e.parent, sections,
+            metadata_view=e.md_view, parents=parents, created_ns=e.created_ns, rev=rev, format_version=self.store.version,
+        )  # fmt: skip
+        data = m.encode()
+        mid = hashlib.sha256(data).digest()
+        e.manifest, e.rev, e.state = mid, rev, SEALED
+        self._queue.append((mid, data, e, rev))
+
+    def _settle(self, e: _Entry) -> None:
+        """A checkpoint `e` was put: its parent has a child, and its grandparent, whose
+        child has a child too, is ready to be sealed. (Not the parent yet: with LangGraph's
+        asynchronous durability, the pending writes of a checkpoint may arrive just after
+        its child is put.)"""
+        thread, ns, _cid = e.key
+        parent = self._entries.get((thread, ns, e.parent)) if e.parent else None
+        if parent is None:
+            return
+        parent.has_child = True
+        grand = self._entries.get((thread, ns, parent.parent)) if parent.parent else None
+        if grand is not None and grand.state == LEAF and grand.has_child:
+            self._ready.append(grand)  # sealed by the commit thread, soon (or by a flush)
+
+    # -- committing (the background thread, flush, close) ------------------------------------------
+    def _run(self) -> None:
+        """The commit thread: seals what is ready every tick (one checkpoint at a time,
+        letting the interpreter go in between, so a put never waits long for it: much of
+        this runs while puts wait for their fsync), and commits every commit_interval."""
+        tick = min(self.commit_interval, _TICK)
+        last = time.monotonic()
+        while not self._stop.wait(tick):
+            try:
+                self._journal.sync()
+                self._seal_ready()
+                if time.monotonic() - last < self.commit_interval:
+                    continue
+                last = time.monotonic()
+                with self._commit_mutex:
+                    with self._lock:
+                        if self._closed:
+                            return
+                        self._seal_idle()
+                    self._commit_locked()
+                self._journal.reserve()
+            except Exception as exc:  # noqa: BLE001 - reported by the saver's next call
+                self._error = exc
+
+    def _seal_ready(self) -> None:
+        while True:
+            with self._lock:
+                if not self._ready or self._closed:
+                    return
+                e = self._ready.pop(0)
+                if e.state == LEAF and self._entries.get(e.key) is e:
+                    self._seal(e)
+            time.sleep(0)
+
+    def _seal_idle(self) -> None:
+        """Seal what has a child and got no write for a commit interval, and what has
+        been idle for `seal_idle` seconds (so that `ckpt ls` shows it)."""
+        now = time.monotonic()
+        for e in sorted(self._uncommitted(), key=lambda e: e.seq):
+            if e.state != LEAF:
+                continue
+            quiet = now - e.touched
+            if (e.has_child and quiet >= self.commit_interval) or (self.seal_idle and quiet >= self.seal_idle):
+                self._seal(e)
+
+    def _commit_locked(self) -> None:
+        """Commit what is sealed (the caller holds the commit mutex): one pack and index
+        for the objects, then the manifests, then the refs; then the journal starts again
+        if it has grown. On failure nothing is lost: it all stays queued and journaled."""
+        with self._lock:
+            batch, self._queue = self._queue, []
+            objects, self._staging.objects = self._staging.objects, {}
+            self._staging.inflight = objects
+        if not batch and not objects:
+            return
+        store = self.store
+        try:
+            with store.backend.lock("store", shared=True):
+                before = set(store.backend.list("index"))
+                txn = store.transaction()
+                try:
+                    for i, (oid, (typ, content)) in enumerate(objects.items()):
+                        txn.put(oid, content, typ)
+                        if i % 32 == 31:
+                            time.sleep(0)  # let a put waiting for the interpreter in (this loop is Python)
+                    txn.commit()
+                except BaseException:
+                    txn.abort()
+                    raise
+                if before - set(store.backend.list("index")):
+                    self._check_batch_after_prune(batch)
+                newest: dict[Any, tuple[int, bytes]] = {}
+                todo = [(f"manifests/{mid.hex()}", data) for mid, data, _e, _rev in batch]
+                for i in range(0, len(todo), _PACE_EVERY):
+                    store.backend.write_atomic_many([(n, d) for n, d in todo[i : i + _PACE_EVERY] if not store.backend.exists(n)])
+                    if not self._closed:
+                        # each manifest is fsynced: a pause now and then lets the puts'
+                        # own journal syncs through instead of queueing behind a burst
+                        time.sleep(_PACE_SLEEP)
+                for mid, _data, e, _rev in batch:
+                    subj = layout.subject_for(e.key[0])
+                    if subj not in newest or e.created_ns >= newest[subj][0]:
+                        newest[subj] = (e.created_ns, mid)
+                for subj, (created, mid) in newest.items():
+                    store.advance_latest(subj, mid, created)
+        except BaseException:
+            with self._lock:
+                self._queue[:0] = batch
+                objects.update(self._staging.objects)
+                self._staging.objects = objects
+                self._staging.inflight = {}
+            raise
+        fresh = _Journal(self._jdir, self.fsync) if self._journal.size > ROTATE_BYTES and not self._closed else None
+        with self._lock:
+            self._staging.inflight = {}
+            for mid, _data, e, rev in batch:
+                if rev >= e.committed_rev:
+                    e.committed, e.committed_rev = mid, rev
+                if e.manifest == mid and e.state == SEALED:
+                    e.state = COMMITTED
+                    if self._open.get(e.key) is e:
+                        del self._open[e.key]
+            if fresh is not None:
+                self._rotate(fresh)
+
+    def _check_batch_after_prune(self, batch: list[tuple[bytes, bytes, _Entry, int]]) -> None:
+        """Another process pruned the store while these checkpoints waited: check that
+        every object they need is still there before committing them."""
+        from ckptcli.format.manifest import Manifest
+        from ckptcli.format.walk import walk_checkpoint
+
+        source = _StagedSource(self)
+        for mid, data, _e, _rev in batch:
+            try:
+                walk_checkpoint(source, Manifest.decode(data, f"manifest {mid.hex()[:12]}"))  # type: ignore[arg-type]
+            except CkptError as exc:
+                raise StoreIOError(
+                    f"the store at {self.store.location} was pruned while this saver was writing to it, and objects its new checkpoints need are gone ({exc})",
+                    hint="stop the application, reopen the saver (its journal is replayed), and prune with saver.prune or when no saver runs",
+                ) from None
+
+    def _rotate(self, new: _Journal) -> None:
+        """Go on in journal `new`, started with what is not committed yet; delete the old one."""
+        data = b"".join(_frame(rec) for rec in self._carry_over())
+        if data:
+            new.append(data)
+        new.sync()
+        old, self._journal = self._journal, new
+        old.close(delete=True)
+
+    def _carry_over(self) -> list[dict[str, Any]]:
+        recs: list[dict[str, Any]] = []
+        for e in sorted(self._open.values(), key=lambda e: e.seq):
+            if e.committed is None:
+                recs.append(self._put_record(e))
+            if e.writes:
+                recs.append(self._writes_record(e.key, list(e.writes.values())))
+        for key, writes in self._orphan_writes.items():
+            recs.append(self._writes_record(key, list(writes.values())))
+        return recs
+
+    def _put_record(self, e: _Entry) -> dict[str, Any]:
+        thread, ns, cid = e.key
+        parent = self._entries.get((thread, ns, e.parent)) if e.parent else None
+        specs: dict[str, Any] = {}
+        for ch, ver in e.versions.items():
+            b = self._blobs.get((thread, ns, ch, ver))
+            if b is None:
+                continue  # in the store: found through an ancestor
+            pb = self._blobs.get((thread, ns, ch, parent.versions.get(ch))) if parent is not None else None
+            if pb is b:
+                continue  # inherited: found again through the parent
+            if b.empty:
+                specs[ch] = [ver, ["e"]]
+            elif b.log is not None:
+                if pb is not None and pb.log is not None and pb.n <= b.n and pb.log.raw[: pb.n] == b.log.raw[: pb.n]:
+                    specs[ch] = [ver, ["l", pb.n, b.log.raw[pb.n : b.n]]]
+                else:
+                    specs[ch] = [ver, ["l", 0, b.log.raw[: b.n]]]
+            else:
+                assert b.typed is not None
+                specs[ch] = [ver, ["t", b.typed[0], b.typed[1]]]
+        assert e.skeleton is not None and e.metadata is not None
+        return {"op": "p", "t": thread, "n": ns, "i": cid, "p": e.parent, "c": e.created_ns, "k": list(e.skeleton), "m": list(e.metadata), "v": e.versions, "b": specs}
+
+    @staticmethod
+    def _writes_record(key: tuple[str, str, str], writes: list[Write]) -> dict[str, Any]:
+        return {"op": "w", "t": key[0], "n": key[1], "i": key[2], "w": [[w.task_id, w.channel, w.typed[0], w.typed[1], w.task_path, w.idx, w.ts] for w in writes]}
+
+    # -- recovery ---------------------------------------------------------------------------------
+    def _lock_orphan_journals(self) -> list[tuple[float, Path, int]]:
+        """The journals of savers that are gone (no one holds their lock), locked by us."""
+        found: list[tuple[float, Path, int]] = []
+        for path in self._jdir.glob("*.journal"):
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                found.append((path.stat().st_mtime, path, fd))
+            except OSError:
+                os.close(fd)  # a live saver's
+        return sorted(found)
+
+    def _recover(self, found: list[tuple[float, Path, int]]) -> None:
+        """Replay the orphaned journals, commit what they hold, then delete them."""
+        if not found:
+            return
+        deletions: list[tuple[list[tuple[str, str, str]], set[str]]] = []
+        try:
+            for _mtime, path, _fd in found:
+                with open(path, "rb") as fh:
+                    records, _end = read_journal(fh.read())
+                for i, rec in enumerate(records):
+                    self._replay(rec, f"journal {path.name} record {i + 1}", deletions)
+            self.flush()
+            for keys, threads in deletions:  # only now: every checkpoint that stays is in the store
+                self._delete_from_store(keys, threads)
+        finally:
+            for _m, _p, fd in found:
+                os.close(fd)
+        for _mtime, path, _fd in found:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        _fsync_dir(self._jdir)
+
+    def _replay(self, rec: dict[str, Any], where: str, deletions: list[tuple[list[tuple[str, str, str]], set[str]]]) -> None:
+        op = rec.get("op")
+        try:
+            with self._lock:
+                if op == "p":
+                    self._apply_put(rec, None, where)
+                elif op == "w":
+                    key = (rec["t"], rec["n"], rec["i"])
+                    self._apply_writes(key, [Write(t, c, (ty, d), p, i, ts) for t, c, ty, d, p, i, ts in rec["w"]])
+                elif op == "d":
+                    keys = [(k[0], k[1], k[2]) for k in rec["k"]]
+                    self._drop(keys)
+                    deletions.append((keys, set(rec.get("threads", []))))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise CorruptError(f"{where} is malformed ({type(exc).__name__}: {exc})", hint=f"move it out of {self._jdir} to open the store without it") from None
+
+    # -- writing: put and put_writes ----------------------------------------------------------------
+    def _apply_put(self, rec: dict[str, Any], blobs: dict[str, _Blob] | None, where: str = "put") -> _Entry:
+        """Install a checkpoint: a live put with its blobs made, or a journal record."""
+        thread, ns, cid, parent_id = rec["t"], rec["n"], rec["i"], rec["p"]
+        key = (thread, ns, cid)
+        old = self._entries.get(key)
+        if blobs is None and old is not None:
+            return old  # replayed: in the store already, or earlier in the journals
+        parent = self._entries.get((thread, ns, parent_id)) if parent_id else None
+        if blobs is None:
+            for ch, (ver, spec) in rec["b"].items():
+                base = self._blob(parent, ch) if spec[0] == "l" and spec[1] and parent is not None else None
+                self._blobs[(thread, ns, ch, ver)] = self._blob_from_spec(spec, base, where)
+        else:
+            for ch, (ver, _spec) in rec["b"].items():
+                self._blobs[(thread, ns, ch, ver)] = blobs[ch]
+        e = self._new_entry(key, parent_id)
+        e.created_ns = rec["c"]
+        e.skeleton, e.metadata = (rec["k"][0], rec["k"][1]), (rec["m"][0], rec["m"][1])
+        e.versions = dict(rec["v"])
+        if old is not None:  # the same checkpoint put again: a new revision; writes stay
+            if old.loaded:
+                e.writes.update(old.writes)
+            e.manifest, e.committed, e.committed_rev, e.rev = old.manifest, old.committed, old.committed_rev, old.rev
+        orphans = self._orphan_writes.pop(key, None)
+        if orphans:
+            e.writes.update(orphans)
+        self._prepare(e)
+        self._settle(e)
+        return e
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+        """Store a checkpoint: journaled before this returns, readable at once, committed
+        to the store in the background."""
+        conf = config["configurable"]
+        thread = str(conf["thread_id"])
+        ns = conf.get("checkpoint_ns", "") or ""
+        parent_id = conf.get("checkpoint_id")
+        cid = checkpoint["id"]
+        with self._lock:
+            self._check()
+            values = checkpoint["channel_values"]
+            skeleton = self.serde.dumps_typed({k: v for k, v in checkpoint.items() if k != "channel_values"})
+            md = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
+            parent = self._entries.get((thread, ns, parent_id)) if parent_id else None
+            if parent is not None:
+                self._load(parent)
+            blobs: dict[str, _Blob] = {}
+            specs: dict[str, Any] = {}
+            for ch, ver in new_versions.items():
+                base = self._blob(parent, ch) if parent is not None and ch in parent.versions else None
+                if base is not None and base.log is None:
+                    base = None
+                blob, spec = self._blob_from_value(values.get(ch, _MISSING), base)
+                blobs[ch] = blob
+                specs[ch] = [ver, spec]
+            rec = {
+                "op": "p", "t": thread, "n": ns, "i": cid, "p": parent_id, "c": time.time_ns(),
+                "k": list(skeleton), "m": list(md), "v": dict(checkpoint["channel_versions"]), "b": specs,
+            }  # fmt: skip
+            self._journal.append(_frame(rec))
+            self._apply_put(rec, blobs)
+        return {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+    def _apply_writes(self, key: tuple[str, str, str], writes: list[Write]) -> None:
+        e = self._entries.get(key)
+        if e is not None:
+            self._load(e)
+            target = e.writes
+        else:
+            target = self._orphan_writes.setdefault(key, {})
+        changed = False
+        for w in writes:
+            k = (w.task_id, w.idx)
+            old = target.get(k)
+            if old is not None and (w.idx >= 0 or (old.channel, old.typed, old.task_path) == (w.channel, w.typed, w.task_path)):
+                continue  # as LangGraph's own savers: a regular write is kept once (a special one is replaced)
+            target[k] = w
+            changed = True
+        if e is not None and changed:
+            e.touched = time.monotonic()
+            if e.state != LEAF:
+                e.state = LEAF  # sealed before this write came: it is written again (a revision)
+                self._open[e.key] = e
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
+        """Store the pending writes of a task (journaled before this returns)."""
+        conf = config["configurable"]
+        key = (str(conf["thread_id"]), conf.get("checkpoint_ns", "") or "", str(conf["checkpoint_id"]))
+        now = time.time_ns()
+        ws = [Write(task_id, ch, self.serde.dumps_typed(v), task_path, WRITES_IDX_MAP.get(ch, idx), now) for idx, (ch, v) in enumerate(writes)]
+        with self._lock:
+            self._check()
+            self._journal.append(_frame(self._writes_record(key, ws)))
+            self._apply_writes(key, ws)
+
+    # -- reading ------------------------------------------------------------------------------------
+    def _tuple(self, e: _Entry, config: RunnableConfig | None = None) -> CheckpointTuple:
+        self._load(e)
+        assert e.skeleton is not None and e.metadata is not None
+        thread, ns, cid = e.key
+        checkpoint = self.serde.loads_typed(e.skeleton)
+        checkpoint["channel_values"] = _LazyValues(self._values_loader(e))
+        metadata = self.serde.loads_typed(e.metadata)
+        pending = [(w.task_id, w.channel, self.serde.loads_typed(w.typed)) for w in sorted(e.writes.values(), key=Write.sort_key)]
+        parent_config: RunnableConfig | None = None
+        if e.parent:
+            parent_config = {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": e.parent}}
+        if config is None:
+            config = {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}}
+        return CheckpointTuple(config=config, checkpoint=checkpoint, metadata=metadata, parent_config=parent_config, pending_writes=pending)
+
+    def _values_loader(self, e: _Entry) -> Callable[[], dict[str, Any]]:
+        def load() -> dict[str, Any]:
+            with self._lock:
+                blobs = {ch: self._blob(e, ch) for ch in e.versions}
+            out: dict[str, Any] = {}
+            for ch, b in blobs.items():
+                if b.empty:
+                    continue
+                value = self.serde.loads_typed(b.to_typed())
+                if b.log is not None and type(value) is list and len(value) == b.n:
+                    with self._lock:
+                        b.log.objs[: b.n] = value  # the objects LangGraph holds now: its next put shares them
+                out[ch] = value
+            return out
+
+        return load
+
+    def _thread_entries(self, thread: str) -> dict[str, dict[str, _Entry]]:
+        return self._by_thread.get(thread, {})
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint `config` names (its thread's newest when it names none)."""
+        conf = config["configurable"]
+        thread = str(conf["thread_id"])
+        ns = conf.get("checkpoint_ns", "") or ""
+        with self._lock:
+            self._check()
+            ids = self._thread_entries(thread).get(ns)
+            if not ids:
+                return None
+            cid = get_checkpoint_id(config)
+            if cid:
+                e = ids.get(cid)
+                return self._tuple(e, config) if e is not None else None
+            return self._tuple(ids[max(ids)])
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first (by checkpoint id), filtered as LangGraph's savers
+        filter them; their channel_values are decoded when first used."""
+        with self._lock:
+            self._check()
+            if config is not None:
+                conf = config["configurable"]
+                threads = [str(conf["thread_id"])] if conf.get("thread_id") is not None else sorted(self._by_thread)
+                want_ns = conf.get("checkpoint_ns")
+                want_id = get_checkpoint_id(config)
+            else:
+                threads, want_ns, want_id = sorted(self._by_thread), None, None
+            before_id = get_checkpoint_id(before) if before is not None else None
+            found: list[tuple[str, _Entry]] = []
+            for thread in threads:
+                for ns, ids in self._thread_entries(thread).items():
+                    if want_ns is not None and ns != want_ns:
+                        continue
+                    for cid, e in ids.items():
+                        if (want_id and cid != want_id) or (before_id and cid >= before_id):
+                            continue
+                        found.append((cid, e))
+            found.sort(key=lambda it: it[0], reverse=True)  # newest first across namespaces, as SqliteSaver
+            chosen: list[_Entry] = []
+            for _cid, e in found:
+                if limit is not None and len(chosen) >= limit:
+                    break
+                if filter and not self._matches(e, filter):
+                    continue
+                chosen.append(e)
+            tuples = [self._tuple(e) for e in chosen]
+        yield from tuples
+
+    def _plain_metadata(self, e: _Entry) -> Any:
+        if e.md_plain is _MISSING:
+            self._load(e)
+            assert e.metadata is not None
+            e.md_plain = self.serde.loads_typed(e.metadata)
+        return e.md_plain
+
+    def _matches(self, e: _Entry, flt: dict[str, Any]) -> bool:
+        md = self._plain_metadata(e)
+        return isinstance(md, dict) and all(md.get(k) == v for k, v in flt.items())
+
+    # -- deleting and copying ------------------------------------------------------------------------
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint and pending write of a thread, here and in the store."""
+        thread = str(thread_id)
+        with self._lock:
+            self._check()
+            keys = [e.key for ids in self._thread_entries(thread).values() for e in ids.values()]
+        self._delete(keys, {thread})
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints whose metadata run_id is one of `run_ids`."""
+        wanted = set(run_ids)
+        if not wanted:
+            return
+        with self._lock:
+            self._check()
+            keys: _Keys = []
+            for e in list(self._entries.values()):
+                md = self._plain_metadata(e)
+                if isinstance(md, dict) and md.get("run_id") in wanted:
+                    keys.append(e.key)
+        self._delete(keys, set())
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Keep each namespace's newest checkpoint ("keep_latest") or none ("delete")."""
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInputError(f"unknown prune strategy {strategy!r}", hint="use keep_latest or delete")
+        threads = {str(t) for t in thread_ids}
+        keys: _Keys = []
+        with self._lock:
+            self._check()
+            for thread in threads:
+                for ids in self._thread_entries(thread).values():
+                    newest = max(ids) if strategy == "keep_latest" else None
+                    keys.extend(e.key for cid, e in ids.items() if cid != newest)
+        self._delete(keys, threads if strategy == "delete" else set())
+
+    def _delete(self, keys: _Keys, threads: set[str]) -> None:
+        """Forget `keys` (journaled first, so that a crash cannot bring them back), then
+        remove their manifests, every revision, from the store, and the objects no other
+        checkpoint needs. Everything that stays is committed first (so that what it
+        needs is kept), and puts wait meanwhile."""
+        if not keys and not threads:
+            return
+        with self._commit_mutex, self._lock:
+            self._journal.append(_frame({"op": "d", "k": [list(k) for k in keys], "threads": sorted(threads)}))
+            self._drop(keys)
+            self._seal_all()
+            self._commit_locked()
+            self._delete_from_store(keys, threads)
+
+    def _drop(self, keys: _Keys) -> None:
+        gone: set[tuple[str, str, str]] = set(keys)
+        for key in keys:
+            e = self._entries.get(key)
+            if e is not None:
+                self._forget_entry(e)
+            self._orphan_writes.pop(key, None)
+        self._queue = [q for q in self._queue if q[2].key not in gone]
+        emptied = {(k[0], k[1]) for k in keys if not self._thread_entries(k[0]).get(k[1])}
+        for bkey in [b for b in self._blobs if (b[0], b[1]) in emptied]:
+            del self._blobs[bkey]
+
+    def _delete_from_store(self, keys: _Keys, threads: set[str]) -> None:
+        from ckptcli.prune import remove_checkpoints
+
+        gone: set[tuple[str, str, str]] = set(keys)
+        ids = {cid for key, revs in self._store_keys().items() if key in gone or key[0] in threads for _r, _c, cid, _k in revs}
+        if ids:
+            remove_checkpoints(self.store, ids)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and pending write of a thread to another thread id
+        (the copies share all their objects with the originals)."""
+        src, dst = str(source_thread_id), str(target_thread_id)
+        with self._lock:
+            self._check()
+            for e in sorted((e for ids in self._thread_entries(src).values() for e in ids.values()), key=lambda e: e.seq):
+                self._load(e)
+                assert e.skeleton is not None and e.metadata is not None
+                _thread, ns, cid = e.key
+                for ch, ver in e.versions.items():
+                    self._blobs[(dst, ns, ch, ver)] = self._blob(e, ch)
+                c = self._new_entry((dst, ns, cid), e.parent)
+                c.created_ns, c.skeleton, c.metadata, c.versions = e.created_ns, e.skeleton, e.metadata, dict(e.versions)
+                c.writes = dict(e.writes)
+                self._journal.append(_frame(self._put_record(c)))
+                if c.writes:
+                    self._journal.append(_frame(self._writes_record(c.key, list(c.writes.values()))))
+        self.flush()
+
+    # -- a thread from any checkpoint -------------------------------------------------------------
+    def thread_from(self, ref: str, thread_id: str) -> RunnableConfig:
+        """Start thread `thread_id` at a LangGraph checkpoint of the store named the
+        ckpt way (id or prefix, tag, branch, KIND:NAME, REF~N), typically what `ckpt fork`
+        made: its state, and the pending writes its snapshot and tail hold. Invoking the
+        graph with the returned config (or just the thread id) resumes from there.
+
+        Raises:
+            NotFoundError for an unknown ref; InvalidInputError for a checkpoint that
+            holds no LangGraph checkpoint, or a thread that has it already.
+        """
+        from ckptcli.api import open_checkpoint
+
+        with self._lock:
+            self._check()
+            ck = open_checkpoint(ref, self.store)
+            if layout.EXT_SECTION not in ck.manifest.sections:
+                raise InvalidInputError(f"checkpoint {ck.hex[:12]} holds no LangGraph checkpoint (no {layout.EXT_SECTION} section)")
+            where = f"checkpoint {ck.hex[:12]}"
+            stored = layout.read_ext(ck.section(layout.EXT_SECTION), ck.section("events") if "events" in ck.manifest.sections else [], where)
+            memory = ck.section("memory")
+            if type(memory) is not dict:
+                raise CorruptError(f"{where}: its memory section is not a map of channels")
+            cid = ck.manifest.labels.get(layout.LABEL_CHECKPOINT)
+            ns = ck.manifest.labels.get(layout.LABEL_NS, "")
+            if cid is None:
+                raise InvalidInputError(f"{where} has no {layout.LABEL_CHECKPOINT} label")
+            thread = str(thread_id)
+            if (thread, ns, cid) in self._entries:
+                raise InvalidInputError(f"thread {thread!r} has checkpoint {cid} already", hint="give a new thread id")
+            specs: dict[str, Any] = {}
+            for ch, ver in stored.versions.items():
+                if ch not in memory:
+                    specs[ch] = [ver, ["e"]]
+                    continue
+                tag = stored.channel_types.get(ch, MSGPACK)
+                view = memory[ch]
+                if tag == MSGPACK and type(view) is list and self._fast:
+                    specs[ch] = [ver, ["l", 0, [from_view(v) for v in view]]]
+                else:
+                    typed = layout.view_typed(tag, view, f"{where} channel {ch}")
+                    specs[ch] = [ver, ["t", typed[0], typed[1]]]
+            rec = {
+                "op": "p", "t": thread, "n": ns, "i": cid, "p": None, "c": time.time_ns(),
+                "k": list(stored.skeleton), "m": list(stored.metadata), "v": stored.versions, "b": specs,
+            }  # fmt: skip
+            self._journal.append(_frame(rec))
+            self._apply_put(rec, None, where)
+            if stored.writes:
+                self._journal.append(_frame(self._writes_record((thread, ns, cid), stored.writes)))
+                self._apply_writes((thread, ns, cid), stored.writes)
+        return {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}}
+
+    # -- versions --------------------------------------------------------------------------------------
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """A zero-padded counter and 32 random bits, as LangGraph's own savers make them
+        but shorter (they are stored with every checkpoint). The random part keeps the
+        versions of two branches from one parent apart; compared as strings they stay
+        ordered, also after the 32-digit versions of a thread imported from SqliteSaver."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(str(current).split(".")[0])
+        return f"{current_v + 1:016}.{random.getrandbits(32):08x}"
+
+    # -- async ------------------------------------------------------------------------------------------
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self.get_tuple(config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        for item in self.list(config, filter=filter, before=before, limit=limit):
+            yield item
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+        return self.put(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
+        self.put_writes(config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+class _StagedSource:
+    """Objects of the store and of a saver's staging area (EVs not committed yet)."""
+
+    def __init__(self, saver: CkptSaver) -> None:
+        self.saver = saver
+
+    def get(self, oid: bytes) -> bytes:
+        staging = self.saver._staging
+        got = staging.objects.get(oid) or staging.inflight.get(oid)
+        if got is not None:
+            return got[1]
+        return self.saver.store.get(oid)
+
+    def has(self, oid: bytes) -> bool:
+        staging = self.saver._staging
+        return oid in staging.objects or oid in staging.inflight or self.saver.store.has(oid)

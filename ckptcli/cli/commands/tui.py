@@ -1,0 +1,95 @@
+"""ckpt tui: the terminal UI (Textual), over a store or a checkpoint file."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ckptcli.cli.app import StoreOpt, app
+from ckptcli.cli.output import exit_status
+from ckptcli.errors import ExitCode
+
+
+@app.command(
+    "tui",
+    epilog=exit_status(
+        ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.NO_STORE
+    ),
+)
+def tui_cmd(
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[STORE|FILE|REF]",
+            help="A store directory, a checkpoint file (.ckpt), or a checkpoint of the store to open at. Default: the nearest store.",
+            show_default=False,
+        ),
+    ] = None,
+    timeline: Annotated[bool, typer.Option("--timeline", help="Open the checkpoint's event timeline (needs a checkpoint: a file or a REF).")] = False,
+    reducers: Annotated[
+        list[str] | None,
+        typer.Option("--reducers", metavar="MODULE:NAME", help="Reducers for custom event kinds, as for ckpt replay; repeatable.", show_default=False),
+    ] = None,
+    store: StoreOpt = None,
+) -> None:
+    """Browse a store in the terminal: history, checkpoints, event timelines, diffs.
+
+    The history shows each subject's checkpoints newest first as a graph of their
+    parents: forks, migrations and merges, with tags, branches and labels; filter (f)
+    and search (/) it. Enter opens a checkpoint: its metadata, memory tree, plan stack,
+    tool-call log, event tail and blobs. t opens the timeline of a checkpoint's event
+    tail: moving the cursor shows the state at that event with what the step changed
+    highlighted. Mark one checkpoint or point with space (m on the timeline) and press d
+    on another to diff them. c copies an id, ? shows every key.
+
+    A store of 10,000 checkpoints opens from its catalog (what ckpt ls reads) and a
+    tail of 100,000 events is read only where it is shown (docs/tui.md). ckpt tui needs
+    a terminal; use ckpt ls, show, replay or diff --json for output a program reads.
+
+    Examples:
+
+      ckpt tui
+
+      ckpt tui /srv/ckpt
+
+      ckpt tui support-bot.ckpt
+
+      ckpt tui agent:bot --timeline
+
+      ckpt tui latest --reducers myagent.reducers:REDUCERS
+    """
+    from ckptcli import api
+    from ckptcli.errors import UsageError
+
+    source: api.Source
+    checkpoint: bytes | None = None
+    if target is not None and Path(target).is_dir():
+        source = api.open_store(Path(target))
+    elif target is not None and (api.names_a_file(target) or target.endswith(".ckpt")):
+        ck = api.open_checkpoint(target)
+        source, checkpoint = ck.source, ck.id
+    else:
+        st = api.open_store(store)
+        source = st
+        if target is not None:
+            checkpoint = st.resolve(target)
+    if timeline:
+        if checkpoint is None:
+            raise UsageError("--timeline needs a checkpoint", hint="give a checkpoint file or a reference: ckpt tui latest --timeline")
+        from ckptcli.timeline import events_root
+
+        events_root(api.Checkpoint(source, checkpoint))
+    from ckptcli.replay import load_reducers
+
+    red = load_reducers(reducers or [])
+    if not (sys.stdout.isatty() and sys.stdin.isatty()):
+        raise UsageError(
+            "ckpt tui draws on a terminal, and stdin or stdout is not one",
+            hint="run it in a terminal; for output a program reads, use ckpt ls, show, replay or diff with --json",
+        )
+    from ckptcli.tui.app import run  # Textual is imported here only: other commands start without it
+
+    run(source, checkpoint=checkpoint, view="timeline" if timeline else ("checkpoint" if checkpoint is not None else "history"), reducers=red)

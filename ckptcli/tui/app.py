@@ -1,0 +1,156 @@
+"""The `ckpt tui` application: the screens on a stack, over one store or checkpoint file.
+
+    history (the store's checkpoints, per subject, as a graph)
+      └ checkpoint (metadata, memory, plan, tools, events, blobs, ext)
+          └ timeline (the event tail, the state at the cursor, what each step changed)
+      └ diff (two checkpoints, or two timeline points)
+    help (every key, over any screen)
+
+Opening a checkpoint file shows the history of its one checkpoint with the checkpoint
+screen on top. Everything the screens show comes from ckptcli.timeline, ckptcli.diff and
+ckptcli.api; this package only draws it.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+from textual.app import App
+from textual.binding import Binding, BindingType
+
+from ckptcli.api import Checkpoint
+from ckptcli.events import Reducers
+from ckptcli.store.repository import Store
+from ckptcli.store.single import CheckpointFile
+from ckptcli.timeline import LRU, History
+
+View = Literal["history", "checkpoint", "timeline"]
+
+
+@dataclass
+class Session:
+    """What every screen works on: the source, its history, the reducers of a replay."""
+
+    source: Store | CheckpointFile
+    history: History
+    reducers: Reducers = field(default_factory=Reducers)
+    #: build the timeline's kept states in the background after it opens
+    prefill: bool = True
+    _checkpoints: LRU[bytes, Checkpoint] = field(default_factory=lambda: LRU(32))
+
+    def checkpoint(self, cid: bytes) -> Checkpoint:
+        """A checkpoint of the source (its manifest read once, kept for a while)."""
+        ck = self._checkpoints.get(cid)
+        if ck is None:
+            ck = Checkpoint(self.source, cid)
+            self._checkpoints.put(cid, ck)
+        return ck
+
+    @property
+    def is_file(self) -> bool:
+        return isinstance(self.source, CheckpointFile)
+
+    @property
+    def where(self) -> str:
+        """The source's location, relative to the current directory when inside it."""
+        loc = self.source.location
+        try:
+            rel = os.path.relpath(loc)
+        except ValueError:  # another drive (Windows)
+            return loc
+        return loc if rel.startswith("..") else rel
+
+
+def open_session(source: Store | CheckpointFile, *, reducers: Reducers | None = None, prefill: bool = True) -> Session:
+    history = History.from_file(source) if isinstance(source, CheckpointFile) else History.from_store(source)
+    return Session(source, history, reducers or Reducers(), prefill)
+
+
+class CkptApp(App[None]):
+    """Browse a store's history, inspect checkpoints, scrub through event tails, diff."""
+
+    TITLE = "ckpt"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("question_mark,f1", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+    ]
+    CSS = """
+    Screen { layout: vertical; }
+    .pane-title { background: $boost; color: $text-muted; height: 1; padding: 0 1; }
+    .hidden { display: none; }
+    """
+
+    def __init__(self, session: Session, *, checkpoint: bytes | None = None, view: View = "history", blink: bool = True, tune_gc: bool = False) -> None:
+        super().__init__()
+        self.session = session
+        self.tune_gc = tune_gc
+        self._last_activity = time.monotonic()
+        self._gc_dirty = True
+        self.start_checkpoint = checkpoint if checkpoint is not None else (session.source.id if isinstance(session.source, CheckpointFile) else None)
+        self.start_view: View = "checkpoint" if view == "history" and isinstance(session.source, CheckpointFile) else view
+        self.blink = blink
+        self.sub_title = session.where
+
+    def on_mount(self) -> None:
+        from ckptcli.tui.screens.history import HistoryScreen
+
+        if self.tune_gc:
+            self.set_interval(1.0, self._collect_when_idle)
+        self.push_screen(HistoryScreen(self.session, focus=self.start_checkpoint))
+        if self.start_checkpoint is not None and self.start_view == "checkpoint":
+            from ckptcli.tui.screens.checkpoint import CheckpointScreen
+
+            self.push_screen(CheckpointScreen(self.session, self.start_checkpoint))
+        elif self.start_checkpoint is not None and self.start_view == "timeline":
+            # straight over the history (Esc goes back to it, at that checkpoint): composing
+            # the checkpoint screen underneath would only delay the first paint
+            from ckptcli.tui.screens.timeline import TimelineScreen
+
+            self.push_screen(TimelineScreen(self.session, self.start_checkpoint))
+
+    def on_unmount(self) -> None:
+        if self.tune_gc:
+            gc.unfreeze()
+
+    def note_activity(self) -> None:
+        """A cursor moved (VirtualList calls this): not idle."""
+        self._last_activity = time.monotonic()
+        self._gc_dirty = True
+
+    def settle(self) -> None:
+        """Long-lived data was just loaded (the history, a timeline's kept states)."""
+        self._gc_dirty = True
+
+    def _collect_when_idle(self) -> None:
+        """Once the user is idle for a second after something happened: a full cyclic
+        collection, then gc.freeze() of what is alive. The collector's automatic runs
+        then skip the long-lived data (a full one walks every kept state of a long
+        timeline: 100-200 ms for a 100,000-event tail, bench/tui.py) and only walk what
+        was made since; the pause of the full collection falls on an idle moment.
+        Only with `tune_gc` (the `ckpt tui` process, not an app under test)."""
+        if not self._gc_dirty or time.monotonic() - self._last_activity < 1.0:
+            return
+        self._gc_dirty = False
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+
+    def action_help(self) -> None:
+        from ckptcli.tui.screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def copy_id(self, text: str, what: str = "id") -> None:
+        """Copy to the terminal's clipboard (OSC 52) and say so."""
+        self.copy_to_clipboard(text)
+        self.notify(f"copied {what} {text[:64]}", title="clipboard", timeout=3)
+
+
+def run(source: Store | CheckpointFile, *, checkpoint: bytes | None = None, view: View = "history", reducers: Reducers | None = None) -> None:
+    """Run the TUI in this terminal until the user quits."""
+    CkptApp(open_session(source, reducers=reducers), checkpoint=checkpoint, view=view, tune_gc=True).run()

@@ -1,0 +1,55 @@
+"""What the TUI's background workers report: small messages, posted from their threads
+(Message is safe to post from any thread), handled on the app's event loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from textual.message import Message
+
+from ckptcli.timeline import Line, StepView
+
+
+@dataclass
+class StateReady(Message):
+    """The state at a timeline row, and its step's changes, were replayed."""
+
+    row: int
+    step: StepView
+
+
+@dataclass
+class StateFailed(Message):
+    """The state at a timeline row cannot be had (an event does not fit, no reducer)."""
+
+    row: int
+    error: str
+
+
+@dataclass
+class PrefillDone(Message):
+    """The timeline's kept states reach the end of the tail."""
+
+    kept: int
+
+
+@dataclass
+class SearchDone(Message):
+    """A search of the timeline ended: the row found, or None."""
+
+    query: str
+    row: int | None
+
+
+@dataclass
+class DiffReady(Message):
+    """A diff was computed: the lines to show, and the patch to copy."""
+
+    lines: list[Line]
+    patch: list[dict[str, Any]]
+
+
+@dataclass
+class DiffFailed(Message):
+    error: str

@@ -1,0 +1,1 @@
+"""The screens of `ckpt tui`: history, checkpoint, timeline, diff and help."""

@@ -1,0 +1,112 @@
+"""The diff screen: two checkpoints (ckptcli.diff, as `ckpt diff` shows them) or two
+points of a timeline (the changes between the two states), computed in a worker."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import Footer, Header, Static
+
+from ckptcli.errors import CkptError
+from ckptcli.timeline import Line, Timeline, render_changes, state_changes
+from ckptcli.tui.app import Session
+from ckptcli.tui.messages import DiffFailed, DiffReady
+from ckptcli.tui.screens.base import BaseScreen
+from ckptcli.tui.widgets import VirtualList, styled_lines
+
+Compute = Callable[[bool], tuple[list[Line], list[dict[str, Any]]]]
+
+
+class DiffScreen(BaseScreen):
+    """What changed from A to B."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back"),
+        Binding("s", "stat", "Summary / full"),
+        Binding("c", "copy_patch", "Copy patch"),
+    ]
+    HELP = "Diff: what changed from A to B"
+    DEFAULT_CSS = """
+    DiffScreen #diff { height: 1fr; }
+    """
+
+    def __init__(self, session: Session, title: str, compute: Compute) -> None:
+        super().__init__(session)
+        self.title_text = title
+        self.compute = compute
+        self.stat = False
+        self.lines: list[Line] = [("summary", "comparing…")]
+        self.patch: list[dict[str, Any]] = []
+
+    @classmethod
+    def of_checkpoints(cls, session: Session, a: bytes, b: bytes) -> DiffScreen:
+        def compute(stat: bool) -> tuple[list[Line], list[dict[str, Any]]]:
+            from ckptcli.diff import diff_checkpoints, render
+
+            result = diff_checkpoints(session.checkpoint(a), session.checkpoint(b))
+            return render(result, stat=stat), result.patch()
+
+        return cls(session, f"diff {a.hex()[:12]} → {b.hex()[:12]}", compute)
+
+    @classmethod
+    def of_points(cls, session: Session, model: Timeline, a: int, b: int) -> DiffScreen:
+        sa, sb = model.seq(a), model.seq(b)
+
+        def compute(stat: bool) -> tuple[list[Line], list[dict[str, Any]]]:
+            changes = state_changes(model.state(a), model.state(b))
+            lines = render_changes(changes, f"state at seq {sa:,} -> state at seq {sb:,} (checkpoint {model.id[:12]})")
+            if stat:
+                lines = [lines[0], lines[-1]]
+            return lines, [c.to_dict() for c in changes]
+
+        return cls(session, f"timeline {model.id[:12]}: seq {sa:,} → seq {sb:,}", compute)
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(self.title_text, id="diff-title", classes="pane-title")
+        yield VirtualList(self._render_line, len(self.lines), id="diff")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.sub_title = self.title_text
+        self.query_one("#diff", VirtualList).focus()
+        self._run(self.stat)
+
+    def _render_line(self, i: int) -> Any:
+        return styled_lines(self.lines)(i)
+
+    @work(thread=True, exclusive=True, group="diff")
+    def _run(self, stat: bool) -> None:
+        try:
+            lines, patch = self.compute(stat)
+        except CkptError as exc:
+            self.post_message(DiffFailed(str(exc)))
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug: shown on the screen, not a crash
+            self.post_message(DiffFailed(f"internal error: {type(exc).__name__}: {exc}"))
+            return
+        self.post_message(DiffReady(lines, patch))
+
+    def on_diff_ready(self, message: DiffReady) -> None:
+        self.lines = message.lines
+        self.patch = message.patch
+        self.query_one("#diff", VirtualList).set_count(len(self.lines))
+
+    def on_diff_failed(self, message: DiffFailed) -> None:
+        self.lines = [("remove", f"cannot compare: {message.error}")]
+        self.query_one("#diff", VirtualList).set_count(1)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_stat(self) -> None:
+        self.stat = not self.stat
+        self._run(self.stat)
+
+    def action_copy_patch(self) -> None:
+        self.ckpt_app.copy_id(json.dumps(self.patch, ensure_ascii=False, default=str), "the JSON patch")

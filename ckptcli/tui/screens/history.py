@@ -1,0 +1,285 @@
+"""The history screen: subjects on the left, their checkpoints as a graph on the right."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Header, Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from ckptcli.errors import CkptError
+from ckptcli.timeline import GLYPHS, Node
+from ckptcli.tui.app import Session
+from ckptcli.tui.screens.base import KIND_STYLES, BaseScreen, refs_text
+from ckptcli.tui.widgets import OpenableList, VirtualList
+
+ALL = "*"
+
+
+class HistoryScreen(BaseScreen):
+    """Every checkpoint of the store, newest first, with the graph of its parents."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open", "Open"),
+        Binding("t", "timeline", "Timeline"),
+        Binding("space", "mark", "Mark A"),
+        Binding("d", "diff", "Diff"),
+        Binding("c", "copy_id", "Copy id"),
+        Binding("f", "filter", "Filter"),
+        Binding("slash", "search", "Search"),
+        Binding("n", "find(1)", "Next match", show=False),
+        Binding("N", "find(-1)", "Previous match", show=False),
+        Binding("s", "subjects", "Subjects"),
+        Binding("escape", "clear", "Clear", show=False),
+    ]
+    HELP = "History: every checkpoint of the store, newest first"
+    DEFAULT_CSS = """
+    HistoryScreen #left { width: 30; border-right: solid $primary-background; }
+    HistoryScreen #subjects { height: 1fr; border: none; }
+    HistoryScreen #checkpoints { height: 1fr; }
+    HistoryScreen #detail { height: 4; padding: 0 1; background: $boost; }
+    HistoryScreen Input { height: 3; }
+    """
+
+    def __init__(self, session: Session, focus: bytes | None = None) -> None:
+        super().__init__(session)
+        self.history = session.history
+        self.subject: str | None = None
+        self.query_text = ""
+        self.search_text = ""
+        self.rows: list[Node] = self.history.rows(None)
+        self.lanes: list[str] | None = None
+        self.lane_width = 0
+        self.mark: bytes | None = None
+        self.focus_id = focus
+
+    # -- layout --------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal():
+            with Vertical(id="left"):
+                yield Static("subjects", classes="pane-title")
+                yield OptionList(*self._subject_options(), id="subjects")
+            with Vertical(id="right"):
+                yield Static("", id="title", classes="pane-title")
+                yield self.make_input("filter: words that must all appear (id, subject, label k=v, tag:NAME, message, kind)", "filter")
+                yield OpenableList(self._render_row, on_highlight=self._on_cursor, id="checkpoints")
+                yield Static("", id="detail")
+                yield self.make_input("search: words; Enter finds the next match, n / N the next and previous", "search")
+        yield Footer()
+
+    def _subject_options(self) -> list[Option]:
+        subjects = self.history.subjects()
+        out = [Option(Text.assemble(("all subjects", "bold"), f"  {len(self.history):,}"), id=ALL)]
+        out.extend(Option(Text.assemble(s.name, (f"  {s.count:,}", "dim")), id=s.name) for s in subjects)
+        return out
+
+    def on_mount(self) -> None:
+        self._load_rows()
+        target = 0
+        if self.focus_id is not None:
+            target = next((i for i, n in enumerate(self.rows) if n.id == self.focus_id), 0)
+        self.list.set_cursor(target, center=True)
+        self.list.focus()
+        self._show_detail()
+        self.ckpt_app.settle()
+
+    @property
+    def list(self) -> VirtualList:
+        return self.query_one("#checkpoints", VirtualList)
+
+    def _load_rows(self, keep: bytes | None = None) -> None:
+        rows = self.history.rows(self.subject)
+        filtered = bool(self.query_text.strip())
+        self.rows = self.history.filter(rows, self.query_text)
+        # the graph draws parent links; a filtered list has holes, so it shows kinds only
+        self.lanes = None if filtered else self.history.graph(self.rows)
+        self.lane_width = max((len(g) for g in self.lanes), default=0) if self.lanes else 1
+        cursor = next((i for i, n in enumerate(self.rows) if n.id == keep), 0) if keep else 0
+        self.list.set_count(len(self.rows), cursor)
+        subject = self.subject or "all subjects"
+        shown = f"{len(self.rows):,} of {len(rows):,}" if filtered else f"{len(rows):,}"
+        extra = f"  filter: {self.query_text}" if filtered else ""
+        self.query_one("#title", Static).update(f"{subject}: {shown} checkpoint{'s' if len(rows) != 1 else ''}{extra}", layout=False)
+
+    def _render_row(self, i: int) -> Text:
+        n = self.rows[i]
+        t = Text()
+        t.append("A " if n.id == self.mark else "  ", style="bold reverse magenta" if n.id == self.mark else "")
+        glyph = GLYPHS.get(n.kind, "●")
+        graph = self.lanes[i] if self.lanes else glyph
+        # the lanes dim, the checkpoint's own glyph in the colour of its kind
+        for ch in graph.ljust(self.lane_width):
+            t.append(ch, style=(KIND_STYLES.get(n.kind, "") or "bold cyan") if ch == glyph else "dim")
+        t.append(" ")
+        t.append(n.hex[:12], style="yellow")
+        t.append(" " + n.time[:19].replace("T", " "), style="dim")
+        if self.subject is None:
+            t.append(f" {n.subject}", style="blue")
+        refs = self.history.ref_names(n.id)
+        if refs:
+            t.append(" ")
+            t.append_text(refs_text(refs))
+        else:
+            t.append(" ")
+        if n.kind not in ("take", "root"):
+            t.append(f"{n.kind} ", style=KIND_STYLES.get(n.kind, ""))
+        if n.labels:
+            t.append(" ".join(f"{k}={v}" for k, v in n.labels.items()) + " ", style="green")
+        t.append(n.message)
+        return t
+
+    def _current(self) -> Node | None:
+        if not self.rows:
+            return None
+        return self.rows[min(self.list.cursor, len(self.rows) - 1)]
+
+    def _show_detail(self) -> None:
+        n = self._current()
+        detail = self.query_one("#detail", Static)
+        if n is None:
+            detail.update("no checkpoints" + (" match the filter" if self.query_text.strip() else ""), layout=False)
+            return
+        t = Text()
+        t.append(n.hex, style="bold yellow")
+        t.append(f"  {n.kind}", style=KIND_STYLES.get(n.kind, ""))
+        if n.schema_version is not None:
+            t.append(f"  schema {n.schema_version}", style="dim")
+        parents = ", ".join(p.hex()[:12] for p in n.parents) or "none (a root)"
+        children = self.history.children.get(n.id, [])
+        t.append(f"\n{n.subject}  {n.time}  parents: {parents}  children: {len(children)}")
+        t.append("\n")
+        refs = self.history.ref_names(n.id)
+        if refs:
+            t.append_text(refs_text(refs))
+        if n.labels:
+            t.append("  ".join(f"{k}={v}" for k, v in n.labels.items()), style="green")
+        t.append("\n" + n.message)
+        detail.update(t, layout=False)
+
+    # -- events ------------------------------------------------------------------------------
+    def _on_cursor(self, index: int) -> None:
+        self._show_detail()
+
+    def on_virtual_list_selected(self, event: VirtualList.Selected) -> None:
+        self.action_open()
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        subject = None if event.option.id in (None, ALL) else event.option.id
+        if subject != self.subject:
+            current = self._current()
+            self.subject = subject
+            self._load_rows(keep=current.id if current else None)
+            self._show_detail()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.list.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            current = self._current()
+            self.query_text = event.value
+            self._load_rows(keep=current.id if current else None)
+            self._show_detail()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.input.add_class("hidden")
+        if event.input.id == "search":
+            self.search_text = event.value
+            self.action_find(1)
+        self.list.focus()
+
+    # -- actions -------------------------------------------------------------------------------
+    def action_open(self) -> None:
+        n = self._current()
+        if n is None:
+            return
+        from ckptcli.tui.screens.checkpoint import CheckpointScreen
+
+        try:
+            self.app.push_screen(CheckpointScreen(self.session, n.id))
+        except CkptError as exc:
+            self.error(exc)
+
+    def action_timeline(self) -> None:
+        n = self._current()
+        if n is None:
+            return
+        from ckptcli.tui.screens.timeline import TimelineScreen
+
+        try:
+            self.app.push_screen(TimelineScreen(self.session, n.id))
+        except CkptError as exc:
+            self.error(exc)
+
+    def action_mark(self) -> None:
+        n = self._current()
+        if n is None:
+            return
+        self.mark = None if self.mark == n.id else n.id
+        self.list.refresh_rows()
+        if self.mark:
+            self.notify(f"marked {n.hex[:12]} as A: move to B and press d", timeout=4)
+
+    def action_diff(self) -> None:
+        n = self._current()
+        if n is None:
+            return
+        if self.mark is not None and self.mark != n.id:
+            a = self.mark
+        elif n.parents and n.parents[0] in self.history.nodes:
+            a = n.parents[0]
+        else:
+            self.notify("mark a checkpoint first (space), then press d on another", severity="warning")
+            return
+        from ckptcli.tui.screens.diff import DiffScreen
+
+        self.app.push_screen(DiffScreen.of_checkpoints(self.session, a, n.id))
+
+    def action_copy_id(self) -> None:
+        n = self._current()
+        if n is not None:
+            self.ckpt_app.copy_id(n.hex)
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.remove_class("hidden")
+        box.focus()
+
+    def action_search(self) -> None:
+        box = self.query_one("#search", Input)
+        box.value = self.search_text
+        box.remove_class("hidden")
+        box.focus()
+
+    def action_find(self, direction: int) -> None:
+        if not self.search_text.strip():
+            self.action_search()
+            return
+        found = self.history.find(self.rows, self.search_text, self.list.cursor, backwards=direction < 0)
+        if found is None:
+            self.notify(f"no checkpoint matches {self.search_text!r}", severity="warning", timeout=3)
+        else:
+            self.list.set_cursor(found, center=True)
+
+    def action_subjects(self) -> None:
+        self.query_one("#subjects", OptionList).focus()
+
+    def action_clear(self) -> None:
+        """Escape: close an open input, else clear the filter, else the mark."""
+        for box in self.query(Input):
+            if not box.has_class("hidden"):
+                box.add_class("hidden")
+                if box.id == "filter":
+                    box.value = ""
+                self.list.focus()
+                return
+        if self.query_text:
+            self.query_one("#filter", Input).value = ""
+        elif self.mark is not None:
+            self.mark = None
+            self.list.refresh_rows()

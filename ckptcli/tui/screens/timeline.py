@@ -1,0 +1,333 @@
+"""The timeline screen: a checkpoint's event tail with a cursor; the state at the cursor,
+with what that step changed highlighted.
+
+The event list is virtual (only the rows on screen are read from the tail). The state
+at the cursor comes from ckptcli.timeline.Timeline: at once when it is a few reducer
+applications away from a kept state, else from a worker thread that is abandoned when
+the cursor moves on, while the rows stay responsive. Once the screen is shown, another
+worker replays the tail to its end in the background so that every kept state exists
+and any jump costs at most `Timeline.every` applications.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer, Header, Input, Static
+from textual.worker import Worker, get_current_worker
+
+from ckptcli.diff import describe
+from ckptcli.errors import CkptError
+from ckptcli.jsonview import to_json
+from ckptcli.timeline import Line, StepView, Stopped, Timeline, change_line
+from ckptcli.tui.app import Session
+from ckptcli.tui.messages import PrefillDone, SearchDone, StateFailed, StateReady
+from ckptcli.tui.screens.base import BaseScreen
+from ckptcli.tui.widgets import ValueTree, VirtualList, styled_lines
+
+#: A state this many reducer applications away is replayed at once, on the UI thread.
+SYNC_COST = 64
+KIND_STYLES = {
+    "snapshot": "bold cyan",
+    "memory.set": "green",
+    "memory.delete": "red",
+    "plan.push": "blue",
+    "plan.pop": "blue",
+    "plan.update": "blue",
+    "tool.call": "yellow",
+    "tool.result": "yellow",
+    "message.append": "cyan",
+    "checkpoint": "bold magenta",
+    "error": "bold red",
+}
+
+
+class TimelineScreen(BaseScreen):
+    """Scrub through a checkpoint's event tail."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Back"),
+        Binding("g", "goto", "Go to seq"),
+        Binding("m", "mark", "Mark A"),
+        Binding("d", "diff", "Diff A..cursor"),
+        Binding("slash", "search", "Search"),
+        Binding("n", "find(1)", "Next match", show=False),
+        Binding("N", "find(-1)", "Previous match", show=False),
+        Binding("c", "copy_id", "Copy id"),
+        Binding("s", "focus_state", "State", show=False),
+    ]
+    HELP = "Timeline: the event tail; the state at the cursor, what its step changed"
+    DEFAULT_CSS = """
+    TimelineScreen #tl-left { width: 55%; border-right: solid $primary-background; }
+    TimelineScreen #events { height: 1fr; }
+    TimelineScreen #step { height: 10; border-bottom: solid $primary-background; }
+    TimelineScreen #state { height: 1fr; }
+    TimelineScreen Input { height: 3; }
+    """
+
+    def __init__(self, session: Session, cid: bytes) -> None:
+        super().__init__(session)
+        self.cid = cid
+        self.ck = session.checkpoint(cid)
+        # raises NotFoundError (no events section) before the screen is shown
+        self.model = Timeline.open(self.ck, reducers=session.reducers)
+        self.mark: int | None = None
+        self.search_text = ""
+        self.shown_row = -1
+        self.step_lines: list[Line] = []
+        self.prefilled = len(self.model) <= self.model.every
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal():
+            with Vertical(id="tl-left"):
+                yield Static(self._title(), id="tl-title", classes="pane-title")
+                yield VirtualList(self._render_row, len(self.model), on_highlight=self._request, id="events")
+                yield self.make_input("go to seq: a number", "goto")
+                yield self.make_input("search: a kind or text in the events (#42: seq 42)", "tsearch")
+            with Vertical(id="tl-right"):
+                yield Static("", id="at", classes="pane-title")
+                yield VirtualList(self._render_step, id="step")
+                yield Static("state", id="state-title", classes="pane-title")
+                yield ValueTree("state", id="state")
+        yield Footer()
+
+    def _title(self) -> str:
+        n = len(self.model) - 1
+        if n == 0:
+            return f"no events after the snapshot (seq {self.model.base_seq})"
+        title = f"{n:,} events, seq {self.model.base_seq + 1:,}..{self.model.last_seq:,}"
+        if n > self.model.every:
+            title += f"; a state kept every {self.model.every:,}" + ("" if self.prefilled else " (replaying in the background)")
+        return title
+
+    def on_mount(self) -> None:
+        self.sub_title = f"timeline of {self.ck.hex[:12]}  {self.ck.manifest.subject}"
+        self.events.focus()
+        self._request(0)
+        if not self.prefilled and self.session.prefill:
+            self.call_after_refresh(self._prefill)
+
+    @property
+    def events(self) -> VirtualList:
+        return self.query_one("#events", VirtualList)
+
+    # -- rows ------------------------------------------------------------------------------------
+    def _render_row(self, r: int) -> Text:
+        t = Text("A " if r == self.mark else "  ", style="bold reverse magenta" if r == self.mark else "")
+        try:
+            row = self.model.row(r)
+        except CkptError as exc:
+            t.append(f"event {r - 1}: {exc}", style="red")
+            return t
+        if r == 0:
+            t.append(f"{'#' + str(row.seq):>8}  snapshot  ", style="bold cyan")
+            t.append(row.summary, style="italic")
+            return t
+        t.append(f"{'#' + str(row.seq):>8} ", style="dim")
+        t.append(row.time[11:23] + " ", style="dim")
+        t.append("↳ " if row.cause is not None else "▸ ", style="dim" if row.cause is not None else "bold")
+        t.append(f"{row.kind:<15}", style=KIND_STYLES.get(row.kind, "magenta"))
+        t.append(" " + row.summary)
+        return t
+
+    def _render_step(self, i: int) -> Text:
+        return styled_lines(self.step_lines)(i)
+
+    # -- the state at the cursor ---------------------------------------------------------------------
+    def _request(self, r: int) -> None:
+        self.shown_row = r
+        self._show_header(r)
+        # a step needs the states before and after its event: the one before decides the cost
+        if self.model.cost(max(r - 1, 0)) <= SYNC_COST:
+            try:
+                self._show_step(self.model.step(r))
+            except CkptError as exc:
+                self._show_failure(r, str(exc))
+            return
+        self._show_pending(r)
+        self._replay(r)
+
+    @staticmethod
+    def _stopper(worker: Worker[None]) -> Callable[[], bool]:
+        """`should_stop` for a replay in a worker thread: whether the worker was cancelled.
+        Asked about every millisecond of replaying, it also gives up the GIL for a moment
+        (time.sleep(0)), so that the app's own thread, drawing the rows, does not wait
+        for the interpreter's 5 ms switch interval behind a long replay."""
+
+        def should_stop() -> bool:
+            time.sleep(0)
+            return worker.is_cancelled
+
+        return should_stop
+
+    @work(thread=True, exclusive=True, group="replay")
+    def _replay(self, r: int) -> None:
+        worker = get_current_worker()
+        try:
+            step = self.model.step(r, should_stop=self._stopper(worker))
+        except Stopped:
+            return
+        except CkptError as exc:
+            self.post_message(StateFailed(r, str(exc)))
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug: shown in the pane, not a crash of the worker's app
+            self.post_message(StateFailed(r, f"internal error: {type(exc).__name__}: {exc}"))
+            return
+        self.post_message(StateReady(r, step))
+
+    @work(thread=True, exclusive=True, group="replay")
+    def _prefill(self) -> None:
+        worker = get_current_worker()
+        try:
+            self.model.state(len(self.model) - 1, should_stop=self._stopper(worker))
+        except (Stopped, CkptError):
+            return  # stopped for a cursor request (which starts it again), or an event does not fit
+        except Exception:  # noqa: BLE001 - a bug: the cursor's own replay will show it
+            return
+        self.post_message(PrefillDone(self.model.kept_states))
+
+    def on_state_ready(self, message: StateReady) -> None:
+        if message.row == self.shown_row:
+            self._show_step(message.step)
+        if not self.prefilled and self.session.prefill:
+            self._prefill()
+
+    def on_state_failed(self, message: StateFailed) -> None:
+        if message.row == self.shown_row:
+            self._show_failure(message.row, message.error)
+
+    def on_prefill_done(self, message: PrefillDone) -> None:
+        self.prefilled = True
+        self.ckpt_app.settle()
+        self.query_one("#tl-title", Static).update(self._title(), layout=False)
+
+    def _show_header(self, r: int) -> None:
+        try:
+            row = self.model.row(r)
+        except CkptError as exc:
+            self.query_one("#at", Static).update(Text(str(exc), style="red"), layout=False)
+            return
+        if r == 0:
+            text = f"snapshot at seq {row.seq}: the state before the tail"
+        else:
+            text = f"seq {row.seq}  {row.kind}  {row.time}  state after {r:,} of {len(self.model) - 1:,} events"
+        self.query_one("#at", Static).update(text, layout=False)
+
+    def _set_step_lines(self, lines: list[Line]) -> None:
+        self.step_lines = lines
+        self.query_one("#step", VirtualList).set_count(len(lines))
+
+    def _show_pending(self, r: int) -> None:
+        seq = self.model.seq(r)
+        self._set_step_lines([("summary", f"replaying to seq {seq:,} ({self.model.cost(max(r - 1, 0)) + 1:,} events from the nearest kept state)…")])
+
+    def _show_failure(self, r: int, error: str) -> None:
+        self._set_step_lines([("remove", f"no state here: {error}")])
+        self.query_one("#state", ValueTree).show(None, "state unavailable")
+
+    def _show_step(self, step: StepView) -> None:
+        r = step.row
+        lines: list[Line] = []
+        if r == 0:
+            lines.append(("summary", "the snapshot: the state before the first event of the tail"))
+        else:
+            ev = self.model.event(r - 1)
+            fields = {k: v for k, v in ev.fields.items()}
+            lines.append(("header", f"{ev.kind} {describe(to_json(fields), 200)}"))
+            lines.extend(change_line(c) for c in step.changes)
+            if not step.changes:
+                lines.append(("summary", "(no change to the state)"))
+        self._set_step_lines(lines)
+        removed = {c.path: c.old for c in step.changes if c.op == "remove"}
+        marks = {c.path: c.op for c in step.changes if c.op != "remove"}
+        label = "state at the snapshot" if r == 0 else f"state at seq {self.model.seq(r):,}"
+        self.query_one("#state", ValueTree).show(step.after, label, marks, removed)
+
+    # -- actions --------------------------------------------------------------------------------------
+    def action_back(self) -> None:
+        for box in self.query(Input):
+            if not box.has_class("hidden"):
+                box.add_class("hidden")
+                self.events.focus()
+                return
+        self.workers.cancel_group(self, "replay")
+        self.workers.cancel_group(self, "search")
+        self.app.pop_screen()
+
+    def action_goto(self) -> None:
+        box = self.query_one("#goto", Input)
+        box.value = ""
+        box.remove_class("hidden")
+        box.focus()
+
+    def action_search(self) -> None:
+        box = self.query_one("#tsearch", Input)
+        box.value = self.search_text
+        box.remove_class("hidden")
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.input.add_class("hidden")
+        self.events.focus()
+        value = event.value.strip()
+        if event.input.id == "goto":
+            text = value.lstrip("#")
+            if not (text.isdecimal() and text.isascii()):
+                self.notify(f"{value!r} is not a seq number", severity="warning")
+                return
+            try:
+                self.events.set_cursor(self.model.row_for_seq(int(text)), center=True)
+            except CkptError as exc:
+                self.error(exc)
+        elif event.input.id == "tsearch":
+            self.search_text = value
+            self.action_find(1)
+
+    def action_find(self, direction: int) -> None:
+        if not self.search_text:
+            self.action_search()
+            return
+        self._search(self.search_text, self.events.cursor, direction < 0)
+
+    @work(thread=True, exclusive=True, group="search")
+    def _search(self, text: str, start: int, backwards: bool) -> None:
+        worker = get_current_worker()
+        try:
+            found = self.model.find(text, start, backwards=backwards, should_stop=self._stopper(worker))
+        except (Stopped, CkptError):
+            return
+        self.post_message(SearchDone(text, found))
+
+    def on_search_done(self, message: SearchDone) -> None:
+        if message.row is None:
+            self.notify(f"no event matches {message.query!r}", severity="warning", timeout=3)
+        else:
+            self.events.set_cursor(message.row, center=True)
+
+    def action_mark(self) -> None:
+        r = self.events.cursor
+        self.mark = None if self.mark == r else r
+        self.events.refresh_rows()
+        if self.mark is not None:
+            self.notify(f"marked seq {self.model.seq(r):,} as A: move to B and press d", timeout=4)
+
+    def action_diff(self) -> None:
+        a = self.mark if self.mark is not None else max(0, self.events.cursor - 1)
+        b = self.events.cursor
+        from ckptcli.tui.screens.diff import DiffScreen
+
+        self.app.push_screen(DiffScreen.of_points(self.session, self.model, a, b))
+
+    def action_copy_id(self) -> None:
+        self.ckpt_app.copy_id(self.ck.hex)
+
+    def action_focus_state(self) -> None:
+        self.query_one("#state", ValueTree).focus()

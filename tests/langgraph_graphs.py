@@ -1,0 +1,121 @@
+"""Real LangGraph graphs for the saver's tests: deterministic nodes, a fake tool, no LLM.
+
+`support_graph` is a support agent: the agent node asks for a tool call, a human approves
+it (an `interrupt`), the tool answers, the agent answers, and a subgraph writes a
+summary. Every message has a fixed id, so two runs on two savers give equal states.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.types import interrupt
+
+ORDERS = {"A-1001": "lost in transit", "B-2002": "delivered"}
+
+
+class State(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    steps: Annotated[list[str], operator.add]
+    summary: str
+
+
+class SummaryState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    summary: str
+
+
+def _agent(state: State) -> dict[str, Any]:
+    msgs = state["messages"]
+    last = msgs[-1]
+    n = len(msgs)
+    if isinstance(last, HumanMessage):
+        order = last.content.split()[-1] if isinstance(last.content, str) else "?"
+        call = {"name": "orders_lookup", "args": {"order": order}, "id": f"call-{n}", "type": "tool_call"}
+        return {"messages": [AIMessage(content="", tool_calls=[call], id=f"ai-{n}")], "steps": ["agent:call"]}
+    return {"messages": [AIMessage(content=f"Your order is {last.content}.", id=f"ai-{n}")], "steps": ["agent:answer"]}
+
+
+def _route_agent(state: State) -> str:
+    last = state["messages"][-1]
+    return "approve" if isinstance(last, AIMessage) and last.tool_calls else "summarize"
+
+
+def _approve(state: State) -> dict[str, Any]:
+    call = state["messages"][-1].tool_calls[0]  # type: ignore[union-attr]
+    answer = interrupt({"question": f"run {call['name']} for {call['args']['order']}?"})
+    return {"steps": [f"approve:{answer}"]}
+
+
+def _route_approve(state: State) -> str:
+    return "tools" if state["steps"][-1] == "approve:yes" else "summarize"
+
+
+def _tools(state: State) -> dict[str, Any]:
+    out = []
+    for call in state["messages"][-1].tool_calls:  # type: ignore[union-attr]
+        result = ORDERS.get(call["args"]["order"], "unknown")
+        out.append(ToolMessage(content=result, tool_call_id=call["id"], name=call["name"], id=f"tool-{call['id']}"))
+    return {"messages": out, "steps": ["tools"]}
+
+
+def _summary_node(state: SummaryState) -> dict[str, Any]:
+    texts = [m.content for m in state["messages"] if isinstance(m, AIMessage) and m.content]
+    return {"summary": f"{len(state['messages'])} messages; last answer: {texts[-1] if texts else '-'}"}
+
+
+def summary_subgraph() -> Any:
+    sb = StateGraph(SummaryState)
+    sb.add_node("write_summary", _summary_node)
+    sb.add_edge(START, "write_summary")
+    sb.add_edge("write_summary", END)
+    return sb.compile()
+
+
+def support_builder() -> StateGraph[State]:
+    b = StateGraph(State)
+    b.add_node("agent", _agent)
+    b.add_node("approve", _approve)
+    b.add_node("tools", _tools)
+    b.add_node("summarize", summary_subgraph())
+    b.add_edge(START, "agent")
+    b.add_conditional_edges("agent", _route_agent, ["approve", "summarize"])
+    b.add_conditional_edges("approve", _route_approve, ["tools", "summarize"])
+    b.add_edge("tools", "agent")
+    b.add_edge("summarize", END)
+    return b
+
+
+def ask(order: str, n: int) -> dict[str, Any]:
+    return {"messages": [HumanMessage(content=f"where is my order {order}", id=f"human-{n}")]}
+
+
+class ChatState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def chat_message(k: int, words: int = 80) -> AnyMessage:
+    """Message k of a `chat_builder` conversation."""
+    text = " ".join(f"word{(k * 7 + i) % 97}" for i in range(words))
+    cls = HumanMessage if k % 2 == 0 else AIMessage
+    return cls(content=text, id=f"m-{k}")
+
+
+def chat_builder(turns: int, words: int = 80) -> StateGraph[ChatState]:
+    """A conversation of `turns` steps: one node appends one message per step."""
+
+    def turn(state: ChatState) -> dict[str, Any]:
+        return {"messages": [chat_message(len(state["messages"]), words)]}
+
+    def route(state: ChatState) -> str:
+        return "turn" if len(state["messages"]) < turns else END
+
+    b = StateGraph(ChatState)
+    b.add_node("turn", turn)
+    b.add_edge(START, "turn")
+    b.add_conditional_edges("turn", route, ["turn", END])
+    return b

@@ -1,0 +1,515 @@
+"""CkptSaver, ckpt's LangGraph checkpointer: LangGraph's own conformance suite at level
+FULL, exact round trips of every value type LangGraph's serializer supports (in memory
+and read back from the store), the async API, deletes, copies, prunes, list filters,
+revisions, and a real process killed in the middle of a run."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import datetime
+import decimal
+import enum
+import ipaddress
+import itertools
+import math
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pydantic
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.types import Send
+
+from ckptcli import api
+from ckptcli.adapters import langgraph_layout as layout
+from ckptcli.adapters.langgraph import CkptSaver, read_journal
+from ckptcli.errors import InvalidInputError, UsageError
+from ckptcli.store import catalog
+from ckptcli.store.catalog import Summary
+from tests.langgraph_graphs import chat_builder, chat_message
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def open_saver(path: Path, **options: Any) -> CkptSaver:
+    return CkptSaver.open(path, **options)
+
+
+# -- LangGraph's conformance suite ------------------------------------------------------------
+def test_conformance_suite_passes_at_level_full(tmp_path: Path) -> None:
+    n = itertools.count()
+
+    @checkpointer_test(name="CkptSaver")
+    async def factory():  # type: ignore[no-untyped-def]
+        saver = CkptSaver.open(tmp_path / f"s{next(n)}" / ".ckpt")
+        try:
+            yield saver
+        finally:
+            saver.close()
+
+    report = asyncio.run(validate(factory))
+    failures = {name: r.failures for name, r in report.results.items() if r.failures}
+    assert report.conformance_level() == "FULL", failures
+    assert {c.value for c in ALL_CAPABILITIES} == {name for name, r in report.results.items() if r.detected and r.passed}
+    assert sum(r.tests_passed for r in report.results.values()) >= 80
+
+
+# -- exact round trips ----------------------------------------------------------------------
+class Color(enum.Enum):
+    RED = "red"
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: float
+
+
+class Pair(NamedTuple):
+    a: int
+    b: str
+
+
+class Ticket(pydantic.BaseModel):
+    id: int
+    tags: list[str]
+    note: str | None = None
+
+
+def _nested(depth: int) -> Any:
+    v: Any = "bottom"
+    for _ in range(depth):
+        v = [v]
+    return v
+
+
+VALUES: dict[str, Any] = {
+    "str": "héllo wörld ✓",
+    "empty": "",
+    "int": 42,
+    "negative": -(2**63),
+    "uint64": 2**64 - 1,
+    "float": 3.25,
+    "minus_zero": -0.0,
+    "inf": float("inf"),
+    "nan": float("nan"),
+    "true": True,
+    "none": None,
+    "bytes": b"\x00\xff raw",
+    "bytearray": bytearray(b"array"),
+    "list": [1, "two", [3.0, None]],
+    "tuple": (1, "x"),
+    "dict": {"a": {"b": [1, {"c": None}]}},
+    "int_keys": {1: "one", 2: "two"},
+    "dollar_keys": {"$ext": 5, "$map": [1], "$msgpack": b"x", "plain": 1},
+    "datetime": datetime.datetime(2025, 1, 2, 3, 4, 5, 678, tzinfo=datetime.UTC),
+    "naive_datetime": datetime.datetime(2025, 1, 2, 3, 4, 5),
+    "date": datetime.date(2025, 6, 7),
+    "time": datetime.time(8, 9, 10),
+    "timedelta": datetime.timedelta(days=2, seconds=5, microseconds=7),
+    "timezone": datetime.timezone(datetime.timedelta(hours=-3)),
+    "uuid": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+    "decimal": decimal.Decimal("3.14159265358979323846"),
+    "set": {1, 2, 3},
+    "frozenset": frozenset({"a"}),
+    "deque": collections.deque([1, 2]),
+    "enum": Color.RED,
+    "path": pathlib.Path("a/b/c.txt"),
+    "pattern": re.compile(r"a+b", re.IGNORECASE),
+    "ipv4": ipaddress.IPv4Address("10.0.0.1"),
+    "ipv6_network": ipaddress.IPv6Network("2001:db8::/32"),
+    "dataclass": Point(1, 2.5),
+    "namedtuple": Pair(1, "b"),
+    "pydantic": Ticket(id=7, tags=["a", "b"]),
+    "messages": [
+        SystemMessage(content="be brief", id="s1"),
+        HumanMessage(content="hello", id="h1"),
+        AIMessage(content="", id="a1", tool_calls=[{"name": "lookup", "args": {"q": 1}, "id": "c1", "type": "tool_call"}]),
+        ToolMessage(content="found", tool_call_id="c1", name="lookup", id="t1"),
+        AIMessage(content=[{"type": "text", "text": "parts"}], id="a2"),
+    ],
+    "send": Send("node", {"arg": 1}),
+    "long_string": "word " * 40_000,
+    "long_bytes": bytes(range(256)) * 500,
+    "deep": _nested(230),  # deeper than a view goes (stored as its bytes); ormsgpack stops at 255
+    "big_list": list(range(5000)),
+    "mixed_list": ["a", 1, None, {"k": [b"v"]}, Point(0, 0.0)],
+}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a == b and math.copysign(1, a) == math.copysign(1, b)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def _expected(value: Any) -> Any:
+    """What any LangGraph saver gives back: the serializer's own round trip."""
+    serde = JsonPlusSerializer()
+    return serde.loads_typed(serde.dumps_typed(value))
+
+
+def _put(saver: CkptSaver, thread: str, values: dict[str, Any], parent: str | None = None, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+    cp = empty_checkpoint()
+    cp["channel_values"] = values
+    versions = {k: saver.get_next_version(None, None) for k in values}
+    cp["channel_versions"] = versions
+    config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    if parent:
+        config["configurable"]["checkpoint_id"] = parent
+    return saver.put(config, cp, metadata or {"source": "loop", "step": 1, "parents": {}}, versions)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("reopen", [False, True], ids=["in-memory", "from-the-store"])
+def test_every_value_type_round_trips_exactly(tmp_path: Path, reopen: bool) -> None:
+    store = tmp_path / ".ckpt"
+    saver = open_saver(store)
+    cfg = _put(saver, "types", dict(VALUES), metadata={"source": "input", "step": -1, "parents": {}, "extra": VALUES["datetime"], "n": [1, 2]})
+    saver.put_writes(cfg, [(name, value) for name, value in VALUES.items()], task_id="task-1", task_path="~p")
+    # and all of them as the items of one list, which is stored item by item
+    cfg2 = _put(saver, "types", {"items": list(VALUES.values())}, parent=cfg["configurable"]["checkpoint_id"])
+    if reopen:
+        saver.close()
+        saver = open_saver(store)
+    tup = saver.get_tuple(cfg)
+    assert tup is not None
+    values = tup.checkpoint["channel_values"]
+    assert list(values) == list(VALUES)
+    for name, value in VALUES.items():
+        assert _same(values[name], _expected(value)), name
+    assert _same(tup.metadata["extra"], _expected(VALUES["datetime"]))
+    assert [w[1] for w in tup.pending_writes] == list(VALUES)
+    for (_task, name, got), value in zip(tup.pending_writes, VALUES.values(), strict=True):
+        assert _same(got, _expected(value)), f"write {name}"
+    items = saver.get_tuple(cfg2).checkpoint["channel_values"]["items"]  # type: ignore[union-attr]
+    assert _same(items, _expected(list(VALUES.values())))
+    saver.close()
+    assert api.verify(api.open_store(store), read_data=True).ok
+
+
+def test_async_api_matches_the_sync_one(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with open_saver(tmp_path / ".ckpt") as saver:
+            cfg = await saver.aput({"configurable": {"thread_id": "a", "checkpoint_ns": ""}}, _checkpoint({"x": 1}), {"source": "input", "step": -1}, {"x": "1"})
+            await saver.aput_writes(cfg, [("x", 2)], "t1")
+            got = await saver.aget_tuple(cfg)
+            assert got is not None and got.checkpoint["channel_values"] == {"x": 1} and got.pending_writes == [("t1", "x", 2)]
+            assert [t.config async for t in saver.alist({"configurable": {"thread_id": "a"}})] == [t.config for t in saver.list({"configurable": {"thread_id": "a"}})]
+            await saver.acopy_thread("a", "b")
+            assert (await saver.aget_tuple({"configurable": {"thread_id": "b"}})).pending_writes == [("t1", "x", 2)]  # type: ignore[union-attr]
+            await saver.adelete_thread("a")
+            assert await saver.aget_tuple({"configurable": {"thread_id": "a"}}) is None
+
+    asyncio.run(main())
+
+
+def _checkpoint(values: dict[str, Any]) -> Any:
+    cp = empty_checkpoint()
+    cp["channel_values"] = values
+    cp["channel_versions"] = {k: "1" for k in values}
+    return cp
+
+
+# -- the store behind it ----------------------------------------------------------------------
+def _run_chat(saver: Any, thread: str, turns: int) -> dict[str, Any]:
+    graph = chat_builder(turns).compile(checkpointer=saver)
+    return graph.invoke({"messages": []}, {"configurable": {"thread_id": thread}, "recursion_limit": turns + 10}, durability="sync")  # type: ignore[no-any-return]
+
+
+def _thread_manifests(store: Path, thread: str) -> list[bytes]:
+    st = api.open_store(store)
+    out = []
+    for cid, row in catalog.rows(st).items():
+        _cid, summary = Summary.from_row(row)
+        key = layout.key_of(summary.subject, summary.labels)
+        if key is not None and key.thread_id == thread:
+            out.append(cid)
+    return out
+
+
+def test_a_history_costs_its_new_data_and_lists_fast(tmp_path: Path) -> None:
+    sizes = {}
+    for turns in (100, 300):
+        store = tmp_path / f"s{turns}" / ".ckpt"
+        saver = open_saver(store)
+        _run_chat(saver, "chat", turns)
+        listed = list(saver.list({"configurable": {"thread_id": "chat"}}))
+        assert len(listed) == turns + 2
+        assert listed[0].checkpoint["channel_values"]["messages"][-1].id == f"m-{turns - 1}"
+        saver.close()
+        sizes[turns] = sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
+        assert not any((store / "langgraph").iterdir()), "the journal is deleted on close"
+    # three times the steps, about three times the bytes: O(new data) per checkpoint
+    assert sizes[300] / sizes[100] < 3.4
+    assert sizes[300] / 300 < 4000
+
+
+def test_ckpt_commands_read_what_the_saver_wrote(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    store = tmp_path / ".ckpt"
+    saver = open_saver(store)
+    _run_chat(saver, "chat", 5)
+    saver.close()
+    ls = cli("ls", "--store", store, "--json")
+    assert ls.code == 0 and '"agent:chat"' in ls.out and "langgraph.checkpoint" in ls.out
+    show = cli("show", "agent:chat", "--store", store, "--section", "memory")
+    assert show.code == 0 and "m-4" in show.out and "AIMessage" in show.out
+    diff = cli("diff", "agent:chat~1", "agent:chat", "--store", store)
+    assert diff.code in (0, 1) and "messages" in diff.out
+    assert cli("verify", "--store", store, "--read-data").code == 0
+    replay = cli("replay", "agent:chat~1", "--store", store, "--json")
+    assert replay.code == 0, replay.err
+
+
+def test_delete_thread_and_prune_remove_data_from_the_store(tmp_path: Path) -> None:
+    store = tmp_path / ".ckpt"
+    saver = open_saver(store)
+    _run_chat(saver, "keep", 8)
+    _run_chat(saver, "gone", 8)
+    _run_chat(saver, "pruned", 8)
+    saver.close()
+    before = sum(f.stat().st_size for f in (store / "packs").rglob("*") if f.is_file())
+    saver = open_saver(store)
+    latest = saver.get_tuple({"configurable": {"thread_id": "pruned"}})
+    saver.delete_thread("gone")
+    saver.prune(["pruned"], strategy="keep_latest")
+    assert saver.get_tuple({"configurable": {"thread_id": "gone"}}) is None
+    assert [t.config["configurable"]["checkpoint_id"] for t in saver.list({"configurable": {"thread_id": "pruned"}})] == [latest.config["configurable"]["checkpoint_id"]]  # type: ignore[union-attr]
+    saver.close()
+    assert _thread_manifests(store, "gone") == []
+    assert len(_thread_manifests(store, "pruned")) == 1
+    after = sum(f.stat().st_size for f in (store / "packs").rglob("*") if f.is_file())
+    assert after < before
+    saver = open_saver(store)
+    kept = saver.get_tuple({"configurable": {"thread_id": "pruned"}})
+    assert kept is not None and kept.checkpoint["channel_values"] == latest.checkpoint["channel_values"]  # type: ignore[union-attr]
+    assert saver.get_tuple({"configurable": {"thread_id": "keep"}}).checkpoint["channel_values"]["messages"][-1].id == "m-7"  # type: ignore[union-attr]
+    saver.close()
+    assert api.verify(api.open_store(store), read_data=True).ok
+
+
+def test_list_filters_before_and_limit_also_from_the_store(tmp_path: Path) -> None:
+    store = tmp_path / ".ckpt"
+    saver = open_saver(store)
+    _run_chat(saver, "t", 6)
+    every = [t.config["configurable"]["checkpoint_id"] for t in saver.list({"configurable": {"thread_id": "t"}})]
+    saver.close()
+    saver = open_saver(store)
+    cfg = {"configurable": {"thread_id": "t"}}
+    assert [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg)] == every == sorted(every, reverse=True)
+    assert [t.metadata["step"] for t in saver.list(cfg, filter={"source": "loop", "step": 3})] == [3]
+    assert [t.metadata["source"] for t in saver.list(cfg, filter={"source": "input"})] == ["input"]
+    assert [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg, before={"configurable": {"checkpoint_id": every[2]}}, limit=2)] == every[3:5]
+    assert len(list(saver.list(None))) == len(every)
+    assert list(saver.list({"configurable": {"thread_id": "nope"}})) == []
+    saver.close()
+
+
+def test_a_late_write_makes_a_revision_after_a_restart(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    store = tmp_path / ".ckpt"
+    saver = open_saver(store)
+    cfg = _put(saver, "r", {"x": 1})
+    saver.put_writes(cfg, [("__interrupt__", {"q": "?"})], "t1")
+    saver.close()
+    saver = open_saver(store)
+    saver.put_writes(cfg, [("__resume__", "yes")], "t2")
+    assert [w[1] for w in saver.get_tuple(cfg).pending_writes] == ["__interrupt__", "__resume__"]  # type: ignore[union-attr]
+    saver.close()
+    saver = open_saver(store)
+    assert [w[1] for w in saver.get_tuple(cfg).pending_writes] == ["__interrupt__", "__resume__"]  # type: ignore[union-attr]
+    saver.close()
+    ls = cli("ls", "--store", store, "--json")
+    assert ls.out.count('"langgraph.rev": "2"') == 1 and ls.out.count('"agent:r"') == 2
+
+
+def test_options_are_checked_and_a_closed_saver_says_so(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError):
+        open_saver(tmp_path / "a", fsync="sometimes")
+    saver = open_saver(tmp_path / "b", fsync="batch")
+    saver.close()
+    with pytest.raises(UsageError):
+        saver.get_tuple({"configurable": {"thread_id": "x"}})
+
+
+def test_other_serializers_are_stored_whole_and_exactly(tmp_path: Path) -> None:
+    from langgraph.checkpoint.serde.base import SerializerCompat
+
+    class Plain:  # an old-style untyped serializer, which LangGraph wraps
+        def dumps(self, obj: Any) -> bytes:
+            return repr(obj).encode()
+
+        def loads(self, data: bytes) -> Any:
+            import ast
+
+            return ast.literal_eval(data.decode())
+
+    serde = SerializerCompat(Plain())  # type: ignore[arg-type]
+    store = tmp_path / ".ckpt"
+    saver = open_saver(store, serde=serde)
+    cfg = _put(saver, "t", {"l": [1, 2, (3, 4)], "d": {"k": "v"}})
+    saver.close()
+    saver = open_saver(store, serde=serde)
+    assert saver.get_tuple(cfg).checkpoint["channel_values"] == {"l": [1, 2, (3, 4)], "d": {"k": "v"}}  # type: ignore[union-attr]
+    saver.close()
+
+
+# -- crash safety: a real process killed mid-run ------------------------------------------------
+CHILD = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {repo!r})
+    from ckptcli.adapters.langgraph import CkptSaver
+    from tests.langgraph_graphs import chat_builder, chat_message
+
+    class Reporting(CkptSaver):
+        def put(self, *args, **kwargs):
+            config = super().put(*args, **kwargs)
+            print(config["configurable"]["checkpoint_id"], flush=True)  # only once put returned
+            return config
+
+    saver = Reporting.open({store!r}, fsync={fsync!r}, commit_interval=0.05)
+    graph = chat_builder(100000, words=30).compile(checkpointer=saver)
+    graph.invoke({{"messages": []}}, {{"configurable": {{"thread_id": "crash"}}, "recursion_limit": 10**6}}, durability="sync")
+    """
+)
+
+
+@pytest.mark.parametrize("fsync", ["batch", "always"])
+def test_a_process_killed_mid_run_loses_no_put_that_returned(tmp_path: Path, fsync: str) -> None:
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(repo=str(REPO), store=str(store), fsync=fsync)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    ids = []
+    assert child.stdout is not None
+    for line in child.stdout:
+        ids.append(line.strip())
+        if len(ids) >= 150:
+            break
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    assert child.stderr is not None
+    child.stderr.close()
+    journals = list((store / "langgraph").glob("*.journal"))
+    assert journals, "the killed saver's journal is there to replay"
+    records, _end = read_journal(journals[0].read_bytes())
+    assert any(r["op"] == "p" for r in records)
+    saver = CkptSaver.open(store)
+    try:
+        for cid in ids:
+            tup = saver.get_tuple({"configurable": {"thread_id": "crash", "checkpoint_ns": "", "checkpoint_id": cid}})
+            assert tup is not None, cid
+            msgs = tup.checkpoint["channel_values"].get("messages", [])
+            assert msgs == [chat_message(i, words=30) for i in range(len(msgs))]
+        # ... and the graph carries on from the newest one
+        newest = saver.get_tuple({"configurable": {"thread_id": "crash"}})
+        assert newest is not None and newest.config["configurable"]["checkpoint_id"] >= ids[-1]
+    finally:
+        saver.close()
+    assert not list((store / "langgraph").glob("*.journal")), "recovered journals are deleted"
+    assert api.verify(api.open_store(store), read_data=True).ok
+
+
+def test_ckpt_prune_and_export_keep_checkpoints_langgraph_can_read(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    store = tmp_path / ".ckpt"
+    saver = open_saver(store)
+    _run_chat(saver, "chat", 12)
+    newest = saver.get_tuple({"configurable": {"thread_id": "chat"}})
+    saver.close()
+    assert cli("prune", "--keep-last", "3", "--store", store).code == 0
+    assert cli("export", "agent:chat", "-o", tmp_path / "chat.ckpt", "--store", store).code == 0
+    other = tmp_path / "other" / ".ckpt"
+    api.init_store(other)
+    assert cli("import", tmp_path / "chat.ckpt", "--store", other).code == 0
+    for path in (store, other):
+        saver = open_saver(path)
+        try:
+            got = saver.get_tuple({"configurable": {"thread_id": "chat"}})
+            assert got is not None and newest is not None
+            assert got.checkpoint == newest.checkpoint and got.metadata == newest.metadata
+            assert len(list(saver.list({"configurable": {"thread_id": "chat"}}))) == (3 if path == store else 1)
+        finally:
+            saver.close()
+
+
+def test_the_adapter_imports_no_ui() -> None:
+    """Like the core (tests/test_import_hygiene.py): the saver and the importer load no
+    typer, rich, textual or click."""
+    code = (
+        "import sys, json, ckptcli.adapters.langgraph, ckptcli.adapters.langgraph_import, ckptcli.adapters.langgraph_events; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich', 'textual', 'click'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_journal_restarts_carry_what_is_not_committed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The journal starts again after a commit once it has grown; what it carries over
+    (checkpoints not committed yet, their writes) is all a crash then needs."""
+    import ckptcli.adapters.langgraph as lg
+
+    monkeypatch.setattr(lg, "ROTATE_BYTES", 8_000)
+    rotations = []
+    rotate = CkptSaver._rotate
+
+    def counting(self: CkptSaver, new: Any) -> None:
+        rotations.append(self._journal.size)
+        rotate(self, new)
+
+    monkeypatch.setattr(CkptSaver, "_rotate", counting)
+
+    class Committing(CkptSaver):  # commits every 20 puts, whatever the timing
+        puts = 0
+
+        def put(self, *args: Any, **kwargs: Any) -> Any:
+            config = super().put(*args, **kwargs)
+            self.puts += 1
+            if self.puts % 20 == 0:
+                self._seal_ready()
+                with self._commit_mutex:
+                    self._commit_locked()
+            return config
+
+    store = tmp_path / ".ckpt"
+    saver = Committing.open(store, commit_interval=3600, seal_idle=0)
+    graph = chat_builder(10**6, words=40).compile(checkpointer=saver)
+    cfg = {"configurable": {"thread_id": "long"}, "recursion_limit": 250}
+    with pytest.raises(Exception, match=r"[Rr]ecursion"):
+        graph.invoke({"messages": []}, cfg, durability="sync")
+    expected = {t.config["configurable"]["checkpoint_id"]: t.checkpoint["channel_values"].copy() for t in saver.list(cfg)}
+    writes = {t.config["configurable"]["checkpoint_id"]: t.pending_writes for t in saver.list(cfg)}
+    saver.abandon()  # as if the process died: nothing more is committed
+    journals = list((store / "langgraph").glob("*.journal"))
+    assert len(journals) == 1 and len(rotations) >= 5, "the journal was started again, the old one deleted"
+    saver = open_saver(store)
+    try:
+        got = {t.config["configurable"]["checkpoint_id"]: t for t in saver.list(cfg)}
+        assert set(got) == set(expected)
+        for cid, values in expected.items():
+            assert got[cid].checkpoint["channel_values"] == values
+            assert got[cid].pending_writes == writes[cid]
+    finally:
+        saver.close()

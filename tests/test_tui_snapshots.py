@@ -1,0 +1,96 @@
+"""Snapshot tests of every screen of `ckpt tui` (pytest-textual-snapshot).
+
+The demo store (tests/tui_data.py) has fixed times and ids, the terminal a fixed size,
+the inputs' cursors do not blink, and the store is opened from the current directory so
+that the header shows `.ckpt`, not a temporary path. Update the SVGs in
+tests/__snapshots__/ after a deliberate change of the UI with:
+
+    .venv/bin/python -m pytest tests/test_tui_snapshots.py --snapshot-update
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ckptcli
+from ckptcli.tui.app import CkptApp, View, open_session
+from tests.tui_data import build_demo_store
+
+SIZE = (120, 34)
+Factory = Callable[..., CkptApp]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
+    root = tmp_path_factory.mktemp("snapshots")
+    return root, build_demo_store(root / ".ckpt")
+
+
+@pytest.fixture
+def make_app(demo: tuple[Path, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch) -> Factory:
+    """The app factory: the demo store, opened at a named checkpoint and view."""
+    root, ids = demo
+    monkeypatch.chdir(root)
+
+    def make(checkpoint: str | None = None, view: View = "history") -> CkptApp:
+        session = open_session(ckptcli.open_store(Path(".ckpt")), prefill=False)
+        return CkptApp(session, checkpoint=ids[checkpoint] if checkpoint else None, view=view, blink=False)
+
+    return make
+
+
+def keys(*pressed: str) -> Callable[[Any], Any]:
+    """Press keys, then wait for the app's workers (a replay, a diff) to report."""
+
+    async def run_before(pilot: Any) -> None:
+        await pilot.pause()
+        await pilot.press(*pressed)
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+    return run_before
+
+
+def test_history(snap_compare: Any, make_app: Factory) -> None:
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=keys("down", "down", "down"))
+
+
+def test_history_one_subject_filtered(snap_compare: Any, make_app: Factory) -> None:
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=keys("s", "down", "enter", "f", *"tick", "enter", "down"))
+
+
+def test_history_search_box(snap_compare: Any, make_app: Factory) -> None:
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=keys("slash", *"night"))
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "tab"),
+    [("recorded", "1"), ("recorded", "2"), ("migrated", "3"), ("migrated", "4"), ("recorded", "5"), ("merge", "6"), ("merge", "7")],
+    ids=["overview", "memory", "plan", "tools", "events", "blobs", "ext"],
+)
+def test_checkpoint_tab(snap_compare: Any, make_app: Factory, checkpoint: str, tab: str) -> None:
+    assert snap_compare(make_app(checkpoint, "checkpoint"), terminal_size=SIZE, run_before=keys(tab))
+
+
+def test_timeline_step_with_changes(snap_compare: Any, make_app: Factory) -> None:
+    assert snap_compare(make_app("recorded", "timeline"), terminal_size=SIZE, run_before=keys("down", "down", "down", "down"))
+
+
+def test_timeline_step_with_a_removal(snap_compare: Any, make_app: Factory) -> None:
+    assert snap_compare(make_app("recorded", "timeline"), terminal_size=SIZE, run_before=keys("g", *"24", "enter"))
+
+
+def test_diff_of_two_checkpoints(snap_compare: Any, make_app: Factory) -> None:
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=keys("down", "down", "down", "space", "home", "d"))
+
+
+def test_diff_of_two_timeline_points(snap_compare: Any, make_app: Factory) -> None:
+    assert snap_compare(make_app("recorded", "timeline"), terminal_size=SIZE, run_before=keys("g", *"9", "enter", "m", "g", *"16", "enter", "d"))
+
+
+def test_help(snap_compare: Any, make_app: Factory) -> None:
+    assert snap_compare(make_app(), terminal_size=SIZE, run_before=keys("question_mark"))
