@@ -488,8 +488,7 @@ def import_checkpoint(store: Store, path: PathLike, progress: Progress = NULL) -
             try:
                 progress.start("importing", len(f.entries))
                 for oid, entry in f.entries.items():
-                    raw = f.get(oid)  # checks the hash before anything lands in the store
-                    _e, stored = f.read_stored(oid)
+                    _e, stored, raw = f.read_checked(oid)  # the hash is checked before anything lands in the store
                     txn.put_stored(oid, entry.obj_type, entry.codec, stored, len(raw))
                     progress.advance(1)
                 progress.finish()

@@ -245,7 +245,7 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
             damaged = None
             found: dict[bytes, str] = {}
             entries = by_pack.get(bytes.fromhex(hexname), [])
-            is_v2 = data[8:10] == b"\x00\x02" and data[:8] == framing.MAGIC_PREFIX + framing.KIND_PACK
+            is_v2 = data[:8] == framing.MAGIC_PREFIX + framing.KIND_PACK and int.from_bytes(data[8:10], "big") >= 2
             if is_v2:
                 # version 2: the id covers header, object ids and trailer; the trailer's
                 # checks cover the stored bytes (formats/v2.md, "Verification")

@@ -183,8 +183,7 @@ def rewrite_file(source: Path, dest: Path, version: int = limits.FORMAT_VERSION,
         objects = []
         progress.start("rewriting", len(f.entries))
         for oid in sorted(f.entries):
-            e, stored = f.read_stored(oid)
-            f.get(oid)  # hash-checked before it is carried over
+            e, stored, _raw = f.read_checked(oid)  # hash-checked before it is carried over
             objects.append((oid, e.obj_type, e.codec, stored, e.raw_len))
             progress.advance(1)
         progress.finish()

@@ -560,15 +560,8 @@ class CkptSaver(BaseCheckpointSaver[str]):
         """Seal and commit everything, delete the journal, stop the commit thread.
         (Also run at interpreter exit; a saver that is never closed loses nothing either:
         the next one to open the store replays its journal.)"""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
-        with contextlib.suppress(Exception):
-            atexit.unregister(self._atexit)
+        if not self._stop_thread():
+            return
         try:
             self.flush()
         finally:
@@ -581,18 +574,24 @@ class CkptSaver(BaseCheckpointSaver[str]):
     def abandon(self) -> None:
         """Stop without committing anything more (what is journaled stays journaled;
         the next saver to open the store replays it)."""
+        if not self._stop_thread():
+            return
+        with self._lock:
+            self._journal.close(delete=self._journal.size <= len(JOURNAL_MAGIC))
+        self.store.close()
+
+    def _stop_thread(self) -> bool:
+        """Mark the saver closed and stop its commit thread; False if it was closed already."""
         with self._lock:
             if self._closed:
-                return
+                return False
             self._closed = True
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
         with contextlib.suppress(Exception):
             atexit.unregister(self._atexit)
-        with self._lock:
-            self._journal.close(delete=self._journal.size <= len(JOURNAL_MAGIC))
-        self.store.close()
+        return True
 
     def flush(self) -> None:
         """Seal every checkpoint and commit it to the store now (close does this)."""

@@ -178,12 +178,16 @@ class CheckpointFile:
         return entry, self._read(entry.offset, entry.stored_len)
 
     def get(self, oid: bytes) -> bytes:
+        return self.read_checked(oid)[2]
+
+    def read_checked(self, oid: bytes) -> tuple[IndexEntry, bytes, bytes]:
+        """(table entry, stored bytes, content) of an object, its hash checked (as Store.read_checked)."""
         entry, stored = self.read_stored(oid)
         where = f"{self.path}: object {oid.hex()[:12]}"
         raw = framing.decompress(entry.codec, stored, entry.raw_len, limits.MAX_OBJECT_SIZE, where)
         if hashlib.sha256(raw).digest() != oid:
             raise CorruptError(f"{where}: content does not match its hash (the file is damaged)")
-        return raw
+        return entry, stored, raw
 
     def check_whole_file(self) -> str | None:
         """Check every byte of the file against the checksum (and, in version 2, the

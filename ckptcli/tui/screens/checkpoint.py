@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.table import Table
 from rich.text import Text
@@ -156,20 +156,27 @@ class CheckpointScreen(BaseScreen):
             return
         tree.show(self.ck.section("memory"), f"memory ({section_shape(self.ck, 'memory')})")
 
+    def _load_list(self, section: str, what: str, summary: str) -> Any:
+        """The section as a lazy list shown in #<section>-list, or None (then the note
+        says why and #<section>-item shows whatever the section holds)."""
+        items = section_list(self.ck, section)
+        note = self.query_one(f"#{section}-note", Static)
+        if items is None:
+            self.query_one(f"#{section}-list", VirtualList).display = False
+            present = section in self.ck.manifest.sections
+            note.update(f"the {what} is not a list" if present else f"no {section} section")
+            if present:
+                self.query_one(f"#{section}-item", ValueTree).show(self.ck.section(section), section)
+            return None
+        n = len(items)
+        note.update(f"{what}: {n:,} {summary.format(s='s' if n != 1 else '')}")
+        self.query_one(f"#{section}-list", VirtualList).set_count(n)
+        return items
+
     def _load_plan(self) -> None:
-        self.plan = section_list(self.ck, "plan")
-        note = self.query_one("#plan-note", Static)
-        lst = self.query_one("#plan-list", VirtualList)
-        if self.plan is None:
-            lst.display = False
-            note.update("the plan is not a list" if "plan" in self.ck.manifest.sections else "no plan section")
-            if "plan" in self.ck.manifest.sections:
-                self.query_one("#plan-item", ValueTree).show(self.ck.section("plan"), "plan")
-            return
-        n = len(self.plan)
-        note.update(f"plan stack: {n:,} item{'s' if n != 1 else ''}, the top first")
-        lst.set_count(n)
-        self._show_plan_item(0)
+        self.plan = self._load_list("plan", "plan stack", "item{s}, the top first")
+        if self.plan is not None:
+            self._show_plan_item(0)
 
     def _plan_index(self, row: int) -> int:
         assert self.plan is not None
@@ -197,19 +204,9 @@ class CheckpointScreen(BaseScreen):
             self.query_one("#plan-item", ValueTree).show(self.plan.value(i), f"plan[{i}]")
 
     def _load_tools(self) -> None:
-        self.tools = section_list(self.ck, "tools")
-        note = self.query_one("#tools-note", Static)
-        lst = self.query_one("#tools-list", VirtualList)
-        if self.tools is None:
-            lst.display = False
-            note.update("the tool-call log is not a list" if "tools" in self.ck.manifest.sections else "no tools section")
-            if "tools" in self.ck.manifest.sections:
-                self.query_one("#tools-item", ValueTree).show(self.ck.section("tools"), "tools")
-            return
-        n = len(self.tools)
-        note.update(f"tool-call log: {n:,} call{'s' if n != 1 else ''}, oldest first")
-        lst.set_count(n)
-        self._show_tool(0)
+        self.tools = self._load_list("tools", "tool-call log", "call{s}, oldest first")
+        if self.tools is not None:
+            self._show_tool(0)
 
     def _tool_row(self, i: int) -> Text:
         if self.tools is None:
