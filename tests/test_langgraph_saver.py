@@ -513,3 +513,30 @@ def test_journal_restarts_carry_what_is_not_committed(tmp_path: Path, monkeypatc
             assert got[cid].pending_writes == writes[cid]
     finally:
         saver.close()
+
+
+def test_a_closed_journal_never_touches_its_old_descriptor(tmp_path: Path) -> None:
+    """The commit thread syncs and extends the journal without the saver's lock, and a
+    rotation on another thread may close it meanwhile. Its descriptor number is then free
+    for the next file opened; sync and reserve on the closed journal must leave that file
+    alone (reserve writes a MiB of zeros)."""
+    from ckptcli.adapters.langgraph import _Journal
+
+    journal = _Journal(tmp_path, "batch")
+    fd = journal.fd
+    journal.close(delete=True)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"x" * 100)
+    other = os.open(victim, os.O_RDWR)
+    if other != fd:  # the lowest free number is usually the freed one; make it so
+        os.dup2(other, fd)
+        os.close(other)
+        other = fd
+    try:
+        journal.size, journal.allocated, journal.synced = journal.RESERVE, journal.RESERVE, 0
+        journal.reserve()
+        journal.sync()
+        journal.close(delete=False)
+        assert os.fstat(other).st_size == 100 and victim.read_bytes() == b"x" * 100
+    finally:
+        os.close(other)

@@ -384,6 +384,11 @@ class _Journal:
         self.size = len(JOURNAL_MAGIC)  # where the records end
         self.allocated = self.RESERVE
         self.synced = self.size  # what is known to be on disk
+        # sync and reserve run on the commit thread without the saver's lock, and may
+        # meet a rotation that closes this journal: once closed, its descriptor number
+        # may belong to another file, so they must not touch it
+        self._fd_lock = threading.Lock()
+        self.closed = False
 
     def append(self, data: bytes) -> None:
         start = self.size
@@ -408,7 +413,9 @@ class _Journal:
         does this, so that puts seldom write past the written space)."""
         if self.allocated - self.size >= self.RESERVE // 2:
             return
-        with contextlib.suppress(OSError):
+        with self._fd_lock, contextlib.suppress(OSError):
+            if self.closed:
+                return
             os.pwrite(self.fd, bytes(self.RESERVE), self.allocated)
             os.fdatasync(self.fd)
             self.allocated += self.RESERVE
@@ -419,7 +426,9 @@ class _Journal:
         saver's lock: records appended meanwhile are synced by the next call."""
         end = self.size
         if end > self.synced and self.fsync != "never":
-            with contextlib.suppress(OSError):
+            with self._fd_lock, contextlib.suppress(OSError):
+                if self.closed:
+                    return
                 os.fdatasync(self.fd)
                 self.synced = end
 
@@ -427,8 +436,11 @@ class _Journal:
         if delete:
             with contextlib.suppress(OSError):
                 self.path.unlink()
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
+        with self._fd_lock:
+            if not self.closed:
+                self.closed = True
+                with contextlib.suppress(OSError):
+                    os.close(self.fd)
 
 
 def _fsync_dir(path: Path) -> None:
