@@ -5,9 +5,10 @@
 Appends small events (memory.set of a short value, message.append) to a recorder on a
 local store and prints the mean time per append. A measurement, not a test: the figures
 depend on the machine and, for fsync, on its disk. The state is never encoded by an
-append; what grows with the state is the copy-on-write of the containers along the
-event's path (a map's keys, a list's items: a shallow copy each), shown by the rows with
-a 10,000-key memory and a 10,000-message conversation.
+append. The containers along the event's path are copied (shallowly) only the first time
+an append changes them after the state was last handed out or checkpointed, then changed
+in place; the rows with a 10,000-key memory and a 10,000-message conversation show that
+an append then costs the same whatever the size of the state.
 """
 
 from __future__ import annotations

@@ -295,7 +295,37 @@ def set_in(root: Any, path: list[PathKey], value: Any) -> Any:
     return _set(root, path, 0, value)
 
 
-def _set(node: Any, path: list[PathKey], depth: int, value: Any) -> Any:
+# A run of events whose in-between states nobody sees (Reducers.apply_all, a timeline
+# between the states it keeps) passes `owned`: the containers the run has copied so far,
+# by id (holding them, so an id is never reused meanwhile). Those are changed in place
+# instead of being copied again, so appending to a list of n items costs O(1), not O(n).
+# Everything else (the starting state, values taken from events, what a custom reducer
+# returned) is still copied before it is changed. A reducer checks everything before it
+# changes anything, so a ReduceError leaves the state as it was.
+Owned = dict[int, Any]
+
+
+def _own_dict(node: dict[str, Any], owned: Owned | None) -> dict[str, Any]:
+    if owned is not None:
+        if id(node) in owned:
+            return node
+        new = dict(node)
+        owned[id(new)] = new
+        return new
+    return dict(node)
+
+
+def _own_list(node: list[Any], owned: Owned | None) -> list[Any]:
+    if owned is not None:
+        if id(node) in owned:
+            return node
+        new = list(node)
+        owned[id(new)] = new
+        return new
+    return list(node)
+
+
+def _set(node: Any, path: list[PathKey], depth: int, value: Any, owned: Owned | None = None) -> Any:
     if depth == len(path):
         return value
     key = path[depth]
@@ -305,16 +335,18 @@ def _set(node: Any, path: list[PathKey], depth: int, value: Any) -> Any:
         child = node.get(key, _MISSING)
         if child is _MISSING:
             child = {}
-        new = dict(node)
-        new[key] = _set(child, path, depth + 1, value)
+        changed = _set(child, path, depth + 1, value, owned)
+        new = _own_dict(node, owned)
+        new[key] = changed
         return new
     if type(node) is list:
         i = _index(node, key, path, depth, allow_end=depth == len(path) - 1)
-        new_list = list(node)
+        changed = _set(None if i == len(node) else node[i], path, depth + 1, value, owned)
+        new_list = _own_list(node, owned)
         if i == len(node):
-            new_list.append(_set(None, path, depth + 1, value))
+            new_list.append(changed)
         else:
-            new_list[i] = _set(node[i], path, depth + 1, value)
+            new_list[i] = changed
         return new_list
     raise ReduceError(f"{_at(path[:depth])} is {_type_name(node)}, not a map or list")
 
@@ -328,7 +360,7 @@ def delete_in(root: Any, path: list[PathKey]) -> Any:
     return _delete(root, path, 0)
 
 
-def _delete(node: Any, path: list[PathKey], depth: int) -> Any:
+def _delete(node: Any, path: list[PathKey], depth: int, owned: Owned | None = None) -> Any:
     key = path[depth]
     last = depth == len(path) - 1
     if type(node) is dict:
@@ -336,24 +368,26 @@ def _delete(node: Any, path: list[PathKey], depth: int) -> Any:
             raise ReduceError(f"{_at(path[:depth])} is a map: {key!r} is not a key (keys are strings)")
         if key not in node:
             return node
-        new = dict(node)
         if last:
+            new = _own_dict(node, owned)
             del new[key]
             return new
-        child = _delete(node[key], path, depth + 1)
+        child = _delete(node[key], path, depth + 1, owned)
         if child is node[key]:
             return node
+        new = _own_dict(node, owned)
         new[key] = child
         return new
     if type(node) is list:
         i = _index(node, key, path, depth, allow_end=False)
-        new_list = list(node)
         if last:
+            new_list = _own_list(node, owned)
             del new_list[i]
             return new_list
-        child = _delete(node[i], path, depth + 1)
+        child = _delete(node[i], path, depth + 1, owned)
         if child is node[i]:
             return node
+        new_list = _own_list(node, owned)
         new_list[i] = child
         return new_list
     raise ReduceError(f"{_at(path[:depth])} is {_type_name(node)}, not a map or list")
@@ -362,8 +396,8 @@ def _delete(node: Any, path: list[PathKey], depth: int) -> Any:
 _MISSING: Any = object()
 
 
-def _with(state: State, key: str, value: Any) -> State:
-    new = dict(state)
+def _with(state: State, key: str, value: Any, owned: Owned | None = None) -> State:
+    new = _own_dict(state, owned)
     new[key] = value
     return new
 
@@ -378,51 +412,63 @@ def _part(state: State, key: str, want: type, default: Any) -> Any:
 
 
 # -- the standard reducers --------------------------------------------------------------------
-def _memory_set(state: State, ev: Event) -> State:
+def _memory_set(state: State, ev: Event, owned: Owned | None = None) -> State:
     memory = _part(state, "memory", dict, {})
-    return _with(state, "memory", _set(memory, ["memory", *ev.fields["path"]], 1, ev.fields["value"]))
+    return _with(state, "memory", _set(memory, ["memory", *ev.fields["path"]], 1, ev.fields["value"], owned), owned)
 
 
-def _memory_delete(state: State, ev: Event) -> State:
+def _memory_delete(state: State, ev: Event, owned: Owned | None = None) -> State:
     path = ev.fields["path"]
     if not path:
         raise ReduceError("the path is empty (memory.set with path [] replaces the whole memory)")
     memory = _part(state, "memory", dict, {})
-    new = _delete(memory, ["memory", *path], 1)
-    return state if new is memory else _with(state, "memory", new)
+    new = _delete(memory, ["memory", *path], 1, owned)
+    return state if new is memory else _with(state, "memory", new, owned)
 
 
-def _plan_push(state: State, ev: Event) -> State:
+def _appended(items: list[Any], item: Any, owned: Owned | None) -> list[Any]:
+    if owned is None:
+        return [*items, item]
+    new = _own_list(items, owned)
+    new.append(item)
+    return new
+
+
+def _plan_push(state: State, ev: Event, owned: Owned | None = None) -> State:
     plan = _part(state, "plan", list, [])
-    return _with(state, "plan", [*plan, ev.fields["item"]])
+    return _with(state, "plan", _appended(plan, ev.fields["item"], owned), owned)
 
 
-def _plan_pop(state: State, ev: Event) -> State:
+def _plan_pop(state: State, ev: Event, owned: Owned | None = None) -> State:
     plan = _part(state, "plan", list, [])
     if not plan:
         raise ReduceError("the plan is empty: nothing to pop")
-    return _with(state, "plan", plan[:-1])
+    if owned is None:
+        return _with(state, "plan", plan[:-1])
+    new = _own_list(plan, owned)
+    new.pop()
+    return _with(state, "plan", new, owned)
 
 
-def _plan_update(state: State, ev: Event) -> State:
+def _plan_update(state: State, ev: Event, owned: Owned | None = None) -> State:
     plan = _part(state, "plan", list, [])
     index = ev.fields.get("index", -1)
     path = ["plan", index, *ev.fields.get("path", [])]
     _index(plan, index, path, 1, allow_end=False)
-    return _with(state, "plan", _set(plan, path, 1, ev.fields["value"]))
+    return _with(state, "plan", _set(plan, path, 1, ev.fields["value"], owned), owned)
 
 
-def _tool_call(state: State, ev: Event) -> State:
+def _tool_call(state: State, ev: Event, owned: Owned | None = None) -> State:
     tools = _part(state, "tools", list, [])
     f = ev.fields
     record: dict[str, Any] = {"call_id": f["call_id"], "tool": f["tool"], "args": f["args"]}
     if "key" in f:
         record["key"] = f["key"]
     record.update({"status": "pending", "seq": ev.seq, "ts": ev.ts})
-    return _with(state, "tools", [*tools, record])
+    return _with(state, "tools", _appended(tools, record, owned), owned)
 
 
-def _tool_result(state: State, ev: Event) -> State:
+def _tool_result(state: State, ev: Event, owned: Owned | None = None) -> State:
     tools = _part(state, "tools", list, [])
     call_id = ev.fields["call_id"]
     for i in range(len(tools) - 1, -1, -1):
@@ -441,20 +487,20 @@ def _tool_result(state: State, ev: Event) -> State:
     done["result_seq"] = ev.seq
     if type(rec.get("ts")) is int:
         done["duration_ns"] = max(0, ev.ts - rec["ts"])
-    new = list(tools)
+    new = _own_list(tools, owned)
     new[i] = done
-    return _with(state, "tools", new)
+    return _with(state, "tools", new, owned)
 
 
-def _message_append(state: State, ev: Event) -> State:
+def _message_append(state: State, ev: Event, owned: Owned | None = None) -> State:
     memory = _part(state, "memory", dict, {})
     messages = memory.get("messages", [])
     if type(messages) is not list:
         raise ReduceError(f"/memory/messages is {_type_name(messages)}, not a list")
-    return _with(state, "memory", _with(memory, "messages", [*messages, ev.fields["message"]]))
+    return _with(state, "memory", _with(memory, "messages", _appended(messages, ev.fields["message"], owned), owned), owned)
 
 
-def _no_change(state: State, ev: Event) -> State:
+def _no_change(state: State, ev: Event, owned: Owned | None = None) -> State:
     return state
 
 
@@ -548,8 +594,11 @@ class Reducers:
             self.add(obj, f"reducers {ns!r} ({ep.value})", namespace=ns)
             return
 
-    def apply(self, state: State, event: Event) -> State:
-        """The state after `event`. `state` is not changed.
+    def apply(self, state: State, event: Event, owned: Owned | None = None) -> State:
+        """The state after `event`. `state` is not changed, except for the containers in
+        `owned`: a run that shows no state in between passes the same dict to each call
+        (and clears it before showing one), so that what it copied once is changed in
+        place afterwards (see `_own_dict`).
 
         Raises:
             InvalidInputError when the event does not fit the state (or a custom reducer
@@ -557,7 +606,15 @@ class Reducers:
         """
         func = self.reducer(event.kind)
         try:
-            new = func(state, event)
+            if owned is None:
+                new = func(state, event)
+            elif event.kind in STANDARD_REDUCERS:
+                new = STANDARD_REDUCERS[event.kind](state, event, owned)  # type: ignore[call-arg]
+            else:
+                # a custom reducer may keep a container in two places: nothing before it
+                # is changed in place any more
+                owned.clear()
+                new = func(state, event)
         except ReduceError as exc:
             raise InvalidInputError(f"{event.where()}: {exc}") from None
         except CkptError as exc:
@@ -570,8 +627,10 @@ class Reducers:
         return new
 
     def apply_all(self, state: State, events: Iterable[Event]) -> State:
+        """The state after `events` (`state` is not changed); O(1) per appended item."""
+        owned: Owned = {}
         for ev in events:
-            state = self.apply(state, ev)
+            state = self.apply(state, ev, owned)
         return state
 
 

@@ -56,6 +56,7 @@ from ckptcli.events import (
     TOOL_CALL,
     TOOL_RESULT,
     Event,
+    Owned,
     Reducers,
     State,
     StepContext,
@@ -268,6 +269,9 @@ class Recorder:
 
     def __init__(self) -> None:  # use Recorder.open
         self._lock = threading.RLock()
+        # the containers of the live state that appends change in place: those copied
+        # since the state was last handed out or kept as a snapshot (events.Reducers.apply)
+        self._owned: Owned = {}
         self._fd: int | None = None
         self._lock_fd: int | None = None
         self._buffer: list[bytes] = []
@@ -462,7 +466,7 @@ class Recorder:
                     )
                 dropped = j.size - j.starts[i]  # a gap: everything from here on is suspect
                 break
-            self._state = self.reducers.apply(self._state, ev)
+            self._state = self.reducers.apply(self._state, ev, self._owned)
             self._tail.append(ev)
             self._last_ts = max(self._last_ts, ev.ts)
             kept.append(j.raw[i])
@@ -475,8 +479,11 @@ class Recorder:
     # -- the live state ----------------------------------------------------------------------------
     @property
     def state(self) -> State:
-        """The live state. Read-only: change it by appending events."""
-        return self._state
+        """The live state. Read-only: change it by appending events (it is not changed
+        by them: a state handed out is never changed afterwards)."""
+        with self._lock:
+            self._owned.clear()
+            return self._state
 
     @property
     def next_seq(self) -> int:
@@ -512,9 +519,8 @@ class Recorder:
                 self.checkpoint(message=f"before a call of risky tool {fields['tool']}")
             now = time.time_ns()
             ev = make_event(self._next_seq, now if now > self._last_ts else self._last_ts, kind, fields)
-            new_state = self.reducers.apply(self._state, ev)
             record = encode_record(ev.to_map(), ev.where())
-            self._state = new_state
+            self._state = self.reducers.apply(self._state, ev, self._owned)  # a misfit changes nothing
             self._tail.append(ev)
             self._next_seq += 1
             self._last_ts = ev.ts
@@ -578,6 +584,7 @@ class Recorder:
             self._check_open()
             result = self._take([self._base], message, labels)
             self._base, self._base_seq = result.hex, self.last_seq
+            self._owned.clear()
             self._snapshot = self._state
             self._tail = []
             self._buffer.clear()  # those events are in the checkpoint

@@ -69,6 +69,7 @@ from ckptcli.events import (
     TOOL_CALL,
     TOOL_RESULT,
     Event,
+    Owned,
     Reducers,
     check_state,
     event_from_map,
@@ -409,12 +410,14 @@ class Timeline:
         return self.event(len(self.events) - 1).seq if len(self.events) else self.base_seq
 
     # -- events -------------------------------------------------------------------------------
-    def event(self, i: int) -> Event:
-        """The tail's event i (0-based), read and checked on first use."""
+    def event(self, i: int, *, keep: bool = True) -> Event:
+        """The tail's event i (0-based), read and checked on first use (and kept in the
+        event cache unless `keep` is false: a long replay keeps only those near its end)."""
         ev = self._events.get(i)
         if ev is None:
             ev = event_from_map(self.events.value(i), f"checkpoint {self.id[:12]}: events[{i}]")
-            self._events.put(i, ev)
+            if keep:
+                self._events.put(i, ev)
         return ev
 
     def row(self, r: int) -> TimelineRow:
@@ -481,24 +484,29 @@ class Timeline:
         if self._broken is not None and r > self._broken[0]:
             raise self._broken[1]
         start, state = self._start_for(r)
+        owned: Owned = {}  # changed in place until a state is kept (events.Reducers.apply)
+        prev = self.event(start - 1).seq if start else None
         for k in range(start, r):
             if should_stop is not None and (k - start) % STOP_CHECK_EVERY == STOP_CHECK_EVERY - 1 and should_stop():
                 raise Stopped
             try:
-                ev = self.event(k)
-                if k and ev.seq <= self.event(k - 1).seq:
+                ev = self.event(k, keep=k >= r - EVENT_CACHE // 2)
+                if prev is not None and ev.seq <= prev:
                     raise InvalidInputError(
-                        f"checkpoint {self.id[:12]}: events[{k}] has seq {ev.seq}, not after the previous event's {self.event(k - 1).seq}",
+                        f"checkpoint {self.id[:12]}: events[{k}] has seq {ev.seq}, not after the previous event's {prev}",
                         hint="a tail is in increasing seq order",
                     )
-                state = self.reducers.apply(state, ev)
+                prev = ev.seq
+                state = self.reducers.apply(state, ev, owned)
             except CkptError as exc:
                 self._broken = (k, exc)
                 raise
             self.applied += 1
             if (k + 1) % self.every == 0:
+                owned.clear()
                 self._snapshots.put(k + 1, state)
             if k + 1 > r - RECENT_STATES and k + 1 != r:
+                owned.clear()
                 self._recent.put(k + 1, state)  # the rows just above: moving back up is free
         if r:
             self._recent.put(r, state)

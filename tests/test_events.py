@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ckptcli.errors import InvalidInputError, NotFoundError
 from ckptcli.events import (
@@ -273,3 +275,96 @@ def test_an_installed_adapter_provides_reducers_through_its_entry_point(tmp_path
         Reducers().apply(EMPTY, ev("tally:unknown"))
     with pytest.raises(NotFoundError):
         Reducers(entry_points=False).apply(EMPTY, ev("tally:add", n=1))
+
+
+# -- runs that change in place what they copied (apply_all, a timeline between kept states) --------
+
+_KEYS = ["a", "b", "messages"]
+
+
+@st.composite
+def _runs(draw: st.DrawFn) -> tuple[dict[str, Any], list[Event]]:
+    """A start state and a run of events that each fit the state before them (found by
+    applying them one by one with plain `apply`, dropping those that do not fit)."""
+    start = {"memory": {"a": {"x": [1, 2]}, "messages": [{"m": 0}]}, "plan": [{"s": "p0"}], "tools": []}
+    red = Reducers({"x:dup": _dup})
+    state: dict[str, Any] = start
+    events: list[Event] = []
+    calls = 0
+    for _ in range(draw(st.integers(0, 60))):
+        seq = len(events) + 1
+        which = draw(st.sampled_from(["set", "set_deep", "delete", "push", "pop", "update", "call", "result", "append", "dup"]))
+        key = draw(st.sampled_from(_KEYS))
+        value = draw(st.one_of(st.integers(0, 9), st.lists(st.integers(0, 9), max_size=3), st.dictionaries(st.sampled_from("xyz"), st.integers(0, 9), max_size=2)))
+        if which == "set":
+            e = ev("memory.set", seq, path=[key], value=value)
+        elif which == "set_deep":
+            e = ev("memory.set", seq, path=[key, draw(st.sampled_from(["x", "y"]))], value=value)
+        elif which == "delete":
+            e = ev("memory.delete", seq, path=[key])
+        elif which == "push":
+            e = ev("plan.push", seq, item={"s": f"p{seq}"})
+        elif which == "pop":
+            e = ev("plan.pop", seq)
+        elif which == "update":
+            e = ev("plan.update", seq, value=value, path=["s"])
+        elif which == "call":
+            calls += 1
+            e = ev("tool.call", seq, call_id=f"c{calls}", tool="t", args={"v": value})
+        elif which == "result":
+            e = ev("tool.result", seq, call_id=f"c{draw(st.integers(1, max(1, calls)))}", result=value)
+        elif which == "append":
+            e = ev("message.append", seq, message={"m": seq})
+        else:
+            e = ev("x:dup", seq)
+        try:
+            state = red.apply(state, e)
+        except InvalidInputError:
+            continue
+        events.append(e if e.seq == len(events) + 1 else make_event(len(events) + 1, e.ts, e.kind, e.fields))
+    return start, events
+
+
+def _dup(state: dict[str, Any], event: Event) -> dict[str, Any]:
+    """A custom reducer that puts one container in two places (allowed: states are values)."""
+    memory = dict(state.get("memory", {}))
+    messages = memory.get("messages")
+    if isinstance(messages, list):
+        memory["copy_of_messages"] = messages
+    return {**state, "memory": memory}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_runs())
+def test_apply_all_changes_in_place_only_what_it_copied(run: tuple[dict[str, Any], list[Event]]) -> None:
+    """apply_all (which changes in place the containers it copied itself) gives the same
+    state as applying the events one by one, and leaves the start state, the events'
+    values and every state a custom reducer saw as they were."""
+    start, events = run
+    red = Reducers({"x:dup": _dup})
+    start_before, events_before = copy.deepcopy(start), copy.deepcopy([e.fields for e in events])
+    stepwise = [start]
+    for e in events:
+        stepwise.append(red.apply(stepwise[-1], e))
+    seen = copy.deepcopy(stepwise)
+    assert red.apply_all(start, events) == stepwise[-1]
+    assert start == start_before and [e.fields for e in events] == events_before
+    assert stepwise == seen, "a state made one event at a time was changed afterwards"
+    # a run resumed from a state it did not make copies that state first
+    half = len(events) // 2
+    mid = red.apply_all(start, events[:half])
+    mid_before = copy.deepcopy(mid)
+    assert red.apply_all(mid, events[half:]) == stepwise[-1] and mid == mid_before
+
+
+def test_a_failing_event_in_a_run_leaves_the_states_as_they_were() -> None:
+    red = Reducers()
+    start = {"memory": {"messages": [1]}, "plan": [], "tools": []}
+    owned: dict[int, Any] = {}
+    s = red.apply(start, ev("message.append", 1, message=2), owned)
+    kept = copy.deepcopy(s)
+    for bad in (ev("plan.pop", 2), ev("memory.set", 2, path=["messages", "k"], value=1), ev("tool.result", 2, call_id="nope")):
+        with pytest.raises(InvalidInputError):
+            red.apply(s, bad, owned)
+        assert s == kept
+    assert start == {"memory": {"messages": [1]}, "plan": [], "tools": []}

@@ -63,6 +63,38 @@ def test_a_refused_event_changes_nothing(store: Store, tmp_path: Path) -> None:
         assert rec.append("plan.pop").seq == 2
 
 
+def test_appends_change_in_place_only_what_nobody_was_given(store: Store, tmp_path: Path) -> None:
+    """Appends change the live state's containers in place once they copied them (an
+    append to a long list is O(1)); a state handed out by `state`, and the snapshot a
+    checkpoint took, are never changed afterwards."""
+    import copy
+
+    j = tmp_path / "bot.journal"
+    with _open(store, j, durability=Durability(batch_size=64, fsync="never")) as rec:
+        given = [rec.state]
+        for i in range(60):
+            rec.append("message.append", message={"i": i})
+            rec.append("memory.set", path=["k", f"n{i % 7}"], value=i)
+            rec.append("plan.push", item=i)
+            if i % 3:
+                rec.append("plan.pop")
+            if i in (10, 25):
+                given.append(rec.state)
+            if i == 40:
+                ck = rec.checkpoint()
+        frozen = copy.deepcopy(given)
+        for i in range(60, 90):
+            rec.append("message.append", message={"i": i})
+            rec.append("memory.delete", path=["k", f"n{i % 7}"])
+        assert given == frozen
+        assert len(given[2]["memory"]["messages"]) == 26 and len(rec.state["memory"]["messages"]) == 90
+        at_checkpoint = replay(open_checkpoint(ck.hex, store))
+        assert len(at_checkpoint["memory"]["messages"]) == 41
+        assert replay(open_checkpoint(rec.checkpoint().hex, store)) == rec.state
+    with _open(store, j) as again:  # reopening replays the journal onto the newest checkpoint
+        assert again.state == rec.state
+
+
 def test_batching_and_flush_on(store: Store, tmp_path: Path) -> None:
     j = tmp_path / "bot.journal"
     with _open(store, j, durability=Durability(batch_size=4, fsync="never")) as rec:

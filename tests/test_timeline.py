@@ -3,6 +3,7 @@ timelines of event tails (states, kept states, steps), and the history graph."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,28 @@ def test_timeline_states_are_the_replay_librarys(store: Store) -> None:
         assert view.changes == steps[r - 1].changes()
         assert view.before == steps[r - 1].before and view.after == steps[r - 1].after
     assert tl.step(0).changes == []
+
+
+def test_states_given_out_never_change_afterwards(store: Store) -> None:
+    """A replay changes in place only what it copied since the last state it kept or gave
+    out: every state handed over (and the snapshot) stays as it was, whatever comes next."""
+    ck = _take_tail(store, demo_events(1, 300, 10**18))
+    tl = Timeline.open(ck, snapshot_every=50)
+    snapshot = copy.deepcopy(tl.snapshot)
+    given = {r: tl.state(r) for r in (300, 10, 120, 51, 299, 200, 1)}
+    frozen = copy.deepcopy(given)
+    views = [tl.step(r) for r in (150, 151, 49)]
+    frozen_views = copy.deepcopy([(v.before, v.after) for v in views])
+    for r in (300, 250, 0, 75, 12):
+        tl.state(r)
+    tl.step(299)
+    steps = list(iter_steps(ck))
+    assert given == frozen and tl.snapshot == snapshot
+    kept = {r: tl.cached_state(r) for r in range(1, 301)}
+    assert len([r for r in kept if kept[r] is not None]) >= 16
+    assert all(state == steps[r - 1].after for r, state in kept.items() if state is not None), "a kept state was changed"
+    assert [(v.before, v.after) for v in views] == frozen_views
+    assert all(given[r] == steps[r - 1].after for r in given)
 
 
 def test_kept_states_bound_the_cost_of_a_jump(store: Store) -> None:
