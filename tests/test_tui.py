@@ -442,6 +442,27 @@ def test_a_long_map_opens_a_page_at_a_time(big: tuple[Path, dict[str, bytes]]) -
 
 
 # -- timeline ------------------------------------------------------------------------------------------------
+def test_replays_in_workers_give_way_to_input(demo: tuple[Path, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a moment after a key, a replay in a worker thread gives up the interpreter at
+    each check (time.sleep(0)); otherwise it runs at full speed."""
+    from ckptcli.tui.app import INPUT_WINDOW
+    from ckptcli.tui.screens import timeline as screen_module
+
+    path, ids = demo
+    yields: list[float] = []
+    monkeypatch.setattr(screen_module.time, "sleep", lambda s: yields.append(s))
+
+    async def scenario(pilot: Any) -> None:
+        app = pilot.app
+        stop = app.screen._stopper(type("W", (), {"is_cancelled": False})())
+        app.last_input = time.monotonic() - 2 * INPUT_WINDOW
+        assert not app.input_pending() and stop() is False and yields == []
+        await pilot.press("down")
+        assert app.input_pending() and stop() is False and yields == [0]
+
+    run(path, scenario, checkpoint=ids["recorded"], view="timeline")
+
+
 def test_timeline_cursor_shows_the_state_and_what_the_step_changed(demo: tuple[Path, dict[str, bytes]]) -> None:
     path, ids = demo
     ck = open_checkpoint(ids["recorded"].hex(), ckptcli.open_store(path))

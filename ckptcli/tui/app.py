@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from textual import events
 from textual.app import App
 from textual.binding import Binding, BindingType
 
@@ -27,6 +28,9 @@ from ckptcli.events import Reducers
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
 from ckptcli.timeline import LRU, History
+
+#: For this long after a key or mouse event, replays in worker threads give way to the app.
+INPUT_WINDOW = 0.5
 
 View = Literal["history", "checkpoint", "timeline"]
 
@@ -94,6 +98,7 @@ class CkptApp(App[None]):
         self.start_view: View = "checkpoint" if view == "history" and isinstance(session.source, CheckpointFile) else view
         self.blink = blink
         self.sub_title = session.where
+        self.last_input = 0.0
 
     def on_mount(self) -> None:
         from ckptcli.tui.screens.history import HistoryScreen
@@ -111,6 +116,16 @@ class CkptApp(App[None]):
             from ckptcli.tui.screens.timeline import TimelineScreen
 
             self.push_screen(TimelineScreen(self.session, self.start_checkpoint))
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, (events.Key, events.MouseEvent)):
+            self.last_input = time.monotonic()
+        await super().on_event(event)
+
+    def input_pending(self) -> bool:
+        """Whether the user pressed a key or used the mouse in the last INPUT_WINDOW
+        seconds: a replay in a worker thread then lets the app's threads go first."""
+        return time.monotonic() - self.last_input < INPUT_WINDOW
 
     def on_unmount(self) -> None:
         if self.tune_gc:
