@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ckptcli.errors import CkptError, InvalidInputError, NotFoundError
 from ckptcli.format import limits
@@ -305,24 +305,17 @@ def set_in(root: Any, path: list[PathKey], value: Any) -> Any:
 Owned = dict[int, Any]
 
 
-def _own_dict(node: dict[str, Any], owned: Owned | None) -> dict[str, Any]:
-    if owned is not None:
-        if id(node) in owned:
-            return node
-        new = dict(node)
-        owned[id(new)] = new
-        return new
-    return dict(node)
+_C = TypeVar("_C", dict[str, Any], list[Any])
 
 
-def _own_list(node: list[Any], owned: Owned | None) -> list[Any]:
+def _own(node: _C, owned: Owned | None) -> _C:
+    """`node` itself when this run copied it already, else a (shallow) copy, owned now."""
+    if owned is not None and id(node) in owned:
+        return node
+    new = node.copy()
     if owned is not None:
-        if id(node) in owned:
-            return node
-        new = list(node)
         owned[id(new)] = new
-        return new
-    return list(node)
+    return new
 
 
 def _set(node: Any, path: list[PathKey], depth: int, value: Any, owned: Owned | None = None) -> Any:
@@ -336,13 +329,13 @@ def _set(node: Any, path: list[PathKey], depth: int, value: Any, owned: Owned | 
         if child is _MISSING:
             child = {}
         changed = _set(child, path, depth + 1, value, owned)
-        new = _own_dict(node, owned)
+        new = _own(node, owned)
         new[key] = changed
         return new
     if type(node) is list:
         i = _index(node, key, path, depth, allow_end=depth == len(path) - 1)
         changed = _set(None if i == len(node) else node[i], path, depth + 1, value, owned)
-        new_list = _own_list(node, owned)
+        new_list = _own(node, owned)
         if i == len(node):
             new_list.append(changed)
         else:
@@ -369,25 +362,25 @@ def _delete(node: Any, path: list[PathKey], depth: int, owned: Owned | None = No
         if key not in node:
             return node
         if last:
-            new = _own_dict(node, owned)
+            new = _own(node, owned)
             del new[key]
             return new
         child = _delete(node[key], path, depth + 1, owned)
         if child is node[key]:
             return node
-        new = _own_dict(node, owned)
+        new = _own(node, owned)
         new[key] = child
         return new
     if type(node) is list:
         i = _index(node, key, path, depth, allow_end=False)
         if last:
-            new_list = _own_list(node, owned)
+            new_list = _own(node, owned)
             del new_list[i]
             return new_list
         child = _delete(node[i], path, depth + 1, owned)
         if child is node[i]:
             return node
-        new_list = _own_list(node, owned)
+        new_list = _own(node, owned)
         new_list[i] = child
         return new_list
     raise ReduceError(f"{_at(path[:depth])} is {_type_name(node)}, not a map or list")
@@ -397,7 +390,7 @@ _MISSING: Any = object()
 
 
 def _with(state: State, key: str, value: Any, owned: Owned | None = None) -> State:
-    new = _own_dict(state, owned)
+    new = _own(state, owned)
     new[key] = value
     return new
 
@@ -429,7 +422,7 @@ def _memory_delete(state: State, ev: Event, owned: Owned | None = None) -> State
 def _appended(items: list[Any], item: Any, owned: Owned | None) -> list[Any]:
     if owned is None:
         return [*items, item]
-    new = _own_list(items, owned)
+    new = _own(items, owned)
     new.append(item)
     return new
 
@@ -445,7 +438,7 @@ def _plan_pop(state: State, ev: Event, owned: Owned | None = None) -> State:
         raise ReduceError("the plan is empty: nothing to pop")
     if owned is None:
         return _with(state, "plan", plan[:-1])
-    new = _own_list(plan, owned)
+    new = _own(plan, owned)
     new.pop()
     return _with(state, "plan", new, owned)
 
@@ -487,7 +480,7 @@ def _tool_result(state: State, ev: Event, owned: Owned | None = None) -> State:
     done["result_seq"] = ev.seq
     if type(rec.get("ts")) is int:
         done["duration_ns"] = max(0, ev.ts - rec["ts"])
-    new = _own_list(tools, owned)
+    new = _own(tools, owned)
     new[i] = done
     return _with(state, "tools", new, owned)
 
@@ -598,7 +591,7 @@ class Reducers:
         """The state after `event`. `state` is not changed, except for the containers in
         `owned`: a run that shows no state in between passes the same dict to each call
         (and clears it before showing one), so that what it copied once is changed in
-        place afterwards (see `_own_dict`).
+        place afterwards (see `_own`).
 
         Raises:
             InvalidInputError when the event does not fit the state (or a custom reducer
