@@ -15,6 +15,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import interrupt
 
+from ckptcli.adapters.langgraph import CkptSaver
+
 ORDERS = {"A-1001": "lost in transit", "B-2002": "delivered"}
 
 
@@ -119,3 +121,28 @@ def chat_builder(turns: int, words: int = 80) -> StateGraph[ChatState]:
     b.add_edge(START, "turn")
     b.add_conditional_edges("turn", route, ["turn", END])
     return b
+
+
+class Forgetful(CkptSaver):
+    """Commits at every call and keeps no thread in memory (resident_threads=0): every
+    read and every put after the first goes back to the store, as after a restart."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, resident_threads=0, **kwargs)
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        config = super().put(*args, **kwargs)
+        self.flush()
+        return config
+
+    def put_writes(self, *args: Any, **kwargs: Any) -> None:
+        super().put_writes(*args, **kwargs)
+        self.flush()
+
+    def get_tuple(self, config: Any) -> Any:
+        self.flush()
+        return super().get_tuple(config)
+
+    def list(self, *args: Any, **kwargs: Any) -> Any:
+        self.flush()
+        return super().list(*args, **kwargs)

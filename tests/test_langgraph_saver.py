@@ -40,7 +40,7 @@ from ckptcli.adapters.langgraph import CkptSaver, read_journal
 from ckptcli.errors import InvalidInputError, UsageError
 from ckptcli.store import catalog
 from ckptcli.store.catalog import Summary
-from tests.langgraph_graphs import chat_builder, chat_message
+from tests.langgraph_graphs import Forgetful, chat_builder, chat_message
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -66,6 +66,77 @@ def test_conformance_suite_passes_at_level_full(tmp_path: Path) -> None:
     assert report.conformance_level() == "FULL", failures
     assert {c.value for c in ALL_CAPABILITIES} == {name for name, r in report.results.items() if r.detected and r.passed}
     assert sum(r.tests_passed for r in report.results.values()) >= 80
+
+
+def test_conformance_suite_passes_with_threads_dropped_from_memory_at_every_call(tmp_path: Path) -> None:
+    """The same suite on a saver that drops every committed thread from memory after
+    each call (the path a long-running server takes for threads it has not used lately)."""
+    n = itertools.count()
+    savers: list[CkptSaver] = []
+
+    @checkpointer_test(name="CkptSaver-forgetful")
+    async def factory():  # type: ignore[no-untyped-def]
+        saver = Forgetful.open(tmp_path / f"s{next(n)}" / ".ckpt")
+        savers.append(saver)
+        try:
+            yield saver
+        finally:
+            saver.close()
+
+    report = asyncio.run(validate(factory))
+    failures = {name: r.failures for name, r in report.results.items() if r.failures}
+    assert report.conformance_level() == "FULL", failures
+    assert sum(s.evicted for s in savers) > 100
+
+
+def test_resident_threads_bounds_what_stays_in_memory(tmp_path: Path) -> None:
+    """Many conversations, then: the least recently used threads are dropped from memory
+    once committed, and every one of them still reads back exactly."""
+    store = tmp_path / ".ckpt"
+    saver = open_saver(store, resident_threads=3)
+    try:
+        graph = chat_builder(6, words=5).compile(checkpointer=saver)
+        expected = {}
+        for t in range(12):
+            cfg = {"configurable": {"thread_id": f"t{t}"}}
+            graph.invoke({"messages": []}, cfg)
+            saver.flush()
+            expected[f"t{t}"] = [(c.config["configurable"]["checkpoint_id"], c.checkpoint["channel_values"].copy(), c.pending_writes) for c in saver.list(cfg)]
+        resident = {key[0] for key, e in saver._entries.items() if e.loaded}
+        assert len(saver._used) <= 3 and saver.evicted >= 9 and len(resident) <= 3 + 1
+        assert {b[0] for b in saver._blobs} <= set(saver._used)
+        for thread, history in expected.items():  # read back from the store, in another order
+            cfg = {"configurable": {"thread_id": thread}}
+            got = [(c.config["configurable"]["checkpoint_id"], c.checkpoint["channel_values"].copy(), c.pending_writes) for c in saver.list(cfg)]
+            assert got == history, thread
+        graph.invoke({"messages": []}, {"configurable": {"thread_id": "t0"}})  # a dropped thread goes on
+        assert graph.get_state({"configurable": {"thread_id": "t0"}}).values["messages"][:6] == expected["t0"][0][1]["messages"]
+        # a tuple handed out before its thread was dropped still reads its values
+        early = saver.get_tuple({"configurable": {"thread_id": "t1"}})
+        assert early is not None
+        for t in range(4, 9):
+            saver.get_tuple({"configurable": {"thread_id": f"t{t}"}})
+        saver.put({"configurable": {"thread_id": "t9", "checkpoint_ns": ""}}, {**empty_checkpoint(), "id": "1f0-late"}, {}, {})
+        saver.flush()
+        assert "t1" not in saver._used
+        assert early.checkpoint["channel_values"] == expected["t1"][0][1]
+        # a checkpoint put again after its thread was dropped keeps its pending writes
+        cfg = {"configurable": {"thread_id": "w", "checkpoint_ns": ""}}
+        ck = {**empty_checkpoint(), "id": "1f0-w"}
+        done = saver.put(cfg, ck, {"step": 1}, {})
+        saver.put_writes(done, [("messages", "kept")], "task-1")
+        saver.flush()
+        for t in range(4, 9):
+            saver.get_tuple({"configurable": {"thread_id": f"t{t}"}})
+        saver.flush()
+        assert "w" not in saver._used
+        saver.put(cfg, ck, {"step": 1}, {})
+        again = saver.get_tuple(done)
+        assert again is not None and again.pending_writes == [("task-1", "messages", "kept")]
+    finally:
+        saver.close()
+    with pytest.raises(InvalidInputError, match="resident_threads must be an integer >= 0"):
+        open_saver(tmp_path / "x", resident_threads=-1)
 
 
 # -- exact round trips ----------------------------------------------------------------------

@@ -55,6 +55,7 @@ import time
 import uuid
 import weakref
 import zlib
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -471,6 +472,12 @@ class CkptSaver(BaseCheckpointSaver[str]):
             parent's, at the same position, as unchanged (the default: LangGraph's
             reducers make new objects for new or changed items). False serializes
             every item of every put and compares bytes (slower, same result).
+        resident_threads: how many threads keep their checkpoints decoded in memory.
+            Beyond that, after a commit, the threads used least recently whose
+            checkpoints are all committed are dropped from memory (their records,
+            values and pending writes) and read back from the store when used again,
+            as after a restart: a long-running server's memory follows the threads in
+            use, not every thread it ever served.
     Raises:
         StoreNotFoundError, CorruptError, StoreIOError from opening the store or
         replaying a journal; InvalidInputError for a bad option.
@@ -485,12 +492,18 @@ class CkptSaver(BaseCheckpointSaver[str]):
         commit_interval: float = 0.5,
         seal_idle: float = 1.0,
         trust_identity: bool = True,
+        resident_threads: int = 64,
     ) -> None:
         super().__init__(serde=serde)
         if fsync not in FSYNC_POLICIES:
             raise InvalidInputError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
         if not (commit_interval > 0 and seal_idle >= 0):
             raise InvalidInputError("commit_interval must be > 0 and seal_idle >= 0")
+        if type(resident_threads) is not int or resident_threads < 0:
+            raise InvalidInputError(f"resident_threads must be an integer >= 0, not {resident_threads!r}")
+        self.resident_threads = resident_threads
+        self._used: OrderedDict[str, None] = OrderedDict()  # threads in memory, least recently used first
+        self.evicted = 0  # threads dropped from memory so far (for tests and benchmarks)
         self.store = store if isinstance(store, Store) else Store.open(Path(store))
         self.fsync = fsync
         self.commit_interval = commit_interval
@@ -977,8 +990,10 @@ class CkptSaver(BaseCheckpointSaver[str]):
             batch, self._queue = self._queue, []
             objects, self._staging.objects = self._staging.objects, {}
             self._staging.inflight = objects
-        if not batch and not objects:
-            return
+            if not batch and not objects:
+                if len(self._used) > self.resident_threads:
+                    self._evict()
+                return
         store = self.store
         try:
             with store.backend.lock("store", shared=True):
@@ -1028,6 +1043,38 @@ class CkptSaver(BaseCheckpointSaver[str]):
                         del self._open[e.key]
             if fresh is not None:
                 self._rotate(fresh)
+            if len(self._used) > self.resident_threads:
+                self._evict()
+
+    # -- memory: threads not in use are read back from the store when used again ----------------------
+    def _use(self, thread: str) -> None:
+        used = self._used
+        if thread in used:
+            used.move_to_end(thread)
+        else:
+            used[thread] = None
+
+    def _evict(self) -> None:
+        """Drop the least recently used threads beyond `resident_threads` from memory,
+        those whose checkpoints are all committed (caller holds the lock). Their entries
+        become what opening the store makes (committed, read on demand), their values
+        are forgotten: the next use reads them back as `_load` and `_load_blobs` do."""
+        busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes}
+        drop = [t for t in self._used if t not in busy][: len(self._used) - self.resident_threads]
+        if not drop:
+            return
+        gone = set(drop)
+        for t in drop:
+            del self._used[t]
+            for ids in self._by_thread.get(t, {}).values():
+                for e in ids.values():
+                    e.skeleton = e.metadata = e.prepared = e.md_view = None
+                    e.md_plain = _MISSING
+                    e.versions, e.writes = {}, {}
+                    e.loaded = e.blobs_loaded = False
+        for bkey in [b for b in self._blobs if b[0] in gone]:
+            del self._blobs[bkey]
+        self.evicted += len(drop)
 
     def _check_batch_after_prune(self, batch: list[tuple[bytes, bytes, _Entry, int]]) -> None:
         """Another process pruned the store while these checkpoints waited: check that
@@ -1155,6 +1202,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
         old = self._entries.get(key)
         if blobs is None and old is not None:
             return old  # replayed: in the store already, or earlier in the journals
+        self._use(thread)
+        if old is not None:
+            self._load(old)  # its pending writes stay with the new revision
         parent = self._entries.get((thread, ns, parent_id)) if parent_id else None
         if blobs is None:
             for ch, (ver, spec) in rec["b"].items():
@@ -1168,8 +1218,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         e.skeleton, e.metadata = (rec["k"][0], rec["k"][1]), (rec["m"][0], rec["m"][1])
         e.versions = dict(rec["v"])
         if old is not None:  # the same checkpoint put again: a new revision; writes stay
-            if old.loaded:
-                e.writes.update(old.writes)
+            e.writes.update(old.writes)
             e.manifest, e.committed, e.committed_rev, e.rev = old.manifest, old.committed, old.committed_rev, old.rev
         orphans = self._orphan_writes.pop(key, None)
         if orphans:
@@ -1212,6 +1261,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         return {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}}
 
     def _apply_writes(self, key: tuple[str, str, str], writes: list[Write]) -> None:
+        self._use(key[0])
         e = self._entries.get(key)
         if e is not None:
             self._load(e)
@@ -1262,6 +1312,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
     def _values_loader(self, e: _Entry) -> Callable[[], dict[str, Any]]:
         def load() -> dict[str, Any]:
             with self._lock:
+                self._load(e)  # read back from the store if its thread was dropped from memory since
                 blobs = {ch: self._blob(e, ch) for ch in e.versions}
             out: dict[str, Any] = {}
             for ch, b in blobs.items():
@@ -1289,6 +1340,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             ids = self._thread_entries(thread).get(ns)
             if not ids:
                 return None
+            self._use(thread)
             cid = get_checkpoint_id(config)
             if cid:
                 e = ids.get(cid)
