@@ -50,33 +50,15 @@ def open_saver(path: Path, **options: Any) -> CkptSaver:
 
 
 # -- LangGraph's conformance suite ------------------------------------------------------------
-def test_conformance_suite_passes_at_level_full(tmp_path: Path) -> None:
-    n = itertools.count()
-
-    @checkpointer_test(name="CkptSaver")
-    async def factory():  # type: ignore[no-untyped-def]
-        saver = CkptSaver.open(tmp_path / f"s{next(n)}" / ".ckpt")
-        try:
-            yield saver
-        finally:
-            saver.close()
-
-    report = asyncio.run(validate(factory))
-    failures = {name: r.failures for name, r in report.results.items() if r.failures}
-    assert report.conformance_level() == "FULL", failures
-    assert {c.value for c in ALL_CAPABILITIES} == {name for name, r in report.results.items() if r.detected and r.passed}
-    assert sum(r.tests_passed for r in report.results.values()) >= 80
-
-
-def test_conformance_suite_passes_with_threads_dropped_from_memory_at_every_call(tmp_path: Path) -> None:
-    """The same suite on a saver that drops every committed thread from memory after
-    each call (the path a long-running server takes for threads it has not used lately)."""
+def _conformance(tmp_path: Path, cls: type[CkptSaver]) -> tuple[Any, list[CkptSaver]]:
+    """LangGraph's conformance suite on savers of `cls`, each on a store of its own: the
+    report, and the savers it made. Asserts level FULL, naming the failures."""
     n = itertools.count()
     savers: list[CkptSaver] = []
 
-    @checkpointer_test(name="CkptSaver-forgetful")
+    @checkpointer_test(name=cls.__name__)
     async def factory():  # type: ignore[no-untyped-def]
-        saver = Forgetful.open(tmp_path / f"s{next(n)}" / ".ckpt")
+        saver = cls.open(tmp_path / f"s{next(n)}" / ".ckpt")
         savers.append(saver)
         try:
             yield saver
@@ -86,6 +68,20 @@ def test_conformance_suite_passes_with_threads_dropped_from_memory_at_every_call
     report = asyncio.run(validate(factory))
     failures = {name: r.failures for name, r in report.results.items() if r.failures}
     assert report.conformance_level() == "FULL", failures
+    return report, savers
+
+
+def test_conformance_suite_passes_at_level_full(tmp_path: Path) -> None:
+    report, _savers = _conformance(tmp_path, CkptSaver)
+    assert {c.value for c in ALL_CAPABILITIES} == {name for name, r in report.results.items() if r.detected and r.passed}
+    assert sum(r.tests_passed for r in report.results.values()) >= 80
+
+
+def test_conformance_suite_passes_with_threads_dropped_from_memory_at_every_call(tmp_path: Path) -> None:
+    """The same suite on a saver that drops every committed thread from memory after
+    each call (the path a long-running server takes for threads it has not used lately)."""
+    report, savers = _conformance(tmp_path, Forgetful)
+    assert {c.value for c in ALL_CAPABILITIES} == {name for name, r in report.results.items() if r.detected and r.passed}
     assert sum(s.evicted for s in savers) > 100
 
 
