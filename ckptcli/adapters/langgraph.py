@@ -18,7 +18,9 @@ database with a write-ahead log:
    cut loses at most the puts of the last few tens of milliseconds), ``"always"`` (before
    the put returns: a put that returned survives a power cut; costs an fdatasync, whose
    latency the disk decides), ``"never"`` (the OS decides).
-2. **Memory.** What was put is kept in memory, so every read sees every put at once.
+2. **Memory.** What was put is kept in memory, so every read sees every put at once;
+   once committed, the threads used least recently beyond `resident_threads` are
+   dropped from memory and read back from the store when used again.
 3. **The store.** A checkpoint's objects are made when it is put, in O(new data): list
    values are compared with the parent's by identity, so only new items are serialized,
    converted and hashed (`ListTree` keeps the chunk tree's sealed prefix). It is *sealed*
