@@ -247,3 +247,19 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], align: str | No
 
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
+
+
+def versions(*dists: str) -> dict[str, str]:
+    """What a benchmark ran on: Python, the platform, the CPUs and SQLite, and the
+    installed version of each distribution named ("not installed" when missing)."""
+    import platform
+    import sqlite3
+    from importlib import metadata
+
+    out = {"python": platform.python_version(), "platform": platform.platform(), "cpus": str(os.cpu_count()), "sqlite": sqlite3.sqlite_version}
+    for dist in dists:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out

@@ -21,16 +21,14 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import platform
 import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
-from bench.common import fmt_ms, median, ratio, table, verdict
+from bench.common import fmt_ms, median, ratio, table, verdict, versions
 from ckptcli import api
 from ckptcli.diff import diff_checkpoints
 
@@ -133,7 +131,7 @@ def measure(leaves: int, runs: int, workdir: Path) -> dict[str, Any]:
         "deepdiff_s": dd_times,
         "decode_both_s": decode_s,
         "cli_diff_json_s": cli_s,
-        "versions": _versions(),
+        "versions": versions("ckptcli", "deepdiff"),
     }
 
 
@@ -143,16 +141,6 @@ def _cli_time(store_dir: Path, a: str, b: str) -> float:
     t0 = time.perf_counter()
     subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
     return time.perf_counter() - t0
-
-
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for dist in ("ckptcli", "deepdiff"):
-        try:
-            out[dist] = importlib_metadata.version(dist)
-        except importlib_metadata.PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
 
 
 def report(res: dict[str, Any]) -> None:

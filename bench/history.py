@@ -18,15 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import operator
-import os
-import platform
 import shutil
 import sqlite3
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -42,6 +39,7 @@ from bench.common import (
     ratio,
     table,
     verdict,
+    versions,
 )
 from ckptcli import api  # imported up front: the source digest in the report is of the code measured
 
@@ -372,17 +370,6 @@ def _source_state() -> dict[str, str]:
     return {"commit": head, "ckptcli_changes": "uncommitted, diff sha256 " + hashlib.sha256(diff + untracked).hexdigest()[:12]}
 
 
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version, "platform": platform.platform()}
-    for dist in ("ckptcli", "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "ormsgpack", "msgpack", "zstandard"):
-        try:
-            out[dist] = importlib_metadata.version(dist)
-        except importlib_metadata.PackageNotFoundError:
-            out[dist] = "not installed"
-    out["cpus"] = str(os.cpu_count())
-    return out
-
-
 def _b(n: int) -> str:
     return f"{n:,} ({fmt_bytes(n)})"
 
@@ -524,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m bench.history " + " ".join(sys.argv[1:] if argv is None else argv),
         "seed": args.seed,
         "source": _source_state(),
-        "versions": _versions(),
+        "versions": versions("ckptcli", "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "ormsgpack", "msgpack", "zstandard"),
         "data": data_profile(seed=args.seed),
     }
     try:

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import shutil
 import sqlite3
@@ -36,11 +34,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-from bench.common import dir_size, fmt_bytes, fmt_ms, fmt_ratio, make_message, median, percentile, ratio, table, verdict
+from bench.common import dir_size, fmt_bytes, fmt_ms, fmt_ratio, make_message, median, percentile, ratio, table, verdict, versions
 
 THREAD = "bench"
 TARGETS = {"ratio_sqlite": 0.01, "ratio_delta": 0.5, "put_p50_s": 0.001, "put_p99_s": 0.005, "list_s": 0.1}
@@ -177,17 +174,6 @@ def run(kind: str, steps: int, seed: int, runs: int, workdir: Path, durability: 
     return out
 
 
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
-    for dist in ("ckptcli", "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "ormsgpack", "msgpack", "zstandard"):
-        try:
-            out[dist] = importlib_metadata.version(dist)
-        except importlib_metadata.PackageNotFoundError:
-            out[dist] = "not installed"
-    out["cpus"] = str(os.cpu_count())
-    return out
-
-
 def render(res: dict[str, Any]) -> str:
     r = res["results"]
     ck, sq, de = r["ckpt"], r["sqlite"], r["sqlite+delta"]
@@ -258,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     log(f"stores in {workdir}")
     t_all = time.perf_counter()
-    res: dict[str, Any] = {"benchmark": "langgraph", "steps": args.steps, "seed": args.seed, "versions": _versions(), "results": {}}
+    res: dict[str, Any] = {"benchmark": "langgraph", "steps": args.steps, "seed": args.seed, "versions": versions("ckptcli", "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "ormsgpack", "msgpack", "zstandard"), "results": {}}
     try:
         for kind in SAVERS:
             log(f"{kind}: {args.steps} steps")

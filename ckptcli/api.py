@@ -43,7 +43,7 @@ from ckptcli.format.manifest import (
     Subject,
     check_name,
 )
-from ckptcli.format.values import Budget, Decoder, Encoder, LazyBytes, bigint_to_bytes
+from ckptcli.format.values import Budget, Decoder, Encoder, LazyBytes, packable
 from ckptcli.format.walk import walk_checkpoint
 from ckptcli.listing import ListFilter as ListFilter  # re-exported: the API offers listing too
 from ckptcli.listing import format_time as format_time
@@ -128,28 +128,13 @@ def read_document(stream: IO[bytes], fmt: str = "auto", where: str = "state docu
 
 def write_document(value: Any, out: IO[bytes], fmt: str) -> None:
     if fmt == "msgpack":
-        out.write(framing.pack(_bigints_as_ext(value)))
+        out.write(framing.pack(packable(value)))
         return
     try:
         text = json.dumps(value, ensure_ascii=False, indent=2, allow_nan=True, default=_json_refuse)
     except ValueError as exc:
         raise InvalidInputError(f"the state cannot be written as JSON ({exc})", hint="pass --format msgpack") from None
     out.write(text.encode("utf-8") + b"\n")
-
-
-def _bigints_as_ext(value: Any) -> Any:
-    """msgpack has no integers beyond 64 bits: write them as ext type 1 (BIGINT), as the
-    format does, and read_document reads them back."""
-    t = type(value)
-    if t is int and not -(2**63) <= value < 2**64:
-        import msgpack
-
-        return msgpack.ExtType(1, bigint_to_bytes(value))
-    if t is list:
-        return [_bigints_as_ext(v) for v in value]
-    if t is dict:
-        return {k: _bigints_as_ext(v) for k, v in value.items()}
-    return value
 
 
 def _document_ext(code: int, data: bytes) -> Any:

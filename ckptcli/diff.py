@@ -76,14 +76,15 @@ from ckptcli.format.values import (
     Budget,
     Decoder,
     Ext,
-    bigint_to_bytes,
     check_tree_node,
     deep_recursion,
+    packable,
     parse_tree_node,
     unpack_ev,
 )
 from ckptcli.jsonview import to_json
 from ckptcli.store.repository import Store
+from ckptcli.units import human_size
 
 PathPart = str | int
 #: Above this many token pairs a list's unmatched middle is paired by position instead
@@ -329,20 +330,7 @@ class _Side:
 
 def _ev_bytes(raw: Any) -> bytes:
     """Re-encode a raw EV (references kept as references)."""
-    return msgpack.packb(_packable(raw), use_bin_type=True)  # type: ignore[no-any-return]
-
-
-def _packable(raw: Any) -> Any:
-    t = type(raw)
-    if t is Ext:
-        return msgpack.ExtType(raw.code, raw.oid)
-    if t is int and not -(2**63) <= raw < 2**64:
-        return msgpack.ExtType(1, bigint_to_bytes(raw))
-    if t is list:
-        return [_packable(x) for x in raw]
-    if t is dict:
-        return {k: _packable(v) for k, v in raw.items()}
-    return raw
+    return msgpack.packb(packable(raw), use_bin_type=True)  # type: ignore[no-any-return]
 
 
 def _token(raw: Any) -> Any:
@@ -795,15 +783,6 @@ def _num(x: int | float) -> str:
     return str(x) if abs(x) < 10**15 else f"<{x.bit_length()}-bit integer>"
 
 
-def _human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{n:,} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
 def describe(value: Any, width: int = SHORT) -> str:
     """One line for a value: short values as JSON, long strings, byte strings and
     numeric arrays as summaries, containers cut at `width` characters."""
@@ -816,7 +795,7 @@ def describe(value: Any, width: int = SHORT) -> str:
     if t is bytes:
         if len(value) <= 16:
             return f"<{len(value)} bytes {value.hex()}>" if value else "<0 bytes>"
-        return f"<{_human(len(value))} of bytes, sha256 {hashlib.sha256(value).hexdigest()[:12]}>"
+        return f"<{human_size(len(value))} of bytes, sha256 {hashlib.sha256(value).hexdigest()[:12]}>"
     if t is list and len(value) > 8 and all(_is_number(x) for x in value):
         finite = [x for x in value if not (isinstance(x, float) and not math.isfinite(x))]
         if not finite:
@@ -926,7 +905,7 @@ def _counts_text(section: str, counts: dict[str, int]) -> str:
         words = {"added": "pushed", "removed": "popped", "changed": "changed"}
     text = ", ".join(f"{counts[k]:,} {w}" for k, w in words.items() if counts.get(k))
     if section == "blobs" and (counts.get("size_before") or counts.get("size_after")):
-        text += f" ({_human(counts['size_before'])} -> {_human(counts['size_after'])})"
+        text += f" ({human_size(counts['size_before'])} -> {human_size(counts['size_after'])})"
     return text
 
 
@@ -985,7 +964,7 @@ def _blob_text(meta: dict[str, Any]) -> str:
     kind = meta.get("type")
     if kind == "file":
         size = meta.get("size")
-        return _human(size) if type(size) is int else "file"
+        return human_size(size) if type(size) is int else "file"
     if kind == "symlink":
         return f"symlink -> {meta.get('target')}"
     if kind == "skipped":

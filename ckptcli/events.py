@@ -599,14 +599,13 @@ class Reducers:
         """
         func = self.reducer(event.kind)
         try:
-            if owned is None:
-                new = func(state, event)
-            elif event.kind in STANDARD_REDUCERS:
-                new = STANDARD_REDUCERS[event.kind](state, event, owned)  # type: ignore[call-arg]
+            if owned is not None and event.kind in STANDARD_REDUCERS:
+                new = func(state, event, owned)  # type: ignore[call-arg]  # the standard ones take it
             else:
-                # a custom reducer may keep a container in two places: nothing before it
-                # is changed in place any more
-                owned.clear()
+                if owned:
+                    # a custom reducer may keep a container in two places: nothing before
+                    # it is changed in place any more
+                    owned.clear()
                 new = func(state, event)
         except ReduceError as exc:
             raise InvalidInputError(f"{event.where()}: {exc}") from None

@@ -66,6 +66,8 @@ from ckptcli.events import (
     make_event,
     normalize,
 )
+from ckptcli.format.values import packable
+from ckptcli.store.backend import fsync_dir
 
 if TYPE_CHECKING:
     from ckptcli.api import TakeResult
@@ -149,19 +151,6 @@ def _ext_int(code: int, data: bytes) -> Any:
     return msgpack.ExtType(code, data)
 
 
-def _bigints(value: Any) -> Any:
-    t = type(value)
-    if t is int and not -(2**63) <= value < 2**64:
-        from ckptcli.format.values import bigint_to_bytes
-
-        return msgpack.ExtType(1, bigint_to_bytes(value))
-    if t is list:
-        return [_bigints(v) for v in value]
-    if t is dict:
-        return {k: _bigints(v) for k, v in value.items()}
-    return value
-
-
 def encode_record(value: dict[str, Any], where: str = "event") -> bytes:
     """One journal record: u32 length, u32 CRC-32 of the payload, the msgpack payload."""
     payload: bytes
@@ -169,7 +158,7 @@ def encode_record(value: dict[str, Any], where: str = "event") -> bytes:
         try:
             payload = msgpack.packb(value, use_bin_type=True)
         except OverflowError:  # an integer beyond 64 bits: ext type 1, as in the format
-            payload = msgpack.packb(_bigints(value), use_bin_type=True)
+            payload = msgpack.packb(packable(value), use_bin_type=True)
     except UnicodeEncodeError:
         raise InvalidInputError(f"{where}: a string holds a lone surrogate, which UTF-8 cannot carry") from None
     if len(payload) > MAX_RECORD:
@@ -234,15 +223,6 @@ def read_journal(path: Path) -> JournalContents:
     return JournalContents(header, records, raw, starts, pos, len(data))
 
 
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):  # not every file system lets a directory be synced
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def write_journal(path: Path, header: dict[str, Any], records: Iterable[bytes] = ()) -> None:
     """Replace the journal at `path` atomically (temp file, fsync, rename, fsync dir)."""
     tmp = path.with_name(f".{path.name}.tmp")
@@ -259,7 +239,7 @@ def write_journal(path: Path, header: dict[str, Any], records: Iterable[bytes] =
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise StoreIOError(f"cannot write journal {path}: {exc.strerror}") from None
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 # -- the recorder ------------------------------------------------------------------------------------

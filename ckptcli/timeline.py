@@ -87,8 +87,8 @@ from ckptcli.format.values import (
     Decoder,
     Ext,
     ObjectSource,
-    bigint_to_bytes,
     check_tree_node,
+    packable,
     unpack_ev,
 )
 from ckptcli.listing import format_time
@@ -165,20 +165,6 @@ class _Node(NamedTuple):
     items: list[Any]  # leaf: raw item EVs; inner: child ids (bytes) or embedded _Node
     counts: list[int]
     ends: list[int]
-
-
-def _repack(raw: Any) -> Any:
-    """A raw EV (as unpack_ev leaves it) made packable again, references kept."""
-    t = type(raw)
-    if t is Ext:
-        return msgpack.ExtType(raw.code, raw.oid)
-    if t is int and not -(2**63) <= raw < 2**64:
-        return msgpack.ExtType(1, bigint_to_bytes(raw))
-    if t is list:
-        return [_repack(x) for x in raw]
-    if t is dict:
-        return {k: _repack(v) for k, v in raw.items()}
-    return raw
 
 
 class LazyList:
@@ -282,7 +268,7 @@ class LazyList:
             # no reference inside, string keys only: the unpacked item is its value (its
             # size is bounded by the node object it came from)
             return raw
-        ev = msgpack.packb(_repack(raw), use_bin_type=True)
+        ev = msgpack.packb(packable(raw), use_bin_type=True)
         return Decoder(self.source, budget=Budget()).decode(ev, f"{self.where}[{i}]")
 
 

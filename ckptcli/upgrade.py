@@ -31,6 +31,7 @@ from ckptcli.format import limits
 from ckptcli.format.walk import walk_checkpoint
 from ckptcli.progress import NULL, Progress
 from ckptcli.store import single
+from ckptcli.store.backend import fsync_dir
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
 
@@ -209,12 +210,7 @@ def rewrite_file(source: Path, dest: Path, version: int = limits.FORMAT_VERSION,
         if problem:
             raise CorruptError(f"{tmp}: {problem}", hint="the original is unchanged")
         os.replace(tmp, dest)
-        with contextlib.suppress(OSError):
-            dirfd = os.open(dest.parent, os.O_RDONLY)
-            try:
-                os.fsync(dirfd)
-            finally:
-                os.close(dirfd)
+        fsync_dir(dest.parent)
     except OSError as exc:
         raise StoreIOError(f"cannot write {dest}: {exc.strerror}", hint="the original is unchanged") from None
     finally:

@@ -79,9 +79,10 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ckptcli.adapters import langgraph_layout as layout
 from ckptcli.adapters.langgraph_layout import MSGPACK, Key, SectionWriter, Typed, Write
-from ckptcli.adapters.msgpack_view import array_header, from_view, to_view
+from ckptcli.adapters.msgpack_view import from_view, to_view
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, StoreIOError, UsageError
-from ckptcli.format.values import Decoder, ListTree
+from ckptcli.format.values import Decoder, ListTree, array_header
+from ckptcli.store.backend import fsync_dir
 from ckptcli.store.repository import Store
 
 __all__ = ["CkptSaver"]
@@ -381,7 +382,7 @@ class _Journal:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.pwrite(self.fd, JOURNAL_MAGIC + bytes(self.RESERVE - len(JOURNAL_MAGIC)), 0)
             os.fsync(self.fd)
-            _fsync_dir(directory)
+            fsync_dir(directory)
         except OSError as exc:
             raise StoreIOError(f"cannot create the LangGraph journal {self.path}: {exc.strerror}") from None
         self.size = len(JOURNAL_MAGIC)  # where the records end
@@ -444,15 +445,6 @@ class _Journal:
                 self.closed = True
                 with contextlib.suppress(OSError):
                     os.close(self.fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 # -- the saver ----------------------------------------------------------------------------
@@ -1178,7 +1170,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         for _mtime, path, _fd in found:
             with contextlib.suppress(OSError):
                 path.unlink()
-        _fsync_dir(self._jdir)
+        fsync_dir(self._jdir)
 
     def _replay(self, rec: dict[str, Any], where: str, deletions: list[tuple[list[tuple[str, str, str]], set[str]]]) -> None:
         op = rec.get("op")

@@ -25,6 +25,7 @@ import msgpack
 
 from ckptcli.adapters.langgraph_layout import MSGPACK, split_array
 from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, UsageError
+from ckptcli.format.values import map_header
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.repository import Store
 
@@ -197,16 +198,8 @@ def _split(typ: str, blob: bytes, where: str) -> tuple[tuple[str, bytes, Any], d
             raise ValueError("bytes after the checkpoint")
     except (ValueError, TypeError, msgpack.OutOfData, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise CorruptError(f"{where}: not a msgpack checkpoint ({type(exc).__name__}: {exc})") from None
-    skel = _map_header(len(parts)) + b"".join(parts)
+    skel = map_header(len(parts)) + b"".join(parts)
     return ((MSGPACK, skel, fields)), values, _versions(fields, where)
-
-
-def _map_header(n: int) -> bytes:
-    if n < 16:
-        return bytes([0x80 | n])
-    if n < 0x10000:
-        return b"\xde" + n.to_bytes(2, "big")
-    return b"\xdf" + n.to_bytes(4, "big")
 
 
 def _versions(fields: dict[str, Any], where: str) -> dict[str, Any]:

@@ -43,12 +43,11 @@ from typing import Any, cast
 import msgpack
 
 from ckptcli import __version__
-from ckptcli.adapters import msgpack_view
 from ckptcli.adapters.msgpack_view import TAG_EXT, TAG_RAW, from_view, to_view
 from ckptcli.errors import CkptError, CorruptError
 from ckptcli.format import limits
 from ckptcli.format.manifest import NAME_RE, Manifest, Subject
-from ckptcli.format.values import OBJ_NODE, Encoder, ObjectSink
+from ckptcli.format.values import OBJ_NODE, Encoder, ObjectSink, array_header, map_header
 
 EXT_NAMESPACE = "langgraph"
 EXT_SECTION = "ext:langgraph"
@@ -125,7 +124,7 @@ def split_array(raw: bytes) -> list[bytes] | None:
             out.append(raw[s : u.tell()])
     except (ValueError, TypeError, msgpack.OutOfData, msgpack.FormatError, msgpack.StackError):
         return None
-    if msgpack_view.array_header(len(out)) + b"".join(out) != raw:
+    if array_header(len(out)) + b"".join(out) != raw:
         return None
     return out
 
@@ -291,7 +290,7 @@ class SectionWriter:
             if items is not None and len(items) <= limits.TREE_MIN_ITEMS:
                 evs = [self._known.get(raw) or self.item_ev(to_view(raw), where) for raw in items]
                 if sum(len(i) for i in evs) <= limits.TREE_MIN_BYTES:
-                    return self.root(msgpack_view.array_header(len(evs)) + b"".join(evs))
+                    return self.root(array_header(len(evs)) + b"".join(evs))
         return self.item_ev(typed_view(typed), where)
 
     def remember(self, raw: bytes, ev: bytes) -> None:
@@ -319,7 +318,7 @@ class SectionWriter:
                 fields.append(("task_path", _PACK(w.task_path)))
             fields.append(("idx", _PACK(w.idx)))
             out.append(_map(fields))
-        return self.root(msgpack_view.array_header(len(out)) + b"".join(out))
+        return self.root(array_header(len(out)) + b"".join(out))
 
     def sections(
         self,
@@ -361,15 +360,7 @@ _REF_HEAD = b"\xc7\x20\x02"  # ext 8, 32 bytes, type 2 (REF): formats/v1.md "Ext
 
 
 def _map(fields: list[tuple[str, bytes]]) -> bytes:
-    return _map_header(len(fields)) + b"".join(_PACK(k) + v for k, v in fields)
-
-
-def _map_header(n: int) -> bytes:
-    if n < 16:
-        return bytes([0x80 | n])
-    if n < 0x10000:
-        return b"\xde" + n.to_bytes(2, "big")
-    return b"\xdf" + n.to_bytes(4, "big")
+    return map_header(len(fields)) + b"".join(_PACK(k) + v for k, v in fields)
 
 
 def labels_for(thread_id: str, ns: str, checkpoint_id: str, parent_id: str | None, metadata_view: Any, rev: int = 1) -> dict[str, str]:

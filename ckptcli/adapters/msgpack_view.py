@@ -29,10 +29,11 @@ does not, the view is ``{"$msgpack": <the bytes>}``, which is exact too.
 from __future__ import annotations
 
 import operator
-import struct
 from typing import Any, cast
 
 import msgpack
+
+from ckptcli.format.values import array_header
 
 TAG_EXT = "$ext"
 TAG_MAP = "$map"
@@ -107,7 +108,7 @@ def from_view(view: Any) -> bytes:
     t = type(view)
     if t is list:
         # an array is its header and its items' encodings: items may be opaque ($msgpack)
-        return _array_header(len(view)) + b"".join(from_view(x) for x in view)
+        return array_header(len(view)) + b"".join(from_view(x) for x in view)
     if t is dict and TAG_RAW in view:
         raw = view[TAG_RAW]
         if type(raw) is not bytes:
@@ -137,19 +138,6 @@ def _key(k: Any) -> Any:
     if type(k) is list:
         raise ValueError("a map key that is a list")
     return k
-
-
-def _array_header(n: int) -> bytes:
-    if n < 16:
-        return bytes([0x90 | n])
-    if n < 0x10000:
-        return b"\xdc" + struct.pack(">H", n)
-    return b"\xdd" + struct.pack(">I", n)
-
-
-def array_header(n: int) -> bytes:
-    """The shortest msgpack array header for `n` items."""
-    return _array_header(n)
 
 
 def plain_value(view: Any) -> Any:

@@ -9,6 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ckptcli.errors import EXIT_CODE_MEANINGS, ExitCode
+from ckptcli.units import human_size as human_size  # the commands' sizes
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -58,14 +59,6 @@ def emit_json(value: Any) -> None:
     # json's C encoder does not indent) when a program reads it
     indent = 2 if sys.stdout.isatty() else None
     sys.stdout.write(json.dumps(value, indent=indent, ensure_ascii=False, allow_nan=False) + "\n")
-
-
-def human_size(n: int | float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 class BarProgress:

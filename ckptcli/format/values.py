@@ -95,7 +95,8 @@ class LazyBytes(NamedTuple):
     size: int
 
 
-def _array_header(n: int) -> bytes:
+def array_header(n: int) -> bytes:
+    """The shortest msgpack array header for `n` items."""
     if n < 16:
         return bytes([0x90 | n])
     if n < 0x10000:
@@ -103,7 +104,8 @@ def _array_header(n: int) -> bytes:
     return b"\xdd" + struct.pack(">I", n)
 
 
-def _map_header(n: int) -> bytes:
+def map_header(n: int) -> bytes:
+    """The shortest msgpack map header for `n` entries."""
     if n < 16:
         return bytes([0x80 | n])
     if n < 0x10000:
@@ -125,6 +127,22 @@ def _ext(code: int, payload: bytes) -> bytes:
 def bigint_to_bytes(value: int) -> bytes:
     length = (value.bit_length() + 8) // 8  # +1 bit for the sign
     return value.to_bytes(length, "big", signed=True)
+
+
+def packable(raw: Any) -> Any:
+    """`raw` made packable by msgpack as the format writes it: integers beyond 64 bits
+    as ext type 1 (BIGINT), and raw EVs' `Ext` (as unpack_ev leaves them) as the ext
+    types they were (references kept as references)."""
+    t = type(raw)
+    if t is Ext:
+        return msgpack.ExtType(raw.code, raw.oid)
+    if t is int and not -(2**63) <= raw < 2**64:
+        return msgpack.ExtType(EXT_BIGINT, bigint_to_bytes(raw))
+    if t is list:
+        return [packable(x) for x in raw]
+    if t is dict:
+        return {k: packable(v) for k, v in raw.items()}
+    return raw
 
 
 def _is_boundary(digest: bytes) -> bool:
@@ -240,7 +258,7 @@ class Encoder:
                 except _PathError as exc:
                     exc.parts.append(f"[{i}]")
                     raise
-            return self._container(EXT_LIST, items, _array_header)
+            return self._container(EXT_LIST, items, array_header)
         if t is dict:
             if depth >= limits.MAX_DEPTH:
                 raise self._fail(LimitExceededError(f"nesting is deeper than {limits.MAX_DEPTH} levels"))
@@ -260,7 +278,7 @@ class Encoder:
                 except _PathError as exc:
                     exc.parts.append(f".{k}")
                     raise
-            return self._container(EXT_MAP, entries, _map_header)
+            return self._container(EXT_MAP, entries, map_header)
         if isinstance(v, bool | int | float | str | bytes | list | dict):
             # subclasses (IntEnum, OrderedDict, ...): store as the base type
             for base in (bool, int, float, str, bytes, list, dict):
@@ -325,7 +343,7 @@ class Encoder:
                 if i == n - 1 or i + 1 - start >= limits.TREE_MAX_FANOUT or _is_boundary(oid[1:2]):
                     chunk = entries[start : i + 1]
                     subtotal = sum(c for c, _ in chunk)
-                    body = _array_header(len(chunk)) + b"".join(b"\x92" + _packb(c) + _packb(o) for c, o in chunk)
+                    body = array_header(len(chunk)) + b"".join(b"\x92" + _packb(c) + _packb(o) for c, o in chunk)
                     content = b"\x94" + _packb(kind) + _packb(level) + _packb(subtotal) + body
                     parents.append((subtotal, self._put_node(content)))
                     start = i + 1
@@ -434,7 +452,7 @@ class ListTree:
         self._memo = None
         if i + 1 - self._start >= limits.TREE_MAX_FANOUT or self._leaf_bytes >= limits.TREE_LEAF_MAX_BYTES or _is_leaf_boundary(item):
             chunk = self.items[self._start : i + 1]
-            content = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(chunk)) + _array_header(len(chunk)) + b"".join(chunk)
+            content = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(chunk)) + array_header(len(chunk)) + b"".join(chunk)
             oid = hashlib.sha256(content).digest()
             self._pending.append((oid, content))
             self._start = i + 1
@@ -457,7 +475,7 @@ class ListTree:
 
     def _node(self, level: int, chunk: list[tuple[int, bytes]]) -> tuple[bytes, int]:
         subtotal = sum(c for c, _ in chunk)
-        body = _array_header(len(chunk)) + b"".join(b"\x92" + _packb(c) + _packb(o) for c, o in chunk)
+        body = array_header(len(chunk)) + b"".join(b"\x92" + _packb(c) + _packb(o) for c, o in chunk)
         content = b"\x94" + _packb(EXT_LIST) + _packb(level) + _packb(subtotal) + body
         oid = hashlib.sha256(content).digest()
         self._pending.append((oid, content))
@@ -469,7 +487,7 @@ class ListTree:
         if self._memo is not None and self._memo[0] == n:
             return self._memo[1]
         if n <= limits.TREE_MIN_ITEMS and self._bytes <= limits.TREE_MIN_BYTES:
-            ev = _array_header(n) + b"".join(self.items)
+            ev = array_header(n) + b"".join(self.items)
         else:
             tail = self.items[self._start :]
             if not self._inputs:
@@ -477,7 +495,7 @@ class ListTree:
             else:
                 sealed, level = self._sealed_root()
                 if tail:
-                    tail_leaf = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(tail)) + _array_header(len(tail)) + b"".join(tail)
+                    tail_leaf = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(tail)) + array_header(len(tail)) + b"".join(tail)
                     children = b"\x92" + (b"\x92" + _packb(n - len(tail)) + _packb(sealed)) + (b"\x92" + _packb(len(tail)) + tail_leaf)
                     content = b"\x94" + _packb(EXT_LIST) + _packb(level + 1) + _packb(n) + children
                     root = hashlib.sha256(content).digest()
@@ -492,7 +510,7 @@ class ListTree:
         return ev
 
     def _leaf_node(self, chunk: list[bytes]) -> bytes:
-        content = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(chunk)) + _array_header(len(chunk)) + b"".join(chunk)
+        content = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(chunk)) + array_header(len(chunk)) + b"".join(chunk)
         oid = hashlib.sha256(content).digest()
         self._pending.append((oid, content))
         return oid

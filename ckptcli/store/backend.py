@@ -94,6 +94,20 @@ class Backend(ABC):
         """Args: lock name, shared or exclusive, seconds to wait. Raises: LockError."""
 
 
+def fsync_dir(path: Path, *, strict: bool = False) -> None:
+    """fsync a directory, so that a rename or a new file in it is durable. Not every
+    file system lets a directory be synced: unless `strict`, an OSError is ignored."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        if strict:
+            raise
+
+
 class LocalBackend(Backend):
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -149,13 +163,6 @@ class LocalBackend(Backend):
     def __del__(self) -> None:
         self.close()
 
-    def _fsync_dir(self, d: Path) -> None:
-        fd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
     def write_atomic(self, path: str, data: bytes) -> None:
         temp, fh = self.open_temp()
         try:
@@ -187,7 +194,7 @@ class LocalBackend(Backend):
                     dirs[dest.parent] = None
                 os.replace(self._p(temp), dest)
             for d in dirs:
-                self._fsync_dir(d)
+                fsync_dir(d, strict=True)
         except OSError as exc:
             for temp, _dest in temps:
                 with contextlib.suppress(OSError):
@@ -210,7 +217,7 @@ class LocalBackend(Backend):
             handle.close()
             self._make_dirs(dest.parent)
             os.replace(self._p(temp), dest)
-            self._fsync_dir(dest.parent)
+            fsync_dir(dest.parent, strict=True)
         except OSError as exc:
             self.discard_temp(temp, handle)
             raise io_error(exc, "write", dest) from None
@@ -224,7 +231,7 @@ class LocalBackend(Backend):
             d.mkdir()
         except FileExistsError:
             return
-        self._fsync_dir(d.parent)
+        fsync_dir(d.parent, strict=True)
 
     def discard_temp(self, temp: str, handle: IO[bytes]) -> None:
         with contextlib.suppress(OSError):

@@ -21,20 +21,10 @@ from ckptcli.timeline import BlobEntry, LazyList, blob_listing, event_summary, s
 from ckptcli.tui.app import Session
 from ckptcli.tui.screens.base import KIND_STYLES, BaseScreen, refs_text
 from ckptcli.tui.widgets import OpenableList, ValueTree, VirtualList
+from ckptcli.units import human_size
 
 TABS = ("overview", "memory", "plan", "tools", "events", "blobs", "ext")
 STATUS = {"ok": ("✓", "green"), "error": ("✗", "red"), "pending": ("…", "yellow")}
-
-
-def _human(n: int | None) -> str:
-    if n is None:
-        return ""
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{n:,} B" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 class CheckpointScreen(BaseScreen):
@@ -278,7 +268,7 @@ class CheckpointScreen(BaseScreen):
         self.blobs = blob_listing(self.ck.blobs())
         files = [b for b in self.blobs if b.type == "file"]
         total = sum(b.size or 0 for b in files)
-        note.update(f"{len(files):,} file{'s' if len(files) != 1 else ''}, {_human(total)}" if self.blobs else "no blobs")
+        note.update(f"{len(files):,} file{'s' if len(files) != 1 else ''}, {human_size(total)}" if self.blobs else "no blobs")
         self.query_one("#blobs-list", VirtualList).set_count(len(self.blobs))
 
     def _blob_row(self, i: int) -> Text:
@@ -287,7 +277,7 @@ class CheckpointScreen(BaseScreen):
         t = Text("  " * b.depth)
         t.append(name + ("/" if b.type == "dir" else ""), style="bold blue" if b.type == "dir" else "")
         if b.type == "file":
-            t.append(f"  {_human(b.size)}", style="dim")
+            t.append(f"  {human_size(b.size)}" if b.size is not None else "  ", style="dim")
         elif b.type == "symlink":
             t.append(f" -> {b.detail}", style="cyan")
         elif b.type == "skipped":
