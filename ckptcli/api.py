@@ -10,7 +10,6 @@ export and import. No UI imports here (tests/test_import_hygiene.py).
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import math
@@ -29,7 +28,6 @@ from ckptcli.errors import (
     InvalidInputError,
     LimitExceededError,
     NotFoundError,
-    StoreIOError,
     UnsupportedVersionError,
 )
 from ckptcli.format import framing, limits
@@ -51,6 +49,7 @@ from ckptcli.listing import info_dict as info_dict
 from ckptcli.listing import list_checkpoints as list_checkpoints
 from ckptcli.listing import parse_labels as parse_labels
 from ckptcli.progress import NULL, Progress
+from ckptcli.store.backend import write_file_atomic
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile, is_checkpoint_file, write_checkpoint_file
 
@@ -437,17 +436,7 @@ def export_checkpoint(ck: Checkpoint, out: PathLike | IO[bytes], progress: Progr
     manifest_bytes = src.manifest_bytes if isinstance(src, CheckpointFile) else src.manifest_bytes(ck.id)
     if isinstance(out, (str, os.PathLike)):
         path = Path(out)
-        tmp = path.with_name(f".{path.name}.ckpt-partial")
-        try:
-            with open(tmp, "wb") as fh:
-                write_checkpoint_file(fh, manifest_bytes, objects)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise StoreIOError(f"cannot write {path}: {exc.strerror}") from None
+        write_file_atomic(path, lambda fh: write_checkpoint_file(fh, manifest_bytes, objects))
         return path.stat().st_size
     buf = io.BytesIO()
     write_checkpoint_file(buf, manifest_bytes, objects)

@@ -44,7 +44,7 @@ import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import msgpack
 
@@ -67,7 +67,7 @@ from ckptcli.events import (
     normalize,
 )
 from ckptcli.format.values import packable
-from ckptcli.store.backend import fsync_dir
+from ckptcli.store.backend import write_file_atomic
 
 if TYPE_CHECKING:
     from ckptcli.api import TakeResult
@@ -225,21 +225,14 @@ def read_journal(path: Path) -> JournalContents:
 
 def write_journal(path: Path, header: dict[str, Any], records: Iterable[bytes] = ()) -> None:
     """Replace the journal at `path` atomically (temp file, fsync, rename, fsync dir)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(MAGIC)
-            fh.write(encode_record(header, "journal header"))
-            for rec in records:
-                fh.write(rec)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise StoreIOError(f"cannot write journal {path}: {exc.strerror}") from None
-    fsync_dir(path.parent)
+
+    def write(fh: IO[bytes]) -> None:
+        fh.write(MAGIC)
+        fh.write(encode_record(header, "journal header"))
+        for rec in records:
+            fh.write(rec)
+
+    write_file_atomic(path, write, f"journal {path}")
 
 
 # -- the recorder ------------------------------------------------------------------------------------

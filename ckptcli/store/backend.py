@@ -16,7 +16,7 @@ import secrets
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -106,6 +106,31 @@ def fsync_dir(path: Path, *, strict: bool = False) -> None:
     except OSError:
         if strict:
             raise
+
+
+def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str = "") -> None:
+    """Write the file at `path` whole or not at all, outside a store (an exported
+    checkpoint, a restored document, a recorder's journal): `write` fills a temporary
+    file beside it, which is fsynced and renamed over `path`; then the directory is
+    synced. On any failure the temporary file is removed and `path` is as it was.
+
+    Raises:
+        StoreIOError naming `what` (default: the path) for an OSError; what `write` raised.
+    """
+    tmp = path.with_name(f".{path.name}.ckpt-partial")
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError):
+            raise StoreIOError(f"cannot write {what or path}: {exc.strerror}") from None
+        raise
+    fsync_dir(path.parent)
 
 
 class LocalBackend(Backend):

@@ -10,7 +10,8 @@ import typer
 
 from ckptcli.cli.app import StoreOpt, app
 from ckptcli.cli.output import BarProgress, exit_status, human_size
-from ckptcli.errors import ExitCode, StoreIOError
+from ckptcli.errors import ExitCode
+from ckptcli.store.backend import write_file_atomic
 
 
 @app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED, ExitCode.UNSAFE_PATH, ExitCode.CONFLICT, ExitCode.IO_ERROR))
@@ -51,14 +52,4 @@ def restore(
         api.write_document(state, sys.stdout.buffer, doc_fmt)
         sys.stdout.buffer.flush()
         return
-    tmp = output.with_name(f".{output.name}.ckpt-partial")
-    try:
-        with open(tmp, "wb") as fh:
-            api.write_document(state, fh, doc_fmt)
-        tmp.replace(output)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise StoreIOError(f"cannot write {output}: {exc.strerror}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_file_atomic(output, lambda fh: api.write_document(state, fh, doc_fmt))
