@@ -7,7 +7,11 @@ The library API lives in `ckptcli.api` and is re-exported here on first use, so
 
 from __future__ import annotations
 
-from typing import Any
+# typing is not imported at run time: `ckpt` imports this package before it can catch a
+# Ctrl-C (ckptcli/cli/__init__.py), so it must be next to free
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.2.0"
 

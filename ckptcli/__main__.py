@@ -1,5 +1,5 @@
 """`python -m ckptcli` runs the ckpt command."""
 
-from ckptcli.cli.app import entry
+from ckptcli.cli import entry
 
 entry()

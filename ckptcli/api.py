@@ -368,7 +368,10 @@ def describe_section(ck: Checkpoint, name: str) -> dict[str, Any]:
 
 
 def _type_name(v: Any) -> str:
-    return {dict: "map", list: "list", str: "string", bytes: "bytes", int: "int", float: "float", bool: "bool", type(None): "null"}.get(type(v), type(v).__name__)
+    # a large byte string is decoded lazily (LazyBytes): it is still "bytes" to the user
+    return {dict: "map", list: "list", str: "string", bytes: "bytes", LazyBytes: "bytes", int: "int", float: "float", bool: "bool", type(None): "null"}.get(
+        type(v), type(v).__name__
+    )
 
 
 def _value_bytes(v: Any) -> int:

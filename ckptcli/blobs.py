@@ -54,6 +54,9 @@ class CaptureReport:
     dirs: int = 0
     bytes: int = 0
     skipped: list[str] = field(default_factory=list)
+    #: files whose size or mtime changed while they were read: what was stored may be a
+    #: mix of old and new content (a log still being appended to, a file being rewritten)
+    changed: list[str] = field(default_factory=list)
 
 
 def _reusable(parent: Any, st: os.stat_result) -> Any:
@@ -104,9 +107,12 @@ def capture(
             try:
                 with open(path, "rb") as fh:
                     ev, size = encoder.encode_stream(fh, progress.advance)
+                    after = os.fstat(fh.fileno())
             except OSError as exc:
                 raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
             data = Encoded(ev)
+            if size != st.st_size or after.st_size != st.st_size or after.st_mtime_ns != st.st_mtime_ns:
+                rep.changed.append(f"{path} (changed while it was read: {st.st_size} bytes when opened, {after.st_size} after; {size} bytes stored)")
         rep.files += 1
         rep.bytes += size
         return {

@@ -32,9 +32,9 @@ import zstandard
 
 # -- running the CLI ------------------------------------------------------------------------
 
-_ENTRY = "import sys; from ckptcli.cli.app import entry; entry()"
+_ENTRY = "import sys; from ckptcli.cli import entry; entry()"
 _LIMITED_ENTRY = (
-    "import resource; resource.setrlimit(resource.RLIMIT_AS, ({n}, {n})); import sys; from ckptcli.cli.app import entry; entry()"
+    "import resource; resource.setrlimit(resource.RLIMIT_AS, ({n}, {n})); import sys; from ckptcli.cli import entry; entry()"
 )
 
 

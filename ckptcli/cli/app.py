@@ -95,6 +95,13 @@ def fail(exc: CkptError) -> int:
     return int(exc.exit_code)
 
 
+def interrupted() -> int:
+    # a take or prune interrupted before its commit point leaves the store as it was;
+    # the temporary files it made are removed by its cleanup, or by the next command
+    sys.stderr.write("ckpt: interrupted; nothing was committed by the interrupted step\n")
+    return int(ExitCode.INTERRUPTED)
+
+
 def run(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every failure into one line and an exit code."""
     try:
@@ -104,10 +111,14 @@ def run(argv: list[str] | None = None) -> int:
     no_args_help = getattr(ce, "NoArgsIsHelpError", ())
 
     args = argv if argv is not None else sys.argv[1:]
-    _register(args)
-    command = typer.main.get_command(app)
     try:
+        _register(args)
+        command = typer.main.get_command(app)
         rv = command.main(args=args, prog_name="ckpt", standalone_mode=False)
+        if rv == ExitCode.INTERRUPTED:
+            # typer's main turns a KeyboardInterrupt into Exit(130) and, outside
+            # standalone mode, returns that code: no command returns 130 otherwise
+            return interrupted()
         return rv if isinstance(rv, int) else 0
     except CkptError as exc:
         if os.environ.get("CKPT_DEBUG") and exc.__cause__ is not None:
@@ -123,12 +134,8 @@ def run(argv: list[str] | None = None) -> int:
         return int(ExitCode.USAGE)
     except typer.Exit as exc:
         return int(exc.exit_code)
-    except typer.Abort:
-        sys.stderr.write("ckpt: interrupted\n")
-        return int(ExitCode.INTERRUPTED)
-    except KeyboardInterrupt:
-        sys.stderr.write("ckpt: interrupted; nothing was committed by the interrupted step\n")
-        return int(ExitCode.INTERRUPTED)
+    except (typer.Abort, KeyboardInterrupt):
+        return interrupted()
     except BrokenPipeError:
         # stdout closed early (e.g. `ckpt cat | head`): not an error worth a message
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -147,12 +154,8 @@ def run(argv: list[str] | None = None) -> int:
         return int(ExitCode.INTERNAL)
 
 
-def entry() -> None:
-    sys.exit(run())
-
-
 if __name__ == "__main__":
     # `python -m ckptcli.cli.app`: run the imported module, whose app the commands register on
-    from ckptcli.cli.app import entry as _entry
+    from ckptcli.cli import entry
 
-    _entry()
+    entry()

@@ -95,6 +95,8 @@ def take(
         force_read=force_read,
         progress=BarProgress(),
     )
+    for changed in result.capture.changed:
+        sys.stderr.write(f"ckpt: warning: {changed}; take it again when it is quiet to be sure of a consistent copy\n")
     if as_json:
         emit_json({"id": result.hex, "subject": str(result.manifest.subject), "parents": [p.hex() for p in result.manifest.parents], "new_objects": result.new_objects, "new_bytes": result.new_bytes})
         return
