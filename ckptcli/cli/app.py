@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ckptcli import __version__
+from ckptcli import __version__, notices
 from ckptcli.errors import CkptError, ExitCode
 
 HELP = """ckpt takes, inspects, verifies and moves checkpoints of long-running agents,
@@ -95,8 +95,15 @@ def fail(exc: CkptError) -> int:
     return int(exc.exit_code)
 
 
+def warn(message: str) -> None:
+    """A library warning (ckptcli.notices): one line on stderr."""
+    sys.stderr.write(f"ckpt: warning: {message}\n")
+    sys.stderr.flush()
+
+
 def run(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every failure into one line and an exit code."""
+    notices.set_handler(warn)
     try:
         from typer._click import exceptions as ce  # newer typer vendors its own click
     except ImportError:  # pragma: no cover - typer that uses the click package
