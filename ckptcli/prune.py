@@ -368,13 +368,18 @@ def _plan_gc(
     drop = [pid for pid in drop if pid not in kept_ids]
     rep.packs_written = len(new_packs)
     rep.packs_deleted = len(drop)
-    packs = [{"id": pid, "entries": rows} for pid, rows in sorted(keep_rows.items())] + [
-        {"id": pid, "entries": rows} for pid, rows in new_packs
-    ]
-    data = framing.encode_record(framing.KIND_INDEX, {"packs": packs}, store.version)
+    name = write_index(store, sorted(keep_rows.items()) + new_packs)
+    return _GcPlan([n for n in old_index_files if n != name], name, drop)
+
+
+def write_index(store: Store, packs: list[tuple[bytes, list[list[Any]]]]) -> str:
+    """Write one index file naming `packs` ([(pack id, rows)]); returns its path. Prune,
+    upgrades and `ckpt repair index` replace a store's index files with one this way,
+    and delete the old ones only after it is committed."""
+    data = framing.encode_record(framing.KIND_INDEX, {"packs": [{"id": pid, "entries": rows} for pid, rows in packs]}, store.version)
     name = f"index/{hashlib.sha256(data).hexdigest()}"
     store.backend.write_atomic(name, data)
-    return _GcPlan([n for n in old_index_files if n != name], name, drop)
+    return name
 
 
 def pack_version(store: Store, pack_id: bytes) -> int:

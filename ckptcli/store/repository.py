@@ -672,6 +672,59 @@ class Store:
                     pass  # a damaged target is replaced
             self.write_ref(path, cid)
 
+    def head(self, subject: Subject) -> bytes | None:
+        """The default parent of a new checkpoint of `subject`: its newest committed
+        checkpoint. That is its latest ref, unless a take was killed between writing its
+        manifest (the commit point) and moving the ref, leaving a newer checkpoint the
+        ref lags behind (a dangling head); then it is that one, so the history does not
+        fork. Cheap: when the manifests directory has not changed since the ref was
+        written nothing else is read; otherwise only manifests written since then."""
+        path = self.latest_ref(subject)
+        try:
+            head = self.read_ref(path)
+        except CkptError as exc:
+            self.warn(f"{exc.message}; the subject's newest checkpoint is found from the manifests instead; run `ckpt repair refs`")
+            head = None
+        since: int | None = None
+        best: tuple[int, bytes] | None = None
+        if head is not None:
+            root = Path(self.location)
+            try:
+                ref_ns = (root / path).stat().st_mtime_ns
+                if (root / "manifests").stat().st_mtime_ns < ref_ns:
+                    return head  # no manifest was added after the ref moved
+            except OSError:
+                return head
+            since = ref_ns - 1_000_000_000  # a second of slack for coarse or stepped clocks
+            with contextlib.suppress(CkptError):
+                best = (self.manifest(head).created_ns, head)
+        newest = self.newest_of(subject, since)
+        if newest is not None and (best is None or newest > best):
+            best = newest
+        return best[1] if best is not None else head
+
+    def newest_of(self, subject: Subject, since_ns: int | None = None) -> tuple[int, bytes] | None:
+        """(created_ns, id) of the newest readable checkpoint of `subject`, among the
+        manifests whose files were written at or after `since_ns` (all when None)."""
+        best: tuple[int, bytes] | None = None
+        try:
+            entries = list(os.scandir(Path(self.location) / "manifests"))
+        except OSError:
+            return None
+        for e in entries:
+            if len(e.name) != 64:
+                continue
+            try:
+                if since_ns is not None and e.stat().st_mtime_ns < since_ns:
+                    continue
+                cid = bytes.fromhex(e.name)
+                m = self.manifest(cid)
+            except (OSError, ValueError, CkptError):
+                continue  # gone, not a manifest name, or damaged (verify's business)
+            if m.subject == subject and (best is None or (m.created_ns, cid) > best):
+                best = (m.created_ns, cid)
+        return best
+
     def set_branch(self, name: str, cid: bytes) -> None:
         check_name(name, "branch name")
         with self.backend.lock("refs", shared=False):
