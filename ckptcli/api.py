@@ -224,7 +224,7 @@ def take(
         if parents is None:
             head = store.read_ref(f"refs/branches/{branch}") if branch else None
             if head is None:
-                head = store.read_ref(store.latest_ref(subj))
+                head = store.head(subj)  # latest, or a newer checkpoint a killed take left it behind
             parent_ids = [head] if head is not None else []
         else:
             parent_ids = [store.resolve(p) for p in parents]

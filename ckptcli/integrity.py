@@ -207,6 +207,17 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
         if t not in all_ids:
             problem("ref", path, f"points to checkpoint {t.hex()[:12]}, which does not exist")
 
+    if refs is None:  # dangling heads: a take killed between its manifest and its ref
+        from ckptcli.repair import dangling_heads
+
+        latest = {m.subject: t for path, t in ref_targets if (m := manifests.get(t)) and path == store.latest_ref(m.subject)}
+        for cid, subject, head in dangling_heads(manifests, latest):
+            behind = f"its latest ref names {head.hex()[:12]}" if head else "it has no latest ref"
+            rep.notes.append(
+                f"checkpoint {cid.hex()[:12]} of {subject} is newer than its latest and not in its history ({behind}): "
+                "a take was interrupted before moving the ref (harmless: the next take continues from it; `ckpt repair refs` moves latest)"
+            )
+
     # objects reachable from each checkpoint
     src = _Source(store, index)
     walked = WalkResult()

@@ -199,7 +199,7 @@ def prune(
         raise UsageError("no retention policy given", hint="give at least one --keep-* option, e.g. --keep-last 10")
     with store.backend.lock("store", shared=False, wait=lock_wait):
         manifests = {cid: store.manifest(cid) for cid in store.manifest_ids()}
-        refs = store.refs()
+        refs = store.refs(strict=True)  # a damaged ref could be a tag that protects a checkpoint
         protected: dict[bytes, list[str]] = defaultdict(list)
         for name, target in refs.items():
             if name.startswith(("tags/", "branches/")):
@@ -238,7 +238,7 @@ def remove_checkpoints(store: Store, ids: Iterable[bytes], *, max_unused: float 
         removed = wanted & set(manifests)
         if not removed:
             return GcReport()
-        refs = store.refs()
+        refs = store.refs(strict=True)  # a damaged ref could be a tag that protects a checkpoint
         for name, target in refs.items():
             if target in removed and name.startswith(("tags/", "branches/")):
                 store.delete_ref(f"refs/{name}")
@@ -296,6 +296,9 @@ def _plan_gc(
     """Write the packs and the one index that replace the store's; `upgrade` keeps every
     indexed object and rewrites every pack older than the store's format version."""
     store.refresh_index()
+    if store.damaged_index:
+        # packs only a damaged index file named are not orphans: read their own tables
+        store.find_in_packs()
     index = store.index()
     old_index_files = store.backend.list("index")
     rep.index_files_before = len(old_index_files)
@@ -365,13 +368,18 @@ def _plan_gc(
     drop = [pid for pid in drop if pid not in kept_ids]
     rep.packs_written = len(new_packs)
     rep.packs_deleted = len(drop)
-    packs = [{"id": pid, "entries": rows} for pid, rows in sorted(keep_rows.items())] + [
-        {"id": pid, "entries": rows} for pid, rows in new_packs
-    ]
-    data = framing.encode_record(framing.KIND_INDEX, {"packs": packs}, store.version)
+    name = write_index(store, sorted(keep_rows.items()) + new_packs)
+    return _GcPlan([n for n in old_index_files if n != name], name, drop)
+
+
+def write_index(store: Store, packs: list[tuple[bytes, list[list[Any]]]]) -> str:
+    """Write one index file naming `packs` ([(pack id, rows)]); returns its path. Prune,
+    upgrades and `ckpt repair index` replace a store's index files with one this way,
+    and delete the old ones only after it is committed."""
+    data = framing.encode_record(framing.KIND_INDEX, {"packs": [{"id": pid, "entries": rows} for pid, rows in packs]}, store.version)
     name = f"index/{hashlib.sha256(data).hexdigest()}"
     store.backend.write_atomic(name, data)
-    return _GcPlan([n for n in old_index_files if n != name], name, drop)
+    return name
 
 
 def pack_version(store: Store, pack_id: bytes) -> int:

@@ -139,6 +139,7 @@ class Rig:
         self.committed: dict[str, int] = {}  # checkpoint id -> take number
         self.unrestored: set[str] = set()
         self.latest: str | None = None
+        self.head: str | None = None  # the newest committed checkpoint: the next take's parent
         self.next_take = 0
         self.kills = 0
         self.restores = 0
@@ -166,7 +167,8 @@ class Rig:
         return i, ["take", str(doc_path), "--subject", self.subject, "--label", f"take={i}", *blobs, "--store", str(self.store), "--json"]
 
     def take_ok(self, *, trace: Path | None = None) -> None:
-        """A take that is not killed: it must succeed, with `latest` as its parent."""
+        """A take that is not killed: it must succeed, with the subject's newest committed
+        checkpoint as its parent (`latest`, or what a take killed before moving it committed)."""
         i, args = self.prepare()
         t0 = time.monotonic()
         if trace is None:
@@ -179,10 +181,10 @@ class Rig:
         self.last_duration = elapsed
         assert r.returncode == 0, f"take {i} after the kills failed:\n{describe(r)}"
         info = json.loads(r.stdout)
-        assert info["parents"] == ([self.latest] if self.latest else []), f"take {i}: parents {info['parents']}, latest was {self.latest}"
+        assert info["parents"] == ([self.head] if self.head else []), f"take {i}: parents {info['parents']}, newest was {self.head}"
         self.committed[info["id"]] = i
         self.unrestored.add(info["id"])
-        self.latest = info["id"]
+        self.latest = self.head = info["id"]
 
     def killed_take(self, *, fault: str | None = None, delay: float | None = None) -> tuple[int, int]:
         """Start take i and SIGKILL it (by the hook `fault`, or after `delay` seconds)."""
@@ -242,6 +244,8 @@ class Rig:
         if ref_moved is not None:
             assert (latest != self.latest) == ref_moved, f"[{label}] latest {'should' if ref_moved else 'should not'} have moved"
         self.latest = latest
+        # the next take's parent: a checkpoint the killed take committed is newer than latest
+        self.head = next(iter(new)) if new else latest
         self._compare(r, dirs[0], latest, f"[{label}] restore {self.subject}")
         for (ref, cid), d, r in zip(restores[1:], dirs[1:], restored[1:], strict=True):
             assert cid is not None

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ckptcli import __version__
+from ckptcli import __version__, notices
 from ckptcli.errors import CkptError, ExitCode
 
 HELP = """ckpt takes, inspects, verifies and moves checkpoints of long-running agents,
@@ -47,7 +47,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
-COMMANDS = ("init", "take", "ls", "show", "cat", "diff", "restore", "verify", "export", "import_", "tag", "branch", "refs", "compat", "prune", "migrate", "replay", "fork", "tui")
+COMMANDS = ("init", "take", "ls", "show", "cat", "diff", "restore", "verify", "export", "import_", "tag", "branch", "refs", "compat", "prune", "repair", "migrate", "replay", "fork", "tui")
 
 StoreOpt = Annotated[
     Path | None,
@@ -102,8 +102,15 @@ def interrupted() -> int:
     return int(ExitCode.INTERRUPTED)
 
 
+def warn(message: str) -> None:
+    """A library warning (ckptcli.notices): one line on stderr."""
+    sys.stderr.write(f"ckpt: warning: {message}\n")
+    sys.stderr.flush()
+
+
 def run(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every failure into one line and an exit code."""
+    notices.set_handler(warn)
     try:
         from typer._click import exceptions as ce  # newer typer vendors its own click
     except ImportError:  # pragma: no cover - typer that uses the click package

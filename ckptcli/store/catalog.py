@@ -93,15 +93,20 @@ def rows(store: Store) -> dict[bytes, list[Any]]:
     cached = _load(store)
     out: dict[bytes, list[Any]] = {}
     changed = False
+    damaged: list[tuple[bytes, str]] = []
     for cid in ids:
         row = cached.get(cid)
         if row is None:
             try:
                 row = Summary.of(store.manifest(cid)).row(cid)
-            except CkptError:
-                continue  # a damaged manifest is verify's business, not ls's
+            except CkptError as exc:
+                damaged.append((cid, exc.message))  # left out, and said so
+                continue
             changed = True
         out[cid] = row
+    if damaged:
+        more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
+        store.warn(f"checkpoint {damaged[0][0].hex()[:12]}{more} is left out: {damaged[0][1]}; run `ckpt verify`")
     if changed or len(out) != len(cached):
         body = {"version": CATALOG_VERSION, "entries": list(out.values())}
         with contextlib.suppress(CkptError, OSError):  # a read-only store simply has no catalog

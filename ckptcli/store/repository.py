@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ckptcli import notices
 from ckptcli.errors import (
     CkptError,
     ConflictError,
@@ -347,7 +348,12 @@ class Store:
         self.location = location
         self._index: dict[bytes, IndexEntry] | None = None
         self._index_files: set[str] = set()
+        self._indexed_packs: set[bytes] = set()  # packs a readable index file names
+        self._tables_read: set[bytes] = set()  # packs whose own table was read instead
+        self.damaged_index: dict[str, str] = {}  # index file -> what is wrong with it
         self._manifest_cache: dict[bytes, Manifest] = {}
+        self.warnings: list[str] = []
+        self.on_warning: notices.Handler | None = notices.handler()
 
     # -- opening -----------------------------------------------------------------
     @classmethod
@@ -387,6 +393,14 @@ class Store:
         """Replace the store config (a format upgrade); the caller holds the store lock exclusively."""
         self.backend.write_atomic("config", config.encode())
         self.config = config
+
+    def warn(self, message: str) -> None:
+        """Something read around rather than failed on: said once, through `on_warning`."""
+        if message in self.warnings:
+            return
+        self.warnings.append(message)
+        if self.on_warning is not None:
+            self.on_warning(message)
 
     def close(self) -> None:
         if isinstance(self.backend, LocalBackend):
@@ -428,22 +442,74 @@ class Store:
     def refresh_index(self) -> None:
         """Read index files written since the last look (other processes' takes). If any
         file read before has gone, a prune has rewritten the index: read it all again,
-        so that nothing is deduplicated against an object the prune removed."""
+        so that nothing is deduplicated against an object the prune removed.
+
+        A damaged index file is skipped (one warning): the objects it named are found
+        through their packs' own tables when they are first missed (`read_stored`)."""
         names = self.backend.list("index")
         if self._index_files - set(names):
             self._index, self._index_files = {}, set()
+            self._indexed_packs, self._tables_read, self.damaged_index = set(), set(), {}
             # a prune or a format upgrade rewrote the index; an upgrade also moved the
             # config to a newer version, which is the one to write from now on
             self.config = read_config(self.backend, f"{self.location}/config")
         idx = self._index if self._index is not None else {}
         self._index = idx
+        damaged: list[str] = []
         for name in names:
             if name in self._index_files:
                 continue
-            for pack_id, rows in self.read_index_file(name):
-                for oid, entry in parse_entry_rows(rows, pack_id, name):
+            try:
+                files = [(pack_id, list(parse_entry_rows(rows, pack_id, name))) for pack_id, rows in self.read_index_file(name)]
+            except NotFoundError:
+                continue  # removed since the listing (a prune): its replacement is listed too
+            except CkptError as exc:
+                self.damaged_index[name] = exc.message
+                damaged.append(name)
+                self._index_files.add(name)
+                continue
+            for pack_id, entries in files:
+                self._indexed_packs.add(pack_id)
+                for oid, entry in entries:
                     idx.setdefault(oid, entry)
             self._index_files.add(name)
+        if damaged:
+            more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
+            self.warn(
+                f"index file {damaged[0]}{more} is damaged ({self.damaged_index[damaged[0]]}); "
+                "objects are found through the pack tables instead; run `ckpt repair index`"
+            )
+
+    def find_in_packs(self, oid: bytes | None = None) -> None:
+        """Read the own tables of packs no readable index names, adding their objects to
+        the index, until `oid` is found (every such pack when `oid` is None). Each pack is
+        read once; a pack whose table cannot be read is skipped with a warning. This is
+        the slow path: only a damaged index file or an object missing from the index
+        leads here."""
+        from ckptcli.integrity import read_pack  # the pack reader verify uses; only on this path
+
+        idx = self.index()
+        for path in self.backend.list("packs"):
+            if oid is not None and oid in idx:
+                return
+            hexname = path.rsplit("/", 1)[-1]
+            try:
+                pack_id = bytes.fromhex(hexname)
+            except ValueError:
+                continue
+            if len(pack_id) != 32 or pack_id in self._indexed_packs or pack_id in self._tables_read:
+                continue
+            self._tables_read.add(pack_id)
+            try:
+                table = read_pack(self.backend.read(path), path)
+                rows = list(parse_entry_rows(table.rows, pack_id, path))
+            except NotFoundError:
+                continue  # removed by a prune meanwhile
+            except CkptError as exc:
+                self.warn(f"pack {path} cannot be read through its own table ({exc.message}); run `ckpt verify --read-data`")
+                continue
+            for found, entry in rows:
+                idx.setdefault(found, entry)
 
     def read_index_file(self, name: str) -> list[tuple[bytes, Any]]:
         data = self.backend.read(name)
@@ -463,6 +529,7 @@ class Store:
     def reset_index(self) -> None:
         """Forget the cached index (after a prune rewrote it); read again on next use."""
         self._index, self._index_files = None, set()
+        self._indexed_packs, self._tables_read, self.damaged_index = set(), set(), {}
 
     def forget_manifest(self, cid: bytes) -> None:
         self._manifest_cache.pop(cid, None)
@@ -471,6 +538,7 @@ class Store:
         idx = self.index()
         self._index_files.add(name)
         for pack_id, rows in packs:
+            self._indexed_packs.add(pack_id)
             for oid, entry in parse_entry_rows(rows, pack_id, "new index"):
                 idx.setdefault(oid, entry)
 
@@ -479,6 +547,9 @@ class Store:
 
     def read_stored(self, oid: bytes) -> tuple[IndexEntry, bytes]:
         entry = self.index().get(oid)
+        if entry is None:
+            self.find_in_packs(oid)
+            entry = self.index().get(oid)
         if entry is None:
             raise CorruptError(f"object {oid.hex()[:12]} is missing from the store", hint="run `ckpt verify` to see which checkpoints need it")
         stored = self.backend.read_range(pack_path(entry.pack), entry.offset, entry.stored_len)
@@ -561,12 +632,27 @@ class Store:
     def ref_paths(self) -> list[str]:
         return self.backend.list("refs")
 
-    def refs(self) -> dict[str, bytes]:
+    def refs(self, *, strict: bool = False, prefix: str = "refs") -> dict[str, bytes]:
+        """Every ref under `prefix` (path without "refs/" -> target). A damaged ref is
+        left out with one warning naming it, unless `strict` (then CorruptError): a
+        caller that decides what to delete by the refs (prune) must not overlook one."""
         out = {}
-        for path in self.ref_paths():
-            t = self.read_ref(path)
+        damaged: list[tuple[str, str]] = []
+        for path in self.backend.list(prefix):
+            try:
+                t = self.read_ref(path)
+            except NotFoundError:
+                continue  # deleted since the listing
+            except CkptError as exc:
+                if strict:
+                    raise
+                damaged.append((path, exc.message))
+                continue
             if t is not None:
                 out[path[len("refs/") :]] = t
+        if damaged:
+            more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
+            self.warn(f"ref {damaged[0][0]}{more} is damaged ({damaged[0][1]}) and is left out; run `ckpt verify`")
         return out
 
     @staticmethod
@@ -585,6 +671,59 @@ class Store:
                 except CkptError:
                     pass  # a damaged target is replaced
             self.write_ref(path, cid)
+
+    def head(self, subject: Subject) -> bytes | None:
+        """The default parent of a new checkpoint of `subject`: its newest committed
+        checkpoint. That is its latest ref, unless a take was killed between writing its
+        manifest (the commit point) and moving the ref, leaving a newer checkpoint the
+        ref lags behind (a dangling head); then it is that one, so the history does not
+        fork. Cheap: when the manifests directory has not changed since the ref was
+        written nothing else is read; otherwise only manifests written since then."""
+        path = self.latest_ref(subject)
+        try:
+            head = self.read_ref(path)
+        except CkptError as exc:
+            self.warn(f"{exc.message}; the subject's newest checkpoint is found from the manifests instead; run `ckpt repair refs`")
+            head = None
+        since: int | None = None
+        best: tuple[int, bytes] | None = None
+        if head is not None:
+            root = Path(self.location)
+            try:
+                ref_ns = (root / path).stat().st_mtime_ns
+                if (root / "manifests").stat().st_mtime_ns < ref_ns:
+                    return head  # no manifest was added after the ref moved
+            except OSError:
+                return head
+            since = ref_ns - 1_000_000_000  # a second of slack for coarse or stepped clocks
+            with contextlib.suppress(CkptError):
+                best = (self.manifest(head).created_ns, head)
+        newest = self.newest_of(subject, since)
+        if newest is not None and (best is None or newest > best):
+            best = newest
+        return best[1] if best is not None else head
+
+    def newest_of(self, subject: Subject, since_ns: int | None = None) -> tuple[int, bytes] | None:
+        """(created_ns, id) of the newest readable checkpoint of `subject`, among the
+        manifests whose files were written at or after `since_ns` (all when None)."""
+        best: tuple[int, bytes] | None = None
+        try:
+            entries = list(os.scandir(Path(self.location) / "manifests"))
+        except OSError:
+            return None
+        for e in entries:
+            if len(e.name) != 64:
+                continue
+            try:
+                if since_ns is not None and e.stat().st_mtime_ns < since_ns:
+                    continue
+                cid = bytes.fromhex(e.name)
+                m = self.manifest(cid)
+            except (OSError, ValueError, CkptError):
+                continue  # gone, not a manifest name, or damaged (verify's business)
+            if m.subject == subject and (best is None or (m.created_ns, cid) > best):
+                best = (m.created_ns, cid)
+        return best
 
     def set_branch(self, name: str, cid: bytes) -> None:
         check_name(name, "branch name")
@@ -628,12 +767,20 @@ class Store:
         if not ref:
             raise InvalidInputError("an empty checkpoint reference")
         if ref == "latest":
+            # only the subjects' latest refs are read: a damaged tag or branch is no
+            # reason to refuse `latest`; a damaged latest ref or manifest is skipped
+            # (with a warning) in favour of the newest readable one
             best: tuple[int, bytes] | None = None
-            for path, t in self.refs().items():
-                if path.startswith("latest/"):
+            for _path, t in self.refs(prefix="refs/latest").items():
+                try:
                     created = self.manifest(t).created_ns
-                    if best is None or created > best[0]:
-                        best = (created, t)
+                except NotFoundError:
+                    continue  # pruned since the listing
+                except CkptError as exc:
+                    self.warn(f"{exc.message}; `latest` is chosen among the other subjects' latest checkpoints")
+                    continue
+                if best is None or created > best[0]:
+                    best = (created, t)
             if best is None:
                 raise NotFoundError(f"the store at {self.location} has no checkpoints yet", hint="take one with `ckpt take`")
             return best[1]

@@ -1,0 +1,25 @@
+"""Warnings: things the library works around without failing (a damaged index file, a
+damaged ref, an unreadable manifest), which the user should still hear about.
+
+The core never prints. A Store collects its warnings (`Store.warnings`, each said once)
+and hands each to its `on_warning` callback, which defaults to the handler set here;
+the CLI sets one that prints `ckpt: warning: <message>` on stderr, one line each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+Handler = Callable[[str], None]
+
+_handler: Handler | None = None
+
+
+def set_handler(handler: Handler | None) -> None:
+    """Where new stores send their warnings (None: only collected, never shown)."""
+    global _handler
+    _handler = handler
+
+
+def handler() -> Handler | None:
+    return _handler
