@@ -267,7 +267,8 @@ def take(
             stats={"logical_bytes": enc.logical_bytes, "new_objects": txn.new_objects, "new_bytes": txn.new_stored_bytes},
             format_version=store.version,
         )
-        cid = store.write_manifest(manifest)  # the commit point
+        # the commit point; the head hint first, so a kill before the ref moves forks nothing
+        cid = store.write_manifest(manifest, note_head=True)
         # refs move while the store lock is still held, so a prune (which takes it
         # exclusively) never sees a new checkpoint without its refs
         store.advance_latest(subj, cid, manifest.created_ns)

@@ -101,7 +101,8 @@ def describe(r: subprocess.CompletedProcess[bytes]) -> str:
 #: or just after the n-th call of <point>:
 #:   commit_temp  LocalBackend.commit_temp (every pack, index, manifest and ref file is
 #:                committed through it: temp written -> fsync -> rename -> dir fsync)
-#:   replace      os.replace as called by the backend (the rename inside commit_temp)
+#:   replace      os.replace as called by the backend (the rename inside commit_temp; not
+#:                the head hint's in cache/, which is no step of the write order)
 #:   fsync        os.fsync as called by the backend
 #:   pack_add     PackWriter.add (one object appended to the pack being written)
 #:   delete       LocalBackend.delete (prune removing a manifest, index file, pack or temp)
@@ -121,8 +122,10 @@ def _kill_if(point, phase):
     if point == _target and phase == _when and _counts.get(point) == _n:
         os.kill(os.getpid(), signal.SIGKILL)
 
-def _hook(point, fn, detail):
+def _hook(point, fn, detail, skip=lambda a: False):
     def wrapper(*args, **kwargs):
+        if skip(args):
+            return fn(*args, **kwargs)
         _counts[point] = _counts.get(point, 0) + 1
         if _trace_path:
             with open(_trace_path, "a") as fh:
@@ -144,7 +147,9 @@ class _Os(types.ModuleType):
         return getattr(os, name)
 
 _os = _Os("os")
-_os.replace = _hook("replace", os.replace, lambda a: str(a[1]))
+# the head hint (cache/heads/..., written before the manifest) is a cache, not a step of
+# the write order: its rename is neither counted nor traced
+_os.replace = _hook("replace", os.replace, lambda a: str(a[1]), skip=lambda a: "/cache/" in str(a[1]))
 _os.fsync = _hook("fsync", os.fsync, lambda a: "")
 _backend.os = _os
 

@@ -55,6 +55,12 @@ class Backend(ABC):
         for path, data in items:
             self.write_atomic(path, data)
 
+    def write_hint(self, path: str, data: bytes) -> None:
+        """Args: path, data. Writes a cache file whole or not at all, without making it
+        durable: it must survive the writer being killed, not a power cut. Backends
+        without a cheaper way write it as write_atomic does. Raises: StoreIOError."""
+        self.write_atomic(path, data)
+
     @abstractmethod
     def open_temp(self) -> tuple[str, IO[bytes]]:
         """Returns: (temp name, writable binary file) for a large file written in pieces."""
@@ -225,6 +231,20 @@ class LocalBackend(Backend):
                 with contextlib.suppress(OSError):
                     os.unlink(self._p(temp))
             raise io_error(exc, "write", self.root) from None
+
+    def write_hint(self, path: str, data: bytes) -> None:
+        # temp + rename, no fsync: the page cache outlives a killed process
+        dest = self._p(path)
+        temp, fh = self.open_temp()
+        try:
+            with fh:
+                fh.write(data)
+            self._make_dirs(dest.parent)
+            os.replace(self._p(temp), dest)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(self._p(temp))
+            raise io_error(exc, "write", dest) from None
 
     def open_temp(self) -> tuple[str, IO[bytes]]:
         temp = f"tmp/{os.getpid()}-{secrets.token_hex(8)}.tmp"

@@ -601,9 +601,13 @@ class Store:
     def manifest_bytes(self, cid: bytes) -> bytes:
         return self.backend.read(f"manifests/{cid.hex()}")
 
-    def write_manifest(self, manifest: Manifest) -> bytes:
+    def write_manifest(self, manifest: Manifest, *, note_head: bool = False) -> bytes:
+        """Commit `manifest`; returns its id. `note_head`: a take that will move the
+        subject's latest ref next leaves the head hint first (see `note_head`)."""
         data = manifest.encode()
         cid = hashlib.sha256(data).digest()
+        if note_head:
+            self.note_head(manifest.subject, cid)
         self.backend.write_atomic(f"manifests/{cid.hex()}", data)
         self._manifest_cache[cid] = manifest
         return cid
@@ -672,55 +676,63 @@ class Store:
                     pass  # a damaged target is replaced
             self.write_ref(path, cid)
 
+    def head_hint_path(self, subject: Subject) -> str:
+        return f"cache/heads/{subject.kind}/{subject.name}"
+
+    def note_head(self, subject: Subject, cid: bytes) -> None:
+        """Say, before a take writes its manifest, which checkpoint it is about to commit
+        (`cache/heads/KIND/NAME`, 32 bytes). If the take is killed between its manifest
+        (the commit point) and its ref, the next take finds the dangling checkpoint here
+        in O(1) instead of scanning every manifest. A hint only: not synced (a process
+        kill keeps it; a power cut may lose it, and then the history forks as it would
+        without it), ignored unless it names a readable manifest of the subject."""
+        with contextlib.suppress(CkptError):  # a cache: a take never fails for want of it
+            self.backend.write_hint(self.head_hint_path(subject), cid)
+
     def head(self, subject: Subject) -> bytes | None:
         """The default parent of a new checkpoint of `subject`: its newest committed
         checkpoint. That is its latest ref, unless a take was killed between writing its
         manifest (the commit point) and moving the ref, leaving a newer checkpoint the
         ref lags behind (a dangling head); then it is that one, so the history does not
-        fork. Cheap: when the manifests directory has not changed since the ref was
-        written nothing else is read; otherwise only manifests written since then."""
+        fork. Cost: the ref and one 32-byte hint (note_head), whatever the store's size.
+        A damaged or missing ref is answered from every manifest (and said once)."""
         path = self.latest_ref(subject)
         try:
             head = self.read_ref(path)
         except CkptError as exc:
             self.warn(f"{exc.message}; the subject's newest checkpoint is found from the manifests instead; run `ckpt repair refs`")
-            head = None
-        since: int | None = None
-        best: tuple[int, bytes] | None = None
-        if head is not None:
-            root = Path(self.location)
-            try:
-                ref_ns = (root / path).stat().st_mtime_ns
-                if (root / "manifests").stat().st_mtime_ns < ref_ns:
-                    return head  # no manifest was added after the ref moved
-            except OSError:
-                return head
-            since = ref_ns - 1_000_000_000  # a second of slack for coarse or stepped clocks
-            with contextlib.suppress(CkptError):
-                best = (self.manifest(head).created_ns, head)
-        newest = self.newest_of(subject, since)
-        if newest is not None and (best is None or newest > best):
-            best = newest
-        return best[1] if best is not None else head
-
-    def newest_of(self, subject: Subject, since_ns: int | None = None) -> tuple[int, bytes] | None:
-        """(created_ns, id) of the newest readable checkpoint of `subject`, among the
-        manifests whose files were written at or after `since_ns` (all when None)."""
-        best: tuple[int, bytes] | None = None
+            newest = self.newest_of(subject)
+            return newest[1] if newest is not None else None
         try:
-            entries = list(os.scandir(Path(self.location) / "manifests"))
-        except OSError:
-            return None
-        for e in entries:
-            if len(e.name) != 64:
+            hint = self.backend.read(self.head_hint_path(subject))
+        except CkptError:
+            return head
+        if len(hint) != 32 or hint == head or not self.backend.exists(f"manifests/{hint.hex()}"):
+            return head  # no take left one behind (or it was killed before its manifest)
+        try:
+            dangling = self.manifest(hint)
+        except CkptError:
+            return head
+        if dangling.subject != subject:
+            return head
+        if head is not None:
+            with contextlib.suppress(CkptError):
+                if self.manifest(head).created_ns >= dangling.created_ns:
+                    return head
+        return hint
+
+    def newest_of(self, subject: Subject) -> tuple[int, bytes] | None:
+        """(created_ns, id) of the newest readable checkpoint of `subject`, from every
+        manifest: for a damaged ref and `ckpt repair refs`, not for every take."""
+        best: tuple[int, bytes] | None = None
+        for name in self.backend.list_names("manifests"):
+            if len(name) != 64:
                 continue
             try:
-                if since_ns is not None and e.stat().st_mtime_ns < since_ns:
-                    continue
-                cid = bytes.fromhex(e.name)
+                cid = bytes.fromhex(name)
                 m = self.manifest(cid)
-            except (OSError, ValueError, CkptError):
-                continue  # gone, not a manifest name, or damaged (verify's business)
+            except (ValueError, CkptError):
+                continue  # not a manifest name, or damaged (verify's business)
             if m.subject == subject and (best is None or (m.created_ns, cid) > best):
                 best = (m.created_ns, cid)
         return best
