@@ -526,3 +526,18 @@ def test_failed_restore_says_so_on_one_line(cli: Any, store: Store, ck: api.Chec
     assert r.code == ExitCode.IO_ERROR
     assert r.err == f"ckpt: error: cannot write w/NAME in {tmp_path / 'out'}: Input/output error; the restore was undone: {tmp_path / 'out'} was removed again\n"
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("bad", [{"mode": "0755"}, {"mode": 1.5}, {"mtime_ns": "now"}, {"mode": True}])
+def test_a_mode_or_mtime_that_is_not_an_integer_is_refused_before_writing(tmp_path: Path, bad: dict[str, Any]) -> None:
+    """(0.2.0: a TypeError traceback, after the files before it were written.)"""
+    from ckptcli.blobs import restore_blobs
+    from ckptcli.errors import CorruptError
+
+    def file(data: bytes, **extra: Any) -> dict[str, Any]:
+        return {"type": "file", "size": len(data), "mode": 0o644, "mtime_ns": 0, "data": data, **extra}
+
+    blobs = {"a": file(b"a\n"), "b": file(b"b\n", **bad)}
+    with pytest.raises(CorruptError, match="not an integer"):
+        restore_blobs(blobs, tmp_path / "out", None)  # type: ignore[arg-type]  # inline data needs no decoder
+    assert not (tmp_path / "out").exists()
