@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from ckptcli import __version__
-from ckptcli.blobs import CaptureReport, capture, restore_blobs, tree_size
+from ckptcli.blobs import CaptureReport, RestoreReport, capture, restore_blobs, tree_size
 from ckptcli.errors import (
     CkptError,
     CorruptError,
@@ -338,14 +338,24 @@ class Checkpoint:
         return value
 
     def restore_blobs(
-        self, target: PathLike, *, names: list[str] | None = None, overwrite: bool = False, progress: Progress = NULL
+        self,
+        target: PathLike,
+        *,
+        names: list[str] | None = None,
+        overwrite: bool = False,
+        keep_special_modes: bool = False,
+        report: RestoreReport | None = None,
+        progress: Progress = NULL,
     ) -> int:
+        """Write the blobs (or those in `names`) under `target`; returns the bytes written.
+        All or nothing, set-uid/set-gid/sticky bits dropped unless `keep_special_modes`
+        (see blobs.restore_blobs; `report` receives the counts)."""
         blobs = self.blobs()
         if names:
             missing = [n for n in names if n not in blobs]
             if missing:
                 raise NotFoundError(f"checkpoint {self.hex[:12]} has no blob {missing[0]!r} (it has: {', '.join(blobs) or 'none'})")
-        return restore_blobs(blobs, Path(target), self._decoder(), names=names, overwrite=overwrite, progress=progress, where=f"checkpoint {self.hex[:12]}")
+        return restore_blobs(blobs, Path(target), self._decoder(), names=names, overwrite=overwrite, keep_special_modes=keep_special_modes, progress=progress, where=f"checkpoint {self.hex[:12]}", report=report)
 
     def summary(self) -> dict[str, Any]:
         """Metadata and a short description of each section (for `ckpt show`)."""

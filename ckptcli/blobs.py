@@ -14,15 +14,24 @@ through directory file descriptors with O_NOFOLLOW, so neither a hostile name
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import secrets
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckptcli.errors import ConflictError, CorruptError, InvalidInputError, StoreIOError, UnsafePathError
+from ckptcli.errors import CkptError, ConflictError, CorruptError, InvalidInputError, StoreIOError, UnsafePathError
 from ckptcli.format.values import Decoder, Encoded, Encoder, LazyBytes, bytes_ev
 from ckptcli.progress import NULL, Progress
+from ckptcli.store.backend import TEMP_TRIES, create_temp, temp_name
+
+#: the longest file name (bytes) a file system holds (NAME_MAX)
+NAME_MAX = 255
+#: set-uid, set-gid, sticky: restored only when asked for (keep_special_modes)
+SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 
 
 def tree_size(path: Path) -> int:
@@ -136,6 +145,8 @@ def capture(
                 name.encode("utf-8")
             except UnicodeEncodeError:
                 raise InvalidInputError(f"file name {name!r} in {path} is not valid UTF-8; ckpt stores UTF-8 names") from None
+            if len(name.encode()) > NAME_MAX:  # a file system that allows longer names: restore could not write it
+                raise InvalidInputError(f"file name {name[:40]!r}... in {path} is longer than {NAME_MAX} bytes", hint="rename it; restore could not write it back")
             sub_parent = parent_entries.get(name) if isinstance(parent_entries, dict) else None
             entries[name] = capture(path / name, encoder, progress, rep, sub_parent)
         rep.dirs += 1
@@ -151,11 +162,23 @@ def capture(
 
 
 def check_component(name: Any, where: str) -> str:
-    """A single path component that cannot climb out of its directory."""
-    if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name or "\x00" in name or len(name.encode()) > 255:
+    """A single path component that cannot climb out of its directory. Every name a
+    POSIX file system can hold passes (a backslash is an ordinary character); refused
+    are those no directory can hold: empty, '.', '..', '/' or NUL inside, more than 255
+    bytes (NAME_MAX), not UTF-8."""
+    try:
+        size = len(name.encode()) if isinstance(name, str) else -1
+    except UnicodeEncodeError:
+        size = -1
+    if not isinstance(name, str) or size < 0 or name in ("", ".", "..") or "/" in name or "\x00" in name:
         raise UnsafePathError(
             f"{where}: unsafe path component {name!r} inside the checkpoint",
             hint="the checkpoint is hostile or damaged; nothing was written",
+        )
+    if size > NAME_MAX:
+        raise UnsafePathError(
+            f"{where}: file name {name[:40]!r}... inside the checkpoint is {size} bytes long, more than the {NAME_MAX} a file system allows",
+            hint="nothing was written",
         )
     return name
 
@@ -171,6 +194,13 @@ def _check_link(target: Any, rel: str, where: str) -> None:
         )
 
 
+def _check_meta(entry: dict[str, Any], rel: str, where: str) -> None:
+    for key in ("mode", "mtime_ns"):
+        value = entry.get(key, 0)
+        if type(value) is not int:
+            raise CorruptError(f"{where}: blob entry {rel} has a {key} that is not an integer: {value!r}")
+
+
 def validate(entry: Any, rel: str, where: str) -> int:
     """Check a whole blob tree before anything is written; returns its byte size."""
     if not isinstance(entry, dict):
@@ -183,11 +213,13 @@ def validate(entry: Any, rel: str, where: str) -> int:
         size = data.size if isinstance(data, LazyBytes) else len(data)
         if entry.get("size") != size:
             raise CorruptError(f"{where}: file {rel} declares {entry.get('size')} bytes but holds {size}")
+        _check_meta(entry, rel, where)
         return size
     if kind == "dir":
         children = entry.get("entries")
         if not isinstance(children, dict):
             raise CorruptError(f"{where}: directory {rel} has no entries")
+        _check_meta(entry, rel, where)
         return sum(validate(child, f"{rel}/{check_component(name, where)}", where) for name, child in children.items())
     if kind == "symlink":
         _check_link(entry.get("target"), rel, where)
@@ -197,73 +229,278 @@ def validate(entry: Any, rel: str, where: str) -> int:
     raise CorruptError(f"{where}: blob entry {rel} has unknown type {kind!r}")
 
 
+@dataclass
+class RestoreReport:
+    """What restore_blobs wrote."""
+
+    bytes: int = 0
+    files: int = 0
+    dirs: int = 0
+    symlinks: int = 0
+    #: files and links moved out of the way (overwrite=True); removed once all is written
+    replaced: int = 0
+    #: files and directories whose set-uid, set-gid or sticky bits were not restored
+    special_dropped: int = 0
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_Parts = tuple[str, ...]
+
+
+def _rel(parts: _Parts, name: str) -> str:
+    return "/".join((*parts, name))
+
+
+def _check_conflicts(dir_fd: int, entries: dict[str, Any], parts: _Parts, overwrite: bool) -> None:
+    """Raise ConflictError for the first name of the checkpoint that the existing target
+    does not let restore write (before anything is written)."""
+    for name, entry in entries.items():
+        kind = entry["type"]
+        if kind == "skipped":
+            continue
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if kind == "dir" and stat.S_ISDIR(st.st_mode):
+            fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+            try:
+                _check_conflicts(fd, entry["entries"], (*parts, name), overwrite)
+            finally:
+                os.close(fd)
+        else:
+            _conflict(_rel(parts, name), st, overwrite, "; nothing was written")
+
+
+def _conflict(rel: str, st: os.stat_result, overwrite: bool, outcome: str = "") -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise ConflictError(f"{rel} exists as a directory in the target, where the checkpoint has a file or link", hint=f"remove it first{outcome}")
+    if not overwrite:
+        raise ConflictError(f"{rel} already exists in the target", hint=f"pass --overwrite to replace it, or restore into an empty directory{outcome}")
+
+
+def _open_dir(root_fd: int, parts: _Parts) -> int:
+    """A new descriptor of the directory `parts` below `root_fd`, following no symlink."""
+    fd = os.dup(root_fd)
+    for part in parts:
+        try:
+            sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = sub
+    return fd
+
+
+def _remove(dir_fd: int, name: str) -> None:
+    """Remove `name` and, for a directory, everything below it (no symlink followed)."""
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=dir_fd)
+        return
+    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    try:
+        os.chmod(fd, 0o700)  # a read-only directory this restore made (mode 0555) must still empty
+        for child in os.listdir(fd):
+            _remove(fd, child)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dir_fd)
+
+
+def _keep_aside(dir_fd: int, name: str, entries: dict[str, Any]) -> tuple[str, bool]:
+    """A second name for the file or link `name`, random (as create_temp's, suffix
+    .old): a hard link, created exclusively, so the file can be renamed over at once;
+    where hard links are not possible, the file is renamed over an empty file of our
+    own made by create_temp. Returns (the name, whether `name` is still there too)."""
+    for _ in range(TEMP_TRIES):
+        aside = temp_name(secrets.token_hex(8), ".old")
+        if aside in entries:
+            continue
+        try:
+            os.link(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+            return aside, True
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+                raise
+            break
+    else:
+        raise FileExistsError(errno.EEXIST, f"no free temporary name after {TEMP_TRIES} random tries")
+    aside, fd = create_temp(dir_fd, suffix=".old", avoid=entries)
+    os.close(fd)
+    try:
+        os.rename(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(aside, dir_fd=dir_fd)
+        raise
+    return aside, False
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 class _Writer:
-    def __init__(self, decoder: Decoder, progress: Progress, overwrite: bool) -> None:
+    """Writes a validated blob tree, remembering enough to undo it.
+
+    A directory this restore created ("fresh") holds only what it wrote, so its content
+    is not recorded: undoing removes the directory. In a directory that was there,
+    each name written is recorded, what it replaced is kept aside under a random name
+    until the whole restore succeeded, and the old mode of the directory is kept.
+    Files are written under a random temporary name (create_temp: O_EXCL|O_NOFOLLOW,
+    never one of the checkpoint's names in that directory) and renamed into place.
+    """
+
+    def __init__(self, decoder: Decoder, progress: Progress, overwrite: bool, keep_special: bool, report: RestoreReport) -> None:
         self.decoder = decoder
         self.progress = progress
         self.overwrite = overwrite
+        self.keep_special = keep_special
+        self.report = report
+        self.current = ""
+        self.created: list[tuple[_Parts, str]] = []
+        self.aside: list[tuple[_Parts, str, str]] = []  # (directory, name kept aside, its own name)
+        self.modes: list[tuple[_Parts, int]] = []  # existing directories whose mode was set
 
-    def write(self, dir_fd: int, name: str, entry: dict[str, Any], rel: str) -> None:
-        kind = entry["type"]
-        if kind == "file":
-            self._file(dir_fd, name, entry, rel)
-        elif kind == "dir":
+    def write_entries(self, dir_fd: int, entries: dict[str, Any], parts: _Parts, fresh: bool) -> None:
+        for name, entry in entries.items():
+            kind = entry["type"]
+            self.current = _rel(parts, name)
+            if kind == "file":
+                self._file(dir_fd, name, entry, entries, parts, fresh)
+            elif kind == "dir":
+                self._dir(dir_fd, name, entry, entries, parts, fresh)
+            elif kind == "symlink":
+                if not fresh:
+                    self._clear(dir_fd, name, entries, parts, want_dir=False)
+                os.symlink(entry["target"], name, dir_fd=dir_fd)
+                if not fresh:
+                    self.created.append((parts, name))
+                self.report.symlinks += 1
+
+    def _mode(self, entry: dict[str, Any], default: int) -> int:
+        mode: int = entry.get("mode", default) & 0o7777
+        if mode & SPECIAL_BITS and not self.keep_special:
+            self.report.special_dropped += 1
+            mode &= ~SPECIAL_BITS
+        return mode
+
+    def _clear(self, dir_fd: int, name: str, entries: dict[str, Any], parts: _Parts, *, want_dir: bool, keep: bool = False) -> os.stat_result | None:
+        """Make room for `name` in an existing directory: returns the stat of a directory
+        to merge into; None when the name is free, or holds a file or link that is now
+        also kept aside (overwrite) and, unless `keep` (a file is renamed over it),
+        removed from `name`."""
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if want_dir and stat.S_ISDIR(st.st_mode):
+            return st
+        _conflict(_rel(parts, name), st, self.overwrite)  # appeared since the check: restore_blobs undoes
+        aside, linked = _keep_aside(dir_fd, name, entries)
+        self.aside.append((parts, aside, name))
+        self.report.replaced += 1
+        if linked and not keep:
+            os.unlink(name, dir_fd=dir_fd)
+        return None
+
+    def _dir(self, dir_fd: int, name: str, entry: dict[str, Any], entries: dict[str, Any], parts: _Parts, fresh: bool) -> None:
+        st = None if fresh else self._clear(dir_fd, name, entries, parts, want_dir=True)
+        if st is None:
+            os.mkdir(name, 0o700, dir_fd=dir_fd)
+            if not fresh:
+                self.created.append((parts, name))
+        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+        try:
+            self.write_entries(fd, entry["entries"], (*parts, name), st is None)
+            if st is not None:
+                self.modes.append(((*parts, name), stat.S_IMODE(st.st_mode)))
+            os.chmod(fd, self._mode(entry, 0o755))
+        finally:
+            os.close(fd)
+        self.report.dirs += 1
+
+    def _file(self, dir_fd: int, name: str, entry: dict[str, Any], entries: dict[str, Any], parts: _Parts, fresh: bool) -> None:
+        tmp, fd = create_temp(dir_fd, avoid=entries)
+        try:
             try:
-                os.mkdir(name, 0o700, dir_fd=dir_fd)
-            except FileExistsError:
-                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-                if not stat.S_ISDIR(st.st_mode):
-                    self._replace_or_fail(dir_fd, name, rel)
-                    os.mkdir(name, 0o700, dir_fd=dir_fd)
-            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
-            try:
-                for child, sub in entry["entries"].items():
-                    self.write(fd, child, sub, f"{rel}/{child}")
-                os.chmod(fd, entry.get("mode", 0o755) & 0o7777)
+                data = entry["data"]
+                if isinstance(data, LazyBytes):
+                    for piece in self.decoder.iter_bytes(data.oid):
+                        _write_all(fd, piece)
+                        self.progress.advance(len(piece))
+                else:
+                    _write_all(fd, data)
+                    self.progress.advance(len(data))
+                os.fchmod(fd, self._mode(entry, 0o644))
             finally:
                 os.close(fd)
-        elif kind == "symlink":
-            self._replace_if_exists(dir_fd, name, rel)
-            os.symlink(entry["target"], name, dir_fd=dir_fd)
-
-    def _replace_or_fail(self, dir_fd: int, name: str, rel: str) -> None:
-        if not self.overwrite:
-            raise ConflictError(f"{rel} already exists in the target", hint="pass --overwrite, or restore into an empty directory")
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode):
-            raise ConflictError(f"{rel} exists as a directory in the target; remove it first")
-        os.unlink(name, dir_fd=dir_fd)
-
-    def _replace_if_exists(self, dir_fd: int, name: str, rel: str) -> None:
-        try:
-            os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return
-        self._replace_or_fail(dir_fd, name, rel)
-
-    def _file(self, dir_fd: int, name: str, entry: dict[str, Any], rel: str) -> None:
-        self._replace_if_exists(dir_fd, name, rel)
-        tmp = f".{name}.ckpt-partial"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
-        try:
-            data = entry["data"]
-            if isinstance(data, LazyBytes):
-                for piece in self.decoder.iter_bytes(data.oid):
-                    os.write(fd, piece)
-                    self.progress.advance(len(piece))
-            else:
-                os.write(fd, data)
-                self.progress.advance(len(data))
-            os.fchmod(fd, entry.get("mode", 0o644) & 0o7777)
+            if not fresh:
+                self._clear(dir_fd, name, entries, parts, want_dir=False, keep=True)
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
-            os.close(fd)
-            os.unlink(tmp, dir_fd=dir_fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
             raise
-        os.close(fd)
-        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        if not fresh:
+            self.created.append((parts, name))
+        self.report.files += 1
         mtime = entry.get("mtime_ns")
         if isinstance(mtime, int):
             os.utime(name, ns=(mtime, mtime), dir_fd=dir_fd, follow_symlinks=False)
+
+    def undo(self, root_fd: int) -> list[str]:
+        """Remove what was written, put back what was replaced; returns what could not be undone."""
+        left: list[str] = []
+        for parts, name in reversed(self.created):
+            try:
+                fd = _open_dir(root_fd, parts)
+                try:
+                    _remove(fd, name)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                left.append(f"{_rel(parts, name)} ({exc.strerror})")
+        for parts, aside, name in reversed(self.aside):
+            try:
+                fd = _open_dir(root_fd, parts)
+                try:
+                    os.rename(aside, name, src_dir_fd=fd, dst_dir_fd=fd)
+                    # both names of one file (nothing was renamed over it yet): rename
+                    # does nothing, the second name goes
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(aside, dir_fd=fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                left.append(f"{_rel(parts, aside)}, the old {name} ({exc.strerror})")
+        for parts, mode in reversed(self.modes):
+            with contextlib.suppress(OSError):
+                fd = _open_dir(root_fd, parts)
+                try:
+                    os.chmod(fd, mode)
+                finally:
+                    os.close(fd)
+        return left
+
+    def drop_aside(self, root_fd: int) -> None:
+        """After success: remove what was replaced."""
+        by_dir: dict[_Parts, list[str]] = {}
+        for parts, aside, _name in self.aside:
+            by_dir.setdefault(parts, []).append(aside)
+        for parts, names in by_dir.items():
+            with contextlib.suppress(OSError):
+                fd = _open_dir(root_fd, parts)
+                try:
+                    for aside in names:
+                        with contextlib.suppress(OSError):
+                            os.unlink(aside, dir_fd=fd)
+                finally:
+                    os.close(fd)
 
 
 def restore_blobs(
@@ -273,27 +510,74 @@ def restore_blobs(
     *,
     names: list[str] | None = None,
     overwrite: bool = False,
+    keep_special_modes: bool = False,
     progress: Progress = NULL,
     where: str = "checkpoint",
+    report: RestoreReport | None = None,
 ) -> int:
-    """Write blob entries under `target` (created if missing); returns bytes written."""
+    """Write blob entries under `target` (created if missing); returns bytes written.
+
+    All or nothing: every name and link is checked, and every conflict with what the
+    target holds, before the first write; if writing fails, what this restore wrote
+    is removed and what it replaced is put back, and the error says so (or names what
+    could not be undone). Set-uid, set-gid and sticky bits are dropped unless
+    `keep_special_modes` (counted in `report.special_dropped`).
+    """
+    rep = report if report is not None else RestoreReport()
     chosen = {k: v for k, v in blobs.items() if names is None or k in names}
     total = 0
     for name, entry in chosen.items():
         total += validate(entry, check_component(name, where), where)
+    # the first directory of `target` that does not exist yet: everything under it is
+    # this restore's, and goes again if the restore fails
+    first_new: Path | None = None
+    for p in (target, *target.parents):
+        if os.path.lexists(p):
+            break
+        first_new = p
     try:
         target.mkdir(parents=True, exist_ok=True)
-        root_fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
+        root_fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise StoreIOError(f"cannot use {target} as the restore target: {exc.strerror}") from None
     progress.start("restoring blobs", total)
+    w = _Writer(decoder, progress, overwrite, keep_special_modes, rep)
     try:
-        w = _Writer(decoder, progress, overwrite)
-        for name, entry in chosen.items():
-            w.write(root_fd, name, entry, name)
-    except OSError as exc:
-        raise StoreIOError(f"cannot write into {target}: {exc.strerror}") from None
+        if first_new is None:
+            _check_conflicts(root_fd, chosen, (), overwrite)
+        w.write_entries(root_fd, chosen, (), first_new is not None)
+        w.drop_aside(root_fd)
+    except BaseException as exc:
+        undone = _undo(w, root_fd, first_new, target)
+        if isinstance(exc, OSError):
+            what = f"{w.current} in {target}" if w.current else str(target)
+            raise StoreIOError(f"cannot write {what}: {exc.strerror}", hint=undone) from None
+        if isinstance(exc, CkptError) and w.current:
+            exc.hint = f"{exc.hint}; {undone}" if exc.hint else undone
+        raise
     finally:
         os.close(root_fd)
         progress.finish()
+    rep.bytes = total
     return total
+
+
+def _undo(w: _Writer, root_fd: int, first_new: Path | None, target: Path) -> str:
+    left = w.undo(root_fd) if w.current else []
+    if first_new is not None:
+        try:
+            parent_fd = os.open(first_new.parent, _DIR_FLAGS)
+            try:
+                _remove(parent_fd, first_new.name)
+            finally:
+                os.close(parent_fd)
+        except OSError as exc:
+            left.append(f"{first_new} ({exc.strerror})")
+    if left:
+        more = f" and {len(left) - 3} more" if len(left) > 3 else ""
+        return f"the restore could not be undone entirely, left behind: {', '.join(left[:3])}{more}"
+    if not w.current:
+        return "nothing was written"
+    if first_new is not None:
+        return f"the restore was undone: {first_new} was removed again"
+    return f"the restore was undone: {target} holds what it held before"

@@ -343,7 +343,7 @@ class Recorder:
 
         lock_path = self.path.with_name(self.path.name + ".lock")
         try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise StoreIOError(f"cannot open {lock_path}: {exc.strerror}") from None
         try:

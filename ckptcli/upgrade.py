@@ -31,7 +31,7 @@ from ckptcli.format import limits
 from ckptcli.format.walk import walk_checkpoint
 from ckptcli.progress import NULL, Progress
 from ckptcli.store import single
-from ckptcli.store.backend import fsync_dir
+from ckptcli.store.backend import create_temp, fsync_dir
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
 
@@ -191,9 +191,13 @@ def rewrite_file(source: Path, dest: Path, version: int = limits.FORMAT_VERSION,
         manifest_bytes = f.manifest_bytes
     finally:
         f.close()
-    tmp = dest.with_name(f".{dest.name}.ckpt-upgrade")
+    tmp: Path | None = None
     try:
-        with open(tmp, "wb") as fh:
+        # a new file under a random name (O_EXCL|O_NOFOLLOW): nothing planted beside
+        # `dest` is followed or truncated
+        name, fd = create_temp(dest.parent, suffix=".ckpt-upgrade", mode=0o666)
+        tmp = dest.parent / name
+        with os.fdopen(fd, "wb") as fh:
             single.write_checkpoint_file(fh, manifest_bytes, objects, version)
             fh.flush()
             os.fsync(fh.fileno())
@@ -210,12 +214,14 @@ def rewrite_file(source: Path, dest: Path, version: int = limits.FORMAT_VERSION,
         if problem:
             raise CorruptError(f"{tmp}: {problem}", hint="the original is unchanged")
         os.replace(tmp, dest)
+        tmp = None
         fsync_dir(dest.parent)
     except OSError as exc:
         raise StoreIOError(f"cannot write {dest}: {exc.strerror}", hint="the original is unchanged") from None
     finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
     return dest.stat().st_size
 
 

@@ -54,7 +54,6 @@ import random
 import struct
 import threading
 import time
-import uuid
 import weakref
 import zlib
 from collections import OrderedDict
@@ -82,7 +81,7 @@ from ckptcli.adapters.langgraph_layout import MSGPACK, Key, SectionWriter, Typed
 from ckptcli.adapters.msgpack_view import from_view, to_view
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, StoreIOError, UsageError
 from ckptcli.format.values import Decoder, ListTree, array_header
-from ckptcli.store.backend import fsync_dir
+from ckptcli.store.backend import create_temp, fsync_dir
 from ckptcli.store.repository import Store
 
 __all__ = ["CkptSaver"]
@@ -375,16 +374,18 @@ class _Journal:
     RESERVE = 1 << 20
 
     def __init__(self, directory: Path, fsync: str) -> None:
-        self.path = directory / f"{uuid.uuid4().hex}.journal"
+        self.path = directory  # until created
         self.fsync = fsync
         try:
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            # a random name, O_EXCL|O_NOFOLLOW: a file or link planted there is never used
+            name, self.fd = create_temp(directory, prefix="", suffix=".journal", mode=0o644, flags=os.O_RDWR)
+            self.path = directory / name
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.pwrite(self.fd, JOURNAL_MAGIC + bytes(self.RESERVE - len(JOURNAL_MAGIC)), 0)
             os.fsync(self.fd)
             fsync_dir(directory)
         except OSError as exc:
-            raise StoreIOError(f"cannot create the LangGraph journal {self.path}: {exc.strerror}") from None
+            raise StoreIOError(f"cannot create a LangGraph journal in {directory}: {exc.strerror}") from None
         self.size = len(JOURNAL_MAGIC)  # where the records end
         self.allocated = self.RESERVE
         self.synced = self.size  # what is known to be on disk
@@ -1140,7 +1141,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         found: list[tuple[float, Path, int]] = []
         for path in self._jdir.glob("*.journal"):
             try:
-                fd = os.open(path, os.O_RDWR)
+                fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)  # a symlink is no journal
             except OSError:
                 continue
             try:

@@ -13,14 +13,15 @@ import errno
 import fcntl
 import os
 import secrets
+import stat
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-from ckptcli.errors import LockError, NotFoundError, StoreIOError
+from ckptcli.errors import InvalidInputError, LockError, NotFoundError, StoreIOError
 
 
 def io_error(exc: OSError, what: str, path: Path | str) -> StoreIOError:
@@ -114,29 +115,122 @@ def fsync_dir(path: Path, *, strict: bool = False) -> None:
             raise
 
 
+#: how many random names create_temp tries before it gives up
+TEMP_TRIES = 64
+
+
+def temp_name(token: str, suffix: str = ".tmp", prefix: str = ".ckpt-") -> str:
+    """The temporary name made of a random `token` (secrets.token_hex(8))."""
+    return f"{prefix}{token}{suffix}"
+
+
+def create_temp(
+    directory: Path | int,
+    *,
+    suffix: str = ".tmp",
+    prefix: str = ".ckpt-",
+    mode: int = 0o600,
+    flags: int = os.O_WRONLY,
+    avoid: Container[str] = (),
+) -> tuple[str, int]:
+    """Create a new, empty file under an unpredictable name in `directory` (a path or a
+    directory descriptor).
+
+    The name is `prefix` + 16 random hex digits + `suffix`, never one in `avoid` (the
+    names a restore is about to write there). The file is opened with
+    O_CREAT|O_EXCL|O_NOFOLLOW: whatever already holds the name (a file, a hard link, a
+    symlink, dangling or not) is never opened, truncated or followed; another random
+    name is tried instead, up to TEMP_TRIES times.
+
+    Returns:
+        (name, descriptor opened with `flags`).
+    Raises:
+        OSError: the directory refused the file, or every name tried was taken (EEXIST).
+    """
+    flags |= os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(TEMP_TRIES):
+        name = temp_name(secrets.token_hex(8), suffix, prefix)
+        if name in avoid:
+            continue
+        try:
+            if isinstance(directory, int):
+                return name, os.open(name, flags, mode, dir_fd=directory)
+            return name, os.open(os.path.join(directory, name), flags, mode)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:  # a symlink at the name, on systems that say so
+                raise
+    raise FileExistsError(errno.EEXIST, f"no free temporary name after {TEMP_TRIES} random tries")
+
+
 def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str = "") -> None:
     """Write the file at `path` whole or not at all, outside a store (an exported
-    checkpoint, a restored document, a recorder's journal): `write` fills a temporary
-    file beside it, which is fsynced and renamed over `path`; then the directory is
+    checkpoint, a restored document, a recorder's journal): `write` fills a new
+    temporary file beside it (create_temp: random name, O_EXCL|O_NOFOLLOW, mode 0666
+    less the umask), which is fsynced and renamed over `path`; then the directory is
     synced. On any failure the temporary file is removed and `path` is as it was.
 
+    When `path` is (or links to) something other than a regular file (a FIFO, a device
+    such as /dev/null, a socket), it is written through, never replaced.
+
     Raises:
-        StoreIOError naming `what` (default: the path) for an OSError; what `write` raised.
+        StoreIOError naming `what` (default: the path) for an OSError; InvalidInputError
+        when `path` is a directory; what `write` raised.
     """
-    tmp = path.with_name(f".{path.name}.ckpt-partial")
+    shown = what or str(path)
     try:
-        with open(tmp, "wb") as fh:
+        st: os.stat_result | None = os.stat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise StoreIOError(f"cannot write {shown}: {exc.strerror}") from None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise InvalidInputError(f"cannot write {shown}: it is a directory", hint="give the name of a file")
+    if st is not None and not stat.S_ISREG(st.st_mode) and _write_through(path, write, shown):
+        return
+    parent = path.parent
+    tmp: Path | None = None
+    try:
+        name, fd = create_temp(parent, mode=0o666)
+        tmp = parent / name
+        with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        tmp = None
     except BaseException as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
         if isinstance(exc, OSError):
-            raise StoreIOError(f"cannot write {what or path}: {exc.strerror}") from None
+            raise StoreIOError(f"cannot write {shown}: {exc.strerror}") from None
         raise
-    fsync_dir(path.parent)
+    fsync_dir(parent)
+
+
+def _write_through(path: Path, write: Callable[[IO[bytes]], None], shown: str) -> bool:
+    """Write into the special file at `path` (no create, no truncate, no rename);
+    False if it turned into a regular file meanwhile (then it is replaced as usual)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise StoreIOError(f"cannot write {shown}: {exc.strerror}") from None
+    try:
+        fh = os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with fh:
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return False
+            write(fh)
+            fh.flush()
+        except OSError as exc:
+            raise StoreIOError(f"cannot write {shown}: {exc.strerror}") from None
+    return True
 
 
 class LocalBackend(Backend):
@@ -247,12 +341,13 @@ class LocalBackend(Backend):
             raise io_error(exc, "write", dest) from None
 
     def open_temp(self) -> tuple[str, IO[bytes]]:
-        temp = f"tmp/{os.getpid()}-{secrets.token_hex(8)}.tmp"
+        # a random name created exclusively (create_temp): a file or link planted in
+        # tmp/ is never written through, another name is taken
         try:
-            fh = open(self._p(temp), "xb")  # noqa: SIM115 - returned to the caller
+            name, fd = create_temp(self.root / "tmp", prefix=f"{os.getpid()}-", mode=0o666)
         except OSError as exc:
             raise io_error(exc, "create a temporary file in", self.root / "tmp") from None
-        return temp, fh
+        return f"tmp/{name}", os.fdopen(fd, "wb")
 
     def commit_temp(self, temp: str, handle: IO[bytes], path: str) -> None:
         dest = self._p(path)
@@ -321,7 +416,7 @@ class LocalBackend(Backend):
     def lock(self, name: str, *, shared: bool, wait: float = 30.0) -> Iterator[None]:
         path = self._p(f"locks/{name}.lock")
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise io_error(exc, "open the lock", path) from None
         try:

@@ -21,14 +21,23 @@ def restore(
     blobs_dir: Annotated[Path | None, typer.Option("--blobs", "-B", help="Restore blobs into this directory (created if missing).", show_default=False)] = None,
     blob: Annotated[list[str] | None, typer.Option("--blob", help="Only this blob; repeatable.", show_default=False)] = None,
     fmt: Annotated[str | None, typer.Option("--format", help="json or msgpack (default: the format it was taken in).", show_default=False)] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace files that already exist in the blobs directory.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace files and links that already exist in the blobs directory (kept aside until the restore succeeded).")] = False,
+    keep_special_modes: Annotated[bool, typer.Option("--keep-special-modes", help="Restore set-uid, set-gid and sticky bits too (dropped by default).")] = False,
     no_state: Annotated[bool, typer.Option("--no-state", help="Do not write the state document.")] = False,
     store: StoreOpt = None,
 ) -> None:
     """Restore a checkpoint: its state document, and its blobs into a directory.
 
     Nothing inside a checkpoint can write outside the blobs directory: names such as
-    ../x or /etc/x and escaping symlinks are refused before anything is written.
+    ../x or /etc/x and escaping symlinks are refused before anything is written, and
+    so is a name that already exists there (unless --overwrite). Files are written
+    under new random names and renamed into place; links and files planted in the
+    directory are never followed. If writing fails, what the restore wrote is removed
+    again and what it replaced is put back. Set-uid, set-gid and sticky bits are
+    dropped unless --keep-special-modes.
+
+    -o writes the document under a new random name beside it, renamed into place; a
+    FIFO or device (/dev/stdout) is written through, never replaced.
 
     Examples:
 
@@ -39,11 +48,15 @@ def restore(
       ckpt restore exported.ckpt --format msgpack -o state.msgpack
     """
     from ckptcli import api
+    from ckptcli.blobs import RestoreReport
 
     ck = api.open_checkpoint(ref, store_path=store)
     if blobs_dir is not None:
-        n = ck.restore_blobs(blobs_dir, names=blob or None, overwrite=overwrite, progress=BarProgress())
+        report = RestoreReport()
+        n = ck.restore_blobs(blobs_dir, names=blob or None, overwrite=overwrite, keep_special_modes=keep_special_modes, report=report, progress=BarProgress())
         sys.stderr.write(f"restored {human_size(n)} of blobs into {blobs_dir}\n")
+        if report.special_dropped:
+            sys.stderr.write(f"dropped set-uid/set-gid/sticky bits from {report.special_dropped} files; pass --keep-special-modes to keep them\n")
     if no_state:
         return
     state = ck.state()
