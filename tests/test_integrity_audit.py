@@ -150,3 +150,18 @@ def test_pack_with_a_flipped_version_is_named_as_damaged(tmp_path: Path) -> None
     assert p.name == f"packs/{pack.parent.name}/{pack.name}"
     assert "declares format version 54530" in p.message and "damaged" in p.message
     assert "upgrade ckpt" not in p.message
+
+
+def test_cli_verify_and_import_of_a_lying_file(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    src = ckptcli.init_store(tmp_path / "src")
+    cid = _lying_bytes_node(src)
+    path = tmp_path / "lying.ckpt"
+    export_checkpoint(open_checkpoint(cid, src), path)
+    r = cli("verify", "--read-data", path)
+    assert r.code == 5 and "holds 100 bytes, its tree node says 50" in r.out + r.err
+    ckptcli.init_store(tmp_path / "dst")
+    r = cli("import", path, "--store", tmp_path / "dst")
+    assert r.code == 5, r
+    (line,) = r.err.strip().splitlines()
+    assert line.startswith("ckpt: error: ") and str(path) in line and "its tree node says 50" in line
+    assert "Traceback" not in r.err
