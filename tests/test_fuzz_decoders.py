@@ -47,7 +47,7 @@ from ckptcli.store.single import CheckpointFile
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SCALE = max(1, int(os.environ.get("CKPT_STRESS_SCALE", "1") or "1"))
 FUZZ_EXAMPLES = 100
-SLOW_EXAMPLES = 1000 * SCALE
+SLOW_EXAMPLES = 300 * SCALE
 RECORD_KINDS = {"config": framing.KIND_CONFIG, "index": framing.KIND_INDEX, "manifests": framing.KIND_MANIFEST, "refs": framing.KIND_REF}
 
 
