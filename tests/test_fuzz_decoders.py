@@ -27,6 +27,8 @@ import hashlib
 import os
 import shutil
 import struct
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -299,3 +301,26 @@ def test_the_corpus_holds_every_kind() -> None:
     assert len(OBJECTS.evs) > 10 and len(OBJECTS.ids) > 10
     assert sum(len(r) > 0 for r in OBJECTS.reached) > 5, "values that reach objects, for the object mutations"
     assert all(hashlib.sha256(OBJECTS.objects[o]).digest() == o for o in OBJECTS.ids)
+
+
+@pytest.mark.slow
+def test_fuzz_with_atheris(tmp_path: Path) -> None:
+    """The coverage-guided target (tests/fuzz_atheris.py) for 2,000 x CKPT_STRESS_SCALE
+    runs, seeded from fixtures/; libFuzzer exits non-zero on the first exception that is
+    not a CkptError. atheris has wheels for Linux x86_64 only (pyproject's test extra)."""
+    pytest.importorskip("atheris", reason="atheris is installed only on Linux x86_64 with Python 3.11 (pyproject, test extra)")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("fuzz_atheris.py")),
+            str(tmp_path / "corpus"),
+            f"-runs={2000 * SCALE}",
+            "-max_len=200000",
+            f"-artifact_prefix={tmp_path}/",  # a crash input lands here, not in the working directory
+        ],
+        capture_output=True,
+        timeout=300 * SCALE,
+    )
+    err = proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0, err[-4000:]
+    assert f"Done {2000 * SCALE} runs" in err
