@@ -460,11 +460,19 @@ def export_checkpoint(ck: Checkpoint, out: PathLike | IO[bytes], progress: Progr
 
 def import_checkpoint(store: Store, path: PathLike, progress: Progress = NULL) -> bytes:
     """Copy a checkpoint file into `store` (objects verbatim); returns the checkpoint id."""
+    from ckptcli.integrity import verify_file
+
     f = CheckpointFile(Path(path))
     try:
-        problem = f.check_whole_file()
-        if problem:
-            raise CorruptError(problem, hint="the file was damaged in transit; export it again")
+        # what `verify --read-data` refuses, import refuses, before anything lands: the
+        # structural check here (checksum, object checks, every object present, data sizes
+        # as their nodes say), the read-data part as each object is copied (read_checked)
+        report = cast(VerifyReport, verify_file(f, read_data=False))
+        if report.problems:
+            first = report.problems[0]
+            more = f" (and {len(report.problems) - 1} more problem(s))" if len(report.problems) > 1 else ""
+            message = first.message if first.kind == "file" else f"{path}: {first.message}"
+            raise CorruptError(message + more, hint="the file is damaged; `ckpt verify --read-data FILE` lists every problem; export it again")
         written = f.manifest().format_version
         if written > store.version:
             raise UnsupportedVersionError(
@@ -480,8 +488,6 @@ def import_checkpoint(store: Store, path: PathLike, progress: Progress = NULL) -
                     txn.put_stored(oid, entry.obj_type, entry.codec, stored, len(raw))
                     progress.advance(1)
                 progress.finish()
-                # every object the manifest needs must be here before it is committed
-                walk_checkpoint(f, f.manifest())
                 txn.commit()
             except BaseException:
                 txn.abort()

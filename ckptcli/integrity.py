@@ -58,6 +58,7 @@ class PackTable:
     rows: list[list[Any]]  # [id, type, offset, stored_len, raw_len, codec] of each object that decoded
     errors: dict[int, str]  # offset -> what is wrong with the object stored there
     trailer: bytes  # the trailer record, as stored
+    header: bytes = b""  # the 12-byte header, as stored (every byte of it, reserved ones too, is in the id)
 
     def pack_id(self) -> bytes | None:
         """The id this pack should be named by; None for a version-2 pack with a damaged
@@ -66,16 +67,22 @@ class PackTable:
             return None  # the SHA-256 of the whole file: the caller has the bytes
         if self.errors:
             return None
-        return framing.pack_id_v2(framing.encode_header(framing.KIND_PACK, self.version), [r[0] for r in self.rows], self.trailer)
+        return framing.pack_id_v2(self.header, [r[0] for r in self.rows], self.trailer)
 
 
-def read_pack(data: bytes, where: str) -> PackTable:
+def read_pack(data: bytes, where: str, name: bytes | None = None) -> PackTable:
     """Take a whole pack apart: every object is checked against the trailer (version 2)
     and decompressed and hashed to recover its id. Structural damage (header, trailer,
-    lengths) raises CorruptError; a damaged object is listed in `errors`."""
+    lengths) raises CorruptError; a damaged object is listed in `errors`.
+
+    `name`: the pack's id as its file name gives it. A header version this ckpt does not
+    read is then damage unless the name still matches the bytes (a store whose config
+    this ckpt reads holds no pack of a newer version; formats/v2.md, "Stores of both
+    versions")."""
     if len(data) < framing.HEADER_SIZE + 4:
         raise CorruptError(f"{where}: truncated")
-    version = framing.check_header(data, framing.KIND_PACK, where)
+    intact = None if name is None else (lambda: hashlib.sha256(data).digest() == name)
+    version = framing.check_header(data, framing.KIND_PACK, where, intact=intact)
     (tlen,) = _U32.unpack_from(data, len(data) - 4)
     start = len(data) - 4 - tlen
     if start < framing.HEADER_SIZE:
@@ -88,7 +95,7 @@ def read_pack(data: bytes, where: str) -> PackTable:
     if not isinstance(objects, list):
         raise CorruptError(f"{where}: trailer has no object list")
     width = 4 if version == 1 else 5
-    table = PackTable(version, [], {}, trailer)
+    table = PackTable(version, [], {}, trailer, bytes(data[: framing.HEADER_SIZE]))
     offset = framing.HEADER_SIZE
     for obj in objects:
         if not (isinstance(obj, list) and len(obj) == width and all(type(x) is int and x >= 0 for x in obj)):
@@ -110,11 +117,11 @@ def read_pack(data: bytes, where: str) -> PackTable:
     return table
 
 
-def read_pack_table(data: bytes, where: str) -> list[Any]:
+def read_pack_table(data: bytes, where: str, name: bytes | None = None) -> list[Any]:
     """The entries of a whole pack file, rebuilt from its trailer: each object is
     decompressed and hashed to recover its id. Returns [[id, type, offset, stored_len,
     raw_len, codec], ...], the rows an index holds; a damaged object is CorruptError."""
-    table = read_pack(data, where)
+    table = read_pack(data, where, name)
     if table.errors:
         raise CorruptError(next(iter(table.errors.values())))
     return table.rows
@@ -158,7 +165,7 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
         if pid in indexed_packs:
             continue
         try:
-            rows = read_pack_table(backend.read(path), path)
+            rows = read_pack_table(backend.read(path), path, pid)
             unindexed_tables[pid] = list(parse_entry_rows(rows, pid, path))
         except CkptError as exc:
             problem("pack", path, exc.message)
@@ -231,12 +238,7 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
     progress.finish()
     rep.checkpoints = len(manifests)
     rep.objects = len(walked.objects)
-    bad: dict[bytes, str] = {oid: msg for oid, (_s, msg) in walked.errors.items()}
-    for oid in walked.objects:
-        if oid not in index and oid not in bad:
-            bad[oid] = f"object {oid.hex()[:12]} is missing (no index names it)"
-        elif oid in walked.data_sizes and oid in index and index[oid].raw_len != walked.data_sizes[oid] and oid not in bad:
-            bad[oid] = f"object {oid.hex()[:12]} holds {index[oid].raw_len} bytes, its tree node says {walked.data_sizes[oid]}"
+    bad = _structure_problems(walked, index, "no index names it")
 
     if read_data:
         total = sum(backend.size(p) for p in pack_files.values())
@@ -261,7 +263,7 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
                 # version 2: the id covers header, object ids and trailer; the trailer's
                 # checks cover the stored bytes (formats/v2.md, "Verification")
                 try:
-                    table = read_pack(data, path)
+                    table = read_pack(data, path, bytes.fromhex(hexname))
                 except CkptError as exc:
                     damaged = exc.message
                 else:
@@ -281,7 +283,8 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
                     return hexname, path, len(data), damaged, found
             elif hashlib.sha256(data).hexdigest() != hexname:
                 damaged = "content does not match its name (some byte of the pack is damaged)"
-                for check in (lambda: read_pack_table(data, path), lambda: framing.check_header(data, framing.KIND_PACK, path)):
+                pid = bytes.fromhex(hexname)
+                for check in (lambda: read_pack_table(data, path, pid), lambda: framing.check_header(data, framing.KIND_PACK, path, intact=lambda: False)):
                     try:
                         check()
                     except CkptError as exc:
@@ -322,6 +325,23 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
     return rep
 
 
+def _structure_problems(walked: WalkResult, entries: dict[bytes, IndexEntry], missing: str) -> dict[bytes, str]:
+    """What the walk found wrong, and what it implies against the table of where objects
+    are (a store's index or a file's object table): an object missing from it, or a data
+    object whose size differs from what its tree node says. One function for stores and
+    files, so that a file passes verify exactly when the store it is imported into would."""
+    bad = {oid: msg for oid, (_s, msg) in walked.errors.items()}
+    for oid in walked.objects:
+        if oid in bad:
+            continue
+        entry = entries.get(oid)
+        if entry is None:
+            bad[oid] = f"object {oid.hex()[:12]} is missing ({missing})"
+        elif oid in walked.data_sizes and entry.raw_len != walked.data_sizes[oid]:
+            bad[oid] = f"object {oid.hex()[:12]} holds {entry.raw_len} bytes, its tree node says {walked.data_sizes[oid]}"
+    return bad
+
+
 def _checkpoints_per_object(src: ObjectSource, manifests: dict[bytes, Manifest], targets: set[bytes]) -> dict[bytes, list[str]]:
     out: dict[bytes, list[str]] = defaultdict(list)
     cache = _CachingSource(src)
@@ -359,10 +379,7 @@ def verify_file(f: CheckpointFile, *, read_data: bool, progress: Progress = NULL
         rep.problems.append(Problem("file", str(f.path), msg, [f.id.hex()]))
     res = walk_checkpoint(f, f.manifest(), on_error=lambda *_: None)
     rep.objects = len(res.objects)
-    bad = {oid: m for oid, (_s, m) in res.errors.items()}
-    for oid in res.objects:
-        if oid not in f.entries:
-            bad.setdefault(oid, f"object {oid.hex()[:12]} is missing from the file")
+    bad = _structure_problems(res, f.entries, "the file does not hold it")
     if read_data:
         progress.start("reading data", len(f.entries))
         for oid in f.entries:

@@ -11,7 +11,8 @@ A *record file* (manifest, index, ref, config, pack table) is::
     20  n  body         msgpack map (compressed when codec = 1)
     20+n 32 checksum    SHA-256 of bytes [0, 20+n)
 
-Every byte of a record is covered by the checksum, so a flipped byte is found.
+Every byte of a record is covered by the checksum, so a flipped byte is found; a version
+this ckpt does not read is believed only when the checksum holds (`check_header`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -176,11 +178,20 @@ def encode_header(kind: bytes, version: int = limits.FORMAT_VERSION) -> bytes:
     return HEADER.pack(MAGIC_PREFIX + kind, version, 0)
 
 
-def check_header(data: bytes | memoryview, kind: bytes, where: str, *, outer: bool = False) -> int:
+def check_header(
+    data: bytes | memoryview, kind: bytes, where: str, *, outer: bool = False, intact: Callable[[], bool] | None = None
+) -> int:
     """Check magic and version of a file header; returns the version.
 
     A wrong magic on a file the user named (`outer`) means "not a ckpt file" (exit 6);
     on a record inside a store or checkpoint file it means damage (exit 5).
+
+    A version this ckpt does not read is trusted only when what covers it holds:
+    `intact` (when given) says whether the file's checksum or name holds under the
+    layouts this ckpt knows. When it does not, one flipped bit is the likelier story
+    than a newer format, and the error says the file is damaged (exit 5) rather than
+    asking for an upgrade (exit 6). Without `intact` (a bare header), the version is
+    taken at its word.
     """
     if len(data) < HEADER_SIZE:
         raise CorruptError(f"{where}: truncated ({len(data)} bytes), not a complete ckpt {KIND_NAMES[kind]}")
@@ -196,14 +207,29 @@ def check_header(data: bytes | memoryview, kind: bytes, where: str, *, outer: bo
         got = KIND_NAMES.get(magic[4:], repr(bytes(magic[4:])))
         raise CorruptError(f"{where}: expected a ckpt {KIND_NAMES[kind]}, found a {got}")
     if version not in limits.READABLE_VERSIONS:
-        newest = max(limits.READABLE_VERSIONS)
-        if version > newest:
+        readable = sorted(limits.READABLE_VERSIONS)
+        if intact is not None and not intact():
+            raise CorruptError(
+                f"{where}: damaged: its header declares format version {version}, which this ckpt does not read "
+                f"(it reads {readable[0]} to {readable[-1]}), and the checksum that covers the header does not hold",
+                hint="run `ckpt verify` (if a much newer ckpt wrote this file in a layout this one cannot check, upgrade ckpt)",
+            )
+        if version > readable[-1]:
             raise UnsupportedVersionError(
-                f"{where}: written in format version {version}, this ckpt reads up to version {newest}",
+                f"{where}: written in format version {version}, this ckpt reads up to version {readable[-1]}",
                 hint="upgrade ckpt (pip install -U ckptcli)",
             )
         raise UnsupportedVersionError(f"{where}: format version {version} is not readable by this ckpt")
     return int(version)
+
+
+def _record_checksum_holds(data: bytes) -> bool:
+    """Whether a record's checksum holds under the record layout of versions 1 and 2."""
+    if len(data) < RECORD_HEAD_SIZE + CHECKSUM_SIZE:
+        return False
+    stored_len = _RECORD_HEAD.unpack_from(data, 0)[4]
+    body_end = RECORD_HEAD_SIZE + stored_len
+    return len(data) == body_end + CHECKSUM_SIZE and sha256(data[:body_end]) == data[body_end:]
 
 
 def encode_record(kind: bytes, body: dict[str, Any], version: int = limits.FORMAT_VERSION) -> bytes:
@@ -216,7 +242,7 @@ def encode_record(kind: bytes, body: dict[str, Any], version: int = limits.FORMA
 
 def decode_record(data: bytes, kind: bytes, where: str) -> tuple[int, dict[str, Any]]:
     """Check and decode a record file; returns (version, body map)."""
-    check_header(data, kind, where)
+    check_header(data, kind, where, intact=lambda: _record_checksum_holds(data))
     if len(data) < RECORD_HEAD_SIZE + CHECKSUM_SIZE:
         raise CorruptError(f"{where}: truncated ({len(data)} bytes)")
     _magic, version, codec, _res, stored_len, raw_len = _RECORD_HEAD.unpack_from(data, 0)

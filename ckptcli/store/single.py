@@ -90,7 +90,7 @@ class CheckpointFile:
             raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
         where = str(path)
         head = self._read(0, framing.HEADER_SIZE + 4)
-        self.version = framing.check_header(head, framing.KIND_FILE, where, outer=True)
+        self.version = framing.check_header(head, framing.KIND_FILE, where, outer=True, intact=self._checksum_holds_any_layout)
         if len(head) < framing.HEADER_SIZE + 4 or self.size < framing.HEADER_SIZE + 4 + TRAILER:
             raise CorruptError(f"{where}: truncated ({self.size} bytes)", hint="the file was cut short; export it again")
         (mlen,) = _U32.unpack_from(head, framing.HEADER_SIZE)
@@ -125,6 +125,33 @@ class CheckpointFile:
         self.objects_start = objects_start
         self.table_start = table_start
         self.table_len = tlen
+
+    def _checksum_holds_any_layout(self) -> bool:
+        """Whether the trailing checksum holds under the layout of version 1 (every byte
+        before it) or version 2 (all but the objects); asked only of a file whose header
+        declares a version this ckpt does not read, to tell damage from a newer writer."""
+        if self.size < framing.HEADER_SIZE + 4 + TRAILER:
+            return False
+        checksum = self._read(self.size - 32, 32)
+        (mlen,) = _U32.unpack_from(self._read(framing.HEADER_SIZE, 4), 0)
+        (tlen,) = _U32.unpack_from(self._read(self.size - TRAILER, 4), 0)
+        layouts = [[(0, self.size - 32)]]
+        objects_start, table_start = framing.HEADER_SIZE + 4 + mlen, self.size - TRAILER - tlen
+        if objects_start <= table_start:
+            layouts.append([(0, objects_start), (table_start, self.size - 32)])
+        return any(self._hash_regions(regions) == checksum for regions in layouts)
+
+    def _hash_regions(self, regions: list[tuple[int, int]]) -> bytes:
+        h = hashlib.sha256()
+        for start, stop in regions:
+            offset = start
+            while offset < stop:
+                piece = self._read(offset, min(stop - offset, 1 << 22))
+                if not piece:
+                    break
+                h.update(piece)
+                offset += len(piece)
+        return h.digest()
 
     def _split_checks(self, rows: Any, where: str) -> list[Any]:
         """Version-2 rows end with the XXH3-64 of the stored bytes; keep it apart."""
@@ -192,20 +219,11 @@ class CheckpointFile:
     def check_whole_file(self) -> str | None:
         """Check every byte of the file against the checksum (and, in version 2, the
         objects against their checks); returns an error message, or None when all hold."""
-        h = hashlib.sha256()
         if self.version == 1:
             regions = [(0, self.size - 32)]
         else:
             regions = [(0, self.objects_start), (self.table_start, self.size - 32)]
-        for start, stop in regions:
-            offset = start
-            while offset < stop:
-                piece = self._read(offset, min(stop - offset, 1 << 22))
-                if not piece:
-                    break
-                h.update(piece)
-                offset += len(piece)
-        if self._read(self.size - 32, 32) != h.digest():
+        if self._read(self.size - 32, 32) != self._hash_regions(regions):
             return f"{self.path}: file checksum mismatch (some byte of the file is damaged)"
         for oid, entry in sorted(self.entries.items(), key=lambda kv: kv[1].offset):
             if self.version >= 2 and framing.stored_check(self._read(entry.offset, entry.stored_len)) != self.checks.get(oid):

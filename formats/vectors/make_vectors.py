@@ -647,6 +647,17 @@ def record_invalid_vectors(g: Group, minimal: dict[str, Any]) -> None:
     bad("record-zstd-damaged", "A zstd body whose last byte is cut off (checksum recomputed).", raw_record(framing.KIND_REF, VERSION, 1, short_frame[:-1], len(body)), "CorruptError")
     bad("record-body-not-map", "A body that is a msgpack array, not a map.", raw_record(framing.KIND_REF, VERSION, 0, b"\x90", 1), "CorruptError")
     bad("record-body-malformed", "A body of one byte 0xc1 (never used by msgpack).", raw_record(framing.KIND_REF, VERSION, 0, b"\xc1", 1), "CorruptError")
+    if VERSION >= 2:
+        damaged = bytearray(good)
+        damaged[8] ^= 0xD5
+        bad(
+            "record-version-damaged",
+            f"The ref record with the high byte of its version flipped ({VERSION} -> {VERSION ^ 0xD500}), checksum not "
+            "recomputed: a version this reader does not read is believed only when the record's checksum holds, so "
+            "this is damage, not a newer format (compare record-future-version).",
+            bytes(damaged),
+            "CorruptError",
+        )
 
 
 # -- packs and checkpoint files ------------------------------------------------------------
@@ -737,12 +748,13 @@ def file_vectors(ck: dict[str, Any]) -> Group:
     )
     g.add("checkpoint-file-truncated", "The checkpoint file without its last byte.", "checkpoint-file", cfile[:-1], expect_error="CorruptError")
     if VERSION >= 2:
-        v2_damage_vectors(g, pack, cfile, first_obj)
+        v2_damage_vectors(g, pack, pack_id, cfile, first_obj)
     return g
 
 
-def v2_damage_vectors(g: Group, pack: bytes, cfile: bytes, first_obj: int) -> None:
-    """Damage that only version 2's checks find: a bit a zstd decoder ignores."""
+def v2_damage_vectors(g: Group, pack: bytes, pack_id: bytes, cfile: bytes, first_obj: int) -> None:
+    """Damage that only version 2's checks find: a bit a zstd decoder ignores, a reserved
+    header byte, a version field flipped."""
     # The first compressed object of the pack; its frame header descriptor (the byte after
     # the 4-byte magic) has an "unused" bit (0x10) that RFC 8878 tells decoders to ignore,
     # so the object still decodes to its content and passes its SHA-256 check.
@@ -781,6 +793,28 @@ def v2_damage_vectors(g: Group, pack: bytes, cfile: bytes, first_obj: int) -> No
         "objects must tile their region exactly, so that the per-object checks cover every byte the checksum leaves out.",
         "checkpoint-file",
         body + checksum,
+        expect_error="CorruptError",
+    )
+    reserved = bytearray(pack)
+    reserved[11] ^= 0x01
+    g.add(
+        "pack-reserved-byte-flipped",
+        "The pack of vector `v2-pack` with one bit of its reserved header bytes (offset 11) flipped, read under the "
+        "name `id` (that pack's): the id hashes the 12 header bytes as stored, reserved ones included, so it no longer "
+        "matches the name. Every object and the trailer are intact.",
+        "pack",
+        bytes(reserved),
+        id=pack_id.hex(),
+        expect_error="CorruptError",
+    )
+    version = bytearray(cfile)
+    version[8] ^= 0xD5
+    g.add(
+        "checkpoint-file-version-damaged",
+        f"The checkpoint file with the high byte of its header version flipped ({VERSION} -> {VERSION ^ 0xD500}): its "
+        "checksum holds under no layout this reader knows, so this is damage, not a file from a newer ckpt.",
+        "checkpoint-file",
+        bytes(version),
         expect_error="CorruptError",
     )
 
