@@ -44,6 +44,8 @@ from ckptcli.store.single import CheckpointFile
 LOCKS = {"locks/store.lock", "locks/refs.lock"}
 SCALE = max(1, int(os.environ.get("CKPT_STRESS_SCALE", "1") or "1"))
 CATALOG = "cache/catalog"
+#: the head hint a take leaves before its manifest (formats/v1.md, "Store layout"): a cache
+HINT = "cache/heads/agent/a"
 
 
 def _mask(offset: int) -> int:
@@ -126,12 +128,12 @@ def _reads_are_right_or_refused(root: Path, states: dict[str, Any], refs: dict[s
 
 
 def _sweep_store(root: Path, states: dict[str, Any], refs: dict[str, str], every: int = 1) -> int:
-    """Flip every byte of every file but the locks and the catalog (with `every` > 1: the
+    """Flip every byte of every file but the locks and the caches (with `every` > 1: the
     first 24 and last 40 bytes of each file, where headers, lengths and checksums are,
     and every `every`-th byte between)."""
     swept = 0
     for name in _store_files(root):
-        if name in LOCKS or name == CATALOG:
+        if name in LOCKS or name in (CATALOG, HINT):
             continue
         size = (root / name).stat().st_size
         for offset in _flips(root / name):
@@ -180,6 +182,21 @@ def test_a_flipped_catalog_is_never_believed(small_store: tuple[Path, dict[str, 
         try:
             assert list_checkpoints(store) == pristine, f"{CATALOG} flipped at {offset}: a wrong listing"
             assert verify(store).ok
+        finally:
+            store.close()
+
+
+def test_a_flipped_head_hint_is_never_believed(small_store: tuple[Path, dict[str, Any], dict[str, str]]) -> None:
+    """The head hint is a cache outside verify: a flipped one names no manifest of the
+    subject newer than its latest, so the next take's parent is still the right one."""
+    from ckptcli.format.manifest import Subject
+
+    root, _states, refs = small_store
+    assert (root / HINT).stat().st_size == 32
+    for offset in _flips(root / HINT):
+        store = Store.open(root)
+        try:
+            assert store.head(Subject.parse("agent:a")) == bytes.fromhex(refs["agent:a"]), f"{HINT} flipped at {offset}"
         finally:
             store.close()
 
