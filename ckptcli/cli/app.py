@@ -138,7 +138,7 @@ def run(argv: list[str] | None = None) -> int:
         sys.stderr.write("ckpt: error: input nests too deeply to process\n")
         return int(ExitCode.LIMIT_EXCEEDED)
     except MemoryError:
-        sys.stderr.write("ckpt: error: out of memory; the input is too large or hostile (see CKPT_MAX_DECODED_BYTES)\n")
+        sys.stderr.write("ckpt: error: out of memory; the input is too large or hostile (see CKPT_MAX_HELD_BYTES)\n")
         return int(ExitCode.LIMIT_EXCEEDED)
     except Exception as exc:
         if os.environ.get("CKPT_DEBUG"):

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli.app import StoreOpt, app
-from ckptcli.cli.output import BarProgress, exit_status, human_size
+from ckptcli.cli.output import BarProgress, emit_spooled, exit_status, human_size
 from ckptcli.errors import ExitCode
 from ckptcli.store.backend import write_file_atomic
 
@@ -23,12 +23,18 @@ def restore(
     fmt: Annotated[str | None, typer.Option("--format", help="json or msgpack (default: the format it was taken in).", show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace files that already exist in the blobs directory.")] = False,
     no_state: Annotated[bool, typer.Option("--no-state", help="Do not write the state document.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Restore blobs even when they declare more bytes than the target's file system has free.")] = False,
     store: StoreOpt = None,
 ) -> None:
     """Restore a checkpoint: its state document, and its blobs into a directory.
 
     Nothing inside a checkpoint can write outside the blobs directory: names such as
-    ../x or /etc/x and escaping symlinks are refused before anything is written.
+    ../x or /etc/x and escaping symlinks are refused before anything is written, and so
+    are blobs larger than the free space there (unless --force).
+
+    The state document is streamed from the store (memory stays small whatever its
+    size) and appears only once complete; one that decodes to more than
+    CKPT_MAX_DECODED_BYTES (default 4 GiB) is refused before anything is written.
 
     Examples:
 
@@ -42,14 +48,12 @@ def restore(
 
     ck = api.open_checkpoint(ref, store_path=store)
     if blobs_dir is not None:
-        n = ck.restore_blobs(blobs_dir, names=blob or None, overwrite=overwrite, progress=BarProgress())
+        n = ck.restore_blobs(blobs_dir, names=blob or None, overwrite=overwrite, force=force, progress=BarProgress())
         sys.stderr.write(f"restored {human_size(n)} of blobs into {blobs_dir}\n")
     if no_state:
         return
-    state = ck.state()
     doc_fmt = fmt or ("msgpack" if ck.manifest.layout.get("format") == "msgpack" else "json")
     if output is None:
-        api.write_document(state, sys.stdout.buffer, doc_fmt)
-        sys.stdout.buffer.flush()
+        emit_spooled(lambda fh: ck.write_state(fh, doc_fmt))
         return
-    write_file_atomic(output, lambda fh: api.write_document(state, fh, doc_fmt))
+    write_file_atomic(output, lambda fh: ck.write_state(fh, doc_fmt))
