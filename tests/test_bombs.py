@@ -285,3 +285,27 @@ def test_free_space_of_a_missing_target_is_its_nearest_parent(tmp_path: Path, mo
     (tmp_path / "a").mkdir()
     assert api.free_space(tmp_path / "a" / "b") == 50
     assert seen == [tmp_path, tmp_path / "a"]
+
+
+def bad_tail(txn: Transaction, enc: Encoder) -> dict[str, bytes]:
+    """37 MiB of good string (streamed, past the stdout spool's 32 MiB in memory), then a
+    string that is not UTF-8: found only after most of the document is written."""
+    good = ext(EXT_STR, repeated_tree(txn, EXT_STR, b"x" * CHUNK, [600]))
+    bad = ext(EXT_STR, repeated_tree(txn, EXT_STR, b"\xff", [1]))
+    return {"memory": enc.encode_root({"good": Encoded(good), "bad": Encoded(bad)})}
+
+
+def test_a_failure_mid_stream_leaves_no_output(tmp_path: Path) -> None:
+    """Streaming does not mean half a document: stdout stays empty (spooled until
+    complete) and -o leaves neither the file nor its temporary behind."""
+    store = tmp_path / "store"
+    assert run_cli("init", store).returncode == 0
+    cid = craft(store, bad_tail)
+    out = tmp_path / "out" / "state.json"
+    out.parent.mkdir()
+    for args in (["cat", cid], ["restore", cid], ["restore", cid, "-o", out]):
+        r = run_cli(*args, "--store", store, mem_limit=STREAM_MEM_LIMIT, timeout=120)
+        assert r.returncode == ExitCode.CORRUPT, describe(r)
+        assert r.stdout == b"", f"ckpt {args[0]} printed {len(r.stdout)} bytes"
+        assert r.stderr.decode().startswith("ckpt: error: ") and r.stderr.count(b"\n") == 1, describe(r)
+    assert list(out.parent.iterdir()) == []
