@@ -15,13 +15,14 @@ import json
 import math
 import os
 import platform
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
 from ckptcli import __version__
-from ckptcli.blobs import CaptureReport, RestoreReport, capture, restore_blobs, tree_size
+from ckptcli.blobs import CaptureReport, RestoreReport, capture, check_component, restore_blobs, tree_size, validate
 from ckptcli.errors import (
     CkptError,
     CorruptError,
@@ -52,6 +53,7 @@ from ckptcli.progress import NULL, Progress
 from ckptcli.store.backend import write_file_atomic
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile, is_checkpoint_file, write_checkpoint_file
+from ckptcli.units import human_size
 
 PathLike = str | os.PathLike[str]
 
@@ -328,6 +330,27 @@ class Checkpoint:
         sections = {n: dec.decode(ev, f"section {n}") for n, ev in self.manifest.sections.items() if n != "blobs"}
         return join_document(self.manifest.layout, sections)
 
+    def write_state(self, out: IO[bytes], fmt: str) -> None:
+        """Write the state document (as `state()` gives it) to `out` as "json" or "msgpack",
+        streamed from the store: memory stays O(largest object), whatever the state's size
+        (ckptcli.docstream). Refused (LimitExceededError) before the first byte when the
+        state is larger than CKPT_MAX_DECODED_BYTES; other errors may come after part of
+        the output, so write to a temporary file (write_file_atomic) or a spool."""
+        from ckptcli.docstream import Section, write_document
+
+        sections = {n: Section(ev, f"section {n}") for n, ev in self.manifest.sections.items() if n != "blobs"}
+        write_document(join_document(self.manifest.layout, sections), self.source, out, fmt)
+
+    def write_view(self, out: IO[bytes], *, indent: int | None = None) -> None:
+        """Write the whole checkpoint (metadata, layout, every section) in the JSON view
+        (jsonview; file data as {"$blob": ...}), streamed as `write_state` is (`ckpt cat`)."""
+        from ckptcli.docstream import Section, write_document
+
+        doc: dict[str, Any] = info_dict(self.id, self.manifest)
+        doc["layout"] = self.manifest.layout
+        doc["sections"] = {n: Section(ev, f"section {n}", lazy_bytes=n == "blobs") for n, ev in self.manifest.sections.items()}
+        write_document(doc, self.source, out, "view", indent=indent)
+
     def blobs(self) -> dict[str, Any]:
         """Blob entries, with file data left in the store (LazyBytes) until written."""
         if "blobs" not in self.manifest.sections:
@@ -344,24 +367,67 @@ class Checkpoint:
         names: list[str] | None = None,
         overwrite: bool = False,
         keep_special_modes: bool = False,
+        force: bool = False,
         report: RestoreReport | None = None,
         progress: Progress = NULL,
     ) -> int:
-        """Write the blobs (or those in `names`) under `target`; returns the bytes written.
+        """Write the blobs (all, or `names`) under `target`; returns the bytes written.
         All or nothing, set-uid/set-gid/sticky bits dropped unless `keep_special_modes`
-        (see blobs.restore_blobs; `report` receives the counts)."""
+        (see blobs.restore_blobs; `report` receives the counts).
+
+        Raises:
+            UnsafePathError, CorruptError before anything is written (blobs.validate);
+            LimitExceededError, also before anything is written, when the files declare
+            more bytes than the file system of `target` has free (less a margin), unless
+            `force`; ConflictError, StoreIOError while writing (what was written is undone).
+        """
         blobs = self.blobs()
         if names:
             missing = [n for n in names if n not in blobs]
             if missing:
                 raise NotFoundError(f"checkpoint {self.hex[:12]} has no blob {missing[0]!r} (it has: {', '.join(blobs) or 'none'})")
-        return restore_blobs(blobs, Path(target), self._decoder(), names=names, overwrite=overwrite, keep_special_modes=keep_special_modes, progress=progress, where=f"checkpoint {self.hex[:12]}", report=report)
+        where = f"checkpoint {self.hex[:12]}"
+        total = sum(validate(entry, check_component(name, where), where) for name, entry in blobs.items() if not names or name in names)
+        if not force:
+            check_free_space(Path(target), total)
+        return restore_blobs(
+            blobs, Path(target), self._decoder(), names=names, overwrite=overwrite, keep_special_modes=keep_special_modes, progress=progress, where=where, report=report
+        )
 
     def summary(self) -> dict[str, Any]:
         """Metadata and a short description of each section (for `ckpt show`)."""
         out = info_dict(self.id, self.manifest)
         out["sections"] = {name: describe_section(self, name) for name in self.manifest.sections}
         return out
+
+
+#: Free space restore_blobs leaves on the target's file system: this much, or
+#: FREE_SPACE_MARGIN_FRACTION of what it writes if more (file system overhead, other writers).
+FREE_SPACE_MARGIN = 64 * 1024 * 1024
+FREE_SPACE_MARGIN_FRACTION = 0.02
+
+
+def free_space(path: Path) -> int:
+    """Bytes an unprivileged writer may still use on the file system of `path`, or of its
+    nearest existing parent when it does not exist yet."""
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+def check_free_space(target: Path, need: int) -> None:
+    """LimitExceededError when writing `need` bytes under `target` would not leave the margin free."""
+    try:
+        free = free_space(target)
+    except OSError:
+        return  # unknown (e.g. no permission to stat): the writes themselves will tell
+    margin = max(FREE_SPACE_MARGIN, int(need * FREE_SPACE_MARGIN_FRACTION))
+    if need + margin > free:
+        raise LimitExceededError(
+            f"the blobs to restore hold {human_size(need)} ({need} bytes) but {target} has only {human_size(free)} free",
+            hint="free some space, restore fewer blobs (--blob), or pass --force if the checkpoint is genuine",
+        )
 
 
 def describe_section(ck: Checkpoint, name: str) -> dict[str, Any]:

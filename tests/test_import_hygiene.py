@@ -22,6 +22,7 @@ CORE = [
     "ckptcli.integrity",
     "ckptcli.blobs",
     "ckptcli.jsonview",
+    "ckptcli.docstream",
     "ckptcli.events",
     "ckptcli.recorder",
     "ckptcli.replay",

@@ -152,13 +152,21 @@ def run(argv: list[str] | None = None) -> int:
         sys.stderr.write("ckpt: error: input nests too deeply to process\n")
         return int(ExitCode.LIMIT_EXCEEDED)
     except MemoryError:
-        sys.stderr.write("ckpt: error: out of memory; the input is too large or hostile (see CKPT_MAX_DECODED_BYTES)\n")
+        sys.stderr.write("ckpt: error: out of memory; the input is too large or hostile (see CKPT_MAX_HELD_BYTES)\n")
         return int(ExitCode.LIMIT_EXCEEDED)
     except Exception as exc:
         if os.environ.get("CKPT_DEBUG"):
             raise
         sys.stderr.write(f"ckpt: internal error: {type(exc).__name__}: {exc} (set CKPT_DEBUG=1 for the traceback, and please report it)\n")
         return int(ExitCode.INTERNAL)
+
+
+def entry() -> None:
+    """The console script of ckpt 0.2 and older (`ckptcli.cli.app:entry`), kept for
+    environments installed then: it is `ckptcli.cli.entry`."""
+    from ckptcli.cli import entry as _entry
+
+    _entry()
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from ckptcli.errors import EXIT_CODE_MEANINGS, ExitCode
 from ckptcli.units import human_size as human_size  # the commands' sizes
@@ -59,6 +60,20 @@ def emit_json(value: Any) -> None:
     # json's C encoder does not indent) when a program reads it
     indent = 2 if sys.stdout.isatty() else None
     sys.stdout.write(json.dumps(value, indent=indent, ensure_ascii=False, allow_nan=False) + "\n")
+
+
+def emit_spooled(write: Callable[[IO[bytes]], None]) -> None:
+    """Copy to stdout what `write` produces, once all of it is produced (held in memory up
+    to 32 MiB, then in a temporary file): a command that fails half-way leaves stdout
+    empty, and a streamed document costs no more memory when it goes to stdout."""
+    import shutil
+    import tempfile
+
+    with tempfile.SpooledTemporaryFile(max_size=32 * 1024 * 1024) as tmp:
+        write(cast("IO[bytes]", tmp))
+        tmp.seek(0)
+        shutil.copyfileobj(tmp, sys.stdout.buffer, 1024 * 1024)
+    sys.stdout.buffer.flush()
 
 
 class BarProgress:

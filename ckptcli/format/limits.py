@@ -6,6 +6,7 @@ LimitExceededError, so a hostile file can cost at most these amounts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 #: Container format versions this code reads; the newest is the one it writes.
@@ -40,11 +41,40 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
-#: Most bytes a decoded state may hold (strings + byte strings); guards against
-#: an object graph that references one object many times (a "reference bomb").
+def memory_bytes() -> int:
+    """The memory this process may use: physical RAM, lowered by a cgroup (v2 or v1)
+    memory limit and by RLIMIT_AS, whichever is smallest."""
+    sizes = []
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sizes.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        with contextlib.suppress(OSError, ValueError), open(path) as fh:
+            sizes.append(int(fh.read().strip()))  # "max" (no limit) is a ValueError
+    with contextlib.suppress(ImportError, OSError, ValueError):
+        import resource
+
+        soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            sizes.append(soft)
+    positive = [s for s in sizes if s > 0]
+    return min(positive) if positive else 8 * 1024**3
+
+
+#: Most bytes one read of a checkpoint may produce (strings + byte strings), streamed or
+#: held: a bound on time and output size against an object graph that references one
+#: object many times (a "reference bomb"). `ckpt cat` and `ckpt restore` stream the
+#: state, so only this bounds them; their output is sized from the node objects before
+#: the first byte is written.
 MAX_DECODED_BYTES = _env_int("CKPT_MAX_DECODED_BYTES", 4 * 1024**3)
-#: Most values (scalars + containers) a decoded state may hold.
+#: Most values (scalars + containers) one read may produce, streamed or held.
 MAX_DECODED_ITEMS = _env_int("CKPT_MAX_DECODED_ITEMS", 50_000_000)
+#: What a decode that holds the whole value in memory (`Checkpoint.state()`, `ckpt show`,
+#: `ckpt diff`, the TUI) may produce: 1/8 of memory_bytes() (a decoded byte costs a few
+#: in Python objects and more when serialized), at least 64 MiB, at most MAX_DECODED_BYTES.
+MEMORY_FRACTION = 8
+MAX_HELD_BYTES = _env_int("CKPT_MAX_HELD_BYTES", max(64 * 1024**2, memory_bytes() // MEMORY_FRACTION))
+#: ... and values: a Python value costs at least ~64 bytes.
+MAX_HELD_ITEMS = _env_int("CKPT_MAX_HELD_ITEMS", max(1_000_000, MAX_HELD_BYTES // 64))
 
 # --- writer parameters (not part of what a reader must know) -----------------
 

@@ -25,13 +25,14 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
+import itertools
 import math
 import os
 import struct
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, NamedTuple, Protocol, cast
 
 import msgpack
@@ -558,27 +559,50 @@ def _hash_and_compress(pieces: list[memoryview], known: Callable[[bytes], bool])
     return out
 
 
+def _held_bytes() -> int:
+    return min(limits.MAX_HELD_BYTES, limits.MAX_DECODED_BYTES)
+
+
+def _held_items() -> int:
+    return min(limits.MAX_HELD_ITEMS, limits.MAX_DECODED_ITEMS)
+
+
 @dataclass
 class Budget:
-    """How much a decode may produce; shared across the objects of one checkpoint."""
+    """How much a decode may produce; shared across the objects of one checkpoint.
 
-    max_bytes: int = limits.MAX_DECODED_BYTES
-    max_items: int = limits.MAX_DECODED_ITEMS
+    The default is for decodes that hold the value in memory (a fraction of RAM,
+    limits.MAX_HELD_BYTES); `Budget.streaming()` for writers that stream it and hold
+    only a piece at a time (ckptcli.docstream), bounded by limits.MAX_DECODED_BYTES."""
+
+    max_bytes: int = field(default_factory=_held_bytes)
+    max_items: int = field(default_factory=_held_items)
     used_bytes: int = 0
     used_items: int = 0
+    #: the environment variables that raise the two limits (for the error's hint)
+    env: tuple[str, str] = ("CKPT_MAX_HELD_BYTES", "CKPT_MAX_HELD_ITEMS")
+
+    @classmethod
+    def streaming(cls) -> Budget:
+        return cls(limits.MAX_DECODED_BYTES, limits.MAX_DECODED_ITEMS, env=("CKPT_MAX_DECODED_BYTES", "CKPT_MAX_DECODED_ITEMS"))
 
     def take(self, nbytes: int, items: int = 1) -> None:
         self.used_bytes += nbytes
         self.used_items += items
-        if self.used_bytes > self.max_bytes:
+        if self.used_bytes > self.max_bytes or self.used_items > self.max_items:
+            self.refuse(self.used_bytes, self.used_items)
+
+    def refuse(self, nbytes: int, items: int) -> None:
+        """Raise LimitExceededError if `nbytes` strings/bytes or `items` values are over."""
+        if nbytes > self.max_bytes:
             raise LimitExceededError(
                 f"decoded state is larger than {self.max_bytes} bytes",
-                hint="the checkpoint is hostile or damaged; if it is genuine, raise CKPT_MAX_DECODED_BYTES",
+                hint=f"the checkpoint is hostile or damaged; if it is genuine, raise {self.env[0]}",
             )
-        if self.used_items > self.max_items:
+        if items > self.max_items:
             raise LimitExceededError(
                 f"decoded state has more than {self.max_items} values",
-                hint="the checkpoint is hostile or damaged; if it is genuine, raise CKPT_MAX_DECODED_ITEMS",
+                hint=f"the checkpoint is hostile or damaged; if it is genuine, raise {self.env[1]}",
             )
 
 
@@ -695,8 +719,21 @@ class Decoder:
         except MemoryError:
             raise LimitExceededError(
                 f"{where}: decoded state does not fit in memory (decoded {self.budget.used_bytes} bytes so far)",
-                hint="the checkpoint is hostile or damaged; if genuine, lower CKPT_MAX_DECODED_BYTES to fail earlier or add memory",
+                hint=f"the checkpoint is hostile or damaged; if genuine, lower {self.budget.env[0]} to fail earlier or add memory",
             ) from None
+
+    def walk(self, raw: Any, depth: int = 0, hops: int = 0) -> Any:
+        """Decode an unpacked EV (references left as Ext, as unpack_ev gives it) found
+        `depth` containers and `hops` references below its section's root."""
+        return self._walk(raw, depth, hops)
+
+    def tree_items(self, oid: bytes, kind: int) -> Iterator[Any]:
+        """The raw items of a LIST tree (or (key, raw value) pairs of a MAP tree), in order."""
+        return self._iter_items(oid, kind)
+
+    def deeper(self, depth: int) -> int:
+        """`depth` + 1, or LimitExceededError beyond MAX_DEPTH."""
+        return self._deeper(depth)
 
     def _deeper(self, depth: int) -> int:
         if depth >= limits.MAX_DEPTH:
@@ -744,12 +781,14 @@ class Decoder:
                 out[_check_key(k)] = self._walk(v, d, hops)
             return out
         if ref.code in (EXT_BYTES, EXT_STR):
+            _level, total, _children = parse_tree_node(self.source.get(ref.oid), ref.code, ref.oid)
             if self.lazy_bytes and ref.code == EXT_BYTES:
-                _level, total, _children = parse_tree_node(self.source.get(ref.oid), EXT_BYTES, ref.oid)
                 self.budget.take(0)
                 return LazyBytes(ref.oid, total)
+            # charged before it is read: a tree declaring more than the budget is refused
+            # unread (iter_bytes makes sure the pieces add up to exactly `total`)
+            self.budget.take(total)
             data = b"".join(self.iter_bytes(ref.oid, ref.code))
-            self.budget.take(len(data))
             if ref.code == EXT_STR:
                 try:
                     return data.decode("utf-8")
@@ -776,36 +815,51 @@ class Decoder:
                 sub_level, _t, sub = check_tree_node(child, kind, f"object {oid.hex()[:12]} (embedded node)", want_total=count, below=level)
                 yield from self._iter_children(sub_level, sub, kind, oid)
 
-    def data_pieces(self, oid: bytes, kind: int = EXT_BYTES, want_level: int | None = None, want_total: int | None = None) -> list[tuple[int, bytes]]:
-        """The (size, data id) list of a BYTES/STR tree, reading only its nodes."""
+    def iter_pieces(self, oid: bytes, kind: int = EXT_BYTES, want_level: int | None = None, want_total: int | None = None) -> Iterator[tuple[int, bytes]]:
+        """The (size, data id) pairs of a BYTES/STR tree in order, reading only its nodes,
+        one at a time (a tree that names one node many times costs no memory here)."""
         level, _total, children = parse_tree_node(self.source.get(oid), kind, oid, want_level, want_total)
         if level == 1:
-            return [(size, child) for size, child in children]
-        out: list[tuple[int, bytes]] = []
+            for size, child in children:
+                yield size, child
+            return
         for size, child in children:
-            out.extend(self.data_pieces(child, kind, level - 1, size))
-        return out
+            yield from self.iter_pieces(child, kind, level - 1, size)
+
+    def data_pieces(self, oid: bytes, kind: int = EXT_BYTES, want_level: int | None = None, want_total: int | None = None) -> list[tuple[int, bytes]]:
+        """The (size, data id) list of a BYTES/STR tree, reading only its nodes."""
+        return list(self.iter_pieces(oid, kind, want_level, want_total))
 
     def iter_bytes(self, oid: bytes, kind: int = EXT_BYTES, window: int = 32) -> Iterator[bytes]:
         """Stream the pieces of a BYTES/STR tree in order, each hash- and size-checked.
         Data objects are read, decompressed and checked on the thread pool, `window`
-        ahead of the consumer (hashlib and zstandard release the GIL)."""
-        pieces = self.data_pieces(oid, kind)  # nodes are read here, in the caller's thread
-        if _workers() <= 1 or len(pieces) < 2:
-            for size, child in pieces:
+        (and at most _BYTES_IN_FLIGHT) ahead of the consumer (hashlib and zstandard
+        release the GIL); nodes are read as needed, in the caller's thread."""
+        pieces = self.iter_pieces(oid, kind)
+        head = list(itertools.islice(pieces, 2))
+        if _workers() <= 1 or len(head) < 2:
+            for size, child in itertools.chain(head, pieces):
                 yield _fetch(self.source, size, child)
             return
-        pending: collections.deque[Future[bytes]] = collections.deque()
+        pending: collections.deque[tuple[int, Future[bytes]]] = collections.deque()
+        in_flight = 0
         try:
-            for size, child in pieces:
-                pending.append(_pool().submit(_fetch, self.source, size, child))
-                if len(pending) >= window:
-                    yield pending.popleft().result()
+            for size, child in itertools.chain(head, pieces):
+                pending.append((size, _pool().submit(_fetch, self.source, size, child)))
+                in_flight += size
+                while pending and (len(pending) >= window or in_flight >= _BYTES_IN_FLIGHT):
+                    done, fut = pending.popleft()
+                    in_flight -= done
+                    yield fut.result()
             while pending:
-                yield pending.popleft().result()
+                yield pending.popleft()[1].result()
         finally:
-            for fut in pending:
+            for _size, fut in pending:
                 fut.cancel()
+
+
+#: Bytes of data objects iter_bytes reads ahead of its consumer.
+_BYTES_IN_FLIGHT = 64 * 1024 * 1024
 
 
 def _fetch(source: ObjectSource, size: int, oid: bytes) -> bytes:

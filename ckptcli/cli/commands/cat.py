@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli.app import StoreOpt, app
-from ckptcli.cli.output import emit_json, exit_status
+from ckptcli.cli.output import emit_spooled, exit_status
 from ckptcli.errors import ExitCode
 
 
@@ -21,17 +21,20 @@ def cat(
     Byte strings print as {"$bytes": base64}, file data as {"$blob": {size, id}},
     and NaN or infinities as {"$float": "nan"}, so the output is strict JSON.
 
+    The state is streamed from the store, so memory stays small whatever its size; one
+    that decodes to more than CKPT_MAX_DECODED_BYTES (default 4 GiB) is refused before
+    anything is printed.
+
     Examples:
 
       ckpt cat latest | jq .sections.memory
 
       ckpt cat exported.ckpt > decoded.json
     """
+    import sys
+
     from ckptcli import api
-    from ckptcli.jsonview import to_json
 
     ck = api.open_checkpoint(ref, store_path=store)
-    doc = api.info_dict(ck.id, ck.manifest)
-    doc["layout"] = ck.manifest.layout
-    doc["sections"] = {name: to_json(ck.section(name, lazy_bytes=name == "blobs")) for name in ck.section_names()}
-    emit_json(doc)
+    # indented for a person at a terminal; compact (and faster to write) for a program
+    emit_spooled(lambda out: ck.write_view(out, indent=2 if sys.stdout.isatty() else None))

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli.app import StoreOpt, app
-from ckptcli.cli.output import BarProgress, exit_status, human_size
+from ckptcli.cli.output import BarProgress, emit_spooled, exit_status, human_size
 from ckptcli.errors import ExitCode
 from ckptcli.store.backend import write_file_atomic
 
@@ -24,19 +24,23 @@ def restore(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace files and links that already exist in the blobs directory (kept aside until the restore succeeded).")] = False,
     keep_special_modes: Annotated[bool, typer.Option("--keep-special-modes", help="Restore set-uid, set-gid and sticky bits too (dropped by default).")] = False,
     no_state: Annotated[bool, typer.Option("--no-state", help="Do not write the state document.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Restore blobs even when they declare more bytes than the target's file system has free.")] = False,
     store: StoreOpt = None,
 ) -> None:
     """Restore a checkpoint: its state document, and its blobs into a directory.
 
     Nothing inside a checkpoint can write outside the blobs directory: names such as
     ../x or /etc/x and escaping symlinks are refused before anything is written, and
-    so is a name that already exists there (unless --overwrite). Files are written
-    under new random names and renamed into place; links and files planted in the
-    directory are never followed. If writing fails, what the restore wrote is removed
-    again and what it replaced is put back. Set-uid, set-gid and sticky bits are
-    dropped unless --keep-special-modes.
+    so is a name that already exists there (unless --overwrite), and blobs larger than
+    the free space there (unless --force). Files are written under new random names and
+    renamed into place; links and files planted in the directory are never followed.
+    If writing fails, what the restore wrote is removed again and what it replaced is
+    put back. Set-uid, set-gid and sticky bits are dropped unless --keep-special-modes.
 
-    -o writes the document under a new random name beside it, renamed into place; a
+    The state document is streamed from the store (memory stays small whatever its
+    size) and appears only once complete; one that decodes to more than
+    CKPT_MAX_DECODED_BYTES (default 4 GiB) is refused before anything is written. -o
+    writes it under a new random name beside the destination, renamed into place; a
     FIFO or device (/dev/stdout) is written through, never replaced.
 
     Examples:
@@ -53,16 +57,16 @@ def restore(
     ck = api.open_checkpoint(ref, store_path=store)
     if blobs_dir is not None:
         report = RestoreReport()
-        n = ck.restore_blobs(blobs_dir, names=blob or None, overwrite=overwrite, keep_special_modes=keep_special_modes, report=report, progress=BarProgress())
+        n = ck.restore_blobs(
+            blobs_dir, names=blob or None, overwrite=overwrite, keep_special_modes=keep_special_modes, force=force, report=report, progress=BarProgress()
+        )
         sys.stderr.write(f"restored {human_size(n)} of blobs into {blobs_dir}\n")
         if report.special_dropped:
             sys.stderr.write(f"dropped set-uid/set-gid/sticky bits from {report.special_dropped} files; pass --keep-special-modes to keep them\n")
     if no_state:
         return
-    state = ck.state()
     doc_fmt = fmt or ("msgpack" if ck.manifest.layout.get("format") == "msgpack" else "json")
     if output is None:
-        api.write_document(state, sys.stdout.buffer, doc_fmt)
-        sys.stdout.buffer.flush()
+        emit_spooled(lambda fh: ck.write_state(fh, doc_fmt))
         return
-    write_file_atomic(output, lambda fh: api.write_document(state, fh, doc_fmt))
+    write_file_atomic(output, lambda fh: ck.write_state(fh, doc_fmt))
