@@ -80,8 +80,10 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     damaged = bytearray(source)
     damaged[at] ^= 0x40
     (dirs["mixed"] / "corrupt.ckpt").write_bytes(bytes(damaged))
-    # the same file as a newer ckpt would write it
-    newer = framing.encode_header(framing.KIND_FILE, 99) + source[framing.HEADER_SIZE :]
+    # the same file as a newer ckpt would write it: its checksum covers the new version
+    # (a version whose checksum does not hold is damage, not a newer format)
+    newer = framing.encode_header(framing.KIND_FILE, 99) + source[framing.HEADER_SIZE : -32]
+    newer += hashlib.sha256(newer).digest()
     (dirs["mixed"] / "newer-format.ckpt").write_bytes(newer)
     dirs["store"] = base / "store"
     return dirs
