@@ -7,7 +7,11 @@ monthly, yearly) keeps the newest checkpoint of each of its first N buckets;
 `keep_within` keeps everything taken within that long of the subject's newest
 checkpoint; `keep_tags` keeps checkpoints that a named tag points at or that carry the
 label (`key` or `key=value`). Tags and branch heads are never removed whatever the
-policy says. A survivor's reasons are recorded so `--dry-run` can say why it stays.
+policy says. Then each adapter whose checkpoints are there (a manifest's ``layout.ext``
+names it) adds what the kept ones need, through its hook in the entry-point group
+``ckptcli.retention`` (LangGraph: a thread's heads, and the checkpoints its delta
+channels are rebuilt from: `ckptcli.adapters.langgraph_retention`). A survivor's
+reasons are recorded so `--dry-run` can say why it stays.
 
 Concurrency: a prune holds the store lock exclusively from the first look at the
 manifests to the last deletion. Takes hold it shared for their whole transaction
@@ -167,6 +171,37 @@ def decide(
     return out
 
 
+RETENTION_GROUP = "ckptcli.retention"
+#: an adapter's hook: (store, every manifest, the ids kept so far) -> {id to keep as well: why}
+RetentionHook = Callable[[Store, dict[bytes, Manifest], set[bytes]], dict[bytes, str]]
+
+
+def keep_what_adapters_need(store: Store, manifests: dict[bytes, Manifest], decisions: list[Decision]) -> None:
+    """Keep, among `decisions`, what the adapters say the kept checkpoints need: the
+    hook of each ext namespace the decided checkpoints' layouts name (entry-point group
+    `ckptcli.retention`), until nothing more is added."""
+    from importlib.metadata import entry_points
+
+    names: set[str] = set()
+    for d in decisions:
+        ext = manifests[d.id].layout.get("ext")
+        if type(ext) is list:
+            names.update(n for n in ext if type(n) is str)
+    if not names:
+        return  # nothing an adapter owns: no entry point is looked up
+    hooks: list[RetentionHook] = [ep.load() for ep in entry_points(group=RETENTION_GROUP) if ep.name in names]
+    by_id = {d.id: d for d in decisions}
+    changed = bool(hooks)
+    while changed:  # a hook's additions may need more of another's
+        changed = False
+        for hook in hooks:
+            for cid, why in hook(store, manifests, {d.id for d in decisions if d.keep}).items():
+                found = by_id.get(cid)
+                if found is not None and not found.keep:
+                    found.keep, changed = True, True
+                    found.reasons.append(why)
+
+
 def _has_label(m: Manifest, tag: str) -> bool:
     key, eq, value = tag.partition("=")
     return key in m.labels and (not eq or m.labels[key] == value)
@@ -205,6 +240,7 @@ def prune(
             if name.startswith(("tags/", "branches/")):
                 protected[target].append(name)
         decisions = decide(manifests, policy, protected, subjects)
+        keep_what_adapters_need(store, manifests, decisions)
         if not allow_remove_all:
             by_subject: dict[str, bool] = defaultdict(bool)
             for d in decisions:

@@ -146,3 +146,63 @@ class Forgetful(CkptSaver):
     def list(self, *args: Any, **kwargs: Any) -> Any:
         self.flush()
         return super().list(*args, **kwargs)
+
+
+# -- for prune: a thread paused inside a subgraph, and one whose messages are a DeltaChannel ----------
+class ReviewState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    notes: Annotated[list[str], operator.add]
+
+
+def _check(state: ReviewState) -> dict[str, Any]:
+    answer = interrupt({"question": f"publish {len(state['messages'])} messages?"})
+    return {"notes": [f"check:{answer}"]}
+
+
+def review_builder() -> StateGraph[ReviewState]:
+    """intake -> prep -> review (a subgraph: draft -> check, which interrupts -> publish) -> done.
+    Invoked once, the thread waits inside the subgraph: its newest checkpoints are the
+    subgraph's, and LangGraph resumes from the root's newest and the subgraph's."""
+    sub = StateGraph(ReviewState)
+    sub.add_node("draft", lambda s: {"messages": [AIMessage(content="draft", id="draft")], "notes": ["draft"]})
+    sub.add_node("check", _check)
+    sub.add_node("publish", lambda s: {"messages": [AIMessage(content="published", id="pub")]})
+    sub.add_edge(START, "draft")
+    sub.add_edge("draft", "check")
+    sub.add_edge("check", "publish")
+    sub.add_edge("publish", END)
+    b = StateGraph(ReviewState)
+    b.add_node("intake", lambda s: {"notes": ["intake"]})
+    b.add_node("prep", lambda s: {"notes": ["prep"]})
+    b.add_node("review", sub.compile())
+    b.add_node("done", lambda s: {"notes": ["done"]})
+    b.add_edge(START, "intake")
+    b.add_edge("intake", "prep")
+    b.add_edge("prep", "review")
+    b.add_edge("review", "done")
+    b.add_edge("done", END)
+    return b
+
+
+def delta_chat_builder(turns: int, snapshot_frequency: int) -> StateGraph[Any]:
+    """`chat_builder`'s conversation with the messages in LangGraph's DeltaChannel: a
+    checkpoint stores them every `snapshot_frequency` updates; the others rebuild them
+    from their ancestors' pending writes."""
+    from langgraph.channels.delta import DeltaChannel
+    from langgraph.graph.message import _messages_delta_reducer
+
+    # the functional form: the channel is made here, so the annotation cannot be a string
+    channel = DeltaChannel(_messages_delta_reducer, snapshot_frequency=snapshot_frequency)
+    delta_state = TypedDict("delta_state", {"messages": Annotated[list[AnyMessage], channel]})  # type: ignore[misc]  # noqa: UP013
+
+    def turn(state: Any) -> dict[str, Any]:
+        return {"messages": [chat_message(len(state["messages"]), 8)]}
+
+    def route(state: Any) -> str:
+        return "turn" if len(state["messages"]) % turns else END
+
+    b = StateGraph(delta_state)
+    b.add_node("turn", turn)
+    b.add_edge(START, "turn")
+    b.add_conditional_edges("turn", route, ["turn", END])
+    return b

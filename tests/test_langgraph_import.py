@@ -123,6 +123,9 @@ def test_thread_filter_and_importing_again(sqlite_db: Path, tmp_path: Path, cli)
     manifests = len(api.open_store(store).manifest_ids())
     third = json.loads(cli("import", "langgraph", sqlite_db, "--store", store, "--json").out)
     assert third["checkpoints"] == 0 and len(api.open_store(store).manifest_ids()) == manifests, "nothing written again"
+    assert third["writes"] == 0, "the writes the store has already are not counted as imported"
+    fourth = cli("import", "langgraph", sqlite_db, "--store", store)
+    assert fourth.code == 0 and fourth.out.startswith(f"nothing new to import: {store} has the {third['already_present']} checkpoints of "), fourth.out
     assert cli("import", "langgraph", sqlite_db, "--thread", "no-such-thread", "--store", store).code == ExitCode.NOT_FOUND
 
 

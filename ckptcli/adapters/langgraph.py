@@ -1417,18 +1417,60 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._delete(keys, set())
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Keep each namespace's newest checkpoint ("keep_latest") or none ("delete")."""
+        """Keep each namespace's newest checkpoint ("keep_latest") or none ("delete").
+        "keep_latest" also keeps the checkpoints the newest ones rebuild their delta
+        channels from (`langgraph_retention`), so every thread reads as before."""
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInputError(f"unknown prune strategy {strategy!r}", hint="use keep_latest or delete")
         threads = {str(t) for t in thread_ids}
         keys: _Keys = []
         with self._lock:
             self._check()
+            kept: _Keys = []
             for thread in threads:
                 for ids in self._thread_entries(thread).values():
                     newest = max(ids) if strategy == "keep_latest" else None
                     keys.extend(e.key for cid, e in ids.items() if cid != newest)
+                    kept.extend(e.key for cid, e in ids.items() if cid == newest)
+            if kept:
+                rebuilt_from = self._rebuilt_from(kept)
+                keys = [k for k in keys if k not in rebuilt_from]
         self._delete(keys, threads if strategy == "delete" else set())
+
+    def _rebuilt_from(self, kept: _Keys) -> dict[tuple[str, str, str], str]:
+        """The checkpoints that `kept` ones rebuild their delta channels from (see
+        `langgraph_retention.needed`). Caller holds the lock."""
+        from ckptcli.adapters import langgraph_retention as retention
+
+        stored_cache: dict[tuple[str, str, str], set[str]] = {}
+
+        def parent(key: tuple[str, str, str]) -> str | None:
+            e = self._entries.get(key)
+            return e.parent if e is not None and e.parent and (key[0], key[1], e.parent) in self._entries else None
+
+        def stored(key: tuple[str, str, str]) -> set[str]:
+            got = stored_cache.get(key)
+            if got is None:
+                e = self._entries[key]
+                self._load(e)
+                if e.committed is not None and not e.blobs_loaded:  # the memory section's channel names, no value decoded
+                    memory = self.store.manifest(e.committed).sections.get("memory")
+                    got = retention.map_keys(self.store, memory, f"checkpoint {e.committed.hex()[:12]} section memory") if memory else set()
+                else:
+                    got = {ch for ch in e.versions if not self._blob(e, ch).empty}
+                stored_cache[key] = got
+            return got
+
+        def rebuilt(key: tuple[str, str, str]) -> set[str]:
+            e = self._entries[key]
+            md = self._plain_metadata(e)
+            counters = md.get(retention.DELTA_COUNTERS) if isinstance(md, dict) else None
+            if not isinstance(counters, dict):
+                return set()
+            self._load(e)
+            return {ch for ch in counters if ch in e.versions} - stored(key)
+
+        return retention.needed(kept, parent, rebuilt, stored)
 
     def _delete(self, keys: _Keys, threads: set[str]) -> None:
         """Forget `keys` (journaled first, so that a crash cannot bring them back), then

@@ -263,8 +263,12 @@ def import_sqlite(store: Store, db: str | Path, *, thread: str | None = None, pr
             saver._replay(rec, f"{db} checkpoint {i + 1}", [])
             w = by_key.pop(key, None)
             if w is not None:  # before its child is put: the checkpoint is written once, complete
-                report.writes += len(w["w"])
+                e = saver._entries[key]
+                saver._load(e)
+                before = dict(e.writes)
                 saver._replay(w, f"{db} writes of checkpoint {i + 1}", [])
+                # only what the store did not have counts (a second import adds none)
+                report.writes += sum(1 for k, v in saver._entries[key].writes.items() if before.get(k) is not v)
             progress.advance(1)
         for w in by_key.values():  # writes of no checkpoint in the database: kept in memory only
             report.writes += len(w["w"])

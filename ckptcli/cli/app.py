@@ -51,7 +51,7 @@ COMMANDS = ("init", "take", "ls", "show", "cat", "diff", "restore", "verify", "e
 
 StoreOpt = Annotated[
     Path | None,
-    typer.Option("--store", "-s", envvar="CKPT_STORE", help="Store directory (default: nearest .ckpt/ above cwd).", show_default=False),
+    typer.Option("--store", "-s", envvar="CKPT_STORE", help="Store directory (default: nearest .ckpt/ above cwd, or the store cwd is in).", show_default=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
 

@@ -294,7 +294,9 @@ class Transaction:
 
 
 def find_store(start: Path | None = None) -> Path:
-    """The store for this directory: CKPT_STORE, else the nearest .ckpt/ above cwd."""
+    """The store for this directory: CKPT_STORE, else the nearest .ckpt/ above cwd, or
+    the nearest directory above cwd (cwd itself too) that is a store, whatever its name
+    (as `CkptSaver.open("dir")` and `ckpt init dir` make them)."""
     env = os.environ.get("CKPT_STORE")
     if env:
         return resolve_store_path(Path(env))
@@ -303,6 +305,8 @@ def find_store(start: Path | None = None) -> Path:
         cand = d / STORE_DIRNAME
         if (cand / "config").is_file():
             return cand
+        if (d / "config").is_file() and (d / "manifests").is_dir():
+            return d
     raise StoreNotFoundError(
         f"no ckpt store in {here} or any parent directory",
         hint="run `ckpt init` here, or pass --store PATH (or set CKPT_STORE)",

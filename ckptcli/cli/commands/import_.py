@@ -70,7 +70,10 @@ def import_(
         else:
             threads = f"{len(report.threads)} thread{'s' if len(report.threads) != 1 else ''}"
             again = f"; {report.already} were in the store already" if report.already else ""
-            out().print(f"imported {report.checkpoints} checkpoints ({report.writes} pending writes) of {threads} into {st.location}{again}", markup=False)
+            if report.checkpoints or report.writes:
+                out().print(f"imported {report.checkpoints} checkpoints ({report.writes} pending writes) of {threads} into {st.location}{again}", markup=False)
+            else:
+                out().print(f"nothing new to import: {st.location} has the {report.already} checkpoints of {threads} already", markup=False)
         return
     if file == LANGGRAPH and not Path(file).is_file():
         raise UsageError("`ckpt import langgraph` needs the database to read", hint="ckpt import langgraph checkpoints.sqlite")

@@ -46,6 +46,9 @@ def prune(
     the subject's newest; --keep-tag keeps tagged or labelled ones. A checkpoint that
     any rule keeps stays. Checkpoints that a tag or a branch points at always stay.
     A subject whose every checkpoint would go is refused unless --allow-remove-all.
+    Adapters keep what the kept checkpoints need with them: a LangGraph thread keeps
+    the checkpoints it resumes from (its subgraphs' too) and those its delta channels
+    are rebuilt from (docs/langgraph.md); --dry-run -v says why each stays.
 
     Then objects no surviving checkpoint needs are deleted: packs holding only such
     objects are removed, packs more than --max-unused unneeded are rewritten, small

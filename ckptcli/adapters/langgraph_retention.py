@@ -1,0 +1,183 @@
+"""What a LangGraph thread needs kept when some of its checkpoints are pruned.
+
+A retention policy picks checkpoints one by one; a LangGraph thread needs some of them
+together. Besides what the policy keeps, a thread keeps:
+
+1. **Its heads.** LangGraph resumes a thread from its newest root checkpoint (namespace
+   ``""``) and, when it paused inside a subgraph, from the newest checkpoint of that
+   subgraph's namespace (``node:<task id>``, nested ones ``a:<id>|b:<id>``). A subgraph
+   namespace is *live* when its newest checkpoint is newer than its parent namespace's
+   newest and that one is live; the heads of live namespaces stay. The heads of
+   finished subgraph runs are history like any other checkpoint.
+2. **What its delta channels are rebuilt from.** LangGraph's `DeltaChannel` stores its
+   value only every `snapshot_frequency` updates; a checkpoint in between rebuilds it
+   by walking its parents, replaying their pending writes, back to the nearest one that
+   stores it (`BaseCheckpointSaver.get_delta_channel_history`). So each kept checkpoint
+   keeps its parents up to that one, for every delta channel it does not store. A delta
+   channel is one the checkpoint's metadata counts in ``counters_since_delta_snapshot``.
+   (The values cannot be materialized instead: rebuilding one needs the graph's reducer,
+   which neither the saver nor `ckpt prune` has.)
+3. **The newest revision** of every LangGraph checkpoint it keeps (`langgraph.rev`):
+   the one LangGraph reads.
+
+`retain` applies this to a store for `ckpt prune` (registered in the entry-point group
+``ckptcli.retention`` under the ext namespace ``langgraph``); `CkptSaver.prune` applies
+the same rules (`needed`) to what it holds. Imports nothing of LangGraph.
+docs/langgraph.md ("Prune and delete") has the user's view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ckptcli.adapters import langgraph_layout as layout
+from ckptcli.errors import CkptError
+from ckptcli.format import limits
+from ckptcli.format.manifest import Manifest
+from ckptcli.format.values import EXT_MAP, EXT_REF, Decoder, Ext, unpack_ev
+from ckptcli.store.repository import Store
+
+Key3 = tuple[str, str, str]  # (thread, namespace, checkpoint id)
+DELTA_COUNTERS = "counters_since_delta_snapshot"  # LangGraph's metadata key (langgraph.checkpoint.base)
+NS_SEP = "|"  # langgraph.constants.NS_SEP: nested subgraph namespaces
+
+
+def parent_ns(ns: str) -> str:
+    return ns.rsplit(NS_SEP, 1)[0] if NS_SEP in ns else ""
+
+
+def live_heads(keys: Iterable[Key3]) -> dict[Key3, str]:
+    """The checkpoints each thread resumes from (see the module docstring), with why."""
+    newest: dict[tuple[str, str], str] = {}
+    for thread, ns, cid in keys:
+        if cid > newest.get((thread, ns), ""):
+            newest[(thread, ns)] = cid
+    out: dict[Key3, str] = {}
+
+    def live(thread: str, ns: str) -> bool:
+        if ns == "":
+            return (thread, "") in newest
+        up = parent_ns(ns)
+        return (thread, up) in newest and newest[(thread, ns)] > newest[(thread, up)] and live(thread, up)
+
+    for (thread, ns), cid in newest.items():
+        if live(thread, ns):
+            out[(thread, ns, cid)] = "LangGraph resumes from it" if ns == "" else f"LangGraph resumes subgraph {ns.split(':')[0]} from it"
+    return out
+
+
+def needed(
+    kept: Iterable[Key3],
+    parent: Callable[[Key3], str | None],
+    rebuilt: Callable[[Key3], set[str]],
+    stored: Callable[[Key3], set[str]],
+) -> dict[Key3, str]:
+    """The checkpoints that `kept` ones rebuild delta channels from, with why (rule 2).
+
+    Args:
+        kept: checkpoints that stay.
+        parent: a checkpoint's parent id (same thread and namespace), None at the root or
+            when the checkpoint is not there.
+        rebuilt: the delta channels a checkpoint does not store (its parents' are replayed).
+        stored: the channels a checkpoint stores a value of.
+    Returns:
+        checkpoints not in `kept` that must stay, each with the reason.
+    """
+    keep = set(kept)
+    out: dict[Key3, str] = {}
+    walked: dict[Key3, set[str]] = {}  # channels already followed up from a checkpoint
+    for start in sorted(keep):
+        gaps = set(rebuilt(start))
+        thread, ns, cid = start
+        pid = parent(start)
+        while gaps and pid is not None:
+            cur = (thread, ns, pid)
+            seen = walked.setdefault(cur, set())
+            if gaps <= seen:
+                break  # an earlier walk went on from here with these channels already
+            seen |= gaps
+            if cur not in keep and cur not in out:
+                out[cur] = f"delta channel {', '.join(sorted(gaps))} of {cid} is rebuilt from it"
+            gaps -= stored(cur)
+            pid = parent(cur)
+    return out
+
+
+# -- in a store, for `ckpt prune` ------------------------------------------------------------------
+def retain(store: Store, manifests: Mapping[bytes, Manifest], keep: set[bytes]) -> dict[bytes, str]:
+    """Checkpoints of `manifests` not in `keep` that the LangGraph threads of the kept
+    ones need (the module docstring), with why. Reads the ``ext:langgraph`` section of
+    the checkpoints it looks at, and the channel names of their ``memory`` section."""
+    revs: dict[Key3, list[tuple[int, int, bytes]]] = {}
+    for mid, m in manifests.items():
+        k = layout.key_of(m.subject, m.labels)
+        if k is not None:
+            revs.setdefault((k.thread_id, k.ns, k.checkpoint_id), []).append((k.rev, m.created_ns, mid))
+    if not revs:
+        return {}
+    newest = {key: max(rs)[2] for key, rs in revs.items()}
+    kept_keys = {key for key, rs in revs.items() if any(mid in keep for _r, _c, mid in rs)}
+    threads = {key[0] for key in kept_keys}
+    extra: dict[Key3, str] = {key: why for key, why in live_heads(k for k in revs if k[0] in threads).items() if key not in kept_keys}
+    info: dict[Key3, tuple[set[str], set[str]]] = {}
+
+    def read(key: Key3) -> tuple[set[str], set[str]]:
+        got = info.get(key)
+        if got is None:
+            got = info[key] = _delta_info(store, manifests[newest[key]], newest[key])
+        return got
+
+    def parent(key: Key3) -> str | None:
+        mid = newest.get(key)
+        pid = manifests[mid].labels.get(layout.LABEL_PARENT) if mid is not None else None
+        return pid if pid is not None and (key[0], key[1], pid) in newest else None
+
+    extra.update(needed(kept_keys | set(extra), parent, lambda k: read(k)[0], lambda k: read(k)[1]))
+    out: dict[bytes, str] = {}
+    for key in kept_keys:
+        if newest[key] not in keep:
+            out[newest[key]] = "the newest revision of a kept LangGraph checkpoint"
+    for key, why in extra.items():
+        out.setdefault(newest[key], why)
+    return out
+
+
+def _delta_info(store: Store, m: Manifest, mid: bytes) -> tuple[set[str], set[str]]:
+    """(delta channels the checkpoint rebuilds, channels it stores). A checkpoint whose
+    records cannot be read (damaged; or written by a serializer that is not msgpack)
+    counts as rebuilding none: verify reports damage; prune does not guess."""
+    if layout.EXT_SECTION not in m.sections or "memory" not in m.sections:
+        return set(), set()
+    where = f"checkpoint {mid.hex()[:12]}"
+    try:
+        ext = Decoder(store).decode(m.sections[layout.EXT_SECTION], f"{where} section {layout.EXT_SECTION}")
+        have = map_keys(store, m.sections["memory"], f"{where} section memory")
+    except CkptError:
+        return set(), set()
+    if type(ext) is not dict:
+        return set(), have
+    md, skel = ext.get("metadata"), ext.get("checkpoint")
+    counters = md.get(DELTA_COUNTERS) if type(md) is dict else None
+    versions: Any = skel.get("channel_versions") if type(skel) is dict else None
+    if type(versions) is not dict:
+        versions = ext.get("versions")
+    if type(versions) is not dict:
+        versions = {}
+    if type(counters) is not dict:
+        return set(), have
+    return {ch for ch in counters if type(ch) is str and ch in versions and ch not in have}, have
+
+
+def map_keys(store: Store, ev: bytes, where: str) -> set[str]:
+    """The keys of the map an EV holds, without decoding its values."""
+    dec = Decoder(store)
+    raw: Any = unpack_ev(ev, where)
+    for _hop in range(limits.MAX_DEPTH):
+        if type(raw) is Ext and raw.code == EXT_REF:
+            raw = unpack_ev(store.get(raw.oid), f"{where} object {raw.oid.hex()[:12]}")
+            continue
+        if type(raw) is Ext and raw.code == EXT_MAP:
+            return {str(k) for k, _v in dec.tree_items(raw.oid, EXT_MAP)}
+        break
+    return {str(k) for k in raw} if type(raw) is dict else set()
