@@ -528,24 +528,38 @@ def restore_blobs(
     total = 0
     for name, entry in chosen.items():
         total += validate(entry, check_component(name, where), where)
-    # the first directory of `target` that does not exist yet: everything under it is
-    # this restore's, and goes again if the restore fails
+    # The user's own path is followed (as tar -C and restic --target do): `..` and links
+    # in it mean what the file system says, so what exists is judged on the real path.
+    target = Path(os.path.realpath(target))
+    # The directories this restore creates are its own, and go again if it fails; the
+    # target counts as fresh (no conflict possible) only if mkdir itself made it, so a
+    # directory that appears meanwhile is still checked for conflicts.
+    missing: list[Path] = []
+    p = target
+    while not os.path.lexists(p) and p != p.parent:
+        missing.append(p)
+        p = p.parent
     first_new: Path | None = None
-    for p in (target, *target.parents):
-        if os.path.lexists(p):
-            break
-        first_new = p
+    fresh = False
     try:
-        target.mkdir(parents=True, exist_ok=True)
+        for d in reversed(missing):
+            try:
+                os.mkdir(d)
+            except FileExistsError:
+                continue
+            first_new = first_new or d
+            fresh = d == target
         root_fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
+        if first_new is not None:
+            _undo(None, -1, first_new, target)
         raise StoreIOError(f"cannot use {target} as the restore target: {exc.strerror}") from None
     progress.start("restoring blobs", total)
     w = _Writer(decoder, progress, overwrite, keep_special_modes, rep)
     try:
-        if first_new is None:
+        if not fresh:
             _check_conflicts(root_fd, chosen, (), overwrite)
-        w.write_entries(root_fd, chosen, (), first_new is not None)
+        w.write_entries(root_fd, chosen, (), fresh)
         w.drop_aside(root_fd)
     except BaseException as exc:
         undone = _undo(w, root_fd, first_new, target)
@@ -562,8 +576,8 @@ def restore_blobs(
     return total
 
 
-def _undo(w: _Writer, root_fd: int, first_new: Path | None, target: Path) -> str:
-    left = w.undo(root_fd) if w.current else []
+def _undo(w: _Writer | None, root_fd: int, first_new: Path | None, target: Path) -> str:
+    left = w.undo(root_fd) if w is not None and w.current else []
     if first_new is not None:
         try:
             parent_fd = os.open(first_new.parent, _DIR_FLAGS)
@@ -576,7 +590,7 @@ def _undo(w: _Writer, root_fd: int, first_new: Path | None, target: Path) -> str
     if left:
         more = f" and {len(left) - 3} more" if len(left) > 3 else ""
         return f"the restore could not be undone entirely, left behind: {', '.join(left[:3])}{more}"
-    if not w.current:
+    if w is None or not w.current:
         return "nothing was written"
     if first_new is not None:
         return f"the restore was undone: {first_new} was removed again"

@@ -541,3 +541,46 @@ def test_a_mode_or_mtime_that_is_not_an_integer_is_refused_before_writing(tmp_pa
     with pytest.raises(CorruptError, match="not an integer"):
         restore_blobs(blobs, tmp_path / "out", None)  # type: ignore[arg-type]  # inline data needs no decoder
     assert not (tmp_path / "out").exists()
+
+
+# -- the target path itself: judged on the real file system (found by an outside audit) ---------------
+def test_a_dotdot_through_a_missing_directory_is_still_checked_for_conflicts(ck: api.Checkpoint, tmp_path: Path) -> None:
+    # `missing/..` does not resolve on Linux while `missing` is missing: the target must
+    # not be taken for a new directory (which needs no conflict check) when it exists
+    existing = tmp_path / "existing"
+    (existing / "w").mkdir(parents=True)
+    (existing / "w" / "z-last").write_bytes(b"mine\n")
+    before = tree_snapshot(existing)
+    with pytest.raises(ConflictError, match="z-last already exists"):
+        ck.restore_blobs(f"{tmp_path}/missing/../existing")
+    assert tree_snapshot(existing) == before
+    assert not (tmp_path / "missing").exists()
+
+
+@pytest.mark.usefixtures("fail_third_write")
+def test_a_failed_restore_below_a_linked_directory_is_undone(ck: api.Checkpoint, tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "L").symlink_to(real)
+    with pytest.raises(StoreIOError) as info:
+        ck.restore_blobs(tmp_path / "L" / "new")
+    assert "the restore was undone" in str(info.value), str(info.value)
+    assert list(real.iterdir()) == []
+
+
+def test_a_target_that_appears_meanwhile_is_checked_for_conflicts(ck: api.Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the directory is created by someone else between restore's look and its mkdir
+    target = tmp_path / "target"
+    real_mkdir = os.mkdir
+
+    def racing_mkdir(path: Any, *a: Any, **k: Any) -> None:
+        if Path(path) == target and not target.exists():
+            real_mkdir(target)
+            (target / "w").mkdir()
+            (target / "w" / "z-last").write_bytes(b"theirs\n")
+        real_mkdir(path, *a, **k)
+
+    monkeypatch.setattr(os, "mkdir", racing_mkdir)
+    with pytest.raises(ConflictError, match="z-last already exists"):
+        ck.restore_blobs(target)
+    assert (target / "w" / "z-last").read_bytes() == b"theirs\n"
