@@ -15,6 +15,8 @@ import errno
 import os
 import secrets
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -584,3 +586,51 @@ def test_a_target_that_appears_meanwhile_is_checked_for_conflicts(ck: api.Checkp
     with pytest.raises(ConflictError, match="z-last already exists"):
         ck.restore_blobs(target)
     assert (target / "w" / "z-last").read_bytes() == b"theirs\n"
+
+
+# -- -o naming a descriptor of ckpt's own, a full device, an existing file ----------------------------
+@pytest.mark.parametrize("command", ["restore", "export"])
+def test_dash_o_through_a_link_to_its_own_stdout_writes_to_stdout(store: Store, ck: api.Checkpoint, tmp_path: Path, command: str) -> None:
+    # /dev/stdout is such a link (to /proc/self/fd/1): with stdout redirected to a file,
+    # stat() sees a regular file, and the link itself was replaced by the output (as
+    # root, the machine's /dev/stdout). A link of our own exercises the same path safely.
+    link = tmp_path / "stdout-link"
+    link.symlink_to("/proc/self/fd/1")
+    captured = tmp_path / "captured"
+    with open(captured, "wb") as out:
+        proc = subprocess.run(
+            [sys.executable, "-m", "ckptcli", command, ck.hex, "--store", store.location, "-o", link], stdout=out, stderr=subprocess.PIPE, timeout=120
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
+    data = captured.read_bytes()
+    assert (b'"x": 1' in data) if command == "restore" else data.startswith(b"\x89CKP")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["captured", "src", "stdout-link", "store"]
+
+
+def test_descriptor_named_knows_the_standard_streams() -> None:
+    from ckptcli.store.backend import descriptor_named
+
+    assert descriptor_named(Path("/dev/stdout")) == 1
+    assert descriptor_named(Path("/dev/stderr")) == 2
+    assert descriptor_named(Path("/dev/fd/7")) == 7
+    assert descriptor_named(Path(f"/proc/{os.getpid()}/fd/3")) == 3
+    assert descriptor_named(Path("/dev/null")) is None
+    assert descriptor_named(Path("/tmp/x/../fd/1")) is None
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("command", [_restore_o, _export_o], ids=["restore -o", "export -o"])
+def test_dash_o_to_a_full_device_is_one_line(cli: Any, store: Store, ck: api.Checkpoint, command: Callable[..., Any]) -> None:
+    r = command(cli, store, ck, Path("/dev/full"))
+    assert r.code == ExitCode.IO_ERROR, r.err
+    assert r.err.splitlines() == ["ckpt: error: cannot write /dev/full: No space left on device"]
+
+
+def test_dash_o_keeps_the_mode_of_the_file_it_replaces(cli: Any, store: Store, ck: api.Checkpoint, tmp_path: Path) -> None:
+    out = tmp_path / "state.json"
+    out.write_text("old")
+    out.chmod(0o600)
+    r = _restore_o(cli, store, ck, out)
+    assert r.code == 0, r.err
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600 and b'"x"' in out.read_bytes()

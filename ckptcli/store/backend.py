@@ -12,6 +12,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import secrets
 import stat
 import threading
@@ -167,18 +168,30 @@ def create_temp(
 def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str = "") -> None:
     """Write the file at `path` whole or not at all, outside a store (an exported
     checkpoint, a restored document, a recorder's journal): `write` fills a new
-    temporary file beside it (create_temp: random name, O_EXCL|O_NOFOLLOW, mode 0666
-    less the umask), which is fsynced and renamed over `path`; then the directory is
-    synced. On any failure the temporary file is removed and `path` is as it was.
+    temporary file beside it (create_temp: random name, O_EXCL|O_NOFOLLOW; the mode of
+    the file it replaces, else 0666 less the umask), which is fsynced and renamed over
+    `path`; then the directory is synced. On any failure the temporary file is removed
+    and `path` is as it was.
 
-    When `path` is (or links to) something other than a regular file (a FIFO, a device
-    such as /dev/null, a socket), it is written through, never replaced.
+    Written through, never replaced: a path that names one of this process's open
+    descriptors (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N, or a link to one:
+    writing there means writing to the descriptor, whatever it is open on), and a path
+    that is (or links to) something other than a regular file (a FIFO, a device such as
+    /dev/null, a socket).
 
     Raises:
         StoreIOError naming `what` (default: the path) for an OSError; InvalidInputError
         when `path` is a directory; what `write` raised.
     """
     shown = what or str(path)
+    fd_alias = descriptor_named(path)
+    if fd_alias is not None:
+        try:
+            fd = os.dup(fd_alias)
+        except OSError as exc:
+            raise StoreIOError(f"cannot write {shown}: {exc.strerror}") from None
+        _write_to(fd, write, shown)
+        return
     try:
         st: os.stat_result | None = os.stat(path)
     except FileNotFoundError:
@@ -194,6 +207,8 @@ def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str 
     try:
         name, fd = create_temp(parent, mode=0o666)
         tmp = parent / name
+        if st is not None and stat.S_ISREG(st.st_mode):
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) & 0o777)  # a replaced file keeps its mode
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
@@ -210,6 +225,31 @@ def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str 
     fsync_dir(parent)
 
 
+_FD_PATH = re.compile(r"/(?:dev/fd|proc/self/fd|proc/thread-self/fd)/(\d+)")
+_STD_PATHS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def descriptor_named(path: Path) -> int | None:
+    """The descriptor of this process that `path` names, if any: /dev/stdout and its
+    kin, /dev/fd/N, /proc/self/fd/N or /proc/<this pid>/fd/N, directly or through links
+    (followed lexically: the last link of /proc/self/fd/N leads to whatever the
+    descriptor is open on, which is not a path to rename over)."""
+    p = os.path.abspath(path)
+    own = re.compile(rf"/proc/{os.getpid()}/fd/(\d+)")
+    for _ in range(16):
+        if p in _STD_PATHS:
+            return _STD_PATHS[p]
+        m = _FD_PATH.fullmatch(p) or own.fullmatch(p)
+        if m:
+            return int(m.group(1))
+        try:
+            target = os.readlink(p)
+        except OSError:
+            return None
+        p = os.path.normpath(os.path.join(os.path.dirname(p), target))
+    return None
+
+
 def _write_through(path: Path, write: Callable[[IO[bytes]], None], shown: str) -> bool:
     """Write into the special file at `path` (no create, no truncate, no rename);
     False if it turned into a regular file meanwhile (then it is replaced as usual)."""
@@ -218,19 +258,24 @@ def _write_through(path: Path, write: Callable[[IO[bytes]], None], shown: str) -
     except OSError as exc:
         raise StoreIOError(f"cannot write {shown}: {exc.strerror}") from None
     try:
-        fh = os.fdopen(fd, "wb")
-    except BaseException:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        regular = False
+    if regular:
         os.close(fd)
-        raise
-    with fh:
-        try:
-            if stat.S_ISREG(os.fstat(fd).st_mode):
-                return False
-            write(fh)
-            fh.flush()
-        except OSError as exc:
-            raise StoreIOError(f"cannot write {shown}: {exc.strerror}") from None
+        return False
+    _write_to(fd, write, shown)
     return True
+
+
+def _write_to(fd: int, write: Callable[[IO[bytes]], None], shown: str) -> None:
+    """Write into descriptor `fd` (closed after); a failure of the last flush, at close
+    (/dev/full), is the same one line as any other."""
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+    except OSError as exc:
+        raise StoreIOError(f"cannot write {shown}: {exc.strerror}") from None
 
 
 class LocalBackend(Backend):
