@@ -10,6 +10,7 @@ export and import. No UI imports here (tests/test_import_hygiene.py).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
@@ -386,6 +387,7 @@ class Checkpoint:
             missing = [n for n in names if n not in blobs]
             if missing:
                 raise NotFoundError(f"checkpoint {self.hex[:12]} has no blob {missing[0]!r} (it has: {', '.join(blobs) or 'none'})")
+        refuse_output_into_source(self, target, "the blobs directory")
         where = f"checkpoint {self.hex[:12]}"
         total = sum(validate(entry, check_component(name, where), where) for name, entry in blobs.items() if not names or name in names)
         if not force:
@@ -485,6 +487,25 @@ def names_a_file(ref: str) -> bool:
     return p.is_file() and (ref.endswith(".ckpt") or os.sep in ref or is_checkpoint_file(p))
 
 
+def refuse_output_into_source(ck: Checkpoint, out: PathLike, what: str) -> None:
+    """An output path (`export -o`, `restore -o`, `restore --blobs`) must not lie inside
+    the store the checkpoint is read from, nor be the checkpoint file itself: it would
+    replace the only copy of what it is made of.
+
+    Raises:
+        InvalidInputError naming both paths.
+    """
+    real = Path(os.path.realpath(out))
+    src = ck.source
+    if isinstance(src, CheckpointFile):
+        if real == Path(os.path.realpath(src.path)):
+            raise InvalidInputError(f"{what} {out} is the checkpoint file it is read from", hint="write it elsewhere")
+        return
+    root = Path(os.path.realpath(src.location))
+    if real == root or root in real.parents:
+        raise InvalidInputError(f"{what} {out} is inside the store at {src.location}, which it would damage", hint="write it outside the store")
+
+
 def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLike | None = None) -> Checkpoint:
     """A checkpoint by reference: a checkpoint file's path, an id or unique prefix,
     a tag, a branch, KIND:NAME (its latest), or `latest`; `~N` walks back N parents."""
@@ -516,8 +537,11 @@ def export_checkpoint(ck: Checkpoint, out: PathLike | IO[bytes], progress: Progr
     manifest_bytes = src.manifest_bytes if isinstance(src, CheckpointFile) else src.manifest_bytes(ck.id)
     if isinstance(out, (str, os.PathLike)):
         path = Path(out)
+        refuse_output_into_source(ck, path, "the export")
         write_file_atomic(path, lambda fh: write_checkpoint_file(fh, manifest_bytes, objects))
-        return path.stat().st_size
+        with contextlib.suppress(OSError):
+            return path.stat().st_size
+        return sum(len(o[3]) for o in objects)  # written through a descriptor or device
     buf = io.BytesIO()
     write_checkpoint_file(buf, manifest_bytes, objects)
     out.write(buf.getvalue())

@@ -634,3 +634,33 @@ def test_dash_o_keeps_the_mode_of_the_file_it_replaces(cli: Any, store: Store, c
     r = _restore_o(cli, store, ck, out)
     assert r.code == 0, r.err
     assert stat.S_IMODE(out.stat().st_mode) == 0o600 and b'"x"' in out.read_bytes()
+
+
+# -- outputs that would replace what they are read from (outside audit) -------------------------------
+def test_outputs_inside_the_store_are_refused(cli: Any, store: Store, ck: api.Checkpoint, tmp_path: Path) -> None:
+    root = Path(store.location)
+    pack = next(p for p in (root / "packs").rglob("*") if p.is_file())
+    manifest = root / "manifests" / ck.hex
+    before = tree_snapshot(root)
+    for args in (
+        ("export", ck.hex, "-o", pack),
+        ("restore", ck.hex, "-o", manifest),
+        ("restore", ck.hex, "--no-state", "--blobs", root / "packs"),
+        ("restore", ck.hex, "--blobs", tmp_path / "elsewhere", "-o", root / "new.json"),
+    ):
+        r = cli(*args, "--store", store.location)
+        assert r.code == ExitCode.INVALID_INPUT, (args, r.err)
+        assert "inside the store" in r.err and len(r.err.splitlines()) == 1, r.err
+    assert tree_snapshot(root) == before
+    assert not (tmp_path / "elsewhere").exists()  # refused before the blobs were written
+    assert api.verify(Store.open(root), read_data=True).ok
+
+
+def test_an_export_over_the_file_it_is_read_from_is_refused(cli: Any, store: Store, ck: api.Checkpoint, tmp_path: Path) -> None:
+    path = tmp_path / "c.ckpt"
+    assert cli("export", ck.hex, "-o", path, "--store", store.location).code == 0
+    good = path.read_bytes()
+    for args in (("export", path, "-o", path), ("restore", path, "-o", path)):
+        r = cli(*args)
+        assert r.code == ExitCode.INVALID_INPUT and "is the checkpoint file it is read from" in r.err, r.err
+    assert path.read_bytes() == good

@@ -13,7 +13,7 @@ from ckptcli.cli.output import BarProgress, exit_status, human_size
 from ckptcli.errors import ExitCode
 
 
-@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.IO_ERROR))
+@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.IO_ERROR))
 def export(
     ref: Annotated[str, typer.Argument(help="Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="File to write (e.g. agent.ckpt).")],

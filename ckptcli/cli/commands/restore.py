@@ -55,6 +55,8 @@ def restore(
     from ckptcli.blobs import RestoreReport
 
     ck = api.open_checkpoint(ref, store_path=store)
+    if output is not None and not no_state:  # before anything is written
+        api.refuse_output_into_source(ck, output, "the state document")
     if blobs_dir is not None:
         report = RestoreReport()
         n = ck.restore_blobs(
