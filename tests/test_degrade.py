@@ -343,3 +343,19 @@ def test_finding_the_head_reads_no_manifest_list_however_many_subjects(tmp_path:
     assert fresh.head(Subject.parse("agent:s0")).hex() == c  # the dangling one, found
     assert fresh.head(Subject.parse("agent:s1")) == fresh.resolve("agent:s1")
     assert not [p for p in listed if p.rstrip("/").endswith("manifests")], listed
+
+
+def test_a_fifo_in_place_of_a_store_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    # a FIFO would block every reader forever (outside audit): it is damage, said once
+    st = ckptcli.init_store(tmp_path / "store")
+    cid = take(st, _state(1), subject="agent:a").hex
+    index = next((tmp_path / "store" / "index").iterdir())
+    index.unlink()
+    os.mkfifo(index)
+    proc = run_ckpt("restore", cid, "--store", tmp_path / "store")  # run_ckpt's timeout fails a hang
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert json.loads(proc.stdout) == _state(1)
+    warnings = proc.stderr.decode().splitlines()
+    assert len(warnings) == 1 and "is not a regular file" in warnings[0] and index.name[:12] in warnings[0], warnings
+    proc = run_ckpt("verify", "--store", tmp_path / "store")
+    assert proc.returncode == 5 and index.name[:12] in proc.stdout.decode() + proc.stderr.decode()

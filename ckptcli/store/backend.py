@@ -22,7 +22,7 @@ from collections.abc import Callable, Container, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-from ckptcli.errors import InvalidInputError, LockError, NotFoundError, StoreIOError
+from ckptcli.errors import CorruptError, InvalidInputError, LockError, NotFoundError, StoreIOError
 
 
 def io_error(exc: OSError, what: str, path: Path | str) -> StoreIOError:
@@ -288,9 +288,27 @@ class LocalBackend(Backend):
     def _p(self, path: str) -> Path:
         return self.root / path
 
+    def _open_regular(self, path: str) -> int:
+        """A read descriptor of the store file `path`, which must be a regular file: a
+        FIFO or device planted in the store is refused at once, never read (a FIFO
+        would block forever)."""
+        fd = os.open(self._p(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CorruptError(f"{self._p(path)} is not a regular file", hint="something other than ckpt put it in the store; remove it")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
     def read(self, path: str) -> bytes:
         try:
-            return self._p(path).read_bytes()
+            fd = self._open_regular(path)
+            try:
+                with os.fdopen(fd, "rb", closefd=False) as fh:
+                    return fh.read()
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             raise NotFoundError(f"{self._p(path)} does not exist") from None
         except OSError as exc:
@@ -307,7 +325,7 @@ class LocalBackend(Backend):
                 if fd is None:
                     if len(self._fds) >= 64:
                         self._evict()
-                    fd = os.open(self._p(path), os.O_RDONLY)
+                    fd = self._open_regular(path)
                     self._fds[path] = fd
                 return os.pread(fd, length, offset)
         except FileNotFoundError:
