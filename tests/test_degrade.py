@@ -359,3 +359,24 @@ def test_a_fifo_in_place_of_a_store_file_is_refused_not_waited_on(tmp_path: Path
     assert len(warnings) == 1 and "is not a regular file" in warnings[0] and index.name[:12] in warnings[0], warnings
     proc = run_ckpt("verify", "--store", tmp_path / "store")
     assert proc.returncode == 5 and index.name[:12] in proc.stdout.decode() + proc.stderr.decode()
+
+
+@pytest.mark.parametrize("damage", ["flipped", "a directory"])
+def test_a_damaged_latest_ref_still_resolves_latest_and_the_subject(tmp_path: Path, damage: str) -> None:
+    # the only subject's latest ref damaged: `latest` said "no checkpoints yet" and
+    # KIND:NAME refused (outside audit); both are found from the manifests, said once
+    st = ckptcli.init_store(tmp_path / "store")
+    take(st, _state(1), subject="agent:bot")
+    c2 = take(st, _state(2), subject="agent:bot").hex
+    ref = tmp_path / "store" / "refs" / "latest" / "agent" / "bot"
+    if damage == "flipped":
+        _flip(ref, 20)
+    else:
+        ref.unlink()
+        ref.mkdir()
+    for name in ("latest", "agent:bot"):
+        proc = run_ckpt("show", name, "--json", "--store", tmp_path / "store")
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert json.loads(proc.stdout)["id"] == c2
+        assert len(_warnings(proc.stderr)) == 1 and "repair refs" in proc.stderr.decode(), proc.stderr.decode()
+    assert run_ckpt("show", "agent:nobody", "--store", tmp_path / "store").returncode == 3

@@ -660,7 +660,8 @@ class Store:
                 out[path[len("refs/") :]] = t
         if damaged:
             more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
-            self.warn(f"ref {damaged[0][0]}{more} is damaged ({damaged[0][1]}) and is left out; run `ckpt verify`")
+            todo = "run `ckpt repair refs`" if all(p.startswith("refs/latest/") for p, _m in damaged) else "run `ckpt verify`"
+            self.warn(f"ref {damaged[0][0]}{more} is damaged ({damaged[0][1]}) and is left out; {todo}")
         return out
 
     @staticmethod
@@ -725,9 +726,10 @@ class Store:
                     return head
         return hint
 
-    def newest_of(self, subject: Subject) -> tuple[int, bytes] | None:
-        """(created_ns, id) of the newest readable checkpoint of `subject`, from every
-        manifest: for a damaged ref and `ckpt repair refs`, not for every take."""
+    def newest_of(self, subject: Subject | None) -> tuple[int, bytes] | None:
+        """(created_ns, id) of the newest readable checkpoint of `subject` (of any, for
+        None), from every manifest: for a damaged or lost ref and `ckpt repair refs`,
+        not for every take."""
         best: tuple[int, bytes] | None = None
         for name in self.backend.list_names("manifests"):
             if len(name) != 64:
@@ -737,7 +739,7 @@ class Store:
                 m = self.manifest(cid)
             except (ValueError, CkptError):
                 continue  # not a manifest name, or damaged (verify's business)
-            if m.subject == subject and (best is None or (m.created_ns, cid) > best):
+            if (subject is None or m.subject == subject) and (best is None or (m.created_ns, cid) > best):
                 best = (m.created_ns, cid)
         return best
 
@@ -787,24 +789,49 @@ class Store:
             # reason to refuse `latest`; a damaged latest ref or manifest is skipped
             # (with a warning) in favour of the newest readable one
             best: tuple[int, bytes] | None = None
-            for _path, t in self.refs(prefix="refs/latest").items():
+            listed = self.backend.list("refs/latest")
+            readable = self.refs(prefix="refs/latest")
+            damaged = len(readable) < len(listed)
+            for _path, t in readable.items():
                 try:
                     created = self.manifest(t).created_ns
                 except NotFoundError:
                     continue  # pruned since the listing
                 except CkptError as exc:
                     self.warn(f"{exc.message}; `latest` is chosen among the other subjects' latest checkpoints")
+                    damaged = True
                     continue
                 if best is None or created > best[0]:
                     best = (created, t)
+            if best is None or damaged:
+                # no readable latest ref (damaged, or something else at its path), or
+                # one left out: the newest checkpoint is found from the manifests
+                # themselves (only on this path: it reads every manifest)
+                newest = self.newest_of(None)
+                if newest is not None and (best is None or newest > best):
+                    if best is None and not damaged:  # (a damaged ref was named already)
+                        self.warn("no subject has a readable latest ref; `latest` was found from the manifests; run `ckpt repair refs`")
+                    best = newest
             if best is None:
                 raise NotFoundError(f"the store at {self.location} has no checkpoints yet", hint="take one with `ckpt take`")
             return best[1]
         if ":" in ref:
             subject = Subject.parse(ref)
-            head = self.read_ref(self.latest_ref(subject))
+            try:
+                head = self.read_ref(self.latest_ref(subject))
+            except CkptError as exc:
+                head = None
+                self.warn(f"{exc.message}; the newest checkpoint of {ref} was found from the manifests instead; run `ckpt repair refs`")
+                newest = self.newest_of(subject)
+                if newest is not None:
+                    return newest[1]
+                raise
             if head is None:
-                raise NotFoundError(f"no checkpoints of subject {ref}")
+                newest = self.newest_of(subject)  # a ref lost (or something else at its path)
+                if newest is None:
+                    raise NotFoundError(f"no checkpoints of subject {ref}")
+                self.warn(f"{ref} has no latest ref; its newest checkpoint was found from the manifests; run `ckpt repair refs`")
+                return newest[1]
             return head
         for ns in ("tags", "branches"):
             if NAME_RE.match(ref):
