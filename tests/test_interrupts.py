@@ -168,3 +168,34 @@ def test_show_names_a_large_byte_string_bytes(store: Store, cli: Any) -> None:
     assert sections["plan"]["type"] == "bytes"
     r = cli("show", "latest", "--store", store.location)
     assert "LazyBytes" not in r.out
+
+
+def test_a_tree_too_deep_to_take_is_one_short_line(store: Store, tmp_path: Path, cli: Any) -> None:
+    deep = tmp_path / "t"
+    p = deep
+    for _ in range(200):
+        p = p / "d"
+    p.mkdir(parents=True)
+    (p / "f").write_text("x")
+    state = tmp_path / "s.json"
+    state.write_text("{}")
+    r = cli("take", state, "-S", "agent:x", "--blob", f"deep={deep}", "--store", store.location)
+    assert r.code == 7
+    (line,) = r.err.splitlines()
+    assert "nesting is deeper than 256 levels" in line and "more)" in line and len(line) < 300, line
+
+
+def test_ctrl_c_while_the_interpreter_shuts_down_changes_nothing(tmp_path: Path) -> None:
+    # the command is over: a SIGINT during shutdown (here from an atexit hook, as one
+    # would land while threads are joined) printed "Exception ignored ... KeyboardInterrupt"
+    script = (
+        "import atexit, os, signal, sys\n"
+        "import ckptcli.cli.app as app\n"
+        "app.run = lambda argv=None: 0\n"
+        "atexit.register(lambda: os.kill(os.getpid(), signal.SIGINT))\n"
+        "sys.argv = ['ckpt', 'ls']\n"
+        "from ckptcli.cli import entry\n"
+        "entry()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=tmp_path, timeout=120)
+    assert (proc.returncode, proc.stderr) == (0, b"")

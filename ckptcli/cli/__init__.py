@@ -34,4 +34,9 @@ def entry() -> None:
         signal.signal(signal.SIGINT, previous)
     if pending:
         sys.exit(interrupted())
-    sys.exit(run())
+    code = run()
+    if previous is not None:
+        # the command is over: a Ctrl-C now, while the interpreter shuts down (joining
+        # threads, flushing), would only print "Exception ignored" or kill the process
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)

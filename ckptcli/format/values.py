@@ -165,11 +165,13 @@ class _PathError(Exception):
         self.parts = [part]
 
 
-def _format_path(parts: list[str]) -> str:
-    out = ""
-    for part in reversed(parts):
-        out += part
-    return out or "(top)"
+def _format_path(parts: list[str], keep: int = 6) -> str:
+    """Where in a value an error is, as "a.b[3].c"; a deep path keeps its first and
+    last `keep` steps around "…(N more)…", so the error stays one readable line."""
+    steps = list(reversed(parts))
+    if len(steps) > 2 * keep + 1:
+        steps = [*steps[:keep], f"…({len(steps) - 2 * keep} more)…", *steps[-keep:]]
+    return "".join(steps) or "(top)"
 
 
 class Encoder:
