@@ -1,5 +1,7 @@
-"""CkptSaver in production shapes (issue 13): nodes that edit list items in place, read
-back in-process and from a new process."""
+"""CkptSaver in production shapes (issue 13): several long-lived worker processes serving
+one thread (real subprocesses, each its own saver on one store, driven turn by turn over
+pipes) against SqliteSaver doing the same; a writer that would fork a thread is refused;
+and nodes that edit list items in place, read back in-process and from a new process."""
 
 from __future__ import annotations
 
@@ -17,6 +19,121 @@ from langgraph.graph import END, START, StateGraph
 from ckptcli.adapters.langgraph import CkptSaver
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+class Worker:
+    """One `tests.langgraph_worker` process."""
+
+    def __init__(self, kind: str, path: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.langgraph_worker", kind, str(path)],
+            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.read() == {"ready": True}
+
+    def send(self, **cmd: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+
+    def read(self) -> Any:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"worker exited with {self.proc.wait()}"
+        return json.loads(line)
+
+    def call(self, **cmd: Any) -> Any:
+        self.send(**cmd)
+        return self.read()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.send(op="quit")
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()  # a test that failed left it waiting in a node
+                self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                f.close()
+
+
+def _workers(kind: str, path: Path, n: int) -> list[Worker]:
+    return [Worker(kind, path) for _ in range(n)]
+
+
+def _alternate(workers: list[Worker], turns: int) -> tuple[list[Any], list[Any]]:
+    """`turns` turns on thread "t", worker i % len(workers) taking turn i (two threads:
+    "t" and, in between, "u" on the other worker); the answers and each worker's view of
+    the history at the end."""
+    answers = []
+    for i in range(turns):
+        w = workers[i % len(workers)]
+        answers.append(w.call(op="turn", thread="t", text=f"q{i}"))
+        answers.append(workers[(i + 1) % len(workers)].call(op="turn", thread="u", text=f"r{i}"))
+    return answers, [w.call(op="history", thread=t) for w in workers for t in ("t", "u")]
+
+
+def test_two_workers_alternating_turns_give_sqlitesavers_history(tmp_path: Path) -> None:
+    CkptSaver.open(tmp_path / ".ckpt").close()
+    results = {}
+    for kind, path in (("ckpt", tmp_path / ".ckpt"), ("sqlite", tmp_path / "db.sqlite")):
+        ws = _workers(kind, path, 2)
+        try:
+            results[kind] = _alternate(ws, 6)
+        finally:
+            for w in ws:
+                w.close()
+    answers, histories = results["ckpt"]
+    assert all(a["ok"] for a in answers), answers
+    assert answers[-2]["messages"][-2:] == ["q5", "echo q5 after 11"]  # every turn saw all before it
+    assert results["ckpt"] == results["sqlite"]
+    # and a new process reads the same from the store
+    w = Worker("ckpt", tmp_path / ".ckpt")
+    try:
+        assert [w.call(op="history", thread=t) for t in ("t", "u")] == histories[:2]
+    finally:
+        w.close()
+
+
+def test_a_writer_whose_read_is_stale_is_refused_and_the_thread_never_forks(tmp_path: Path) -> None:
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    a, b, c = _workers("ckpt", store, 3)
+    try:
+        assert a.call(op="turn", thread="t", text="q0")["ok"]
+        assert b.call(op="turn", thread="t", text="q1")["ok"]
+        # a's turn reads the thread and waits in its node; c runs a whole turn meanwhile
+        a.send(op="turn", thread="t", text="hold-a", durability="sync")
+        assert a.read() == {"in_node": True}
+        got = c.call(op="turn", thread="t", text="q2")
+        assert got["ok"], got
+        assert got["messages"][-3:] == ["hold-a", "q2", "echo q2 after 6"]  # c saw a's turn so far
+        a.send(go=True)
+        refused = a.read()
+        assert refused["ok"] is False and refused["error"] == "ThreadConflictError", refused
+        assert "'t'" in refused["message"] and "another process" in refused["message"] and "again" in refused["message"]
+        # a carries on with a new turn that sees everything
+        again = a.call(op="turn", thread="t", text="q3")
+        assert again["ok"] and again["messages"][-2:] == ["q3", "echo q3 after 8"], again
+        hist = b.call(op="history", thread="t")["history"]
+    finally:
+        for w in (a, b, c):
+            w.close()
+    # one line of history: each checkpoint the parent of the one before it, no branch
+    assert [h["parent"] for h in hist] == [*range(1, len(hist)), None]
+    assert [m[1] for m in hist[0]["messages"]] == [
+        "q0",
+        "echo q0 after 1",
+        "q1",
+        "echo q1 after 3",
+        "hold-a",
+        "q2",
+        "echo q2 after 6",
+        "q3",
+        "echo q3 after 8",
+    ]
 
 
 # -- defect 3: list items edited in place ------------------------------------------------------
