@@ -14,6 +14,7 @@ The tree::
     ├── UnsafePathError            exit 8   a path inside a checkpoint would escape its target
     ├── LockError                  exit 9   the store is locked by another process
     ├── ConflictError              exit 11  the name or ref already exists
+    │   └── ThreadConflictError    exit 11  a LangGraph thread another process extended meanwhile
     └── StoreIOError               exit 12  the operating system refused a read or write
 
 ``VerifyFailed`` (exit 5) is raised by the CLI when `ckpt verify` found damage, and
@@ -132,6 +133,11 @@ class LockError(CkptError):
 
 class ConflictError(CkptError):
     exit_code = ExitCode.CONFLICT
+
+
+class ThreadConflictError(ConflictError):
+    """A CkptSaver write that would fork a LangGraph thread: another process extended
+    the thread after this saver read it (two runs on one thread at once)."""
 
 
 class StoreIOError(CkptError):

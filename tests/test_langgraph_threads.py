@@ -1,0 +1,212 @@
+"""CkptSaver in production shapes (issue 13): several long-lived worker processes serving
+one thread (real subprocesses, each its own saver on one store, driven turn by turn over
+pipes) against SqliteSaver doing the same; a writer that would fork a thread is refused;
+and nodes that edit list items in place, read back in-process and from a new process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, TypedDict
+
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+
+from ckptcli.adapters.langgraph import CkptSaver
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Worker:
+    """One `tests.langgraph_worker` process."""
+
+    def __init__(self, kind: str, path: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.langgraph_worker", kind, str(path)],
+            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.read() == {"ready": True}
+
+    def send(self, **cmd: Any) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+
+    def read(self) -> Any:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"worker exited with {self.proc.wait()}"
+        return json.loads(line)
+
+    def call(self, **cmd: Any) -> Any:
+        self.send(**cmd)
+        return self.read()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.send(op="quit")
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()  # a test that failed left it waiting in a node
+                self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout):
+            if f is not None:
+                f.close()
+
+
+def _workers(kind: str, path: Path, n: int) -> list[Worker]:
+    return [Worker(kind, path) for _ in range(n)]
+
+
+def _alternate(workers: list[Worker], turns: int) -> tuple[list[Any], list[Any]]:
+    """`turns` turns on thread "t", worker i % len(workers) taking turn i (two threads:
+    "t" and, in between, "u" on the other worker); the answers and each worker's view of
+    the history at the end."""
+    answers = []
+    for i in range(turns):
+        w = workers[i % len(workers)]
+        answers.append(w.call(op="turn", thread="t", text=f"q{i}"))
+        answers.append(workers[(i + 1) % len(workers)].call(op="turn", thread="u", text=f"r{i}"))
+    return answers, [w.call(op="history", thread=t) for w in workers for t in ("t", "u")]
+
+
+def test_two_workers_alternating_turns_give_sqlitesavers_history(tmp_path: Path) -> None:
+    CkptSaver.open(tmp_path / ".ckpt").close()
+    results = {}
+    for kind, path in (("ckpt", tmp_path / ".ckpt"), ("sqlite", tmp_path / "db.sqlite")):
+        ws = _workers(kind, path, 2)
+        try:
+            results[kind] = _alternate(ws, 6)
+        finally:
+            for w in ws:
+                w.close()
+    answers, histories = results["ckpt"]
+    assert all(a["ok"] for a in answers), answers
+    assert answers[-2]["messages"][-2:] == ["q5", "echo q5 after 11"]  # every turn saw all before it
+    assert results["ckpt"] == results["sqlite"]
+    # and a new process reads the same from the store
+    w = Worker("ckpt", tmp_path / ".ckpt")
+    try:
+        assert [w.call(op="history", thread=t) for t in ("t", "u")] == histories[:2]
+    finally:
+        w.close()
+
+
+def test_a_writer_whose_read_is_stale_is_refused_and_the_thread_never_forks(tmp_path: Path) -> None:
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    a, b, c = _workers("ckpt", store, 3)
+    try:
+        assert a.call(op="turn", thread="t", text="q0")["ok"]
+        assert b.call(op="turn", thread="t", text="q1")["ok"]
+        # a's turn reads the thread and waits in its node; c runs a whole turn meanwhile
+        a.send(op="turn", thread="t", text="hold-a", durability="sync")
+        assert a.read() == {"in_node": True}
+        got = c.call(op="turn", thread="t", text="q2")
+        assert got["ok"], got
+        assert got["messages"][-3:] == ["hold-a", "q2", "echo q2 after 6"]  # c saw a's turn so far
+        a.send(go=True)
+        refused = a.read()
+        assert refused["ok"] is False and refused["error"] == "ThreadConflictError", refused
+        assert "'t'" in refused["message"] and "another process" in refused["message"] and "again" in refused["message"]
+        # a carries on with a new turn that sees everything
+        again = a.call(op="turn", thread="t", text="q3")
+        assert again["ok"] and again["messages"][-2:] == ["q3", "echo q3 after 8"], again
+        hist = b.call(op="history", thread="t")["history"]
+    finally:
+        for w in (a, b, c):
+            w.close()
+    # one line of history: each checkpoint the parent of the one before it, no branch
+    assert [h["parent"] for h in hist] == [*range(1, len(hist)), None]
+    assert [m[1] for m in hist[0]["messages"]] == [
+        "q0",
+        "echo q0 after 1",
+        "q1",
+        "echo q1 after 3",
+        "hold-a",
+        "q2",
+        "echo q2 after 6",
+        "q3",
+        "echo q3 after 8",
+    ]
+
+
+# -- defect 3: list items edited in place ------------------------------------------------------
+class Todos(TypedDict):
+    todos: list[dict[str, Any]]
+    messages: list[AnyMessage]
+
+
+def _todo_graph() -> Any:
+    def plan(state: Todos) -> dict[str, Any]:
+        todos = [{"title": f"task {i}", "done": False, "notes": []} for i in range(3)]
+        return {"todos": todos, "messages": [HumanMessage(content="plan", id="h1"), AIMessage(content="draft", id="a1")]}
+
+    def work(state: Todos) -> dict[str, Any]:
+        todos = state["todos"]
+        todos[0]["done"] = True  # the same list, its item edited in place
+        todos[1]["notes"].append("deep edit")
+        msgs = list(state["messages"])  # a new list of the same message objects...
+        msgs[1].content = "final"  # ...one edited in place
+        return {"todos": todos, "messages": msgs}
+
+    def more(state: Todos) -> dict[str, Any]:
+        todos = state["todos"]
+        todos[2]["done"] = True
+        todos.append({"title": "task 3", "done": False, "notes": []})
+        return {"todos": todos}
+
+    b = StateGraph(Todos)
+    for name, fn in (("plan", plan), ("work", work), ("more", more)):
+        b.add_node(name, fn)
+    b.add_edge(START, "plan")
+    b.add_edge("plan", "work")
+    b.add_edge("work", "more")
+    b.add_edge("more", END)
+    return b
+
+
+def _plain(values: dict[str, Any]) -> Any:
+    return json.loads(json.dumps(values, default=lambda m: [type(m).__name__, m.content]))
+
+
+def _history(graph: Any) -> list[Any]:
+    return [_plain(s.values) for s in graph.get_state_history({"configurable": {"thread_id": "todo"}})]
+
+
+@pytest.mark.parametrize("trust_identity", [True, False])
+def test_items_edited_in_place_read_back_as_invoke_returned_them(tmp_path: Path, trust_identity: bool) -> None:
+    cfg = {"configurable": {"thread_id": "todo"}}
+    reference = _todo_graph().compile(checkpointer=InMemorySaver())
+    # durability="sync": each checkpoint is put before the next node runs (with "async",
+    # a node editing in place races the put of the step before, with any saver)
+    expected = _plain(reference.invoke({}, cfg, durability="sync"))
+    expected_history = _history(reference)
+    saver = CkptSaver.open(tmp_path / ".ckpt", trust_identity=trust_identity)
+    graph = _todo_graph().compile(checkpointer=saver)
+    try:
+        out = _plain(graph.invoke({}, cfg, durability="sync"))
+        assert out == expected and out["todos"][0]["done"] and out["messages"][1][1] == "final"
+        assert _plain(graph.get_state(cfg).values) == expected
+        assert _history(graph) == expected_history
+    finally:
+        saver.close()
+    code = (
+        "import json, sys; from ckptcli.adapters.langgraph import CkptSaver; from tests.test_langgraph_threads import _todo_graph, _history\n"
+        f"s = CkptSaver.open({str(tmp_path / '.ckpt')!r}); print(json.dumps(_history(_todo_graph().compile(checkpointer=s)))); s.close()"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert json.loads(run.stdout) == expected_history
+
+
+def test_trust_identity_takes_three_values(tmp_path: Path) -> None:
+    from ckptcli.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="trust_identity"):
+        CkptSaver.open(tmp_path / ".ckpt", trust_identity="sometimes")
+    CkptSaver.open(tmp_path / ".ckpt", trust_identity="unchecked").close()
