@@ -7,15 +7,24 @@ it instead of dropping them silently, in both journal versions."""
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
 
 from ckptcli.adapters.langgraph import CkptSaver
-from ckptcli.adapters.langgraph_journal import read_journal
+from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, SYNC, read_journal
+from tests.langgraph_graphs import chat_builder
 
 REPO = Path(__file__).resolve().parent.parent
 SCALE = max(1, int(os.environ.get("CKPT_STRESS_SCALE", "1") or "1"))
@@ -84,3 +93,119 @@ def test_sigkill_after_a_pause_loses_no_acknowledged_message(tmp_path: Path) -> 
         finally:
             saver.close()
         assert not any(holes.values()), f"{fsync}: the journal had holes: {holes}"
+
+
+# -- damage: a hole punched in the middle of a journal ------------------------------------------
+def _abandoned_journal(store: Path, thread: str = "h") -> tuple[Path, dict[str, Any]]:
+    """A real graph's journal, nothing of it committed (the saver abandoned, as if
+    killed), and the values of every checkpoint it holds."""
+    saver = CkptSaver.open(store, commit_interval=3600, seal_idle=0)
+    cfg = {"configurable": {"thread_id": thread}}
+    chat_builder(16, words=60).compile(checkpointer=saver).invoke({"messages": []}, cfg)
+    values = {t.config["configurable"]["checkpoint_id"]: t.checkpoint["channel_values"].copy() for t in saver.list(cfg)}
+    saver.abandon()
+    (path,) = (store / "langgraph").glob("*.journal")
+    return path, values
+
+
+def _record_starts(data: bytes) -> list[int]:
+    """Where each record of a version 2 journal starts (its framing, read by hand)."""
+    pos, out = 16, []
+    while data[pos : pos + 4] == SYNC:
+        out.append(pos)
+        pos += 12 + struct.unpack_from("<I", data, pos + 4)[0]
+    return out
+
+
+@pytest.mark.parametrize(("damage", "lost"), [("zeros", "w"), ("garbage", "w"), ("garbage", "p")])
+def test_a_hole_in_a_journal_is_reported_by_verify_and_read_past_by_recovery(tmp_path: Path, cli, damage: str, lost: str) -> None:  # type: ignore[no-untyped-def]
+    """A hole over a pending-writes record (`lost` "w"): every put after it comes back.
+    Over a put ("p"): the puts after it build on it and are left out, said in the
+    warning; what comes back is exact either way, and nothing before the hole is lost."""
+    store = tmp_path / ".ckpt"
+    path, values = _abandoned_journal(store)
+    data = bytearray(path.read_bytes())
+    starts = _record_starts(bytes(data))
+    records = read_journal(bytes(data)).records
+    assert len(starts) == len(records) > 20
+    k = next(
+        i
+        for i in range(len(records) // 2, len(records) - 1)
+        if (records[i]["op"] == lost and records[i + 1]["op"] == "p") or lost == "p" == records[i]["op"]
+    )
+    hole_from, hole_end = starts[k], starts[k + 1]
+    at = hole_from + 5  # from inside the record's header to the next record
+    data[at:hole_end] = bytes(hole_end - at) if damage == "zeros" else random.Random(7).randbytes(hole_end - at)
+    path.write_bytes(bytes(data))
+    assert read_journal(bytes(data)).holes == [(hole_from, hole_end - hole_from)]
+
+    r = cli("verify", "--store", store)
+    assert r.code == 5, r
+    lines = [line for line in r.out.splitlines() if line.startswith("damaged")]
+    assert len(lines) == 1 and path.name in lines[0] and f"offset {hole_from}" in lines[0], r.out
+    problems = json.loads(cli("verify", "--json", "--store", store).out)["problems"]
+    assert [(p["kind"], p["name"]) for p in problems] == [("journal", str(path))]
+
+    put_ids = [rec["i"] for rec in records if rec["op"] == "p"]
+    before = [rec["i"] for rec in records[:k] if rec["op"] == "p"]
+    saver = CkptSaver.open(store)
+    try:
+        warning = next(w for w in saver.store.warnings if f"offset {hole_from}" in w and path.name in w)
+        got = {
+            t.config["configurable"]["checkpoint_id"]: t.checkpoint["channel_values"]
+            for t in saver.list({"configurable": {"thread_id": "h"}})
+        }
+        assert all(got[cid] == values[cid] for cid in got), "whatever came back is exact"
+        assert set(before) <= set(got), "nothing before the hole is lost"
+        if lost == "w":
+            assert set(got) == set(put_ids), "every put after the hole is recovered"
+            assert "left out" not in warning
+        else:
+            assert set(got) == set(before), "the puts after a lost put build on it"
+            later_puts = sum(rec["op"] == "p" for rec in records[k + 1 :])
+            assert f"{later_puts} record(s) after them built on what they held and are left out" in warning
+    finally:
+        saver.close()
+    kept = path.with_name(path.name + DAMAGED_SUFFIX)
+    assert kept.exists() and not path.exists(), "the damaged journal is kept, not replayed again"
+    r = cli("verify", "--store", store)
+    assert r.code == 5 and kept.name in r.out, "verify reports the kept journal until it is removed"
+    kept.unlink()
+    assert cli("verify", "--store", store).code == 0
+
+
+def _as_version_1(data: bytes) -> bytes:
+    """The same records framed as journal version 1 (formats/langgraph-journal.md)."""
+    out = [b"CKPTLGJ1"]
+    for rec in read_journal(data).records:
+        payload = msgpack.packb(rec, use_bin_type=True)
+        out.append(struct.pack("<II", len(payload), zlib.crc32(payload)) + payload)
+    return b"".join(out) + bytes(4096)
+
+
+def test_a_version_1_journal_is_replayed_and_read_past_a_hole(tmp_path: Path) -> None:
+    store = tmp_path / ".ckpt"
+    path, values = _abandoned_journal(store)
+    v1 = bytearray(_as_version_1(path.read_bytes()))
+    contents = read_journal(bytes(v1))
+    assert contents.version == 1 and not contents.holes
+    path.write_bytes(bytes(v1))
+    saver = CkptSaver.open(store)  # a whole version 1 journal: everything comes back
+    try:
+        got = {
+            t.config["configurable"]["checkpoint_id"]: t.checkpoint["channel_values"]
+            for t in saver.list({"configurable": {"thread_id": "h"}})
+        }
+        assert got == values
+    finally:
+        saver.close()
+    # and with a hole: zeros over the middle third, records after it
+    store2 = tmp_path / "two" / ".ckpt"
+    path2, _values = _abandoned_journal(store2)
+    v1 = bytearray(_as_version_1(path2.read_bytes()))
+    n = len(v1)
+    v1[n // 3 : n // 2] = bytes(n // 2 - n // 3)
+    contents = read_journal(bytes(v1))
+    assert len(contents.holes) == 1 and contents.holes[0][0] <= n // 3 < n // 2 <= sum(contents.holes[0])
+    assert contents.records_after_holes > 0
+    assert contents.records[-1] == read_journal(path2.read_bytes()).records[-1], "the last record is found past the hole"

@@ -1043,13 +1043,29 @@ class CkptSaver(BaseCheckpointSaver[str]):
             for _mtime, path, _fd in found:
                 with open(path, "rb") as fh:
                     contents = read_journal(fh.read())
+                # after a hole, a put that builds on what the hole held (its parent unknown,
+                # a list value continuing one that is not there) is left out: replayed, it
+                # would make a wrong state (writes may come before their put: they stay)
+                after = len(contents.records) - contents.records_after_holes if contents.holes else len(contents.records)
+                left_out = 0
+                for i, rec in enumerate(contents.records):
+                    where = f"journal {path.name} record {i + 1}"
+                    if i < after:
+                        self._replay(rec, where, deletions)
+                        continue
+                    if rec.get("op") == "p" and rec.get("p") and (rec.get("t"), rec.get("n"), rec.get("p")) not in self._entries:
+                        left_out += 1
+                        continue
+                    try:
+                        self._replay(rec, where, deletions)
+                    except CorruptError:
+                        left_out += 1
                 if contents.holes:  # damage, not a crash: said, and the file kept to look at
                     damaged.append(path)
+                    lost = f"; {left_out} record(s) after them built on what they held and are left out" if left_out else ""
                     self.store.warn(
-                        f"LangGraph journal {path}: {hole_message(path, contents)}; the records after them are recovered and the file is kept as {path.name}{DAMAGED_SUFFIX}"
+                        f"LangGraph journal {path}: {hole_message(path, contents)}{lost}; the other records are recovered and the file is kept as {path.name}{DAMAGED_SUFFIX}"
                     )
-                for i, rec in enumerate(contents.records):
-                    self._replay(rec, f"journal {path.name} record {i + 1}", deletions)
             self.flush()
             for keys, threads in deletions:  # only now: every checkpoint that stays is in the store
                 self._delete_from_store(keys, threads)
