@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import pytest
 
 from ckptcli.adapters.langgraph import CkptSaver
 from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, SYNC, read_journal
-from tests.langgraph_graphs import chat_builder
+from tests.langgraph_graphs import chat_builder, chat_message
 
 REPO = Path(__file__).resolve().parent.parent
 SCALE = max(1, int(os.environ.get("CKPT_STRESS_SCALE", "1") or "1"))
@@ -209,3 +210,154 @@ def test_a_version_1_journal_is_replayed_and_read_past_a_hole(tmp_path: Path) ->
     assert len(contents.holes) == 1 and contents.holes[0][0] <= n // 3 < n // 2 <= sum(contents.holes[0])
     assert contents.records_after_holes > 0
     assert contents.records[-1] == read_journal(path2.read_bytes()).records[-1], "the last record is found past the hole"
+
+
+# -- the SIGKILL matrix ---------------------------------------------------------------------
+KILL_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    sys.path.insert(0, {repo!r})
+    import ckptcli.adapters.langgraph as lg
+    from ckptcli.adapters.langgraph_journal import Journal
+    from tests.langgraph_graphs import chat_builder
+
+    lg.ROTATE_BYTES = {rotate}  # restarts often, so that kills meet them
+    KILL, AFTER = {kill!r}, {after}
+    seen = {{"commit": 0, "reserve": 0, "rotate": 0}}
+
+    def point(what):  # a real SIGKILL, right after the `AFTER`-th such event
+        seen[what] += 1
+        if what == KILL and seen[what] >= AFTER:
+            os.write(1, f"kill {{what}}\\n".encode())  # one write: lines of two threads never mix
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    reserve = Journal.reserve
+
+    def reserving(self):
+        before = self.allocated
+        reserve(self)
+        if self.allocated != before:
+            point("reserve")
+
+    Journal.reserve = reserving
+
+    class Saver(lg.CkptSaver):
+        def put(self, *args, **kwargs):
+            config = super().put(*args, **kwargs)
+            os.write(1, (config["configurable"]["checkpoint_id"] + "\\n").encode())  # only once put returned
+            return config
+
+        def _commit_locked(self):
+            queued = len(self._queue) + len(self._staging.objects)
+            super()._commit_locked()
+            if queued:
+                point("commit")
+
+        def _rotate(self, new):
+            super()._rotate(new)
+            point("rotate")
+
+    saver = Saver.open({store!r}, fsync={fsync!r}, commit_interval={interval})
+    import time
+    for part in range(1, 5):  # four runs with pauses between, in which the commit thread catches up
+        graph = chat_builder({turns} * part // 4, words={words}).compile(checkpointer=saver)
+        graph.invoke({{"messages": []}}, {{"configurable": {{"thread_id": "k"}}, "recursion_limit": 10**6}}, durability={durability!r})
+        time.sleep({interval} * 3)
+    os.write(1, b"done\\n")  # the kill point never came: the test kills, and says so
+    time.sleep(3600)
+    """
+)
+# (words, turns): ~20 KB and ~1.2 MB a message, below and above the MiB written ahead
+SIZES = {"small": (3_000, 400), "large": (170_000, 25)}
+KILLS = ("random", "commit", "reserve", "rotate")
+
+
+def _kill_round(tmp_path: Path, rnd: random.Random, fsync: str, size: str, kill: str) -> None:
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    words, turns = SIZES[size]
+    code = KILL_CHILD.format(
+        repo=str(REPO),
+        store=str(store),
+        fsync=fsync,
+        words=words,
+        turns=turns,
+        kill=kill,
+        after=rnd.randint(1, 2),
+        # small restarts for kills at one; the default (4 MiB) where the journal must grow
+        rotate=256 * 1024 if kill == "rotate" else 4 * 1024 * 1024 if kill == "reserve" else rnd.choice([256 * 1024, 4 * 1024 * 1024]),
+        interval=rnd.choice([0.05, 0.2]),
+        durability=rnd.choice(["sync", "async"]),
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert child.stdout is not None
+    ids: list[str] = []
+    killed_at = None
+    deadline = None
+    limit = rnd.uniform(0.2, 2.0) if kill == "random" else 3600  # seconds after the first put
+    for line in child.stdout:  # ends when the child kills itself
+        if line.startswith(("kill ", "done")):
+            killed_at = line.split()[-1]
+            if line.startswith("done"):
+                break
+            continue  # (the child kills itself at once)
+        ids.append(line.strip())
+        deadline = deadline or time.monotonic() + limit
+        if time.monotonic() > deadline:
+            break
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    assert child.returncode == -signal.SIGKILL and ids
+    assert kill == "random" or killed_at == kill, f"the child ended ({killed_at}) before the kill point {kill}"
+    holes = {j.name: read_journal(j.read_bytes()).holes for j in (store / "langgraph").glob("*.journal")}
+    assert not any(holes.values()), holes
+    saver = CkptSaver.open(store)
+    try:
+        assert not saver.store.warnings
+        listed = {t.config["configurable"]["checkpoint_id"] for t in saver.list({"configurable": {"thread_id": "k"}})}
+        lost = [cid for cid in ids if cid not in listed]
+        assert not lost, f"{len(lost)} of {len(ids)} acknowledged puts lost"
+        lengths = []
+        for cid in sorted({*rnd.sample(ids, min(3, len(ids))), ids[-1]}):  # exact values, a few of them
+            tup = saver.get_tuple({"configurable": {"thread_id": "k", "checkpoint_ns": "", "checkpoint_id": cid}})
+            assert tup is not None
+            msgs = tup.checkpoint["channel_values"].get("messages", [])
+            assert msgs == [chat_message(i, words=words) for i in range(len(msgs))]
+            lengths.append(len(msgs))
+        assert lengths == sorted(lengths) and lengths[-1] >= len(ids) - 8, (
+            "(two puts without a new message per run) the newest acknowledged put holds every message before it"
+        )
+    finally:
+        saver.close()
+
+
+# the default run: each fsync policy, record size and kill point at least once
+DEFAULT_ROUNDS = [
+    ("batch", "small", "reserve"),
+    ("always", "small", "commit"),
+    ("batch", "large", "reserve"),
+    ("always", "large", "rotate"),
+    ("batch", "small", "rotate"),
+    ("always", "small", "random"),
+    ("batch", "large", "commit"),
+    ("always", "large", "random"),
+]
+
+
+@pytest.mark.parametrize(("fsync", "size", "kill"), DEFAULT_ROUNDS)
+def test_sigkill_matrix_loses_no_acknowledged_put(tmp_path: Path, fsync: str, size: str, kill: str) -> None:
+    _kill_round(tmp_path, random.Random(f"{fsync}-{size}-{kill}"), fsync, size, kill)
+
+
+@pytest.mark.slow
+def test_sigkill_matrix_stress(tmp_path: Path) -> None:
+    """50 rounds (x CKPT_STRESS_SCALE) of random combinations; CKPT_STRESS_SEED replays one run."""
+    seed = int(os.environ.get("CKPT_STRESS_SEED") or random.SystemRandom().randrange(1 << 30))
+    rnd = random.Random(seed)
+    for n in range(50 * SCALE):
+        fsync, size, kill = rnd.choice(["batch", "always"]), rnd.choice(list(SIZES)), rnd.choice(KILLS)
+        try:
+            _kill_round(tmp_path / str(n), rnd, fsync, size, kill)
+        except AssertionError as exc:
+            raise AssertionError(f"round {n} ({fsync}, {size}, kill at {kill}; CKPT_STRESS_SEED={seed}): {exc}") from exc
