@@ -593,7 +593,7 @@ def import_checkpoint(store: Store, path: PathLike, progress: Progress = NULL) -
 # -- verify ----------------------------------------------------------------------------------
 @dataclass
 class Problem:
-    kind: str  # pack, index, manifest, ref, config, object, file
+    kind: str  # pack, index, manifest, ref, config, object, file, journal (a LangGraph saver's)
     name: str  # file path or object id
     message: str
     checkpoints: list[str] = field(default_factory=list)

@@ -22,6 +22,7 @@ from ckptcli.format.manifest import Manifest
 from ckptcli.format.values import ObjectSource
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
+from ckptcli.store.backend import LocalBackend
 from ckptcli.store.repository import IndexEntry, Store, pack_path, parse_entry_rows
 from ckptcli.store.single import CheckpointFile
 
@@ -179,6 +180,12 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
     for pid in indexed_packs:
         if pid.hex() not in pack_files:
             problem("pack", pack_path(pid), "pack named by an index is missing")
+
+    if isinstance(backend, LocalBackend):  # the LangGraph saver's journals beside the store
+        from ckptcli.adapters.langgraph_journal import check_journals
+
+        for journal, message in check_journals(backend.root):
+            problem("journal", str(journal), message)
 
     stale = store.stale_temps()
     if stale:

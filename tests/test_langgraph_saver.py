@@ -482,7 +482,7 @@ def test_a_process_killed_mid_run_loses_no_put_that_returned(tmp_path: Path, fsy
     child.stderr.close()
     journals = list((store / "langgraph").glob("*.journal"))
     assert journals, "the killed saver's journal is there to replay"
-    records, _end = read_journal(journals[0].read_bytes())
+    records = read_journal(journals[0].read_bytes()).records
     assert any(r["op"] == "p" for r in records)
     saver = CkptSaver.open(store)
     try:

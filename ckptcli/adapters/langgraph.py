@@ -61,13 +61,11 @@ import struct
 import threading
 import time
 import weakref
-import zlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
-import msgpack
 import ormsgpack
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -84,20 +82,19 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ckptcli.adapters import langgraph_layout as layout
+from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, JOURNAL_DIR, hole_message, read_journal
+from ckptcli.adapters.langgraph_journal import Journal as _Journal
+from ckptcli.adapters.langgraph_journal import frame as _frame
 from ckptcli.adapters.langgraph_layout import MSGPACK, Key, SectionWriter, Typed, Write
 from ckptcli.adapters.msgpack_view import from_view, to_view
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LockError, StoreIOError, ThreadConflictError, UsageError
 from ckptcli.format.values import Decoder, ListTree, array_header
-from ckptcli.store.backend import create_temp, fsync_dir
+from ckptcli.store.backend import fsync_dir
 from ckptcli.store.repository import Store
 
 __all__ = ["CkptSaver"]
 
 FSYNC_POLICIES = ("always", "batch", "never")
-JOURNAL_DIR = "langgraph"
-JOURNAL_MAGIC = b"CKPTLGJ1"
-_HEAD = struct.Struct("<II")  # payload length, CRC-32 of the payload
-_MAX_RECORD = 256 * 1024 * 1024
 ROTATE_BYTES = 4 * 1024 * 1024
 _PACE_EVERY, _PACE_SLEEP = 16, 0.002
 _TICK = 0.02  # how often the commit thread looks for checkpoints ready to seal  # manifests written between pauses of the committer, and the pause  # the journal is started again after a commit once it is this big
@@ -373,120 +370,6 @@ class _LazyValues(dict):  # type: ignore[type-arg]
         dict.clear(self)
 
 
-# -- the journal -------------------------------------------------------------------------
-def _frame(record: dict[str, Any]) -> bytes:
-    payload: bytes = msgpack.packb(record, use_bin_type=True)
-    return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
-
-
-def read_journal(data: bytes) -> tuple[list[dict[str, Any]], int]:
-    """The intact records of a journal and where they end (a torn or damaged record,
-    the end of a crash, ends the journal)."""
-    if data[: len(JOURNAL_MAGIC)] != JOURNAL_MAGIC:
-        return [], 0
-    pos = len(JOURNAL_MAGIC)
-    out = []
-    while pos + _HEAD.size <= len(data):
-        length, crc = _HEAD.unpack_from(data, pos)
-        start, end = pos + _HEAD.size, pos + _HEAD.size + length
-        if length > _MAX_RECORD or end > len(data) or zlib.crc32(data[start:end]) != crc:
-            break
-        try:
-            rec = msgpack.unpackb(data[start:end], raw=False, strict_map_key=False)
-        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
-            break
-        if type(rec) is not dict:
-            break
-        out.append(rec)
-        pos = end
-    return out, pos
-
-
-class _Journal:
-    """One journal file, locked (flock) while this saver has it open.
-
-    Its space is written ahead with zeros (`reserve`), and records overwrite them: the
-    file does not grow with each record, so the fdatasync of a put flushes data alone,
-    with no file-system metadata to commit (SQLite's WAL does the same). A reader stops
-    at the first record that is not intact, so the zeros after the last one end it."""
-
-    RESERVE = 1 << 20
-
-    def __init__(self, directory: Path, fsync: str) -> None:
-        self.path = directory  # until created
-        self.fsync = fsync
-        try:
-            # a random name, O_EXCL|O_NOFOLLOW: a file or link planted there is never used
-            name, self.fd = create_temp(directory, prefix="", suffix=".journal", mode=0o644, flags=os.O_RDWR)
-            self.path = directory / name
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.pwrite(self.fd, JOURNAL_MAGIC + bytes(self.RESERVE - len(JOURNAL_MAGIC)), 0)
-            os.fsync(self.fd)
-            fsync_dir(directory)
-        except OSError as exc:
-            raise StoreIOError(f"cannot create a LangGraph journal in {directory}: {exc.strerror}") from None
-        self.size = len(JOURNAL_MAGIC)  # where the records end
-        self.allocated = self.RESERVE
-        self.synced = self.size  # what is known to be on disk
-        # sync and reserve run on the commit thread without the saver's lock, and may
-        # meet a rotation that closes this journal: once closed, its descriptor number
-        # may belong to another file, so they must not touch it
-        self._fd_lock = threading.Lock()
-        self.closed = False
-
-    def append(self, data: bytes) -> None:
-        start = self.size
-        try:
-            view = memoryview(data)
-            pos = start
-            while view:
-                n = os.pwrite(self.fd, view, pos)
-                view, pos = view[n:], pos + n
-            if self.fsync == "always":
-                os.fdatasync(self.fd)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.pwrite(self.fd, bytes(len(data)), start)  # no half record stays behind
-            raise StoreIOError(f"cannot write the LangGraph journal {self.path}: {exc.strerror}", hint="nothing of this call was kept") from None
-        self.size = start + len(data)
-        if self.fsync == "always":
-            self.synced = self.size
-
-    def reserve(self) -> None:
-        """Write zeros ahead when less than half the reserve is left (the commit thread
-        does this, so that puts seldom write past the written space)."""
-        if self.allocated - self.size >= self.RESERVE // 2:
-            return
-        with self._fd_lock, contextlib.suppress(OSError):
-            if self.closed:
-                return
-            os.pwrite(self.fd, bytes(self.RESERVE), self.allocated)
-            os.fdatasync(self.fd)
-            self.allocated += self.RESERVE
-
-    def sync(self) -> None:
-        """fdatasync what was written since the last sync (the "batch" policy's sync,
-        which the commit thread runs every tick; also on close). Runs without the
-        saver's lock: records appended meanwhile are synced by the next call."""
-        end = self.size
-        if end > self.synced and self.fsync != "never":
-            with self._fd_lock, contextlib.suppress(OSError):
-                if self.closed:
-                    return
-                os.fdatasync(self.fd)
-                self.synced = end
-
-    def close(self, delete: bool) -> None:
-        if delete:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-        with self._fd_lock:
-            if not self.closed:
-                self.closed = True
-                with contextlib.suppress(OSError):
-                    os.close(self.fd)
-
-
 # -- threads shared by processes -----------------------------------------------------------
 def _try_flock(fd: int) -> bool:
     try:
@@ -692,7 +575,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if not self._stop_thread():
             return
         with self._lock:
-            self._journal.close(delete=self._journal.size <= len(JOURNAL_MAGIC))
+            self._journal.close(delete=self._journal.empty)
             self._release_leases(everything=True)
         self.store.close()
 
@@ -899,7 +782,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             threads: set[str] = set()
             for _mtime, path, _fd in found:
                 with contextlib.suppress(OSError):
-                    records, _end = read_journal(path.read_bytes())
+                    records = read_journal(path.read_bytes()).records
                     threads.update(str(r["t"]) for r in records if "t" in r)
             with self._lock:
                 busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes}
@@ -1450,12 +1333,34 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if not found:
             return
         deletions: list[tuple[list[tuple[str, str, str]], set[str]]] = []
+        damaged: list[Path] = []
         try:
             for _mtime, path, _fd in found:
                 with open(path, "rb") as fh:
-                    records, _end = read_journal(fh.read())
-                for i, rec in enumerate(records):
-                    self._replay(rec, f"journal {path.name} record {i + 1}", deletions)
+                    contents = read_journal(fh.read())
+                # after a hole, a put that builds on what the hole held (its parent unknown,
+                # a list value continuing one that is not there) is left out: replayed, it
+                # would make a wrong state (writes may come before their put: they stay)
+                after = len(contents.records) - contents.records_after_holes if contents.holes else len(contents.records)
+                left_out = 0
+                for i, rec in enumerate(contents.records):
+                    where = f"journal {path.name} record {i + 1}"
+                    if i < after:
+                        self._replay(rec, where, deletions)
+                        continue
+                    if rec.get("op") == "p" and rec.get("p") and (rec.get("t"), rec.get("n"), rec.get("p")) not in self._entries:
+                        left_out += 1
+                        continue
+                    try:
+                        self._replay(rec, where, deletions)
+                    except CorruptError:
+                        left_out += 1
+                if contents.holes:  # damage, not a crash: said, and the file kept to look at
+                    damaged.append(path)
+                    lost = f"; {left_out} record(s) after them built on what they held and are left out" if left_out else ""
+                    self.store.warn(
+                        f"LangGraph journal {path}: {hole_message(path, contents)}{lost}; the other records are recovered and the file is kept as {path.name}{DAMAGED_SUFFIX}"
+                    )
             self.flush()
             for keys, threads in deletions:  # only now: every checkpoint that stays is in the store
                 self._delete_from_store(keys, threads)
@@ -1464,7 +1369,10 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 os.close(fd)
         for _mtime, path, _fd in found:
             with contextlib.suppress(OSError):
-                path.unlink()
+                if path in damaged:
+                    path.rename(path.with_name(path.name + DAMAGED_SUFFIX))  # `ckpt verify` reports it until removed
+                else:
+                    path.unlink()
         fsync_dir(self._jdir)
 
     def _replay(self, rec: dict[str, Any], where: str, deletions: list[tuple[list[tuple[str, str, str]], set[str]]]) -> None:

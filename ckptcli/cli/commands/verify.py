@@ -22,7 +22,9 @@ def verify(
     """Check checkpoints for damage.
 
     By default checks structure: every manifest, index and ref matches its checksum,
-    every object a checkpoint needs is present, and every tree node hashes right.
+    every object a checkpoint needs is present, and every tree node hashes right;
+    beside a local store, the LangGraph saver's journals have no damaged bytes
+    between their records.
     --read-data re-hashes all data as well. Each damaged file or object is named with
     the checkpoints that need it; exit status 5 when anything is damaged.
 

@@ -1,0 +1,322 @@
+"""The LangGraph saver's journal: its file format (the one owner of it), the writer
+`Journal`, the reader `read_journal`, and `check_journals` for `ckpt verify`.
+
+Imports nothing of LangGraph, so that `ckpt verify` checks the journals beside a store
+where LangGraph is not installed. docs/langgraph.md ("The journal file") is the spec.
+
+Version 2 (written since ckpt 0.x; version 1 is still read)::
+
+    file    = "CKPTLGJ2" salt:8 record* (zeros to the end of the preallocated space)
+    record  = "\\xc1LGJ" length:u32le crc:u32le payload:length
+    crc     = CRC-32 of salt || length:u32le || payload
+    payload = msgpack map (the record: "op" = "p" put, "w" pending writes, "d" delete)
+
+Version 1 is ``"CKPTLGJ1" (length:u32le crc:u32le payload)*`` with the CRC over the
+payload alone.
+
+Invariants the writer keeps: records are only ever appended, at `Journal.size`; space is
+written ahead (zeros) only beyond the end of the records, under the same lock as the
+appends, so nothing ever writes over a record. A reader therefore finds the records one
+after another from the header, then zeros (or a torn record: a crash in mid-write) to
+the end of the file. Anything else in between, a *hole* (bytes that are no record with
+records after them), is damage: the reader skips it, finds the next record by its sync
+marker and its CRC (which the salt makes a record of this file only: a record's bytes
+quoted inside another record's payload do not count), and reports the hole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+import secrets
+import struct
+import threading
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from ckptcli.errors import StoreIOError
+from ckptcli.store.backend import create_temp, fsync_dir
+
+JOURNAL_DIR = "langgraph"
+MAGIC_V1 = b"CKPTLGJ1"
+MAGIC = b"CKPTLGJ2"
+SALT_BYTES = 8
+HEADER_V2 = len(MAGIC) + SALT_BYTES
+SYNC = b"\xc1LGJ"  # 0xc1 is the one byte msgpack never uses
+_HEAD_V1 = struct.Struct("<II")  # payload length, CRC-32 of the payload
+_HEAD = struct.Struct("<4sII")  # sync marker, payload length, CRC-32 of salt + length + payload
+MAX_RECORD = 256 * 1024 * 1024
+# this process's salt, in the header of every journal it makes (so `frame` needs no journal)
+PROCESS_SALT = secrets.token_bytes(SALT_BYTES)
+DAMAGED_SUFFIX = ".damaged"  # a journal recovery found holes in, kept for the user to look at
+_NONZERO = re.compile(rb"[^\x00]")
+
+
+def frame(record: dict[str, Any], salt: bytes = PROCESS_SALT) -> bytes:
+    """One record of a version 2 journal whose salt is `salt` (this process's journals')."""
+    payload: bytes = msgpack.packb(record, use_bin_type=True)
+    length = struct.pack("<I", len(payload))
+    return SYNC + length + struct.pack("<I", zlib.crc32(payload, zlib.crc32(salt + length))) + payload
+
+
+@dataclass
+class JournalContents:
+    """What `read_journal` found: the records, where the last one ends, the holes
+    (offset, length) between records, and the format version (0: not a journal)."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    end: int = 0
+    holes: list[tuple[int, int]] = field(default_factory=list)
+    version: int = 0
+
+    @property
+    def records_after_holes(self) -> int:
+        """How many records were found after the first hole (0 without holes)."""
+        return len(self.records) - self._before_first_hole
+
+    _before_first_hole: int = 0
+
+
+def _record_at(data: bytes, pos: int, salt: bytes | None) -> tuple[dict[str, Any], int] | None:
+    """The record at `pos` and where it ends, or None when no intact record starts there
+    (`salt` None: version 1 framing)."""
+    if salt is None:
+        if pos + _HEAD_V1.size > len(data):
+            return None
+        length, crc = _HEAD_V1.unpack_from(data, pos)
+        start = pos + _HEAD_V1.size
+        end = start + length
+        if length > MAX_RECORD or end > len(data) or zlib.crc32(data[start:end]) != crc:
+            return None
+    else:
+        if pos + _HEAD.size > len(data):
+            return None
+        sync, length, crc = _HEAD.unpack_from(data, pos)
+        start = pos + _HEAD.size
+        end = start + length
+        if sync != SYNC or length > MAX_RECORD or end > len(data):
+            return None
+        if zlib.crc32(data[start:end], zlib.crc32(salt + data[pos + 4 : pos + 8])) != crc:
+            return None
+    try:
+        rec = msgpack.unpackb(data[start:end], raw=False, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        return None
+    if type(rec) is not dict:
+        return None
+    return rec, end
+
+
+def _next_record(data: bytes, pos: int, salt: bytes | None) -> int | None:
+    """Where the next intact record after `pos` starts, or None."""
+    if salt is not None:
+        q = data.find(SYNC, pos)
+        while q != -1:
+            if _record_at(data, q, salt) is not None:
+                return q
+            q = data.find(SYNC, q + 1)
+        return None
+    # version 1 has no marker: try every offset, skipping runs of zeros (a record's
+    # length is never 0, so its first four bytes are not all zero)
+    q = pos
+    while q + _HEAD_V1.size <= len(data):
+        m = _NONZERO.search(data, q)
+        if m is None:
+            return None
+        q = max(q, m.start() - 3)
+        stop = m.start() + 1
+        for p in range(q, stop):
+            if _record_at(data, p, None) is not None:
+                return p
+        q = stop
+    return None
+
+
+def read_journal(data: bytes) -> JournalContents:
+    """The intact records of a journal (either version), in order. A torn or damaged
+    record with no intact record after it ends the journal (a crash in mid-write, or
+    the zeros of the space written ahead); one with records after it is a hole, reported
+    in `holes`, and the records after it are read on."""
+    out = JournalContents()
+    if data[: len(MAGIC)] == MAGIC and len(data) >= HEADER_V2:
+        salt: bytes | None = data[len(MAGIC) : HEADER_V2]
+        pos, out.version = HEADER_V2, 2
+    elif data[: len(MAGIC_V1)] == MAGIC_V1:
+        salt, pos, out.version = None, len(MAGIC_V1), 1
+    else:
+        return out
+    while True:
+        got = _record_at(data, pos, salt)
+        if got is not None:
+            out.records.append(got[0])
+            pos = got[1]
+            continue
+        nxt = _next_record(data, pos + 1, salt)
+        if nxt is None:
+            break
+        if not out.holes:
+            out._before_first_hole = len(out.records)
+        out.holes.append((pos, nxt - pos))
+        pos = nxt
+    out.end = pos
+    return out
+
+
+def hole_message(path: Path, contents: JournalContents) -> str:
+    """One line naming the journal and its first hole, for a warning or a verify problem."""
+    off, n = contents.holes[0]
+    more = f" (and {len(contents.holes) - 1} more hole(s))" if len(contents.holes) > 1 else ""
+    return (
+        f"{n} unreadable byte(s) at offset {off} with {contents.records_after_holes} record(s) after them{more}: "
+        f"the puts recorded there are lost"
+    )
+
+
+def check_journals(store_dir: Path) -> list[tuple[Path, str]]:
+    """The damaged journals in ``<store_dir>/langgraph/``: (path, message) for each
+    journal with a hole, and for each journal recovery kept because it had one. A
+    journal a live saver is appending to is read twice, and a hole counts only if both
+    reads show it (a record being written while the file is read is not damage)."""
+    jdir = store_dir / JOURNAL_DIR
+    found: list[tuple[Path, str]] = []
+    if not jdir.is_dir():
+        return found
+    for path in sorted(jdir.iterdir()):
+        if path.is_symlink() or not path.is_file():
+            continue
+        if path.name.endswith(".journal" + DAMAGED_SUFFIX):
+            try:
+                contents = read_journal(path.read_bytes())
+            except OSError as exc:
+                found.append((path, f"cannot be read: {exc.strerror}"))
+                continue
+            what = hole_message(path, contents) if contents.holes else "has no hole now"
+            found.append(
+                (
+                    path,
+                    f"kept by recovery, which found damage: {what}; the records after the damage were recovered; delete the file once looked at",
+                )
+            )
+            continue
+        if not path.name.endswith(".journal"):
+            continue
+        try:
+            first = read_journal(path.read_bytes())
+            if not first.holes:
+                continue
+            second = read_journal(path.read_bytes())
+        except OSError as exc:
+            found.append((path, f"cannot be read: {exc.strerror}"))
+            continue
+        holes = [h for h in first.holes if h in second.holes]
+        if holes:
+            second.holes = holes
+            found.append((path, hole_message(path, second) + "; opening the store with the saver recovers the records after the damage"))
+    return found
+
+
+class Journal:
+    """One journal file, locked (flock) while its saver has it open.
+
+    Its space is written ahead with zeros (`reserve`), and records overwrite them: the
+    file does not grow with each record, so the fdatasync of a put flushes data alone,
+    with no file-system metadata to commit (SQLite's WAL does the same). Zeros are only
+    ever written beyond the end of the records, under the lock the appends take: a put
+    that ran past the space written ahead is never written over."""
+
+    RESERVE = 1 << 20
+
+    def __init__(self, directory: Path, fsync: str) -> None:
+        self.path = directory  # until created
+        self.fsync = fsync
+        self.salt = PROCESS_SALT
+        try:
+            # a random name, O_EXCL|O_NOFOLLOW: a file or link planted there is never used
+            name, self.fd = create_temp(directory, prefix="", suffix=".journal", mode=0o644, flags=os.O_RDWR)
+            self.path = directory / name
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.pwrite(self.fd, MAGIC + self.salt + bytes(self.RESERVE - HEADER_V2), 0)
+            os.fsync(self.fd)
+            fsync_dir(directory)
+        except OSError as exc:
+            raise StoreIOError(f"cannot create a LangGraph journal in {directory}: {exc.strerror}") from None
+        self.size = HEADER_V2  # where the records end
+        self.allocated = self.RESERVE  # where the zeros written ahead end
+        self.synced = self.size  # what is known to be on disk
+        # `size` and `allocated` change under this lock only: an append and a reserve
+        # agree on where the records end
+        self._end_lock = threading.Lock()
+        # sync and reserve run on the commit thread without the saver's lock, and may
+        # meet a rotation that closes this journal: once closed, its descriptor number
+        # may belong to another file, so they must not touch it
+        self._fd_lock = threading.Lock()
+        self.closed = False
+
+    @property
+    def empty(self) -> bool:
+        return self.size <= HEADER_V2
+
+    def append(self, data: bytes) -> None:
+        """Write framed records at the end (the saver's lock serializes appends)."""
+        with self._end_lock:
+            start = self.size
+            try:
+                view = memoryview(data)
+                pos = start
+                while view:
+                    n = os.pwrite(self.fd, view, pos)
+                    view, pos = view[n:], pos + n
+                if self.fsync == "always":
+                    os.fdatasync(self.fd)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.pwrite(self.fd, bytes(len(data)), start)  # no half record stays behind
+                raise StoreIOError(
+                    f"cannot write the LangGraph journal {self.path}: {exc.strerror}", hint="nothing of this call was kept"
+                ) from None
+            self.size = start + len(data)
+            if self.fsync == "always":
+                self.synced = self.size
+
+    def reserve(self) -> None:
+        """Write zeros ahead when less than half the reserve is left (the commit thread
+        does this, so that puts seldom write past the written space), from the end of
+        the records or of the space written ahead, whichever is further."""
+        with self._fd_lock, contextlib.suppress(OSError):
+            if self.closed:
+                return
+            with self._end_lock:
+                if self.allocated - self.size >= self.RESERVE // 2:
+                    return
+                start = max(self.allocated, self.size)
+                os.pwrite(self.fd, bytes(self.RESERVE), start)
+                self.allocated = start + self.RESERVE
+            os.fdatasync(self.fd)
+
+    def sync(self) -> None:
+        """fdatasync what was written since the last sync (the "batch" policy's sync,
+        which the commit thread runs every tick; also on close). Runs without the
+        saver's lock: records appended meanwhile are synced by the next call."""
+        end = self.size
+        if end > self.synced and self.fsync != "never":
+            with self._fd_lock, contextlib.suppress(OSError):
+                if self.closed:
+                    return
+                os.fdatasync(self.fd)
+                self.synced = end
+
+    def close(self, delete: bool) -> None:
+        if delete:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+        with self._fd_lock:
+            if not self.closed:
+                self.closed = True
+                with contextlib.suppress(OSError):
+                    os.close(self.fd)
