@@ -607,3 +607,43 @@ def test_a_closed_journal_never_touches_its_old_descriptor(tmp_path: Path) -> No
         assert os.fstat(other).st_size == 100 and victim.read_bytes() == b"x" * 100
     finally:
         os.close(other)
+
+
+def test_the_async_api_never_runs_the_saver_on_the_event_loop(tmp_path: Path) -> None:
+    # ainvoke of real conversations: every put, write, read and list ran inline on the
+    # loop (an fdatasync or a long decode stalled every other coroutine); now each runs
+    # on a worker thread, as AsyncSqliteSaver's do, and alist gives what list gives
+    import threading
+
+    from tests.langgraph_graphs import chat_builder
+
+    seen: dict[str, set[int]] = {}
+
+    class Watched(CkptSaver):
+        pass
+
+    for name in ("put", "put_writes", "get_tuple", "list"):
+        real = getattr(CkptSaver, name)
+
+        def watched(self: Any, *a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
+            seen.setdefault(_name, set()).add(threading.get_ident())
+            return _real(self, *a, **k)
+
+        setattr(Watched, name, watched)
+
+    async def main() -> tuple[int, list[Any], list[Any]]:
+        loop_thread = threading.get_ident()
+        saver = Watched(api.init_store(tmp_path / ".ckpt"))
+        try:
+            graph = chat_builder(turns=150, words=5).compile(checkpointer=saver)
+            await asyncio.gather(*(graph.ainvoke({"messages": []}, {"configurable": {"thread_id": f"t{i}"}, "recursion_limit": 400}) for i in range(3)))
+            cfg = {"configurable": {"thread_id": "t1"}}
+            via_async = [t.config async for t in saver.alist(cfg)]  # more than one batch
+            return loop_thread, via_async, [t.config for t in CkptSaver.list(saver, cfg)]  # not watched
+        finally:
+            saver.close()
+
+    loop_thread, via_async, via_sync = asyncio.run(main())
+    assert len(via_async) > 140 and via_async == via_sync
+    assert set(seen) == {"put", "put_writes", "get_tuple", "list"}, seen
+    assert all(loop_thread not in threads for threads in seen.values()), seen
