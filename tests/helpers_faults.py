@@ -471,3 +471,20 @@ def blob_tree(root: Path) -> dict[str, tuple[Any, ...]]:
             else:
                 out[rel] = ("file", hashlib.sha256(Path(p).read_bytes()).hexdigest(), stat.S_IMODE(st.st_mode), st.st_mtime_ns)
     return out
+
+
+# -- damaging a copy of a store ----------------------------------------------------------------------
+def copy_store(src: Path, tmp_path: Path) -> Path:
+    """A copy of the store at `src` as tmp_path/store, to damage."""
+    import shutil
+
+    dst = tmp_path / "store"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def flip_byte(path: Path, offset: int) -> None:
+    """Flip bits of the byte at `offset` (from the end when negative) of `path`."""
+    data = bytearray(path.read_bytes())
+    data[offset % len(data)] ^= 0x5A
+    path.write_bytes(bytes(data))

@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypedDict
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
-from langgraph.types import interrupt
+from langgraph.types import Interrupt, interrupt
 
 from ckptcli.adapters.langgraph import CkptSaver
 
@@ -206,3 +206,15 @@ def delta_chat_builder(turns: int, snapshot_frequency: int) -> StateGraph[Any]:
     b.add_edge(START, "turn")
     b.add_conditional_edges("turn", route, ["turn", END])
     return b
+
+
+def normalized(value: Any) -> Any:
+    """A result or state without what differs from run to run by design (interrupt ids,
+    derived from checkpoint ids, new in each run)."""
+    if isinstance(value, Interrupt):
+        return ("interrupt", normalized(value.value))
+    if isinstance(value, dict):
+        return {k: normalized(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [normalized(v) for v in value]
+    return value

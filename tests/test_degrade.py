@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from ckptcli.errors import CorruptError
 from ckptcli.format.manifest import Subject
 from ckptcli.store.repository import Store
 from tests.conftest import run_ckpt
+from tests.helpers_faults import copy_store, flip_byte
 
 
 def _state(i: int) -> dict[str, Any]:
@@ -37,18 +37,6 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     return _build(tmp_path_factory.mktemp("degrade"))
 
 
-def _copy(src: Path, tmp_path: Path) -> Path:
-    dst = tmp_path / "store"
-    shutil.copytree(src, dst)
-    return dst
-
-
-def _flip(path: Path, offset: int) -> None:
-    data = bytearray(path.read_bytes())
-    data[offset % len(data)] ^= 0x5A
-    path.write_bytes(bytes(data))
-
-
 def _warnings(stderr: bytes) -> list[str]:
     return [line for line in stderr.decode().splitlines() if line.startswith("ckpt: warning:")]
 
@@ -59,9 +47,9 @@ def _warnings(stderr: bytes) -> list[str]:
 @pytest.mark.parametrize("which", [0, 5, -1])
 def test_a_damaged_index_file_costs_nothing_every_checkpoint_restores(pristine: Any, tmp_path: Path, which: int) -> None:
     src, states = pristine
-    store_dir = _copy(src, tmp_path)
+    store_dir = copy_store(src, tmp_path)
     damaged = sorted((store_dir / "index").iterdir())[which]
-    _flip(damaged, 40)
+    flip_byte(damaged, 40)
     st = Store.open(store_dir)
     seen: list[str] = []
     st.on_warning = seen.append
@@ -73,9 +61,9 @@ def test_a_damaged_index_file_costs_nothing_every_checkpoint_restores(pristine: 
 
 def test_the_cli_restores_through_a_damaged_index_with_one_warning(pristine: Any, tmp_path: Path) -> None:
     src, states = pristine
-    store_dir = _copy(src, tmp_path)
+    store_dir = copy_store(src, tmp_path)
     for f in sorted((store_dir / "index").iterdir())[:3]:
-        _flip(f, 7)
+        flip_byte(f, 7)
     last = list(states)[-1]
     proc = run_ckpt("restore", last, "-o", tmp_path / "out.json", "--store", store_dir)
     assert proc.returncode == 0, proc.stderr.decode()
@@ -110,9 +98,9 @@ def test_a_missing_object_is_still_refused(tmp_path: Path) -> None:
 
 def test_prune_with_a_damaged_index_keeps_what_survivors_need(pristine: Any, tmp_path: Path) -> None:
     src, states = pristine
-    store_dir = _copy(src, tmp_path)
+    store_dir = copy_store(src, tmp_path)
     for f in sorted((store_dir / "index").iterdir()):
-        _flip(f, 40)  # every index file: only the pack tables know where anything is
+        flip_byte(f, 40)  # every index file: only the pack tables know where anything is
     st = Store.open(store_dir)
     st.on_warning = None
     from ckptcli.prune import Policy, prune
@@ -130,11 +118,11 @@ def test_prune_with_a_damaged_index_keeps_what_survivors_need(pristine: Any, tmp
 
 def test_a_damaged_tag_does_not_stop_latest_refs_or_tag(pristine: Any, tmp_path: Path) -> None:
     src, states = pristine
-    store_dir = _copy(src, tmp_path)
+    store_dir = copy_store(src, tmp_path)
     ids = list(states)
     assert run_ckpt("tag", "good", ids[0], "--store", store_dir).returncode == 0
     assert run_ckpt("tag", "bad", ids[1], "--store", store_dir).returncode == 0
-    _flip(store_dir / "refs" / "tags" / "bad", 20)
+    flip_byte(store_dir / "refs" / "tags" / "bad", 20)
 
     proc = run_ckpt("restore", "latest", "-o", tmp_path / "out.json", "--store", store_dir)
     assert proc.returncode == 0, proc.stderr.decode()
@@ -176,9 +164,9 @@ def test_repair_index_rebuilds_one_index_from_the_packs(pristine: Any, tmp_path:
     from ckptcli.repair import repair_index
 
     src, states = pristine
-    store_dir = _copy(src, tmp_path)
+    store_dir = copy_store(src, tmp_path)
     damaged = sorted((store_dir / "index").iterdir())[2]
-    _flip(damaged, 40)
+    flip_byte(damaged, 40)
     before = sorted(p.name for p in (store_dir / "index").iterdir())
     dry = repair_index(Store.open(store_dir), dry_run=True)
     assert dry.damaged_index == [f"index/{damaged.name}"] and not dry.damaged_packs
@@ -191,13 +179,13 @@ def test_repair_index_rebuilds_one_index_from_the_packs(pristine: Any, tmp_path:
 
 def test_repair_index_cli_reports_and_lists_a_damaged_pack(pristine: Any, tmp_path: Path) -> None:
     src, states = pristine
-    store_dir = _copy(src, tmp_path)
-    _flip(sorted((store_dir / "index").iterdir())[0], 40)
+    store_dir = copy_store(src, tmp_path)
+    flip_byte(sorted((store_dir / "index").iterdir())[0], 40)
     proc = run_ckpt("repair", "index", "--json", "--store", store_dir)
     assert proc.returncode == 0, proc.stderr.decode()
     assert len(json.loads(proc.stdout)["damaged_index"]) == 1 and proc.stderr == b""
     pack = max((p for p in (store_dir / "packs").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
-    _flip(pack, -2)  # the trailer: this pack's own table is unreadable now
+    flip_byte(pack, -2)  # the trailer: this pack's own table is unreadable now
     proc = run_ckpt("repair", "index", "--store", store_dir)
     assert proc.returncode == 5, proc.stderr.decode()
     assert f"damaged pack packs/{pack.parent.name}/{pack.name}" in proc.stdout.decode()
@@ -213,8 +201,8 @@ def test_repair_index_killed_anywhere_leaves_a_readable_store(pristine: Any, tmp
     from tests.helpers_faults import child_env, fault_argv
 
     src, states = pristine
-    store_dir = _copy(src, tmp_path)
-    _flip(sorted((store_dir / "index").iterdir())[1], 40)
+    store_dir = copy_store(src, tmp_path)
+    flip_byte(sorted((store_dir / "index").iterdir())[1], 40)
     p = subprocess.run(fault_argv("repair", "index", "--store", store_dir), env=child_env({"CKPT_FAULT": point}), capture_output=True, timeout=120)
     assert p.returncode == -9, (p.returncode, p.stderr.decode())  # killed at that point
     st = _restores(store_dir, states)  # readable whatever the point
@@ -231,10 +219,10 @@ def test_repair_index_killed_anywhere_leaves_a_readable_store(pristine: Any, tmp
 
 def test_ls_names_a_damaged_manifest_and_lists_the_rest(pristine: Any, tmp_path: Path) -> None:
     src, states = pristine
-    store_dir = _copy(src, tmp_path)
+    store_dir = copy_store(src, tmp_path)
     (store_dir / "cache" / "catalog").unlink(missing_ok=True)
     bad = list(states)[4]
-    _flip(store_dir / "manifests" / bad, 30)
+    flip_byte(store_dir / "manifests" / bad, 30)
     proc = run_ckpt("ls", "--json", "--store", store_dir)
     assert proc.returncode == 0, proc.stderr.decode()
     assert {r["id"] for r in json.loads(proc.stdout)} == set(states) - {bad}
@@ -370,7 +358,7 @@ def test_a_damaged_latest_ref_still_resolves_latest_and_the_subject(tmp_path: Pa
     c2 = take(st, _state(2), subject="agent:bot").hex
     ref = tmp_path / "store" / "refs" / "latest" / "agent" / "bot"
     if damage == "flipped":
-        _flip(ref, 20)
+        flip_byte(ref, 20)
     else:
         ref.unlink()
         ref.mkdir()

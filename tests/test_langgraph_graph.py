@@ -12,37 +12,25 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import Command, Interrupt, StateSnapshot
+from langgraph.types import Command, StateSnapshot
 
 from ckptcli import api
 from ckptcli.adapters import langgraph_layout as layout
 from ckptcli.adapters.langgraph import CkptSaver
-from tests.langgraph_graphs import Forgetful, ask, support_builder
+from tests.langgraph_graphs import Forgetful, ask, normalized, support_builder
 
 THREAD = {"configurable": {"thread_id": "support-1"}}
-
-
-def _norm(value: Any) -> Any:
-    """A result or state without what differs from run to run by design (checkpoint and
-    task ids, interrupt ids derived from them, timestamps)."""
-    if isinstance(value, Interrupt):
-        return ("interrupt", _norm(value.value))
-    if isinstance(value, dict):
-        return {k: _norm(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_norm(v) for v in value]
-    return value
 
 
 def _snapshot(s: StateSnapshot) -> dict[str, Any]:
     md = dict(s.metadata or {})
     md.pop("parents", None)
     return {
-        "values": _norm(s.values),
+        "values": normalized(s.values),
         "next": s.next,
         "metadata": md,
-        "tasks": [(t.name, _norm(t.interrupts), t.state is not None) for t in s.tasks],
-        "interrupts": _norm(s.interrupts),
+        "tasks": [(t.name, normalized(t.interrupts), t.state is not None) for t in s.tasks],
+        "interrupts": normalized(s.interrupts),
         "has_parent": s.parent_config is not None,
     }
 
@@ -51,22 +39,22 @@ def scenario(saver: Any) -> dict[str, Any]:
     """Interrupt, resume, then fork the past with update_state and run the fork."""
     graph = support_builder().compile(checkpointer=saver)
     out: dict[str, Any] = {}
-    out["first"] = _norm(graph.invoke(ask("A-1001", 0), THREAD))
+    out["first"] = normalized(graph.invoke(ask("A-1001", 0), THREAD))
     out["interrupted"] = _snapshot(graph.get_state(THREAD))
-    out["resumed"] = _norm(graph.invoke(Command(resume="yes"), THREAD))
+    out["resumed"] = normalized(graph.invoke(Command(resume="yes"), THREAD))
     out["done"] = _snapshot(graph.get_state(THREAD, subgraphs=True))
     history = list(graph.get_state_history(THREAD))
     out["history"] = [_snapshot(s) for s in history]
     # time travel: run again from the checkpoint that waited for approval (its pending
     # writes hold the answer given then, which LangGraph uses again)
     waiting = next(s for s in history if s.next == ("approve",))
-    out["replayed"] = _norm(graph.invoke(Command(resume="no"), waiting.config))
+    out["replayed"] = normalized(graph.invoke(Command(resume="no"), waiting.config))
     # fork: change the question asked at the very first agent step, and run from there
     first_agent = next(s for s in reversed(history) if s.next == ("agent",))
     forked = graph.update_state(first_agent.config, {"messages": [HumanMessage(content="where is my order B-2002", id="human-0")]})
     out["forked_state"] = _snapshot(graph.get_state(forked))
-    out["fork_first"] = _norm(graph.invoke(None, forked))
-    out["fork_resumed"] = _norm(graph.invoke(Command(resume="yes"), {"configurable": {"thread_id": "support-1"}}))
+    out["fork_first"] = normalized(graph.invoke(None, forked))
+    out["fork_resumed"] = normalized(graph.invoke(Command(resume="yes"), {"configurable": {"thread_id": "support-1"}}))
     out["final_history"] = [_snapshot(s) for s in graph.get_state_history(THREAD)]
     out["subgraph_checkpoints"] = sorted(
         t.checkpoint["channel_values"].get("summary", "") for t in saver.list(None) if t.config["configurable"]["checkpoint_ns"]

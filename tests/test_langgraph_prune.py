@@ -13,34 +13,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langgraph.types import Command, Interrupt, StateSnapshot
+from langgraph.types import Command, StateSnapshot
 
 from ckptcli import api
 from ckptcli.adapters.langgraph import CkptSaver
-from tests.langgraph_graphs import chat_message, delta_chat_builder, review_builder
+from tests.langgraph_graphs import chat_message, delta_chat_builder, normalized, review_builder
 
 THREAD = {"configurable": {"thread_id": "t1"}}
-
-
-def _norm(value: Any) -> Any:
-    """Without the interrupt ids (derived from checkpoint ids, new in each run)."""
-    if isinstance(value, Interrupt):
-        return ("interrupt", _norm(value.value))
-    if isinstance(value, dict):
-        return {k: _norm(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_norm(v) for v in value]
-    return value
 
 
 def _snap(s: StateSnapshot) -> dict[str, Any]:
     return {
         "id": s.config["configurable"]["checkpoint_id"],
-        "values": _norm(s.values),
+        "values": normalized(s.values),
         "next": s.next,
         "metadata": s.metadata,
-        "tasks": [(t.name, _norm(t.interrupts), _snap(t.state) if isinstance(t.state, StateSnapshot) else None) for t in s.tasks],
-        "interrupts": _norm(s.interrupts),
+        "tasks": [(t.name, normalized(t.interrupts), _snap(t.state) if isinstance(t.state, StateSnapshot) else None) for t in s.tasks],
+        "interrupts": normalized(s.interrupts),
     }
 
 
@@ -92,9 +81,9 @@ def test_a_thread_paused_inside_a_subgraph_resumes_after_a_prune(tmp_path: Path,
     ga, gb, a, b = _compare(review_builder(), pruned, full)
     try:
         done_a, done_b = ga.invoke(Command(resume="yes"), THREAD), gb.invoke(Command(resume="yes"), THREAD)
-        assert _norm(done_a) == _norm(done_b)
+        assert normalized(done_a) == normalized(done_b)
         assert done_a["messages"][-1].content == "published" and done_a["notes"][-2:] == ["check:yes", "done"]
-        assert _norm(ga.get_state(THREAD).values) == _norm(gb.get_state(THREAD).values)
+        assert normalized(ga.get_state(THREAD).values) == normalized(gb.get_state(THREAD).values)
     finally:
         a.close()
         b.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from ckptcli.errors import ExitCode
 from ckptcli.format.walk import walk_checkpoint
 from ckptcli.store.repository import Store
 from tests.conftest import run_ckpt
+from tests.helpers_faults import copy_store, flip_byte
 
 
 def _build(root: Path) -> tuple[Store, dict[str, str]]:
@@ -40,18 +40,6 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     return root / "store", ids
 
 
-def _copy(pristine: Path, tmp_path: Path) -> Path:
-    dst = tmp_path / "store"
-    shutil.copytree(pristine, dst)
-    return dst
-
-
-def _flip(path: Path, offset: int) -> None:
-    data = bytearray(path.read_bytes())
-    data[offset % len(data)] ^= 0x5A
-    path.write_bytes(bytes(data))
-
-
 def _verify(store: Path) -> tuple[int, dict, str]:  # type: ignore[type-arg]
     proc = run_ckpt("verify", "--read-data", "--json", "--store", store)
     assert b"Traceback" not in proc.stderr
@@ -67,14 +55,14 @@ def _needing(store_path: Path, oid: bytes) -> set[str]:
 @pytest.mark.parametrize("where", ["start", "middle", "end"])
 def test_damaged_pack_object_is_named_with_its_checkpoints(pristine: tuple[Path, dict[str, str]], tmp_path: Path, where: str) -> None:
     src, _ids = pristine
-    store = _copy(src, tmp_path)
+    store = copy_store(src, tmp_path)
     st = ckptcli.open_store(store)
     # pick the data object of big.bin's first chunk: needed by c1 only (c2 has no blobs)
     biggest = max(st.index().items(), key=lambda kv: kv[1].stored_len)
     oid, entry = biggest
     pack = store / "packs" / entry.pack.hex()[:2] / entry.pack.hex()
     off = {"start": entry.offset, "middle": entry.offset + entry.stored_len // 2, "end": entry.offset + entry.stored_len - 1}[where]
-    _flip(pack, off)
+    flip_byte(pack, off)
     code, report, _err = _verify(store)
     assert code == ExitCode.CORRUPT
     objects = [p for p in report["problems"] if p["kind"] == "object"]
@@ -86,14 +74,14 @@ def test_damaged_pack_object_is_named_with_its_checkpoints(pristine: tuple[Path,
 
 def test_damaged_shared_node_names_every_checkpoint(pristine: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     src, ids = pristine
-    store = _copy(src, tmp_path)
+    store = copy_store(src, tmp_path)
     st = ckptcli.open_store(store)
     # an object that both c1 and c2 need: one of the shared message objects
     shared = [oid for oid in st.index() if _needing(src, oid) >= {ids["c1"], ids["c2"]}]
     assert shared
     oid = shared[0]
     entry = st.index()[oid]
-    _flip(store / "packs" / entry.pack.hex()[:2] / entry.pack.hex(), entry.offset + entry.stored_len // 2)
+    flip_byte(store / "packs" / entry.pack.hex()[:2] / entry.pack.hex(), entry.offset + entry.stored_len // 2)
     code, report, _ = _verify(store)
     assert code == ExitCode.CORRUPT
     named = {p["name"]: set(p["checkpoints"]) for p in report["problems"] if p["kind"] == "object"}
@@ -103,11 +91,11 @@ def test_damaged_shared_node_names_every_checkpoint(pristine: tuple[Path, dict[s
 
 def test_damaged_pack_header_names_the_pack_and_its_checkpoints(pristine: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     src, _ids = pristine
-    store = _copy(src, tmp_path)
+    store = copy_store(src, tmp_path)
     pack = sorted((store / "packs").rglob("*"))[-1]
     while not pack.is_file():  # pragma: no cover - rglob order
         pack = pack.parent
-    _flip(pack, 5)
+    flip_byte(pack, 5)
     code, report, _ = _verify(store)
     assert code == ExitCode.CORRUPT
     p = [x for x in report["problems"] if x["kind"] == "pack"]
@@ -118,9 +106,9 @@ def test_damaged_pack_header_names_the_pack_and_its_checkpoints(pristine: tuple[
 @pytest.mark.parametrize("offset", [0, 9, 25, -40, -1])
 def test_damaged_index_is_named(pristine: tuple[Path, dict[str, str]], tmp_path: Path, offset: int) -> None:
     src, _ = pristine
-    store = _copy(src, tmp_path)
+    store = copy_store(src, tmp_path)
     idx = sorted((store / "index").iterdir())[0]
-    _flip(idx, offset)
+    flip_byte(idx, offset)
     code, report, _ = _verify(store)
     assert code == ExitCode.CORRUPT
     assert [p["name"] for p in report["problems"] if p["kind"] == "index"] == [f"index/{idx.name}"]
@@ -129,8 +117,8 @@ def test_damaged_index_is_named(pristine: tuple[Path, dict[str, str]], tmp_path:
 @pytest.mark.parametrize("offset", [0, 8, 30, -33, -1])
 def test_damaged_manifest_names_its_checkpoint(pristine: tuple[Path, dict[str, str]], tmp_path: Path, offset: int) -> None:
     src, ids = pristine
-    store = _copy(src, tmp_path)
-    _flip(store / "manifests" / ids["c2"], offset)
+    store = copy_store(src, tmp_path)
+    flip_byte(store / "manifests" / ids["c2"], offset)
     code, report, _ = _verify(store)
     assert code == ExitCode.CORRUPT
     m = [p for p in report["problems"] if p["kind"] == "manifest"]
@@ -140,8 +128,8 @@ def test_damaged_manifest_names_its_checkpoint(pristine: tuple[Path, dict[str, s
 @pytest.mark.parametrize("offset", [1, 15, -2])
 def test_damaged_ref_is_named(pristine: tuple[Path, dict[str, str]], tmp_path: Path, offset: int) -> None:
     src, _ = pristine
-    store = _copy(src, tmp_path)
-    _flip(store / "refs" / "latest" / "agent" / "a", offset)
+    store = copy_store(src, tmp_path)
+    flip_byte(store / "refs" / "latest" / "agent" / "a", offset)
     code, report, _ = _verify(store)
     assert code == ExitCode.CORRUPT
     assert [p["name"] for p in report["problems"] if p["kind"] == "ref"] == ["refs/latest/agent/a"]
@@ -149,8 +137,8 @@ def test_damaged_ref_is_named(pristine: tuple[Path, dict[str, str]], tmp_path: P
 
 def test_damaged_config_is_named(pristine: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     src, _ = pristine
-    store = _copy(src, tmp_path)
-    _flip(store / "config", 30)
+    store = copy_store(src, tmp_path)
+    flip_byte(store / "config", 30)
     proc = run_ckpt("verify", "--read-data", "--store", store)
     assert proc.returncode != 0
     assert b"Traceback" not in proc.stderr
@@ -159,10 +147,10 @@ def test_damaged_config_is_named(pristine: tuple[Path, dict[str, str]], tmp_path
 
 def test_human_report_names_object_and_checkpoints(pristine: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     src, ids = pristine
-    store = _copy(src, tmp_path)
+    store = copy_store(src, tmp_path)
     st = ckptcli.open_store(store)
     oid, entry = max(st.index().items(), key=lambda kv: kv[1].stored_len)
-    _flip(store / "packs" / entry.pack.hex()[:2] / entry.pack.hex(), entry.offset + 3)
+    flip_byte(store / "packs" / entry.pack.hex()[:2] / entry.pack.hex(), entry.offset + 3)
     proc = run_ckpt("verify", "--read-data", "--store", store)
     assert proc.returncode == ExitCode.CORRUPT
     text = proc.stdout.decode()
