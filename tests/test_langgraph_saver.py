@@ -647,3 +647,53 @@ def test_the_async_api_never_runs_the_saver_on_the_event_loop(tmp_path: Path) ->
     assert len(via_async) > 140 and via_async == via_sync
     assert set(seen) == {"put", "put_writes", "get_tuple", "list"}, seen
     assert all(loop_thread not in threads for threads in seen.values()), seen
+
+
+def _conversation(saver: CkptSaver, thread: str, turns: int) -> list[Any]:
+    from tests.langgraph_graphs import chat_builder
+
+    graph = chat_builder(turns=turns, words=5).compile(checkpointer=saver)
+    return graph.invoke({"messages": []}, {"configurable": {"thread_id": thread}})["messages"]  # type: ignore[no-any-return]
+
+
+def test_a_thread_deleted_just_before_a_crash_stays_deleted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the delete is journaled, then everything that stays is committed, which may start
+    # a new journal: the delete record was not carried into it, so a crash before the
+    # store's copies were removed brought the thread back
+    import ckptcli.adapters.langgraph as lg
+
+    monkeypatch.setattr(lg, "ROTATE_BYTES", 1)  # every commit starts a new journal
+    saver = open_saver(tmp_path / ".ckpt")
+    _conversation(saver, "gone", 6)
+    saver.flush()
+    kept = _conversation(saver, "kept", 4)  # not committed yet: the delete's commit has work, and rotates
+    monkeypatch.setattr(CkptSaver, "_delete_from_store", lambda self, *a: None)  # killed right here
+    saver.delete_thread("gone")
+    saver.abandon()
+    monkeypatch.undo()
+    again = open_saver(tmp_path / ".ckpt")
+    try:
+        assert again.get_tuple({"configurable": {"thread_id": "gone"}}) is None
+        assert not [s for _c, s in api.list_checkpoints(again.store) if str(s.subject) == "agent:gone"]
+        tup = again.get_tuple({"configurable": {"thread_id": "kept"}})
+        assert tup is not None and tup.checkpoint["channel_values"]["messages"] == kept
+    finally:
+        again.close()
+
+
+def test_a_thread_deleted_then_used_again_keeps_its_new_turns_after_a_crash(tmp_path: Path) -> None:
+    # the journal's delete record, replayed after a crash, removed every checkpoint of the
+    # thread the store held by then: the new conversation's too
+    saver = open_saver(tmp_path / ".ckpt")
+    _conversation(saver, "t", 6)
+    saver.flush()
+    saver.delete_thread("t")
+    new = _conversation(saver, "t", 3)
+    saver.flush()  # committed: in the store
+    saver.abandon()  # a crash: the journal (with the delete record) is replayed on open
+    again = open_saver(tmp_path / ".ckpt")
+    try:
+        tup = again.get_tuple({"configurable": {"thread_id": "t"}})
+        assert tup is not None and tup.checkpoint["channel_values"]["messages"] == new
+    finally:
+        again.close()

@@ -104,7 +104,9 @@ LEASE_DIR, WANT_DIR, RECOVER_LOCK = "threads", "want", "recover.lock"  # under J
 _LEASE = struct.Struct("<B16s")  # a thread's lease file: dirty flag, token of its last commit
 LEAF, SEALED, COMMITTED = 0, 1, 2
 _ALIST_BATCH = 64  # tuples `alist` takes from `list` per hop to its worker thread
-_Keys = list[tuple[str, str, str]]  # (thread, namespace, checkpoint id) of several checkpoints
+_Keys = list[tuple[str, str, str]]
+#: a journaled delete being replayed: keys, threads, and the store's checkpoints it removes (None: older records)
+_Deletion = tuple[list[tuple[str, str, str]], set[str], set[bytes] | None]  # (thread, namespace, checkpoint id) of several checkpoints
 _MISSING = object()
 
 
@@ -474,6 +476,8 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._by_thread: dict[str, dict[str, dict[str, _Entry]]] = {}  # thread -> ns -> id -> entry
         self._blobs: dict[tuple[str, str, str, Any], _Blob] = {}
         self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], Write]] = {}
+        #: delete records whose store copies are not removed yet (carried into new journals)
+        self._pending_deletes: list[dict[str, Any]] = []
         self._queue: list[tuple[bytes, bytes, _Entry, int]] = []  # (manifest id, manifest bytes, entry, rev)
         self._ready: list[_Entry] = []  # to seal: their pending writes are complete
         self._seq = 0
@@ -1276,7 +1280,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         old.close(delete=True)
 
     def _carry_over(self) -> list[dict[str, Any]]:
-        recs: list[dict[str, Any]] = []
+        recs: list[dict[str, Any]] = list(self._pending_deletes)  # first: they came before what is open now
         for e in sorted(self._open.values(), key=lambda e: e.seq):
             if e.committed is None:
                 recs.append(self._put_record(e))
@@ -1334,7 +1338,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         """Replay the orphaned journals, commit what they hold, then delete them."""
         if not found:
             return
-        deletions: list[tuple[list[tuple[str, str, str]], set[str]]] = []
+        deletions: list[_Deletion] = []
         damaged: list[Path] = []
         try:
             for _mtime, path, _fd in found:
@@ -1364,8 +1368,8 @@ class CkptSaver(BaseCheckpointSaver[str]):
                         f"LangGraph journal {path}: {hole_message(path, contents)}{lost}; the other records are recovered and the file is kept as {path.name}{DAMAGED_SUFFIX}"
                     )
             self.flush()
-            for keys, threads in deletions:  # only now: every checkpoint that stays is in the store
-                self._delete_from_store(keys, threads)
+            for keys, threads, ids in deletions:  # only now: every checkpoint that stays is in the store
+                self._delete_from_store(keys, threads, ids)
         finally:
             for _m, _p, fd in found:
                 os.close(fd)
@@ -1377,7 +1381,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     path.unlink()
         fsync_dir(self._jdir)
 
-    def _replay(self, rec: dict[str, Any], where: str, deletions: list[tuple[list[tuple[str, str, str]], set[str]]]) -> None:
+    def _replay(self, rec: dict[str, Any], where: str, deletions: list[_Deletion]) -> None:
         op = rec.get("op")
         try:
             with self._lock:
@@ -1389,7 +1393,10 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 elif op == "d":
                     keys = [(k[0], k[1], k[2]) for k in rec["k"]]
                     self._drop(keys)
-                    deletions.append((keys, set(rec.get("threads", []))))
+                    # a record names the store's checkpoints it removes (since 0.3): exactly
+                    # those go, never ones a thread used again after the delete got since
+                    ids = {bytes(i) for i in rec["ids"]} if "ids" in rec else None
+                    deletions.append((keys, set(rec.get("threads", [])), ids))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise CorruptError(f"{where} is malformed ({type(exc).__name__}: {exc})", hint=f"move it out of {self._jdir} to open the store without it") from None
 
@@ -1690,11 +1697,17 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if not keys and not threads:
             return
         with self._commit_mutex, self._lock:
-            self._journal.append(_frame({"op": "d", "k": [list(k) for k in keys], "threads": sorted(threads)}))
+            ids = self._store_ids(keys, threads)
+            rec = {"op": "d", "k": [list(k) for k in keys], "threads": sorted(threads), "ids": sorted(ids)}
+            self._journal.append(_frame(rec))
+            # carried into every new journal until the store's copies are gone: a crash
+            # in between must not bring the thread back
+            self._pending_deletes.append(rec)
             self._drop(keys)
             self._seal_all()
             self._commit_locked()
-            self._delete_from_store(keys, threads)
+            self._delete_from_store(keys, threads, ids)
+            self._pending_deletes.remove(rec)
 
     def _drop(self, keys: _Keys) -> None:
         gone: set[tuple[str, str, str]] = set(keys)
@@ -1708,11 +1721,19 @@ class CkptSaver(BaseCheckpointSaver[str]):
         for bkey in [b for b in self._blobs if (b[0], b[1]) in emptied]:
             del self._blobs[bkey]
 
-    def _delete_from_store(self, keys: _Keys, threads: set[str]) -> None:
+    def _store_ids(self, keys: _Keys, threads: set[str]) -> set[bytes]:
+        """The store's checkpoints (every revision) of `keys` and of `threads`."""
+        gone: set[tuple[str, str, str]] = set(keys)
+        return {cid for key, revs in self._store_keys().items() if key in gone or key[0] in threads for _r, _c, cid, _k in revs}
+
+    def _delete_from_store(self, keys: _Keys, threads: set[str], ids: set[bytes] | None = None) -> None:
+        """Remove the store's checkpoints `ids` (those of `keys` and `threads` now, for a
+        delete journaled before the ids were)."""
         from ckptcli.prune import remove_checkpoints
 
-        gone: set[tuple[str, str, str]] = set(keys)
-        ids = {cid for key, revs in self._store_keys().items() if key in gone or key[0] in threads for _r, _c, cid, _k in revs}
+        if ids is None:
+            ids = self._store_ids(keys, threads)
+        ids = {cid for cid in ids if self.store.backend.exists(f"manifests/{cid.hex()}")}  # a replay: some may be gone
         if ids:
             remove_checkpoints(self.store, ids)
 
