@@ -1,7 +1,7 @@
 """The `ckpt` command line. `entry` is the console script.
 
 A Ctrl-C must end ckpt with one line and exit 130, never a traceback, even while the
-interpreter is still loading the CLI (issue 12). Python's own handler raises
+interpreter is still loading the CLI. Python's own handler raises
 KeyboardInterrupt wherever the signal lands, including inside the import machinery,
 where it cannot always be caught; so while the CLI loads, SIGINT only sets a flag,
 checked once everything is imported. This package and `ckptcli/__init__.py` import
