@@ -10,20 +10,17 @@ export and import. No UI imports here (tests/test_import_hygiene.py).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import os
 import platform
-import shutil
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 
 from ckptcli import __version__
-from ckptcli.blobs import CaptureReport, RestoreReport, capture, check_component, restore_blobs, tree_size, validate
+from ckptcli.blobs import CaptureReport, RestoreReport, capture, restore_blobs, tree_size
 from ckptcli.errors import (
     CkptError,
     CorruptError,
@@ -54,7 +51,6 @@ from ckptcli.progress import NULL, Progress
 from ckptcli.store.backend import write_file_atomic
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile, is_checkpoint_file, write_checkpoint_file
-from ckptcli.units import human_size
 
 PathLike = str | os.PathLike[str]
 
@@ -387,13 +383,18 @@ class Checkpoint:
             missing = [n for n in names if n not in blobs]
             if missing:
                 raise NotFoundError(f"checkpoint {self.hex[:12]} has no blob {missing[0]!r} (it has: {', '.join(blobs) or 'none'})")
-        refuse_output_into_source(self, target, "the blobs directory")
-        where = f"checkpoint {self.hex[:12]}"
-        total = sum(validate(entry, check_component(name, where), where) for name, entry in blobs.items() if not names or name in names)
-        if not force:
-            check_free_space(Path(target), total)
+        refuse_output_into_source(self, target, "the blobs directory", names or list(blobs))
         return restore_blobs(
-            blobs, Path(target), self._decoder(), names=names, overwrite=overwrite, keep_special_modes=keep_special_modes, progress=progress, where=where, report=report
+            blobs,
+            Path(target),
+            self._decoder(),
+            names=names,
+            overwrite=overwrite,
+            keep_special_modes=keep_special_modes,
+            check_space=not force,
+            progress=progress,
+            where=f"checkpoint {self.hex[:12]}",
+            report=report,
         )
 
     def summary(self) -> dict[str, Any]:
@@ -401,35 +402,6 @@ class Checkpoint:
         out = info_dict(self.id, self.manifest)
         out["sections"] = {name: describe_section(self, name) for name in self.manifest.sections}
         return out
-
-
-#: Free space restore_blobs leaves on the target's file system: this much, or
-#: FREE_SPACE_MARGIN_FRACTION of what it writes if more (file system overhead, other writers).
-FREE_SPACE_MARGIN = 64 * 1024 * 1024
-FREE_SPACE_MARGIN_FRACTION = 0.02
-
-
-def free_space(path: Path) -> int:
-    """Bytes an unprivileged writer may still use on the file system of `path`, or of its
-    nearest existing parent when it does not exist yet."""
-    probe = path.absolute()
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    return shutil.disk_usage(probe).free
-
-
-def check_free_space(target: Path, need: int) -> None:
-    """LimitExceededError when writing `need` bytes under `target` would not leave the margin free."""
-    try:
-        free = free_space(target)
-    except OSError:
-        return  # unknown (e.g. no permission to stat): the writes themselves will tell
-    margin = max(FREE_SPACE_MARGIN, int(need * FREE_SPACE_MARGIN_FRACTION))
-    if need + margin > free:
-        raise LimitExceededError(
-            f"the blobs to restore hold {human_size(need)} ({need} bytes) but {target} has only {human_size(free)} free",
-            hint="free some space, restore fewer blobs (--blob), or pass --force if the checkpoint is genuine",
-        )
 
 
 def describe_section(ck: Checkpoint, name: str) -> dict[str, Any]:
@@ -487,10 +459,11 @@ def names_a_file(ref: str) -> bool:
     return p.is_file() and (ref.endswith(".ckpt") or os.sep in ref or is_checkpoint_file(p))
 
 
-def refuse_output_into_source(ck: Checkpoint, out: PathLike, what: str) -> None:
+def refuse_output_into_source(ck: Checkpoint, out: PathLike, what: str, names: Collection[str] | None = None) -> None:
     """An output path (`export -o`, `restore -o`, `restore --blobs`) must not lie inside
     the store the checkpoint is read from, nor be the checkpoint file itself: it would
-    replace the only copy of what it is made of.
+    replace the only copy of what it is made of. For a blobs directory, `names` are the
+    top-level names restore writes there: none may lead into the store either.
 
     Raises:
         InvalidInputError naming both paths.
@@ -504,6 +477,14 @@ def refuse_output_into_source(ck: Checkpoint, out: PathLike, what: str) -> None:
     root = Path(os.path.realpath(src.location))
     if real == root or root in real.parents:
         raise InvalidInputError(f"{what} {out} is inside the store at {src.location}, which it would damage", hint="write it outside the store")
+    if names is not None and real in root.parents:
+        # the store is below the blobs directory: a blob named after the directory that
+        # holds it would be merged into the store
+        first = root.relative_to(real).parts[0]
+        if first in names:
+            raise InvalidInputError(
+                f"blob {first!r} would be restored into {real / first}, which holds the store at {src.location}", hint="restore into another directory"
+            )
 
 
 def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLike | None = None) -> Checkpoint:
@@ -535,17 +516,18 @@ def export_checkpoint(ck: Checkpoint, out: PathLike | IO[bytes], progress: Progr
         progress.advance(1)
     progress.finish()
     manifest_bytes = src.manifest_bytes if isinstance(src, CheckpointFile) else src.manifest_bytes(ck.id)
-    if isinstance(out, (str, os.PathLike)):
-        path = Path(out)
-        refuse_output_into_source(ck, path, "the export")
-        write_file_atomic(path, lambda fh: write_checkpoint_file(fh, manifest_bytes, objects))
-        with contextlib.suppress(OSError):
-            return path.stat().st_size
-        return sum(len(o[3]) for o in objects)  # written through a descriptor or device
-    buf = io.BytesIO()
-    write_checkpoint_file(buf, manifest_bytes, objects)
-    out.write(buf.getvalue())
-    return len(buf.getvalue())
+    if not isinstance(out, (str, os.PathLike)):
+        return write_checkpoint_file(out, manifest_bytes, objects)
+    path = Path(out)
+    refuse_output_into_source(ck, path, "the export")
+    size = 0
+
+    def write(fh: IO[bytes]) -> None:
+        nonlocal size
+        size = write_checkpoint_file(fh, manifest_bytes, objects)
+
+    write_file_atomic(path, write)  # (through a descriptor or a device, too)
+    return size
 
 
 def import_checkpoint(store: Store, path: PathLike, progress: Progress = NULL) -> bytes:

@@ -18,15 +18,17 @@ import contextlib
 import errno
 import os
 import secrets
+import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckptcli.errors import CkptError, ConflictError, CorruptError, InvalidInputError, StoreIOError, UnsafePathError
+from ckptcli.errors import CkptError, ConflictError, CorruptError, InvalidInputError, LimitExceededError, StoreIOError, UnsafePathError
 from ckptcli.format.values import Decoder, Encoded, Encoder, LazyBytes, bytes_ev
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.backend import TEMP_TRIES, create_temp, temp_name
+from ckptcli.units import human_size
 
 #: the longest file name (bytes) a file system holds (NAME_MAX)
 NAME_MAX = 255
@@ -503,6 +505,35 @@ class _Writer:
                     os.close(fd)
 
 
+#: Free space restore_blobs leaves on the target's file system: this much, or
+#: FREE_SPACE_MARGIN_FRACTION of what it writes if more (file system overhead, other writers).
+FREE_SPACE_MARGIN = 64 * 1024 * 1024
+FREE_SPACE_MARGIN_FRACTION = 0.02
+
+
+def free_space(path: Path) -> int:
+    """Bytes an unprivileged writer may still use on the file system of `path`, or of its
+    nearest existing parent when it does not exist yet."""
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+def check_free_space(target: Path, need: int) -> None:
+    """LimitExceededError when writing `need` bytes under `target` would not leave the margin free."""
+    try:
+        free = free_space(target)
+    except OSError:
+        return  # unknown (e.g. no permission to stat): the writes themselves will tell
+    margin = max(FREE_SPACE_MARGIN, int(need * FREE_SPACE_MARGIN_FRACTION))
+    if need + margin > free:
+        raise LimitExceededError(
+            f"the blobs to restore hold {human_size(need)} ({need} bytes) but {target} has only {human_size(free)} free",
+            hint="free some space, restore fewer blobs (--blob), or pass --force if the checkpoint is genuine",
+        )
+
+
 def restore_blobs(
     blobs: dict[str, Any],
     target: Path,
@@ -511,6 +542,7 @@ def restore_blobs(
     names: list[str] | None = None,
     overwrite: bool = False,
     keep_special_modes: bool = False,
+    check_space: bool = True,
     progress: Progress = NULL,
     where: str = "checkpoint",
     report: RestoreReport | None = None,
@@ -521,13 +553,17 @@ def restore_blobs(
     target holds, before the first write; if writing fails, what this restore wrote
     is removed and what it replaced is put back, and the error says so (or names what
     could not be undone). Set-uid, set-gid and sticky bits are dropped unless
-    `keep_special_modes` (counted in `report.special_dropped`).
+    `keep_special_modes` (counted in `report.special_dropped`). Unless not
+    `check_space`, files that declare more bytes than the target's file system has free
+    (less a margin) are refused (LimitExceededError) before anything is created.
     """
     rep = report if report is not None else RestoreReport()
     chosen = {k: v for k, v in blobs.items() if names is None or k in names}
     total = 0
     for name, entry in chosen.items():
         total += validate(entry, check_component(name, where), where)
+    if check_space:
+        check_free_space(target, total)
     # The user's own path is followed (as tar -C and restic --target do): `..` and links
     # in it mean what the file system says, so what exists is judged on the real path.
     target = Path(os.path.realpath(target))

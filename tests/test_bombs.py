@@ -30,7 +30,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from ckptcli import api
+from ckptcli import blobs
 from ckptcli.api import info_dict, open_checkpoint
 from ckptcli.errors import ExitCode
 from ckptcli.format.manifest import Manifest, Subject
@@ -246,14 +246,14 @@ def test_free_space_check_and_force(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     store = tmp_path / "store"
     assert run_cli("init", store).returncode == 0
     cid = craft(store, small_blob)
-    free = {"bytes": (4 << 20) + api.FREE_SPACE_MARGIN - 1}
+    free = {"bytes": (4 << 20) + blobs.FREE_SPACE_MARGIN - 1}
     asked: list[Path] = []
 
     def fake_free_space(path: Path) -> int:
         asked.append(path)
         return free["bytes"]
 
-    monkeypatch.setattr(api, "free_space", fake_free_space)
+    monkeypatch.setattr(blobs, "free_space", fake_free_space)
     refused = tmp_path / "refused" / "deeper"
     r = cli("restore", cid, "--store", store, "--blobs", refused, "--no-state")
     assert r.code == ExitCode.LIMIT_EXCEEDED, r
@@ -280,10 +280,10 @@ def test_free_space_of_a_missing_target_is_its_nearest_parent(tmp_path: Path, mo
         seen.append(Path(path))
         return shutil._ntuple_diskusage(100, 50, 50)  # type: ignore[attr-defined]
 
-    monkeypatch.setattr(api.shutil, "disk_usage", disk_usage)
-    assert api.free_space(tmp_path / "a" / "b" / "c") == 50
+    monkeypatch.setattr(blobs.shutil, "disk_usage", disk_usage)
+    assert blobs.free_space(tmp_path / "a" / "b" / "c") == 50
     (tmp_path / "a").mkdir()
-    assert api.free_space(tmp_path / "a" / "b") == 50
+    assert blobs.free_space(tmp_path / "a" / "b") == 50
     assert seen == [tmp_path, tmp_path / "a"]
 
 

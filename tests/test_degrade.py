@@ -368,3 +368,19 @@ def test_a_damaged_latest_ref_still_resolves_latest_and_the_subject(tmp_path: Pa
         assert json.loads(proc.stdout)["id"] == c2
         assert len(_warnings(proc.stderr)) == 1 and "repair refs" in proc.stderr.decode(), proc.stderr.decode()
     assert run_ckpt("show", "agent:nobody", "--store", tmp_path / "store").returncode == 3
+
+
+def test_a_take_with_a_damaged_latest_ref_succeeds_and_mends_it(tmp_path: Path) -> None:
+    # the take chose its parent around the damaged ref, then failed to move it (exit 5
+    # after its manifest was committed; outside audit)
+    st = ckptcli.init_store(tmp_path / "store")
+    c1 = take(st, _state(1), subject="agent:bot").hex
+    flip_byte(tmp_path / "store" / "refs" / "latest" / "agent" / "bot", 10)
+    doc = tmp_path / "s.json"
+    doc.write_text(json.dumps(_state(2)))
+    proc = run_ckpt("take", doc, "-S", "agent:bot", "--json", "--store", tmp_path / "store")
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = json.loads(proc.stdout)
+    assert out["parents"] == [c1] and len(_warnings(proc.stderr)) == 1
+    fresh = Store.open(tmp_path / "store")
+    assert fresh.resolve("agent:bot").hex() == out["id"] and fresh.warnings == []

@@ -664,3 +664,22 @@ def test_an_export_over_the_file_it_is_read_from_is_refused(cli: Any, store: Sto
         r = cli(*args)
         assert r.code == ExitCode.INVALID_INPUT and "is the checkpoint file it is read from" in r.err, r.err
     assert path.read_bytes() == good
+
+
+def test_a_blob_named_like_the_directory_holding_the_store_is_refused(tmp_path: Path, cli: Any) -> None:
+    # restoring into the directory that holds the store, a blob named after the store's
+    # directory would be merged into the store itself (outside audit)
+    work = tmp_path / "work"
+    work.mkdir()
+    store = api.init_store(work / "s2")
+    evil = make_tree(tmp_path / "evil", {"config": b"garbage", "refs/latest/agent/zzz": b"x"})
+    api.take(store, {"memory": {}}, subject="agent:e", blobs={"s2": evil, "other": evil})
+    before = tree_snapshot(work / "s2")
+    r = cli("restore", "agent:e", "--store", work / "s2", "--no-state", "--blobs", work, "--overwrite")
+    assert r.code == ExitCode.INVALID_INPUT and "holds the store" in r.err, r.err
+    assert tree_snapshot(work / "s2") == before
+    # a blob that does not lead there may still go to that directory
+    r = cli("restore", "agent:e", "--store", work / "s2", "--no-state", "--blobs", work, "--blob", "other")
+    assert r.code == 0, r.err
+    assert (work / "other" / "config").read_bytes() == b"garbage"
+    assert api.verify(Store.open(work / "s2"), read_data=True).ok

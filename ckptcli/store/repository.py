@@ -644,6 +644,10 @@ class Store:
         """Every ref under `prefix` (path without "refs/" -> target). A damaged ref is
         left out with one warning naming it, unless `strict` (then CorruptError): a
         caller that decides what to delete by the refs (prune) must not overlook one."""
+        return self._read_refs(prefix, strict)[0]
+
+    def _read_refs(self, prefix: str, strict: bool = False) -> tuple[dict[str, bytes], int]:
+        """refs(), and how many refs were left out as damaged."""
         out = {}
         damaged: list[tuple[str, str]] = []
         for path in self.backend.list(prefix):
@@ -662,7 +666,7 @@ class Store:
             more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
             todo = "run `ckpt repair refs`" if all(p.startswith("refs/latest/") for p, _m in damaged) else "run `ckpt verify`"
             self.warn(f"ref {damaged[0][0]}{more} is damaged ({damaged[0][1]}) and is left out; {todo}")
-        return out
+        return out, len(damaged)
 
     @staticmethod
     def latest_ref(subject: Subject) -> str:
@@ -672,7 +676,10 @@ class Store:
         """Point the subject's latest at `cid` unless a newer checkpoint got there first."""
         path = self.latest_ref(subject)
         with self.backend.lock("refs", shared=False):
-            cur = self.read_ref(path)
+            try:
+                cur = self.read_ref(path)
+            except CkptError:
+                cur = None  # a damaged ref is replaced (the take chose its parent around it)
             if cur is not None and cur != cid:
                 try:
                     if self.manifest(cur).created_ns > created_ns:
@@ -700,7 +707,7 @@ class Store:
         manifest (the commit point) and moving the ref, leaving a newer checkpoint the
         ref lags behind (a dangling head); then it is that one, so the history does not
         fork. Cost: the ref and one 32-byte hint (note_head), whatever the store's size.
-        A damaged or missing ref is answered from every manifest (and said once)."""
+        A damaged ref is answered from every manifest (and said once)."""
         path = self.latest_ref(subject)
         try:
             head = self.read_ref(path)
@@ -789,9 +796,8 @@ class Store:
             # reason to refuse `latest`; a damaged latest ref or manifest is skipped
             # (with a warning) in favour of the newest readable one
             best: tuple[int, bytes] | None = None
-            listed = self.backend.list("refs/latest")
-            readable = self.refs(prefix="refs/latest")
-            damaged = len(readable) < len(listed)
+            readable, left_out = self._read_refs("refs/latest")
+            damaged = left_out > 0
             for _path, t in readable.items():
                 try:
                     created = self.manifest(t).created_ns
@@ -820,7 +826,6 @@ class Store:
             try:
                 head = self.read_ref(self.latest_ref(subject))
             except CkptError as exc:
-                head = None
                 self.warn(f"{exc.message}; the newest checkpoint of {ref} was found from the manifests instead; run `ckpt repair refs`")
                 newest = self.newest_of(subject)
                 if newest is not None:

@@ -47,12 +47,16 @@ def write_checkpoint_file(
     manifest_bytes: bytes,
     objects: list[tuple[bytes, int, int, bytes, int]],
     version: int = limits.FORMAT_VERSION,
-) -> None:
-    """Write one checkpoint file. `objects`: (id, type, codec, stored bytes, raw_len), any order."""
+) -> int:
+    """Write one checkpoint file; returns its size. `objects`: (id, type, codec, stored
+    bytes, raw_len), any order."""
     h = hashlib.sha256()
+    size = 0
 
     def w(data: bytes, covered: bool = True) -> None:
+        nonlocal size
         out.write(data)
+        size += len(data)
         if covered or version == 1:
             h.update(data)
 
@@ -72,6 +76,7 @@ def write_checkpoint_file(
     w(table)
     w(_U32.pack(len(table)))
     out.write(h.digest())
+    return size + 32
 
 
 class CheckpointFile:
