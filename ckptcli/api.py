@@ -21,6 +21,7 @@ from typing import IO, Any, cast
 
 from ckptcli import __version__
 from ckptcli.blobs import CaptureReport, RestoreReport, capture, restore_blobs, tree_size
+from ckptcli.docstream import refuse_json
 from ckptcli.errors import (
     CkptError,
     CorruptError,
@@ -129,7 +130,7 @@ def write_document(value: Any, out: IO[bytes], fmt: str) -> None:
         out.write(framing.pack(packable(value)))
         return
     try:
-        text = json.dumps(value, ensure_ascii=False, indent=2, allow_nan=True, default=_json_refuse)
+        text = json.dumps(value, ensure_ascii=False, indent=2, allow_nan=True, default=refuse_json)
     except ValueError as exc:
         raise InvalidInputError(f"the state cannot be written as JSON ({exc})", hint="pass --format msgpack") from None
     out.write(text.encode("utf-8") + b"\n")
@@ -139,10 +140,6 @@ def _document_ext(code: int, data: bytes) -> Any:
     if code == 1 and 0 < len(data) <= limits.MAX_BIGINT_BYTES:
         return int.from_bytes(data, "big", signed=True)
     raise InvalidInputError(f"msgpack ext type {code} is not supported in a state document", hint="use plain msgpack types (ext 1 = big integer)")
-
-
-def _json_refuse(value: Any) -> Any:
-    raise InvalidInputError(f"the state holds a {type(value).__name__} value, which JSON cannot carry", hint="pass --format msgpack")
 
 
 def states_equal(a: Any, b: Any) -> bool:

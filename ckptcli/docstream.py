@@ -210,7 +210,8 @@ def _str_header(n: int, code: int) -> bytes:
     raise InvalidInputError(f"a string of {n} bytes is too long for msgpack", hint="pass --format json")
 
 
-def _refuse_json(value: Any) -> Any:
+def refuse_json(value: Any) -> Any:
+    """json.dumps' `default`: a value JSON cannot carry (bytes, a big int) is one clear error."""
     raise InvalidInputError(f"the state holds a {type(value).__name__} value, which JSON cannot carry", hint="pass --format msgpack")
 
 
@@ -249,7 +250,7 @@ class _Writer:
     def dumps(self, value: Any, level: int) -> str:
         """A decoded value (already prepared) as JSON text, indented for `level`."""
         try:
-            text = json.dumps(value, ensure_ascii=False, indent=self.indent, allow_nan=not self.view, default=_refuse_json)
+            text = json.dumps(value, ensure_ascii=False, indent=self.indent, allow_nan=not self.view, default=refuse_json)
         except ValueError as exc:
             raise InvalidInputError(f"the state cannot be written as JSON ({exc})", hint="pass --format msgpack") from None
         return text.replace("\n", self.nl(level)) if self.indent and level else text
@@ -336,7 +337,7 @@ class _Writer:
         dec = self.decoders[False]
         is_str = ref.code == EXT_STR
         if self.fmt == "json" and not is_str:
-            _refuse_json(b"")
+            refuse_json(b"")
         utf8 = codecs.getincrementaldecoder("utf-8")() if is_str else None
         carry = b""
         total = _tree_total(dec.source, ref.oid, ref.code)
