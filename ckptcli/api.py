@@ -40,6 +40,7 @@ from ckptcli.format.manifest import (
     Manifest,
     Subject,
     check_name,
+    is_nested,
 )
 from ckptcli.format.values import Budget, Decoder, Encoder, LazyBytes, packable
 from ckptcli.format.walk import walk_checkpoint
@@ -563,7 +564,7 @@ def import_checkpoint(store: Store, path: PathLike, progress: Progress = NULL) -
                 raise
             cid = store.add_manifest_bytes(f.manifest_bytes)
             m = f.manifest()
-            store.advance_latest(m.subject, cid, m.created_ns)
+            store.advance_latest(m.subject, cid, m.created_ns, nested=is_nested(m.labels))
         return cid
     finally:
         f.close()

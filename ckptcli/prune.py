@@ -35,7 +35,7 @@ from typing import Any
 
 from ckptcli.errors import CkptError, UsageError
 from ckptcli.format import framing
-from ckptcli.format.manifest import Manifest
+from ckptcli.format.manifest import Manifest, head_order
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.repository import IndexEntry, PackWriter, Store, pack_path
@@ -296,7 +296,7 @@ def _remove(
     for name, target in refs.items():
         if name.startswith("latest/") and target in removed:
             subj = manifests[target].subject
-            rest = [(m.created_ns, cid) for cid, m in survivors.items() if m.subject == subj]
+            rest = [(head_order(m.labels, m.created_ns), cid) for cid, m in survivors.items() if m.subject == subj]
             path = f"refs/{name}"
             if rest:
                 new = max(rest)[1]

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptcli.errors import CkptError, NotFoundError
-from ckptcli.format.manifest import Manifest, Subject
+from ckptcli.format.manifest import Manifest, Subject, head_order
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.repository import Store
 
@@ -126,19 +126,19 @@ def dangling_heads(manifests: dict[bytes, Manifest], latest: dict[Subject, bytes
     checkpoint is newer than its `latest` ref and not in its history: a take was
     killed between its manifest (the commit point) and its ref. A subject with
     checkpoints and no latest ref counts too."""
-    newest: dict[Subject, tuple[int, bytes]] = {}
+    newest: dict[Subject, tuple[tuple[int, int], bytes]] = {}
     for cid, m in manifests.items():
         cur = newest.get(m.subject)
-        if cur is None or (m.created_ns, cid) > cur:
-            newest[m.subject] = (m.created_ns, cid)
+        if cur is None or (head_order(m.labels, m.created_ns), cid) > cur:
+            newest[m.subject] = (head_order(m.labels, m.created_ns), cid)
     out: list[tuple[bytes, Subject, bytes | None]] = []
-    for subject, (created, cid) in sorted(newest.items(), key=lambda kv: str(kv[0])):
+    for subject, (order, cid) in sorted(newest.items(), key=lambda kv: str(kv[0])):
         head = latest.get(subject)
         if head == cid:
             continue
         if head is not None:
             at = manifests.get(head)
-            if at is None or at.created_ns >= created or cid in _ancestors(manifests, head):
+            if at is None or head_order(at.labels, at.created_ns) >= order or cid in _ancestors(manifests, head):
                 continue  # latest names a checkpoint that is not here (verify says so) or is as new
         out.append((cid, subject, head))
     return out
@@ -178,11 +178,11 @@ def repair_refs(store: Store, *, dry_run: bool = False, lock_wait: float = 300.0
                 manifests[cid] = store.manifest(cid)
             except CkptError:
                 continue  # a damaged manifest is verify's business
-        newest: dict[str, tuple[int, bytes]] = {}
+        newest: dict[str, tuple[tuple[int, int], bytes]] = {}
         for cid, m in manifests.items():
             path = store.latest_ref(m.subject)
-            if path not in newest or (m.created_ns, cid) > newest[path]:
-                newest[path] = (m.created_ns, cid)
+            if path not in newest or (head_order(m.labels, m.created_ns), cid) > newest[path]:
+                newest[path] = (head_order(m.labels, m.created_ns), cid)
         current: dict[str, bytes | None] = {}
         for path in store.backend.list("refs"):
             try:

@@ -8,6 +8,7 @@ snapshot of the history, and what the graph does when it carries on.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,9 @@ def test_a_thread_paused_inside_a_subgraph_resumes_after_a_prune(tmp_path: Path,
     assert _manifests(pruned) < _manifests(full)
     ga, gb, a, b = _compare(review_builder(), pruned, full)
     try:
+        # the thread's latest is still the root head LangGraph resumes from
+        shown = json.loads(cli("show", "agent:t1", "--json", "--store", pruned).out)["labels"]
+        assert "langgraph.ns" not in shown and shown["langgraph.checkpoint"] == ga.get_state(THREAD).config["configurable"]["checkpoint_id"]
         done_a, done_b = ga.invoke(Command(resume="yes"), THREAD), gb.invoke(Command(resume="yes"), THREAD)
         assert normalized(done_a) == normalized(done_b)
         assert done_a["messages"][-1].content == "published" and done_a["notes"][-2:] == ["check:yes", "done"]

@@ -1187,7 +1187,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     raise
                 if before - set(store.backend.list("index")):
                     self._check_batch_after_prune(batch)
-                newest: dict[Any, tuple[int, bytes]] = {}
+                newest: dict[Any, tuple[tuple[int, int], bytes]] = {}  # a thread's latest is its root head
                 todo = [(f"manifests/{mid.hex()}", data) for mid, data, _e, _rev in batch]
                 for i in range(0, len(todo), _PACE_EVERY):
                     store.backend.write_atomic_many([(n, d) for n, d in todo[i : i + _PACE_EVERY] if not store.backend.exists(n)])
@@ -1197,10 +1197,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
                         time.sleep(_PACE_SLEEP)
                 for mid, _data, e, _rev in batch:
                     subj = layout.subject_for(e.key[0])
-                    if subj not in newest or e.created_ns >= newest[subj][0]:
-                        newest[subj] = (e.created_ns, mid)
-                for subj, (created, mid) in newest.items():
-                    store.advance_latest(subj, mid, created)
+                    order = (0 if e.key[1] else 1, e.created_ns)
+                    if subj not in newest or order >= newest[subj][0]:
+                        newest[subj] = (order, mid)
+                for subj, ((root, created), mid) in newest.items():
+                    store.advance_latest(subj, mid, created, nested=not root)
         except BaseException:
             with self._lock:
                 self._queue[:0] = batch

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,20 @@ LABEL_KEY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
 LAYOUT_SECTIONS = "sections"
 LAYOUT_DOCUMENT = "document"
 DOC_SECTION_KEYS = ("memory", "plan", "tools", "events", "ext")
+#: A checkpoint with one of these labels belongs to a nested run inside its subject's
+#: history (a LangGraph subgraph's): it is the subject's `latest` only when the subject
+#: has no checkpoint without them.
+NESTED_LABELS = ("langgraph.ns",)
+
+
+def is_nested(labels: Mapping[str, str]) -> bool:
+    return any(k in labels for k in NESTED_LABELS)
+
+
+def head_order(labels: Mapping[str, str], created_ns: int) -> tuple[int, int]:
+    """How a subject's checkpoints rank for its `latest` ref, greatest first: by creation
+    time, every nested checkpoint (see NESTED_LABELS) below every other."""
+    return (0 if is_nested(labels) else 1, created_ns)
 
 
 def check_name(value: str, what: str) -> str:

@@ -6,7 +6,7 @@ Layout (formats/v1.md "Store layout")::
     packs/<2 hex>/<64 hex>      objects, back to back, with their table at the end
     index/<64 hex>              which pack holds which object (one file per take)
     manifests/<64 hex>          one per checkpoint; the name is the checkpoint id
-    refs/latest/<kind>/<name>   newest checkpoint of a subject
+    refs/latest/<kind>/<name>   newest checkpoint of a subject (its newest not nested: head_order)
     refs/branches/<name>        a movable line of history
     refs/tags/<name>            a fixed name for one checkpoint
     locks/  tmp/                local coordination and in-flight writes
@@ -42,7 +42,7 @@ from ckptcli.errors import (
     StoreNotFoundError,
 )
 from ckptcli.format import framing, limits
-from ckptcli.format.manifest import NAME_RE, Manifest, Subject, check_name
+from ckptcli.format.manifest import NAME_RE, Manifest, Subject, check_name, head_order
 from ckptcli.store.backend import Backend, LocalBackend, io_error
 from ckptcli.threads import executor
 
@@ -672,8 +672,9 @@ class Store:
     def latest_ref(subject: Subject) -> str:
         return f"refs/latest/{subject.kind}/{subject.name}"
 
-    def advance_latest(self, subject: Subject, cid: bytes, created_ns: int) -> None:
-        """Point the subject's latest at `cid` unless a newer checkpoint got there first."""
+    def advance_latest(self, subject: Subject, cid: bytes, created_ns: int, *, nested: bool = False) -> None:
+        """Point the subject's latest at `cid` unless a newer checkpoint got there first
+        (`nested`: `cid` is a nested run's, which ranks below every other; head_order)."""
         path = self.latest_ref(subject)
         with self.backend.lock("refs", shared=False):
             try:
@@ -682,7 +683,8 @@ class Store:
                 cur = None  # a damaged ref is replaced (the take chose its parent around it)
             if cur is not None and cur != cid:
                 try:
-                    if self.manifest(cur).created_ns > created_ns:
+                    m = self.manifest(cur)
+                    if head_order(m.labels, m.created_ns) > (0 if nested else 1, created_ns):
                         return
                 except CkptError:
                     pass  # a damaged target is replaced
@@ -734,10 +736,11 @@ class Store:
         return hint
 
     def newest_of(self, subject: Subject | None) -> tuple[int, bytes] | None:
-        """(created_ns, id) of the newest readable checkpoint of `subject` (of any, for
-        None), from every manifest: for a damaged or lost ref and `ckpt repair refs`,
-        not for every take."""
+        """(created_ns, id) of the newest readable checkpoint of `subject` (by head_order:
+        the one its latest ref names) or of any (for None), from every manifest: for a
+        damaged or lost ref and `ckpt repair refs`, not for every take."""
         best: tuple[int, bytes] | None = None
+        rank: tuple[tuple[int, int], bytes] | None = None
         for name in self.backend.list_names("manifests"):
             if len(name) != 64:
                 continue
@@ -746,8 +749,11 @@ class Store:
                 m = self.manifest(cid)
             except (ValueError, CkptError):
                 continue  # not a manifest name, or damaged (verify's business)
-            if (subject is None or m.subject == subject) and (best is None or (m.created_ns, cid) > best):
-                best = (m.created_ns, cid)
+            if subject is None:
+                if best is None or (m.created_ns, cid) > best:
+                    best = (m.created_ns, cid)
+            elif m.subject == subject and (rank is None or (head_order(m.labels, m.created_ns), cid) > rank):
+                rank, best = (head_order(m.labels, m.created_ns), cid), (m.created_ns, cid)
         return best
 
     def set_branch(self, name: str, cid: bytes) -> None:
