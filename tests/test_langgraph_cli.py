@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import json
+import operator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command
 
 from ckptcli import api
 from ckptcli.adapters.langgraph import CkptSaver
+from ckptcli.adapters.langgraph_replay import prepare
+from ckptcli.adapters.msgpack_view import from_view
 from ckptcli.prune import remove_checkpoints
-from tests.langgraph_graphs import chat_builder, chat_message, review_builder
+from ckptcli.replay import load_tail, replay
+from tests.langgraph_graphs import ChatState, ask, chat_builder, chat_message, review_builder, support_builder
 
 THREAD = {"configurable": {"thread_id": "t1"}}
 
@@ -81,3 +89,99 @@ def test_removing_the_root_head_moves_latest_to_the_root_not_the_subgraph(tmp_pa
         st.close()
     info = json.loads(cli("show", "agent:t1", "--json", "--store", store).out)
     assert info["labels"]["langgraph.checkpoint"] == parent
+
+
+def _support_thread(store: Path) -> dict[str, Any]:
+    """The support graph's conversation, to its end: LangGraph checkpoint id -> snapshot."""
+    with CkptSaver.open(store) as saver:
+        graph = support_builder().compile(checkpointer=saver)
+        graph.invoke(ask("A-1001", 0), THREAD)
+        graph.invoke(Command(resume="yes"), THREAD)
+        return {s.config["configurable"]["checkpoint_id"]: s for s in graph.get_state_history(THREAD)}
+
+
+def _replayed_equals_the_child(store: Path, history: dict[str, Any]) -> set[str]:
+    """Replay each root checkpoint that has a child: for every channel its writes go to,
+    the replayed value is the child's (as LangGraph reads it). The channels checked."""
+    serde = JsonPlusSerializer()
+    st = api.open_store(store)
+    checked: set[str] = set()
+    try:
+        for cid in st.manifest_ids():
+            ck = api.open_checkpoint(cid.hex(), st)
+            lab = ck.manifest.labels
+            child = next((s for s in history.values() if s.parent_config and s.parent_config["configurable"]["checkpoint_id"] == lab.get("langgraph.checkpoint")), None)
+            if "langgraph.ns" in lab or child is None:
+                continue
+            state = replay(prepare(ck, load_tail(ck)))
+            assert "not_applied" not in state["ext"]["langgraph"], state["ext"]["langgraph"]["not_applied"]
+            written = {ev.fields["channel"] for ev in load_tail(ck).events} & set(child.values)
+            for ch in written:
+                assert serde.loads_typed(("msgpack", from_view(state["memory"][ch]))) == child.values[ch], ch
+            checked |= written
+    finally:
+        st.close()
+    return checked
+
+
+def test_replay_applies_a_langgraph_checkpoints_writes_to_its_channels(tmp_path: Path, cli: Any) -> None:
+    """Replaying a checkpoint's pending writes gives its child's values, channel by
+    channel, as LangGraph's reducers made them (messages merged by id, the steps list
+    added to, LangGraph's trigger channels set)."""
+    store = tmp_path / ".ckpt"
+    history = _support_thread(store)
+    assert _replayed_equals_the_child(store, history) == {"messages", "steps", "summary"}
+    # the step that answers: the new message is in the replayed state
+    answering = next(s for s in history.values() if s.next == ("agent",) and isinstance(s.values["messages"][-1], ToolMessage))
+    got = cli("replay", f"agent:t1~{sum(1 for s in history.values() if s.metadata['step'] > answering.metadata['step'])}", "--step", "--store", store)
+    assert got.code == 0, got.err
+    added = [line for line in got.out.splitlines() if line.startswith("    + memory.messages[3]: ")]
+    assert len(added) == 1 and '"AIMessage", {"content": "Yo' in added[0] and "not applied" not in got.out, got.out
+
+
+def _larger(a: int, b: int) -> int:
+    return max(a, b)
+
+
+class _MaxState(TypedDict):
+    best: Annotated[int, _larger]
+    seen: Annotated[list[int], operator.add]
+
+
+def test_replay_says_which_writes_it_cannot_apply(tmp_path: Path, cli: Any) -> None:
+    """A channel whose reducer is none ckpt knows (here `max`) is named, not guessed."""
+    b = StateGraph(_MaxState)
+    b.add_node("one", lambda s: {"best": 5, "seen": [5]})
+    b.add_node("two", lambda s: {"best": 3, "seen": [3]})
+    b.add_node("three", lambda s: {"best": 7, "seen": [7]})
+    b.add_edge(START, "one")
+    b.add_edge("one", "two")
+    b.add_edge("two", "three")
+    b.add_edge("three", END)
+    store = tmp_path / ".ckpt"
+    with CkptSaver.open(store) as saver:
+        assert b.compile(checkpointer=saver).invoke({"best": 0, "seen": []}, THREAD) == {"best": 7, "seen": [5, 3, 7]}
+    got = cli("replay", "agent:t1~1", "--step", "--store", store)  # the writes of node "three"
+    assert got.code == 0, got.err
+    assert "+ memory.seen[2]: 7" in got.out
+    assert "! not applied: best: its reducer is unknown: none ckpt knows" in got.out, got.out
+    state = json.loads(cli("replay", "agent:t1~1", "--json", "--store", store).out)["state"]
+    assert state["memory"]["best"] == 5 and state["ext"]["langgraph"]["reducers"] == {"best": [], "seen": ["operator.add"]}
+
+
+def test_replay_merges_messages_by_id_as_add_messages_does(tmp_path: Path) -> None:
+    """A message written again with its id replaces it; a RemoveMessage removes it."""
+    b = StateGraph(ChatState)
+    b.add_node("one", lambda s: {"messages": [AIMessage(content="draft", id="a"), AIMessage(content="note", id="b")]})
+    b.add_node("two", lambda s: {"messages": [AIMessage(content="final", id="a")]})
+    b.add_node("three", lambda s: {"messages": [RemoveMessage(id="b"), AIMessage(content="done", id="c")]})
+    b.add_edge(START, "one")
+    b.add_edge("one", "two")
+    b.add_edge("two", "three")
+    b.add_edge("three", END)
+    store = tmp_path / ".ckpt"
+    with CkptSaver.open(store) as saver:
+        graph = b.compile(checkpointer=saver)
+        assert [m.content for m in graph.invoke({"messages": []}, THREAD)["messages"]] == ["final", "done"]
+        history = {s.config["configurable"]["checkpoint_id"]: s for s in graph.get_state_history(THREAD)}
+    assert _replayed_equals_the_child(store, history) == {"messages"}

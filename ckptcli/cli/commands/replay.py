@@ -58,6 +58,11 @@ def replay_cmd(
     the last event recorded at or before --to TIME. --step prints each event and the
     changes it made (paths as in `ckpt diff`).
 
+    A LangGraph checkpoint's pending writes are applied to its channels with the
+    reducers learnt from the thread's recorded steps (add_messages, operator.add, last
+    value); a write whose reducer is not known is kept as it is and named ("! not
+    applied", and ext.langgraph.not_applied).
+
     --check MODULE:FUNC imports your step function (from the current directory too) and
     re-runs it on each recorded input event, answering its tool calls with the recorded
     results: nothing external runs again. When the checkpoint was taken in the middle of
@@ -97,7 +102,12 @@ def replay_cmd(
         _check(api.open_checkpoint(ref, store_path=store), func, red, as_json)
         return
     to_seq, to_time = _parse_to(to)
-    tail = load_tail(api.open_checkpoint(ref, store_path=store))
+    ck = api.open_checkpoint(ref, store_path=store)
+    tail = load_tail(ck)
+    if ck.manifest.layout.get("format") == "langgraph":  # its writes applied to the channels
+        from ckptcli.adapters.langgraph_replay import prepare
+
+        tail = prepare(ck, tail)
     n = tail.count_to(to_seq, to_time)
     position = tail.events[n - 1].seq if n else tail.base_seq
     if step:
@@ -158,6 +168,11 @@ def _steps(tail: Any, to_seq: int | None, to_time: int | None, reducers: Any, as
         changes = s.changes()
         for c in changes:
             where = format_path(c.path) or "(the state)"
+            if c.path[:3] == ("ext", "langgraph", "not_applied") and c.op == "add":
+                # a LangGraph write ckpt could not apply to its channel, and why
+                notes = c.new.values() if len(c.path) == 3 and type(c.new) is dict else [c.new]
+                lines.extend(f"    ! not applied: {n}" for n in notes)
+                continue
             if c.op == "add":
                 lines.append(f"    + {where}: {describe(c.new)}")
             elif c.op == "remove":
