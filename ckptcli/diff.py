@@ -109,8 +109,14 @@ class Change:
     old: Any = None  # the value in A (remove, replace)
     new: Any = None  # the value in B (add, replace)
     #: only there to make the next operations' paths valid (the "ext" map added empty
-    #: before its namespaces, or removed after them): in the patch, not in counts or text
+    #: before its namespaces, or removed after them), or to move items a keyed
+    #: comparison reports instead (LangGraph's pending writes): in the patch, not in
+    #: counts or text
     structural: bool = False
+    #: False for a change reported by key rather than by position (a LangGraph pending
+    #: write): in counts and text, not in the patch (structural operations do that part)
+    in_patch: bool = True
+    label: str | None = None  # what the text calls it, when its path does not say
 
     def patch_op(self) -> dict[str, Any]:
         if self.op == "remove":
@@ -141,15 +147,29 @@ class DiffResult:
     changes: list[Change] = field(default_factory=list)
     blobs: list[BlobChange] = field(default_factory=list)
     section: str | None = None  # the only section compared, when one was asked for
+    _keyed_writes: bool = False  # LangGraph's pending writes were compared by key
 
     @property
     def same(self) -> bool:
-        return not self.changes and not self.blobs
+        return all(c.structural for c in self.changes) and not self.blobs
 
     def patch(self) -> list[dict[str, Any]]:
         """RFC 6902 operations turning the JSON view of A's state into B's (only the
         asked-for section's, when one was)."""
-        return [c.patch_op() for c in self.changes]
+        return [c.patch_op() for c in self.changes if c.in_patch]
+
+    def writes(self) -> list[dict[str, Any]] | None:
+        """LangGraph's pending writes added, removed and changed, by (task id, write
+        index): {"op", "task_id", "idx", "channel", "old", "new"} (a write without
+        seq and ts); None when the events were not compared that way."""
+        keyed = [c for c in self.changes if not c.in_patch and c.section == "events"]
+        if not keyed and not self._keyed_writes:
+            return None
+        out = []
+        for c in keyed:
+            w = c.new if c.new is not None else c.old
+            out.append({"op": c.op, "task_id": w["task_id"], "idx": w.get("idx", 0), "channel": w.get("channel"), "old": to_json(c.old), "new": to_json(c.new)})
+        return out
 
     def blobs_patch(self) -> list[dict[str, Any]]:
         """RFC 6902 operations turning A's blob listing into B's."""
@@ -180,6 +200,9 @@ class DiffResult:
         if not stat:
             out["patch"] = self.patch()
             out["blobs_patch"] = self.blobs_patch()
+            writes = self.writes()
+            if writes is not None:
+                out["writes"] = writes
         return out
 
 
@@ -743,12 +766,61 @@ def diff_checkpoints(a: Checkpoint, b: Checkpoint, *, section: str | None = None
             names = ", ".join(sorted(have)) or "none"
             raise NotFoundError(f"neither checkpoint has section {section!r} (they have: {names})")
     walk = _Walk(a, b)
+    keyed = False
     with deep_recursion():
         if section != "blobs":
             walk.state(section)
+            if section in (None, "events"):
+                keyed = _key_writes(walk, a, b)
         if section in (None, "blobs"):
             walk.blob_sections()
-    return DiffResult(a.id, b.id, walk.changes, walk.blobs, section)
+    return DiffResult(a.id, b.id, walk.changes, walk.blobs, section, keyed)
+
+
+WRITE_KIND = "langgraph:write"
+
+
+def _writes_by_key(ck: Checkpoint) -> dict[tuple[str, int], dict[str, Any]] | None:
+    """A LangGraph checkpoint's pending writes by (task id, write index), each without
+    its seq and ts (where it sits in the tail); None for other events or checkpoints."""
+    if ck.manifest.layout.get("format") != "langgraph" or "events" not in ck.manifest.sections:
+        return None
+    events = ck.section("events")
+    if type(events) is not list:
+        return None
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for ev in events:
+        if type(ev) is not dict or ev.get("kind") != WRITE_KIND or type(ev.get("task_id")) is not str:
+            return None
+        key = (ev["task_id"], ev.get("idx", 0))
+        if type(key[1]) is not int or key in out:
+            return None
+        out[key] = {k: v for k, v in ev.items() if k not in ("seq", "ts")}
+    return out
+
+
+def _key_writes(walk: _Walk, a: Checkpoint, b: Checkpoint) -> bool:
+    """Report LangGraph's pending writes by (task id, write index), not by position: a
+    write that only sits at another seq is no change. The positional operations stay
+    in the patch (structural), which still turns A's events into B's exactly."""
+    wa = _writes_by_key(a)
+    wb = _writes_by_key(b) if wa is not None else None
+    if wa is None or wb is None:
+        return False
+    at = next((i for i, c in enumerate(walk.changes) if c.section == "events"), len(walk.changes))
+    keyed: list[Change] = []
+    for key, w in wb.items():
+        old = wa.get(key)
+        if old is None or not states_equal(old, w):
+            keyed.append(Change("add" if old is None else "replace", "events", key, "", old, w, in_patch=False, label=_write_label(w)))
+    keyed.extend(Change("remove", "events", key, "", w, None, in_patch=False, label=_write_label(w)) for key, w in wa.items() if key not in wb)
+    rest = [c if c.section != "events" else Change(c.op, c.section, c.path, c.pointer, c.old, c.new, True) for c in walk.changes]
+    walk.changes = rest[:at] + keyed + rest[at:]
+    return True
+
+
+def _write_label(w: dict[str, Any]) -> str:
+    return f"write {w.get('idx', 0)} of task {w['task_id']}, {w.get('channel')}"
 
 
 # -- rendering for people (no UI library: the CLI colours these lines) ---------------
@@ -947,6 +1019,12 @@ def _change_line(group: list[Change]) -> Line:
         if deltas:
             span += f", largest change {_num(max(deltas))}"
         return ("change", f"~ {parent}: {span}")
+    if c.label is not None:  # a LangGraph pending write: its value is what reads
+        where = c.label
+        if c.op == "replace" and {k: v for k, v in c.old.items() if k != "value"} == {k: v for k, v in c.new.items() if k != "value"}:
+            return ("change", f"~ {where}: {describe_change(c.old.get('value'), c.new.get('value'))}")
+        if c.op != "replace":
+            return ("add" if c.op == "add" else "remove", f"{'+' if c.op == 'add' else '-'} {where}: {describe((c.new if c.op == 'add' else c.old).get('value'))}")
     if c.op == "replace":
         return ("change", f"~ {where}: {describe_change(c.old, c.new)}")
     value = c.new if c.op == "add" else c.old

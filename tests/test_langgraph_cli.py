@@ -7,8 +7,10 @@ import operator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import jsonpatch
 import pytest
 from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
@@ -17,6 +19,7 @@ from ckptcli import api
 from ckptcli.adapters.langgraph import CkptSaver
 from ckptcli.adapters.langgraph_replay import prepare
 from ckptcli.adapters.msgpack_view import from_view
+from ckptcli.jsonview import to_json
 from ckptcli.prune import remove_checkpoints
 from ckptcli.replay import load_tail, replay
 from tests.langgraph_graphs import ChatState, ask, chat_builder, chat_message, review_builder, support_builder
@@ -185,3 +188,49 @@ def test_replay_merges_messages_by_id_as_add_messages_does(tmp_path: Path) -> No
         assert [m.content for m in graph.invoke({"messages": []}, THREAD)["messages"]] == ["final", "done"]
         history = {s.config["configurable"]["checkpoint_id"]: s for s in graph.get_state_history(THREAD)}
     assert _replayed_equals_the_child(store, history) == {"messages"}
+
+
+def test_diff_of_two_revisions_compares_writes_by_task_and_index(tmp_path: Path, cli: Any) -> None:
+    """A resume after a restart writes the waiting checkpoint again with the resume's
+    writes: they sort before the interrupt, which moves to another seq. The diff says
+    what came in (the writes added), not that every write after them changed."""
+    store = tmp_path / ".ckpt"
+    with CkptSaver.open(store) as saver:
+        support_builder().compile(checkpointer=saver).invoke(ask("A-1001", 0), THREAD)
+    with CkptSaver.open(store) as saver:
+        support_builder().compile(checkpointer=saver).invoke(Command(resume="yes"), THREAD)
+    rows = json.loads(cli("ls", "--subject", "agent:t1", "--json", "--store", store).out)
+    rev2 = next(r for r in rows if r["labels"].get("langgraph.rev") == "2")
+    rev1 = next(r["id"] for r in rows if r["labels"]["langgraph.checkpoint"] == rev2["labels"]["langgraph.checkpoint"] and r is not rev2)
+    got = json.loads(cli("diff", rev1, rev2["id"], "--section", "events", "--json", "--store", store).out)
+    writes = got["writes"]
+    assert sorted(w["channel"] for w in writes if w["op"] == "add") == ["__resume__", "__resume__", "branch:to:tools", "steps"], writes
+    assert [w for w in writes if w["op"] != "add"] == [] and got["summary"]["sections"]["events"] == {"added": 4, "removed": 0, "changed": 0}
+    text = cli("diff", rev1, rev2["id"], "--section", "events", "--store", store).out
+    lines = [line.strip() for line in text.splitlines()[1:-1] if line.strip() != "events"]
+    assert len(lines) == 4 and all(line.startswith("+ write ") for line in lines), text
+    assert any(line.startswith("+ write ") and line.endswith(', steps: ["approve:yes"]') for line in lines), text
+    back = json.loads(cli("diff", rev2["id"], rev1, "--section", "events", "--json", "--store", store).out)
+    assert sorted(w["op"] for w in back["writes"]) == ["remove"] * 4
+    # the patch still turns A's events into B's exactly
+    a = to_json(api.open_checkpoint(rev1, api.open_store(store)).state())
+    b = to_json(api.open_checkpoint(rev2["id"], api.open_store(store)).state())
+    assert jsonpatch.apply_patch({"events": a["events"]}, got["patch"]) == {"events": b["events"]}
+
+
+def test_diff_of_writes_says_which_changed_and_ignores_where_they_sit(tmp_path: Path, cli: Any) -> None:
+    """The same task's write with another value is changed; a write that only sits at
+    another position (another seq) is no change."""
+    store = tmp_path / ".ckpt"
+    with CkptSaver.open(store) as saver:
+        for thread, writes in (("a", [("t2", "notes", "same")]), ("b", [("t1", "notes", "new"), ("t2", "notes", "same")]), ("c", [("t1", "notes", "other"), ("t2", "notes", "same")])):
+            cp = empty_checkpoint()
+            cfg = saver.put({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, cp, {"source": "loop", "step": 1, "parents": {}}, {})
+            for task, channel, value in writes:
+                saver.put_writes(cfg, [(channel, value)], task_id=task)
+    moved = json.loads(cli("diff", "agent:a", "agent:b", "--section", "events", "--json", "--store", store).out)
+    assert [(w["op"], w["task_id"], w["idx"]) for w in moved["writes"]] == [("add", "t1", 0)], moved["writes"]
+    changed = json.loads(cli("diff", "agent:b", "agent:c", "--section", "events", "--json", "--store", store).out)
+    assert [(w["op"], w["task_id"], w["old"]["value"], w["new"]["value"]) for w in changed["writes"]] == [("replace", "t1", "new", "other")]
+    text = cli("diff", "agent:b", "agent:c", "--section", "events", "--store", store).out
+    assert '~ write 0 of task t1, notes: "new" -> "other"' in text, text

@@ -46,7 +46,10 @@ def diff(
     only key starts with "$" as {"$map": {...}}) into B's; "blobs_patch" does the same
     for the blob listing (path -> type, size, mode and content id; never the content).
     Key order and file times are not compared. With --section, both cover that section
-    only; with --stat, only the summary is printed.
+    only; with --stat, only the summary is printed. Two LangGraph checkpoints' pending
+    writes are compared by task id and write index, not by position (a write that only
+    sits at another seq is no change): --json then adds "writes", [{"op", "task_id",
+    "idx", "channel", "old", "new"}].
 
     Examples:
 
