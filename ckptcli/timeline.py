@@ -702,6 +702,34 @@ def section_shape(ck: Checkpoint, name: str) -> str:
     return {str: "string", bytes: "bytes", int: "integer", float: "float", bool: "boolean", type(None): "null"}.get(type(raw), "value")
 
 
+def tool_answers(tools: LazyList) -> dict[str, str]:
+    """call id -> status of the records in a tool-call log that answer a call:
+    LangGraph's tool messages ("success" or "error"; docs/langgraph.md, the tools
+    section). Reads the whole log once."""
+    out: dict[str, str] = {}
+    for i in range(len(tools)):
+        rec = tools.value(i)
+        if isinstance(rec, dict) and "result" in rec and rec.get("status") in ("success", "error") and isinstance(rec.get("call_id"), str):
+            out[rec["call_id"]] = rec["status"]
+    return out
+
+
+def tool_status(rec: dict[str, Any], answers: Callable[[], dict[str, str]]) -> str | None:
+    """A tool-call record's status, "ok", "error" or "pending" (None when it does not
+    say). ckpt's own records carry it; a LangGraph tool call ("called") has the status of
+    the tool message answering it, `answers()` (see tool_answers), or is pending while
+    none has; a LangGraph tool message has its own ("success" is ok)."""
+    status = rec.get("status")
+    if status in ("ok", "error", "pending"):
+        return str(status)
+    if status == "success":
+        return "ok"
+    if status == "called":
+        answer = answers().get(str(rec.get("call_id")))
+        return "pending" if answer is None else "ok" if answer == "success" else "error"
+    return None
+
+
 def section_list(ck: Checkpoint, name: str) -> LazyList | None:
     """A section that is a list, read lazily; None when it is absent or not a list."""
     ev = ck.manifest.sections.get(name)

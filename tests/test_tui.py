@@ -719,3 +719,39 @@ def test_docs_show_the_tui() -> None:
         for b in cls.BINDINGS:
             assert b.description in doc, b
     assert "docs/tui.md" in (REPO / "README.md").read_text()
+
+
+# -- a LangGraph thread ------------------------------------------------------------------------------
+def test_the_tools_tab_shows_langgraph_tool_calls_with_their_results_status(tmp_path: Path) -> None:
+    """A LangGraph AI message's tool call is ✓ or ✗ by the tool message answering it (its
+    status), … while no tool message has answered it yet."""
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langgraph.graph import END, START, StateGraph
+    from langgraph.types import Command
+
+    from ckptcli.adapters.langgraph import CkptSaver
+    from tests.langgraph_graphs import ChatState, ask, support_builder
+
+    failing = StateGraph(ChatState)
+    failing.add_node("call", lambda s: {"messages": [AIMessage(content="", id="ai-f", tool_calls=[{"name": "refund", "args": {"order": "A-1"}, "id": "call-f", "type": "tool_call"}])]})
+    failing.add_node("tool", lambda s: {"messages": [ToolMessage(content="refund service down", tool_call_id="call-f", name="refund", status="error", id="tool-f")]})
+    failing.add_edge(START, "call")
+    failing.add_edge("call", "tool")
+    failing.add_edge("tool", END)
+    path = tmp_path / ".ckpt"
+    with CkptSaver.open(path) as saver:
+        graph = support_builder().compile(checkpointer=saver)
+        graph.invoke(ask("A-1001", 0), {"configurable": {"thread_id": "waiting"}})
+        graph.invoke(ask("A-1001", 0), {"configurable": {"thread_id": "done"}})
+        graph.invoke(Command(resume="yes"), {"configurable": {"thread_id": "done"}})
+        failing.compile(checkpointer=saver).invoke({"messages": []}, {"configurable": {"thread_id": "failed"}})
+    store = ckptcli.open_store(path)
+    expected = {"waiting": ["… orders_lookup"], "done": ["✓ orders_lookup", "✓ orders_lookup"], "failed": ["✗ refund", "✗ refund"]}
+    for thread, marks in expected.items():
+
+        async def scenario(pilot: Any, marks: list[str] = marks) -> None:
+            await pilot.press("4")
+            got = rows(pilot.app.screen.query_one("#tools-list", VirtualList))
+            assert [" ".join(r.split("(")[0].split()[1:]) for r in got] == marks, got
+
+        run(store, scenario, checkpoint=store.resolve(f"agent:{thread}"), view="checkpoint")

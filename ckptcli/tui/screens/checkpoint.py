@@ -17,7 +17,7 @@ from ckptcli.errors import CkptError
 from ckptcli.events import LABEL_FORK_AT, LABEL_FORK_OF
 from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_DOCUMENT
 from ckptcli.listing import format_time
-from ckptcli.timeline import BlobEntry, LazyList, blob_listing, event_summary, section_list, section_shape
+from ckptcli.timeline import BlobEntry, LazyList, blob_listing, event_summary, section_list, section_shape, tool_answers, tool_status
 from ckptcli.tui.app import Session
 from ckptcli.tui.screens.base import KIND_STYLES, BaseScreen, refs_text
 from ckptcli.tui.widgets import OpenableList, ValueTree, VirtualList
@@ -54,6 +54,7 @@ class CheckpointScreen(BaseScreen):
         self.loaded: set[str] = set()
         self.plan: LazyList | None = None
         self.tools: LazyList | None = None
+        self._answers: dict[str, str] | None = None  # call id -> status of the tool message answering it
         self.blobs: list[BlobEntry] = []
         self.event_rows: list[tuple[int, str]] = []
 
@@ -206,7 +207,8 @@ class CheckpointScreen(BaseScreen):
         if not isinstance(rec, dict):
             t.append(describe(rec, 100))
             return t
-        mark, style = STATUS.get(str(rec.get("status")), ("?", ""))
+        status = tool_status(rec, self._tool_answers)
+        mark, style = STATUS.get(str(status), ("?", ""))
         t.append(f"{mark} ", style=style)
         t.append(str(rec.get("tool", rec.get("name", "?"))), style="bold")
         args = rec.get("args", rec.get("arguments"))
@@ -215,13 +217,18 @@ class CheckpointScreen(BaseScreen):
         if type(dur) is int:
             t.append(f" {dur / 1e6:.1f} ms", style="dim")
         if "result" in rec:
-            t.append(" → " + describe(rec["result"], 50), style="green" if rec.get("status") == "ok" else "")
+            t.append(" → " + describe(rec["result"], 50), style="green" if status == "ok" else "")
         if "error" in rec:
             t.append(f" error: {rec['error']}", style="red")
         key = rec.get("key", rec.get("idempotency_key"))
         if isinstance(key, str):
             t.append(f"  key={key}", style="dim")
         return t
+
+    def _tool_answers(self) -> dict[str, str]:
+        if self._answers is None:
+            self._answers = tool_answers(self.tools) if self.tools is not None else {}
+        return self._answers
 
     def _show_tool(self, i: int) -> None:
         if self.tools is not None and len(self.tools):
