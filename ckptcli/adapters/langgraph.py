@@ -63,7 +63,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -432,6 +432,14 @@ class CkptSaver(BaseCheckpointSaver[str]):
             use, not every thread it ever served.
         lease_timeout: seconds to wait for another process's saver to hand a thread
             over (it does within a tick and a commit) before LockError.
+        ttl: a thread time-to-live, as ``langgraph.json``'s ``checkpointer.ttl``:
+            ``{"strategy": "delete" | "keep_latest", "default_ttl": minutes,
+            "sweep_interval_minutes": 5, "sweep_limit": 1000}``. A thread whose last
+            checkpoint is older than ``default_ttl`` is deleted, or cut down to what it
+            resumes from, by the commit thread every sweep interval (`sweep_ttl`).
+            None (the default): threads are kept until deleted or pruned.
+        clock: the wall clock, in nanoseconds since the epoch, that stamps puts and
+            measures TTLs (`time.time_ns`; tests and simulations pass their own).
     Raises:
         StoreNotFoundError, CorruptError, StoreIOError from opening the store or
         replaying a journal; InvalidInputError for a bad option.
@@ -448,8 +456,15 @@ class CkptSaver(BaseCheckpointSaver[str]):
         trust_identity: bool | str = True,
         resident_threads: int = 64,
         lease_timeout: float = 30.0,
+        ttl: Mapping[str, Any] | None = None,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         super().__init__(serde=serde)
+        from ckptcli.adapters.langgraph_retention import TTL
+
+        self.ttl = TTL.parse(ttl) if ttl is not None else None
+        self.clock = clock
+        self._sweeping: set[str] = set()  # threads a TTL sweep holds the lease of (not let go by commits)
         if fsync not in FSYNC_POLICIES:
             raise InvalidInputError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
         if not (commit_interval > 0 and seal_idle >= 0):
@@ -662,7 +677,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         finally:
             self._lock.release()
 
-    def _claim(self, thread: str, write: bool) -> None:
+    def _claim(self, thread: str, write: bool, wait: bool = True) -> None:
         """Take thread `thread`'s lease (asking its holder to hand it over, and waiting),
         then read the thread again from the store if another process committed to it
         since this saver last held it. A write that finds that fences off the checkpoints
@@ -670,9 +685,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
         name = _lease_name(thread)
         with self._claiming[int(name[:4], 16) % len(self._claiming)]:  # one claim of a thread at a time here
             if thread not in self._leases:
-                self._claim_locked(thread, name, write)
+                self._claim_locked(thread, name, write, wait)
 
-    def _claim_locked(self, thread: str, name: str, write: bool) -> None:
+    def _claim_locked(self, thread: str, name: str, write: bool, wait: bool = True) -> None:
         if self._closed:
             raise UsageError("this CkptSaver is closed")
         try:
@@ -680,7 +695,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
         except OSError as exc:
             raise StoreIOError(f"cannot open the lease of thread {thread!r} in {self._jdir / LEASE_DIR}: {exc.strerror}") from None
         try:
-            if not _try_flock(fd):
+            locked = _try_flock(fd)
+            if not locked and not wait:
+                os.close(fd)  # held by another process's saver: the caller goes without
+                return
+            if not locked:
                 want = self._jdir / WANT_DIR / name
                 with contextlib.suppress(OSError):
                     os.close(os.open(want, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
@@ -731,7 +750,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         them (closing); one with puts not committed stays marked dirty."""
         if not self._leases:
             return
-        busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes}
+        busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes} | self._sweeping
         for thread in [t for t in self._leases if everything or t not in busy]:
             lease = self._leases.pop(thread)
             if thread not in busy and (lease.wrote or lease.dirty):
@@ -1118,8 +1137,12 @@ class CkptSaver(BaseCheckpointSaver[str]):
         this runs while puts wait for their fsync), and commits every commit_interval."""
         tick = min(self.commit_interval, _TICK)
         last = time.monotonic()
+        swept = float("-inf")
         while not self._stop.wait(tick):
             try:
+                if self.ttl is not None and time.monotonic() - swept >= self.ttl.sweep_interval_s:
+                    swept = time.monotonic()
+                    self.sweep_ttl()
                 self._journal.sync()
                 if self._leases:
                     self._hand_over()
@@ -1459,7 +1482,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 blobs[ch] = blob
                 specs[ch] = [ver, spec]
             rec = {
-                "op": "p", "t": thread, "n": ns, "i": cid, "p": parent_id, "c": time.time_ns(),
+                "op": "p", "t": thread, "n": ns, "i": cid, "p": parent_id, "c": self.clock(),
                 "k": list(skeleton), "m": list(md), "v": dict(checkpoint["channel_versions"]), "b": specs,
             }  # fmt: skip
             self._journal.append(_frame(rec))
@@ -1492,7 +1515,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         """Store the pending writes of a task (journaled before this returns)."""
         conf = config["configurable"]
         key = (str(conf["thread_id"]), conf.get("checkpoint_ns", "") or "", str(conf["checkpoint_id"]))
-        now = time.time_ns()
+        now = self.clock()
         ws = [Write(task_id, ch, self.serde.dumps_typed(v), task_path, WRITES_IDX_MAP.get(ch, idx), now) for idx, (ch, v) in enumerate(writes)]
         with self._owning(key[0], True, key[2]):
             self._check()
@@ -1640,19 +1663,72 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInputError(f"unknown prune strategy {strategy!r}", hint="use keep_latest or delete")
         threads = {str(t) for t in thread_ids}
-        keys: _Keys = []
         with self._lock:
             self._check()
-            kept: _Keys = []
-            for thread in threads:
-                for ids in self._thread_entries(thread).values():
-                    newest = max(ids) if strategy == "keep_latest" else None
-                    keys.extend(e.key for cid, e in ids.items() if cid != newest)
-                    kept.extend(e.key for cid, e in ids.items() if cid == newest)
-            if kept:
-                rebuilt_from = self._rebuilt_from(kept)
-                keys = [k for k in keys if k not in rebuilt_from]
+            keys = self._prune_keys(threads, strategy)
         self._delete(keys, threads if strategy == "delete" else set())
+
+    def _prune_keys(self, threads: set[str], strategy: str) -> _Keys:
+        """What `prune` removes of `threads` (caller holds the lock)."""
+        keys: _Keys = []
+        kept: _Keys = []
+        for thread in threads:
+            for ids in self._thread_entries(thread).values():
+                newest = max(ids) if strategy == "keep_latest" else None
+                keys.extend(e.key for cid, e in ids.items() if cid != newest)
+                kept.extend(e.key for cid, e in ids.items() if cid == newest)
+        if kept:
+            rebuilt_from = self._rebuilt_from(kept)
+            keys = [k for k in keys if k not in rebuilt_from]
+        return keys
+
+    # -- thread TTL (docs/langgraph.md, "Thread TTL") ---------------------------------------------
+    def sweep_ttl(self) -> Sequence[str]:
+        """Apply the saver's `ttl` now (the commit thread does every sweep interval):
+        each thread whose newest checkpoint is older than the TTL, oldest first, at most
+        `sweep_limit` of them, is deleted ("delete") or cut down to what it resumes from
+        ("keep_latest", as `prune`). A thread is swept under its lease, as a put is:
+        one that another process's saver holds is in use, and is left for a later
+        sweep; one written meanwhile is no longer expired. Returns the threads deleted
+        or cut down."""
+        ttl = self.ttl
+        if ttl is None:
+            return []
+        now = self.clock()
+        with self._lock:
+            self._check()
+            newest: dict[str, int] = {}
+            for (thread, _ns, _cid), revs in self._store_keys().items():
+                newest[thread] = max(newest.get(thread, 0), *(created for _r, created, _m, _k in revs))
+            for (thread, _ns, _cid), e in self._entries.items():
+                newest[thread] = max(newest.get(thread, 0), e.created_ns)
+            busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes}
+        expired = sorted((ts, t) for t, ts in newest.items() if now - ts > ttl.ttl_s * 1e9 and t not in busy)
+        return [t for _ts, t in expired[: ttl.sweep_limit] if self._sweep_thread(t, now, ttl.ttl_s, ttl.strategy)]
+
+    def _sweep_thread(self, thread: str, now: int, ttl_s: float, strategy: str) -> bool:
+        self._claim(thread, False, wait=False)  # reads the thread again if another process wrote it
+        with self._lock:
+            lease = self._leases.get(thread)
+            if lease is None:
+                return False  # another process's saver holds it: in use
+            self._sweeping.add(thread)
+        try:
+            with self._lock:
+                entries = [e for ids in self._thread_entries(thread).values() for e in ids.values()]
+                busy = any(key[0] == thread for key in self._open) or any(key[0] == thread for key in self._orphan_writes)
+                if not entries or busy or now - max(e.created_ns for e in entries) <= ttl_s * 1e9:
+                    return False
+                keys = [e.key for e in entries] if strategy == "delete" else self._prune_keys({thread}, strategy)
+            if not keys:
+                return False  # cut down already
+            self._delete(keys, {thread} if strategy == "delete" else set())
+            lease.wrote = True  # a new token: other processes read the thread again
+            return True
+        finally:
+            with self._lock:
+                self._sweeping.discard(thread)
+                self._release_leases()
 
     def _rebuilt_from(self, kept: _Keys) -> dict[tuple[str, str, str], str]:
         """The checkpoints that `kept` ones rebuild their delta channels from (see
