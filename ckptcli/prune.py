@@ -11,8 +11,11 @@ whose checkpoints the LangGraph saver wrote) whose newest checkpoint is older th
 that: whatever the other rules say, an expired thread loses every checkpoint
 ("delete") or all but its newest ("keep_latest"; the hook below keeps what that one
 needs to resume), and other subjects and unexpired threads are left to the other rules
-(kept whole when there are none). Tags and branch heads are never removed whatever the
-policy says. Then each adapter whose checkpoints are there (a manifest's ``layout.ext``
+(kept whole when there are none); a thread a running saver holds, or whose last
+saver died before committing it, is in use and left alone (its lease:
+`ckptcli.adapters.langgraph_leases`; the others' leases are held while they are pruned,
+and renewed after, so that savers read them again). Tags and branch heads are never
+removed whatever the policy says. Then each adapter whose checkpoints are there (a manifest's ``layout.ext``
 names it) adds what the kept ones need, through its hook in the entry-point group
 ``ckptcli.retention`` (LangGraph: a thread's heads, and the checkpoints its delta
 channels are rebuilt from: `ckptcli.adapters.langgraph_retention`). A survivor's
@@ -130,6 +133,7 @@ class PruneReport:
     gc: GcReport | None = None
     refs_moved: dict[str, str | None] = field(default_factory=dict)
     expired: dict[str, int] = field(default_factory=dict)  # LangGraph threads the TTL expired: subject -> idle seconds
+    in_use: list[str] = field(default_factory=list)  # expired, but a saver holds them: left alone
 
     @property
     def removed(self) -> list[Decision]:
@@ -147,6 +151,7 @@ class PruneReport:
             "checkpoints": [d.to_dict() for d in self.decisions],
             "refs_moved": self.refs_moved,
             "expired": self.expired,
+            "in_use": self.in_use,
             "gc": self.gc.to_dict() if self.gc else None,
         }
 
@@ -158,11 +163,12 @@ def decide(
     subjects: Iterable[str] | None = None,
     now_ns: int | None = None,
     expired: dict[str, int] | None = None,
+    in_use: set[str] | frozenset[str] = frozenset(),
 ) -> list[Decision]:
     """Apply `policy` to every subject's checkpoints (only `subjects`, when given).
     `protected` maps checkpoint ids to the refs that keep them whatever the policy.
     The TTL is measured at `now_ns` (now); the threads it expires are added to
-    `expired` (subject -> idle seconds)."""
+    `expired` (subject -> idle seconds), but for those `in_use`."""
     now = time.time_ns() if now_ns is None else now_ns
     wanted = set(subjects) if subjects is not None else None
     groups: dict[str, list[tuple[bytes, Manifest]]] = defaultdict(list)
@@ -198,7 +204,7 @@ def decide(
             out.append(Decision(cid, subj, m.created_ns, bool(reasons), reasons))
         ttl = policy.langgraph_ttl_s
         idle_s = (now - newest) // 1_000_000_000
-        if ttl is not None and idle_s > ttl and any(_is_langgraph(m) for _c, m in items):
+        if ttl is not None and idle_s > ttl and subj not in in_use and any(_is_langgraph(m) for _c, m in items):
             if expired is not None:
                 expired[subj] = idle_s
             for n, d in enumerate(out[len(out) - len(items) :]):
@@ -287,23 +293,32 @@ def prune(
                 protected[target].append(name)
         expired: dict[str, int] = {}
         decisions = decide(manifests, policy, protected, subjects, now_ns, expired)
-        keep_what_adapters_need(store, manifests, decisions)
-        if not allow_remove_all:
-            by_subject: dict[str, bool] = defaultdict(bool)
-            for d in decisions:
-                by_subject[d.subject] |= d.keep or (d.subject in expired and policy.langgraph_ttl_strategy == "delete")
-            emptied = sorted(s for s, any_kept in by_subject.items() if not any_kept)
-            if emptied:
-                raise UsageError(
-                    f"the policy keeps no checkpoint of {', '.join(emptied)}",
-                    hint="check the --keep-* options, or pass --allow-remove-all to remove them all",
-                )
-        report = PruneReport(decisions, dry_run, expired=expired)
-        removed = {d.id for d in decisions if not d.keep}
-        if dry_run:
+        with contextlib.ExitStack() as leases:  # the expired threads' leases, until they are pruned
+            in_use: list[str] = []
+            if expired:
+                from ckptcli.adapters.langgraph_retention import hold_threads
+
+                in_use = sorted(leases.enter_context(hold_threads(store, manifests, set(expired), renew=not dry_run)))
+                if in_use:
+                    expired.clear()
+                    decisions = decide(manifests, policy, protected, subjects, now_ns, expired, set(in_use))
+            keep_what_adapters_need(store, manifests, decisions)
+            if not allow_remove_all:
+                by_subject: dict[str, bool] = defaultdict(bool)
+                for d in decisions:
+                    by_subject[d.subject] |= d.keep or (d.subject in expired and policy.langgraph_ttl_strategy == "delete")
+                emptied = sorted(s for s, any_kept in by_subject.items() if not any_kept)
+                if emptied:
+                    raise UsageError(
+                        f"the policy keeps no checkpoint of {', '.join(emptied)}",
+                        hint="check the --keep-* options, or pass --allow-remove-all to remove them all",
+                    )
+            report = PruneReport(decisions, dry_run, expired=expired, in_use=in_use)
+            removed = {d.id for d in decisions if not d.keep}
+            if dry_run:
+                return report
+            report.gc, report.refs_moved = _remove(store, manifests, refs, removed, max_unused, progress)
             return report
-        report.gc, report.refs_moved = _remove(store, manifests, refs, removed, max_unused, progress)
-        return report
 
 
 def remove_checkpoints(store: Store, ids: Iterable[bytes], *, max_unused: float = 0.1, lock_wait: float = 300.0, progress: Progress = NULL) -> GcReport:

@@ -23,7 +23,7 @@ from langgraph.types import Command
 from ckptcli import api
 from ckptcli.adapters.langgraph import CkptSaver, _lease_name
 from ckptcli.adapters.langgraph_journal import JOURNAL_DIR
-from ckptcli.errors import InvalidInputError
+from ckptcli.errors import InvalidInputError, NotFoundError
 from tests.langgraph_graphs import chat_builder, chat_message, delta_chat_builder, normalized, review_builder
 from tests.test_langgraph_prune import THREAD, _compare
 
@@ -49,7 +49,10 @@ def _subjects(store: Path) -> dict[str, int]:
     try:
         out: dict[str, int] = {}
         for cid in st.manifest_ids():
-            subj = str(st.manifest(cid).subject)
+            try:
+                subj = str(st.manifest(cid).subject)
+            except NotFoundError:
+                continue  # removed by a sweep running meanwhile
             out[subj] = out.get(subj, 0) + 1
         return out
     finally:
@@ -251,3 +254,26 @@ def test_prune_langgraph_ttl_bad_input_is_one_line(mixed: Path, cli: Any, args: 
     res = cli("prune", *args, "--store", mixed)
     assert res.code in (2, 4) and says in res.err and len(res.err.strip().splitlines()) == 1
     assert _subjects(mixed) == before
+
+
+def test_prune_langgraph_ttl_leaves_a_thread_a_running_saver_holds(mixed: Path, cli: Any) -> None:
+    """The CLI takes each expired thread's lease, as a saver does before it writes: one
+    held by a live saver is in use; one it could take is renewed, so a saver that had
+    the thread in memory reads it again (and sees it gone)."""
+    with CkptSaver.open(mixed) as saver:
+        assert saver.get_tuple({"configurable": {"thread_id": "old"}}) is not None  # in its memory now
+        saver.flush()  # which lets the lease go
+        fd = os.open(mixed / JOURNAL_DIR / "threads" / _lease_name("old"), os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as another process's saver holds it
+            res = cli("prune", "--langgraph-ttl", "1d", "--json", "--store", mixed)
+            assert res.code == 0, res.err
+            assert json.loads(res.out)["in_use"] == ["agent:old"] and json.loads(res.out)["removed"] == 0
+            assert "agent:old" in _subjects(mixed)
+        finally:
+            os.close(fd)
+        res = cli("prune", "--langgraph-ttl", "1d", "--store", mixed)
+        assert res.code == 0 and "expired agent:old" in res.out
+        assert "agent:old" not in _subjects(mixed)
+        assert saver.get_tuple({"configurable": {"thread_id": "old"}}) is None
+        assert saver.get_tuple({"configurable": {"thread_id": "new"}}) is not None

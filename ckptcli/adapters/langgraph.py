@@ -58,7 +58,6 @@ import itertools
 import operator
 import os
 import random
-import struct
 import threading
 import time
 import weakref
@@ -87,6 +86,10 @@ from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, JOURNAL_DIR, hole
 from ckptcli.adapters.langgraph_journal import Journal as _Journal
 from ckptcli.adapters.langgraph_journal import frame as _frame
 from ckptcli.adapters.langgraph_layout import MSGPACK, Key, SectionWriter, Typed, Write
+from ckptcli.adapters.langgraph_leases import LEASE as _LEASE
+from ckptcli.adapters.langgraph_leases import LEASE_DIR, RECOVER_LOCK, WANT_DIR
+from ckptcli.adapters.langgraph_leases import lease_name as _lease_name
+from ckptcli.adapters.langgraph_leases import try_flock as _try_flock
 from ckptcli.adapters.msgpack_view import from_view, to_view
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LockError, StoreIOError, ThreadConflictError, UsageError
 from ckptcli.format.values import Decoder, ListTree, array_header
@@ -100,8 +103,6 @@ ROTATE_BYTES = 4 * 1024 * 1024
 _PACE_EVERY, _PACE_SLEEP = 16, 0.002
 _TICK = 0.02  # how often the commit thread looks for checkpoints ready to seal  # manifests written between pauses of the committer, and the pause  # the journal is started again after a commit once it is this big
 
-LEASE_DIR, WANT_DIR, RECOVER_LOCK = "threads", "want", "recover.lock"  # under JOURNAL_DIR
-_LEASE = struct.Struct("<B16s")  # a thread's lease file: dirty flag, token of its last commit
 LEAF, SEALED, COMMITTED = 0, 1, 2
 _ALIST_BATCH = 64  # tuples `alist` takes from `list` per hop to its worker thread
 _Keys = list[tuple[str, str, str]]
@@ -375,18 +376,6 @@ class _LazyValues(dict):  # type: ignore[type-arg]
 
 
 # -- threads shared by processes -----------------------------------------------------------
-def _try_flock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def _lease_name(thread: str) -> str:
-    return hashlib.sha256(thread.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-
-
 class _Lease:
     """A saver's hold on one thread across processes: an flock on its lease file,
     ``<store>/langgraph/threads/<hash of the thread id>``, which holds a dirty flag (set

@@ -35,8 +35,10 @@ with it). `CkptSaver(ttl=...)` sweeps its store every `sweep_interval_minutes`;
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ckptcli.adapters import langgraph_layout as layout
@@ -194,6 +196,23 @@ def retain(store: Store, manifests: Mapping[bytes, Manifest], keep: set[bytes]) 
     for key, why in extra.items():
         out.setdefault(newest[key], why)
     return out
+
+
+@contextlib.contextmanager
+def hold_threads(store: Store, manifests: Mapping[bytes, Manifest], subjects: set[str], renew: bool = True) -> Iterator[set[str]]:
+    """Hold the leases of the LangGraph threads of `subjects` for `ckpt prune`
+    (`langgraph_leases.hold_threads`); yields the subjects in use, which must be left alone."""
+    from ckptcli.adapters.langgraph_leases import hold_threads as hold
+
+    threads: dict[str, str] = {}
+    for m in manifests.values():
+        subj = str(m.subject)
+        if subj in subjects:
+            k = layout.key_of(m.subject, m.labels)
+            if k is not None:
+                threads[k.thread_id] = subj
+    with hold(Path(store.location), threads, renew) as (_held, in_use):
+        yield {threads[t] for t in in_use}
 
 
 def _delta_info(store: Store, m: Manifest, mid: bytes) -> tuple[set[str], set[str]]:

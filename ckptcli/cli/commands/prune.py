@@ -66,7 +66,9 @@ def prune(
     resumes from (keep_latest: its newest checkpoint, a subgraph's it is paused in,
     and what their delta channels are rebuilt from), whatever the --keep-* rules
     say. Other threads and subjects are left to those rules, or kept whole without
-    any. A saver running with its own ttl option sweeps the same way by itself.
+    any. A thread a running saver holds is in use, and left alone; savers that hold
+    none of the pruned ones read them again. A saver running with its own ttl option
+    sweeps the same way by itself.
 
     Then objects no surviving checkpoint needs are deleted: packs holding only such
     objects are removed, packs more than --max-unused unneeded are rewritten, small
@@ -125,6 +127,8 @@ def prune(
     verb = "would remove" if dry_run else "removed"
     for subj, idle in sorted(report.expired.items()):
         c.print(f"expired {subj}: no write for {_age(idle)} ({langgraph_ttl_strategy})", markup=False)
+    for subj in report.in_use:
+        c.print(f"left alone {subj}: expired, but a running LangGraph saver holds it (or died before committing it; opening the store replays it)", markup=False)
     for d in report.decisions:
         if d.keep and not (verbose or dry_run):
             continue
