@@ -1126,7 +1126,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         this runs while puts wait for their fsync), and commits every commit_interval."""
         tick = min(self.commit_interval, _TICK)
         last = time.monotonic()
-        swept = float("-inf")
+        swept = last  # the first TTL sweep one interval after opening, as each after it
         while not self._stop.wait(tick):
             try:
                 if self.ttl is not None and time.monotonic() - swept >= self.ttl.sweep_interval_s:
