@@ -277,3 +277,15 @@ def test_prune_langgraph_ttl_leaves_a_thread_a_running_saver_holds(mixed: Path, 
         assert "agent:old" not in _subjects(mixed)
         assert saver.get_tuple({"configurable": {"thread_id": "old"}}) is None
         assert saver.get_tuple({"configurable": {"thread_id": "new"}}) is not None
+
+
+def test_prune_langgraph_ttl_tells_savers_of_a_thread_that_had_no_lease_yet(mixed: Path, cli: Any) -> None:
+    """A thread no saver has taken a lease of (imported, or written before leases): the
+    prune makes its lease, so a saver that read the thread at its start reads it again."""
+    lease = mixed / JOURNAL_DIR / "threads" / _lease_name("old")
+    lease.unlink()
+    with CkptSaver.open(mixed) as saver:  # knows "old" from the store, and no lease of it
+        res = cli("prune", "--langgraph-ttl", "1d", "--store", mixed)
+        assert res.code == 0 and "expired agent:old" in res.out and lease.exists()
+        assert saver.get_tuple({"configurable": {"thread_id": "old"}}) is None
+        assert list(saver.list({"configurable": {"thread_id": "old"}})) == []

@@ -86,12 +86,13 @@ def hold_threads(store_dir: Path, threads: Iterable[str], renew: bool = True) ->
     in_use: set[str] = set()
     try:
         for thread in sorted(set(threads)):
-            path = ldir / lease_name(thread)
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except FileNotFoundError:
-                held[thread] = -1  # no saver ever held it: nothing to tell
+            if not ldir.is_dir():
+                held[thread] = -1  # no saver ever opened this store: none has the thread in memory
                 continue
+            try:
+                # made when missing (a thread imported, or written before leases): a saver
+                # that read it at its start sees the new token and reads it again
+                fd = os.open(ldir / lease_name(thread), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
             except OSError:
                 in_use.add(thread)
                 continue
