@@ -4,13 +4,17 @@ saver that is gone, a journal with a hole punched in it; and its registry of che
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 from ckptcli import doctor
 from ckptcli.adapters.langgraph import CkptSaver
 from ckptcli.adapters.langgraph_journal import read_journal
-from tests.conftest import run_ckpt
+from tests.conftest import REPO, run_ckpt
 from tests.langgraph_graphs import chat_builder, chat_message
 from tests.test_langgraph_journal import _abandoned_journal, _record_starts
 
@@ -67,6 +71,40 @@ def test_a_dead_savers_journal_is_a_warning_until_a_saver_replays_it(tmp_path: P
     CkptSaver.open(store).close()  # replays it
     res = cli("doctor", "--json", "--store", store)
     assert json.loads(res.out)["status"] == "ok" and "4 checkpoint(s)" in _one(_checks(res), "store structure")["detail"]
+
+
+def test_another_processs_journal_is_live_until_it_is_killed(tmp_path: Path, cli: Any) -> None:
+    """A real worker process mid-turn (its node waits): its journal is live; SIGKILLed,
+    the journal is one of a saver that is gone, until a saver replays it."""
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "tests.langgraph_worker", "ckpt", str(store)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    try:
+        assert worker.stdin is not None and worker.stdout is not None
+        assert json.loads(worker.stdout.readline()) == {"ready": True}
+        worker.stdin.write(json.dumps({"op": "turn", "thread": "w", "text": "hold on"}) + "\n")
+        worker.stdin.flush()
+        assert json.loads(worker.stdout.readline()) == {"in_node": True}
+        res = cli("doctor", "--json", "--store", store)
+        assert res.code == 0, res.err
+        assert ": 1 of live savers (backlog: " in _one(_checks(res), "langgraph journals", "ok")["detail"]
+        assert not [c for c in _checks(res) if c["status"] != "ok"]
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        for pipe in (worker.stdin, worker.stdout):
+            if pipe is not None:
+                pipe.close()
+    res = cli("doctor", "--json", "--store", store)
+    assert res.code == 0 and json.loads(res.out)["status"] == "warn"
+    assert "0 of live savers" in _one(_checks(res), "langgraph journals", "ok")["detail"]
+    assert "was left by a saver that is gone" in _one(_checks(res), "langgraph journals", "warn")["detail"]
+    CkptSaver.open(store).close()
+    res = cli("doctor", "--json", "--store", store)
+    assert json.loads(res.out)["status"] == "ok" and "0 journal(s)" in _one(_checks(res), "langgraph journals")["detail"]
 
 
 def test_a_hole_in_a_journal_fails_and_is_named(tmp_path: Path, cli: Any) -> None:
