@@ -165,7 +165,7 @@ COMPONENTS: dict[str, tuple[str, str]] = {
 
 
 def check_components(ctx: Context) -> Iterable[Check]:
-    """The optional packages installed here, and their versions."""
+    """The optional packages installed here, their versions, and the plugins registered."""
     from importlib.metadata import PackageNotFoundError, version
 
     for dist, (enables, hint) in COMPONENTS.items():
@@ -181,3 +181,16 @@ def check_components(ctx: Context) -> Iterable[Check]:
             yield Check(f"component {dist}", WARN, f"{v}: CkptSaver is built for 4.x", "pip install 'langgraph-checkpoint>=4,<5'")
             continue
         yield Check(f"component {dist}", OK, f"{v}: {enables}")
+    yield Check("plugins", OK, _plugins())
+
+
+def _plugins() -> str:
+    """The entry points installed packages register with ckpt, by group (not loaded)."""
+    from importlib.metadata import distributions
+
+    groups: dict[str, set[str]] = {}
+    for dist in distributions():
+        for ep in dist.entry_points:
+            if ep.group.startswith("ckptcli."):
+                groups.setdefault(ep.group, set()).add(f"{ep.name} ({dist.metadata['Name']})")
+    return "; ".join(f"{g}: {', '.join(sorted(names))}" for g, names in sorted(groups.items())) or "none installed"

@@ -145,3 +145,5 @@ def test_checks_are_a_registry_and_a_broken_one_is_a_failure_not_a_crash(tmp_pat
     monkeypatch.setitem(doctor.COMPONENTS, "ckpt-no-such-package", ("nothing at all", "pip install it"))
     (missing,) = [c for c in doctor.check_components(doctor.Context()) if c.name == "component ckpt-no-such-package"]
     assert (missing.status, missing.detail, missing.hint) == ("ok", "not installed: nothing at all", "pip install it")
+    (plugins,) = [c for c in doctor.check_components(doctor.Context()) if c.name == "plugins"]
+    assert "ckptcli.retention: langgraph (ckptcli)" in plugins.detail  # ckpt's own, registered as any other's

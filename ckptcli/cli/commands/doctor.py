@@ -12,19 +12,16 @@ def doctor(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Say whether ckpt works here, and what to watch.
 
     Runs named checks, each ok, warn or fail with a one-line detail and a hint:
-
-      store                     found, its format version, readable (config, index
-                                files, refs, manifests: a quick look; `ckpt verify`
-                                checks every object)
-      langgraph journals        the LangGraph saver's journals beside the store: how
-                                many, their size, the backlog (puts of live savers not
-                                in the store yet), journals left by savers that are gone
-                                (replayed by the next saver to open the store)
-      langgraph journal damage  bytes that are no record between records (a hole)
-      langgraph thread leases   threads held by live savers; threads whose last saver
-                                died before committing them
-      component ...             the optional packages installed, with their versions,
-                                and what each one not installed would enable
+    store (found, its format version; a quick look at its config, index files, refs
+    and manifests: `ckpt verify` checks every object), langgraph journals (the
+    LangGraph saver's journals beside the store: how many, their size, the backlog
+    of puts that live savers have not committed yet, journals left by savers that
+    are gone, which the next saver to open the store replays), langgraph journal
+    damage (bytes that are no record between records), langgraph thread leases
+    (threads held by live savers, threads whose saver died before committing them),
+    and component ... (the optional packages installed, their versions, and what
+    each one not installed would enable), and plugins (the entry points installed
+    packages register with ckpt: adapters' hooks, more checks).
 
     Installed packages add their own checks (entry-point group ckptcli.doctor).
     Nothing is changed. Exit status 1 when a check fails; warnings alone exit 0.
