@@ -1865,7 +1865,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     typed = layout.view_typed(tag, view, f"{where} channel {ch}")
                     specs[ch] = [ver, ["t", typed[0], typed[1]]]
             rec = {
-                "op": "p", "t": thread, "n": ns, "i": cid, "p": None, "c": time.time_ns(),
+                "op": "p", "t": thread, "n": ns, "i": cid, "p": None, "c": self.clock(),
                 "k": list(stored.skeleton), "m": list(stored.metadata), "v": stored.versions, "b": specs,
             }  # fmt: skip
             self._journal.append(_frame(rec))

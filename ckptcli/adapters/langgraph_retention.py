@@ -172,7 +172,10 @@ def retain(store: Store, manifests: Mapping[bytes, Manifest], keep: set[bytes]) 
     if not revs:
         return {}
     newest = {key: max(rs)[2] for key, rs in revs.items()}
-    kept_keys = {key for key, rs in revs.items() if any(mid in keep for _r, _c, mid in rs)}
+    # a thread that loses nothing needs nothing kept for it (a TTL or a wide policy
+    # keeps most threads whole: their checkpoints are not read)
+    losing = {key[0] for key, rs in revs.items() if any(mid not in keep for _r, _c, mid in rs)}
+    kept_keys = {key for key, rs in revs.items() if key[0] in losing and any(mid in keep for _r, _c, mid in rs)}
     threads = {key[0] for key in kept_keys}
     extra: dict[Key3, str] = {key: why for key, why in live_heads(k for k in revs if k[0] in threads).items() if key not in kept_keys}
     info: dict[Key3, tuple[set[str], set[str]]] = {}
