@@ -134,6 +134,7 @@ class PruneReport:
     refs_moved: dict[str, str | None] = field(default_factory=dict)
     expired: dict[str, int] = field(default_factory=dict)  # LangGraph threads the TTL expired: subject -> idle seconds
     in_use: list[str] = field(default_factory=list)  # expired, but a saver holds them: left alone
+    expired_strategy: dict[str, str] = field(default_factory=dict)  # what the expired ones lose: delete or keep_latest
 
     @property
     def removed(self) -> list[Decision]:
@@ -152,6 +153,7 @@ class PruneReport:
             "refs_moved": self.refs_moved,
             "expired": self.expired,
             "in_use": self.in_use,
+            "expired_strategy": self.expired_strategy,
             "gc": self.gc.to_dict() if self.gc else None,
         }
 
@@ -164,11 +166,13 @@ def decide(
     now_ns: int | None = None,
     expired: dict[str, int] | None = None,
     in_use: set[str] | frozenset[str] = frozenset(),
+    strategy_of: dict[str, str] | None = None,
 ) -> list[Decision]:
     """Apply `policy` to every subject's checkpoints (only `subjects`, when given).
     `protected` maps checkpoint ids to the refs that keep them whatever the policy.
     The TTL is measured at `now_ns` (now); the threads it expires are added to
-    `expired` (subject -> idle seconds), but for those `in_use`."""
+    `expired` (subject -> idle seconds), but for those `in_use`, and their strategy
+    (a thread's own, or the policy's) to `strategy_of`."""
     now = time.time_ns() if now_ns is None else now_ns
     wanted = set(subjects) if subjects is not None else None
     groups: dict[str, list[tuple[bytes, Manifest]]] = defaultdict(list)
@@ -202,14 +206,22 @@ def decide(
                 reasons.append("not expired" if policy.langgraph_ttl_s is not None and _is_langgraph(m) else "no --keep-* rule")
             reasons.extend(protected.get(cid, []))
             out.append(Decision(cid, subj, m.created_ns, bool(reasons), reasons))
-        ttl = policy.langgraph_ttl_s
+        if policy.langgraph_ttl_s is None or subj in in_use or not any(_is_langgraph(m) for _c, m in items):
+            continue
+        from ckptcli.adapters.langgraph_layout import thread_ttl
+        from ckptcli.adapters.langgraph_retention import effective_ttl
+
+        own = next((got for _c, m in items if (got := thread_ttl(m.labels)) is not None), None)  # the newest one
+        ttl, strategy = effective_ttl(own, policy.langgraph_ttl_s, policy.langgraph_ttl_strategy)
         idle_s = (now - newest) // 1_000_000_000
-        if ttl is not None and idle_s > ttl and subj not in in_use and any(_is_langgraph(m) for _c, m in items):
+        if ttl is not None and idle_s > ttl:
             if expired is not None:
                 expired[subj] = idle_s
+            if strategy_of is not None:
+                strategy_of[subj] = strategy
             for n, d in enumerate(out[len(out) - len(items) :]):
                 d.reasons = list(protected.get(d.id, []))
-                if n == 0 and policy.langgraph_ttl_strategy == "keep_latest":
+                if n == 0 and strategy == "keep_latest":
                     d.reasons.insert(0, "the newest of an expired thread")
                 d.keep = bool(d.reasons)
     return out
@@ -292,7 +304,8 @@ def prune(
             if name.startswith(("tags/", "branches/")):
                 protected[target].append(name)
         expired: dict[str, int] = {}
-        decisions = decide(manifests, policy, protected, subjects, now_ns, expired)
+        strategy_of: dict[str, str] = {}
+        decisions = decide(manifests, policy, protected, subjects, now_ns, expired, strategy_of=strategy_of)
         with contextlib.ExitStack() as leases:  # the expired threads' leases, until they are pruned
             in_use: list[str] = []
             if expired:
@@ -301,19 +314,19 @@ def prune(
                 in_use = sorted(leases.enter_context(hold_threads(store, manifests, set(expired), renew=not dry_run)))
                 if in_use:
                     expired.clear()
-                    decisions = decide(manifests, policy, protected, subjects, now_ns, expired, set(in_use))
+                    decisions = decide(manifests, policy, protected, subjects, now_ns, expired, set(in_use), strategy_of)
             keep_what_adapters_need(store, manifests, decisions)
             if not allow_remove_all:
                 by_subject: dict[str, bool] = defaultdict(bool)
                 for d in decisions:
-                    by_subject[d.subject] |= d.keep or (d.subject in expired and policy.langgraph_ttl_strategy == "delete")
+                    by_subject[d.subject] |= d.keep or (d.subject in expired and strategy_of.get(d.subject) == "delete")
                 emptied = sorted(s for s, any_kept in by_subject.items() if not any_kept)
                 if emptied:
                     raise UsageError(
                         f"the policy keeps no checkpoint of {', '.join(emptied)}",
                         hint="check the --keep-* options, or pass --allow-remove-all to remove them all",
                     )
-            report = PruneReport(decisions, dry_run, expired=expired, in_use=in_use)
+            report = PruneReport(decisions, dry_run, expired=expired, in_use=in_use, expired_strategy=strategy_of)
             removed = {d.id for d in decisions if not d.keep}
             if dry_run:
                 return report

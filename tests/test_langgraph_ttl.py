@@ -39,9 +39,9 @@ class Clock:
         return time.time_ns() + self.offset
 
 
-def _chat(saver: CkptSaver, thread: str, turns: int = 3) -> None:
+def _chat(saver: CkptSaver, thread: str, turns: int = 3, **own: Any) -> None:
     graph = chat_builder(turns, words=4).compile(checkpointer=saver)
-    graph.invoke({"messages": [chat_message(0, 4)]}, {"configurable": {"thread_id": thread}})
+    graph.invoke({"messages": [chat_message(0, 4)]}, {"configurable": {"thread_id": thread, **own}})
 
 
 def _subjects(store: Path) -> dict[str, int]:
@@ -96,6 +96,31 @@ def test_the_sweep_deletes_expired_threads_and_leaves_the_others(tmp_path: Path)
     assert _subjects(store) == {"agent:recent": before["agent:recent"]}
     with CkptSaver.open(store) as again:  # the store says so too, after a restart
         assert again.get_tuple({"configurable": {"thread_id": "old"}}) is None
+
+
+def test_a_thread_keeps_the_ttl_its_runs_gave_it(tmp_path: Path, cli: Any) -> None:
+    """`thread_ttl` (minutes; 0: never) and `thread_ttl_strategy` in a run's config
+    override the saver's TTL for that thread, in the sweep and in `ckpt prune`."""
+    store = tmp_path / ".ckpt"
+    clock = Clock(-3 * DAY)  # and `ckpt prune` below runs now
+    with CkptSaver.open(store, ttl={"default_ttl": 60, "sweep_interval_minutes": 10**6}, clock=clock) as saver:
+        _chat(saver, "short", thread_ttl=10)
+        _chat(saver, "forever", thread_ttl=0)
+        _chat(saver, "trim", thread_ttl=20, thread_ttl_strategy="keep_latest")
+        _chat(saver, "default")
+        saver.flush()
+        clock.offset += HOUR // 2  # 30 min: past 10 and 20, not 60
+        assert sorted(saver.sweep_ttl()) == ["short", "trim"]
+        assert _subjects(store)["agent:trim"] == 1 and "agent:short" not in _subjects(store)
+        res = cli("ls", "-S", "agent:trim", "--json", "--store", store)
+        assert [c["labels"]["langgraph.ttl"] for c in json.loads(res.out)] == ["20 keep_latest"]
+        clock.offset += 2 * DAY
+        assert sorted(saver.sweep_ttl()) == ["default"]
+    assert set(_subjects(store)) == {"agent:forever", "agent:trim"}
+    res = cli("prune", "--langgraph-ttl", "1m", "--langgraph-ttl-strategy", "delete", "--json", "--store", store)
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["expired_strategy"] == {"agent:trim": "keep_latest"}  # its own strategy
+    assert set(_subjects(store)) == {"agent:forever", "agent:trim"}
 
 
 def test_a_thread_written_again_is_not_expired(tmp_path: Path) -> None:

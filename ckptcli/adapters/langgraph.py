@@ -425,8 +425,10 @@ class CkptSaver(BaseCheckpointSaver[str]):
             ``{"strategy": "delete" | "keep_latest", "default_ttl": minutes,
             "sweep_interval_minutes": 5, "sweep_limit": 1000}``. A thread whose last
             checkpoint is older than ``default_ttl`` is deleted, or cut down to what it
-            resumes from, by the commit thread every sweep interval (`sweep_ttl`).
-            None (the default): threads are kept until deleted or pruned.
+            resumes from, by the commit thread every sweep interval (`sweep_ttl`). A
+            run may give its thread its own: ``thread_ttl`` (minutes, 0: never) and
+            ``thread_ttl_strategy`` in its config. None (the default): threads are
+            kept until deleted or pruned.
         clock: the wall clock, in nanoseconds since the epoch, that stamps puts and
             measures TTLs (`time.time_ns`; tests and simulations pass their own).
     Raises:
@@ -1674,12 +1676,17 @@ class CkptSaver(BaseCheckpointSaver[str]):
     # -- thread TTL (docs/langgraph.md, "Thread TTL") ---------------------------------------------
     def sweep_ttl(self) -> Sequence[str]:
         """Apply the saver's `ttl` now (the commit thread does every sweep interval):
-        each thread whose newest checkpoint is older than the TTL, oldest first, at most
+        each thread whose newest checkpoint is older than its TTL (its own, given by its
+        runs as ``thread_ttl``, or the saver's), the longest idle first, at most
         `sweep_limit` of them, is deleted ("delete") or cut down to what it resumes from
         ("keep_latest", as `prune`). A thread is swept under its lease, as a put is:
         one that another process's saver holds is in use, and is left for a later
         sweep; one written meanwhile is no longer expired. Returns the threads deleted
         or cut down."""
+        from ckptcli.adapters.langgraph_retention import effective_ttl
+        from ckptcli.store import catalog
+        from ckptcli.store.catalog import Summary
+
         ttl = self.ttl
         if ttl is None:
             return []
@@ -1687,13 +1694,31 @@ class CkptSaver(BaseCheckpointSaver[str]):
         with self._lock:
             self._check()
             newest: dict[str, int] = {}
-            for (thread, _ns, _cid), revs in self._store_keys().items():
-                newest[thread] = max(newest.get(thread, 0), *(created for _r, created, _m, _k in revs))
+            own: dict[str, tuple[int, tuple[float, str | None]]] = {}  # thread -> its newest own TTL
+            for row in catalog.rows(self.store).values():
+                if type(row[5]) is not dict or layout.LABEL_CHECKPOINT not in row[5]:
+                    continue
+                try:
+                    _mid, summary = Summary.from_row(row)
+                except (ValueError, TypeError, CkptError):
+                    continue
+                k = layout.key_of(summary.subject, summary.labels)
+                if k is None:
+                    continue
+                newest[k.thread_id] = max(newest.get(k.thread_id, 0), summary.created_ns)
+                mine = layout.thread_ttl(summary.labels)
+                if mine is not None and summary.created_ns >= own.get(k.thread_id, (-1, mine))[0]:
+                    own[k.thread_id] = (summary.created_ns, mine)
             for (thread, _ns, _cid), e in self._entries.items():
                 newest[thread] = max(newest.get(thread, 0), e.created_ns)
             busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes}
-        expired = sorted((ts, t) for t, ts in newest.items() if now - ts > ttl.ttl_s * 1e9 and t not in busy)
-        return [t for _ts, t in expired[: ttl.sweep_limit] if self._sweep_thread(t, now, ttl.ttl_s, ttl.strategy)]
+        expired: list[tuple[int, str, float, str]] = []
+        for t, ts in newest.items():
+            ttl_s, strategy = effective_ttl(own[t][1] if t in own else None, ttl.ttl_s, ttl.strategy)
+            if ttl_s is not None and now - ts > ttl_s * 1e9 and t not in busy:
+                expired.append((ts, t, ttl_s, strategy))
+        expired.sort()
+        return [t for _ts, t, ttl_s, strategy in expired[: ttl.sweep_limit] if self._sweep_thread(t, now, ttl_s, strategy)]
 
     def _sweep_thread(self, thread: str, now: int, ttl_s: float, strategy: str) -> bool:
         self._claim(thread, False, wait=False)  # reads the thread again if another process wrote it

@@ -29,8 +29,11 @@ docs/langgraph.md ("Prune and delete") has the user's view.
 ``checkpointer.ttl``): a thread whose last write is older than `default_ttl` minutes is
 *expired*, and then deleted (``"delete"``) or cut down to what it resumes from
 (``"keep_latest"``: each namespace's newest checkpoint and what the rules above keep
-with it). `CkptSaver(ttl=...)` sweeps its store every `sweep_interval_minutes`;
-`ckpt prune --langgraph-ttl` does it once. docs/langgraph.md ("Thread TTL").
+with it). A thread whose run gave its own (``thread_ttl`` minutes, 0 for never, and
+``thread_ttl_strategy`` in its config: the ``langgraph.ttl`` label) has that one
+instead (`effective_ttl`). `CkptSaver(ttl=...)` sweeps its store every
+`sweep_interval_minutes`; `ckpt prune --langgraph-ttl` does it once.
+docs/langgraph.md ("Thread TTL").
 """
 
 from __future__ import annotations
@@ -96,6 +99,15 @@ class TTL:
         if type(limit) is not int or limit < 1:
             raise InvalidInputError(f"ttl 'sweep_limit' must be an integer >= 1, not {limit!r}")
         return cls(minutes("default_ttl", None), strategy, minutes("sweep_interval_minutes", 5), limit)
+
+
+def effective_ttl(own: tuple[float, str | None] | None, ttl_s: float, strategy: str) -> tuple[float | None, str]:
+    """A thread's TTL in seconds (None: it never expires) and strategy: its own
+    (`langgraph_layout.thread_ttl` of its newest checkpoint that has one), else the default."""
+    if own is None:
+        return ttl_s, strategy
+    minutes, own_strategy = own
+    return (minutes * 60 if minutes > 0 else None), own_strategy or strategy
 
 
 def parent_ns(ns: str) -> str:

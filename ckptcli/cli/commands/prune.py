@@ -65,8 +65,9 @@ def prune(
     checkpoint (--langgraph-ttl-strategy delete, the default) or all but what it
     resumes from (keep_latest: its newest checkpoint, a subgraph's it is paused in,
     and what their delta channels are rebuilt from), whatever the --keep-* rules
-    say. Other threads and subjects are left to those rules, or kept whole without
-    any. A thread a running saver holds is in use, and left alone; savers that hold
+    say. A thread whose runs gave their own TTL (thread_ttl minutes, 0 for never,
+    and thread_ttl_strategy, in the run's config) has that one instead. Other
+    threads and subjects are left to those rules, or kept whole without any. A thread a running saver holds is in use, and left alone; savers that hold
     none of the pruned ones read them again. A saver running with its own ttl option
     sweeps the same way by itself.
 
@@ -126,7 +127,7 @@ def prune(
     c = out()
     verb = "would remove" if dry_run else "removed"
     for subj, idle in sorted(report.expired.items()):
-        c.print(f"expired {subj}: no write for {_age(idle)} ({langgraph_ttl_strategy})", markup=False)
+        c.print(f"expired {subj}: no write for {_age(idle)} ({report.expired_strategy.get(subj, langgraph_ttl_strategy)})", markup=False)
     for subj in report.in_use:
         c.print(f"left alone {subj}: expired, but a running LangGraph saver holds it (or died before committing it; opening the store replays it)", markup=False)
     for d in report.decisions:
