@@ -203,7 +203,10 @@ def decide(
                 if f"tags/{tag}" in protected.get(cid, []) or _has_label(m, tag):
                     reasons.append(f"tag {tag}")
             if policy.keeps_nothing():
-                reasons.append("not expired" if policy.langgraph_ttl_s is not None and _is_langgraph(m) else "no --keep-* rule")
+                if policy.langgraph_ttl_s is None or not _is_langgraph(m):
+                    reasons.append("no --keep-* rule")
+                else:
+                    reasons.append("expired, but a running saver holds it" if subj in in_use else "not expired")
             reasons.extend(protected.get(cid, []))
             out.append(Decision(cid, subj, m.created_ns, bool(reasons), reasons))
         if policy.langgraph_ttl_s is None or subj in in_use or not any(_is_langgraph(m) for _c, m in items):
