@@ -76,6 +76,10 @@ def _subjects(store: Path) -> dict[str, int]:
 def test_a_bad_ttl_is_refused_with_what_is_wrong(tmp_path: Path, ttl: Any, says: str) -> None:
     with pytest.raises(InvalidInputError, match=says):
         CkptSaver.open(tmp_path / ".ckpt", ttl=ttl)
+    assert not (tmp_path / ".ckpt").exists()  # refused before a store was made
+    api.init_store(tmp_path / ".ckpt")
+    with pytest.raises(InvalidInputError, match=says):
+        CkptSaver(tmp_path / ".ckpt", ttl=ttl)
     assert not list((tmp_path / ".ckpt" / JOURNAL_DIR).glob("*.journal"))  # nothing left behind
 
 

@@ -540,9 +540,12 @@ class CkptSaver(BaseCheckpointSaver[str]):
         """The saver of the store at `path` (created as `ckpt init` would when there is
         none): ``builder.compile(checkpointer=CkptSaver.open(".ckpt"))``. Options are
         the constructor's."""
+        from ckptcli.adapters.langgraph_retention import TTL
         from ckptcli.api import init_store
         from ckptcli.store.repository import resolve_store_path
 
+        if options.get("ttl") is not None:
+            TTL.parse(options["ttl"])  # a bad one is refused before a store is made
         p = Path(path)
         try:
             resolve_store_path(p)
