@@ -17,7 +17,8 @@ The tree::
     │   └── ThreadConflictError    exit 11  a LangGraph thread another process extended meanwhile
     └── StoreIOError               exit 12  the operating system refused a read or write
 
-``VerifyFailed`` (exit 5) is raised by the CLI when `ckpt verify` found damage, and
+``VerifyFailed`` (exit 5) is raised by the CLI when `ckpt verify` found damage,
+``DoctorFailed`` (exit 1) when a `ckpt doctor` check failed, and
 ``ReplayDiverged`` (exit 13) when `ckpt replay --check` found a step function that no
 longer does what was recorded.
 Unexpected exceptions are reported by the CLI as one line with exit 70 (internal error);
@@ -142,6 +143,10 @@ class ThreadConflictError(ConflictError):
 
 class StoreIOError(CkptError):
     exit_code = ExitCode.IO_ERROR
+
+
+class DoctorFailed(CkptError):  # noqa: N818 - a verdict, not a fault in ckpt
+    """A `ckpt doctor` check failed; the report has already been printed."""
 
 
 class VerifyFailed(CkptError):  # noqa: N818 - a verdict, not a fault in ckpt

@@ -6,8 +6,16 @@ first; `keep_last` keeps the first N; each calendar rule (hourly, daily, weekly,
 monthly, yearly) keeps the newest checkpoint of each of its first N buckets;
 `keep_within` keeps everything taken within that long of the subject's newest
 checkpoint; `keep_tags` keeps checkpoints that a named tag points at or that carry the
-label (`key` or `key=value`). Tags and branch heads are never removed whatever the
-policy says. Then each adapter whose checkpoints are there (a manifest's ``layout.ext``
+label (`key` or `key=value`). `langgraph_ttl_s` expires LangGraph threads (subjects
+whose checkpoints the LangGraph saver wrote) whose newest checkpoint is older than
+that: whatever the other rules say, an expired thread loses every checkpoint
+("delete") or all but its newest ("keep_latest"; the hook below keeps what that one
+needs to resume), and other subjects and unexpired threads are left to the other rules
+(kept whole when there are none); a thread a running saver holds, or whose last
+saver died before committing it, is in use and left alone (its lease:
+`ckptcli.adapters.langgraph_leases`; the others' leases are held while they are pruned,
+and renewed after, so that savers read them again). Tags and branch heads are never
+removed whatever the policy says. Then each adapter whose checkpoints are there (a manifest's ``layout.ext``
 names it) adds what the kept ones need, through its hook in the entry-point group
 ``ckptcli.retention`` (LangGraph: a thread's heads, and the checkpoints its delta
 channels are rebuilt from: `ckptcli.adapters.langgraph_retention`). A survivor's
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -67,8 +76,14 @@ class Policy:
     keep_within_s: int | None = None
     keep_tags: list[str] = field(default_factory=list)
     tz: tzinfo | None = None  # calendar buckets in this zone (None: local time)
+    langgraph_ttl_s: int | None = None  # expire LangGraph threads idle for longer (module docstring)
+    langgraph_ttl_strategy: str = "delete"  # or "keep_latest"
 
     def empty(self) -> bool:
+        return self.keeps_nothing() and self.langgraph_ttl_s is None
+
+    def keeps_nothing(self) -> bool:
+        """No --keep-* rule (a TTL alone keeps what it does not expire)."""
         counts = (self.keep_last, self.keep_hourly, self.keep_daily, self.keep_weekly, self.keep_monthly, self.keep_yearly)
         return not any(counts) and self.keep_within_s is None and not self.keep_tags
 
@@ -78,6 +93,10 @@ class Policy:
                 raise UsageError(f"--{name.replace('_', '-')} must not be negative")
         if self.keep_within_s is not None and self.keep_within_s < 0:
             raise UsageError("--keep-within must not be negative")
+        if self.langgraph_ttl_s is not None and self.langgraph_ttl_s < 0:
+            raise UsageError("--langgraph-ttl must not be negative")
+        if self.langgraph_ttl_strategy not in ("delete", "keep_latest"):
+            raise UsageError(f"--langgraph-ttl-strategy must be delete or keep_latest, not {self.langgraph_ttl_strategy!r}")
 
 
 @dataclass
@@ -113,6 +132,9 @@ class PruneReport:
     dry_run: bool
     gc: GcReport | None = None
     refs_moved: dict[str, str | None] = field(default_factory=dict)
+    expired: dict[str, int] = field(default_factory=dict)  # LangGraph threads the TTL expired: subject -> idle seconds
+    in_use: list[str] = field(default_factory=list)  # expired, but a saver holds them: left alone
+    expired_strategy: dict[str, str] = field(default_factory=dict)  # what the expired ones lose: delete or keep_latest
 
     @property
     def removed(self) -> list[Decision]:
@@ -129,15 +151,29 @@ class PruneReport:
             "removed": len(self.removed),
             "checkpoints": [d.to_dict() for d in self.decisions],
             "refs_moved": self.refs_moved,
+            "expired": self.expired,
+            "in_use": self.in_use,
+            "expired_strategy": self.expired_strategy,
             "gc": self.gc.to_dict() if self.gc else None,
         }
 
 
 def decide(
-    manifests: dict[bytes, Manifest], policy: Policy, protected: dict[bytes, list[str]], subjects: Iterable[str] | None = None
+    manifests: dict[bytes, Manifest],
+    policy: Policy,
+    protected: dict[bytes, list[str]],
+    subjects: Iterable[str] | None = None,
+    now_ns: int | None = None,
+    expired: dict[str, int] | None = None,
+    in_use: set[str] | frozenset[str] = frozenset(),
+    strategy_of: dict[str, str] | None = None,
 ) -> list[Decision]:
     """Apply `policy` to every subject's checkpoints (only `subjects`, when given).
-    `protected` maps checkpoint ids to the refs that keep them whatever the policy."""
+    `protected` maps checkpoint ids to the refs that keep them whatever the policy.
+    The TTL is measured at `now_ns` (now); the threads it expires are added to
+    `expired` (subject -> idle seconds), but for those `in_use`, and their strategy
+    (a thread's own, or the policy's) to `strategy_of`."""
+    now = time.time_ns() if now_ns is None else now_ns
     wanted = set(subjects) if subjects is not None else None
     groups: dict[str, list[tuple[bytes, Manifest]]] = defaultdict(list)
     for cid, m in manifests.items():
@@ -166,9 +202,38 @@ def decide(
             for tag in policy.keep_tags:
                 if f"tags/{tag}" in protected.get(cid, []) or _has_label(m, tag):
                     reasons.append(f"tag {tag}")
+            if policy.keeps_nothing():
+                if policy.langgraph_ttl_s is None or not _is_langgraph(m):
+                    reasons.append("no --keep-* rule")
+                else:
+                    reasons.append("expired, but a running saver holds it" if subj in in_use else "not expired")
             reasons.extend(protected.get(cid, []))
             out.append(Decision(cid, subj, m.created_ns, bool(reasons), reasons))
+        if policy.langgraph_ttl_s is None or subj in in_use or not any(_is_langgraph(m) for _c, m in items):
+            continue
+        from ckptcli.adapters.langgraph_layout import thread_ttl
+        from ckptcli.adapters.langgraph_retention import effective_ttl
+
+        own = next((got for _c, m in items if (got := thread_ttl(m.labels)) is not None), None)  # the newest one
+        ttl, strategy = effective_ttl(own, policy.langgraph_ttl_s, policy.langgraph_ttl_strategy)
+        idle_s = (now - newest) // 1_000_000_000
+        if ttl is not None and idle_s > ttl:
+            if expired is not None:
+                expired[subj] = idle_s
+            if strategy_of is not None:
+                strategy_of[subj] = strategy
+            for n, d in enumerate(out[len(out) - len(items) :]):
+                d.reasons = list(protected.get(d.id, []))
+                if n == 0 and strategy == "keep_latest":
+                    d.reasons.insert(0, "the newest of an expired thread")
+                d.keep = bool(d.reasons)
     return out
+
+
+def _is_langgraph(m: Manifest) -> bool:
+    """A checkpoint the LangGraph saver wrote (its layout names the ``langgraph`` ext namespace)."""
+    ext = m.layout.get("ext")
+    return type(ext) is list and "langgraph" in ext
 
 
 RETENTION_GROUP = "ckptcli.retention"
@@ -224,14 +289,16 @@ def prune(
     max_unused: float = 0.1,
     lock_wait: float = 300.0,
     progress: Progress = NULL,
+    now_ns: int | None = None,
 ) -> PruneReport:
     """Remove the checkpoints `policy` does not keep, then the objects no kept
     checkpoint needs. Raises UsageError for an empty policy, or when a subject would
-    lose every checkpoint and `allow_remove_all` is not set; LockError when takes keep
-    the store busy for longer than `lock_wait` seconds."""
+    lose every checkpoint and `allow_remove_all` is not set (a thread the TTL deletes
+    is meant to); LockError when takes keep the store busy for longer than `lock_wait`
+    seconds. `now_ns`: when the TTL is measured (now)."""
     policy.check()
     if policy.empty():
-        raise UsageError("no retention policy given", hint="give at least one --keep-* option, e.g. --keep-last 10")
+        raise UsageError("no retention policy given", hint="give at least one --keep-* option, e.g. --keep-last 10, or --langgraph-ttl")
     with store.backend.lock("store", shared=False, wait=lock_wait):
         manifests = {cid: store.manifest(cid) for cid in store.manifest_ids()}
         refs = store.refs(strict=True)  # a damaged ref could be a tag that protects a checkpoint
@@ -239,24 +306,35 @@ def prune(
         for name, target in refs.items():
             if name.startswith(("tags/", "branches/")):
                 protected[target].append(name)
-        decisions = decide(manifests, policy, protected, subjects)
-        keep_what_adapters_need(store, manifests, decisions)
-        if not allow_remove_all:
-            by_subject: dict[str, bool] = defaultdict(bool)
-            for d in decisions:
-                by_subject[d.subject] |= d.keep
-            emptied = sorted(s for s, any_kept in by_subject.items() if not any_kept)
-            if emptied:
-                raise UsageError(
-                    f"the policy keeps no checkpoint of {', '.join(emptied)}",
-                    hint="check the --keep-* options, or pass --allow-remove-all to remove them all",
-                )
-        report = PruneReport(decisions, dry_run)
-        removed = {d.id for d in decisions if not d.keep}
-        if dry_run:
+        expired: dict[str, int] = {}
+        strategy_of: dict[str, str] = {}
+        decisions = decide(manifests, policy, protected, subjects, now_ns, expired, strategy_of=strategy_of)
+        with contextlib.ExitStack() as leases:  # the expired threads' leases, until they are pruned
+            in_use: list[str] = []
+            if expired:
+                from ckptcli.adapters.langgraph_retention import hold_threads
+
+                in_use = sorted(leases.enter_context(hold_threads(store, manifests, set(expired), renew=not dry_run)))
+                if in_use:
+                    expired.clear()
+                    decisions = decide(manifests, policy, protected, subjects, now_ns, expired, set(in_use), strategy_of)
+            keep_what_adapters_need(store, manifests, decisions)
+            if not allow_remove_all:
+                by_subject: dict[str, bool] = defaultdict(bool)
+                for d in decisions:
+                    by_subject[d.subject] |= d.keep or (d.subject in expired and strategy_of.get(d.subject) == "delete")
+                emptied = sorted(s for s, any_kept in by_subject.items() if not any_kept)
+                if emptied:
+                    raise UsageError(
+                        f"the policy keeps no checkpoint of {', '.join(emptied)}",
+                        hint="check the --keep-* options, or pass --allow-remove-all to remove them all",
+                    )
+            report = PruneReport(decisions, dry_run, expired=expired, in_use=in_use, expired_strategy=strategy_of)
+            removed = {d.id for d in decisions if not d.keep}
+            if dry_run:
+                return report
+            report.gc, report.refs_moved = _remove(store, manifests, refs, removed, max_unused, progress)
             return report
-        report.gc, report.refs_moved = _remove(store, manifests, refs, removed, max_unused, progress)
-        return report
 
 
 def remove_checkpoints(store: Store, ids: Iterable[bytes], *, max_unused: float = 0.1, lock_wait: float = 300.0, progress: Progress = NULL) -> GcReport:

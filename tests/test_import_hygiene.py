@@ -27,6 +27,8 @@ CORE = [
     "ckptcli.recorder",
     "ckptcli.replay",
     "ckptcli.adapters.generic",
+    "ckptcli.doctor",
+    "ckptcli.adapters.langgraph_doctor",  # `ckpt doctor` where LangGraph is not installed too
     "ckptcli.timeline",  # the TUI's models: the history graph and the event timeline
 ]
 UI = ("typer", "rich", "textual", "click")

@@ -58,12 +58,11 @@ import itertools
 import operator
 import os
 import random
-import struct
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -87,6 +86,10 @@ from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, JOURNAL_DIR, hole
 from ckptcli.adapters.langgraph_journal import Journal as _Journal
 from ckptcli.adapters.langgraph_journal import frame as _frame
 from ckptcli.adapters.langgraph_layout import MSGPACK, Key, SectionWriter, Typed, Write
+from ckptcli.adapters.langgraph_leases import LEASE as _LEASE
+from ckptcli.adapters.langgraph_leases import LEASE_DIR, RECOVER_LOCK, WANT_DIR
+from ckptcli.adapters.langgraph_leases import lease_name as _lease_name
+from ckptcli.adapters.langgraph_leases import try_flock as _try_flock
 from ckptcli.adapters.msgpack_view import from_view, to_view
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LockError, StoreIOError, ThreadConflictError, UsageError
 from ckptcli.format.values import Decoder, ListTree, array_header
@@ -100,8 +103,6 @@ ROTATE_BYTES = 4 * 1024 * 1024
 _PACE_EVERY, _PACE_SLEEP = 16, 0.002
 _TICK = 0.02  # how often the commit thread looks for checkpoints ready to seal  # manifests written between pauses of the committer, and the pause  # the journal is started again after a commit once it is this big
 
-LEASE_DIR, WANT_DIR, RECOVER_LOCK = "threads", "want", "recover.lock"  # under JOURNAL_DIR
-_LEASE = struct.Struct("<B16s")  # a thread's lease file: dirty flag, token of its last commit
 LEAF, SEALED, COMMITTED = 0, 1, 2
 _ALIST_BATCH = 64  # tuples `alist` takes from `list` per hop to its worker thread
 _Keys = list[tuple[str, str, str]]
@@ -375,18 +376,6 @@ class _LazyValues(dict):  # type: ignore[type-arg]
 
 
 # -- threads shared by processes -----------------------------------------------------------
-def _try_flock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def _lease_name(thread: str) -> str:
-    return hashlib.sha256(thread.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-
-
 class _Lease:
     """A saver's hold on one thread across processes: an flock on its lease file,
     ``<store>/langgraph/threads/<hash of the thread id>``, which holds a dirty flag (set
@@ -432,6 +421,16 @@ class CkptSaver(BaseCheckpointSaver[str]):
             use, not every thread it ever served.
         lease_timeout: seconds to wait for another process's saver to hand a thread
             over (it does within a tick and a commit) before LockError.
+        ttl: a thread time-to-live, as ``langgraph.json``'s ``checkpointer.ttl``:
+            ``{"strategy": "delete" | "keep_latest", "default_ttl": minutes,
+            "sweep_interval_minutes": 5, "sweep_limit": 1000}``. A thread whose last
+            checkpoint is older than ``default_ttl`` is deleted, or cut down to what it
+            resumes from, by the commit thread every sweep interval (`sweep_ttl`). A
+            run may give its thread its own: ``thread_ttl`` (minutes, 0: never) and
+            ``thread_ttl_strategy`` in its config. None (the default): threads are
+            kept until deleted or pruned.
+        clock: the wall clock, in nanoseconds since the epoch, that stamps puts and
+            measures TTLs (`time.time_ns`; tests and simulations pass their own).
     Raises:
         StoreNotFoundError, CorruptError, StoreIOError from opening the store or
         replaying a journal; InvalidInputError for a bad option.
@@ -448,8 +447,15 @@ class CkptSaver(BaseCheckpointSaver[str]):
         trust_identity: bool | str = True,
         resident_threads: int = 64,
         lease_timeout: float = 30.0,
+        ttl: Mapping[str, Any] | None = None,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         super().__init__(serde=serde)
+        from ckptcli.adapters.langgraph_retention import TTL
+
+        self.ttl = TTL.parse(ttl) if ttl is not None else None
+        self.clock = clock
+        self._sweeping: set[str] = set()  # threads a TTL sweep holds the lease of (not let go by commits)
         if fsync not in FSYNC_POLICIES:
             raise InvalidInputError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
         if not (commit_interval > 0 and seal_idle >= 0):
@@ -534,9 +540,12 @@ class CkptSaver(BaseCheckpointSaver[str]):
         """The saver of the store at `path` (created as `ckpt init` would when there is
         none): ``builder.compile(checkpointer=CkptSaver.open(".ckpt"))``. Options are
         the constructor's."""
+        from ckptcli.adapters.langgraph_retention import TTL
         from ckptcli.api import init_store
         from ckptcli.store.repository import resolve_store_path
 
+        if options.get("ttl") is not None:
+            TTL.parse(options["ttl"])  # a bad one is refused before a store is made
         p = Path(path)
         try:
             resolve_store_path(p)
@@ -662,7 +671,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         finally:
             self._lock.release()
 
-    def _claim(self, thread: str, write: bool) -> None:
+    def _claim(self, thread: str, write: bool, wait: bool = True) -> None:
         """Take thread `thread`'s lease (asking its holder to hand it over, and waiting),
         then read the thread again from the store if another process committed to it
         since this saver last held it. A write that finds that fences off the checkpoints
@@ -670,9 +679,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
         name = _lease_name(thread)
         with self._claiming[int(name[:4], 16) % len(self._claiming)]:  # one claim of a thread at a time here
             if thread not in self._leases:
-                self._claim_locked(thread, name, write)
+                self._claim_locked(thread, name, write, wait)
 
-    def _claim_locked(self, thread: str, name: str, write: bool) -> None:
+    def _claim_locked(self, thread: str, name: str, write: bool, wait: bool = True) -> None:
         if self._closed:
             raise UsageError("this CkptSaver is closed")
         try:
@@ -680,7 +689,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
         except OSError as exc:
             raise StoreIOError(f"cannot open the lease of thread {thread!r} in {self._jdir / LEASE_DIR}: {exc.strerror}") from None
         try:
-            if not _try_flock(fd):
+            locked = _try_flock(fd)
+            if not locked and not wait:
+                os.close(fd)  # held by another process's saver: the caller goes without
+                return
+            if not locked:
                 want = self._jdir / WANT_DIR / name
                 with contextlib.suppress(OSError):
                     os.close(os.open(want, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
@@ -731,7 +744,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         them (closing); one with puts not committed stays marked dirty."""
         if not self._leases:
             return
-        busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes}
+        busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes} | self._sweeping
         for thread in [t for t in self._leases if everything or t not in busy]:
             lease = self._leases.pop(thread)
             if thread not in busy and (lease.wrote or lease.dirty):
@@ -1118,8 +1131,12 @@ class CkptSaver(BaseCheckpointSaver[str]):
         this runs while puts wait for their fsync), and commits every commit_interval."""
         tick = min(self.commit_interval, _TICK)
         last = time.monotonic()
+        swept = last  # the first TTL sweep one interval after opening, as each after it
         while not self._stop.wait(tick):
             try:
+                if self.ttl is not None and time.monotonic() - swept >= self.ttl.sweep_interval_s:
+                    swept = time.monotonic()
+                    self.sweep_ttl()
                 self._journal.sync()
                 if self._leases:
                     self._hand_over()
@@ -1460,7 +1477,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 blobs[ch] = blob
                 specs[ch] = [ver, spec]
             rec = {
-                "op": "p", "t": thread, "n": ns, "i": cid, "p": parent_id, "c": time.time_ns(),
+                "op": "p", "t": thread, "n": ns, "i": cid, "p": parent_id, "c": self.clock(),
                 "k": list(skeleton), "m": list(md), "v": dict(checkpoint["channel_versions"]), "b": specs,
             }  # fmt: skip
             self._journal.append(_frame(rec))
@@ -1493,7 +1510,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         """Store the pending writes of a task (journaled before this returns)."""
         conf = config["configurable"]
         key = (str(conf["thread_id"]), conf.get("checkpoint_ns", "") or "", str(conf["checkpoint_id"]))
-        now = time.time_ns()
+        now = self.clock()
         ws = [Write(task_id, ch, self.serde.dumps_typed(v), task_path, WRITES_IDX_MAP.get(ch, idx), now) for idx, (ch, v) in enumerate(writes)]
         with self._owning(key[0], True, key[2]):
             self._check()
@@ -1641,19 +1658,95 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInputError(f"unknown prune strategy {strategy!r}", hint="use keep_latest or delete")
         threads = {str(t) for t in thread_ids}
-        keys: _Keys = []
         with self._lock:
             self._check()
-            kept: _Keys = []
-            for thread in threads:
-                for ids in self._thread_entries(thread).values():
-                    newest = max(ids) if strategy == "keep_latest" else None
-                    keys.extend(e.key for cid, e in ids.items() if cid != newest)
-                    kept.extend(e.key for cid, e in ids.items() if cid == newest)
-            if kept:
-                rebuilt_from = self._rebuilt_from(kept)
-                keys = [k for k in keys if k not in rebuilt_from]
+            keys = self._prune_keys(threads, strategy)
         self._delete(keys, threads if strategy == "delete" else set())
+
+    def _prune_keys(self, threads: set[str], strategy: str) -> _Keys:
+        """What `prune` removes of `threads` (caller holds the lock)."""
+        keys: _Keys = []
+        kept: _Keys = []
+        for thread in threads:
+            for ids in self._thread_entries(thread).values():
+                newest = max(ids) if strategy == "keep_latest" else None
+                keys.extend(e.key for cid, e in ids.items() if cid != newest)
+                kept.extend(e.key for cid, e in ids.items() if cid == newest)
+        if kept:
+            rebuilt_from = self._rebuilt_from(kept)
+            keys = [k for k in keys if k not in rebuilt_from]
+        return keys
+
+    # -- thread TTL (docs/langgraph.md, "Thread TTL") ---------------------------------------------
+    def sweep_ttl(self) -> Sequence[str]:
+        """Apply the saver's `ttl` now (the commit thread does every sweep interval):
+        each thread whose newest checkpoint is older than its TTL (its own, given by its
+        runs as ``thread_ttl``, or the saver's), the longest idle first, at most
+        `sweep_limit` of them, is deleted ("delete") or cut down to what it resumes from
+        ("keep_latest", as `prune`). A thread is swept under its lease, as a put is:
+        one that another process's saver holds is in use, and is left for a later
+        sweep; one written meanwhile is no longer expired. Returns the threads deleted
+        or cut down."""
+        from ckptcli.adapters.langgraph_retention import effective_ttl
+        from ckptcli.store import catalog
+        from ckptcli.store.catalog import Summary
+
+        ttl = self.ttl
+        if ttl is None:
+            return []
+        now = self.clock()
+        with self._lock:
+            self._check()
+            newest: dict[str, int] = {}
+            own: dict[str, tuple[int, tuple[float, str | None]]] = {}  # thread -> its newest own TTL
+            for row in catalog.rows(self.store).values():
+                if type(row[5]) is not dict or layout.LABEL_CHECKPOINT not in row[5]:
+                    continue
+                try:
+                    _mid, summary = Summary.from_row(row)
+                except (ValueError, TypeError, CkptError):
+                    continue
+                k = layout.key_of(summary.subject, summary.labels)
+                if k is None:
+                    continue
+                newest[k.thread_id] = max(newest.get(k.thread_id, 0), summary.created_ns)
+                mine = layout.thread_ttl(summary.labels)
+                if mine is not None and summary.created_ns >= own.get(k.thread_id, (-1, mine))[0]:
+                    own[k.thread_id] = (summary.created_ns, mine)
+            for (thread, _ns, _cid), e in self._entries.items():
+                newest[thread] = max(newest.get(thread, 0), e.created_ns)
+            busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes}
+        expired: list[tuple[int, str, float, str]] = []
+        for t, ts in newest.items():
+            ttl_s, strategy = effective_ttl(own[t][1] if t in own else None, ttl.ttl_s, ttl.strategy)
+            if ttl_s is not None and now - ts > ttl_s * 1e9 and t not in busy:
+                expired.append((ts, t, ttl_s, strategy))
+        expired.sort()
+        return [t for _ts, t, ttl_s, strategy in expired[: ttl.sweep_limit] if self._sweep_thread(t, now, ttl_s, strategy)]
+
+    def _sweep_thread(self, thread: str, now: int, ttl_s: float, strategy: str) -> bool:
+        self._claim(thread, False, wait=False)  # reads the thread again if another process wrote it
+        with self._lock:
+            lease = self._leases.get(thread)
+            if lease is None:
+                return False  # another process's saver holds it: in use
+            self._sweeping.add(thread)
+        try:
+            with self._lock:
+                entries = [e for ids in self._thread_entries(thread).values() for e in ids.values()]
+                busy = any(key[0] == thread for key in self._open) or any(key[0] == thread for key in self._orphan_writes)
+                if not entries or busy or now - max(e.created_ns for e in entries) <= ttl_s * 1e9:
+                    return False
+                keys = [e.key for e in entries] if strategy == "delete" else self._prune_keys({thread}, strategy)
+            if not keys:
+                return False  # cut down already
+            self._delete(keys, {thread} if strategy == "delete" else set())
+            lease.wrote = True  # a new token: other processes read the thread again
+            return True
+        finally:
+            with self._lock:
+                self._sweeping.discard(thread)
+                self._release_leases()
 
     def _rebuilt_from(self, kept: _Keys) -> dict[tuple[str, str, str], str]:
         """The checkpoints that `kept` ones rebuild their delta channels from (see
@@ -1801,7 +1894,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     typed = layout.view_typed(tag, view, f"{where} channel {ch}")
                     specs[ch] = [ver, ["t", typed[0], typed[1]]]
             rec = {
-                "op": "p", "t": thread, "n": ns, "i": cid, "p": None, "c": time.time_ns(),
+                "op": "p", "t": thread, "n": ns, "i": cid, "p": None, "c": self.clock(),
                 "k": list(stored.skeleton), "m": list(stored.metadata), "v": stored.versions, "b": specs,
             }  # fmt: skip
             self._journal.append(_frame(rec))

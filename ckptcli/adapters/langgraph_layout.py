@@ -28,8 +28,10 @@ any other type (an encrypting serializer, say) as its bytes, with the type recor
 Labels (strings, so `ckpt ls` and the catalog see them without decoding anything):
 ``langgraph.checkpoint`` (the checkpoint id), ``langgraph.parent``, ``langgraph.step``,
 ``langgraph.source``, ``langgraph.ns`` (subgraphs only), ``langgraph.thread`` (only when
-the thread id is not a valid subject name as it is) and ``langgraph.rev`` (only from 2 on:
-a checkpoint written again because pending writes arrived after it was committed).
+the thread id is not a valid subject name as it is), ``langgraph.rev`` (only from 2 on:
+a checkpoint written again because pending writes arrived after it was committed) and
+``langgraph.ttl`` (the thread's own TTL, when the run gave one: ``thread_ttl`` minutes
+in its config, and ``thread_ttl_strategy``; `thread_ttl`).
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ LABEL_NS = "langgraph.ns"
 LABEL_STEP = "langgraph.step"
 LABEL_SOURCE = "langgraph.source"
 LABEL_REV = "langgraph.rev"
+LABEL_TTL = "langgraph.ttl"  # "<minutes>" or "<minutes> <strategy>"
+TTL_KEY, TTL_STRATEGY_KEY = "thread_ttl", "thread_ttl_strategy"  # the run's config keys (LangGraph copies them into the metadata)
 LABEL_FORK_OF = "fork.of"  # ckpt fork's label (formats/events.md): such a checkpoint is not one LangGraph wrote
 
 PRODUCER = {"name": "ckptcli.langgraph", "version": __version__}
@@ -377,6 +381,9 @@ def labels_for(thread_id: str, ns: str, checkpoint_id: str, parent_id: str | Non
             labels[LABEL_STEP] = str(step)
         if type(source) is str and len(source) <= 64:
             labels[LABEL_SOURCE] = source
+        ttl, strategy = metadata_view.get(TTL_KEY), metadata_view.get(TTL_STRATEGY_KEY)
+        if isinstance(ttl, (int, float)) and type(ttl) is not bool and 0 <= ttl < float("inf"):
+            labels[LABEL_TTL] = f"{ttl:g}" + (f" {strategy}" if strategy in ("delete", "keep_latest") else "")
     if rev > 1:
         labels[LABEL_REV] = str(rev)
     return labels
@@ -406,6 +413,21 @@ def manifest_for(
         deps={"ckptcli": __version__},
         format_version=format_version,
     )
+
+
+def thread_ttl(labels: Mapping[str, str]) -> tuple[float, str | None] | None:
+    """A checkpoint's own thread TTL: (minutes, strategy or None for the sweeper's), or
+    None when it has none (or a label that is not one). 0 minutes: the thread never expires."""
+    words = labels.get(LABEL_TTL, "").split()
+    if not 1 <= len(words) <= 2 or (len(words) == 2 and words[1] not in ("delete", "keep_latest")):
+        return None
+    try:
+        minutes = float(words[0])
+    except ValueError:
+        return None
+    if not 0 <= minutes < float("inf"):
+        return None
+    return minutes, words[1] if len(words) == 2 else None
 
 
 # -- reading ----------------------------------------------------------------------------

@@ -24,15 +24,28 @@ together. Besides what the policy keeps, a thread keeps:
 ``ckptcli.retention`` under the ext namespace ``langgraph``); `CkptSaver.prune` applies
 the same rules (`needed`) to what it holds. Imports nothing of LangGraph.
 docs/langgraph.md ("Prune and delete") has the user's view.
+
+`TTL` is a thread time-to-live as LangGraph Platform configures it (``langgraph.json``:
+``checkpointer.ttl``): a thread whose last write is older than `default_ttl` minutes is
+*expired*, and then deleted (``"delete"``) or cut down to what it resumes from
+(``"keep_latest"``: each namespace's newest checkpoint and what the rules above keep
+with it). A thread whose run gave its own (``thread_ttl`` minutes, 0 for never, and
+``thread_ttl_strategy`` in its config: the ``langgraph.ttl`` label) has that one
+instead (`effective_ttl`). `CkptSaver(ttl=...)` sweeps its store every
+`sweep_interval_minutes`; `ckpt prune --langgraph-ttl` does it once.
+docs/langgraph.md ("Thread TTL").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import contextlib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ckptcli.adapters import langgraph_layout as layout
-from ckptcli.errors import CkptError
+from ckptcli.errors import CkptError, InvalidInputError
 from ckptcli.format import limits
 from ckptcli.format.manifest import Manifest
 from ckptcli.format.values import EXT_MAP, EXT_REF, Decoder, Ext, unpack_ev
@@ -41,6 +54,60 @@ from ckptcli.store.repository import Store
 Key3 = tuple[str, str, str]  # (thread, namespace, checkpoint id)
 DELTA_COUNTERS = "counters_since_delta_snapshot"  # LangGraph's metadata key (langgraph.checkpoint.base)
 NS_SEP = "|"  # langgraph.constants.NS_SEP: nested subgraph namespaces
+
+
+TTL_STRATEGIES = ("delete", "keep_latest")
+_TTL_KEYS = ("strategy", "default_ttl", "sweep_interval_minutes", "sweep_limit")
+
+
+@dataclass(frozen=True)
+class TTL:
+    """A thread time-to-live (the module docstring). Times in seconds."""
+
+    ttl_s: float
+    strategy: str = "delete"
+    sweep_interval_s: float = 300.0
+    sweep_limit: int = 1000
+
+    @classmethod
+    def parse(cls, config: Mapping[str, Any]) -> TTL:
+        """The TTL of a ``langgraph.json``-style mapping: ``{"strategy": "delete" |
+        "keep_latest", "default_ttl": minutes, "sweep_interval_minutes": minutes (5),
+        "sweep_limit": threads per sweep (1000)}``.
+
+        Raises:
+            InvalidInputError naming the key that is wrong and what it takes.
+        """
+        if not isinstance(config, Mapping):
+            raise InvalidInputError(f"ttl must be a mapping such as {{'default_ttl': 43200}}, not {type(config).__name__}")
+        unknown = sorted(str(k) for k in config if k not in _TTL_KEYS)
+        if unknown:
+            raise InvalidInputError(f"ttl has an unknown key {unknown[0]!r}", hint=f"use {', '.join(_TTL_KEYS)}")
+        strategy = config.get("strategy", "delete")
+        if strategy not in TTL_STRATEGIES:
+            raise InvalidInputError(f"ttl strategy must be 'delete' or 'keep_latest', not {strategy!r}")
+
+        def minutes(key: str, default: float | None) -> float:
+            value = config.get(key, default)
+            if value is None:
+                raise InvalidInputError(f"ttl needs {key!r}: the minutes after a thread's last write when it expires", hint="e.g. ttl={'default_ttl': 43200} (30 days)")
+            if type(value) not in (int, float) or not value > 0 or value == float("inf"):
+                raise InvalidInputError(f"ttl {key!r} must be a positive number of minutes, not {value!r}")
+            return float(value) * 60
+
+        limit = config.get("sweep_limit", 1000)
+        if type(limit) is not int or limit < 1:
+            raise InvalidInputError(f"ttl 'sweep_limit' must be an integer >= 1, not {limit!r}")
+        return cls(minutes("default_ttl", None), strategy, minutes("sweep_interval_minutes", 5), limit)
+
+
+def effective_ttl(own: tuple[float, str | None] | None, ttl_s: float, strategy: str) -> tuple[float | None, str]:
+    """A thread's TTL in seconds (None: it never expires) and strategy: its own
+    (`langgraph_layout.thread_ttl` of its newest checkpoint that has one), else the default."""
+    if own is None:
+        return ttl_s, strategy
+    minutes, own_strategy = own
+    return (minutes * 60 if minutes > 0 else None), own_strategy or strategy
 
 
 def parent_ns(ns: str) -> str:
@@ -117,7 +184,10 @@ def retain(store: Store, manifests: Mapping[bytes, Manifest], keep: set[bytes]) 
     if not revs:
         return {}
     newest = {key: max(rs)[2] for key, rs in revs.items()}
-    kept_keys = {key for key, rs in revs.items() if any(mid in keep for _r, _c, mid in rs)}
+    # a thread that loses nothing needs nothing kept for it (a TTL or a wide policy
+    # keeps most threads whole: their checkpoints are not read)
+    losing = {key[0] for key, rs in revs.items() if any(mid not in keep for _r, _c, mid in rs)}
+    kept_keys = {key for key, rs in revs.items() if key[0] in losing and any(mid in keep for _r, _c, mid in rs)}
     threads = {key[0] for key in kept_keys}
     extra: dict[Key3, str] = {key: why for key, why in live_heads(k for k in revs if k[0] in threads).items() if key not in kept_keys}
     info: dict[Key3, tuple[set[str], set[str]]] = {}
@@ -141,6 +211,23 @@ def retain(store: Store, manifests: Mapping[bytes, Manifest], keep: set[bytes]) 
     for key, why in extra.items():
         out.setdefault(newest[key], why)
     return out
+
+
+@contextlib.contextmanager
+def hold_threads(store: Store, manifests: Mapping[bytes, Manifest], subjects: set[str], renew: bool = True) -> Iterator[set[str]]:
+    """Hold the leases of the LangGraph threads of `subjects` for `ckpt prune`
+    (`langgraph_leases.hold_threads`); yields the subjects in use, which must be left alone."""
+    from ckptcli.adapters.langgraph_leases import hold_threads as hold
+
+    threads: dict[str, str] = {}
+    for m in manifests.values():
+        subj = str(m.subject)
+        if subj in subjects:
+            k = layout.key_of(m.subject, m.labels)
+            if k is not None:
+                threads[k.thread_id] = subj
+    with hold(Path(store.location), threads, renew) as (_held, in_use):
+        yield {threads[t] for t in in_use}
 
 
 def _delta_info(store: Store, m: Manifest, mid: bytes) -> tuple[set[str], set[str]]:

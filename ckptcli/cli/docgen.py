@@ -63,7 +63,7 @@ codes it uses. Any code not listed here also means failure.
 On any failure ckpt prints exactly one line on stderr, `ckpt: error: <what is wrong>; <what to do>`,
 and never a traceback (set `CKPT_DEBUG=1` to see one for an internal error, code 70).
 `ckpt diff --exit-code` (like `git diff --exit-code`) and `ckpt verify` use 1 and 5 as documented
-in their help.
+in their help; `ckpt doctor` exits 1 when one of its checks fails (warnings alone exit 0).
 """
 
 

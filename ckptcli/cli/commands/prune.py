@@ -25,6 +25,16 @@ def prune(
     keep_tag: Annotated[
         list[str] | None, typer.Option("--keep-tag", metavar="T", help="Keep checkpoints tagged T, or labelled T (key or key=value). Repeatable.")
     ] = None,
+    langgraph_ttl: Annotated[
+        str | None,
+        typer.Option("--langgraph-ttl", metavar="AGE", help="Expire LangGraph threads whose newest checkpoint is older than AGE (30m, 12h, 7d, 2w)."),
+    ] = None,
+    langgraph_ttl_strategy: Annotated[
+        str,
+        typer.Option(
+            "--langgraph-ttl-strategy", metavar="STRATEGY", help="What an expired thread loses: delete (all of it) or keep_latest (all but what it resumes from)."
+        ),
+    ] = "delete",
     subject: Annotated[list[str] | None, typer.Option("--subject", "-S", metavar="KIND:NAME", help="Only these subjects (repeatable).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Say what would be removed and why each survivor stays; change nothing.")] = False,
     allow_remove_all: Annotated[bool, typer.Option("--allow-remove-all", help="Allow removing every checkpoint of a subject.")] = False,
@@ -50,6 +60,17 @@ def prune(
     the checkpoints it resumes from (its subgraphs' too) and those its delta channels
     are rebuilt from (docs/langgraph.md); --dry-run -v says why each stays.
 
+    --langgraph-ttl is LangGraph Platform's thread TTL, applied once: a LangGraph
+    thread whose newest checkpoint is older than AGE is expired, and loses every
+    checkpoint (--langgraph-ttl-strategy delete, the default) or all but what it
+    resumes from (keep_latest: its newest checkpoint, a subgraph's it is paused in,
+    and what their delta channels are rebuilt from), whatever the --keep-* rules
+    say. A thread whose runs gave their own TTL (thread_ttl minutes, 0 for never,
+    and thread_ttl_strategy, in the run's config) has that one instead. Other
+    threads and subjects are left to those rules, or kept whole without any. A thread a running saver holds is in use, and left alone; savers that hold
+    none of the pruned ones read them again. A saver running with its own ttl option
+    sweeps the same way by itself.
+
     Then objects no surviving checkpoint needs are deleted: packs holding only such
     objects are removed, packs more than --max-unused unneeded are rewritten, small
     packs (one per small take) are merged, and the index is rewritten as one file.
@@ -66,6 +87,10 @@ def prune(
       ckpt prune --keep-daily 7 --keep-weekly 4 --keep-tag release
 
       ckpt prune --keep-within 2d -S agent:support-bot --json
+
+      ckpt prune --langgraph-ttl 30d --dry-run
+
+      ckpt prune --langgraph-ttl 7d --langgraph-ttl-strategy keep_latest --keep-last 50
     """
     from datetime import UTC
 
@@ -86,7 +111,10 @@ def prune(
         keep_within_s=parse_duration(keep_within) if keep_within is not None else None,
         keep_tags=list(keep_tag or []),
         tz=UTC if utc else None,
+        langgraph_ttl_s=parse_duration(langgraph_ttl) if langgraph_ttl is not None else None,
+        langgraph_ttl_strategy=langgraph_ttl_strategy,
     )
+    policy.check()
     st = api.open_store(store)
     subjects = [str(Subject.parse(s)) for s in subject] if subject else None
     report = run_prune(
@@ -98,6 +126,10 @@ def prune(
         return
     c = out()
     verb = "would remove" if dry_run else "removed"
+    for subj, idle in sorted(report.expired.items()):
+        c.print(f"expired {subj}: no write for {_age(idle)} ({report.expired_strategy.get(subj, langgraph_ttl_strategy)})", markup=False)
+    for subj in report.in_use:
+        c.print(f"left alone {subj}: expired, but a running LangGraph saver holds it (or died before committing it; opening the store replays it)", markup=False)
     for d in report.decisions:
         if d.keep and not (verbose or dry_run):
             continue
@@ -115,3 +147,11 @@ def prune(
             f"{g.objects_removed} object(s) and {human_size(g.bytes_freed)} freed; index files {g.index_files_before} -> {g.index_files_after}",
             markup=False,
         )
+
+
+def _age(seconds: int) -> str:
+    """An idle time, rounded down to its largest unit."""
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= n:
+            return f"{seconds // n}{unit}"
+    return f"{seconds}s"

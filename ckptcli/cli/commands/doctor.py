@@ -1,0 +1,49 @@
+"""ckpt doctor: named checks of the store, the LangGraph saver's files and the optional components."""
+
+from __future__ import annotations
+
+from ckptcli.cli.app import JsonOpt, StoreOpt, app
+from ckptcli.cli.output import emit_json, exit_status, out
+from ckptcli.errors import DoctorFailed, ExitCode
+
+
+@app.command(epilog=exit_status(ExitCode.FAILURE))
+def doctor(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Say whether ckpt works here, and what to watch.
+
+    Runs named checks, each ok, warn or fail with a one-line detail and a hint:
+    store (found, its format version; a quick look at its config, index files, refs
+    and manifests: `ckpt verify` checks every object), langgraph journals (the
+    LangGraph saver's journals beside the store: how many, their size, the backlog
+    of puts that live savers have not committed yet, journals left by savers that
+    are gone, which the next saver to open the store replays), langgraph journal
+    damage (bytes that are no record between records), langgraph thread leases
+    (threads held by live savers, threads whose saver died before committing them),
+    and component ... (the optional packages installed, their versions, and what
+    each one not installed would enable), and plugins (the entry points installed
+    packages register with ckpt: adapters' hooks, more checks).
+
+    Installed packages add their own checks (entry-point group ckptcli.doctor).
+    Nothing is changed. Exit status 1 when a check fails; warnings alone exit 0.
+
+    Examples:
+
+      ckpt doctor
+
+      ckpt doctor --store /srv/app/.ckpt --json
+    """
+    from ckptcli import doctor as lib
+
+    report = lib.run(store)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        c = out()
+        width = max((len(ch.name) for ch in report.checks), default=0)
+        for ch in report.checks:
+            c.print(f"{ch.status:<4}  {ch.name:<{width}}  {ch.detail}", markup=False)
+            if ch.hint and ch.status != lib.OK:
+                c.print(f"      {'':<{width}}  hint: {ch.hint}", markup=False)
+    if report.failed:
+        first = report.failed[0]
+        raise DoctorFailed(f"{len(report.failed)} check(s) failed, first {first.name}: {first.detail}", hint=first.hint or "see above")

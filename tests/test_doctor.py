@@ -1,0 +1,149 @@
+"""`ckpt doctor` on real stores: none at all, a live saver's journal, a journal left by a
+saver that is gone, a journal with a hole punched in it; and its registry of checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ckptcli import doctor
+from ckptcli.adapters.langgraph import CkptSaver
+from ckptcli.adapters.langgraph_journal import read_journal
+from tests.conftest import REPO, run_ckpt
+from tests.langgraph_graphs import chat_builder, chat_message
+from tests.test_langgraph_journal import _abandoned_journal, _record_starts
+
+
+def _checks(res: Any) -> list[dict[str, str]]:
+    return list(json.loads(res.out)["checks"])
+
+
+def _one(checks: list[dict[str, str]], name: str, status: str | None = None) -> dict[str, str]:
+    (found,) = [c for c in checks if c["name"] == name and (status is None or c["status"] == status)]
+    return found
+
+
+def test_no_store_fails_the_store_check_and_still_lists_the_components(tmp_path: Path) -> None:
+    r = run_ckpt("doctor", cwd=tmp_path)
+    assert r.returncode == 1
+    out, err = r.stdout.decode(), r.stderr.decode()
+    assert out.startswith("fail  store ") and "not found: no ckpt store in" in out and "hint: run `ckpt init`" in out
+    assert "component langgraph-checkpoint" in out and "Traceback" not in err
+    assert err.count("\n") == 1 and err.startswith("ckpt: error: 1 check(s) failed, first store: not found")
+
+
+def test_a_live_savers_journal_shows_its_backlog_and_its_leases(tmp_path: Path, cli: Any) -> None:
+    store = tmp_path / ".ckpt"
+    with CkptSaver.open(store, commit_interval=3600, seal_idle=0) as saver:  # nothing committed while it runs
+        graph = chat_builder(4, words=4).compile(checkpointer=saver)
+        graph.invoke({"messages": [chat_message(0, 4)]}, {"configurable": {"thread_id": "live"}})
+        res = cli("doctor", "--json", "--store", store)
+        assert res.code == 0, res.err
+        checks = _checks(res)
+        assert json.loads(res.out)["status"] == "ok"
+        journals = _one(checks, "langgraph journals")
+        assert "1 journal(s)" in journals["detail"] and "1 of live savers (backlog: 5 put(s) not committed yet), 0 of savers that are gone" in journals["detail"]
+        assert "1 held by a live saver now" in _one(checks, "langgraph thread leases")["detail"]
+        assert "0 checkpoint(s)" in _one(checks, "store structure")["detail"]
+    res = cli("doctor", "--json", "--store", store)  # closed: everything committed, the journal gone
+    checks = _checks(res)
+    assert "0 journal(s)" in _one(checks, "langgraph journals")["detail"] and "backlog: 0" in _one(checks, "langgraph journals")["detail"]
+    assert "5 checkpoint(s)" in _one(checks, "store structure")["detail"]
+    assert "0 held by a live saver now" in _one(checks, "langgraph thread leases")["detail"]
+
+
+def test_a_dead_savers_journal_is_a_warning_until_a_saver_replays_it(tmp_path: Path, cli: Any) -> None:
+    store = tmp_path / ".ckpt"
+    saver = CkptSaver.open(store, commit_interval=3600, seal_idle=0)
+    chat_builder(3, words=4).compile(checkpointer=saver).invoke({"messages": [chat_message(0, 4)]}, {"configurable": {"thread_id": "d"}})
+    saver.abandon()  # as if killed: the journal stays, its lease dirty
+    res = cli("doctor", "--store", store)
+    assert res.code == 0, res.err
+    assert "0 of live savers (backlog: 0 put(s) not committed yet), 1 of savers that are gone" in res.out
+    assert "was left by a saver that is gone: 7 record(s), 4 put(s) not in the store" in res.out
+    assert "1 thread(s) whose last saver died before committing them" in res.out
+    assert "hint: nothing is lost: the next CkptSaver to open the store" in res.out
+    CkptSaver.open(store).close()  # replays it
+    res = cli("doctor", "--json", "--store", store)
+    assert json.loads(res.out)["status"] == "ok" and "4 checkpoint(s)" in _one(_checks(res), "store structure")["detail"]
+
+
+def test_another_processs_journal_is_live_until_it_is_killed(tmp_path: Path, cli: Any) -> None:
+    """A real worker process mid-turn (its node waits): its journal is live; SIGKILLed,
+    the journal is one of a saver that is gone, until a saver replays it."""
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "tests.langgraph_worker", "ckpt", str(store)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    try:
+        assert worker.stdin is not None and worker.stdout is not None
+        assert json.loads(worker.stdout.readline()) == {"ready": True}
+        worker.stdin.write(json.dumps({"op": "turn", "thread": "w", "text": "hold on"}) + "\n")
+        worker.stdin.flush()
+        assert json.loads(worker.stdout.readline()) == {"in_node": True}
+        res = cli("doctor", "--json", "--store", store)
+        assert res.code == 0, res.err
+        assert ": 1 of live savers (backlog: " in _one(_checks(res), "langgraph journals", "ok")["detail"]
+        assert not [c for c in _checks(res) if c["status"] != "ok"]
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        for pipe in (worker.stdin, worker.stdout):
+            if pipe is not None:
+                pipe.close()
+    res = cli("doctor", "--json", "--store", store)
+    assert res.code == 0 and json.loads(res.out)["status"] == "warn"
+    assert "0 of live savers" in _one(_checks(res), "langgraph journals", "ok")["detail"]
+    assert "was left by a saver that is gone" in _one(_checks(res), "langgraph journals", "warn")["detail"]
+    CkptSaver.open(store).close()
+    res = cli("doctor", "--json", "--store", store)
+    assert json.loads(res.out)["status"] == "ok" and "0 journal(s)" in _one(_checks(res), "langgraph journals")["detail"]
+
+
+def test_a_hole_in_a_journal_fails_and_is_named(tmp_path: Path, cli: Any) -> None:
+    store = tmp_path / ".ckpt"
+    path, _values = _abandoned_journal(store)
+    data = bytearray(path.read_bytes())
+    starts = _record_starts(bytes(data))
+    at, end = starts[len(starts) // 2] + 5, starts[len(starts) // 2 + 1]
+    data[at:end] = bytes(end - at)
+    path.write_bytes(bytes(data))
+    assert read_journal(bytes(data)).holes
+    res = cli("doctor", "--json", "--store", store)
+    assert res.code == 1 and res.err.count("\n") == 1 and "first langgraph journal damage" in res.err
+    damage = _one(_checks(res), "langgraph journal damage", "fail")
+    assert path.name in damage["detail"] and f"offset {at - 5}" in damage["detail"] and "recover" in damage["hint"]
+    assert json.loads(res.out)["status"] == "fail"
+    CkptSaver.open(store).close()  # recovery reads past it and keeps the file to look at: a warning now
+    res = cli("doctor", "--json", "--store", store)
+    assert res.code == 0
+    assert ".journal.damaged" in _one(_checks(res), "langgraph journal damage", "warn")["detail"]
+
+
+def test_checks_are_a_registry_and_a_broken_one_is_a_failure_not_a_crash(tmp_path: Path, monkeypatch: Any) -> None:
+    store = tmp_path / "s"
+    CkptSaver.open(store).close()
+
+    def broken(ctx: doctor.Context) -> list[doctor.Check]:
+        raise RuntimeError("boom")
+
+    def mine(ctx: doctor.Context) -> list[doctor.Check]:
+        return [doctor.Check("mine", doctor.WARN, f"saw {ctx.store_path}", "do this")]
+
+    assert list(doctor.registered())[:3] == ["store", "langgraph", "components"]
+    report = doctor.run(store, {"broken": broken, "mine": mine})
+    assert [(c.name, c.status) for c in report.checks] == [("broken", "fail"), ("mine", "warn")]
+    assert "the check itself failed: RuntimeError: boom" in report.checks[0].detail
+    assert report.checks[1].detail == f"saw {store}"
+    monkeypatch.setitem(doctor.COMPONENTS, "ckpt-no-such-package", ("nothing at all", "pip install it"))
+    (missing,) = [c for c in doctor.check_components(doctor.Context()) if c.name == "component ckpt-no-such-package"]
+    assert (missing.status, missing.detail, missing.hint) == ("ok", "not installed: nothing at all", "pip install it")
+    (plugins,) = [c for c in doctor.check_components(doctor.Context()) if c.name == "plugins"]
+    assert "ckptcli.retention: langgraph (ckptcli)" in plugins.detail  # ckpt's own, registered as any other's
