@@ -354,6 +354,7 @@ class CkptStore(BaseStore):
         self._data: dict[tuple[str, ...], dict[str, _Rec]] = {}
         self._next_seq = 0
         self._ttl_items = 0
+        self._retry_at = 0  # after a compaction failed: the log size at which to try again
         self.compactions = 0  # snapshots this process took (for tests and benchmarks)
         try:
             self._dir.mkdir(parents=True, exist_ok=True)
@@ -472,6 +473,14 @@ class CkptStore(BaseStore):
                 self._ttl_items += r.ttl is not None
         for rec in records[1:]:
             self._apply(rec)
+        if cleanup and snap is not None:
+            # the branch keeps the live log's base from prune; a compaction killed between
+            # its snapshot and its new log left the branch on a snapshot no log starts from
+            try:
+                if self.store.read_ref(f"refs/branches/{SNAPSHOT_BRANCH}") != snap:
+                    self.store.set_branch(SNAPSHOT_BRANCH, snap)
+            except CkptError as exc:
+                self.store.warn(f"cannot point the branch {SNAPSHOT_BRANCH} at the LangGraph store's snapshot {snap.hex()[:12]}: {exc.message}")
 
     def _read_records(self, data: bytes, path: Path, salt: bytes, base: int) -> tuple[list[dict[str, Any]], int]:
         """The records of `data` (the log's bytes from offset `base`) and where they end
@@ -836,11 +845,12 @@ class CkptStore(BaseStore):
 
     # -- compaction -----------------------------------------------------------------------
     def _maybe_compact(self, now: int) -> None:
-        if self._offset < self.compact_bytes:
+        if self._offset < max(self.compact_bytes, self._retry_at):
             return
         try:
             self._compact(now)
-        except CkptError as exc:  # the batch is written: it must not look failed; the next write tries again
+        except CkptError as exc:  # the batch is written: it must not look failed; a write tries again later
+            self._retry_at = self._offset + self.compact_bytes
             self.store.warn(f"the LangGraph store could not compact its log {self._path(self._gen)}: {exc.message}")
 
     def _compact(self, now: int) -> None:
@@ -883,6 +893,7 @@ class CkptStore(BaseStore):
         with contextlib.suppress(OSError):
             old.unlink()
         self.compactions += 1
+        self._retry_at = 0
         self._open_newest()
 
     # -- TTL --------------------------------------------------------------------------------
