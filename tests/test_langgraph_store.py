@@ -644,3 +644,23 @@ def test_a_compaction_that_fails_halfway_loses_nothing(tmp_path: Path, monkeypat
     assert pr.code == 0, pr.err
     with CkptStore.open(store) as t:
         assert sorted(x.value["i"] for x in t.search(("n",), limit=10_000)) == list(range(i))
+
+
+def test_a_missing_snapshot_is_reported_and_refused_in_one_line(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    from ckptcli.errors import CorruptError
+    from ckptcli.store.repository import Store
+
+    store = tmp_path / ".ckpt"
+    with CkptStore.open(store, compact_bytes=4096) as s:
+        i = 0
+        while s.compactions < 1:
+            s.put(("n",), f"k{i}", {"i": i, "pad": "x" * 100})
+            i += 1
+    base = Store.open(store).read_ref("refs/branches/langgraph-store")
+    assert base is not None
+    (store / "manifests" / base.hex()).unlink()  # removed by hand
+    res = cli("verify", "--store", store)
+    assert res.code == 5 and f"starts from the snapshot {base.hex()[:12]}" in res.out + res.err
+    with pytest.raises(CorruptError) as info:
+        CkptStore.open(store)
+    assert "cannot be read" in info.value.message and "\n" not in info.value.message

@@ -17,6 +17,7 @@ generation is the live one; older ones are left only by a crash during a compact
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +59,16 @@ def base_of(records: list[dict[str, Any]]) -> bytes | str | None:
     return snap
 
 
-def check_store_logs(store_dir: Path) -> list[tuple[Path, str]]:
+def check_store_logs(store_dir: Path, manifests: Collection[bytes] | None = None) -> list[tuple[Path, str]]:
     """Problems of the memory store's logs under `store_dir` for `ckpt verify`: a log
-    that is not one (bad header, no base record) and a log with a hole (damage between
-    records; a crash leaves none). A log being appended to is read twice and a hole
-    counts only if both reads show it."""
+    that is not one (bad header, no base record), a log with a hole (damage between
+    records; a crash leaves none), and the live log's base snapshot missing from
+    `manifests` (the store's checkpoint ids, when given). A log being appended to is
+    read twice and a hole counts only if both reads show it."""
     found: list[tuple[Path, str]] = []
     d = log_dir(store_dir)
-    for gen in generations(d):
+    gens = generations(d)
+    for gen in gens:
         path = d / log_name(gen)
         if path.is_symlink() or not path.is_file():
             found.append((path, "is not a regular file; remove it"))
@@ -85,6 +88,10 @@ def check_store_logs(store_dir: Path) -> list[tuple[Path, str]]:
             why = base_of(first.records)
             if isinstance(why, str):
                 found.append((path, f"is damaged: {why}"))
+            elif why is not None and manifests is not None and gen == gens[-1] and why not in manifests:
+                found.append(
+                    (path, f"starts from the snapshot {why.hex()[:12]}, which the store does not have: the memories in it are lost; restore the store from a backup")
+                )
         except OSError as exc:
             found.append((path, f"cannot be read: {exc.strerror}"))
     return found
