@@ -349,6 +349,7 @@ class CkptStore(BaseStore):
         self._closed = False
         self._fd = -1
         self._gen = -1
+        self._next_log = ""
         self._salt = b""
         self._offset = 0
         self._data: dict[tuple[str, ...], dict[str, _Rec]] = {}
@@ -466,6 +467,7 @@ class CkptStore(BaseStore):
             with contextlib.suppress(OSError):
                 os.close(self._fd)
         self._fd, self._gen, self._salt, self._offset = fd, gen, salt, HEADER_V2 + end
+        self._next_log = str(self._path(gen + 1))
         self._data, self._next_seq, self._ttl_items = items, 0, 0
         for recs in items.values():
             for r in recs.values():
@@ -555,7 +557,7 @@ class CkptStore(BaseStore):
             raise UsageError("this CkptStore is closed")
         try:
             st = os.fstat(self._fd)
-            newer = os.path.exists(self._path(self._gen + 1))
+            newer = os.path.exists(self._next_log)  # a str: this runs before every batch
         except OSError as exc:
             raise StoreIOError(f"cannot read the LangGraph store's log {self._path(self._gen)}: {exc.strerror}") from None
         if st.st_nlink == 0 or newer:  # another process compacted: read the new generation from its base
@@ -577,7 +579,7 @@ class CkptStore(BaseStore):
             except OSError as exc:
                 raise StoreIOError(f"cannot write the LangGraph store's log {self._path(self._gen)}: {exc.strerror}") from None
 
-    def _append(self, rec: dict[str, Any]) -> None:
+    def _append(self, rec: dict[str, Any], sync: bool = True) -> None:
         data = frame(rec, self._salt)
         if len(data) > MAX_RECORD:
             raise LimitExceededError(
@@ -591,7 +593,7 @@ class CkptStore(BaseStore):
             while view:
                 n = os.pwrite(self._fd, view, pos)
                 view, pos = view[n:], pos + n
-            if self.fsync == "always":
+            if sync and self.fsync == "always":
                 os.fdatasync(self._fd)
         except OSError as exc:
             with contextlib.suppress(OSError):
@@ -750,7 +752,8 @@ class CkptStore(BaseStore):
             if touch:  # refresh the TTLs read: a write, under the exclusive lock
                 with self._lock(shared=False):
                     self._refresh(writing=True)
-                    self._append({"op": "touch", "t": int(self.clock() * _NS), "k": [[list(ns), key] for ns, key in touch]})
+                    # not synced: a refresh a power cut loses lets the item expire at its earlier time
+                    self._append({"op": "touch", "t": int(self.clock() * _NS), "k": [[list(ns), key] for ns, key in touch]}, sync=False)
         return results
 
     def _write_puts(
@@ -780,7 +783,7 @@ class CkptStore(BaseStore):
         if items:
             self._append({"op": "put", "items": items})
         if touched:
-            self._append({"op": "touch", "t": now, "k": touched})
+            self._append({"op": "touch", "t": now, "k": touched}, sync=False)
 
     def _search(self, op: SearchOp, now: int, query_vecs: dict[str, list[float]]) -> list[SearchItem]:
         prefix = op.namespace_prefix
