@@ -534,7 +534,23 @@ def test_bad_input_is_refused_in_one_line_and_changes_nothing(tmp_path: Path) ->
         CkptStore.open(tmp_path / ".ckpt", fsync="sometimes")
     assert log.stat().st_size == size
     assert [i.key for i in s.search(("ok",))] == ["k"]
+    # namespaces given as lists in direct batches work as tuples
+    assert s.batch([GetOp(["ok"], "k")])[0].value == {"v": 1}  # type: ignore[arg-type,union-attr]
     s.close()
+    # with an index, a bad value is refused before anything is embedded, sync and async
+    calls: list[list[str]] = []
+
+    def counting(texts: list[str]) -> list[list[float]]:
+        calls.append(texts)
+        return embed(texts)
+
+    with CkptStore.open(tmp_path / "indexed", index={"dims": 8, "embed": counting}) as t:
+        for value in ("a string", {"when": datetime.date.today()}):
+            with pytest.raises(InvalidInputError):
+                t.put(("ok",), "k", value)  # type: ignore[arg-type]
+            with pytest.raises(InvalidInputError):
+                asyncio.run(t.aput(("ok",), "k", value))  # type: ignore[arg-type]
+        assert calls == [] and t.search(()) == []
 
 
 def test_verify_reports_a_damaged_log_and_the_store_reads_past_it(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]

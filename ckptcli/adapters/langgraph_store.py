@@ -639,16 +639,16 @@ class CkptStore(BaseStore):
 
     # -- batches ----------------------------------------------------------------------------
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        ops, puts = self._prepare(ops)
+        ops, puts, encoded = self._prepare(ops)
         put_vecs = self._embed_puts(puts)
         query_vecs: dict[str, list[float]] = {}
         if self.embeddings is not None:
             for q in dict.fromkeys(op.query for op in ops if isinstance(op, SearchOp) and op.query):
                 query_vecs[q] = list(self.embeddings.embed_query(q))
-        return self._execute(ops, puts, put_vecs, query_vecs)
+        return self._execute(ops, puts, encoded, put_vecs, query_vecs)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        ops, puts = self._prepare(ops)
+        ops, puts, encoded = self._prepare(ops)
         put_vecs: dict[NsKey, dict[str, list[float]]] = {}
         query_vecs: dict[str, list[float]] = {}
         if self.embeddings is not None:
@@ -659,23 +659,36 @@ class CkptStore(BaseStore):
             if queries:
                 got = await asyncio.gather(*(self.embeddings.aembed_query(q) for q in queries))
                 query_vecs = {q: list(v) for q, v in zip(queries, got, strict=True)}
-        return await asyncio.to_thread(self._execute, ops, puts, put_vecs, query_vecs)
+        return await asyncio.to_thread(self._execute, ops, puts, encoded, put_vecs, query_vecs)
 
-    def _prepare(self, ops: Iterable[Op]) -> tuple[list[Op], dict[NsKey, PutOp]]:
-        """Check every op before anything runs; the puts, last one per item wins (at the
-        place of the first, as InMemoryStore applies them)."""
-        ops = list(ops)
+    def _prepare(self, ops: Iterable[Op]) -> tuple[list[Op], dict[NsKey, PutOp], dict[NsKey, bytes]]:
+        """Check every op before anything runs (and before anything is embedded); the
+        puts, last one per item wins (at the place of the first, as InMemoryStore applies
+        them), and their values encoded."""
+        checked: list[Op] = []
         puts: dict[NsKey, PutOp] = {}
+        encoded: dict[NsKey, bytes] = {}
         for op in ops:
             if not isinstance(op, (GetOp, SearchOp, PutOp, ListNamespacesOp)):
                 raise InvalidInputError(f"unknown store operation {type(op).__name__}", hint="use GetOp, PutOp, SearchOp or ListNamespacesOp")
             validate_op_namespace(op)
+            if isinstance(op, (GetOp, PutOp)) and type(op.namespace) is not tuple:
+                op = op._replace(namespace=tuple(op.namespace))
+            if isinstance(op, SearchOp) and type(op.namespace_prefix) is not tuple:
+                op = op._replace(namespace_prefix=tuple(op.namespace_prefix))
             if isinstance(op, PutOp):
                 _validate_put(op)
-                puts[(op.namespace, op.key)] = op
+                k = (op.namespace, op.key)
+                if op.value is not None:
+                    value, encoded[k] = _encode_value(op.namespace, op.key, op.value)
+                    op = op._replace(value=value)
+                else:
+                    encoded.pop(k, None)
+                puts[k] = op
             elif isinstance(op, SearchOp):
                 _validate_filter(op.filter)
-        return ops, puts
+            checked.append(op)
+        return checked, puts, encoded
 
     def _texts(self, puts: dict[NsKey, PutOp]) -> tuple[list[str], dict[str, list[tuple[NsKey, str]]]]:
         """The texts to embed for `puts` (each once) and where each goes: (item, path)."""
@@ -715,11 +728,10 @@ class CkptStore(BaseStore):
         self,
         ops: list[Op],
         puts: dict[NsKey, PutOp],
+        encoded: dict[NsKey, bytes],
         put_vecs: dict[NsKey, dict[str, list[float]]],
         query_vecs: dict[str, list[float]],
     ) -> list[Result]:
-        # encode the values before any lock is taken: a value refused leaves nothing written
-        encoded = {k: _encode_value(k[0], k[1], op.value) for k, op in puts.items() if op.value is not None}
         results: list[Result] = [None] * len(ops)
         touch: dict[NsKey, None] = {}
         with self._mu:
@@ -759,7 +771,7 @@ class CkptStore(BaseStore):
     def _write_puts(
         self,
         puts: dict[NsKey, PutOp],
-        encoded: dict[NsKey, tuple[dict[str, Any], bytes]],
+        encoded: dict[NsKey, bytes],
         put_vecs: dict[NsKey, dict[str, list[float]]],
         now: int,
         touch: dict[NsKey, None],
@@ -778,7 +790,7 @@ class CkptStore(BaseStore):
                 created, s, seq = now, seq, seq + 1
             ttl = None if op.ttl is None else float(op.ttl)
             expires = None if ttl is None else now + int(ttl * 60 * _NS)
-            items.append([list(ns), key, encoded[(ns, key)][1], created, now, ttl, expires, s, put_vecs.get((ns, key))])
+            items.append([list(ns), key, encoded[(ns, key)], created, now, ttl, expires, s, put_vecs.get((ns, key))])
         touched = [[list(ns), key] for ns, key in touch if (ns, key) not in puts]
         if items:
             self._append({"op": "put", "items": items})
