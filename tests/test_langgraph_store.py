@@ -741,3 +741,21 @@ def test_two_writers_killed_at_random_moments_lose_nothing(tmp_path: Path) -> No
     from ckptcli.adapters.langgraph_store_log import generations, log_dir
 
     assert generations(log_dir(store))[-1] >= 2  # the writers compacted, more than once
+
+
+def test_compact_makes_the_memories_browsable_with_ckpt(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    store = tmp_path / ".ckpt"
+    with CkptStore.open(store) as s:
+        s.put(("users", "ann"), "tea", {"text": "likes tea"})
+        s.put(("users", "bob"), "cat", {"text": "owns a cat"}, ttl=10)
+        cid = s.compact()
+        assert s.get(("users", "ann"), "tea").value == {"text": "likes tea"}  # type: ignore[union-attr]
+    res = cli("show", "--store", store, "workflow:langgraph-store", "--section", "memory", "--json")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)
+    assert doc["langgraph-store"] == 1
+    got = {(tuple(n["namespace"]), it["key"]): (it["value"], it["ttl"]) for n in doc["namespaces"] for it in n["items"]}
+    assert got == {(("users", "ann"), "tea"): ({"text": "likes tea"}, None), (("users", "bob"), "cat"): ({"text": "owns a cat"}, 10.0)}
+    assert cli("ls", "--store", store, "--json").out.count(cid.hex()) == 1

@@ -868,7 +868,15 @@ class CkptStore(BaseStore):
             self._retry_at = self._offset + self.compact_bytes
             self.store.warn(f"the LangGraph store could not compact its log {self._path(self._gen)}: {exc.message}")
 
-    def _compact(self, now: int) -> None:
+    def compact(self) -> bytes:
+        """Snapshot every live item into a ckpt checkpoint now and start a new log from
+        it (what a write does once the log passes `compact_bytes`); returns the
+        checkpoint's id. `ckpt show workflow:langgraph-store` then shows every item."""
+        with self._mu, self._lock(shared=False):
+            self._refresh(writing=True)
+            return self._compact(int(self.clock() * _NS))
+
+    def _compact(self, now: int) -> bytes:
         """Snapshot the live items into a ckpt checkpoint and start the next log from it
         (under the exclusive lock, after a refresh)."""
         from ckptcli.api import take
@@ -910,6 +918,7 @@ class CkptStore(BaseStore):
         self.compactions += 1
         self._retry_at = 0
         self._open_newest()
+        return res.id
 
     # -- TTL --------------------------------------------------------------------------------
     def sweep_ttl(self) -> int:
