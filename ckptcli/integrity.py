@@ -186,6 +186,11 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
 
         for journal, message in check_journals(backend.root):
             problem("journal", str(journal), message)
+        from ckptcli.adapters.langgraph_store_log import check_store_logs, log_dir
+
+        if log_dir(backend.root).is_dir():  # LangGraph's memory store (CkptStore)
+            for log, message in check_store_logs(backend.root, set(store.manifest_ids())):
+                problem("journal", str(log), message)
 
     stale = store.stale_temps()
     if stale:

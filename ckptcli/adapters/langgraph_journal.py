@@ -138,6 +138,27 @@ def _next_record(data: bytes, pos: int, salt: bytes | None) -> int | None:
     return None
 
 
+def records_from(data: bytes, pos: int, salt: bytes) -> tuple[list[dict[str, Any]], int]:
+    """The intact version 2 records (framed with `salt`) of `data` from `pos` on, up to
+    the first offset where none starts, and that offset: what a reader that follows a
+    file others append to takes as written so far (a record being written, or torn by a
+    crash, ends it)."""
+    out: list[dict[str, Any]] = []
+    while True:
+        got = _record_at(data, pos, salt)
+        if got is None:
+            return out, pos
+        out.append(got[0])
+        pos = got[1]
+
+
+def next_record(data: bytes, pos: int, salt: bytes) -> int | None:
+    """Where the next intact version 2 record (framed with `salt`) after `pos` starts,
+    or None: a reader that stopped at `pos` tells a hole (damage, records after it) from
+    the end of what was written (a torn last record, zeros)."""
+    return _next_record(data, pos + 1, salt)
+
+
 def read_journal(data: bytes) -> JournalContents:
     """The intact records of a journal (either version), in order. A torn or damaged
     record with no intact record after it ends the journal (a crash in mid-write, or
