@@ -18,7 +18,7 @@ from typing import Any
 
 from ckptcli.errors import CkptError, CorruptError
 from ckptcli.format import framing, limits
-from ckptcli.format.manifest import Manifest
+from ckptcli.format.manifest import Manifest, is_nested
 from ckptcli.format.values import ObjectSource
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
@@ -231,6 +231,12 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
 
         latest = {m.subject: t for path, t in ref_targets if (m := manifests.get(t)) and path == store.latest_ref(m.subject)}
         for cid, subject, head in dangling_heads(manifests, latest):
+            if head is not None and is_nested(manifests[head].labels) and not is_nested(manifests[cid].labels):
+                rep.notes.append(
+                    f"the latest ref of {subject} names {head.hex()[:12]}, a LangGraph subgraph's checkpoint, not the thread's root head "
+                    f"{cid.hex()[:12]} (as an earlier ckpt wrote it; harmless: the saver's next commit moves it; `ckpt repair refs` moves it now)"
+                )
+                continue
             behind = f"its latest ref names {head.hex()[:12]}" if head else "it has no latest ref"
             rep.notes.append(
                 f"checkpoint {cid.hex()[:12]} of {subject} is newer than its latest and not in its history ({behind}): "

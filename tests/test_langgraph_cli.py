@@ -234,3 +234,20 @@ def test_diff_of_writes_says_which_changed_and_ignores_where_they_sit(tmp_path: 
     assert [(w["op"], w["task_id"], w["old"]["value"], w["new"]["value"]) for w in changed["writes"]] == [("replace", "t1", "new", "other")]
     text = cli("diff", "agent:b", "agent:c", "--section", "events", "--store", store).out
     assert '~ write 0 of task t1, notes: "new" -> "other"' in text, text
+
+
+def test_a_latest_left_on_a_subgraph_checkpoint_is_noted_and_repaired(tmp_path: Path, cli: Any) -> None:
+    """A store an earlier ckpt wrote has the latest of a thread paused in a subgraph on
+    the subgraph's checkpoint: verify says so, `ckpt repair refs` moves it to the root head."""
+    store = tmp_path / ".ckpt"
+    head = _paused_in_subgraph(store)
+    rows = json.loads(cli("ls", "--subject", "agent:t1", "--json", "--store", store).out)
+    sub = next(r for r in rows if "langgraph.ns" in r["labels"])
+    st = api.open_store(store)
+    st.write_ref("refs/latest/agent/t1", bytes.fromhex(sub["id"]))  # as the earlier ckpt left it
+    st.close()
+    notes = json.loads(cli("verify", "--json", "--store", store).out)["notes"]
+    assert len(notes) == 1 and "a LangGraph subgraph's checkpoint, not the thread's root head" in notes[0], notes
+    assert cli("repair", "refs", "--store", store).code == 0
+    assert json.loads(cli("show", "agent:t1", "--json", "--store", store).out)["labels"]["langgraph.checkpoint"] == head
+    assert json.loads(cli("verify", "--json", "--store", store).out)["notes"] == []
