@@ -87,9 +87,10 @@ from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, JOURNAL_DIR, hole
 from ckptcli.adapters.langgraph_journal import Journal as _Journal
 from ckptcli.adapters.langgraph_journal import frame as _frame
 from ckptcli.adapters.langgraph_layout import MSGPACK, Key, SectionWriter, Typed, Write
+from ckptcli.adapters.langgraph_read import ListReader
 from ckptcli.adapters.msgpack_view import from_view, to_view
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LockError, StoreIOError, ThreadConflictError, UsageError
-from ckptcli.format.values import Decoder, ListTree, array_header
+from ckptcli.format.values import Budget, Decoder, ListTree, array_header, unpack_ev
 from ckptcli.store.backend import fsync_dir
 from ckptcli.store.repository import Store
 
@@ -165,7 +166,7 @@ class _ItemLog:
     items by identity), its ckpt EV, and the chunk trees of the items and their tool
     records, kept up to date as the log grows."""
 
-    __slots__ = ("evs", "fp", "objs", "raw", "tool_count", "tools", "tree")
+    __slots__ = ("__weakref__", "evs", "fp", "objs", "raw", "tool_count", "tools", "tree")
 
     def __init__(self) -> None:
         self.fp: bytes | None = None  # the fingerprint of objs, all of them (`_fingerprint`)
@@ -475,6 +476,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._open: dict[tuple[str, str, str], _Entry] = {}  # the entries not committed yet
         self._by_thread: dict[str, dict[str, dict[str, _Entry]]] = {}  # thread -> ns -> id -> entry
         self._blobs: dict[tuple[str, str, str, Any], _Blob] = {}
+        #: reading back: the item logs of each (thread, namespace, channel) read or made
+        #: lately (weakly: a log lives as long as a blob has it), and the list nodes read lately
+        self._logs: dict[tuple[str, str, str], list[weakref.ref[_ItemLog]]] = {}
+        self._logs_swept = 0
+        self._lists = ListReader()
         self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], Write]] = {}
         #: delete records whose store copies are not removed yet (carried into new journals)
         self._pending_deletes: list[dict[str, Any]] = []
@@ -864,7 +870,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
         e.loaded = True
 
     def _load_blobs(self, e: _Entry) -> None:
-        """Bring a committed checkpoint's channel values into memory, as blobs."""
+        """Bring a committed checkpoint's channel values into memory, as blobs. A list
+        value becomes items of a log the thread already has when it can (its items'
+        EVs are read from the list's tree, whose shared nodes are cached): only the
+        items no log holds are decoded, so reading a whole history costs O(new items)
+        per checkpoint, not O(items)."""
         if e.blobs_loaded or e.committed is None:
             return
         from ckptcli.api import Checkpoint
@@ -872,10 +882,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._load(e)
         ck = Checkpoint(self.store, e.committed)
         where = f"checkpoint {ck.hex[:12]}"
-        memory = ck.section("memory")
+        dec = Decoder(self.store, budget=Budget())
+        if "memory" not in ck.manifest.sections:
+            raise CorruptError(f"{where}: it has no memory section")
+        memory = self._lists.channels(dec, ck.manifest.sections["memory"], f"{where} section memory")
         stored = layout.read_ext(ck.section(layout.EXT_SECTION), [], where)
-        if type(memory) is not dict:
-            raise CorruptError(f"{where}: its memory section is not a map of channels")
         thread, ns, _cid = e.key
         for ch, ver in e.versions.items():
             bkey = (thread, ns, ch, ver)
@@ -885,18 +896,80 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 self._blobs[bkey] = _EMPTY
                 continue
             tag = stored.channel_types.get(ch, MSGPACK)
-            view = memory[ch]
-            if tag == MSGPACK and type(view) is list and self._fast:
-                log = _ItemLog()
-                try:
-                    raws = [from_view(v) for v in view]
-                except (ValueError, TypeError, OverflowError) as exc:
-                    raise CorruptError(f"{where}: channel {ch} cannot be turned back into LangGraph's bytes ({exc})") from None
-                self._extend_log(log, raws, [None] * len(raws))
-                self._blobs[bkey] = _Blob(log=log, n=len(log))
+            keys = self._lists.keys(dec, memory[ch], f"{where} channel {ch}") if tag == MSGPACK and self._fast else None
+            if keys is not None:
+                self._blobs[bkey] = self._log_blob((thread, ns, ch), keys, dec, f"{where} channel {ch}")
             else:
+                view = dec.walk(memory[ch], 1, 0)
                 self._blobs[bkey] = _Blob(typed=layout.view_typed(tag, view, f"{where} channel {ch}"))
         e.blobs_loaded = True
+
+    def _log_blob(self, lkey: tuple[str, str, str], keys: list[bytes], dec: Decoder, where: str) -> _Blob:
+        """A list value read back, as items [0, n) of a log: a log of the same channel
+        that starts with these items (a later checkpoint's), or one that they extend
+        (an earlier one's, extended in place: a log only grows), or a copy of the longest
+        common prefix; only the items after it are decoded."""
+        n = len(keys)
+        refs = self._logs.setdefault(lkey, [])
+        logs = [log for log in (r() for r in refs) if log is not None]
+        best: _ItemLog | None = None
+        common = 0
+        for log in logs:
+            size = len(log)
+            if size >= n and log.evs[:n] == keys:
+                self._remember_log(lkey, logs, log)
+                return _Blob(log=log, n=n)
+            if size <= n and log.evs == keys[:size]:
+                m = size
+            else:  # the longest common prefix, by bisection (slices compare in C)
+                lo, hi = 0, min(size, n)
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if log.evs[:mid] == keys[:mid]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                m = lo
+            if m > common or best is None:
+                best, common = log, m
+        if best is None or common == 0:
+            log = _ItemLog()
+        elif common == len(best):
+            log = best  # extended in place: blobs of it hold their first n items only
+        else:
+            log = self._copy_log(best, common)
+        raws, views = [], []
+        for key in keys[len(log) :]:
+            view = dec.walk(unpack_ev(key, where), 2, 0)
+            try:
+                raws.append(from_view(view))
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise CorruptError(f"{where}: an item cannot be turned back into LangGraph's bytes ({exc})") from None
+            views.append(view)
+        self._extend_log_read(log, raws, views, keys[len(log) :])
+        self._remember_log(lkey, logs, log)
+        return _Blob(log=log, n=n)
+
+    def _remember_log(self, lkey: tuple[str, str, str], logs: list[_ItemLog], log: _ItemLog) -> None:
+        """`log` first among the few logs kept for reading `lkey` back (dead ones swept
+        now and then: the map does not grow with every thread ever read)."""
+        self._logs[lkey] = [weakref.ref(x) for x in [log, *(x for x in logs if x is not log)][:4]]
+        if len(self._logs) > 2 * self._logs_swept + 64:
+            self._logs = {k: v for k, v in self._logs.items() if any(r() is not None for r in v)}
+            self._logs_swept = len(self._logs)
+
+    def _extend_log_read(self, log: _ItemLog, raws: list[bytes], views: list[Any], evs: list[bytes]) -> None:
+        """`_extend_log` for items read from the store: their views and EVs are known."""
+        writer = self._writer
+        for raw, view, ev in zip(raws, views, evs, strict=True):
+            writer.remember(raw, ev)
+            log.raw.append(raw)
+            log.objs.append(None)
+            log.evs.append(ev)
+            log.tree.append(ev)
+            log.tools.extend(layout.tool_record_evs(view, ev, writer))
+            log.tool_count.append(len(log.tools))
+        log.fp = None
 
     def _blob(self, e: _Entry, ch: str) -> _Blob:
         """The value of channel `ch` at checkpoint `e`'s version of it."""
@@ -1597,7 +1670,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     continue
                 chosen.append(e)
             tuples = [self._tuple(e) for e in chosen]
-        yield from tuples
+        tuples.reverse()
+        while tuples:  # not held here once handed out: a caller reading every state keeps only what it keeps
+            yield tuples.pop()
 
     def _plain_metadata(self, e: _Entry) -> Any:
         if e.md_plain is _MISSING:
