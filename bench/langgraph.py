@@ -17,7 +17,7 @@ own message reducer for it). Measured, for each saver, in the same run:
   that opens the store or database again): the first `graph.get_state`, listing the
   thread reading every checkpoint's values, and the whole `graph.get_state_history`.
 
-    python -m bench.langgraph                      # 1,000 steps, ~1 minute
+    python -m bench.langgraph                      # 1,000 steps, ~5 minutes (--no-reopen: ~1)
     python -m bench.langgraph --steps 200 --runs 1 # a quick look
     python -m bench.langgraph --json results.json
 

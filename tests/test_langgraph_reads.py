@@ -172,10 +172,12 @@ def test_a_value_changed_by_its_reader_changes_no_other_read(written: dict[str, 
         saver.close()
 
 
-def test_a_thread_another_process_extended_reads_back_new(tmp_path: Path) -> None:
+def test_a_thread_another_process_extended_reads_back_new(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """This process reads a long thread (its logs and nodes cached), another process's
     saver adds turns to it, and this one reads the thread again: the new turns are there,
-    and the whole history is SqliteSaver's for the same turns."""
+    and the whole history is SqliteSaver's for the same turns. Reading the thread again
+    reads the manifests that are new since, not the store's catalog."""
+    from ckptcli.store import catalog
     from tests.langgraph_worker import history
 
     store = tmp_path / ".ckpt"
@@ -183,6 +185,17 @@ def test_a_thread_another_process_extended_reads_back_new(tmp_path: Path) -> Non
     ref = Worker("sqlite", tmp_path / "db.sqlite")
     other = Worker("ckpt", store)
     saver = CkptSaver.open(store, commit_interval=0.05)
+    catalog_reads: list[int] = []
+    manifest_reads: list[str] = []
+    rows, read = catalog.rows, saver.store.backend.read
+    monkeypatch.setattr(catalog, "rows", lambda s: catalog_reads.append(1) or rows(s))
+
+    def reading(name: str) -> bytes:
+        if name.startswith("manifests/"):
+            manifest_reads.append(name)
+        return read(name)
+
+    monkeypatch.setattr(saver.store.backend, "read", reading)
     try:
         graph = _worker_graph(saver)
 
@@ -191,13 +204,17 @@ def test_a_thread_another_process_extended_reads_back_new(tmp_path: Path) -> Non
                 assert other.call(op="turn", thread="t", text=text)["ok"]
                 assert ref.call(op="turn", thread="t", text=text)["ok"]
 
-        turns([f"q{i} " + "words " * 60 for i in range(12)])
+        turns([f"q{i} " + "words " * 60 for i in range(8)])
         assert history(graph, "t") == ref.call(op="history", thread="t")["history"]
         turns(["one more", "and another"])
         mine = history(graph, "t")
-        assert mine[0]["messages"][-2:] == [["HumanMessage", "and another"], ["AIMessage", "echo and another after 27"]]
+        assert mine[0]["messages"][-2:] == [["HumanMessage", "and another"], ["AIMessage", "echo and another after 19"]]
         assert mine == ref.call(op="history", thread="t")["history"]
         assert other.call(op="history", thread="t")["history"] == mine
+        # every manifest of the thread read about once (the history reads each record once
+        # more), the catalog never: the saver read the whole store once, when it opened
+        assert not catalog_reads
+        assert len(set(manifest_reads)) == len(list(saver.list({"configurable": {"thread_id": "t"}}))) == 3 * 10
     finally:
         saver.close()
         other.close()
@@ -214,3 +231,75 @@ def _worker_graph(saver: Any) -> Any:
     b.add_edge(START, "bot")
     b.add_edge("bot", END)
     return b.compile(checkpointer=saver)
+
+
+def test_list_reader_gives_the_items_decoder_gives_and_checks_cached_nodes_too() -> None:
+    """`ListReader.keys` is `Decoder`'s walk of a LIST tree without decoding the items;
+    a node it has cached is still checked against what each new parent says of it."""
+    import hashlib
+
+    import msgpack
+
+    from ckptcli.adapters.langgraph_read import ListReader, item_key
+    from ckptcli.errors import CorruptError
+    from ckptcli.format.values import EXT_LIST, OBJ_NODE, Decoder, Encoder, parse_tree_node, unpack_ev
+
+    objects: dict[bytes, bytes] = {}
+
+    class Sink:
+        def put(self, oid: bytes, content: bytes, obj_type: int) -> None:
+            objects[oid] = content
+
+        def get(self, oid: bytes) -> bytes:
+            return objects[oid]
+
+    source = Sink()
+    items = [{"i": i, "text": "x" * (i % 300)} for i in range(400)]
+    ev = Encoder(source).encode(items)
+    root = unpack_ev(ev, "test")
+    reader = ListReader()
+    want = [item_key(x) for x in Decoder(source).tree_items(root.oid, EXT_LIST)]
+    assert reader.keys(Decoder(source), root, "test") == want and len(want) == 400
+    assert [Decoder(source).walk(unpack_ev(k, "item")) for k in want] == items
+    misses = reader.misses
+    assert reader.keys(Decoder(source), root, "test") == want and reader.misses == misses  # from the cache
+    # a root that says its first child holds one item more than it does (totals still add up)
+    level, total, children = parse_tree_node(objects[root.oid], EXT_LIST, root.oid)
+    assert level >= 1
+    bad = [[children[0][0] + 1, children[0][1]], *children[1:]]
+    content = msgpack.packb([EXT_LIST, level, total + 1, bad], use_bin_type=True)
+    oid = hashlib.sha256(content).digest()
+    source.put(oid, content, OBJ_NODE)
+    with pytest.raises(CorruptError):
+        reader.keys(Decoder(source), type(root)(EXT_LIST, oid), "test")  # its child is cached: checked all the same
+    with pytest.raises(CorruptError):
+        ListReader().keys(Decoder(source), type(root)(EXT_LIST, oid), "test")  # and read from the source
+
+
+def test_a_thread_deleted_then_written_again_by_another_saver_reads_back_as_it_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two savers on one store: a thread one deletes and writes again, the other reads as
+    it is now (the manifests gone forgotten, the new ones read), without the catalog."""
+    from ckptcli.store import catalog
+
+    store = tmp_path / ".ckpt"
+    a = CkptSaver.open(store, commit_interval=0.05)
+    b = CkptSaver.open(store, commit_interval=0.05)
+    rows = catalog.rows
+    calls: list[int] = []
+    monkeypatch.setattr(catalog, "rows", lambda s: calls.append(1) or rows(s))
+    try:
+        ga, gb = chat_builder(12).compile(checkpointer=a), chat_builder(5).compile(checkpointer=b)
+        ga.invoke({"messages": []}, CHAT)
+        a.flush()
+        assert len(gb.get_state(CHAT).values["messages"]) == 12
+        assert len(list(gb.get_state_history(CHAT))) == 14
+        b.delete_thread("chat")  # (b's delete reads the catalog: it removes every revision)
+        before = len(calls)
+        gb.invoke({"messages": []}, CHAT)
+        b.flush()
+        assert normalized(ga.get_state(CHAT).values) == normalized(gb.get_state(CHAT).values)
+        assert len(ga.get_state(CHAT).values["messages"]) == 5 and len(list(a.list(CHAT))) == 7
+        assert len(calls) == before  # a read the thread again from the manifests' names
+    finally:
+        a.close()
+        b.close()

@@ -481,6 +481,10 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._logs: dict[tuple[str, str, str], list[weakref.ref[_ItemLog]]] = {}
         self._logs_swept = 0
         self._lists = ListReader()
+        #: every manifest of the store this saver has seen -> its LangGraph thread (None:
+        #: not a LangGraph checkpoint), and each thread's (rev, created, key) by manifest
+        self._known: dict[bytes, str | None] | None = None
+        self._known_rows: dict[str, dict[bytes, tuple[int, int, Key]]] = {}
         self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], Write]] = {}
         #: delete records whose store copies are not removed yet (carried into new journals)
         self._pending_deletes: list[dict[str, Any]] = []
@@ -780,6 +784,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
         for bkey in [b for b in self._blobs if b[0] == thread]:
             del self._blobs[bkey]
         self._used.pop(thread, None)
+        # the objects other processes committed, and where they are now: a delete or prune
+        # elsewhere rewrites packs, and an object index read before would point into one gone
+        self.store.refresh_index()
         self._load_index(thread)
 
     def _recover_dead(self) -> None:
@@ -806,13 +813,23 @@ class CkptSaver(BaseCheckpointSaver[str]):
 
     # -- the index of what the store holds ---------------------------------------------------------
     def _store_keys(self, thread: str | None = None) -> dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]]:
-        """Every LangGraph checkpoint in the store (of `thread`): key -> [(rev, created, manifest id, key)]."""
+        """Every LangGraph checkpoint in the store (of `thread`): key -> [(rev, created, manifest id, key)].
+
+        All threads: from the store's catalog (brought up to date), which also starts
+        `_known`, what this saver knows of every manifest. One thread, once that is there
+        (a thread read again after another process wrote it): the manifests' names, and
+        only the manifests new since this saver last looked; never the whole catalog."""
+        if thread is not None and self._known is not None:
+            return self._thread_keys(thread)
         from ckptcli.store import catalog
         from ckptcli.store.catalog import Summary
 
         out: dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]] = {}
         subject = layout.subject_for(thread) if thread is not None else None
+        known: dict[bytes, str | None] = {}
+        rows: dict[str, dict[bytes, tuple[int, int, Key]]] = {}
         for cid, row in catalog.rows(self.store).items():
+            known[cid] = None
             if type(row[5]) is not dict or layout.LABEL_CHECKPOINT not in row[5]:
                 continue
             if subject is not None and (row[1], row[2]) != (subject.kind, subject.name):
@@ -822,8 +839,55 @@ class CkptSaver(BaseCheckpointSaver[str]):
             except (ValueError, TypeError, CkptError):
                 continue
             k = layout.key_of(summary.subject, summary.labels)
+            if k is not None:
+                known[cid] = k.thread_id
+                rows.setdefault(k.thread_id, {})[cid] = (k.rev, summary.created_ns, k)
             if k is not None and (thread is None or k.thread_id == thread):
                 out.setdefault((k.thread_id, k.ns, k.checkpoint_id), []).append((k.rev, summary.created_ns, cid, k))
+        if thread is None:
+            self._known, self._known_rows = known, rows
+        return out
+
+    def _thread_keys(self, thread: str) -> dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]]:
+        """`_store_keys(thread)` from `_known`, brought up to date with the manifests'
+        names: those gone are forgotten, those new are read (each once: the commits of
+        other processes and of this saver since it last looked)."""
+        from ckptcli.errors import NotFoundError
+        from ckptcli.format.manifest import Manifest
+
+        known, rows = self._known, self._known_rows
+        assert known is not None
+        names = set(self.store.manifest_ids())
+        for cid in known.keys() - names:
+            t = known.pop(cid)
+            by = rows.get(t) if t is not None else None
+            if by is not None:
+                by.pop(cid, None)
+                if not by:
+                    del rows[t]  # type: ignore[arg-type]
+        damaged: list[tuple[bytes, str]] = []
+        for cid in names - known.keys():
+            name = f"manifests/{cid.hex()}"
+            try:
+                data = self.store.backend.read(name)
+                if hashlib.sha256(data).digest() != cid:
+                    raise CorruptError(f"{name}: content does not match its name (the manifest is damaged)")
+                m = Manifest.decode(data, name)
+            except NotFoundError:
+                continue  # removed since the listing
+            except CkptError as exc:
+                damaged.append((cid, exc.message))  # left out, and said so (read again next time, as the catalog does)
+                continue
+            k = layout.key_of(m.subject, m.labels)
+            known[cid] = k.thread_id if k is not None else None
+            if k is not None:
+                rows.setdefault(k.thread_id, {})[cid] = (k.rev, m.created_ns, k)
+        if damaged:
+            more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
+            self.store.warn(f"checkpoint {damaged[0][0].hex()[:12]}{more} is left out: {damaged[0][1]}; run `ckpt verify`")
+        out: dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]] = {}
+        for cid, (rev, created, k) in rows.get(thread, {}).items():
+            out.setdefault((k.thread_id, k.ns, k.checkpoint_id), []).append((rev, created, cid, k))
         return out
 
     def _load_index(self, thread: str | None = None) -> None:
