@@ -12,15 +12,19 @@ own message reducer for it). Measured, for each saver, in the same run:
   defaults (ckpt: fsync="batch"; an info run gives ckpt with fsync="always");
 - listing the whole thread (`list(saver.list(thread))`), median of --runs;
 - `get_tuple` of the checkpoint in the middle of the history, values read, median of
-  --runs (and `graph.get_state` of it, which for DeltaChannel replays the writes).
+  --runs (and `graph.get_state` of it, which for DeltaChannel replays the writes);
+- after reopen (ckpt and SqliteSaver, the saver closed, each read in a fresh process
+  that opens the store or database again): the first `graph.get_state`, listing the
+  thread reading every checkpoint's values, and the whole `graph.get_state_history`.
 
-    python -m bench.langgraph                      # 1,000 steps, ~1 minute
+    python -m bench.langgraph                      # 1,000 steps, ~5 minutes (--no-reopen: ~1)
     python -m bench.langgraph --steps 200 --runs 1 # a quick look
     python -m bench.langgraph --json results.json
 
-Targets (issue 6): ckpt stores at most 1% of SqliteSaver's bytes and at most half of
+Targets: ckpt stores at most 1% of SqliteSaver's bytes and at most half of
 DeltaChannel's; put p50 at most 1 ms and p99 at most 5 ms; listing the thread at most
-0.1 s. See bench/README.md and docs/performance.md.
+0.1 s; the whole history after reopen in at most SqliteSaver's time. See
+bench/README.md and docs/performance.md.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import json
 import random
 import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +45,8 @@ from typing import Annotated, Any, TypedDict
 from bench.common import dir_size, fmt_bytes, fmt_ms, fmt_ratio, make_message, median, percentile, ratio, table, verdict, versions
 
 THREAD = "bench"
-TARGETS = {"ratio_sqlite": 0.01, "ratio_delta": 0.5, "put_p50_s": 0.001, "put_p99_s": 0.005, "list_s": 0.1}
+TARGETS = {"ratio_sqlite": 0.01, "ratio_delta": 0.5, "put_p50_s": 0.001, "put_p99_s": 0.005, "list_s": 0.1, "reopen_history_ratio": 1.0}
+REOPEN_READS = ("get_state", "list_values", "history")  # each in a fresh process, in this order
 SAVERS = ("ckpt", "sqlite", "sqlite+delta")
 
 
@@ -174,6 +180,56 @@ def run(kind: str, steps: int, seed: int, runs: int, workdir: Path, durability: 
     return out
 
 
+def store_path(kind: str, workdir: Path) -> Path:
+    return workdir / kind / (".ckpt" if kind == "ckpt" else "checkpoints.sqlite")
+
+
+def reopened_read(kind: str, path: Path, what: str, steps: int, seed: int) -> dict[str, Any]:
+    """One read of a closed saver's thread, in this process: open the store (database)
+    again, then time `what` (REOPEN_READS)."""
+    t0 = time.perf_counter()
+    if kind == "ckpt":
+        from ckptcli.adapters.langgraph import CkptSaver
+
+        saver: Any = CkptSaver(path)
+        close = saver.close
+    else:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = sqlite3.connect(str(path), check_same_thread=False)
+        saver = SqliteSaver(conn)
+        close = conn.close
+    graph = build_graph(steps, seed, delta=False).compile(checkpointer=saver)
+    opened = time.perf_counter() - t0
+    thread = {"configurable": {"thread_id": THREAD}}
+    t0 = time.perf_counter()
+    if what == "get_state":
+        items = len(graph.get_state(thread).values["messages"])
+        checkpoints = 1
+    elif what == "list_values":
+        counts = [len(tup.checkpoint["channel_values"].get("messages", [])) for tup in saver.list(thread)]
+        items, checkpoints = sum(counts), len(counts)
+    else:
+        counts = [len(snap.values.get("messages", [])) for snap in graph.get_state_history(thread)]
+        items, checkpoints = sum(counts), len(counts)
+    took = time.perf_counter() - t0
+    close()
+    return {"open_s": opened, "s": took, "items": items, "checkpoints": checkpoints}
+
+
+def reopened(kind: str, workdir: Path, steps: int, seed: int) -> dict[str, Any]:
+    """Every REOPEN_READS of a closed saver's thread, each in a fresh process."""
+    out: dict[str, Any] = {}
+    for what in REOPEN_READS:
+        cmd = [sys.executable, "-m", "bench.langgraph", "--reopened", kind, str(store_path(kind, workdir)), what, "--steps", str(steps), "--seed", str(seed)]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parent.parent)
+        if done.returncode != 0:
+            raise RuntimeError(f"reading {kind} after reopen failed: {done.stderr.strip()[-2000:]}")
+        out[what] = json.loads(done.stdout)
+        log(f"{kind} after reopen: {what} {out[what]['s']:.3f} s")
+    return out
+
+
 def render(res: dict[str, Any]) -> str:
     r = res["results"]
     ck, sq, de = r["ckpt"], r["sqlite"], r["sqlite+delta"]
@@ -196,6 +252,9 @@ def render(res: dict[str, Any]) -> str:
         ["ckpt list whole thread", f"{ck['list_s']:.3f} s", "<= 0.1 s", verdict(ck["list_s"] <= TARGETS["list_s"])],
         ["states equal across savers", "yes" if c["states_equal"] else "NO", "yes", verdict(c["states_equal"])],
     ]
+    if "reopen_history_ratio" in c:
+        x = c["reopen_history_ratio"]
+        crow.insert(-1, ["history after reopen / SqliteSaver's", fmt_ratio(x, 2), f"<= {TARGETS['reopen_history_ratio']}", verdict(x <= TARGETS["reopen_history_ratio"])])
     lines.append(table(["check", "value", "target", "result"], crow, align="lrrl"))
     lines.append("")
     lines.append(
@@ -210,6 +269,17 @@ def render(res: dict[str, Any]) -> str:
         + " (ckpt's list decodes a checkpoint's values when they are first read; SqliteSaver's decodes them all;"
         " DeltaChannel's checkpoints hold no messages, get_state replays the writes)"
     )
+    if "reopened" in ck and "reopened" in sq:
+        lines.append("")
+        lines.append("after reopen: the saver closed, each read in a fresh process that opens the store again (open time not included)")
+        rrows = []
+        for what, name in (("get_state", "first graph.get_state"), ("list_values", "list thread, every state read"), ("history", "graph.get_state_history, whole")):
+            a, b = ck["reopened"][what], sq["reopened"][what]
+            rrows.append([name, f"{a['s']:.3f} s", f"{b['s']:.3f} s", fmt_ratio(ratio(a["s"], b["s"]), 2), f"{a['items']:,} / {b['items']:,}"])
+        lines.append(table(["read", "ckpt", "SqliteSaver", "ckpt / SqliteSaver", "messages read"], rrows, align="lrrrr"))
+        lines.append(
+            f"opening: ckpt {ck['reopened']['get_state']['open_s'] * 1000:.0f} ms, SqliteSaver {sq['reopened']['get_state']['open_s'] * 1000:.0f} ms (the graph compiled too)"
+        )
     lines.append("put mean: " + ", ".join(f"{n} {fmt_ms(r[k]['put']['mean_s'])}" for n, k in (("ckpt", "ckpt"), ("SqliteSaver", "sqlite"), ("DeltaChannel", "sqlite+delta"))))
     if "ckpt_always" in res:
         x = res["ckpt_always"]
@@ -237,7 +307,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", metavar="DIR", help="where the stores go (default: a new temporary directory)")
     ap.add_argument("--keep", action="store_true", help="keep the stores after the run")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    ap.add_argument("--no-reopen", action="store_true", help="skip the reads after reopen (each in a fresh process; ~2 minutes at 1,000 steps)")
+    ap.add_argument("--reopened", nargs=3, metavar=("KIND", "PATH", "READ"), help=argparse.SUPPRESS)  # one read after reopen (this is the fresh process)
     args = ap.parse_args(argv)
+    if args.reopened:
+        kind, path, what = args.reopened
+        print(json.dumps(reopened_read(kind, Path(path), what, args.steps, args.seed)))
+        return 0
     if args.steps < 10 or args.runs < 1:
         ap.error("--steps must be >= 10 and --runs >= 1")
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ckpt-bench-lg-"))
@@ -249,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         for kind in SAVERS:
             log(f"{kind}: {args.steps} steps")
             res["results"][kind] = run(kind, args.steps, args.seed, args.runs, workdir)
+            if kind != "sqlite+delta" and not args.no_reopen:
+                res["results"][kind]["reopened"] = reopened(kind, workdir, args.steps, args.seed)
         log('ckpt with fsync="always" (info)')
         res["ckpt_always"] = run("ckpt", args.steps, args.seed, 1, workdir / "always", fsync="always")
         if not args.no_async:
@@ -267,6 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_delta": ratio(ck["bytes"], r["sqlite+delta"]["bytes"]),
         "states_equal": states_equal,
     }
+    if "reopened" in ck:
+        res["checks"]["reopen_history_ratio"] = ratio(ck["reopened"]["history"]["s"], r["sqlite"]["reopened"]["history"]["s"])
+        res["checks"]["reopen_items_equal"] = all(ck["reopened"][w]["items"] == r["sqlite"]["reopened"][w]["items"] for w in REOPEN_READS)
+        states_equal = states_equal and res["checks"]["reopen_items_equal"]
+        res["checks"]["states_equal"] = states_equal
     ok = (
         res["checks"]["ratio_sqlite"] <= TARGETS["ratio_sqlite"]
         and res["checks"]["ratio_delta"] <= TARGETS["ratio_delta"]
@@ -274,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         and ck["put"]["p99_s"] <= TARGETS["put_p99_s"]
         and ck["list_s"] <= TARGETS["list_s"]
         and states_equal
+        and res["checks"].get("reopen_history_ratio", 0) <= TARGETS["reopen_history_ratio"]
     )
     res["checks"]["all_ok"] = ok
     for x in [*r.values(), res.get("ckpt_always", {}), res.get("ckpt_async", {}), res.get("sqlite_async", {})]:

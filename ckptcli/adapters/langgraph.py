@@ -90,9 +90,10 @@ from ckptcli.adapters.langgraph_leases import LEASE as _LEASE
 from ckptcli.adapters.langgraph_leases import LEASE_DIR, RECOVER_LOCK, WANT_DIR
 from ckptcli.adapters.langgraph_leases import lease_name as _lease_name
 from ckptcli.adapters.langgraph_leases import try_flock as _try_flock
+from ckptcli.adapters.langgraph_read import ListReader
 from ckptcli.adapters.msgpack_view import from_view, to_view
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LockError, StoreIOError, ThreadConflictError, UsageError
-from ckptcli.format.values import Decoder, ListTree, array_header
+from ckptcli.format.values import Budget, Decoder, ListTree, array_header, unpack_ev
 from ckptcli.store.backend import fsync_dir
 from ckptcli.store.repository import Store
 
@@ -166,7 +167,7 @@ class _ItemLog:
     items by identity), its ckpt EV, and the chunk trees of the items and their tool
     records, kept up to date as the log grows."""
 
-    __slots__ = ("evs", "fp", "objs", "raw", "tool_count", "tools", "tree")
+    __slots__ = ("__weakref__", "evs", "fp", "objs", "raw", "tool_count", "tools", "tree")
 
     def __init__(self) -> None:
         self.fp: bytes | None = None  # the fingerprint of objs, all of them (`_fingerprint`)
@@ -481,6 +482,15 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._open: dict[tuple[str, str, str], _Entry] = {}  # the entries not committed yet
         self._by_thread: dict[str, dict[str, dict[str, _Entry]]] = {}  # thread -> ns -> id -> entry
         self._blobs: dict[tuple[str, str, str, Any], _Blob] = {}
+        #: reading back: the item logs of each (thread, namespace, channel) read or made
+        #: lately (weakly: a log lives as long as a blob has it), and the list nodes read lately
+        self._logs: dict[tuple[str, str, str], list[weakref.ref[_ItemLog]]] = {}
+        self._logs_swept = 0
+        self._lists = ListReader()
+        #: every manifest of the store this saver has seen -> its LangGraph thread (None:
+        #: not a LangGraph checkpoint), and each thread's (rev, created, key) by manifest
+        self._known: dict[bytes, str | None] | None = None
+        self._known_rows: dict[str, dict[bytes, tuple[int, int, Key]]] = {}
         self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], Write]] = {}
         #: delete records whose store copies are not removed yet (carried into new journals)
         self._pending_deletes: list[dict[str, Any]] = []
@@ -787,6 +797,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
         for bkey in [b for b in self._blobs if b[0] == thread]:
             del self._blobs[bkey]
         self._used.pop(thread, None)
+        # the objects other processes committed, and where they are now: a delete or prune
+        # elsewhere rewrites packs, and an object index read before would point into one gone
+        self.store.refresh_index()
         self._load_index(thread)
 
     def _recover_dead(self) -> None:
@@ -813,13 +826,23 @@ class CkptSaver(BaseCheckpointSaver[str]):
 
     # -- the index of what the store holds ---------------------------------------------------------
     def _store_keys(self, thread: str | None = None) -> dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]]:
-        """Every LangGraph checkpoint in the store (of `thread`): key -> [(rev, created, manifest id, key)]."""
+        """Every LangGraph checkpoint in the store (of `thread`): key -> [(rev, created, manifest id, key)].
+
+        All threads: from the store's catalog (brought up to date), which also starts
+        `_known`, what this saver knows of every manifest. One thread, once that is there
+        (a thread read again after another process wrote it): the manifests' names, and
+        only the manifests new since this saver last looked; never the whole catalog."""
+        if thread is not None and self._known is not None:
+            return self._thread_keys(thread)
         from ckptcli.store import catalog
         from ckptcli.store.catalog import Summary
 
         out: dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]] = {}
         subject = layout.subject_for(thread) if thread is not None else None
+        known: dict[bytes, str | None] = {}
+        rows: dict[str, dict[bytes, tuple[int, int, Key]]] = {}
         for cid, row in catalog.rows(self.store).items():
+            known[cid] = None
             if type(row[5]) is not dict or layout.LABEL_CHECKPOINT not in row[5]:
                 continue
             if subject is not None and (row[1], row[2]) != (subject.kind, subject.name):
@@ -829,8 +852,55 @@ class CkptSaver(BaseCheckpointSaver[str]):
             except (ValueError, TypeError, CkptError):
                 continue
             k = layout.key_of(summary.subject, summary.labels)
+            if k is not None:
+                known[cid] = k.thread_id
+                rows.setdefault(k.thread_id, {})[cid] = (k.rev, summary.created_ns, k)
             if k is not None and (thread is None or k.thread_id == thread):
                 out.setdefault((k.thread_id, k.ns, k.checkpoint_id), []).append((k.rev, summary.created_ns, cid, k))
+        if thread is None:
+            self._known, self._known_rows = known, rows
+        return out
+
+    def _thread_keys(self, thread: str) -> dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]]:
+        """`_store_keys(thread)` from `_known`, brought up to date with the manifests'
+        names: those gone are forgotten, those new are read (each once: the commits of
+        other processes and of this saver since it last looked)."""
+        from ckptcli.errors import NotFoundError
+        from ckptcli.format.manifest import Manifest
+
+        known, rows = self._known, self._known_rows
+        assert known is not None
+        names = set(self.store.manifest_ids())
+        for cid in known.keys() - names:
+            t = known.pop(cid)
+            by = rows.get(t) if t is not None else None
+            if by is not None:
+                by.pop(cid, None)
+                if not by:
+                    del rows[t]  # type: ignore[arg-type]
+        damaged: list[tuple[bytes, str]] = []
+        for cid in names - known.keys():
+            name = f"manifests/{cid.hex()}"
+            try:
+                data = self.store.backend.read(name)
+                if hashlib.sha256(data).digest() != cid:
+                    raise CorruptError(f"{name}: content does not match its name (the manifest is damaged)")
+                m = Manifest.decode(data, name)
+            except NotFoundError:
+                continue  # removed since the listing
+            except CkptError as exc:
+                damaged.append((cid, exc.message))  # left out, and said so (read again next time, as the catalog does)
+                continue
+            k = layout.key_of(m.subject, m.labels)
+            known[cid] = k.thread_id if k is not None else None
+            if k is not None:
+                rows.setdefault(k.thread_id, {})[cid] = (k.rev, m.created_ns, k)
+        if damaged:
+            more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
+            self.store.warn(f"checkpoint {damaged[0][0].hex()[:12]}{more} is left out: {damaged[0][1]}; run `ckpt verify`")
+        out: dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]] = {}
+        for cid, (rev, created, k) in rows.get(thread, {}).items():
+            out.setdefault((k.thread_id, k.ns, k.checkpoint_id), []).append((rev, created, cid, k))
         return out
 
     def _load_index(self, thread: str | None = None) -> None:
@@ -877,7 +947,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
         e.loaded = True
 
     def _load_blobs(self, e: _Entry) -> None:
-        """Bring a committed checkpoint's channel values into memory, as blobs."""
+        """Bring a committed checkpoint's channel values into memory, as blobs. A list
+        value becomes items of a log the thread already has when it can (its items'
+        EVs are read from the list's tree, whose shared nodes are cached): only the
+        items no log holds are decoded, so reading a whole history costs O(new items)
+        per checkpoint, not O(items)."""
         if e.blobs_loaded or e.committed is None:
             return
         from ckptcli.api import Checkpoint
@@ -885,10 +959,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._load(e)
         ck = Checkpoint(self.store, e.committed)
         where = f"checkpoint {ck.hex[:12]}"
-        memory = ck.section("memory")
+        dec = Decoder(self.store, budget=Budget())
+        if "memory" not in ck.manifest.sections:
+            raise CorruptError(f"{where}: it has no memory section")
+        memory = self._lists.channels(dec, ck.manifest.sections["memory"], f"{where} section memory")
         stored = layout.read_ext(ck.section(layout.EXT_SECTION), [], where)
-        if type(memory) is not dict:
-            raise CorruptError(f"{where}: its memory section is not a map of channels")
         thread, ns, _cid = e.key
         for ch, ver in e.versions.items():
             bkey = (thread, ns, ch, ver)
@@ -898,18 +973,80 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 self._blobs[bkey] = _EMPTY
                 continue
             tag = stored.channel_types.get(ch, MSGPACK)
-            view = memory[ch]
-            if tag == MSGPACK and type(view) is list and self._fast:
-                log = _ItemLog()
-                try:
-                    raws = [from_view(v) for v in view]
-                except (ValueError, TypeError, OverflowError) as exc:
-                    raise CorruptError(f"{where}: channel {ch} cannot be turned back into LangGraph's bytes ({exc})") from None
-                self._extend_log(log, raws, [None] * len(raws))
-                self._blobs[bkey] = _Blob(log=log, n=len(log))
+            keys = self._lists.keys(dec, memory[ch], f"{where} channel {ch}") if tag == MSGPACK and self._fast else None
+            if keys is not None:
+                self._blobs[bkey] = self._log_blob((thread, ns, ch), keys, dec, f"{where} channel {ch}")
             else:
+                view = dec.walk(memory[ch], 1, 0)
                 self._blobs[bkey] = _Blob(typed=layout.view_typed(tag, view, f"{where} channel {ch}"))
         e.blobs_loaded = True
+
+    def _log_blob(self, lkey: tuple[str, str, str], keys: list[bytes], dec: Decoder, where: str) -> _Blob:
+        """A list value read back, as items [0, n) of a log: a log of the same channel
+        that starts with these items (a later checkpoint's), or one that they extend
+        (an earlier one's, extended in place: a log only grows), or a copy of the longest
+        common prefix; only the items after it are decoded."""
+        n = len(keys)
+        refs = self._logs.setdefault(lkey, [])
+        logs = [log for log in (r() for r in refs) if log is not None]
+        best: _ItemLog | None = None
+        common = 0
+        for log in logs:
+            size = len(log)
+            if size >= n and log.evs[:n] == keys:
+                self._remember_log(lkey, logs, log)
+                return _Blob(log=log, n=n)
+            if size <= n and log.evs == keys[:size]:
+                m = size
+            else:  # the longest common prefix, by bisection (slices compare in C)
+                lo, hi = 0, min(size, n)
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if log.evs[:mid] == keys[:mid]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                m = lo
+            if m > common or best is None:
+                best, common = log, m
+        if best is None or common == 0:
+            log = _ItemLog()
+        elif common == len(best):
+            log = best  # extended in place: blobs of it hold their first n items only
+        else:
+            log = self._copy_log(best, common)
+        raws, views = [], []
+        for key in keys[len(log) :]:
+            view = dec.walk(unpack_ev(key, where), 2, 0)
+            try:
+                raws.append(from_view(view))
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise CorruptError(f"{where}: an item cannot be turned back into LangGraph's bytes ({exc})") from None
+            views.append(view)
+        self._extend_log_read(log, raws, views, keys[len(log) :])
+        self._remember_log(lkey, logs, log)
+        return _Blob(log=log, n=n)
+
+    def _remember_log(self, lkey: tuple[str, str, str], logs: list[_ItemLog], log: _ItemLog) -> None:
+        """`log` first among the few logs kept for reading `lkey` back (dead ones swept
+        now and then: the map does not grow with every thread ever read)."""
+        self._logs[lkey] = [weakref.ref(x) for x in [log, *(x for x in logs if x is not log)][:4]]
+        if len(self._logs) > 2 * self._logs_swept + 64:
+            self._logs = {k: v for k, v in self._logs.items() if any(r() is not None for r in v)}
+            self._logs_swept = len(self._logs)
+
+    def _extend_log_read(self, log: _ItemLog, raws: list[bytes], views: list[Any], evs: list[bytes]) -> None:
+        """`_extend_log` for items read from the store: their views and EVs are known."""
+        writer = self._writer
+        for raw, view, ev in zip(raws, views, evs, strict=True):
+            writer.remember(raw, ev)
+            log.raw.append(raw)
+            log.objs.append(None)
+            log.evs.append(ev)
+            log.tree.append(ev)
+            log.tools.extend(layout.tool_record_evs(view, ev, writer))
+            log.tool_count.append(len(log.tools))
+        log.fp = None
 
     def _blob(self, e: _Entry, ch: str) -> _Blob:
         """The value of channel `ch` at checkpoint `e`'s version of it."""
@@ -1615,7 +1752,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     continue
                 chosen.append(e)
             tuples = [self._tuple(e) for e in chosen]
-        yield from tuples
+        tuples.reverse()
+        while tuples:  # not held here once handed out: a caller reading every state keeps only what it keeps
+            yield tuples.pop()
 
     def _plain_metadata(self, e: _Entry) -> Any:
         if e.md_plain is _MISSING:
