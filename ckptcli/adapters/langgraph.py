@@ -27,8 +27,10 @@ database with a write-ahead log:
    (its manifest made, with its pending writes as events) by the commit thread once its
    child has a child (its pending writes are complete by then), after `seal_idle` seconds
    without one, or on close; the thread commits what is sealed every `commit_interval`
-   seconds: one pack, one index, the manifests, the refs; the journal is then started
-   again with what is not committed.
+   seconds: one pack, one index, the manifests (made durable together), the refs; the
+   journal is then started again with what is not committed. A put that finds
+   `max_backlog` checkpoints not committed waits for the commit thread, which then
+   commits everything at once (back-pressure).
 4. **Recovery.** Opening a store replays the journals no live saver holds (a crash),
    commits everything they hold and deletes them.
 5. **Several processes.** A thread is held by one saver at a time (a lease file, flock),
@@ -490,7 +492,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._commit_mutex = threading.Lock()
         self._staging = _Staging(self.store)
         self._writer = SectionWriter(self._staging)
-        self._item_memo: dict[bytes, tuple[bytes, bytes, list[bytes]]] = {}  # list item bytes -> them, their EV and tool records (the newest few thousand)
+        self._item_memo: dict[bytes, tuple[bytes, bytes, list[bytes]]] = {}  # list item bytes -> them, their EV and tool records (the newest 4,096, as SectionWriter.remember keeps)
         self._entries: dict[tuple[str, str, str], _Entry] = {}
         self._open: dict[tuple[str, str, str], _Entry] = {}  # the entries not committed yet
         self._by_thread: dict[str, dict[str, dict[str, _Entry]]] = {}  # thread -> ns -> id -> entry
@@ -950,8 +952,8 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 view = to_view(raw)
                 ev = writer.item_ev(view)
                 known = memo[raw] = (raw, ev, layout.tool_record_evs(view, ev, writer))
-                if len(memo) > 8192:
-                    for old in list(memo)[:2048]:
+                if len(memo) > 4096:
+                    for old in list(memo)[:1024]:
                         del memo[old]
             raw, ev, tools = known  # the same bytes object for the same item in every log
             writer.remember(raw, ev)
