@@ -157,8 +157,18 @@ class DirSize:
         return {"apparent": self.apparent, "allocated": self.allocated, "files": self.files, "dirs": self.dirs, "parts": self.parts}
 
 
+def _lstat(path: str) -> os.stat_result | None:
+    """lstat, or None when the file went away meanwhile (a temporary file of a live writer)."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
 def dir_size(root: str | os.PathLike[str]) -> DirSize:
-    """Measure everything under `root`; nothing is excluded (empty dirs count as dirs)."""
+    """Measure everything under `root`; nothing is excluded (empty dirs count as dirs).
+    A file or directory that vanishes while it is walked (a writer's temporary file) is
+    not counted."""
     root = Path(root)
     out = DirSize()
     st = os.lstat(root)
@@ -167,10 +177,16 @@ def dir_size(root: str | os.PathLike[str]) -> DirSize:
         rel = os.path.relpath(dirpath, root)
         top_dir = rel.split(os.sep, 1)[0] if rel != "." else None
         for d in dirnames:
-            out.allocated += os.lstat(os.path.join(dirpath, d)).st_blocks * 512
+            dst = _lstat(os.path.join(dirpath, d))
+            if dst is None:
+                continue
+            out.allocated += dst.st_blocks * 512
             out.dirs += 1
         for f in filenames:
-            st = os.lstat(os.path.join(dirpath, f))
+            fst = _lstat(os.path.join(dirpath, f))
+            if fst is None:
+                continue
+            st = fst
             out.allocated += st.st_blocks * 512
             if not stat.S_ISREG(st.st_mode):
                 continue

@@ -27,8 +27,10 @@ database with a write-ahead log:
    (its manifest made, with its pending writes as events) by the commit thread once its
    child has a child (its pending writes are complete by then), after `seal_idle` seconds
    without one, or on close; the thread commits what is sealed every `commit_interval`
-   seconds: one pack, one index, the manifests, the refs; the journal is then started
-   again with what is not committed.
+   seconds: one pack, one index, the manifests (made durable together), the refs; the
+   journal is then started again with what is not committed. A put that finds
+   `max_backlog` checkpoints not committed waits for the commit thread, which then
+   commits everything at once (back-pressure).
 4. **Recovery.** Opening a store replays the journals no live saver holds (a crash),
    commits everything they hold and deletes them.
 5. **Several processes.** A thread is held by one saver at a time (a lease file, flock),
@@ -100,9 +102,9 @@ from ckptcli.store.repository import Store
 __all__ = ["CkptSaver"]
 
 FSYNC_POLICIES = ("always", "batch", "never")
-ROTATE_BYTES = 4 * 1024 * 1024
-_PACE_EVERY, _PACE_SLEEP = 16, 0.002
-_TICK = 0.02  # how often the commit thread looks for checkpoints ready to seal  # manifests written between pauses of the committer, and the pause  # the journal is started again after a commit once it is this big
+ROTATE_BYTES = 4 * 1024 * 1024  # the journal is started again after a commit once it is this big
+_TICK = 0.02  # how often the commit thread looks for checkpoints ready to seal
+_RECENT_NAMESPACES = 4  # a thread in use keeps the newest values of this many subgraph namespaces in memory
 
 LEAF, SEALED, COMMITTED = 0, 1, 2
 _ALIST_BATCH = 64  # tuples `alist` takes from `list` per hop to its worker thread
@@ -432,6 +434,15 @@ class CkptSaver(BaseCheckpointSaver[str]):
             kept until deleted or pruned.
         clock: the wall clock, in nanoseconds since the epoch, that stamps puts and
             measures TTLs (`time.time_ns`; tests and simulations pass their own).
+        max_backlog: back-pressure. When this many checkpoints are not committed yet
+            (put, not yet in the store), or the journal has grown past
+            `max_journal_bytes` with checkpoints not committed, `put` waits for the
+            commit thread: it then seals and commits everything at once instead of
+            waiting for the commit interval. So a burst the committer cannot keep up
+            with slows the puts down a little instead of growing the journal and the
+            memory without bound. Default 256.
+        max_journal_bytes: the journal's bound for the back-pressure above (default
+            64 MiB).
     Raises:
         StoreNotFoundError, CorruptError, StoreIOError from opening the store or
         replaying a journal; InvalidInputError for a bad option.
@@ -450,6 +461,8 @@ class CkptSaver(BaseCheckpointSaver[str]):
         lease_timeout: float = 30.0,
         ttl: Mapping[str, Any] | None = None,
         clock: Callable[[], int] = time.time_ns,
+        max_backlog: int = 256,
+        max_journal_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         super().__init__(serde=serde)
         from ckptcli.adapters.langgraph_retention import TTL
@@ -464,6 +477,14 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if type(resident_threads) is not int or resident_threads < 0:
             raise InvalidInputError(f"resident_threads must be an integer >= 0, not {resident_threads!r}")
         self.resident_threads = resident_threads
+        for name, bound in (("max_backlog", max_backlog), ("max_journal_bytes", max_journal_bytes)):
+            if type(bound) is not int or bound < 1:
+                raise InvalidInputError(f"{name} must be an integer >= 1, not {bound!r}")
+        self.max_backlog = max_backlog
+        self.max_journal_bytes = max_journal_bytes
+        self.backlog_waits = 0  # puts that waited for the committer (back-pressure), for tests and benchmarks
+        self._room = threading.Condition(threading.Lock())  # puts over the bound wait here for a commit
+        self._pressed = False  # a put waits: commit everything now
         self._used: OrderedDict[str, None] = OrderedDict()  # threads in memory, least recently used first
         self.evicted = 0  # threads dropped from memory so far (for tests and benchmarks)
         self.store = store if isinstance(store, Store) else Store.open(Path(store))
@@ -478,6 +499,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._commit_mutex = threading.Lock()
         self._staging = _Staging(self.store)
         self._writer = SectionWriter(self._staging)
+        self._item_memo: dict[bytes, tuple[bytes, bytes, list[bytes]]] = {}  # list item bytes -> them, their EV and tool records (the newest 4,096, as SectionWriter.remember keeps)
         self._entries: dict[tuple[str, str, str], _Entry] = {}
         self._open: dict[tuple[str, str, str], _Entry] = {}  # the entries not committed yet
         self._by_thread: dict[str, dict[str, dict[str, _Entry]]] = {}  # thread -> ns -> id -> entry
@@ -1073,15 +1095,23 @@ class CkptSaver(BaseCheckpointSaver[str]):
     # -- encoding values ---------------------------------------------------------------------------
     def _extend_log(self, log: _ItemLog, raws: list[bytes], objs: list[Any]) -> None:
         writer = self._writer
+        memo = self._item_memo
         for raw, obj in zip(raws, objs, strict=True):
-            view = to_view(raw)
-            ev = writer.item_ev(view)
+            known = memo.get(raw)
+            if known is None:  # (an item seen lately, e.g. a subgraph's copy of its parent's messages, is not converted again)
+                view = to_view(raw)
+                ev = writer.item_ev(view)
+                known = memo[raw] = (raw, ev, layout.tool_record_evs(view, ev, writer))
+                if len(memo) > 4096:
+                    for old in list(memo)[:1024]:
+                        del memo[old]
+            raw, ev, tools = known  # the same bytes object for the same item in every log
             writer.remember(raw, ev)
             log.raw.append(raw)
             log.objs.append(obj)
             log.evs.append(ev)
             log.tree.append(ev)
-            log.tools.extend(layout.tool_record_evs(view, ev, writer))
+            log.tools.extend(tools)
             log.tool_count.append(len(log.tools))
         log.fp = None  # the caller sets it again when it has the objects' fingerprint
 
@@ -1180,7 +1210,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     b.ev, b.tools_ev = tree.ev(self._staging), tools.ev(self._staging)
             else:
                 assert b.typed is not None
-                b.ev = self._writer.item_ev(layout.typed_view(b.typed))
+                b.ev = self._writer.typed_ev(b.typed)
         return b.ev
 
     # -- sealing: a checkpoint's objects and manifest -----------------------------------------------
@@ -1278,25 +1308,58 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 if self._leases:
                     self._hand_over()
                 self._seal_ready()
-                if time.monotonic() - last < self.commit_interval:
+                pressed = self._pressed and self._over_bound()  # (a put that waited may have found room since)
+                if not pressed and time.monotonic() - last < self.commit_interval:
                     continue
                 last = time.monotonic()
                 with self._commit_mutex:
                     with self._lock:
                         if self._closed:
                             return
-                        self._seal_idle()
+                        self._pressed = False
+                        if pressed:  # puts wait for room: everything goes now
+                            self._seal_all()
+                        else:
+                            self._seal_idle()
                     self._commit_locked()
                 self._journal.reserve()
             except Exception as exc:  # noqa: BLE001 - reported by the saver's next call
                 self._error = exc
 
+    @property
+    def backlog(self) -> int:
+        """How many checkpoints are put but not committed to the store yet (what
+        `max_backlog` bounds; `backlog_waits` counts the puts that waited for it)."""
+        return len(self._open)
+
+    def _over_bound(self) -> bool:
+        n = len(self._open)
+        return n >= self.max_backlog or (n > 0 and self._journal.size > self.max_journal_bytes)
+
+    def _wait_for_room(self) -> None:
+        """Back-pressure: while the checkpoints not committed are over the bounds
+        (`max_backlog`, `max_journal_bytes`), wait for the commit thread, which then
+        commits everything at once. Not on the commit thread, nor with the saver's lock
+        held (the commit thread needs it)."""
+        if not self._over_bound() or threading.current_thread() is self._thread or self._lock._is_owned():  # type: ignore[attr-defined]
+            return
+        self.backlog_waits += 1
+        with self._room:
+            while self._over_bound() and not self._closed and self._error is None and self._thread.is_alive():
+                self._pressed = True
+                self._room.wait(0.05)
+
     def _seal_ready(self) -> None:
-        while True:
+        """Seal what was ready when the call began, one checkpoint at a time. Not what
+        puts make ready meanwhile: during a burst that would go on for as long as the
+        burst, and the journal sync and the commit of this tick would never come."""
+        with self._lock:
+            todo, self._ready = self._ready, []
+        for i, e in enumerate(todo):
             with self._lock:
-                if not self._ready or self._closed:
+                if self._closed:
+                    self._ready[:0] = todo[i:]
                     return
-                e = self._ready.pop(0)
                 if e.state == LEAF and self._entries.get(e.key) is e:
                     self._seal(e)
             time.sleep(0)
@@ -1342,13 +1405,10 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 if before - set(store.backend.list("index")):
                     self._check_batch_after_prune(batch)
                 newest: dict[Any, tuple[tuple[int, int], bytes]] = {}  # a thread's latest is its root head
+                # the manifests of the batch made durable together (one file-system sync,
+                # not one per manifest: write_atomic_many), before the refs name them
                 todo = [(f"manifests/{mid.hex()}", data) for mid, data, _e, _rev in batch]
-                for i in range(0, len(todo), _PACE_EVERY):
-                    store.backend.write_atomic_many([(n, d) for n, d in todo[i : i + _PACE_EVERY] if not store.backend.exists(n)])
-                    if not self._closed:
-                        # each manifest is fsynced: a pause now and then lets the puts'
-                        # own journal syncs through instead of queueing behind a burst
-                        time.sleep(_PACE_SLEEP)
+                store.backend.write_atomic_many([(n, d) for n, d in todo if not store.backend.exists(n)])
                 for mid, _data, e, _rev in batch:
                     subj = layout.subject_for(e.key[0])
                     order = (0 if e.key[1] else 1, e.created_ns)
@@ -1363,7 +1423,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 self._staging.objects = objects
                 self._staging.inflight = {}
             raise
-        fresh = _Journal(self._jdir, self.fsync) if self._journal.size > ROTATE_BYTES and not self._closed else None
+        fresh = _Journal(self._jdir, self.fsync) if self._journal.size > min(ROTATE_BYTES, self.max_journal_bytes // 2) and not self._closed else None
         with self._lock:
             self._staging.inflight = {}
             for mid, _data, e, rev in batch:
@@ -1375,9 +1435,12 @@ class CkptSaver(BaseCheckpointSaver[str]):
                         del self._open[e.key]
             if fresh is not None:
                 self._rotate(fresh)
+            self._trim({e.key[0] for _mid, _data, e, _rev in batch})
             self._release_leases()
             if len(self._used) > self.resident_threads:
                 self._evict()
+        with self._room:
+            self._room.notify_all()
 
     # -- memory: threads not in use are read back from the store when used again ----------------------
     def _use(self, thread: str) -> None:
@@ -1408,6 +1471,34 @@ class CkptSaver(BaseCheckpointSaver[str]):
         for bkey in [b for b in self._blobs if b[0] in gone]:
             del self._blobs[bkey]
         self.evicted += len(drop)
+
+    def _trim(self, threads: set[str]) -> None:
+        """Forget the values of the committed checkpoints of `threads` that the next puts
+        do not build on (caller holds the lock): a thread in use keeps in memory the
+        values of its newest checkpoint of the root namespace and of the few namespaces
+        (subgraphs) used last, of what is not committed and of their parents; the others are read back from the store when read (as an
+        evicted thread's are). So a long thread's memory follows its newest state, not
+        its whole history (a subgraph's namespaces each had their own copy of the
+        messages, kept for good)."""
+        keep: set[tuple[str, str, str, Any]] = set()
+        for thread in threads:
+            by_ns = self._by_thread.get(thread, {})
+            newest = {ns: max(ids.values(), key=lambda e: e.seq) for ns, ids in by_ns.items() if ids}
+            recent = {"", *sorted(newest, key=lambda ns: newest[ns].seq)[-_RECENT_NAMESPACES:]}
+            for ns, ids in by_ns.items():
+                if not ids:
+                    continue
+                heads = [newest[ns]] if ns in recent else []
+                opened = [e for e in ids.values() if e.state != COMMITTED]
+                heads += opened + [p for p in (ids.get(h.parent) for h in opened if h.parent) if p is not None]
+                for h in heads:
+                    keep.update((h.key[0], h.key[1], ch, ver) for ch, ver in h.versions.items())
+                for e in ids.values():
+                    if e.state == COMMITTED and e not in heads:
+                        e.blobs_loaded = False
+                        e.prepared = None
+        for bkey in [b for b in self._blobs if b[0] in threads and b not in keep]:
+            del self._blobs[bkey]
 
     def _check_batch_after_prune(self, batch: list[tuple[bytes, bytes, _Entry, int]]) -> None:
         """Another process pruned the store while these checkpoints waited: check that
@@ -1596,6 +1687,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         ns = conf.get("checkpoint_ns", "") or ""
         parent_id = conf.get("checkpoint_id")
         cid = checkpoint["id"]
+        self._wait_for_room()
         with self._owning(thread, True, parent_id):
             self._check()
             values = checkpoint["channel_values"]
@@ -1649,6 +1741,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         key = (str(conf["thread_id"]), conf.get("checkpoint_ns", "") or "", str(conf["checkpoint_id"]))
         now = self.clock()
         ws = [Write(task_id, ch, self.serde.dumps_typed(v), task_path, WRITES_IDX_MAP.get(ch, idx), now) for idx, (ch, v) in enumerate(writes)]
+        self._wait_for_room()
         with self._owning(key[0], True, key[2]):
             self._check()
             self._journal.append(_frame(self._writes_record(key, ws)))
@@ -1968,6 +2061,8 @@ class CkptSaver(BaseCheckpointSaver[str]):
             ids = self._store_ids(keys, threads)
         ids = {cid for cid in ids if self.store.backend.exists(f"manifests/{cid.hex()}")}  # a replay: some may be gone
         if ids:
+            self._item_memo.clear()  # their EVs may name objects that go now: made again when seen again
+            self._writer.forget()
             remove_checkpoints(self.store, ids)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:

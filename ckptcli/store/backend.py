@@ -15,6 +15,7 @@ import os
 import re
 import secrets
 import stat
+import sys
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -114,6 +115,44 @@ def fsync_dir(path: Path, *, strict: bool = False) -> None:
     except OSError:
         if strict:
             raise
+
+
+_SYNCFS: list[Callable[[int], int] | None] = []  # found on first use (ctypes costs start-up time)
+
+
+def _find_syncfs() -> Callable[[int], int] | None:
+    """libc's syncfs(2) (Linux), or None where there is none."""
+    if not _SYNCFS:
+        fn: Callable[[int], int] | None = None
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                f = ctypes.CDLL(None, use_errno=True).syncfs
+                f.argtypes, f.restype = [ctypes.c_int], ctypes.c_int
+                fn = f
+            except (OSError, AttributeError):
+                fn = None
+        _SYNCFS.append(fn)
+    return _SYNCFS[0]
+
+
+def syncfs(path: Path) -> bool:
+    """Write everything cached of the file system holding `path` to disk (syncfs(2): one
+    file-system journal commit for many files, instead of an fsync each); False when it
+    cannot (no syncfs here, or it failed: the caller fsyncs file by file instead). Since
+    Linux 5.8 syncfs reports a write-back error of any file of the file system."""
+    fn = _find_syncfs()
+    if fn is None:
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        return fn(fd) == 0
+    finally:
+        os.close(fd)
 
 
 #: how many random names create_temp tries before it gives up
@@ -361,10 +400,13 @@ class LocalBackend(Backend):
         self.commit_temp(temp, fh, path)
 
     def write_atomic_many(self, items: Sequence[tuple[str, bytes]]) -> None:
-        # every temp file written and fsynced, then all renamed, then each directory
-        # fsynced once: the same guarantee as write_atomic per file, with one directory
-        # sync instead of one per file (a batch of manifests of the LangGraph saver)
+        # every temp file written, made durable, then all renamed, then each directory
+        # fsynced once: the same guarantee as write_atomic per file. Several files are
+        # made durable together by one syncfs of the store's file system (Linux) rather
+        # than one fsync each (every fsync commits the file system's journal: a batch of
+        # manifests of the LangGraph saver paid one commit per manifest)
         temps: builtins.list[tuple[str, Path]] = []
+        together = len(items) > 1 and _find_syncfs() is not None
         try:
             for path, data in items:
                 temp, fh = self.open_temp()
@@ -372,9 +414,17 @@ class LocalBackend(Backend):
                 try:
                     fh.write(data)
                     fh.flush()
-                    os.fsync(fh.fileno())
+                    if not together:
+                        os.fsync(fh.fileno())
                 finally:
                     fh.close()
+            if together and not syncfs(self.root / "tmp"):
+                for temp, _dest in temps:  # no syncfs after all: one fsync each
+                    fd = os.open(self._p(temp), os.O_RDONLY | os.O_CLOEXEC)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
             dirs: dict[Path, None] = {}
             for temp, dest in temps:
                 if dest.parent not in dirs:

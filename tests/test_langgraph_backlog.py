@@ -1,0 +1,133 @@
+"""CkptSaver keeps up with a burst of puts: the commit thread commits during the burst,
+the checkpoints not committed stay under `max_backlog` (back-pressure), close leaves
+nothing uncommitted, and a saver stopped in mid-burst is replayed from its journal to the
+same state. Real LangGraph graphs (tests/langgraph_graphs.py); no timing assertions."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.types import Command
+
+from ckptcli.adapters.langgraph import COMMITTED, LEAF, CkptSaver
+from ckptcli.adapters.langgraph_journal import JOURNAL_DIR
+from ckptcli.errors import InvalidInputError
+from tests.langgraph_graphs import ask, chat_builder, support_builder
+
+SCALE = int(os.environ.get("CKPT_STRESS_SCALE", "1"))
+
+
+class Watched(CkptSaver):
+    """Records, after every put, how many checkpoints are not committed yet and how many
+    are committed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen_backlog: list[int] = []
+        self.journal_sizes: list[int] = []
+        self.committed: list[int] = []
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        config = super().put(*args, **kwargs)
+        with self._lock:
+            self.seen_backlog.append(self.backlog)
+            self.journal_sizes.append(self._journal.size)
+            self.committed.append(sum(1 for e in self._entries.values() if e.state == COMMITTED))
+        return config
+
+
+def _state(saver: CkptSaver, builder: Any, thread: str) -> tuple[Any, int]:
+    graph = builder.compile(checkpointer=saver)
+    cfg = {"configurable": {"thread_id": thread}}
+    values = graph.get_state(cfg).values
+    return [(type(m).__name__, m.id, m.content) for m in values["messages"]], sum(1 for _ in saver.list(cfg))
+
+
+@pytest.mark.parametrize("bound", ["max_backlog", "max_journal_bytes"])
+def test_a_burst_is_committed_under_the_backlog_bound(tmp_path: Path, bound: str) -> None:
+    # the commit interval outlasts the burst: only back-pressure makes the commit thread
+    # commit during it, and it must, or the backlog would pass the bound
+    steps, most = 300 * SCALE, 16
+    limits = {"max_backlog": most} if bound == "max_backlog" else {"max_journal_bytes": 32 * 1024}
+    builder = chat_builder(steps)
+    saver = Watched.open(tmp_path / ".ckpt", commit_interval=3600, **limits)
+    graph = builder.compile(checkpointer=saver)
+    cfg = {"configurable": {"thread_id": "burst"}, "recursion_limit": steps * 3}
+    graph.invoke({"messages": []}, cfg, durability="sync")
+    if bound == "max_backlog":
+        assert len(saver.seen_backlog) > 10 * most
+        assert max(saver.seen_backlog) <= most
+    else:  # a put's record is ~1 KiB here: the journal waits under its bound, started again after a commit
+        assert max(saver.journal_sizes) <= 32 * 1024 + 8 * 1024
+    assert saver.backlog_waits > 0
+    mid = len(saver.committed) // 2
+    assert saver.committed[mid] > 0  # committed in the middle of the burst, not at its end only
+    before = _state(saver, builder, "burst")
+    saver.close()
+    assert not list((tmp_path / ".ckpt" / JOURNAL_DIR).glob("*.journal"))  # nothing left uncommitted
+    with CkptSaver.open(tmp_path / ".ckpt") as again:
+        assert _state(again, builder, "burst") == before
+        assert len(before[0]) == steps
+
+
+def test_a_saver_stopped_in_mid_burst_replays_to_the_same_state(tmp_path: Path) -> None:
+    # interrupts and a subgraph; the saver stops without committing what is pending
+    # (as a killed process would), and the journal brings back the same state
+    saver = CkptSaver.open(tmp_path / ".ckpt", commit_interval=3600, max_backlog=8)
+    builder = support_builder()
+    graph = builder.compile(checkpointer=saver)
+    cfg = {"configurable": {"thread_id": "support"}}
+    for n in range(6 * SCALE):
+        out = graph.invoke(ask("A-1001", n), cfg, durability="sync")
+        while "__interrupt__" in out:
+            out = graph.invoke(Command(resume="yes"), cfg, durability="sync")
+    before = _state(saver, builder, "support")
+    history = [s.config["configurable"]["checkpoint_id"] for s in graph.get_state_history(cfg)]
+    assert saver.backlog_waits > 0
+    assert saver._open  # the last puts are not committed: the journal has them
+    saver.abandon()
+    with CkptSaver.open(tmp_path / ".ckpt") as again:
+        assert _state(again, builder, "support") == before
+        g2 = builder.compile(checkpointer=again)
+        assert [s.config["configurable"]["checkpoint_id"] for s in g2.get_state_history(cfg)] == history
+
+
+def test_seal_ready_ends_while_puts_make_more_ready(tmp_path: Path) -> None:
+    # a burst: every checkpoint sealed, a put makes another one ready meanwhile. The
+    # commit thread's sealing must end with what was ready when it began, or its journal
+    # sync and its commit never come while the burst lasts
+    with CkptSaver.open(tmp_path / ".ckpt", commit_interval=3600) as saver:
+        saver._stop.set()  # the commit thread stops: its sealing is run here, step by step
+        saver._thread.join()
+        graph = chat_builder(40).compile(checkpointer=saver)
+        graph.invoke({"messages": []}, {"configurable": {"thread_id": "t"}, "recursion_limit": 200}, durability="sync")
+        waiting = sorted((e for e in saver._open.values() if e.state == LEAF), key=lambda e: e.seq)
+        assert len(waiting) > 8
+        saver._ready = waiting[:4]
+        refills = waiting[4:]
+        sealed: list[Any] = []
+        seal = saver._seal
+
+        def seal_and_refill(e: Any) -> None:
+            seal(e)
+            sealed.append(e)
+            if refills:
+                saver._ready.append(refills.pop(0))  # a put made one more ready
+
+        saver._seal = seal_and_refill  # type: ignore[method-assign]
+        saver._seal_ready()
+        assert len(sealed) == 4  # what was ready; the rest is for the next tick
+        assert len(saver._ready) == 4
+        saver._seal_ready()
+        assert len(sealed) == 8
+
+
+@pytest.mark.parametrize("option", ["max_backlog", "max_journal_bytes"])
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "10"])
+def test_bad_bounds_are_refused(tmp_path: Path, option: str, bad: Any) -> None:
+    with pytest.raises(InvalidInputError, match=option):
+        CkptSaver.open(tmp_path / ".ckpt", **{option: bad})
+    assert not list((tmp_path / ".ckpt" / JOURNAL_DIR).glob("*.journal"))
