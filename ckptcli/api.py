@@ -69,6 +69,23 @@ def init_store(path: PathLike, version: int = limits.FORMAT_VERSION) -> Store:
     return Store.init(Path(path), version)
 
 
+def store_or_init(path: PathLike) -> Store | Path:
+    """The store at `path` (a store directory, or a directory holding ``.ckpt/``) as its
+    path, or a new empty store made there (as `ckpt init` would) when there is none: what
+    `CkptSaver.open` and `CkptStore.open` give their constructor. Raises: CorruptError and
+    the like for a store that is there but does not open (never made again on top)."""
+    from ckptcli.store.repository import resolve_store_path
+
+    p = Path(path)
+    try:
+        resolve_store_path(p)
+    except CkptError:
+        if (p / "config").exists():
+            raise
+        return init_store(p)
+    return p
+
+
 # -- state documents -----------------------------------------------------------------
 def split_document(doc: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Map a state document onto sections; returns (layout, {section: value}).

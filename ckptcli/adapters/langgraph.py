@@ -573,19 +573,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
         none): ``builder.compile(checkpointer=CkptSaver.open(".ckpt"))``. Options are
         the constructor's."""
         from ckptcli.adapters.langgraph_retention import TTL
-        from ckptcli.api import init_store
-        from ckptcli.store.repository import resolve_store_path
+        from ckptcli.api import store_or_init
 
         if options.get("ttl") is not None:
             TTL.parse(options["ttl"])  # a bad one is refused before a store is made
-        p = Path(path)
-        try:
-            resolve_store_path(p)
-        except CkptError:
-            if (p / "config").exists():
-                raise
-            return cls(init_store(p), **options)
-        return cls(p, **options)
+        return cls(store_or_init(path), **options)
 
     # -- context manager and closing --------------------------------------------------------
     def __enter__(self) -> CkptSaver:
@@ -857,7 +849,6 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if thread is not None and self._known is not None:
             return self._thread_keys(thread)
         from ckptcli.store import catalog
-        from ckptcli.store.catalog import Summary
 
         out: dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]] = {}
         subject = layout.subject_for(thread) if thread is not None else None
@@ -865,19 +856,15 @@ class CkptSaver(BaseCheckpointSaver[str]):
         rows: dict[str, dict[bytes, tuple[int, int, Key]]] = {}
         for cid, row in catalog.rows(self.store).items():
             known[cid] = None
-            if type(row[5]) is not dict or layout.LABEL_CHECKPOINT not in row[5]:
-                continue
             if subject is not None and (row[1], row[2]) != (subject.kind, subject.name):
                 continue
-            try:
-                _cid, summary = Summary.from_row(row)
-            except (ValueError, TypeError, CkptError):
+            found = layout.key_of_row(row)
+            if found is None:
                 continue
-            k = layout.key_of(summary.subject, summary.labels)
-            if k is not None:
-                known[cid] = k.thread_id
-                rows.setdefault(k.thread_id, {})[cid] = (k.rev, summary.created_ns, k)
-            if k is not None and (thread is None or k.thread_id == thread):
+            k, summary = found
+            known[cid] = k.thread_id
+            rows.setdefault(k.thread_id, {})[cid] = (k.rev, summary.created_ns, k)
+            if thread is None or k.thread_id == thread:
                 out.setdefault((k.thread_id, k.ns, k.checkpoint_id), []).append((k.rev, summary.created_ns, cid, k))
         if thread is None:
             self._known, self._known_rows = known, rows
@@ -1921,7 +1908,6 @@ class CkptSaver(BaseCheckpointSaver[str]):
         or cut down."""
         from ckptcli.adapters.langgraph_retention import effective_ttl
         from ckptcli.store import catalog
-        from ckptcli.store.catalog import Summary
 
         ttl = self.ttl
         if ttl is None:
@@ -1932,15 +1918,10 @@ class CkptSaver(BaseCheckpointSaver[str]):
             newest: dict[str, int] = {}
             own: dict[str, tuple[int, tuple[float, str | None]]] = {}  # thread -> its newest own TTL
             for row in catalog.rows(self.store).values():
-                if type(row[5]) is not dict or layout.LABEL_CHECKPOINT not in row[5]:
+                found = layout.key_of_row(row)
+                if found is None:
                     continue
-                try:
-                    _mid, summary = Summary.from_row(row)
-                except (ValueError, TypeError, CkptError):
-                    continue
-                k = layout.key_of(summary.subject, summary.labels)
-                if k is None:
-                    continue
+                k, summary = found
                 newest[k.thread_id] = max(newest.get(k.thread_id, 0), summary.created_ns)
                 mine = layout.thread_ttl(summary.labels)
                 if mine is not None and summary.created_ns >= own.get(k.thread_id, (-1, mine))[0]:

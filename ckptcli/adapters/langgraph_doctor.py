@@ -18,7 +18,6 @@ from ckptcli.adapters import langgraph_layout as layout
 from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, JOURNAL_DIR, check_journals, read_journal
 from ckptcli.adapters.langgraph_leases import WANT_DIR, lease_states
 from ckptcli.doctor import FAIL, OK, WARN, Check, Context
-from ckptcli.errors import CkptError
 from ckptcli.units import human_size
 
 #: a live journal this big has not been started again after commits: they fail or lag
@@ -42,18 +41,12 @@ def check(ctx: Context) -> Iterable[Check]:
 def _committed(ctx: Context) -> set[tuple[str, str, str]]:
     """(thread, namespace, checkpoint id) of every LangGraph checkpoint in the store."""
     from ckptcli.store import catalog
-    from ckptcli.store.catalog import Summary
 
     out: set[tuple[str, str, str]] = set()
     for row in catalog.rows(ctx.store).values():
-        if type(row[5]) is not dict or layout.LABEL_CHECKPOINT not in row[5]:
-            continue
-        try:
-            _cid, summary = Summary.from_row(row)
-        except (ValueError, TypeError, CkptError):
-            continue
-        k = layout.key_of(summary.subject, summary.labels)
-        if k is not None:
+        found = layout.key_of_row(row)
+        if found is not None:
+            k = found[0]
             out.add((k.thread_id, k.ns, k.checkpoint_id))
     return out
 

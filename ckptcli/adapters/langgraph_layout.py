@@ -40,7 +40,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
 
@@ -50,6 +50,9 @@ from ckptcli.errors import CkptError, CorruptError
 from ckptcli.format import limits
 from ckptcli.format.manifest import NAME_RE, Manifest, Subject
 from ckptcli.format.values import OBJ_NODE, Encoder, ListTree, ObjectSink, array_header, map_header
+
+if TYPE_CHECKING:
+    from ckptcli.store.catalog import Summary
 
 EXT_NAMESPACE = "langgraph"
 EXT_SECTION = "ext:langgraph"
@@ -506,6 +509,22 @@ def key_of(subject: Subject, labels: Mapping[str, str]) -> Key | None:
         return None
     rev_text = labels.get(LABEL_REV, "1")
     return Key(labels.get(LABEL_THREAD, subject.name), labels.get(LABEL_NS, ""), cid, labels.get(LABEL_PARENT), int(rev_text) if rev_text.isdecimal() else 1)
+
+
+def key_of_row(row: list[Any]) -> tuple[Key, Summary] | None:
+    """The LangGraph checkpoint a catalog row (`ckptcli.store.catalog`) describes, with
+    the row's summary; None for a row of anything else, or one that does not decode (the
+    manifest is then verify's business)."""
+    from ckptcli.store.catalog import Summary
+
+    if type(row[5]) is not dict or LABEL_CHECKPOINT not in row[5]:
+        return None
+    try:
+        _cid, summary = Summary.from_row(row)
+    except (ValueError, TypeError, CkptError):
+        return None
+    k = key_of(summary.subject, summary.labels)
+    return None if k is None else (k, summary)
 
 
 @dataclass

@@ -372,17 +372,9 @@ class CkptStore(BaseStore):
     def open(cls, path: str | os.PathLike[str] = ".ckpt", **options: Any) -> CkptStore:
         """The memory store of the store at `path` (created as `ckpt init` would when
         there is none). Options are the constructor's."""
-        from ckptcli.api import init_store
-        from ckptcli.store.repository import resolve_store_path
+        from ckptcli.api import store_or_init
 
-        p = Path(path)
-        try:
-            resolve_store_path(p)
-        except CkptError:
-            if (p / "config").exists():
-                raise
-            return cls(init_store(p), **options)
-        return cls(p, **options)
+        return cls(store_or_init(path), **options)
 
     # -- closing ------------------------------------------------------------------------
     def __enter__(self) -> CkptStore:
