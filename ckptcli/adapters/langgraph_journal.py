@@ -83,6 +83,15 @@ class JournalContents:
     _before_first_hole: int = 0
 
 
+def pwrite_all(fd: int, data: bytes, pos: int) -> None:
+    """Write all of `data` at offset `pos` of `fd` (pwrite may write less than asked).
+    Raises: OSError."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, pos)
+        view, pos = view[n:], pos + n
+
+
 def _record_at(data: bytes, pos: int, salt: bytes | None) -> tuple[dict[str, Any], int] | None:
     """The record at `pos` and where it ends, or None when no intact record starts there
     (`salt` None: version 1 framing)."""
@@ -288,11 +297,7 @@ class Journal:
         with self._end_lock:
             start = self.size
             try:
-                view = memoryview(data)
-                pos = start
-                while view:
-                    n = os.pwrite(self.fd, view, pos)
-                    view, pos = view[n:], pos + n
+                pwrite_all(self.fd, data, start)
                 if self.fsync == "always":
                     os.fdatasync(self.fd)
             except OSError as exc:

@@ -66,7 +66,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ckptcli.adapters.langgraph_journal import HEADER_V2, MAGIC, MAX_RECORD, PROCESS_SALT, frame, next_record, records_from
+from ckptcli.adapters.langgraph_journal import HEADER_V2, MAGIC, MAX_RECORD, PROCESS_SALT, frame, next_record, pwrite_all, records_from
 from ckptcli.adapters.langgraph_store_log import (
     LOCK_NAME,
     SNAPSHOT_BRANCH,
@@ -580,11 +580,7 @@ class CkptStore(BaseStore):
             )
         start = self._offset
         try:
-            view = memoryview(data)
-            pos = start
-            while view:
-                n = os.pwrite(self._fd, view, pos)
-                view, pos = view[n:], pos + n
+            pwrite_all(self._fd, data, start)
             if sync and self.fsync == "always":
                 os.fdatasync(self._fd)
         except OSError as exc:
