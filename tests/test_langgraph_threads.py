@@ -136,6 +136,26 @@ def test_a_writer_whose_read_is_stale_is_refused_and_the_thread_never_forks(tmp_
     ]
 
 
+def test_a_thread_another_worker_deleted_is_gone_for_every_worker(tmp_path: Path) -> None:
+    """delete_thread in one worker: a worker that served the thread before reads it as
+    deleted and starts it afresh (as SqliteSaver's workers do), never from its memory."""
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    a, b = _workers("ckpt", store, 2)
+    try:
+        assert a.call(op="turn", thread="t", text="q0")["ok"]
+        assert b.call(op="turn", thread="t", text="q1")["messages"][-2:] == ["q1", "echo q1 after 3"]
+        assert a.call(op="history", thread="t")["history"]  # a holds the thread in memory now
+        assert b.call(op="delete", thread="t") == {"ok": True}
+        assert a.call(op="history", thread="t") == {"ok": True, "history": []}
+        fresh = a.call(op="turn", thread="t", text="q2")
+        assert fresh["messages"] == ["q2", "echo q2 after 1"], fresh
+        assert len(b.call(op="history", thread="t")["history"]) == len(a.call(op="history", thread="t")["history"])
+    finally:
+        for w in (a, b):
+            w.close()
+
+
 # -- defect 3: list items edited in place ------------------------------------------------------
 class Todos(TypedDict):
     todos: list[dict[str, Any]]

@@ -469,7 +469,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
 
         self.ttl = TTL.parse(ttl) if ttl is not None else None
         self.clock = clock
-        self._sweeping: set[str] = set()  # threads a TTL sweep holds the lease of (not let go by commits)
+        self._sweeping: set[str] = set()  # threads a TTL sweep or a delete holds the lease of (not let go by commits)
         if fsync not in FSYNC_POLICIES:
             raise InvalidInputError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
         if not (commit_interval > 0 and seal_idle >= 0):
@@ -1848,27 +1848,61 @@ class CkptSaver(BaseCheckpointSaver[str]):
         return isinstance(md, dict) and all(md.get(k) == v for k, v in flt.items())
 
     # -- deleting and copying ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _holding(self, threads: set[str]) -> Iterator[None]:
+        """Hold the leases of `threads` for a delete, as a put holds one: each thread is
+        read again first if another process wrote it, and once they are let go the other
+        processes' savers read them again (a new token), so none of them goes on serving
+        or extending a deleted checkpoint from its memory."""
+        held: list[str] = []
+        try:
+            for thread in sorted(threads):
+                while True:
+                    self._claim(thread, False)
+                    with self._lock:
+                        if thread in self._leases:  # not let go by the commit thread meanwhile
+                            self._sweeping.add(thread)
+                            held.append(thread)
+                            break
+            yield
+        finally:
+            with self._lock:
+                for thread in held:
+                    lease = self._leases.get(thread)
+                    if lease is not None:
+                        lease.wrote = True
+                    self._sweeping.discard(thread)
+                self._release_leases()
+
     def delete_thread(self, thread_id: str) -> None:
-        """Delete every checkpoint and pending write of a thread, here and in the store."""
+        """Delete every checkpoint and pending write of a thread, here and in the store
+        (under the thread's lease: other processes' savers see it deleted)."""
         thread = str(thread_id)
         with self._lock:
             self._check()
-            keys = [e.key for ids in self._thread_entries(thread).values() for e in ids.values()]
-        self._delete(keys, {thread})
+        with self._holding({thread}):
+            with self._lock:
+                keys = [e.key for ids in self._thread_entries(thread).values() for e in ids.values()]
+            self._delete(keys, {thread})
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints whose metadata run_id is one of `run_ids`."""
         wanted = set(run_ids)
         if not wanted:
             return
-        with self._lock:
-            self._check()
-            keys: _Keys = []
-            for e in list(self._entries.values()):
-                md = self._plain_metadata(e)
-                if isinstance(md, dict) and md.get("run_id") in wanted:
-                    keys.append(e.key)
-        self._delete(keys, set())
+
+        def chosen() -> _Keys:
+            with self._lock:
+                self._check()
+                keys: _Keys = []
+                for e in list(self._entries.values()):
+                    md = self._plain_metadata(e)
+                    if isinstance(md, dict) and md.get("run_id") in wanted:
+                        keys.append(e.key)
+                return keys
+
+        with self._holding({key[0] for key in chosen()}):
+            self._delete(chosen(), set())
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Keep each namespace's newest checkpoint ("keep_latest") or none ("delete").
@@ -1879,8 +1913,10 @@ class CkptSaver(BaseCheckpointSaver[str]):
         threads = {str(t) for t in thread_ids}
         with self._lock:
             self._check()
-            keys = self._prune_keys(threads, strategy)
-        self._delete(keys, threads if strategy == "delete" else set())
+        with self._holding(threads):
+            with self._lock:
+                keys = self._prune_keys(threads, strategy)
+            self._delete(keys, threads if strategy == "delete" else set())
 
     def _prune_keys(self, threads: set[str], strategy: str) -> _Keys:
         """What `prune` removes of `threads` (caller holds the lock)."""
