@@ -7,7 +7,8 @@ answer a line on stdout. The saver is opened once and kept for the process's lif
 
 Commands: {"op": "turn", "thread": T, "text": S} runs one turn (a user message, the
 bot's answer; a text starting with "hold" makes the bot node say {"in_node": true} and
-wait for one line on stdin before it answers), {"op": "history", "thread": T}, {"op": "delete", "thread": T} (delete_thread), and
+wait for one line on stdin before it answers), {"op": "history", "thread": T}, {"op": "delete", "thread": T} (delete_thread), {"op": "copy",
+"thread": T, "to": U} (copy_thread), and
 {"op": "quit"}. A CkptError is answered as {"ok": false, "error": class, "message": ...}.
 """
 
@@ -79,6 +80,9 @@ def main() -> None:
                 reply: dict[str, Any] = {"ok": True, "messages": [m.content for m in out["messages"]]}
             elif cmd["op"] == "history":
                 reply = {"ok": True, "history": history(graph, cmd["thread"])}
+            elif cmd["op"] == "copy":
+                saver.copy_thread(cmd["thread"], cmd["to"])
+                reply = {"ok": True}
             elif cmd["op"] == "delete":
                 saver.delete_thread(cmd["thread"])
                 reply = {"ok": True}

@@ -156,6 +156,24 @@ def test_a_thread_another_worker_deleted_is_gone_for_every_worker(tmp_path: Path
             w.close()
 
 
+def test_copy_thread_copies_what_another_worker_wrote(tmp_path: Path) -> None:
+    """copy_thread in a worker whose view of the thread is old copies the thread as it
+    is in the store, with the other worker's turns."""
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    a, b = _workers("ckpt", store, 2)
+    try:
+        assert b.call(op="turn", thread="t", text="q0")["ok"]
+        assert a.call(op="turn", thread="t", text="q1")["ok"]  # b's memory of "t" is one turn old
+        assert b.call(op="copy", thread="t", to="c") == {"ok": True}
+        copied = a.call(op="history", thread="c")["history"]
+        assert copied == a.call(op="history", thread="t")["history"]
+        assert [m[1] for m in copied[0]["messages"]] == ["q0", "echo q0 after 1", "q1", "echo q1 after 3"]
+    finally:
+        for w in (a, b):
+            w.close()
+
+
 # -- defect 3: list items edited in place ------------------------------------------------------
 class Todos(TypedDict):
     todos: list[dict[str, Any]]

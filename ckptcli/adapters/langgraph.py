@@ -2088,6 +2088,13 @@ class CkptSaver(BaseCheckpointSaver[str]):
         src, dst = str(source_thread_id), str(target_thread_id)
         with self._lock:
             self._check()
+        with self._holding({src, dst}):  # the source as it is now; the target's other readers read it again
+            self._copy_thread(src, dst)
+            self.flush()
+
+    def _copy_thread(self, src: str, dst: str) -> None:
+        with self._lock:
+            self._mark_dirty(self._leases[dst])
             for e in sorted((e for ids in self._thread_entries(src).values() for e in ids.values()), key=lambda e: e.seq):
                 self._load(e)
                 assert e.skeleton is not None and e.metadata is not None
@@ -2100,7 +2107,6 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 self._journal.append(_frame(self._put_record(c)))
                 if c.writes:
                     self._journal.append(_frame(self._writes_record(c.key, list(c.writes.values()))))
-        self.flush()
 
     # -- a thread from any checkpoint -------------------------------------------------------------
     def thread_from(self, ref: str, thread_id: str) -> RunnableConfig:
@@ -2113,10 +2119,15 @@ class CkptSaver(BaseCheckpointSaver[str]):
             NotFoundError for an unknown ref; InvalidInputError for a checkpoint that
             holds no LangGraph checkpoint, or a thread that has it already.
         """
+        with self._lock:
+            self._check()
+        with self._holding({str(thread_id)}):  # as a put: other processes' savers see the new thread
+            return self._thread_from(ref, str(thread_id))
+
+    def _thread_from(self, ref: str, thread: str) -> RunnableConfig:
         from ckptcli.api import open_checkpoint
 
         with self._lock:
-            self._check()
             ck = open_checkpoint(ref, self.store)
             if layout.EXT_SECTION not in ck.manifest.sections:
                 raise InvalidInputError(f"checkpoint {ck.hex[:12]} holds no LangGraph checkpoint (no {layout.EXT_SECTION} section)")
@@ -2129,7 +2140,6 @@ class CkptSaver(BaseCheckpointSaver[str]):
             ns = ck.manifest.labels.get(layout.LABEL_NS, "")
             if cid is None:
                 raise InvalidInputError(f"{where} has no {layout.LABEL_CHECKPOINT} label")
-            thread = str(thread_id)
             if (thread, ns, cid) in self._entries:
                 raise InvalidInputError(f"thread {thread!r} has checkpoint {cid} already", hint="give a new thread id")
             specs: dict[str, Any] = {}
@@ -2148,6 +2158,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 "op": "p", "t": thread, "n": ns, "i": cid, "p": None, "c": self.clock(),
                 "k": list(stored.skeleton), "m": list(stored.metadata), "v": stored.versions, "b": specs,
             }  # fmt: skip
+            self._mark_dirty(self._leases[thread])
             self._journal.append(_frame(rec))
             self._apply_put(rec, None, where)
             if stored.writes:
