@@ -1573,6 +1573,8 @@ class CkptSaver(BaseCheckpointSaver[str]):
             return
         deletions: list[_Deletion] = []
         damaged: list[Path] = []
+        with self._lock:
+            waiting = set(self._orphan_writes)  # this saver's own writes whose put is on its way
         try:
             for _mtime, path, _fd in found:
                 with open(path, "rb") as fh:
@@ -1600,6 +1602,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     self.store.warn(
                         f"LangGraph journal {path}: {hole_message(path, contents)}{lost}; the other records are recovered and the file is kept as {path.name}{DAMAGED_SUFFIX}"
                     )
+            self._drop_stray_writes(waiting, said=bool(damaged))
             self.flush()
             for keys, threads, ids in deletions:  # only now: every checkpoint that stays is in the store
                 self._delete_from_store(keys, threads, ids)
@@ -1613,6 +1616,24 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 else:
                     path.unlink()
         fsync_dir(self._jdir)
+
+    def _drop_stray_writes(self, waiting: set[tuple[str, str, str]], said: bool) -> None:
+        """After replaying journals of savers that are gone: pending writes whose checkpoint
+        no journal and not the store holds are dropped. Their put can no longer come, and
+        kept they would hold their thread for good (a thread with writes waiting is never
+        let go). After a crash they are the writes of puts that had not returned (with
+        LangGraph's async durability a step's writes may be put before its checkpoint):
+        dropped silently, as the puts were. With a damaged journal (`said`) they may be
+        the writes of puts lost in it, or left out after it: said once."""
+        with self._lock:
+            stray = [key for key in self._orphan_writes if key not in waiting and key not in self._entries]
+            n = sum(len(self._orphan_writes.pop(key)) for key in stray)
+        if stray and said:
+            threads = sorted({key[0] for key in stray})
+            self.store.warn(
+                f"LangGraph journals in {self._jdir}: {n} pending write(s) of {len(stray)} checkpoint(s) that no journal and not the store holds "
+                f"(thread(s) {', '.join(map(repr, threads[:5]))}{', ...' if len(threads) > 5 else ''}) are dropped"
+            )
 
     def _replay(self, rec: dict[str, Any], where: str, deletions: list[_Deletion]) -> None:
         op = rec.get("op")
