@@ -168,6 +168,8 @@ def test_replay_says_which_writes_it_cannot_apply(tmp_path: Path, cli: Any) -> N
     assert got.code == 0, got.err
     assert "+ memory.seen[2]: 7" in got.out
     assert "! not applied: best: its reducer is unknown: none ckpt knows" in got.out, got.out
+    # what was applied was inferred, and the output says so
+    assert "reducers inferred from the thread's recorded steps, not read from the graph: best: unknown; seen: operator.add" in got.out, got.out
     state = json.loads(cli("replay", "agent:t1~1", "--json", "--store", store).out)["state"]
     assert state["memory"]["best"] == 5 and state["ext"]["langgraph"]["reducers"] == {"best": [], "seen": ["operator.add"]}
 

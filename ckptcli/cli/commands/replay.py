@@ -122,6 +122,20 @@ def replay_cmd(
         return
     sys.stdout.write(json.dumps(to_json(state), indent=2, ensure_ascii=False) + "\n")
     sys.stderr.write(f"replayed {n} of {len(tail.events)} events onto the snapshot of {short(tail.id)} (seq {tail.base_seq}); state at seq {position}\n")
+    guessed = _inferred_reducers(tail.snapshot)
+    if guessed:
+        sys.stderr.write(f"reducers inferred from the thread's recorded steps, not read from the graph: {guessed}\n")
+
+
+def _inferred_reducers(snapshot: Any) -> str:
+    """The reducers a LangGraph replay learnt for the channels it writes, as one line
+    (empty for other checkpoints): they fit every recorded step, but a custom reducer
+    may fit those and differ later, so the output says they are inferred."""
+    lg = snapshot.get("ext", {}).get("langgraph") if type(snapshot) is dict and type(snapshot.get("ext")) is dict else None
+    reducers = lg.get("reducers") if type(lg) is dict else None
+    if type(reducers) is not dict:
+        return ""
+    return "; ".join(f"{ch}: {' or '.join(map(str, names)) if names else 'unknown'}" for ch, names in sorted(reducers.items()))
 
 
 def _parse_to(text: str | None) -> tuple[int | None, int | None]:
@@ -161,6 +175,9 @@ def _steps(tail: Any, to_seq: int | None, to_time: int | None, reducers: Any, as
     from ckptcli.listing import format_time
 
     lines = [f"snapshot of {short(tail.id)} at seq {tail.base_seq}"]
+    guessed = _inferred_reducers(tail.snapshot)
+    if guessed:
+        lines.append(f"  reducers inferred from the thread's recorded steps, not read from the graph: {guessed}")
     for s in steps:
         ev = s.event
         cause = f"  (cause #{ev.cause})" if ev.cause is not None else ""
