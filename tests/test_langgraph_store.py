@@ -759,3 +759,33 @@ def test_compact_makes_the_memories_browsable_with_ckpt(tmp_path: Path, cli) -> 
     got = {(tuple(n["namespace"]), it["key"]): (it["value"], it["ttl"]) for n in doc["namespaces"] for it in n["items"]}
     assert got == {(("users", "ann"), "tea"): ({"text": "likes tea"}, None), (("users", "bob"), "cat"): ({"text": "owns a cat"}, 10.0)}
     assert cli("ls", "--store", store, "--json").out.count(cid.hex()) == 1
+
+
+@pytest.mark.parametrize("kind", ["dir", "symlink", "fifo", "bad-header", "no-base"])
+def test_a_bogus_newest_log_is_refused_and_removes_nothing(tmp_path: Path, kind: str) -> None:
+    from ckptcli.errors import CorruptError
+
+    store = tmp_path / ".ckpt"
+    with CkptStore.open(store) as s:
+        s.put(("n",), "k", {"v": 1})
+    d = store / "langgraph" / "store"
+    live = d / "0000000000000000.log"
+    kept = live.read_bytes()
+    bogus = d / "0000000000000001.log"
+    if kind == "dir":
+        bogus.mkdir()
+    elif kind == "symlink":
+        bogus.symlink_to(live)
+    elif kind == "fifo":
+        os.mkfifo(bogus)
+    elif kind == "bad-header":
+        bogus.write_bytes(b"not a log at all")
+    else:
+        bogus.write_bytes(kept[:16])  # a header, no base record
+    with pytest.raises(CorruptError) as info:
+        CkptStore.open(store)
+    assert str(bogus) in info.value.message and "\n" not in info.value.message
+    assert live.read_bytes() == kept  # nothing removed
+    (bogus.rmdir if kind == "dir" else bogus.unlink)()
+    with CkptStore.open(store) as s:
+        assert s.get(("n",), "k").value == {"v": 1}  # type: ignore[union-attr]

@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import importlib
 import math
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -424,19 +426,20 @@ class CkptStore(BaseStore):
             self._create_log(0, None)
             gens = [0]
         gen = gens[-1]
-        if cleanup:
-            for old in gens[:-1]:  # left by a compaction killed before it removed them
-                with contextlib.suppress(OSError):
-                    self._path(old).unlink()
         path = self._path(gen)
+        aside = f"move it out of {self._dir} (nothing there was removed; the next older log is then read) or restore the store from a backup"
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+                raise CorruptError(f"the LangGraph store's newest log {path} is not a regular file", hint=aside) from None
             raise StoreIOError(f"cannot open the LangGraph store's log {path}: {exc.strerror}") from None
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CorruptError(f"the LangGraph store's newest log {path} is not a regular file", hint=aside)
             head = os.pread(fd, HEADER_V2, 0)
             if head[: len(MAGIC)] != MAGIC or len(head) < HEADER_V2:
-                raise CorruptError(f"{path} is not a LangGraph store log (bad header)", hint="restore it from a backup or remove the langgraph/store directory")
+                raise CorruptError(f"the LangGraph store's newest log {path} is not a LangGraph store log (bad header)", hint=aside)
             salt = head[len(MAGIC) :]
             data = os.pread(fd, os.fstat(fd).st_size - HEADER_V2, HEADER_V2)
         except OSError as exc:
@@ -449,24 +452,34 @@ class CkptStore(BaseStore):
         snap = base_of(records)
         if isinstance(snap, str):
             os.close(fd)
-            raise CorruptError(f"the LangGraph store's log {path} is damaged: {snap}", hint="restore it from a backup")
+            raise CorruptError(f"the LangGraph store's newest log {path} is damaged: {snap}", hint=aside)
         try:
             items = self._load_snapshot(snap, path)
         except BaseException:
             os.close(fd)
             raise
+        before = (self._data, self._next_seq, self._ttl_items)
+        self._data, self._next_seq, self._ttl_items = items, 0, 0
+        try:
+            for recs in items.values():
+                for r in recs.values():
+                    self._next_seq = max(self._next_seq, r.seq + 1)
+                    self._ttl_items += r.ttl is not None
+            for rec in records[1:]:
+                self._apply(rec)
+        except BaseException:
+            os.close(fd)
+            self._data, self._next_seq, self._ttl_items = before
+            raise
+        if cleanup:  # only now that the newest log reads: the older ones were left by a killed compaction
+            for old in gens[:-1]:
+                with contextlib.suppress(OSError):
+                    self._path(old).unlink()
         if self._fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
         self._fd, self._gen, self._salt, self._offset = fd, gen, salt, HEADER_V2 + end
         self._next_log = str(self._path(gen + 1))
-        self._data, self._next_seq, self._ttl_items = items, 0, 0
-        for recs in items.values():
-            for r in recs.values():
-                self._next_seq = max(self._next_seq, r.seq + 1)
-                self._ttl_items += r.ttl is not None
-        for rec in records[1:]:
-            self._apply(rec)
         if cleanup and snap is not None:
             # the branch keeps the live log's base from prune; a compaction killed between
             # its snapshot and its new log left the branch on a snapshot no log starts from
