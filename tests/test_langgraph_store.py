@@ -789,3 +789,45 @@ def test_a_bogus_newest_log_is_refused_and_removes_nothing(tmp_path: Path, kind:
     (bogus.rmdir if kind == "dir" else bogus.unlink)()
     with CkptStore.open(store) as s:
         assert s.get(("n",), "k").value == {"v": 1}  # type: ignore[union-attr]
+
+
+def test_a_malformed_record_is_refused_in_one_line_and_reported_by_verify(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    import msgpack
+
+    from ckptcli.adapters.langgraph_journal import frame
+    from ckptcli.errors import CorruptError
+
+    v = msgpack.packb({"v": 1})
+    bad: list[dict[str, Any]] = [
+        {"op": "put", "items": "zzz"},
+        {"op": "put", "items": [[["u", "x"], "k"]]},
+        {"op": "put", "items": [["u", "k", v, 1, 1, None, None, 0, None]]},
+        {"op": "put", "items": [[["u", "x"], "k", b"\xc1\xc1", 1, 1, None, None, 0, None]]},
+        {"op": "put", "items": [[["u", "x"], "k", msgpack.packb([1, 2]), 1, 1, None, None, 0, None]]},
+        {"op": "put", "items": [[["u", "x"], "k", v, "x", "y", None, None, 0, None]]},
+        {"op": "put", "items": [[["u", "x"], "k", v, 1, 1, "5", "6", 0, None]]},
+        {"op": "put", "items": [[["u", "x"], "k", v, 1, 1, None, None, 2**64 - 1, None]]},
+        {"op": "put", "items": [[["u", "x"], "k", v, 1, 1, None, None, 0, "notmap"]]},
+        {"op": "put", "items": [[["u", ""], "k", v, 1, 1, None, None, 0, None]]},
+        {"op": "touch", "t": "x", "k": [[["u", "0"], "k"]]},
+        {"op": "touch", "t": 1, "k": "abc"},
+    ]
+    store = tmp_path / ".ckpt"
+    with CkptStore.open(store) as s:
+        s.put(("u", "0"), "k", {"v": 0}, ttl=5)
+    log = store / "langgraph" / "store" / "0000000000000000.log"
+    good = log.read_bytes()
+    for rec in bad:
+        log.write_bytes(good + frame(rec, good[8:16]))
+        with pytest.raises(CorruptError) as info:
+            CkptStore.open(store)
+        assert f"offset {len(good)}" in info.value.message and "\n" not in info.value.message, rec
+        res = cli("verify", "--store", store)
+        assert res.code == 5 and f"offset {len(good)} is malformed" in res.out + res.err, rec
+    log.write_bytes(good)
+    with CkptStore.open(store) as s:  # read by a store already open: refused too, and again
+        log.write_bytes(good + frame(bad[0], good[8:16]))
+        for _ in range(2):
+            with pytest.raises(CorruptError):
+                s.get(("u", "0"), "k")
+

@@ -68,16 +68,19 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ckptcli.adapters.langgraph_journal import HEADER_V2, MAGIC, MAX_RECORD, PROCESS_SALT, frame, next_record, pwrite_all, records_from
+from ckptcli.adapters.langgraph_journal import HEADER_V2, MAGIC, MAX_RECORD, PROCESS_SALT, frame, next_record, pwrite_all
+from ckptcli.adapters.langgraph_journal import _record_at as record_at
 from ckptcli.adapters.langgraph_store_log import (
     LOCK_NAME,
     SNAPSHOT_BRANCH,
     SNAPSHOT_SUBJECT,
     SNAPSHOT_VERSION,
     base_of,
+    decode_value,
     generations,
     log_dir,
     log_name,
+    record_problem,
 )
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LimitExceededError, StoreIOError, UsageError
 from ckptcli.store.backend import create_temp, fsync_dir
@@ -449,7 +452,7 @@ class CkptStore(BaseStore):
             os.close(fd)
             raise
         records, end = self._read_records(data, path, salt, HEADER_V2)
-        snap = base_of(records)
+        snap = base_of([rec for _, rec in records[:1]])
         if isinstance(snap, str):
             os.close(fd)
             raise CorruptError(f"the LangGraph store's newest log {path} is damaged: {snap}", hint=aside)
@@ -465,8 +468,8 @@ class CkptStore(BaseStore):
                 for r in recs.values():
                     self._next_seq = max(self._next_seq, r.seq + 1)
                     self._ttl_items += r.ttl is not None
-            for rec in records[1:]:
-                self._apply(rec)
+            for at, rec in records[1:]:
+                self._apply(rec, path, at)
         except BaseException:
             os.close(fd)
             self._data, self._next_seq, self._ttl_items = before
@@ -489,20 +492,24 @@ class CkptStore(BaseStore):
             except CkptError as exc:
                 self.store.warn(f"cannot point the branch {SNAPSHOT_BRANCH} at the LangGraph store's snapshot {snap.hex()[:12]}: {exc.message}")
 
-    def _read_records(self, data: bytes, path: Path, salt: bytes, base: int) -> tuple[list[dict[str, Any]], int]:
-        """The records of `data` (the log's bytes from offset `base`) and where they end
-        in `data`; a hole (damage with records after it) is read past with a warning."""
-        out: list[dict[str, Any]] = []
+    def _read_records(self, data: bytes, path: Path, salt: bytes, base: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+        """The records of `data` (the log's bytes from offset `base`), each with its
+        offset in the log, and where they end in `data`; a hole (damage with records
+        after it) is read past with a warning."""
+        out: list[tuple[int, dict[str, Any]]] = []
         pos = 0
         while True:
-            recs, end = records_from(data, pos, salt)
-            out.extend(recs)
-            if end >= len(data):
-                return out, end
-            nxt = next_record(data, end, salt)
+            got = record_at(data, pos, salt)
+            if got is not None:
+                out.append((base + pos, got[0]))
+                pos = got[1]
+                continue
+            if pos >= len(data):
+                return out, pos
+            nxt = next_record(data, pos, salt)
             if nxt is None:
-                return out, end  # a record being torn by a killed writer: the end
-            self.store.warn(f"LangGraph store log {path}: {nxt - end} unreadable byte(s) at offset {base + end} (damage); the memories recorded there are lost, the records after them are read")
+                return out, pos  # a record being torn by a killed writer: the end
+            self.store.warn(f"LangGraph store log {path}: {nxt - pos} unreadable byte(s) at offset {base + pos} (damage); the memories recorded there are lost, the records after them are read")
             pos = nxt
 
     def _load_snapshot(self, snap: bytes | None, path: Path) -> dict[tuple[str, ...], dict[str, _Rec]]:
@@ -575,8 +582,12 @@ class CkptStore(BaseStore):
         except OSError as exc:
             raise StoreIOError(f"cannot read the LangGraph store's log {self._path(self._gen)}: {exc.strerror}") from None
         records, end = self._read_records(data, self._path(self._gen), self._salt, self._offset)
-        for rec in records:
-            self._apply(rec)
+        for at, rec in records:
+            try:
+                self._apply(rec, self._path(self._gen), at)
+            except CorruptError:
+                self._offset = at  # the records before it are applied: not again
+                raise
         self._offset += end
         if writing and self._offset < st.st_size:
             try:  # a record a killed writer left torn: nothing follows it
@@ -603,13 +614,27 @@ class CkptStore(BaseStore):
         self._offset = start + len(data)
         self._apply(rec)
 
-    def _apply(self, rec: dict[str, Any]) -> None:
+    def _apply(self, rec: dict[str, Any], path: Path | None = None, at: int = 0) -> None:
         """Apply one record of the log to the items in memory (every process applies the
-        same records in the same order, so they all hold the same items)."""
+        same records in the same order, so they all hold the same items). A record read
+        from the log (`path`, at offset `at`) is checked first: a malformed one (a bug or
+        a hand edit; a crash leaves none) is refused before anything of it is applied."""
         op = rec.get("op")
+        values: list[dict[str, Any] | None] = []
+        if path is not None:
+            why = record_problem(rec, values=False)
+            if why is None and op == "put":
+                values = [None if it[2] is None else decode_value(it[2]) for it in rec["items"]]
+                if any(v is None and it[2] is not None for v, it in zip(values, rec["items"], strict=True)):
+                    why = "an item's value is not a msgpack map with string keys"
+            if why is not None:
+                raise CorruptError(
+                    f"the LangGraph store's log {path} is damaged: the record at offset {at} is malformed ({why})",
+                    hint="run `ckpt verify`; restore the store from a backup",
+                )
         if op == "put":
             touched: list[tuple[str, ...]] = []
-            for ns_l, key, value, created, updated, ttl, expires, seq, vectors in rec["items"]:
+            for i, (ns_l, key, value, created, updated, ttl, expires, seq, vectors) in enumerate(rec["items"]):
                 ns = tuple(ns_l)
                 recs = self._data.get(ns)
                 if recs is None:
@@ -621,7 +646,8 @@ class CkptStore(BaseStore):
                     recs.pop(key, None)
                     touched.append(ns)
                     continue
-                r = _Rec(msgpack.unpackb(value, raw=False), value, created, updated, ttl, expires, seq, vectors)
+                v = values[i] if values else None
+                r = _Rec(v if v is not None else msgpack.unpackb(value, raw=False), value, created, updated, ttl, expires, seq, vectors)
                 if old is not None and old.seq != seq:  # a new item where an expired one was: it goes last
                     del recs[key]
                 recs[key] = r  # an update keeps its place
