@@ -831,3 +831,16 @@ def test_a_malformed_record_is_refused_in_one_line_and_reported_by_verify(tmp_pa
             with pytest.raises(CorruptError):
                 s.get(("u", "0"), "k")
 
+
+def test_lone_surrogates_are_refused_in_one_line_and_nothing_is_written(tmp_path: Path) -> None:
+    store = tmp_path / ".ckpt"
+    with CkptStore.open(store) as s:
+        log = next((store / "langgraph" / "store").glob("*.log"))
+        size = log.stat().st_size
+        for ns, key, value in [(("a",), "\ud800", {"x": 1}), (("a", "\udcff"), "k", {"x": 1}), (("a",), "k", {"\ud800": 1}), (("a",), "k", {"x": {"\udcff": [1]}})]:
+            for put in (s.put, lambda *a: asyncio.run(s.aput(*a))):
+                with pytest.raises(InvalidInputError) as info:
+                    put(ns, key, value)
+                assert "lone surrogate" in info.value.message and "\n" not in info.value.message
+                assert repr(key) in info.value.message
+        assert log.stat().st_size == size and s.search(()) == []

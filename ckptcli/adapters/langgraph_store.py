@@ -137,16 +137,22 @@ def _where(ns: tuple[str, ...], key: str) -> str:
     return f"item {key!r} of namespace {ns!r}"
 
 
+def _is_unicode(s: str) -> bool:
+    """Whether `s` can be written as UTF-8 (it holds no lone surrogate)."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_json(v: Any, where: str, depth: int = 0) -> None:
     """Refuse what is not a JSON value (dict with string keys, list, str, int, float,
     bool, None), naming where it is."""
     t = type(v)
     if v is None or t is bool or t is float or t is str:
-        if t is str:
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidInputError(f"{where}: string is not valid Unicode (lone surrogate)") from None
+        if t is str and not _is_unicode(v):
+            raise InvalidInputError(f"{where}: string is not valid Unicode (lone surrogate)")
         return
     if t is int:
         if not _INT_MIN <= v <= _INT_MAX:
@@ -158,6 +164,8 @@ def _check_json(v: Any, where: str, depth: int = 0) -> None:
         for k, x in v.items():
             if type(k) is not str:
                 raise InvalidInputError(f"{where}: key {k!r} is a {type(k).__name__}; keys must be strings")
+            if not _is_unicode(k):
+                raise InvalidInputError(f"{where}: key {k!r} is not valid Unicode (lone surrogate)")
             _check_json(x, f"{where}.{k}", depth + 1)
         return
     if t is list or t is tuple:
@@ -192,6 +200,8 @@ def _validate_put(op: PutOp) -> None:
         raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph". Got: {op.namespace}')
     if type(op.key) is not str:
         raise InvalidInputError(f"the key of an item of namespace {op.namespace!r} is a {type(op.key).__name__}, not a string")
+    if not (_is_unicode(op.key) and all(_is_unicode(label) for label in op.namespace)):
+        raise InvalidInputError(f"{_where(op.namespace, op.key)}: its key or a namespace label is not valid Unicode (lone surrogate)")
     if op.ttl is not None and (isinstance(op.ttl, bool) or not isinstance(op.ttl, (int, float)) or not op.ttl > 0 or math.isinf(op.ttl)):
         raise InvalidInputError(f"{_where(op.namespace, op.key)}: ttl must be a number of minutes > 0 or None, not {op.ttl!r}")
     if op.index is not None and op.index is not False and not (isinstance(op.index, list) and all(type(p) is str for p in op.index)):
