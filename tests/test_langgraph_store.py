@@ -844,3 +844,34 @@ def test_lone_surrogates_are_refused_in_one_line_and_nothing_is_written(tmp_path
                 assert "lone surrogate" in info.value.message and "\n" not in info.value.message
                 assert repr(key) in info.value.message
         assert log.stat().st_size == size and s.search(()) == []
+
+
+def test_a_damaged_last_record_is_warned_kept_and_reported_not_cut_as_torn(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    store = tmp_path / ".ckpt"
+    with CkptStore.open(store) as s:
+        for i in range(3):
+            s.put(("n",), f"k{i}", {"i": i})
+    log = store / "langgraph" / "store" / "0000000000000000.log"
+    data = bytearray(log.read_bytes())
+    data[-3] ^= 0xFF  # in the last record's payload: its CRC fails, all its bytes are there
+    damaged = bytes(data)
+    log.write_bytes(damaged)
+    res = cli("verify", "--store", store)
+    assert res.code == 5 and "last record" in res.out + res.err
+    with CkptStore.open(store) as s:
+        assert any("is damaged" in w for w in s.store.warnings)
+        assert {i.key for i in s.search(("n",))} == {"k0", "k1"}
+        s.put(("n",), "k3", {"i": 3})  # cuts the damaged record, after copying the log aside
+    kept = log.with_name(log.name + ".damaged")
+    assert kept.read_bytes() == damaged
+    res = cli("verify", "--store", store)
+    assert res.code == 5 and str(kept) in res.out + res.err
+    # a torn last record (its declared length runs past the end) is cut quietly
+    kept.unlink()
+    with CkptStore.open(store) as s:
+        s.put(("n",), "k4", {"i": 4})
+    log.write_bytes(log.read_bytes()[:-3])
+    assert cli("verify", "--store", store).code == 0
+    with CkptStore.open(store) as s:
+        s.put(("n",), "k5", {"i": 5})
+        assert not any("damaged" in w for w in s.store.warnings) and not kept.exists()

@@ -68,7 +68,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ckptcli.adapters.langgraph_journal import HEADER_V2, MAGIC, MAX_RECORD, PROCESS_SALT, frame, next_record, pwrite_all
+from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, HEADER_V2, MAGIC, MAX_RECORD, PROCESS_SALT, frame, next_record, pwrite_all
 from ckptcli.adapters.langgraph_journal import _record_at as record_at
 from ckptcli.adapters.langgraph_store_log import (
     LOCK_NAME,
@@ -76,6 +76,7 @@ from ckptcli.adapters.langgraph_store_log import (
     SNAPSHOT_SUBJECT,
     SNAPSHOT_VERSION,
     base_of,
+    damaged_tail,
     decode_value,
     generations,
     log_dir,
@@ -370,6 +371,7 @@ class CkptStore(BaseStore):
         self._data: dict[tuple[str, ...], dict[str, _Rec]] = {}
         self._next_seq = 0
         self._ttl_items = 0
+        self._warned_tail: tuple[str, int] = ("", 0)  # the damaged last record warned about
         self._retry_at = 0  # after a compaction failed: the log size at which to try again
         self.compactions = 0  # snapshots this process took (for tests and benchmarks)
         try:
@@ -518,7 +520,10 @@ class CkptStore(BaseStore):
                 return out, pos
             nxt = next_record(data, pos, salt)
             if nxt is None:
-                return out, pos  # a record being torn by a killed writer: the end
+                if damaged_tail(data, pos) and self._warned_tail != (str(path), base + pos):
+                    self._warned_tail = (str(path), base + pos)  # once, not at every batch
+                    self.store.warn(f"LangGraph store log {path}: the last record, at offset {base + pos}, is damaged (its CRC does not check): the memories recorded in it are lost")
+                return out, pos  # a record torn by a killed writer, or a damaged last one: the end
             self.store.warn(f"LangGraph store log {path}: {nxt - pos} unreadable byte(s) at offset {base + pos} (damage); the memories recorded there are lost, the records after them are read")
             pos = nxt
 
@@ -600,10 +605,35 @@ class CkptStore(BaseStore):
                 raise
         self._offset += end
         if writing and self._offset < st.st_size:
-            try:  # a record a killed writer left torn: nothing follows it
+            self._keep_damaged_tail(data[end:])
+            try:  # a record a killed writer left torn (or a damaged one, copied aside): nothing follows it
                 os.ftruncate(self._fd, self._offset)
             except OSError as exc:
                 raise StoreIOError(f"cannot write the LangGraph store's log {self._path(self._gen)}: {exc.strerror}") from None
+
+    def _keep_damaged_tail(self, tail: bytes) -> None:
+        """Before the bytes after the last intact record are cut: if they are a damaged
+        record (all its bytes there, its CRC bad) rather than a torn one, warn and copy
+        the log aside as ``<name>.damaged`` (`ckpt verify` reports the copy)."""
+        if not damaged_tail(tail, 0):
+            return
+        path = self._path(self._gen)
+        kept = path.with_name(path.name + DAMAGED_SUFFIX)
+        try:
+            whole = os.pread(self._fd, self._offset + len(tail), 0)
+            name, fd = create_temp(self._dir, suffix=".tmp", mode=0o644)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(whole)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(self._dir / name, kept)
+            fsync_dir(self._dir)
+        except OSError as exc:
+            raise StoreIOError(
+                f"the LangGraph store's log {path} ends with a damaged record, and it cannot be copied aside to {kept}: {exc.strerror}",
+                hint="nothing was written; free space or fix permissions, or copy the log aside yourself",
+            ) from None
+        self.store.warn(f"LangGraph store log {path}: the last record, at offset {self._offset}, is damaged (its CRC does not check); the memories recorded in it are lost; the log was copied to {kept}")
 
     def _append(self, rec: dict[str, Any], sync: bool = True) -> None:
         data = frame(rec, self._salt)

@@ -18,13 +18,25 @@ from __future__ import annotations
 
 import math
 import re
+import struct
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 import msgpack
 
-from ckptcli.adapters.langgraph_journal import HEADER_V2, JOURNAL_DIR, MAGIC, _next_record, _record_at, hole_message, read_journal
+from ckptcli.adapters.langgraph_journal import (
+    DAMAGED_SUFFIX,
+    HEADER_V2,
+    JOURNAL_DIR,
+    MAGIC,
+    MAX_RECORD,
+    SYNC,
+    _next_record,
+    _record_at,
+    hole_message,
+    read_journal,
+)
 
 LOG_DIR = "store"  # under JOURNAL_DIR
 LOCK_NAME = "langgraph-store"  # locks/langgraph-store.lock
@@ -32,6 +44,20 @@ SNAPSHOT_SUBJECT = "workflow:langgraph-store"
 SNAPSHOT_BRANCH = "langgraph-store"
 SNAPSHOT_VERSION = 1
 _LOG_RE = re.compile(r"^([0-9a-f]{16})\.log$")
+
+
+_HEAD = struct.Struct("<4sII")  # a record's sync marker, payload length, CRC
+
+
+def damaged_tail(data: bytes, pos: int) -> bool:
+    """Whether the bytes of a log from `pos` (where its intact records end, no intact
+    record after) are a damaged record rather than one torn by a killed writer: its
+    header is there and its whole declared length too, but the CRC (or payload) does
+    not check. A torn record is one whose header or declared length runs past the end."""
+    if pos + _HEAD.size > len(data):
+        return False
+    sync, length, _ = _HEAD.unpack_from(data, pos)
+    return bool(sync == SYNC and length <= MAX_RECORD and pos + _HEAD.size + length <= len(data))
 
 
 def log_dir(store_dir: Path) -> Path:
@@ -159,12 +185,20 @@ def records_at(data: bytes, salt: bytes, pos: int = HEADER_V2) -> list[tuple[int
 def check_store_logs(store_dir: Path, manifests: Collection[bytes] | None = None) -> list[tuple[Path, str]]:
     """Problems of the memory store's logs under `store_dir` for `ckpt verify`: a log
     that is not one (bad header, no base record), a log with a hole (damage between
-    records; a crash leaves none), and the live log's base snapshot missing from
+    records; a crash leaves none), a malformed record, a damaged last record (all its
+    bytes there, its CRC bad; a torn one is not damage), a ``.damaged`` copy a writer
+    kept, and the live log's base snapshot missing from
     `manifests` (the store's checkpoint ids, when given). A log being appended to is
     read twice and a hole counts only if both reads show it."""
     found: list[tuple[Path, str]] = []
     d = log_dir(store_dir)
     gens = generations(d)
+    try:
+        kept = sorted(p for p in d.iterdir() if p.name.endswith(".log" + DAMAGED_SUFFIX))
+    except OSError:
+        kept = []
+    for path in kept:
+        found.append((path, "is a copy of a store log whose last record was damaged, kept when the store cut that record; delete it once looked at"))
     for gen in gens:
         path = d / log_name(gen)
         if path.is_symlink() or not path.is_file():
@@ -182,6 +216,10 @@ def check_store_logs(store_dir: Path, manifests: Collection[bytes] | None = None
                 if holes:
                     second.holes = holes
                     found.append((path, hole_message(path, second).replace("the puts", "the memories") + "; opening the store with CkptStore reads on past it"))
+            if damaged_tail(data, first.end) and damaged_tail(path.read_bytes(), first.end):
+                found.append(
+                    (path, f"is damaged: its last record, at offset {first.end}, fails its CRC check (not a torn write: all its bytes are there); opening the store warns and keeps a copy")
+                )
             for at, rec in records_at(data, data[len(MAGIC) : HEADER_V2])[1:]:
                 bad = record_problem(rec)
                 if bad:
