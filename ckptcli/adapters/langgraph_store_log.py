@@ -218,7 +218,7 @@ def check_store_logs(store_dir: Path, manifests: Collection[bytes] | None = None
                     found.append((path, hole_message(path, second).replace("the puts", "the memories") + "; opening the store with CkptStore reads on past it"))
             if damaged_tail(data, first.end) and damaged_tail(path.read_bytes(), first.end):
                 found.append(
-                    (path, f"is damaged: its last record, at offset {first.end}, fails its CRC check (not a torn write: all its bytes are there); opening the store warns and keeps a copy")
+                    (path, f"is damaged: its last record, at offset {first.end}, fails its CRC check (not a torn write: all its bytes are there): the memories recorded in it are lost; the next write copies the log aside as {path.name}{DAMAGED_SUFFIX} and cuts the record")
                 )
             for at, rec in records_at(data, data[len(MAGIC) : HEADER_V2])[1:]:
                 bad = record_problem(rec)
