@@ -759,3 +759,119 @@ def test_compact_makes_the_memories_browsable_with_ckpt(tmp_path: Path, cli) -> 
     got = {(tuple(n["namespace"]), it["key"]): (it["value"], it["ttl"]) for n in doc["namespaces"] for it in n["items"]}
     assert got == {(("users", "ann"), "tea"): ({"text": "likes tea"}, None), (("users", "bob"), "cat"): ({"text": "owns a cat"}, 10.0)}
     assert cli("ls", "--store", store, "--json").out.count(cid.hex()) == 1
+
+
+@pytest.mark.parametrize("kind", ["dir", "symlink", "fifo", "bad-header", "no-base"])
+def test_a_bogus_newest_log_is_refused_and_removes_nothing(tmp_path: Path, kind: str) -> None:
+    from ckptcli.errors import CorruptError
+
+    store = tmp_path / ".ckpt"
+    with CkptStore.open(store) as s:
+        s.put(("n",), "k", {"v": 1})
+    d = store / "langgraph" / "store"
+    live = d / "0000000000000000.log"
+    kept = live.read_bytes()
+    bogus = d / "0000000000000001.log"
+    if kind == "dir":
+        bogus.mkdir()
+    elif kind == "symlink":
+        bogus.symlink_to(live)
+    elif kind == "fifo":
+        os.mkfifo(bogus)
+    elif kind == "bad-header":
+        bogus.write_bytes(b"not a log at all")
+    else:
+        bogus.write_bytes(kept[:16])  # a header, no base record
+    with pytest.raises(CorruptError) as info:
+        CkptStore.open(store)
+    assert str(bogus) in info.value.message and "\n" not in info.value.message
+    assert live.read_bytes() == kept  # nothing removed
+    (bogus.rmdir if kind == "dir" else bogus.unlink)()
+    with CkptStore.open(store) as s:
+        assert s.get(("n",), "k").value == {"v": 1}  # type: ignore[union-attr]
+
+
+def test_a_malformed_record_is_refused_in_one_line_and_reported_by_verify(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    import msgpack
+
+    from ckptcli.adapters.langgraph_journal import frame
+    from ckptcli.errors import CorruptError
+
+    v = msgpack.packb({"v": 1})
+    bad: list[dict[str, Any]] = [
+        {"op": "put", "items": "zzz"},
+        {"op": "put", "items": [[["u", "x"], "k"]]},
+        {"op": "put", "items": [["u", "k", v, 1, 1, None, None, 0, None]]},
+        {"op": "put", "items": [[["u", "x"], "k", b"\xc1\xc1", 1, 1, None, None, 0, None]]},
+        {"op": "put", "items": [[["u", "x"], "k", msgpack.packb([1, 2]), 1, 1, None, None, 0, None]]},
+        {"op": "put", "items": [[["u", "x"], "k", v, "x", "y", None, None, 0, None]]},
+        {"op": "put", "items": [[["u", "x"], "k", v, 1, 1, "5", "6", 0, None]]},
+        {"op": "put", "items": [[["u", "x"], "k", v, 1, 1, None, None, 2**64 - 1, None]]},
+        {"op": "put", "items": [[["u", "x"], "k", v, 1, 1, None, None, 0, "notmap"]]},
+        {"op": "put", "items": [[["u", ""], "k", v, 1, 1, None, None, 0, None]]},
+        {"op": "touch", "t": "x", "k": [[["u", "0"], "k"]]},
+        {"op": "touch", "t": 1, "k": "abc"},
+    ]
+    store = tmp_path / ".ckpt"
+    with CkptStore.open(store) as s:
+        s.put(("u", "0"), "k", {"v": 0}, ttl=5)
+    log = store / "langgraph" / "store" / "0000000000000000.log"
+    good = log.read_bytes()
+    for rec in bad:
+        log.write_bytes(good + frame(rec, good[8:16]))
+        with pytest.raises(CorruptError) as info:
+            CkptStore.open(store)
+        assert f"offset {len(good)}" in info.value.message and "\n" not in info.value.message, rec
+        res = cli("verify", "--store", store)
+        assert res.code == 5 and f"offset {len(good)} is malformed" in res.out + res.err, rec
+    log.write_bytes(good)
+    with CkptStore.open(store) as s:  # read by a store already open: refused too, and again
+        log.write_bytes(good + frame(bad[0], good[8:16]))
+        for _ in range(2):
+            with pytest.raises(CorruptError):
+                s.get(("u", "0"), "k")
+
+
+def test_lone_surrogates_are_refused_in_one_line_and_nothing_is_written(tmp_path: Path) -> None:
+    store = tmp_path / ".ckpt"
+    with CkptStore.open(store) as s:
+        log = next((store / "langgraph" / "store").glob("*.log"))
+        size = log.stat().st_size
+        for ns, key, value in [(("a",), "\ud800", {"x": 1}), (("a", "\udcff"), "k", {"x": 1}), (("a",), "k", {"\ud800": 1}), (("a",), "k", {"x": {"\udcff": [1]}})]:
+            for put in (s.put, lambda *a: asyncio.run(s.aput(*a))):
+                with pytest.raises(InvalidInputError) as info:
+                    put(ns, key, value)
+                assert "lone surrogate" in info.value.message and "\n" not in info.value.message
+                assert repr(key) in info.value.message
+        assert log.stat().st_size == size and s.search(()) == []
+
+
+def test_a_damaged_last_record_is_warned_kept_and_reported_not_cut_as_torn(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    store = tmp_path / ".ckpt"
+    with CkptStore.open(store) as s:
+        for i in range(3):
+            s.put(("n",), f"k{i}", {"i": i})
+    log = store / "langgraph" / "store" / "0000000000000000.log"
+    data = bytearray(log.read_bytes())
+    data[-3] ^= 0xFF  # in the last record's payload: its CRC fails, all its bytes are there
+    damaged = bytes(data)
+    log.write_bytes(damaged)
+    res = cli("verify", "--store", store)
+    assert res.code == 5 and "last record" in res.out + res.err
+    with CkptStore.open(store) as s:
+        assert any("is damaged" in w for w in s.store.warnings)
+        assert {i.key for i in s.search(("n",))} == {"k0", "k1"}
+        s.put(("n",), "k3", {"i": 3})  # cuts the damaged record, after copying the log aside
+    kept = log.with_name(log.name + ".damaged")
+    assert kept.read_bytes() == damaged
+    res = cli("verify", "--store", store)
+    assert res.code == 5 and str(kept) in res.out + res.err
+    # a torn last record (its declared length runs past the end) is cut quietly
+    kept.unlink()
+    with CkptStore.open(store) as s:
+        s.put(("n",), "k4", {"i": 4})
+    log.write_bytes(log.read_bytes()[:-3])
+    assert cli("verify", "--store", store).code == 0
+    with CkptStore.open(store) as s:
+        s.put(("n",), "k5", {"i": 5})
+        assert not any("damaged" in w for w in s.store.warnings) and not kept.exists()

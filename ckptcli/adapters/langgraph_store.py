@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import importlib
 import math
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -66,16 +68,20 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ckptcli.adapters.langgraph_journal import HEADER_V2, MAGIC, MAX_RECORD, PROCESS_SALT, frame, next_record, pwrite_all, records_from
+from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, HEADER_V2, MAGIC, MAX_RECORD, PROCESS_SALT, frame, next_record, pwrite_all
+from ckptcli.adapters.langgraph_journal import _record_at as record_at
 from ckptcli.adapters.langgraph_store_log import (
     LOCK_NAME,
     SNAPSHOT_BRANCH,
     SNAPSHOT_SUBJECT,
     SNAPSHOT_VERSION,
     base_of,
+    damaged_tail,
+    decode_value,
     generations,
     log_dir,
     log_name,
+    record_problem,
 )
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LimitExceededError, StoreIOError, UsageError
 from ckptcli.store.backend import create_temp, fsync_dir
@@ -132,16 +138,22 @@ def _where(ns: tuple[str, ...], key: str) -> str:
     return f"item {key!r} of namespace {ns!r}"
 
 
+def _is_unicode(s: str) -> bool:
+    """Whether `s` can be written as UTF-8 (it holds no lone surrogate)."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_json(v: Any, where: str, depth: int = 0) -> None:
     """Refuse what is not a JSON value (dict with string keys, list, str, int, float,
     bool, None), naming where it is."""
     t = type(v)
     if v is None or t is bool or t is float or t is str:
-        if t is str:
-            try:
-                v.encode("utf-8")
-            except UnicodeEncodeError:
-                raise InvalidInputError(f"{where}: string is not valid Unicode (lone surrogate)") from None
+        if t is str and not _is_unicode(v):
+            raise InvalidInputError(f"{where}: string is not valid Unicode (lone surrogate)")
         return
     if t is int:
         if not _INT_MIN <= v <= _INT_MAX:
@@ -153,6 +165,8 @@ def _check_json(v: Any, where: str, depth: int = 0) -> None:
         for k, x in v.items():
             if type(k) is not str:
                 raise InvalidInputError(f"{where}: key {k!r} is a {type(k).__name__}; keys must be strings")
+            if not _is_unicode(k):
+                raise InvalidInputError(f"{where}: key {k!r} is not valid Unicode (lone surrogate)")
             _check_json(x, f"{where}.{k}", depth + 1)
         return
     if t is list or t is tuple:
@@ -187,6 +201,8 @@ def _validate_put(op: PutOp) -> None:
         raise InvalidNamespaceError(f'Root label for namespace cannot be "langgraph". Got: {op.namespace}')
     if type(op.key) is not str:
         raise InvalidInputError(f"the key of an item of namespace {op.namespace!r} is a {type(op.key).__name__}, not a string")
+    if not (_is_unicode(op.key) and all(_is_unicode(label) for label in op.namespace)):
+        raise InvalidInputError(f"{_where(op.namespace, op.key)}: its key or a namespace label is not valid Unicode (lone surrogate)")
     if op.ttl is not None and (isinstance(op.ttl, bool) or not isinstance(op.ttl, (int, float)) or not op.ttl > 0 or math.isinf(op.ttl)):
         raise InvalidInputError(f"{_where(op.namespace, op.key)}: ttl must be a number of minutes > 0 or None, not {op.ttl!r}")
     if op.index is not None and op.index is not False and not (isinstance(op.index, list) and all(type(p) is str for p in op.index)):
@@ -355,6 +371,7 @@ class CkptStore(BaseStore):
         self._data: dict[tuple[str, ...], dict[str, _Rec]] = {}
         self._next_seq = 0
         self._ttl_items = 0
+        self._warned_tail: tuple[str, int] = ("", 0)  # the damaged last record warned about
         self._retry_at = 0  # after a compaction failed: the log size at which to try again
         self.compactions = 0  # snapshots this process took (for tests and benchmarks)
         try:
@@ -424,19 +441,20 @@ class CkptStore(BaseStore):
             self._create_log(0, None)
             gens = [0]
         gen = gens[-1]
-        if cleanup:
-            for old in gens[:-1]:  # left by a compaction killed before it removed them
-                with contextlib.suppress(OSError):
-                    self._path(old).unlink()
         path = self._path(gen)
+        aside = f"move it out of {self._dir} (nothing there was removed; the next older log is then read) or restore the store from a backup"
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+                raise CorruptError(f"the LangGraph store's newest log {path} is not a regular file", hint=aside) from None
             raise StoreIOError(f"cannot open the LangGraph store's log {path}: {exc.strerror}") from None
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CorruptError(f"the LangGraph store's newest log {path} is not a regular file", hint=aside)
             head = os.pread(fd, HEADER_V2, 0)
             if head[: len(MAGIC)] != MAGIC or len(head) < HEADER_V2:
-                raise CorruptError(f"{path} is not a LangGraph store log (bad header)", hint="restore it from a backup or remove the langgraph/store directory")
+                raise CorruptError(f"the LangGraph store's newest log {path} is not a LangGraph store log (bad header)", hint=aside)
             salt = head[len(MAGIC) :]
             data = os.pread(fd, os.fstat(fd).st_size - HEADER_V2, HEADER_V2)
         except OSError as exc:
@@ -446,27 +464,37 @@ class CkptStore(BaseStore):
             os.close(fd)
             raise
         records, end = self._read_records(data, path, salt, HEADER_V2)
-        snap = base_of(records)
+        snap = base_of([rec for _, rec in records[:1]])
         if isinstance(snap, str):
             os.close(fd)
-            raise CorruptError(f"the LangGraph store's log {path} is damaged: {snap}", hint="restore it from a backup")
+            raise CorruptError(f"the LangGraph store's newest log {path} is damaged: {snap}", hint=aside)
         try:
             items = self._load_snapshot(snap, path)
         except BaseException:
             os.close(fd)
             raise
+        before = (self._data, self._next_seq, self._ttl_items)
+        self._data, self._next_seq, self._ttl_items = items, 0, 0
+        try:
+            for recs in items.values():
+                for r in recs.values():
+                    self._next_seq = max(self._next_seq, r.seq + 1)
+                    self._ttl_items += r.ttl is not None
+            for at, rec in records[1:]:
+                self._apply(rec, path, at)
+        except BaseException:
+            os.close(fd)
+            self._data, self._next_seq, self._ttl_items = before
+            raise
+        if cleanup:  # only now that the newest log reads: the older ones were left by a killed compaction
+            for old in gens[:-1]:
+                with contextlib.suppress(OSError):
+                    self._path(old).unlink()
         if self._fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
         self._fd, self._gen, self._salt, self._offset = fd, gen, salt, HEADER_V2 + end
         self._next_log = str(self._path(gen + 1))
-        self._data, self._next_seq, self._ttl_items = items, 0, 0
-        for recs in items.values():
-            for r in recs.values():
-                self._next_seq = max(self._next_seq, r.seq + 1)
-                self._ttl_items += r.ttl is not None
-        for rec in records[1:]:
-            self._apply(rec)
         if cleanup and snap is not None:
             # the branch keeps the live log's base from prune; a compaction killed between
             # its snapshot and its new log left the branch on a snapshot no log starts from
@@ -476,20 +504,27 @@ class CkptStore(BaseStore):
             except CkptError as exc:
                 self.store.warn(f"cannot point the branch {SNAPSHOT_BRANCH} at the LangGraph store's snapshot {snap.hex()[:12]}: {exc.message}")
 
-    def _read_records(self, data: bytes, path: Path, salt: bytes, base: int) -> tuple[list[dict[str, Any]], int]:
-        """The records of `data` (the log's bytes from offset `base`) and where they end
-        in `data`; a hole (damage with records after it) is read past with a warning."""
-        out: list[dict[str, Any]] = []
+    def _read_records(self, data: bytes, path: Path, salt: bytes, base: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+        """The records of `data` (the log's bytes from offset `base`), each with its
+        offset in the log, and where they end in `data`; a hole (damage with records
+        after it) is read past with a warning."""
+        out: list[tuple[int, dict[str, Any]]] = []
         pos = 0
         while True:
-            recs, end = records_from(data, pos, salt)
-            out.extend(recs)
-            if end >= len(data):
-                return out, end
-            nxt = next_record(data, end, salt)
+            got = record_at(data, pos, salt)
+            if got is not None:
+                out.append((base + pos, got[0]))
+                pos = got[1]
+                continue
+            if pos >= len(data):
+                return out, pos
+            nxt = next_record(data, pos, salt)
             if nxt is None:
-                return out, end  # a record being torn by a killed writer: the end
-            self.store.warn(f"LangGraph store log {path}: {nxt - end} unreadable byte(s) at offset {base + end} (damage); the memories recorded there are lost, the records after them are read")
+                if damaged_tail(data, pos) and self._warned_tail != (str(path), base + pos):
+                    self._warned_tail = (str(path), base + pos)  # once, not at every batch
+                    self.store.warn(f"LangGraph store log {path}: the last record, at offset {base + pos}, is damaged (its CRC does not check): the memories recorded in it are lost")
+                return out, pos  # a record torn by a killed writer, or a damaged last one: the end
+            self.store.warn(f"LangGraph store log {path}: {nxt - pos} unreadable byte(s) at offset {base + pos} (damage); the memories recorded there are lost, the records after them are read")
             pos = nxt
 
     def _load_snapshot(self, snap: bytes | None, path: Path) -> dict[tuple[str, ...], dict[str, _Rec]]:
@@ -562,14 +597,43 @@ class CkptStore(BaseStore):
         except OSError as exc:
             raise StoreIOError(f"cannot read the LangGraph store's log {self._path(self._gen)}: {exc.strerror}") from None
         records, end = self._read_records(data, self._path(self._gen), self._salt, self._offset)
-        for rec in records:
-            self._apply(rec)
+        for at, rec in records:
+            try:
+                self._apply(rec, self._path(self._gen), at)
+            except CorruptError:
+                self._offset = at  # the records before it are applied: not again
+                raise
         self._offset += end
         if writing and self._offset < st.st_size:
-            try:  # a record a killed writer left torn: nothing follows it
+            self._keep_damaged_tail(data[end:])
+            try:  # a record a killed writer left torn (or a damaged one, copied aside): nothing follows it
                 os.ftruncate(self._fd, self._offset)
             except OSError as exc:
                 raise StoreIOError(f"cannot write the LangGraph store's log {self._path(self._gen)}: {exc.strerror}") from None
+
+    def _keep_damaged_tail(self, tail: bytes) -> None:
+        """Before the bytes after the last intact record are cut: if they are a damaged
+        record (all its bytes there, its CRC bad) rather than a torn one, warn and copy
+        the log aside as ``<name>.damaged`` (`ckpt verify` reports the copy)."""
+        if not damaged_tail(tail, 0):
+            return
+        path = self._path(self._gen)
+        kept = path.with_name(path.name + DAMAGED_SUFFIX)
+        try:
+            whole = os.pread(self._fd, self._offset + len(tail), 0)
+            name, fd = create_temp(self._dir, suffix=".tmp", mode=0o644)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(whole)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(self._dir / name, kept)
+            fsync_dir(self._dir)
+        except OSError as exc:
+            raise StoreIOError(
+                f"the LangGraph store's log {path} ends with a damaged record, and it cannot be copied aside to {kept}: {exc.strerror}",
+                hint="nothing was written; free space or fix permissions, or copy the log aside yourself",
+            ) from None
+        self.store.warn(f"LangGraph store log {path}: the last record, at offset {self._offset}, is damaged (its CRC does not check); the memories recorded in it are lost; the log was copied to {kept}")
 
     def _append(self, rec: dict[str, Any], sync: bool = True) -> None:
         data = frame(rec, self._salt)
@@ -590,13 +654,27 @@ class CkptStore(BaseStore):
         self._offset = start + len(data)
         self._apply(rec)
 
-    def _apply(self, rec: dict[str, Any]) -> None:
+    def _apply(self, rec: dict[str, Any], path: Path | None = None, at: int = 0) -> None:
         """Apply one record of the log to the items in memory (every process applies the
-        same records in the same order, so they all hold the same items)."""
+        same records in the same order, so they all hold the same items). A record read
+        from the log (`path`, at offset `at`) is checked first: a malformed one (a bug or
+        a hand edit; a crash leaves none) is refused before anything of it is applied."""
         op = rec.get("op")
+        values: list[dict[str, Any] | None] = []
+        if path is not None:
+            why = record_problem(rec, values=False)
+            if why is None and op == "put":
+                values = [None if it[2] is None else decode_value(it[2]) for it in rec["items"]]
+                if any(v is None and it[2] is not None for v, it in zip(values, rec["items"], strict=True)):
+                    why = "an item's value is not a msgpack map with string keys"
+            if why is not None:
+                raise CorruptError(
+                    f"the LangGraph store's log {path} is damaged: the record at offset {at} is malformed ({why})",
+                    hint="run `ckpt verify`; restore the store from a backup",
+                )
         if op == "put":
             touched: list[tuple[str, ...]] = []
-            for ns_l, key, value, created, updated, ttl, expires, seq, vectors in rec["items"]:
+            for i, (ns_l, key, value, created, updated, ttl, expires, seq, vectors) in enumerate(rec["items"]):
                 ns = tuple(ns_l)
                 recs = self._data.get(ns)
                 if recs is None:
@@ -608,7 +686,8 @@ class CkptStore(BaseStore):
                     recs.pop(key, None)
                     touched.append(ns)
                     continue
-                r = _Rec(msgpack.unpackb(value, raw=False), value, created, updated, ttl, expires, seq, vectors)
+                v = values[i] if values else None
+                r = _Rec(v if v is not None else msgpack.unpackb(value, raw=False), value, created, updated, ttl, expires, seq, vectors)
                 if old is not None and old.seq != seq:  # a new item where an expired one was: it goes last
                     del recs[key]
                 recs[key] = r  # an update keeps its place
