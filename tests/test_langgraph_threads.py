@@ -248,3 +248,26 @@ def test_trust_identity_takes_three_values(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="trust_identity"):
         CkptSaver.open(tmp_path / ".ckpt", trust_identity="sometimes")
     CkptSaver.open(tmp_path / ".ckpt", trust_identity="unchecked").close()
+
+
+def test_fifos_among_the_journals_and_leases_do_not_block_opening_the_store(tmp_path: Path) -> None:
+    """A FIFO named as a journal or as a lease, or a directory in place of a lease, is
+    skipped (`ckpt doctor` names it): opening the store neither hangs (the subprocess's
+    timeout makes a hang a failure here) nor fails."""
+    import os
+
+    from tests.conftest import REPO
+
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    os.mkfifo(store / "langgraph" / "x.journal")
+    os.mkfifo(store / "langgraph" / "threads" / "fifo1")
+    os.mkdir(store / "langgraph" / "threads" / ("0" * 32))
+    code = (
+        "import sys; from ckptcli.adapters.langgraph import CkptSaver\n"
+        "with CkptSaver.open(sys.argv[1]) as s: s.put({'configurable': {'thread_id': 't', 'checkpoint_ns': ''}}, "
+        "{'v': 1, 'id': '1', 'ts': '', 'channel_values': {}, 'channel_versions': {}, 'versions_seen': {}}, {}, {})\n"
+        "print('ok')"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, timeout=20, cwd=REPO)
+    assert r.returncode == 0 and r.stdout.strip() == b"ok", r.stderr.decode()[-500:]
