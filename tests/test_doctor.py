@@ -189,3 +189,22 @@ def test_what_the_saver_skips_or_cannot_read_is_named_not_passed_over(tmp_path: 
     assert any(d.startswith("link.journal is a symbolic link, not a journal") for d in details)
     assert any(d.startswith("junk.journal (") and "is damaged or no journal" in d for d in details)
     assert "0 journal(s)" in _one(checks, "langgraph journals", "ok")["detail"]
+
+
+def test_a_huge_journal_is_read_up_to_a_cap_and_memory_stays_bounded(tmp_path: Path) -> None:
+    """A 1 GiB journal (sparse): doctor read it whole (twice over), its memory growing
+    with the file; now it counts the records of its first 64 MiB and says so."""
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    with open(store / "langgraph" / "big.journal", "wb") as fh:
+        fh.truncate(1 << 30)
+    code = (
+        "import json, resource, sys; from ckptcli import doctor; r = doctor.run(sys.argv[1]).to_dict()\n"
+        "print(json.dumps({'rss_kib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, **r}))"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, timeout=60, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["rss_kib"] < 400 * 1024, got["rss_kib"]
+    detail = _one(got["checks"], "langgraph journals", "warn")["detail"]
+    assert detail.startswith("big.journal was left by a saver that is gone: 0 record(s)") and "(records counted in its first 64.0 MiB of 1.0 GiB)" in detail
