@@ -208,3 +208,24 @@ def test_a_huge_journal_is_read_up_to_a_cap_and_memory_stays_bounded(tmp_path: P
     assert got["rss_kib"] < 400 * 1024, got["rss_kib"]
     detail = _one(got["checks"], "langgraph journals", "warn")["detail"]
     assert detail.startswith("big.journal was left by a saver that is gone: 0 record(s)") and "(records counted in its first 64.0 MiB of 1.0 GiB)" in detail
+
+
+def test_a_doctor_run_writes_nothing_in_the_store(tmp_path: Path, cli: Any) -> None:
+    """Not even the catalog cache (doctor brought it up to date, writing cache/catalog)."""
+    store = tmp_path / ".ckpt"
+    saver = CkptSaver.open(store, commit_interval=3600, seal_idle=0)
+    chat_builder(2, words=4).compile(checkpointer=saver).invoke({"messages": [chat_message(0, 4)]}, {"configurable": {"thread_id": "d"}})
+    saver.close()
+    saver = CkptSaver.open(store, commit_interval=3600, seal_idle=0)
+    chat_builder(2, words=4).compile(checkpointer=saver).invoke({"messages": [chat_message(0, 4)]}, {"configurable": {"thread_id": "e"}})
+    saver.abandon()  # a journal of a saver that is gone, and a dirty lease
+    for p in (store / "cache").rglob("*"):
+        p.unlink()
+
+    def tree() -> dict[str, tuple[int, int, bytes]]:
+        return {str(p): (p.lstat().st_mtime_ns, p.lstat().st_size, p.read_bytes() if p.is_file() else b"") for p in sorted(store.rglob("*"))}
+
+    before = tree()
+    res = cli("doctor", "--json", "--store", store)
+    assert res.code == 0, res.err
+    assert tree() == before

@@ -53,7 +53,7 @@ def _committed(ctx: Context) -> set[tuple[str, str, str]]:
     from ckptcli.store import catalog
 
     out: set[tuple[str, str, str]] = set()
-    for row in catalog.rows(ctx.store).values():
+    for row in catalog.rows(ctx.store, save=False).values():
         found = layout.key_of_row(row)
         if found is not None:
             k = found[0]
