@@ -229,3 +229,17 @@ def test_a_doctor_run_writes_nothing_in_the_store(tmp_path: Path, cli: Any) -> N
     res = cli("doctor", "--json", "--store", store)
     assert res.code == 0, res.err
     assert tree() == before
+
+
+def test_the_memory_stores_logs_are_checked_as_verify_does(tmp_path: Path, cli: Any) -> None:
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    logs = store / "langgraph" / "store"
+    logs.mkdir(exist_ok=True)
+    (logs / f"{99:016x}.log").write_bytes(b"garbage" * 10)
+    os.mkfifo(logs / f"{100:016x}.log")
+    res = cli("doctor", "--json", "--store", store)
+    assert res.code == 1 and res.err.count("\n") == 1
+    details = [c["detail"] for c in _checks(res) if c["name"] == "langgraph memory store" and c["status"] == "fail"]
+    assert f"{99:016x}.log: is not a LangGraph store log (bad header)" in details[0] and f"{100:016x}.log: is not a regular file" in details[1]
+    assert "2 log(s)" in _one(_checks(res), "langgraph memory store", "ok")["detail"]

@@ -46,6 +46,7 @@ def check(ctx: Context) -> Iterable[Check]:
                     os.close(fd)
     yield from _journals(ctx, jdir)
     yield from _leases(ctx.store_path, jdir, dead)
+    yield from _memory_store(ctx, ctx.store_path)
 
 
 def _committed(ctx: Context) -> set[tuple[str, str, str]]:
@@ -207,3 +208,17 @@ def _leases(store_path: Path, jdir: Path, dead_journals: int) -> Iterable[Check]
             "langgraph thread leases", WARN, f"{orphaned} thread(s) whose last saver died before committing them",
             "nothing is lost: the next saver to take one replays the dead saver's journal first",
         )
+
+
+def _memory_store(ctx: Context, store_path: Path) -> Iterable[Check]:
+    """The logs of LangGraph's memory store (CkptStore), checked as `ckpt verify` does."""
+    from ckptcli.adapters.langgraph_store_log import check_store_logs, generations, log_dir
+
+    d = log_dir(store_path)
+    if not d.is_dir():
+        return
+    gens = generations(d)
+    problems = check_store_logs(store_path, set(ctx.store.manifest_ids()) if ctx.store is not None else None)
+    yield Check("langgraph memory store", OK, f"{len(gens)} log(s) in {d.relative_to(store_path)}")
+    for path, message in problems:
+        yield Check("langgraph memory store", FAIL, f"{path.name}: {message}", "`ckpt verify` reports it too")

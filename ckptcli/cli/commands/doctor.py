@@ -20,7 +20,8 @@ def doctor(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     journal that is no journal: a FIFO, a link, a directory, garbage), langgraph
     journal damage (bytes that are no record between records), langgraph thread
     leases (threads held by live savers, threads whose saver died before committing
-    them, entries that are no lease),
+    them, entries that are no lease), langgraph memory store (the logs of
+    CkptStore, checked as `ckpt verify` does),
     and component ... (the optional packages installed, their versions, and what
     each one not installed would enable), and plugins (the entry points installed
     packages register with ckpt: adapters' hooks, more checks).
