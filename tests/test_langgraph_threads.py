@@ -271,3 +271,20 @@ def test_fifos_among_the_journals_and_leases_do_not_block_opening_the_store(tmp_
     )
     r = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, timeout=20, cwd=REPO)
     assert r.returncode == 0 and r.stdout.strip() == b"ok", r.stderr.decode()[-500:]
+
+
+def test_a_thread_whose_lease_is_a_fifo_is_refused_in_one_line_and_others_work(tmp_path: Path) -> None:
+    """Its lease a FIFO: the put raised a bare OSError (Illegal seek)."""
+    import os
+
+    from ckptcli.adapters.langgraph_leases import lease_name
+    from ckptcli.errors import StoreIOError
+
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    os.mkfifo(store / "langgraph" / "threads" / lease_name("t"))
+    cp = {"v": 1, "id": "1", "ts": "", "channel_values": {}, "channel_versions": {}, "versions_seen": {}}
+    with CkptSaver.open(store) as saver:
+        with pytest.raises(StoreIOError, match="is not a regular file"):
+            saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp, {}, {})  # type: ignore[arg-type]
+        saver.put({"configurable": {"thread_id": "u", "checkpoint_ns": ""}}, cp, {}, {})  # type: ignore[arg-type]

@@ -716,9 +716,14 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if self._closed:
             raise UsageError("this CkptSaver is closed")
         try:
-            fd = os.open(self._jdir / LEASE_DIR / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            fd = os.open(self._jdir / LEASE_DIR / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except OSError as exc:
             raise StoreIOError(f"cannot open the lease of thread {thread!r} in {self._jdir / LEASE_DIR}: {exc.strerror}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise StoreIOError(
+                f"cannot use the lease of thread {thread!r}: {self._jdir / LEASE_DIR / name} is not a regular file", hint="something other than ckpt put it there; remove it"
+            )
         try:
             locked = _try_flock(fd)
             if not locked and not wait:

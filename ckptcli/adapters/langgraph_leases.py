@@ -137,8 +137,12 @@ def hold_threads(store_dir: Path, threads: Iterable[str], renew: bool = True) ->
             try:
                 # made when missing (a thread imported, or written before leases): a saver
                 # that read it at its start sees the new token and reads it again
-                fd = os.open(ldir / lease_name(thread), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+                fd = os.open(ldir / lease_name(thread), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
             except OSError:
+                in_use.add(thread)
+                continue
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO...: no lease, the thread cannot be taken
+                os.close(fd)
                 in_use.add(thread)
                 continue
             if not try_flock(fd):
