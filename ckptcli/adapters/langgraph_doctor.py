@@ -189,11 +189,6 @@ def _journals(ctx: Context, jdir: Path) -> Iterable[Check]:
 def _leases(store_path: Path, jdir: Path, dead_journals: int) -> Iterable[Check]:
     odd: list[tuple[str, str]] = []
     states = lease_states(store_path, odd)
-    for name, what in odd:
-        yield Check(
-            "langgraph thread leases", FAIL, f"{LEASE_DIR}/{name} is {what}, not a thread lease: savers skip it, and cannot take its thread",
-            f"something other than ckpt put it in {jdir / LEASE_DIR}; remove it",
-        )
     held = sum(1 for s in states if s.held)
     orphaned = sum(1 for s in states if s.dirty and not s.held)
     wants = 0
@@ -203,6 +198,11 @@ def _leases(store_path: Path, jdir: Path, dead_journals: int) -> Iterable[Check]
     if orphaned and not dead_journals:  # their journals were replayed since: the mark goes at the next use
         detail += f", {orphaned} still marked by a saver that died (its journal was replayed since; cleared when the thread is next used)"
     yield Check("langgraph thread leases", OK, detail)
+    for name, what in odd:
+        yield Check(
+            "langgraph thread leases", FAIL, f"{LEASE_DIR}/{name} is {what}, not a thread lease: savers skip it, and cannot take its thread",
+            f"something other than ckpt put it in {jdir / LEASE_DIR}; remove it",
+        )
     if orphaned and dead_journals:
         yield Check(
             "langgraph thread leases", WARN, f"{orphaned} thread(s) whose last saver died before committing them",
