@@ -142,7 +142,7 @@ def check_store(ctx: Context) -> Iterable[Check]:
         problems.append(f"a ref cannot be read ({exc.message})")
         refs = {}
     ids = st.manifest_ids()
-    rows = catalog.rows(st)
+    rows = catalog.rows(st, save=False)
     if len(rows) < len(ids):
         problems.append(f"{len(ids) - len(rows)} manifest(s) cannot be read")
     missing = [name for name, target in refs.items() if target not in rows]

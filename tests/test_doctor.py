@@ -147,3 +147,99 @@ def test_checks_are_a_registry_and_a_broken_one_is_a_failure_not_a_crash(tmp_pat
     assert (missing.status, missing.detail, missing.hint) == ("ok", "not installed: nothing at all", "pip install it")
     (plugins,) = [c for c in doctor.check_components(doctor.Context()) if c.name == "plugins"]
     assert "ckptcli.retention: langgraph (ckptcli)" in plugins.detail  # ckpt's own, registered as any other's
+
+
+def test_fifos_beside_the_journals_and_leases_are_named_and_never_block(tmp_path: Path) -> None:
+    """A FIFO named as a journal or as a lease: opened without O_NONBLOCK, doctor waited
+    for a writer for good; it is a failure that names it (the subprocess's timeout makes
+    a hang a failure of this test)."""
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    os.mkfifo(store / "langgraph" / "x.journal")
+    os.mkfifo(store / "langgraph" / "threads" / "fifo1")
+    code = "import json, sys; from ckptcli import doctor; print(json.dumps(doctor.run(sys.argv[1]).to_dict()))"
+    r = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, timeout=20, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    checks = json.loads(r.stdout)["checks"]
+    assert "x.journal is a FIFO, not a journal" in _one(checks, "langgraph journals", "fail")["detail"]
+    assert "threads/fifo1 is a FIFO, not a thread lease" in _one(checks, "langgraph thread leases", "fail")["detail"]
+    assert "remove it" in _one(checks, "langgraph thread leases", "fail")["hint"]
+
+
+def test_what_the_saver_skips_or_cannot_read_is_named_not_passed_over(tmp_path: Path, cli: Any) -> None:
+    """A directory in place of a lease, a symbolic link or a directory named as a
+    journal, and a journal of garbage: each a failure that names it (doctor said ok, and
+    showed the garbage as a journal of 0 records of a saver that is gone)."""
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    jdir = store / "langgraph"
+    (jdir / "threads" / ("0" * 32)).mkdir()
+    (jdir / "elsewhere").write_bytes(b"")
+    (jdir / "link.journal").symlink_to(jdir / "elsewhere")
+    (jdir / "dir.journal").mkdir()
+    (jdir / "junk.journal").write_bytes(b"not a journal at all" * 100)
+    res = cli("doctor", "--json", "--store", store)
+    assert res.code == 1 and res.err.count("\n") == 1
+    checks = _checks(res)
+    lease = _one(checks, "langgraph thread leases", "fail")
+    assert f"threads/{'0' * 32} is a directory, not a thread lease" in lease["detail"] and "remove it" in lease["hint"]
+    details = [c["detail"] for c in checks if c["name"] == "langgraph journals" and c["status"] == "fail"]
+    assert len(details) == 3
+    assert any(d.startswith("dir.journal is a directory, not a journal") for d in details)
+    assert any(d.startswith("link.journal is a symbolic link, not a journal") for d in details)
+    assert any(d.startswith("junk.journal (") and "is damaged or no journal" in d for d in details)
+    assert "0 journal(s)" in _one(checks, "langgraph journals", "ok")["detail"]
+
+
+def test_a_huge_journal_is_read_up_to_a_cap_and_memory_stays_bounded(tmp_path: Path) -> None:
+    """A 1 GiB journal (sparse): doctor read it whole (twice over), its memory growing
+    with the file; now it counts the records of its first 64 MiB and says so."""
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    with open(store / "langgraph" / "big.journal", "wb") as fh:
+        fh.truncate(1 << 30)
+    code = (
+        "import json, resource, sys; from ckptcli import doctor; r = doctor.run(sys.argv[1]).to_dict()\n"
+        "print(json.dumps({'rss_kib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, **r}))"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, timeout=60, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["rss_kib"] < 400 * 1024, got["rss_kib"]
+    detail = _one(got["checks"], "langgraph journals", "warn")["detail"]
+    assert detail.startswith("big.journal was left by a saver that is gone: 0 record(s)") and "(records counted in its first 64.0 MiB of 1.0 GiB)" in detail
+
+
+def test_a_doctor_run_writes_nothing_in_the_store(tmp_path: Path, cli: Any) -> None:
+    """Not even the catalog cache (doctor brought it up to date, writing cache/catalog)."""
+    store = tmp_path / ".ckpt"
+    saver = CkptSaver.open(store, commit_interval=3600, seal_idle=0)
+    chat_builder(2, words=4).compile(checkpointer=saver).invoke({"messages": [chat_message(0, 4)]}, {"configurable": {"thread_id": "d"}})
+    saver.close()
+    saver = CkptSaver.open(store, commit_interval=3600, seal_idle=0)
+    chat_builder(2, words=4).compile(checkpointer=saver).invoke({"messages": [chat_message(0, 4)]}, {"configurable": {"thread_id": "e"}})
+    saver.abandon()  # a journal of a saver that is gone, and a dirty lease
+    for p in (store / "cache").rglob("*"):
+        p.unlink()
+
+    def tree() -> dict[str, tuple[int, int, bytes]]:
+        return {str(p): (p.lstat().st_mtime_ns, p.lstat().st_size, p.read_bytes() if p.is_file() else b"") for p in sorted(store.rglob("*"))}
+
+    before = tree()
+    res = cli("doctor", "--json", "--store", store)
+    assert res.code == 0, res.err
+    assert tree() == before
+
+
+def test_the_memory_stores_logs_are_checked_as_verify_does(tmp_path: Path, cli: Any) -> None:
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    logs = store / "langgraph" / "store"
+    logs.mkdir(exist_ok=True)
+    (logs / f"{99:016x}.log").write_bytes(b"garbage" * 10)
+    os.mkfifo(logs / f"{100:016x}.log")
+    res = cli("doctor", "--json", "--store", store)
+    assert res.code == 1 and res.err.count("\n") == 1
+    details = [c["detail"] for c in _checks(res) if c["name"] == "langgraph memory store" and c["status"] == "fail"]
+    assert f"{99:016x}.log: is not a LangGraph store log (bad header)" in details[0] and f"{100:016x}.log: is not a regular file" in details[1]
+    assert "2 log(s)" in _one(_checks(res), "langgraph memory store", "ok")["detail"]

@@ -248,3 +248,43 @@ def test_trust_identity_takes_three_values(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="trust_identity"):
         CkptSaver.open(tmp_path / ".ckpt", trust_identity="sometimes")
     CkptSaver.open(tmp_path / ".ckpt", trust_identity="unchecked").close()
+
+
+def test_fifos_among_the_journals_and_leases_do_not_block_opening_the_store(tmp_path: Path) -> None:
+    """A FIFO named as a journal or as a lease, or a directory in place of a lease, is
+    skipped (`ckpt doctor` names it): opening the store neither hangs (the subprocess's
+    timeout makes a hang a failure here) nor fails."""
+    import os
+
+    from tests.conftest import REPO
+
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    os.mkfifo(store / "langgraph" / "x.journal")
+    os.mkfifo(store / "langgraph" / "threads" / "fifo1")
+    os.mkdir(store / "langgraph" / "threads" / ("0" * 32))
+    code = (
+        "import sys; from ckptcli.adapters.langgraph import CkptSaver\n"
+        "with CkptSaver.open(sys.argv[1]) as s: s.put({'configurable': {'thread_id': 't', 'checkpoint_ns': ''}}, "
+        "{'v': 1, 'id': '1', 'ts': '', 'channel_values': {}, 'channel_versions': {}, 'versions_seen': {}}, {}, {})\n"
+        "print('ok')"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, timeout=20, cwd=REPO)
+    assert r.returncode == 0 and r.stdout.strip() == b"ok", r.stderr.decode()[-500:]
+
+
+def test_a_thread_whose_lease_is_a_fifo_is_refused_in_one_line_and_others_work(tmp_path: Path) -> None:
+    """Its lease a FIFO: the put raised a bare OSError (Illegal seek)."""
+    import os
+
+    from ckptcli.adapters.langgraph_leases import lease_name
+    from ckptcli.errors import StoreIOError
+
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    os.mkfifo(store / "langgraph" / "threads" / lease_name("t"))
+    cp = {"v": 1, "id": "1", "ts": "", "channel_values": {}, "channel_versions": {}, "versions_seen": {}}
+    with CkptSaver.open(store) as saver:
+        with pytest.raises(StoreIOError, match="is not a regular file"):
+            saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp, {}, {})  # type: ignore[arg-type]
+        saver.put({"configurable": {"thread_id": "u", "checkpoint_ns": ""}}, cp, {}, {})  # type: ignore[arg-type]

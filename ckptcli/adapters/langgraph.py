@@ -60,6 +60,7 @@ import itertools
 import operator
 import os
 import random
+import stat
 import threading
 import time
 import weakref
@@ -89,7 +90,7 @@ from ckptcli.adapters.langgraph_journal import Journal as _Journal
 from ckptcli.adapters.langgraph_journal import frame as _frame
 from ckptcli.adapters.langgraph_layout import MSGPACK, Key, SectionWriter, Typed, Write
 from ckptcli.adapters.langgraph_leases import LEASE as _LEASE
-from ckptcli.adapters.langgraph_leases import LEASE_DIR, RECOVER_LOCK, WANT_DIR
+from ckptcli.adapters.langgraph_leases import LEASE_DIR, RECOVER_LOCK, WANT_DIR, open_regular
 from ckptcli.adapters.langgraph_leases import lease_name as _lease_name
 from ckptcli.adapters.langgraph_leases import try_flock as _try_flock
 from ckptcli.adapters.langgraph_read import ListReader
@@ -537,7 +538,13 @@ class CkptSaver(BaseCheckpointSaver[str]):
             for sub in (LEASE_DIR, WANT_DIR):
                 (self._jdir / sub).mkdir(exist_ok=True)
             for path in (self._jdir / LEASE_DIR).iterdir():  # before the index: what it holds is at least this
-                raw = path.read_bytes()[: _LEASE.size]
+                fd = open_regular(path)
+                if isinstance(fd, str):
+                    continue  # no lease (a FIFO, a directory...): `ckpt doctor` names it
+                try:
+                    raw = os.pread(fd, _LEASE.size, 0)
+                finally:
+                    os.close(fd)
                 if len(raw) == _LEASE.size and raw[0] == 0:
                     self._seen[path.name] = raw[1:]
         except OSError as exc:
@@ -709,9 +716,14 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if self._closed:
             raise UsageError("this CkptSaver is closed")
         try:
-            fd = os.open(self._jdir / LEASE_DIR / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            fd = os.open(self._jdir / LEASE_DIR / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except OSError as exc:
             raise StoreIOError(f"cannot open the lease of thread {thread!r} in {self._jdir / LEASE_DIR}: {exc.strerror}") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise StoreIOError(
+                f"cannot use the lease of thread {thread!r}: {self._jdir / LEASE_DIR / name} is not a regular file", hint="something other than ckpt put it there; remove it"
+            )
         try:
             locked = _try_flock(fd)
             if not locked and not wait:
@@ -1556,11 +1568,14 @@ class CkptSaver(BaseCheckpointSaver[str]):
         """The journals of savers that are gone (no one holds their lock), locked by us."""
         found: list[tuple[float, Path, int]] = []
         for path in self._jdir.glob("*.journal"):
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)  # a symlink is no journal
+            try:  # a symlink, a FIFO, a directory is no journal (`ckpt doctor` names it)
+                fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError:
                 continue
             try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.close(fd)
+                    continue
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 found.append((path.stat().st_mtime, path, fd))
             except OSError:

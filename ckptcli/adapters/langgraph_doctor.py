@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ckptcli.adapters import langgraph_layout as layout
-from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, JOURNAL_DIR, check_journals, read_journal
-from ckptcli.adapters.langgraph_leases import WANT_DIR, lease_states
+from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, JOURNAL_DIR, hole_message, read_journal
+from ckptcli.adapters.langgraph_leases import LEASE_DIR, WANT_DIR, lease_states, open_regular
 from ckptcli.doctor import FAIL, OK, WARN, Check, Context
 from ckptcli.units import human_size
 
@@ -24,6 +24,8 @@ from ckptcli.units import human_size
 BIG_JOURNAL = 64 * 1024 * 1024
 #: this many puts not in the store yet: commits lag far behind the graph
 BIG_BACKLOG = 10_000
+#: a journal is read up to this much (its records beyond are not counted): memory stays bounded
+READ_CAP = 64 * 1024 * 1024
 
 
 def check(ctx: Context) -> Iterable[Check]:
@@ -33,9 +35,18 @@ def check(ctx: Context) -> Iterable[Check]:
     if not jdir.is_dir():
         yield Check("langgraph journals", OK, "none: no LangGraph saver has used this store")
         return
-    dead = sum(1 for p in jdir.glob("*.journal") if _live(p) is False)
+    dead = 0
+    for path in jdir.glob("*.journal"):
+        with contextlib.suppress(OSError):
+            fd = open_regular(path)
+            if isinstance(fd, int):
+                try:
+                    dead += _live(fd) is False
+                finally:
+                    os.close(fd)
     yield from _journals(ctx, jdir)
     yield from _leases(ctx.store_path, jdir, dead)
+    yield from _memory_store(ctx, ctx.store_path)
 
 
 def _committed(ctx: Context) -> set[tuple[str, str, str]]:
@@ -43,7 +54,7 @@ def _committed(ctx: Context) -> set[tuple[str, str, str]]:
     from ckptcli.store import catalog
 
     out: set[tuple[str, str, str]] = set()
-    for row in catalog.rows(ctx.store).values():
+    for row in catalog.rows(ctx.store, save=False).values():
         found = layout.key_of_row(row)
         if found is not None:
             k = found[0]
@@ -51,49 +62,103 @@ def _committed(ctx: Context) -> set[tuple[str, str, str]]:
     return out
 
 
-def _live(path: Path) -> bool | None:
-    """Whether a live saver holds the journal (its flock); None if it cannot be opened."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
+def _live(fd: int) -> bool | None:
+    """Whether a live saver holds the journal open at `fd` (its flock); None if that cannot be told."""
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     except OSError:
         return None
-    finally:
-        os.close(fd)
+    fcntl.flock(fd, fcntl.LOCK_UN)
     return False
+
+
+def _read(fd: int) -> tuple[bytes, int]:
+    """The journal at `fd` (its first `READ_CAP` bytes) and its size."""
+    size = os.fstat(fd).st_size
+    parts: list[bytes] = []
+    got = 0
+    while got < min(size, READ_CAP):
+        chunk = os.pread(fd, min(size, READ_CAP) - got, got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts), size
+
+
+def _not_journal(jdir: Path, name: str, what: str) -> Check:
+    return Check("langgraph journals", FAIL, f"{name} is {what}, not a journal: savers skip it", f"something other than ckpt put it in {jdir}; remove it")
 
 
 def _journals(ctx: Context, jdir: Path) -> Iterable[Check]:
     committed: set[tuple[str, str, str]] | None = None
     live_n = dead_n = total = backlog = 0
     findings: list[Check] = []
-    for path in sorted(jdir.glob("*.journal")):
-        if path.is_symlink() or not path.is_file():
+    damage: list[Check] = []
+    for path in sorted(jdir.iterdir()):
+        name = path.name
+        if not (name.endswith(".journal") or name.endswith(".journal" + DAMAGED_SUFFIX)):
             continue
-        live = _live(path)
         try:
-            data = path.read_bytes()
+            fd = open_regular(path)
         except OSError as exc:
-            findings.append(Check("langgraph journals", FAIL, f"{path.name} cannot be read: {exc.strerror}", f"check the permissions of {jdir}"))
+            findings.append(Check("langgraph journals", FAIL, f"{name} cannot be read: {exc.strerror}", f"check the permissions of {jdir}"))
             continue
-        contents = read_journal(data)
+        if isinstance(fd, str):
+            findings.append(_not_journal(jdir, name, fd))
+            continue
+        try:
+            live = _live(fd)
+            data, size = _read(fd)
+            contents = read_journal(data)
+            if contents.holes and live:  # a record being written while read is no damage: read again
+                again = read_journal(_read(fd)[0])
+                contents.holes = [h for h in contents.holes if h in again.holes]
+        except OSError as exc:
+            findings.append(Check("langgraph journals", FAIL, f"{name} cannot be read: {exc.strerror}", f"check the permissions of {jdir}"))
+            continue
+        finally:
+            os.close(fd)
+        capped = f" (records counted in its first {human_size(READ_CAP)} of {human_size(size)})" if size > READ_CAP else ""
+        if name.endswith(DAMAGED_SUFFIX):
+            what = hole_message(path, contents) if contents.holes else "has no hole now"
+            damage.append(
+                Check(
+                    "langgraph journal damage", WARN,
+                    f"{name}: kept by recovery, which found damage: {what}{capped}; the records after the damage were recovered; delete the file once looked at",
+                    "`ckpt verify` reports it too",
+                )
+            )
+            continue
+        if contents.version == 0 and any(data):  # zeros alone: a journal just made, its header not written yet
+            findings.append(
+                Check(
+                    "langgraph journals", FAIL, f"{name} ({human_size(size)}) is damaged or no journal: it does not start with a journal header",
+                    f"something other than ckpt wrote it; move it out of {jdir} to look at it",
+                )
+            )
+            continue
+        if contents.holes:
+            damage.append(
+                Check(
+                    "langgraph journal damage", FAIL, f"{name}: {hole_message(path, contents)}{capped}; opening the store with the saver recovers the records after the damage",
+                    "open the store with CkptSaver to recover the records after the damage; the file is then kept as .damaged",
+                )
+            )
         if committed is None:
             committed = _committed(ctx)
         puts = {(str(r.get("t")), str(r.get("n")), str(r.get("i"))) for r in contents.records if r.get("op") == "p"}
         waiting = len(puts - committed)
-        total += len(data)
+        total += size
         if live:
             live_n += 1
             backlog += waiting
-            if len(data) > BIG_JOURNAL:
+            if size > BIG_JOURNAL:
                 findings.append(
                     Check(
-                        "langgraph journals", WARN, f"{path.name} is {human_size(len(data))}: its saver has not started it again after commits",
+                        "langgraph journals", WARN, f"{name} is {human_size(size)}: its saver has not started it again after commits",
                         "its commits are failing or far behind: look at that process's errors (the saver raises them at its next call)",
                     )
                 )
@@ -102,7 +167,7 @@ def _journals(ctx: Context, jdir: Path) -> Iterable[Check]:
             findings.append(
                 Check(
                     "langgraph journals", WARN,
-                    f"{path.name} was left by a saver that is gone: {len(contents.records)} record(s), {waiting} put(s) not in the store",
+                    f"{name} was left by a saver that is gone: {len(contents.records)} record(s), {waiting} put(s) not in the store{capped}",
                     "nothing is lost: the next CkptSaver to open the store (or take one of its threads) replays it and deletes it",
                 )
             )
@@ -118,16 +183,12 @@ def _journals(ctx: Context, jdir: Path) -> Iterable[Check]:
         f"{live_n + dead_n} journal(s), {human_size(total)}: {live_n} of live savers (backlog: {backlog} put(s) not committed yet), {dead_n} of savers that are gone",
     )
     yield from findings
-    for path, message in check_journals(ctx.store_path or jdir.parent):
-        kept = path.name.endswith(DAMAGED_SUFFIX)
-        yield Check(
-            "langgraph journal damage", WARN if kept else FAIL, f"{path.name}: {message}",
-            "`ckpt verify` reports it too" if kept else "open the store with CkptSaver to recover the records after the damage; the file is then kept as .damaged",
-        )
+    yield from damage
 
 
 def _leases(store_path: Path, jdir: Path, dead_journals: int) -> Iterable[Check]:
-    states = lease_states(store_path)
+    odd: list[tuple[str, str]] = []
+    states = lease_states(store_path, odd)
     held = sum(1 for s in states if s.held)
     orphaned = sum(1 for s in states if s.dirty and not s.held)
     wants = 0
@@ -137,8 +198,27 @@ def _leases(store_path: Path, jdir: Path, dead_journals: int) -> Iterable[Check]
     if orphaned and not dead_journals:  # their journals were replayed since: the mark goes at the next use
         detail += f", {orphaned} still marked by a saver that died (its journal was replayed since; cleared when the thread is next used)"
     yield Check("langgraph thread leases", OK, detail)
+    for name, what in odd:
+        yield Check(
+            "langgraph thread leases", FAIL, f"{LEASE_DIR}/{name} is {what}, not a thread lease: savers skip it, and cannot take its thread",
+            f"something other than ckpt put it in {jdir / LEASE_DIR}; remove it",
+        )
     if orphaned and dead_journals:
         yield Check(
             "langgraph thread leases", WARN, f"{orphaned} thread(s) whose last saver died before committing them",
             "nothing is lost: the next saver to take one replays the dead saver's journal first",
         )
+
+
+def _memory_store(ctx: Context, store_path: Path) -> Iterable[Check]:
+    """The logs of LangGraph's memory store (CkptStore), checked as `ckpt verify` does."""
+    from ckptcli.adapters.langgraph_store_log import check_store_logs, generations, log_dir
+
+    d = log_dir(store_path)
+    if not d.is_dir():
+        return
+    gens = generations(d)
+    problems = check_store_logs(store_path, set(ctx.store.manifest_ids()) if ctx.store is not None else None)
+    yield Check("langgraph memory store", OK, f"{len(gens)} log(s) in {d.relative_to(store_path)}")
+    for path, message in problems:
+        yield Check("langgraph memory store", FAIL, f"{path.name}: {message}", "`ckpt verify` reports it too")

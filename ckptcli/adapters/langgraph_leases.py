@@ -18,9 +18,11 @@ has not seen reads the thread from the store again.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
+import stat
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -51,19 +53,62 @@ class LeaseState:
     dirty: bool  # its last holder had puts not committed (died, if not held)
 
 
-def lease_states(store_dir: Path) -> list[LeaseState]:
+#: how a file the saver only reads is opened: never blocks (a FIFO), never follows a link
+READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def open_regular(path: Path) -> int | str:
+    """`path` opened to read (an fd), or what it is when it is no regular file (a
+    symbolic link, a FIFO, a directory...): opening it neither blocks nor follows a
+    link. Raises OSError when it cannot be opened at all."""
+    try:
+        fd = os.open(path, READ_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link"
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        return file_kind(mode)
+    return fd
+
+
+def lease_states(store_dir: Path, odd: list[tuple[str, str]] | None = None) -> list[LeaseState]:
     """Every thread lease of the store at `store_dir`, looked at without being kept: a
     lease held by another process is seen as held (its flock), one that is free is
-    taken for an instant and let go."""
+    taken for an instant and let go. An entry that is no regular file is no lease: it
+    is added to `odd` as (name, what it is)."""
     out: list[LeaseState] = []
     ldir = store_dir / JOURNAL_DIR / LEASE_DIR
     if not ldir.is_dir():
         return out
     for path in sorted(ldir.iterdir()):
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = open_regular(path)
         except OSError:
-            continue  # gone meanwhile, or a link: no lease
+            continue  # gone meanwhile
+        if isinstance(fd, str):
+            if odd is not None:
+                odd.append((path.name, fd))
+            continue
         try:
             held = not try_flock(fd)
             raw = os.pread(fd, LEASE.size, 0)
@@ -92,8 +137,12 @@ def hold_threads(store_dir: Path, threads: Iterable[str], renew: bool = True) ->
             try:
                 # made when missing (a thread imported, or written before leases): a saver
                 # that read it at its start sees the new token and reads it again
-                fd = os.open(ldir / lease_name(thread), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+                fd = os.open(ldir / lease_name(thread), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
             except OSError:
+                in_use.add(thread)
+                continue
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO...: no lease, the thread cannot be taken
+                os.close(fd)
                 in_use.add(thread)
                 continue
             if not try_flock(fd):

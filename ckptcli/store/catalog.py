@@ -85,10 +85,11 @@ def _load(store: Store) -> dict[bytes, list[Any]]:
         return {}  # missing or unusable: rebuilt from the manifests
 
 
-def rows(store: Store) -> dict[bytes, list[Any]]:
+def rows(store: Store, save: bool = True) -> dict[bytes, list[Any]]:
     """Every checkpoint of the store as a raw catalog row ([id, kind, name, parents,
-    created_ns, labels, ...], see Summary.row), the catalog brought up to date. Rows are
-    turned into Summary objects only for what a caller keeps (Summary.from_row)."""
+    created_ns, labels, ...], see Summary.row), the catalog brought up to date (unless
+    not `save`: `ckpt doctor` writes nothing). Rows are turned into Summary objects only
+    for what a caller keeps (Summary.from_row)."""
     ids = store.manifest_ids()
     cached = _load(store)
     out: dict[bytes, list[Any]] = {}
@@ -107,7 +108,7 @@ def rows(store: Store) -> dict[bytes, list[Any]]:
     if damaged:
         more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
         store.warn(f"checkpoint {damaged[0][0].hex()[:12]}{more} is left out: {damaged[0][1]}; run `ckpt verify`")
-    if changed or len(out) != len(cached):
+    if save and (changed or len(out) != len(cached)):
         body = {"version": CATALOG_VERSION, "entries": list(out.values())}
         with contextlib.suppress(CkptError, OSError):  # a read-only store simply has no catalog
             store.backend.write_atomic(CATALOG_PATH, framing.encode_record(framing.KIND_CACHE, body, store.version))

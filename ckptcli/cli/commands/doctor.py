@@ -16,9 +16,12 @@ def doctor(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     and manifests: `ckpt verify` checks every object), langgraph journals (the
     LangGraph saver's journals beside the store: how many, their size, the backlog
     of puts that live savers have not committed yet, journals left by savers that
-    are gone, which the next saver to open the store replays), langgraph journal
-    damage (bytes that are no record between records), langgraph thread leases
-    (threads held by live savers, threads whose saver died before committing them),
+    are gone, which the next saver to open the store replays; a file named as a
+    journal that is no journal: a FIFO, a link, a directory, garbage), langgraph
+    journal damage (bytes that are no record between records), langgraph thread
+    leases (threads held by live savers, threads whose saver died before committing
+    them, entries that are no lease), langgraph memory store (the logs of
+    CkptStore, checked as `ckpt verify` does),
     and component ... (the optional packages installed, their versions, and what
     each one not installed would enable), and plugins (the entry points installed
     packages register with ckpt: adapters' hooks, more checks).
