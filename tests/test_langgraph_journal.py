@@ -378,3 +378,20 @@ def test_sigkill_matrix_stress(tmp_path: Path) -> None:
             _kill_round(tmp_path / str(n), rnd, fsync, size, kill)
         except AssertionError as exc:
             raise AssertionError(f"round {n} ({fsync}, {size}, kill at {kill}; CKPT_STRESS_SEED={seed}): {exc}") from exc
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir", "link"])
+def test_verify_names_a_journal_that_is_no_regular_file(tmp_path: Path, cli, kind: str) -> None:  # type: ignore[no-untyped-def]
+    """A FIFO, directory or link named like a journal is reported (savers skip it), and
+    verify does not hang on a FIFO."""
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    bad = store / "langgraph" / "x.journal"
+    if kind == "fifo":
+        os.mkfifo(bad)
+    elif kind == "dir":
+        bad.mkdir()
+    else:
+        bad.symlink_to(tmp_path / "elsewhere")
+    r = cli("verify", "--store", store)
+    assert r.code == 5 and "x.journal" in r.out and "not a journal" in r.out, r

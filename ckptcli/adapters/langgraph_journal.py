@@ -219,6 +219,9 @@ def check_journals(store_dir: Path) -> list[tuple[Path, str]]:
         return found
     for path in sorted(jdir.iterdir()):
         if path.is_symlink() or not path.is_file():
+            if path.name.endswith((".journal", ".journal" + DAMAGED_SUFFIX)):
+                what = "a symbolic link" if path.is_symlink() else "a directory" if path.is_dir() else "not a regular file"
+                found.append((path, f"is {what}, not a journal (savers skip it); remove it"))
             continue
         if path.name.endswith(".journal" + DAMAGED_SUFFIX):
             try:
