@@ -42,6 +42,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import util
 from pathlib import Path
@@ -100,31 +101,19 @@ _FILTER_OPS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
 NsKey = tuple[tuple[str, ...], str]
 
 
+@dataclass(slots=True)
 class _Rec:
     """One item as this process holds it: the value (decoded, never handed out) and its
     msgpack bytes (decoded again for every result, so a caller's edits stay its own)."""
 
-    __slots__ = ("created", "expires", "raw", "seq", "ttl", "updated", "value", "vectors")
-
-    def __init__(
-        self,
-        value: dict[str, Any],
-        raw: bytes,
-        created: int,
-        updated: int,
-        ttl: float | None,
-        expires: int | None,
-        seq: int,
-        vectors: dict[str, list[float]] | None,
-    ) -> None:
-        self.value = value
-        self.raw = raw
-        self.created = created
-        self.updated = updated
-        self.ttl = ttl
-        self.expires = expires
-        self.seq = seq
-        self.vectors = vectors
+    value: dict[str, Any]
+    raw: bytes
+    created: int
+    updated: int
+    ttl: float | None
+    expires: int | None
+    seq: int
+    vectors: dict[str, list[float]] | None
 
     def live(self, now: int) -> bool:
         return self.expires is None or self.expires > now
