@@ -17,6 +17,17 @@ from langgraph.types import Interrupt, interrupt
 
 from ckptcli.adapters.langgraph import CkptSaver
 
+
+def chain_builder(state: Any, **nodes: Any) -> Any:
+    """A StateGraph of `nodes` run one after the other, in the order given."""
+    b = StateGraph(state)
+    names = list(nodes)
+    for name, fn in nodes.items():
+        b.add_node(name, fn)
+    for a, z in zip([START, *names], [*names, END], strict=True):
+        b.add_edge(a, z)
+    return b
+
 ORDERS = {"A-1001": "lost in transit", "B-2002": "delivered"}
 
 

@@ -12,7 +12,6 @@ import pytest
 from langchain_core.messages import AIMessage, RemoveMessage, ToolMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
 from ckptcli import api
@@ -22,7 +21,7 @@ from ckptcli.adapters.msgpack_view import from_view
 from ckptcli.jsonview import to_json
 from ckptcli.prune import remove_checkpoints
 from ckptcli.replay import load_tail, replay
-from tests.langgraph_graphs import ChatState, ask, chat_builder, chat_message, review_builder, support_builder
+from tests.langgraph_graphs import ChatState, ask, chain_builder, chat_builder, chat_message, review_builder, support_builder
 
 THREAD = {"configurable": {"thread_id": "t1"}}
 
@@ -153,14 +152,9 @@ class _MaxState(TypedDict):
 
 def test_replay_says_which_writes_it_cannot_apply(tmp_path: Path, cli: Any) -> None:
     """A channel whose reducer is none ckpt knows (here `max`) is named, not guessed."""
-    b = StateGraph(_MaxState)
-    b.add_node("one", lambda s: {"best": 5, "seen": [5]})
-    b.add_node("two", lambda s: {"best": 3, "seen": [3]})
-    b.add_node("three", lambda s: {"best": 7, "seen": [7]})
-    b.add_edge(START, "one")
-    b.add_edge("one", "two")
-    b.add_edge("two", "three")
-    b.add_edge("three", END)
+    b = chain_builder(
+        _MaxState, one=lambda s: {"best": 5, "seen": [5]}, two=lambda s: {"best": 3, "seen": [3]}, three=lambda s: {"best": 7, "seen": [7]}
+    )
     store = tmp_path / ".ckpt"
     with CkptSaver.open(store) as saver:
         assert b.compile(checkpointer=saver).invoke({"best": 0, "seen": []}, THREAD) == {"best": 7, "seen": [5, 3, 7]}
@@ -176,14 +170,12 @@ def test_replay_says_which_writes_it_cannot_apply(tmp_path: Path, cli: Any) -> N
 
 def test_replay_merges_messages_by_id_as_add_messages_does(tmp_path: Path) -> None:
     """A message written again with its id replaces it; a RemoveMessage removes it."""
-    b = StateGraph(ChatState)
-    b.add_node("one", lambda s: {"messages": [AIMessage(content="draft", id="a"), AIMessage(content="note", id="b")]})
-    b.add_node("two", lambda s: {"messages": [AIMessage(content="final", id="a")]})
-    b.add_node("three", lambda s: {"messages": [RemoveMessage(id="b"), AIMessage(content="done", id="c")]})
-    b.add_edge(START, "one")
-    b.add_edge("one", "two")
-    b.add_edge("two", "three")
-    b.add_edge("three", END)
+    b = chain_builder(
+        ChatState,
+        one=lambda s: {"messages": [AIMessage(content="draft", id="a"), AIMessage(content="note", id="b")]},
+        two=lambda s: {"messages": [AIMessage(content="final", id="a")]},
+        three=lambda s: {"messages": [RemoveMessage(id="b"), AIMessage(content="done", id="c")]},
+    )
     store = tmp_path / ".ckpt"
     with CkptSaver.open(store) as saver:
         graph = b.compile(checkpointer=saver)

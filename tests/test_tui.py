@@ -726,25 +726,22 @@ def test_the_tools_tab_shows_langgraph_tool_calls_with_their_results_status(tmp_
     """A LangGraph AI message's tool call is ✓ or ✗ by the tool message answering it (its
     status), … while no tool message has answered it yet (the thread waits at an interrupt)."""
     from langchain_core.messages import AIMessage, ToolMessage
-    from langgraph.graph import END, START, StateGraph
     from langgraph.types import interrupt
 
     from ckptcli.adapters.langgraph import CkptSaver
-    from tests.langgraph_graphs import ChatState
+    from tests.langgraph_graphs import ChatState, chain_builder
 
     calls = [{"name": name, "args": {"order": "A-1"}, "id": f"call-{name}", "type": "tool_call"} for name in ("refund", "lookup", "escalate")]
     answers = [
         ToolMessage(content="refund service down", tool_call_id="call-refund", name="refund", status="error", id="tool-refund"),
         ToolMessage(content="lost in transit", tool_call_id="call-lookup", name="lookup", id="tool-lookup"),
     ]
-    b = StateGraph(ChatState)
-    b.add_node("agent", lambda s: {"messages": [AIMessage(content="", id="ai-1", tool_calls=calls)]})
-    b.add_node("tools", lambda s: {"messages": answers})
-    b.add_node("ask", lambda s: {"messages": [AIMessage(content=str(interrupt("escalate?")), id="ai-2")]})
-    b.add_edge(START, "agent")
-    b.add_edge("agent", "tools")
-    b.add_edge("tools", "ask")
-    b.add_edge("ask", END)
+    b = chain_builder(
+        ChatState,
+        agent=lambda s: {"messages": [AIMessage(content="", id="ai-1", tool_calls=calls)]},
+        tools=lambda s: {"messages": answers},
+        ask=lambda s: {"messages": [AIMessage(content=str(interrupt("escalate?")), id="ai-2")]},
+    )
     path = tmp_path / ".ckpt"
     with CkptSaver.open(path) as saver:
         assert b.compile(checkpointer=saver).invoke({"messages": []}, {"configurable": {"thread_id": "t1"}})["__interrupt__"]
