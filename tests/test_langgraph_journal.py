@@ -109,6 +109,15 @@ def _abandoned_journal(store: Path, thread: str = "h") -> tuple[Path, dict[str, 
     return path, values
 
 
+def _another_saver_takes(store: Path, thread: str) -> None:
+    """Another saver on the store gets the thread (its lease let go) within 5 s."""
+    other = CkptSaver(store, lease_timeout=5)
+    try:
+        assert other.get_tuple({"configurable": {"thread_id": thread}}) is not None
+    finally:
+        other.close()
+
+
 def _record_starts(data: bytes) -> list[int]:
     """Where each record of a version 2 journal starts (its framing, read by hand)."""
     pos, out = 16, []
@@ -168,11 +177,7 @@ def test_a_hole_in_a_journal_is_reported_by_verify_and_read_past_by_recovery(tmp
             # the pending writes of the lost and left-out puts are dropped, said once; kept,
             # they held the thread for good: no other saver could take it
             assert any("pending write(s)" in w and "dropped" in w for w in saver.store.warnings), saver.store.warnings
-            other = CkptSaver(store, lease_timeout=5)
-            try:
-                assert other.get_tuple({"configurable": {"thread_id": "h"}}) is not None
-            finally:
-                other.close()
+            _another_saver_takes(store, "h")
     finally:
         saver.close()
     kept = path.with_name(path.name + DAMAGED_SUFFIX)
@@ -338,11 +343,7 @@ def _kill_round(tmp_path: Path, rnd: random.Random, fsync: str, size: str, kill:
         )
         # writes of puts that never returned are dropped: the recovering saver lets the
         # thread go, so another worker's saver can take it
-        other = CkptSaver(store, lease_timeout=5)
-        try:
-            assert other.get_tuple({"configurable": {"thread_id": "k"}}) is not None
-        finally:
-            other.close()
+        _another_saver_takes(store, "k")
     finally:
         saver.close()
 
