@@ -470,7 +470,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
 
         self.ttl = TTL.parse(ttl) if ttl is not None else None
         self.clock = clock
-        self._sweeping: set[str] = set()  # threads a TTL sweep or a delete holds the lease of (not let go by commits)
+        self._sweeping: set[str] = set()  # threads `_holding` holds the lease of, for a delete (not let go by commits)
         if fsync not in FSYNC_POLICIES:
             raise InvalidInputError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
         if not (commit_interval > 0 and seal_idle >= 0):
@@ -1885,22 +1885,25 @@ class CkptSaver(BaseCheckpointSaver[str]):
 
     # -- deleting and copying ------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _holding(self, threads: set[str]) -> Iterator[None]:
+    def _holding(self, threads: set[str], wait: bool = True) -> Iterator[Sequence[str]]:
         """Hold the leases of `threads` for a delete, as a put holds one: each thread is
         read again first if another process wrote it, and once they are let go the other
         processes' savers read them again (a new token), so none of them goes on serving
-        or extending a deleted checkpoint from its memory."""
+        or extending a deleted checkpoint from its memory. Yields the threads held: all
+        of them, or with `wait` False those no other process's saver holds."""
         held: list[str] = []
         try:
             for thread in sorted(threads):
                 while True:
-                    self._claim(thread, False)
+                    self._claim(thread, False, wait=wait)
                     with self._lock:
                         if thread in self._leases:  # not let go by the commit thread meanwhile
                             self._sweeping.add(thread)
                             held.append(thread)
                             break
-            yield
+                    if not wait:
+                        break  # another process's saver holds it: in use
+            yield held
         finally:
             with self._lock:
                 for thread in held:
@@ -2010,13 +2013,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
         return [t for _ts, t, ttl_s, strategy in expired[: ttl.sweep_limit] if self._sweep_thread(t, now, ttl_s, strategy)]
 
     def _sweep_thread(self, thread: str, now: int, ttl_s: float, strategy: str) -> bool:
-        self._claim(thread, False, wait=False)  # reads the thread again if another process wrote it
-        with self._lock:
-            lease = self._leases.get(thread)
-            if lease is None:
+        with self._holding({thread}, wait=False) as held:
+            if not held:
                 return False  # another process's saver holds it: in use
-            self._sweeping.add(thread)
-        try:
             with self._lock:
                 entries = [e for ids in self._thread_entries(thread).values() for e in ids.values()]
                 busy = any(key[0] == thread for key in self._open) or any(key[0] == thread for key in self._orphan_writes)
@@ -2026,12 +2025,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             if not keys:
                 return False  # cut down already
             self._delete(keys, {thread} if strategy == "delete" else set())
-            lease.wrote = True  # a new token: other processes read the thread again
             return True
-        finally:
-            with self._lock:
-                self._sweeping.discard(thread)
-                self._release_leases()
 
     def _rebuilt_from(self, kept: _Keys) -> dict[tuple[str, str, str], str]:
         """The checkpoints that `kept` ones rebuild their delta channels from (see
