@@ -134,6 +134,33 @@ def chat_builder(turns: int, words: int = 80) -> StateGraph[ChatState]:
     return b
 
 
+def subgraph_chat_builder(turns: int, every: int = 4) -> StateGraph[ChatState]:
+    """`chat_builder`'s conversation, with a subgraph run every `every` steps: its output,
+    the whole message list, is a pending write of the root's checkpoint (a long list in
+    the events section), and its own checkpoints hold the whole list too."""
+    sub = StateGraph(ChatState)
+    sub.add_node("note", lambda s: {"messages": [chat_message(len(s["messages"]))]})
+    sub.add_edge(START, "note")
+    sub.add_edge("note", END)
+
+    def turn(state: ChatState) -> dict[str, Any]:
+        return {"messages": [chat_message(len(state["messages"]))]}
+
+    def route(state: ChatState) -> str:
+        n = len(state["messages"])
+        if n >= turns:
+            return END
+        return "sub" if n % every == 0 else "turn"
+
+    b = StateGraph(ChatState)
+    b.add_node("turn", turn)
+    b.add_node("sub", sub.compile())
+    b.add_edge(START, "turn")
+    b.add_conditional_edges("turn", route, ["turn", "sub", END])
+    b.add_edge("sub", "turn")
+    return b
+
+
 class Forgetful(CkptSaver):
     """Commits at every call and keeps no thread in memory (resident_threads=0): every
     read and every put after the first goes back to the store, as after a restart."""

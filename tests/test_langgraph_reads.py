@@ -20,7 +20,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from ckptcli.adapters.langgraph import CkptSaver
-from tests.langgraph_graphs import chat_builder, normalized, review_builder
+from tests.langgraph_graphs import chat_builder, normalized, review_builder, subgraph_chat_builder
 from tests.test_langgraph_threads import Worker
 
 TURNS = 60  # ~500-byte messages: the list is a chunk tree long before that
@@ -116,6 +116,53 @@ def test_every_stored_item_is_decoded_once_for_a_whole_history(written: dict[str
     # it changed; per distinct message: one read (two branches: ~1.5 * TURNS messages)
     assert len(reads) < 8 * len(history) + 2 * TURNS, (len(reads), len(history))
     assert len(reads) - len(set(reads)) < 6 * len(history)
+
+
+def _writes(saver: Any, config: Any) -> list[tuple[str, str]]:
+    """Each checkpoint's pending writes (every namespace's), by namespace (its node name:
+    checkpoint and task ids differ from run to run), as a sorted list."""
+    out = []
+    for t in saver.list(config):
+        ns = t.config["configurable"]["checkpoint_ns"].split(":")[0]
+        out.append((ns, repr([(ch, normalized(v)) for _t, ch, v in t.pending_writes or []])))
+    return sorted(out)
+
+
+def test_long_lists_in_pending_writes_and_subgraphs_are_decoded_once(tmp_path: Path) -> None:
+    """A subgraph's output (the whole message list) is a pending write of the root's
+    checkpoint, and its checkpoints hold the whole list in their own namespace: read back,
+    their items come from the logs the root's lists fill (one log per thread and channel,
+    whatever the namespace), so each stored message is read a bounded number of times,
+    not once per write or subgraph run that holds it. The history equals InMemorySaver's."""
+    turns = 48
+    config = {"configurable": {"thread_id": "sub"}, "recursion_limit": 4 * turns}
+    saver = CkptSaver.open(tmp_path / ".ckpt")
+    subgraph_chat_builder(turns).compile(checkpointer=saver).invoke({"messages": []}, config)
+    saver.close()
+    mem = InMemorySaver()
+    subgraph_chat_builder(turns).compile(checkpointer=mem).invoke({"messages": []}, config)
+    want = _history(subgraph_chat_builder(turns).compile(checkpointer=mem), config)
+    want_writes = _writes(mem, config)
+    long_writes = [t for t in mem.list(config) for _t, c, v in t.pending_writes or [] if c == "messages" and len(v) > turns // 2]
+    assert len(long_writes) >= 3
+
+    saver = CkptSaver.open(tmp_path / ".ckpt")
+    reads: list[bytes] = []
+    get = saver.store.get
+
+    def counting(oid: bytes) -> bytes:
+        reads.append(oid)
+        return get(oid)
+
+    saver.store.get = counting  # type: ignore[method-assign]
+    try:
+        assert _writes(saver, config) == want_writes
+        item_reads = len(reads) - len(set(reads))
+        assert _history(subgraph_chat_builder(turns).compile(checkpointer=saver), config) == want
+    finally:
+        saver.close()
+    # a write or subgraph list decoded whole would read its ~turns/2 items again each time
+    assert item_reads < 2 * turns, item_reads
 
 
 def test_checkpoints_read_back_share_their_items(written: dict[str, Any], tmp_path: Path) -> None:

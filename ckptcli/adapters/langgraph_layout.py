@@ -102,8 +102,15 @@ def typed_view(typed: Typed) -> Any:
     return bytes(data)
 
 
+class Serialized(bytes):
+    """A stored value already turned back into LangGraph's msgpack bytes by its reader
+    (a long list read through the thread's item logs), taken by `view_typed` as it is."""
+
+
 def view_typed(tag: str, view: Any, where: str) -> Typed:
     """The (type, bytes) a stored value stands for."""
+    if type(view) is Serialized and tag == MSGPACK:
+        return tag, bytes(view)
     try:
         if tag == MSGPACK:
             return tag, from_view(view)

@@ -62,7 +62,7 @@ class ListReader:
 
     def channels(self, dec: Decoder, ev: bytes, where: str) -> dict[str, Any]:
         """The memory section's map of channel -> unpacked EV (references left as Ext)."""
-        raw = self._deref(dec, unpack_ev(ev, where), where)
+        raw = self.deref(dec, unpack_ev(ev, where), where)
         if type(raw) is Ext and raw.code == EXT_MAP:
             out: dict[str, Any] = {}
             for k, v in dec.tree_items(raw.oid, EXT_MAP):
@@ -76,7 +76,7 @@ class ListReader:
 
     def keys(self, dec: Decoder, raw: Any, where: str) -> list[bytes] | None:
         """The item EVs of a channel's value when it is a list (None when it is not)."""
-        raw = self._deref(dec, raw, where)
+        raw = self.deref(dec, raw, where)
         if type(raw) is list:
             dec.budget.take(0, len(raw) + 1)
             return [item_key(x) for x in raw]
@@ -86,7 +86,8 @@ class ListReader:
         dec.budget.take(0, root[1] + 1)  # the declared length, checked against the nodes as they are read
         return self._walk(raw.oid, root, dec)
 
-    def _deref(self, dec: Decoder, raw: Any, where: str) -> Any:
+    def deref(self, dec: Decoder, raw: Any, where: str) -> Any:
+        """`raw` with the references in front of it followed (at most MAX_DEPTH)."""
         hops = 0
         while type(raw) is Ext and raw.code == EXT_REF:
             hops += 1
