@@ -85,12 +85,12 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ckptcli.adapters import langgraph_layout as layout
-from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, JOURNAL_DIR, hole_message, read_journal
+from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, JOURNAL_DIR, hole_message, mapped, open_regular, read_journal
 from ckptcli.adapters.langgraph_journal import Journal as _Journal
 from ckptcli.adapters.langgraph_journal import frame as _frame
 from ckptcli.adapters.langgraph_layout import MSGPACK, Key, SectionWriter, Typed, Write
 from ckptcli.adapters.langgraph_leases import LEASE as _LEASE
-from ckptcli.adapters.langgraph_leases import LEASE_DIR, RECOVER_LOCK, WANT_DIR, open_regular
+from ckptcli.adapters.langgraph_leases import LEASE_DIR, RECOVER_LOCK, WANT_DIR
 from ckptcli.adapters.langgraph_leases import lease_name as _lease_name
 from ckptcli.adapters.langgraph_leases import try_flock as _try_flock
 from ckptcli.adapters.langgraph_read import ListReader
@@ -842,9 +842,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
             if not found:
                 return
             threads: set[str] = set()
-            for _mtime, path, _fd in found:
-                with contextlib.suppress(OSError):
-                    records = read_journal(path.read_bytes()).records
+            for _mtime, _path, fd in found:
+                with contextlib.suppress(OSError):  # the file locked, not one found again by its name
+                    records = read_journal(mapped(fd)).records
                     threads.update(str(r["t"]) for r in records if "t" in r)
             with self._lock:
                 busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes}
@@ -1625,7 +1625,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     os.close(fd)
                     continue
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                found.append((path.stat().st_mtime, path, fd))
+                found.append((os.fstat(fd).st_mtime, path, fd))
             except OSError:
                 os.close(fd)  # a live saver's
         return sorted(found)
@@ -1639,9 +1639,8 @@ class CkptSaver(BaseCheckpointSaver[str]):
         with self._lock:
             waiting = set(self._orphan_writes)  # this saver's own writes whose put is on its way
         try:
-            for _mtime, path, _fd in found:
-                with open(path, "rb") as fh:
-                    contents = read_journal(fh.read())
+            for _mtime, path, fd in found:
+                contents = read_journal(mapped(fd))  # the file locked (no other saver writes it), mapped: a huge one costs no memory
                 # after a hole, a put that builds on what the hole held (its parent unknown,
                 # a list value continuing one that is not there) is left out: replayed, it
                 # would make a wrong state (writes may come before their put: they stay)

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ckptcli.adapters import langgraph_layout as layout
-from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, JOURNAL_DIR, hole_message, read_journal
-from ckptcli.adapters.langgraph_leases import LEASE_DIR, WANT_DIR, lease_states, open_regular
+from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, JOURNAL_DIR, hole_message, open_regular, read_journal
+from ckptcli.adapters.langgraph_leases import LEASE_DIR, WANT_DIR, lease_states
 from ckptcli.doctor import FAIL, OK, WARN, Check, Context
 from ckptcli.units import human_size
 

@@ -27,10 +27,13 @@ quoted inside another record's payload do not count), and reports the hole.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import mmap
 import os
 import re
 import secrets
+import stat
 import struct
 import threading
 import zlib
@@ -83,6 +86,9 @@ class JournalContents:
     _before_first_hole: int = 0
 
 
+Buffer = bytes | mmap.mmap  # what the readers scan: a file read, or mapped (`mapped`)
+
+
 def pwrite_all(fd: int, data: bytes, pos: int) -> None:
     """Write all of `data` at offset `pos` of `fd` (pwrite may write less than asked).
     Raises: OSError."""
@@ -92,7 +98,7 @@ def pwrite_all(fd: int, data: bytes, pos: int) -> None:
         view, pos = view[n:], pos + n
 
 
-def _record_at(data: bytes, pos: int, salt: bytes | None) -> tuple[dict[str, Any], int] | None:
+def record_at(data: Buffer, pos: int, salt: bytes | None) -> tuple[dict[str, Any], int] | None:
     """The record at `pos` and where it ends, or None when no intact record starts there
     (`salt` None: version 1 framing)."""
     if salt is None:
@@ -122,12 +128,12 @@ def _record_at(data: bytes, pos: int, salt: bytes | None) -> tuple[dict[str, Any
     return rec, end
 
 
-def _next_record(data: bytes, pos: int, salt: bytes | None) -> int | None:
+def _next_record(data: Buffer, pos: int, salt: bytes | None) -> int | None:
     """Where the next intact record after `pos` starts, or None."""
     if salt is not None:
         q = data.find(SYNC, pos)
         while q != -1:
-            if _record_at(data, q, salt) is not None:
+            if record_at(data, q, salt) is not None:
                 return q
             q = data.find(SYNC, q + 1)
         return None
@@ -141,34 +147,94 @@ def _next_record(data: bytes, pos: int, salt: bytes | None) -> int | None:
         q = max(q, m.start() - 3)
         stop = m.start() + 1
         for p in range(q, stop):
-            if _record_at(data, p, None) is not None:
+            if record_at(data, p, None) is not None:
                 return p
         q = stop
     return None
 
 
-def records_from(data: bytes, pos: int, salt: bytes) -> tuple[list[dict[str, Any]], int]:
+def records_from(data: Buffer, pos: int, salt: bytes) -> tuple[list[dict[str, Any]], int]:
     """The intact version 2 records (framed with `salt`) of `data` from `pos` on, up to
     the first offset where none starts, and that offset: what a reader that follows a
     file others append to takes as written so far (a record being written, or torn by a
     crash, ends it)."""
     out: list[dict[str, Any]] = []
     while True:
-        got = _record_at(data, pos, salt)
+        got = record_at(data, pos, salt)
         if got is None:
             return out, pos
         out.append(got[0])
         pos = got[1]
 
 
-def next_record(data: bytes, pos: int, salt: bytes) -> int | None:
+def next_record(data: Buffer, pos: int, salt: bytes) -> int | None:
     """Where the next intact version 2 record (framed with `salt`) after `pos` starts,
     or None: a reader that stopped at `pos` tells a hole (damage, records after it) from
     the end of what was written (a torn last record, zeros)."""
     return _next_record(data, pos + 1, salt)
 
 
-def read_journal(data: bytes) -> JournalContents:
+READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def open_regular(path: Path) -> int | str:
+    """`path` opened to read (an fd), or what it is when it is no regular file (a
+    symbolic link, a FIFO, a directory...): opening it neither blocks nor follows a
+    link. Raises OSError when it cannot be opened at all."""
+    try:
+        fd = os.open(path, READ_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link"
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        return file_kind(mode)
+    return fd
+
+
+def mapped(fd: int) -> bytes | mmap.mmap:
+    """The contents of the regular file open as `fd`, mapped rather than read: a huge or
+    sparse file (a hostile one declaring 1 GiB) costs address space, not memory, and the
+    readers below scan it as they would bytes. The caller closes `fd` (the map stays valid)."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return b""
+    return mmap.mmap(fd, size, prot=mmap.PROT_READ)
+
+
+def read_regular(path: Path) -> bytes | mmap.mmap:
+    """`mapped` contents of the file at `path`, opened without following a link or
+    blocking on a FIFO; OSError (ELOOP, or EINVAL naming what it is) when it is not a
+    regular file."""
+    fd = open_regular(path)
+    if isinstance(fd, str):
+        raise OSError(errno.EINVAL, f"it is {fd}, not a regular file")
+    try:
+        return mapped(fd)
+    finally:
+        os.close(fd)
+
+
+def read_journal(data: Buffer) -> JournalContents:
     """The intact records of a journal (either version), in order. A torn or damaged
     record with no intact record after it ends the journal (a crash in mid-write, or
     the zeros of the space written ahead); one with records after it is a hole, reported
@@ -182,7 +248,7 @@ def read_journal(data: bytes) -> JournalContents:
     else:
         return out
     while True:
-        got = _record_at(data, pos, salt)
+        got = record_at(data, pos, salt)
         if got is not None:
             out.records.append(got[0])
             pos = got[1]
@@ -225,7 +291,7 @@ def check_journals(store_dir: Path) -> list[tuple[Path, str]]:
             continue
         if path.name.endswith(".journal" + DAMAGED_SUFFIX):
             try:
-                contents = read_journal(path.read_bytes())
+                contents = read_journal(read_regular(path))
             except OSError as exc:
                 found.append((path, f"cannot be read: {exc.strerror}"))
                 continue
@@ -240,10 +306,10 @@ def check_journals(store_dir: Path) -> list[tuple[Path, str]]:
         if not path.name.endswith(".journal"):
             continue
         try:
-            first = read_journal(path.read_bytes())
+            first = read_journal(read_regular(path))
             if not first.holes:
                 continue
-            second = read_journal(path.read_bytes())
+            second = read_journal(read_regular(path))
         except OSError as exc:
             found.append((path, f"cannot be read: {exc.strerror}"))
             continue

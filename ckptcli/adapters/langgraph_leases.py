@@ -18,7 +18,6 @@ has not seen reads the thread from the store again.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import os
@@ -28,7 +27,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ckptcli.adapters.langgraph_journal import JOURNAL_DIR
+from ckptcli.adapters.langgraph_journal import JOURNAL_DIR, open_regular
 
 LEASE_DIR, WANT_DIR, RECOVER_LOCK = "threads", "want", "recover.lock"  # under JOURNAL_DIR
 LEASE = struct.Struct("<B16s")  # dirty flag, token
@@ -54,43 +53,6 @@ class LeaseState:
 
 
 #: how a file the saver only reads is opened: never blocks (a FIFO), never follows a link
-READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def file_kind(mode: int) -> str:
-    """What a file that is not a regular one is, in words."""
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
-
-
-def open_regular(path: Path) -> int | str:
-    """`path` opened to read (an fd), or what it is when it is no regular file (a
-    symbolic link, a FIFO, a directory...): opening it neither blocks nor follows a
-    link. Raises OSError when it cannot be opened at all."""
-    try:
-        fd = os.open(path, READ_FLAGS)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return "a symbolic link"
-        raise
-    try:
-        mode = os.fstat(fd).st_mode
-    except OSError:
-        os.close(fd)
-        raise
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        return file_kind(mode)
-    return fd
-
-
 def lease_states(store_dir: Path, odd: list[tuple[str, str]] | None = None) -> list[LeaseState]:
     """Every thread lease of the store at `store_dir`, looked at without being kept: a
     lease held by another process is seen as held (its flock), one that is free is

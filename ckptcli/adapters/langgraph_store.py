@@ -69,8 +69,19 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, HEADER_V2, MAGIC, MAX_RECORD, PROCESS_SALT, frame, next_record, pwrite_all
-from ckptcli.adapters.langgraph_journal import _record_at as record_at
+from ckptcli.adapters.langgraph_journal import (
+    DAMAGED_SUFFIX,
+    HEADER_V2,
+    MAGIC,
+    MAX_RECORD,
+    PROCESS_SALT,
+    Buffer,
+    frame,
+    mapped,
+    next_record,
+    pwrite_all,
+    record_at,
+)
 from ckptcli.adapters.langgraph_store_log import (
     LOCK_NAME,
     SNAPSHOT_BRANCH,
@@ -445,7 +456,7 @@ class CkptStore(BaseStore):
             if head[: len(MAGIC)] != MAGIC or len(head) < HEADER_V2:
                 raise CorruptError(f"the LangGraph store's newest log {path} is not a LangGraph store log (bad header)", hint=aside)
             salt = head[len(MAGIC) :]
-            data = os.pread(fd, os.fstat(fd).st_size - HEADER_V2, HEADER_V2)
+            data = mapped(fd)  # under the lock no one cuts it; a huge (sparse) log costs no memory
         except OSError as exc:
             os.close(fd)
             raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
@@ -482,7 +493,7 @@ class CkptStore(BaseStore):
         if self._fd >= 0:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
-        self._fd, self._gen, self._salt, self._offset = fd, gen, salt, HEADER_V2 + end
+        self._fd, self._gen, self._salt, self._offset = fd, gen, salt, end
         self._next_log = str(self._path(gen + 1))
         if cleanup and snap is not None:
             # the branch keeps the live log's base from prune; a compaction killed between
@@ -493,27 +504,27 @@ class CkptStore(BaseStore):
             except CkptError as exc:
                 self.store.warn(f"cannot point the branch {SNAPSHOT_BRANCH} at the LangGraph store's snapshot {snap.hex()[:12]}: {exc.message}")
 
-    def _read_records(self, data: bytes, path: Path, salt: bytes, base: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
-        """The records of `data` (the log's bytes from offset `base`), each with its
-        offset in the log, and where they end in `data`; a hole (damage with records
-        after it) is read past with a warning."""
+    def _read_records(self, data: Buffer, path: Path, salt: bytes, start: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+        """The records of `data` (the whole log) from offset `start` on, each with its
+        offset, and where they end; a hole (damage with records after it) is read past
+        with a warning."""
         out: list[tuple[int, dict[str, Any]]] = []
-        pos = 0
+        pos = start
         while True:
             got = record_at(data, pos, salt)
             if got is not None:
-                out.append((base + pos, got[0]))
+                out.append((pos, got[0]))
                 pos = got[1]
                 continue
             if pos >= len(data):
                 return out, pos
             nxt = next_record(data, pos, salt)
             if nxt is None:
-                if damaged_tail(data, pos) and self._warned_tail != (str(path), base + pos):
-                    self._warned_tail = (str(path), base + pos)  # once, not at every batch
-                    self.store.warn(f"LangGraph store log {path}: the last record, at offset {base + pos}, is damaged (its CRC does not check): the memories recorded in it are lost")
+                if damaged_tail(data, pos) and self._warned_tail != (str(path), pos):
+                    self._warned_tail = (str(path), pos)  # once, not at every batch
+                    self.store.warn(f"LangGraph store log {path}: the last record, at offset {pos}, is damaged (its CRC does not check): the memories recorded in it are lost")
                 return out, pos  # a record torn by a killed writer, or a damaged last one: the end
-            self.store.warn(f"LangGraph store log {path}: {nxt - pos} unreadable byte(s) at offset {base + pos} (damage); the memories recorded there are lost, the records after them are read")
+            self.store.warn(f"LangGraph store log {path}: {nxt - pos} unreadable byte(s) at offset {pos} (damage); the memories recorded there are lost, the records after them are read")
             pos = nxt
 
     def _load_snapshot(self, snap: bytes | None, path: Path) -> dict[tuple[str, ...], dict[str, _Rec]]:
@@ -582,7 +593,7 @@ class CkptStore(BaseStore):
         if st.st_size <= self._offset:
             return
         try:
-            data = os.pread(self._fd, st.st_size - self._offset, self._offset)
+            data = mapped(self._fd)  # under the lock (no one cuts it), mapped: a huge tail costs no memory
         except OSError as exc:
             raise StoreIOError(f"cannot read the LangGraph store's log {self._path(self._gen)}: {exc.strerror}") from None
         records, end = self._read_records(data, self._path(self._gen), self._salt, self._offset)
@@ -592,27 +603,27 @@ class CkptStore(BaseStore):
             except CorruptError:
                 self._offset = at  # the records before it are applied: not again
                 raise
-        self._offset += end
-        if writing and self._offset < st.st_size:
-            self._keep_damaged_tail(data[end:])
+        self._offset = end
+        if writing and self._offset < len(data):
+            self._keep_damaged_tail(data)
             try:  # a record a killed writer left torn (or a damaged one, copied aside): nothing follows it
                 os.ftruncate(self._fd, self._offset)
             except OSError as exc:
                 raise StoreIOError(f"cannot write the LangGraph store's log {self._path(self._gen)}: {exc.strerror}") from None
 
-    def _keep_damaged_tail(self, tail: bytes) -> None:
-        """Before the bytes after the last intact record are cut: if they are a damaged
-        record (all its bytes there, its CRC bad) rather than a torn one, warn and copy
-        the log aside as ``<name>.damaged`` (`ckpt verify` reports the copy)."""
-        if not damaged_tail(tail, 0):
+    def _keep_damaged_tail(self, data: Buffer) -> None:
+        """Before the bytes of `data` (the whole log) after the last intact record (at
+        `_offset`) are cut: if they are a damaged record (all its bytes there, its CRC
+        bad) rather than a torn one, warn and copy the log aside as ``<name>.damaged``
+        (`ckpt verify` reports the copy)."""
+        if not damaged_tail(data, self._offset):
             return
         path = self._path(self._gen)
         kept = path.with_name(path.name + DAMAGED_SUFFIX)
         try:
-            whole = os.pread(self._fd, self._offset + len(tail), 0)
             name, fd = create_temp(self._dir, suffix=".tmp", mode=0o644)
             with os.fdopen(fd, "wb") as fh:
-                fh.write(whole)
+                fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(self._dir / name, kept)

@@ -16,10 +16,14 @@ generation is the live one; older ones are left only by a crash during a compact
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import math
+import os
 import re
 import struct
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +36,12 @@ from ckptcli.adapters.langgraph_journal import (
     MAGIC,
     MAX_RECORD,
     SYNC,
+    Buffer,
     _next_record,
-    _record_at,
     hole_message,
     read_journal,
+    read_regular,
+    record_at,
 )
 
 LOG_DIR = "store"  # under JOURNAL_DIR
@@ -49,7 +55,7 @@ _LOG_RE = re.compile(r"^([0-9a-f]{16})\.log$")
 _HEAD = struct.Struct("<4sII")  # a record's sync marker, payload length, CRC
 
 
-def damaged_tail(data: bytes, pos: int) -> bool:
+def damaged_tail(data: Buffer, pos: int) -> bool:
     """Whether the bytes of a log from `pos` (where its intact records end, no intact
     record after) are a damaged record rather than one torn by a killed writer: its
     header is there and its whole declared length too, but the CRC (or payload) does
@@ -166,12 +172,12 @@ def record_problem(rec: dict[str, Any], values: bool = True) -> str | None:
     return None
 
 
-def records_at(data: bytes, salt: bytes, pos: int = HEADER_V2) -> list[tuple[int, dict[str, Any]]]:
+def records_at(data: Buffer, salt: bytes, pos: int = HEADER_V2) -> list[tuple[int, dict[str, Any]]]:
     """The intact records of a version 2 log's bytes `data` from `pos` on, each with
     its offset; holes are read past."""
     out: list[tuple[int, dict[str, Any]]] = []
     while True:
-        got = _record_at(data, pos, salt)
+        got = record_at(data, pos, salt)
         if got is not None:
             out.append((pos, got[0]))
             pos = got[1]
@@ -199,39 +205,60 @@ def check_store_logs(store_dir: Path, manifests: Collection[bytes] | None = None
         kept = []
     for path in kept:
         found.append((path, "is a copy of a store log whose last record was damaged, kept when the store cut that record; delete it once looked at"))
-    for gen in gens:
-        path = d / log_name(gen)
-        if path.is_symlink() or not path.is_file():
-            found.append((path, "is not a regular file; remove it"))
-            continue
-        try:
-            data = path.read_bytes()
-            if data[: len(MAGIC)] != MAGIC or len(data) < HEADER_V2:
-                found.append((path, "is not a LangGraph store log (bad header): the memories recorded in it cannot be read"))
-                continue
-            first = read_journal(data)
-            if first.holes:
-                second = read_journal(path.read_bytes())
-                holes = [h for h in first.holes if h in second.holes]
-                if holes:
-                    second.holes = holes
-                    found.append((path, hole_message(path, second).replace("the puts", "the memories") + "; opening the store with CkptStore reads on past it"))
-            if damaged_tail(data, first.end) and damaged_tail(path.read_bytes(), first.end):
-                found.append(
-                    (path, f"is damaged: its last record, at offset {first.end}, fails its CRC check (not a torn write: all its bytes are there): the memories recorded in it are lost; the next write copies the log aside as {path.name}{DAMAGED_SUFFIX} and cuts the record")
-                )
-            for at, rec in records_at(data, data[len(MAGIC) : HEADER_V2])[1:]:
-                bad = record_problem(rec)
-                if bad:
-                    found.append((path, f"is damaged: the record at offset {at} is malformed ({bad}); opening the store with CkptStore refuses it"))
-                    break
-            why = base_of(first.records)
-            if isinstance(why, str):
-                found.append((path, f"is damaged: {why}"))
-            elif why is not None and manifests is not None and gen == gens[-1] and why not in manifests:
-                found.append(
-                    (path, f"starts from the snapshot {why.hex()[:12]}, which the store does not have: the memories in it are lost; restore the store from a backup")
-                )
-        except OSError as exc:
-            found.append((path, f"cannot be read: {exc.strerror}"))
+    with _readers_lock(store_dir):
+        for gen in gens:
+            _check_log(d / log_name(gen), gen == gens[-1], manifests, found)
     return found
+
+
+@contextlib.contextmanager
+def _readers_lock(store_dir: Path) -> Iterator[None]:
+    """The store's lock taken shared, as a CkptStore reading the logs takes it, when it
+    can be had at once: while it is held no writer cuts a log (a mapped log cut under
+    its reader would kill it). Nothing is created: no lock file, no store writer yet."""
+    fd = -1
+    try:
+        fd = os.open(store_dir / "locks" / f"{LOCK_NAME}.lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        pass  # no writer ever, or one writing now: the logs are read as they are
+    try:
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _check_log(path: Path, newest: bool, manifests: Collection[bytes] | None, found: list[tuple[Path, str]]) -> None:
+    """`check_store_logs` of one log (mapped, not read: a huge sparse one costs no memory)."""
+    try:
+        data = read_regular(path)
+        again = read_regular(path) if data[: len(MAGIC)] == MAGIC else data  # the second look, for a log being appended to
+    except OSError as exc:
+        reason = str(exc.args[1]) if exc.errno == errno.EINVAL else "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        found.append((path, f"is not a regular file or cannot be read ({reason}); remove it"))
+        return
+    if data[: len(MAGIC)] != MAGIC or len(data) < HEADER_V2:
+        found.append((path, "is not a LangGraph store log (bad header): the memories recorded in it cannot be read"))
+        return
+    first = read_journal(data)
+    if first.holes:
+        second = read_journal(again)
+        holes = [h for h in first.holes if h in second.holes]
+        if holes:
+            second.holes = holes
+            found.append((path, hole_message(path, second).replace("the puts", "the memories") + "; opening the store with CkptStore reads on past it"))
+    if damaged_tail(data, first.end) and damaged_tail(again, first.end):
+        found.append(
+            (path, f"is damaged: its last record, at offset {first.end}, fails its CRC check (not a torn write: all its bytes are there): the memories recorded in it are lost; the next write copies the log aside as {path.name}{DAMAGED_SUFFIX} and cuts the record")
+        )
+    for at, rec in records_at(data, data[len(MAGIC) : HEADER_V2])[1:]:
+        bad = record_problem(rec)
+        if bad:
+            found.append((path, f"is damaged: the record at offset {at} is malformed ({bad}); opening the store with CkptStore refuses it"))
+            break
+    why = base_of(first.records)
+    if isinstance(why, str):
+        found.append((path, f"is damaged: {why}"))
+    elif why is not None and manifests is not None and newest and why not in manifests:
+        found.append((path, f"starts from the snapshot {why.hex()[:12]}, which the store does not have: the memories in it are lost; restore the store from a backup"))

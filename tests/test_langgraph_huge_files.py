@@ -1,0 +1,80 @@
+"""Huge files beside a store: a journal or a memory-store log of 1 GiB (sparse, so the
+test costs no disk) is read by mapping it, not into memory.
+
+Each case runs in a subprocess whose data segment (RLIMIT_DATA: the heap and private
+memory, not the pages of a file mapped to read) is capped at 400 MiB: reading the file
+whole, as recovery, `CkptStore` opening its log and `ckpt verify` did, needs 1 GiB and
+fails. The pages of a mapped file are the page cache's, which the kernel can drop.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from ckptcli.adapters.langgraph import CkptSaver
+from ckptcli.adapters.langgraph_store import CkptStore
+from ckptcli.adapters.langgraph_store_log import log_dir, log_name
+from tests.langgraph_graphs import chat_builder, chat_message
+
+REPO = Path(__file__).resolve().parent.parent
+GIB = 1 << 30
+DATA_LIMIT = 400 << 20
+
+
+def _capped(code: str, *args: str) -> dict[str, object]:
+    """Run `code` in a fresh interpreter whose data segment is capped; its JSON result."""
+    prog = f"import json, resource, sys\nresource.setrlimit(resource.RLIMIT_DATA, ({DATA_LIMIT}, {DATA_LIMIT}))\n" + code + "\nprint(json.dumps(out))"
+    r = subprocess.run([sys.executable, "-c", prog, *args], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr[-2000:]
+    result: dict[str, object] = json.loads(r.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_recovery_maps_a_huge_orphan_journal(tmp_path: Path) -> None:
+    store = tmp_path / ".ckpt"
+    saver = CkptSaver.open(store, commit_interval=3600, seal_idle=0)
+    chat_builder(2, words=4).compile(checkpointer=saver).invoke({"messages": [chat_message(0, 4)]}, {"configurable": {"thread_id": "t"}})
+    saver.abandon()  # its journal left behind, as by a killed process
+    (journal,) = (store / "langgraph").glob("*.journal")
+    with open(journal, "r+b") as fh:
+        fh.truncate(GIB)  # zeros after the records: the end of the journal, read past by mapping
+    got = _capped(
+        "from ckptcli.adapters.langgraph import CkptSaver\n"
+        "s = CkptSaver.open(sys.argv[1]); t = s.get_tuple({'configurable': {'thread_id': 't'}}); s.close()\n"
+        "out = {'messages': len(t.checkpoint['channel_values']['messages'])}",
+        str(store),
+    )
+    assert got["messages"] == 2  # the puts of the journal (nothing was committed) were recovered
+
+
+def _store_with_a_huge_log(tmp_path: Path) -> Path:
+    store = tmp_path / ".ckpt"
+    with CkptStore.open(store) as s:
+        s.put(("users", "u1"), "prefs", {"tone": "brief"})
+    path = log_dir(store) / log_name(0)
+    with open(path, "r+b") as fh:
+        fh.truncate(GIB)
+    return store
+
+
+def test_the_memory_store_maps_a_huge_log(tmp_path: Path) -> None:
+    store = _store_with_a_huge_log(tmp_path)
+    got = _capped(
+        "from ckptcli.adapters.langgraph_store import CkptStore\n"
+        "with CkptStore.open(sys.argv[1]) as s:\n"
+        "    out = {'value': s.get(('users', 'u1'), 'prefs').value}",
+        str(store),
+    )
+    assert got["value"] == {"tone": "brief"}
+
+
+def test_verify_maps_a_huge_memory_store_log(tmp_path: Path) -> None:
+    store = _store_with_a_huge_log(tmp_path)
+    got = _capped(
+        "from ckptcli.adapters.langgraph_store_log import check_store_logs\nfrom pathlib import Path\nout = {'problems': [m for _p, m in check_store_logs(Path(sys.argv[1]))]}",
+        str(store),
+    )
+    assert got["problems"] == []  # zeros after the last record: where a killed writer stopped, not damage
