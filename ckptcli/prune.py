@@ -47,6 +47,7 @@ from ckptcli.format import framing
 from ckptcli.format.manifest import Manifest, head_order
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
+from ckptcli.store.backend import WriterMark
 from ckptcli.store.repository import IndexEntry, PackWriter, Store, pack_path
 
 
@@ -121,6 +122,9 @@ class GcReport:
     bytes_freed: int = 0
     index_files_before: int = 0
     index_files_after: int = 0
+    #: other writers (savers) alive during the removal: the objects were left for a later
+    #: prune or delete that runs while none is (`WriterMark`)
+    writers_alive: int = 0
 
     def to_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -290,12 +294,15 @@ def prune(
     lock_wait: float = 300.0,
     progress: Progress = NULL,
     now_ns: int | None = None,
+    writer: WriterMark | None = None,
 ) -> PruneReport:
     """Remove the checkpoints `policy` does not keep, then the objects no kept
     checkpoint needs. Raises UsageError for an empty policy, or when a subject would
     lose every checkpoint and `allow_remove_all` is not set (a thread the TTL deletes
     is meant to); LockError when takes keep the store busy for longer than `lock_wait`
-    seconds. `now_ns`: when the TTL is measured (now)."""
+    seconds. `now_ns`: when the TTL is measured (now). While a writer other than
+    `writer` (the caller's own mark) is alive, the checkpoints go and their objects stay
+    (`GcReport.writers_alive`)."""
     policy.check()
     if policy.empty():
         raise UsageError("no retention policy given", hint="give at least one --keep-* option, e.g. --keep-last 10, or --langgraph-ttl")
@@ -333,16 +340,19 @@ def prune(
             removed = {d.id for d in decisions if not d.keep}
             if dry_run:
                 return report
-            report.gc, report.refs_moved = _remove(store, manifests, refs, removed, max_unused, progress)
+            report.gc, report.refs_moved = _remove(store, manifests, refs, removed, max_unused, progress, writer)
             return report
 
 
-def remove_checkpoints(store: Store, ids: Iterable[bytes], *, max_unused: float = 0.1, lock_wait: float = 300.0, progress: Progress = NULL) -> GcReport:
+def remove_checkpoints(
+    store: Store, ids: Iterable[bytes], *, max_unused: float = 0.1, lock_wait: float = 300.0, progress: Progress = NULL, writer: WriterMark | None = None
+) -> GcReport:
     """Remove exactly these checkpoints, then the objects no other checkpoint needs (for
     adapters that delete on their users' request, e.g. LangGraph's delete_thread). Refs
     follow as in prune: a subject's latest moves to its newest remaining checkpoint; a
     tag or branch naming a removed checkpoint is deleted with it. Ids not in the store
-    are ignored. Raises LockError when takes keep the store busy for `lock_wait` seconds."""
+    are ignored. Raises LockError when takes keep the store busy for `lock_wait` seconds.
+    Objects stay while a writer other than `writer` is alive, as in `prune`."""
     wanted = set(ids)
     with store.backend.lock("store", shared=False, wait=lock_wait):
         manifests = {}
@@ -356,20 +366,30 @@ def remove_checkpoints(store: Store, ids: Iterable[bytes], *, max_unused: float 
         for name, target in refs.items():
             if target in removed and name.startswith(("tags/", "branches/")):
                 store.delete_ref(f"refs/{name}")
-        gc, _moved = _remove(store, manifests, refs, removed, max_unused, progress)
+        gc, _moved = _remove(store, manifests, refs, removed, max_unused, progress, writer)
         return gc
 
 
 def _remove(
-    store: Store, manifests: dict[bytes, Manifest], refs: dict[str, bytes], removed: set[bytes], max_unused: float, progress: Progress
+    store: Store,
+    manifests: dict[bytes, Manifest],
+    refs: dict[str, bytes],
+    removed: set[bytes],
+    max_unused: float,
+    progress: Progress,
+    writer: WriterMark | None = None,
 ) -> tuple[GcReport, dict[str, str | None]]:
     """Delete `removed` (the caller holds the store lock exclusively), in the order that
     keeps every survivor readable whenever a crash stops it."""
     survivors = {cid: m for cid, m in manifests.items() if cid not in removed}
     gc = GcReport()
     moved: dict[str, str | None] = {}
-    # 1. new packs and the new index: everything a survivor needs stays readable
-    plan = _plan_gc(store, survivors, gc, max_unused, progress)
+    # 1. new packs and the new index: everything a survivor needs stays readable; but
+    # while another writer lives, no object goes: it may name any of them in its next
+    # checkpoint without writing it again (and it finds objects where they are)
+    alive = store.backend.live_writers(exclude=writer)
+    gc.writers_alive = len(alive)
+    plan = None if alive else _plan_gc(store, survivors, gc, max_unused, progress)
     # 2. refs: no latest may point at a removed checkpoint
     for name, target in refs.items():
         if name.startswith("latest/") and target in removed:
@@ -387,7 +407,8 @@ def _remove(
     for cid in removed:
         store.backend.delete(f"manifests/{cid.hex()}")
         store.forget_manifest(cid)
-    _finish_gc(store, plan, gc)
+    if plan is not None:
+        _finish_gc(store, plan, gc)
     return gc, moved
 
 

@@ -156,6 +156,47 @@ def test_a_thread_another_worker_deleted_is_gone_for_every_worker(tmp_path: Path
             w.close()
 
 
+def test_a_delete_in_another_worker_leaves_the_objects_a_live_saver_names_again(tmp_path: Path) -> None:
+    """Worker b deletes a thread while worker a is alive; a then writes the same
+    messages on another thread. a remembers that the store has those messages' objects
+    and names them without writing them again: the delete must have left them (it
+    removed them, and the store was damaged: `ckpt verify` named the missing objects)."""
+    from ckptcli import integrity
+    from ckptcli.api import open_store
+
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    a, b = _workers("ckpt", store, 2)
+    text = "a long question " * 200  # a message of its own object, not inline
+    try:
+        assert a.call(op="turn", thread="t", text=text)["ok"]
+        assert b.call(op="delete", thread="t") == {"ok": True}
+        assert a.call(op="turn", thread="u", text=text)["ok"]
+    finally:
+        for w in (a, b):
+            w.close()
+    st = open_store(store)
+    report = integrity.verify_store(st, None, read_data=True)
+    assert report.ok, [str(p) for p in report.problems][:3]
+    saver = CkptSaver.open(store)
+    try:
+        got = saver.get_tuple({"configurable": {"thread_id": "u"}})
+        assert got is not None and [m.content for m in got.checkpoint["channel_values"]["messages"]] == [text, f"echo {text} after 1"]
+        assert saver.get_tuple({"configurable": {"thread_id": "t"}}) is None
+    finally:
+        saver.close()
+    # with no other saver alive, the next removal takes the objects nothing needs
+    before = len(open_store(store).index())
+    saver = CkptSaver.open(store)
+    try:
+        saver.delete_thread("u")
+    finally:
+        saver.close()
+    after = open_store(store)
+    assert len(after.index()) < before // 2, (before, len(after.index()))
+    assert integrity.verify_store(after, None, read_data=True).ok
+
+
 def test_copy_thread_copies_what_another_worker_wrote(tmp_path: Path) -> None:
     """copy_thread in a worker whose view of the thread is old copies the thread as it
     is in the store, with the other worker's turns."""

@@ -553,6 +553,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     self._seen[path.name] = raw[1:]
         except OSError as exc:
             raise StoreIOError(f"cannot read the thread leases in {self._jdir}: {exc.strerror}") from None
+        # before anything of the store's objects is read: while this mark lives, removals
+        # by other processes leave objects (this saver names the ones it has seen in its
+        # next checkpoints without writing them again), and one running now ends first
+        with self.store.backend.lock("store", shared=True, wait=300.0):  # as long as a take waits
+            self._mark = self.store.backend.mark_writer("langgraph-saver")
         recovering = self._recover_lock()
         orphans = self._lock_orphan_journals()  # before ours exists: ours is not an orphan
         self._journal = _Journal(self._jdir, fsync)
@@ -564,6 +569,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 os.close(recovering)
         except BaseException:
             self._journal.close(delete=True)
+            self._mark.close()
             raise
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ckpt-langgraph-commit", daemon=True)
@@ -617,6 +623,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 self._journal.sync()
                 self._journal.close(delete=done)
                 self._release_leases(everything=True)
+                self._mark.close()
             self.store.close()
 
     def abandon(self) -> None:
@@ -627,6 +634,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         with self._lock:
             self._journal.close(delete=self._journal.empty)
             self._release_leases(everything=True)
+            self._mark.close()
         self.store.close()
 
     def _stop_thread(self) -> bool:
@@ -2157,7 +2165,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if ids:
             self._item_memo.clear()  # their EVs may name objects that go now: made again when seen again
             self._writer.forget()
-            remove_checkpoints(self.store, ids)
+            remove_checkpoints(self.store, ids, writer=self._mark)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and pending write of a thread to another thread id

@@ -102,6 +102,43 @@ class Backend(ABC):
     def lock(self, name: str, *, shared: bool, wait: float = 30.0) -> contextlib.AbstractContextManager[None]:
         """Args: lock name, shared or exclusive, seconds to wait. Raises: LockError."""
 
+    @abstractmethod
+    def mark_writer(self, kind: str) -> WriterMark:
+        """Say that a long-lived writer (a saver) is alive until the mark is closed. The
+        caller holds the store lock shared, so that no removal of objects runs meanwhile.
+        Args: what writes (a word). Returns: the mark. Raises: StoreIOError."""
+
+    @abstractmethod
+    def live_writers(self, exclude: WriterMark | None = None) -> builtins.list[str]:
+        """The marks of the writers alive now but `exclude` (the caller's own); marks
+        left by writers that died are removed (the caller holds the store lock
+        exclusively). Returns: their names."""
+
+
+class WriterMark:
+    """A long-lived writer's mark in the store (`Backend.mark_writer`): a file in
+    ``locks/writers/`` it holds a shared flock on for as long as it lives. A writer that
+    lives across commits remembers which objects the store has and writes a new
+    checkpoint that names them without writing them again; so while another writer is
+    alive, a removal of checkpoints leaves their objects (`ckptcli.prune`)."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self.name = path.name
+        self._fd = fd
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+
 
 def fsync_dir(path: Path, *, strict: bool = False) -> None:
     """fsync a directory, so that a rename or a new file in it is durable. Not every
@@ -317,6 +354,9 @@ def _write_to(fd: int, write: Callable[[IO[bytes]], None], shown: str) -> None:
         raise StoreIOError(f"cannot write {shown}: {exc.strerror}") from None
 
 
+WRITERS_DIR = "locks/writers"
+
+
 class LocalBackend(Backend):
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -524,6 +564,49 @@ class LocalBackend(Backend):
             return self._p(path).stat().st_size
         except FileNotFoundError:
             raise NotFoundError(f"{self._p(path)} does not exist") from None
+
+    def mark_writer(self, kind: str) -> WriterMark:
+        d = self._p(WRITERS_DIR)
+        try:
+            os.makedirs(d, exist_ok=True)
+            path = d / f"{kind}-{os.getpid()}-{secrets.token_hex(8)}.lock"
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise io_error(exc, "mark a writer in", d) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except OSError as exc:
+            os.close(fd)
+            raise io_error(exc, "lock", path) from None
+        return WriterMark(path, fd)
+
+    def live_writers(self, exclude: WriterMark | None = None) -> builtins.list[str]:
+        d = self._p(WRITERS_DIR)
+        try:
+            names = sorted(os.listdir(d))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise io_error(exc, "list", d) from None
+        live = []
+        for name in names:
+            if exclude is not None and name == exclude.name:
+                continue
+            try:
+                fd = os.open(d / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                live.append(name)  # not a mark it can look at (a planted link...): counted, to be safe
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                live.append(name)  # held: its writer is alive
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(d / name)  # its writer died without closing it
+            finally:
+                os.close(fd)
+        return live
 
     @contextlib.contextmanager
     def lock(self, name: str, *, shared: bool, wait: float = 30.0) -> Iterator[None]:
