@@ -1,4 +1,4 @@
-"""Huge files beside a store: a journal or a memory-store log of 1 GiB (sparse, so the
+"""Huge and forged files beside a store: a journal or a memory-store log of 1 GiB (sparse, so the
 test costs no disk) is read by mapping it, not into memory.
 
 Each case runs in a subprocess whose data segment (RLIMIT_DATA: the heap and private
@@ -10,13 +10,21 @@ fails. The pages of a mapped file are the page cache's, which the kernel can dro
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
+import zlib
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from ckptcli.adapters import langgraph_journal
 from ckptcli.adapters.langgraph import CkptSaver
+from ckptcli.adapters.langgraph_journal import MAGIC, SYNC, frame
 from ckptcli.adapters.langgraph_store import CkptStore
 from ckptcli.adapters.langgraph_store_log import log_dir, log_name
+from ckptcli.errors import CorruptError
 from tests.langgraph_graphs import chat_builder, chat_message
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,3 +86,60 @@ def test_verify_maps_a_huge_memory_store_log(tmp_path: Path) -> None:
         str(store),
     )
     assert got["problems"] == []  # zeros after the last record: where a killed writer stopped, not damage
+
+
+def _forged(start: int, size: int, tail: int) -> bytes:
+    """`size` bytes of record headers (the first at offset `start` of the file), each
+    declaring a record that runs to the file's end, `tail` bytes after them (a CRC that
+    never checks): a reader that checked each in full did O(size^2) work."""
+    head = struct.Struct("<4sII")
+    n = size // head.size
+    end = start + n * head.size + tail
+    return b"".join(head.pack(SYNC, end - (start + i * head.size) - head.size, 0) for i in range(n))
+
+
+def _crc_counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    seen = [0]
+    real = zlib.crc32
+
+    def counting(data: Any, start: int = 0) -> int:
+        seen[0] += len(data)
+        return real(data, start)
+
+    monkeypatch.setattr(langgraph_journal.zlib, "crc32", counting)
+    return seen
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_forged_record_headers_cost_linear_work_and_are_reported(monkeypatch: pytest.MonkeyPatch, version: int) -> None:
+    """A journal of forged headers with one real record after them: the scan for it gives
+    up after checking ~4x the file and reports the rest as a hole (it was > 60 s for 8 MiB)."""
+    salt = b"s" * 8
+    size = 256 * 1024
+    good = frame({"op": "x"}, salt)
+    if version == 2:
+        first = MAGIC + salt + frame({"op": "first"}, salt)
+        data = first + _forged(len(first), size, len(good)) + good
+    else:  # version 1: a length and a CRC, no marker
+        body = struct.pack("<II", size, 0) * (size // 8)
+        data = b"CKPTLGJ1" + body
+    seen = _crc_counted(monkeypatch)
+    got = langgraph_journal.read_journal(data)
+    assert seen[0] <= 5 * len(data) + (1 << 20), seen[0]
+    assert got.holes and got.gave_up  # reported, not taken for the end of what was written
+    assert got.holes[-1][0] + got.holes[-1][1] == len(data)
+
+
+def test_a_memory_store_log_of_forged_headers_is_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = tmp_path / ".ckpt"
+    with CkptStore.open(store) as s:
+        s.put(("users", "u1"), "prefs", {"tone": "brief"})
+    path = log_dir(store) / log_name(0)
+    data = path.read_bytes()
+    salt = data[len(MAGIC) : len(MAGIC) + 8]
+    good = frame({"op": "put", "items": []}, salt)
+    path.write_bytes(data + _forged(len(data), 256 * 1024, len(good)) + good)
+    seen = _crc_counted(monkeypatch)
+    with pytest.raises(CorruptError, match="forged or damaged record headers"):
+        CkptStore.open(store)
+    assert seen[0] <= 6 * path.stat().st_size + (1 << 20), seen[0]

@@ -77,6 +77,7 @@ class JournalContents:
     end: int = 0
     holes: list[tuple[int, int]] = field(default_factory=list)
     version: int = 0
+    gave_up: bool = False  # the last hole runs to the end: looking for records in it cost too much
 
     @property
     def records_after_holes(self) -> int:
@@ -128,11 +129,38 @@ def record_at(data: Buffer, pos: int, salt: bytes | None) -> tuple[dict[str, Any
     return rec, end
 
 
-def _next_record(data: Buffer, pos: int, salt: bytes | None) -> int | None:
-    """Where the next intact record after `pos` starts, or None."""
+class ScanBudget:
+    """How many bytes a reader may still check the CRC of while it looks for the next
+    record after damage: every candidate header costs the bytes it declares, so a file
+    of forged headers each declaring a long record would cost O(n^2) without a bound
+    (four times the file, plus 1 MiB, is far more than damage from a crash needs)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, size: int) -> None:
+        self.left = 4 * size + (1 << 20)
+
+    def charge(self, data: Buffer, q: int, head: struct.Struct) -> bool:
+        """Charge the candidate record at `q`; False when the budget is spent."""
+        if q + head.size <= len(data):
+            length = head.unpack_from(data, q)[1 if head is _HEAD else 0]
+            if length <= MAX_RECORD:
+                self.left -= min(length, len(data) - q)
+        return self.left >= 0
+
+
+GAVE_UP = -1  # `_next_record`: the scan budget is spent (hostile damage); the rest is unread
+
+
+def _next_record(data: Buffer, pos: int, salt: bytes | None, budget: ScanBudget | None = None) -> int | None:
+    """Where the next intact record after `pos` starts, None when there is none, or
+    GAVE_UP when looking further would cost more than `budget` allows."""
+    budget = budget or ScanBudget(len(data))
     if salt is not None:
         q = data.find(SYNC, pos)
         while q != -1:
+            if not budget.charge(data, q, _HEAD):
+                return GAVE_UP
             if record_at(data, q, salt) is not None:
                 return q
             q = data.find(SYNC, q + 1)
@@ -147,6 +175,8 @@ def _next_record(data: Buffer, pos: int, salt: bytes | None) -> int | None:
         q = max(q, m.start() - 3)
         stop = m.start() + 1
         for p in range(q, stop):
+            if not budget.charge(data, p, _HEAD_V1):
+                return GAVE_UP
             if record_at(data, p, None) is not None:
                 return p
         q = stop
@@ -167,11 +197,12 @@ def records_from(data: Buffer, pos: int, salt: bytes) -> tuple[list[dict[str, An
         pos = got[1]
 
 
-def next_record(data: Buffer, pos: int, salt: bytes) -> int | None:
+def next_record(data: Buffer, pos: int, salt: bytes, budget: ScanBudget | None = None) -> int | None:
     """Where the next intact version 2 record (framed with `salt`) after `pos` starts,
-    or None: a reader that stopped at `pos` tells a hole (damage, records after it) from
-    the end of what was written (a torn last record, zeros)."""
-    return _next_record(data, pos + 1, salt)
+    None, or GAVE_UP (`_next_record`): a reader that stopped at `pos` tells a hole
+    (damage, records after it) from the end of what was written (a torn last record,
+    zeros)."""
+    return _next_record(data, pos + 1, salt, budget)
 
 
 READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -247,13 +278,19 @@ def read_journal(data: Buffer) -> JournalContents:
         salt, pos, out.version = None, len(MAGIC_V1), 1
     else:
         return out
+    budget = ScanBudget(len(data))
     while True:
         got = record_at(data, pos, salt)
         if got is not None:
             out.records.append(got[0])
             pos = got[1]
             continue
-        nxt = _next_record(data, pos + 1, salt)
+        nxt = _next_record(data, pos + 1, salt, budget)
+        if nxt == GAVE_UP:  # forged headers past counting: all the rest is reported damaged
+            out.holes.append((pos, len(data) - pos))
+            out.gave_up = True
+            pos = len(data)
+            break
         if nxt is None:
             break
         if not out.holes:

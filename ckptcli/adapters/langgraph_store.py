@@ -71,11 +71,13 @@ from langgraph.store.base import (
 
 from ckptcli.adapters.langgraph_journal import (
     DAMAGED_SUFFIX,
+    GAVE_UP,
     HEADER_V2,
     MAGIC,
     MAX_RECORD,
     PROCESS_SALT,
     Buffer,
+    ScanBudget,
     frame,
     mapped,
     next_record,
@@ -510,6 +512,7 @@ class CkptStore(BaseStore):
         with a warning."""
         out: list[tuple[int, dict[str, Any]]] = []
         pos = start
+        budget = ScanBudget(len(data))
         while True:
             got = record_at(data, pos, salt)
             if got is not None:
@@ -518,7 +521,12 @@ class CkptStore(BaseStore):
                 continue
             if pos >= len(data):
                 return out, pos
-            nxt = next_record(data, pos, salt)
+            nxt = next_record(data, pos, salt, budget)
+            if nxt == GAVE_UP:
+                raise CorruptError(
+                    f"the LangGraph store's log {path} is damaged at offset {pos}: it holds more forged or damaged record headers than a reader looks through",
+                    hint=f"move it out of {self._dir} (nothing there was removed) or restore the store from a backup",
+                )
             if nxt is None:
                 if damaged_tail(data, pos) and self._warned_tail != (str(path), pos):
                     self._warned_tail = (str(path), pos)  # once, not at every batch
