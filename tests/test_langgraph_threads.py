@@ -329,3 +329,61 @@ def test_a_thread_whose_lease_is_a_fifo_is_refused_in_one_line_and_others_work(t
         with pytest.raises(StoreIOError, match="is not a regular file"):
             saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp, {}, {})  # type: ignore[arg-type]
         saver.put({"configurable": {"thread_id": "u", "checkpoint_ns": ""}}, cp, {}, {})  # type: ignore[arg-type]
+
+
+def test_a_fifo_planted_as_a_hand_over_request_makes_no_wait_past_lease_timeout(tmp_path: Path) -> None:
+    """Opening the request to hand a thread over blocked forever on a FIFO (no reader):
+    a saver waiting for a thread hung, whatever its lease_timeout."""
+    import os
+    import threading
+
+    from ckptcli.adapters.langgraph_leases import lease_name
+    from ckptcli.errors import LockError
+
+    store = tmp_path / ".ckpt"
+    holder = CkptSaver.open(store, commit_interval=3600, seal_idle=0)
+    cp = {"v": 1, "id": "1", "ts": "", "channel_values": {}, "channel_versions": {}, "versions_seen": {}}
+    holder.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp, {}, {})  # type: ignore[arg-type]
+    os.mkfifo(store / "langgraph" / "want" / lease_name("t"))
+    waiter = CkptSaver.open(store, lease_timeout=1)
+    got: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            waiter.get_tuple({"configurable": {"thread_id": "t"}})
+        except BaseException as exc:  # noqa: BLE001 - the outcome is what is checked
+            got.append(exc)
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(30)
+    try:
+        assert not t.is_alive(), "the saver waited on the FIFO"
+        assert got == [] or (len(got) == 1 and isinstance(got[0], LockError)), got  # handed over (the name is the request), or timed out
+    finally:
+        if t.is_alive():  # let the blocked open go: a reader on the FIFO
+            with open(store / "langgraph" / "want" / lease_name("t"), "rb"):
+                t.join(10)
+        waiter.close()
+        holder.close()
+
+
+def test_a_hard_link_planted_as_a_lease_is_refused_and_its_file_untouched(tmp_path: Path) -> None:
+    """A lease is written to: a hard link to a file outside the store had its first bytes
+    overwritten by the saver."""
+    import os
+
+    from ckptcli.adapters.langgraph_leases import lease_name
+    from ckptcli.errors import StoreIOError
+
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"VICTIM-CONTENT-UNTOUCHED")
+    os.link(victim, store / "langgraph" / "threads" / lease_name("t"))
+    cp = {"v": 1, "id": "1", "ts": "", "channel_values": {}, "channel_versions": {}, "versions_seen": {}}
+    with CkptSaver.open(store) as saver:
+        with pytest.raises(StoreIOError, match="hard links"):
+            saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp, {}, {})  # type: ignore[arg-type]
+        saver.put({"configurable": {"thread_id": "u", "checkpoint_ns": ""}}, cp, {}, {})  # type: ignore[arg-type]
+    assert victim.read_bytes() == b"VICTIM-CONTENT-UNTOUCHED"

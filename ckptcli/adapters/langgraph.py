@@ -731,11 +731,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
             fd = os.open(self._jdir / LEASE_DIR / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except OSError as exc:
             raise StoreIOError(f"cannot open the lease of thread {thread!r} in {self._jdir / LEASE_DIR}: {exc.strerror}") from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a lease is written to: never through a hard link to a file elsewhere
             os.close(fd)
-            raise StoreIOError(
-                f"cannot use the lease of thread {thread!r}: {self._jdir / LEASE_DIR / name} is not a regular file", hint="something other than ckpt put it there; remove it"
-            )
+            what = "is not a regular file" if not stat.S_ISREG(st.st_mode) else f"has {st.st_nlink} hard links (a lease has one)"
+            raise StoreIOError(f"cannot use the lease of thread {thread!r}: {self._jdir / LEASE_DIR / name} {what}", hint="something other than ckpt put it there; remove it")
         try:
             locked = _try_flock(fd)
             if not locked and not wait:
@@ -744,7 +744,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             if not locked:
                 want = self._jdir / WANT_DIR / name
                 with contextlib.suppress(OSError):
-                    os.close(os.open(want, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644))
+                    os.close(os.open(want, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644))  # a FIFO there: ENXIO, not a wait
                 deadline = time.monotonic() + self.lease_timeout
                 while not _try_flock(fd):
                     if time.monotonic() > deadline:

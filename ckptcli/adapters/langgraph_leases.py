@@ -103,7 +103,8 @@ def hold_threads(store_dir: Path, threads: Iterable[str], renew: bool = True) ->
             except OSError:
                 in_use.add(thread)
                 continue
-            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO...: no lease, the thread cannot be taken
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a FIFO, a hard link...: no lease, the thread cannot be taken
                 os.close(fd)
                 in_use.add(thread)
                 continue
