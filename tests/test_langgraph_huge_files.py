@@ -143,3 +143,45 @@ def test_a_memory_store_log_of_forged_headers_is_refused_in_one_line(tmp_path: P
     with pytest.raises(CorruptError, match="forged or damaged record headers"):
         CkptStore.open(store)
     assert seen[0] <= 6 * path.stat().st_size + (1 << 20), seen[0]
+
+
+def _orphan(store: Path, body: bytes) -> Path:
+    """A journal no saver holds, as a killed one leaves it."""
+    CkptSaver.open(store).close()
+    path = store / "langgraph" / "dead.journal"
+    path.write_bytes(body)
+    return path
+
+
+def test_a_journal_record_with_a_huge_id_is_refused_in_one_line_and_verify_names_it(tmp_path: Path) -> None:
+    """`bytes(2**50)` of a delete record's id: a raw MemoryError at every open, while verify said nothing."""
+    from ckptcli.adapters.langgraph_journal import check_journals
+    from ckptcli.errors import CorruptError
+
+    salt = b"s" * 8
+    path = _orphan(tmp_path / ".ckpt", MAGIC + salt + frame({"op": "d", "k": [], "ids": [2**50]}, salt))
+    with pytest.raises(CorruptError, match="record 1 is malformed"):
+        CkptSaver.open(tmp_path / ".ckpt")
+    assert path.exists()
+    assert any("record 1 is malformed" in msg for p, msg in check_journals(tmp_path / ".ckpt") if p == path)
+
+
+def test_a_journal_of_a_newer_ckpt_is_refused_and_kept(tmp_path: Path) -> None:
+    """It was deleted without a word: the puts in it lost."""
+    from ckptcli.adapters.langgraph_journal import check_journals
+    from ckptcli.errors import UnsupportedVersionError
+
+    path = _orphan(tmp_path / ".ckpt", b"CKPTLGJ3" + b"s" * 8 + b"records of a format to come")
+    with pytest.raises(UnsupportedVersionError, match="newer ckpt"):
+        CkptSaver.open(tmp_path / ".ckpt")
+    assert path.exists()
+    assert any("newer ckpt" in msg for p, msg in check_journals(tmp_path / ".ckpt") if p == path)
+
+
+def test_a_file_that_is_no_journal_is_kept_aside_not_deleted(tmp_path: Path) -> None:
+    path = _orphan(tmp_path / ".ckpt", b"not a journal at all")
+    saver = CkptSaver.open(tmp_path / ".ckpt")
+    warnings = saver.store.warnings
+    saver.close()
+    assert not path.exists() and path.with_name(path.name + ".damaged").read_bytes() == b"not a journal at all"
+    assert any("is not a journal" in w for w in warnings), warnings

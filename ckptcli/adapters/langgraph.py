@@ -85,9 +85,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ckptcli.adapters import langgraph_layout as layout
-from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, JOURNAL_DIR, hole_message, mapped, open_regular, read_journal
+from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, JOURNAL_DIR, MAGIC, blank, hole_message, mapped, open_regular, read_journal
 from ckptcli.adapters.langgraph_journal import Journal as _Journal
 from ckptcli.adapters.langgraph_journal import frame as _frame
+from ckptcli.adapters.langgraph_journal import record_problem as journal_record_problem
 from ckptcli.adapters.langgraph_layout import MSGPACK, Key, SectionWriter, Typed, Write
 from ckptcli.adapters.langgraph_leases import LEASE as _LEASE
 from ckptcli.adapters.langgraph_leases import LEASE_DIR, RECOVER_LOCK, WANT_DIR
@@ -1648,7 +1649,22 @@ class CkptSaver(BaseCheckpointSaver[str]):
             waiting = set(self._orphan_writes)  # this saver's own writes whose put is on its way
         try:
             for _mtime, path, fd in found:
-                contents = read_journal(mapped(fd))  # the file locked (no other saver writes it), mapped: a huge one costs no memory
+                try:
+                    data = mapped(fd)  # the file locked (no other saver writes it), mapped: a huge one costs no memory
+                except OSError as exc:
+                    raise StoreIOError(f"cannot read the LangGraph journal {path}: {exc.strerror}", hint="nothing of it was replayed or removed") from None
+                contents = read_journal(data)
+                if contents.version == 0 and data[:7] == MAGIC[:7]:
+                    from ckptcli.errors import UnsupportedVersionError
+
+                    raise UnsupportedVersionError(
+                        f"the LangGraph journal {path} was written by a newer ckpt ({bytes(data[:8])!r}): the puts in it cannot be replayed here",
+                        hint="open the store with that ckpt version (nothing was replayed or removed), or upgrade ckpt",
+                    )
+                if contents.version == 0 and not blank(data):  # not empty, not zeros: not a journal
+                    damaged.append(path)
+                    self.store.warn(f"LangGraph journal {path} is not a journal (unknown header): nothing in it was replayed; it is kept as {path.name}{DAMAGED_SUFFIX}")
+                    continue
                 # after a hole, a put that builds on what the hole held (its parent unknown,
                 # a list value continuing one that is not there) is left out: replayed, it
                 # would make a wrong state (writes may come before their put: they stay)
@@ -1707,6 +1723,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
 
     def _replay(self, rec: dict[str, Any], where: str, deletions: list[_Deletion]) -> None:
         op = rec.get("op")
+        bad = journal_record_problem(rec)
+        if bad:
+            raise CorruptError(f"{where} is malformed ({bad})", hint=f"move it out of {self._jdir} to open the store without it")
         try:
             with self._lock:
                 if op == "p":
@@ -1719,9 +1738,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     self._drop(keys)
                     # a record names the store's checkpoints it removes (since 0.3): exactly
                     # those go, never ones a thread used again after the delete got since
-                    ids = {bytes(i) for i in rec["ids"]} if "ids" in rec else None
+                    ids = set(rec["ids"]) if "ids" in rec else None
                     deletions.append((keys, set(rec.get("threads", [])), ids))
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError, MemoryError) as exc:
             raise CorruptError(f"{where} is malformed ({type(exc).__name__}: {exc})", hint=f"move it out of {self._jdir} to open the store without it") from None
 
     # -- writing: put and put_writes ----------------------------------------------------------------

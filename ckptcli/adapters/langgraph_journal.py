@@ -265,6 +265,59 @@ def read_regular(path: Path) -> bytes | mmap.mmap:
         os.close(fd)
 
 
+def blank(data: Buffer) -> bool:
+    """Whether `data` is empty or zeros only (a journal made, nothing written in it yet)."""
+    return _NONZERO.search(data) is None
+
+
+def _typed(v: Any) -> bool:
+    return type(v) is list and len(v) == 2 and type(v[0]) is str and type(v[1]) is bytes
+
+
+def record_problem(rec: dict[str, Any]) -> str | None:
+    """Why an intact journal record is not one a saver writes (docs/langgraph.md, the
+    journal), or None: its fields of the wrong type. A saver refuses such a record (it
+    cannot replay it); `ckpt verify` reports it."""
+    op = rec.get("op")
+    if op not in ("p", "w", "d"):
+        return f"unknown operation {op!r}"
+    if op in ("p", "w") and not all(type(rec.get(k)) is str for k in ("t", "n", "i")):
+        return "its thread, namespace or checkpoint id is not a string"
+    if op == "p":
+        if rec.get("p") is not None and type(rec.get("p")) is not str:
+            return "its parent id is not a string"
+        c = rec.get("c")
+        if type(c) is not int or not 0 <= c < 2**63:
+            return "its time is not an integer of 63 bits"
+        if not (_typed(rec.get("k")) and _typed(rec.get("m"))):
+            return "its checkpoint or metadata is not a (type, bytes) pair"
+        if type(rec.get("v")) is not dict or type(rec.get("b")) is not dict:
+            return "its versions or values are not maps"
+        for spec in rec["b"].values():
+            if type(spec) is not list or len(spec) != 2 or type(spec[1]) is not list or not spec[1] or spec[1][0] not in ("e", "l", "t"):
+                return "a value of it is not one a saver writes"
+    elif op == "w":
+        ws = rec.get("w")
+        if type(ws) is not list:
+            return "its writes are not a list"
+        for w in ws:
+            if type(w) is not list or len(w) != 7 or not all(type(x) is str for x in (w[0], w[1], w[2], w[4])) or type(w[3]) is not bytes:
+                return "a write of it is not (task, channel, type, bytes, path, index, time)"
+            if type(w[5]) is not int or type(w[6]) is not int or not (-(2**63) <= w[5] < 2**63 and 0 <= w[6] < 2**63):  # LangGraph's special writes have negative indexes
+                return "a write's index or time is not a 64-bit integer"
+    else:
+        keys = rec.get("k")
+        if type(keys) is not list or not all(type(k) is list and len(k) == 3 and all(type(x) is str for x in k) for k in keys):
+            return "the checkpoints it deletes are not (thread, namespace, id) triples"
+        ids = rec.get("ids", [])
+        if type(ids) is not list or not all(type(i) is bytes and len(i) == 32 for i in ids):
+            return "the store checkpoints it deletes are not 32-byte ids"
+        threads = rec.get("threads", [])
+        if type(threads) is not list or not all(type(t) is str for t in threads):
+            return "the threads it deletes are not strings"
+    return None
+
+
 def read_journal(data: Buffer) -> JournalContents:
     """The intact records of a journal (either version), in order. A torn or damaged
     record with no intact record after it ends the journal (a crash in mid-write, or
@@ -343,7 +396,17 @@ def check_journals(store_dir: Path) -> list[tuple[Path, str]]:
         if not path.name.endswith(".journal"):
             continue
         try:
-            first = read_journal(read_regular(path))
+            data = read_regular(path)
+            first = read_journal(data)
+            if first.version == 0 and not blank(data):
+                newer = data[: len(MAGIC) - 1] == MAGIC[:-1]
+                found.append((path, "was written by a newer ckpt: savers of this version refuse to open the store while it is there" if newer else "is not a LangGraph journal (unknown header): a saver keeps it aside and replays nothing of it"))
+                continue
+            for i, rec in enumerate(first.records):
+                bad = record_problem(rec)
+                if bad:
+                    found.append((path, f"is damaged: its record {i + 1} is malformed ({bad}); a saver refuses to open the store while it is there"))
+                    break
             if not first.holes:
                 continue
             second = read_journal(read_regular(path))
