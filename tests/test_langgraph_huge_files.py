@@ -185,3 +185,47 @@ def test_a_file_that_is_no_journal_is_kept_aside_not_deleted(tmp_path: Path) -> 
     saver.close()
     assert not path.exists() and path.with_name(path.name + ".damaged").read_bytes() == b"not a journal at all"
     assert any("is not a journal" in w for w in warnings), warnings
+
+
+def _append_to_log(store: Path, rec: dict[str, Any]) -> None:
+    path = log_dir(store) / log_name(0)
+    data = path.read_bytes()
+    path.write_bytes(data + frame(rec, data[len(MAGIC) : len(MAGIC) + 8]))
+
+
+def _item(key: str, *, ttl: Any = None, expires: Any = None, seq: int = 1) -> list[Any]:
+    import msgpack
+
+    return [["users", "u1"], key, msgpack.packb({"v": 1}), 1, 1, ttl, expires, seq, None]
+
+
+def test_a_memory_with_an_absurd_ttl_is_refused_where_it_is_read_and_where_it_is_put(tmp_path: Path) -> None:
+    """ttl=1e300 minutes, then a read that refreshes it: int(inf), a raw OverflowError at open."""
+    from ckptcli.adapters.langgraph_store_log import check_store_logs
+    from ckptcli.errors import InvalidInputError
+
+    store = tmp_path / ".ckpt"
+    with CkptStore.open(store) as s:
+        s.put(("users", "u1"), "prefs", {"tone": "brief"})
+        with pytest.raises(InvalidInputError, match="ttl must be"):
+            s.put(("users", "u1"), "forever", {"x": 1}, ttl=1e300)
+    _append_to_log(store, {"op": "put", "items": [_item("bad", ttl=1e300, expires=1)]})
+    _append_to_log(store, {"op": "touch", "t": 5, "k": [[["users", "u1"], "bad"]]})
+    with pytest.raises(CorruptError, match="ttl is not a number of minutes"):
+        CkptStore.open(store)
+    assert any("ttl is not a number of minutes" in msg for _p, msg in check_store_logs(store))
+
+
+def test_a_sequence_number_at_its_limit_stops_puts_before_they_write_what_no_reader_reads(tmp_path: Path) -> None:
+    """A record with seq 2**63-1 (allowed): the next put wrote seq 2**63, which every
+    reader refuses, and the store no longer opened after an acknowledged put."""
+    store = tmp_path / ".ckpt"
+    with CkptStore.open(store) as s:
+        s.put(("users", "u1"), "prefs", {"tone": "brief"})
+    _append_to_log(store, {"op": "put", "items": [_item("last", seq=2**63 - 1)]})
+    with CkptStore.open(store) as s:
+        with pytest.raises(CorruptError, match="sequence number"):
+            s.put(("users", "u1"), "new", {"x": 1})
+    with CkptStore.open(store) as s:  # nothing was written: it still opens
+        assert s.get(("users", "u1"), "new") is None
+        assert s.get(("users", "u1"), "prefs") is not None

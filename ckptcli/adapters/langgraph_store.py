@@ -36,7 +36,6 @@ import contextlib
 import errno
 import functools
 import importlib
-import math
 import os
 import stat
 import threading
@@ -86,6 +85,7 @@ from ckptcli.adapters.langgraph_journal import (
 )
 from ckptcli.adapters.langgraph_store_log import (
     LOCK_NAME,
+    MAX_TTL_MINUTES,
     SNAPSHOT_BRANCH,
     SNAPSHOT_SUBJECT,
     SNAPSHOT_VERSION,
@@ -134,6 +134,12 @@ class _Rec:
 
 def _dt(ns: int) -> datetime:
     return datetime.fromtimestamp(ns / _NS, UTC)
+
+
+def _expiry(t: int, ttl: float) -> int:
+    """When an item with `ttl` minutes, written or read at `t` (ns), expires: at most
+    2**63-1 (a log holds 64-bit times; a reader refuses more)."""
+    return min(t + int(ttl * 60 * _NS), 2**63 - 1)
 
 
 def _where(ns: tuple[str, ...], key: str) -> str:
@@ -205,8 +211,8 @@ def _validate_put(op: PutOp) -> None:
         raise InvalidInputError(f"the key of an item of namespace {op.namespace!r} is a {type(op.key).__name__}, not a string")
     if not (_is_unicode(op.key) and all(_is_unicode(label) for label in op.namespace)):
         raise InvalidInputError(f"{_where(op.namespace, op.key)}: its key or a namespace label is not valid Unicode (lone surrogate)")
-    if op.ttl is not None and (isinstance(op.ttl, bool) or not isinstance(op.ttl, (int, float)) or not op.ttl > 0 or math.isinf(op.ttl)):
-        raise InvalidInputError(f"{_where(op.namespace, op.key)}: ttl must be a number of minutes > 0 or None, not {op.ttl!r}")
+    if op.ttl is not None and (isinstance(op.ttl, bool) or not isinstance(op.ttl, (int, float)) or not 0 < op.ttl <= MAX_TTL_MINUTES):
+        raise InvalidInputError(f"{_where(op.namespace, op.key)}: ttl must be a number of minutes from 0 to {MAX_TTL_MINUTES} (a century) or None, not {op.ttl!r}")
     if op.index is not None and op.index is not False and not (isinstance(op.index, list) and all(type(p) is str for p in op.index)):
         raise InvalidInputError(f"{_where(op.namespace, op.key)}: index must be False, None or a list of field paths, not {op.index!r}")
 
@@ -709,7 +715,7 @@ class CkptStore(BaseStore):
             for ns_l, key in rec["k"]:
                 hit = self._data.get(tuple(ns_l), {}).get(key)
                 if hit is not None and hit.ttl is not None:
-                    hit.expires = t + int(hit.ttl * 60 * _NS)
+                    hit.expires = _expiry(t, hit.ttl)
         # other ops: written by a later version; ignored (formats/langgraph-store.md)
 
     # -- batches ----------------------------------------------------------------------------
@@ -853,6 +859,11 @@ class CkptStore(BaseStore):
     ) -> None:
         items: list[list[Any]] = []
         seq = self._next_seq
+        if seq + len(puts) >= 2**63:
+            raise CorruptError(
+                f"the LangGraph store's log {self._path(self._gen)} names an item sequence number near 2**63: no new item can be numbered",
+                hint="nothing was written; a record a writer of ckpt does not make is in the log: restore the store from a backup",
+            )
         for (ns, key), op in puts.items():
             old = self._data.get(ns, {}).get(key)
             if op.value is None:
@@ -864,7 +875,7 @@ class CkptStore(BaseStore):
             else:
                 created, s, seq = now, seq, seq + 1
             ttl = None if op.ttl is None else float(op.ttl)
-            expires = None if ttl is None else now + int(ttl * 60 * _NS)
+            expires = None if ttl is None else _expiry(now, ttl)
             items.append([list(ns), key, encoded[(ns, key)], created, now, ttl, expires, s, put_vecs.get((ns, key))])
         touched = [[list(ns), key] for ns, key in touch if (ns, key) not in puts]
         if items:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import math
 import os
 import re
 import struct
@@ -97,6 +96,7 @@ def base_of(records: list[dict[str, Any]]) -> bytes | str | None:
 
 
 _I64 = 2**63
+MAX_TTL_MINUTES = 100 * 366 * 24 * 60  # a century: its nanoseconds added to a time stay within 63 bits
 
 
 def _int(v: Any, lo: int = -_I64) -> bool:
@@ -150,8 +150,8 @@ def record_problem(rec: dict[str, Any], values: bool = True) -> str | None:
             if ttl is None:
                 if expires is not None:
                     return f"item {key!r}: expires is set without a ttl"
-            elif type(ttl) not in (int, float) or not ttl > 0 or not math.isfinite(ttl) or not _int(expires):
-                return f"item {key!r}: ttl is not a number of minutes > 0 with a 64-bit integer expires"
+            elif type(ttl) not in (int, float) or not 0 < ttl <= MAX_TTL_MINUTES or not _int(expires):
+                return f"item {key!r}: ttl is not a number of minutes from 0 to {MAX_TTL_MINUTES} (a century) with a 64-bit integer expires"
             if not _int(seq, 0):
                 return f"item {key!r}: seq is not an integer from 0 to 2**63-1"
             if vectors is not None and (
