@@ -223,9 +223,34 @@ def test_a_sequence_number_at_its_limit_stops_puts_before_they_write_what_no_rea
     with CkptStore.open(store) as s:
         s.put(("users", "u1"), "prefs", {"tone": "brief"})
     _append_to_log(store, {"op": "put", "items": [_item("last", seq=2**63 - 1)]})
-    with CkptStore.open(store) as s:
-        with pytest.raises(CorruptError, match="sequence number"):
-            s.put(("users", "u1"), "new", {"x": 1})
+    with CkptStore.open(store) as s, pytest.raises(CorruptError, match="sequence number"):
+        s.put(("users", "u1"), "new", {"x": 1})
     with CkptStore.open(store) as s:  # nothing was written: it still opens
         assert s.get(("users", "u1"), "new") is None
         assert s.get(("users", "u1"), "prefs") is not None
+
+
+@pytest.mark.parametrize("where", ["langgraph", "langgraph/store", "langgraph/threads"])
+def test_a_directory_of_the_store_linked_elsewhere_is_refused_and_nothing_written_there(tmp_path: Path, where: str) -> None:
+    """Journals, leases and the memory-store log went through the link, outside the store."""
+    import shutil
+
+    from ckptcli.errors import StoreIOError
+
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = store / where
+    if target.exists():
+        shutil.rmtree(target)
+    target.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(StoreIOError, match="symbolic link"):
+        if where == "langgraph/store":
+            CkptStore.open(store)
+        else:
+            CkptSaver.open(store)
+    assert list(outside.iterdir()) == []
+    from ckptcli.adapters.langgraph_journal import check_journals
+
+    assert any(p == target and "symbolic link" in msg for p, msg in check_journals(store))  # verify names it

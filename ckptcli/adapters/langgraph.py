@@ -85,7 +85,17 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ckptcli.adapters import langgraph_layout as layout
-from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, JOURNAL_DIR, MAGIC, blank, hole_message, mapped, open_regular, read_journal
+from ckptcli.adapters.langgraph_journal import (
+    DAMAGED_SUFFIX,
+    JOURNAL_DIR,
+    MAGIC,
+    blank,
+    hole_message,
+    mapped,
+    open_regular,
+    own_dir,
+    read_journal,
+)
 from ckptcli.adapters.langgraph_journal import Journal as _Journal
 from ckptcli.adapters.langgraph_journal import frame as _frame
 from ckptcli.adapters.langgraph_journal import record_problem as journal_record_problem
@@ -530,18 +540,15 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._enc = _item_encoder(self.serde)
         self._fast = self._enc is not None
         self._jdir = Path(self.store.location) / JOURNAL_DIR
-        try:
-            self._jdir.mkdir(exist_ok=True)
-        except OSError as exc:
-            raise StoreIOError(f"cannot create {self._jdir}: {exc.strerror}") from None
+        own_dir(self._jdir)
+        for sub in (LEASE_DIR, WANT_DIR):
+            own_dir(self._jdir / sub)
         self.lease_timeout = lease_timeout
         self._leases: dict[str, _Lease] = {}  # the threads this saver holds
         self._seen: dict[str, bytes] = {}  # lease name -> the token this saver's view of the thread is at
         self._fence: dict[str, set[str]] = {}  # thread -> checkpoints a run here may have read stale
         self._claiming = [threading.Lock() for _ in range(16)]  # by thread: one claim at a time
         try:
-            for sub in (LEASE_DIR, WANT_DIR):
-                (self._jdir / sub).mkdir(exist_ok=True)
             for path in (self._jdir / LEASE_DIR).iterdir():  # before the index: what it holds is at least this
                 fd = open_regular(path)
                 if isinstance(fd, str):

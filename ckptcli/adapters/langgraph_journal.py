@@ -242,6 +242,20 @@ def open_regular(path: Path) -> int | str:
     return fd
 
 
+def own_dir(path: Path) -> None:
+    """Make directory `path` of the store (its parent exists), or check the one there is
+    a directory and not a link to one elsewhere: ckpt writes only inside the store.
+    Raises StoreIOError."""
+    try:
+        path.mkdir(exist_ok=True)
+        st = os.lstat(path)
+    except OSError as exc:
+        raise StoreIOError(f"cannot create {path}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
+        raise StoreIOError(f"{path} is {what}: ckpt writes nothing outside the store through it", hint="something other than ckpt put it there; move it away")
+
+
 def mapped(fd: int) -> bytes | mmap.mmap:
     """The contents of the regular file open as `fd`, mapped rather than read: a huge or
     sparse file (a hostile one declaring 1 GiB) costs address space, not memory, and the
@@ -371,7 +385,10 @@ def check_journals(store_dir: Path) -> list[tuple[Path, str]]:
     reads show it (a record being written while the file is read is not damage)."""
     jdir = store_dir / JOURNAL_DIR
     found: list[tuple[Path, str]] = []
-    if not jdir.is_dir():
+    for d in (jdir, *(jdir / sub for sub in ("threads", "want", "store"))):
+        if d.is_symlink():
+            found.append((d, "is a symbolic link: savers refuse to write through it (outside the store); move it away"))
+    if not jdir.is_dir() or jdir.is_symlink():
         return found
     for path in sorted(jdir.iterdir()):
         if path.is_symlink() or not path.is_file():

@@ -80,6 +80,7 @@ from ckptcli.adapters.langgraph_journal import (
     frame,
     mapped,
     next_record,
+    own_dir,
     pwrite_all,
     record_at,
 )
@@ -382,10 +383,8 @@ class CkptStore(BaseStore):
         self._warned_tail: tuple[str, int] = ("", 0)  # the damaged last record warned about
         self._retry_at = 0  # after a compaction failed: the log size at which to try again
         self.compactions = 0  # snapshots this process took (for tests and benchmarks)
-        try:
-            self._dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreIOError(f"cannot create {self._dir}: {exc.strerror}") from None
+        own_dir(self._dir.parent)
+        own_dir(self._dir)
         with self._mu, self._lock(shared=False):
             self._open_newest(cleanup=True)
         self._sweep_stop = threading.Event()
