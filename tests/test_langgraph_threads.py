@@ -387,3 +387,48 @@ def test_a_hard_link_planted_as_a_lease_is_refused_and_its_file_untouched(tmp_pa
             saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp, {}, {})  # type: ignore[arg-type]
         saver.put({"configurable": {"thread_id": "u", "checkpoint_ns": ""}}, cp, {}, {})  # type: ignore[arg-type]
     assert victim.read_bytes() == b"VICTIM-CONTENT-UNTOUCHED"
+
+
+_BUSY_WORKER = """
+import sys, time
+from ckptcli.adapters.langgraph import CkptSaver
+from tests.langgraph_graphs import chain_builder
+from typing import Annotated, TypedDict
+import operator
+
+class S(TypedDict):
+    log: Annotated[list, operator.add]
+
+saver = CkptSaver.open(sys.argv[1])
+graph = chain_builder(S, a=lambda s: {"log": ["a"]}, b=lambda s: {"log": ["b"]}).compile(checkpointer=saver)
+cfg = {"configurable": {"thread_id": "busy"}}
+graph.invoke({"log": []}, cfg)
+print("running", flush=True)
+end = time.monotonic() + float(sys.argv[2])
+n = 0
+while time.monotonic() < end:
+    graph.invoke({"log": []}, cfg)
+    n += 1
+saver.close()
+print(n, flush=True)
+"""
+
+
+def test_a_thread_run_back_to_back_in_one_worker_is_handed_to_a_reader_in_another(tmp_path: Path) -> None:
+    """The holder took the lease back before the waiter's next poll, every time: a read
+    of a thread another worker kept running failed with LockError after lease_timeout."""
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    busy = subprocess.Popen([sys.executable, "-c", _BUSY_WORKER, str(store), "12"], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert busy.stdout is not None and busy.stdout.readline().strip() == "running"
+        reader = CkptSaver.open(store, lease_timeout=3)
+        try:
+            for _ in range(4):
+                got = reader.get_tuple({"configurable": {"thread_id": "busy"}})  # LockError when starved
+                assert got is not None
+        finally:
+            reader.close()
+    finally:
+        out, _ = busy.communicate(timeout=60)
+    assert busy.returncode == 0 and int(out.split()[-1]) > 0

@@ -545,6 +545,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             own_dir(self._jdir / sub)
         self.lease_timeout = lease_timeout
         self._leases: dict[str, _Lease] = {}  # the threads this saver holds
+        self._yielding: set[str] = set()  # held threads being handed over to another process (`_hand_over`)
         self._seen: dict[str, bytes] = {}  # lease name -> the token this saver's view of the thread is at
         self._fence: dict[str, set[str]] = {}  # thread -> checkpoints a run here may have read stale
         self._claiming = [threading.Lock() for _ in range(16)]  # by thread: one claim at a time
@@ -705,9 +706,12 @@ class CkptSaver(BaseCheckpointSaver[str]):
             if thread not in self._leases:
                 self._claim(thread, write)
             self._lock.acquire()
-            if thread in self._leases:
+            if thread in self._leases and thread not in self._yielding:
                 break
-            self._lock.release()  # released by the commit thread meanwhile: again
+            yielding = thread in self._yielding
+            self._lock.release()  # released by the commit thread meanwhile (or being handed over): again
+            if yielding:
+                time.sleep(0.001)
         try:
             if not write:
                 self._fence.pop(thread, None)  # a read: the run sees the thread as it is now
@@ -745,17 +749,21 @@ class CkptSaver(BaseCheckpointSaver[str]):
             what = "is not a regular file" if not stat.S_ISREG(st.st_mode) else f"has {st.st_nlink} hard links (a lease has one)"
             raise StoreIOError(f"cannot use the lease of thread {thread!r}: {self._jdir / LEASE_DIR / name} {what}", hint="something other than ckpt put it there; remove it")
         try:
+            want = self._jdir / WANT_DIR / name
+            if wait:
+                self._let_waiter_go(want)
             locked = _try_flock(fd)
             if not locked and not wait:
                 os.close(fd)  # held by another process's saver: the caller goes without
                 return
             if not locked:
-                want = self._jdir / WANT_DIR / name
                 with contextlib.suppress(OSError):
                     os.close(os.open(want, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644))  # a FIFO there: ENXIO, not a wait
                 deadline = time.monotonic() + self.lease_timeout
                 while not _try_flock(fd):
                     if time.monotonic() > deadline:
+                        with contextlib.suppress(OSError):
+                            want.unlink()  # no request left behind: the holder would hand over for nothing
                         raise LockError(
                             f"thread {thread!r} is held by another process's CkptSaver, which did not hand it over within {self.lease_timeout:g} s",
                             hint="a live saver hands a thread over within a tick and a commit: check that process, or raise lease_timeout",
@@ -811,6 +819,22 @@ class CkptSaver(BaseCheckpointSaver[str]):
             with contextlib.suppress(OSError):
                 os.close(lease.fd)
 
+    def _let_waiter_go(self, want: Path) -> None:
+        """Another process's saver waits for this thread (its request is there, made less
+        than `lease_timeout` ago, the last holder gone or about to be): let it take the
+        lease first, for up to 2 s. Without this a saver that just handed a thread over
+        took it back at its next put, before the waiter's next look (every 2 ms), and a
+        reader of a thread another worker runs back to back waited in vain."""
+        deadline = time.monotonic() + min(2.0, self.lease_timeout)
+        while time.monotonic() < deadline:
+            try:
+                age = time.time() - os.lstat(want).st_mtime
+            except OSError:
+                return  # no request (or the waiter has the lease now)
+            if age > self.lease_timeout + 1:
+                return  # left by a waiter that is gone
+            time.sleep(0.002)
+
     def _hand_over(self) -> None:
         """Commit the threads another process's saver asked for, which lets their leases
         go (the commit thread, every tick while this saver holds any)."""
@@ -828,10 +852,17 @@ class CkptSaver(BaseCheckpointSaver[str]):
             with self._lock:
                 if self._closed:
                     return
+                # no put or read of them here until they are committed and let go: a run
+                # that puts back to back would keep them busy (not let go) for ever
+                self._yielding |= wanted
                 for e in sorted(self._uncommitted(), key=lambda e: e.seq):
                     if e.key[0] in wanted and e.state == LEAF:
                         self._seal(e)  # early: a pending write that comes later makes a revision
-            self._commit_locked()
+            try:
+                self._commit_locked()
+            finally:
+                with self._lock:
+                    self._yielding -= wanted
 
     def _reload_thread(self, thread: str) -> None:
         """Forget what this saver has of a thread (all of it committed: it did not hold
