@@ -230,7 +230,8 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
         from ckptcli.repair import dangling_heads
 
         latest = {m.subject: t for path, t in ref_targets if (m := manifests.get(t)) and path == store.latest_ref(m.subject)}
-        for cid, subject, head in dangling_heads(manifests, latest):
+        moved_ns = {s: when for s in latest if (when := store.last_moved_ns(store.latest_ref(s))) is not None}
+        for cid, subject, head in dangling_heads(manifests, latest, moved_ns):
             if head is not None and is_nested(manifests[head].labels) and not is_nested(manifests[cid].labels):
                 rep.notes.append(
                     f"the latest ref of {subject} names {head.hex()[:12]}, a LangGraph subgraph's checkpoint, not the thread's root head "

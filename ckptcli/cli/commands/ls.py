@@ -19,7 +19,7 @@ def ls(
     label: Annotated[list[str] | None, typer.Option("--label", "-l", help="Only checkpoints with KEY=VALUE; repeatable.", show_default=False)] = None,
     since: Annotated[str | None, typer.Option("--since", help="Only newer than this: ISO time or an age such as 2h, 7d.", show_default=False)] = None,
     until: Annotated[str | None, typer.Option("--until", help="Only older than this: ISO time or an age.", show_default=False)] = None,
-    limit: Annotated[int | None, typer.Option("--limit", "-n", help="At most this many.", show_default=False)] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="At most this many.", show_default=False)] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -29,7 +29,7 @@ def ls(
 
       ckpt ls
 
-      ckpt ls --subject agent:bot --since 2d -n 20
+      ckpt ls --subject agent:bot --since 2d --limit 20
 
       ckpt ls --label run=42 --json
 
