@@ -273,3 +273,66 @@ def test_verify_and_repair_respect_a_deliberate_latest(cli: Any, st: Path) -> No
     r = cli("repair", "refs", "--store", st, "--json")
     assert r.code == 0 and json.loads(r.out)["moved"] == {}, r.out
     assert _latest(st, "agent:bot") == b
+
+
+# -- 4. ls fits the terminal, shows refs and sizes, chooses columns, pages only on a terminal ---------------
+
+LONG = {
+    "recorder.run": "3f2a9c0b1d2e4f5a6b7c8d9e0f1a2b3c",
+    "events.seq": "120",
+    "fork.of": "ab" * 32,
+    "fork.at": "17",
+    "langgraph.checkpoint": "1ef9c1c2-4b5a-6c7d-8e9f-0a1b2c3d4e5f",
+    "langgraph.thread": "thread-with-a-rather-long-name",
+    "ticket": "4711",
+}
+
+
+def test_ls_fits_the_terminal_and_shows_refs_and_size(cli: Any, st: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = _take(st, {"memory": {"x": "y" * 5000}}, labels=LONG, message="a long message " * 10)
+    b = _take(st, {"memory": 1}, subject="workflow:etl")
+    assert cli("tag", "good", a, "--store", st).code == 0
+    monkeypatch.setenv("COLUMNS", "100")
+    r = cli("ls", "--store", st)
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert max(len(line) for line in lines) <= 100, r.out  # was: 250 columns, wrapped
+    head = lines[0].split()
+    assert {"ID", "REFS", "SIZE", "LABELS"} <= set(head)
+    row = next(line for line in lines if line.startswith(a[:12]))
+    assert "latest" in row and "tag:good" in row and "ticket=4711" in row
+    assert "langgraph." not in row and "recorder." not in row  # machine labels leave the default view
+    assert "KiB" in row  # the state's size
+    assert next(line for line in lines if line.startswith(b[:12]))
+    # --json keeps everything, refs included
+    rows = {x["id"]: x for x in json.loads(cli("ls", "--store", st, "--json").out)}
+    assert rows[a]["labels"] == LONG and sorted(rows[a]["refs"]) == ["latest/agent/bot", "tags/good"]
+
+
+def test_ls_columns(cli: Any, st: Path) -> None:
+    a = _take(st, {"memory": 1}, labels=LONG, message="hello")
+    r = cli("ls", "--store", st, "--columns", "id,all-labels,message")
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[0].split() == ["ID", "LABELS", "MESSAGE"]
+    assert a[:12] in r.out and "langgraph.thread=thread-with-a-rather-long-name" in r.out and "hello" in r.out
+    r = cli("ls", "--store", st, "--columns", "id,nosuch")
+    assert r.code == ExitCode.USAGE and "nosuch" in r.err and r.err.count("\n") == 1
+
+
+def test_ls_pages_only_on_a_terminal(st: Path, tmp_path: Path) -> None:
+    for i in range(5):
+        _take(st, {"memory": i})
+    marker = tmp_path / "paged"
+    pager = f"sh -c 'cat > {marker}'"
+    p = run_ckpt("ls", "--store", st, env={"PAGER": pager, "LINES": "3"})
+    assert p.returncode == 0 and len(p.stdout.decode().splitlines()) == 6 and not marker.exists()
+    import pty
+
+    leader, follower = pty.openpty()
+    env = {**os.environ, "PAGER": pager, "LINES": "3", "COLUMNS": "120"}
+    env.pop("CKPT_STORE", None)
+    proc = subprocess.run([sys.executable, "-m", "ckptcli", "ls", "--store", str(st)], stdout=follower, stderr=subprocess.PIPE, env=env, timeout=60)
+    os.close(follower)
+    os.close(leader)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert marker.exists() and len(marker.read_text().splitlines()) == 6
