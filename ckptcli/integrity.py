@@ -206,6 +206,21 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
         except CkptError as exc:
             problem("ref", path, exc.message)
 
+    # the reflog (formats/reflog.md): every entry carries a checksum
+    from ckptcli.store import reflog
+
+    for path in backend.list(reflog.LOG_ROOT):
+        try:
+            _entries, bad_lines, torn = reflog.check(backend.read(path))
+        except CkptError as exc:
+            problem("reflog", path, exc.message)
+            continue
+        if bad_lines:
+            more = f" (and {len(bad_lines) - 1} more)" if len(bad_lines) > 1 else ""
+            problem("reflog", path, f"reflog entry on line {bad_lines[0]}{more} is damaged (its checksum or syntax); `ckpt reflog` skips it")
+        if torn:
+            rep.notes.append(f"{path}: the last reflog entry was cut short by a crash (harmless: skipped, and removed by the ref's next move)")
+
     # manifests
     if refs is None:
         ids = store.manifest_ids()

@@ -336,3 +336,22 @@ def test_ls_pages_only_on_a_terminal(st: Path, tmp_path: Path) -> None:
     os.close(leader)
     assert proc.returncode == 0, proc.stderr.decode()
     assert marker.exists() and len(marker.read_text().splitlines()) == 6
+
+
+def test_verify_names_a_damaged_reflog_entry_and_notes_a_torn_one(cli: Any, st: Path) -> None:
+    a = _take(st, {"memory": 1})
+    b = _take(st, {"memory": 2})
+    log = st / "logs" / "refs" / "latest" / "agent" / "bot"
+    good = log.read_bytes()
+    first = good.index(b"\n")
+    flipped = bytearray(good)
+    flipped[first // 2] ^= 0x01  # inside the first entry: a still well-formed line is caught by its checksum
+    log.write_bytes(bytes(flipped))
+    r = cli("verify", "--json", "--store", st)
+    assert r.code == ExitCode.CORRUPT and any(p["name"] == "logs/refs/latest/agent/bot" for p in json.loads(r.out)["problems"]), r.out
+    r = cli("reflog", "agent:bot", "--json", "--store", st)
+    assert r.code == 0 and [x["new"] for x in json.loads(r.out)] == [b] and "damaged reflog entry" in r.err
+    log.write_bytes(good + b'{"old":')
+    r = cli("verify", "--json", "--store", st)
+    assert r.code == 0 and any("cut short" in n for n in json.loads(r.out)["notes"]), r.out
+    assert [x["new"] for x in json.loads(cli("reflog", "agent:bot", "--json", "--store", st).out)] == [b, a]

@@ -68,16 +68,16 @@ class Backend(ABC):
         self.write_atomic(path, data)
 
     def append(self, path: str, data: bytes) -> None:
-        """Args: path, data. Appends `data` to the file (created if missing) durably; a
-        crash may leave a prefix of `data` at the end, never damage what was there. If
-        the file does not end with a newline (an append cut short), a newline comes
-        first. Backends without appends rewrite the file whole. Raises: StoreIOError."""
+        """Args: path, data (lines, ending with a newline). Appends `data` to the file
+        (created if missing) durably; a crash may leave a prefix of `data` at the end,
+        never damage what was there. What follows the file's last newline (an append cut
+        short) is cut off first. The caller excludes other writers. Backends without
+        appends rewrite the file whole. Raises: StoreIOError."""
         try:
             old = self.read(path)
         except NotFoundError:
             old = b""
-        sep = b"\n" if old and not old.endswith(b"\n") else b""
-        self.write_atomic(path, old + sep + data)
+        self.write_atomic(path, old[: old.rfind(b"\n") + 1] + data)
 
     @abstractmethod
     def open_temp(self) -> tuple[str, IO[bytes]]:
@@ -480,7 +480,8 @@ class LocalBackend(Backend):
                     raise CorruptError(f"{dest} is not a regular file", hint="something other than ckpt put it in the store; remove it")
                 size = os.fstat(fd).st_size
                 if size and os.pread(fd, 1, size - 1) != b"\n":
-                    data = b"\n" + data  # the last append was cut short: start a line of our own
+                    # the last append was cut short: cut it off, back to the last whole line
+                    os.ftruncate(fd, _after_last_newline(fd, size))
                 os.write(fd, data)  # one write: O_APPEND puts it at the end as a whole
                 os.fsync(fd)
             finally:
@@ -594,6 +595,18 @@ class LocalBackend(Backend):
             yield
         finally:
             os.close(fd)  # closing releases the flock
+
+
+def _after_last_newline(fd: int, size: int) -> int:
+    """The offset just after the last newline of the file (0 when it has none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - 65536)
+        at = os.pread(fd, end - start, start).rfind(b"\n")
+        if at >= 0:
+            return start + at + 1
+        end = start
+    return 0
 
 
 LOCK_NOTICE_AFTER = 0.5  # seconds a command waits for a lock before it says who holds it

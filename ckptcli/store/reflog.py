@@ -10,6 +10,7 @@ depends on it, and a store without one (older ckpt, a copy) simply has none yet.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from ckptcli.store.backend import Backend
 
 LOG_ROOT = "logs"
+SUM_LEN = 16  # hex digits of SHA-256 after each entry: a flipped byte is found
 MAX_COMMAND = 500  # characters of the command line kept in an entry
 
 # the command line entries name; the CLI sets it to `ckpt ARGS`, a library caller may too
@@ -71,6 +73,10 @@ def log_path(ref_path: str) -> str:
     return f"{LOG_ROOT}/{ref_path}"
 
 
+def _sum(body: bytes) -> bytes:
+    return hashlib.sha256(body).hexdigest()[:SUM_LEN].encode()
+
+
 def encode(old: bytes | None, new: bytes | None, reason: str) -> bytes:
     body = {
         "old": old.hex() if old is not None else None,
@@ -81,7 +87,8 @@ def encode(old: bytes | None, new: bytes | None, reason: str) -> bytes:
         "host": socket.gethostname(),
         "pid": os.getpid(),
     }
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    line = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()  # never a raw tab or newline
+    return line + b"\t" + _sum(line) + b"\n"
 
 
 def append(backend: Backend, ref_path: str, old: bytes | None, new: bytes | None, reason: str) -> None:
@@ -93,29 +100,50 @@ def _hex_or_none(v: Any) -> bool:
     return v is None or (type(v) is str and len(v) == 64 and all(c in "0123456789abcdef" for c in v))
 
 
-def parse(data: bytes, ref: str, warn: Callable[[str], None]) -> list[Entry]:
-    """The entries of one log, oldest first; a damaged line is skipped with a warning."""
+def check(data: bytes, ref: str = "") -> tuple[list[Entry], list[int], bool]:
+    """(entries oldest first, numbers (from 1) of the damaged lines, whether the log ends
+    in an entry cut short: text after its last newline)."""
     out: list[Entry] = []
+    damaged: list[int] = []
     lines = data.split(b"\n")
-    torn = lines.pop() != b""  # the text after the last newline: a write cut short
-    bad = 1 if torn else 0
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-            ok = (
-                type(d) is dict and _hex_or_none(d.get("old")) and _hex_or_none(d.get("new"))
-                and type(d.get("time_ns")) is int and type(d.get("pid")) is int
-            )
-        except (ValueError, UnicodeDecodeError):
-            ok = False
-        if not ok:
-            bad += 1
+    tail = lines.pop()  # the text after the last newline: a write cut short
+    torn = tail != b""
+    if torn and _decode(tail[:-1]) is not None:
+        damaged.append(len(lines) + 1)  # a whole entry whose newline was changed: damage, not a crash
+        torn = False
+    for number, line in enumerate(lines, 1):
+        d = _decode(line)
+        if d is None:
+            damaged.append(number)
             continue
         out.append(Entry(ref, d["old"], d["new"], d["time_ns"], str(d.get("reason", "")), str(d.get("command", "")), str(d.get("host", "")), d["pid"]))
-    if bad:
-        warn(f"{log_path('refs/' + ref)}: {bad} damaged reflog entr{'y' if bad == 1 else 'ies'} skipped (a write cut short by a crash)")
+    return out, sorted(damaged), torn
+
+
+def _decode(line: bytes) -> dict[str, Any] | None:
+    """The fields of one entry line (without its newline), or None when it is damaged."""
+    body, tab, digest = line.rpartition(b"\t")
+    if not tab or digest != _sum(body):
+        return None
+    try:
+        d = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    ok = (
+        type(d) is dict and _hex_or_none(d.get("old")) and _hex_or_none(d.get("new"))
+        and type(d.get("time_ns")) is int and type(d.get("pid")) is int
+    )
+    return d if ok else None
+
+
+def parse(data: bytes, ref: str, warn: Callable[[str], None]) -> list[Entry]:
+    """The entries of one log, oldest first; a damaged line is skipped with a warning."""
+    out, damaged, torn = check(data, ref)
+    where = log_path("refs/" + ref)
+    if damaged:
+        warn(f"{where}: {len(damaged)} damaged reflog entr{'y' if len(damaged) == 1 else 'ies'} skipped (line {damaged[0]}); run `ckpt verify`")
+    if torn:
+        warn(f"{where}: its last entry was cut short by a crash and is skipped (the next move of the ref removes it)")
     return out
 
 
