@@ -236,6 +236,9 @@ def test_quiet_silences_notices_not_errors(cli: Any, st: Path) -> None:
     assert r.code == 0 and "forked" in r.err
     r = cli("fork", head, "--at", "1", "--store", st, "-q")
     assert r.code == 0 and r.err == ""
+    assert "replayed" in cli("replay", head, "--store", st).err
+    r = cli("replay", head, "--store", st, "--quiet")
+    assert r.code == 0 and r.err == "" and json.loads(r.out)
     r = cli("-q", "show", "no-such-ref", "--store", st)
     assert r.code == ExitCode.NOT_FOUND and r.err.startswith("ckpt: error:")
 
