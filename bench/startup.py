@@ -59,7 +59,7 @@ def measure(checkpoints: int, runs: int) -> dict[str, Any]:
             "ckpt --help": [ckpt, "--help"],
             f"ckpt ls ({checkpoints} checkpoints)": [ckpt, "ls", "--store", str(store)],
             f"ckpt ls --json ({checkpoints})": [ckpt, "ls", "--json", "--store", str(store)],
-            f"ckpt ls -n 20 ({checkpoints})": [ckpt, "ls", "-n", "20", "--store", str(store)],
+            f"ckpt ls --limit 20 ({checkpoints})": [ckpt, "ls", "--limit", "20", "--store", str(store)],
         }
         results = {name: median(_time(cmd, runs)) for name, cmd in cases.items()}
     finally:

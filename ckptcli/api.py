@@ -181,6 +181,7 @@ class TakeResult:
     new_objects: int
     new_bytes: int
     capture: CaptureReport = field(default_factory=CaptureReport)
+    latest_moved: bool = True  # whether the subject's latest names it (see take's move_latest)
 
     @property
     def hex(self) -> str:
@@ -204,6 +205,8 @@ def take(
     force_read: bool = False,
     carry: Mapping[str, bytes] | None = None,
     progress: Progress = NULL,
+    move_latest: bool | None = True,
+    reason: str | None = None,
 ) -> TakeResult:
     """Take a checkpoint of `state` (and files under `blobs`) into `store`.
 
@@ -220,8 +223,14 @@ def take(
             checkpoint of this store, e.g. `Checkpoint.section_ev("blobs")`, so a
             derived checkpoint (a migration, a fork) shares it without re-encoding.
             Every object it references must already be in the store.
+        move_latest: whether the subject's `latest` moves to the new checkpoint (as
+            far as it is the newest: see Store.advance_latest). None: only when its
+            first parent is the subject's head (a migration of the latest state moves
+            it, one of an older state does not). False: latest stays where it is (a
+            fork of an earlier point). The reflog records `reason` (default "take").
     Returns:
-        TakeResult with the new id and what it added to the store.
+        TakeResult with the new id and what it added to the store; `latest_moved`
+        says whether the subject's latest now names it.
     Raises:
         InvalidInputError, LimitExceededError for state ckpt cannot store;
         StoreIOError when the disk refuses; nothing is committed then.
@@ -281,14 +290,20 @@ def take(
             stats={"logical_bytes": enc.logical_bytes, "new_objects": txn.new_objects, "new_bytes": txn.new_stored_bytes},
             format_version=store.version,
         )
-        # the commit point; the head hint first, so a kill before the ref moves forks nothing
-        cid = store.write_manifest(manifest, note_head=True)
+        if move_latest is None:
+            move_latest = bool(parent_ids) and parent_ids[0] == store.head(subj)
+        why = reason if reason is not None else ("take: " + message.splitlines()[0][:80] if message.strip() else "take")
+        # the commit point; the head hint first, so a kill before the ref moves forks
+        # nothing (none when latest stays: the next take must not adopt this one)
+        cid = store.write_manifest(manifest, note_head=move_latest)
         # refs move while the store lock is still held, so a prune (which takes it
         # exclusively) never sees a new checkpoint without its refs
-        store.advance_latest(subj, cid, manifest.created_ns)
+        moved = bool(move_latest) and store.advance_latest(subj, cid, manifest.created_ns, reason=why)
+        if not move_latest:
+            store.keep_latest(subj, f"{why} (latest kept)")
         if branch:
-            store.set_branch(branch, cid)
-    return TakeResult(cid, manifest, txn.new_objects, txn.new_stored_bytes, report)
+            store.set_branch(branch, cid, reason=why)
+    return TakeResult(cid, manifest, txn.new_objects, txn.new_stored_bytes, report, latest_moved=moved)
 
 
 def _parent_blobs(store: Store, parent: bytes) -> dict[str, Any]:
@@ -581,7 +596,7 @@ def import_checkpoint(store: Store, path: PathLike, progress: Progress = NULL) -
                 raise
             cid = store.add_manifest_bytes(f.manifest_bytes)
             m = f.manifest()
-            store.advance_latest(m.subject, cid, m.created_ns, nested=is_nested(m.labels))
+            store.advance_latest(m.subject, cid, m.created_ns, nested=is_nested(m.labels), reason="import")
         return cid
     finally:
         f.close()

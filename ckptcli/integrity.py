@@ -206,6 +206,21 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
         except CkptError as exc:
             problem("ref", path, exc.message)
 
+    # the reflog (formats/reflog.md): every entry carries a checksum
+    from ckptcli.store import reflog
+
+    for path in backend.list(reflog.LOG_ROOT):
+        try:
+            _entries, bad_lines, torn = reflog.check(backend.read(path))
+        except CkptError as exc:
+            problem("reflog", path, exc.message)
+            continue
+        if bad_lines:
+            more = f" (and {len(bad_lines) - 1} more)" if len(bad_lines) > 1 else ""
+            problem("reflog", path, f"reflog entry on line {bad_lines[0]}{more} is damaged (its checksum or syntax); `ckpt reflog` skips it")
+        if torn:
+            rep.notes.append(f"{path}: the last reflog entry was cut short by a crash (harmless: skipped, and removed by the ref's next move)")
+
     # manifests
     if refs is None:
         ids = store.manifest_ids()
@@ -230,7 +245,8 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
         from ckptcli.repair import dangling_heads
 
         latest = {m.subject: t for path, t in ref_targets if (m := manifests.get(t)) and path == store.latest_ref(m.subject)}
-        for cid, subject, head in dangling_heads(manifests, latest):
+        moved_ns = {s: when for s in latest if (when := store.last_moved_ns(store.latest_ref(s))) is not None}
+        for cid, subject, head in dangling_heads(manifests, latest, moved_ns):
             if head is not None and is_nested(manifests[head].labels) and not is_nested(manifests[cid].labels):
                 rep.notes.append(
                     f"the latest ref of {subject} names {head.hex()[:12]}, a LangGraph subgraph's checkpoint, not the thread's root head "

@@ -13,6 +13,22 @@ from ckptcli.store import catalog
 from ckptcli.store.catalog import Summary
 from ckptcli.store.repository import Store
 
+# labels a program writes for itself (the recorder, fork, LangGraph, ckpt): `ckpt ls`
+# leaves them out of its default view (--columns all-labels, --json show them)
+MACHINE_LABEL_PREFIXES = ("ckpt.", "langgraph.", "recorder.", "events.", "fork.")
+
+
+def is_machine_label(key: str) -> bool:
+    return key.startswith(MACHINE_LABEL_PREFIXES)
+
+
+def refs_by_target(store: Store) -> dict[bytes, list[str]]:
+    """Checkpoint id -> the refs that name it ("latest/agent/bot", "tags/good", ...)."""
+    out: dict[bytes, list[str]] = {}
+    for name, target in sorted(store.refs().items()):
+        out.setdefault(target, []).append(name)
+    return out
+
 
 def info_dict(cid: bytes, m: Manifest | Summary) -> dict[str, Any]:
     return {

@@ -23,3 +23,19 @@ def set_handler(handler: Handler | None) -> None:
 
 def handler() -> Handler | None:
     return _handler
+
+
+# Notices: what the user may like to know while it happens (who holds the lock a command
+# waits for), not a problem. The CLI prints them as `ckpt: <message>` unless --quiet.
+_info: Handler | None = None
+
+
+def set_info_handler(handler: Handler | None) -> None:
+    global _info
+    _info = handler
+
+
+def info(message: str) -> None:
+    """Tell the user something through the handler set (nothing when none is)."""
+    if _info is not None:
+        _info(message)

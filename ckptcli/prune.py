@@ -365,7 +365,7 @@ def remove_checkpoints(
         refs = store.refs(strict=True)  # a damaged ref could be a tag that protects a checkpoint
         for name, target in refs.items():
             if target in removed and name.startswith(("tags/", "branches/")):
-                store.delete_ref(f"refs/{name}")
+                store.delete_ref(f"refs/{name}", reason="prune")
         gc, _moved = _remove(store, manifests, refs, removed, max_unused, progress, writer)
         return gc
 
@@ -398,10 +398,10 @@ def _remove(
             path = f"refs/{name}"
             if rest:
                 new = max(rest)[1]
-                store.write_ref(path, new)
+                store.write_ref(path, new, "prune")
                 moved[name] = new.hex()
             else:
-                store.backend.delete(path)
+                store.remove_ref(path, "prune")
                 moved[name] = None
     # 3. the removed checkpoints, then what only they needed
     for cid in removed:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptcli.errors import CkptError, NotFoundError
-from ckptcli.format.manifest import Manifest, Subject, head_order
+from ckptcli.format.manifest import Manifest, Subject, head_order, is_nested
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.repository import Store
 
@@ -121,11 +121,16 @@ def repair_index(store: Store, *, dry_run: bool = False, lock_wait: float = 300.
     return rep
 
 
-def dangling_heads(manifests: dict[bytes, Manifest], latest: dict[Subject, bytes]) -> list[tuple[bytes, Subject, bytes | None]]:
+def dangling_heads(
+    manifests: dict[bytes, Manifest], latest: dict[Subject, bytes], moved_ns: dict[Subject, int] | None = None
+) -> list[tuple[bytes, Subject, bytes | None]]:
     """(checkpoint, subject, its latest or None) for each subject whose newest committed
     checkpoint is newer than its `latest` ref and not in its history: a take was
     killed between its manifest (the commit point) and its ref. A subject with
-    checkpoints and no latest ref counts too."""
+    checkpoints and no latest ref counts too. `moved_ns`: when each latest ref was last
+    moved or deliberately kept (Store.last_moved_ns); a checkpoint committed before
+    that was left behind on purpose (`ckpt reset`, a fork, a migration of an older
+    checkpoint) and is not dangling."""
     newest: dict[Subject, tuple[tuple[int, int], bytes]] = {}
     for cid, m in manifests.items():
         cur = newest.get(m.subject)
@@ -140,6 +145,9 @@ def dangling_heads(manifests: dict[bytes, Manifest], latest: dict[Subject, bytes
             at = manifests.get(head)
             if at is None or head_order(at.labels, at.created_ns) >= order or cid in _ancestors(manifests, head):
                 continue  # latest names a checkpoint that is not here (verify says so) or is as new
+            deliberate = moved_ns is not None and moved_ns.get(subject, -1) >= manifests[cid].created_ns
+            if deliberate and not (is_nested(at.labels) and not is_nested(manifests[cid].labels)):
+                continue  # the ref moved (or was kept) after it was committed: on purpose
         out.append((cid, subject, head))
     return out
 
@@ -168,8 +176,9 @@ class RefsRepair:
 
 def repair_refs(store: Store, *, dry_run: bool = False, lock_wait: float = 300.0) -> RefsRepair:
     """Point each subject's latest ref at its newest committed checkpoint (a damaged
-    latest ref is rewritten; one naming a subject with no checkpoint left is deleted).
-    Damaged tags and branches are reported, not touched."""
+    latest ref is rewritten; one naming a subject with no checkpoint left is deleted),
+    unless the reflog says it was left behind on purpose (dangling_heads). Damaged
+    tags and branches are reported, not touched."""
     rep = RefsRepair(dry_run)
     with store.backend.lock("store", shared=False, wait=lock_wait):
         manifests: dict[bytes, Manifest] = {}
@@ -194,17 +203,29 @@ def repair_refs(store: Store, *, dry_run: bool = False, lock_wait: float = 300.0
                     current[path] = None
                 else:
                     rep.damaged[path] = exc.message
+        # a readable latest naming a checkpoint of its subject moves only to a dangling
+        # head: a newer checkpoint it was not moved (or kept) past on purpose
+        latest: dict[Subject, bytes] = {}
+        moved_ns: dict[Subject, int] = {}
+        for path, have in current.items():
+            if have is not None and have in manifests and path == store.latest_ref(manifests[have].subject):
+                latest[manifests[have].subject] = have
+                if (when := store.last_moved_ns(path)) is not None:
+                    moved_ns[manifests[have].subject] = when
+        dangling = {cid for cid, _s, _h in dangling_heads(manifests, latest, moved_ns)}
         for path in sorted(set(newest) | {p for p in current if p.startswith("refs/latest/")}):
             want = newest[path][1] if path in newest else None
             have = current.get(path)
             if (path in current and have == want) or (path not in current and want is None):
                 continue
+            if have is not None and have in latest.values() and want is not None and want not in dangling:
+                continue  # left on an older checkpoint on purpose (ckpt reset, a fork, a migration)
             rep.moved[path[len("refs/") :]] = {"from": have.hex() if have else None, "to": want.hex() if want else None}
             if dry_run:
                 continue
             with store.backend.lock("refs", shared=False):
                 if want is None:
-                    store.backend.delete(path)
+                    store.remove_ref(path, "repair refs")
                 else:
-                    store.write_ref(path, want)
+                    store.write_ref(path, want, "repair refs")
     return rep

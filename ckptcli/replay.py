@@ -580,12 +580,14 @@ def fork(
     branch: str | None = None,
     message: str | None = None,
     reducers: Reducers | None = None,
+    move_latest: bool = False,
 ) -> TakeResult:
     """Write a new checkpoint from a replayed point: its snapshot is the state at `at_seq`,
     its tail empty, its parent the checkpoint `ref`, which is not changed. Subject, labels
     (but the recorder's), schema version, config hash and blobs are kept; labels fork.of,
-    fork.at and events.seq say where it comes from. The subject's latest moves to it, as
-    for any take; with `branch`, that branch too.
+    fork.at and events.seq say where it comes from. The subject's latest stays on the
+    newest state unless `move_latest` (a fork is an earlier point, not the newest); with
+    `branch`, that branch points at the fork.
 
     Raises:
         InvalidInputError for a checkpoint file (import it first); NotFoundError for a seq
@@ -620,5 +622,7 @@ def fork(
         doc_format=str(m.layout.get("format", "python")),
         carry={"blobs": m.sections["blobs"]} if "blobs" in m.sections else None,
         branch=branch,
+        move_latest=move_latest,
+        reason=f"fork: {ck.hex[:12]} at seq {at_seq}",
     )
 

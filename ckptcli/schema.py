@@ -70,6 +70,16 @@ class MigrationError(CkptError):
     exit_code = ExitCode.FAILURE
 
 
+class AlreadyMigratedError(MigrationError):
+    """The checkpoint is already at the target version: nothing to do. Not a failure
+    (`ckpt migrate` says so and exits 0); a library caller may treat it as one."""
+
+    def __init__(self, message: str, *, checkpoint: str, version: Version) -> None:
+        super().__init__(message)
+        self.checkpoint = checkpoint
+        self.version = version
+
+
 # -- versions -------------------------------------------------------------------------
 def parse_version(value: object, what: str = "schema version") -> Version:
     """A schema version as ckpt compares it: non-negative integers, and "3" is 3;
@@ -431,6 +441,7 @@ def migrate_checkpoint(
     assume_version: Version | None = None,
     message: str | None = None,
     branch: str | None = None,
+    move_latest: bool | None = None,
 ) -> TakeResult:
     """Migrate a checkpoint of `store` to schema version `to_version`: a new checkpoint,
     child of the old one, with the same subject, labels, config hash and document format,
@@ -441,13 +452,16 @@ def migrate_checkpoint(
         ref: any checkpoint reference the store resolves (id, prefix, tag, KIND:NAME, ...).
         assume_version: the version of a checkpoint that records none.
         message: the new checkpoint's message (default: "migrate schema 1 -> 3").
-        branch: a branch to point at the new checkpoint (none by default; the subject's
-            `latest` moves to it either way, as for any take).
+        branch: a branch to point at the new checkpoint (none by default).
+        move_latest: whether the subject's `latest` moves to the new checkpoint. None
+            (the default): only when the migrated checkpoint is the subject's latest (an
+            upgrade in place); a migration of an older checkpoint leaves latest on the
+            newest state. True: it moves anyway; False: it never does.
     Returns:
         the TakeResult of the new checkpoint.
     Raises:
         MigrationError for a gap, an ambiguity, a failing migration, or a checkpoint that
-        is already at `to_version`; InvalidInputError for a checkpoint file (import it
+        is already at `to_version` (AlreadyMigratedError, which says which); InvalidInputError for a checkpoint file (import it
         first) or a migrated state ckpt cannot store; whatever reading the checkpoint
         raises. Nothing is written to the store unless the whole chain succeeded.
     """
@@ -456,7 +470,7 @@ def migrate_checkpoint(
     prep = prepare_migration(store, ref, to_version, migrations, assume_version=assume_version)
     ck, start, target, steps, state = prep.checkpoint, prep.start, prep.target, prep.steps, prep.state
     if not steps:
-        raise MigrationError(f"checkpoint {ck.hex[:12]} is already at schema version {target}; nothing to migrate")
+        raise AlreadyMigratedError(f"checkpoint {ck.hex[:12]} is already at schema version {target}; nothing to migrate", checkpoint=ck.hex, version=target)
     m = ck.manifest
     carry = {"blobs": m.sections["blobs"]} if "blobs" in m.sections else None
     try:
@@ -472,6 +486,8 @@ def migrate_checkpoint(
             doc_format=str(m.layout.get("format", "python")),
             carry=carry,
             branch=branch,
+            move_latest=move_latest,
+            reason=f"migrate: {ck.hex[:12]} schema {start} -> {target}",
         )
     except (InvalidInputError, LimitExceededError) as exc:
         exc.message = f"after migration {' '.join(s.name for s in steps)}: {exc.message}"

@@ -26,6 +26,7 @@ CKPT_STRESS_SCALE >= 2.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,7 +41,8 @@ from ckptcli.listing import list_checkpoints
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
 
-#: ckpt's lock files: empty, flock()ed, never read (formats/v1.md, "Concurrency").
+#: ckpt's lock files: flock()ed; they hold only a record of their holder for people to
+#: read, nothing decides by them (formats/v1.md, "Concurrency").
 LOCKS = {"locks/store.lock", "locks/refs.lock"}
 SCALE = max(1, int(os.environ.get("CKPT_STRESS_SCALE", "1") or "1"))
 CATALOG = "cache/catalog"
@@ -83,9 +85,10 @@ def test_the_store_has_every_file_kind(small_store: tuple[Path, dict[str, Any], 
     root, _s, _r = small_store
     names = _store_files(root)
     kinds = {n.split("/")[0] for n in names}
-    assert kinds == {"config", "packs", "index", "manifests", "refs", "cache", "locks"}, names
+    assert kinds == {"config", "packs", "index", "manifests", "refs", "cache", "locks", "logs"}, names
     assert {n for n in names if n.startswith("refs/")} >= {"refs/tags/t1", "refs/branches/trial", "refs/latest/agent/a"}
-    assert all((root / n).stat().st_size == 0 for n in LOCKS) and set(names) >= LOCKS
+    assert all(json.loads((root / n).read_bytes())["pid"] > 0 for n in LOCKS) and set(names) >= LOCKS
+    assert {n for n in names if n.startswith("logs/")} >= {"logs/refs/tags/t1", "logs/refs/latest/agent/a"}  # swept too
     assert sum((root / n).stat().st_size for n in names) < 16_000, "keep the swept store small"
     assert verify(Store.open(root), read_data=True).ok
 
@@ -130,14 +133,16 @@ def _reads_are_right_or_refused(root: Path, states: dict[str, Any], refs: dict[s
 def _sweep_store(root: Path, states: dict[str, Any], refs: dict[str, str], every: int = 1) -> int:
     """Flip every byte of every file but the locks and the caches (with `every` > 1: the
     first 24 and last 40 bytes of each file, where headers, lengths and checksums are,
-    and every `every`-th byte between)."""
+    and every `every`-th byte between; in the reflog, every 7th at least)."""
     swept = 0
     for name in _store_files(root):
         if name in LOCKS or name in (CATALOG, HINT):
             continue
         size = (root / name).stat().st_size
+        # the reflog's text lines, each under one checksum: every 7th byte and each end is proof enough
+        step = max(every, 7) if name.startswith("logs/") else every
         for offset in _flips(root / name):
-            if every > 1 and 24 <= offset < size - 40 and offset % every:
+            if step > 1 and 24 <= offset < size - 40 and offset % step:
                 continue
             what = f"{name} flipped at {offset}"
             try:

@@ -38,7 +38,7 @@ def test_take_ls_show_restore(cli, st: Path, tmp_path: Path) -> None:  # type: i
     assert rows[1]["parents"] == [a] and rows[2]["parents"] == []
     assert [r["id"] for r in json.loads(cli("ls", "--store", st, "--json", "--subject", "agent:bot").out)] == [b, a]
     assert [r["id"] for r in json.loads(cli("ls", "--store", st, "--json", "-l", "run=1").out)] == [a]
-    assert [r["id"] for r in json.loads(cli("ls", "--store", st, "--json", "-n", "1").out)] == [c]
+    assert [r["id"] for r in json.loads(cli("ls", "--store", st, "--json", "--limit", "1").out)] == [c]
     assert json.loads(cli("ls", "--store", st, "--json", "--since", "1h").out)
     assert json.loads(cli("ls", "--store", st, "--json", "--until", "2000-01-01").out) == []
     info = json.loads(cli("show", a[:8], "--store", st, "--json").out)

@@ -113,7 +113,7 @@ def test_one_incompatible_checkpoint_fails_the_run_and_the_junit_names_it(cli, f
 def test_mixed_fixtures_are_classified(cli, fixtures: dict[str, Path], tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     before = _digest(fixtures["mixed"])
     report = tmp_path / "compat.xml"
-    r = cli("compat", fixtures["mixed"], "-m", MIGRATIONS, "-a", ADAPTER, "--json", "--junit", report)
+    r = cli("compat", fixtures["mixed"], "-M", MIGRATIONS, "-a", ADAPTER, "--json", "--junit", report)
     assert r.code == 1
     out = json.loads(r.out)
     got = {Path(c["name"]).name: (c["status"], c["problem"]) for c in out["checkpoints"]}
@@ -155,7 +155,7 @@ def test_all_compatible_exits_0_with_a_table(cli, fixtures: dict[str, Path], tmp
     assert "\x1b[" not in r.out and r.err == ""
     assert ET.parse(report).getroot().get("failures") == "0"
     # one file named directly works as well
-    assert cli("compat", fixtures["good"] / "v3.ckpt", "-m", MIGRATIONS).code == 0
+    assert cli("compat", fixtures["good"] / "v3.ckpt", "-M", MIGRATIONS).code == 0
 
 
 def test_assume_version_and_target(cli, fixtures: dict[str, Path]) -> None:  # type: ignore[no-untyped-def]
@@ -163,11 +163,11 @@ def test_assume_version_and_target(cli, fixtures: dict[str, Path]) -> None:  # t
     unversioned.mkdir(exist_ok=True)
     store = ckptcli.open_store(fixtures["store"])
     _export(store, unversioned, "old.ckpt", V1, None)
-    assert cli("compat", unversioned, "-m", MIGRATIONS).code == 1
-    r = cli("compat", unversioned, "-m", MIGRATIONS, "--assume-version", "1", "--json")
+    assert cli("compat", unversioned, "-M", MIGRATIONS).code == 1
+    r = cli("compat", unversioned, "-M", MIGRATIONS, "--assume-version", "1", "--json")
     assert r.code == 0 and json.loads(r.out)["checkpoints"][0]["steps"] == ["1->2", "2->3"]
     # --target overrides SCHEMA_VERSION: to version 2, v3 has no way down
-    out = json.loads(cli("compat", fixtures["good"], "-m", MIGRATIONS, "--target", "2", "--json").out)
+    out = json.loads(cli("compat", fixtures["good"], "-M", MIGRATIONS, "--target", "2", "--json").out)
     assert [(Path(c["name"]).name, c["status"]) for c in out["checkpoints"]] == [
         ("v1.ckpt", AFTER_MIGRATION),
         ("v2.ckpt", AS_IS),
@@ -194,7 +194,7 @@ def test_a_store_is_checked_without_writing_to_it(cli, tmp_path: Path) -> None: 
     b = ckptcli.take(store, V3, subject="agent:support-bot", schema_version=3)
     c = ckptcli.take(store, {"memory": {"notes": "n", "user": 42}}, subject="agent:other", schema_version=1)
     before = sorted(store.manifest_ids())
-    r = cli("compat", "--store", tmp_path / "s", "-m", MIGRATIONS, "-a", ADAPTER, "--json")
+    r = cli("compat", "--store", tmp_path / "s", "-M", MIGRATIONS, "-a", ADAPTER, "--json")
     assert r.code == 1
     got = {x["checkpoint"]: (x["name"], x["status"]) for x in json.loads(r.out)["checkpoints"]}
     assert got == {
@@ -202,11 +202,11 @@ def test_a_store_is_checked_without_writing_to_it(cli, tmp_path: Path) -> None: 
         b.hex: (f"{b.hex[:12]} agent:support-bot", AS_IS),
         c.hex: (f"{c.hex[:12]} agent:other", INCOMPATIBLE),
     }
-    r = cli("compat", "--store", tmp_path / "s", "-m", MIGRATIONS, "-a", ADAPTER, "--subject", "agent:support-bot")
+    r = cli("compat", "--store", tmp_path / "s", "-M", MIGRATIONS, "-a", ADAPTER, "--subject", "agent:support-bot")
     assert r.code == 0 and "2 checkpoint(s) checked" in r.out
-    r = cli("compat", b.hex[:10], "agent:support-bot~1", "--store", tmp_path / "s", "-m", MIGRATIONS, "--json")
+    r = cli("compat", b.hex[:10], "agent:support-bot~1", "--store", tmp_path / "s", "-M", MIGRATIONS, "--json")
     assert r.code == 0 and [x["checkpoint"] for x in json.loads(r.out)["checkpoints"]] == [b.hex, a.hex]
-    assert cli("compat", "no-such-tag", "--store", tmp_path / "s", "-m", MIGRATIONS).code == ExitCode.NOT_FOUND
+    assert cli("compat", "no-such-tag", "--store", tmp_path / "s", "-M", MIGRATIONS).code == ExitCode.NOT_FOUND
     assert sorted(store.manifest_ids()) == before
     assert ckptcli.verify(store, read_data=True).ok
 
@@ -219,14 +219,14 @@ def test_bad_invocations(cli, fixtures: dict[str, Path], tmp_path: Path) -> None
     assert r.code == ExitCode.NOT_FOUND
     r = cli("compat", good, "--adapter", "tests.schema_example.migrations:SCHEMA_VERSION")
     assert r.code == ExitCode.INVALID_INPUT and "not a function" in r.err
-    r = cli("compat", tmp_path / "missing", "-m", MIGRATIONS)
+    r = cli("compat", tmp_path / "missing", "-M", MIGRATIONS)
     assert r.code == ExitCode.NOT_FOUND and "does not exist" in r.err
     (tmp_path / "empty").mkdir()
-    r = cli("compat", tmp_path / "empty", "-m", MIGRATIONS)
+    r = cli("compat", tmp_path / "empty", "-M", MIGRATIONS)
     assert r.code == ExitCode.NOT_FOUND and "no checkpoints found" in r.err and "ckpt export" in r.err
-    r = cli("compat", good, "-m", "ckpt_no_such_project.migrations")
+    r = cli("compat", good, "-M", "ckpt_no_such_project.migrations")
     assert r.code == ExitCode.NOT_FOUND and "pip install -e ." in r.err
-    r = cli("compat", good, "-m", MIGRATIONS, "--target", "")
+    r = cli("compat", good, "-M", MIGRATIONS, "--target", "")
     assert r.code == ExitCode.INVALID_INPUT
     for r in (cli("compat", good, "--adapter", "x"), cli("compat", tmp_path / "empty")):
         assert len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err

@@ -127,9 +127,11 @@ def test_v1_store_writes_v1_until_upgraded_and_refuses_newer_checkpoints(tmp_pat
     # every file the v2 code wrote into the v1 store says version 1, so ckpt 0.1 reads it all
     written = [p for p in old.rglob("*") if p.is_file() and p.parts[len(old.parts)] not in ("locks", "tmp")]
     assert {p.relative_to(old).parts[0] for p in written} >= {"packs", "index", "manifests", "refs", "cache", "config"}
-    # (but the takes' head hints: 32 raw bytes in cache/heads/, which readers of the format ignore)
-    assert {int.from_bytes(p.read_bytes()[8:10], "big") for p in written if "heads" not in p.parts} == {1}
+    # (but the takes' head hints: 32 raw bytes in cache/heads/, and the reflog's JSON lines in
+    # logs/ (formats/reflog.md), which readers of the format ignore)
+    assert {int.from_bytes(p.read_bytes()[8:10], "big") for p in written if "heads" not in p.parts and "logs" not in p.parts} == {1}
     assert all(p.stat().st_size == 32 for p in written if "heads" in p.parts)
+    assert all(json.loads(line.rpartition("\t")[0]) for p in written if "logs" in p.parts for line in p.read_text().splitlines())
     assert run_ckpt("verify", "--read-data", "--store", old).returncode == 0
     # a checkpoint written in version 2 cannot go into a version-1 store
     new = tmp_path / "new"

@@ -1509,7 +1509,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     if subj not in newest or order >= newest[subj][0]:
                         newest[subj] = (order, mid)
                 for subj, ((root, created), mid) in newest.items():
-                    store.advance_latest(subj, mid, created, nested=not root)
+                    store.advance_latest(subj, mid, created, nested=not root, log=False)  # a thread's history is its chain: no reflog entry per commit
         except BaseException:
             with self._lock:
                 self._queue[:0] = batch

@@ -47,13 +47,43 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
-COMMANDS = ("init", "take", "ls", "show", "cat", "diff", "restore", "verify", "export", "import_", "tag", "branch", "refs", "compat", "prune", "repair", "migrate", "replay", "fork", "tui", "doctor")
+COMMANDS = ("init", "take", "ls", "show", "cat", "diff", "restore", "verify", "export", "import_", "tag", "branch", "refs", "reflog", "reset", "compat", "prune", "repair", "migrate", "replay", "fork", "tui", "doctor", "completion", "help")
+
+# The global options: accepted before the verb (`ckpt --store X ls`, as restic's -r and
+# git's -C) and after it (`ckpt ls --store X`). Before the verb they land here, through
+# the app callback; each command's own --store and --json default to them (a value
+# given after the verb wins), and --quiet and --no-color are added to every command
+# (shared_options). Reset at the start of every run.
+GLOBALS: dict[str, Any] = {}
+GLOBAL_VALUED = ("--store", "-s")
+GLOBAL_FLAGS = ("--json", "--no-color", "--quiet", "-q")
+
+
+def _store_default(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    # before the verb beats the environment (CKPT_STORE); after the verb beats both
+    given = GLOBALS.get("store")
+    source = ctx.get_parameter_source(param.name) if param.name else None
+    if given is not None and (value is None or source is None or source.name != "COMMANDLINE"):
+        return Path(given)
+    return value
+
+
+def _json_default(value: bool) -> bool:
+    return value or bool(GLOBALS.get("json"))
+
 
 StoreOpt = Annotated[
     Path | None,
-    typer.Option("--store", "-s", envvar="CKPT_STORE", help="Store directory (default: nearest .ckpt/ above cwd, or the store cwd is in).", show_default=False),
+    typer.Option(
+        "--store",
+        "-s",
+        envvar="CKPT_STORE",
+        callback=_store_default,
+        help="Store directory (default: nearest .ckpt/ above cwd, or the store cwd is in). Also accepted before the command.",
+        show_default=False,
+    ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+JsonOpt = Annotated[bool, typer.Option("--json", callback=_json_default, help="Print machine-readable JSON on stdout.")]
 
 
 def _version(value: bool) -> None:
@@ -62,11 +92,66 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _set_quiet(value: bool) -> None:
+    if value:
+        from ckptcli.cli import output
+
+        output.set_quiet(True)
+
+
+def _set_no_color(value: bool) -> None:
+    if value:
+        from ckptcli.cli import output
+
+        output.set_no_color(True)
+
+
 @app.callback()
 def main(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+    store: Annotated[
+        Path | None, typer.Option("--store", "-s", metavar="PATH", help="Store directory for the command (as its own --store).", show_default=False)
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON from the command (as its own --json).")] = False,
+    no_color: Annotated[bool, typer.Option("--no-color", callback=_set_no_color, help="No colours or styles (as NO_COLOR=1).")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", callback=_set_quiet, help="No progress bars or notices; warnings and errors still print.")
+    ] = False,
 ) -> None:
     """ckpt: checkpoints for long-running agents, workflows and processes."""
+    GLOBALS["store"] = store
+    GLOBALS["json"] = as_json
+
+
+def shared_options(group: Any) -> Any:
+    """Give every command of `group` the options every command takes after its verb:
+    -q/--quiet and --no-color (the commands declare --store and --json themselves)."""
+    from typer.core import TyperOption
+
+    for cmd in group.commands.values():
+        taken = {o for p in cmd.params for o in p.opts}
+        if "--quiet" not in taken:
+            cmd.params.append(
+                TyperOption(
+                    param_decls=["--quiet", "-q"] if "-q" not in taken else ["--quiet"],
+                    is_flag=True,
+                    expose_value=False,
+                    callback=lambda _ctx, _p, v: _set_quiet(v),
+                    help="No progress bars or notices; warnings and errors still print.",
+                )
+            )
+        if "--no-color" not in taken:
+            cmd.params.append(
+                TyperOption(
+                    param_decls=["--no-color"], is_flag=True, expose_value=False, callback=lambda _ctx, _p, v: _set_no_color(v), help="No colours or styles (as NO_COLOR=1)."
+                )
+            )
+    return group
+
+
+def build_command() -> Any:
+    """The click command of the app, with the shared options (see shared_options)."""
+    return shared_options(typer.main.get_command(app))
 
 
 def open_store(path: Path | None) -> Any:
@@ -75,15 +160,29 @@ def open_store(path: Path | None) -> Any:
     return _open(path)
 
 
+def _verb(args: list[str]) -> str | None:
+    """The command module args name (after any global options), or None."""
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in GLOBAL_VALUED:
+            i += 2
+        elif a.startswith("--store=") or a in GLOBAL_FLAGS:
+            i += 1
+        elif a.startswith("-"):
+            return None
+        else:
+            return "import_" if a == "import" else a
+    return None
+
+
 def _register(argv: list[str] | None = None) -> None:
     """Import the command modules (each registers itself). When argv names one command
     and asks for no top-level help, only that one is imported: start-up is paid per verb."""
     wanted: tuple[str, ...] = COMMANDS
-    if argv:
-        first = next((a for a in argv if not a.startswith("-")), None)
-        module = "import_" if first == "import" else first
-        if module in COMMANDS and argv[0] == first:
-            wanted = (module,)
+    verb = _verb(argv) if argv else None
+    if verb in COMMANDS and verb != "help":
+        wanted = (verb,)
     for name in wanted:
         importlib.import_module(f"ckptcli.cli.commands.{name}")
 
@@ -93,6 +192,20 @@ def fail(exc: CkptError) -> int:
 
     err().print(f"ckpt: error: {exc}", markup=False, highlight=False)
     return int(exc.exit_code)
+
+
+def usage_error(exc: Any, args: list[str]) -> int:
+    """A bad option or argument: one line and exit 2, as every other error (click's own
+    report is four lines: usage, a hint, a blank, the error)."""
+    ctx = getattr(exc, "ctx", None)
+    path = ctx.command_path if ctx is not None else ""
+    if not path or path == "ckpt":
+        verb = _verb(args)
+        path = f"ckpt {'import' if verb == 'import_' else verb}" if verb in COMMANDS and type(exc).__name__ != "NoSuchCommand" else "ckpt"
+    message = exc.format_message().rstrip(".")
+    message = message[:1].lower() + message[1:]
+    sys.stderr.write(f"ckpt: error: {message}; see `{path} --help`\n")
+    return int(ExitCode.USAGE)
 
 
 def interrupted() -> int:
@@ -111,16 +224,38 @@ def warn(message: str) -> None:
 def run(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every failure into one line and an exit code."""
     notices.set_handler(warn)
+    from ckptcli.cli.output import notice
+
+    notices.set_info_handler(notice)
+    args = argv if argv is not None else sys.argv[1:]
+    import shlex
+
+    from ckptcli.store import reflog
+
+    reflog.set_command(shlex.join(["ckpt", *args]))  # what each ref move records (until the run ends)
+    try:
+        return _run(args)
+    finally:
+        reflog.set_command(None)
+
+
+def _run(args: list[str]) -> int:
     try:
         from typer._click import exceptions as ce  # newer typer vendors its own click
     except ImportError:  # pragma: no cover - typer that uses the click package
         from click import exceptions as ce  # type: ignore[no-redef]
     no_args_help = getattr(ce, "NoArgsIsHelpError", ())
+    from ckptcli.cli import output
 
-    args = argv if argv is not None else sys.argv[1:]
+    GLOBALS.clear()
+    output.reset()
     try:
         _register(args)
-        command = typer.main.get_command(app)
+        command = build_command()
+        if os.environ.get("_CKPT_COMPLETE"):  # a shell asks for completions (ckpt completion)
+            from typer._completion_classes import completion_init
+
+            completion_init()
         rv = command.main(args=args, prog_name="ckpt", standalone_mode=False)
         if rv == ExitCode.INTERRUPTED:
             # typer's main turns a KeyboardInterrupt into Exit(130) and, outside
@@ -137,8 +272,7 @@ def run(argv: list[str] | None = None) -> int:
         exc.show()
         return 0
     except ce.UsageError as exc:
-        exc.show()
-        return int(ExitCode.USAGE)
+        return usage_error(exc, args)
     except typer.Exit as exc:
         return int(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):

@@ -15,12 +15,10 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def command_help() -> dict[str, str]:
-    import typer
-
-    from ckptcli.cli.app import _register, app
+    from ckptcli.cli.app import _register, build_command
 
     _register()
-    group = typer.main.get_command(app)
+    group = build_command()
     ctx = group.make_context("ckpt", [], resilient_parsing=True, terminal_width=100, max_content_width=100)  # type: ignore[attr-defined]
     out = {"": group.get_help(ctx)}
     for name in group.list_commands(ctx):  # type: ignore[attr-defined]

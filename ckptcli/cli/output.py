@@ -28,8 +28,40 @@ def exit_status(*codes: ExitCode) -> str:
     return "Exit status:\n\n\b\n" + "\n".join(lines) + "\n\nOther codes mean failure; the full table is in docs/exit-codes.md."
 
 
+_flags = {"quiet": False, "no_color": False}  # -q/--quiet and --no-color of this run
+
+
+def set_quiet(value: bool) -> None:
+    _flags["quiet"] = value
+
+
+def quiet() -> bool:
+    """-q/--quiet: no progress bars or notices (warnings and errors still print)."""
+    return _flags["quiet"]
+
+
+def set_no_color(value: bool) -> None:
+    global _out, _err
+    _flags["no_color"] = value
+    _out = _err = None  # made again, without colour
+
+
+def reset() -> None:
+    """Forget the flags and consoles of a previous run (ckpt runs in-process in tests)."""
+    global _out, _err
+    _flags.update(quiet=False, no_color=False)
+    _out = _err = None
+
+
+def notice(message: str) -> None:
+    """An informational line on stderr (`ckpt: ...`), unless --quiet."""
+    if not quiet():
+        sys.stderr.write(f"ckpt: {message}\n")
+        sys.stderr.flush()
+
+
 def _no_color() -> bool:
-    return bool(os.environ.get("NO_COLOR"))
+    return bool(os.environ.get("NO_COLOR")) or _flags["no_color"]
 
 
 _out: Console | None = None
@@ -80,7 +112,7 @@ class BarProgress:
     """A rich progress bar on stderr, shown only when stderr is a terminal."""
 
     def __init__(self, enabled: bool | None = None) -> None:
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.enabled = (sys.stderr.isatty() and not quiet()) if enabled is None else enabled
         self._bar: Any = None
         self._task: Any = None
 

@@ -11,9 +11,11 @@ import builtins
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import re
 import secrets
+import socket
 import stat
 import sys
 import threading
@@ -23,6 +25,7 @@ from collections.abc import Callable, Container, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
+from ckptcli import notices
 from ckptcli.errors import CorruptError, InvalidInputError, LockError, NotFoundError, StoreIOError
 
 
@@ -63,6 +66,18 @@ class Backend(ABC):
         durable: it must survive the writer being killed, not a power cut. Backends
         without a cheaper way write it as write_atomic does. Raises: StoreIOError."""
         self.write_atomic(path, data)
+
+    def append(self, path: str, data: bytes) -> None:
+        """Args: path, data (lines, ending with a newline). Appends `data` to the file
+        (created if missing) durably; a crash may leave a prefix of `data` at the end,
+        never damage what was there. What follows the file's last newline (an append cut
+        short) is cut off first. The caller excludes other writers. Backends without
+        appends rewrite the file whole. Raises: StoreIOError."""
+        try:
+            old = self.read(path)
+        except NotFoundError:
+            old = b""
+        self.write_atomic(path, old[: old.rfind(b"\n") + 1] + data)
 
     @abstractmethod
     def open_temp(self) -> tuple[str, IO[bytes]]:
@@ -493,6 +508,29 @@ class LocalBackend(Backend):
                 os.unlink(self._p(temp))
             raise io_error(exc, "write", dest) from None
 
+    def append(self, path: str, data: bytes) -> None:
+        dest = self._p(path)
+        try:
+            created = not dest.exists()
+            if created:
+                self._make_dirs(dest.parent)
+            fd = os.open(dest, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise CorruptError(f"{dest} is not a regular file", hint="something other than ckpt put it in the store; remove it")
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    # the last append was cut short: cut it off, back to the last whole line
+                    os.ftruncate(fd, _after_last_newline(fd, size))
+                os.write(fd, data)  # one write: O_APPEND puts it at the end as a whole
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if created:
+                fsync_dir(dest.parent, strict=True)
+        except OSError as exc:
+            raise io_error(exc, "append to", dest) from None
+
     def open_temp(self) -> tuple[str, IO[bytes]]:
         # a random name created exclusively (create_temp): a file or link planted in
         # tmp/ is never written through, another name is taken
@@ -617,18 +655,81 @@ class LocalBackend(Backend):
             raise io_error(exc, "open the lock", path) from None
         try:
             mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
-            deadline = time.monotonic() + wait
+            start = time.monotonic()
+            deadline = start + wait
+            told = False
             while True:
                 try:
                     fcntl.flock(fd, mode | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
-                    if time.monotonic() >= deadline:
+                    now = time.monotonic()
+                    if now >= deadline:
                         raise LockError(
-                            f"the store at {self.root} is locked ({name}) by another ckpt process",
+                            f"the store at {self.root} is locked ({name}) by {lock_holder(fd) or 'another ckpt process'}",
                             hint="wait for it to finish and try again",
                         ) from None
+                    if not told and now - start >= LOCK_NOTICE_AFTER:
+                        told = True
+                        holder = lock_holder(fd) or "another ckpt process"
+                        notices.info(f"waiting for the store lock ({name}) held by {holder}; up to {wait:.0f} s")
                     time.sleep(0.01)
+            note_holder(fd, shared)
             yield
         finally:
             os.close(fd)  # closing releases the flock
+
+
+def _after_last_newline(fd: int, size: int) -> int:
+    """The offset just after the last newline of the file (0 when it has none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - 65536)
+        at = os.pread(fd, end - start, start).rfind(b"\n")
+        if at >= 0:
+            return start + at + 1
+        end = start
+    return 0
+
+
+LOCK_NOTICE_AFTER = 0.5  # seconds a command waits for a lock before it says who holds it
+_HOLDER_SIZE = 512  # bytes of the holder record at the start of a lock file
+
+
+def note_holder(fd: int, shared: bool) -> None:
+    """Write who holds the lock into the lock file (one pwrite; formats/v1.md, "Locks"):
+    a command that has to wait names the holder. Shared holders overwrite each other's
+    record: it names one of them. A hint only: never synced, never a reason to fail."""
+    record = json.dumps(
+        {"host": socket.gethostname(), "pid": os.getpid(), "since_ns": time.time_ns(), "mode": "shared" if shared else "exclusive", "command": _command_line()},
+        separators=(",", ":"),
+    ).encode()[: _HOLDER_SIZE - 1]
+    with contextlib.suppress(OSError):
+        os.pwrite(fd, record.ljust(_HOLDER_SIZE - 1) + b"\n", 0)
+
+
+def _command_line() -> str:
+    from ckptcli.store import reflog
+
+    return reflog.current_command()[:200]
+
+
+def lock_holder(fd: int) -> str | None:
+    """Who holds the lock, from its record (note_holder): "ckpt prune (pid 4242 on
+    host h, since 21:50:01 UTC)", or None when the record is missing or names a
+    process of this host that is gone."""
+    try:
+        d = json.loads(os.pread(fd, _HOLDER_SIZE, 0).decode().strip())
+        pid, host, since = int(d["pid"]), str(d["host"]), int(d["since_ns"])
+    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+    if host == socket.gethostname():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+    when = time.strftime("%H:%M:%S UTC", time.gmtime(since / 1e9))
+    command = str(d.get("command") or "")
+    return f"{command + ' ' if command else ''}(pid {pid} on host {host}, since {when})"

@@ -39,10 +39,12 @@ from ckptcli.errors import (
     InvalidInputError,
     LimitExceededError,
     NotFoundError,
+    StoreIOError,
     StoreNotFoundError,
 )
 from ckptcli.format import framing, limits
 from ckptcli.format.manifest import NAME_RE, Manifest, Subject, check_name, head_order
+from ckptcli.store import reflog
 from ckptcli.store.backend import Backend, LocalBackend, io_error
 from ckptcli.threads import executor
 
@@ -371,7 +373,9 @@ class Store:
             for sub in ("packs", "index", "manifests", "refs", "locks", "tmp"):
                 (path / sub).mkdir(exist_ok=True)
         except OSError as exc:
-            raise CkptError(f"cannot create a store at {path}: {exc.strerror}") from None
+            if path.exists() and not path.is_dir():
+                raise StoreIOError(f"cannot create a store at {path}: it is a file, not a directory", hint="give a new or empty directory") from None
+            raise StoreIOError(f"cannot create a store at {path}: {exc.strerror}", hint="give a directory you may write to") from None
         config = StoreConfig(version, secrets.token_bytes(16), time.time_ns(), (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX))
         backend = LocalBackend(path)
         backend.write_atomic("config", config.encode())
@@ -634,8 +638,71 @@ class Store:
             raise CorruptError(f"{path}: ref has no valid target")
         return target
 
-    def write_ref(self, path: str, target: bytes) -> None:
+    def write_ref(self, path: str, target: bytes, reason: str = "update", *, log: bool = True) -> None:
+        """Point the ref at `path` at `target`; the caller holds the refs lock. The move
+        is appended to the ref's reflog first (reflog.py), so no ref moves unrecorded;
+        but not with `log` False: a writer that moves a ref at every commit of a chain
+        (a LangGraph thread's latest), whose history is the chain itself."""
+        if log:
+            try:
+                old = self.read_ref(path)
+            except CkptError:
+                old = None  # a damaged ref: its old value is unknown
+            if old != target:
+                reflog.append(self.backend, path, old, target, reason)
         self.backend.write_atomic(path, framing.encode_record(framing.KIND_REF, {"target": target, "updated": time.time_ns()}, self.version))
+
+    def remove_ref(self, path: str, reason: str = "delete") -> bytes | None:
+        """Delete the ref at `path` (recorded in its reflog); the caller holds the refs
+        lock. Returns: its old target (None if it was damaged or missing)."""
+        try:
+            old = self.read_ref(path)
+        except CkptError:
+            old = None
+        if self.backend.exists(path):
+            reflog.append(self.backend, path, old, None, reason)
+        self.backend.delete(path)
+        return old
+
+    def keep_latest(self, subject: Subject, reason: str) -> None:
+        """Record in the reflog that a new checkpoint of `subject` deliberately left its
+        latest where it is (an entry whose old and new are the same: a fork, a migration
+        of an older checkpoint). `ckpt verify` and `ckpt repair refs` then know the
+        newer checkpoint is not a take killed before it moved the ref (last_moved_ns)."""
+        path = self.latest_ref(subject)
+        with self.backend.lock("refs", shared=False):
+            try:
+                cur = self.read_ref(path)
+            except CkptError:
+                return
+            if cur is not None:
+                reflog.append(self.backend, path, cur, cur, reason)
+
+    def last_moved_ns(self, path: str) -> int | None:
+        """When the ref at `path` was last moved (or deliberately kept) by this ckpt, from
+        its reflog; None when it has none (a store an older ckpt wrote)."""
+        entries = reflog.read(self.backend, path, self.warn)
+        return entries[-1].time_ns if entries else None
+
+    def ref_log(self, path: str | None = None) -> list[reflog.Entry]:
+        """The reflog of the ref at `path` ("refs/..."), or of every ref, newest first.
+        A damaged entry is skipped with a warning."""
+        if path is None:
+            return reflog.read_all(self.backend, self.warn)
+        return list(reversed(reflog.read(self.backend, path, self.warn)))
+
+    def set_latest(self, subject: Subject, cid: bytes, reason: str = "reset") -> bytes | None:
+        """Point the subject's latest at `cid`, whatever it pointed at (`ckpt reset`);
+        the head hint too, so the next take's parent is `cid`. Returns: the old target."""
+        path = self.latest_ref(subject)
+        with self.backend.lock("refs", shared=False):
+            try:
+                old = self.read_ref(path)
+            except CkptError:
+                old = None
+            self.note_head(subject, cid)
+            self.write_ref(path, cid, reason)
+        return old
 
     def ref_paths(self) -> list[str]:
         return self.backend.list("refs")
@@ -672,9 +739,10 @@ class Store:
     def latest_ref(subject: Subject) -> str:
         return f"refs/latest/{subject.kind}/{subject.name}"
 
-    def advance_latest(self, subject: Subject, cid: bytes, created_ns: int, *, nested: bool = False) -> None:
+    def advance_latest(self, subject: Subject, cid: bytes, created_ns: int, *, nested: bool = False, reason: str = "take", log: bool = True) -> bool:
         """Point the subject's latest at `cid` unless a newer checkpoint got there first
-        (`nested`: `cid` is a nested run's, which ranks below every other; head_order)."""
+        (`nested`: `cid` is a nested run's, which ranks below every other; head_order).
+        Returns: whether latest names `cid` now."""
         path = self.latest_ref(subject)
         with self.backend.lock("refs", shared=False):
             try:
@@ -685,10 +753,11 @@ class Store:
                 try:
                     m = self.manifest(cur)
                     if head_order(m.labels, m.created_ns) > (0 if nested else 1, created_ns):
-                        return
+                        return False
                 except CkptError:
                     pass  # a damaged target is replaced
-            self.write_ref(path, cid)
+            self.write_ref(path, cid, reason, log=log)
+            return True
 
     def head_hint_path(self, subject: Subject) -> str:
         return f"cache/heads/{subject.kind}/{subject.name}"
@@ -756,25 +825,26 @@ class Store:
                 rank, best = (head_order(m.labels, m.created_ns), cid), (m.created_ns, cid)
         return best
 
-    def set_branch(self, name: str, cid: bytes) -> None:
+    def set_branch(self, name: str, cid: bytes, reason: str = "branch") -> None:
         check_name(name, "branch name")
         with self.backend.lock("refs", shared=False):
-            self.write_ref(f"refs/branches/{name}", cid)
+            self.write_ref(f"refs/branches/{name}", cid, reason)
 
-    def set_tag(self, name: str, cid: bytes, *, force: bool = False) -> None:
+    def set_tag(self, name: str, cid: bytes, *, force: bool = False, reason: str = "tag") -> None:
         check_name(name, "tag name")
         path = f"refs/tags/{name}"
         with self.backend.lock("refs", shared=False):
             cur = self.read_ref(path)
             if cur is not None and cur != cid and not force:
                 raise ConflictError(f"tag {name!r} already points at {cur.hex()[:12]}", hint="pass --force to move it")
-            self.write_ref(path, cid)
+            self.write_ref(path, cid, reason)
 
-    def delete_ref(self, path: str) -> None:
+    def delete_ref(self, path: str, reason: str = "delete") -> bytes | None:
+        """Delete a ref; returns its old target (None if it was damaged)."""
         with self.backend.lock("refs", shared=False):
             if not self.backend.exists(path):
                 raise NotFoundError(f"no ref {path[len('refs/'):]!r}")
-            self.backend.delete(path)
+            return self.remove_ref(path, reason)
 
     # -- resolving names -----------------------------------------------------------
     def resolve(self, ref: str) -> bytes:
@@ -794,9 +864,47 @@ class Store:
             cid = parents[0]
         return cid
 
+    def ref_path_of(self, name: str) -> str:
+        """The ref path a name means in `ckpt reflog NAME` and NAME@{N}: KIND:NAME is the
+        subject's latest; a path as the reflog prints it (latest/..., tags/...,
+        branches/...) is itself; a plain name is a tag, else a branch."""
+        if name.startswith(("latest/", "tags/", "branches/")):
+            return f"refs/{name}"
+        if ":" in name:
+            return self.latest_ref(Subject.parse(name))
+        check_name(name, "ref name")
+        for ns in ("tags", "branches"):
+            path = f"refs/{ns}/{name}"
+            if self.backend.exists(path) or self.backend.exists(reflog.log_path(path)):
+                return path
+        raise NotFoundError(f"no subject, tag or branch named {name!r} has a reflog", hint="see `ckpt reflog` for every ref's moves")
+
+    def _resolve_reflog(self, ref: str) -> bytes:
+        """NAME@{N}: what the ref NAME pointed at N moves ago (@{0}: now)."""
+        name, _, n = ref[:-1].rpartition("@{")
+        if not n.isdigit():
+            raise InvalidInputError(f"{ref!r}: what is inside @{{}} must be a number of moves back")
+        back = int(n)
+        # newest first; "kept" entries (old == new) are no move
+        entries = [e for e in self.ref_log(self.ref_path_of(name)) if e.old != e.new]
+        value: str | None
+        if back < len(entries):
+            value = entries[back].new
+        elif back == len(entries) and entries:
+            value = entries[-1].old  # what it pointed at before its first recorded move
+        else:
+            raise NotFoundError(f"{ref!r}: the reflog of {name} has only {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}", hint=f"see `ckpt reflog {name}`")
+        if value is None:
+            raise NotFoundError(f"{ref!r}: {name} did not exist then", hint=f"see `ckpt reflog {name}`")
+        if not self.backend.exists(f"manifests/{value}"):
+            raise NotFoundError(f"{ref!r}: checkpoint {value[:12]} is no longer in the store (pruned)")
+        return bytes.fromhex(value)
+
     def _resolve_base(self, ref: str) -> bytes:
         if not ref:
             raise InvalidInputError("an empty checkpoint reference")
+        if ref.endswith("}") and "@{" in ref:
+            return self._resolve_reflog(ref)
         if ref == "latest":
             # only the subjects' latest refs are read: a damaged tag or branch is no
             # reason to refuse `latest`; a damaged latest ref or manifest is skipped

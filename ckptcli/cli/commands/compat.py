@@ -24,7 +24,7 @@ def compat(
     ] = None,
     migrations: Annotated[
         str | None,
-        typer.Option("--migrations", "-m", metavar="SPEC", help="The project's migrations: MODULE, MODULE:NAME, or ep:NAME (entry point in ckpt.migrations).", show_default=False),
+        typer.Option("--migrations", "-M", metavar="SPEC", help="The project's migrations: MODULE, MODULE:NAME, or ep:NAME (entry point in ckpt.migrations).", show_default=False),
     ] = None,
     target: Annotated[
         str | None,
@@ -59,7 +59,7 @@ def compat(
 
       ckpt compat fixtures/ --migrations myapp.migrations --adapter myapp.state:load
 
-      ckpt compat fixtures/ -m myapp.migrations --junit compat.xml
+      ckpt compat fixtures/ -M myapp.migrations --junit compat.xml
 
       ckpt compat --subject agent:bot --migrations ep:myapp --json
     """

@@ -23,14 +23,17 @@ def migrate(
     ] = None,
     migrations: Annotated[
         str | None,
-        typer.Option("--migrations", "-m", metavar="SPEC", help="Your migrations: MODULE, MODULE:REGISTRY, or ep:NAME (entry point group ckpt.migrations).", show_default=False),
+        typer.Option("--migrations", "-M", metavar="SPEC", help="Your migrations: MODULE, MODULE:REGISTRY, or ep:NAME (entry point group ckpt.migrations).", show_default=False),
     ] = None,
     to: Annotated[str | None, typer.Option("--to", metavar="VERSION", help="Target schema version (default: the one your migrations declare current).")] = None,
     assume_version: Annotated[
         str | None, typer.Option("--assume-version", metavar="VERSION", help="The version of a checkpoint that records none.")
     ] = None,
-    message: Annotated[str | None, typer.Option("--message", metavar="TEXT", help="Message of the new checkpoint.")] = None,
+    message: Annotated[str | None, typer.Option("--message", "-m", metavar="TEXT", help="Message of the new checkpoint.")] = None,
     branch: Annotated[str | None, typer.Option("--branch", "-b", metavar="NAME", help="Also point this branch at the new checkpoint.")] = None,
+    move_latest: Annotated[
+        bool, typer.Option("--move-latest", help="Point the subject's latest at the new checkpoint even when an older one was migrated.")
+    ] = False,
     format_: Annotated[
         bool, typer.Option("--format", help="Upgrade the container format of a store (default: this one) or a checkpoint file to the newest version.")
     ] = False,
@@ -49,7 +52,13 @@ def migrate(
     subject, labels and config hash, and shares the old blobs without reading them
     again. The old checkpoint is never modified. If any step raises, nothing is
     written (exit 1; CKPT_DEBUG=1 shows the traceback of your migration). --dry-run
-    runs the chain in memory and says what it would write.
+    runs the chain in memory and says what it would write. A checkpoint already at
+    the target version is left as it is (exit 0, "nothing to migrate").
+
+    The subject's latest moves to the new checkpoint only when the migrated one was
+    its latest (an upgrade in place): migrating an older checkpoint leaves latest on
+    the newest state, unless --move-latest. `ckpt reflog` shows every move of latest,
+    and `ckpt reset` moves it back.
 
     Format (--format): runs every container-format migration that applies (see
     --list). A store is upgraded in place under its exclusive lock: old packs and
@@ -78,7 +87,7 @@ def migrate(
         _list(migrations, as_json)
         return
     if format_:
-        if migrations or to or assume_version or message or branch:
+        if migrations or to or assume_version or message or branch or move_latest:
             raise UsageError("--format upgrades the container format; it takes no schema options", hint="run the two migrations separately")
         _format(ref, store, dry_run, lock_wait, as_json)
         return
@@ -87,7 +96,15 @@ def migrate(
     if migrations is None:
         raise UsageError("--migrations SPEC is needed to migrate a checkpoint's schema", hint="see docs/migrations.md")
     from ckptcli import api
-    from ckptcli.schema import cwd_importable, load_migrations, migrate_checkpoint, parse_version, prepare_migration, storable_problem
+    from ckptcli.schema import (
+        AlreadyMigratedError,
+        cwd_importable,
+        load_migrations,
+        migrate_checkpoint,
+        parse_version,
+        prepare_migration,
+        storable_problem,
+    )
 
     cwd_importable()
     ms = load_migrations(migrations)
@@ -114,12 +131,30 @@ def migrate(
             chain = " then ".join(f"{s.name} ({s.description})" for s in steps) or "nothing to do"
             c.print(f"would migrate {ck.hex[:12]} from schema {start} to {target}: {chain}", markup=False)
         return
-    result = migrate_checkpoint(st, ref, target, ms, assume_version=assumed, message=message, branch=branch)
+    try:
+        result = migrate_checkpoint(st, ref, target, ms, assume_version=assumed, message=message, branch=branch, move_latest=True if move_latest else None)
+    except AlreadyMigratedError as done:
+        if as_json:
+            emit_json({"id": done.checkpoint, "migrated": False, "schema_version": done.version})
+        else:
+            out().print(f"{done.checkpoint[:12]} is already at schema version {done.version}; nothing to migrate", markup=False)
+        return
     parent = result.manifest.parents[0].hex()
     if as_json:
-        emit_json({"id": result.hex, "parent": parent, "schema_version": result.manifest.schema_version, "new_objects": result.new_objects, "new_bytes": result.new_bytes})
+        emit_json(
+            {
+                "id": result.hex,
+                "migrated": True,
+                "parent": parent,
+                "schema_version": result.manifest.schema_version,
+                "latest_moved": result.latest_moved,
+                "new_objects": result.new_objects,
+                "new_bytes": result.new_bytes,
+            }
+        )
     else:
-        out().print(f"migrated {parent[:12]} -> {result.hex[:12]} (schema {result.manifest.schema_version}); the original is unchanged", markup=False)
+        where = f"latest of {result.manifest.subject} moved to it" if result.latest_moved else f"latest of {result.manifest.subject} unchanged (--move-latest moves it)"
+        out().print(f"migrated {parent[:12]} -> {result.hex[:12]} (schema {result.manifest.schema_version}); the original is unchanged; {where}", markup=False)
 
 
 def _list(spec: str | None, as_json: bool) -> None:

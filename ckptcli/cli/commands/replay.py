@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
-from ckptcli.cli.output import emit_json, exit_status, out, short
+from ckptcli.cli.output import emit_json, exit_status, out, quiet, short
 from ckptcli.errors import ExitCode
 
 REF_HELP = "Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file."
@@ -121,6 +121,8 @@ def replay_cmd(
         emit_json({"id": tail.id, "base_seq": tail.base_seq, "seq": position, "applied": n, "state": to_json(state)})
         return
     sys.stdout.write(json.dumps(to_json(state), indent=2, ensure_ascii=False) + "\n")
+    if quiet():
+        return
     sys.stderr.write(f"replayed {n} of {len(tail.events)} events onto the snapshot of {short(tail.id)} (seq {tail.base_seq}); state at seq {position}\n")
     guessed = _inferred_reducers(tail.snapshot)
     if guessed:

@@ -50,7 +50,11 @@ def _ref_command(ns: str, name: str | None, ref: str, delete: bool, force: bool,
                 out().print(f"{k}\t{v[:12]}", markup=False)
         return
     if delete:
-        st.delete_ref(f"refs/{ns}/{name}")
+        old = st.delete_ref(f"refs/{ns}/{name}", reason=f"{'tag' if ns == 'tags' else 'branch'} --delete")
+        if as_json:
+            emit_json({"name": name, "deleted": old.hex() if old is not None else None})
+        else:
+            out().print(f"deleted {name} (was {old.hex()[:12] if old is not None else 'damaged'})", markup=False)
         return
     with st.backend.lock("store", shared=True):  # a prune cannot remove the target meanwhile
         cid = st.resolve(ref)

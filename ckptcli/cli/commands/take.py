@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app, open_store
-from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out
+from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet
 from ckptcli.errors import ExitCode, InvalidInputError, NotFoundError, StoreIOError
 
 
@@ -21,8 +21,8 @@ def take(
     parent: Annotated[list[str] | None, typer.Option("--parent", "-p", help="Parent checkpoint; repeatable (default: the subject's latest).", show_default=False)] = None,
     root: Annotated[bool, typer.Option("--root", help="Take a checkpoint with no parent.")] = False,
     message: Annotated[str, typer.Option("--message", "-m", help="A note stored with the checkpoint.")] = "",
-    blob: Annotated[list[str] | None, typer.Option("--blob", "-b", help="NAME=PATH: a file or directory to store; repeatable.", show_default=False)] = None,
-    branch: Annotated[str | None, typer.Option("--branch", help="Take on this branch: its head is the parent, and it moves to the new checkpoint.", show_default=False)] = None,
+    blob: Annotated[list[str] | None, typer.Option("--blob", help="NAME=PATH: a file or directory to store; repeatable.", show_default=False)] = None,
+    branch: Annotated[str | None, typer.Option("--branch", "-b", help="Take on this branch: its head is the parent, and it moves to the new checkpoint.", show_default=False)] = None,
     fmt: Annotated[str, typer.Option("--format", help="Document format: auto, json or msgpack.")] = "auto",
     schema_version: Annotated[str | None, typer.Option("--schema-version", help="Version of the subject's own state schema.", show_default=False)] = None,
     force_read: Annotated[bool, typer.Option("--force-read", help="Read every blob file, even those unchanged since the parent (same size, mtime, ctime, inode).")] = False,
@@ -102,8 +102,9 @@ def take(
         return
     out().print(result.hex, markup=False)
     reused = f", {result.capture.reused_files} unchanged files not read" if result.capture.reused_files else ""
-    sys.stderr.write(
-        f"took {result.hex[:12]} ({result.manifest.subject}): {result.new_objects} new objects, {human_size(result.new_bytes)} added{reused}\n"
-    )
+    if not quiet():
+        sys.stderr.write(
+            f"took {result.hex[:12]} ({result.manifest.subject}): {result.new_objects} new objects, {human_size(result.new_bytes)} added{reused}\n"
+        )
     for skipped in result.capture.skipped:
         sys.stderr.write(f"ckpt: warning: skipped {skipped}\n")

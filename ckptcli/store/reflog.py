@@ -1,0 +1,168 @@
+"""The reflog: an append-only record of every move of a ref (formats/reflog.md).
+
+Beside each ref `refs/P` lives its log `logs/refs/P`: one JSON object per line,
+oldest first, appended (O_APPEND, fsynced) under the refs lock before the ref itself
+is rewritten, so a ref never moves without its entry. A last line cut short by a crash
+(no newline, or not JSON) is skipped with one warning; the next append starts on a
+line of its own. The log is history for people and for `ckpt reset`: nothing else
+depends on it, and a store without one (older ckpt, a copy) simply has none yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ckptcli.errors import CkptError
+
+if TYPE_CHECKING:
+    from ckptcli.store.backend import Backend
+
+LOG_ROOT = "logs"
+SUM_LEN = 16  # hex digits of SHA-256 after each entry: a flipped byte is found
+MAX_COMMAND = 500  # characters of the command line kept in an entry
+
+# the command line entries name; the CLI sets it to `ckpt ARGS`, a library caller may too
+_command: str | None = None
+
+
+def set_command(command: str | None) -> None:
+    """What entries record as `command` (default: this process's argv)."""
+    global _command
+    _command = command
+
+
+def current_command() -> str:
+    if _command is not None:
+        return _command[:MAX_COMMAND]
+    return " ".join([os.path.basename(sys.argv[0]) if sys.argv else "python", *sys.argv[1:]])[:MAX_COMMAND]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One move of `ref` (a ref path without "refs/"): `old` -> `new` (hex ids; None
+    where the ref did not exist before, or was deleted)."""
+
+    ref: str
+    old: str | None
+    new: str | None
+    time_ns: int
+    reason: str
+    command: str
+    host: str
+    pid: int
+
+    def to_dict(self) -> dict[str, Any]:
+        secs, rem = divmod(self.time_ns, 1_000_000_000)
+        when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{rem // 1000:06d}Z"
+        return {
+            "ref": self.ref, "old": self.old, "new": self.new, "time": when, "time_ns": self.time_ns,
+            "reason": self.reason, "command": self.command, "host": self.host, "pid": self.pid,
+        }
+
+
+def log_path(ref_path: str) -> str:
+    """The log of the ref at `ref_path` ("refs/latest/agent/bot" -> "logs/refs/latest/agent/bot")."""
+    return f"{LOG_ROOT}/{ref_path}"
+
+
+def _sum(body: bytes) -> bytes:
+    return hashlib.sha256(body).hexdigest()[:SUM_LEN].encode()
+
+
+def encode(old: bytes | None, new: bytes | None, reason: str) -> bytes:
+    body = {
+        "old": old.hex() if old is not None else None,
+        "new": new.hex() if new is not None else None,
+        "time_ns": time.time_ns(),
+        "reason": reason,
+        "command": current_command(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+    line = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()  # never a raw tab or newline
+    return line + b"\t" + _sum(line) + b"\n"
+
+
+def append(backend: Backend, ref_path: str, old: bytes | None, new: bytes | None, reason: str) -> None:
+    """Record a move of the ref at `ref_path`; the caller holds the refs lock."""
+    backend.append(log_path(ref_path), encode(old, new, reason))
+
+
+def _hex_or_none(v: Any) -> bool:
+    return v is None or (type(v) is str and len(v) == 64 and all(c in "0123456789abcdef" for c in v))
+
+
+def check(data: bytes, ref: str = "") -> tuple[list[Entry], list[int], bool]:
+    """(entries oldest first, numbers (from 1) of the damaged lines, whether the log ends
+    in an entry cut short: text after its last newline)."""
+    out: list[Entry] = []
+    damaged: list[int] = []
+    lines = data.split(b"\n")
+    tail = lines.pop()  # the text after the last newline: a write cut short
+    torn = tail != b""
+    if torn and _decode(tail[:-1]) is not None:
+        damaged.append(len(lines) + 1)  # a whole entry whose newline was changed: damage, not a crash
+        torn = False
+    for number, line in enumerate(lines, 1):
+        d = _decode(line)
+        if d is None:
+            damaged.append(number)
+            continue
+        out.append(Entry(ref, d["old"], d["new"], d["time_ns"], str(d.get("reason", "")), str(d.get("command", "")), str(d.get("host", "")), d["pid"]))
+    return out, sorted(damaged), torn
+
+
+def _decode(line: bytes) -> dict[str, Any] | None:
+    """The fields of one entry line (without its newline), or None when it is damaged."""
+    body, tab, digest = line.rpartition(b"\t")
+    if not tab or digest != _sum(body):
+        return None
+    try:
+        d = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    ok = (
+        type(d) is dict and _hex_or_none(d.get("old")) and _hex_or_none(d.get("new"))
+        and type(d.get("time_ns")) is int and type(d.get("pid")) is int
+    )
+    return d if ok else None
+
+
+def parse(data: bytes, ref: str, warn: Callable[[str], None]) -> list[Entry]:
+    """The entries of one log, oldest first; a damaged line is skipped with a warning."""
+    out, damaged, torn = check(data, ref)
+    where = log_path("refs/" + ref)
+    if damaged:
+        warn(f"{where}: {len(damaged)} damaged reflog entr{'y' if len(damaged) == 1 else 'ies'} skipped (line {damaged[0]}); run `ckpt verify`")
+    if torn:
+        warn(f"{where}: its last entry was cut short by a crash and is skipped (the next move of the ref removes it)")
+    return out
+
+
+def read(backend: Backend, ref_path: str, warn: Callable[[str], None]) -> list[Entry]:
+    """The entries of the ref at `ref_path`, oldest first ([] when it has no log)."""
+    path = log_path(ref_path)
+    if not backend.exists(path):
+        return []
+    return parse(backend.read(path), ref_path[len("refs/") :], warn)
+
+
+def read_all(backend: Backend, warn: Callable[[str], None], prefix: str = "refs") -> list[Entry]:
+    """Every entry of every log under `prefix`, newest first."""
+    keyed: list[tuple[int, int, Entry]] = []
+    try:
+        paths = backend.list(f"{LOG_ROOT}/{prefix}")
+    except CkptError:
+        return []
+    for p in paths:
+        keyed.extend((e.time_ns, i, e) for i, e in enumerate(read(backend, p[len(LOG_ROOT) + 1 :], warn)))
+    keyed.sort(key=lambda k: (k[0], k[1]), reverse=True)  # (a log's own order breaks ties)
+    return [e for _t, _i, e in keyed]
