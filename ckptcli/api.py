@@ -262,6 +262,9 @@ def take(
                     entries = {name: capture(p, enc, progress, report, previous.get(name)) for name, p in blob_paths.items()}
                 finally:
                     progress.finish()
+                for name, p in blob_paths.items():
+                    if entries[name].get("type") != "skipped":
+                        entries[name]["origin"] = origin_of(p)  # where `restore --in-place` puts it back
                 encoded["blobs"] = enc.encode_root(entries, where="blobs")
             txn.commit()
         except BaseException:
@@ -289,6 +292,13 @@ def take(
         if branch:
             store.set_branch(branch, cid)
     return TakeResult(cid, manifest, txn.new_objects, txn.new_stored_bytes, report)
+
+
+def origin_of(path: Path) -> str:
+    """The absolute path a blob is taken from, as recorded in its entry (`origin`):
+    normalized, symlinks in it not resolved (the path the user named)."""
+    p = os.path.abspath(path)
+    return "/" + p.lstrip("/")  # POSIX keeps a leading "//"; the recorded path never has one
 
 
 def _parent_blobs(store: Store, parent: bytes) -> dict[str, Any]:
@@ -374,7 +384,7 @@ class Checkpoint:
 
     def restore_blobs(
         self,
-        target: PathLike,
+        target: PathLike | None,
         *,
         names: list[str] | None = None,
         overwrite: bool = False,
@@ -382,10 +392,19 @@ class Checkpoint:
         force: bool = False,
         report: RestoreReport | None = None,
         progress: Progress = NULL,
+        in_place: bool = False,
+        delete: bool = False,
+        include: list[str] | None = None,
+        dry_run: bool = False,
     ) -> int:
         """Write the blobs (all, or `names`) under `target`; returns the bytes written.
         All or nothing, set-uid/set-gid/sticky bits dropped unless `keep_special_modes`
-        (see blobs.restore_blobs; `report` receives the counts).
+        (see blobs.restore_blobs; `report` receives the counts and paths).
+
+        `in_place` (no `target`): each blob back to the path it was taken from, replacing
+        what is there. `delete`: also remove what the target holds that the checkpoint
+        does not. `include`: only paths matching these globs. `dry_run`: write nothing,
+        `report` says what would change.
 
         Raises:
             UnsafePathError, CorruptError before anything is written (blobs.validate);
@@ -393,23 +412,38 @@ class Checkpoint:
             more bytes than the file system of `target` has free (less a margin), unless
             `force`; ConflictError, StoreIOError while writing (what was written is undone).
         """
+        from ckptcli.blobs import check_origin
+
         blobs = self.blobs()
         if names:
             missing = [n for n in names if n not in blobs]
             if missing:
                 raise NotFoundError(f"checkpoint {self.hex[:12]} has no blob {missing[0]!r} (it has: {', '.join(blobs) or 'none'})")
-        refuse_output_into_source(self, target, "the blobs directory", names or list(blobs))
+        where = f"checkpoint {self.hex[:12]}"
+        if in_place:
+            for name, entry in blobs.items():
+                if (names is None or name in names) and isinstance(entry, dict):
+                    refuse_output_into_source(self, check_origin(entry.get("origin"), name, where), f"blob {name!r}'s origin")
+        elif target is None:
+            raise InvalidInputError("no target directory for the blobs", hint="give one, or restore them in place")
+        else:
+            refuse_output_into_source(self, target, "the blobs directory", names or list(blobs))
         return restore_blobs(
             blobs,
-            Path(target),
+            Path(target) if target is not None else None,
             self._decoder(),
             names=names,
             overwrite=overwrite,
             keep_special_modes=keep_special_modes,
             check_space=not force,
             progress=progress,
-            where=f"checkpoint {self.hex[:12]}",
+            where=where,
             report=report,
+            in_place=in_place,
+            delete=delete,
+            include=include,
+            dry_run=dry_run,
+            protect=[Path(self.source.location)] if isinstance(self.source, Store) else None,
         )
 
     def summary(self) -> dict[str, Any]:
