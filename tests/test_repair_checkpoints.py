@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from ckptcli import api
-from ckptcli.errors import ExitCode
+from ckptcli.errors import CkptError, ExitCode
 from ckptcli.repair import LABEL_REPAIRED_DROPPED, LABEL_REPAIRED_FROM, repair_checkpoints
-from ckptcli.store.repository import Store, pack_path
+from ckptcli.store.repository import Store
 
 
 @dataclass
@@ -151,6 +151,5 @@ def test_killed_between_the_new_checkpoint_and_its_refs(damaged: Damaged, monkey
 def test_lost_pack_is_really_lost(damaged: Damaged) -> None:
     """The fixture does what it says: reading bad's data fails before the repair."""
     ck = api.open_checkpoint(damaged.y, damaged.store)
-    with pytest.raises(Exception, match="does not exist|missing"):
+    with pytest.raises(CkptError, match=r"does not exist|missing"):
         ck.restore_blobs(damaged.out, names=["bad"])
-    assert pack_path  # (imported for readers of the fixture)
