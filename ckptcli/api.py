@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from ckptcli import __version__
-from ckptcli.blobs import CaptureReport, RestoreReport, capture, restore_blobs, tree_size
+from ckptcli.blobs import CaptureReport, FileInfo, RestoreReport, capture, find_entry, list_files, restore_blobs, tree_size, validate
 from ckptcli.docstream import refuse_json
 from ckptcli.errors import (
     CkptError,
@@ -445,6 +445,30 @@ class Checkpoint:
             dry_run=dry_run,
             protect=[Path(self.source.location)] if isinstance(self.source, Store) else None,
         )
+
+    def list_files(self, path: str = "") -> list[FileInfo]:
+        """The entries of the blobs section (all, or the one at NAME/sub/path and below):
+        path, type, size, mode, mtime and where it was taken from. Raises: NotFoundError."""
+        return list_files(self.blobs(), path, f"checkpoint {self.hex[:12]}")
+
+    def write_blob(self, path: str, out: IO[bytes]) -> int:
+        """Write the file at NAME/sub/path of the blobs section to `out`, streamed from
+        the store; returns its size. Raises: NotFoundError; InvalidInputError for a
+        directory or link; CorruptError (possibly after part of it was written)."""
+        where = f"checkpoint {self.hex[:12]}"
+        entry = find_entry(self.blobs(), path, where)
+        kind = entry.get("type") if isinstance(entry, dict) else None
+        if kind != "file":
+            what = {"dir": "a directory", "symlink": f"a symlink to {entry.get('target')!r}", "skipped": "not stored (skipped when taken)"}.get(str(kind), "not a file")
+            raise InvalidInputError(f"{where}: {path} is {what}", hint="give the path of a file (`ckpt ls-files` lists them); `ckpt restore --include` restores directories")
+        size = validate(entry, path, where)
+        data = entry["data"]
+        if isinstance(data, LazyBytes):
+            for piece in self._decoder().iter_bytes(data.oid):
+                out.write(piece)
+        else:
+            out.write(data)
+        return size
 
     def summary(self) -> dict[str, Any]:
         """Metadata and a short description of each section (for `ckpt show`)."""

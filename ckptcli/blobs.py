@@ -911,3 +911,84 @@ def _undo(w: _Writer | None, root_fd: int, first_new: Path | None, target: Path)
     if first_new is not None:
         return f"the restore was undone: {first_new} was removed again"
     return f"the restore was undone: {target} holds what it held before"
+
+
+@dataclass
+class FileInfo:
+    """One entry of a blob tree, for listing (`ckpt ls-files`)."""
+
+    path: str  # NAME/sub/file
+    type: str  # file, dir, symlink, skipped
+    size: int
+    mode: int
+    mtime_ns: int
+    origin: str | None  # where it was taken from (None when the blob records no origin)
+    target: str | None = None  # a symlink's
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def split_blob_path(path: str) -> list[str]:
+    """NAME/sub/file as its components (leading, trailing and doubled slashes ignored)."""
+    return [p for p in path.split("/") if p]
+
+
+def find_entry(blobs: dict[str, Any], path: str, where: str) -> Any:
+    """The entry at NAME/sub/file. Raises: NotFoundError naming what is there."""
+    from ckptcli.errors import NotFoundError
+
+    parts = split_blob_path(path)
+    if not parts:
+        raise NotFoundError(f"{where}: no blob path given", hint="give NAME or NAME/sub/file (`ckpt ls-files` lists them)")
+    entries: Any = blobs
+    entry: Any = None
+    for i, part in enumerate(parts):
+        if not isinstance(entries, dict) or part not in entries:
+            have = ", ".join(list(entries)[:10]) if isinstance(entries, dict) else "nothing"
+            at = "/".join(parts[:i]) or "the blobs section"
+            raise NotFoundError(f"{where}: {'/'.join(parts[: i + 1])} does not exist (in {at}: {have or 'nothing'})", hint="`ckpt ls-files REF` lists the paths")
+        entry = entries[part]
+        entries = entry.get("entries") if isinstance(entry, dict) and entry.get("type") == "dir" else None
+    return entry
+
+
+def list_files(blobs: dict[str, Any], path: str = "", where: str = "checkpoint") -> list[FileInfo]:
+    """Every entry of the blob trees (or of the one at `path`, and what is below it), in
+    tree order, directories before their contents."""
+    out: list[FileInfo] = []
+
+    def add(rel: str, entry: Any, origin: str | None) -> None:
+        if not isinstance(entry, dict):
+            return
+        kind = str(entry.get("type"))
+        data = entry.get("data")
+        size = entry.get("size") if isinstance(entry.get("size"), int) else (len(data) if isinstance(data, bytes) else 0)
+        mode = entry.get("mode", 0)
+        mtime = entry.get("mtime_ns", 0)
+        target = entry.get("target")
+        out.append(
+            FileInfo(
+                rel,
+                kind,
+                size if isinstance(size, int) else 0,
+                mode if isinstance(mode, int) else 0,
+                mtime if isinstance(mtime, int) else 0,
+                origin,
+                target if isinstance(target, str) else None,
+            )
+        )
+        if kind == "dir" and isinstance(entry.get("entries"), dict):
+            for name, child in entry["entries"].items():
+                add(f"{rel}/{name}", child, f"{origin}/{name}" if origin else None)
+
+    parts = split_blob_path(path)
+    if parts:
+        top = blobs.get(parts[0])
+        origin = top.get("origin") if isinstance(top, dict) and isinstance(top.get("origin"), str) else None
+        add("/".join(parts), find_entry(blobs, path, where), "/".join([origin, *parts[1:]]) if origin else None)
+    else:
+        for name, entry in blobs.items():
+            origin = entry.get("origin") if isinstance(entry, dict) and isinstance(entry.get("origin"), str) else None
+            add(str(name), entry, origin)
+    return out

@@ -47,7 +47,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
-COMMANDS = ("init", "take", "ls", "show", "cat", "diff", "restore", "verify", "export", "import_", "tag", "branch", "refs", "compat", "prune", "repair", "migrate", "replay", "fork", "tui", "doctor")
+COMMANDS = ("init", "take", "ls", "show", "cat", "diff", "restore", "verify", "export", "import_", "tag", "branch", "refs", "compat", "prune", "repair", "migrate", "replay", "fork", "tui", "doctor", "stats", "ls_files", "dump")
 
 StoreOpt = Annotated[
     Path | None,
@@ -81,7 +81,7 @@ def _register(argv: list[str] | None = None) -> None:
     wanted: tuple[str, ...] = COMMANDS
     if argv:
         first = next((a for a in argv if not a.startswith("-")), None)
-        module = "import_" if first == "import" else first
+        module = "import_" if first == "import" else first.replace("-", "_") if first else first
         if module in COMMANDS and argv[0] == first:
             wanted = (module,)
     for name in wanted:
