@@ -81,7 +81,7 @@ def _register(argv: list[str] | None = None) -> None:
     wanted: tuple[str, ...] = COMMANDS
     if argv:
         first = next((a for a in argv if not a.startswith("-")), None)
-        module = "import_" if first == "import" else first.replace("-", "_") if first else first
+        module = "import_" if first == "import" else first
         if module in COMMANDS and argv[0] == first:
             wanted = (module,)
     for name in wanted:
