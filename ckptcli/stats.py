@@ -3,8 +3,8 @@
 Sizes, for the whole store and per subject:
 
 * logical: what the checkpoints would take if each were stored alone: for each
-  checkpoint, its manifest plus the uncompressed size of every distinct object it
-  needs (an object two checkpoints share counts twice);
+  checkpoint, the uncompressed size of every distinct object it needs (an object two
+  checkpoints share counts twice; what fits in the manifest itself is not counted);
 * unique: the uncompressed size of the distinct objects the checkpoints need, each once
   (what deduplication leaves);
 * stored: the same objects as stored in the packs (compressed);
@@ -107,7 +107,7 @@ def store_stats(store: Store, progress: Progress = NULL) -> StoreStats:
             if res.errors:
                 st.unreadable.append(cid.hex())
             objs = {oid for oid in res.objects if oid in index}
-            logical = size + sum(index[oid].raw_len for oid in objs)
+            logical = sum(index[oid].raw_len for oid in objs)
             subject = str(m.subject)
             sub = st.per_subject.setdefault(subject, SubjectStats())
             sub.checkpoints += 1

@@ -90,3 +90,9 @@ def test_stats_counts_dedup_per_subject(cli: Any, store: Store, ws: Path) -> Non
     assert s["unique_bytes"] == a["unique_bytes"] + b["unique_bytes"]  # nothing shared between them
     text = cli("stats", "--store", store.location)
     assert text.code == 0 and "dedup ratio" in text.out and "agent:a" in text.out
+
+
+def test_stats_of_one_checkpoint_has_no_dedup(cli: Any, store: Store, ws: Path) -> None:
+    api.take(store, {"memory": {}}, subject="agent:a", blobs={"ws": ws})
+    s = json.loads(cli("stats", "--store", store.location, "--json").out)
+    assert s["logical_bytes"] == s["unique_bytes"] > 300_000 and s["dedup_ratio"] == 1.0
