@@ -249,14 +249,15 @@ def _quiet(_oid: bytes, _section: str, _exc: CkptError) -> None:
     """walk_checkpoint's on_error: the errors are collected in its result."""
 
 
-def _problems(store: Store, manifest: Manifest, packs: dict[bytes, bool]) -> dict[str, str]:
+def _problems(store: Store, manifest: Manifest, packs: dict[bytes, bool], source: Any = None) -> dict[str, str]:
     """Section -> the first object it needs that cannot be read (a node that does not
     decode, an object no index or pack table names, or one in a pack that is gone).
-    `packs`: pack id -> whether its file is there, filled as packs are looked at."""
+    `packs`: pack id -> whether its file is there, filled as packs are looked at;
+    `source`: where nodes are read (default the store; a stats.NodeCache)."""
     from ckptcli.format.values import OBJ_DATA
     from ckptcli.format.walk import walk_checkpoint
 
-    res = walk_checkpoint(store, manifest, on_error=_quiet)
+    res = walk_checkpoint(source if source is not None else store, manifest, on_error=_quiet)
     bad: dict[str, str] = {}
     for _oid, (section, message) in res.errors.items():
         bad.setdefault(section, message)
@@ -313,6 +314,7 @@ def repair_checkpoints(
     extra checkpoint, or a damaged one still there), and running it again finishes.
     Holds the store lock exclusively."""
     from ckptcli.format.values import Encoded, Encoder
+    from ckptcli.stats import NodeCache
 
     rep = CheckpointsRepair(dry_run, "drop" if drop else "rewrite")
     with store.backend.lock("store", shared=False, wait=lock_wait):
@@ -329,10 +331,11 @@ def repair_checkpoints(
         progress.start("checking checkpoints", len(order))
         damaged: dict[bytes, DamagedCheckpoint] = {}
         packs: dict[bytes, bool] = {}
+        nodes = NodeCache(store)  # checkpoints share most of their trees: each node read once
         try:
             for cid in order:
                 m = manifests[cid]
-                problems = _problems(store, m, packs)
+                problems = _problems(store, m, packs, nodes)
                 progress.advance(1)
                 if problems:
                     damaged[cid] = DamagedCheckpoint(str(m.subject), problems, rep.mode)

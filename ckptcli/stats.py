@@ -26,6 +26,29 @@ from ckptcli.format.walk import walk_checkpoint
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.repository import Store
 
+#: node objects NodeCache keeps (bytes) before it stops adding
+NODE_CACHE_BYTES = 256 * 1024 * 1024
+
+
+class NodeCache:
+    """An ObjectSource over a store that keeps the objects it read (up to NODE_CACHE_BYTES),
+    so walking many checkpoints that share their trees reads each node once."""
+
+    def __init__(self, store: Store, limit: int = NODE_CACHE_BYTES) -> None:
+        self.store = store
+        self.limit = limit
+        self.held = 0
+        self._cache: dict[bytes, bytes] = {}
+
+    def get(self, oid: bytes) -> bytes:
+        content = self._cache.get(oid)
+        if content is None:
+            content = self.store.get(oid)
+            if self.held + len(content) <= self.limit:
+                self._cache[oid] = content
+                self.held += len(content)
+        return content
+
 
 @dataclass
 class SubjectStats:
@@ -92,6 +115,7 @@ def store_stats(store: Store, progress: Progress = NULL) -> StoreStats:
     st.checkpoints = len(ids)
     needed: set[bytes] = set()
     per_subject_objects: dict[str, set[bytes]] = {}
+    nodes = NodeCache(store)
     progress.start("reading checkpoints", len(ids))
     try:
         for cid in ids:
@@ -103,7 +127,7 @@ def store_stats(store: Store, progress: Progress = NULL) -> StoreStats:
                 st.unreadable.append(cid.hex())
                 continue
             st.manifest_bytes += size
-            res = walk_checkpoint(store, m, on_error=lambda *_a: None)
+            res = walk_checkpoint(nodes, m, on_error=lambda *_a: None)
             if res.errors:
                 st.unreadable.append(cid.hex())
             objs = {oid for oid in res.objects if oid in index}
