@@ -256,3 +256,29 @@ def test_in_place_needs_a_recorded_origin(cli: Any, store: Store, workspace: tup
 
     with pytest.raises(InvalidInputError, match="--blobs DIR"):
         restore_blobs({"b": {"type": "file", "size": 1, "mode": 0o644, "mtime_ns": 0, "data": b"x"}}, None, Decoder(store), in_place=True)
+
+
+def test_a_failed_restore_puts_back_what_delete_removed(cli: Any, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptcli.errors import CorruptError
+    from ckptcli.format.values import Decoder, LazyBytes
+
+    ws = make_tree(tmp_path / "ws", {"src/main.py": b"print(1)\n", "zbig.bin": os.urandom(200_000)})
+    ck = api.open_checkpoint(api.take(store, {"memory": {}}, subject="agent:t", blobs={"ws": ws}).hex, store)
+    big = ck.blobs()["ws"]["entries"]["zbig.bin"]["data"]
+    assert isinstance(big, LazyBytes)
+    (ws / "src" / "extra.py").write_bytes(b"mine\n")  # deleted before zbig.bin is written
+    (ws / "src" / "main.py").write_bytes(b"edited\n")
+    before = tree(ws)
+    real = Decoder.iter_bytes
+
+    def failing(self: Decoder, oid: bytes) -> Any:
+        if oid == big.oid:
+            raise CorruptError("object damaged (injected)")
+        return real(self, oid)
+
+    monkeypatch.setattr(Decoder, "iter_bytes", failing)
+    r = cli("restore", ck.hex, "--store", store.location, "--no-state", "--in-place", "--delete")
+    assert r.code == ExitCode.CORRUPT, r
+    assert "the restore was undone" in r.err
+    assert tree(ws) == before, "what --delete moved aside (or the restore replaced) was not put back"
+    assert sorted(p.name for p in (ws / "src").iterdir()) == ["extra.py", "main.py"]
