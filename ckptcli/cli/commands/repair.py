@@ -38,7 +38,7 @@ def repair(
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Rebuild the index or the latest refs of a store from what it holds.
+    """Rebuild the index, the latest refs or damaged checkpoints of a store from what it holds.
 
     index: reads every pack's own table (each object decompressed and hashed, each
     pack checked as `ckpt verify --read-data` checks it), writes one index file naming
@@ -50,13 +50,15 @@ def repair(
     checkpoints: finds checkpoints that need objects the store no longer holds (a pack
     lost or damaged beyond `repair index`) and writes each again without what is gone:
     a section, or single blobs of the blobs section. The new checkpoint has the same
-    subject, parents, time and labels, plus repaired.from=ID and repaired.dropped=WHAT;
-    every ref that named the damaged one moves to it (--forget also removes the
-    original). --drop removes damaged checkpoints instead: a latest ref moves to the
-    subject's newest intact checkpoint, a branch to its nearest intact ancestor, a tag
-    is removed. It only says what it would do unless --force. New objects and the new
-    checkpoint are written before any ref moves, and refs move before anything is
-    removed: a kill leaves a readable store; run it again to finish.
+    subject, time and labels, the same parents (a damaged parent's repair in its
+    place), plus repaired.from=ID and repaired.dropped=WHAT; every ref that named the
+    damaged one moves to it (--forget also removes the original). --drop removes
+    damaged checkpoints instead: a latest ref moves to the subject's newest intact
+    checkpoint, a branch to its nearest intact ancestor, a tag is removed. It only
+    says what it would do unless --force. New objects and the new checkpoint are
+    written before any ref moves, and refs move before anything is removed: a kill
+    leaves a readable store; run it again to finish. When packs the index names are
+    gone, run `ckpt repair index` too.
 
     refs: points each subject's latest at its newest committed checkpoint, e.g. after
     a take was killed between writing its checkpoint and moving latest (`ckpt verify`
