@@ -153,3 +153,15 @@ def test_lost_pack_is_really_lost(damaged: Damaged) -> None:
     ck = api.open_checkpoint(damaged.y, damaged.store)
     with pytest.raises(CkptError, match=r"does not exist|missing"):
         ck.restore_blobs(damaged.out, names=["bad"])
+
+
+def test_a_damaged_manifest_is_named_not_rewritten(cli: Any, tmp_path: Path) -> None:
+    st = api.init_store(tmp_path / "s")
+    cid = api.take(st, {"memory": {"a": 1}}, subject="agent:a").hex
+    path = Path(st.location) / "manifests" / cid
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    r = cli("repair", "checkpoints", "--store", st.location, "--force")
+    assert r.code == ExitCode.CORRUPT and "cannot be read" in r.err and "ckpt verify" in r.err
+    assert path.read_bytes() == bytes(data)
