@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from ckptcli import __version__
-from ckptcli.blobs import CaptureReport, RestoreReport, capture, restore_blobs, tree_size
+from ckptcli.blobs import CaptureReport, FileInfo, RestoreReport, capture, find_entry, list_files, restore_blobs, tree_size, validate
 from ckptcli.docstream import refuse_json
 from ckptcli.errors import (
     CkptError,
@@ -271,6 +271,9 @@ def take(
                     entries = {name: capture(p, enc, progress, report, previous.get(name)) for name, p in blob_paths.items()}
                 finally:
                     progress.finish()
+                for name, p in blob_paths.items():
+                    if entries[name].get("type") != "skipped":
+                        entries[name]["origin"] = origin_of(p)  # where `restore --in-place` puts it back
                 encoded["blobs"] = enc.encode_root(entries, where="blobs")
             txn.commit()
         except BaseException:
@@ -304,6 +307,13 @@ def take(
         if branch:
             store.set_branch(branch, cid, reason=why)
     return TakeResult(cid, manifest, txn.new_objects, txn.new_stored_bytes, report, latest_moved=moved)
+
+
+def origin_of(path: Path) -> str:
+    """The absolute path a blob is taken from, as recorded in its entry (`origin`):
+    normalized, symlinks in it not resolved (the path the user named)."""
+    p = os.path.abspath(path)
+    return "/" + p.lstrip("/")  # POSIX keeps a leading "//"; the recorded path never has one
 
 
 def _parent_blobs(store: Store, parent: bytes) -> dict[str, Any]:
@@ -389,7 +399,7 @@ class Checkpoint:
 
     def restore_blobs(
         self,
-        target: PathLike,
+        target: PathLike | None,
         *,
         names: list[str] | None = None,
         overwrite: bool = False,
@@ -397,10 +407,19 @@ class Checkpoint:
         force: bool = False,
         report: RestoreReport | None = None,
         progress: Progress = NULL,
+        in_place: bool = False,
+        delete: bool = False,
+        include: list[str] | None = None,
+        dry_run: bool = False,
     ) -> int:
         """Write the blobs (all, or `names`) under `target`; returns the bytes written.
         All or nothing, set-uid/set-gid/sticky bits dropped unless `keep_special_modes`
-        (see blobs.restore_blobs; `report` receives the counts).
+        (see blobs.restore_blobs; `report` receives the counts and paths).
+
+        `in_place` (no `target`): each blob back to the path it was taken from, replacing
+        what is there. `delete`: also remove what the target holds that the checkpoint
+        does not. `include`: only paths matching these globs. `dry_run`: write nothing,
+        `report` says what would change.
 
         Raises:
             UnsafePathError, CorruptError before anything is written (blobs.validate);
@@ -408,24 +427,63 @@ class Checkpoint:
             more bytes than the file system of `target` has free (less a margin), unless
             `force`; ConflictError, StoreIOError while writing (what was written is undone).
         """
+        from ckptcli.blobs import check_origin
+
         blobs = self.blobs()
         if names:
             missing = [n for n in names if n not in blobs]
             if missing:
                 raise NotFoundError(f"checkpoint {self.hex[:12]} has no blob {missing[0]!r} (it has: {', '.join(blobs) or 'none'})")
-        refuse_output_into_source(self, target, "the blobs directory", names or list(blobs))
+        where = f"checkpoint {self.hex[:12]}"
+        if in_place:
+            for name, entry in blobs.items():
+                if (names is None or name in names) and isinstance(entry, dict):
+                    refuse_output_into_source(self, check_origin(entry.get("origin"), name, where), f"blob {name!r}'s origin")
+        elif target is None:
+            raise InvalidInputError("no target directory for the blobs", hint="give one, or restore them in place")
+        else:
+            refuse_output_into_source(self, target, "the blobs directory", names or list(blobs))
         return restore_blobs(
             blobs,
-            Path(target),
+            Path(target) if target is not None else None,
             self._decoder(),
             names=names,
             overwrite=overwrite,
             keep_special_modes=keep_special_modes,
             check_space=not force,
             progress=progress,
-            where=f"checkpoint {self.hex[:12]}",
+            where=where,
             report=report,
+            in_place=in_place,
+            delete=delete,
+            include=include,
+            dry_run=dry_run,
+            protect=[Path(self.source.location)] if isinstance(self.source, Store) else None,
         )
+
+    def list_files(self, path: str = "") -> list[FileInfo]:
+        """The entries of the blobs section (all, or the one at NAME/sub/path and below):
+        path, type, size, mode, mtime and where it was taken from. Raises: NotFoundError."""
+        return list_files(self.blobs(), path, f"checkpoint {self.hex[:12]}")
+
+    def write_blob(self, path: str, out: IO[bytes]) -> int:
+        """Write the file at NAME/sub/path of the blobs section to `out`, streamed from
+        the store; returns its size. Raises: NotFoundError; InvalidInputError for a
+        directory or link; CorruptError (possibly after part of it was written)."""
+        where = f"checkpoint {self.hex[:12]}"
+        entry = find_entry(self.blobs(), path, where)
+        kind = entry.get("type") if isinstance(entry, dict) else None
+        if kind != "file":
+            what = {"dir": "a directory", "symlink": f"a symlink to {entry.get('target')!r}", "skipped": "not stored (skipped when taken)"}.get(str(kind), "not a file")
+            raise InvalidInputError(f"{where}: {path} is {what}", hint="give the path of a file (`ckpt ls-files` lists them); `ckpt restore --include` restores directories")
+        size = validate(entry, path, where)
+        data = entry["data"]
+        if isinstance(data, LazyBytes):
+            for piece in self._decoder().iter_bytes(data.oid):
+                out.write(piece)
+        else:
+            out.write(data)
+        return size
 
     def summary(self) -> dict[str, Any]:
         """Metadata and a short description of each section (for `ckpt show`)."""

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import os
 import secrets
 import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -243,6 +245,23 @@ class RestoreReport:
     replaced: int = 0
     #: files and directories whose set-uid, set-gid or sticky bits were not restored
     special_dropped: int = 0
+    #: files and links written, as paths under the target ("NAME/sub/file"; with
+    #: in_place, the absolute paths)
+    written: list[str] = field(default_factory=list)
+    #: what delete=True removed (files, links, whole directories), named as `written`
+    deleted: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bytes": self.bytes,
+            "files": self.files,
+            "dirs": self.dirs,
+            "symlinks": self.symlinks,
+            "replaced": self.replaced,
+            "special_dropped": self.special_dropped,
+            "written": self.written,
+            "deleted": self.deleted,
+        }
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -340,6 +359,28 @@ def _keep_aside(dir_fd: int, name: str, entries: dict[str, Any]) -> tuple[str, b
     return aside, False
 
 
+def _dir_aside(dir_fd: int, name: str, entries: dict[str, Any]) -> str:
+    """Rename the directory `name` to a new random name (.old) of its own: an empty
+    directory is made there exclusively first, and renamed over (rename replaces only an
+    empty directory), so nothing that appears at the name meanwhile is lost."""
+    for _ in range(TEMP_TRIES):
+        aside = temp_name(secrets.token_hex(8), ".old")
+        if aside in entries:
+            continue
+        try:
+            os.mkdir(aside, 0o700, dir_fd=dir_fd)
+        except FileExistsError:
+            continue
+        try:
+            os.rename(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.rmdir(aside, dir_fd=dir_fd)
+            raise
+        return aside
+    raise FileExistsError(errno.EEXIST, f"no free temporary name after {TEMP_TRIES} random tries")
+
+
 def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
@@ -357,12 +398,31 @@ class _Writer:
     never one of the checkpoint's names in that directory) and renamed into place.
     """
 
-    def __init__(self, decoder: Decoder, progress: Progress, overwrite: bool, keep_special: bool, report: RestoreReport) -> None:
+    def __init__(
+        self,
+        decoder: Decoder,
+        progress: Progress,
+        overwrite: bool,
+        keep_special: bool,
+        report: RestoreReport,
+        *,
+        delete: bool = False,
+        include: Matcher | None = None,
+    ) -> None:
         self.decoder = decoder
         self.progress = progress
         self.overwrite = overwrite
         self.keep_special = keep_special
         self.report = report
+        self.delete = delete
+        self.include = include
+        #: per target: delete extras at its top level too (a whole blobs directory), how
+        #: paths are shown in the report, and the blob name of each top-level name
+        self.root_delete = False
+        self.shown = ""
+        self.top: dict[str, str] = {}
+        #: paths below the target never written nor deleted (the store being read from)
+        self.protect: set[_Parts] = set()
         self.current = ""
         self.created: list[tuple[_Parts, str]] = []
         self.aside: list[tuple[_Parts, str, str]] = []  # (directory, name kept aside, its own name)
@@ -371,9 +431,12 @@ class _Writer:
     def write_entries(self, dir_fd: int, entries: dict[str, Any], parts: _Parts, fresh: bool) -> None:
         for name, entry in entries.items():
             kind = entry["type"]
+            if (*parts, name) in self.protect:
+                continue
             self.current = _rel(parts, name)
             if kind == "file":
                 self._file(dir_fd, name, entry, entries, parts, fresh)
+                self.report.written.append(self.shown + self.current)
             elif kind == "dir":
                 self._dir(dir_fd, name, entry, entries, parts, fresh)
             elif kind == "symlink":
@@ -383,6 +446,37 @@ class _Writer:
                 if not fresh:
                     self.created.append((parts, name))
                 self.report.symlinks += 1
+                self.report.written.append(self.shown + self.current)
+        if self.delete and not fresh and (parts or self.root_delete):
+            self._delete_extras(dir_fd, entries, parts)
+
+    def blob_path(self, rel: str) -> str:
+        """`rel` (below this target) as the path NAME/sub/... under the blob's own name."""
+        first, sep, rest = rel.partition("/")
+        return self.top.get(first, first) + sep + rest
+
+    def _delete_extras(self, dir_fd: int, entries: dict[str, Any], parts: _Parts) -> None:
+        """Move aside what the directory holds that the checkpoint does not (delete=True):
+        files, links (never followed) and whole directories; removed for good with the
+        replaced files once everything is written, put back if the restore fails. With
+        `include`, only what matches it goes."""
+        own = {aside for p, aside, _name in self.aside if p == parts}
+        for name in sorted(os.listdir(dir_fd)):
+            if name in entries or name in own or (*parts, name) in self.protect:
+                continue
+            rel = _rel(parts, name)
+            if self.include is not None and not self.include(self.blob_path(rel)):
+                continue
+            self.current = rel
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                aside = _dir_aside(dir_fd, name, entries)
+            else:
+                aside, linked = _keep_aside(dir_fd, name, entries)
+                if linked:
+                    os.unlink(name, dir_fd=dir_fd)
+            self.aside.append((parts, aside, name))
+            self.report.deleted.append(self.shown + rel)
 
     def _mode(self, entry: dict[str, Any], default: int) -> int:
         mode: int = entry.get("mode", default) & 0o7777
@@ -500,7 +594,7 @@ class _Writer:
                 try:
                     for aside in names:
                         with contextlib.suppress(OSError):
-                            os.unlink(aside, dir_fd=fd)
+                            _remove(fd, aside)  # a directory --delete moved aside, too
                 finally:
                     os.close(fd)
 
@@ -534,9 +628,83 @@ def check_free_space(target: Path, need: int) -> None:
         )
 
 
+Matcher = Callable[[str], bool]
+
+
+def make_matcher(patterns: list[str] | None) -> Matcher | None:
+    """A test of paths NAME/sub/file (a blob's name first) against --include globs, or
+    None for no patterns. A pattern without `/` matches any single name on the way (`*.py`
+    every .py file, `src` every directory called src and what it holds); one with `/`
+    matches the path from the blob name on (`w/src/*`; `*` matches `/` too). A path
+    matches when it, or a directory it is in, matches."""
+    if not patterns:
+        return None
+    pats = [p.strip("/") for p in patterns if p.strip("/")]
+
+    def match(rel: str) -> bool:
+        parts = rel.split("/")
+        for i in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:i])
+            for pat in pats:
+                if fnmatch.fnmatchcase(prefix if "/" in pat else parts[i - 1], pat):
+                    return True
+        return False
+
+    return match
+
+
+def filter_tree(entries: dict[str, Any], match: Matcher, prefix: str = "") -> dict[str, Any]:
+    """The part of a validated blob tree whose paths (`prefix` + name) match; a directory
+    that does not match is kept with only what matches below it."""
+    out: dict[str, Any] = {}
+    for name, entry in entries.items():
+        rel = prefix + name
+        if match(rel):
+            out[name] = entry
+        elif entry.get("type") == "dir":
+            sub = filter_tree(entry["entries"], match, rel + "/")
+            if sub:
+                out[name] = {**entry, "entries": sub}
+    return out
+
+
+def check_origin(origin: Any, name: str, where: str) -> Path:
+    """The absolute path blob `name` was taken from, as recorded (`origin`), checked: a
+    normalized absolute path (no `.` or `..` component, no NUL), not the root.
+
+    Raises:
+        InvalidInputError when none was recorded (taken by ckpt 0.4 or older);
+        UnsafePathError for anything else."""
+    if origin is None:
+        raise InvalidInputError(
+            f"{where}: blob {name!r} does not record where it was taken from (taken by an older ckpt)",
+            hint="restore it into a directory with --blobs DIR",
+        )
+    if not isinstance(origin, str) or not origin.startswith("/") or "\x00" in origin or os.path.normpath(origin) != origin or origin == "/" or origin.startswith("//"):
+        raise UnsafePathError(f"{where}: blob {name!r} records an unusable origin {origin!r}", hint="the checkpoint is hostile or damaged; nothing was written")
+    return Path(origin)
+
+
+@dataclass
+class _Target:
+    """One directory restore_blobs writes into: the blobs directory, or (in place) the
+    directory that held a blob."""
+
+    path: Path
+    entries: dict[str, Any]
+    size: int
+    root_delete: bool = False  # --delete removes extras at its top level too
+    shown: str = ""  # prefix of the paths reported
+    top: dict[str, str] = field(default_factory=dict)  # top-level name -> blob name
+    root_fd: int = -1
+    first_new: Path | None = None
+    fresh: bool = False
+    writer: _Writer | None = None
+
+
 def restore_blobs(
     blobs: dict[str, Any],
-    target: Path,
+    target: Path | None,
     decoder: Decoder,
     *,
     names: list[str] | None = None,
@@ -546,6 +714,11 @@ def restore_blobs(
     progress: Progress = NULL,
     where: str = "checkpoint",
     report: RestoreReport | None = None,
+    in_place: bool = False,
+    delete: bool = False,
+    include: list[str] | None = None,
+    dry_run: bool = False,
+    protect: list[Path] | None = None,
 ) -> int:
     """Write blob entries under `target` (created if missing); returns bytes written.
 
@@ -556,17 +729,95 @@ def restore_blobs(
     `keep_special_modes` (counted in `report.special_dropped`). Unless not
     `check_space`, files that declare more bytes than the target's file system has free
     (less a margin) are refused (LimitExceededError) before anything is created.
+
+    `in_place` (`target` None): each blob goes back to the path it was taken from
+    (its `origin`), replacing what is there (overwrite). `delete`: what the target holds
+    that the checkpoint does not is removed too (below each blob in place; in a blobs
+    directory also beside the blobs, unless `names` chose some), moved aside until the
+    rest is written, so a failed restore puts it back. `include`: only paths matching
+    these globs (make_matcher) are written, and deleted. `dry_run`: nothing is written;
+    `report.written`/`report.deleted` say what would be. Nothing at or below a path in
+    `protect` (the store restored from) is written or deleted.
     """
     rep = report if report is not None else RestoreReport()
     chosen = {k: v for k, v in blobs.items() if names is None or k in names}
-    total = 0
     for name, entry in chosen.items():
-        total += validate(entry, check_component(name, where), where)
-    if check_space:
-        check_free_space(target, total)
+        validate(entry, check_component(name, where), where)
+    match = make_matcher(include)
+    if match is not None:
+        chosen = filter_tree(chosen, match)
+    targets: list[_Target] = []
+    if in_place:
+        origins: dict[Path, str] = {}
+        for name, entry in chosen.items():
+            origin = check_origin(entry.get("origin"), name, where)
+            for other, other_name in origins.items():
+                if origin == other or other in origin.parents or origin in other.parents:
+                    raise InvalidInputError(f"{where}: blobs {other_name!r} and {name!r} were taken from overlapping paths ({other}, {origin})", hint="restore one at a time with --blob NAME")
+            origins[origin] = name
+            size = validate(entry, name, where)
+            targets.append(_Target(origin.parent, {origin.name: entry}, size, shown=str(origin.parent).rstrip("/") + "/", top={origin.name: name}))
+        overwrite = True
+    else:
+        if target is None:
+            raise InvalidInputError("restore_blobs needs a target directory, or in_place")
+        size = sum(validate(entry, name, where) for name, entry in chosen.items())
+        targets.append(_Target(target, chosen, size, root_delete=delete and names is None))
+    total = sum(t.size for t in targets)
+    if check_space and not dry_run:
+        for t in targets:
+            check_free_space(t.path, t.size)
+    for t in targets:
+        w = _Writer(decoder, progress, overwrite, keep_special_modes, rep, delete=delete, include=match)
+        w.root_delete, w.shown, w.top = t.root_delete, t.shown, t.top
+        real = Path(os.path.realpath(t.path))
+        for p in protect or []:
+            p = Path(os.path.realpath(p))
+            if real in p.parents:
+                w.protect.add(p.relative_to(real).parts)
+        t.writer = w
+    if dry_run:
+        for t in targets:
+            _plan_target(t, overwrite)
+        rep.bytes = total
+        return total
+    progress.start("restoring blobs", total)
+    try:
+        for t in targets:
+            _open_target(t)
+            if not t.fresh:
+                _check_conflicts(t.root_fd, t.entries, (), overwrite)
+        for t in targets:
+            assert t.writer is not None
+            t.writer.write_entries(t.root_fd, t.entries, (), t.fresh)
+        for t in targets:
+            assert t.writer is not None
+            t.writer.drop_aside(t.root_fd)
+    except BaseException as exc:
+        failed = next((t for t in reversed(targets) if t.writer is not None and t.writer.current), targets[-1])
+        touched = [t for t in reversed(targets) if (t.writer is not None and t.writer.current) or t.first_new is not None]
+        undone = "; ".join(_undo(t.writer, t.root_fd, t.first_new, t.path) for t in touched) or "nothing was written"
+        fw = failed.writer
+        if isinstance(exc, OSError):
+            what = f"{fw.current} in {failed.path}" if fw is not None and fw.current else str(failed.path)
+            raise StoreIOError(f"cannot write {what}: {exc.strerror}", hint=undone) from None
+        if isinstance(exc, CkptError) and fw is not None and fw.current:
+            exc.hint = f"{exc.hint}; {undone}" if exc.hint else undone
+        raise
+    finally:
+        for t in targets:
+            if t.root_fd >= 0:
+                os.close(t.root_fd)
+        progress.finish()
+    rep.bytes = total
+    return total
+
+
+def _open_target(t: _Target) -> None:
+    """Create the target's missing directories and open it (`t.root_fd`)."""
     # The user's own path is followed (as tar -C and restic --target do): `..` and links
     # in it mean what the file system says, so what exists is judged on the real path.
-    target = Path(os.path.realpath(target))
+    target = t.path = Path(os.path.realpath(t.path))
     # The directories this restore creates are its own, and go again if it fails; the
     # target counts as fresh (no conflict possible) only if mkdir itself made it, so a
     # directory that appears meanwhile is still checked for conflicts.
@@ -575,41 +826,70 @@ def restore_blobs(
     while not os.path.lexists(p) and p != p.parent:
         missing.append(p)
         p = p.parent
-    first_new: Path | None = None
-    fresh = False
     try:
         for d in reversed(missing):
             try:
                 os.mkdir(d)
             except FileExistsError:
                 continue
-            first_new = first_new or d
-            fresh = d == target
-        root_fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            t.first_new = t.first_new or d
+            t.fresh = d == target
+        t.root_fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        if first_new is not None:
-            _undo(None, -1, first_new, target)
         raise StoreIOError(f"cannot use {target} as the restore target: {exc.strerror}") from None
-    progress.start("restoring blobs", total)
-    w = _Writer(decoder, progress, overwrite, keep_special_modes, rep)
+
+
+def _plan_target(t: _Target, overwrite: bool) -> None:
+    """What restoring `t` would write and delete (dry run): conflicts raise as they would."""
+    assert t.writer is not None
     try:
-        if not fresh:
-            _check_conflicts(root_fd, chosen, (), overwrite)
-        w.write_entries(root_fd, chosen, (), fresh)
-        w.drop_aside(root_fd)
-    except BaseException as exc:
-        undone = _undo(w, root_fd, first_new, target)
-        if isinstance(exc, OSError):
-            what = f"{w.current} in {target}" if w.current else str(target)
-            raise StoreIOError(f"cannot write {what}: {exc.strerror}", hint=undone) from None
-        if isinstance(exc, CkptError) and w.current:
-            exc.hint = f"{exc.hint}; {undone}" if exc.hint else undone
-        raise
+        fd = os.open(os.path.realpath(t.path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = -1
+    except OSError as exc:
+        raise StoreIOError(f"cannot use {t.path} as the restore target: {exc.strerror}") from None
+    try:
+        if fd >= 0:
+            _check_conflicts(fd, t.entries, (), overwrite)
+        _plan(t.writer, fd, t.entries, ())
     finally:
-        os.close(root_fd)
-        progress.finish()
-    rep.bytes = total
-    return total
+        if fd >= 0:
+            os.close(fd)
+
+
+def _plan(w: _Writer, dir_fd: int, entries: dict[str, Any], parts: _Parts) -> None:
+    rep = w.report
+    for name, entry in entries.items():
+        kind = entry["type"]
+        if kind == "skipped" or (*parts, name) in w.protect:
+            continue
+        st = None
+        if dir_fd >= 0:
+            with contextlib.suppress(FileNotFoundError):
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if kind == "dir":
+            rep.dirs += 1
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                try:
+                    _plan(w, fd, entry["entries"], (*parts, name))
+                finally:
+                    os.close(fd)
+            else:
+                _plan(w, -1, entry["entries"], (*parts, name))
+            continue
+        if st is not None:
+            rep.replaced += 1
+        if kind == "file":
+            rep.files += 1
+        else:
+            rep.symlinks += 1
+        rep.written.append(w.shown + _rel(parts, name))
+    if w.delete and dir_fd >= 0 and (parts or w.root_delete):
+        for name in sorted(os.listdir(dir_fd)):
+            rel = _rel(parts, name)
+            if name not in entries and (*parts, name) not in w.protect and (w.include is None or w.include(w.blob_path(rel))):
+                rep.deleted.append(w.shown + rel)
 
 
 def _undo(w: _Writer | None, root_fd: int, first_new: Path | None, target: Path) -> str:
@@ -631,3 +911,84 @@ def _undo(w: _Writer | None, root_fd: int, first_new: Path | None, target: Path)
     if first_new is not None:
         return f"the restore was undone: {first_new} was removed again"
     return f"the restore was undone: {target} holds what it held before"
+
+
+@dataclass
+class FileInfo:
+    """One entry of a blob tree, for listing (`ckpt ls-files`)."""
+
+    path: str  # NAME/sub/file
+    type: str  # file, dir, symlink, skipped
+    size: int
+    mode: int
+    mtime_ns: int
+    origin: str | None  # where it was taken from (None when the blob records no origin)
+    target: str | None = None  # a symlink's
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def split_blob_path(path: str) -> list[str]:
+    """NAME/sub/file as its components (leading, trailing and doubled slashes ignored)."""
+    return [p for p in path.split("/") if p]
+
+
+def find_entry(blobs: dict[str, Any], path: str, where: str) -> Any:
+    """The entry at NAME/sub/file. Raises: NotFoundError naming what is there."""
+    from ckptcli.errors import NotFoundError
+
+    parts = split_blob_path(path)
+    if not parts:
+        raise NotFoundError(f"{where}: no blob path given", hint="give NAME or NAME/sub/file (`ckpt ls-files` lists them)")
+    entries: Any = blobs
+    entry: Any = None
+    for i, part in enumerate(parts):
+        if not isinstance(entries, dict) or part not in entries:
+            have = ", ".join(list(entries)[:10]) if isinstance(entries, dict) else "nothing"
+            at = "/".join(parts[:i]) or "the blobs section"
+            raise NotFoundError(f"{where}: {'/'.join(parts[: i + 1])} does not exist (in {at}: {have or 'nothing'})", hint="`ckpt ls-files REF` lists the paths")
+        entry = entries[part]
+        entries = entry.get("entries") if isinstance(entry, dict) and entry.get("type") == "dir" else None
+    return entry
+
+
+def list_files(blobs: dict[str, Any], path: str = "", where: str = "checkpoint") -> list[FileInfo]:
+    """Every entry of the blob trees (or of the one at `path`, and what is below it), in
+    tree order, directories before their contents."""
+    out: list[FileInfo] = []
+
+    def add(rel: str, entry: Any, origin: str | None) -> None:
+        if not isinstance(entry, dict):
+            return
+        kind = str(entry.get("type"))
+        data = entry.get("data")
+        size = entry.get("size") if isinstance(entry.get("size"), int) else (len(data) if isinstance(data, bytes) else 0)
+        mode = entry.get("mode", 0)
+        mtime = entry.get("mtime_ns", 0)
+        target = entry.get("target")
+        out.append(
+            FileInfo(
+                rel,
+                kind,
+                size if isinstance(size, int) else 0,
+                mode if isinstance(mode, int) else 0,
+                mtime if isinstance(mtime, int) else 0,
+                origin,
+                target if isinstance(target, str) else None,
+            )
+        )
+        if kind == "dir" and isinstance(entry.get("entries"), dict):
+            for name, child in entry["entries"].items():
+                add(f"{rel}/{name}", child, f"{origin}/{name}" if origin else None)
+
+    parts = split_blob_path(path)
+    if parts:
+        top = blobs.get(parts[0])
+        origin = top.get("origin") if isinstance(top, dict) and isinstance(top.get("origin"), str) else None
+        add("/".join(parts), find_entry(blobs, path, where), "/".join([origin, *parts[1:]]) if origin else None)
+    else:
+        for name, entry in blobs.items():
+            origin = entry.get("origin") if isinstance(entry, dict) and isinstance(entry.get("origin"), str) else None
+            add(str(name), entry, origin)
+    return out

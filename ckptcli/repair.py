@@ -26,7 +26,7 @@ from typing import Any
 from ckptcli.errors import CkptError, NotFoundError
 from ckptcli.format.manifest import Manifest, Subject, head_order, is_nested
 from ckptcli.progress import NULL, Progress
-from ckptcli.store.repository import Store
+from ckptcli.store.repository import Store, pack_path
 
 
 @dataclass
@@ -229,3 +229,238 @@ def repair_refs(store: Store, *, dry_run: bool = False, lock_wait: float = 300.0
                 else:
                     store.write_ref(path, want, "repair refs")
     return rep
+
+
+# -- checkpoints whose objects are gone -----------------------------------------------------------
+#: labels of a checkpoint `repair_checkpoints` wrote in place of a damaged one
+LABEL_REPAIRED_FROM = "repaired.from"
+LABEL_REPAIRED_DROPPED = "repaired.dropped"
+
+
+@dataclass
+class DamagedCheckpoint:
+    subject: str
+    problems: dict[str, str]  # section (or "blobs/NAME") -> first problem found
+    action: str  # "rewrite" or "drop"
+    dropped: list[str] = field(default_factory=list)  # sections and blobs/NAME left out
+    new: str | None = None  # the repaired checkpoint (rewrite; None in a dry run)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class CheckpointsRepair:
+    dry_run: bool
+    mode: str  # "rewrite" or "drop"
+    checked: int = 0
+    damaged: dict[str, DamagedCheckpoint] = field(default_factory=dict)  # checkpoint id -> what
+    unreadable: dict[str, str] = field(default_factory=dict)  # manifest path -> what is wrong
+    refs: dict[str, dict[str, str | None]] = field(default_factory=dict)  # ref -> {"from", "to"} ("to": None removed)
+    forgotten: list[str] = field(default_factory=list)  # damaged originals removed
+    missing_packs: list[str] = field(default_factory=list)  # packs the index names that are gone
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["damaged"] = {k: v.to_dict() for k, v in self.damaged.items()}
+        return out
+
+
+def _quiet(_oid: bytes, _section: str, _exc: CkptError) -> None:
+    """walk_checkpoint's on_error: the errors are collected in its result."""
+
+
+def _problems(store: Store, manifest: Manifest, packs: dict[bytes, bool], source: Any = None) -> dict[str, str]:
+    """Section -> the first object it needs that cannot be read (a node that does not
+    decode, an object no index or pack table names, or one in a pack that is gone).
+    `packs`: pack id -> whether its file is there, filled as packs are looked at;
+    `source`: where nodes are read (default the store; a stats.NodeCache)."""
+    from ckptcli.format.values import OBJ_DATA
+    from ckptcli.format.walk import walk_checkpoint
+
+    res = walk_checkpoint(source if source is not None else store, manifest, on_error=_quiet)
+    bad: dict[str, str] = {}
+    for _oid, (section, message) in res.errors.items():
+        bad.setdefault(section, message)
+    for oid, (typ, section) in res.objects.items():
+        if typ != OBJ_DATA or section in bad:
+            continue
+        entry = store.index().get(oid)
+        if entry is None:
+            bad[section] = f"object {oid.hex()[:12]} is missing from the store"
+        elif not packs.setdefault(entry.pack, store.backend.exists(pack_path(entry.pack))):
+            bad[section] = f"object {oid.hex()[:12]} is in pack {entry.pack.hex()[:12]}, which is missing"
+    return bad
+
+
+def _damaged_blobs(store: Store, manifest: Manifest, packs: dict[bytes, bool]) -> tuple[dict[str, bytes], dict[str, str]] | None:
+    """(blob name -> the EV of each entry that reads whole, blob name -> problem of the
+    others), or None when the blobs map itself cannot be read (or is a chunked map)."""
+    from ckptcli.format import framing
+    from ckptcli.format.values import EXT_REF, Ext, packable, unpack_ev
+
+    try:
+        value = unpack_ev(manifest.sections["blobs"], "section blobs")
+        if isinstance(value, Ext) and value.code == EXT_REF:
+            value = unpack_ev(store.get(value.oid), "section blobs")
+    except CkptError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    good: dict[str, bytes] = {}
+    bad: dict[str, str] = {}
+    for name, entry in value.items():
+        ev = framing.pack(packable(entry))
+        found = _problems(store, Manifest(subject=manifest.subject, sections={"blobs": ev}, layout={}), packs)
+        if found:
+            bad[str(name)] = next(iter(found.values()))
+        else:
+            good[str(name)] = ev
+    return good, bad
+
+
+def repair_checkpoints(
+    store: Store, *, dry_run: bool = True, drop: bool = False, forget: bool = False, lock_wait: float = 300.0, progress: Progress = NULL
+) -> CheckpointsRepair:
+    """Find checkpoints that need objects the store no longer holds, and rewrite each
+    without what is gone (a section, or single blobs of the blobs section), labelled
+    repaired.from / repaired.dropped, every ref that named it moved to the new one
+    (`forget`: the damaged original is removed then); or, with `drop`, remove them
+    (a latest ref moves to its subject's newest intact checkpoint, a branch to its
+    nearest intact ancestor, a tag naming one is removed). Nothing changes when
+    `dry_run` (the default).
+
+    Kill-safe: new objects and the new manifest are committed before any ref moves, and
+    refs move before anything is removed; a kill leaves a readable store (at worst an
+    extra checkpoint, or a damaged one still there), and running it again finishes.
+    Holds the store lock exclusively."""
+    from ckptcli.format.values import Encoded, Encoder
+    from ckptcli.stats import NodeCache
+
+    rep = CheckpointsRepair(dry_run, "drop" if drop else "rewrite")
+    with store.backend.lock("store", shared=False, wait=lock_wait):
+        store.reset_index()
+        store.find_in_packs()  # objects a damaged index file named are still found
+        manifests: dict[bytes, Manifest] = {}
+        for cid in store.manifest_ids():
+            try:
+                manifests[cid] = store.manifest(cid)
+            except CkptError as exc:
+                rep.unreadable[f"manifests/{cid.hex()}"] = exc.message
+        rep.checked = len(manifests)
+        order = sorted(manifests, key=lambda c: (manifests[c].created_ns, c))  # parents before children
+        progress.start("checking checkpoints", len(order))
+        damaged: dict[bytes, DamagedCheckpoint] = {}
+        packs: dict[bytes, bool] = {}
+        nodes = NodeCache(store)  # checkpoints share most of their trees: each node read once
+        try:
+            for cid in order:
+                m = manifests[cid]
+                problems = _problems(store, m, packs, nodes)
+                progress.advance(1)
+                if problems:
+                    damaged[cid] = DamagedCheckpoint(str(m.subject), problems, rep.mode)
+        finally:
+            progress.finish()
+        replaced: dict[bytes, bytes | None] = {}  # damaged id -> its repair (None: dropped)
+        for cid in order:
+            d = damaged.get(cid)
+            if d is None:
+                continue
+            rep.damaged[cid.hex()] = d
+            m = manifests[cid]
+            if drop:
+                replaced[cid] = None
+                continue
+            sections = {n: ev for n, ev in m.sections.items() if n not in d.problems}
+            d.dropped = sorted(n for n in d.problems if n != "blobs")
+            blobs_kept: dict[str, bytes] | None = None
+            if "blobs" in d.problems:
+                split = _damaged_blobs(store, m, packs)
+                if split is None or not split[1] or not split[0]:
+                    d.dropped.append("blobs")
+                else:
+                    blobs_kept = split[0]
+                    for name, problem in split[1].items():
+                        d.problems[f"blobs/{name}"] = problem
+                        d.dropped.append(f"blobs/{name}")
+                    del d.problems["blobs"]
+            if dry_run:
+                replaced[cid] = cid  # stands for the repair it would write
+                continue
+            txn = store.transaction()
+            try:
+                if blobs_kept is not None:
+                    enc = Encoder(txn, cdc=store.config.cdc)
+                    sections["blobs"] = enc.encode_root({name: Encoded(ev) for name, ev in blobs_kept.items()}, where="blobs")
+                txn.commit()
+            except BaseException:
+                txn.abort()
+                raise
+            labels = {**m.labels, LABEL_REPAIRED_FROM: cid.hex(), LABEL_REPAIRED_DROPPED: ",".join(d.dropped)}
+            new_m = Manifest(
+                subject=m.subject,
+                sections=sections,
+                layout=m.layout,
+                parents=[p for p in (replaced.get(p, p) for p in m.parents) if p is not None],
+                created_ns=m.created_ns,
+                producer=m.producer,
+                labels=labels,
+                message=m.message,
+                schema_version=m.schema_version,
+                config_hash=m.config_hash,
+                deps=m.deps,
+                stats=m.stats,
+                format_version=m.format_version,
+            )
+            new = store.write_manifest(new_m)  # the commit point of this one
+            replaced[cid] = new
+            d.new = new.hex()
+        for pack in {e.pack for e in store.index().values()}:
+            packs.setdefault(pack, store.backend.exists(pack_path(pack)))
+        rep.missing_packs = sorted(pack_path(p) for p, there in packs.items() if not there)
+        _move_refs(store, rep, manifests, replaced, dry_run)
+        if not dry_run and (drop or forget):
+            for cid in replaced:
+                store.backend.delete(f"manifests/{cid.hex()}")
+                store.forget_manifest(cid)
+                rep.forgotten.append(cid.hex())
+    return rep
+
+
+def _move_refs(store: Store, rep: CheckpointsRepair, manifests: dict[bytes, Manifest], replaced: dict[bytes, bytes | None], dry_run: bool) -> None:
+    """Every ref naming a damaged checkpoint: to its repair; when it was dropped, a
+    latest to the subject's newest intact checkpoint, a branch to its nearest intact
+    ancestor, a tag removed."""
+    if not replaced:
+        return
+    refs = store.refs()
+    intact = {cid: m for cid, m in manifests.items() if cid not in replaced}
+    for name, target in sorted(refs.items()):
+        if target not in replaced:
+            continue
+        to = replaced[target]
+        if to is None and name.startswith("latest/"):
+            subject = manifests[target].subject
+            rest = [(head_order(m.labels, m.created_ns), cid) for cid, m in intact.items() if m.subject == subject]
+            to = max(rest)[1] if rest else None
+        elif to is None and name.startswith("branches/"):
+            todo, seen = list(manifests[target].parents), set()
+            while todo and to is None:
+                p = todo.pop(0)
+                if p in seen:
+                    continue
+                seen.add(p)
+                if p in intact:
+                    to = p
+                elif p in manifests:
+                    todo.extend(manifests[p].parents)
+        shown = "(its repair)" if to == target else to.hex() if to else None
+        rep.refs[name] = {"from": target.hex(), "to": shown}
+        if dry_run:
+            continue
+        with store.backend.lock("refs", shared=False):
+            if to is None:
+                store.backend.delete(f"refs/{name}")
+            else:
+                store.write_ref(f"refs/{name}", to)

@@ -30,6 +30,8 @@ CORE = [
     "ckptcli.doctor",
     "ckptcli.adapters.langgraph_doctor",  # `ckpt doctor` where LangGraph is not installed too
     "ckptcli.timeline",  # the TUI's models: the history graph and the event timeline
+    "ckptcli.stats",
+    "ckptcli.repair",
 ]
 UI = ("typer", "rich", "textual", "click")
 

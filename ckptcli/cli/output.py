@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from ckptcli.errors import EXIT_CODE_MEANINGS, ExitCode
@@ -140,3 +141,38 @@ class BarProgress:
 
 def short(hexid: str) -> str:
     return hexid[:12]
+
+
+class Counted:
+    """A binary file that counts what is written through it."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self.fh = fh
+        self.bytes = 0
+
+    def write(self, data: Any) -> int:
+        n = self.fh.write(data)
+        self.bytes += len(data)
+        return n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fh, name)
+
+
+def write_output(output: Path | None, write: Any) -> int:
+    """Write through `write(fh)` to `output` (None or `-`: stdout, once complete;
+    otherwise write_file_atomic); returns the bytes written."""
+    counted: list[Counted] = []
+
+    def counting(fh: IO[bytes]) -> None:
+        c = Counted(fh)
+        counted.append(c)
+        write(cast("IO[bytes]", c))
+
+    if output is None or str(output) == "-":
+        emit_spooled(counting)
+    else:
+        from ckptcli.store.backend import write_file_atomic
+
+        write_file_atomic(output, counting)
+    return counted[-1].bytes if counted else 0

@@ -556,6 +556,11 @@ class Store:
     def read_stored(self, oid: bytes) -> tuple[IndexEntry, bytes]:
         entry = self.index().get(oid)
         if entry is None:
+            # written since the index was read, by another process or host: the index
+            # files not seen yet name it (a listing and the new files, nothing more)
+            self.refresh_index()
+            entry = self.index().get(oid)
+        if entry is None:
             self.find_in_packs(oid)
             entry = self.index().get(oid)
         if entry is None:

@@ -8,29 +8,47 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import StoreOpt, app
-from ckptcli.cli.output import BarProgress, exit_status, human_size
-from ckptcli.errors import ExitCode
+from ckptcli.cli.app import JsonOpt, StoreOpt, app
+from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, quiet, write_output
+from ckptcli.errors import ExitCode, UsageError
 
 
-@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.IO_ERROR))
+@app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.IO_ERROR))
 def export(
     ref: Annotated[str, typer.Argument(help="Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="File to write (e.g. agent.ckpt).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="File to write (e.g. agent.ckpt), or - for stdout.")],
     store: StoreOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Write one checkpoint as a single file that every read command accepts.
+
+    The file is written under a new random name beside the destination and renamed
+    into place once complete; a FIFO or device (/dev/stdout, /dev/null) is written
+    through, never replaced; - writes to stdout.
 
     Examples:
 
       ckpt export latest -o agent.ckpt
+
+      ckpt export latest -o - | ssh host ckpt import -
 
       ckpt show agent.ckpt && ckpt verify agent.ckpt --read-data
     """
     from ckptcli import api
     from ckptcli.store.single import check_output_path
 
-    check_output_path(output)
+    to_stdout = str(output) == "-"
+    if to_stdout and as_json:
+        raise UsageError("--json prints its report on stdout, where -o - would write the checkpoint", hint="write the file with -o FILE")
+    if not to_stdout:
+        check_output_path(output)
     ck = api.open_checkpoint(ref, store_path=store)
-    size = api.export_checkpoint(ck, output, progress=BarProgress())
-    sys.stderr.write(f"exported {ck.hex[:12]} to {output} ({human_size(size)})\n")
+    if to_stdout:
+        size = write_output(None, lambda fh: api.export_checkpoint(ck, fh, progress=BarProgress()))
+    else:
+        size = api.export_checkpoint(ck, output, progress=BarProgress())
+    if as_json:
+        emit_json({"id": ck.hex, "path": str(output), "bytes": size})
+        return
+    if not quiet():
+        sys.stderr.write(f"exported {ck.hex[:12]} to {'stdout' if to_stdout else output} ({human_size(size)})\n")

@@ -3,29 +3,42 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, out
-from ckptcli.errors import CorruptError, ExitCode
+from ckptcli.errors import CorruptError, ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from ckptcli.repair import CheckpointsRepair
 
 
 class What(StrEnum):
     INDEX = "index"
     REFS = "refs"
+    CHECKPOINTS = "checkpoints"
 
 
-@app.command(epilog=exit_status(ExitCode.CORRUPT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
+@app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.CORRUPT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
 def repair(
-    what: Annotated[What, typer.Argument(metavar="index|refs", help="What to rebuild: index (from the packs' own tables) or refs (each subject's latest).")],
-    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Say what would change; change nothing.")] = False,
+    what: Annotated[
+        What,
+        typer.Argument(
+            metavar="index|refs|checkpoints",
+            help="What to rebuild: index (from the packs' own tables), refs (each subject's latest) or checkpoints (those whose objects are gone).",
+        ),
+    ],
+    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Say what would change; change nothing (checkpoints: the default).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="checkpoints: rewrite (or drop) them; without it, only say what would change.")] = False,
+    drop: Annotated[bool, typer.Option("--drop", help="checkpoints: remove damaged checkpoints instead of rewriting them.")] = False,
+    forget: Annotated[bool, typer.Option("--forget", help="checkpoints: remove each damaged original once its repair is written.")] = False,
     lock_wait: Annotated[float, typer.Option("--lock-wait", metavar="SECONDS", help="How long to wait for running takes to finish.")] = 300.0,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Rebuild the index or the latest refs of a store from what it holds.
+    """Rebuild the index, the latest refs or damaged checkpoints of a store from what it holds.
 
     index: reads every pack's own table (each object decompressed and hashed, each
     pack checked as `ckpt verify --read-data` checks it), writes one index file naming
@@ -34,12 +47,25 @@ def repair(
     left out, and so is a pack whose table cannot be read (unless a readable index
     file named its objects); both are listed, and the exit status is then 5.
 
+    checkpoints: finds checkpoints that need objects the store no longer holds (a pack
+    lost or damaged beyond `repair index`) and writes each again without what is gone:
+    a section, or single blobs of the blobs section. The new checkpoint has the same
+    subject, time and labels, the same parents (a damaged parent's repair in its
+    place), plus repaired.from=ID and repaired.dropped=WHAT; every ref that named the
+    damaged one moves to it (--forget also removes the original). --drop removes
+    damaged checkpoints instead: a latest ref moves to the subject's newest intact
+    checkpoint, a branch to its nearest intact ancestor, a tag is removed. It only
+    says what it would do unless --force. New objects and the new checkpoint are
+    written before any ref moves, and refs move before anything is removed: a kill
+    leaves a readable store; run it again to finish. When packs the index names are
+    gone, run `ckpt repair index` too.
+
     refs: points each subject's latest at its newest committed checkpoint, e.g. after
     a take was killed between writing its checkpoint and moving latest (`ckpt verify`
     notes such a checkpoint), or when a latest ref is damaged. Damaged tags and
     branches are listed, not changed: what they named cannot be known.
 
-    Both hold the store lock exclusively, waiting up to --lock-wait seconds for
+    All hold the store lock exclusively, waiting up to --lock-wait seconds for
     running takes. A crash at any point leaves the store readable (the new index is
     written before any old file goes); run the command again to finish.
 
@@ -50,13 +76,26 @@ def repair(
       ckpt repair index --json
 
       ckpt repair refs
+
+      ckpt repair checkpoints
+
+      ckpt repair checkpoints --force --json
     """
     from ckptcli import api
     from ckptcli import repair as lib
 
+    if what is not What.CHECKPOINTS:
+        for given, name in ((force, "--force"), (drop, "--drop"), (forget, "--forget")):
+            if given:
+                raise UsageError(f"{name} is an option of `ckpt repair checkpoints`", hint="leave it out, or repair checkpoints")
+    if drop and forget:
+        raise UsageError("--drop and --forget exclude each other", hint="--drop removes damaged checkpoints; --forget removes the originals of repaired ones")
     st = api.open_store(store)
     st.on_warning = None  # the damage it would warn about is what this reports
     c = out()
+    if what is What.CHECKPOINTS:
+        _checkpoints(lib.repair_checkpoints(st, dry_run=dry_run or not force, drop=drop, forget=forget, lock_wait=lock_wait, progress=BarProgress()), as_json)
+        return
     if what is What.INDEX:
         rep = lib.repair_index(st, dry_run=dry_run, lock_wait=lock_wait, progress=BarProgress())
         if as_json:
@@ -91,3 +130,33 @@ def repair(
         c.print(f"damaged {path}: {msg} (left alone; delete or re-create it with ckpt tag/branch)", markup=False)
     if not refs.moved:
         c.print("every latest ref names its subject's newest checkpoint", markup=False)
+
+
+def _checkpoints(rep: CheckpointsRepair, as_json: bool) -> None:
+    if as_json:
+        emit_json(rep.to_dict())
+    else:
+        c = out()
+        would = "would " if rep.dry_run else ""
+        for cid, d in rep.damaged.items():
+            for where, problem in d.problems.items():
+                c.print(f"checkpoint {cid[:12]} ({d.subject}): {where}: {problem}", markup=False)
+            if d.action == "drop":
+                c.print(f"  {would}drop {cid[:12]}", markup=False)
+            else:
+                into = f" as {d.new[:12]}" if d.new else ""
+                c.print(f"  {would}rewrite {cid[:12]}{into} without {', '.join(d.dropped) or 'nothing'}", markup=False)
+        for name, move in rep.refs.items():
+            to = move["to"]
+            c.print(f"{would}move {name}: {(move['from'] or '')[:12]} -> {to[:12] if to and not to.startswith('(') else to}" if to else f"{would}remove {name}", markup=False)
+        for cid in rep.forgotten:
+            c.print(f"removed {cid[:12]}", markup=False)
+        if not rep.damaged:
+            c.print(f"all {rep.checked} checkpoint(s) have every object they need", markup=False)
+        elif rep.dry_run:
+            c.print("nothing was changed; run again with --force to do it", markup=False)
+        if rep.missing_packs:
+            c.print(f"{len(rep.missing_packs)} pack(s) the index names are gone; run `ckpt repair index` so that it names only what is there", markup=False)
+    if rep.unreadable:
+        first = next(iter(rep.unreadable))
+        raise CorruptError(f"{len(rep.unreadable)} checkpoint manifest(s) cannot be read, e.g. {first}: {rep.unreadable[first]}", hint="run `ckpt verify`; a damaged manifest cannot be rewritten")

@@ -1,4 +1,4 @@
-"""ckpt restore: the state document, and blobs into a directory."""
+"""ckpt restore: the state document, and blobs into a directory or back in place."""
 
 from __future__ import annotations
 
@@ -8,40 +8,54 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import StoreOpt, app
-from ckptcli.cli.output import BarProgress, emit_spooled, exit_status, human_size
-from ckptcli.errors import ExitCode
-from ckptcli.store.backend import write_file_atomic
+from ckptcli.cli.app import JsonOpt, StoreOpt, app
+from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet, write_output
+from ckptcli.errors import ExitCode, UsageError
 
 
-@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED, ExitCode.UNSAFE_PATH, ExitCode.CONFLICT, ExitCode.IO_ERROR))
+@app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED, ExitCode.UNSAFE_PATH, ExitCode.CONFLICT, ExitCode.IO_ERROR))
 def restore(
     ref: Annotated[str, typer.Argument(help="Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file.")],
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the state document here (default: stdout).", show_default=False)] = None,
-    blobs_dir: Annotated[Path | None, typer.Option("--blobs", "-B", help="Restore blobs into this directory (created if missing).", show_default=False)] = None,
-    blob: Annotated[list[str] | None, typer.Option("--blob", help="Only this blob; repeatable.", show_default=False)] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the state document here; - for stdout (the default).", show_default=False)] = None,
+    blobs_dir: Annotated[Path | None, typer.Option("--blobs", "-B", help="Restore blobs into this directory (created if missing), each under its name.", show_default=False)] = None,
+    in_place: Annotated[bool, typer.Option("--in-place", help="Restore each blob to the path it was taken from, replacing what is there.")] = False,
+    blob: Annotated[list[str] | None, typer.Option("--blob", help="Only this blob; repeatable (with --blobs or --in-place).", show_default=False)] = None,
+    include: Annotated[list[str] | None, typer.Option("--include", "-i", metavar="GLOB", help="Only paths matching GLOB (NAME/sub/file; a GLOB without / matches any name on the way); repeatable.", show_default=False)] = None,
+    delete: Annotated[bool, typer.Option("--delete", help="Also remove files under the target that are not in the checkpoint (with --blobs or --in-place).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="List what would be written and deleted; change nothing.")] = False,
     fmt: Annotated[str | None, typer.Option("--format", help="json or msgpack (default: the format it was taken in).", show_default=False)] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace files and links that already exist in the blobs directory (kept aside until the restore succeeded).")] = False,
     keep_special_modes: Annotated[bool, typer.Option("--keep-special-modes", help="Restore set-uid, set-gid and sticky bits too (dropped by default).")] = False,
     no_state: Annotated[bool, typer.Option("--no-state", help="Do not write the state document.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Restore blobs even when they declare more bytes than the target's file system has free.")] = False,
     store: StoreOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Restore a checkpoint: its state document, and its blobs into a directory.
+    """Restore a checkpoint: its state document, and its blobs into a directory or back
+    where they were taken from.
 
-    Nothing inside a checkpoint can write outside the blobs directory: names such as
-    ../x or /etc/x and escaping symlinks are refused before anything is written, and
-    so is a name that already exists there (unless --overwrite), and blobs larger than
-    the free space there (unless --force). Files are written under new random names and
-    renamed into place; links and files planted in the directory are never followed.
-    If writing fails, what the restore wrote is removed again and what it replaced is
-    put back. Set-uid, set-gid and sticky bits are dropped unless --keep-special-modes.
+    --blobs DIR writes each blob as DIR/NAME. --in-place writes each blob back to the
+    path it was taken from (recorded by `ckpt take`; `ckpt ls-files` shows it),
+    replacing what is there; with --delete, files under it that are not in the
+    checkpoint are removed too, so `ckpt restore REF --in-place --delete` rolls a
+    workspace back. Run it with --dry-run first to see what it would write and delete.
+    --include limits all of this to matching paths.
+
+    Nothing inside a checkpoint can write outside its target: names such as ../x or
+    /etc/x and escaping symlinks are refused before anything is written, and so is a
+    name that already exists there (unless --overwrite or --in-place), and blobs larger
+    than the free space there (unless --force). Files are written under new random
+    names and renamed into place; links and files planted in the target are never
+    followed (--delete removes a link, never what it points to), and the store read
+    from is never written nor deleted. If writing fails, what the restore wrote is
+    removed again and what it replaced or deleted is put back. Set-uid, set-gid and
+    sticky bits are dropped unless --keep-special-modes.
 
     The state document is streamed from the store (memory stays small whatever its
     size) and appears only once complete; one that decodes to more than
     CKPT_MAX_DECODED_BYTES (default 4 GiB) is refused before anything is written. -o
     writes it under a new random name beside the destination, renamed into place; a
-    FIFO or device (/dev/stdout) is written through, never replaced.
+    FIFO or device (/dev/stdout, /dev/null) is written through, never replaced.
 
     Examples:
 
@@ -49,26 +63,64 @@ def restore(
 
       ckpt restore 3f2a9c -o state.json --blobs ./restored
 
+      ckpt restore latest --no-state --in-place --delete --dry-run
+
+      ckpt restore latest --no-state --blobs out --include 'src/*.py' --json
+
       ckpt restore exported.ckpt --format msgpack -o state.msgpack
     """
     from ckptcli import api
     from ckptcli.blobs import RestoreReport
 
+    if blobs_dir is None and not in_place:
+        for given, name in ((blob, "--blob"), (include, "--include"), (delete, "--delete"), (dry_run, "--dry-run")):
+            if given:
+                raise UsageError(f"{name} needs --blobs DIR or --in-place", hint="say where the blobs go (did you mean --blobs?)")
+    if blobs_dir is not None and in_place:
+        raise UsageError("--blobs and --in-place exclude each other", hint="give one")
+    to_stdout = not no_state and (output is None or str(output) == "-")
+    if as_json and to_stdout and not dry_run:
+        raise UsageError("--json prints its report on stdout, where the state document would go", hint="write the document with -o FILE, or pass --no-state")
     ck = api.open_checkpoint(ref, store_path=store)
-    if output is not None and not no_state:  # before anything is written
+    if output is not None and not no_state and not to_stdout:  # before anything is written
         api.refuse_output_into_source(ck, output, "the state document")
-    if blobs_dir is not None:
+    result: dict[str, object] = {"id": ck.hex, "dry_run": dry_run, "state": None, "blobs": None}
+    if blobs_dir is not None or in_place:
         report = RestoreReport()
         n = ck.restore_blobs(
-            blobs_dir, names=blob or None, overwrite=overwrite, keep_special_modes=keep_special_modes, force=force, report=report, progress=BarProgress()
+            blobs_dir,
+            names=blob or None,
+            overwrite=overwrite,
+            keep_special_modes=keep_special_modes,
+            force=force,
+            report=report,
+            progress=BarProgress(),
+            in_place=in_place,
+            delete=delete,
+            include=include or None,
+            dry_run=dry_run,
         )
-        sys.stderr.write(f"restored {human_size(n)} of blobs into {blobs_dir}\n")
-        if report.special_dropped:
-            sys.stderr.write(f"dropped set-uid/set-gid/sticky bits from {report.special_dropped} files; pass --keep-special-modes to keep them\n")
-    if no_state:
-        return
-    doc_fmt = fmt or ("msgpack" if ck.manifest.layout.get("format") == "msgpack" else "json")
-    if output is None:
-        emit_spooled(lambda fh: ck.write_state(fh, doc_fmt))
-        return
-    write_file_atomic(output, lambda fh: ck.write_state(fh, doc_fmt))
+        where = "in place" if in_place else f"into {blobs_dir}"
+        result["blobs"] = {"target": None if in_place else str(blobs_dir), "in_place": in_place, **report.to_dict()}
+        if dry_run:
+            if not as_json:
+                c = out()
+                for path in report.written:
+                    c.print(f"would write {path}", markup=False, highlight=False)
+                for path in report.deleted:
+                    c.print(f"would delete {path}", markup=False, highlight=False)
+            sys.stderr.write(
+                f"would restore {human_size(n)} of blobs {where}: {len(report.written)} files and links ({report.replaced} replacing existing ones), {len(report.deleted)} deleted\n"
+            )
+        else:
+            deleted = f", deleted {len(report.deleted)}" if delete else ""
+            if not quiet():
+                sys.stderr.write(f"restored {human_size(n)} of blobs {where}{deleted}\n")
+            if report.special_dropped:
+                sys.stderr.write(f"dropped set-uid/set-gid/sticky bits from {report.special_dropped} files; pass --keep-special-modes to keep them\n")
+    if not no_state and not dry_run:
+        doc_fmt = fmt or ("msgpack" if ck.manifest.layout.get("format") == "msgpack" else "json")
+        size = write_output(None if to_stdout else output, lambda fh: ck.write_state(fh, doc_fmt))
+        result["state"] = {"path": "-" if to_stdout else str(output), "bytes": size}
+    if as_json:
+        emit_json(result)

@@ -1,0 +1,61 @@
+"""ckpt stats: how much a store holds, and what deduplication and compression save."""
+
+from __future__ import annotations
+
+import sys
+
+from ckptcli.cli.app import JsonOpt, StoreOpt, app
+from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out
+from ckptcli.errors import ExitCode
+
+
+@app.command(epilog=exit_status(ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.IO_ERROR))
+def stats(
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Sizes of a store: logical (each checkpoint as if stored alone), unique (what
+    deduplication leaves), stored (compressed, in packs), on disk; the dedup and
+    compression ratios; objects, packs; and the same per subject.
+
+    Every checkpoint's tree nodes are read (as `ckpt verify` reads them); the data
+    itself is not. A checkpoint whose objects cannot all be read is counted with what
+    can be, and named (run `ckpt verify`).
+
+    Examples:
+
+      ckpt stats
+
+      ckpt stats --json | jq .dedup_ratio
+    """
+    from ckptcli import api
+    from ckptcli.stats import store_stats
+
+    st = api.open_store(store)
+    s = store_stats(st, progress=BarProgress())
+    if as_json:
+        emit_json(s.to_dict())
+        return
+    c = out()
+    rows = [
+        ("store", f"{s.location} (format {s.format_version})"),
+        ("checkpoints", f"{s.checkpoints} of {s.subjects} subject(s)"),
+        ("logical", human_size(s.logical_bytes)),
+        ("unique", f"{human_size(s.unique_bytes)} (dedup ratio {s.dedup_ratio:.2f}x)"),
+        ("stored", f"{human_size(s.stored_bytes)} (compression ratio {s.compression_ratio:.2f}x)"),
+        ("objects", f"{s.objects} needed, {s.indexed_objects} indexed ({human_size(s.unreferenced_bytes)} needed by no checkpoint: `ckpt prune` removes it)"),
+        ("on disk", f"{s.packs} pack(s) {human_size(s.pack_bytes)}, {s.index_files} index file(s), manifests {human_size(s.manifest_bytes)}"),
+    ]
+    for key, value in rows:
+        c.print(f"{key + ':':<13}{value}", markup=False, highlight=False)
+    if s.per_subject:
+        c.print("", markup=False)
+        c.print(f"{'SUBJECT':<32}{'CHECKPOINTS':>12}{'LOGICAL':>12}{'UNIQUE':>12}{'STORED':>12}", markup=False, highlight=False)
+        for subject, sub in sorted(s.per_subject.items()):
+            c.print(
+                f"{subject:<32}{sub.checkpoints:>12}{human_size(sub.logical_bytes):>12}{human_size(sub.unique_bytes):>12}{human_size(sub.stored_bytes):>12}",
+                markup=False,
+                highlight=False,
+            )
+    for cid in s.unreadable[:5]:
+        sys.stderr.write(f"ckpt: warning: checkpoint {cid[:12]} needs objects that cannot be read; run `ckpt verify`\n")
