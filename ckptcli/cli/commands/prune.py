@@ -140,7 +140,13 @@ def prune(
     c.print(f"{verb} {len(report.removed)} checkpoint(s), kept {len(report.kept)}", markup=False)
     for name, target in report.refs_moved.items():
         c.print(f"moved {name} to {target[:12]}" if target else f"deleted {name} (its subject has no checkpoint left)", markup=False)
-    if report.gc:
+    if report.gc and report.gc.writers_alive:
+        c.print(
+            f"objects: none removed: {report.gc.writers_alive} other writer(s) (a LangGraph saver) are alive and may name them again; "
+            "a prune run while none is alive reclaims the space",
+            markup=False,
+        )
+    elif report.gc:
         g = report.gc
         c.print(
             f"packs: {g.packs_deleted} deleted ({g.packs_repacked} of them rewritten into {g.packs_written}), "
