@@ -310,3 +310,26 @@ def test_prune_langgraph_ttl_tells_savers_of_a_thread_that_had_no_lease_yet(mixe
         assert res.code == 0 and "expired agent:old" in res.out and lease.exists()
         assert saver.get_tuple({"configurable": {"thread_id": "old"}}) is None
         assert list(saver.list({"configurable": {"thread_id": "old"}})) == []
+
+
+def test_prune_beside_a_live_saver_leaves_the_objects_and_reclaims_them_once_it_is_gone(tmp_path: Path, cli: Any) -> None:
+    """`ckpt prune --langgraph-ttl` beside a live worker removed objects the worker named
+    again in its next checkpoints (the saver's TTL and the CLI's together damaged the store)."""
+    from ckptcli import integrity
+
+    store = tmp_path / ".ckpt"
+    clock = Clock(-3 * DAY)
+    with CkptSaver.open(store, clock=clock) as saver:
+        _chat(saver, "old")
+        saver.flush()
+        objects = len(api.open_store(store).index())
+        res = cli("prune", "--langgraph-ttl", "1d", "--langgraph-ttl-strategy", "delete", "--json", "--store", store)
+        assert res.code == 0, res.err
+        got = json.loads(res.out)
+        assert "agent:old" in got["expired"] and got["gc"]["writers_alive"] == 1
+        assert len(api.open_store(store).index()) == objects  # the live saver may name them again
+        _chat(saver, "new")  # the same messages, in a new thread: named, not written again
+    assert integrity.verify_store(api.open_store(store), None, read_data=True).ok
+    res = cli("prune", "--keep-last", "1", "--json", "--store", store)  # no saver alive now
+    assert res.code == 0 and json.loads(res.out)["gc"]["writers_alive"] == 0
+    assert integrity.verify_store(api.open_store(store), None, read_data=True).ok
