@@ -709,4 +709,5 @@ def verify(
 
     if isinstance(source, CheckpointFile):
         return cast(VerifyReport, verify_file(source, read_data=read_data, progress=progress))
-    return cast(VerifyReport, verify_store(source, refs, read_data=read_data, progress=progress))
+    with source.backend.reading_lock("store"):  # a prune repacking meanwhile is not damage
+        return cast(VerifyReport, verify_store(source, refs, read_data=read_data, progress=progress))

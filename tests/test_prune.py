@@ -340,3 +340,33 @@ def test_a_prune_killed_anywhere_loses_nothing_and_the_next_one_finishes(tmp_pat
     assert set(final.manifest_ids()) == {cid for cid, _s in taken[-4:]}
     assert verify(final, read_data=True).ok
     assert len(list((store_dir / "index").iterdir())) == 1
+
+
+def test_verify_waits_for_a_prune_that_holds_the_store(tmp_path: Path) -> None:
+    """verify read the store while a prune rewrote its packs, and reported the objects
+    being moved as missing (exit 5 on a store that was whole): it now reads under the
+    store's lock taken shared, so a prune (exclusive) finishes first."""
+    import threading
+
+    st = ckptcli.api.init_store(tmp_path / ".ckpt")
+    take(st, {"memory": {"n": 1}}, subject="agent:a")
+    held = threading.Event()
+    release = threading.Event()
+
+    def pruner() -> None:
+        with st.backend.lock("store", shared=False):
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=pruner)
+    t.start()
+    held.wait(10)
+    done: list[bool] = []
+    v = threading.Thread(target=lambda: done.append(verify(open_store(tmp_path / ".ckpt")).ok))
+    v.start()
+    v.join(0.5)
+    assert v.is_alive() and done == []  # waiting for the prune
+    release.set()
+    t.join()
+    v.join(10)
+    assert done == [True]

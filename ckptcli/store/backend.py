@@ -117,6 +117,12 @@ class Backend(ABC):
     def lock(self, name: str, *, shared: bool, wait: float = 30.0) -> contextlib.AbstractContextManager[None]:
         """Args: lock name, shared or exclusive, seconds to wait. Raises: LockError."""
 
+    def reading_lock(self, name: str, *, wait: float = 300.0) -> contextlib.AbstractContextManager[None]:
+        """The lock `name` taken shared by a reader that writes nothing (`ckpt verify`):
+        where the lock cannot be had without writing (a read-only store, no lock file
+        yet), it reads without it. Raises: LockError after `wait` seconds."""
+        return contextlib.nullcontext()
+
     @abstractmethod
     def mark_writer(self, kind: str) -> WriterMark:
         """Say that a long-lived writer (a saver) is alive until the mark is closed. The
@@ -602,6 +608,29 @@ class LocalBackend(Backend):
             return self._p(path).stat().st_size
         except FileNotFoundError:
             raise NotFoundError(f"{self._p(path)} does not exist") from None
+
+    @contextlib.contextmanager
+    def reading_lock(self, name: str, *, wait: float = 300.0) -> Iterator[None]:
+        try:
+            fd = os.open(self._p(f"locks/{name}.lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            yield  # no lock file (no writer ever) or none to open: nothing to wait for
+            return
+        try:
+            deadline = time.monotonic() + wait
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LockError(f"the store at {self.root} is locked ({name}) by another ckpt process", hint="wait for it to finish and try again") from None
+                    time.sleep(0.01)
+                except OSError:
+                    break  # a lock that cannot be taken here (not a regular file): read without it
+            yield
+        finally:
+            os.close(fd)
 
     def mark_writer(self, kind: str) -> WriterMark:
         d = self._p(WRITERS_DIR)
