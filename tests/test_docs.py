@@ -54,3 +54,18 @@ def test_readme_gives_the_two_commands() -> None:
 def test_docs_pages_exist() -> None:
     for page in ("getting-started.md", "cli.md", "exit-codes.md", "design.md"):
         assert (REPO / "docs" / page).is_file(), page
+
+
+def test_install_lines_name_this_version_and_no_unpublished_package() -> None:
+    """`pip install ckptcli` worked nowhere (the package is not on an index): the docs
+    install from a clone or from a wheel built from one, named for this version."""
+    import re
+
+    import ckptcli
+
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    for page in pages:
+        text = page.read_text()
+        assert not re.search(r"pip install +'?ckptcli\b", text), page.name
+        for version in re.findall(r"ckptcli-([0-9][^-/]*)-py3-none-any\.whl", text):
+            assert version == ckptcli.__version__, (page.name, version)
