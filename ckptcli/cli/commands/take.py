@@ -80,6 +80,9 @@ def take(
             raise InvalidInputError(f"{document} is a directory", hint="use --blob NAME=DIR to store a directory") from None
         except OSError as exc:
             raise StoreIOError(f"cannot read {document}: {exc.strerror}") from None
+    from ckptcli.stateat import replay_problem
+
+    problem = replay_problem(state)
     st = open_store(store)
     result = api.take(
         st,
@@ -95,6 +98,8 @@ def take(
         force_read=force_read,
         progress=BarProgress(),
     )
+    if problem is not None:
+        sys.stderr.write(f"ckpt: warning: its events section will not replay (ckpt replay, fork, tui --timeline refuse it): {problem}\n")
     for changed in result.capture.changed:
         sys.stderr.write(f"ckpt: warning: {changed}; take it again when it is quiet to be sure of a consistent copy\n")
     if as_json:
