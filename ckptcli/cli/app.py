@@ -47,7 +47,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
-COMMANDS = ("init", "take", "ls", "show", "cat", "diff", "restore", "verify", "export", "import_", "tag", "branch", "refs", "compat", "prune", "repair", "migrate", "replay", "fork", "tui", "doctor")
+COMMANDS = ("init", "take", "ls", "show", "cat", "diff", "restore", "verify", "export", "import_", "tag", "branch", "refs", "compat", "prune", "repair", "migrate", "replay", "fork", "log", "bisect", "tui", "doctor")
 
 StoreOpt = Annotated[
     Path | None,
