@@ -632,10 +632,13 @@ class _Walk:
                     return
                 ra, rb = self.a.deref(ra), self.b.deref(rb)
                 if _kind(ra) == _kind(rb) == EXT_MAP:
-                    pair = next((p for p in self.map_pairs(ra, rb) if p[0] == str(key)), None)
-                    if pair is None:
+                    # a tree node both sides hold has the same entries: the key is in the
+                    # nodes that differ on either side, or its value is the same on both
+                    segs_a, segs_b = _shared_only(self.a, self.a.segments(ra, EXT_MAP), self.b, self.b.segments(rb, EXT_MAP), EXT_MAP)
+                    ra = _entries(segs_a, self.a.where).get(str(key), _ABSENT)
+                    rb = _entries(segs_b, self.b.where).get(str(key), _ABSENT)
+                    if ra is _ABSENT and rb is _ABSENT:
                         return  # equal there, or absent on both sides
-                    ra, rb = pair[1], pair[2]
                     continue
             ra = _ABSENT if ra is _ABSENT else _child(self.a, ra, key)
             rb = _ABSENT if rb is _ABSENT else _child(self.b, rb, key)

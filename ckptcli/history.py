@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ckptcli.api import Checkpoint, states_equal
+from ckptcli.api import Checkpoint
 from ckptcli.diff import (
     _ABSENT,
     Change,
@@ -87,34 +87,59 @@ def section_path(section: str) -> PathParts:
 
 # -- the value at one path, cheaply -----------------------------------------------------------------
 class _Probe:
-    """The value at one path of the state at one checkpoint: a raw encoding where the
-    stored one is that state's (compared by hash), a decoded value where a tail changed it."""
+    """One checkpoint seen at one path: its tail's events, and the state document to walk
+    (the stored one, or the state at it where a tail event may touch the path)."""
 
     def __init__(self, ck: Checkpoint, parts: PathParts, reducers: Reducers | None) -> None:
         self.ck = ck
-        self.side = _Side(ck)
+        self.side = _Side(ck)  # the objects it reads, read once for both pairs it is in
         self.at: StateAt | None = None
-        try:
-            events, _base = tail_events(ck)
-        except CkptError:
-            events = []  # a tail that does not replay: its stored sections (as cat and show do)
-        self.events = events
-        self.relevant = [ev for ev in events if _may_touch(ev, parts)]
-        doc: Any
+        self.relevant = _tail_may_touch(ck, self.side, parts)
+        self.doc: Any
         if self.relevant:
             self.at = state_at(ck, reducers=reducers, lenient=True)
-            doc = self.at.raw_parts() if self.at.applied else _stored_document(ck)
+            self.doc = self.at.raw_parts() if self.at.applied else _stored_document(ck)
         else:
-            doc = _stored_document(ck)
-        raw = doc
-        for key in parts:
-            raw = _child(self.side, raw, key)
-            if raw is _ABSENT:
-                break
-        self.raw = raw
+            self.doc = _stored_document(ck)
 
-    def value(self) -> Any:
-        return _ABSENT if self.raw is _ABSENT else self.side.decode(self.side.deref(self.raw))
+    def value(self, parts: PathParts) -> Any:
+        """The decoded value at `parts` (_ABSENT when there is none)."""
+        side = self.side
+        raw = self.doc
+        for key in parts:
+            raw = _child(side, raw, key)
+            if raw is _ABSENT:
+                return _ABSENT
+        return side.decode(side.deref(raw))
+
+
+def _tail_may_touch(ck: Checkpoint, side: _Side, parts: PathParts) -> bool:
+    """Whether an event of the tail may change the value at `parts`. Only each event's
+    kind and path are read, from the raw encoding (a message or a tool result inside an
+    event is not decoded); anything unexpected counts as "may" (state_at then checks the
+    tail fully and applies it)."""
+    from ckptcli.diff import _kind
+    from ckptcli.format.values import EXT_LIST, unpack_ev
+    from ckptcli.stateat import EMPTY_LIST_EV
+
+    m = ck.manifest
+    root = m.sections.get("events") if m.layout.get("kind") == "sections" else None
+    if root is None or root == EMPTY_LIST_EV:
+        return False
+    raw = side.deref(unpack_ev(root, "section events"))
+    if _kind(raw) != EXT_LIST:
+        return True
+    for item in side.items(side.segments(raw, EXT_LIST), EXT_LIST):
+        item = side.deref(item)
+        if type(item) is not dict or type(item.get("kind")) is not str:
+            return True
+        path = item.get("path")
+        if path is not None and not (type(path) is list and all(type(p) is str or type(p) is int for p in path)):
+            return True
+        t = touched(Event(0, 0, item["kind"], {"path": path} if path is not None else {}))
+        if t is not None and overlaps(t, parts):
+            return True
+    return False
 
 
 def _may_touch(ev: Event, parts: PathParts) -> bool:
@@ -122,12 +147,15 @@ def _may_touch(ev: Event, parts: PathParts) -> bool:
     return t is not None and overlaps(t, parts)
 
 
-def _same(a: _Probe, b: _Probe) -> bool:
-    if a.raw is _ABSENT or b.raw is _ABSENT:
-        return a.raw is b.raw
-    if states_equal(a.raw, b.raw):  # equal encodings, or equal object ids
-        return True
-    return bool(same_value(a.value(), b.value()))
+def _changed(a: _Probe, b: _Probe, parts: PathParts) -> bool:
+    """Whether the value at `parts` differs: both documents walked down together by
+    hash, opening only the chunk-tree nodes that differ (ckptcli.diff)."""
+    from ckptcli.diff import _Walk
+
+    walk = _Walk(a.ck, b.ck, (a.doc, b.doc))
+    walk.a, walk.b = a.side, b.side
+    walk.at_path(parts)
+    return any(not c.structural for c in walk.changes)
 
 
 # -- log -----------------------------------------------------------------------------------------------
@@ -219,7 +247,7 @@ def log(
             if parts is not None:
                 assert probe is not None
                 parent_probe = _Probe(parent, parts, reducers) if parent is not None else None
-                changed = not _same(parent_probe, probe) if parent_probe is not None else probe.raw is not _ABSENT
+                changed = _changed(parent_probe, probe, parts) if parent_probe is not None else probe.value(parts) is not _ABSENT
                 if changed:
                     yield _entry(ck, parent, parts, path, patch, reducers, probe)
                     shown += 1
@@ -263,9 +291,10 @@ def _positions(ck: Checkpoint) -> StateAt:
 
 def _root_changes(ck: Checkpoint, parts: PathParts | None, probe: _Probe | None) -> list[Change]:
     """A root checkpoint's value at the path is added (from nothing)."""
-    if parts is None or probe is None or probe.raw is _ABSENT:
+    value = _ABSENT if parts is None or probe is None else probe.value(parts)
+    if parts is None or value is _ABSENT:
         return []
-    return [Change("add", str(parts[0]), tuple(parts[1:]), pointer(parts), None, probe.value())]
+    return [Change("add", str(parts[0]), tuple(parts[1:]), pointer(parts), None, value)]
 
 
 def _event_changes(at: StateAt, parts: PathParts | None, reducers: Reducers | None) -> list[EventChange]:
@@ -396,7 +425,7 @@ class _Counter:
     def at_checkpoint(self, ck: Checkpoint) -> bool:
         self.calls += 1
         if self.expect is not None:
-            return self.expect.holds(_Probe(ck, self.expect.parts, self.reducers).value())
+            return self.expect.holds(_Probe(ck, self.expect.parts, self.reducers).value(self.expect.parts))
         return self._call(state_at(ck, reducers=self.reducers).document(events=False))
 
     def on_state(self, state: Any) -> bool:
