@@ -393,7 +393,13 @@ def state_at(ck: Checkpoint, *, snapshot: bool = False, reducers: Reducers | Non
 
 
 def _applied(ck: Checkpoint, reducers: Reducers | None) -> StateAt:
-    events, base = tail_events(ck)
+    try:
+        events, base = tail_events(ck)
+    except LimitExceededError as exc:
+        raise LimitExceededError(
+            f"checkpoint {ck.hex[:12]}: its events section, the tail to apply, is held in memory, and {exc.message}",
+            hint="raise CKPT_MAX_HELD_BYTES / CKPT_MAX_HELD_ITEMS if the checkpoint is genuine, or pass --snapshot for the stored sections (streamed)",
+        ) from None
     if not events:
         return StateAt(ck, base, events, False)
     parts = _stored_parts(ck)

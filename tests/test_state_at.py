@@ -236,3 +236,13 @@ def test_the_demo_and_docs_examples_follow_the_spec() -> None:
             except ValueError:
                 continue
             assert replay_problem(doc) is None, (path.name, block)
+
+
+def test_a_huge_tail_is_refused_clearly_and_snapshot_streams_it(cli: Any, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    events = [{"seq": i, "ts": i, "kind": "error", "message": "e" * 1000} for i in range(1, 301)]
+    cid = take(store, {"memory": {}, "plan": [], "events": events}, subject="agent:loud").hex
+    monkeypatch.setattr(limits, "MAX_HELD_BYTES", 100_000)
+    r = cli("cat", cid, "--store", store.location)
+    assert r.code == 7 and r.out == "" and "events section" in _one_error_line(r.err) and "--snapshot" in r.err
+    r = cli("cat", cid, "--store", store.location, "--snapshot")
+    assert r.code == 0 and len(json.loads(r.out)["sections"]["events"]) == 300
