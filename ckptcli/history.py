@@ -147,15 +147,19 @@ def _may_touch(ev: Event, parts: PathParts) -> bool:
     return t is not None and overlaps(t, parts)
 
 
-def _changed(a: _Probe, b: _Probe, parts: PathParts) -> bool:
-    """Whether the value at `parts` differs: both documents walked down together by
-    hash, opening only the chunk-tree nodes that differ (ckptcli.diff)."""
+def _changes(a: _Probe, b: _Probe, parts: PathParts) -> list[Change]:
+    """What differs at `parts`: both documents walked down together by hash, opening
+    only the chunk-tree nodes that differ (ckptcli.diff)."""
     from ckptcli.diff import _Walk
 
     walk = _Walk(a.ck, b.ck, (a.doc, b.doc))
     walk.a, walk.b = a.side, b.side
     walk.at_path(parts)
-    return any(not c.structural for c in walk.changes)
+    return [c for c in walk.changes if not c.structural]
+
+
+def _changed(a: _Probe, b: _Probe, parts: PathParts) -> bool:
+    return bool(_changes(a, b, parts))
 
 
 # -- log -----------------------------------------------------------------------------------------------
@@ -249,7 +253,7 @@ def log(
                 parent_probe = _Probe(parent, parts, reducers) if parent is not None else None
                 changed = _changed(parent_probe, probe, parts) if parent_probe is not None else probe.value(parts) is not _ABSENT
                 if changed:
-                    yield _entry(ck, parent, parts, path, patch, reducers, probe)
+                    yield _entry(ck, parent, parts, path, patch, reducers, probe, parent_probe)
                     shown += 1
                 probe = parent_probe
             else:
@@ -259,7 +263,14 @@ def log(
 
 
 def _entry(
-    ck: Checkpoint, parent: Checkpoint | None, parts: PathParts | None, path: str | None, patch: bool, reducers: Reducers | None, probe: _Probe | None
+    ck: Checkpoint,
+    parent: Checkpoint | None,
+    parts: PathParts | None,
+    path: str | None,
+    patch: bool,
+    reducers: Reducers | None,
+    probe: _Probe | None,
+    parent_probe: _Probe | None = None,
 ) -> LogEntry:
     if not patch:
         at = _positions(ck)  # which state: no need to apply the tail to say so
@@ -269,7 +280,9 @@ def _entry(
     if parts is None and not patch:
         return entry
     ptr = pointer(parts) if parts is not None else None
-    if parent is not None:
+    if parent is not None and parts is not None and probe is not None and parent_probe is not None:
+        entry.changes = _changes(parent_probe, probe, parts)  # the documents the probes already hold
+    elif parent is not None:
         entry.changes = diff_checkpoints(parent, ck, path=ptr, reducers=reducers).changes
         if parts is None:
             entry.changes = [c for c in entry.changes if c.section != "events"]  # the tails differ by construction
