@@ -280,6 +280,7 @@ class _Side:
         self.where = f"checkpoint {ck.hex[:12]}"
         self._content: dict[bytes, bytes] = {}
         self._unpacked: dict[bytes, Any] = {}
+        self._opened: dict[tuple[bytes, int], list[_Segment]] = {}
 
     def content(self, oid: bytes) -> bytes:
         data = self._content.get(oid)
@@ -318,9 +319,13 @@ class _Side:
         return _Node(raw.oid, level, total)
 
     def open(self, node: _Node, code: int) -> list[_Segment]:
+        got = self._opened.get((node.oid, code))
+        if got is not None:  # a side walked twice (ckpt log compares each checkpoint with both neighbours)
+            return got
         level, _total, children = parse_tree_node(self.content(node.oid), code, node.oid, node.level, node.total)
         self.budget.take(0)
-        return self._children(level, children, code, node.oid)
+        got = self._opened[(node.oid, code)] = self._children(level, children, code, node.oid)
+        return got
 
     def _children(self, level: int, children: Any, code: int, oid: bytes) -> list[_Segment]:
         if level == 0:
