@@ -357,8 +357,9 @@ def state_at(ck: Checkpoint, *, snapshot: bool = False, reducers: Reducers | Non
 
     With `lenient` (what cat, show and diff use: they read any checkpoint, as they
     always did), an `events` section that does not replay is not an error: the stored
-    sections are used, `problem` says why, and the warning handler (ckptcli.notices)
-    hears it once. A size limit is an error either way.
+    sections are used and `problem` says why (the commands warn with it once their
+    output is written, so that a later error stays the one line on stderr). A size
+    limit is an error either way.
 
     Raises:
         InvalidInputError for a tail that does not follow formats/events.md (the error
@@ -382,12 +383,7 @@ def state_at(ck: Checkpoint, *, snapshot: bool = False, reducers: Reducers | Non
     try:
         return _applied(ck, reducers)
     except (InvalidInputError, NotFoundError) as exc:
-        from ckptcli import notices
-
         problem = str(exc)
-        say = notices.handler()
-        if say is not None:
-            say(f"{problem}; showing its stored sections (the state before its tail)")
         events, base = _quiet_tail(ck)
         return StateAt(ck, base, events, False, problem=problem)
 
@@ -435,6 +431,11 @@ def _applied(ck: Checkpoint, reducers: Reducers | None) -> StateAt:
             out[key] = value
     del decoded  # the live parts are those no longer stored (a part the tail created included)
     return StateAt(ck, base, events, True, out, tuple(k for k, v in out.items() if k != "events" and not isinstance(v, Stored)))
+
+
+def problem_warning(problem: str) -> str:
+    """The warning cat, show and diff print for a tail that does not replay."""
+    return f"{problem}; showed its stored sections (the state before its tail)"
 
 
 def replay_problem(doc: Any) -> str | None:

@@ -94,5 +94,11 @@ def diff(
 
             for kind, text in lines:
                 console.print(Text(text, style=STYLES.get(kind, "")))
+    for problem in dict.fromkeys(st["problem"] for st in result.states.values() if "problem" in st):
+        # a tail that does not replay: said once the output is written
+        from ckptcli.cli.app import warn
+        from ckptcli.stateat import problem_warning
+
+        warn(problem_warning(problem))
     if exit_code and not result.same:
         raise typer.Exit(int(ExitCode.FAILURE))

@@ -54,10 +54,12 @@ def show(
             import json
 
             out().print_json(json.dumps(value, ensure_ascii=False))
+        _warn_after(at.problem)
         return
     info = at.summary()
     if as_json:
         emit_json(info)
+        _warn_after(at.problem)
         return
     c = out()
     c.print(f"checkpoint {info['id']}", markup=False)
@@ -86,3 +88,14 @@ def show(
         if "files" in d:
             extra += f"{d['files']} files, "
         c.print(f"  {name:<12} {d['type']:<7} {extra}{human_size(d['bytes'])}", markup=False)
+    _warn_after(at.problem)
+
+
+def _warn_after(problem: str | None) -> None:
+    """A tail that does not replay: said once the output is written (an error later
+    stays the one line on stderr)."""
+    if problem is not None:
+        from ckptcli.cli.app import warn
+        from ckptcli.stateat import problem_warning
+
+        warn(problem_warning(problem))
