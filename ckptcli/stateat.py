@@ -369,7 +369,9 @@ def state_at(ck: Checkpoint, *, snapshot: bool = False, reducers: Reducers | Non
         CKPT_MAX_HELD_BYTES / CKPT_MAX_HELD_ITEMS.
     """
     m = ck.manifest
-    if m.layout.get("kind") != LAYOUT_SECTIONS or "events" not in m.sections:
+    if m.layout.get("kind") != LAYOUT_SECTIONS or "events" not in m.sections or m.layout.get("format") == "langgraph":
+        # (a LangGraph checkpoint's tail is its pending writes: LangGraph applies them at
+        # the next step, so its state is its channel values, as stored; docs/langgraph.md)
         label = m.labels.get(LABEL_SEQ, "")
         return StateAt(ck, int(label) if label.isdecimal() and label.isascii() else 0, [], False)
     if snapshot:
