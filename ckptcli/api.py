@@ -493,7 +493,11 @@ class Checkpoint:
 
 
 def describe_section(ck: Checkpoint, name: str) -> dict[str, Any]:
-    value = ck.section(name, lazy_bytes=True)
+    return describe_value(ck.section(name, lazy_bytes=True), name)
+
+
+def describe_value(value: Any, name: str = "") -> dict[str, Any]:
+    """What `ckpt show` says of a section's value: its type, items and bytes."""
     desc: dict[str, Any] = {"type": _type_name(value)}
     if isinstance(value, (list, dict)):
         desc["items"] = len(value)

@@ -148,6 +148,9 @@ class DiffResult:
     blobs: list[BlobChange] = field(default_factory=list)
     section: str | None = None  # the only section compared, when one was asked for
     _keyed_writes: bool = False  # LangGraph's pending writes were compared by key
+    #: which state each side is, when one has an event tail (stateat.StateAt.to_dict)
+    states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    path: str | None = None  # the only JSON Pointer compared, when one was asked for
 
     @property
     def same(self) -> bool:
@@ -196,6 +199,10 @@ class DiffResult:
         out: dict[str, Any] = {"a": self.a.hex(), "b": self.b.hex(), "same": self.same}
         if self.section is not None:
             out["section"] = self.section
+        if self.path is not None:
+            out["path"] = self.path
+        if self.states:
+            out["states"] = self.states
         out["summary"] = self.summary()
         if not stat:
             out["patch"] = self.patch()
@@ -273,6 +280,7 @@ class _Side:
         self.where = f"checkpoint {ck.hex[:12]}"
         self._content: dict[bytes, bytes] = {}
         self._unpacked: dict[bytes, Any] = {}
+        self._opened: dict[tuple[bytes, int], list[_Segment]] = {}
 
     def content(self, oid: bytes) -> bytes:
         data = self._content.get(oid)
@@ -311,9 +319,13 @@ class _Side:
         return _Node(raw.oid, level, total)
 
     def open(self, node: _Node, code: int) -> list[_Segment]:
+        got = self._opened.get((node.oid, code))
+        if got is not None:  # a side walked twice (ckpt log compares each checkpoint with both neighbours)
+            return got
         level, _total, children = parse_tree_node(self.content(node.oid), code, node.oid, node.level, node.total)
         self.budget.take(0)
-        return self._children(level, children, code, node.oid)
+        got = self._opened[(node.oid, code)] = self._children(level, children, code, node.oid)
+        return got
 
     def _children(self, level: int, children: Any, code: int, oid: bytes) -> list[_Segment]:
         if level == 0:
@@ -432,9 +444,11 @@ def _match(ta: list[Any], tb: list[Any]) -> list[tuple[str, int, int, int, int]]
 
 
 class _Walk:
-    def __init__(self, a: Checkpoint, b: Checkpoint) -> None:
+    def __init__(self, a: Checkpoint, b: Checkpoint, docs: tuple[Any, Any] | None = None) -> None:
         self.a = _Side(a)
         self.b = _Side(b)
+        #: the state documents to compare, when not the stored ones (stateat.StateAt.raw_parts)
+        self.docs = docs
         self.layout_a = a.manifest.layout
         self.layout_b = b.manifest.layout
         self.changes: list[Change] = []
@@ -569,16 +583,9 @@ class _Walk:
 
     def _document(self, side: _Side) -> Any:
         """The state document as a raw EV whose parts are the sections' roots."""
-        m = side.ck.manifest
-        if m.layout.get("kind") == LAYOUT_DOCUMENT:
-            return _root(m.sections, "memory")
-        doc: dict[str, Any] = {}
-        for key in m.layout.get("keys", []):
-            if key == "ext":
-                doc["ext"] = {ns: _root(m.sections, EXT_PREFIX + ns) for ns in m.layout.get("ext", []) if EXT_PREFIX + ns in m.sections}
-            elif key in m.sections:
-                doc[key] = _root(m.sections, key)
-        return doc
+        if self.docs is not None:
+            return self.docs[0 if side is self.a else 1]
+        return _stored_document(side.ck)
 
     def _sections(self, section: str | None) -> None:
         da, db = self._document(self.a), self._document(self.b)
@@ -617,6 +624,39 @@ class _Walk:
                 self.diff(ea[ns], eb[ns], path, path, 1)
         if eb is None and only is None:  # (with one namespace asked for, the others stay)
             self.emit("remove", ("ext",), ("ext",), old={}, structural=bool(ea))
+
+    # -- one path ------------------------------------------------------------------
+    def at_path(self, parts: tuple[PathPart, ...]) -> None:
+        """Compare the values at one path of the documents (a JSON Pointer's parts; list
+        indices as ints), hash-first: a level whose two sides are equal ends it."""
+        ra: Any = self._document(self.a)
+        rb: Any = self._document(self.b)
+        for depth, key in enumerate(parts):
+            if ra is not _ABSENT and rb is not _ABSENT:
+                if states_equal(ra, rb):
+                    return
+                ra, rb = self.a.deref(ra), self.b.deref(rb)
+                if _kind(ra) == _kind(rb) == EXT_MAP:
+                    # a tree node both sides hold has the same entries: the key is in the
+                    # nodes that differ on either side, or its value is the same on both
+                    segs_a, segs_b = _shared_only(self.a, self.a.segments(ra, EXT_MAP), self.b, self.b.segments(rb, EXT_MAP), EXT_MAP)
+                    ra = _entries(segs_a, self.a.where).get(str(key), _ABSENT)
+                    rb = _entries(segs_b, self.b.where).get(str(key), _ABSENT)
+                    if ra is _ABSENT and rb is _ABSENT:
+                        return  # equal there, or absent on both sides
+                    continue
+            ra = _ABSENT if ra is _ABSENT else _child(self.a, ra, key)
+            rb = _ABSENT if rb is _ABSENT else _child(self.b, rb, key)
+            if depth >= limits.MAX_DEPTH:
+                raise LimitExceededError(f"{self.a.where}: path nests deeper than {limits.MAX_DEPTH} levels")
+        if ra is _ABSENT and rb is _ABSENT:
+            return
+        if ra is _ABSENT:
+            self.emit("add", parts, parts, new=self.b.decode(self.b.deref(rb)))
+        elif rb is _ABSENT:
+            self.emit("remove", parts, parts, old=self.a.decode(self.a.deref(ra)))
+        else:
+            self.diff(ra, rb, parts, parts, len(parts))
 
     # -- blobs ---------------------------------------------------------------------
     def blob_sections(self) -> None:
@@ -701,6 +741,50 @@ def _root(sections: dict[str, bytes], name: str, default: Any = None) -> Any:
     return default if ev is None else unpack_ev(ev, f"section {name}")
 
 
+def _stored_document(ck: Checkpoint) -> Any:
+    """A checkpoint's stored state document as a raw EV whose parts are the sections' roots."""
+    m = ck.manifest
+    if m.layout.get("kind") == LAYOUT_DOCUMENT:
+        return _root(m.sections, "memory")
+    doc: dict[str, Any] = {}
+    for key in m.layout.get("keys", []):
+        if key == "ext":
+            doc["ext"] = {ns: _root(m.sections, EXT_PREFIX + ns) for ns in m.layout.get("ext", []) if EXT_PREFIX + ns in m.sections}
+        elif key in m.sections:
+            doc[key] = _root(m.sections, key)
+    return doc
+
+
+def _child(side: _Side, raw: Any, key: PathPart) -> Any:
+    """The raw value under `key` of a map or list (_ABSENT when there is none)."""
+    raw = side.deref(raw)
+    kind = _kind(raw)
+    if kind == EXT_MAP:
+        if type(raw) is dict:
+            return raw.get(str(key), _ABSENT)
+        return dict(side.items(side.segments(raw, EXT_MAP), EXT_MAP)).get(str(key), _ABSENT)
+    if kind == EXT_LIST and type(key) is int:
+        items = raw if type(raw) is list else side.items(side.segments(raw, EXT_LIST), EXT_LIST)
+        return items[key] if 0 <= key < len(items) else _ABSENT
+    return _ABSENT
+
+
+def parse_pointer(text: str) -> tuple[PathPart, ...]:
+    """A JSON Pointer ("/memory/a~1b/0") as path parts; digits are list indices (they
+    are keys too where the value is a map). Raises UsageError for one that is not."""
+    from ckptcli.errors import UsageError
+
+    if text == "":
+        return ()
+    if not text.startswith("/"):
+        raise UsageError(f"--path {text!r} is not a JSON Pointer", hint="start it with /, e.g. /memory/user/name")
+    out: list[PathPart] = []
+    for raw in text[1:].split("/"):
+        part = raw.replace("~1", "/").replace("~0", "~")
+        out.append(int(part) if part.isdecimal() and part.isascii() and (part == "0" or not part.startswith("0")) else part)
+    return tuple(out)
+
+
 def _field(entry: dict[str, Any] | None, name: str, default: Any) -> Any:
     return default if entry is None else entry.get(name, default)
 
@@ -746,13 +830,21 @@ def _tokens(segs: list[_Segment]) -> tuple[list[Any], list[_Segment], list[int]]
 # -- entry point -------------------------------------------------------------------
 
 
-def diff_checkpoints(a: Checkpoint, b: Checkpoint, *, section: str | None = None) -> DiffResult:
+def diff_checkpoints(
+    a: Checkpoint, b: Checkpoint, *, section: str | None = None, path: str | None = None, snapshot: bool = False, reducers: Any = None
+) -> DiffResult:
     """Compare two checkpoints (of one store, of two, or checkpoint files).
 
     Args:
         a, b: the checkpoints; the patch turns A's state into B's.
         section: compare only this section (memory, plan, tools, events, blobs,
             ext:<namespace>); the patch then covers that section only.
+        path: compare only the value at this JSON Pointer of the state document
+            ("/memory/user/name"); the patch then covers that value only.
+        snapshot: compare the stored sections of checkpoints with an event tail;
+            by default each side is the state AT its checkpoint, the snapshot with the
+            tail applied (ckptcli.stateat; `reducers` for custom kinds). Sides without
+            a tail are compared as stored either way, at no extra cost.
     Returns:
         DiffResult: `changes` (the state's patch operations, in order), `blobs` (the
         blob listing's), `patch()`, `blobs_patch()`, `summary()`, `to_dict()`.
@@ -765,16 +857,27 @@ def diff_checkpoints(a: Checkpoint, b: Checkpoint, *, section: str | None = None
         if section not in have:
             names = ", ".join(sorted(have)) or "none"
             raise NotFoundError(f"neither checkpoint has section {section!r} (they have: {names})")
-    walk = _Walk(a, b)
+    from ckptcli.stateat import state_at
+
+    at_a = state_at(a, snapshot=snapshot, reducers=reducers, lenient=True)
+    at_b = at_a if b.id == a.id and b.source is a.source else state_at(b, snapshot=snapshot, reducers=reducers, lenient=True)
+    docs = None
+    if at_a.applied or at_b.applied:
+        docs = (at_a.raw_parts() if at_a.applied else _stored_document(a), at_b.raw_parts() if at_b.applied else _stored_document(b))
+    walk = _Walk(a, b, docs)
     keyed = False
     with deep_recursion():
-        if section != "blobs":
-            walk.state(section)
-            if section in (None, "events"):
-                keyed = _key_writes(walk, a, b)
-        if section in (None, "blobs"):
-            walk.blob_sections()
-    return DiffResult(a.id, b.id, walk.changes, walk.blobs, section, keyed)
+        if path is not None:
+            walk.at_path(parse_pointer(path))
+        else:
+            if section != "blobs":
+                walk.state(section)
+                if section in (None, "events"):
+                    keyed = _key_writes(walk, a, b)
+            if section in (None, "blobs"):
+                walk.blob_sections()
+    states = {k: s.to_dict() for k, s in (("a", at_a), ("b", at_b))} if (at_a.events or at_b.events or at_a.problem or at_b.problem) else {}
+    return DiffResult(a.id, b.id, walk.changes, walk.blobs, section, keyed, states, path)
 
 
 WRITE_KIND = "langgraph:write"
@@ -863,7 +966,7 @@ def describe(value: Any, width: int = SHORT) -> str:
         if len(value) <= width and "\n" not in value:
             return json.dumps(value, ensure_ascii=False)
         head = json.dumps(value[: width // 2], ensure_ascii=False)[:-1]
-        return f"{head}…\" ({len(value):,} chars)"
+        return f'{head}…" ({len(value):,} chars)'
     if t is bytes:
         if len(value) <= 16:
             return f"<{len(value)} bytes {value.hex()}>" if value else "<0 bytes>"
@@ -944,8 +1047,14 @@ _PLAN_VERBS = {"add": "push", "remove": "pop"}
 def render(result: DiffResult, *, stat: bool = False) -> list[Line]:
     """The diff for people, as (kind, text) lines, grouped by section."""
     lines: list[Line] = [("header", f"diff {result.a.hex()[:12]} -> {result.b.hex()[:12]}")]
+    for side, name in (("a", result.a), ("b", result.b)):
+        st = result.states.get(side)
+        if st is not None:
+            lines.append(("header", f"{side.upper()} {name.hex()[:12]}: {state_line(st)}"))
     if result.same:
-        lines.append(("summary", "no differences" + (f" in section {result.section}" if result.section else "")))
+        where = f" in section {result.section}" if result.section else ""
+        where += f" at {result.path}" if result.path is not None else ""
+        lines.append(("summary", "no differences" + where))
         return lines
     summary = result.summary()
     if stat:
@@ -969,6 +1078,18 @@ def render(result: DiffResult, *, stat: bool = False) -> list[Line]:
     else:
         lines.append(("summary", f"{total}: " + "; ".join(f"{name} {_counts_text(name, c)}" for name, c in summary["sections"].items())))
     return lines
+
+
+def state_line(st: dict[str, Any]) -> str:
+    """Which state a side is (stateat.StateAt.to_dict), for people."""
+    if "problem" in st:
+        return "stored sections (its events section does not replay)"
+    if st["tail"] is None:
+        return f"state at seq {st['seq']} (no event tail)"
+    tail = f"tail {st['tail'][0]}..{st['tail'][1]}"
+    if st["applied"]:
+        return f"state at seq {st['seq']} (snapshot at seq {st['snapshot_seq']} + {tail})"
+    return f"stored snapshot at seq {st['snapshot_seq']} (without {tail})"
 
 
 def _counts_text(section: str, counts: dict[str, int]) -> str:

@@ -191,18 +191,48 @@ def make_event(seq: int, ts: int, kind: str, fields: Mapping[str, Any], *, copy:
     return Event(seq, ts, kind, out)
 
 
+#: The sections of formats/events.md that the rules of a stored event come from.
+SPEC_RECORD = "formats/events.md#the-event-record"
+SPEC_KINDS = "formats/events.md#standard-kinds"
+SPEC_REDUCERS = "formats/events.md#reducers"
+_HEADER_RULE = "every event has seq (an integer >= 1), ts (an integer >= 0: nanoseconds since the epoch) and kind"
+
+
+def kind_rule(kind: str) -> str:
+    """The rule of formats/events.md a standard kind's fields follow, in words."""
+    required, optional = _SPECS[kind]
+    have = ", ".join(f"{n} ({w})" for n, w in required.items()) or "no fields"
+    more = f"; optional: {', '.join(optional)}" if optional else ""
+    return f"a {kind} event has {have}{more}"
+
+
 def event_from_map(value: object, where: str) -> Event:
-    """Read an event as stored ({"seq", "ts", "kind", ...}); values are used as they are."""
+    """Read an event as stored ({"seq", "ts", "kind", ...}); values are used as they are.
+
+    Raises:
+        InvalidInputError naming the event, the field, the rule it breaks and the section
+        of formats/events.md that states it.
+    """
     if type(value) is not dict:
-        raise InvalidInputError(f"{where}: an event must be a map, not {_type_name(value)}")
+        raise InvalidInputError(
+            f"{where}: an event must be a map, not {_type_name(value)}",
+            hint=f"an event is a map of seq, ts, kind and its fields ({SPEC_RECORD})",
+        )
     fields = {k: v for k, v in value.items() if k not in HEADER_FIELDS}
     for name in HEADER_FIELDS:
         if name not in value:
-            raise InvalidInputError(f"{where}: the event has no {name!r}")
+            raise InvalidInputError(f"{where}: the event has no {name!r}", hint=f"{_HEADER_RULE} ({SPEC_RECORD})")
     try:
         return make_event(value["seq"], value["ts"], value["kind"], fields, copy=False)
     except InvalidInputError as exc:
-        raise InvalidInputError(f"{where}: {exc.message}", hint=exc.hint) from None
+        kind = value["kind"]
+        if type(kind) is str and kind in _SPECS and "field" in exc.message:
+            rule = f"{kind_rule(kind)} ({SPEC_KINDS})"
+        elif "kind" in exc.message:
+            rule = f"{exc.hint or 'a kind is standard or NAMESPACE:NAME'} ({SPEC_RECORD})"
+        else:
+            rule = f"{_HEADER_RULE}; cause, if any, is an earlier seq ({SPEC_RECORD})"
+        raise InvalidInputError(f"{where}: {exc.message}", hint=rule) from None
 
 
 def _check_field(value: Any, what: str, where: str) -> None:

@@ -380,6 +380,27 @@ class Timeline:
         else:
             self.base_seq = int(base_label) if base_label and base_label.isdecimal() and base_label.isascii() else 0
 
+    def check(self, limit: int = 20_000) -> None:
+        """Read the tail's events as a view would, so that one that does not follow
+        formats/events.md is an error before anything is shown: all of them for a tail
+        of up to `limit` events; for a longer one (read only where it is shown) the first
+        and last `limit // 2`, the rest as they are reached.
+
+        Raises:
+            InvalidInputError naming the event, the rule and the spec section.
+        """
+        n = len(self.events)
+        idx = range(n) if n <= limit else [*range(limit // 2), *range(n - limit // 2, n)]
+        prev: int | None = None
+        for i in idx:
+            ev = self.event(i, keep=False)
+            if prev is not None and ev.seq <= prev:
+                raise InvalidInputError(
+                    f"checkpoint {self.id[:12]}: events[{i}] has seq {ev.seq}, not after the previous event's {prev}",
+                    hint="a tail is in strictly increasing seq order (formats/events.md#checkpoints-snapshot-and-tail)",
+                )
+            prev = ev.seq
+
     @classmethod
     def open(cls, ck: Checkpoint, *, reducers: Reducers | None = None, **kwargs: Any) -> Timeline:
         """The timeline of checkpoint `ck`: its events section read lazily, its other

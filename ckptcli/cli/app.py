@@ -47,7 +47,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
-COMMANDS = ("init", "take", "ls", "show", "cat", "diff", "restore", "verify", "export", "import_", "tag", "branch", "refs", "reflog", "reset", "compat", "prune", "repair", "migrate", "replay", "fork", "tui", "doctor", "stats", "ls_files", "dump", "completion", "help")
+COMMANDS = ("init", "take", "ls", "show", "cat", "diff", "restore", "verify", "export", "import_", "tag", "branch", "refs", "reflog", "reset", "compat", "prune", "repair", "migrate", "replay", "fork", "log", "bisect", "tui", "doctor", "stats", "ls_files", "dump", "completion", "help")
 
 # The global options: accepted before the verb (`ckpt --store X ls`, as restic's -r and
 # git's -C) and after it (`ckpt ls --store X`). Before the verb they land here, through

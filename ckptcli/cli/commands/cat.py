@@ -11,9 +11,10 @@ from ckptcli.cli.output import emit_spooled, exit_status
 from ckptcli.errors import ExitCode
 
 
-@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED))
+@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED))
 def cat(
     ref: Annotated[str, typer.Argument(help="Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file.")],
+    snapshot: Annotated[bool, typer.Option("--snapshot", help="Print the stored sections of a recorded checkpoint (the state before its tail).")] = False,
     store: StoreOpt = None,
 ) -> None:
     """Print the whole checkpoint (manifest and every section) as JSON.
@@ -25,16 +26,30 @@ def cat(
     that decodes to more than CKPT_MAX_DECODED_BYTES (default 4 GiB) is refused before
     anything is printed.
 
+    A recorded checkpoint (one with an event tail, formats/events.md) is printed at its
+    state: the sections hold the snapshot with the tail applied, as `ckpt replay` gives
+    it, and "state" says so ({"seq", "snapshot_seq", "tail", "events", "applied"});
+    --snapshot prints the stored sections (the state at the previous checkpoint). The
+    parts the tail changes are decoded in memory (bounded by CKPT_MAX_HELD_BYTES).
+
     Examples:
 
       ckpt cat latest | jq .sections.memory
+
+      ckpt cat agent:bot --snapshot | jq .state
 
       ckpt cat exported.ckpt > decoded.json
     """
     import sys
 
     from ckptcli import api
+    from ckptcli.stateat import state_at
 
-    ck = api.open_checkpoint(ref, store_path=store)
+    at = state_at(api.open_checkpoint(ref, store_path=store), snapshot=snapshot, lenient=True)
     # indented for a person at a terminal; compact (and faster to write) for a program
-    emit_spooled(lambda out: ck.write_view(out, indent=2 if sys.stdout.isatty() else None))
+    emit_spooled(lambda out: at.write_view(out, indent=2 if sys.stdout.isatty() else None))
+    if at.problem is not None:
+        from ckptcli.cli.app import warn
+        from ckptcli.stateat import problem_warning
+
+        warn(problem_warning(at.problem))

@@ -17,7 +17,7 @@ STYLES = {"header": "bold", "section": "bold cyan", "add": "green", "remove": "r
 
 @app.command(
     epilog=exit_status(
-        ExitCode.FAILURE, ExitCode.NOT_FOUND, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED
+        ExitCode.FAILURE, ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED
     )
 )
 def diff(
@@ -27,6 +27,11 @@ def diff(
         str | None,
         typer.Option("--section", help="Compare only this section (memory, plan, tools, events, blobs, ext:NS).", show_default=False),
     ] = None,
+    path: Annotated[
+        str | None,
+        typer.Option("--path", metavar="JSON-POINTER", help="Compare only the value at this JSON Pointer of the state (e.g. /memory/user/name).", show_default=False),
+    ] = None,
+    snapshot: Annotated[bool, typer.Option("--snapshot", help="Compare the stored sections of recorded checkpoints, not the states at them.")] = False,
     stat: Annotated[bool, typer.Option("--stat", help="Print only the counts of changes per section.")] = False,
     exit_code: Annotated[bool, typer.Option("--exit-code", help="Exit with 1 when the checkpoints differ, 0 when they do not.")] = False,
     store: StoreOpt = None,
@@ -51,6 +56,12 @@ def diff(
     sits at another seq is no change): --json then adds "writes", [{"op", "task_id",
     "idx", "channel", "old", "new"}].
 
+    A recorded checkpoint (one with an event tail, formats/events.md) is compared at its
+    state: its snapshot with the tail applied, as `ckpt replay` gives it (a header line
+    says "state at seq N (snapshot at seq B + tail B+1..N)"; --json adds "states").
+    --snapshot compares the stored sections instead. --path compares one value only,
+    walking down to it by hashes (--json adds "path").
+
     Examples:
 
       ckpt diff good latest
@@ -62,11 +73,13 @@ def diff(
       ckpt diff good latest --json | jq .patch
 
       ckpt diff good latest --exit-code > /dev/null || echo changed
+
+      ckpt diff agent:bot~1 agent:bot --path /memory/user/name
     """
     from ckptcli.diff import diff_checkpoints, open_pair, render
 
     a, b = open_pair(ref_a, ref_b, store_path=store)
-    result = diff_checkpoints(a, b, section=section)
+    result = diff_checkpoints(a, b, section=section, path=path, snapshot=snapshot)
     if as_json:
         emit_json(result.to_dict(stat=stat))
     else:
@@ -81,5 +94,11 @@ def diff(
 
             for kind, text in lines:
                 console.print(Text(text, style=STYLES.get(kind, "")))
+    for problem in dict.fromkeys(st["problem"] for st in result.states.values() if "problem" in st):
+        # a tail that does not replay: said once the output is written
+        from ckptcli.cli.app import warn
+        from ckptcli.stateat import problem_warning
+
+        warn(problem_warning(problem))
     if exit_code and not result.same:
         raise typer.Exit(int(ExitCode.FAILURE))

@@ -11,14 +11,20 @@ from ckptcli.cli.output import emit_json, exit_status, human_size, out
 from ckptcli.errors import ExitCode
 
 
-@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED))
+@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED))
 def show(
     ref: Annotated[str, typer.Argument(help="Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file.")],
     section: Annotated[str | None, typer.Option("--section", help="Print this section in full (memory, plan, tools, events, blobs, ext:NS).", show_default=False)] = None,
+    snapshot: Annotated[bool, typer.Option("--snapshot", help="Show the stored sections of a recorded checkpoint (the state before its tail).")] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show a checkpoint's metadata and sections.
+
+    A recorded checkpoint (one with an event tail, formats/events.md) is shown at its
+    state: its snapshot with the tail applied, as `ckpt replay` gives it (a line says
+    "snapshot at seq B, tail B+1..N"; --json adds "state": {"seq", "snapshot_seq",
+    "tail", "events", "applied"}). --snapshot shows the stored sections instead.
 
     Examples:
 
@@ -29,23 +35,31 @@ def show(
       ckpt show agent:bot~2 --json
 
       ckpt show exported.ckpt
+
+      ckpt show agent:bot --section memory --snapshot
     """
     from ckptcli import api
     from ckptcli.jsonview import to_json
+    from ckptcli.stateat import state_at
 
     ck = api.open_checkpoint(ref, store_path=store)
+    at = state_at(ck, snapshot=snapshot, lenient=True)
     if section is not None:
-        value = to_json(ck.section(section, lazy_bytes=section == "blobs"))
+        if section not in ck.manifest.sections and section not in at.section_parts():
+            ck.section(section)  # the usual error
+        value = to_json(at.section(section, lazy_bytes=section == "blobs"))
         if as_json:
             emit_json(value)
         else:
             import json
 
             out().print_json(json.dumps(value, ensure_ascii=False))
+        _warn_after(at.problem)
         return
-    info = ck.summary()
+    info = at.summary()
     if as_json:
         emit_json(info)
+        _warn_after(at.problem)
         return
     c = out()
     c.print(f"checkpoint {info['id']}", markup=False)
@@ -59,9 +73,29 @@ def show(
     c.print(f"producer   {info['producer'].get('name', '?')} {info['producer'].get('version', '')}  (format {info['format']})", markup=False)
     if info["schema_version"] is not None:
         c.print(f"schema     {info['schema_version']}", markup=False)
+    if "state" in info and "problem" in info["state"]:
+        c.print("state      stored sections (its events section does not replay: see the warning)", markup=False)
+    elif "state" in info:
+        st = info["state"]
+        where = f"snapshot at seq {st['snapshot_seq']}, tail {st['tail'][0]}..{st['tail'][1]}"
+        if st["applied"]:
+            c.print(f"state      at seq {st['seq']} ({where}); sections below are at seq {st['seq']} (--snapshot: as stored)", markup=False)
+        else:
+            c.print(f"state      {where}; sections below are the stored snapshot at seq {st['snapshot_seq']}", markup=False)
     c.print("sections", markup=False)
     for name, d in info["sections"].items():
         extra = f"{d['items']} items, " if "items" in d else ""
         if "files" in d:
             extra += f"{d['files']} files, "
         c.print(f"  {name:<12} {d['type']:<7} {extra}{human_size(d['bytes'])}", markup=False)
+    _warn_after(at.problem)
+
+
+def _warn_after(problem: str | None) -> None:
+    """A tail that does not replay: said once the output is written (an error later
+    stays the one line on stderr)."""
+    if problem is not None:
+        from ckptcli.cli.app import warn
+        from ckptcli.stateat import problem_warning
+
+        warn(problem_warning(problem))

@@ -18,7 +18,7 @@ def take(
     document: Annotated[str | None, typer.Argument(help="State document (JSON or msgpack) path, or - for stdin.", show_default=False)] = None,
     subject: Annotated[str, typer.Option("--subject", "-S", help="What this is a checkpoint of, as KIND:NAME (agent, workflow, process).")] = "agent:default",
     label: Annotated[list[str] | None, typer.Option("--label", "-l", help="KEY=VALUE label; repeatable.", show_default=False)] = None,
-    parent: Annotated[list[str] | None, typer.Option("--parent", "-p", help="Parent checkpoint; repeatable (default: the subject's latest).", show_default=False)] = None,
+    parent: Annotated[list[str] | None, typer.Option("--parent", help="Parent checkpoint; repeatable (default: the subject's latest).", show_default=False)] = None,
     root: Annotated[bool, typer.Option("--root", help="Take a checkpoint with no parent.")] = False,
     message: Annotated[str, typer.Option("--message", "-m", help="A note stored with the checkpoint.")] = "",
     blob: Annotated[list[str] | None, typer.Option("--blob", help="NAME=PATH: a file or directory to store; repeatable.", show_default=False)] = None,
@@ -80,6 +80,9 @@ def take(
             raise InvalidInputError(f"{document} is a directory", hint="use --blob NAME=DIR to store a directory") from None
         except OSError as exc:
             raise StoreIOError(f"cannot read {document}: {exc.strerror}") from None
+    from ckptcli.stateat import replay_problem
+
+    problem = replay_problem(state)
     st = open_store(store)
     result = api.take(
         st,
@@ -95,6 +98,8 @@ def take(
         force_read=force_read,
         progress=BarProgress(),
     )
+    if problem is not None:
+        sys.stderr.write(f"ckpt: warning: its events section will not replay (ckpt replay, fork, tui --timeline refuse it): {problem}\n")
     for changed in result.capture.changed:
         sys.stderr.write(f"ckpt: warning: {changed}; take it again when it is quiet to be sure of a consistent copy\n")
     if as_json:

@@ -62,7 +62,7 @@ def tui_cmd(
       ckpt tui latest --reducers myagent.reducers:REDUCERS
     """
     from ckptcli import api
-    from ckptcli.errors import UsageError
+    from ckptcli.errors import InvalidInputError, UsageError
 
     source: api.Source
     checkpoint: bytes | None = None
@@ -76,15 +76,27 @@ def tui_cmd(
         source = st
         if target is not None:
             checkpoint = st.resolve(target)
-    if timeline:
-        if checkpoint is None:
-            raise UsageError("--timeline needs a checkpoint", hint="give a checkpoint file or a reference: ckpt tui latest --timeline")
-        from ckptcli.timeline import events_root
-
-        events_root(api.Checkpoint(source, checkpoint))
     from ckptcli.replay import load_reducers
 
     red = load_reducers(reducers or [])
+    # everything the first screen reads is read here, so that a missing manifest or a
+    # tail that breaks formats/events.md is one line and its exit code, not a crash in the app
+    opened = api.Checkpoint(source, checkpoint) if checkpoint is not None else None
+    if timeline:
+        if opened is None:
+            raise UsageError("--timeline needs a checkpoint", hint="give a checkpoint file or a reference: ckpt tui latest --timeline")
+        from ckptcli.events import STATE_KEYS
+        from ckptcli.timeline import LazyList, Timeline, events_root
+
+        where = f"checkpoint {opened.hex[:12]}"
+        bad = [k for k in opened.manifest.layout.get("keys", []) if k not in (*STATE_KEYS, "events")]
+        if bad:
+            raise InvalidInputError(
+                f"{where}: the snapshot has a key {bad[0]!r}",
+                hint="a snapshot is a state: memory, plan, tools, ext (formats/events.md#terminology)",
+            )
+        # the events only (the snapshot is decoded once, by the timeline screen)
+        Timeline(LazyList(opened.source, events_root(opened), f"{where}: events"), {}, id=opened.hex).check()
     if not (sys.stdout.isatty() and sys.stdin.isatty()):
         raise UsageError(
             "ckpt tui draws on a terminal, and stdin or stdout is not one",
