@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -29,6 +29,24 @@ def diff(
     ] = None,
     stat: Annotated[bool, typer.Option("--stat", help="Print only the counts of changes per section.")] = False,
     exit_code: Annotated[bool, typer.Option("--exit-code", help="Exit with 1 when the checkpoints differ, 0 when they do not.")] = False,
+    ignore_order: Annotated[bool, typer.Option("--ignore-order", help="Tolerant: compare lists as multisets (order is noise).")] = False,
+    significant_digits: Annotated[
+        int | None,
+        typer.Option("--significant-digits", metavar="N", help="Tolerant: compare floats to N digits after the point.", show_default=False),
+    ] = None,
+    tolerance: Annotated[
+        float | None,
+        typer.Option("--tolerance", metavar="EPS", help="Tolerant: numbers closer than EPS (absolute) are equal.", show_default=False),
+    ] = None,
+    exclude_path: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--exclude-path",
+            metavar="REGEX",
+            help="Tolerant: drop changes whose JSON Pointer matches REGEX (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -51,6 +69,12 @@ def diff(
     sits at another seq is no change): --json then adds "writes", [{"op", "task_id",
     "idx", "channel", "old", "new"}].
 
+    Tolerant comparison (the same apart from noise?): --ignore-order, --significant-digits,
+    --tolerance and --exclude-path compare the two decoded states again with deepdiff,
+    only when the exact diff found a change. Changes print as above, paths as JSON
+    Pointers in --json; "patch" then lists the differences found (with --ignore-order
+    not operations to apply in order). Blobs are still compared exactly.
+
     Examples:
 
       ckpt diff good latest
@@ -62,11 +86,18 @@ def diff(
       ckpt diff good latest --json | jq .patch
 
       ckpt diff good latest --exit-code > /dev/null || echo changed
+
+      ckpt diff run1 run2 --ignore-order --tolerance 1e-6 --exclude-path '/ts$'
     """
     from ckptcli.diff import diff_checkpoints, open_pair, render
 
     a, b = open_pair(ref_a, ref_b, store_path=store)
     result = diff_checkpoints(a, b, section=section)
+    tol = _tolerance(ignore_order, significant_digits, tolerance, exclude_path)
+    if tol is not None:
+        from ckptcli.tolerant import tolerant_diff
+
+        result = tolerant_diff(a, b, result, tol)
     if as_json:
         emit_json(result.to_dict(stat=stat))
     else:
@@ -83,3 +114,15 @@ def diff(
                 console.print(Text(text, style=STYLES.get(kind, "")))
     if exit_code and not result.same:
         raise typer.Exit(int(ExitCode.FAILURE))
+
+
+def _tolerance(ignore_order: bool, significant_digits: int | None, tolerance: float | None, exclude: list[str] | None) -> Any:
+    """The tolerant options as a ckptcli.tolerant.Tolerance, or None when none was given
+    (the exact diff alone: deepdiff is not imported)."""
+    if not (ignore_order or significant_digits is not None or tolerance is not None or exclude):
+        return None
+    from ckptcli.tolerant import Tolerance
+
+    tol = Tolerance(ignore_order, significant_digits, tolerance, tuple(exclude or ()))
+    tol.check()
+    return tol
