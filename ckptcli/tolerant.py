@@ -121,6 +121,17 @@ def deepdiff_changes(old: Any, new: Any, tol: Tolerance) -> list[tuple[str, tupl
     return out
 
 
+def same_apart_from_noise(a: Any, b: Any, tol: Tolerance) -> bool:
+    """Whether two decoded values differ only in `tol`'s noise (exclusions searched in
+    JSON Pointers from the values' root, e.g. "/result/ts")."""
+    tol.check()
+    patterns = tol.patterns()
+    return all(
+        any(p.search(pointer(_json_path(b if op != "remove" else a, path))) for p in patterns)
+        for op, path, _o, _n in deepdiff_changes(a, b, tol)
+    )
+
+
 def _digits(eps: float) -> int:
     """Decimal digits after the point that resolve `eps`: 1e-6 -> 6, 0.05 -> 2."""
     if eps <= 0:
@@ -199,4 +210,4 @@ def tolerant_diff(a: Checkpoint, b: Checkpoint, exact: DiffResult, tol: Toleranc
     return DiffResult(exact.a, exact.b, changes, exact.blobs, exact.section)
 
 
-__all__ = ["Tolerance", "deepdiff_changes", "tolerant_diff"]
+__all__ = ["Tolerance", "deepdiff_changes", "same_apart_from_noise", "tolerant_diff"]

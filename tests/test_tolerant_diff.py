@@ -154,3 +154,36 @@ def test_real_process_no_color(st_dir: Path, tmp_path: Path, cli) -> None:  # ty
     r = run_ckpt("diff", a, b, "--store", st_dir, "--ignore-order", "--tolerance", "1e-6", env={"NO_COLOR": "1"})
     assert r.returncode == 0 and b"\x1b[" not in r.stdout
     assert r.stdout.decode().splitlines()[1:] == ["memory", "  ~ y: 1 -> 2", "1 change: memory 1 changed"]
+
+
+# -- replay --check ignores the same declared noise ---------------------------------------
+
+STEP = """
+def step(ctx, event):
+    ctx.emit("memory.set", path=["seen"], value={"tags": TAGS, "score": SCORE, "meta": {"ts": TS}})
+"""
+
+
+def test_replay_check_ignores_declared_noise(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    from ckptcli.api import open_store
+    from ckptcli.recorder import Recorder
+
+    store_dir = tmp_path / "store"
+    assert cli("init", store_dir).code == 0
+    ns: dict[str, Any] = {"TAGS": ["a", "b"], "SCORE": 0.5, "TS": 1}
+    exec(STEP, ns)  # the recorded step: the same text as the module the check imports
+    with Recorder.open(open_store(store_dir), "agent:n", tmp_path / "j") as rec:
+        rec.step(ns["step"], "message.append", message="hi", sender="user")
+        cid = rec.checkpoint().hex
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def check_with(tags: list[str], score: float, ts: int, *opts: str) -> int:
+        (work / "noisy.py").write_text(f"TAGS = {tags!r}\nSCORE = {score!r}\nTS = {ts!r}\n" + STEP)
+        p = run_ckpt("replay", cid, "--check", "noisy:step", "--store", store_dir, *opts, cwd=work)
+        return p.returncode
+
+    noise = ["--ignore-order", "--tolerance", "1e-6", "--exclude-path", "/meta/ts$"]
+    assert check_with(["b", "a"], 0.5 + 1e-9, 2) == ExitCode.DIVERGED  # exact: noise is a divergence
+    assert check_with(["b", "a"], 0.5 + 1e-9, 2, *noise) == 0
+    assert check_with(["b", "a"], 0.75, 2, *noise) == ExitCode.DIVERGED  # a real change still is
