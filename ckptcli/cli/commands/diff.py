@@ -47,6 +47,7 @@ def diff(
             show_default=False,
         ),
     ] = None,
+    show_all: Annotated[bool, typer.Option("--all", help="LangGraph checkpoints: also show LangGraph's bookkeeping and messages as stored.")] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -64,7 +65,10 @@ def diff(
     only key starts with "$" as {"$map": {...}}) into B's; "blobs_patch" does the same
     for the blob listing (path -> type, size, mode and content id; never the content).
     Key order and file times are not compared. With --section, both cover that section
-    only; with --stat, only the summary is printed. Two LangGraph checkpoints' pending
+    only; with --stat, only the summary is printed. Between LangGraph checkpoints,
+    messages read `role: text` (tool calls `ai: → name(arg=...)`) and LangGraph's
+    bookkeeping (channel versions, versions seen, branch:to:* channels) is left out of
+    the text; --all shows it as stored. Two LangGraph checkpoints' pending
     writes are compared by task id and write index, not by position (a write that only
     sits at another seq is no change): --json then adds "writes", [{"op", "task_id",
     "idx", "channel", "old", "new"}].
@@ -101,7 +105,12 @@ def diff(
     if as_json:
         emit_json(result.to_dict(stat=stat))
     else:
-        lines = [(kind, ("  " if kind in ("add", "remove", "change") else "") + text) for kind, text in render(result, stat=stat)]
+        shown = result
+        if not show_all and "langgraph.checkpoint" in b.manifest.labels:
+            from ckptcli.adapters.langgraph_render import for_people
+
+            shown = for_people(result)
+        lines = [(kind, ("  " if kind in ("add", "remove", "change") else "") + text) for kind, text in render(shown, stat=stat)]
         console = out()
         if console.color_system is None:
             # plain text (NO_COLOR, or not a terminal): written directly, which is much
