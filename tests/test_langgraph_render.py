@@ -36,3 +36,14 @@ def test_a_support_thread_reads_as_messages(tmp_path: Path, cli: Any) -> None:
     assert "channel_versions" in everything and '"$ext"' in everything
     # --json is the exact form: the messages as stored
     assert all('"$ext"' in e or "channel_versions" in e for e in exact)
+
+
+def test_show_section_reads_messages(tmp_path: Path, cli: Any) -> None:
+    store = tmp_path / "store"
+    with CkptSaver.open(store) as saver:
+        graph = support_builder().compile(checkpointer=saver)
+        graph.invoke(ask("A-7", 0), {"configurable": {"thread_id": "t1"}})
+    text = cli("show", "agent:t1", "--section", "memory", "--store", store).out
+    assert "human: where is my order A-7" in text and "ai: → orders_lookup(order=A-7)" in text and "$ext" not in text
+    assert "$ext" in cli("show", "agent:t1", "--section", "memory", "--store", store, "--all").out
+    assert "$ext" in cli("show", "agent:t1", "--section", "memory", "--store", store, "--json").out
