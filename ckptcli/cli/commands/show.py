@@ -11,15 +11,10 @@ from ckptcli.cli.output import emit_json, exit_status, human_size, out
 from ckptcli.errors import ExitCode
 
 
-@app.command(
-    epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED)
-)
+@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED))
 def show(
     ref: Annotated[str, typer.Argument(help="Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file.")],
-    section: Annotated[
-        str | None,
-        typer.Option("--section", help="Print this section in full (memory, plan, tools, events, blobs, ext:NS).", show_default=False),
-    ] = None,
+    section: Annotated[str | None, typer.Option("--section", help="Print this section in full (memory, plan, tools, events, blobs, ext:NS).", show_default=False)] = None,
     show_all: Annotated[
         bool, typer.Option("--all", help="LangGraph checkpoints: print --section values exactly as stored (messages as $ext views).")
     ] = False,
@@ -71,9 +66,7 @@ def show(
         c.print("labels     " + " ".join(f"{k}={v}" for k, v in info["labels"].items()), markup=False)
     if info["message"]:
         c.print(f"message    {info['message']}", markup=False)
-    c.print(
-        f"producer   {info['producer'].get('name', '?')} {info['producer'].get('version', '')}  (format {info['format']})", markup=False
-    )
+    c.print(f"producer   {info['producer'].get('name', '?')} {info['producer'].get('version', '')}  (format {info['format']})", markup=False)
     if info["schema_version"] is not None:
         c.print(f"schema     {info['schema_version']}", markup=False)
     c.print("sections", markup=False)
