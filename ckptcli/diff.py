@@ -48,7 +48,9 @@ deepdiff is not used here, even where hashes differ: its report is not a patch (
 list item has its index in A, an added one its index in B, and ordering them into valid
 operations is a second diff), and its equality is not ckpt's (0.0 equals -0.0, NaN differs
 from itself), so the patch would miss changes. It is the baseline that bench/diff.py
-measures this walk against.
+measures this walk against, and the second pass of the tolerant options (`ckptcli.tolerant`:
+"the same apart from list order, float noise and excluded paths?"), which runs only after
+this walk has found a change.
 """
 
 from __future__ import annotations

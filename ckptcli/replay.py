@@ -58,6 +58,7 @@ from ckptcli.events import (
 if TYPE_CHECKING:
     from ckptcli.api import Checkpoint, TakeResult
     from ckptcli.store.repository import Store
+    from ckptcli.tolerant import Tolerance
 
 StepFunc = Callable[[StepContext, Event], Any]
 
@@ -98,7 +99,9 @@ class Tail:
                 hint="replay an earlier checkpoint (its parent) to reach it",
             )
         if to_seq > self.last_seq:
-            raise NotFoundError(f"seq {to_seq} is after checkpoint {self.id[:12]}: its tail ends at seq {self.last_seq}", hint="replay a later checkpoint")
+            raise NotFoundError(
+                f"seq {to_seq} is after checkpoint {self.id[:12]}: its tail ends at seq {self.last_seq}", hint="replay a later checkpoint"
+            )
         n = 0
         while n < len(self.events) and self.events[n].seq <= to_seq:
             n += 1
@@ -125,7 +128,10 @@ def load_tail(ck: Checkpoint) -> Tail:
         for i, item in enumerate(raw):
             ev = event_from_map(item, f"{where}: events[{i}]")
             if ev.seq <= prev:
-                raise InvalidInputError(f"{where}: events[{i}] has seq {ev.seq}, not after the previous event's {prev}", hint="a tail is in increasing seq order")
+                raise InvalidInputError(
+                    f"{where}: events[{i}] has seq {ev.seq}, not after the previous event's {prev}",
+                    hint="a tail is in increasing seq order",
+                )
             prev = ev.seq
             events.append(ev)
         if events:
@@ -331,21 +337,37 @@ def _shown(ev: Event | None) -> dict[str, Any] | None:
     return {"kind": ev.kind, **ev.fields}
 
 
-def _same_event(recorded: Event, actual: Event) -> bool:
+def _same_event(recorded: Event, actual: Event, tolerance: Tolerance | None = None) -> bool:
     if recorded.kind != actual.kind:
         return False
     ignore = {"call_id"} if recorded.kind in (TOOL_CALL, TOOL_RESULT) else set()
     a = {k: v for k, v in recorded.fields.items() if k not in ignore}
     b = {k: v for k, v in actual.fields.items() if k not in ignore}
-    return same_value(a, b)
+    if same_value(a, b):
+        return True
+    if tolerance is None or not tolerance.active:
+        return False
+    from ckptcli.tolerant import same_apart_from_noise  # deepdiff: only when asked for
+
+    return same_apart_from_noise(a, b, tolerance)
 
 
 class _ReplayContext(StepContext):
     """The step context of a check: emitted events are compared with the recording, tool
     calls answered from it."""
 
-    def __init__(self, report: CheckReport, input_event: Event, state: State, events: list[Event], pos: int, reducers: Reducers) -> None:
+    def __init__(
+        self,
+        report: CheckReport,
+        input_event: Event,
+        state: State,
+        events: list[Event],
+        pos: int,
+        reducers: Reducers,
+        tolerance: Tolerance | None = None,
+    ) -> None:
         self.input = input_event
+        self._tolerance = tolerance
         self._report = report
         self._state = state
         self._events = events
@@ -398,7 +420,7 @@ class _ReplayContext(StepContext):
         if rec is None:
             self.diverge(seq, f"the recorded step for input {self.input.seq} had ended; the replayed step emitted more", None, actual)
         assert rec is not None
-        if not _same_event(rec, actual):
+        if not _same_event(rec, actual, self._tolerance):
             self.diverge(seq, "the replayed step emitted a different event", rec, actual)
         self._state = new_state
         self._last_seq = seq
@@ -446,7 +468,9 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
     return {"message": str(exc), "type": type(exc).__name__}
 
 
-def check(source: Checkpoint | Tail, step: StepFunc, *, reducers: Reducers | None = None) -> CheckReport:
+def check(
+    source: Checkpoint | Tail, step: StepFunc, *, reducers: Reducers | None = None, tolerance: Tolerance | None = None
+) -> CheckReport:
     """Re-run `step` over the tail's inputs and compare what it emits with the recording.
 
     A checkpoint taken in the middle of a step (before a risky tool, say) starts its tail
@@ -455,7 +479,10 @@ def check(source: Checkpoint | Tail, step: StepFunc, *, reducers: Reducers | Non
     re-runs the whole step (`from_seq` says where). When the ancestors are not there (a
     checkpoint file, a pruned parent), or given a bare Tail, those events are applied as
     recorded and counted as `unchecked`. A last step that runs past the end of the tail is
-    checked up to there (`partial_step`).
+    checked up to there (`partial_step`). With `tolerance` (ckptcli.tolerant.Tolerance),
+    an emitted event whose fields differ from the recorded one's only in that noise
+    (list order, float digits, fields whose JSON Pointer, e.g. "/result/ts", matches an
+    exclusion) matches it.
 
     Raises:
         what replaying the recorded events raises (InvalidInputError, NotFoundError for a
@@ -483,7 +510,7 @@ def check(source: Checkpoint | Tail, step: StepFunc, *, reducers: Reducers | Non
             continue
         state = red.apply(state, ev)
         report.steps += 1
-        ctx = _ReplayContext(report, ev, state, events, i + 1, red)
+        ctx = _ReplayContext(report, ev, state, events, i + 1, red, tolerance)
         try:
             try:
                 step(ctx, ev)
@@ -625,4 +652,3 @@ def fork(
         move_latest=move_latest,
         reason=f"fork: {ck.hex[:12]} at seq {at_seq}",
     )
-

@@ -200,7 +200,7 @@ def test_diff_of_two_revisions_compares_writes_by_task_and_index(tmp_path: Path,
     writes = got["writes"]
     assert sorted(w["channel"] for w in writes if w["op"] == "add") == ["__resume__", "__resume__", "branch:to:tools", "steps"], writes
     assert [w for w in writes if w["op"] != "add"] == [] and got["summary"]["sections"]["events"] == {"added": 4, "removed": 0, "changed": 0}
-    text = cli("diff", rev1, rev2["id"], "--section", "events", "--store", store).out
+    text = cli("diff", rev1, rev2["id"], "--section", "events", "--store", store, "--all").out  # with the branch:to:* write
     lines = [line.strip() for line in text.splitlines()[1:-1] if line.strip() != "events"]
     assert len(lines) == 4 and all(line.startswith("+ write ") for line in lines), text
     assert any(line.startswith("+ write ") and line.endswith(', steps: ["approve:yes"]') for line in lines), text

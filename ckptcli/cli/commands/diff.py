@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, out
-from ckptcli.errors import ExitCode
+from ckptcli.errors import ExitCode, UsageError
 
 REF_HELP = "Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file."
 STYLES = {"header": "bold", "section": "bold cyan", "add": "green", "remove": "red", "change": "yellow", "summary": "dim"}
@@ -34,6 +34,25 @@ def diff(
     snapshot: Annotated[bool, typer.Option("--snapshot", help="Compare the stored sections of recorded checkpoints, not the states at them.")] = False,
     stat: Annotated[bool, typer.Option("--stat", help="Print only the counts of changes per section.")] = False,
     exit_code: Annotated[bool, typer.Option("--exit-code", help="Exit with 1 when the checkpoints differ, 0 when they do not.")] = False,
+    ignore_order: Annotated[bool, typer.Option("--ignore-order", help="Tolerant: compare lists as multisets (order is noise).")] = False,
+    significant_digits: Annotated[
+        int | None,
+        typer.Option("--significant-digits", metavar="N", help="Tolerant: compare floats to N digits after the point.", show_default=False),
+    ] = None,
+    tolerance: Annotated[
+        float | None,
+        typer.Option("--tolerance", metavar="EPS", help="Tolerant: numbers closer than EPS (absolute) are equal.", show_default=False),
+    ] = None,
+    exclude_path: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--exclude-path",
+            metavar="REGEX",
+            help="Tolerant: drop changes whose JSON Pointer matches REGEX (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
+    show_all: Annotated[bool, typer.Option("--all", help="LangGraph checkpoints: also show LangGraph's bookkeeping and messages as stored.")] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -51,7 +70,10 @@ def diff(
     only key starts with "$" as {"$map": {...}}) into B's; "blobs_patch" does the same
     for the blob listing (path -> type, size, mode and content id; never the content).
     Key order and file times are not compared. With --section, both cover that section
-    only; with --stat, only the summary is printed. Two LangGraph checkpoints' pending
+    only; with --stat, only the summary is printed. Between LangGraph checkpoints,
+    messages read `role: text` (tool calls `ai: → name(arg=...)`) and LangGraph's
+    bookkeeping (channel versions, versions seen, branch:to:* channels) is left out of
+    the text; --all shows it as stored. Two LangGraph checkpoints' pending
     writes are compared by task id and write index, not by position (a write that only
     sits at another seq is no change): --json then adds "writes", [{"op", "task_id",
     "idx", "channel", "old", "new"}].
@@ -61,6 +83,12 @@ def diff(
     says "state at seq N (snapshot at seq B + tail B+1..N)"; --json adds "states").
     --snapshot compares the stored sections instead. --path compares one value only,
     walking down to it by hashes (--json adds "path").
+
+    Tolerant comparison (the same apart from noise?): --ignore-order, --significant-digits,
+    --tolerance and --exclude-path compare the two decoded states again with deepdiff,
+    only when the exact diff found a change. Changes print as above, paths as JSON
+    Pointers in --json; "patch" then lists the differences found (with --ignore-order
+    not operations to apply in order). Blobs are still compared exactly.
 
     Examples:
 
@@ -75,15 +103,29 @@ def diff(
       ckpt diff good latest --exit-code > /dev/null || echo changed
 
       ckpt diff agent:bot~1 agent:bot --path /memory/user/name
+
+      ckpt diff run1 run2 --ignore-order --tolerance 1e-6 --exclude-path '/ts$'
     """
     from ckptcli.diff import diff_checkpoints, open_pair, render
 
     a, b = open_pair(ref_a, ref_b, store_path=store)
     result = diff_checkpoints(a, b, section=section, path=path, snapshot=snapshot)
+    tol = _tolerance(ignore_order, significant_digits, tolerance, exclude_path)
+    if tol is not None:
+        if path is not None:
+            raise UsageError("--path compares one value exactly; narrow a tolerant comparison with --section and --exclude-path", hint="see `ckpt diff --help`")
+        from ckptcli.tolerant import tolerant_diff
+
+        result = tolerant_diff(a, b, result, tol, snapshot=snapshot)
     if as_json:
         emit_json(result.to_dict(stat=stat))
     else:
-        lines = [(kind, ("  " if kind in ("add", "remove", "change") else "") + text) for kind, text in render(result, stat=stat)]
+        shown = result
+        if not show_all and "langgraph.checkpoint" in b.manifest.labels:
+            from ckptcli.adapters.langgraph_render import for_people
+
+            shown = for_people(result)
+        lines = [(kind, ("  " if kind in ("add", "remove", "change") else "") + text) for kind, text in render(shown, stat=stat)]
         console = out()
         if console.color_system is None:
             # plain text (NO_COLOR, or not a terminal): written directly, which is much
@@ -102,3 +144,15 @@ def diff(
         warn(problem_warning(problem))
     if exit_code and not result.same:
         raise typer.Exit(int(ExitCode.FAILURE))
+
+
+def _tolerance(ignore_order: bool, significant_digits: int | None, tolerance: float | None, exclude: list[str] | None) -> Any:
+    """The tolerant options as a ckptcli.tolerant.Tolerance, or None when none was given
+    (the exact diff alone: deepdiff is not imported)."""
+    if not (ignore_order or significant_digits is not None or tolerance is not None or exclude):
+        return None
+    from ckptcli.tolerant import Tolerance
+
+    tol = Tolerance(ignore_order, significant_digits, tolerance, tuple(exclude or ()))
+    tol.check()
+    return tol

@@ -17,7 +17,10 @@ REF_HELP = "Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or 
 ReducersOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--reducers", metavar="MODULE:NAME", help="Reducers for custom event kinds: a mapping of kind -> function; repeatable.", show_default=False
+        "--reducers",
+        metavar="MODULE:NAME",
+        help="Reducers for custom event kinds: a mapping of kind -> function; repeatable.",
+        show_default=False,
     ),
 ]
 
@@ -38,14 +41,44 @@ def replay_cmd(
     ref: Annotated[str, typer.Argument(help=REF_HELP)],
     to: Annotated[
         str | None,
-        typer.Option("--to", metavar="SEQ|TIME", help="Stop after this event: a seq number, or a time (ISO 8601, or an age such as 10m).", show_default=False),
+        typer.Option(
+            "--to",
+            metavar="SEQ|TIME",
+            help="Stop after this event: a seq number, or a time (ISO 8601, or an age such as 10m).",
+            show_default=False,
+        ),
     ] = None,
     step: Annotated[bool, typer.Option("--step", help="Print each event and what it changed.")] = False,
     check: Annotated[
         str | None,
-        typer.Option("--check", metavar="MODULE:FUNC", help="Re-run this step function over the recorded inputs and report the first divergence.", show_default=False),
+        typer.Option(
+            "--check",
+            metavar="MODULE:FUNC",
+            help="Re-run this step function over the recorded inputs and report the first divergence.",
+            show_default=False,
+        ),
     ] = None,
     reducers: ReducersOpt = None,
+    ignore_order: Annotated[bool, typer.Option("--ignore-order", help="With --check: emitted lists may differ in order.")] = False,
+    significant_digits: Annotated[
+        int | None,
+        typer.Option(
+            "--significant-digits", metavar="N", help="With --check: compare floats to N digits after the point.", show_default=False
+        ),
+    ] = None,
+    tolerance: Annotated[
+        float | None,
+        typer.Option("--tolerance", metavar="EPS", help="With --check: numbers closer than EPS (absolute) are equal.", show_default=False),
+    ] = None,
+    exclude_path: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--exclude-path",
+            metavar="REGEX",
+            help="With --check: ignore event fields whose JSON Pointer (/result/ts) matches REGEX.",
+            show_default=False,
+        ),
+    ] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -68,7 +101,9 @@ def replay_cmd(
     results: nothing external runs again. When the checkpoint was taken in the middle of
     a step, that step is re-run from its input, in the parent's tail. It stops at the first event the function
     emits differently, or fails to emit, prints the recorded and the replayed event, and
-    exits with 13. The step-function contract is in docs/replay.md.
+    exits with 13. The step-function contract is in docs/replay.md. --ignore-order,
+    --significant-digits, --tolerance and --exclude-path (as in `ckpt diff`, the paths
+    those of the event's fields: /value/meta/ts) let an event differ in declared noise.
 
     --json prints {"id", "base_seq", "seq", "applied", "state"}; with --step, also
     "steps": [{"event", "changes"}] (changes as JSON Patch operations); with --check, the
@@ -84,6 +119,8 @@ def replay_cmd(
       ckpt replay 3f2a9c --step --to 2026-11-21T10:15
 
       ckpt replay agent:bot --check myagent.steps:step
+
+      ckpt replay agent:bot --check myagent.steps:step --ignore-order --exclude-path '/ts$'
     """
     from ckptcli import api
     from ckptcli.replay import load_reducers, load_tail
@@ -99,7 +136,10 @@ def replay_cmd(
 
         cwd_importable()
         func = load_step(check)
-        _check(api.open_checkpoint(ref, store_path=store), func, red, as_json)
+        from ckptcli.cli.commands.diff import _tolerance
+
+        tol = _tolerance(ignore_order, significant_digits, tolerance, exclude_path)
+        _check(api.open_checkpoint(ref, store_path=store), func, red, as_json, tol)
         return
     to_seq, to_time = _parse_to(to)
     ck = api.open_checkpoint(ref, store_path=store)
@@ -204,18 +244,20 @@ def _steps(tail: Any, to_seq: int | None, to_time: int | None, reducers: Any, as
     sys.stdout.writelines(line + "\n" for line in lines)
 
 
-def _check(ck: Any, func: Any, reducers: Any, as_json: bool) -> None:
+def _check(ck: Any, func: Any, reducers: Any, as_json: bool, tolerance: Any = None) -> None:
     from ckptcli.errors import ReplayDiverged
     from ckptcli.replay import check
 
-    report = check(ck, func, reducers=reducers)
+    report = check(ck, func, reducers=reducers, tolerance=tolerance)
     if as_json:
         emit_json(report.to_dict())
     else:
         c = out()
         d = report.divergence
         if d is None and report.from_seq is None and report.last_seq == report.base_seq:
-            c.print(f"nothing to check: checkpoint {short(report.id)} has no events after its snapshot (seq {report.base_seq})", markup=False)
+            c.print(
+                f"nothing to check: checkpoint {short(report.id)} has no events after its snapshot (seq {report.base_seq})", markup=False
+            )
         elif d is None:
             first = report.from_seq if report.from_seq is not None else report.base_seq + 1
             c.print(
@@ -231,9 +273,15 @@ def _check(ck: Any, func: Any, reducers: Any, as_json: bool) -> None:
                 text = json.dumps(to_json(ev), ensure_ascii=False) if ev is not None else "(nothing: the step had ended)"
                 c.print(f"  {label}: {text}", markup=False)
         if report.from_seq is not None:
-            c.print(f"note: the tail starts inside the step for input seq {report.from_seq}: re-run from that input, in an earlier checkpoint", markup=False)
+            c.print(
+                f"note: the tail starts inside the step for input seq {report.from_seq}: re-run from that input, in an earlier checkpoint",
+                markup=False,
+            )
         if report.unchecked:
-            c.print(f"note: {report.unchecked} events at the start continue a step begun before this checkpoint: applied, not re-run", markup=False)
+            c.print(
+                f"note: {report.unchecked} events at the start continue a step begun before this checkpoint: applied, not re-run",
+                markup=False,
+            )
         if report.partial_step is not None:
             c.print(f"note: the step for input seq {report.partial_step} runs past the end of the tail: checked up to there", markup=False)
     if report.divergence is not None:

@@ -16,6 +16,9 @@ def show(
     ref: Annotated[str, typer.Argument(help="Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file.")],
     section: Annotated[str | None, typer.Option("--section", help="Print this section in full (memory, plan, tools, events, blobs, ext:NS).", show_default=False)] = None,
     snapshot: Annotated[bool, typer.Option("--snapshot", help="Show the stored sections of a recorded checkpoint (the state before its tail).")] = False,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="LangGraph checkpoints: print --section values exactly as stored (messages as $ext views).")
+    ] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -37,6 +40,9 @@ def show(
       ckpt show exported.ckpt
 
       ckpt show agent:bot --section memory --snapshot
+
+    For a LangGraph checkpoint, --section prints messages as "role: text" lines (tool
+    calls as "→ name(arg=...)"); --all or --json print them as stored.
     """
     from ckptcli import api
     from ckptcli.jsonview import to_json
@@ -53,6 +59,10 @@ def show(
         else:
             import json
 
+            if not show_all and "langgraph.checkpoint" in ck.manifest.labels:
+                from ckptcli.adapters.langgraph_render import readable
+
+                value = readable(value)
             out().print_json(json.dumps(value, ensure_ascii=False))
         _warn_after(at.problem)
         return

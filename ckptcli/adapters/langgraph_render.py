@@ -1,0 +1,106 @@
+"""How LangGraph checkpoints read in `ckpt diff`: messages as `role: text` (tool calls by
+name and arguments), and LangGraph's bookkeeping (channel versions, versions seen,
+`branch:to:*` and `__start__` channels, checkpoint ids and step counters) left out.
+
+A hook over `ckptcli.diff.DiffResult`, called by the CLI for checkpoints whose labels say
+they are LangGraph ones (`langgraph.checkpoint`); it imports nothing of LangGraph. The
+--json output and `--all` keep the exact form.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+from ckptcli.diff import Change, DiffResult
+
+#: the msgpack extension code JsonPlusSerializer gives pydantic models (messages)
+EXT_PYDANTIC = 5
+ROLES = {"HumanMessage": "human", "AIMessage": "ai", "ToolMessage": "tool", "SystemMessage": "system", "RemoveMessage": "remove"}
+_BOOK_KEYS = ("channel_versions", "versions_seen", "updated_channels", "id", "ts", "pending_sends")
+
+
+def is_langgraph(labels: dict[str, str]) -> bool:
+    return "langgraph.checkpoint" in labels
+
+
+def _bookkeeping_channel(name: Any) -> bool:
+    # __resume__, __interrupt__ and __error__ carry what people answered, asked and hit
+    return isinstance(name, str) and (
+        name.startswith("branch:") or (name.startswith("__") and name not in ("__resume__", "__interrupt__", "__error__"))
+    )
+
+
+def is_bookkeeping(c: Change) -> bool:
+    """A change in LangGraph's own bookkeeping rather than in the graph's state."""
+    p = c.path
+    if c.section == "ext:langgraph":
+        if p and p[0] == "checkpoint" and len(p) > 1 and p[1] in _BOOK_KEYS:
+            return True
+        if p and p[0] == "checkpoint" and len(p) > 2 and p[1] == "channel_values" and _bookkeeping_channel(p[2]):
+            return True
+        return bool(p) and (p[0] == "types" or (p[0] == "metadata" and len(p) > 1 and p[1] in ("step", "parents")))
+    if c.section == "memory":
+        return bool(p) and _bookkeeping_channel(p[0])
+    if c.section == "events" and c.label is not None:
+        w = c.new if c.new is not None else c.old
+        return isinstance(w, dict) and _bookkeeping_channel(w.get("channel"))
+    return False
+
+
+def message_text(value: Any) -> str | None:
+    """`role: text` for a LangChain message as the saver stores it, None for anything else."""
+    if type(value) is not dict or value.get("$ext") != EXT_PYDANTIC:
+        return None
+    data = value.get("data")
+    if type(data) is not list or len(data) < 3 or type(data[2]) is not dict:
+        return None
+    role = ROLES.get(str(data[1]), str(data[1]))
+    fields = data[2]
+    content = fields.get("content")
+    text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False, default=str)
+    calls = []
+    for call in fields.get("tool_calls") or []:
+        if type(call) is dict:
+            raw = call.get("args")
+            args: dict[str, Any] = raw if type(raw) is dict else {}
+            calls.append(f"→ {call.get('name')}(" + ", ".join(f"{k}={_arg(v)}" for k, v in args.items()) + ")")
+    return f"{role}: " + " ".join(x for x in [text, *calls] if x)
+
+
+def _arg(v: Any) -> str:
+    # a plain word as it is (the line is quoted as a whole), anything else as JSON
+    if isinstance(v, str) and v and all(ch.isalnum() or ch in "-_.:/@" for ch in v):
+        return v
+    return json.dumps(v, ensure_ascii=False, default=str)
+
+
+def readable(value: Any) -> Any:
+    """`value` with every message replaced by its `role: text` line."""
+    m = message_text(value)
+    if m is not None:
+        return m
+    if type(value) is list:
+        return [readable(v) for v in value]
+    if type(value) is dict:
+        data = value.get("data")
+        if "$ext" in value and type(data) is list and len(data) >= 3 and type(data[2]) is dict:
+            # another serialized object (an Interrupt, a Send): its class and fields
+            return f"{data[1]} " + json.dumps(readable(data[2]), ensure_ascii=False, default=str)
+        return {k: readable(v) for k, v in value.items()}
+    return value
+
+
+def for_people(result: DiffResult, *, show_all: bool = False) -> DiffResult:
+    """The diff as `ckpt diff` prints it for a LangGraph thread: bookkeeping left out
+    (unless `show_all`), messages readable."""
+    out = []
+    for c in result.changes:
+        if c.structural or (not show_all and is_bookkeeping(c)):
+            continue
+        out.append(replace(c, old=readable(c.old), new=readable(c.new)))
+    return DiffResult(result.a, result.b, out, result.blobs, result.section)
+
+
+__all__ = ["for_people", "is_bookkeeping", "is_langgraph", "message_text", "readable"]

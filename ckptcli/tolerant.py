@@ -1,0 +1,216 @@
+"""Tolerant comparisons: is this state the same apart from declared noise?
+
+`ckptcli.diff` answers "what exactly changed" (hashes first, an exact RFC 6902 patch).
+Some questions are looser: two runs of one agent hold the same facts in another list
+order, floats that differ in the last digits, fresh timestamps and request ids. This
+module answers those with deepdiff, on the two decoded states (NaN equals NaN, 1 and 1.0
+differ, as in the exact diff):
+
+- ``ignore_order``: lists are compared as multisets;
+- ``significant_digits``: floats are compared to this many digits after the point;
+- ``tolerance``: numbers closer than this (absolute) are equal (deepdiff's math_epsilon;
+  with ``ignore_order``, unordered items are paired with their numbers rounded to the
+  decimal digits of the tolerance, as deepdiff pairs them by hash);
+- ``exclude``: regular expressions searched in each change's JSON Pointer (as
+  `ckpt diff --json` prints it, e.g. ``/memory/request_id``); a matching change is dropped.
+
+It is a second pass, only where asked for: the exact diff runs first, and when it finds
+nothing, nothing is decoded for deepdiff. The result is a `DiffResult` like the exact
+one's (same lines, same --json shape, paths as JSON Pointers), except that its "patch"
+lists the differences found rather than operations that apply in order (with
+ignore_order, list indices of removed items are A's, of added items B's). Blobs are
+compared exactly, as without these options.
+
+deepdiff is imported here only, so the exact diff and the rest of the CLI start without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ckptcli.api import Checkpoint
+from ckptcli.diff import WHOLE_DOCUMENT, Change, DiffResult, PathPart, pointer
+from ckptcli.errors import UsageError
+from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_DOCUMENT
+
+_ADD = ("dictionary_item_added", "iterable_item_added")
+_REMOVE = ("dictionary_item_removed", "iterable_item_removed")
+_REPLACE = ("values_changed", "type_changes")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """What counts as noise. The default tolerates nothing (`active` is False)."""
+
+    ignore_order: bool = False
+    significant_digits: int | None = None
+    tolerance: float | None = None
+    exclude: tuple[str, ...] = ()
+
+    @property
+    def active(self) -> bool:
+        return self.ignore_order or self.significant_digits is not None or self.tolerance is not None or bool(self.exclude)
+
+    def patterns(self) -> list[re.Pattern[str]]:
+        out = []
+        for p in self.exclude:
+            try:
+                out.append(re.compile(p))
+            except re.error as exc:
+                raise UsageError(
+                    f"--exclude-path {p!r} is not a regular expression: {exc}",
+                    hint="e.g. --exclude-path '/ts$' or --exclude-path '^/memory/request_id'",
+                ) from None
+        return out
+
+    def check(self) -> None:
+        """Raise UsageError for values no comparison can use."""
+        if self.significant_digits is not None and self.significant_digits < 0:
+            raise UsageError(f"--significant-digits must be 0 or more, not {self.significant_digits}")
+        if self.tolerance is not None and not self.tolerance >= 0:
+            raise UsageError(f"--tolerance must be a number of 0 or more, not {self.tolerance}")
+        self.patterns()
+
+
+def deepdiff_changes(old: Any, new: Any, tol: Tolerance) -> list[tuple[str, tuple[PathPart, ...], Any, Any]]:
+    """deepdiff's differences between two decoded values as (op, path, old, new), sorted by
+    path; op is "add", "remove" or "replace"."""
+    try:
+        from deepdiff import DeepDiff
+    except ImportError:  # pragma: no cover - deepdiff is a dependency of ckptcli
+        raise UsageError("the tolerant comparison options need deepdiff, which this installation lacks", hint="reinstall ckptcli (it depends on deepdiff)") from None
+    # NaN equals NaN, as in ckpt's own equality (api.states_equal)
+    kwargs: dict[str, Any] = {"ignore_order": tol.ignore_order, "view": "tree", "verbose_level": 2, "ignore_nan_inequality": True}
+    if tol.significant_digits is not None:
+        kwargs["significant_digits"] = tol.significant_digits
+        kwargs["number_format_notation"] = "f"
+    if tol.tolerance is not None:
+        if tol.ignore_order:
+            # deepdiff pairs unordered items by hash, and math_epsilon does not reach
+            # into those hashes: items are paired with their numbers rounded to EPS's
+            # decimal digits instead (and the pairs still compared within EPS below)
+            if tol.significant_digits is None:
+                kwargs["significant_digits"] = _digits(tol.tolerance)
+                kwargs["number_format_notation"] = "f"
+        else:
+            kwargs["math_epsilon"] = tol.tolerance
+    logging.getLogger("deepdiff").setLevel(logging.ERROR)  # its advice is for its own users, not ckpt's
+    tree = DeepDiff(old, new, **kwargs)
+    out: list[tuple[str, tuple[PathPart, ...], Any, Any]] = []
+    for report, levels in tree.items():
+        if report in _ADD:
+            op = "add"
+        elif report in _REMOVE:
+            op = "remove"
+        elif report in _REPLACE:
+            op = "replace"
+        else:  # nothing else can come out of two JSON values compared this way
+            op = "replace"
+        for level in levels:
+            path = tuple(level.path(output_format="list"))
+            t1 = None if op == "add" else level.t1
+            t2 = None if op == "remove" else level.t2
+            if op == "replace" and tol.tolerance is not None and _close(t1, t2, tol.tolerance):
+                continue
+            out.append((op, path, t1, t2))
+    out.sort(key=lambda c: [(0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in c[1]])
+    return out
+
+
+def same_apart_from_noise(a: Any, b: Any, tol: Tolerance) -> bool:
+    """Whether two decoded values differ only in `tol`'s noise (exclusions searched in
+    JSON Pointers from the values' root, e.g. "/result/ts")."""
+    tol.check()
+    patterns = tol.patterns()
+    return all(
+        any(p.search(pointer(_json_path(b if op != "remove" else a, path))) for p in patterns)
+        for op, path, _o, _n in deepdiff_changes(a, b, tol)
+    )
+
+
+def _digits(eps: float) -> int:
+    """Decimal digits after the point that resolve `eps`: 1e-6 -> 6, 0.05 -> 2."""
+    if eps <= 0:
+        return 17
+    return max(0, min(17, math.ceil(-math.log10(eps) - 1e-9)))
+
+
+def _close(a: Any, b: Any, eps: float) -> bool:
+    return type(a) in (int, float) and type(b) in (int, float) and math.isfinite(a) and math.isfinite(b) and abs(a - b) <= eps
+
+
+def _section_of(path: tuple[PathPart, ...], layout: dict[str, Any]) -> tuple[str, tuple[PathPart, ...]]:
+    """Which section a document path lies in, and the path inside it (as ckptcli.diff)."""
+    if layout.get("kind") == LAYOUT_DOCUMENT:
+        return "memory", path
+    if not path:
+        return WHOLE_DOCUMENT, path
+    if path[0] == "ext":
+        return (f"{EXT_PREFIX}{path[1]}", path[2:]) if len(path) > 1 else ("ext", ())
+    return str(path[0]), path[1:]
+
+
+def _section_prefix(section: str, layout: dict[str, Any]) -> tuple[PathPart, ...]:
+    if layout.get("kind") == LAYOUT_DOCUMENT:
+        return ()
+    if section.startswith(EXT_PREFIX):
+        return ("ext", section[len(EXT_PREFIX) :])
+    return (section,)
+
+
+def _json_path(doc: Any, path: tuple[PathPart, ...]) -> tuple[PathPart, ...]:
+    """`path` as the JSON view spells it: through "$map" where a map's only key starts
+    with "$" (ckptcli.jsonview)."""
+    out: list[PathPart] = []
+    for p in path:
+        if type(doc) is dict and len(doc) == 1 and str(next(iter(doc))).startswith("$"):
+            out.append("$map")
+        out.append(p)
+        if type(doc) is dict:
+            doc = doc.get(p)
+        elif type(doc) is list and isinstance(p, int) and 0 <= p < len(doc):
+            doc = doc[p]
+        else:
+            doc = None
+    return tuple(out)
+
+
+def _at(doc: Any, path: tuple[PathPart, ...]) -> Any:
+    for p in path:
+        if type(doc) is dict and p in doc:
+            doc = doc[p]
+        else:
+            return None
+    return doc
+
+
+def tolerant_diff(a: Checkpoint, b: Checkpoint, exact: DiffResult, tol: Tolerance, *, snapshot: bool = False) -> DiffResult:
+    """`exact` (ckptcli.diff.diff_checkpoints(a, b)) compared again with `tol`'s noise
+    ignored: the states at the two checkpoints (their tails applied) as the exact diff
+    compares them, or with `snapshot` their stored sections. Returns `exact` itself when it found no change; otherwise a DiffResult of
+    deepdiff's differences that survive the exclusions, and `exact`'s blob changes."""
+    tol.check()
+    if exact.same or not any(not c.structural for c in exact.changes):
+        return exact
+    patterns = tol.patterns()
+    layout = b.manifest.layout
+    prefix = _section_prefix(exact.section, layout) if exact.section is not None else ()
+    from ckptcli.stateat import state_at
+
+    doc_a, doc_b = (state_at(ck, snapshot=snapshot, lenient=True).document() for ck in (a, b))
+    changes: list[Change] = []
+    for op, rel, o, n in deepdiff_changes(_at(doc_a, prefix), _at(doc_b, prefix), tol):
+        full = prefix + rel
+        ptr = pointer(_json_path(doc_a if op == "remove" else doc_b, full))
+        if any(p.search(ptr) for p in patterns):
+            continue
+        section, inside = _section_of(full, a.manifest.layout if op == "remove" else layout)
+        changes.append(Change(op, section, inside, ptr, o, n))
+    return DiffResult(exact.a, exact.b, changes, exact.blobs, exact.section)
+
+
+__all__ = ["Tolerance", "deepdiff_changes", "same_apart_from_noise", "tolerant_diff"]
