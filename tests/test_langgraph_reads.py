@@ -74,6 +74,19 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"store": store, "memory": _read(mem)}
 
 
+def _count_reads(saver: CkptSaver) -> list[bytes]:
+    """The ids of the objects `saver` reads from its store from now on, in order."""
+    reads: list[bytes] = []
+    get = saver.store.get
+
+    def counting(oid: bytes) -> bytes:
+        reads.append(oid)
+        return get(oid)
+
+    saver.store.get = counting  # type: ignore[method-assign]
+    return reads
+
+
 def _reopened(written: dict[str, Any], tmp_path: Path, **options: Any) -> CkptSaver:
     store = tmp_path / ".ckpt"
     shutil.copytree(written["store"], store)
@@ -97,14 +110,7 @@ def test_every_stored_item_is_decoded_once_for_a_whole_history(written: dict[str
     times, not once per checkpoint that holds it (a checkpoint at step k holds k messages,
     so that would be ~TURNS**2 / 2 item reads)."""
     saver = _reopened(written, tmp_path)
-    reads: list[bytes] = []
-    get = saver.store.get
-
-    def counting(oid: bytes) -> bytes:
-        reads.append(oid)
-        return get(oid)
-
-    saver.store.get = counting  # type: ignore[method-assign]
+    reads = _count_reads(saver)
     try:
         chat = chat_builder(TURNS).compile(checkpointer=saver)
         history = list(chat.get_state_history(CHAT))
@@ -147,14 +153,7 @@ def test_long_lists_in_pending_writes_and_subgraphs_are_decoded_once(tmp_path: P
     assert len(long_writes) >= 3
 
     saver = CkptSaver.open(tmp_path / ".ckpt")
-    reads: list[bytes] = []
-    get = saver.store.get
-
-    def counting(oid: bytes) -> bytes:
-        reads.append(oid)
-        return get(oid)
-
-    saver.store.get = counting  # type: ignore[method-assign]
+    reads = _count_reads(saver)
     try:
         assert _writes(saver, config) == want_writes
         item_reads = len(reads) - len(set(reads))
