@@ -957,7 +957,16 @@ def _is_number(x: Any) -> bool:
 def _num(x: int | float) -> str:
     if isinstance(x, float):
         return repr(x) if math.isfinite(x) else ("nan" if math.isnan(x) else ("inf" if x > 0 else "-inf"))
-    return str(x) if abs(x) < 10**15 else f"<{x.bit_length()}-bit integer>"
+    if abs(x) >= 2**64:
+        return f"<{x.bit_length()}-bit integer>"
+    if _NS_2001 <= x < _NS_2100:  # a time in nanoseconds (LangGraph's `ts`, ckpt's created_ns)
+        from datetime import UTC, datetime
+
+        return f"{x} ({datetime.fromtimestamp(x // 10**9, UTC).strftime('%Y-%m-%dT%H:%M:%SZ')})"
+    return str(x)
+
+
+_NS_2001, _NS_2100 = 978_307_200 * 10**9, 4_102_444_800 * 10**9  # nanoseconds since 1970 of 2001-01-01 and 2100-01-01
 
 
 def describe(value: Any, width: int = SHORT) -> str:

@@ -559,3 +559,12 @@ def test_long_lists_and_maps_under_random_edits(mstore: Store, seed: int, n: int
             new_keys[k if rng.random() < 0.5 else f"new{rng.random()}"] = [1, 2]
     patch = assert_patch_applies(*_pair(mstore, {"events": items, "memory": keys}, {"events": new_items, "memory": new_keys}))
     assert len(patch) <= 2 * 20 * edits
+
+
+def test_times_in_nanoseconds_read_as_times_and_huge_integers_stay_short() -> None:
+    """A LangGraph write's `ts` showed as "<61-bit integer>"."""
+    from ckptcli.diff import describe
+
+    assert describe(1732000000000000000) == "1732000000000000000 (2024-11-19T07:06:40Z)"
+    assert describe(10**16) == "10000000000000000"  # not a time: as it is
+    assert describe(2**100) == "<101-bit integer>"
