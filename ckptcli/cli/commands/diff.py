@@ -117,14 +117,14 @@ def diff(
         from ckptcli.tolerant import tolerant_diff
 
         result = tolerant_diff(a, b, result, tol, snapshot=snapshot)
+    shown = result
+    if not as_json and not show_all and "langgraph.checkpoint" in b.manifest.labels:
+        from ckptcli.adapters.langgraph_render import for_people
+
+        shown = for_people(result)  # the bookkeeping left out, here and in --exit-code
     if as_json:
         emit_json(result.to_dict(stat=stat))
     else:
-        shown = result
-        if not show_all and "langgraph.checkpoint" in b.manifest.labels:
-            from ckptcli.adapters.langgraph_render import for_people
-
-            shown = for_people(result)
         lines = [(kind, ("  " if kind in ("add", "remove", "change") else "") + text) for kind, text in render(shown, stat=stat)]
         console = out()
         if console.color_system is None:
@@ -142,7 +142,7 @@ def diff(
         from ckptcli.stateat import problem_warning
 
         warn(problem_warning(problem))
-    if exit_code and not result.same:
+    if exit_code and not shown.same:
         raise typer.Exit(int(ExitCode.FAILURE))
 
 
