@@ -341,7 +341,9 @@ def test_ckpt_commands_read_what_the_saver_wrote(tmp_path: Path, cli) -> None:  
     ls = cli("ls", "--store", store, "--json")
     assert ls.code == 0 and '"agent:chat"' in ls.out and "langgraph.checkpoint" in ls.out
     show = cli("show", "agent:chat", "--store", store, "--section", "memory")
-    assert show.code == 0 and "m-4" in show.out and "AIMessage" in show.out
+    assert show.code == 0 and "human: " in show.out  # read as messages
+    show = cli("show", "agent:chat", "--store", store, "--section", "memory", "--all")
+    assert show.code == 0 and "m-4" in show.out and "AIMessage" in show.out  # as stored
     diff = cli("diff", "agent:chat~1", "agent:chat", "--store", store)
     assert diff.code in (0, 1) and "messages" in diff.out
     assert cli("verify", "--store", store, "--read-data").code == 0
