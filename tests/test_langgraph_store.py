@@ -689,7 +689,7 @@ MULTI_PUTTER = textwrap.dedent(
     sys.path.insert(0, {repo!r})
     from ckptcli.adapters.langgraph_store import CkptStore
     who, rnd = sys.argv[1], sys.argv[2]
-    s = CkptStore.open({store!r}, compact_bytes=8192)
+    s = CkptStore.open({store!r}, compact_bytes=4096)
     i = 0
     while True:
         s.put(("w", who, str(i % 4)), f"r{{rnd}}-k{{i}}", {{"i": i, "pad": "p" * (i % 200)}})
