@@ -255,6 +255,16 @@ class _Entry:
         self.md_view: Any = None
 
 
+def _unload(e: _Entry) -> None:
+    """Forget what a committed checkpoint's record and values are (`_load` reads them back
+    from the store when next needed): memory, and objects the garbage collector no longer
+    walks on each of its full passes, follow a thread's newest state, not its history."""
+    e.skeleton = e.metadata = e.prepared = e.md_view = None
+    e.md_plain = _MISSING
+    e.versions, e.writes = {}, {}
+    e.loaded = e.blobs_loaded = False
+
+
 class _Staging:
     """The objects made since the last commit (a sink for the encoders): kept until
     the committer has them in a pack, deduplicated against the store and each other."""
@@ -512,7 +522,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._commit_mutex = threading.Lock()
         self._staging = _Staging(self.store)
         self._writer = SectionWriter(self._staging)
-        self._item_memo: dict[bytes, tuple[bytes, bytes, list[bytes]]] = {}  # list item bytes -> them, their EV and tool records (the newest 4,096, as SectionWriter.remember keeps)
+        self._item_memo: dict[bytes, tuple[bytes, bytes, tuple[bytes, ...]]] = {}  # list item bytes -> them, their EV and tool records (the newest 4,096, as SectionWriter.remember keeps)
         self._entries: dict[tuple[str, str, str], _Entry] = {}
         self._open: dict[tuple[str, str, str], _Entry] = {}  # the entries not committed yet
         self._by_thread: dict[str, dict[str, dict[str, _Entry]]] = {}  # thread -> ns -> id -> entry
@@ -524,6 +534,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._logs: dict[tuple[str, str], list[weakref.ref[_ItemLog]]] = {}
         self._logs_swept = 0
         self._logs_pinned: OrderedDict[tuple[str, str], _ItemLog] = OrderedDict()
+        # per thread, the logs of its subgraph namespaces that hold LangGraph's objects: let go of when
+        # the thread is read at its root again (a new run, which LangGraph starts from get_tuple)
+        self._sub_objs: dict[str, weakref.WeakSet[_ItemLog]] = {}
         self._lists = ListReader()
         #: every manifest of the store this saver has seen -> its LangGraph thread (None:
         #: not a LangGraph checkpoint), and each thread's (rev, created, key) by manifest
@@ -1195,7 +1208,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             if known is None:  # (an item seen lately, e.g. a subgraph's copy of its parent's messages, is not converted again)
                 view = to_view(raw)
                 ev = writer.item_ev(view)
-                known = memo[raw] = (raw, ev, layout.tool_record_evs(view, ev, writer))
+                known = memo[raw] = (raw, ev, tuple(layout.tool_record_evs(view, ev, writer)))
                 if len(memo) > 4096:
                     for old in list(memo)[:1024]:
                         del memo[old]
@@ -1223,7 +1236,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         fp: bytes | None = None
         if log is not None and base is not None and len(value) >= base.n:
             n = base.n
-            same = False
+            same = bytewise = False
             if self.trust_identity and all(map(operator.is_, log.objs[:n], value[:n])):
                 if not self._check_items:  # "unchecked": identity alone
                     same = True
@@ -1233,14 +1246,20 @@ class CkptSaver(BaseCheckpointSaver[str]):
                         same = fp.startswith(log.fp)  # unchanged items pack to the same bytes, first
                     else:  # no fingerprint to compare: the items' bytes are
                         same = all(enc(v) == r for v, r in zip(value[:n], log.raw[:n], strict=True))
-            elif not self.trust_identity:
+            elif not self.trust_identity or any(o is None for o in log.objs[:n]):
+                # the objects behind the base are not known (read from the store, or let go of):
+                # its items' bytes tell
                 same = all(enc(v) == r for v, r in zip(value[:n], log.raw[:n], strict=True))
+                bytewise = same
             if same:
                 new = value[n:]
                 raws = [enc(v) for v in new]
                 if n != len(log):  # the log went on along another branch: a copy of its prefix
                     log = self._copy_log(log, n)
                 self._extend_log(log, raws, list(new))
+                if bytewise:  # the items are these objects now: the next put tells them by identity
+                    log.objs[:n] = value[:n]
+                    fp = _fingerprint(value) if self._check_items else None
                 log.fp = fp
                 return _Blob(log=log, n=len(log)), ["l", n, raws]
         # not the base and more: every item is serialized (an item edited in place may
@@ -1558,12 +1577,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
             del self._used[t]
             for ids in self._by_thread.get(t, {}).values():
                 for e in ids.values():
-                    e.skeleton = e.metadata = e.prepared = e.md_view = None
-                    e.md_plain = _MISSING
-                    e.versions, e.writes = {}, {}
-                    e.loaded = e.blobs_loaded = False
+                    _unload(e)
         for bkey in [b for b in self._blobs if b[0] in gone]:
             del self._blobs[bkey]
+        for t in drop:
+            self._sub_objs.pop(t, None)
         self.evicted += len(drop)
 
     def _trim(self, threads: set[str]) -> None:
@@ -1589,8 +1607,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     keep.update((h.key[0], h.key[1], ch, ver) for ch, ver in h.versions.items())
                 for e in ids.values():
                     if e.state == COMMITTED and e not in heads:
-                        e.blobs_loaded = False
-                        e.prepared = None
+                        _unload(e)
         for bkey in [b for b in self._blobs if b[0] in threads and b not in keep]:
             del self._blobs[bkey]
 
@@ -1838,6 +1855,8 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 if base is not None and base.log is None:
                     base = None
                 blob, spec = self._blob_from_value(values.get(ch, _MISSING), base)
+                if ns and blob.log is not None:
+                    self._sub_objs.setdefault(thread, weakref.WeakSet()).add(blob.log)
                 blobs[ch] = blob
                 specs[ch] = [ver, spec]
             rec = {
@@ -1904,6 +1923,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 self._load(e)  # read back from the store if its thread was dropped from memory since
                 blobs = {ch: self._blob(e, ch) for ch in e.versions}
             out: dict[str, Any] = {}
+            refreshed: list[_ItemLog] = []
             for ch, b in blobs.items():
                 if b.empty:
                     continue
@@ -1914,10 +1934,28 @@ class CkptSaver(BaseCheckpointSaver[str]):
                         b.log.objs[: b.n] = value  # the objects LangGraph holds now: its next put shares them
                         if fp is not None and b.n == len(b.log):
                             b.log.fp = fp
+                    refreshed.append(b.log)
                 out[ch] = value
+            with self._lock:
+                if not e.key[1]:
+                    self._let_go_of_sub_objs(e.key[0], refreshed)
+                elif refreshed:
+                    self._sub_objs.setdefault(e.key[0], weakref.WeakSet()).update(refreshed)
             return out
 
         return load
+
+    def _let_go_of_sub_objs(self, thread: str, keep: list[_ItemLog]) -> None:
+        """The thread is read at its root: a new run of it starts. The objects its
+        subgraphs' logs took from the run before are nobody's now (a subgraph that
+        goes on reads its state again first), only garbage the collector has to walk
+        on every full pass: forget them (caller holds the lock). A put that still builds
+        on such a log compares the items' bytes instead of their identity."""
+        logs = self._sub_objs.pop(thread, None)
+        for log in logs or ():
+            if not any(log is k for k in keep):
+                log.objs[:] = [None] * len(log.objs)
+                log.fp = None
 
     def _thread_entries(self, thread: str) -> dict[str, dict[str, _Entry]]:
         return self._by_thread.get(thread, {})

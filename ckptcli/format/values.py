@@ -30,7 +30,7 @@ import math
 import os
 import struct
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any, NamedTuple, Protocol, cast
@@ -443,7 +443,7 @@ class ListTree:
     def __len__(self) -> int:
         return len(self.items)
 
-    def extend(self, items: list[bytes]) -> None:
+    def extend(self, items: Iterable[bytes]) -> None:
         for item in items:
             self.append(item)
 

@@ -62,6 +62,38 @@ class IndexEntry(NamedTuple):
     codec: int
 
 
+class ObjectIndex(dict):  # type: ignore[type-arg]
+    """Object id -> IndexEntry: where each object of the store is. The entries are kept as
+    plain tuples, which Python's garbage collector stops tracking once it has seen them
+    hold only bytes and ints (an IndexEntry, a tuple subclass, it walks on every full
+    collection): a long-lived process with a big store pays no collector time for its
+    index. Reads hand out IndexEntry; `setdefault` is the one way in."""
+
+    def get(self, oid: bytes, default: IndexEntry | None = None) -> IndexEntry | None:  # type: ignore[override]
+        t = dict.get(self, oid)
+        return default if t is None else IndexEntry._make(t)
+
+    def __getitem__(self, oid: bytes) -> IndexEntry:
+        return IndexEntry._make(dict.__getitem__(self, oid))
+
+    def setdefault(self, oid: bytes, entry: IndexEntry) -> IndexEntry:  # type: ignore[override]
+        return IndexEntry._make(dict.setdefault(self, oid, tuple(entry)))
+
+    def __setitem__(self, oid: bytes, entry: IndexEntry) -> None:
+        dict.__setitem__(self, oid, tuple(entry))
+
+    def values(self) -> Iterator[IndexEntry]:  # type: ignore[override]
+        return map(IndexEntry._make, dict.values(self))
+
+    def items(self) -> Iterator[tuple[bytes, IndexEntry]]:  # type: ignore[override]
+        return ((oid, IndexEntry._make(t)) for oid, t in dict.items(self))
+
+    def copy(self) -> ObjectIndex:
+        out = ObjectIndex()
+        dict.update(out, self)
+        return out
+
+
 @dataclass(frozen=True)
 class StoreConfig:
     version: int
@@ -352,7 +384,7 @@ class Store:
         self.backend = backend
         self.config = config
         self.location = location
-        self._index: dict[bytes, IndexEntry] | None = None
+        self._index: ObjectIndex | None = None
         self._index_files: set[str] = set()
         self._indexed_packs: set[bytes] = set()  # packs a readable index file names
         self._tables_read: set[bytes] = set()  # packs whose own table was read instead
@@ -441,9 +473,9 @@ class Store:
         return len(stale)
 
     # -- objects -----------------------------------------------------------------
-    def index(self) -> dict[bytes, IndexEntry]:
+    def index(self) -> ObjectIndex:
         if self._index is None:
-            self._index = {}
+            self._index = ObjectIndex()
             self.refresh_index()
         return self._index
 
@@ -456,12 +488,12 @@ class Store:
         through their packs' own tables when they are first missed (`read_stored`)."""
         names = self.backend.list("index")
         if self._index_files - set(names):
-            self._index, self._index_files = {}, set()
+            self._index, self._index_files = ObjectIndex(), set()
             self._indexed_packs, self._tables_read, self.damaged_index = set(), set(), {}
             # a prune or a format upgrade rewrote the index; an upgrade also moved the
             # config to a newer version, which is the one to write from now on
             self.config = read_config(self.backend, f"{self.location}/config")
-        idx = self._index if self._index is not None else {}
+        idx = self._index if self._index is not None else ObjectIndex()
         self._index = idx
         damaged: list[str] = []
         for name in names:
