@@ -445,6 +445,19 @@ def _match(ta: list[Any], tb: list[Any]) -> list[tuple[str, int, int, int, int]]
     return ops
 
 
+def section_of(path: tuple[PathPart, ...], layout: dict[str, Any]) -> tuple[str, tuple[PathPart, ...]]:
+    """Which section a path of the document (`layout`: its manifest's) lies in, and the
+    path inside it: the whole document of a document-layout checkpoint is its "memory"
+    section; an extension's path ``ext/<ns>/...`` lies in section ``ext:<ns>``."""
+    if layout.get("kind") == LAYOUT_DOCUMENT:
+        return "memory", path
+    if not path:
+        return WHOLE_DOCUMENT, path
+    if path[0] == "ext":
+        return (f"{EXT_PREFIX}{path[1]}", path[2:]) if len(path) > 1 else ("ext", ())
+    return str(path[0]), path[1:]
+
+
 class _Walk:
     def __init__(self, a: Checkpoint, b: Checkpoint, docs: tuple[Any, Any] | None = None) -> None:
         self.a = _Side(a)
@@ -457,18 +470,8 @@ class _Walk:
         self.blobs: list[BlobChange] = []
 
     # -- emitting ----------------------------------------------------------------
-    def _section(self, path: tuple[PathPart, ...], layout: dict[str, Any]) -> tuple[str, tuple[PathPart, ...]]:
-        """Which section a document path lies in, and the path inside it."""
-        if layout.get("kind") == LAYOUT_DOCUMENT:
-            return "memory", path
-        if not path:
-            return WHOLE_DOCUMENT, path
-        if path[0] == "ext":
-            return (f"{EXT_PREFIX}{path[1]}", path[2:]) if len(path) > 1 else ("ext", ())
-        return str(path[0]), path[1:]
-
     def emit(self, op: str, path: tuple[PathPart, ...], ptr: tuple[PathPart, ...], old: Any = None, new: Any = None, structural: bool = False) -> None:
-        section, rel = self._section(path, self.layout_a if op == "remove" else self.layout_b)
+        section, rel = section_of(path, self.layout_a if op == "remove" else self.layout_b)
         self.changes.append(Change(op, section, rel, pointer(ptr), old, new, structural))
 
     # -- values ------------------------------------------------------------------
@@ -1220,4 +1223,5 @@ __all__ = [
     "open_pair",
     "pointer",
     "render",
+    "section_of",
 ]

@@ -195,6 +195,8 @@ def make_event(seq: int, ts: int, kind: str, fields: Mapping[str, Any], *, copy:
 SPEC_RECORD = "formats/events.md#the-event-record"
 SPEC_KINDS = "formats/events.md#standard-kinds"
 SPEC_REDUCERS = "formats/events.md#reducers"
+#: The section of formats/events.md that says what a checkpoint's tail is and how it is replayed.
+SPEC_TAIL = "formats/events.md#checkpoints-snapshot-and-tail"
 _HEADER_RULE = "every event has seq (an integer >= 1), ts (an integer >= 0: nanoseconds since the epoch) and kind"
 
 
@@ -233,6 +235,47 @@ def event_from_map(value: object, where: str) -> Event:
         else:
             rule = f"{_HEADER_RULE}; cause, if any, is an earlier seq ({SPEC_RECORD})"
         raise InvalidInputError(f"{where}: {exc.message}", hint=rule) from None
+
+
+
+def labelled_seq(label: str | None) -> int:
+    """The seq a checkpoint's `LABEL_SEQ` label names (its position when its tail is
+    empty); 0 without one, or for one that is no decimal number."""
+    return int(label) if label and label.isdecimal() and label.isascii() else 0
+
+
+def _where(where: str) -> str:
+    return f"{where}: " if where else ""
+
+
+def out_of_order(where: str, i: int, seq: int, prev: int) -> InvalidInputError:
+    """The error for event `i` of a tail (`where`: "checkpoint <id>", or "") whose seq is
+    not after the previous event's."""
+    return InvalidInputError(
+        f"{_where(where)}events[{i}] has seq {seq}, not after the previous event's {prev}",
+        hint=f"a tail is in strictly increasing seq order ({SPEC_TAIL})",
+    )
+
+
+def read_tail(raw: object, where: str = "") -> list[Event]:
+    """The events of a tail as stored (a checkpoint's `events` section; `where`, e.g.
+    "checkpoint <id>", begins the errors), checked: a list of valid events in strictly
+    increasing seq order (formats/events.md, "Checkpoints: snapshot and tail").
+
+    Raises:
+        InvalidInputError naming the event, the rule and the spec section.
+    """
+    if type(raw) is not list:
+        raise InvalidInputError(f"{_where(where)}the events section is not a list of events", hint=f"a tail is a list of events ({SPEC_TAIL})")
+    events: list[Event] = []
+    prev = 0  # a seq is >= 1 (make_event)
+    for i, item in enumerate(raw):
+        ev = event_from_map(item, f"{_where(where)}events[{i}]")
+        if ev.seq <= prev:
+            raise out_of_order(where, i, ev.seq, prev)
+        prev = ev.seq
+        events.append(ev)
+    return events
 
 
 def _check_field(value: Any, what: str, where: str) -> None:

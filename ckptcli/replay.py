@@ -50,9 +50,10 @@ from ckptcli.events import (
     StepContext,
     ToolFailed,
     check_state,
-    event_from_map,
     format_pointer,
+    labelled_seq,
     make_event,
+    read_tail,
 )
 
 if TYPE_CHECKING:
@@ -121,26 +122,10 @@ def load_tail(ck: Checkpoint) -> Tail:
     snapshot: Any = doc
     if type(doc) is dict and "events" in doc:
         snapshot = {k: v for k, v in doc.items() if k != "events"}
-        raw = doc["events"]
-        if type(raw) is not list:
-            raise InvalidInputError(f"{where}: the events section is not a list of events")
-        prev = 0
-        for i, item in enumerate(raw):
-            ev = event_from_map(item, f"{where}: events[{i}]")
-            if ev.seq <= prev:
-                raise InvalidInputError(
-                    f"{where}: events[{i}] has seq {ev.seq}, not after the previous event's {prev}",
-                    hint="a tail is in increasing seq order",
-                )
-            prev = ev.seq
-            events.append(ev)
+        events = read_tail(doc["events"], where)
         if events:
             check_state(snapshot, f"{where}: the snapshot")
-    if events:
-        base = events[0].seq - 1
-    else:
-        label = ck.manifest.labels.get(LABEL_SEQ, "")
-        base = int(label) if label.isdecimal() and label.isascii() else 0
+    base = events[0].seq - 1 if events else labelled_seq(ck.manifest.labels.get(LABEL_SEQ))
     return Tail(ck.hex, snapshot, events, base)
 
 

@@ -43,6 +43,8 @@ from ckptcli.events import (
     PLAN_POP,
     PLAN_PUSH,
     PLAN_UPDATE,
+    SPEC_REDUCERS,
+    SPEC_TAIL,
     STATE_KEYS,
     TOOL_CALL,
     TOOL_RESULT,
@@ -51,6 +53,8 @@ from ckptcli.events import (
     Reducers,
     check_state,
     event_from_map,
+    labelled_seq,
+    read_tail,
 )
 from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_SECTIONS
 from ckptcli.format.values import Budget, Decoder
@@ -60,10 +64,6 @@ if TYPE_CHECKING:
 
 #: The encoded value of an empty list: an empty tail, known without decoding anything.
 EMPTY_LIST_EV = b"\x90"
-#: Where formats/events.md says what a tail is and how it is replayed (for error hints).
-SPEC_TAIL = "formats/events.md#checkpoints-snapshot-and-tail"
-SPEC_RECORD = "formats/events.md#the-event-record"
-SPEC_REDUCERS = "formats/events.md#reducers"
 
 _KIND_PART = {
     MEMORY_SET: "memory",
@@ -127,25 +127,10 @@ def tail_events(ck: Checkpoint) -> tuple[list[Event], int]:
         first = LazyList(ck.source, ev_root, f"{where}: events")
         if len(first):
             event_from_map(first.value(0), f"{where}: events[0]")
-        raw = ck.section("events")
-        if type(raw) is not list:
-            raise InvalidInputError(
-                f"{where}: the events section is not a list of events", hint=f"a tail is a list of events ({SPEC_TAIL})"
-            )
-        prev = 0
-        for i, item in enumerate(raw):
-            ev = event_from_map(item, f"{where}: events[{i}]")
-            if ev.seq <= prev:
-                raise InvalidInputError(
-                    f"{where}: events[{i}] has seq {ev.seq}, not after the previous event's {prev}",
-                    hint=f"a tail is in strictly increasing seq order ({SPEC_TAIL})",
-                )
-            prev = ev.seq
-            events.append(ev)
+        events = read_tail(ck.section("events"), where)
     if events:
         return events, events[0].seq - 1
-    label = m.labels.get(LABEL_SEQ, "")
-    return events, int(label) if label.isdecimal() and label.isascii() else 0
+    return events, labelled_seq(m.labels.get(LABEL_SEQ))
 
 
 @dataclass
@@ -372,8 +357,7 @@ def state_at(ck: Checkpoint, *, snapshot: bool = False, reducers: Reducers | Non
     if m.layout.get("kind") != LAYOUT_SECTIONS or "events" not in m.sections or m.layout.get("format") == "langgraph":
         # (a LangGraph checkpoint's tail is its pending writes: LangGraph applies them at
         # the next step, so its state is its channel values, as stored; docs/langgraph.md)
-        label = m.labels.get(LABEL_SEQ, "")
-        return StateAt(ck, int(label) if label.isdecimal() and label.isascii() else 0, [], False)
+        return StateAt(ck, labelled_seq(m.labels.get(LABEL_SEQ)), [], False)
     if snapshot:
         # the events are still read for the positions, unless the tail is empty
         events, base = _quiet_tail(ck)
@@ -449,19 +433,8 @@ def replay_problem(doc: Any) -> str | None:
 
     if type(doc) is not dict or "events" not in doc or not all(type(k) is str and k in DOC_SECTION_KEYS for k in doc):
         return None
-    raw = doc["events"]
     try:
-        if type(raw) is not list:
-            raise InvalidInputError("the events section is not a list of events", hint=f"a tail is a list of events ({SPEC_TAIL})")
-        events: list[Event] = []
-        for i, item in enumerate(raw):
-            ev = event_from_map(item, f"events[{i}]")
-            if events and ev.seq <= events[-1].seq:
-                raise InvalidInputError(
-                    f"events[{i}] has seq {ev.seq}, not after the previous event's {events[-1].seq}",
-                    hint=f"a tail is in strictly increasing seq order ({SPEC_TAIL})",
-                )
-            events.append(ev)
+        events = read_tail(doc["events"])
         if not events:
             return None
         state = {k: v for k, v in doc.items() if k != "events"}
@@ -485,8 +458,7 @@ def _quiet_tail(ck: Checkpoint) -> tuple[list[Event], int]:
     try:
         return tail_events(ck)
     except CkptError:
-        label = ck.manifest.labels.get(LABEL_SEQ, "")
-        return [], int(label) if label.isdecimal() and label.isascii() else 0
+        return [], labelled_seq(ck.manifest.labels.get(LABEL_SEQ))
 
 
 def _stored_parts(ck: Checkpoint) -> dict[str, Any]:

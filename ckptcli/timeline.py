@@ -73,6 +73,8 @@ from ckptcli.events import (
     Reducers,
     check_state,
     event_from_map,
+    labelled_seq,
+    out_of_order,
 )
 from ckptcli.format import limits
 from ckptcli.format.manifest import LAYOUT_SECTIONS
@@ -378,7 +380,7 @@ class Timeline:
             check_state(snapshot, f"checkpoint {id[:12]}: the snapshot")
             self.base_seq = self.event(0).seq - 1
         else:
-            self.base_seq = int(base_label) if base_label and base_label.isdecimal() and base_label.isascii() else 0
+            self.base_seq = labelled_seq(base_label)
 
     def check(self, limit: int = 20_000) -> None:
         """Read the tail's events as a view would, so that one that does not follow
@@ -395,10 +397,7 @@ class Timeline:
         for i in idx:
             ev = self.event(i, keep=False)
             if prev is not None and ev.seq <= prev:
-                raise InvalidInputError(
-                    f"checkpoint {self.id[:12]}: events[{i}] has seq {ev.seq}, not after the previous event's {prev}",
-                    hint="a tail is in strictly increasing seq order (formats/events.md#checkpoints-snapshot-and-tail)",
-                )
+                raise out_of_order(f"checkpoint {self.id[:12]}", i, ev.seq, prev)
             prev = ev.seq
 
     @classmethod

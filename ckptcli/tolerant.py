@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptcli.api import Checkpoint
-from ckptcli.diff import WHOLE_DOCUMENT, Change, DiffResult, PathPart, pointer
+from ckptcli.diff import Change, DiffResult, PathPart, pointer, section_of
 from ckptcli.errors import UsageError
 from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_DOCUMENT
 
@@ -143,17 +143,6 @@ def _close(a: Any, b: Any, eps: float) -> bool:
     return type(a) in (int, float) and type(b) in (int, float) and math.isfinite(a) and math.isfinite(b) and abs(a - b) <= eps
 
 
-def _section_of(path: tuple[PathPart, ...], layout: dict[str, Any]) -> tuple[str, tuple[PathPart, ...]]:
-    """Which section a document path lies in, and the path inside it (as ckptcli.diff)."""
-    if layout.get("kind") == LAYOUT_DOCUMENT:
-        return "memory", path
-    if not path:
-        return WHOLE_DOCUMENT, path
-    if path[0] == "ext":
-        return (f"{EXT_PREFIX}{path[1]}", path[2:]) if len(path) > 1 else ("ext", ())
-    return str(path[0]), path[1:]
-
-
 def _section_prefix(section: str, layout: dict[str, Any]) -> tuple[PathPart, ...]:
     if layout.get("kind") == LAYOUT_DOCUMENT:
         return ()
@@ -208,7 +197,7 @@ def tolerant_diff(a: Checkpoint, b: Checkpoint, exact: DiffResult, tol: Toleranc
         ptr = pointer(_json_path(doc_a if op == "remove" else doc_b, full))
         if any(p.search(ptr) for p in patterns):
             continue
-        section, inside = _section_of(full, a.manifest.layout if op == "remove" else layout)
+        section, inside = section_of(full, a.manifest.layout if op == "remove" else layout)
         changes.append(Change(op, section, inside, ptr, o, n))
     return DiffResult(exact.a, exact.b, changes, exact.blobs, exact.section)
 

@@ -130,6 +130,23 @@ def test_forged_record_headers_cost_linear_work_and_are_reported(monkeypatch: py
     assert got.holes[-1][0] + got.holes[-1][1] == len(data)
 
 
+def test_records_before_forged_headers_are_not_counted_as_after_them(tmp_path: Path) -> None:
+    """The hole a scan gives up in runs to the end: no record is after it. The records
+    before it were counted as after it ("with 2 record(s) after them"), and recovery took
+    them for records after damage."""
+    from ckptcli.adapters.langgraph_journal import check_journals
+
+    salt = b"s" * 8
+    good = frame({"op": "x"}, salt)
+    first = MAGIC + salt + frame({"op": "d", "k": []}, salt) + frame({"op": "d", "k": []}, salt)
+    path = _orphan(tmp_path / ".ckpt", first + _forged(len(first), 256 * 1024, len(good)) + good)
+    got = langgraph_journal.read_journal(path.read_bytes())
+    assert got.gave_up and len(got.records) == 2 and got.holes[0][0] == len(first)
+    assert got.records_after_holes == 0
+    (msg,) = [m for p, m in check_journals(tmp_path / ".ckpt") if p == path]
+    assert f"at offset {len(first)} with 0 record(s) after them" in msg, msg
+
+
 def test_a_memory_store_log_of_forged_headers_is_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = tmp_path / ".ckpt"
     with CkptStore.open(store) as s:

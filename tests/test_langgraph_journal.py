@@ -24,7 +24,7 @@ import msgpack
 import pytest
 
 from ckptcli.adapters.langgraph import CkptSaver
-from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, SYNC, read_journal
+from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, MAGIC, SYNC, Hole, frame, read_journal, scan_records
 from tests.langgraph_graphs import chat_builder, chat_message
 
 REPO = Path(__file__).resolve().parent.parent
@@ -396,3 +396,31 @@ def test_verify_names_a_journal_that_is_no_regular_file(tmp_path: Path, cli, kin
         bad.symlink_to(tmp_path / "elsewhere")
     r = cli("verify", "--store", store)
     assert r.code == 5 and "x.journal" in r.out and "not a journal" in r.out, r
+
+
+def test_one_scan_reads_records_past_a_hole_to_a_torn_tail() -> None:
+    """scan_records, the one loop of the journal's, the store log's and verify's readers:
+    each record with its offset and end, a hole passed to the callback and read past, a
+    torn last record the end (no hole), and a callback that raises stops the scan."""
+    salt = b"t" * 8
+    one, two, three = (frame({"op": "d", "k": [], "n": i}, salt) for i in range(3))
+    damaged = b"\xff" * 40
+    torn = three[: len(three) - 3]
+    data = MAGIC + salt + one + damaged + two + torn
+    holes: list[Hole] = []
+    got = list(scan_records(data, len(MAGIC) + 8, salt, holes.append))
+    start = len(MAGIC) + 8
+    after = start + len(one) + len(damaged)
+    assert [(at, rec["n"], end) for at, rec, end in got] == [(start, 0, start + len(one)), (after, 1, after + len(two))]
+    assert holes == [Hole(start + len(one), len(damaged))]
+    assert read_journal(data).end == after + len(two)  # where the torn record begins
+
+    def refuse(h: Hole) -> None:
+        raise ValueError(h)
+
+    seen: list[int] = []
+    with pytest.raises(ValueError):
+        for _at, rec, _end in scan_records(data, start, salt, refuse):
+            seen.append(rec["n"])
+    assert seen == [0]
+    assert [rec["n"] for _at, rec, _end in scan_records(data, start, salt)] == [0, 1]  # no callback: holes passed silently

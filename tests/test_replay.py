@@ -217,6 +217,21 @@ def test_replay_of_events_that_are_not_valid(cli, store: Store, tmp_path: Path) 
     assert json.loads(cli("replay", plain, "--store", tmp_path / "store").out) == [1, 2, 3]
 
 
+def test_replay_names_the_rule_of_a_tail_as_cat_does(cli, store: Store, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """replay read a tail with its own copy of the rules: its errors said "a tail is in
+    increasing seq order" (no spec section) and gave no hint for a non-list, where show
+    named the rule and formats/events.md."""
+    spec = "formats/events.md#checkpoints-snapshot-and-tail"
+    unordered = take(store, {"memory": {}, "events": [{"seq": 3, "ts": 5, "kind": "plan.push", "item": 1}, {"seq": 2, "ts": 6, "kind": "plan.pop"}]}, subject="agent:x").hex
+    not_a_list = take(store, {"memory": {}, "events": {"seq": 1}}, subject="agent:x").hex
+    for cid, what, rule in [(unordered, "events[1] has seq 2, not after the previous event's 3", "strictly increasing seq order"), (not_a_list, "the events section is not a list of events", "a tail is a list of events")]:
+        r = cli("replay", cid, "--store", tmp_path / "store")
+        assert r.code == ExitCode.INVALID_INPUT, r.err
+        assert what in r.err and rule in r.err and spec in r.err, r.err
+    shown = cli("show", unordered, "--store", tmp_path / "store")  # the same words as show's warning
+    assert "strictly increasing seq order" in shown.err and spec in shown.err, shown.err
+
+
 def test_replay_a_checkpoint_file(cli, bot: Any, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     store, _path, cid, live = bot
     f = tmp_path / "bot.ckpt"

@@ -208,6 +208,19 @@ def test_take_warns_about_an_event_that_does_not_fit(cli: Any, store: Store, tmp
     assert r.code == 0 and r.err.count("ckpt: warning:") == 1 and "nothing to pop" in r.err and SPEC + "reducers" in r.err
 
 
+def test_take_warns_about_a_tail_out_of_order_as_replay_refuses_it(cli: Any, store: Store, tmp_path: Path) -> None:
+    """take reads the document's tail with the rules replay reads a checkpoint's with
+    (events.read_tail): the same words, with no checkpoint to name yet."""
+    doc = tmp_path / "s.json"
+    doc.write_text(json.dumps({**DEMO_LIKE, "events": [{"seq": 3, "ts": 1, "kind": "plan.push", "item": 1}, {"seq": 2, "ts": 2, "kind": "plan.pop"}]}))
+    r = cli("take", doc, "--subject", "agent:demo", "--store", store.location)
+    said = "events[1] has seq 2, not after the previous event's 3"
+    assert r.code == 0 and r.err.count("ckpt: warning:") == 1 and said in r.err and SPEC + "checkpoints-snapshot-and-tail" in r.err, r.err
+    assert ": : " not in r.err, r.err  # no empty "where" before it
+    r = cli("replay", "latest", "--store", store.location)
+    assert r.code == 4 and f"checkpoint {r.err.split('checkpoint ')[1][:12]}: {said}" in _one_error_line(r.err), r.err
+
+
 def test_tui_refuses_a_bad_tail_and_a_missing_manifest_before_starting(cli: Any, store: Store) -> None:
     take(store, DEMO_LIKE, subject="agent:demo")
     r = cli("tui", "latest", "--store", store.location, "--timeline")

@@ -37,6 +37,7 @@ import stat
 import struct
 import threading
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -332,11 +333,53 @@ def record_problem(rec: dict[str, Any]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Hole:
+    """Damage `scan_records` read past: `length` bytes at offset `at` that are no record,
+    with an intact record after them; or, with `gave_up`, the rest of the file from `at`,
+    where looking for a record cost more than a `ScanBudget` allows (nothing after it is
+    read)."""
+
+    at: int
+    length: int
+    gave_up: bool = False
+
+
+def scan_records(
+    data: Buffer, pos: int, salt: bytes | None, on_hole: Callable[[Hole], None] | None = None
+) -> Iterator[tuple[int, dict[str, Any], int]]:
+    """The intact records of `data` from offset `pos` on (framed with `salt`; None:
+    version 1), in order, each as (offset, record, where it ends). A torn or damaged
+    record with no intact record after it ends them (a crash in mid-write, or the zeros
+    of the space written ahead): the end of the last record yielded (`pos` when none) is
+    where what was written ends. A hole (damage with records after it) is passed to
+    `on_hole` and read past; when looking past it costs more than a `ScanBudget`, it is
+    passed with `gave_up` and the scan ends. The one loop of the journal's readers and
+    the memory store's (an `on_hole` that raises stops the scan)."""
+    budget = ScanBudget(len(data))
+    while True:
+        got = record_at(data, pos, salt)
+        if got is not None:
+            yield pos, got[0], got[1]
+            pos = got[1]
+            continue
+        nxt = _next_record(data, pos + 1, salt, budget)
+        if nxt is None:
+            return
+        if nxt == GAVE_UP:  # forged headers past counting: all the rest is damage
+            if on_hole is not None:
+                on_hole(Hole(pos, len(data) - pos, gave_up=True))
+            return
+        if on_hole is not None:
+            on_hole(Hole(pos, nxt - pos))
+        pos = nxt
+
+
 def read_journal(data: Buffer) -> JournalContents:
     """The intact records of a journal (either version), in order. A torn or damaged
     record with no intact record after it ends the journal (a crash in mid-write, or
     the zeros of the space written ahead); one with records after it is a hole, reported
-    in `holes`, and the records after it are read on."""
+    in `holes`, and the records after it are read on (`scan_records`)."""
     out = JournalContents()
     if data[: len(MAGIC)] == MAGIC and len(data) >= HEADER_V2:
         salt: bytes | None = data[len(MAGIC) : HEADER_V2]
@@ -345,26 +388,18 @@ def read_journal(data: Buffer) -> JournalContents:
         salt, pos, out.version = None, len(MAGIC_V1), 1
     else:
         return out
-    budget = ScanBudget(len(data))
-    while True:
-        got = record_at(data, pos, salt)
-        if got is not None:
-            out.records.append(got[0])
-            pos = got[1]
-            continue
-        nxt = _next_record(data, pos + 1, salt, budget)
-        if nxt == GAVE_UP:  # forged headers past counting: all the rest is reported damaged
-            out.holes.append((pos, len(data) - pos))
-            out.gave_up = True
-            pos = len(data)
-            break
-        if nxt is None:
-            break
+
+    def hole(h: Hole) -> None:
         if not out.holes:
             out._before_first_hole = len(out.records)
-        out.holes.append((pos, nxt - pos))
-        pos = nxt
-    out.end = pos
+        out.holes.append((h.at, h.length))
+        out.gave_up = h.gave_up
+
+    end = pos
+    for _at, rec, rec_end in scan_records(data, pos, salt, hole):
+        out.records.append(rec)
+        end = rec_end
+    out.end = len(data) if out.gave_up else end
     return out
 
 

@@ -70,19 +70,17 @@ from langgraph.store.base import (
 
 from ckptcli.adapters.langgraph_journal import (
     DAMAGED_SUFFIX,
-    GAVE_UP,
     HEADER_V2,
     MAGIC,
     MAX_RECORD,
     PROCESS_SALT,
     Buffer,
-    ScanBudget,
+    Hole,
     frame,
     mapped,
-    next_record,
     own_dir,
     pwrite_all,
-    record_at,
+    scan_records,
 )
 from ckptcli.adapters.langgraph_store_log import (
     LOCK_NAME,
@@ -515,30 +513,25 @@ class CkptStore(BaseStore):
         """The records of `data` (the whole log) from offset `start` on, each with its
         offset, and where they end; a hole (damage with records after it) is read past
         with a warning."""
-        out: list[tuple[int, dict[str, Any]]] = []
-        pos = start
-        budget = ScanBudget(len(data))
-        while True:
-            got = record_at(data, pos, salt)
-            if got is not None:
-                out.append((pos, got[0]))
-                pos = got[1]
-                continue
-            if pos >= len(data):
-                return out, pos
-            nxt = next_record(data, pos, salt, budget)
-            if nxt == GAVE_UP:
+
+        def hole(h: Hole) -> None:
+            if h.gave_up:
                 raise CorruptError(
-                    f"the LangGraph store's log {path} is damaged at offset {pos}: it holds more forged or damaged record headers than a reader looks through",
+                    f"the LangGraph store's log {path} is damaged at offset {h.at}: it holds more forged or damaged record headers than a reader looks through",
                     hint=f"move it out of {self._dir} (nothing there was removed) or restore the store from a backup",
                 )
-            if nxt is None:
-                if damaged_tail(data, pos) and self._warned_tail != (str(path), pos):
-                    self._warned_tail = (str(path), pos)  # once, not at every batch
-                    self.store.warn(f"LangGraph store log {path}: the last record, at offset {pos}, is damaged (its CRC does not check): the memories recorded in it are lost")
-                return out, pos  # a record torn by a killed writer, or a damaged last one: the end
-            self.store.warn(f"LangGraph store log {path}: {nxt - pos} unreadable byte(s) at offset {pos} (damage); the memories recorded there are lost, the records after them are read")
-            pos = nxt
+            self.store.warn(f"LangGraph store log {path}: {h.length} unreadable byte(s) at offset {h.at} (damage); the memories recorded there are lost, the records after them are read")
+
+        out: list[tuple[int, dict[str, Any]]] = []
+        end = start
+        for at, rec, rec_end in scan_records(data, start, salt, hole):
+            out.append((at, rec))
+            end = rec_end
+        # what follows is a record torn by a killed writer, or a damaged last one: the end
+        if damaged_tail(data, end) and self._warned_tail != (str(path), end):
+            self._warned_tail = (str(path), end)  # once, not at every batch
+            self.store.warn(f"LangGraph store log {path}: the last record, at offset {end}, is damaged (its CRC does not check): the memories recorded in it are lost")
+        return out, end
 
     def _load_snapshot(self, snap: bytes | None, path: Path) -> dict[tuple[str, ...], dict[str, _Rec]]:
         items: dict[tuple[str, ...], dict[str, _Rec]] = {}

@@ -30,19 +30,16 @@ import msgpack
 
 from ckptcli.adapters.langgraph_journal import (
     DAMAGED_SUFFIX,
-    GAVE_UP,
     HEADER_V2,
     JOURNAL_DIR,
     MAGIC,
     MAX_RECORD,
     SYNC,
     Buffer,
-    ScanBudget,
-    _next_record,
     hole_message,
     read_journal,
     read_regular,
-    record_at,
+    scan_records,
 )
 
 LOG_DIR = "store"  # under JOURNAL_DIR
@@ -176,19 +173,8 @@ def record_problem(rec: dict[str, Any], values: bool = True) -> str | None:
 
 def records_at(data: Buffer, salt: bytes, pos: int = HEADER_V2) -> list[tuple[int, dict[str, Any]]]:
     """The intact records of a version 2 log's bytes `data` from `pos` on, each with
-    its offset; holes are read past (as far as a `ScanBudget` allows)."""
-    out: list[tuple[int, dict[str, Any]]] = []
-    budget = ScanBudget(len(data))
-    while True:
-        got = record_at(data, pos, salt)
-        if got is not None:
-            out.append((pos, got[0]))
-            pos = got[1]
-            continue
-        nxt = _next_record(data, pos + 1, salt, budget)
-        if nxt is None or nxt == GAVE_UP:
-            return out
-        pos = nxt
+    its offset; holes are read past silently (as far as a `ScanBudget` allows)."""
+    return [(at, rec) for at, rec, _end in scan_records(data, pos, salt)]
 
 
 def check_store_logs(store_dir: Path, manifests: Collection[bytes] | None = None) -> list[tuple[Path, str]]:

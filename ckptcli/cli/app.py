@@ -85,6 +85,44 @@ StoreOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", callback=_json_default, help="Print machine-readable JSON on stdout.")]
 
+# The options and arguments several commands take, declared once (their help alike in
+# every command's --help and in docs/cli.md).
+REF_HELP = "Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file."
+RefArg = Annotated[str, typer.Argument(help=REF_HELP)]
+SnapshotOpt = Annotated[
+    bool, typer.Option("--snapshot", help="Read the stored sections of a recorded checkpoint (the state before its tail), not the state at it.")
+]
+ReducersOpt = Annotated[
+    list[str] | None,
+    typer.Option("--reducers", metavar="MODULE:NAME", help="Reducers for custom event kinds: a mapping of kind -> function; repeatable.", show_default=False),
+]
+# the tolerant comparison (ckptcli.tolerant) of `ckpt diff` and `ckpt replay --check`: `tolerance_of`
+IgnoreOrderOpt = Annotated[bool, typer.Option("--ignore-order", help="Tolerant: compare lists as multisets (order is noise).")]
+SignificantDigitsOpt = Annotated[
+    int | None, typer.Option("--significant-digits", metavar="N", help="Tolerant: compare floats to N digits after the point.", show_default=False)
+]
+ToleranceOpt = Annotated[
+    float | None, typer.Option("--tolerance", metavar="EPS", help="Tolerant: numbers closer than EPS (absolute) are equal.", show_default=False)
+]
+ExcludePathOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--exclude-path", metavar="REGEX", help="Tolerant: ignore what differs at a JSON Pointer matching REGEX (e.g. '/ts$'); repeatable.", show_default=False
+    ),
+]
+
+
+def tolerance_of(ignore_order: bool, significant_digits: int | None, tolerance: float | None, exclude: list[str] | None) -> Any:
+    """The tolerant options as a ckptcli.tolerant.Tolerance, checked, or None when none
+    was given (the exact comparison alone: deepdiff is not imported)."""
+    if not (ignore_order or significant_digits is not None or tolerance is not None or exclude):
+        return None
+    from ckptcli.tolerant import Tolerance
+
+    tol = Tolerance(ignore_order, significant_digits, tolerance, tuple(exclude or ()))
+    tol.check()
+    return tol
+
 
 def _version(value: bool) -> None:
     if value:

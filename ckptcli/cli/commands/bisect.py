@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import JsonOpt, StoreOpt, app, open_store
+from ckptcli.cli.app import JsonOpt, ReducersOpt, StoreOpt, app, open_store
 from ckptcli.cli.output import emit_json, exit_status, out
 from ckptcli.errors import ExitCode
 
@@ -24,10 +24,7 @@ def bisect_cmd(
     check: Annotated[str | None, typer.Option("--check", metavar="MODULE:FUNC", help="A function state -> bool (true: good).", show_default=False)] = None,
     expect: Annotated[str | None, typer.Option("--expect", metavar="POINTER==JSON", help="Good while the value at POINTER equals JSON.", show_default=False)] = None,
     expect_missing: Annotated[str | None, typer.Option("--expect-missing", metavar="POINTER", help="Good while there is no value at POINTER.", show_default=False)] = None,
-    reducers: Annotated[
-        list[str] | None,
-        typer.Option("--reducers", metavar="MODULE:NAME", help="Reducers for custom event kinds, as for ckpt replay; repeatable.", show_default=False),
-    ] = None,
+    reducers: ReducersOpt = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-import typer
-
-from ckptcli.cli.app import StoreOpt, app
+from ckptcli.cli.app import RefArg, SnapshotOpt, StoreOpt, app
 from ckptcli.cli.output import emit_spooled, exit_status
 from ckptcli.errors import ExitCode
 
 
 @app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED))
 def cat(
-    ref: Annotated[str, typer.Argument(help="Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file.")],
-    snapshot: Annotated[bool, typer.Option("--snapshot", help="Print the stored sections of a recorded checkpoint (the state before its tail).")] = False,
+    ref: RefArg,
+    snapshot: SnapshotOpt = False,
     store: StoreOpt = None,
 ) -> None:
     """Print the whole checkpoint (manifest and every section) as JSON.

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import JsonOpt, StoreOpt, app
+from ckptcli.cli.app import (
+    REF_HELP,
+    ExcludePathOpt,
+    IgnoreOrderOpt,
+    JsonOpt,
+    SignificantDigitsOpt,
+    SnapshotOpt,
+    StoreOpt,
+    ToleranceOpt,
+    app,
+    tolerance_of,
+)
 from ckptcli.cli.output import emit_json, exit_status, out
 from ckptcli.errors import ExitCode, UsageError
 
-REF_HELP = "Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file."
 STYLES = {"header": "bold", "section": "bold cyan", "add": "green", "remove": "red", "change": "yellow", "summary": "dim"}
 
 
@@ -31,27 +41,13 @@ def diff(
         str | None,
         typer.Option("--path", metavar="JSON-POINTER", help="Compare only the value at this JSON Pointer of the state (e.g. /memory/user/name).", show_default=False),
     ] = None,
-    snapshot: Annotated[bool, typer.Option("--snapshot", help="Compare the stored sections of recorded checkpoints, not the states at them.")] = False,
+    snapshot: SnapshotOpt = False,
     stat: Annotated[bool, typer.Option("--stat", help="Print only the counts of changes per section.")] = False,
     exit_code: Annotated[bool, typer.Option("--exit-code", help="Exit with 1 when the checkpoints differ, 0 when they do not.")] = False,
-    ignore_order: Annotated[bool, typer.Option("--ignore-order", help="Tolerant: compare lists as multisets (order is noise).")] = False,
-    significant_digits: Annotated[
-        int | None,
-        typer.Option("--significant-digits", metavar="N", help="Tolerant: compare floats to N digits after the point.", show_default=False),
-    ] = None,
-    tolerance: Annotated[
-        float | None,
-        typer.Option("--tolerance", metavar="EPS", help="Tolerant: numbers closer than EPS (absolute) are equal.", show_default=False),
-    ] = None,
-    exclude_path: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--exclude-path",
-            metavar="REGEX",
-            help="Tolerant: drop changes whose JSON Pointer matches REGEX (repeatable).",
-            show_default=False,
-        ),
-    ] = None,
+    ignore_order: IgnoreOrderOpt = False,
+    significant_digits: SignificantDigitsOpt = None,
+    tolerance: ToleranceOpt = None,
+    exclude_path: ExcludePathOpt = None,
     show_all: Annotated[bool, typer.Option("--all", help="LangGraph checkpoints: also show LangGraph's bookkeeping and messages as stored.")] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
@@ -110,7 +106,7 @@ def diff(
 
     a, b = open_pair(ref_a, ref_b, store_path=store)
     result = diff_checkpoints(a, b, section=section, path=path, snapshot=snapshot)
-    tol = _tolerance(ignore_order, significant_digits, tolerance, exclude_path)
+    tol = tolerance_of(ignore_order, significant_digits, tolerance, exclude_path)
     if tol is not None:
         if path is not None:
             raise UsageError("--path compares one value exactly; narrow a tolerant comparison with --section and --exclude-path", hint="see `ckpt diff --help`")
@@ -145,14 +141,3 @@ def diff(
     if exit_code and not shown.same:
         raise typer.Exit(int(ExitCode.FAILURE))
 
-
-def _tolerance(ignore_order: bool, significant_digits: int | None, tolerance: float | None, exclude: list[str] | None) -> Any:
-    """The tolerant options as a ckptcli.tolerant.Tolerance, or None when none was given
-    (the exact diff alone: deepdiff is not imported)."""
-    if not (ignore_order or significant_digits is not None or tolerance is not None or exclude):
-        return None
-    from ckptcli.tolerant import Tolerance
-
-    tol = Tolerance(ignore_order, significant_digits, tolerance, tuple(exclude or ()))
-    tol.check()
-    return tol

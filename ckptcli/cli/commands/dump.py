@@ -7,14 +7,14 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import StoreOpt, app
+from ckptcli.cli.app import RefArg, StoreOpt, app
 from ckptcli.cli.output import exit_status, write_output
 from ckptcli.errors import ExitCode
 
 
 @app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.IO_ERROR))
 def dump(
-    ref: Annotated[str, typer.Argument(help="Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file.")],
+    ref: RefArg,
     path: Annotated[str, typer.Argument(help="The file: NAME for a file blob, NAME/sub/file inside a directory blob.")],
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write it here instead of stdout (as restore -o writes).", show_default=False)] = None,
     store: StoreOpt = None,

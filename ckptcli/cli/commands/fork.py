@@ -7,17 +7,9 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import JsonOpt, StoreOpt, app, open_store
+from ckptcli.cli.app import JsonOpt, ReducersOpt, StoreOpt, app, open_store
 from ckptcli.cli.output import emit_json, exit_status, out, quiet, short
 from ckptcli.errors import ExitCode
-
-# as in replay.py (not imported from there: that would register `ckpt replay` too)
-ReducersOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--reducers", metavar="MODULE:NAME", help="Reducers for custom event kinds: a mapping of kind -> function; repeatable.", show_default=False
-    ),
-]
 
 
 @app.command(

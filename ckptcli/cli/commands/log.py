@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import JsonOpt, StoreOpt, app, open_store
+from ckptcli.cli.app import JsonOpt, ReducersOpt, StoreOpt, app, open_store
 from ckptcli.cli.output import emit_json, exit_status, out
 from ckptcli.errors import ExitCode
 
@@ -26,10 +26,7 @@ def log_cmd(
     ] = None,
     patch: Annotated[bool, typer.Option("--patch", "-p", help="Show each checkpoint's changes and, for a recorded one, the events that made them.")] = False,
     number: Annotated[int | None, typer.Option("--limit", "--max-count", metavar="N", help="Show at most N checkpoints (git log -n: -n is --dry-run in ckpt).", show_default=False)] = None,
-    reducers: Annotated[
-        list[str] | None,
-        typer.Option("--reducers", metavar="MODULE:NAME", help="Reducers for custom event kinds, as for ckpt replay; repeatable.", show_default=False),
-    ] = None,
+    reducers: ReducersOpt = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -7,14 +7,14 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import JsonOpt, StoreOpt, app
+from ckptcli.cli.app import JsonOpt, RefArg, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, human_size, out
 from ckptcli.errors import ExitCode
 
 
 @app.command(name="ls-files", epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION))
 def ls_files(
-    ref: Annotated[str, typer.Argument(help="Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file.")],
+    ref: RefArg,
     path: Annotated[str, typer.Argument(help="Only this blob or path in it (NAME/sub/dir) and what is below it.", show_default=False)] = "",
     long: Annotated[bool, typer.Option("--long", help="Also show mode, modification time and, for each blob, where it was taken from.")] = False,
     store: StoreOpt = None,

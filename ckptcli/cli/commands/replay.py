@@ -9,20 +9,20 @@ from typing import Annotated, Any
 
 import typer
 
-from ckptcli.cli.app import JsonOpt, StoreOpt, app
+from ckptcli.cli.app import (
+    ExcludePathOpt,
+    IgnoreOrderOpt,
+    JsonOpt,
+    ReducersOpt,
+    RefArg,
+    SignificantDigitsOpt,
+    StoreOpt,
+    ToleranceOpt,
+    app,
+    tolerance_of,
+)
 from ckptcli.cli.output import emit_json, exit_status, out, quiet, short
 from ckptcli.errors import ExitCode
-
-REF_HELP = "Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file."
-ReducersOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--reducers",
-        metavar="MODULE:NAME",
-        help="Reducers for custom event kinds: a mapping of kind -> function; repeatable.",
-        show_default=False,
-    ),
-]
 
 
 @app.command(
@@ -38,7 +38,7 @@ ReducersOpt = Annotated[
     ),
 )
 def replay_cmd(
-    ref: Annotated[str, typer.Argument(help=REF_HELP)],
+    ref: RefArg,
     to: Annotated[
         str | None,
         typer.Option(
@@ -59,26 +59,10 @@ def replay_cmd(
         ),
     ] = None,
     reducers: ReducersOpt = None,
-    ignore_order: Annotated[bool, typer.Option("--ignore-order", help="With --check: emitted lists may differ in order.")] = False,
-    significant_digits: Annotated[
-        int | None,
-        typer.Option(
-            "--significant-digits", metavar="N", help="With --check: compare floats to N digits after the point.", show_default=False
-        ),
-    ] = None,
-    tolerance: Annotated[
-        float | None,
-        typer.Option("--tolerance", metavar="EPS", help="With --check: numbers closer than EPS (absolute) are equal.", show_default=False),
-    ] = None,
-    exclude_path: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--exclude-path",
-            metavar="REGEX",
-            help="With --check: ignore event fields whose JSON Pointer (/result/ts) matches REGEX.",
-            show_default=False,
-        ),
-    ] = None,
+    ignore_order: IgnoreOrderOpt = False,
+    significant_digits: SignificantDigitsOpt = None,
+    tolerance: ToleranceOpt = None,
+    exclude_path: ExcludePathOpt = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -136,9 +120,7 @@ def replay_cmd(
 
         cwd_importable()
         func = load_step(check)
-        from ckptcli.cli.commands.diff import _tolerance
-
-        tol = _tolerance(ignore_order, significant_digits, tolerance, exclude_path)
+        tol = tolerance_of(ignore_order, significant_digits, tolerance, exclude_path)
         _check(api.open_checkpoint(ref, store_path=store), func, red, as_json, tol)
         return
     to_seq, to_time = _parse_to(to)

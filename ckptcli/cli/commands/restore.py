@@ -8,14 +8,14 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import JsonOpt, StoreOpt, app
+from ckptcli.cli.app import JsonOpt, RefArg, StoreOpt, app
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet, write_output
 from ckptcli.errors import ExitCode, UsageError
 
 
 @app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED, ExitCode.UNSAFE_PATH, ExitCode.CONFLICT, ExitCode.IO_ERROR))
 def restore(
-    ref: Annotated[str, typer.Argument(help="Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file.")],
+    ref: RefArg,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the state document here; - for stdout (the default).", show_default=False)] = None,
     blobs_dir: Annotated[Path | None, typer.Option("--blobs", "-B", help="Restore blobs into this directory (created if missing), each under its name.", show_default=False)] = None,
     in_place: Annotated[bool, typer.Option("--in-place", help="Restore each blob to the path it was taken from, replacing what is there.")] = False,

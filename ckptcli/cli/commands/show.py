@@ -6,16 +6,16 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import JsonOpt, StoreOpt, app
+from ckptcli.cli.app import JsonOpt, RefArg, SnapshotOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, human_size, out
 from ckptcli.errors import ExitCode
 
 
 @app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED))
 def show(
-    ref: Annotated[str, typer.Argument(help="Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file.")],
+    ref: RefArg,
     section: Annotated[str | None, typer.Option("--section", help="Print this section in full (memory, plan, tools, events, blobs, ext:NS).", show_default=False)] = None,
-    snapshot: Annotated[bool, typer.Option("--snapshot", help="Show the stored sections of a recorded checkpoint (the state before its tail).")] = False,
+    snapshot: SnapshotOpt = False,
     show_all: Annotated[
         bool, typer.Option("--all", help="LangGraph checkpoints: print --section values exactly as stored (messages as $ext views).")
     ] = False,

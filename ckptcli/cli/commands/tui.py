@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import StoreOpt, app
+from ckptcli.cli.app import ReducersOpt, StoreOpt, app
 from ckptcli.cli.output import exit_status
 from ckptcli.errors import ExitCode
 
@@ -29,10 +29,7 @@ def tui_cmd(
         ),
     ] = None,
     timeline: Annotated[bool, typer.Option("--timeline", help="Open the checkpoint's event timeline (needs a checkpoint: a file or a REF).")] = False,
-    reducers: Annotated[
-        list[str] | None,
-        typer.Option("--reducers", metavar="MODULE:NAME", help="Reducers for custom event kinds, as for ckpt replay; repeatable.", show_default=False),
-    ] = None,
+    reducers: ReducersOpt = None,
     store: StoreOpt = None,
 ) -> None:
     """Browse a store in the terminal: history, checkpoints, event timelines, diffs.
