@@ -23,7 +23,7 @@ from ckptcli.adapters.langgraph import CkptSaver
 from ckptcli.adapters.langgraph_journal import JOURNAL_DIR, read_journal
 from ckptcli.adapters.langgraph_layout import LABEL_CHECKPOINT, LABEL_NS, LABEL_THREAD
 from ckptcli.adapters.langgraph_leases import LEASE_DIR, WANT_DIR, lease_name
-from ckptcli.api import open_store
+from ckptcli.api import init_store, open_store
 from tests.langgraph_graphs import ask, chat_builder, chat_message, normalized, support_builder
 from tests.test_langgraph_threads import Worker
 
@@ -270,3 +270,27 @@ def test_a_copy_keeps_its_checkpoints_times_and_expires_on_its_own(tmp_path: Pat
     verify(store)
     with CkptSaver.open(store) as saver:
         assert tuples(saver, SOURCE) == expected
+
+
+class PrunedMeanwhile(CkptSaver):
+    """Prunes the source between the copy's snapshot and its reading of the manifests
+    (as another process could once the source's lease is let go)."""
+
+    def _copy_manifests(self, rows: Any) -> Any:
+        if not getattr(self, "pruned", False):
+            self.pruned = True
+            self.prune([SOURCE])
+        return super()._copy_manifests(rows)
+
+
+def test_a_source_pruned_while_it_is_copied_is_copied_as_it_is_then(tmp_path: Path) -> None:
+    store = tmp_path / ".ckpt"
+    with PrunedMeanwhile(init_store(store)) as saver:
+        graph = support_builder().compile(checkpointer=saver)
+        run_support(graph, SOURCE)
+        before = tuples(saver, SOURCE)
+        saver.copy_thread(SOURCE, COPY)
+        pruned = tuples(saver, SOURCE)
+        assert 0 < len(pruned) < len(before)
+        assert tuples(saver, COPY) == pruned
+    verify(store)

@@ -127,6 +127,7 @@ _Deletion = tuple[list[tuple[str, str, str]], set[str], set[bytes] | None]  # (t
 _MISSING = object()
 #: a thread's committed checkpoints to copy: (key, parent id, created, manifest), parents first
 _Copies = list[tuple[tuple[str, str, str], str | None, int, Manifest]]
+_CopyRows = list[tuple[tuple[str, str, str], str | None, int, bytes]]  # the same, manifest ids
 #: and the values this saver has of it in memory, by (namespace, channel, version)
 _CopiedBlobs = dict[tuple[str, str, Any], "_Blob"]
 
@@ -2239,9 +2240,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
         sections of its original (no value is read, decoded or written again, nothing
         goes through the journal), with its thread's subject and labels, and parents
         that are the copies of the originals' parents. The source's lease is held only
-        while what this saver has of it not committed yet is committed and its
-        committed checkpoints are read (a consistent snapshot: puts to the source from
-        any process carry on while the copy is written); the target's only while the
+        while what this saver has of it not committed yet is committed and the ids of
+        its committed checkpoints are taken (a consistent snapshot: puts to the source
+        from any process carry on while the copy is made); the target's only while the
         copies are published. A checkpoint the target has already (the same id) gets
         the copy as its newest revision."""
         src, dst = str(source_thread_id), str(target_thread_id)
@@ -2250,8 +2251,14 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if src == dst:
             return  # a thread is a copy of itself
         with self._holding({src}, wrote=False):
-            items, blobs, index = self._copy_snapshot(src)
+            rows, blobs, index = self._copy_snapshot(src)
         try:
+            items = self._copy_manifests(rows)
+            if items is None:  # a checkpoint of the snapshot was removed since (the source deleted or pruned): as it is now, read under its lease
+                with self._holding({src}, wrote=False):
+                    rows, blobs, index = self._copy_snapshot(src, again=True)
+                    items = self._copy_manifests(rows)
+                    assert items is not None  # nothing is removed from a thread while its lease is held
             if items:
                 with self._holding({dst}):  # the target's other readers read it again
                     self._copy_publish(items, blobs, index, dst)
@@ -2259,12 +2266,13 @@ class CkptSaver(BaseCheckpointSaver[str]):
             with self._lock:
                 self._copying -= 1
 
-    def _copy_snapshot(self, src: str) -> tuple[_Copies, _CopiedBlobs, set[str]]:
-        """Commit what this saver has of thread `src` not committed yet, then read its
-        committed checkpoints: (key, parent id, created, manifest of the newest revision),
+    def _copy_snapshot(self, src: str, again: bool = False) -> tuple[_CopyRows, _CopiedBlobs, set[str]]:
+        """Commit what this saver has of thread `src` not committed yet, then take its
+        committed checkpoints: (key, parent id, created, id of the newest revision),
         parents first; the values of them this saver has in memory (shared with the
-        copies, as the store's objects are); and the store's index files then. The caller holds the lease; from here until `copy_thread` is
-        done, removals by this saver leave objects (`_copying`)."""
+        copies, as the store's objects are); and the store's index files then. The
+        caller holds the lease; from here until `copy_thread` is done, removals by this
+        saver leave objects (`_copying`: not counted `again`)."""
         with self._commit_mutex:
             with self._lock:
                 self._check()
@@ -2273,15 +2281,23 @@ class CkptSaver(BaseCheckpointSaver[str]):
                         self._seal(e)  # early, as a hand-over does: a write that comes later makes a revision
             self._commit_locked()
             with self._lock:
-                self._copying += 1
-                try:
-                    entries = sorted((e for ids in self._thread_entries(src).values() for e in ids.values() if e.committed is not None), key=lambda e: e.seq)
-                    items = [(e.key, e.parent, e.created_ns, self.store.manifest(e.committed)) for e in entries if e.committed is not None]
-                    blobs = {(ns, ch, ver): b for (t, ns, ch, ver), b in self._blobs.items() if t == src}
-                    return items, blobs, set(self.store.backend.list("index"))
-                except BaseException:
-                    self._copying -= 1
-                    raise
+                entries = sorted((e for ids in self._thread_entries(src).values() for e in ids.values()), key=lambda e: e.seq)
+                rows = [(e.key, e.parent, e.created_ns, e.committed) for e in entries if e.committed is not None]
+                blobs = {(ns, ch, ver): b for (t, ns, ch, ver), b in self._blobs.items() if t == src}
+                index = set(self.store.backend.list("index"))
+                if not again:
+                    self._copying += 1
+                return rows, blobs, index
+
+    def _copy_manifests(self, rows: _CopyRows) -> _Copies | None:
+        """The manifests of a snapshot's checkpoints (immutable: read without the lease),
+        or None when one of them is gone."""
+        from ckptcli.errors import NotFoundError
+
+        try:
+            return [(key, parent, created, self.store.manifest(cid)) for key, parent, created, cid in rows]
+        except NotFoundError:
+            return None
 
     def _copy_publish(self, items: _Copies, blobs: _CopiedBlobs, index: set[str], dst: str) -> None:
         """Write the copies of `items` to thread `dst` as new manifests (the caller holds
