@@ -294,3 +294,24 @@ def test_a_source_pruned_while_it_is_copied_is_copied_as_it_is_then(tmp_path: Pa
         assert 0 < len(pruned) < len(before)
         assert tuples(saver, COPY) == pruned
     verify(store)
+
+
+def test_ckpt_fork_of_a_copy_resumes_in_langgraph(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """The copies are ckpt checkpoints like any other: `ckpt fork` takes one, and
+    `thread_from` starts a thread there that resumes as the source would."""
+    store = tmp_path / ".ckpt"
+    with CkptSaver.open(store) as saver:
+        graph = support_builder().compile(checkpointer=saver)
+        run_support(graph, SOURCE)
+        saver.copy_thread(SOURCE, "support-1-copy")
+    same = cli("diff", "agent:support-1", "agent:support-1-copy", "--store", store, "--exit-code")
+    assert same.code == 0, same.out + same.err  # the same sections
+    fork = cli("fork", "agent:support-1-copy", "--at", "0", "--branch", "retry", "--store", store, "--json")
+    assert fork.code == 0, fork.err
+    with CkptSaver.open(store) as saver:
+        config = saver.thread_from("retry", "support-1-retry")
+        graph = support_builder().compile(checkpointer=saver)
+        assert graph.get_state(config).next == ("approve",)
+        done = graph.invoke(Command(resume="yes"), {"configurable": {"thread_id": "support-1-retry"}})
+        assert done["messages"][-1].content == "Your order is delivered."
+    assert cli("verify", "--store", store, "--read-data").code == 0
