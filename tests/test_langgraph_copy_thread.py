@@ -21,7 +21,7 @@ from langgraph.types import Command
 from ckptcli import integrity
 from ckptcli.adapters.langgraph import CkptSaver
 from ckptcli.adapters.langgraph_journal import JOURNAL_DIR, read_journal
-from ckptcli.adapters.langgraph_layout import LABEL_CHECKPOINT, LABEL_NS, LABEL_THREAD
+from ckptcli.adapters.langgraph_layout import LABEL_CHECKPOINT, LABEL_NS, LABEL_REV, LABEL_THREAD
 from ckptcli.adapters.langgraph_leases import LEASE_DIR, WANT_DIR, lease_name
 from ckptcli.api import init_store, open_store
 from tests.langgraph_graphs import ask, chat_builder, chat_message, normalized, support_builder
@@ -138,7 +138,27 @@ def test_a_copy_reads_back_like_its_source_through_a_real_graph(tmp_path: Path) 
         assert outs[0] == outs[1] and outs[0]["messages"][-1].content == "Your order is delivered."
         states = [list(graph.get_state_history({"configurable": {"thread_id": t}})) for t in (SOURCE, COPY)]
         assert [s.values for s in states[0]] == [s.values for s in states[1]]
+        # the resume's writes came for checkpoints committed before the reopen: revisions
+        saver.flush()
+        assert any(lb.get(LABEL_REV) for lb in labels_of(store, "support-1")), "the source has revisions"
+        saver.copy_thread(SOURCE, "support-1-again")  # the newest revision of each, as revision 1
+        assert tuples(saver, "support-1-again") == tuples(saver, SOURCE)
+        saver.copy_thread(SOURCE, "support-1-again")  # again: each copy a revision of the one before
+        assert tuples(saver, "support-1-again") == tuples(saver, SOURCE)
+    revs = [lb.get(LABEL_REV) for lb in labels_of(store, "support-1-again")]
+    assert set(revs) == {None, "2"} and revs.count("2") == revs.count(None)  # every copy once as 1, once as 2
+    seen = read_elsewhere(store, SOURCE, "support-1-again")
+    assert seen["support-1-again"] == seen[SOURCE]
     verify(store)
+
+
+def labels_of(store: Path, subject: str) -> list[dict[str, str]]:
+    """The labels of every checkpoint of subject agent:`subject`."""
+    st = open_store(store)
+    try:
+        return [st.manifest(cid).labels for cid in st.manifest_ids() if st.manifest(cid).subject.name == subject]
+    finally:
+        st.close()
 
 
 def test_a_copy_journals_no_value_and_writes_no_object(tmp_path: Path) -> None:
