@@ -296,11 +296,11 @@ class PrunedMeanwhile(CkptSaver):
     """Prunes the source between the copy's snapshot and its reading of the manifests
     (as another process could once the source's lease is let go)."""
 
-    def _copy_manifests(self, rows: Any) -> Any:
+    def _copy_manifests(self, rows: Any, strict: bool = False) -> Any:
         if not getattr(self, "pruned", False):
             self.pruned = True
             self.prune([SOURCE])
-        return super()._copy_manifests(rows)
+        return super()._copy_manifests(rows, strict)
 
 
 def test_a_source_pruned_while_it_is_copied_is_copied_as_it_is_then(tmp_path: Path) -> None:

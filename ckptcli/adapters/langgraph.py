@@ -2257,8 +2257,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             if items is None:  # a checkpoint of the snapshot was removed since (the source deleted or pruned): as it is now, read under its lease
                 with self._holding({src}, wrote=False):
                     rows, blobs, index = self._copy_snapshot(src, again=True)
-                    items = self._copy_manifests(rows)
-                    assert items is not None  # nothing is removed from a thread while its lease is held
+                    items = self._copy_manifests(rows, strict=True)
             if items:
                 with self._holding({dst}):  # the target's other readers read it again
                     self._copy_publish(items, blobs, index, dst)
@@ -2289,14 +2288,16 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     self._copying += 1
                 return rows, blobs, index
 
-    def _copy_manifests(self, rows: _CopyRows) -> _Copies | None:
+    def _copy_manifests(self, rows: _CopyRows, strict: bool = False) -> _Copies | None:
         """The manifests of a snapshot's checkpoints (immutable: read without the lease),
-        or None when one of them is gone."""
+        or None when one of them is gone (`strict`: NotFoundError, which says which)."""
         from ckptcli.errors import NotFoundError
 
         try:
             return [(key, parent, created, self.store.manifest(cid)) for key, parent, created, cid in rows]
         except NotFoundError:
+            if strict:
+                raise
             return None
 
     def _copy_publish(self, items: _Copies, blobs: _CopiedBlobs, index: set[str], dst: str) -> None:
