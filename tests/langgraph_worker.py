@@ -4,6 +4,7 @@ answer a line on stdout. The saver is opened once and kept for the process's lif
 
     python -m tests.langgraph_worker ckpt STORE_DIR      # a CkptSaver
     python -m tests.langgraph_worker sqlite DB_FILE      # a SqliteSaver, the reference
+    python -m tests.langgraph_worker ckpt STORE_DIR 5    # a CkptSaver whose lease_timeout is 5 s
 
 Commands: {"op": "turn", "thread": T, "text": S} runs one turn (a user message, the
 bot's answer; a text starting with "hold" makes the bot node say {"in_node": true} and
@@ -59,7 +60,8 @@ def main() -> None:
     if kind == "ckpt":
         from ckptcli.adapters.langgraph import CkptSaver
 
-        saver: Any = CkptSaver.open(path)
+        options = {"lease_timeout": float(sys.argv[3])} if len(sys.argv) > 3 else {}
+        saver: Any = CkptSaver.open(path, **options)
     else:
         from langgraph.checkpoint.sqlite import SqliteSaver
 

@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parent.parent
 class Worker:
     """One `tests.langgraph_worker` process."""
 
-    def __init__(self, kind: str, path: Path) -> None:
+    def __init__(self, kind: str, path: Path, *options: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.langgraph_worker", kind, str(path)],
+            [sys.executable, "-m", "tests.langgraph_worker", kind, str(path), *options],
             cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         assert self.read() == {"ready": True}

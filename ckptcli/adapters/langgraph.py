@@ -107,6 +107,7 @@ from ckptcli.adapters.langgraph_leases import try_flock as _try_flock
 from ckptcli.adapters.langgraph_read import ListReader
 from ckptcli.adapters.msgpack_view import from_view, to_view
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LockError, StoreIOError, ThreadConflictError, UsageError
+from ckptcli.format.manifest import Manifest
 from ckptcli.format.values import EXT_LIST, EXT_MAP, EXT_REF, Budget, Decoder, Ext, ListTree, array_header, unpack_ev
 from ckptcli.store.backend import fsync_dir
 from ckptcli.store.repository import Store
@@ -124,6 +125,11 @@ _Keys = list[tuple[str, str, str]]
 #: a journaled delete being replayed: keys, threads, and the store's checkpoints it removes (None: older records)
 _Deletion = tuple[list[tuple[str, str, str]], set[str], set[bytes] | None]  # (thread, namespace, checkpoint id) of several checkpoints
 _MISSING = object()
+#: a thread's committed checkpoints to copy: (key, parent id, created, manifest), parents first
+_Copies = list[tuple[tuple[str, str, str], str | None, int, Manifest]]
+_CopyRows = list[tuple[tuple[str, str, str], str | None, int, bytes]]  # the same, manifest ids
+#: and the values this saver has of it in memory, by (namespace, channel, version)
+_CopiedBlobs = dict[tuple[str, str, Any], "_Blob"]
 
 
 def _item_encoder(serde: SerializerProtocol) -> Callable[[Any], bytes] | None:
@@ -493,6 +499,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self.ttl = TTL.parse(ttl) if ttl is not None else None
         self.clock = clock
         self._sweeping: set[str] = set()  # threads `_holding` holds the lease of, for a delete (not let go by commits)
+        self._copying = 0  # copies between their snapshot of the source and their publishing (`copy_thread`)
         if fsync not in FSYNC_POLICIES:
             raise InvalidInputError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
         if not (commit_interval > 0 and seal_idle >= 0):
@@ -951,7 +958,6 @@ class CkptSaver(BaseCheckpointSaver[str]):
         names: those gone are forgotten, those new are read (each once: the commits of
         other processes and of this saver since it last looked)."""
         from ckptcli.errors import NotFoundError
-        from ckptcli.format.manifest import Manifest
 
         known, rows = self._known, self._known_rows
         assert known is not None
@@ -1516,7 +1522,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     txn.abort()
                     raise
                 if before - set(store.backend.list("index")):
-                    self._check_batch_after_prune(batch)
+                    self._check_batch_after_prune([(mid, data) for mid, data, _e, _rev in batch])
                 newest: dict[Any, tuple[tuple[int, int], bytes]] = {}  # a thread's latest is its root head
                 # the manifests of the batch made durable together (one file-system sync,
                 # not one per manifest: write_atomic_many), before the refs name them
@@ -1611,14 +1617,13 @@ class CkptSaver(BaseCheckpointSaver[str]):
         for bkey in [b for b in self._blobs if b[0] in threads and b not in keep]:
             del self._blobs[bkey]
 
-    def _check_batch_after_prune(self, batch: list[tuple[bytes, bytes, _Entry, int]]) -> None:
+    def _check_batch_after_prune(self, batch: list[tuple[bytes, bytes]]) -> None:
         """Another process pruned the store while these checkpoints waited: check that
         every object they need is still there before committing them."""
-        from ckptcli.format.manifest import Manifest
         from ckptcli.format.walk import walk_checkpoint
 
         source = _StagedSource(self)
-        for mid, data, _e, _rev in batch:
+        for mid, data in batch:
             try:
                 walk_checkpoint(source, Manifest.decode(data, f"manifest {mid.hex()[:12]}"))  # type: ignore[arg-type]
             except CkptError as exc:
@@ -2035,12 +2040,13 @@ class CkptSaver(BaseCheckpointSaver[str]):
 
     # -- deleting and copying ------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _holding(self, threads: set[str], wait: bool = True) -> Iterator[Sequence[str]]:
+    def _holding(self, threads: set[str], wait: bool = True, wrote: bool = True) -> Iterator[Sequence[str]]:
         """Hold the leases of `threads` for a delete, as a put holds one: each thread is
         read again first if another process wrote it, and once they are let go the other
         processes' savers read them again (a new token), so none of them goes on serving
-        or extending a deleted checkpoint from its memory. Yields the threads held: all
-        of them, or with `wait` False those no other process's saver holds."""
+        or extending a deleted checkpoint from its memory (`wrote` False: only if this
+        saver wrote them meanwhile). Yields the threads held: all of them, or with
+        `wait` False those no other process's saver holds."""
         held: list[str] = []
         try:
             for thread in sorted(threads):
@@ -2058,7 +2064,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             with self._lock:
                 for thread in held:
                     lease = self._leases.get(thread)
-                    if lease is not None:
+                    if lease is not None and wrote:
                         lease.wrote = True
                     self._sweeping.discard(thread)
                 self._release_leases()
@@ -2260,33 +2266,145 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if ids:
             self._item_memo.clear()  # their EVs may name objects that go now: made again when seen again
             self._writer.forget()
-            remove_checkpoints(self.store, ids, writer=self._mark)
+            # a copy of a thread under way names the objects of its snapshot without
+            # holding anything: they stay, as for another live saver (the next removal
+            # takes what nothing needs)
+            remove_checkpoints(self.store, ids, writer=None if self._copying else self._mark)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy every checkpoint and pending write of a thread to another thread id
-        (the copies share all their objects with the originals)."""
+        """Copy every checkpoint and pending write of a thread to another thread id.
+
+        A copy of the store's checkpoints: each copy is a new manifest naming the very
+        sections of its original (no value is read, decoded or written again, nothing
+        goes through the journal), with its thread's subject and labels, and parents
+        that are the copies of the originals' parents. The source's lease is held only
+        while what this saver has of it not committed yet is committed and the ids of
+        its committed checkpoints are taken (a consistent snapshot: puts to the source
+        from any process carry on while the copy is made); the target's only while the
+        copies are published. A checkpoint the target has already (the same id) gets
+        the copy as its newest revision."""
         src, dst = str(source_thread_id), str(target_thread_id)
         with self._lock:
             self._check()
-        with self._holding({src, dst}):  # the source as it is now; the target's other readers read it again
-            self._copy_thread(src, dst)
-            self.flush()
+        if src == dst:
+            return  # a thread is a copy of itself
+        with self._holding({src}, wrote=False):
+            rows, blobs, index = self._copy_snapshot(src)
+        try:
+            items = self._copy_manifests(rows)
+            if items is None:  # a checkpoint of the snapshot was removed since (the source deleted or pruned): as it is now, read under its lease
+                with self._holding({src}, wrote=False):
+                    rows, blobs, index = self._copy_snapshot(src, again=True)
+                    items = self._copy_manifests(rows, strict=True)
+            if items:
+                with self._holding({dst}):  # the target's other readers read it again
+                    self._copy_publish(items, blobs, index, dst)
+        finally:
+            with self._lock:
+                self._copying -= 1
 
-    def _copy_thread(self, src: str, dst: str) -> None:
-        with self._lock:
-            self._mark_dirty(self._leases[dst])
-            for e in sorted((e for ids in self._thread_entries(src).values() for e in ids.values()), key=lambda e: e.seq):
-                self._load(e)
-                assert e.skeleton is not None and e.metadata is not None
-                _thread, ns, cid = e.key
-                for ch, ver in e.versions.items():
-                    self._blobs[(dst, ns, ch, ver)] = self._blob(e, ch)
-                c = self._new_entry((dst, ns, cid), e.parent)
-                c.created_ns, c.skeleton, c.metadata, c.versions = e.created_ns, e.skeleton, e.metadata, dict(e.versions)
-                c.writes = dict(e.writes)
-                self._journal.append(_frame(self._put_record(c)))
-                if c.writes:
-                    self._journal.append(_frame(self._writes_record(c.key, list(c.writes.values()))))
+    def _copy_snapshot(self, src: str, again: bool = False) -> tuple[_CopyRows, _CopiedBlobs, set[str]]:
+        """Commit what this saver has of thread `src` not committed yet, then take its
+        committed checkpoints: (key, parent id, created, id of the newest revision),
+        parents first; the values of them this saver has in memory (shared with the
+        copies, as the store's objects are); and the store's index files then. The
+        caller holds the lease; from here until `copy_thread` is done, removals by this
+        saver leave objects (`_copying`: not counted `again`)."""
+        with self._commit_mutex:
+            with self._lock:
+                self._check()
+                for e in sorted(self._uncommitted(), key=lambda e: e.seq):
+                    if e.key[0] == src and e.state == LEAF:
+                        self._seal(e)  # early, as a hand-over does: a write that comes later makes a revision
+            self._commit_locked()
+            with self._lock:
+                entries = sorted((e for ids in self._thread_entries(src).values() for e in ids.values()), key=lambda e: e.seq)
+                rows = [(e.key, e.parent, e.created_ns, e.committed) for e in entries if e.committed is not None]
+                blobs = {(ns, ch, ver): b for (t, ns, ch, ver), b in self._blobs.items() if t == src}
+                index = set(self.store.backend.list("index"))
+                if not again:
+                    self._copying += 1
+                return rows, blobs, index
+
+    def _copy_manifests(self, rows: _CopyRows, strict: bool = False) -> _Copies | None:
+        """The manifests of a snapshot's checkpoints (immutable: read without the lease),
+        or None when one of them is gone (`strict`: NotFoundError, which says which)."""
+        from ckptcli.errors import NotFoundError
+
+        try:
+            return [(key, parent, created, self.store.manifest(cid)) for key, parent, created, cid in rows]
+        except NotFoundError:
+            if strict:
+                raise
+            return None
+
+    def _copy_publish(self, items: _Copies, blobs: _CopiedBlobs, index: set[str], dst: str) -> None:
+        """Write the copies of `items` to thread `dst` as new manifests (the caller holds
+        the target's lease), made durable together as a commit's are, then move the
+        target's latest and take them as this saver's checkpoints of the thread. `index`:
+        the store's index files when the snapshot was taken (one gone: a removal
+        rewrote the packs, and every object the copies need is checked first)."""
+        import dataclasses
+
+        subject = layout.subject_for(dst)
+        with self._commit_mutex:
+            with self._lock:
+                self._check()
+                had = bool(self._thread_entries(dst))
+                for e in sorted(self._uncommitted(), key=lambda e: e.seq):
+                    if e.key[0] == dst and e.state == LEAF:
+                        self._seal(e)  # the target's own puts first: a copy of the same checkpoint is a revision of it
+            if had:
+                self._commit_locked()
+            with self._lock:
+                # a crash from here on leaves copies in the store that no journal names:
+                # the dirty lease makes the next saver to take the thread read it again
+                self._mark_dirty(self._leases[dst])
+                made: dict[tuple[str, str], bytes] = {}
+                batch: list[tuple[bytes, bytes, Key, int]] = []
+                for (_src, ns, cid), parent_id, created, m in items:
+                    old = self._entries.get((dst, ns, cid))
+                    rev = old.rev + 1 if old is not None else 1
+                    parents: list[bytes] = []
+                    if parent_id:
+                        pmid = made.get((ns, parent_id))
+                        if pmid is None:
+                            pe = self._entries.get((dst, ns, parent_id))
+                            pmid = pe.manifest if pe is not None else None
+                        if pmid is not None:
+                            parents.append(pmid)
+                    if old is not None and old.manifest is not None and old.manifest not in parents:
+                        parents.append(old.manifest)  # the revision this one replaces
+                    copy = dataclasses.replace(m, subject=subject, labels=layout.relabel(m.labels, dst, rev), parents=parents, created_ns=created)
+                    data = copy.encode()
+                    mid = hashlib.sha256(data).digest()
+                    made[(ns, cid)] = mid
+                    batch.append((mid, data, Key(dst, ns, cid, parent_id, rev), created))
+            store = self.store
+            with store.backend.lock("store", shared=True):  # no removal runs meanwhile
+                if index - set(store.backend.list("index")):
+                    self._check_batch_after_prune([(mid, data) for mid, data, _k, _c in batch])
+                todo = [(f"manifests/{mid.hex()}", data) for mid, data, _k, _c in batch]
+                store.backend.write_atomic_many([(n, d) for n, d in todo if not store.backend.exists(n)])
+                root = [(c, mid) for mid, _d, k, c in batch if not k.ns]
+                nested = not root
+                created, head = max(root or [(c, mid) for mid, _d, _k, c in batch])
+                store.advance_latest(subject, head, created, nested=nested, log=False)
+            with self._lock:
+                if had:
+                    self._reload_thread(dst)  # its values and versions as the store has them now
+                else:
+                    self._use(dst)
+                    for (ns, ch, ver), b in blobs.items():
+                        self._blobs[(dst, ns, ch, ver)] = b
+                    for mid, _data, k, created in batch:
+                        key = (dst, k.ns, k.checkpoint_id)
+                        e = self._new_entry(key, k.parent_id)
+                        e.state, e.manifest, e.committed, e.committed_rev, e.rev, e.created_ns, e.loaded = COMMITTED, mid, mid, k.rev, k.rev, created, False
+                        del self._open[key]
+                        if self._known is not None:
+                            self._known[mid] = dst
+                            self._known_rows.setdefault(dst, {})[mid] = (k.rev, created, k)
 
     # -- a thread from any checkpoint -------------------------------------------------------------
     def thread_from(self, ref: str, thread_id: str) -> RunnableConfig:

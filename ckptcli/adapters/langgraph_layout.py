@@ -455,6 +455,19 @@ def labels_for(thread_id: str, ns: str, checkpoint_id: str, parent_id: str | Non
     return labels
 
 
+def relabel(labels: Mapping[str, str], thread_id: str, rev: int = 1) -> dict[str, str]:
+    """The labels of a checkpoint copied to thread `thread_id` as revision `rev`
+    (`CkptSaver.copy_thread`): its own, but the ones that name its thread and revision.
+    Nothing else in a LangGraph checkpoint names its thread (LangGraph keeps the thread
+    id out of the metadata), so the copy's sections are the source's, unchanged."""
+    out = {k: v for k, v in labels.items() if k not in (LABEL_THREAD, LABEL_REV)}
+    if subject_for(thread_id).name != thread_id:
+        out[LABEL_THREAD] = thread_id
+    if rev > 1:
+        out[LABEL_REV] = str(rev)
+    return out
+
+
 def manifest_for(
     thread_id: str,
     ns: str,
