@@ -196,3 +196,44 @@ def test_a_killed_expiry_leaves_the_old_log_or_the_new_one_whole(cli: Any, st: P
     # the next prune finishes the job, and removes the temp file the kill left
     assert cli("prune", "--keep-last", "5", "--reflog-expire", "0s", "--store", st).code == 0
     assert log.read_bytes() == before.splitlines(keepends=True)[-1] and not list((st / "tmp").iterdir())
+
+
+_READER = """
+import sys
+from pathlib import Path
+from ckptcli.store import reflog
+
+log, stop = Path(sys.argv[1]), Path(sys.argv[2])
+reads = 0
+while not stop.exists() or reads < 50:
+    try:
+        data = log.read_bytes()
+    except FileNotFoundError:
+        continue
+    entries, damaged, torn = reflog.check(data)
+    if damaged or torn or not entries:
+        sys.exit(f"read {reads}: {len(entries)} entries, damaged {damaged}, torn {torn}")
+    reads += 1
+print(reads)
+"""
+
+
+def test_a_reader_never_sees_a_log_being_trimmed_in_part(st: Path) -> None:
+    s = open_store(st)
+    log = st / "logs" / "refs" / "tags" / "t"
+    ids = [bytes([i]) * 32 for i in range(256)]
+    with s.backend.lock("refs", shared=False):
+        reflog.append(s.backend, "refs/tags/t", None, ids[0], "tag")
+    stop = st.parent / "stop"
+    with subprocess.Popen([sys.executable, "-c", _READER, str(log), str(stop)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as reader:
+        try:
+            for i in range(1, 200):  # every pass appends one entry and trims the log to its newest 3
+                with s.backend.lock("refs", shared=False):
+                    reflog.append(s.backend, "refs/tags/t", ids[i - 1], ids[i], "tag --force")
+                    reflog.expire(s.backend, cutoff_ns=0, max_entries=3)
+        finally:
+            stop.touch()
+        out, err = reader.communicate(timeout=120)
+    assert reader.returncode == 0, err
+    assert int(out) >= 50
+    assert [e.new for e in s.ref_log("refs/tags/t")] == [ids[199].hex(), ids[198].hex(), ids[197].hex()]

@@ -98,7 +98,9 @@ def _expire(st: Store, age: str, dry_run: bool, as_json: bool) -> None:
     from ckptcli.timeparse import parse_duration
 
     cutoff = time.time_ns() - parse_duration(age) * 1_000_000_000
-    with st.backend.lock("refs", shared=False):  # the lock the writers of entries hold
+    # the refs lock is the one the writers of entries hold; the store lock, shared, keeps
+    # a prune (which clears tmp/) from removing the new text before it is renamed
+    with st.backend.lock("store", shared=True), st.backend.lock("refs", shared=False):
         trimmed = log.expire(st.backend, cutoff_ns=cutoff, dry_run=dry_run, warn=st.warn)
     entries = sum(t.dropped for t in trimmed)
     logs = sum(1 for t in trimmed if t.dropped)
