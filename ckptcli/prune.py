@@ -15,7 +15,10 @@ needs to resume), and other subjects and unexpired threads are left to the other
 saver died before committing it, is in use and left alone (its lease:
 `ckptcli.adapters.langgraph_leases`; the others' leases are held while they are pruned,
 and renewed after, so that savers read them again). Tags and branch heads are never
-removed whatever the policy says. Then each adapter whose checkpoints are there (a manifest's ``layout.ext``
+removed whatever the policy says, nor, until their reflog entries expire, the
+checkpoints a ref was moved away from without going on from them (a reset back: only
+`NAME@{N}` reaches them; `reflog_keeps`). The reflog is trimmed first (formats/reflog.md,
+"Expiry"). Then each adapter whose checkpoints are there (a manifest's ``layout.ext``
 names it) adds what the kept ones need, through its hook in the entry-point group
 ``ckptcli.retention`` (LangGraph: a thread's heads, and the checkpoints its delta
 channels are rebuilt from: `ckptcli.adapters.langgraph_retention`). A survivor's
