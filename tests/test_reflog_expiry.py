@@ -157,6 +157,8 @@ def test_reflog_expire_command(cli: Any, st: Path) -> None:
     assert log.read_bytes() == before.splitlines(keepends=True)[-1]
     r = cli("reflog", "--dry-run", "--store", st)
     assert r.code == ExitCode.USAGE and r.err.count("\n") == 1
+    r = cli("reflog", "agent:bot", "--expire", "0s", "--store", st)  # not every log, as it would seem
+    assert r.code == ExitCode.USAGE and "takes no NAME" in r.err and r.err.count("\n") == 1
     r = cli("reflog", "--expire", "soon", "--store", st)
     assert r.code == ExitCode.INVALID_INPUT and "not a duration" in r.err
 

@@ -62,6 +62,10 @@ def reflog(
     """
     st = open_store(store)
     if expire is not None:
+        if name is not None or limit is not None:
+            from ckptcli.errors import UsageError
+
+            raise UsageError("--expire trims every ref's log: it takes no NAME and no --limit", hint="ckpt reflog --expire 90d --dry-run")
         _expire(st, expire, dry_run, as_json)
         return
     if dry_run:
