@@ -6,6 +6,9 @@ is rewritten, so a ref never moves without its entry. A last line cut short by a
 (no newline, or not JSON) is skipped with one warning; the next append starts on a
 line of its own. The log is history for people and for `ckpt reset`: nothing else
 depends on it, and a store without one (older ckpt, a copy) simply has none yet.
+`ckpt prune` (and `ckpt reflog --expire`) trims it (`expire`: 90 days, 1,000 entries per
+ref), rewriting a log whole by a rename under the same lock; until an entry expires,
+prune keeps the checkpoint it moved a ref away from (`ckptcli.prune.reflog_keeps`).
 """
 
 from __future__ import annotations
