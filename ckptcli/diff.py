@@ -962,11 +962,19 @@ def _num(x: int | float) -> str:
         return repr(x) if math.isfinite(x) else ("nan" if math.isnan(x) else ("inf" if x > 0 else "-inf"))
     if abs(x) >= 2**64:
         return f"<{x.bit_length()}-bit integer>"
-    if _NS_2001 <= x < _NS_2100:  # a time in nanoseconds (LangGraph's `ts`, ckpt's created_ns)
+    when = ns_time(x)
+    return f"{x} ({when})" if when is not None else str(x)
+
+
+def ns_time(x: int) -> str | None:
+    """The UTC time of an integer that reads as one in nanoseconds since the epoch (from
+    2001 to 2100: LangGraph's event `ts`, ckpt's created_ns), to the second; None for
+    any other integer."""
+    if type(x) is int and _NS_2001 <= x < _NS_2100:
         from datetime import UTC, datetime
 
-        return f"{x} ({datetime.fromtimestamp(x // 10**9, UTC).strftime('%Y-%m-%dT%H:%M:%SZ')})"
-    return str(x)
+        return datetime.fromtimestamp(x // 10**9, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None
 
 
 _NS_2001, _NS_2100 = 978_307_200 * 10**9, 4_102_444_800 * 10**9  # nanoseconds since 1970 of 2001-01-01 and 2100-01-01
@@ -1220,6 +1228,7 @@ __all__ = [
     "describe_change",
     "diff_checkpoints",
     "format_path",
+    "ns_time",
     "open_pair",
     "pointer",
     "render",

@@ -15,7 +15,10 @@ needs to resume), and other subjects and unexpired threads are left to the other
 saver died before committing it, is in use and left alone (its lease:
 `ckptcli.adapters.langgraph_leases`; the others' leases are held while they are pruned,
 and renewed after, so that savers read them again). Tags and branch heads are never
-removed whatever the policy says. Then each adapter whose checkpoints are there (a manifest's ``layout.ext``
+removed whatever the policy says, nor, until their reflog entries expire, the
+checkpoints a ref was moved away from without going on from them (a reset back: only
+`NAME@{N}` reaches them; `reflog_keeps`). The reflog is trimmed first (formats/reflog.md,
+"Expiry"). Then each adapter whose checkpoints are there (a manifest's ``layout.ext``
 names it) adds what the kept ones need, through its hook in the entry-point group
 ``ckptcli.retention`` (LangGraph: a thread's heads, and the checkpoints its delta
 channels are rebuilt from: `ckptcli.adapters.langgraph_retention`). A survivor's
@@ -47,6 +50,7 @@ from ckptcli.format import framing
 from ckptcli.format.manifest import Manifest, head_order
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
+from ckptcli.store import reflog
 from ckptcli.store.backend import WriterMark
 from ckptcli.store.repository import IndexEntry, PackWriter, Store, pack_path
 
@@ -79,6 +83,8 @@ class Policy:
     tz: tzinfo | None = None  # calendar buckets in this zone (None: local time)
     langgraph_ttl_s: int | None = None  # expire LangGraph threads idle for longer (module docstring)
     langgraph_ttl_strategy: str = "delete"  # or "keep_latest"
+    reflog_expire_s: int = reflog.EXPIRE_S  # reflog entries older than this are trimmed and keep nothing
+    reflog_max_entries: int = reflog.MAX_ENTRIES  # per ref, the newest
 
     def empty(self) -> bool:
         return self.keeps_nothing() and self.langgraph_ttl_s is None
@@ -98,6 +104,10 @@ class Policy:
             raise UsageError("--langgraph-ttl must not be negative")
         if self.langgraph_ttl_strategy not in ("delete", "keep_latest"):
             raise UsageError(f"--langgraph-ttl-strategy must be delete or keep_latest, not {self.langgraph_ttl_strategy!r}")
+        if self.reflog_expire_s < 0:
+            raise UsageError("--reflog-expire must not be negative")
+        if self.reflog_max_entries < 1:
+            raise UsageError("the reflog must keep at least one entry per ref")
 
 
 @dataclass
@@ -139,6 +149,8 @@ class PruneReport:
     expired: dict[str, int] = field(default_factory=dict)  # LangGraph threads the TTL expired: subject -> idle seconds
     in_use: list[str] = field(default_factory=list)  # expired, but a saver holds them: left alone
     expired_strategy: dict[str, str] = field(default_factory=dict)  # what the expired ones lose: delete or keep_latest
+    reflog_dropped: int = 0  # reflog entries expired (or beyond the cap): trimmed, or to be
+    reflog_logs: int = 0  # the logs they were in
 
     @property
     def removed(self) -> list[Decision]:
@@ -158,6 +170,7 @@ class PruneReport:
             "expired": self.expired,
             "in_use": self.in_use,
             "expired_strategy": self.expired_strategy,
+            "reflog_expired": {"entries": self.reflog_dropped, "logs": self.reflog_logs},
             "gc": self.gc.to_dict() if self.gc else None,
         }
 
@@ -231,6 +244,54 @@ def decide(
                 if n == 0 and strategy == "keep_latest":
                     d.reasons.insert(0, "the newest of an expired thread")
                 d.keep = bool(d.reasons)
+    return out
+
+
+#: the reasons of moves that keep nothing they leave (`reflog_keeps`), up to a colon
+_HISTORY_MOVES = frozenset({"take", "import", "prune", "repair refs"})
+
+
+def reflog_keeps(trimmed: list[reflog.Trimmed], manifests: dict[bytes, Manifest], cutoff_ns: int, expire_s: int) -> dict[bytes, str]:
+    """The checkpoints only the reflog reaches, with why they stay: each that an
+    unexpired entry moved a ref away from without going on from it (the new target is
+    not a descendant: a reset back, a move sideways, a migration of an older checkpoint
+    made latest, a tag moved or deleted, a branch deleted), until that entry expires.
+    A ref's moves forward (a take) keep nothing: the checkpoints they leave behind are
+    the ref's history, which the policy prunes; so do the moves of takes and imports
+    whatever their parents (a take that found latest moved by a concurrent take of the
+    same subject leaves a sibling behind: history too), of prune itself and of `ckpt
+    repair refs` (to a newer dangling head). A ref's newest entry outlives the expiry
+    (`reflog.trim`), but an expired one keeps nothing (formats/reflog.md, "Expiry")."""
+    ancestry: dict[bytes, set[bytes]] = {}
+
+    def descends(new: bytes, old: bytes) -> bool:
+        m = manifests.get(new)
+        if m is not None and old in m.parents:
+            return True  # a take: the common case, no walk
+        if new not in ancestry:
+            seen: set[bytes] = set()
+            todo = [new]
+            while todo:
+                cid = todo.pop()
+                if cid in seen:
+                    continue
+                seen.add(cid)
+                if (pm := manifests.get(cid)) is not None:
+                    todo.extend(pm.parents)
+            ancestry[new] = seen
+        return old in ancestry[new]
+
+    out: dict[bytes, str] = {}
+    for t in trimmed:
+        for e in reversed(t.kept):  # newest first: the reason names the newest move away
+            if e.old is None or e.old == e.new or e.time_ns < cutoff_ns or e.reason.split(":", 1)[0] in _HISTORY_MOVES:
+                continue
+            old = bytes.fromhex(e.old)
+            if old not in manifests or old in out or (e.new is not None and descends(bytes.fromhex(e.new), old)):
+                continue
+            day = time.strftime("%Y-%m-%d", time.gmtime(e.time_ns // 1_000_000_000))
+            until = time.strftime("%Y-%m-%d", time.gmtime(e.time_ns // 1_000_000_000 + expire_s))
+            out[old] = f"reflog {t.ref}: moved off it {day} ({e.reason}), until {until}"
     return out
 
 
@@ -313,6 +374,12 @@ def prune(
         for name, target in refs.items():
             if name.startswith(("tags/", "branches/")):
                 protected[target].append(name)
+        now = time.time_ns() if now_ns is None else now_ns
+        cutoff = now - policy.reflog_expire_s * 1_000_000_000
+        with store.backend.lock("refs", shared=False, wait=lock_wait):  # what the reflog keeps, once expired
+            trimmed = reflog.expire(store.backend, cutoff_ns=cutoff, max_entries=policy.reflog_max_entries, dry_run=True, warn=store.warn)
+        for cid, why in reflog_keeps(trimmed, manifests, cutoff, policy.reflog_expire_s).items():
+            protected[cid].append(why)
         expired: dict[str, int] = {}
         strategy_of: dict[str, str] = {}
         decisions = decide(manifests, policy, protected, subjects, now_ns, expired, strategy_of=strategy_of)
@@ -337,9 +404,15 @@ def prune(
                         hint="check the --keep-* options, or pass --allow-remove-all to remove them all",
                     )
             report = PruneReport(decisions, dry_run, expired=expired, in_use=in_use, expired_strategy=strategy_of)
+            report.reflog_dropped = sum(t.dropped for t in trimmed)
+            report.reflog_logs = sum(1 for t in trimmed if t.dropped)
             removed = {d.id for d in decisions if not d.keep}
             if dry_run:
                 return report
+            with store.backend.lock("refs", shared=False, wait=lock_wait):  # read again: a ref may have moved since
+                trimmed = reflog.expire(store.backend, cutoff_ns=cutoff, max_entries=policy.reflog_max_entries, warn=store.warn)
+            report.reflog_dropped = sum(t.dropped for t in trimmed)
+            report.reflog_logs = sum(1 for t in trimmed if t.dropped)
             report.gc, report.refs_moved = _remove(store, manifests, refs, removed, max_unused, progress, writer)
             return report
 

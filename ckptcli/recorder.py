@@ -30,6 +30,12 @@ at most the events not yet written when the process died are lost, never an even
 written. If the process died after a checkpoint was committed but before its journal was
 replaced, the newer checkpoint is found by its `recorder.run` label and the events it
 already holds are skipped.
+
+A `ckpt prune` in another process may run between checkpoints. The recorder holds no
+writer mark (`Backend.mark_writer`, which the LangGraph saver needs because it names
+objects it remembers from earlier commits): each checkpoint is encoded again from the
+live Python values and taken under the store lock, whose transaction re-reads the index
+first, so an object a prune deleted meanwhile is written again.
 """
 
 from __future__ import annotations

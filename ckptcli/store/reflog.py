@@ -6,6 +6,9 @@ is rewritten, so a ref never moves without its entry. A last line cut short by a
 (no newline, or not JSON) is skipped with one warning; the next append starts on a
 line of its own. The log is history for people and for `ckpt reset`: nothing else
 depends on it, and a store without one (older ckpt, a copy) simply has none yet.
+`ckpt prune` (and `ckpt reflog --expire`) trims it (`expire`: 90 days, 1,000 entries per
+ref), rewriting a log whole by a rename under the same lock; until an entry expires,
+prune keeps the checkpoint it moved a ref away from (`ckptcli.prune.reflog_keeps`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
 LOG_ROOT = "logs"
 SUM_LEN = 16  # hex digits of SHA-256 after each entry: a flipped byte is found
 MAX_COMMAND = 500  # characters of the command line kept in an entry
+EXPIRE_S = 90 * 86400  # entries older than this are trimmed (git's gc.reflogExpire)
+MAX_ENTRIES = 1000  # at most this many entries per ref are kept, the newest
 
 # the command line entries name; the CLI sets it to `ckpt ARGS`, a library caller may too
 _command: str | None = None
@@ -166,3 +171,76 @@ def read_all(backend: Backend, warn: Callable[[str], None], prefix: str = "refs"
         keyed.extend((e.time_ns, i, e) for i, e in enumerate(read(backend, p[len(LOG_ROOT) + 1 :], warn)))
     keyed.sort(key=lambda k: (k[0], k[1]), reverse=True)  # (a log's own order breaks ties)
     return [e for _t, _i, e in keyed]
+
+
+@dataclass(frozen=True)
+class Trimmed:
+    """What expiring one log leaves (formats/reflog.md, "Expiry")."""
+
+    ref: str  # the ref path without "refs/"
+    kept: list[Entry]  # the entries that stay, oldest first
+    dropped: int  # entries expired or beyond the cap
+    data: bytes | None  # the log's new text (b"": remove the file); None: unchanged
+
+
+def trim(data: bytes, ref: str, *, cutoff_ns: int, max_entries: int = MAX_ENTRIES, ref_exists: bool = True) -> Trimmed:
+    """Expire one log's text: an entry older than `cutoff_ns`, or beyond the newest
+    `max_entries`, goes; but the newest entry of a ref that exists stays (it says when
+    the ref last moved: `ckpt verify` and `ckpt repair refs` read it). A damaged line
+    stays as it is (it is `ckpt verify`'s to report); an entry cut short at the end
+    goes (the next append would cut it off)."""
+    lines = data.split(b"\n")
+    tail = lines.pop()
+    if tail and _decode(tail[:-1]) is not None:
+        lines.append(tail)  # a whole entry whose newline was changed: damage, kept as a line
+    decoded = [_decode(line) for line in lines]
+    keep = [d is None for d in decoded]  # damaged lines stay
+    kept_valid = 0
+    for i in range(len(lines) - 1, -1, -1):  # newest first
+        d = decoded[i]
+        if d is None:
+            continue
+        newest_of_live_ref = kept_valid == 0 and ref_exists
+        if kept_valid < max_entries and (d["time_ns"] >= cutoff_ns or newest_of_live_ref):
+            keep[i] = True
+            kept_valid += 1
+    dropped = sum(1 for i, d in enumerate(decoded) if d is not None and not keep[i])
+    kept = [
+        Entry(ref, d["old"], d["new"], d["time_ns"], str(d.get("reason", "")), str(d.get("command", "")), str(d.get("host", "")), d["pid"])
+        for i, d in enumerate(decoded)
+        if d is not None and keep[i]
+    ]
+    new = b"".join(line + b"\n" for i, line in enumerate(lines) if keep[i]) if dropped else None
+    return Trimmed(ref, kept, dropped, new)
+
+
+def expire(
+    backend: Backend, *, cutoff_ns: int, max_entries: int = MAX_ENTRIES, dry_run: bool = False, warn: Callable[[str], None] | None = None
+) -> list[Trimmed]:
+    """Trim every log of the store (`trim`); the caller holds the refs lock exclusively,
+    as the writers of entries do, so no append runs meanwhile. A log is rewritten whole
+    (a temporary file, synced, renamed over it: a reader sees the old text or the new,
+    never a part), or removed when nothing is left of it (its ref is gone too). Nothing
+    is written with `dry_run`. Returns: each log's outcome."""
+    try:
+        paths = backend.list(f"{LOG_ROOT}/refs")
+    except CkptError:
+        return []
+    out: list[Trimmed] = []
+    for path in paths:
+        ref_path = path[len(LOG_ROOT) + 1 :]
+        try:
+            data = backend.read(path)
+        except CkptError as exc:
+            if warn is not None:
+                warn(f"{path}: cannot be read ({exc.message}); its entries are left as they are")
+            continue
+        t = trim(data, ref_path[len("refs/") :], cutoff_ns=cutoff_ns, max_entries=max_entries, ref_exists=backend.exists(ref_path))
+        out.append(t)
+        if dry_run or t.data is None:
+            continue
+        if t.data:
+            backend.write_atomic(path, t.data)
+        else:
+            backend.delete(path)
+    return out

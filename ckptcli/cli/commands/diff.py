@@ -67,9 +67,11 @@ def diff(
     for the blob listing (path -> type, size, mode and content id; never the content).
     Key order and file times are not compared. With --section, both cover that section
     only; with --stat, only the summary is printed. Between LangGraph checkpoints,
-    messages read `role: text` (tool calls `ai: → name(arg=...)`) and LangGraph's
-    bookkeeping (channel versions, versions seen, branch:to:* channels) is left out of
-    the text; --all shows it as stored. Two LangGraph checkpoints' pending
+    messages read `role: text` (tool calls `ai: → name(arg=...)`), a stored datetime
+    or date reads as its ISO 8601 text in UTC, and LangGraph's bookkeeping (channel
+    versions, versions seen, branch:to:* channels) is left out of the text; --all shows
+    it as stored. A number that reads as a time in nanoseconds (an event's ts) is
+    followed by its UTC time. Two LangGraph checkpoints' pending
     writes are compared by task id and write index, not by position (a write that only
     sits at another seq is no change): --json then adds "writes", [{"op", "task_id",
     "idx", "channel", "old", "new"}].

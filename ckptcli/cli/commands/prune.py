@@ -35,6 +35,12 @@ def prune(
             "--langgraph-ttl-strategy", metavar="STRATEGY", help="What an expired thread loses: delete (all of it) or keep_latest (all but what it resumes from)."
         ),
     ] = "delete",
+    reflog_expire: Annotated[
+        str,
+        typer.Option(
+            "--reflog-expire", metavar="AGE", help="Trim reflog entries older than AGE (and all but each ref's newest 1000); 0s trims all but each ref's newest."
+        ),
+    ] = "90d",
     subject: Annotated[list[str] | None, typer.Option("--subject", "-S", metavar="KIND:NAME", help="Only these subjects (repeatable).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Say what would be removed and why each survivor stays; change nothing.")] = False,
     allow_remove_all: Annotated[bool, typer.Option("--allow-remove-all", help="Allow removing every checkpoint of a subject.")] = False,
@@ -59,6 +65,16 @@ def prune(
     Adapters keep what the kept checkpoints need with them: a LangGraph thread keeps
     the checkpoints it resumes from (its subgraphs' too) and those its delta channels
     are rebuilt from (docs/langgraph.md); --dry-run -v says why each stays.
+
+    The reflog is trimmed first, as git's gc expires it: entries older than
+    --reflog-expire (90 days) go, and each ref keeps at most its newest 1000 entries
+    (and always its newest, while the ref exists). A checkpoint a ref was moved away
+    from by an unexpired entry without going on from it (a `ckpt reset` back, a
+    migration of an older checkpoint made latest, a tag moved or deleted) stays, so
+    `ckpt reset SUBJECT 'SUBJECT@{1}'` still works; --dry-run shows the reason
+    ("reflog latest/...: moved off it ..."). Moves by takes and imports keep
+    nothing: the policy prunes that history. `--reflog-expire 0s` lets such
+    checkpoints go now (formats/reflog.md, "Expiry").
 
     --langgraph-ttl is LangGraph Platform's thread TTL, applied once: a LangGraph
     thread whose newest checkpoint is older than AGE is expired, and loses every
@@ -90,6 +106,8 @@ def prune(
 
       ckpt prune --langgraph-ttl 30d --dry-run
 
+      ckpt prune --keep-last 10 --reflog-expire 30d
+
       ckpt prune --langgraph-ttl 7d --langgraph-ttl-strategy keep_latest --keep-last 50
     """
     from datetime import UTC
@@ -113,6 +131,7 @@ def prune(
         tz=UTC if utc else None,
         langgraph_ttl_s=parse_duration(langgraph_ttl) if langgraph_ttl is not None else None,
         langgraph_ttl_strategy=langgraph_ttl_strategy,
+        reflog_expire_s=parse_duration(reflog_expire),
     )
     policy.check()
     st = api.open_store(store)
@@ -138,6 +157,9 @@ def prune(
         )
         c.print(what, markup=False)
     c.print(f"{verb} {len(report.removed)} checkpoint(s), kept {len(report.kept)}", markup=False)
+    if report.reflog_dropped:
+        trimmed = "would trim" if dry_run else "trimmed"
+        c.print(f"reflog: {trimmed} {report.reflog_dropped} expired entr{'y' if report.reflog_dropped == 1 else 'ies'} from {report.reflog_logs} log(s)", markup=False)
     for name, target in report.refs_moved.items():
         c.print(f"moved {name} to {target[:12]}" if target else f"deleted {name} (its subject has no checkpoint left)", markup=False)
     if report.gc and report.gc.writers_alive:

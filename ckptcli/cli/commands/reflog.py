@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -10,13 +10,21 @@ from ckptcli.cli.app import JsonOpt, StoreOpt, app, open_store
 from ckptcli.cli.output import emit_json, exit_status, out, short
 from ckptcli.errors import ExitCode
 
+if TYPE_CHECKING:
+    from ckptcli.store.repository import Store
 
-@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE))
+
+@app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
 def reflog(
     name: Annotated[
         str | None, typer.Argument(help="A subject (KIND:NAME: its latest), a tag or a branch; default: every ref.", show_default=False)
     ] = None,
     limit: Annotated[int | None, typer.Option("--limit", metavar="N", help="At most this many entries.", show_default=False)] = None,
+    expire: Annotated[
+        str | None,
+        typer.Option("--expire", metavar="AGE", help="Trim the reflog instead: drop entries older than AGE (90d, 0s), keeping each ref's newest.", show_default=False),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="With --expire: say what would be trimmed; change nothing.")] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -28,6 +36,13 @@ def reflog(
     NAME@{N} names what NAME pointed at N moves ago (NAME@{0} is now), in every
     command that takes a checkpoint reference; `ckpt reset SUBJECT 'SUBJECT@{1}'` undoes
     the last move of its latest.
+
+    The reflog is trimmed by `ckpt prune` (entries older than 90 days, and all but the
+    newest 1000 of a ref) or by --expire AGE here, which trims every ref's log (NAME
+    and --limit do not apply) and keeps each existing ref's newest entry. A checkpoint
+    a ref was moved away from (a reset back) is kept by prune only while the entry
+    that left it is in the reflog (formats/reflog.md, "Expiry"). With --expire,
+    --json prints {"dry_run", "entries", "logs"} (entries trimmed, from how many logs).
 
     --json prints a list of {"ref", "old", "new", "time", "time_ns", "reason",
     "command", "host", "pid"} (full ids; old is null for a ref created, new for one
@@ -42,8 +57,21 @@ def reflog(
       ckpt reflog known-good --json
 
       ckpt reset agent:bot 'agent:bot@{1}'
+
+      ckpt reflog --expire 30d --dry-run
     """
     st = open_store(store)
+    if expire is not None:
+        if name is not None or limit is not None:
+            from ckptcli.errors import UsageError
+
+            raise UsageError("--expire trims every ref's log: it takes no NAME and no --limit", hint="ckpt reflog --expire 90d --dry-run")
+        _expire(st, expire, dry_run, as_json)
+        return
+    if dry_run:
+        from ckptcli.errors import UsageError
+
+        raise UsageError("--dry-run goes with --expire", hint="ckpt reflog --expire 90d --dry-run")
     path = st.ref_path_of(name) if name is not None else None
     entries = st.ref_log(path)
     if limit is not None:
@@ -65,3 +93,23 @@ def reflog(
         seen[e.ref] = n + 1
         move = f"{short(e.old) if e.old else '(new)':<12} -> {short(e.new) if e.new else '(deleted)':<12}"
         c.print(f"{e.ref}@{{{n}}}  {when}  {move}  {e.reason}", markup=False)
+
+
+def _expire(st: Store, age: str, dry_run: bool, as_json: bool) -> None:
+    import time
+
+    from ckptcli.store import reflog as log
+    from ckptcli.timeparse import parse_duration
+
+    cutoff = time.time_ns() - parse_duration(age) * 1_000_000_000
+    # the refs lock is the one the writers of entries hold; the store lock, shared, keeps
+    # a prune (which clears tmp/) from removing the new text before it is renamed
+    with st.backend.lock("store", shared=True), st.backend.lock("refs", shared=False):
+        trimmed = log.expire(st.backend, cutoff_ns=cutoff, dry_run=dry_run, warn=st.warn)
+    entries = sum(t.dropped for t in trimmed)
+    logs = sum(1 for t in trimmed if t.dropped)
+    if as_json:
+        emit_json({"dry_run": dry_run, "entries": entries, "logs": logs})
+        return
+    verb = "would trim" if dry_run else "trimmed"
+    out().print(f"{verb} {entries} entr{'y' if entries == 1 else 'ies'} older than {age} from {logs} log(s)", markup=False)

@@ -42,7 +42,9 @@ def show(
       ckpt show agent:bot --section memory --snapshot
 
     For a LangGraph checkpoint, --section prints messages as "role: text" lines (tool
-    calls as "→ name(arg=...)"); --all or --json print them as stored.
+    calls as "→ name(arg=...)"), a datetime or date as its ISO 8601 text in UTC, and a
+    time in nanoseconds (an event's ts) as "N (2026-11-26T17:45:05Z)"; --all or --json
+    print them as stored.
     """
     from ckptcli import api
     from ckptcli.jsonview import to_json
@@ -62,7 +64,7 @@ def show(
             if not show_all and "langgraph.checkpoint" in ck.manifest.labels:
                 from ckptcli.adapters.langgraph_render import readable
 
-                value = readable(value)
+                value = readable(value, times=True)
             out().print_json(json.dumps(value, ensure_ascii=False))
         _warn_after(at.problem)
         return
