@@ -1,0 +1,230 @@
+"""The runbooks in docs/runbooks/ are run as written.
+
+Each page gets a store built for it (a recorded agent whose bad value enters at a known
+event, a damaged pack, a held lock, ...). Then every command line of the page's
+```console blocks is run, in order, as a real `ckpt` subprocess, and at the end the store
+and the files must be in the state the page promises.
+
+How a page is read (docs/runbooks/README.md says the same to its readers):
+
+- `$ ckpt ...` is run; it must exit 0, or N when the line's comment says `# exit N`.
+- `$ export NAME=VALUE` sets NAME for the commands after it; `$ cd DIR` changes the
+  directory they run in; `$ mkdir -p DIR` makes a directory.
+- `$ NAME=VALUE` sets a variable the page took from the output just above: the test
+  sets it to the value it knows from building the store, and fails unless the previous
+  command's output shows that value.
+- Paths under /srv/ and /mnt/ are examples: they are mapped into the test's directory.
+- Any other `$ ...` line (ps, kill, cp) is a step for a person: each page's test names
+  them, and does what they say in Python; an unknown one fails the test.
+- Lines without `$ ` are output shown to the reader and are not compared (ids and times
+  differ in every run); the checks after each page say what must hold.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import ckptcli
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = REPO / "docs" / "runbooks"
+RUNBOOKS = ["agent-misbehaved.md", "store-damaged.md", "migration-failed.md", "locked-or-full.md", "host-lost.md"]
+
+
+# -- reading a page ------------------------------------------------------------------------------------
+@dataclass
+class Line:
+    text: str  # without the "$ "
+    lineno: int
+
+
+def console_lines(page: str) -> list[Line]:
+    """The `$ ` lines of the page's ```console blocks, in order."""
+    out: list[Line] = []
+    inside = False
+    for n, raw in enumerate(page.splitlines(), 1):
+        stripped = raw.strip()
+        if stripped.startswith("```"):
+            inside = not inside and stripped == "```console"
+            continue
+        if inside and raw.startswith("$ "):
+            out.append(Line(raw[2:].strip(), n))
+    return out
+
+
+def expected_exit(text: str) -> int:
+    comment = text.split("#", 1)[1] if " #" in text else ""
+    m = re.search(r"\bexit (\d+)", comment)
+    return int(m.group(1)) if m else 0
+
+
+@dataclass
+class Run:
+    """What running a page did: every ckpt command with its result."""
+
+    root: Path
+    env: dict[str, str]
+    cwd: Path
+    results: list[tuple[str, subprocess.CompletedProcess[str]]] = field(default_factory=list)
+
+    def output(self, needle: str) -> str:
+        """The output of the last command whose line holds `needle`."""
+        for text, proc in reversed(self.results):
+            if needle in text:
+                return proc.stdout + proc.stderr
+        raise AssertionError(f"no command with {needle!r} was run")
+
+
+def run_page(
+    name: str,
+    root: Path,
+    known: dict[str, str] | None = None,
+    human: dict[str, Callable[[], None]] | None = None,
+    page_text: str | None = None,
+) -> Run:
+    """Run the page's commands as documented (module docstring); fail at the first one
+    that does not do what the page says."""
+    text = page_text if page_text is not None else (PAGES / name).read_text()
+    known, human = known or {}, human or {}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CKPT_")}
+    env.update(NO_COLOR="1", COLUMNS="200", PYTHONPATH="")
+    run = Run(root, env, root)
+    variables: dict[str, str] = {}
+
+    def subst(s: str) -> str:
+        s = re.sub(r"(?<![\w.])/(srv|mnt)/", lambda m: f"{root}/{m.group(1)}/", s)
+        return re.sub(r"\$\{?([A-Z_][A-Z0-9_]*)\}?", lambda m: variables.get(m.group(1), m.group(0)), s)
+
+    lines = console_lines(text)
+    assert lines, f"{name} has no console lines"
+    for line in lines:
+        where = f"{name}:{line.lineno}: $ {line.text}"
+        words = shlex.split(subst(line.text), comments=True)
+        if words[0] == "ckpt":
+            proc = subprocess.run(
+                [sys.executable, "-m", "ckptcli", *words[1:]], capture_output=True, text=True, env=run.env, cwd=run.cwd, timeout=120
+            )
+            run.results.append((line.text, proc))
+            want = expected_exit(line.text)
+            assert proc.returncode == want, f"{where}\nexit {proc.returncode}, the page says {want}\n{proc.stdout}\n{proc.stderr}"
+            assert "Traceback" not in proc.stderr, f"{where}\n{proc.stderr}"
+        elif words[0] == "export":
+            key, _, value = words[1].partition("=")
+            run.env[key] = value
+            variables[key] = value
+        elif words[0] == "cd":
+            run.cwd = Path(words[1])
+        elif words[:2] == ["mkdir", "-p"]:
+            for d in words[2:]:
+                Path(d).mkdir(parents=True, exist_ok=True)
+        elif len(words) == 1 and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S+", words[0]):
+            key = words[0].split("=", 1)[0]
+            assert key in known, f"{where}: the test does not know {key}"
+            value = known[key]
+            last = run.results[-1][1]
+            assert value in last.stdout + last.stderr, f"{where}: the output above does not show {value}\n{last.stdout}{last.stderr}"
+            variables[key] = value
+        else:
+            step = next((f for prefix, f in human.items() if line.text.startswith(prefix)), None)
+            assert step is not None, f"{where}: not a ckpt command, and the test has no step for it"
+            step()
+    return run
+
+
+def mutate_first_flag(text: str) -> str:
+    """The page with the first `--flag` of its first ckpt command that has one misspelt."""
+    for line in console_lines(text):
+        if line.text.startswith("ckpt ") and " --" in line.text:
+            flag = re.search(r" (--[a-z-]+)", line.text)
+            assert flag is not None
+            wrong = line.text.replace(flag.group(1), flag.group(1) + "x", 1)
+            return text.replace("$ " + line.text, "$ " + wrong, 1)
+    raise AssertionError("no ckpt command with a flag")
+
+
+def refs(store: Path) -> dict[str, str]:
+    return {name: cid.hex() for name, cid in ckptcli.open_store(store).refs().items()}
+
+
+def files(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+# -- 1. agent-misbehaved -------------------------------------------------------------------------------
+@dataclass
+class Misbehaved:
+    ids: list[str]
+    workspaces: list[dict[str, str]]
+    bad_seq: int
+
+
+def build_misbehaved(root: Path) -> Misbehaved:
+    """agent:support-bot, six checkpoints of four events each, taken with its workspace;
+    event #15 (in the fourth checkpoint's tail) sets refund_limit from 100 to 5000, and
+    from then on the agent writes refunds.csv."""
+    store = ckptcli.init_store(root / "srv" / "ckpt")
+    work = root / "srv" / "support-bot" / "work"
+    work.mkdir(parents=True)
+    memory: dict[str, object] = {"refund_limit": 100, "tickets": {}}
+    snapshot = copy.deepcopy(memory)
+    seq, ts = 0, time.time_ns() - 10**12
+    ids, workspaces = [], []
+    for n in range(6):
+        events = []
+        for k in range(4):
+            seq, ts = seq + 1, ts + 10**9
+            if seq == 15:
+                events.append({"seq": seq, "ts": ts, "kind": "memory.set", "path": ["refund_limit"], "value": 5000})
+                memory["refund_limit"] = 5000
+            else:
+                events.append({"seq": seq, "ts": ts, "kind": "memory.set", "path": ["tickets", f"T-{seq}"], "value": "answered"})
+                memory["tickets"][f"T-{seq}"] = "answered"  # type: ignore[index]
+        state = {"notes.md": f"notes after batch {n}\n"}
+        if memory["refund_limit"] != 100:
+            state["refunds.csv"] = "order,amount\n" + "".join(f"A-{i},4000\n" for i in range(n))
+        for p in work.iterdir():
+            p.unlink()
+        for fname, content in state.items():
+            (work / fname).write_text(content)
+        doc = {"memory": snapshot, "plan": [], "tools": [], "events": events}
+        r = ckptcli.take(store, doc, subject="agent:support-bot", blobs={"workspace": work}, labels={"events.seq": str(seq)}, message=f"batch {n}")
+        ids.append(r.hex)
+        workspaces.append(state)
+        snapshot = copy.deepcopy(memory)
+    return Misbehaved(ids, workspaces, 15)
+
+
+def test_agent_misbehaved(tmp_path: Path) -> None:
+    fx = build_misbehaved(tmp_path)
+    good, bad = fx.ids[2], fx.ids[3]
+    run = run_page("agent-misbehaved.md", tmp_path, known={"LAST_GOOD": good[:12], "FIRST_BAD": bad[:12], "BEFORE_BAD": str(fx.bad_seq - 1)})
+    store = tmp_path / "srv" / "ckpt"
+    # the page found the event
+    assert f"event #{fx.bad_seq} memory.set" in run.output("ckpt log")
+    assert f"first bad event    #{fx.bad_seq}" in run.output("ckpt bisect")
+    # latest is the known-good checkpoint, the workspace holds its files
+    r = refs(store)
+    assert r["latest/agent/support-bot"] == good
+    work = tmp_path / "srv" / "support-bot" / "work"
+    assert {k: v.decode() for k, v in files(work).items()} == fx.workspaces[2]
+    # the evidence is kept
+    assert r["tags/incident-4711-good"] == good and r["tags/incident-4711-first-bad"] == bad
+    assert r["branches/incident-4711-bad"] == fx.ids[-1]
+    exported = tmp_path / "srv" / "incidents" / "4711-first-bad.ckpt"
+    assert ckptcli.open_checkpoint(str(exported)).hex == bad
+    # the fork holds the state just before the bad event
+    fork = ckptcli.open_checkpoint("incident-4711-retry", ckptcli.open_store(store))
+    assert fork.manifest.parents[0].hex() == bad
+    assert '"refund_limit": 100' in run.output("ckpt show incident-4711-retry")
+    assert '"T-14"' in run.output("ckpt show incident-4711-retry")
