@@ -58,8 +58,8 @@ def console_lines(page: str) -> list[Line]:
         if stripped.startswith("```"):
             inside = not inside and stripped == "```console"
             continue
-        if inside and raw.startswith("$ "):
-            out.append(Line(raw[2:].strip(), n))
+        if inside and stripped.startswith("$ "):
+            out.append(Line(stripped[2:].strip(), n))
     return out
 
 
@@ -228,3 +228,82 @@ def test_agent_misbehaved(tmp_path: Path) -> None:
     assert fork.manifest.parents[0].hex() == bad
     assert '"refund_limit": 100' in run.output("ckpt show incident-4711-retry")
     assert '"T-14"' in run.output("ckpt show incident-4711-retry")
+
+
+# -- 2. store-damaged ----------------------------------------------------------------------------------
+@dataclass
+class Damaged:
+    ids: dict[str, str]
+    etl_files: dict[str, bytes]
+
+
+def _new_pack(store_dir: Path, before: set[Path]) -> Path:
+    (pack,) = set((store_dir / "packs").glob("*/*")) - before
+    return pack
+
+
+def _flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def build_damaged(root: Path) -> Damaged:
+    """workflow:etl (three checkpoints of a data directory) and agent:support-bot (three
+    turns). Last night the store was copied to /mnt/replica/ckpt and etl's latest was
+    exported to /srv/backup/etl.ckpt; today's turn of the bot was taken after. Then a
+    byte flips in the pack of etl's second take (one file's data, needed by etl's two
+    newest checkpoints) and in the pack of the bot's third turn (its memory)."""
+    import random
+    import shutil
+
+    rng = random.Random(4711)
+    store_dir = root / "srv" / "ckpt"
+    store = ckptcli.init_store(store_dir)
+    work = root / "srv" / "etl" / "data"
+    work.mkdir(parents=True)
+    ids, packs = {}, {}
+    for n in range(3):
+        (work / f"part-{n}.csv").write_bytes(bytes(rng.getrandbits(8) for _ in range(3000)))
+        before = set((store_dir / "packs").glob("*/*"))
+        ids[f"etl{n}"] = ckptcli.take(store, {"memory": {"step": n}}, subject="workflow:etl", blobs={"data": work}, message=f"step {n}").hex
+        packs[f"etl{n}"] = _new_pack(store_dir, before)
+    for n in range(3):
+        if n == 2:
+            shutil.copytree(store_dir, root / "mnt" / "replica" / "ckpt")
+            (root / "srv" / "backup").mkdir(parents=True)
+            ckptcli.export_checkpoint(ckptcli.open_checkpoint("workflow:etl", store), root / "srv" / "backup" / "etl.ckpt")
+        before = set((store_dir / "packs").glob("*/*"))
+        doc = {"memory": {"turn": n, "notes": " ".join(f"note-{rng.random()}" for _ in range(40))}}
+        ids[f"bot{n}"] = ckptcli.take(store, doc, subject="agent:support-bot", message=f"turn {n}").hex
+        packs[f"bot{n}"] = _new_pack(store_dir, before)
+    _flip(packs["etl1"], 1500)
+    _flip(packs["bot2"], packs["bot2"].stat().st_size // 2)
+    return Damaged(ids, files(work))
+
+
+def test_store_damaged(tmp_path: Path) -> None:
+    fx = build_damaged(tmp_path)
+    run = run_page("store-damaged.md", tmp_path)
+    store_dir = tmp_path / "srv" / "ckpt"
+    # the first verify named the checkpoints that need each damaged part
+    first = run.results[0][1].stdout
+    needed = {frozenset(m.split(", ")) for m in re.findall(r"needed by \d+ checkpoint\(s\): ([0-9a-f, ]+)\)", first)}
+    assert needed == {frozenset({fx.ids["etl1"][:12], fx.ids["etl2"][:12]}), frozenset({fx.ids["bot2"][:12]})}
+    store = ckptcli.open_store(store_dir)
+    # etl's data came back whole, in both checkpoints that needed it
+    for ref in (fx.ids["etl1"], "workflow:etl"):
+        out = tmp_path / "check" / ref.replace(":", "-")
+        ckptcli.open_checkpoint(ref, store).restore_blobs(out)
+        want = {k: v for k, v in fx.etl_files.items() if ref == "workflow:etl" or k != "part-2.csv"}
+        assert files(out / "data") == want
+    # the bot's damaged turn was rewritten without its memory, the original forgotten,
+    # and latest points at the newest intact turn
+    repaired = [m for m in (store.manifest(c) for c in store.manifest_ids()) if m.labels.get("repaired.from") == fx.ids["bot2"]]
+    assert len(repaired) == 1 and repaired[0].labels["repaired.dropped"] == "memory"
+    assert bytes.fromhex(fx.ids["bot2"]) not in set(store.manifest_ids())
+    assert refs(store_dir)["latest/agent/support-bot"] == fx.ids["bot1"]
+    # every checkpoint is whole (the last structure check exited 0), and the only problem
+    # --read-data still finds is the damaged copy inside etl's pack
+    last = run.results[-1][1]
+    assert last.stdout.startswith("damaged pack") and "1 problem(s) found" in last.stdout
