@@ -307,3 +307,77 @@ def test_store_damaged(tmp_path: Path) -> None:
     # --read-data still finds is the damaged copy inside etl's pack
     last = run.results[-1][1]
     assert last.stdout.startswith("damaged pack") and "1 problem(s) found" in last.stdout
+
+
+# -- 3. migration-failed -------------------------------------------------------------------------------
+BROKEN_SPLIT = '''    first, _, last = state["memory"]["user"].partition(" ")'''
+FIXED_SPLIT = '''    first, _, last = (state["memory"]["user"] or "").partition(" ")'''
+
+
+@dataclass
+class Migration:
+    ids: list[str]
+    app: Path
+
+
+def build_migration(root: Path) -> Migration:
+    """The app's checkout at /srv/app: myapp/migrations.py (schema 3: the release's new
+    step 2->3 splits memory.user, and breaks on an anonymous user, None), myapp/state.py
+    (the adapter), myapp/orders.py (a recorded agent's step function). The store holds
+    agent:support-bot at schema 1, 2, and 2 with an anonymous user (its latest), and
+    agent:orders-bot recorded by a real Recorder running myapp.orders.step."""
+    import importlib.util
+
+    from ckptcli.recorder import CheckpointPolicy, Recorder
+
+    app = root / "srv" / "app"
+    (app / "myapp").mkdir(parents=True)
+    (app / "myapp" / "__init__.py").write_text("")
+    migrations = (REPO / "tests" / "schema_example" / "migrations.py").read_text()
+    assert BROKEN_SPLIT in migrations
+    (app / "myapp" / "migrations.py").write_text(migrations)
+    (app / "myapp" / "state.py").write_text((REPO / "tests" / "schema_example" / "state.py").read_text())
+    (app / "myapp" / "orders.py").write_text((REPO / "tests" / "replay_example" / "agent.py").read_text())
+    store = ckptcli.init_store(root / "srv" / "ckpt")
+    bot = "agent:support-bot"
+    ids = [
+        ckptcli.take(store, {"memory": {"notes": "refund promised", "user": "Ada Lovelace"}, "plan": ["check order"]}, subject=bot, schema_version=1).hex,
+        ckptcli.take(store, {"memory": {"scratchpad": "asked for the order", "user": "Grace Hopper"}, "plan": ["answer"]}, subject=bot, schema_version=2).hex,
+        ckptcli.take(store, {"memory": {"scratchpad": "anonymous chat", "user": None}, "plan": []}, subject=bot, schema_version=2).hex,
+    ]
+    spec = importlib.util.spec_from_file_location("runbook_orders", app / "myapp" / "orders.py")
+    assert spec is not None and spec.loader is not None
+    orders = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(orders)
+    rec = Recorder.open(store, "agent:orders-bot", root / "orders.journal", tools=orders.TOOLS, policy=CheckpointPolicy(risky_tools={"payments.refund"}))
+    for text in ("where is A-1", "and where is A-2"):
+        rec.step(orders.step, "message.append", message={"role": "user", "content": text}, sender="user")
+    rec.checkpoint(message="end of the conversation")
+    rec.close()
+    return Migration(ids, app)
+
+
+def test_migration_failed(tmp_path: Path) -> None:
+    fx = build_migration(tmp_path)
+    store_dir = tmp_path / "srv" / "ckpt"
+    before = refs(store_dir)
+
+    def fix_the_migration() -> None:
+        path = fx.app / "myapp" / "migrations.py"
+        path.write_text(path.read_text().replace(BROKEN_SPLIT, FIXED_SPLIT))
+        # the page's commands up to here changed no ref
+        assert refs(store_dir) == before
+
+    run = run_page("migration-failed.md", tmp_path, known={"BAD": fx.ids[2][:12]}, human={"vi myapp/migrations.py": fix_the_migration})
+    report = run.results[0][1].stdout
+    assert re.search(rf"incompatible +{fx.ids[2][:12]}.*raised AttributeError", report)
+    assert (fx.app / "compat.xml").read_text().count("<testcase") == 3
+    store = ckptcli.open_store(store_dir)
+    # the migration was written (schema 3, its parent the old latest), and latest is back
+    # on the schema-2 checkpoint the rolled-back code reads
+    migrated = [ckptcli.open_checkpoint(c.hex(), store) for c in store.manifest_ids()]
+    v3 = [c for c in migrated if c.manifest.schema_version == 3]
+    assert len(v3) == 1 and v3[0].manifest.parents[0].hex() == fx.ids[2]
+    assert v3[0].state()["memory"]["user"] == {"first": "", "last": ""}
+    assert refs(store_dir)["latest/agent/support-bot"] == fx.ids[2]
+    assert "check passed" in run.output("--check")
