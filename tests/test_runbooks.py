@@ -381,3 +381,74 @@ def test_migration_failed(tmp_path: Path) -> None:
     assert v3[0].state()["memory"]["user"] == {"first": "", "last": ""}
     assert refs(store_dir)["latest/agent/support-bot"] == fx.ids[2]
     assert "check passed" in run.output("--check")
+
+
+# -- 4. locked-or-full ---------------------------------------------------------------------------------
+HOLDER = '''"""A nightly job that took the store lock and hangs (the runbook's culprit)."""
+import sys, time
+import ckptcli
+store = ckptcli.open_store(sys.argv[1])
+with store.backend.lock("store", shared=False):
+    print("holding", flush=True)
+    time.sleep(600)
+'''
+
+
+@dataclass
+class Full:
+    ids: list[str]
+    holder: subprocess.Popen[str]
+
+
+def build_full(root: Path) -> Full:
+    """agent:support-bot with 12 checkpoints of a 64 KiB workspace file each (all
+    different), the third tagged incident-4711-good; and a job holding the store lock."""
+    store_dir = root / "srv" / "ckpt"
+    store = ckptcli.init_store(store_dir)
+    work = root / "srv" / "support-bot" / "work"
+    work.mkdir(parents=True)
+    ids = []
+    for n in range(12):
+        (work / "scratch.bin").write_bytes(os.urandom(64 * 1024))
+        ids.append(ckptcli.take(store, {"memory": {"turn": n}}, subject="agent:support-bot", blobs={"workspace": work}).hex)
+    store.set_tag("incident-4711-good", bytes.fromhex(ids[2]))
+    script = root / "srv" / "app" / "nightly_compact.py"
+    script.parent.mkdir(parents=True)
+    script.write_text(HOLDER)
+    holder = subprocess.Popen([sys.executable, str(script), str(store_dir)], stdout=subprocess.PIPE, text=True, cwd=root)
+    assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
+    return Full(ids, holder)
+
+
+def test_locked_or_full(tmp_path: Path) -> None:
+    fx = build_full(tmp_path)
+    store_dir = tmp_path / "srv" / "ckpt"
+    try:
+        def holder_is_the_named_one() -> None:
+            assert fx.holder.poll() is None
+
+        def kill_it() -> None:
+            fx.holder.terminate()
+            fx.holder.wait(30)
+
+        run = run_page(
+            "locked-or-full.md",
+            tmp_path,
+            known={"PID": str(fx.holder.pid)},
+            human={"ps -p": holder_is_the_named_one, "kill $PID": kill_it, "df -h": lambda: None},
+        )
+    finally:
+        if fx.holder.poll() is None:
+            fx.holder.kill()
+        fx.holder.communicate()
+    notice = run.results[0][1].stderr
+    assert f"nightly_compact.py {store_dir} (pid {fx.holder.pid} on host " in notice and "since " in notice
+    # prune kept the five newest and the tagged one; latest did not move
+    store = ckptcli.open_store(store_dir)
+    left = {c.hex() for c in store.manifest_ids()}
+    assert left == set(fx.ids[-5:]) | {fx.ids[2]}
+    r = refs(store_dir)
+    assert r["latest/agent/support-bot"] == fx.ids[-1] and r["tags/incident-4711-good"] == fx.ids[2]
+    # the space was given back: six of twelve 64 KiB files are gone from the packs
+    packs = sum(p.stat().st_size for p in (store_dir / "packs").rglob("*") if p.is_file())
+    assert packs < 7 * 64 * 1024
