@@ -12,10 +12,13 @@ How a page is read (docs/runbooks/README.md says the same to its readers):
   directory they run in; `$ mkdir -p DIR` makes a directory.
 - `$ NAME=VALUE` sets a variable the page took from the output just above: the test
   sets it to the value it knows from building the store, and fails unless the previous
-  command's output shows that value.
+  command's output shows that value (or, for a value the reader works out, such as the
+  event before the one shown, what it is worked out from).
 - Paths under /srv/ and /mnt/ are examples: they are mapped into the test's directory.
 - Any other `$ ...` line (ps, kill, cp) is a step for a person: each page's test names
   them, and does what they say in Python; an unknown one fails the test.
+- A ```python block is run as it stands (paths mapped the same way), from the directory
+  the commands run in, with this repository on PYTHONPATH; it must exit 0.
 - Lines without `$ ` are output shown to the reader and are not compared (ids and times
   differ in every run); the checks after each page say what must hold.
 """
@@ -49,17 +52,27 @@ class Line:
     lineno: int
 
 
-def console_lines(page: str) -> list[Line]:
-    """The `$ ` lines of the page's ```console blocks, in order."""
+def console_lines(page: str, python: bool = False) -> list[Line]:
+    """The `$ ` lines of the page's ```console blocks, in order; with `python`, each
+    ```python block too, as one Line starting with "python\n"."""
     out: list[Line] = []
-    inside = False
+    block: str | None = None
+    code: list[str] = []
+    start = 0
     for n, raw in enumerate(page.splitlines(), 1):
         stripped = raw.strip()
         if stripped.startswith("```"):
-            inside = not inside and stripped == "```console"
+            if block is None:
+                block, code, start = stripped[3:], [], n
+            else:
+                if block == "python" and python:
+                    out.append(Line("python\n" + "\n".join(code), start))
+                block = None
             continue
-        if inside and stripped.startswith("$ "):
+        if block == "console" and stripped.startswith("$ "):
             out.append(Line(stripped[2:].strip(), n))
+        elif block == "python":
+            code.append(raw)
     return out
 
 
@@ -89,7 +102,7 @@ class Run:
 def run_page(
     name: str,
     root: Path,
-    known: dict[str, str] | None = None,
+    known: dict[str, str | tuple[str, str]] | None = None,
     human: dict[str, Callable[[], None]] | None = None,
     page_text: str | None = None,
 ) -> Run:
@@ -106,10 +119,17 @@ def run_page(
         s = re.sub(r"(?<![\w.])/(srv|mnt)/", lambda m: f"{root}/{m.group(1)}/", s)
         return re.sub(r"\$\{?([A-Z_][A-Z0-9_]*)\}?", lambda m: variables.get(m.group(1), m.group(0)), s)
 
-    lines = console_lines(text)
+    lines = console_lines(text, python=True)
     assert lines, f"{name} has no console lines"
     for line in lines:
         where = f"{name}:{line.lineno}: $ {line.text}"
+        if line.text.startswith("python\n"):
+            code = re.sub(r"(?<![\w.])/(srv|mnt)/", lambda m: f"{root}/{m.group(1)}/", line.text[7:])
+            env = {**run.env, "PYTHONPATH": str(REPO)}
+            proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=run.cwd, timeout=120)
+            run.results.append((line.text, proc))
+            assert proc.returncode == 0, f"{name}:{line.lineno}: the python block failed\n{proc.stdout}\n{proc.stderr}"
+            continue
         words = shlex.split(subst(line.text), comments=True)
         if words[0] == "ckpt":
             proc = subprocess.run(
@@ -131,9 +151,9 @@ def run_page(
         elif len(words) == 1 and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S+", words[0]):
             key = words[0].split("=", 1)[0]
             assert key in known, f"{where}: the test does not know {key}"
-            value = known[key]
+            value, shown = known[key] if isinstance(known[key], tuple) else (known[key], known[key])
             last = run.results[-1][1]
-            assert value in last.stdout + last.stderr, f"{where}: the output above does not show {value}\n{last.stdout}{last.stderr}"
+            assert shown in last.stdout + last.stderr, f"{where}: the output above does not show {shown}\n{last.stdout}{last.stderr}"
             variables[key] = value
         else:
             step = next((f for prefix, f in human.items() if line.text.startswith(prefix)), None)
@@ -208,7 +228,7 @@ def build_misbehaved(root: Path) -> Misbehaved:
 def test_agent_misbehaved(tmp_path: Path) -> None:
     fx = build_misbehaved(tmp_path)
     good, bad = fx.ids[2], fx.ids[3]
-    run = run_page("agent-misbehaved.md", tmp_path, known={"LAST_GOOD": good[:12], "FIRST_BAD": bad[:12], "BEFORE_BAD": str(fx.bad_seq - 1)})
+    run = run_page("agent-misbehaved.md", tmp_path, known={"LAST_GOOD": good[:12], "FIRST_BAD": bad[:12], "BEFORE_BAD": (str(fx.bad_seq - 1), f"first bad event    #{fx.bad_seq} ")})
     store = tmp_path / "srv" / "ckpt"
     # the page found the event
     assert f"event #{fx.bad_seq} memory.set" in run.output("ckpt log")
@@ -434,7 +454,7 @@ def test_locked_or_full(tmp_path: Path) -> None:
         run = run_page(
             "locked-or-full.md",
             tmp_path,
-            known={"PID": str(fx.holder.pid)},
+            known={"PID": (str(fx.holder.pid), f"(pid {fx.holder.pid} on host ")},
             human={"ps -p": holder_is_the_named_one, "kill $PID": kill_it, "df -h": lambda: None},
         )
     finally:
