@@ -472,3 +472,86 @@ def test_locked_or_full(tmp_path: Path) -> None:
     # the space was given back: six of twelve 64 KiB files are gone from the packs
     packs = sum(p.stat().st_size for p in (store_dir / "packs").rglob("*") if p.is_file())
     assert packs < 7 * 64 * 1024
+
+
+# -- 5. host-lost --------------------------------------------------------------------------------------
+GRAPH_MODULE = '''"""The app's LangGraph graph (the support graph of the saver's tests)."""
+from tests.langgraph_graphs import support_builder
+
+builder = support_builder()
+'''
+
+
+@dataclass
+class Lost:
+    bot: list[str]
+    workspace: dict[str, bytes]
+    thread_latest: str
+
+
+def build_lost(root: Path) -> Lost:
+    """The lost host's store (outside /srv and /mnt: the page never sees it) held
+    agent:support-bot (three checkpoints of a workspace) and the LangGraph thread
+    support-42, paused at its human-approval interrupt. Last night's copy of the store
+    (/mnt/replica/ckpt) has the bot's first two checkpoints only; the hourly exports
+    (/mnt/backup/*.ckpt) have each subject's latest. The app's checkout is /srv/app."""
+    import shutil
+
+    from ckptcli.adapters.langgraph import CkptSaver
+
+    sys.path.insert(0, str(REPO))
+    from tests.langgraph_graphs import ask, support_builder
+
+    lost = root / "lost-host" / "ckpt"
+    store = ckptcli.init_store(lost)
+    work = root / "lost-host" / "support-bot" / "work"
+    (work / "src").mkdir(parents=True)
+    bot = []
+    for n in range(3):
+        (work / "src" / "reply.py").write_text(f"DRAFT = {n}\n")
+        (work / f"ticket-{n}.md").write_text(f"ticket {n}\n")
+        bot.append(ckptcli.take(store, {"memory": {"turn": n}}, subject="agent:support-bot", blobs={"workspace": work}).hex)
+        if n == 1:
+            shutil.copytree(lost, root / "mnt" / "replica" / "ckpt")
+    with CkptSaver.open(lost) as saver:
+        graph = support_builder().compile(checkpointer=saver)
+        out = graph.invoke(ask("A-1001", 0), {"configurable": {"thread_id": "support-42"}})
+        assert out["__interrupt__"]
+    backup = root / "mnt" / "backup"
+    backup.mkdir(parents=True)
+    st = ckptcli.open_store(lost)
+    ckptcli.export_checkpoint(ckptcli.open_checkpoint("agent:support-bot", st), backup / "support-bot.ckpt")
+    thread = ckptcli.open_checkpoint("agent:support-42", st)
+    ckptcli.export_checkpoint(thread, backup / "support-42.ckpt")
+    app = root / "srv" / "app" / "myapp"
+    app.mkdir(parents=True)
+    (app / "__init__.py").write_text("")
+    (app / "graph.py").write_text(GRAPH_MODULE)
+    return Lost(bot, files(work), thread.hex)
+
+
+def test_host_lost(tmp_path: Path) -> None:
+    fx = build_lost(tmp_path)
+    store_dir = tmp_path / "srv" / "ckpt"
+
+    def copy_the_replica() -> None:
+        import shutil
+
+        shutil.copytree(tmp_path / "mnt" / "replica" / "ckpt", store_dir)
+
+    run = run_page("host-lost.md", tmp_path, human={"cp -a /mnt/replica/ckpt /srv/ckpt": copy_the_replica})
+    r = refs(store_dir)
+    # each subject's latest is the newest any copy had
+    assert r["latest/agent/support-bot"] == fx.bot[-1]
+    assert fx.bot[-1][:12] in run.output("ckpt refs")
+    # the bot's history: two checkpoints from the copy, the newest from the export
+    store = ckptcli.open_store(store_dir)
+    assert set(fx.bot) <= {c.hex() for c in store.manifest_ids()}
+    # the workspace is back, at the new path, byte for byte
+    assert files(tmp_path / "srv" / "support-bot" / "restored" / "workspace") == fx.workspace
+    assert (tmp_path / "srv" / "support-bot" / "state.json").read_text().strip().startswith("{")
+    # the LangGraph thread resumed from the imported checkpoint and finished its run
+    out = run.results[-1][1].stdout
+    assert "('approve',)" in out and "Your order is lost in transit." in out
+    thread = ckptcli.open_checkpoint("agent:support-42", store)
+    assert thread.manifest.created_ns > ckptcli.open_checkpoint(fx.thread_latest, store).manifest.created_ns
