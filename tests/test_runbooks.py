@@ -202,7 +202,7 @@ def build_misbehaved(root: Path) -> Misbehaved:
     ids, workspaces = [], []
     for n in range(6):
         events = []
-        for k in range(4):
+        for _k in range(4):
             seq, ts = seq + 1, ts + 10**9
             if seq == 15:
                 events.append({"seq": seq, "ts": ts, "kind": "memory.set", "path": ["refund_limit"], "value": 5000})
@@ -555,3 +555,47 @@ def test_host_lost(tmp_path: Path) -> None:
     assert "('approve',)" in out and "Your order is lost in transit." in out
     thread = ckptcli.open_checkpoint("agent:support-42", store)
     assert thread.manifest.created_ns > ckptcli.open_checkpoint(fx.thread_latest, store).manifest.created_ns
+
+
+# -- the pages as a set, and the runner itself ---------------------------------------------------------
+def test_every_runbook_is_tested_and_linked() -> None:
+    on_disk = sorted(p.name for p in PAGES.glob("*.md") if p.name != "README.md")
+    assert on_disk == sorted(RUNBOOKS)
+    index = (PAGES / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
+    for name in RUNBOOKS:
+        assert f"]({name})" in index, name
+        assert f"](docs/runbooks/{name})" in readme, name
+
+
+def _options(help_text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-[a-zA-Z])\b", help_text.split("Options:", 1)[1]))
+
+
+@pytest.mark.parametrize("name", RUNBOOKS)
+def test_every_option_on_the_page_exists(name: str) -> None:
+    """Each `--option` of each `$ ckpt` line is one its command's help lists (a cheap
+    check of every line; running the page checks what they do)."""
+    from ckptcli.cli import docgen
+
+    helps = docgen.command_help()
+    for line in console_lines((PAGES / name).read_text()):
+        words = shlex.split(line.text, comments=True)
+        if words[0] != "ckpt":
+            continue
+        cmd = words[1]
+        assert cmd in helps, f"{name}:{line.lineno}: no command ckpt {cmd}"
+        known = _options(helps[cmd]) | _options(helps[""])
+        for word in words[2:]:
+            if word.startswith("-") and not re.fullmatch(r"-\d+", word):
+                assert word.split("=", 1)[0] in known, f"{name}:{line.lineno}: ckpt {cmd} has no option {word}"
+
+
+@pytest.mark.parametrize("name", RUNBOOKS)
+def test_a_misspelt_option_fails_the_page(name: str, tmp_path: Path) -> None:
+    """The runner is not fooled: the page with its first option misspelt fails at that
+    line, with the usage error's exit status."""
+    text = mutate_first_flag((PAGES / name).read_text())
+    (tmp_path / "srv" / "app").mkdir(parents=True)  # where migration-failed.md cds first
+    with pytest.raises(AssertionError, match=r"exit 2, the page says"):
+        run_page(name, tmp_path, page_text=text, human={"": lambda: None})
