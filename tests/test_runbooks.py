@@ -255,6 +255,7 @@ def test_agent_misbehaved(tmp_path: Path) -> None:
 class Damaged:
     ids: dict[str, str]
     etl_files: dict[str, bytes]
+    packs: dict[str, Path]
 
 
 def _new_pack(store_dir: Path, before: set[Path]) -> Path:
@@ -269,11 +270,12 @@ def _flip(path: Path, at: int) -> None:
 
 
 def build_damaged(root: Path) -> Damaged:
-    """workflow:etl (three checkpoints of a data directory) and agent:support-bot (three
-    turns). Last night the store was copied to /mnt/replica/ckpt and etl's latest was
-    exported to /srv/backup/etl.ckpt; today's turn of the bot was taken after. Then a
-    byte flips in the pack of etl's second take (one file's data, needed by etl's two
-    newest checkpoints) and in the pack of the bot's third turn (its memory)."""
+    """workflow:etl (three takes of a data directory, each adding a file) and
+    agent:support-bot (three turns). Last night, after etl's second take, the store was
+    copied to /mnt/replica/ckpt; after its third, etl's latest was exported to
+    /srv/backup/etl.ckpt; the bot's turns came after both. Then a byte flips in the data
+    of each of etl's last two takes (its second's pack is in the replica, its third's only
+    in the export) and in the memory of the bot's third turn (in no copy)."""
     import random
     import shutil
 
@@ -288,45 +290,55 @@ def build_damaged(root: Path) -> Damaged:
         before = set((store_dir / "packs").glob("*/*"))
         ids[f"etl{n}"] = ckptcli.take(store, {"memory": {"step": n}}, subject="workflow:etl", blobs={"data": work}, message=f"step {n}").hex
         packs[f"etl{n}"] = _new_pack(store_dir, before)
-    for n in range(3):
-        if n == 2:
+        if n == 1:
             shutil.copytree(store_dir, root / "mnt" / "replica" / "ckpt")
-            (root / "srv" / "backup").mkdir(parents=True)
-            ckptcli.export_checkpoint(ckptcli.open_checkpoint("workflow:etl", store), root / "srv" / "backup" / "etl.ckpt")
+    (root / "srv" / "backup").mkdir(parents=True)
+    ckptcli.export_checkpoint(ckptcli.open_checkpoint("workflow:etl", store), root / "srv" / "backup" / "etl.ckpt")
+    for n in range(3):
         before = set((store_dir / "packs").glob("*/*"))
         doc = {"memory": {"turn": n, "notes": " ".join(f"note-{rng.random()}" for _ in range(40))}}
         ids[f"bot{n}"] = ckptcli.take(store, doc, subject="agent:support-bot", message=f"turn {n}").hex
         packs[f"bot{n}"] = _new_pack(store_dir, before)
     _flip(packs["etl1"], 1500)
+    _flip(packs["etl2"], 1500)
     _flip(packs["bot2"], packs["bot2"].stat().st_size // 2)
-    return Damaged(ids, files(work))
+    return Damaged(ids, files(work), packs)
 
 
 def test_store_damaged(tmp_path: Path) -> None:
     fx = build_damaged(tmp_path)
-    run = run_page("store-damaged.md", tmp_path)
     store_dir = tmp_path / "srv" / "ckpt"
-    # the first verify named the checkpoints that need each damaged part
+    replica = tmp_path / "mnt" / "replica" / "ckpt"
+    pack = str(fx.packs["etl1"].relative_to(store_dir))
+    assert (replica / pack).is_file() and not (replica / fx.packs["etl2"].relative_to(store_dir)).exists()
+
+    def copy_the_pack() -> None:
+        (store_dir / pack).write_bytes((replica / pack).read_bytes())
+
+    run = run_page("store-damaged.md", tmp_path, known={"PACK": pack}, human={"cp /mnt/replica/ckpt/$PACK": copy_the_pack})
+    # the first verify named the checkpoints that need each damaged object
     first = run.results[0][1].stdout
-    needed = {frozenset(m.split(", ")) for m in re.findall(r"needed by \d+ checkpoint\(s\): ([0-9a-f, ]+)\)", first)}
-    assert needed == {frozenset({fx.ids["etl1"][:12], fx.ids["etl2"][:12]}), frozenset({fx.ids["bot2"][:12]})}
+    needed = {frozenset(m.split(", ")) for m in re.findall(r"damaged object .*needed by \d+ checkpoint\(s\): ([0-9a-f, ]+)\)", first)}
+    etl1, etl2 = fx.ids["etl1"][:12], fx.ids["etl2"][:12]
+    assert needed == {frozenset({etl1, etl2}), frozenset({etl2}), frozenset({fx.ids["bot2"][:12]})}
+    # the pack copied from the replica is whole again
+    assert (store_dir / pack).read_bytes() == (replica / pack).read_bytes()
     store = ckptcli.open_store(store_dir)
-    # etl's data came back whole, in both checkpoints that needed it
-    for ref in (fx.ids["etl1"], "workflow:etl"):
-        out = tmp_path / "check" / ref.replace(":", "-")
-        ckptcli.open_checkpoint(ref, store).restore_blobs(out)
-        want = {k: v for k, v in fx.etl_files.items() if ref == "workflow:etl" or k != "part-2.csv"}
-        assert files(out / "data") == want
+    # etl's data came back whole, in every checkpoint
+    for n in range(3):
+        out = tmp_path / "check" / str(n)
+        ckptcli.open_checkpoint(fx.ids[f"etl{n}"], store).restore_blobs(out)
+        assert files(out / "data") == {k: v for k, v in fx.etl_files.items() if int(k[5]) <= n}
     # the bot's damaged turn was rewritten without its memory, the original forgotten,
     # and latest points at the newest intact turn
     repaired = [m for m in (store.manifest(c) for c in store.manifest_ids()) if m.labels.get("repaired.from") == fx.ids["bot2"]]
     assert len(repaired) == 1 and repaired[0].labels["repaired.dropped"] == "memory"
     assert bytes.fromhex(fx.ids["bot2"]) not in set(store.manifest_ids())
     assert refs(store_dir)["latest/agent/support-bot"] == fx.ids["bot1"]
-    # every checkpoint is whole (the last structure check exited 0), and the only problem
-    # --read-data still finds is the damaged copy inside etl's pack
+    # every checkpoint is whole (the last structure check exited 0); all --read-data still
+    # finds is the damaged copy inside the pack of etl's third take, which no copy had
     last = run.results[-1][1]
-    assert last.stdout.startswith("damaged pack") and "1 problem(s) found" in last.stdout
+    assert last.stdout.startswith(f"damaged pack {fx.packs['etl2'].relative_to(store_dir)}") and "1 problem(s) found" in last.stdout
 
 
 # -- 3. migration-failed -------------------------------------------------------------------------------
