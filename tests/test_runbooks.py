@@ -511,7 +511,6 @@ def build_lost(root: Path) -> Lost:
 
     from ckptcli.adapters.langgraph import CkptSaver
 
-    sys.path.insert(0, str(REPO))
     from tests.langgraph_graphs import ask, support_builder
 
     lost = root / "lost-host" / "ckpt"
