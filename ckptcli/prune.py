@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import struct
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -533,6 +534,12 @@ def _plan_gc(
             continue
         total = sum(e.stored_len for _o, e in entries)
         unused = sum(e.stored_len for o, e in entries if o not in needed)
+        # bytes of objects no index names (a damaged object `ckpt repair index` left
+        # out, whose good copy is now elsewhere): unneeded too, or the pack is kept for
+        # ever and verify --read-data never passes again
+        unindexed = _unindexed_bytes(store, pack_id, total)
+        total += unindexed
+        unused += unindexed
         if upgrade and pack_version(store, pack_id) < store.version:
             drop.append(pack_id)
             rep.packs_repacked += 1
@@ -578,6 +585,23 @@ def _plan_gc(
     rep.packs_deleted = len(drop)
     name = write_index(store, sorted(keep_rows.items()) + new_packs)
     return _GcPlan([n for n in old_index_files if n != name], name, drop)
+
+
+def _unindexed_bytes(store: Store, pack_id: bytes, indexed: int) -> int:
+    """The stored bytes of a pack's objects that no index entry names: its objects tile
+    the space between the header and the trailer (formats/v2.md, "Pack files"; v1 the
+    same), whose length is the pack's last four bytes. 0 when the pack cannot be read
+    (verify's business; prune then judges it by what the index names, as before)."""
+    path = pack_path(pack_id)
+    try:
+        size = store.backend.size(path)
+        tlen = int(_U32.unpack(store.backend.read_range(path, size - 4, 4))[0])
+    except (CkptError, OSError, struct.error):
+        return 0
+    return max(0, size - framing.HEADER_SIZE - 4 - tlen - indexed)
+
+
+_U32 = struct.Struct(">I")
 
 
 def write_index(store: Store, packs: list[tuple[bytes, list[list[Any]]]]) -> str:

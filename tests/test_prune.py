@@ -370,3 +370,40 @@ def test_verify_waits_for_a_prune_that_holds_the_store(tmp_path: Path) -> None:
     t.join()
     v.join(10)
     assert done == [True]
+
+
+def test_a_pack_holding_a_damaged_copy_no_index_names_is_rewritten(tmp_path: Path) -> None:
+    """A byte flips in a pack; `repair index` leaves the damaged object out, an import
+    brings it back into a new pack. The old pack still holds the damaged copy, which no
+    index names and no checkpoint needs: it is unneeded bytes like any other, so prune
+    rewrites the pack (its healthy objects kept) and `verify --read-data` passes again.
+    Before, prune counted only what the index names, kept the pack for ever, and
+    verify --read-data exited 5 on a store whose every checkpoint was whole."""
+    from tests.conftest import run_ckpt
+
+    store_dir = tmp_path / "store"
+    store = ckptcli.init_store(store_dir)
+    work = tmp_path / "work"
+    work.mkdir()
+    rng = random.Random(7)
+    (work / "a.bin").write_bytes(bytes(rng.getrandbits(8) for _ in range(4000)))
+    (work / "b.bin").write_bytes(bytes(rng.getrandbits(8) for _ in range(4000)))
+    ck = take(store, {"memory": {"x": 1}}, subject="agent:a", blobs={"work": work})
+    ckptcli.export_checkpoint(open_checkpoint(ck.hex, store), tmp_path / "a.ckpt")
+    (pack,) = (store_dir / "packs").glob("*/*")
+    data = bytearray(pack.read_bytes())
+    data[2000] ^= 0xFF  # inside the first object, a.bin's or b.bin's data
+    pack.write_bytes(bytes(data))
+    assert run_ckpt("repair", "index", "--store", store_dir).returncode == 5
+    assert run_ckpt("import", tmp_path / "a.ckpt", "--store", store_dir).returncode == 0
+    assert run_ckpt("verify", "--store", store_dir).returncode == 0  # every checkpoint is whole
+    assert run_ckpt("verify", "--read-data", "--store", store_dir).returncode == 5  # the old copy
+
+    p = run_ckpt("prune", "--keep-last", "10", "--store", store_dir)
+    assert p.returncode == 0, p.stderr
+    v = run_ckpt("verify", "--read-data", "--store", store_dir)
+    assert v.returncode == 0, v.stdout
+    assert not pack.exists()
+    out = tmp_path / "out"
+    open_checkpoint(ck.hex, open_store(store_dir)).restore_blobs(out)
+    assert {p.name: p.read_bytes() for p in (out / "work").iterdir()} == {p.name: p.read_bytes() for p in work.iterdir()}

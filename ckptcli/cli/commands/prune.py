@@ -89,7 +89,10 @@ def prune(
 
     Then objects no surviving checkpoint needs are deleted: packs holding only such
     objects are removed, packs more than --max-unused unneeded are rewritten, small
-    packs (one per small take) are merged, and the index is rewritten as one file.
+    packs (one per small take) are merged, and the index is rewritten as one file. Bytes
+    of objects no index names count as unneeded: a damaged copy `ckpt repair index` left
+    out, once the object is back from a copy, goes with its pack's rewrite
+    (docs/runbooks/store-damaged.md).
 
     Safe while other processes take checkpoints: prune holds the store lock
     exclusively, waiting up to --lock-wait seconds for running takes; takes started

@@ -45,7 +45,9 @@ def repair(
     every object that reads back, then deletes the old index files. Run it when a
     command warns that an index file is damaged. An object that does not decode is
     left out, and so is a pack whose table cannot be read (unless a readable index
-    file named its objects); both are listed, and the exit status is then 5.
+    file named its objects); both are listed, and the exit status is then 5. Import
+    what is left out from a copy (`ckpt import FILE`), or rewrite the checkpoints that
+    need it (`repair checkpoints`); then `ckpt prune` removes the damaged bytes.
 
     checkpoints: finds checkpoints that need objects the store no longer holds (a pack
     lost or damaged beyond `repair index`) and writes each again without what is gone:
