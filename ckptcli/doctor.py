@@ -49,6 +49,7 @@ CheckFn = Callable[[Context], Iterable[Check]]
 #: the built-in checks, in the order they run: name -> "module:function"
 BUILTIN: dict[str, str] = {
     "store": "ckptcli.doctor:check_store",
+    "locks": "ckptcli.doctor:check_locks",
     "langgraph": "ckptcli.adapters.langgraph_doctor:check",
     "components": "ckptcli.doctor:check_components",
 }
@@ -153,6 +154,35 @@ def check_store(ctx: Context) -> Iterable[Check]:
         yield Check("store structure", FAIL, f"{what}: {'; '.join(problems)}", "run `ckpt verify` to name every damaged file, then `ckpt repair`")
     else:
         yield Check("store structure", OK, f"{what}: readable", "`ckpt verify --read-data` checks every byte")
+
+
+#: the store's locks (formats/v1.md, "Locks"): name -> what takes it
+LOCKS = {"store": "takes, tags, prunes, repairs and verify", "refs": "ref moves and reflog writes"}
+
+
+def check_locks(ctx: Context) -> Iterable[Check]:
+    """Who holds the store's locks now: an exclusive holder (a prune, a repair) makes
+    every other command wait. Looks without waiting: each lock is taken for an instant
+    where it is free."""
+    if ctx.store is None:
+        return
+    backend = ctx.store.backend
+    for name, what in LOCKS.items():
+        state, holder = backend.lock_state(name)
+        who = holder or "a process whose record is gone (it is still alive: the kernel drops the lock when it ends)"
+        if state == "exclusive":
+            yield Check(
+                f"lock {name}",
+                WARN,
+                f"held exclusively by {who}: {what} wait for it",
+                "let it finish; commands wait --lock-wait seconds; never delete the lock file (a lock goes with its process)",
+            )
+        elif state == "shared":
+            yield Check(f"lock {name}", OK, f"in use, shared (e.g. {who})", "")
+        elif state == "free":
+            yield Check(f"lock {name}", OK, "free", "")
+        else:
+            yield Check(f"lock {name}", WARN, "cannot tell whether it is held here", "")
 
 
 #: optional packages: distribution -> (what it enables, install hint)

@@ -175,3 +175,22 @@ def test_version_and_help(cli) -> None:  # type: ignore[no-untyped-def]
     assert cli("--version").out.strip() == f"ckpt {ckptcli.__version__}"
     r = cli("--help")
     assert r.code == 0 and "Commands" in r.out
+
+
+def test_init_makes_the_store_every_other_command_would_use(tmp_path: Path) -> None:
+    """`ckpt --store X init` and `CKPT_STORE=X ckpt init` make X (as `restic -r X init`),
+    not ./.ckpt beside it; PATH and a different --store are two stores: a usage error."""
+    work = tmp_path / "work"
+    work.mkdir()
+    r = run_ckpt("--store", tmp_path / "a", "init", cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "a" / "config").is_file() and not (work / ".ckpt").exists()
+    r = run_ckpt("init", env={"CKPT_STORE": str(tmp_path / "b")}, cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "b" / "config").is_file() and not (work / ".ckpt").exists()
+    assert run_ckpt("ls", env={"CKPT_STORE": str(tmp_path / "b")}, cwd=work).returncode == 0
+    r = run_ckpt("--store", tmp_path / "c", "init", tmp_path / "d", cwd=work)
+    assert r.returncode == ExitCode.USAGE and b"name two different stores" in r.stderr
+    assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
+    r = run_ckpt("init", tmp_path / "e", env={"CKPT_STORE": str(tmp_path / "b")}, cwd=work)
+    assert r.returncode == 0 and (tmp_path / "e" / "config").is_file()  # PATH given: the environment is only a default

@@ -137,7 +137,7 @@ def test_checks_are_a_registry_and_a_broken_one_is_a_failure_not_a_crash(tmp_pat
     def mine(ctx: doctor.Context) -> list[doctor.Check]:
         return [doctor.Check("mine", doctor.WARN, f"saw {ctx.store_path}", "do this")]
 
-    assert list(doctor.registered())[:3] == ["store", "langgraph", "components"]
+    assert list(doctor.registered())[:4] == ["store", "locks", "langgraph", "components"]
     report = doctor.run(store, {"broken": broken, "mine": mine})
     assert [(c.name, c.status) for c in report.checks] == [("broken", "fail"), ("mine", "warn")]
     assert "the check itself failed: RuntimeError: boom" in report.checks[0].detail
@@ -243,3 +243,31 @@ def test_the_memory_stores_logs_are_checked_as_verify_does(tmp_path: Path, cli: 
     details = [c["detail"] for c in _checks(res) if c["name"] == "langgraph memory store" and c["status"] == "fail"]
     assert f"{99:016x}.log: is not a LangGraph store log (bad header)" in details[0] and f"{100:016x}.log: is not a regular file" in details[1]
     assert "2 log(s)" in _one(_checks(res), "langgraph memory store", "ok")["detail"]
+
+
+def test_a_held_store_lock_is_named_with_its_holder(tmp_path: Path, cli: Any) -> None:
+    """A real process holding the store lock exclusively (as a prune does): doctor says
+    who (its pid), without waiting and without writing; once it ends, the lock is free."""
+    assert cli("--store", tmp_path / ".ckpt", "init").code == 0
+    hold = (
+        "import sys, time\nfrom ckptcli.api import open_store\nst = open_store(sys.argv[1])\n"
+        "with st.backend.lock('store', shared=False):\n    print('held', flush=True)\n    time.sleep(600)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(tmp_path / ".ckpt")], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        res = cli("doctor", "--json", "--store", tmp_path / ".ckpt")
+        assert res.code == 0, res.err  # a warning: the store works, commands wait
+        lock = _one(_checks(res), "lock store", "warn")
+        assert f"pid {holder.pid} on host " in lock["detail"] and "held exclusively" in lock["detail"]
+        assert "never delete the lock file" in lock["hint"]
+        assert _one(_checks(res), "lock refs", "ok")["detail"] == "free"
+        human = cli("doctor", "--store", tmp_path / ".ckpt")
+        assert f"pid {holder.pid}" in human.out
+    finally:
+        holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+    res = cli("doctor", "--json", "--store", tmp_path / ".ckpt")
+    assert _one(_checks(res), "lock store", "ok")["detail"] == "free"

@@ -475,6 +475,8 @@ def test_locked_or_full(tmp_path: Path) -> None:
         fx.holder.communicate()
     notice = run.results[0][1].stderr
     assert f"nightly_compact.py {store_dir} (pid {fx.holder.pid} on host " in notice and "since " in notice
+    doctor = run.results[1][1].stdout  # names the same holder, without waiting
+    assert f"held exclusively by nightly_compact.py {store_dir} (pid {fx.holder.pid} on host " in doctor
     # prune kept the five newest and the tagged one; latest did not move
     store = ckptcli.open_store(store_dir)
     left = {c.hex() for c in store.manifest_ids()}
@@ -510,7 +512,6 @@ def build_lost(root: Path) -> Lost:
     import shutil
 
     from ckptcli.adapters.langgraph import CkptSaver
-
     from tests.langgraph_graphs import ask, support_builder
 
     lost = root / "lost-host" / "ckpt"

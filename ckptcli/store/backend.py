@@ -123,6 +123,12 @@ class Backend(ABC):
         yet), it reads without it. Raises: LockError after `wait` seconds."""
         return contextlib.nullcontext()
 
+    def lock_state(self, name: str) -> tuple[str, str | None]:
+        """Whether lock `name` is held now, without waiting and without writing: ("free",
+        None), ("shared" or "exclusive", who holds it as `lock_holder` says, or None), or
+        ("unknown", None) where a backend cannot tell (`ckpt doctor`)."""
+        return "unknown", None
+
     @abstractmethod
     def mark_writer(self, kind: str) -> WriterMark:
         """Say that a long-lived writer (a saver) is alive until the mark is closed. The
@@ -629,6 +635,32 @@ class LocalBackend(Backend):
                 except OSError:
                     break  # a lock that cannot be taken here (not a regular file): read without it
             yield
+        finally:
+            os.close(fd)
+
+    def lock_state(self, name: str) -> tuple[str, str | None]:
+        try:
+            fd = os.open(self._p(f"locks/{name}.lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return "free", None  # never taken
+        except OSError:
+            return "unknown", None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return "exclusive", lock_holder(fd)
+            except OSError:
+                return "unknown", None
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return "shared", lock_holder(fd)
+            except OSError:
+                return "unknown", None
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return "free", None
         finally:
             os.close(fd)
 

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import JsonOpt, app
+from ckptcli.cli.app import GLOBALS, JsonOpt, app
 from ckptcli.cli.output import emit_json, exit_status, out
-from ckptcli.errors import ExitCode
+from ckptcli.errors import ExitCode, UsageError
 
 
 @app.command(epilog=exit_status(ExitCode.CONFLICT, ExitCode.INVALID_INPUT, ExitCode.IO_ERROR))
 def init(
-    path: Annotated[Path | None, typer.Argument(help="Store directory to create (default: ./.ckpt).", show_default=False)] = None,
+    path: Annotated[Path | None, typer.Argument(help="Store directory to create (default: --store, else CKPT_STORE, else ./.ckpt).", show_default=False)] = None,
     format_version: Annotated[
         int | None,
         typer.Option("--format-version", metavar="N", help="Container format to write (default: the newest); 1 keeps the store readable by ckpt 0.1.", show_default=False),
@@ -29,12 +30,20 @@ def init(
 
       ckpt init /srv/ckpt       # then use --store /srv/ckpt or CKPT_STORE=/srv/ckpt
 
+      CKPT_STORE=/srv/ckpt ckpt init   # the same (so is: ckpt --store /srv/ckpt init)
+
       ckpt init --format-version 1 shared/.ckpt   # for hosts still on ckpt 0.1
     """
     from ckptcli.api import init_store
     from ckptcli.format import limits
 
-    target = path if path is not None else Path.cwd() / ".ckpt"
+    # the store every other command would use: PATH, else --store before the verb, else
+    # CKPT_STORE, else ./.ckpt
+    given = GLOBALS.get("store")
+    if path is not None and given is not None and Path(given).absolute() != path.absolute():
+        raise UsageError(f"init {path} and --store {given} name two different stores", hint="give one of them")
+    env = os.environ.get("CKPT_STORE")
+    target = path if path is not None else Path(given) if given is not None else Path(env) if env else Path.cwd() / ".ckpt"
     store = init_store(target, format_version if format_version is not None else limits.FORMAT_VERSION)
     if as_json:
         emit_json({"store": str(target), "id": store.config.store_id.hex(), "format_version": store.version})
