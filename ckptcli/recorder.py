@@ -561,7 +561,18 @@ class Recorder:
         """
         with self._lock:
             self._check_open()
-            result = self._take([self._base], message, labels)
+            parents = [self._base]
+            try:
+                self.store.resolve(self._base)
+            except NotFoundError:
+                # pruned while recording (a policy that keeps no latest): the snapshot and the
+                # tail hold the whole state, so nothing is lost; the history starts again here
+                parents = []
+                self.store.warn(
+                    f"checkpoint {self._base[:12]}, the one {self.subject} was recording on, was pruned meanwhile: this "
+                    "checkpoint starts a new history (its state is whole); keep each subject's latest (--keep-last 1) while a recorder runs"
+                )
+            result = self._take(parents, message, labels)
             self._base, self._base_seq = result.hex, self.last_seq
             self._owned.clear()
             self._snapshot = self._state

@@ -95,3 +95,32 @@ def test_a_prune_between_a_recorders_checkpoints_loses_nothing(tmp_path: Path) -
     assert open_checkpoint(in_tail, open_store(store)).state()["events"][0]["value"] == big
     assert open_checkpoint(in_snapshot, open_store(store)).state()["memory"]["big"] == big
     assert open_checkpoint(in_tail, st).manifest.parents == [bytes.fromhex(without)]
+
+
+def test_a_recorder_whose_checkpoint_was_pruned_goes_on_with_a_new_history(tmp_path: Path, cli: Any) -> None:
+    """A policy that keeps no latest (here: only a tag) prunes the checkpoint a live
+    recorder builds on: its next checkpoint has no parent (a warning says why), and its
+    state is whole, as the snapshot and tail of a recorded checkpoint always are."""
+    from ckptcli.recorder import Durability, Recorder
+    from ckptcli.stateat import state_at
+
+    store_dir = tmp_path / "store"
+    ckptcli.init_store(store_dir)
+    store = open_store(store_dir)
+    rec = Recorder.open(store, "agent:r", tmp_path / "r.journal", state={"memory": {"n": 0}}, durability=Durability(batch_size=1))
+    try:
+        rec.append("memory.set", path=["n"], value=1)
+        first = rec.checkpoint("one").hex
+        other = ckptcli.take(store, {"memory": {"kept": True}}, subject="agent:other")
+        assert cli("tag", "keep", other.hex, "--store", store_dir).code == 0
+        res = cli("prune", "--keep-tag", "keep", "--allow-remove-all", "--store", store_dir)
+        assert res.code == 0, res.err
+        assert first not in {c.hex() for c in open_store(store_dir).manifest_ids()}
+        rec.append("memory.set", path=["n"], value=2)
+        second = rec.checkpoint("two")
+    finally:
+        rec.close()
+    ck = open_checkpoint(second.hex, open_store(store_dir))
+    assert ck.manifest.parents == []
+    assert state_at(ck).section("memory") == {"n": 2}
+    assert any("was pruned meanwhile" in w for w in store.warnings)
