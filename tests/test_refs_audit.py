@@ -140,3 +140,47 @@ def test_a_take_killed_before_its_ref_moved_is_still_continued_after_a_reset(st:
     store.note_head(dangling.manifest.subject, dangling.id)  # as a take killed after its manifest leaves it
     nxt = _take(st, {"memory": {"v": 4}})
     assert _parent(st, nxt) == dangling.hex
+
+
+# -- 3. the reflog is optional: one it cannot write costs a warning, not the command -----------------------------
+
+
+@pytest.mark.parametrize("what", ["directory", "symlink", "fifo"])
+def test_a_take_succeeds_with_one_warning_when_its_reflog_cannot_be_written(st: Path, tmp_path: Path, what: str) -> None:
+    c1 = _take(st, {"v": 1})
+    log = st / "logs" / "refs" / "latest" / "agent" / "bot"
+    log.unlink()
+    if what == "directory":
+        log.mkdir()
+    elif what == "symlink":
+        (tmp_path / "elsewhere").write_bytes(b"")
+        log.symlink_to(tmp_path / "elsewhere")
+    else:
+        os.mkfifo(log)
+    r = run_ckpt("take", "-", "-S", "agent:bot", "-q", "--store", st, input=b'{"v": 2}')
+    assert r.returncode == 0, r.stderr  # was: exit 12 after the checkpoint and the ref were saved
+    c2 = r.stdout.decode().strip()
+    warnings = r.stderr.decode().splitlines()
+    assert len(warnings) == 1 and warnings[0].startswith("ckpt: warning: the reflog logs/refs/latest/agent/bot cannot be written")
+    assert "make that path a writable regular file (or remove it)" in warnings[0]
+    assert _latest(st) == c2 and _parent(st, c2) == c1
+    r = run_ckpt("reset", "agent:bot", c1, "--store", st)
+    assert r.returncode == 0 and _latest(st) == c1
+    if what == "symlink":
+        assert (tmp_path / "elsewhere").read_bytes() == b""  # nothing written through the link
+
+
+def test_reflog_files_are_created_honouring_the_umask(st: Path) -> None:
+    import subprocess
+    import sys
+
+    for umask, mode in (("002", 0o664), ("077", 0o600)):
+        subject = f"agent:u{umask}"
+        r = subprocess.run(
+            ["sh", "-c", f'umask {umask}; echo "{{}}" | "{sys.executable}" -m ckptcli take - -S {subject} -q --store "{st}"'],
+            capture_output=True,
+        )
+        assert r.returncode == 0, r.stderr
+        log = st / "logs" / "refs" / "latest" / "agent" / f"u{umask}"
+        ref = st / "refs" / "latest" / "agent" / f"u{umask}"
+        assert log.stat().st_mode & 0o777 == mode == ref.stat().st_mode & 0o777  # was: 0644 for the log whatever the umask
