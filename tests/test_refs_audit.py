@@ -184,3 +184,103 @@ def test_reflog_files_are_created_honouring_the_umask(st: Path) -> None:
         log = st / "logs" / "refs" / "latest" / "agent" / f"u{umask}"
         ref = st / "refs" / "latest" / "agent" / f"u{umask}"
         assert log.stat().st_mode & 0o777 == mode == ref.stat().st_mode & 0o777  # was: 0644 for the log whatever the umask
+
+
+# -- 4-7. reflog entries, names and numbers ------------------------------------------------------------------
+
+
+def _append_entry(st: Path, patch: dict[str, Any], where: str = "latest/agent/bot") -> None:
+    """An entry with a valid checksum: a copy of the first with `patch` applied."""
+    import hashlib
+
+    log = st / "logs" / "refs" / where
+    first = json.loads(log.read_bytes().split(b"\n")[0].rpartition(b"\t")[0])
+    line = json.dumps({**first, **patch}, separators=(",", ":")).encode()
+    with open(log, "ab") as fh:
+        fh.write(line + b"\t" + hashlib.sha256(line).hexdigest()[:16].encode() + b"\n")
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [{"time_ns": 10**29}, {"time_ns": -(10**26)}, {"pid": 10**29}, {"reason": 5}, {"command": {"x": 1}}, {"host": None}],
+    ids=["time-huge", "time-negative", "pid-huge", "reason-int", "command-map", "host-null"],
+)
+def test_a_reflog_entry_with_an_impossible_value_is_skipped_and_reported(st: Path, patch: dict[str, Any]) -> None:
+    c1 = _take(st, {"v": 1})
+    _append_entry(st, patch)
+    for args in (["reflog", "agent:bot"], ["reflog", "agent:bot", "--json"], ["reflog"], ["show", "agent:bot@{0}", "--json"]):
+        r = run_ckpt(*args, "--store", st)
+        assert r.returncode == 0, (args, r.stderr)  # was: exit 70, an internal error, for the times
+        assert "damaged reflog entry skipped (line 2)" in r.stderr.decode()
+    r = run_ckpt("reflog", "agent:bot", "--json", "--store", st)
+    assert [e["new"] for e in json.loads(r.stdout)] == [c1]
+    v = run_ckpt("verify", "--store", st, "--json")
+    assert v.returncode == ExitCode.CORRUPT
+    problems = json.loads(v.stdout)["problems"]
+    assert [(p["kind"], p["name"]) for p in problems] == [("reflog", "logs/refs/latest/agent/bot")]
+    assert "line 2" in problems[0]["message"]
+
+
+def test_the_numbers_ckpt_reflog_prints_are_the_ones_name_at_n_resolves(st: Path) -> None:
+    import hashlib
+
+    c1, c2, c3 = _chain(st, 3)
+    _take(st, {"v": 1}, subject="agent:other")
+    # the host that made the last move had its clock an hour behind
+    log = st / "logs" / "refs" / "latest" / "agent" / "bot"
+    lines = log.read_bytes().split(b"\n")[:-1]
+    last = json.loads(lines[-1].rpartition(b"\t")[0])
+    last["time_ns"] -= 3600 * 10**9
+    body = json.dumps(last, separators=(",", ":")).encode()
+    lines[-1] = body + b"\t" + hashlib.sha256(body).hexdigest()[:16].encode()
+    log.write_bytes(b"\n".join(lines) + b"\n")
+    for args in (["reflog"], ["reflog", "agent:bot"]):
+        r = run_ckpt(*args, "--store", st)
+        assert r.returncode == 0, r.stderr
+        shown = {}
+        for line in r.stdout.decode().splitlines():
+            if line.startswith("latest/agent/bot@{"):
+                n = line.split("@{")[1].split("}")[0]
+                shown[n] = line.split("-> ")[1].split()[0]
+        assert shown == {"0": c3[:12], "1": c2[:12], "2": c1[:12]}, r.stdout  # was: @{0} printed for c2 in `ckpt reflog`
+        for n, cid in shown.items():
+            res = run_ckpt("show", f"agent:bot@{{{n}}}", "--json", "--store", st)
+            assert json.loads(res.stdout)["id"].startswith(cid)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "latest/../../../../outside.log",
+        "latest/../../../refs/latest/agent/bot",
+        "latest/../../../../../../../../etc/passwd",
+        "latest/agent/../../../outside.log",
+        "latest/agent",
+        "tags/../../refs/latest/agent/bot",
+        "branches/../../../outside.log",
+    ],
+)
+def test_a_ref_path_that_leads_outside_its_place_is_refused(st: Path, name: str) -> None:
+    _take(st, {"v": 1})
+    shutil.copy(st / "logs" / "refs" / "latest" / "agent" / "bot", st.parent / "outside.log")
+    for args in (["reflog", name], ["show", f"{name}@{{0}}"]):
+        r = run_ckpt(*args, "--store", st)
+        assert r.returncode == ExitCode.INVALID_INPUT, (args, r.stdout, r.stderr)  # was: 0, reading the file as a reflog
+        err = r.stderr.decode().splitlines()
+        assert len(err) == 1 and err[0].startswith("ckpt: error: ") and repr(name) in err[0]
+
+
+def test_reflog_limits_digits_and_missing_refs(st: Path) -> None:
+    _chain(st, 3)
+    for limit in ("-1", "0"):
+        r = run_ckpt("reflog", "--limit", limit, "--store", st)
+        assert r.returncode == ExitCode.USAGE == 2, r.stdout  # was: -1 accepted (dropping the oldest entry)
+        assert ">=1" in r.stderr.decode()
+    assert run_ckpt("reflog", "--limit", "1", "--store", st).stdout.decode().count("@{") == 1
+    for ref in ("agent:bot@{\u0661}", "agent:bot~\u0661"):  # ARABIC-INDIC DIGIT ONE
+        r = run_ckpt("show", ref, "--store", st)
+        assert r.returncode == ExitCode.INVALID_INPUT, r.stdout  # was: taken as 1
+    for name in ("agent:nosuch", "nosuch"):
+        r = run_ckpt("reflog", name, "--store", st)
+        assert r.returncode == ExitCode.NOT_FOUND, r.stdout  # was: 0 for agent:nosuch
+        assert r.stderr.decode().startswith(f"ckpt: error: no such ref: {name!r}")

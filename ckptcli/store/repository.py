@@ -22,6 +22,7 @@ import collections
 import contextlib
 import hashlib
 import os
+import re
 import secrets
 import struct
 import time
@@ -344,6 +345,9 @@ def read_config(backend: Backend, where: str) -> StoreConfig:
     if not (256 <= cdc[0] <= cdc[1] <= cdc[2] <= 4 * 1024 * 1024):
         raise CorruptError(f"{where}: store config has impossible chunker sizes {cdc}")
     return config
+
+
+_DIGITS = re.compile(r"[0-9]+")  # N in REF~N and NAME@{N}: ASCII digits only
 
 
 class Store:
@@ -926,7 +930,7 @@ class Store:
         base, back = ref, 0
         if "~" in ref:
             base, _, n = ref.rpartition("~")
-            if not n.isdigit():
+            if not _DIGITS.fullmatch(n):
                 raise InvalidInputError(f"{ref!r}: what follows '~' must be a number of steps back")
             back = int(n)
         cid = self._resolve_base(base)
@@ -941,21 +945,35 @@ class Store:
         """The ref path a name means in `ckpt reflog NAME` and NAME@{N}: KIND:NAME is the
         subject's latest; a path as the reflog prints it (latest/..., tags/...,
         branches/...) is itself; a plain name is a tag, else a branch."""
-        if name.startswith(("latest/", "tags/", "branches/")):
-            return f"refs/{name}"
-        if ":" in name:
-            return self.latest_ref(Subject.parse(name))
-        check_name(name, "ref name")
-        for ns in ("tags", "branches"):
-            path = f"refs/{ns}/{name}"
-            if self.backend.exists(path) or self.backend.exists(reflog.log_path(path)):
-                return path
-        raise NotFoundError(f"no subject, tag or branch named {name!r} has a reflog", hint="see `ckpt reflog` for every ref's moves")
+        path: str | None = None
+        if name.startswith("latest/"):
+            kind, _, rest = name[len("latest/") :].partition("/")
+            bad = not rest
+            if not bad:
+                try:
+                    path = self.latest_ref(Subject.parse(f"{kind}:{rest}"))
+                except InvalidInputError:
+                    bad = True
+            if bad:
+                raise InvalidInputError(f"{name!r} is not a ref path", hint="give latest/KIND/NAME as `ckpt reflog` prints it, or KIND:NAME")
+        elif name.startswith(("tags/", "branches/")):
+            ns, _, rest = name.partition("/")
+            check_name(rest, f"{ns[:-1]} name in {name!r}")
+            path = f"refs/{name}"
+        elif ":" in name:
+            path = self.latest_ref(Subject.parse(name))
+        else:
+            check_name(name, "ref name")
+            candidates = [f"refs/{ns}/{name}" for ns in ("tags", "branches")]
+        for p in [path] if path is not None else candidates:
+            if self.backend.exists(p) or self.backend.exists(reflog.log_path(p)):
+                return p
+        raise NotFoundError(f"no such ref: {name!r} (no subject, tag or branch of that name has a ref or a reflog)", hint="see `ckpt reflog` for every ref's moves")
 
     def _resolve_reflog(self, ref: str) -> bytes:
         """NAME@{N}: what the ref NAME pointed at N moves ago (@{0}: now)."""
         name, _, n = ref[:-1].rpartition("@{")
-        if not n.isdigit():
+        if not _DIGITS.fullmatch(n):
             raise InvalidInputError(f"{ref!r}: what is inside @{{}} must be a number of moves back")
         back = int(n)
         # newest first; "kept" entries (old == new) are no move

@@ -16,7 +16,7 @@ def reflog(
     name: Annotated[
         str | None, typer.Argument(help="A subject (KIND:NAME: its latest), a tag or a branch; default: every ref.", show_default=False)
     ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", metavar="N", help="At most this many entries.", show_default=False)] = None,
+    limit: Annotated[int | None, typer.Option("--limit", metavar="N", min=1, help="At most this many entries (N >= 1).", show_default=False)] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
