@@ -284,3 +284,32 @@ def test_reflog_limits_digits_and_missing_refs(st: Path) -> None:
         r = run_ckpt("reflog", name, "--store", st)
         assert r.returncode == ExitCode.NOT_FOUND, r.stdout  # was: 0 for agent:nosuch
         assert r.stderr.decode().startswith(f"ckpt: error: no such ref: {name!r}")
+
+
+def test_repair_drop_after_a_reset_moves_latest_to_the_intact_parent_and_logs_every_change(st: Path, tmp_path: Path) -> None:
+    c1 = _take(st, {"memory": {"v": 1}})
+    before = {p.relative_to(st / "packs") for p in (st / "packs").rglob("*") if p.is_file()}
+    (tmp_path / "only-c2.bin").write_bytes(os.urandom(100_000))
+    c2 = _take(st, {"memory": {"v": 2}}, blobs={"data": tmp_path / "only-c2.bin"})
+    only_c2 = {p.relative_to(st / "packs") for p in (st / "packs").rglob("*") if p.is_file()} - before
+    c3 = _take(st, {"memory": {"v": 3, "compromised": True}})
+    assert run_ckpt("reset", "agent:bot", c2, "--store", st).returncode == 0
+    assert run_ckpt("tag", "known-good", c2, "--store", st).returncode == 0
+    for p in only_c2:
+        (st / "packs" / p).unlink()  # the pack only c2 needs is lost
+    assert run_ckpt("repair", "index", "--store", st).returncode == 0
+    r = run_ckpt("repair", "checkpoints", "--drop", "--force", "--store", st, "--json")
+    assert r.returncode == 0, r.stderr
+    assert _latest(st) == c1  # was: c3, the checkpoint the reset abandoned
+    moves = json.loads(run_ckpt("reflog", "--json", "--store", st).stdout)
+    latest = next(e for e in moves if e["ref"] == "latest/agent/bot")
+    assert (latest["old"], latest["new"]) == (c2, c1)
+    assert latest["reason"] == f"repair checkpoints: {c2[:12]} dropped"  # was: "update"
+    tag = next(e for e in moves if e["ref"] == "tags/known-good")
+    assert (tag["old"], tag["new"], tag["reason"]) == (c2, None, f"repair checkpoints: {c2[:12]} dropped")  # was: no entry
+    # and the abandoned c3 stays abandoned, also for verify and repair refs without the reflog
+    shutil.rmtree(st / "logs")
+    v = run_ckpt("verify", "--store", st, "--json")
+    assert not [n for n in json.loads(v.stdout)["notes"] if c3[:12] in n]
+    assert json.loads(run_ckpt("repair", "refs", "--store", st, "--json").stdout)["moved"] == {}
+    assert _latest(st) == c1
