@@ -26,6 +26,7 @@ from ckptcli.errors import (
     CkptError,
     CorruptError,
     InvalidInputError,
+    LatestMovedError,
     LimitExceededError,
     NotFoundError,
     UnsupportedVersionError,
@@ -234,6 +235,9 @@ def take(
     Raises:
         InvalidInputError, LimitExceededError for state ckpt cannot store;
         StoreIOError when the disk refuses; nothing is committed then.
+        LatestMovedError (a ConflictError) when the subject's latest was reset to
+        another checkpoint while the take ran: the checkpoint is committed (its id is
+        the error's `kept`) but latest stays where the reset put it.
     """
     subj = subject if isinstance(subject, Subject) else Subject.parse(subject)
     label_map = parse_labels(labels)
@@ -244,6 +248,8 @@ def take(
     layout["format"] = doc_format
     with store.backend.lock("store", shared=True):
         store.clean_stale_temps()
+        # latest as this take found it: a reset while it runs is not undone (advance_latest)
+        expect = store.latest_state(subj)
         if parents is None:
             head = store.read_ref(f"refs/branches/{branch}") if branch else None
             if head is None:
@@ -301,7 +307,12 @@ def take(
         cid = store.write_manifest(manifest, note_head=move_latest)
         # refs move while the store lock is still held, so a prune (which takes it
         # exclusively) never sees a new checkpoint without its refs
-        moved = bool(move_latest) and store.advance_latest(subj, cid, manifest.created_ns, reason=why)
+        try:
+            moved = bool(move_latest) and store.advance_latest(subj, cid, manifest.created_ns, reason=why, expect=expect)
+        except LatestMovedError:
+            if branch:
+                store.set_branch(branch, cid, reason=why)
+            raise
         if not move_latest:
             store.keep_latest(subj, f"{why} (latest kept)")
         if branch:

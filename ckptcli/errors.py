@@ -66,7 +66,7 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.UNSAFE_PATH: "a path inside a checkpoint would escape the target directory",
     ExitCode.LOCKED: "the store is locked by another process",
     ExitCode.NO_STORE: "no store found (run `ckpt init`, or pass --store)",
-    ExitCode.CONFLICT: "conflict: the name already exists in the target, or another writer extended the same history first",
+    ExitCode.CONFLICT: "conflict: the name already exists in the target, or another writer extended the same history first (or reset it while a take ran)",
     ExitCode.IO_ERROR: "the operating system refused a read or write",
     ExitCode.DIVERGED: "replay --check: the step function diverged from the recorded events",
     ExitCode.INTERNAL: "internal error (a bug: please report it with CKPT_DEBUG=1 output)",
@@ -134,6 +134,22 @@ class LockError(CkptError):
 
 class ConflictError(CkptError):
     exit_code = ExitCode.CONFLICT
+
+
+class LatestMovedError(ConflictError):
+    """A take finished after its subject's latest was reset (`ckpt reset`, a repair) to
+    another checkpoint than the one the take built on: latest stays where the reset put
+    it, and the new checkpoint, already committed, is kept unreferenced (`kept`)."""
+
+    def __init__(self, subject: object, latest: bytes, kept: bytes) -> None:
+        super().__init__(
+            f"latest of {subject} moved to {latest.hex()[:12]} (a reset) while this take ran; the checkpoint is kept as {kept.hex()} "
+            "but latest stays where the reset put it",
+            hint=f"to make it latest anyway: ckpt reset {subject} {kept.hex()[:12]}; or take again to build on {latest.hex()[:12]}",
+        )
+        self.subject = subject
+        self.latest = latest
+        self.kept = kept
 
 
 class ThreadConflictError(ConflictError):

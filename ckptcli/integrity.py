@@ -217,7 +217,7 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
             continue
         if bad_lines:
             more = f" (and {len(bad_lines) - 1} more)" if len(bad_lines) > 1 else ""
-            problem("reflog", path, f"reflog entry on line {bad_lines[0]}{more} is damaged (its checksum or syntax); `ckpt reflog` skips it")
+            problem("reflog", path, f"reflog entry on line {bad_lines[0]}{more} is damaged (its checksum, its syntax or a value out of range); `ckpt reflog` skips it")
         if torn:
             rep.notes.append(f"{path}: the last reflog entry was cut short by a crash (harmless: skipped, and removed by the ref's next move)")
 

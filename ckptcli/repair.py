@@ -19,6 +19,7 @@ Both hold the store lock exclusively, so no take or prune runs meanwhile.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -430,8 +431,10 @@ def repair_checkpoints(
 
 def _move_refs(store: Store, rep: CheckpointsRepair, manifests: dict[bytes, Manifest], replaced: dict[bytes, bytes | None], dry_run: bool) -> None:
     """Every ref naming a damaged checkpoint: to its repair; when it was dropped, a
-    latest to the subject's newest intact checkpoint, a branch to its nearest intact
-    ancestor, a tag removed."""
+    latest or a branch to its nearest intact ancestor (a latest with none: to the
+    subject's newest intact checkpoint), a tag removed. Each move is in the reflog with
+    the reason `repair checkpoints`; a latest moved back to an ancestor records it as a
+    reset does (the checkpoints newer than it were left behind on purpose)."""
     if not replaced:
         return
     refs = store.refs()
@@ -440,11 +443,7 @@ def _move_refs(store: Store, rep: CheckpointsRepair, manifests: dict[bytes, Mani
         if target not in replaced:
             continue
         to = replaced[target]
-        if to is None and name.startswith("latest/"):
-            subject = manifests[target].subject
-            rest = [(head_order(m.labels, m.created_ns), cid) for cid, m in intact.items() if m.subject == subject]
-            to = max(rest)[1] if rest else None
-        elif to is None and name.startswith("branches/"):
+        if to is None and name.startswith(("latest/", "branches/")):
             todo, seen = list(manifests[target].parents), set()
             while todo and to is None:
                 p = todo.pop(0)
@@ -455,12 +454,24 @@ def _move_refs(store: Store, rep: CheckpointsRepair, manifests: dict[bytes, Mani
                     to = p
                 elif p in manifests:
                     todo.extend(manifests[p].parents)
+            if to is None and name.startswith("latest/"):
+                subject = manifests[target].subject
+                rest = [(head_order(m.labels, m.created_ns), cid) for cid, m in intact.items() if m.subject == subject]
+                to = max(rest)[1] if rest else None
         shown = "(its repair)" if to == target else to.hex() if to else None
         rep.refs[name] = {"from": target.hex(), "to": shown}
         if dry_run:
             continue
+        why = f"repair checkpoints: {target.hex()[:12]} " + ("dropped" if replaced[target] is None else "replaced by its repair")
+        path = f"refs/{name}"
         with store.backend.lock("refs", shared=False):
             if to is None:
-                store.backend.delete(f"refs/{name}")
+                store.remove_ref(path, why)
+            elif name.startswith("latest/"):
+                try:
+                    reset = store.read_ref_state(path)[1]
+                except CkptError:
+                    reset = None
+                store.write_ref(path, to, why, reset=time.time_ns() if replaced[target] is None else reset)
             else:
-                store.write_ref(f"refs/{name}", to)
+                store.write_ref(path, to, why)

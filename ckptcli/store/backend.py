@@ -526,7 +526,7 @@ class LocalBackend(Backend):
             created = not dest.exists()
             if created:
                 self._make_dirs(dest.parent)
-            fd = os.open(dest, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            fd = os.open(dest, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)  # less the umask, as every store file
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     raise CorruptError(f"{dest} is not a regular file", hint="something other than ckpt put it in the store; remove it")

@@ -14,6 +14,7 @@ prune keeps the checkpoint it moved a ref away from (`ckptcli.prune.reflog_keeps
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import os
 import socket
@@ -33,6 +34,7 @@ SUM_LEN = 16  # hex digits of SHA-256 after each entry: a flipped byte is found
 MAX_COMMAND = 500  # characters of the command line kept in an entry
 EXPIRE_S = 90 * 86400  # entries older than this are trimmed (git's gc.reflogExpire)
 MAX_ENTRIES = 1000  # at most this many entries per ref are kept, the newest
+MAX_TIME_NS = 2**63  # an entry's time_ns is in [0, 2**63): the year 2262 at most
 
 # the command line entries name; the CLI sets it to `ckpt ARGS`, a library caller may too
 _command: str | None = None
@@ -136,7 +138,9 @@ def _decode(line: bytes) -> dict[str, Any] | None:
         return None
     ok = (
         type(d) is dict and _hex_or_none(d.get("old")) and _hex_or_none(d.get("new"))
-        and type(d.get("time_ns")) is int and type(d.get("pid")) is int
+        and type(d.get("time_ns")) is int and 0 <= d["time_ns"] < MAX_TIME_NS
+        and type(d.get("pid")) is int and 0 <= d["pid"] < 2**63
+        and all(type(d.get(k, "")) is str for k in ("reason", "command", "host"))
     )
     return d if ok else None
 
@@ -161,16 +165,15 @@ def read(backend: Backend, ref_path: str, warn: Callable[[str], None]) -> list[E
 
 
 def read_all(backend: Backend, warn: Callable[[str], None], prefix: str = "refs") -> list[Entry]:
-    """Every entry of every log under `prefix`, newest first."""
-    keyed: list[tuple[int, int, Entry]] = []
+    """Every entry of every log under `prefix`, newest first: the logs merged by time,
+    each log's entries in its own (append) order even where its clock stepped back, so
+    numbering each ref's moves in this order gives the N of NAME@{N}."""
     try:
         paths = backend.list(f"{LOG_ROOT}/{prefix}")
     except CkptError:
         return []
-    for p in paths:
-        keyed.extend((e.time_ns, i, e) for i, e in enumerate(read(backend, p[len(LOG_ROOT) + 1 :], warn)))
-    keyed.sort(key=lambda k: (k[0], k[1]), reverse=True)  # (a log's own order breaks ties)
-    return [e for _t, _i, e in keyed]
+    logs = [list(reversed(read(backend, p[len(LOG_ROOT) + 1 :], warn))) for p in paths]
+    return list(heapq.merge(*logs, key=lambda e: e.time_ns, reverse=True))
 
 
 @dataclass(frozen=True)

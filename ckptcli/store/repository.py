@@ -22,6 +22,7 @@ import collections
 import contextlib
 import hashlib
 import os
+import re
 import secrets
 import struct
 import time
@@ -37,6 +38,7 @@ from ckptcli.errors import (
     ConflictError,
     CorruptError,
     InvalidInputError,
+    LatestMovedError,
     LimitExceededError,
     NotFoundError,
     StoreIOError,
@@ -377,6 +379,9 @@ def read_config(backend: Backend, where: str) -> StoreConfig:
     return config
 
 
+_DIGITS = re.compile(r"[0-9]+")  # N in REF~N and NAME@{N}: ASCII digits only
+
+
 class Store:
     """A ckpt store on a backend. Use `Store.open(path)` or `Store.init(path)`."""
 
@@ -666,28 +671,55 @@ class Store:
 
     # -- refs --------------------------------------------------------------------
     def read_ref(self, path: str) -> bytes | None:
+        return self.read_ref_state(path)[0]
+
+    def read_ref_state(self, path: str) -> tuple[bytes | None, int | None]:
+        """(target, reset) of the ref at `path`: `reset` is when a subject's latest was
+        last moved on purpose (`ckpt reset`, a repair; formats/v1.md), None when never;
+        (None, None) when there is no ref. Raises: CorruptError for a damaged ref."""
         if not self.backend.exists(path):
-            return None
+            return None, None
         data = self.backend.read(path)
         _v, body = framing.decode_record(data, framing.KIND_REF, path)
         target = body.get("target")
         if not (isinstance(target, bytes) and len(target) == 32):
             raise CorruptError(f"{path}: ref has no valid target")
-        return target
+        reset = body.get("reset")
+        return target, reset if type(reset) is int and reset >= 0 else None
 
-    def write_ref(self, path: str, target: bytes, reason: str = "update", *, log: bool = True) -> None:
+    def write_ref(self, path: str, target: bytes, reason: str = "update", *, log: bool = True, reset: int | None = None) -> None:
         """Point the ref at `path` at `target`; the caller holds the refs lock. The move
         is appended to the ref's reflog first (reflog.py), so no ref moves unrecorded;
         but not with `log` False: a writer that moves a ref at every commit of a chain
-        (a LangGraph thread's latest), whose history is the chain itself."""
+        (a LangGraph thread's latest), whose history is the chain itself. `reset`: the
+        time its last deliberate move (read_ref_state), kept in the ref itself."""
         if log:
             try:
                 old = self.read_ref(path)
             except CkptError:
                 old = None  # a damaged ref: its old value is unknown
             if old != target:
-                reflog.append(self.backend, path, old, target, reason)
-        self.backend.write_atomic(path, framing.encode_record(framing.KIND_REF, {"target": target, "updated": time.time_ns()}, self.version))
+                self.log_move(path, old, target, reason)
+        body: dict[str, Any] = {"target": target, "updated": time.time_ns()}
+        if reset is not None:
+            body["reset"] = reset
+        self.backend.write_atomic(path, framing.encode_record(framing.KIND_REF, body, self.version))
+
+    def log_move(self, path: str, old: bytes | None, new: bytes | None, reason: str) -> None:
+        """Append a move of the ref at `path` to its reflog; the caller holds the refs
+        lock. The reflog is history for people, which nothing else depends on: when it
+        cannot be written (something else at its path, no permission, a full disk) the
+        ref still moves, and this is said once (a warning) rather than failing a command
+        whose checkpoint is already committed."""
+        try:
+            reflog.append(self.backend, path, old, new, reason)
+        except CkptError as exc:
+            if not getattr(self, "_reflog_unwritable", False):
+                self._reflog_unwritable = True
+                self.warn(
+                    f"the reflog {reflog.log_path(path)} cannot be written ({exc.message}); the ref moved without its reflog entry; "
+                    "make that path a writable regular file (or remove it) so later moves are recorded"
+                )
 
     def remove_ref(self, path: str, reason: str = "delete") -> bytes | None:
         """Delete the ref at `path` (recorded in its reflog); the caller holds the refs
@@ -697,7 +729,7 @@ class Store:
         except CkptError:
             old = None
         if self.backend.exists(path):
-            reflog.append(self.backend, path, old, None, reason)
+            self.log_move(path, old, None, reason)
         self.backend.delete(path)
         return old
 
@@ -713,13 +745,21 @@ class Store:
             except CkptError:
                 return
             if cur is not None:
-                reflog.append(self.backend, path, cur, cur, reason)
+                self.log_move(path, cur, cur, reason)
 
     def last_moved_ns(self, path: str) -> int | None:
         """When the ref at `path` was last moved (or deliberately kept) by this ckpt, from
-        its reflog; None when it has none (a store an older ckpt wrote)."""
+        its reflog, or last reset (the ref's own `reset`, which survives a lost reflog);
+        None when it has neither (a store an older ckpt wrote)."""
         entries = reflog.read(self.backend, path, self.warn)
-        return entries[-1].time_ns if entries else None
+        when = entries[-1].time_ns if entries else None
+        try:
+            reset = self.read_ref_state(path)[1]  # a reset is in the ref too: the reflog may be gone
+        except CkptError:
+            reset = None
+        if reset is not None and (when is None or reset > when):
+            when = reset
+        return when
 
     def ref_log(self, path: str | None = None) -> list[reflog.Entry]:
         """The reflog of the ref at `path` ("refs/..."), or of every ref, newest first.
@@ -738,7 +778,9 @@ class Store:
             except CkptError:
                 old = None
             self.note_head(subject, cid)
-            self.write_ref(path, cid, reason)
+            # the ref records the reset itself: checkpoints committed before it are left
+            # behind on purpose, and a take already running does not undo it
+            self.write_ref(path, cid, reason, reset=time.time_ns())
         return old
 
     def ref_paths(self) -> list[str]:
@@ -776,16 +818,46 @@ class Store:
     def latest_ref(subject: Subject) -> str:
         return f"refs/latest/{subject.kind}/{subject.name}"
 
-    def advance_latest(self, subject: Subject, cid: bytes, created_ns: int, *, nested: bool = False, reason: str = "take", log: bool = True) -> bool:
+    def latest_state(self, subject: Subject) -> tuple[bytes | None, int | None]:
+        """The subject's latest ref as read_ref_state gives it ((None, None) when it is
+        missing or damaged): what a take passes back to advance_latest as `expect`."""
+        try:
+            return self.read_ref_state(self.latest_ref(subject))
+        except CkptError:
+            return None, None
+
+    def advance_latest(
+        self,
+        subject: Subject,
+        cid: bytes,
+        created_ns: int,
+        *,
+        nested: bool = False,
+        reason: str = "take",
+        log: bool = True,
+        expect: tuple[bytes | None, int | None] | None = None,
+    ) -> bool:
         """Point the subject's latest at `cid` unless a newer checkpoint got there first
         (`nested`: `cid` is a nested run's, which ranks below every other; head_order).
+        `expect`: the latest ref as the caller read it before building `cid`
+        (latest_state); when the ref was reset since (it names another checkpoint and
+        its `reset` changed), latest stays where the reset put it and LatestMovedError
+        is raised: a take that was running must not undo a `ckpt reset`.
         Returns: whether latest names `cid` now."""
         path = self.latest_ref(subject)
         with self.backend.lock("refs", shared=False):
             try:
-                cur = self.read_ref(path)
+                cur, reset = self.read_ref_state(path)
             except CkptError:
-                cur = None  # a damaged ref is replaced (the take chose its parent around it)
+                cur, reset = None, None  # a damaged ref is replaced (the take chose its parent around it)
+            if expect is not None and cur is not None and cur != expect[0] and cur != cid and reset != expect[1]:
+                # moved on purpose while the caller ran: `cid` stays, unreferenced, and the
+                # ref's reset moves past it (so neither verify, repair refs nor the next
+                # take's head hint adopts it as a take killed before its ref moved)
+                self.note_head(subject, cur)
+                self.log_move(path, cur, cur, f"{reason} (latest kept: it was reset while the take ran; {cid.hex()[:12]} left behind)")
+                self.write_ref(path, cur, log=False, reset=time.time_ns())
+                raise LatestMovedError(subject, cur, cid)
             if cur is not None and cur != cid:
                 try:
                     m = self.manifest(cur)
@@ -793,7 +865,7 @@ class Store:
                         return False
                 except CkptError:
                     pass  # a damaged target is replaced
-            self.write_ref(path, cid, reason, log=log)
+            self.write_ref(path, cid, reason, log=log, reset=reset)
             return True
 
     def head_hint_path(self, subject: Subject) -> str:
@@ -818,7 +890,7 @@ class Store:
         A damaged ref is answered from every manifest (and said once)."""
         path = self.latest_ref(subject)
         try:
-            head = self.read_ref(path)
+            head, reset = self.read_ref_state(path)
         except CkptError as exc:
             self.warn(f"{exc.message}; the subject's newest checkpoint is found from the manifests instead; run `ckpt repair refs`")
             newest = self.newest_of(subject)
@@ -833,8 +905,8 @@ class Store:
             dangling = self.manifest(hint)
         except CkptError:
             return head
-        if dangling.subject != subject:
-            return head
+        if dangling.subject != subject or (reset is not None and dangling.created_ns <= reset):
+            return head  # (one committed before latest was reset was left behind on purpose)
         if head is not None:
             with contextlib.suppress(CkptError):
                 if self.manifest(head).created_ns >= dangling.created_ns:
@@ -890,7 +962,7 @@ class Store:
         base, back = ref, 0
         if "~" in ref:
             base, _, n = ref.rpartition("~")
-            if not n.isdigit():
+            if not _DIGITS.fullmatch(n):
                 raise InvalidInputError(f"{ref!r}: what follows '~' must be a number of steps back")
             back = int(n)
         cid = self._resolve_base(base)
@@ -905,21 +977,35 @@ class Store:
         """The ref path a name means in `ckpt reflog NAME` and NAME@{N}: KIND:NAME is the
         subject's latest; a path as the reflog prints it (latest/..., tags/...,
         branches/...) is itself; a plain name is a tag, else a branch."""
-        if name.startswith(("latest/", "tags/", "branches/")):
-            return f"refs/{name}"
-        if ":" in name:
-            return self.latest_ref(Subject.parse(name))
-        check_name(name, "ref name")
-        for ns in ("tags", "branches"):
-            path = f"refs/{ns}/{name}"
-            if self.backend.exists(path) or self.backend.exists(reflog.log_path(path)):
-                return path
-        raise NotFoundError(f"no subject, tag or branch named {name!r} has a reflog", hint="see `ckpt reflog` for every ref's moves")
+        path: str | None = None
+        if name.startswith("latest/"):
+            kind, _, rest = name[len("latest/") :].partition("/")
+            bad = not rest
+            if not bad:
+                try:
+                    path = self.latest_ref(Subject.parse(f"{kind}:{rest}"))
+                except InvalidInputError:
+                    bad = True
+            if bad:
+                raise InvalidInputError(f"{name!r} is not a ref path", hint="give latest/KIND/NAME as `ckpt reflog` prints it, or KIND:NAME")
+        elif name.startswith(("tags/", "branches/")):
+            ns, _, rest = name.partition("/")
+            check_name(rest, f"{ns[:-1]} name in {name!r}")
+            path = f"refs/{name}"
+        elif ":" in name:
+            path = self.latest_ref(Subject.parse(name))
+        else:
+            check_name(name, "ref name")
+            candidates = [f"refs/{ns}/{name}" for ns in ("tags", "branches")]
+        for p in [path] if path is not None else candidates:
+            if self.backend.exists(p) or self.backend.exists(reflog.log_path(p)):
+                return p
+        raise NotFoundError(f"no such ref: {name!r} (no subject, tag or branch of that name has a ref or a reflog)", hint="see `ckpt reflog` for every ref's moves")
 
     def _resolve_reflog(self, ref: str) -> bytes:
         """NAME@{N}: what the ref NAME pointed at N moves ago (@{0}: now)."""
         name, _, n = ref[:-1].rpartition("@{")
-        if not n.isdigit():
+        if not _DIGITS.fullmatch(n):
             raise InvalidInputError(f"{ref!r}: what is inside @{{}} must be a number of moves back")
         back = int(n)
         # newest first; "kept" entries (old == new) are no move

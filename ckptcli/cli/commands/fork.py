@@ -15,7 +15,7 @@ from ckptcli.errors import ExitCode
 @app.command(
     "fork",
     epilog=exit_status(
-        ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.CORRUPT, ExitCode.LIMIT_EXCEEDED, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR
+        ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.CORRUPT, ExitCode.LIMIT_EXCEEDED, ExitCode.CONFLICT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR
     ),
 )
 def fork_cmd(

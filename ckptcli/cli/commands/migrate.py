@@ -13,7 +13,7 @@ from ckptcli.errors import ExitCode
 
 @app.command(
     epilog=exit_status(
-        ExitCode.FAILURE, ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.IO_ERROR, ExitCode.LOCKED
+        ExitCode.FAILURE, ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.CONFLICT, ExitCode.IO_ERROR, ExitCode.LOCKED
     )
 )
 def migrate(

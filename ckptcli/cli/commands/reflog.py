@@ -19,7 +19,7 @@ def reflog(
     name: Annotated[
         str | None, typer.Argument(help="A subject (KIND:NAME: its latest), a tag or a branch; default: every ref.", show_default=False)
     ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", metavar="N", help="At most this many entries.", show_default=False)] = None,
+    limit: Annotated[int | None, typer.Option("--limit", metavar="N", min=1, help="At most this many entries (N >= 1).", show_default=False)] = None,
     expire: Annotated[
         str | None,
         typer.Option("--expire", metavar="AGE", help="Trim the reflog instead: drop entries older than AGE (90d, 0s), keeping each ref's newest.", show_default=False),

@@ -55,8 +55,9 @@ def repair(
     subject, time and labels, the same parents (a damaged parent's repair in its
     place), plus repaired.from=ID and repaired.dropped=WHAT; every ref that named the
     damaged one moves to it (--forget also removes the original). --drop removes
-    damaged checkpoints instead: a latest ref moves to the subject's newest intact
-    checkpoint, a branch to its nearest intact ancestor, a tag is removed. It only
+    damaged checkpoints instead: a latest ref or a branch moves to the dropped one's
+    nearest intact ancestor (a latest with none: to the subject's newest intact
+    checkpoint), a tag is removed; each change is in the reflog. It only
     says what it would do unless --force. New objects and the new checkpoint are
     written before any ref moves, and refs move before anything is removed: a kill
     leaves a readable store; run it again to finish. When packs the index names are

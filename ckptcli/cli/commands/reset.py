@@ -23,7 +23,10 @@ def reset(
     The next `ckpt restore SUBJECT` gives REF back, and the next take of SUBJECT is
     REF's child. REF must be a checkpoint of SUBJECT. Nothing is deleted: the
     checkpoints latest leaves behind stay in the store (until pruned), and the move is
-    recorded in the reflog, so `ckpt reset SUBJECT SUBJECT@{1}` undoes it.
+    recorded in the reflog, so `ckpt reset SUBJECT SUBJECT@{1}` undoes it. The ref
+    itself records the reset too: a take of SUBJECT already running does not move
+    latest past it (it exits 11), and `ckpt repair refs` leaves the checkpoints it
+    abandoned alone, with or without the reflog.
 
     --json prints {"subject", "old", "new"} (full ids; old is null when SUBJECT had no
     latest).

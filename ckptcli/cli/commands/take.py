@@ -13,7 +13,7 @@ from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, 
 from ckptcli.errors import ExitCode, InvalidInputError, NotFoundError, StoreIOError
 
 
-@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LIMIT_EXCEEDED, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
+@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LIMIT_EXCEEDED, ExitCode.CONFLICT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
 def take(
     document: Annotated[str | None, typer.Argument(help="State document (JSON or msgpack) path, or - for stdin.", show_default=False)] = None,
     subject: Annotated[str, typer.Option("--subject", "-S", help="What this is a checkpoint of, as KIND:NAME (agent, workflow, process).")] = "agent:default",
@@ -34,6 +34,11 @@ def take(
     A document whose top-level keys are among memory, plan, tools, events and ext
     is split into those sections (ext holds {namespace: value}); any other document
     is stored whole as the memory section. Restore gives back the same document.
+
+    The subject's latest moves to the new checkpoint, unless `ckpt reset` moved it
+    to another checkpoint while this take ran: then latest stays where the reset put
+    it and the take exits 11, naming its checkpoint (kept in the store, unreferenced:
+    `ckpt reset` to it, or take again).
 
     Examples:
 
