@@ -271,3 +271,62 @@ def test_a_directory_of_the_store_linked_elsewhere_is_refused_and_nothing_writte
     from ckptcli.adapters.langgraph_journal import check_journals
 
     assert any(p == target and "symbolic link" in msg for p, msg in check_journals(store))  # verify names it
+
+
+_HUGE_PUT = r"""
+import os, signal, sys
+from typing import TypedDict
+from langgraph.graph import END, START, StateGraph
+from ckptcli.adapters.langgraph import CkptSaver
+
+class S(TypedDict):
+    doc: str
+    n: int
+
+saver = CkptSaver.open(sys.argv[1], commit_interval=3600, seal_idle=3600)  # nothing committed: the journal only
+b = StateGraph(S)
+b.add_node("load", lambda st: {"doc": "x" * (270 << 20), "n": 1})
+b.add_edge(START, "load")
+b.add_edge("load", END)
+out = b.compile(checkpointer=saver).invoke({"doc": "", "n": 0}, {"configurable": {"thread_id": "big"}}, durability="sync")
+print(out["n"], len(out["doc"]), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_put_over_256_mib_survives_a_kill(tmp_path: Path) -> None:
+    """A checkpoint whose journal record is longer than the old reader's 256 MiB cap (a
+    270 MiB state value): the put returned, the process is killed before any commit,
+    and after reopening the checkpoint is there, whole (it was dropped as a torn tail,
+    the journal deleted, and verify said nothing)."""
+    store = tmp_path / ".ckpt"
+    r = subprocess.run([sys.executable, "-c", _HUGE_PUT, str(store)], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert r.returncode == -9 and r.stdout.split() == ["1", str(270 << 20)], r.stderr[-2000:]
+    saver = CkptSaver.open(store)
+    try:
+        got = saver.get_tuple({"configurable": {"thread_id": "big"}})
+        assert got is not None
+        values = got.checkpoint["channel_values"]
+        assert values["n"] == 1 and len(values["doc"]) == 270 << 20 and values["doc"][:3] == "xxx"
+        del got, values
+    finally:
+        saver.close()
+    res = subprocess.run([sys.executable, "-m", "ckptcli", "verify", "--store", str(store)], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_a_thread_id_that_is_not_unicode_is_refused_and_nothing_is_stored(tmp_path: Path) -> None:
+    """A lone surrogate cannot be stored as UTF-8: the put is refused with one clear error
+    (it raised msgpack's UnicodeEncodeError), nothing is journaled, the saver goes on."""
+    from ckptcli.errors import InvalidInputError
+
+    saver = CkptSaver.open(tmp_path / ".ckpt")
+    try:
+        graph = chat_builder(3).compile(checkpointer=saver)
+        with pytest.raises(InvalidInputError, match=r"not valid Unicode \('\\ud800', a lone surrogate\)"):
+            graph.invoke({"messages": []}, {"configurable": {"thread_id": "\ud800"}})
+        assert list(saver.list(None)) == []
+        graph.invoke({"messages": []}, {"configurable": {"thread_id": "fine"}})
+        assert len(list(saver.list({"configurable": {"thread_id": "fine"}}))) == 5  # the input, then one per step
+    finally:
+        saver.close()

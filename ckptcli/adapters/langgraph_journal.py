@@ -44,7 +44,7 @@ from typing import Any
 
 import msgpack
 
-from ckptcli.errors import StoreIOError
+from ckptcli.errors import InvalidInputError, LimitExceededError, StoreIOError
 from ckptcli.store.backend import create_temp, fsync_dir
 
 JOURNAL_DIR = "langgraph"
@@ -55,7 +55,10 @@ HEADER_V2 = len(MAGIC) + SALT_BYTES
 SYNC = b"\xc1LGJ"  # 0xc1 is the one byte msgpack never uses
 _HEAD_V1 = struct.Struct("<II")  # payload length, CRC-32 of the payload
 _HEAD = struct.Struct("<4sII")  # sync marker, payload length, CRC-32 of salt + length + payload
-MAX_RECORD = 256 * 1024 * 1024
+# the longest record the framing's 32-bit length can say: whatever `frame` makes, the
+# readers read (a reader's copy of a record is bounded by the file's size, which a length
+# is checked against first; a file of forged lengths is what ScanBudget bounds)
+MAX_RECORD = 0xFFFF_FFFF
 # this process's salt, in the header of every journal it makes (so `frame` needs no journal)
 PROCESS_SALT = secrets.token_bytes(SALT_BYTES)
 DAMAGED_SUFFIX = ".damaged"  # a journal recovery found holes in, kept for the user to look at
@@ -63,8 +66,28 @@ _NONZERO = re.compile(rb"[^\x00]")
 
 
 def frame(record: dict[str, Any], salt: bytes = PROCESS_SALT) -> bytes:
-    """One record of a version 2 journal whose salt is `salt` (this process's journals')."""
-    payload: bytes = msgpack.packb(record, use_bin_type=True)
+    """One record of a version 2 journal whose salt is `salt` (this process's journals').
+
+    Raises:
+        InvalidInputError for text that is not valid Unicode (a lone surrogate in a
+        thread id, say: msgpack stores UTF-8); LimitExceededError for a record longer
+        than the framing can say (4 GiB). Nothing is journaled then.
+    """
+    try:
+        payload: bytes = msgpack.packb(record, use_bin_type=True)
+    except UnicodeEncodeError as exc:
+        bad = exc.object[exc.start : exc.end] if isinstance(exc.object, str) else "?"
+        raise InvalidInputError(
+            f"text that is not valid Unicode ({bad!r}, a lone surrogate) cannot be stored",
+            hint="thread ids, namespaces, checkpoint ids, task ids and channel names must be valid Unicode text",
+        ) from None
+    except (ValueError, OverflowError) as exc:  # a single value over msgpack's own 4 GiB limit
+        raise LimitExceededError(f"a checkpoint record cannot be journaled: {exc}", hint="keep single values in the state under 4 GiB") from None
+    if len(payload) > MAX_RECORD:
+        raise LimitExceededError(
+            f"a checkpoint record of {len(payload)} bytes is longer than the journal's limit of {MAX_RECORD} bytes",
+            hint="keep the state of one checkpoint under 4 GiB (large files belong in blobs, not in graph state)",
+        )
     length = struct.pack("<I", len(payload))
     return SYNC + length + struct.pack("<I", zlib.crc32(payload, zlib.crc32(salt + length))) + payload
 

@@ -72,7 +72,6 @@ from ckptcli.adapters.langgraph_journal import (
     DAMAGED_SUFFIX,
     HEADER_V2,
     MAGIC,
-    MAX_RECORD,
     PROCESS_SALT,
     Buffer,
     Hole,
@@ -103,8 +102,9 @@ from ckptcli.store.repository import Store
 __all__ = ["CkptStore"]
 
 FSYNC_POLICIES = ("always", "never")
-#: the largest value one item may hold (msgpack-encoded); a batch is one log record, at most MAX_RECORD
+#: the largest value one item may hold (msgpack-encoded); a batch is one log record, at most MAX_BATCH_BYTES
 MAX_VALUE_BYTES = 64 * 1024 * 1024
+MAX_BATCH_BYTES = 256 * 1024 * 1024
 MAX_DEPTH = 200
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 _NS = 1_000_000_000
@@ -643,9 +643,9 @@ class CkptStore(BaseStore):
 
     def _append(self, rec: dict[str, Any], sync: bool = True) -> None:
         data = frame(rec, self._salt)
-        if len(data) > MAX_RECORD:
+        if len(data) > MAX_BATCH_BYTES:
             raise LimitExceededError(
-                f"one batch of puts takes {len(data)} bytes, more than the {MAX_RECORD} a batch may write",
+                f"one batch of puts takes {len(data)} bytes, more than the {MAX_BATCH_BYTES} a batch may write",
                 hint="put the items in several batches",
             )
         start = self._offset
