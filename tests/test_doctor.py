@@ -332,6 +332,7 @@ def test_an_intact_but_malformed_record_in_a_dead_journal_fails_as_the_saver_ref
     _fails_with(res, "langgraph journals", err)
     assert "journal gone.journal record 1 is malformed" in res.err
     assert not [c for c in _checks(res) if "was left by a saver that is gone" in c["detail"]]  # no promise of a replay
+    assert "1 journal(s)" in _one(_checks(res), "langgraph journals", "ok")["detail"] and "1 of savers that are gone" in res.out
 
 
 def test_a_newer_ckpts_journal_fails_with_the_savers_error(tmp_path: Path, cli: Any) -> None:

@@ -173,6 +173,8 @@ def _journals(ctx: Context, jdir: Path) -> Iterable[Check]:
             continue
         refusal = newer_journal(path, data, contents) or (malformed_record(path, contents) if contents.version else None)
         if refusal is not None:
+            total += size
+            live_n, dead_n = (live_n + 1, dead_n) if live else (live_n, dead_n + 1)
             if live is False:
                 findings.append(_refused("langgraph journals", refusal))
             else:  # a live saver's journal is no other saver's to replay, while it lives

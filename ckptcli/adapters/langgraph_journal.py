@@ -510,7 +510,7 @@ def check_journals(store_dir: Path) -> list[tuple[Path, str]]:
             data = read_regular(path)
             first = read_journal(data)
             if first.version == 0 and not blank(data):
-                newer = data[: len(MAGIC) - 1] == MAGIC[:-1]
+                newer = newer_journal(path, data, first) is not None
                 found.append((path, "was written by a newer ckpt: savers of this version refuse to open the store while it is there" if newer else "is not a LangGraph journal (unknown header): a saver keeps it aside and replays nothing of it"))
                 continue
             for i, rec in enumerate(first.records):
