@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ckptcli import doctor
 from ckptcli.adapters.langgraph import CkptSaver
-from ckptcli.adapters.langgraph_journal import read_journal
+from ckptcli.adapters.langgraph_journal import MAGIC, frame, read_journal
+from ckptcli.adapters.langgraph_store import CkptStore
+from ckptcli.errors import CkptError, CorruptError, StoreIOError, UnsupportedVersionError
 from tests.conftest import REPO, run_ckpt
 from tests.langgraph_graphs import chat_builder, chat_message
 from tests.test_langgraph_journal import _abandoned_journal, _record_starts
@@ -107,7 +112,8 @@ def test_another_processs_journal_is_live_until_it_is_killed(tmp_path: Path, cli
     assert json.loads(res.out)["status"] == "ok" and "0 journal(s)" in _one(_checks(res), "langgraph journals")["detail"]
 
 
-def test_a_hole_in_a_journal_fails_and_is_named(tmp_path: Path, cli: Any) -> None:
+def test_a_hole_in_a_journal_is_named_and_a_warning_as_the_saver_reads_past_it(tmp_path: Path, cli: Any) -> None:
+    """CkptSaver.open recovers what follows a hole (with a warning): doctor warns, it does not fail."""
     store = tmp_path / ".ckpt"
     path, _values = _abandoned_journal(store)
     data = bytearray(path.read_bytes())
@@ -117,10 +123,10 @@ def test_a_hole_in_a_journal_fails_and_is_named(tmp_path: Path, cli: Any) -> Non
     path.write_bytes(bytes(data))
     assert read_journal(bytes(data)).holes
     res = cli("doctor", "--json", "--store", store)
-    assert res.code == 1 and res.err.count("\n") == 1 and "first langgraph journal damage" in res.err
-    damage = _one(_checks(res), "langgraph journal damage", "fail")
+    assert res.code == 0 and res.err == ""
+    damage = _one(_checks(res), "langgraph journal damage", "warn")
     assert path.name in damage["detail"] and f"offset {at - 5}" in damage["detail"] and "recover" in damage["hint"]
-    assert json.loads(res.out)["status"] == "fail"
+    assert json.loads(res.out)["status"] == "warn"
     CkptSaver.open(store).close()  # recovery reads past it and keeps the file to look at: a warning now
     res = cli("doctor", "--json", "--store", store)
     assert res.code == 0
@@ -151,8 +157,9 @@ def test_checks_are_a_registry_and_a_broken_one_is_a_failure_not_a_crash(tmp_pat
 
 def test_fifos_beside_the_journals_and_leases_are_named_and_never_block(tmp_path: Path) -> None:
     """A FIFO named as a journal or as a lease: opened without O_NONBLOCK, doctor waited
-    for a writer for good; it is a failure that names it (the subprocess's timeout makes
-    a hang a failure of this test)."""
+    for a writer for good; it names them (the subprocess's timeout makes a hang a failure
+    of this test): the journal a warning (savers skip it), the lease a failure (no saver
+    can take its thread)."""
     store = tmp_path / ".ckpt"
     CkptSaver.open(store).close()
     os.mkfifo(store / "langgraph" / "x.journal")
@@ -161,15 +168,16 @@ def test_fifos_beside_the_journals_and_leases_are_named_and_never_block(tmp_path
     r = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, timeout=20, cwd=REPO)
     assert r.returncode == 0, r.stderr
     checks = json.loads(r.stdout)["checks"]
-    assert "x.journal is a FIFO, not a journal" in _one(checks, "langgraph journals", "fail")["detail"]
+    assert "x.journal is a FIFO, not a journal" in _one(checks, "langgraph journals", "warn")["detail"]
     assert "threads/fifo1 is a FIFO, not a thread lease" in _one(checks, "langgraph thread leases", "fail")["detail"]
     assert "remove it" in _one(checks, "langgraph thread leases", "fail")["hint"]
 
 
 def test_what_the_saver_skips_or_cannot_read_is_named_not_passed_over(tmp_path: Path, cli: Any) -> None:
     """A directory in place of a lease, a symbolic link or a directory named as a
-    journal, and a journal of garbage: each a failure that names it (doctor said ok, and
-    showed the garbage as a journal of 0 records of a saver that is gone)."""
+    journal, and a journal of garbage: each named (doctor said ok, and showed the garbage
+    as a journal of 0 records of a saver that is gone); the lease a failure (no saver can
+    take its thread), the journals warnings (savers skip them, or keep the garbage aside)."""
     store = tmp_path / ".ckpt"
     CkptSaver.open(store).close()
     jdir = store / "langgraph"
@@ -183,7 +191,7 @@ def test_what_the_saver_skips_or_cannot_read_is_named_not_passed_over(tmp_path: 
     checks = _checks(res)
     lease = _one(checks, "langgraph thread leases", "fail")
     assert f"threads/{'0' * 32} is a directory, not a thread lease" in lease["detail"] and "remove it" in lease["hint"]
-    details = [c["detail"] for c in checks if c["name"] == "langgraph journals" and c["status"] == "fail"]
+    details = [c["detail"] for c in checks if c["name"] == "langgraph journals" and c["status"] == "warn"]
     assert len(details) == 3
     assert any(d.startswith("dir.journal is a directory, not a journal") for d in details)
     assert any(d.startswith("link.journal is a symbolic link, not a journal") for d in details)
@@ -271,3 +279,161 @@ def test_a_held_store_lock_is_named_with_its_holder(tmp_path: Path, cli: Any) ->
             holder.stdout.close()
     res = cli("doctor", "--json", "--store", tmp_path / ".ckpt")
     assert _one(_checks(res), "lock store", "ok")["detail"] == "free"
+
+
+# -- doctor fails for what CkptSaver.open refuses, with the saver's own error ---------------------
+_PUT = {"op": "p", "t": "t", "n": "", "i": "x", "p": None, "c": 5, "k": ["msgpack", b""], "m": ["msgpack", b""], "v": {}, "b": {}}
+
+
+def _dead_journal(store: Path, *records: dict[str, Any], magic: bytes = MAGIC, between: bytes = b"") -> Path:
+    """A journal of a saver that is gone (no one holds its lock) in the saver's format:
+    `records` framed as a saver frames them (`between` after the first)."""
+    salt = os.urandom(8)
+    framed = [frame(r, salt) for r in records]
+    path = store / "langgraph" / "gone.journal"
+    path.write_bytes(magic + salt + framed[0] + between + b"".join(framed[1:]))
+    return path
+
+
+def _saver_error(store: Path) -> Exception | None:
+    """What CkptSaver.open raises on the store, or None when it opens it (closed again)."""
+    try:
+        CkptSaver.open(store).close()
+    except Exception as exc:  # noqa: BLE001 - whatever it is, doctor must have failed for it
+        return exc
+    return None
+
+
+def _fails_with(res: Any, name: str, err: Exception) -> None:
+    """Doctor failed, with a check `name` whose detail is the saver's error message."""
+    assert isinstance(err, CkptError), err
+    assert res.code == 1 and res.err.count("\n") == 1, (res.out, res.err)
+    found = _one(_checks(res), name, "fail")
+    assert found["detail"].endswith(f"refuses the store: {err.message}") and found["hint"] == err.hint
+
+
+@pytest.mark.parametrize(
+    ("record", "why"),
+    [
+        ({k: v for k, v in _PUT.items() if k != "c"}, "its time is not an integer of 63 bits"),  # a field missing
+        ({**_PUT, "k": "msgpack"}, "its checkpoint or metadata is not a (type, bytes) pair"),  # a field of the wrong type
+        ({"op": "w", "t": "t", "n": "", "i": "x", "w": [["task", "ch", "msgpack", "not bytes", "", 0, 1]]}, "a write of it is not"),
+    ],
+)
+def test_an_intact_but_malformed_record_in_a_dead_journal_fails_as_the_saver_refuses_it(tmp_path: Path, cli: Any, record: dict[str, Any], why: str) -> None:
+    """Its CRC is good, a field is missing or of the wrong type: the saver raises
+    CorruptError; doctor said ok, with a warning that the next saver replays it."""
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    _dead_journal(store, record)
+    res = cli("doctor", "--json", "--store", store)
+    err = _saver_error(store)
+    assert isinstance(err, CorruptError) and why in err.message
+    _fails_with(res, "langgraph journals", err)
+    assert "journal gone.journal record 1 is malformed" in res.err
+    assert not [c for c in _checks(res) if "was left by a saver that is gone" in c["detail"]]  # no promise of a replay
+    assert "1 journal(s)" in _one(_checks(res), "langgraph journals", "ok")["detail"] and "1 of savers that are gone" in res.out
+
+
+def test_a_newer_ckpts_journal_fails_with_the_savers_error(tmp_path: Path, cli: Any) -> None:
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    _dead_journal(store, {"op": "d", "k": []}, magic=MAGIC[:-1] + b"9")
+    res = cli("doctor", "--json", "--store", store)
+    err = _saver_error(store)
+    assert isinstance(err, UnsupportedVersionError)
+    _fails_with(res, "langgraph journals", err)
+
+
+def _replace(path: Path, kind: str) -> None:
+    """Put `kind` in place of the directory at `path`: a symbolic link to a directory
+    outside the store holding what it held, or an empty regular file."""
+    if kind == "link":
+        outside = path.parent.parent / f"outside-{path.name}"
+        while outside.exists():
+            outside = outside.with_name(outside.name + "x")
+        path.rename(outside) if path.exists() else outside.mkdir()
+        path.symlink_to(outside)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+        path.write_bytes(b"")
+
+
+@pytest.mark.parametrize("kind", ["link", "file"])
+@pytest.mark.parametrize(("sub", "name"), [("langgraph", "langgraph journals"), ("langgraph/threads", "langgraph thread leases"), ("langgraph/want", "langgraph thread leases")])
+def test_a_savers_directory_that_is_a_link_or_no_directory_fails_with_the_savers_error(tmp_path: Path, cli: Any, sub: str, name: str, kind: str) -> None:
+    """The saver raises StoreIOError (it writes nothing outside the store); doctor
+    showed every check ok, reading the journals through the link."""
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    _replace(store / sub, kind)
+    res = cli("doctor", "--json", "--store", store)
+    err = _saver_error(store)
+    assert isinstance(err, StoreIOError) and str(store / sub) in err.message
+    _fails_with(res, name, err)
+
+
+@pytest.mark.parametrize("kind", ["link", "file"])
+def test_the_memory_stores_directory_a_link_or_no_directory_fails_as_ckptstore_refuses_it(tmp_path: Path, cli: Any, kind: str) -> None:
+    store = tmp_path / ".ckpt"
+    CkptStore.open(store).close()
+    _replace(store / "langgraph" / "store", kind)
+    res = cli("doctor", "--json", "--store", store)
+    with pytest.raises(StoreIOError) as raised:
+        CkptStore.open(store)
+    assert res.code == 1
+    found = _one(_checks(res), "langgraph memory store", "fail")
+    assert found["detail"] == f"CkptStore.open refuses the store: {raised.value.message}"
+    assert ("is a symbolic link" if kind == "link" else "is a regular file, not a directory") in found["detail"]
+
+
+@pytest.mark.parametrize("kind", ["link", "directory"])
+def test_a_recovery_lock_the_saver_cannot_open_fails_with_its_error(tmp_path: Path, cli: Any, kind: str) -> None:
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    lock = store / "langgraph" / "recover.lock"
+    lock.unlink()
+    lock.symlink_to(tmp_path / "elsewhere") if kind == "link" else lock.mkdir()
+    res = cli("doctor", "--json", "--store", store)
+    err = _saver_error(store)
+    assert isinstance(err, StoreIOError) and "recover.lock" in err.message
+    _fails_with(res, "langgraph journals", err)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def _damaged_stores(root: Path) -> dict[str, Path]:
+    """Stores damaged in as many ways, each as it is after a saver used it."""
+    out: dict[str, Path] = {}
+
+    def fresh(what: str) -> Path:
+        store = root / what / ".ckpt"
+        CkptSaver.open(store).close()
+        out[what] = store
+        return store
+
+    _dead_journal(fresh("malformed record"), {k: v for k, v in _PUT.items() if k != "t"})
+    _replace(fresh("langgraph/ a link") / "langgraph", "link")
+    _replace(fresh("threads/ a link") / "langgraph" / "threads", "link")
+    _replace(fresh("want/ a file") / "langgraph" / "want", "file")
+    os.mkfifo(fresh("a FIFO journal") / "langgraph" / "fifo.journal")
+    _dead_journal(fresh("a newer ckpt's journal"), {"op": "d", "k": []}, magic=b"CKPTLGJ3")
+    _dead_journal(fresh("a journal with a hole"), {"op": "d", "k": []}, {"op": "d", "k": []}, between=b"\x01" * 40)
+    _dead_journal(fresh("a malformed record after a hole"), {"op": "d", "k": []}, {"op": "w", "t": 5}, between=b"\x01" * 40)
+    (fresh("a journal of garbage") / "langgraph" / "junk.journal").write_bytes(b"junk" * 50)
+    out["a dead saver's journal"] = root / "dead" / ".ckpt"
+    _abandoned_journal(out["a dead saver's journal"])
+    return out
+
+
+def test_doctors_verdict_is_whether_the_saver_opens_the_store(tmp_path: Path, cli: Any) -> None:
+    """For each damaged store: doctor fails exactly when CkptSaver.open raises, and then
+    with the error it raises (doctor first: a saver that opens the store repairs it)."""
+    verdicts = {}
+    for what, store in _damaged_stores(tmp_path).items():
+        res = cli("doctor", "--json", "--store", store)
+        err = _saver_error(store)
+        verdicts[what] = (res.code == 1, err is not None)
+        if err is not None:
+            assert any(c["status"] == "fail" and c["detail"].endswith(str(getattr(err, "message", err))) for c in _checks(res)), (what, err)
+    assert all(fails == raises for fails, raises in verdicts.values()), verdicts
+    assert sum(raises for _fails, raises in verdicts.values()) == 5, verdicts  # some of each

@@ -88,20 +88,22 @@ from ckptcli.adapters import langgraph_layout as layout
 from ckptcli.adapters.langgraph_journal import (
     DAMAGED_SUFFIX,
     JOURNAL_DIR,
-    MAGIC,
     blank,
     hole_message,
     mapped,
+    newer_journal,
     open_regular,
     own_dir,
     read_journal,
+    record_error,
+    record_where,
 )
 from ckptcli.adapters.langgraph_journal import Journal as _Journal
 from ckptcli.adapters.langgraph_journal import frame as _frame
 from ckptcli.adapters.langgraph_journal import record_problem as journal_record_problem
 from ckptcli.adapters.langgraph_layout import MSGPACK, Key, SectionWriter, Typed, Write
 from ckptcli.adapters.langgraph_leases import LEASE as _LEASE
-from ckptcli.adapters.langgraph_leases import LEASE_DIR, RECOVER_LOCK, WANT_DIR
+from ckptcli.adapters.langgraph_leases import LEASE_DIR, RECOVER_LOCK, WANT_DIR, open_recover_lock
 from ckptcli.adapters.langgraph_leases import lease_name as _lease_name
 from ckptcli.adapters.langgraph_leases import try_flock as _try_flock
 from ckptcli.adapters.langgraph_read import ListReader
@@ -706,10 +708,8 @@ class CkptSaver(BaseCheckpointSaver[str]):
     # -- threads shared by processes (docs/langgraph.md, "Several processes") ------------------
     def _recover_lock(self) -> int:
         """Hold the store's recovery lock: one saver replays a dead saver's journal at a time."""
-        try:
-            fd = os.open(self._jdir / RECOVER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-        except OSError as exc:
-            raise StoreIOError(f"cannot open {self._jdir / RECOVER_LOCK}: {exc.strerror}") from None
+        fd = open_recover_lock(self._jdir)
+        assert fd is not None  # made when missing
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError as exc:
@@ -1714,13 +1714,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 except OSError as exc:
                     raise StoreIOError(f"cannot read the LangGraph journal {path}: {exc.strerror}", hint="nothing of it was replayed or removed") from None
                 contents = read_journal(data)
-                if contents.version == 0 and data[:7] == MAGIC[:7]:
-                    from ckptcli.errors import UnsupportedVersionError
-
-                    raise UnsupportedVersionError(
-                        f"the LangGraph journal {path} was written by a newer ckpt ({bytes(data[:8])!r}): the puts in it cannot be replayed here",
-                        hint="open the store with that ckpt version (nothing was replayed or removed), or upgrade ckpt",
-                    )
+                newer = newer_journal(path, data, contents)
+                if newer is not None:
+                    raise newer
                 if contents.version == 0 and not blank(data):  # not empty, not zeros: not a journal
                     damaged.append(path)
                     self.store.warn(f"LangGraph journal {path} is not a journal (unknown header): nothing in it was replayed; it is kept as {path.name}{DAMAGED_SUFFIX}")
@@ -1728,10 +1724,10 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 # after a hole, a put that builds on what the hole held (its parent unknown,
                 # a list value continuing one that is not there) is left out: replayed, it
                 # would make a wrong state (writes may come before their put: they stay)
-                after = len(contents.records) - contents.records_after_holes if contents.holes else len(contents.records)
+                after = contents.before_holes
                 left_out = 0
                 for i, rec in enumerate(contents.records):
-                    where = f"journal {path.name} record {i + 1}"
+                    where = record_where(path, i)
                     if i < after:
                         self._replay(rec, where, deletions)
                         continue
@@ -1782,10 +1778,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
             )
 
     def _replay(self, rec: dict[str, Any], where: str, deletions: list[_Deletion]) -> None:
+        """Replay journal record `rec` (`where`: `record_where`); CorruptError (`record_error`) if it is malformed."""
         op = rec.get("op")
         bad = journal_record_problem(rec)
         if bad:
-            raise CorruptError(f"{where} is malformed ({bad})", hint=f"move it out of {self._jdir} to open the store without it")
+            raise record_error(where, bad, self._jdir)
         try:
             with self._lock:
                 if op == "p":
@@ -1801,7 +1798,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     ids = set(rec["ids"]) if "ids" in rec else None
                     deletions.append((keys, set(rec.get("threads", [])), ids))
         except (KeyError, TypeError, ValueError, IndexError, OverflowError, MemoryError) as exc:
-            raise CorruptError(f"{where} is malformed ({type(exc).__name__}: {exc})", hint=f"move it out of {self._jdir} to open the store without it") from None
+            raise record_error(where, f"{type(exc).__name__}: {exc}", self._jdir) from None
 
     # -- writing: put and put_writes ----------------------------------------------------------------
     def _apply_put(self, rec: dict[str, Any], blobs: dict[str, _Blob] | None, where: str = "put") -> _Entry:

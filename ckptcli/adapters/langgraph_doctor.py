@@ -1,6 +1,15 @@
 """`ckpt doctor`'s checks of the LangGraph saver's files beside a store: its journals
 (size, backlog, journals of savers that are gone, damage) and its thread leases.
 
+A check fails for what makes `CkptSaver.open` refuse the store (a directory of the
+saver's that is a link or no directory, a journal of a saver that is gone with a
+malformed record or of a newer ckpt, a recovery lock that cannot be opened), with the
+error the saver raises, found by the saver's own functions (`dir_problem`,
+`newer_journal`, `malformed_record`, `open_recover_lock`); and for what stops a saver
+from using a thread (an entry of `threads/` that is no lease). What a saver reads past
+or sets aside with a warning (a hole in a journal, a file named as a journal that is
+none) is a warning here too.
+
 Imports nothing of LangGraph (the files are read with `langgraph_journal` and
 `langgraph_leases`, their format owners), so it runs where LangGraph is not installed.
 docs/langgraph.md ("What to watch") says what each finding means.
@@ -15,9 +24,19 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ckptcli.adapters import langgraph_layout as layout
-from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, JOURNAL_DIR, hole_message, open_regular, read_journal
-from ckptcli.adapters.langgraph_leases import LEASE_DIR, WANT_DIR, lease_states
+from ckptcli.adapters.langgraph_journal import (
+    DAMAGED_SUFFIX,
+    JOURNAL_DIR,
+    dir_problem,
+    hole_message,
+    malformed_record,
+    newer_journal,
+    open_regular,
+    read_journal,
+)
+from ckptcli.adapters.langgraph_leases import LEASE_DIR, WANT_DIR, lease_states, open_recover_lock
 from ckptcli.doctor import FAIL, OK, WARN, Check, Context
+from ckptcli.errors import CkptError
 from ckptcli.units import human_size
 
 #: a live journal this big has not been started again after commits: they fail or lag
@@ -32,9 +51,24 @@ def check(ctx: Context) -> Iterable[Check]:
     if ctx.store_path is None:
         return
     jdir = ctx.store_path / JOURNAL_DIR
-    if not jdir.is_dir():
+    problem = dir_problem(jdir)
+    if problem is not None:
+        yield _refused("langgraph journals", problem)
+        return
+    if not jdir.exists():
         yield Check("langgraph journals", OK, "none: no LangGraph saver has used this store")
         return
+    for sub in (LEASE_DIR, WANT_DIR):
+        problem = dir_problem(jdir / sub)
+        if problem is not None:
+            yield _refused("langgraph thread leases", problem)
+    try:
+        lock = open_recover_lock(jdir, create=False)  # opened as a saver opens it, made nothing
+    except CkptError as exc:
+        yield _refused("langgraph journals", exc)
+    else:
+        if lock is not None:
+            os.close(lock)
     dead = 0
     for path in jdir.glob("*.journal"):
         with contextlib.suppress(OSError):
@@ -47,6 +81,11 @@ def check(ctx: Context) -> Iterable[Check]:
     yield from _journals(ctx, jdir)
     yield from _leases(ctx.store_path, jdir, dead)
     yield from _memory_store(ctx, ctx.store_path)
+
+
+def _refused(name: str, err: CkptError, who: str = "CkptSaver.open") -> Check:
+    """A failed check for what `who` refuses the store with: the error it raises."""
+    return Check(name, FAIL, f"{who} refuses the store: {err.message}", err.hint or "move it away")
 
 
 def _committed(ctx: Context) -> set[tuple[str, str, str]]:
@@ -89,7 +128,7 @@ def _read(fd: int) -> tuple[bytes, int]:
 
 
 def _not_journal(jdir: Path, name: str, what: str) -> Check:
-    return Check("langgraph journals", FAIL, f"{name} is {what}, not a journal: savers skip it", f"something other than ckpt put it in {jdir}; remove it")
+    return Check("langgraph journals", WARN, f"{name} is {what}, not a journal: savers skip it", f"something other than ckpt put it in {jdir}; remove it")
 
 
 def _journals(ctx: Context, jdir: Path) -> Iterable[Check]:
@@ -103,8 +142,8 @@ def _journals(ctx: Context, jdir: Path) -> Iterable[Check]:
             continue
         try:
             fd = open_regular(path)
-        except OSError as exc:
-            findings.append(Check("langgraph journals", FAIL, f"{name} cannot be read: {exc.strerror}", f"check the permissions of {jdir}"))
+        except OSError as exc:  # nor opened by a saver: it skips it
+            findings.append(Check("langgraph journals", WARN, f"{name} cannot be read: {exc.strerror}; savers skip it", f"check the permissions of {jdir}"))
             continue
         if isinstance(fd, str):
             findings.append(_not_journal(jdir, name, fd))
@@ -132,10 +171,20 @@ def _journals(ctx: Context, jdir: Path) -> Iterable[Check]:
                 )
             )
             continue
+        refusal = newer_journal(path, data, contents) or (malformed_record(path, contents) if contents.version else None)
+        if refusal is not None:
+            total += size
+            live_n, dead_n = (live_n + 1, dead_n) if live else (live_n, dead_n + 1)
+            if live is False:
+                findings.append(_refused("langgraph journals", refusal))
+            else:  # a live saver's journal is no other saver's to replay, while it lives
+                findings.append(Check("langgraph journals", WARN, f"{name} is a live saver's; once that saver is gone, CkptSaver.open will refuse the store: {refusal.message}", refusal.hint or ""))
+            continue
         if contents.version == 0 and any(data):  # zeros alone: a journal just made, its header not written yet
             findings.append(
                 Check(
-                    "langgraph journals", FAIL, f"{name} ({human_size(size)}) is damaged or no journal: it does not start with a journal header",
+                    "langgraph journals", WARN,
+                    f"{name} ({human_size(size)}) is damaged or no journal: it does not start with a journal header; a saver replays nothing of it and keeps it as {name}{DAMAGED_SUFFIX}",
                     f"something other than ckpt wrote it; move it out of {jdir} to look at it",
                 )
             )
@@ -143,7 +192,7 @@ def _journals(ctx: Context, jdir: Path) -> Iterable[Check]:
         if contents.holes:
             damage.append(
                 Check(
-                    "langgraph journal damage", FAIL, f"{name}: {hole_message(path, contents)}{capped}; opening the store with the saver recovers the records after the damage",
+                    "langgraph journal damage", WARN, f"{name}: {hole_message(path, contents)}{capped}; opening the store with the saver recovers the records after the damage",
                     "open the store with CkptSaver to recover the records after the damage; the file is then kept as .damaged",
                 )
             )
@@ -215,6 +264,10 @@ def _memory_store(ctx: Context, store_path: Path) -> Iterable[Check]:
     from ckptcli.adapters.langgraph_store_log import check_store_logs, generations, log_dir
 
     d = log_dir(store_path)
+    problem = dir_problem(d)
+    if problem is not None:
+        yield _refused("langgraph memory store", problem, "CkptStore.open")
+        return
     if not d.is_dir():
         return
     gens = generations(d)

@@ -44,7 +44,7 @@ from typing import Any
 
 import msgpack
 
-from ckptcli.errors import InvalidInputError, LimitExceededError, StoreIOError
+from ckptcli.errors import CorruptError, InvalidInputError, LimitExceededError, StoreIOError, UnsupportedVersionError
 from ckptcli.store.backend import create_temp, fsync_dir
 
 JOURNAL_DIR = "langgraph"
@@ -102,6 +102,11 @@ class JournalContents:
     holes: list[tuple[int, int]] = field(default_factory=list)
     version: int = 0
     gave_up: bool = False  # the last hole runs to the end: looking for records in it cost too much
+
+    @property
+    def before_holes(self) -> int:
+        """How many records come before the first hole (all of them without holes)."""
+        return len(self.records) - self.records_after_holes if self.holes else len(self.records)
 
     @property
     def records_after_holes(self) -> int:
@@ -269,15 +274,35 @@ def open_regular(path: Path) -> int | str:
 def own_dir(path: Path) -> None:
     """Make directory `path` of the store (its parent exists), or check the one there is
     a directory and not a link to one elsewhere: ckpt writes only inside the store.
-    Raises StoreIOError."""
+    Raises StoreIOError (`dir_problem`)."""
     try:
         path.mkdir(exist_ok=True)
-        st = os.lstat(path)
+    except FileExistsError:
+        pass  # something that is no directory: `dir_problem` says what
     except OSError as exc:
         raise StoreIOError(f"cannot create {path}: {exc.strerror}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a directory"
-        raise StoreIOError(f"{path} is {what}: ckpt writes nothing outside the store through it", hint="something other than ckpt put it there; move it away")
+    problem = dir_problem(path)
+    if problem is not None:
+        raise problem
+
+
+def dir_problem(path: Path) -> StoreIOError | None:
+    """The error `own_dir` refuses `path` with as it is now, making nothing: a symbolic
+    link, or something that is no directory (None: a directory, or nothing yet, which
+    `own_dir` makes). `ckpt doctor` names with it what a saver would refuse."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return StoreIOError(f"cannot create {path}: {exc.strerror}")
+    if stat.S_ISDIR(st.st_mode):
+        return None
+    hint = "something other than ckpt put it there; move it away"
+    if stat.S_ISLNK(st.st_mode):
+        return StoreIOError(f"{path} is a symbolic link: ckpt writes nothing outside the store through it", hint=hint)
+    what = "a regular file" if stat.S_ISREG(st.st_mode) else file_kind(st.st_mode)
+    return StoreIOError(f"{path} is {what}, not a directory: ckpt keeps its files in it", hint=hint)
 
 
 def mapped(fd: int) -> bytes | mmap.mmap:
@@ -426,6 +451,40 @@ def read_journal(data: Buffer) -> JournalContents:
     return out
 
 
+def newer_journal(path: Path, data: Buffer, contents: JournalContents) -> UnsupportedVersionError | None:
+    """The error a saver refuses to open the store with for the journal at `path` (its
+    `data`, read as `contents`) when a newer ckpt wrote it (a header of a later version):
+    its puts cannot be replayed here. None for any other journal."""
+    if contents.version != 0 or data[: len(MAGIC) - 1] != MAGIC[:-1]:
+        return None
+    return UnsupportedVersionError(
+        f"the LangGraph journal {path} was written by a newer ckpt ({bytes(data[: len(MAGIC)])!r}): the puts in it cannot be replayed here",
+        hint="open the store with that ckpt version (nothing was replayed or removed), or upgrade ckpt",
+    )
+
+
+def record_where(path: Path, index: int) -> str:
+    """Record `index` (from 0) of the journal at `path`, in words."""
+    return f"journal {path.name} record {index + 1}"
+
+
+def record_error(where: str, why: str, jdir: Path) -> CorruptError:
+    """The error a saver refuses to open the store with for a journal record
+    (`record_where`) in `jdir` that is malformed (`why`): it cannot replay it."""
+    return CorruptError(f"{where} is malformed ({why})", hint=f"move it out of {jdir} to open the store without it")
+
+
+def malformed_record(path: Path, contents: JournalContents) -> CorruptError | None:
+    """`record_error` for the first malformed record (`record_problem`) of the journal at
+    `path` that a saver replays as it is: before any hole (one after a hole that does not
+    replay is left out, said in the saver's warning). None when there is none."""
+    for i, rec in enumerate(contents.records[: contents.before_holes]):
+        why = record_problem(rec)
+        if why:
+            return record_error(record_where(path, i), why, path.parent)
+    return None
+
+
 def hole_message(path: Path, contents: JournalContents) -> str:
     """One line naming the journal and its first hole, for a warning or a verify problem."""
     off, n = contents.holes[0]
@@ -474,7 +533,7 @@ def check_journals(store_dir: Path) -> list[tuple[Path, str]]:
             data = read_regular(path)
             first = read_journal(data)
             if first.version == 0 and not blank(data):
-                newer = data[: len(MAGIC) - 1] == MAGIC[:-1]
+                newer = newer_journal(path, data, first) is not None
                 found.append((path, "was written by a newer ckpt: savers of this version refuse to open the store while it is there" if newer else "is not a LangGraph journal (unknown header): a saver keeps it aside and replays nothing of it"))
                 continue
             for i, rec in enumerate(first.records):

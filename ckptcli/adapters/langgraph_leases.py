@@ -18,6 +18,7 @@ has not seen reads the thread from the store again.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -31,6 +32,24 @@ from ckptcli.adapters.langgraph_journal import JOURNAL_DIR, open_regular
 
 LEASE_DIR, WANT_DIR, RECOVER_LOCK = "threads", "want", "recover.lock"  # under JOURNAL_DIR
 LEASE = struct.Struct("<B16s")  # dirty flag, token
+
+
+def open_recover_lock(jdir: Path, create: bool = True) -> int | None:
+    """The recovery lock's file in `jdir`, opened as a saver opens it to lock it (made
+    when missing with `create`; without it, None when missing: `ckpt doctor` looks
+    without making anything). Raises StoreIOError, as a saver would stop with."""
+    from ckptcli.errors import StoreIOError
+
+    path = jdir / RECOVER_LOCK
+    hint = "it must be a file savers can read and write (one is made when missing): move away what is there, or fix its permissions"
+    try:
+        return os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_CREAT if create else 0), 0o644)
+    except FileNotFoundError:
+        if not create:
+            return None
+        raise StoreIOError(f"cannot open {path}: {os.strerror(errno.ENOENT)}", hint=hint) from None
+    except OSError as exc:
+        raise StoreIOError(f"cannot open {path}: {exc.strerror}", hint=hint) from None
 
 
 def lease_name(thread: str) -> str:

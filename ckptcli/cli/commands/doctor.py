@@ -21,8 +21,14 @@ def doctor(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     journal damage (bytes that are no record between records), langgraph thread
     leases (threads held by live savers, threads whose saver died before committing
     them, entries that are no lease), langgraph memory store (the logs of
-    CkptStore, checked as `ckpt verify` does),
-    and component ... (the optional packages installed, their versions, and what
+    CkptStore, checked as `ckpt verify` does). A langgraph check fails for what
+    makes CkptSaver.open (or CkptStore.open) refuse the store, with the error it
+    raises: a journal of a saver that is gone with a malformed record or written by
+    a newer ckpt, a directory of the saver's that is a symbolic link or no
+    directory, a recovery lock it cannot open; and for an entry of the leases that
+    stops a saver taking its thread. What a saver reads past or sets aside (a hole
+    in a journal, a file named as a journal that is none) is a warning. Then
+    component ... (the optional packages installed, their versions, and what
     each one not installed would enable), and plugins (the entry points installed
     packages register with ckpt: adapters' hooks, more checks).
 
