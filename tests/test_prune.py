@@ -200,6 +200,8 @@ class PruneMachine(RuleBasedStateMachine):
         self.subject_of: dict[bytes, str] = {}
         self.order: list[bytes] = []  # in take order (= created order per subject)
         self.tags: dict[str, bytes] = {}
+        self.parent_of: dict[bytes, bytes | None] = {}
+        self.moved_off: list[tuple[bytes, bytes]] = []  # a tag moved from a checkpoint to another (the reflog keeps the first)
         self.pool = [random.Random(i).randbytes(300).hex() for i in range(6)]  # items shared between checkpoints
 
     def teardown(self) -> None:
@@ -210,8 +212,10 @@ class PruneMachine(RuleBasedStateMachine):
     @rule(target=checkpoints, subject=st.sampled_from(["agent:a", "agent:b"]), picks=st.lists(st.integers(0, 5), max_size=4), n=st.integers(0, 60))
     def take_one(self, subject: str, picks: list[int], n: int) -> bytes:
         state = {"memory": {"items": [self.pool[i] for i in picks], "n": n}, "events": list(range(n))}
+        mine = [c for c in self.order if self.subject_of[c] == subject and c in self.states]
         cid = take(self.store, state, subject=subject).id
         self.states[cid], self.subject_of[cid] = state, subject
+        self.parent_of[cid] = mine[-1] if mine else None  # latest: the newest a prune left
         self.order.append(cid)
         return cid
 
@@ -219,6 +223,8 @@ class PruneMachine(RuleBasedStateMachine):
     def tag(self, cid: bytes, name: str) -> None:
         if cid in self.states:
             self.store.set_tag(name, cid, force=True)
+            if self.tags.get(name, cid) != cid:
+                self.moved_off.append((self.tags[name], cid))
             self.tags[name] = cid
 
     @rule(keep_last=st.integers(0, 3), keep_tag=st.sampled_from([None, "t1"]))
@@ -231,6 +237,17 @@ class PruneMachine(RuleBasedStateMachine):
             mine = [c for c in self.order if self.subject_of[c] == subject and c in self.states]
             expected |= set(mine[::-1][:keep_last])
         expected |= set(self.tags.values())
+
+        def descends(new: bytes, old: bytes) -> bool:
+            at: bytes | None = new
+            while at is not None and at in self.states:
+                if at == old:
+                    return True
+                at = self.parent_of[at]
+            return False
+
+        # what a tag was moved off, sideways or back, stays until its reflog entry expires
+        expected |= {old for old, new in self.moved_off if old in self.states and not descends(new, old)}
         prune(self.store, policy, allow_remove_all=True, max_unused=0.0)
         for cid in list(self.states):
             if cid not in expected:
