@@ -10,7 +10,7 @@ import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app, open_store
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet
-from ckptcli.errors import ExitCode, InvalidInputError, NotFoundError, StoreIOError
+from ckptcli.errors import ExitCode, InvalidInputError, NotFoundError, StoreIOError, UsageError
 
 
 @app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LIMIT_EXCEEDED, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
@@ -50,6 +50,9 @@ def take(
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
             raise InvalidInputError(f"--blob {item!r} is not NAME=PATH")
+        if name in blobs:
+            # the last would silently win and the first be left out of the checkpoint
+            raise UsageError(f"--blob {name}= is given twice ({blobs[name]} and {path})", hint="give each blob its own NAME")
         blobs[name] = Path(path)
     if document is None and not blobs:
         raise InvalidInputError("no state document", hint="give a path, - for stdin, or at least one --blob")
