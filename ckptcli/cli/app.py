@@ -99,10 +99,10 @@ ReducersOpt = Annotated[
 # the tolerant comparison (ckptcli.tolerant) of `ckpt diff` and `ckpt replay --check`: `tolerance_of`
 IgnoreOrderOpt = Annotated[bool, typer.Option("--ignore-order", help="Tolerant: compare lists as multisets (order is noise).")]
 SignificantDigitsOpt = Annotated[
-    int | None, typer.Option("--significant-digits", metavar="N", help="Tolerant: compare floats to N digits after the point.", show_default=False)
+    int | None, typer.Option("--significant-digits", metavar="N", help="Tolerant: floats that round to the same N digits after the point are equal (integers are compared exactly).", show_default=False)
 ]
 ToleranceOpt = Annotated[
-    float | None, typer.Option("--tolerance", metavar="EPS", help="Tolerant: numbers closer than EPS (absolute) are equal.", show_default=False)
+    float | None, typer.Option("--tolerance", metavar="EPS", help="Tolerant: two integers or two floats that differ by at most EPS are equal (absolute, whatever their size; 0 is exact).", show_default=False)
 ]
 ExcludePathOpt = Annotated[
     list[str] | None,
