@@ -48,7 +48,7 @@ from ckptcli.diff import (
     parse_pointer,
     pointer,
 )
-from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, UsageError
+from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, UsageError, how_it_failed, user_failure
 from ckptcli.events import Event, Reducers
 from ckptcli.format.manifest import EXT_PREFIX
 from ckptcli.format.values import deep_recursion
@@ -460,8 +460,10 @@ class _Counter:
         assert self.check is not None
         try:
             return bool(self.check(state))
-        except Exception as exc:  # the user's predicate failed: one line, cause kept for CKPT_DEBUG
-            raise InvalidInputError(f"the check {self.name} raised {type(exc).__name__}: {exc}") from exc
+        except BaseException as exc:  # the user's predicate failed (sys.exit too): one line, cause kept for CKPT_DEBUG
+            if not user_failure(exc):
+                raise
+            raise InvalidInputError(f"the check {self.name} {how_it_failed(exc)}", hint="a check returns true (good) or false (bad)") from exc
 
 
 def load_check(spec: str) -> Callable[[Any], Any]:
