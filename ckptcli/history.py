@@ -331,8 +331,8 @@ def render_entry(entry: LogEntry, *, patch: bool) -> list[tuple[str, str]]:
     lines = [("header", f"checkpoint {entry.ck.hex}"), ("summary", f"{'':2}{format_time(m.created_ns)}  {m.subject}")]
     if entry.state is not None and (entry.state.events or entry.state.problem):
         lines.append(("summary", f"{'':2}{entry.state.describe()}"))
-    if m.message:
-        lines.append(("summary", f"{'':4}{m.message}"))
+    # a message of several lines is indented line by line, as git log does
+    lines.extend(("summary", f"{'':4}{line}") for line in (m.message.split("\n") if m.message else ()))
     if patch or entry.changes is not None:
         for c in entry.changes or []:
             if not c.structural and c.in_patch:

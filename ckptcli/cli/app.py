@@ -226,9 +226,9 @@ def _register(argv: list[str] | None = None) -> None:
 
 
 def fail(exc: CkptError) -> int:
-    from ckptcli.cli.output import err
+    from ckptcli.cli.output import err, safe
 
-    err().print(f"ckpt: error: {exc}", markup=False, highlight=False)
+    err().print(f"ckpt: error: {safe(exc, backslash=False)}", markup=False, highlight=False)
     return int(exc.exit_code)
 
 
@@ -255,7 +255,9 @@ def interrupted() -> int:
 
 def warn(message: str) -> None:
     """A library warning (ckptcli.notices): one line on stderr."""
-    sys.stderr.write(f"ckpt: warning: {message}\n")
+    from ckptcli.cli.output import safe
+
+    sys.stderr.write(f"ckpt: warning: {safe(message, backslash=False)}\n")
     sys.stderr.flush()
 
 

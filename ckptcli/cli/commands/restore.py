@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli.app import JsonOpt, RefArg, StoreOpt, app
-from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet, write_output
+from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet, safe, write_output
 from ckptcli.errors import ExitCode, UsageError
 
 
@@ -106,9 +106,9 @@ def restore(
             if not as_json:
                 c = out()
                 for path in report.written:
-                    c.print(f"would write {path}", markup=False, highlight=False)
+                    c.print(f"would write {safe(path)}", markup=False, highlight=False)
                 for path in report.deleted:
-                    c.print(f"would delete {path}", markup=False, highlight=False)
+                    c.print(f"would delete {safe(path)}", markup=False, highlight=False)
             sys.stderr.write(
                 f"would restore {human_size(n)} of blobs {where}: {len(report.written)} files and links ({report.replaced} replacing existing ones), {len(report.deleted)} deleted\n"
             )
