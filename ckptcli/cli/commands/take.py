@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app, open_store
-from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet
+from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet, safe
 from ckptcli.errors import ExitCode, InvalidInputError, NotFoundError, StoreIOError, UsageError
 
 
@@ -104,7 +104,7 @@ def take(
     if problem is not None:
         sys.stderr.write(f"ckpt: warning: its events section will not replay (ckpt replay, fork, tui --timeline refuse it): {problem}\n")
     for changed in result.capture.changed:
-        sys.stderr.write(f"ckpt: warning: {changed}; take it again when it is quiet to be sure of a consistent copy\n")
+        sys.stderr.write(f"ckpt: warning: {safe(changed, backslash=False)}; take it again when it is quiet to be sure of a consistent copy\n")
     if as_json:
         emit_json({"id": result.hex, "subject": str(result.manifest.subject), "parents": [p.hex() for p in result.manifest.parents], "new_objects": result.new_objects, "new_bytes": result.new_bytes})
         return
@@ -115,4 +115,4 @@ def take(
             f"took {result.hex[:12]} ({result.manifest.subject}): {result.new_objects} new objects, {human_size(result.new_bytes)} added{reused}\n"
         )
     for skipped in result.capture.skipped:
-        sys.stderr.write(f"ckpt: warning: skipped {skipped}\n")
+        sys.stderr.write(f"ckpt: warning: skipped {safe(skipped, backslash=False)}\n")
