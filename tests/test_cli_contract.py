@@ -5,6 +5,7 @@ a closed pipe ending every command alike."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,81 @@ def test_user_code_that_exits_or_raises_a_base_exception_is_one_line(cli, st: Pa
     r = cli("compat", "--store", st, "--subject", "agent:b", "--adapter", "hostile_user_code:exit3", "--json")
     assert r.code == ExitCode.FAILURE, r
     assert "called sys.exit(3)" in r.out, r.out
+
+
+def _take(cli, st: Path, tmp_path: Path, doc: object, *args: str) -> str:  # type: ignore[no-untyped-def]
+    f = tmp_path / "doc.json"
+    f.write_text(json.dumps(doc))
+    r = cli("take", f, "--store", st, *args)
+    assert r.code == 0, r.err
+    return str(r.out.strip())
+
+
+def test_output_paths_patterns_and_pointers_are_checked(cli, st: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    (ws / "src" / "a.py").write_text("x")
+    _take(cli, st, tmp_path, {"memory": {"v": 1}}, "-S", "agent:bot", "--blob", f"ws={ws}")
+    monkeypatch.chdir(tmp_path)
+    # -o '' was taken for '.', "cannot write .: it is a directory"
+    r = cli("restore", "latest", "--store", st, "-o", "")
+    assert r.code == ExitCode.USAGE and "the path is empty" in r.err, r
+    # the system's reason, then what to do
+    r = cli("restore", "latest", "--store", st, "-o", "nodir/x")
+    assert r.code == ExitCode.IO_ERROR and r.err.count("\n") == 1, r
+    assert "No such file or directory; create the directory nodir first" in r.err, r.err
+    (tmp_path / "afile").write_text("")
+    r = cli("restore", "latest", "--store", st, "-o", "afile/x")
+    assert r.code == ExitCode.IO_ERROR and "Not a directory; a part of the path is a file" in r.err, r.err
+    # RFC 6901: ~0 and ~1 are the only escapes
+    r = cli("log", "agent:bot", "--store", st, "--path", "/memory/~2")
+    assert r.code == ExitCode.USAGE and "~0 or ~1" in r.err, r
+    assert cli("log", "agent:bot", "--store", st, "--path", "/memory/~0~1").code == 0
+    # an --include that matches nothing is a typo, not a restore of nothing
+    out = tmp_path / "out"
+    r = cli("restore", "latest", "--store", st, "--no-state", "--blobs", out, "--include", "ws/src/*.py", "--include", "typo/*")
+    assert r.code == ExitCode.NOT_FOUND and "--include 'typo/*' matches no path" in r.err, r
+    assert not out.exists()
+    r = cli("restore", "latest", "--store", st, "--no-state", "--blobs", out, "--include", "ws/src/*.py", "--include", "a.py")
+    assert r.code == 0 and (out / "ws" / "src" / "a.py").read_text() == "x", r
+
+
+def test_store_given_twice_is_refused_unless_the_same(cli, st: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    other = tmp_path / "other"
+    assert cli("init", other).code == 0
+    for args in (("--store", st, "ls", "--store", other), ("ls", "--store", st, "-s", other), ("ls", f"--store={st}", "--store", other)):
+        r = cli(*args)
+        assert r.code == ExitCode.USAGE and "--store is given 2 times" in r.err, (args, r)
+    assert cli("--store", st, "ls", "--store", f"{st}/").code == 0
+
+
+def test_a_closed_pipe_ends_every_command_quietly_with_0(tmp_path: Path) -> None:
+    """`ckpt log | head`: log and ls-files exited 1 (typer's and rich's EPIPE handling),
+    cat and stats 0; all exit 0 now, with nothing on stderr (docs/exit-codes.md)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import run_ckpt
+
+    st = tmp_path / "store"
+    assert run_ckpt("init", st).returncode == 0
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for i in range(3000):
+        (ws / f"file-{i:05d}").write_text("x")
+    big = "m" * 100_000
+    for i in range(3):
+        r = run_ckpt("take", "-", "--store", st, "-m", big, "--blob", f"ws={ws}", input=json.dumps({"memory": {"v": i, "big": big}}).encode())
+        assert r.returncode == 0, r.stderr
+    for env in ({"NO_COLOR": "1"}, {"FORCE_COLOR": "1"}):
+        for args in (("log", "agent:default"), ("ls-files", "latest"), ("ls", "--no-pager"), ("cat", "latest"), ("show", "latest", "--section", "memory"), ("stats",)):
+            p = subprocess.Popen(
+                [sys.executable, "-m", "ckptcli", *args, "--store", str(st)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **env}
+            )
+            assert p.stdout is not None and p.stderr is not None
+            p.stdout.read(10)
+            p.stdout.close()  # the reader went away, as `head` does
+            err = p.stderr.read()
+            p.stderr.close()
+            assert p.wait(timeout=120) == 0, (args, env, err)
+            assert err == b"", (args, env, err)

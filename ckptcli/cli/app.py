@@ -6,6 +6,8 @@ Commands parse options, call the library (ckptcli.api), and render; nothing more
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
 import os
 import sys
@@ -110,6 +112,14 @@ ExcludePathOpt = Annotated[
         "--exclude-path", metavar="REGEX", help="Tolerant: ignore what differs at a JSON Pointer matching REGEX (e.g. '/ts$'); repeatable.", show_default=False
     ),
 ]
+
+
+def output_path(text: str) -> Path:
+    """The parser of -o/--output: an empty path is refused (Path("") would be ".", the
+    current directory, and the error would speak of a directory nobody named)."""
+    if not text:
+        raise typer.BadParameter("the path is empty: give a file name, or - for stdout")
+    return Path(text)
 
 
 def tolerance_of(ignore_order: bool, significant_digits: int | None, tolerance: float | None, exclude: list[str] | None) -> Any:
@@ -279,6 +289,39 @@ def run(argv: list[str] | None = None) -> int:
         reflog.set_command(None)
 
 
+def _one_store(args: list[str]) -> None:
+    """Refuse --store given twice with two stores (before or after the verb alike): click
+    would take the last one silently, and a command would read or write the other store
+    than the one meant. The same store twice is fine."""
+    given: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            break
+        if a in GLOBAL_VALUED and i + 1 < len(args):
+            given.append(args[i + 1])
+            i += 1
+        elif a.startswith("--store="):
+            given.append(a.partition("=")[2])
+        i += 1
+    if len({os.path.abspath(g) if g else g for g in given}) > 1:
+        from ckptcli.errors import UsageError
+
+        raise UsageError(f"--store is given {len(given)} times ({', '.join(repr(g) for g in given)})", hint="give one store")
+
+
+def _stdout_closed(streams: tuple[Any, Any]) -> int:
+    """Stdout was closed early (`ckpt log | head`): not an error worth a message; exit 0,
+    as `git log | head` does (docs/exit-codes.md). What is still buffered goes nowhere."""
+    sys.stdout, sys.stderr = streams
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
+
+
 def _run(args: list[str]) -> int:
     try:
         from typer._click import exceptions as ce  # newer typer vendors its own click
@@ -289,7 +332,9 @@ def _run(args: list[str]) -> int:
 
     GLOBALS.clear()
     output.reset()
+    streams = (sys.stdout, sys.stderr)  # typer wraps them when stdout is closed early
     try:
+        _one_store(args)
         _register(args)
         command = build_command()
         if os.environ.get("_CKPT_COMPLETE"):  # a shell asks for completions (ckpt completion)
@@ -318,10 +363,13 @@ def _run(args: list[str]) -> int:
     except (typer.Abort, KeyboardInterrupt):
         return interrupted()
     except BrokenPipeError:
-        # stdout closed early (e.g. `ckpt cat | head`): not an error worth a message
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
+        return _stdout_closed(streams)
+    except SystemExit as exc:
+        # typer's main turns an EPIPE into sys.exit(1), and rich's console does too (each
+        # after an OSError): a closed pipe ends every command alike, quietly with 0
+        if isinstance(exc.__context__, OSError) and exc.__context__.errno == errno.EPIPE:
+            return _stdout_closed(streams)
+        raise
     except RecursionError:
         sys.stderr.write("ckpt: error: input nests too deeply to process\n")
         return int(ExitCode.LIMIT_EXCEEDED)
