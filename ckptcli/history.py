@@ -226,7 +226,9 @@ def log(
     """The checkpoints of `ref`'s first-parent history, newest first. With `path` (a JSON
     Pointer) or `section`, only those where the state there changed from the parent's;
     with `patch`, each with its changes and, for a recorded one, the events of its tail
-    that changed something there, each with its changes.
+    that changed something there, each with its changes. A history that ends at a
+    checkpoint whose parent is not in the store (not at a root) is said through
+    `store.warn`.
 
     Raises:
         UsageError for a bad pointer or section; NotFoundError for an unknown ref; what
@@ -259,6 +261,13 @@ def log(
             else:
                 yield _entry(ck, parent, None, None, patch, reducers, None)
                 shown += 1
+            if parent is None and ck.manifest.parents:
+                # not a root: its parent is gone (pruned, or dropped by `ckpt repair
+                # checkpoints --drop`); the history ends here, but say it does not begin here
+                store.warn(
+                    f"the history of {ref} stops at {ck.hex[:12]}: its parent {ck.manifest.parents[0].hex()[:12]} is not in the store "
+                    "(pruned, or dropped by `ckpt repair checkpoints --drop`); older checkpoints are not listed"
+                )
             ck = parent
 
 

@@ -158,3 +158,29 @@ def test_a_closed_pipe_ends_every_command_quietly_with_0(tmp_path: Path) -> None
             p.stderr.close()
             assert p.wait(timeout=120) == 0, (args, env, err)
             assert err == b"", (args, env, err)
+
+
+def test_log_says_when_it_stops_at_a_dropped_parent(cli, st: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    c1 = _take(cli, st, tmp_path, {"memory": {"v": 1}}, "-S", "agent:bot")
+    packs = st / ".ckpt" / "packs" if (st / ".ckpt").is_dir() else st / "packs"
+    before = {p for p in packs.rglob("*") if p.is_file()}
+    blob = tmp_path / "u.bin"
+    blob.write_bytes(os.urandom(100_000))
+    c2 = _take(cli, st, tmp_path, {"memory": {"v": 2}}, "-S", "agent:bot", "--blob", f"d={blob}")
+    only_c2 = {p for p in packs.rglob("*") if p.is_file()} - before
+    c3 = _take(cli, st, tmp_path, {"memory": {"v": 3}}, "-S", "agent:bot")
+    c4 = _take(cli, st, tmp_path, {"memory": {"v": 4}}, "-S", "agent:bot")
+    r = cli("log", "agent:bot", "--store", st, "--json")
+    assert [e["id"] for e in json.loads(r.out)] == [c4, c3, c2, c1] and r.err == ""  # a root: nothing said
+    assert only_c2
+    for p in only_c2:
+        p.unlink()  # the pack only C2 needs is lost
+    assert cli("repair", "index", "--store", st).code in (0, ExitCode.CORRUPT)
+    r = cli("repair", "checkpoints", "--drop", "--force", "--store", st)
+    assert r.code == 0, r
+    r = cli("log", "agent:bot", "--store", st, "--json")
+    assert r.code == 0 and [e["id"] for e in json.loads(r.out)] == [c4, c3], r  # stdout stays the JSON
+    assert r.err.count("\n") == 1 and f"stops at {c3[:12]}: its parent {c2[:12]} is not in the store" in r.err, r.err
+    r = cli("log", "agent:bot", "--store", st)
+    assert r.out.count("checkpoint ") == 2 and "stops at" in r.err
+    assert "keep it as their parent, so their history breaks there" in " ".join(cli("repair", "--help").out.split())  # what --drop does below it

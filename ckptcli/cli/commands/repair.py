@@ -54,7 +54,11 @@ def repair(
     place), plus repaired.from=ID and repaired.dropped=WHAT; every ref that named the
     damaged one moves to it (--forget also removes the original). --drop removes
     damaged checkpoints instead: a latest ref moves to the subject's newest intact
-    checkpoint, a branch to its nearest intact ancestor, a tag is removed. It only
+    checkpoint, a branch to its nearest intact ancestor, a tag is removed. The
+    checkpoints below a dropped one keep it as their parent, so their history breaks
+    there: `ckpt log` stops at it (and says so on stderr), `ckpt bisect` cannot reach
+    the older ones from them, which stay in the store under their own ids and refs;
+    rewriting (no --drop) keeps the history whole. It only
     says what it would do unless --force. New objects and the new checkpoint are
     written before any ref moves, and refs move before anything is removed: a kill
     leaves a readable store; run it again to finish. When packs the index names are
