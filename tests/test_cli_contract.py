@@ -184,3 +184,13 @@ def test_log_says_when_it_stops_at_a_dropped_parent(cli, st: Path, tmp_path: Pat
     r = cli("log", "agent:bot", "--store", st)
     assert r.out.count("checkpoint ") == 2 and "stops at" in r.err
     assert "keep it as their parent, so their history breaks there" in " ".join(cli("repair", "--help").out.split())  # what --drop does below it
+
+
+def test_every_store_io_error_says_what_to_do() -> None:
+    import errno
+
+    from ckptcli.store.backend import io_error
+
+    for code in (errno.ENOTDIR, errno.EISDIR, errno.ENOENT, errno.EIO, errno.ENOSPC, errno.EACCES):
+        msg = str(io_error(OSError(code, os.strerror(code)), "append to", "logs/refs/latest/agent/bot"))
+        assert msg.startswith(f"cannot append to logs/refs/latest/agent/bot: {os.strerror(code)}; "), msg
