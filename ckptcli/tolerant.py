@@ -13,13 +13,13 @@ differ, as in the exact diff):
   exactly, whatever their size: no relative tolerance) are equal; an int and a float
   still differ. With ``ignore_order``, unordered items are paired with their floats
   rounded (to N digits, or to the decimal digits of the tolerance), as deepdiff pairs
-  them by hash, and paired numbers then compared as above.
+  them by hash, and paired numbers then compared as above;
+- ``exclude``: regular expressions searched in each change's JSON Pointer (as
+  `ckpt diff --json` prints it, e.g. ``/memory/request_id``); a matching change is dropped.
 
 deepdiff finds the differences; the numbers it reports are judged here (`numbers_equal`),
 not with its math_epsilon (math.isclose's relative tolerance) or significant_digits
 (which formats integers as floats).
-- ``exclude``: regular expressions searched in each change's JSON Pointer (as
-  `ckpt diff --json` prints it, e.g. ``/memory/request_id``); a matching change is dropped.
 
 It is a second pass, only where asked for: the exact diff runs first, and when it finds
 nothing, nothing is decoded for deepdiff. The result is a `DiffResult` like the exact

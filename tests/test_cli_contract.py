@@ -122,10 +122,12 @@ def test_output_paths_patterns_and_pointers_are_checked(cli, st: Path, tmp_path:
 def test_store_given_twice_is_refused_unless_the_same(cli, st: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     other = tmp_path / "other"
     assert cli("init", other).code == 0
-    for args in (("--store", st, "ls", "--store", other), ("ls", "--store", st, "-s", other), ("ls", f"--store={st}", "--store", other)):
+    for args in (("--store", st, "-s", other, "ls"), ("ls", "--store", st, "-s", other), ("ls", f"--store={st}", "--store", other)):
         r = cli(*args)
         assert r.code == ExitCode.USAGE and "--store is given 2 times" in r.err, (args, r)
-    assert cli("--store", st, "ls", "--store", f"{st}/").code == 0
+    assert cli("ls", "--store", st, "--store", f"{st}/").code == 0
+    # one before the verb and one after it: the one after wins, as documented
+    assert cli("--store", other, "ls", "--store", st).code == 0
 
 
 def test_a_closed_pipe_ends_every_command_quietly_with_0(tmp_path: Path) -> None:

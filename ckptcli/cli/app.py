@@ -290,25 +290,30 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def _one_store(args: list[str]) -> None:
-    """Refuse --store given twice with two stores (before or after the verb alike): click
-    would take the last one silently, and a command would read or write the other store
-    than the one meant. The same store twice is fine."""
-    given: list[str] = []
+    """Refuse --store given twice with two stores on the same side of the verb (click
+    would take the last one silently, and the command would read or write another store
+    than the one meant). The same store twice is fine, and so is one before the verb and
+    another after it: the one after the verb wins, as documented (GLOBALS)."""
+    sides: tuple[list[str], list[str]] = ([], [])  # before the verb, after it
+    side = 0
     i = 0
     while i < len(args):
         a = args[i]
         if a == "--":
             break
         if a in GLOBAL_VALUED and i + 1 < len(args):
-            given.append(args[i + 1])
+            sides[side].append(args[i + 1])
             i += 1
         elif a.startswith("--store="):
-            given.append(a.partition("=")[2])
+            sides[side].append(a.partition("=")[2])
+        elif not a.startswith("-"):
+            side = 1  # the verb (or, after it, an argument)
         i += 1
-    if len({os.path.abspath(g) if g else g for g in given}) > 1:
-        from ckptcli.errors import UsageError
+    for given in sides:
+        if len({os.path.abspath(g) if g else g for g in given}) > 1:
+            from ckptcli.errors import UsageError
 
-        raise UsageError(f"--store is given {len(given)} times ({', '.join(repr(g) for g in given)})", hint="give one store")
+            raise UsageError(f"--store is given {len(given)} times ({', '.join(repr(g) for g in given)})", hint="give one store")
 
 
 def _stdout_closed(streams: tuple[Any, Any]) -> int:
