@@ -52,7 +52,9 @@ def up(state):
 """
 
 
-def test_user_code_that_exits_or_raises_a_base_exception_is_one_line(cli, st: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_user_code_that_exits_or_raises_a_base_exception_is_one_line(
+    cli, st: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
     mods = tmp_path / "mods"
     mods.mkdir()
     (mods / "hostile_user_code.py").write_text(HOSTILE_USER_CODE)
@@ -146,12 +148,24 @@ def test_a_closed_pipe_ends_every_command_quietly_with_0(tmp_path: Path) -> None
         (ws / f"file-{i:05d}").write_text("x")
     big = "m" * 100_000
     for i in range(3):
-        r = run_ckpt("take", "-", "--store", st, "-m", big, "--blob", f"ws={ws}", input=json.dumps({"memory": {"v": i, "big": big}}).encode())
+        r = run_ckpt(
+            "take", "-", "--store", st, "-m", big, "--blob", f"ws={ws}", input=json.dumps({"memory": {"v": i, "big": big}}).encode()
+        )
         assert r.returncode == 0, r.stderr
     for env in ({"NO_COLOR": "1"}, {"FORCE_COLOR": "1"}):
-        for args in (("log", "agent:default"), ("ls-files", "latest"), ("ls", "--no-pager"), ("cat", "latest"), ("show", "latest", "--section", "memory"), ("stats",)):
+        for args in (
+            ("log", "agent:default"),
+            ("ls-files", "latest"),
+            ("ls", "--no-pager"),
+            ("cat", "latest"),
+            ("show", "latest", "--section", "memory"),
+            ("stats",),
+        ):
             p = subprocess.Popen(
-                [sys.executable, "-m", "ckptcli", *args, "--store", str(st)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **env}
+                [sys.executable, "-m", "ckptcli", *args, "--store", str(st)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={**os.environ, **env},
             )
             assert p.stdout is not None and p.stderr is not None
             p.stdout.read(10)
@@ -185,7 +199,9 @@ def test_log_says_when_it_stops_at_a_dropped_parent(cli, st: Path, tmp_path: Pat
     assert r.err.count("\n") == 1 and f"stops at {c3[:12]}: its parent {c2[:12]} is not in the store" in r.err, r.err
     r = cli("log", "agent:bot", "--store", st)
     assert r.out.count("checkpoint ") == 2 and "stops at" in r.err
-    assert "keep it as their parent, so their history breaks there" in " ".join(cli("repair", "--help").out.split())  # what --drop does below it
+    assert "keep it as their parent, so their history breaks there" in " ".join(
+        cli("repair", "--help").out.split()
+    )  # what --drop does below it
 
 
 def test_every_store_io_error_says_what_to_do() -> None:
