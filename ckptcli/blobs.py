@@ -26,7 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ckptcli.errors import CkptError, ConflictError, CorruptError, InvalidInputError, LimitExceededError, StoreIOError, UnsafePathError
+from ckptcli.errors import (
+    CkptError,
+    ConflictError,
+    CorruptError,
+    InvalidInputError,
+    LimitExceededError,
+    NotFoundError,
+    StoreIOError,
+    UnsafePathError,
+)
 from ckptcli.format.values import Decoder, Encoded, Encoder, LazyBytes, bytes_ev
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.backend import TEMP_TRIES, create_temp, temp_name
@@ -745,6 +754,14 @@ def restore_blobs(
         validate(entry, check_component(name, where), where)
     match = make_matcher(include)
     if match is not None:
+        for pat in include or []:
+            # a pattern that matches nothing is most likely a typo: said, not a silent no-op
+            one = make_matcher([pat])
+            if one is None or not filter_tree(chosen, one):
+                raise NotFoundError(
+                    f"{where}: --include {pat!r} matches no path{' of blob ' + ', '.join(map(repr, names)) if names else ''}",
+                    hint="paths are NAME/sub/file; `ckpt ls-files REF` lists them",
+                )
         chosen = filter_tree(chosen, match)
     targets: list[_Target] = []
     if in_place:

@@ -26,7 +26,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptcli.errors import CkptError, ExitCode, InvalidInputError, NotFoundError, StoreIOError, UnsupportedVersionError, UsageError
+from ckptcli.errors import (
+    CkptError,
+    ExitCode,
+    InvalidInputError,
+    NotFoundError,
+    StoreIOError,
+    UnsupportedVersionError,
+    UsageError,
+    how_it_failed,
+    user_failure,
+)
 from ckptcli.schema import MigrationError, MigrationSet, Version, import_object, migrate_state, parse_version, storable_problem, version_of
 
 if TYPE_CHECKING:
@@ -214,9 +224,11 @@ class CompatCheck:
         if self.adapter is not None:
             try:
                 self.adapter(state)
-            except Exception as exc:  # noqa: BLE001 - the project's adapter refused the state: that is the verdict
+            except BaseException as exc:  # the project's adapter refused the state (sys.exit too): that is the verdict
+                if not user_failure(exc):
+                    raise
                 after = f"after migration {', '.join(r.steps)}, " if r.steps else ""
-                r.problem, r.reason, r.cause = "adapter-rejected", f"{after}the adapter raised {type(exc).__name__}: {exc}", exc
+                r.problem, r.reason, r.cause = "adapter-rejected", f"{after}the adapter {how_it_failed(exc)}", exc
                 return
         r.status = AFTER_MIGRATION if r.steps else AS_IS
 

@@ -785,6 +785,11 @@ def parse_pointer(text: str) -> tuple[PathPart, ...]:
         raise UsageError(f"--path {text!r} is not a JSON Pointer", hint="start it with /, e.g. /memory/user/name")
     out: list[PathPart] = []
     for raw in text[1:].split("/"):
+        if re.search("~(?![01])", raw):  # RFC 6901: ~0 and ~1 are the only escapes
+            raise UsageError(
+                f"--path {text!r} is not a JSON Pointer: {raw!r} has a ~ that is not ~0 or ~1",
+                hint="write ~ as ~0 and / as ~1 in a key (RFC 6901)",
+            )
         part = raw.replace("~1", "/").replace("~0", "~")
         out.append(int(part) if part.isdecimal() and part.isascii() and (part == "0" or not part.startswith("0")) else part)
     return tuple(out)

@@ -24,6 +24,11 @@ longer does what was recorded.
 Unexpected exceptions are reported by the CLI as one line with exit 70 (internal error);
 set ``CKPT_DEBUG=1`` to see the traceback.
 
+Code of the user's that ckpt calls (a bisect check, a migration, a reducer, a compat
+adapter, a replayed step, the modules they live in) fails with whatever it raises, a
+``SystemExit`` or ``GeneratorExit`` included: `user_failure` tells those from Ctrl-C, and
+`how_it_failed` says in a few words what it did; the caller turns that into its own error.
+
 Every message says what is wrong, where, and what to do next. The CLI prints
 ``ckpt: error: <message>`` and exits with the code; nothing else.
 """
@@ -176,3 +181,23 @@ class ReplayDiverged(CkptError):  # noqa: N818 - a verdict, not a fault in ckpt
     else than was recorded; the divergence has already been printed."""
 
     exit_code = ExitCode.DIVERGED
+
+
+def user_failure(exc: BaseException) -> bool:
+    """Whether `exc`, raised by the user's code that ckpt called, is that code's failure:
+    every exception (``sys.exit()``'s SystemExit, GeneratorExit and other BaseExceptions
+    included) except Ctrl-C's KeyboardInterrupt, which stays the interruption (exit 130)."""
+    return not isinstance(exc, KeyboardInterrupt)
+
+
+def failed_with(exc: BaseException) -> str:
+    """The exception as "ValueError: x", or for a BaseException what the code did."""
+    return f"{type(exc).__name__}: {exc}" if isinstance(exc, Exception) else f"it {how_it_failed(exc)}"
+
+
+def how_it_failed(exc: BaseException) -> str:
+    """What the user's code did, for a message: "called sys.exit(3)", "raised ValueError: x"."""
+    if isinstance(exc, SystemExit):
+        return f"called sys.exit({'' if exc.code is None else repr(exc.code)})"
+    text = str(exc)
+    return f"raised {type(exc).__name__}: {text}" if text else f"raised {type(exc).__name__}"

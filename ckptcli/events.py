@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ckptcli.errors import CkptError, InvalidInputError, NotFoundError
+from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, failed_with, how_it_failed, user_failure
 from ckptcli.format import limits
 
 State = dict[str, Any]
@@ -655,8 +655,10 @@ class Reducers:
                 continue
             try:
                 obj = ep.load()
-            except Exception as exc:  # the adapter's own import failed: one line, cause kept
-                raise InvalidInputError(f"loading reducers {ns!r} ({ep.value}) failed: {type(exc).__name__}: {exc}") from exc
+            except BaseException as exc:  # the adapter's own import failed (sys.exit too): one line, cause kept
+                if not user_failure(exc):
+                    raise
+                raise InvalidInputError(f"loading reducers {ns!r} ({ep.value}) failed: {failed_with(exc)}") from exc
             self.add(obj, f"reducers {ns!r} ({ep.value})", namespace=ns)
             return
 
@@ -684,9 +686,11 @@ class Reducers:
             raise InvalidInputError(f"{event.where()}: {exc}") from None
         except CkptError as exc:
             raise InvalidInputError(f"{event.where()}: {exc.message}", hint=exc.hint) from exc
-        except Exception as exc:
+        except BaseException as exc:  # a custom reducer failed (sys.exit too)
+            if not user_failure(exc):
+                raise
             name = getattr(func, "__qualname__", repr(func))
-            raise InvalidInputError(f"{event.where()}: reducer {name} raised {type(exc).__name__}: {exc}") from exc
+            raise InvalidInputError(f"{event.where()}: reducer {name} {how_it_failed(exc)}") from exc
         if new is not state and event.kind not in STANDARD_REDUCERS:
             check_state(new, f"{event.where()}: the reducer's result")
         return new

@@ -48,7 +48,7 @@ from ckptcli.diff import (
     parse_pointer,
     pointer,
 )
-from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, UsageError
+from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, UsageError, how_it_failed, user_failure
 from ckptcli.events import Event, Reducers
 from ckptcli.format.manifest import EXT_PREFIX
 from ckptcli.format.values import deep_recursion
@@ -226,7 +226,9 @@ def log(
     """The checkpoints of `ref`'s first-parent history, newest first. With `path` (a JSON
     Pointer) or `section`, only those where the state there changed from the parent's;
     with `patch`, each with its changes and, for a recorded one, the events of its tail
-    that changed something there, each with its changes.
+    that changed something there, each with its changes. A history that ends at a
+    checkpoint whose parent is not in the store (not at a root) is said through
+    `store.warn`.
 
     Raises:
         UsageError for a bad pointer or section; NotFoundError for an unknown ref; what
@@ -259,6 +261,13 @@ def log(
             else:
                 yield _entry(ck, parent, None, None, patch, reducers, None)
                 shown += 1
+            if parent is None and ck.manifest.parents:
+                # not a root: its parent is gone (pruned, or dropped by `ckpt repair
+                # checkpoints --drop`); the history ends here, but say it does not begin here
+                store.warn(
+                    f"the history of {ref} stops at {ck.hex[:12]}: its parent {ck.manifest.parents[0].hex()[:12]} is not in the store "
+                    "(pruned, or dropped by `ckpt repair checkpoints --drop`); older checkpoints are not listed"
+                )
             ck = parent
 
 
@@ -331,8 +340,8 @@ def render_entry(entry: LogEntry, *, patch: bool) -> list[tuple[str, str]]:
     lines = [("header", f"checkpoint {entry.ck.hex}"), ("summary", f"{'':2}{format_time(m.created_ns)}  {m.subject}")]
     if entry.state is not None and (entry.state.events or entry.state.problem):
         lines.append(("summary", f"{'':2}{entry.state.describe()}"))
-    if m.message:
-        lines.append(("summary", f"{'':4}{m.message}"))
+    # a message of several lines is indented line by line, as git log does
+    lines.extend(("summary", f"{'':4}{line}") for line in (m.message.split("\n") if m.message else ()))
     if patch or entry.changes is not None:
         for c in entry.changes or []:
             if not c.structural and c.in_patch:
@@ -460,8 +469,10 @@ class _Counter:
         assert self.check is not None
         try:
             return bool(self.check(state))
-        except Exception as exc:  # the user's predicate failed: one line, cause kept for CKPT_DEBUG
-            raise InvalidInputError(f"the check {self.name} raised {type(exc).__name__}: {exc}") from exc
+        except BaseException as exc:  # the user's predicate failed (sys.exit too): one line, cause kept for CKPT_DEBUG
+            if not user_failure(exc):
+                raise
+            raise InvalidInputError(f"the check {self.name} {how_it_failed(exc)}", hint="a check returns true (good) or false (bad)") from exc
 
 
 def load_check(spec: str) -> Callable[[Any], Any]:

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, UsageError
+from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, UsageError, how_it_failed, user_failure
 from ckptcli.events import (
     ERROR,
     LABEL_FORK_AT,
@@ -503,6 +503,11 @@ def check(
                 raise
             except Exception as exc:  # noqa: BLE001 - the user's step raised: compared with the error event recorded live
                 ctx.failed(exc)
+            except BaseException as exc:  # sys.exit(), GeneratorExit...: no recording has them; not Ctrl-C
+                if not user_failure(exc):
+                    raise
+                name = getattr(step, "__qualname__", repr(step))
+                raise InvalidInputError(f"the step function {name} {how_it_failed(exc)} at {ev.where()}", hint="a step function returns, or raises an Exception") from exc
             else:
                 ctx.returned()
         except _Stop:

@@ -48,7 +48,17 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ckptcli.errors import CkptError, ExitCode, InvalidInputError, LimitExceededError, NotFoundError, UsageError
+from ckptcli.errors import (
+    CkptError,
+    ExitCode,
+    InvalidInputError,
+    LimitExceededError,
+    NotFoundError,
+    UsageError,
+    failed_with,
+    how_it_failed,
+    user_failure,
+)
 
 if TYPE_CHECKING:
     from ckptcli.api import Checkpoint, TakeResult
@@ -295,8 +305,10 @@ def import_object(spec: str, what: str) -> tuple[Any, Any]:
                 f"{what} {spec!r}: no module named {exc.name!r}", hint="install the project (pip install -e .) or run ckpt from its directory"
             ) from None
         raise InvalidInputError(f"{what} {spec!r}: importing {module_name} failed: {type(exc).__name__}: {exc}") from exc
-    except Exception as exc:  # the project's own module failed to import: say so in one line
-        raise InvalidInputError(f"{what} {spec!r}: importing {module_name} failed: {type(exc).__name__}: {exc}") from exc
+    except BaseException as exc:  # the project's own module failed to import (sys.exit too): say so in one line
+        if not user_failure(exc):
+            raise
+        raise InvalidInputError(f"{what} {spec!r}: importing {module_name} failed: {failed_with(exc)}") from exc
     if not attr:
         return module, None
     obj = module
@@ -369,8 +381,10 @@ def migrate_state(state: Any, steps: list[Migration]) -> Any:
     for step in steps:
         try:
             new = step.func(state)
-        except Exception as exc:  # the project's code failed: name the step, never a traceback
-            raise MigrationError(f"migration {step} raised {type(exc).__name__}: {exc}", hint="fix the migration; the checkpoint is unchanged") from exc
+        except BaseException as exc:  # the project's code failed (sys.exit too): name the step, never a traceback
+            if not user_failure(exc):
+                raise
+            raise MigrationError(f"migration {step} {how_it_failed(exc)}", hint="fix the migration; the checkpoint is unchanged") from exc
         if new is None:
             raise MigrationError(f"migration {step} returned None", hint="return the new state document (it may be the argument, changed)")
         state = new

@@ -7,12 +7,19 @@ module answers those with deepdiff, on the two decoded states (NaN equals NaN, 1
 differ, as in the exact diff):
 
 - ``ignore_order``: lists are compared as multisets;
-- ``significant_digits``: floats are compared to this many digits after the point;
-- ``tolerance``: numbers closer than this (absolute) are equal (deepdiff's math_epsilon;
-  with ``ignore_order``, unordered items are paired with their numbers rounded to the
-  decimal digits of the tolerance, as deepdiff pairs them by hash);
+- ``significant_digits``: floats are equal when they round to the same N digits after
+  the point; integers are compared exactly (never rounded through a float);
+- ``tolerance``: two ints or two floats that differ by at most this (absolute, computed
+  exactly, whatever their size: no relative tolerance) are equal; an int and a float
+  still differ. With ``ignore_order``, unordered items are paired with their floats
+  rounded (to N digits, or to the decimal digits of the tolerance), as deepdiff pairs
+  them by hash, and paired numbers then compared as above;
 - ``exclude``: regular expressions searched in each change's JSON Pointer (as
   `ckpt diff --json` prints it, e.g. ``/memory/request_id``); a matching change is dropped.
+
+deepdiff finds the differences; the numbers it reports are judged here (`numbers_equal`),
+not with its math_epsilon (math.isclose's relative tolerance) or significant_digits
+(which formats integers as floats).
 
 It is a second pass, only where asked for: the exact diff runs first, and when it finds
 nothing, nothing is decoded for deepdiff. The result is a `DiffResult` like the exact
@@ -30,6 +37,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from ckptcli.api import Checkpoint
@@ -83,23 +91,20 @@ def deepdiff_changes(old: Any, new: Any, tol: Tolerance) -> list[tuple[str, tupl
         from deepdiff import DeepDiff
     except ImportError:  # pragma: no cover - deepdiff is a dependency of ckptcli
         raise UsageError("the tolerant comparison options need deepdiff, which this installation lacks", hint="reinstall ckptcli (it depends on deepdiff)") from None
-    # NaN equals NaN, as in ckpt's own equality (api.states_equal)
+    # NaN equals NaN, as in ckpt's own equality (api.states_equal). Numbers are compared
+    # here, not by deepdiff: its math_epsilon is math.isclose's (a relative tolerance of
+    # 1e-9 on top of EPS, so 1e20 and 1.00000000001e20 were equal even at --tolerance 0),
+    # and its significant_digits formats integers as floats (10**30 and 10**30+1 equal)
+    # and fails on infinity at 0 digits
     kwargs: dict[str, Any] = {"ignore_order": tol.ignore_order, "view": "tree", "verbose_level": 2, "ignore_nan_inequality": True}
-    if tol.significant_digits is not None:
-        kwargs["significant_digits"] = tol.significant_digits
-        kwargs["number_format_notation"] = "f"
-    if tol.tolerance is not None:
-        if tol.ignore_order:
-            # deepdiff pairs unordered items by hash, and math_epsilon does not reach
-            # into those hashes: items are paired with their numbers rounded to EPS's
-            # decimal digits instead (and the pairs still compared within EPS below)
-            if tol.significant_digits is None:
-                kwargs["significant_digits"] = _digits(tol.tolerance)
-                kwargs["number_format_notation"] = "f"
-        else:
-            kwargs["math_epsilon"] = tol.tolerance
+    a, b = old, new
+    if tol.ignore_order and (tol.significant_digits is not None or tol.tolerance is not None):
+        # deepdiff pairs unordered items by hash: items are paired with their floats rounded
+        # (to N digits, or to EPS's decimal digits), and paired numbers compared below
+        digits = tol.significant_digits if tol.significant_digits is not None else _digits(tol.tolerance or 0.0)
+        a, b = _rounded(old, digits), _rounded(new, digits)
     logging.getLogger("deepdiff").setLevel(logging.ERROR)  # its advice is for its own users, not ckpt's
-    tree = DeepDiff(old, new, **kwargs)
+    tree = DeepDiff(a, b, **kwargs)
     out: list[tuple[str, tuple[PathPart, ...], Any, Any]] = []
     for report, levels in tree.items():
         if report in _ADD:
@@ -112,9 +117,10 @@ def deepdiff_changes(old: Any, new: Any, tol: Tolerance) -> list[tuple[str, tupl
             op = "replace"
         for level in levels:
             path = tuple(level.path(output_format="list"))
-            t1 = None if op == "add" else level.t1
-            t2 = None if op == "remove" else level.t2
-            if op == "replace" and tol.tolerance is not None and _close(t1, t2, tol.tolerance):
+            # the values as stored (not as rounded for pairing)
+            t1 = None if op == "add" else _at_path(old, path, level.t1)
+            t2 = None if op == "remove" else _at_path(new, tuple(level.path(output_format="list", use_t2=True)), level.t2)
+            if op == "replace" and numbers_equal(t1, t2, tol):
                 continue
             out.append((op, path, t1, t2))
     out.sort(key=lambda c: [(0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in c[1]])
@@ -139,8 +145,41 @@ def _digits(eps: float) -> int:
     return max(0, min(17, math.ceil(-math.log10(eps) - 1e-9)))
 
 
-def _close(a: Any, b: Any, eps: float) -> bool:
-    return type(a) in (int, float) and type(b) in (int, float) and math.isfinite(a) and math.isfinite(b) and abs(a - b) <= eps
+def numbers_equal(a: Any, b: Any, tol: Tolerance) -> bool:
+    """Whether two numbers are equal apart from `tol`'s noise: two floats that round to the
+    same `significant_digits` digits after the point, or two ints or two floats that differ
+    by at most `tolerance`, exactly (whatever their size: no relative tolerance). An int and
+    a float always differ, as in the exact diff; integers are never rounded."""
+    if type(a) is not type(b) or type(a) not in (int, float):
+        return False
+    if a == b or (type(a) is float and math.isnan(a) and math.isnan(b)):
+        return True
+    if tol.significant_digits is not None and type(a) is float and round(a, tol.significant_digits) == round(b, tol.significant_digits):
+        return True
+    if tol.tolerance is not None and (type(a) is int or (math.isfinite(a) and math.isfinite(b))):
+        return math.isinf(tol.tolerance) or abs(Fraction(a) - Fraction(b)) <= Fraction(tol.tolerance)
+    return False
+
+
+def _rounded(value: Any, digits: int) -> Any:
+    """`value` with every finite float rounded to `digits` after the point (-0.0 as 0.0)."""
+    if type(value) is float:
+        return round(value, digits) + 0.0 if math.isfinite(value) else value
+    if type(value) is dict:
+        return {k: _rounded(v, digits) for k, v in value.items()}
+    if type(value) is list:
+        return [_rounded(v, digits) for v in value]
+    return value
+
+
+def _at_path(doc: Any, path: tuple[PathPart, ...], default: Any) -> Any:
+    """The value at `path` in `doc`, or `default` (the value deepdiff reports) if none."""
+    try:
+        for p in path:
+            doc = doc[p]
+    except (KeyError, IndexError, TypeError):
+        return default
+    return doc
 
 
 def _section_prefix(section: str, layout: dict[str, Any]) -> tuple[PathPart, ...]:

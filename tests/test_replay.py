@@ -437,3 +437,14 @@ def test_the_docs_show_the_example_verbatim() -> None:
     doc = (REPO / "docs" / "replay.md").read_text()
     source = (REPO / "tests" / "replay_example" / "agent.py").read_text()
     assert source.strip() in doc
+
+
+def test_a_step_function_that_calls_sys_exit_is_one_line(bot: Any, tmp_path: Path) -> None:
+    # sys.exit(0) in a step ended `ckpt replay --check` with 0 and no output, as if it passed
+    _store, path, cid, _live = bot
+    (tmp_path / "exiting_step.py").write_text("import sys\n\ndef step(ctx, event):\n    sys.exit(0)\n")
+    p = run_ckpt("replay", cid, "--check", "exiting_step:step", "--store", path, env={"PYTHONPATH": str(tmp_path)})
+    err = p.stderr.decode()
+    assert p.returncode == ExitCode.INVALID_INPUT, err
+    assert err.count("\n") == 1 and "the step function step called sys.exit(0) at event" in err, err
+    assert p.stdout == b""

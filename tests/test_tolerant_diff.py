@@ -187,3 +187,37 @@ def test_replay_check_ignores_declared_noise(tmp_path: Path, cli) -> None:  # ty
     assert check_with(["b", "a"], 0.5 + 1e-9, 2) == ExitCode.DIVERGED  # exact: noise is a divergence
     assert check_with(["b", "a"], 0.5 + 1e-9, 2, *noise) == 0
     assert check_with(["b", "a"], 0.75, 2, *noise) == ExitCode.DIVERGED  # a real change still is
+
+
+def test_numbers_are_compared_absolutely_and_integers_exactly(cli, st_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # --tolerance EPS is absolute whatever the numbers' size (deepdiff's math_epsilon adds a
+    # relative 1e-9), and --significant-digits rounds floats only (deepdiff formatted 10**30
+    # as a float); infinity is a number like any other at 0 digits
+    def take(doc: object) -> str:
+        f = tmp_path / "doc.json"
+        f.write_text(json.dumps(doc))  # JSON: integers of any size, Infinity
+        r = cli("take", f, "--store", st_dir, "-S", "agent:bot")
+        assert r.code == 0, r.err
+        return str(r.out.strip())
+
+    a = take({"memory": {"balance": 1_000_000_000, "f": 1e20, "big": 10**30, "inf": float("inf"), "w": [1.0, 2**70]}})
+    b = take({"memory": {"balance": 1_000_000_000.9, "f": 1.00000000001e20, "big": 10**30 + 1, "inf": float("inf"), "w": [2**70 + 1, 1.0004]}})
+    every = {"/memory/balance", "/memory/f", "/memory/big"}
+
+    def changed(*opts: str) -> set[str]:
+        r = cli("diff", a, b, "--store", st_dir, "--json", *opts)
+        assert r.code == 0, r.err
+        return {op["path"] for op in json.loads(r.out)["patch"]}
+
+    assert changed("--tolerance", "0.001") >= every
+    assert changed("--tolerance", "0") >= every
+    assert changed("--tolerance", "1") == {"/memory/balance", "/memory/f", "/memory/w/0", "/memory/w/1"}  # 1 and 1.0... differ in type
+    assert "/memory/f" not in changed("--tolerance", "1e10")
+    assert changed("--significant-digits", "5") >= every
+    assert changed("--significant-digits", "0") >= {"/memory/f", "/memory/big"}
+    assert "/memory/balance" in changed("--significant-digits", "0")  # 1000000000 (int) -> 1000000000.9 (float) is a type change
+    # unordered: items paired with their floats rounded, integers exact
+    got = changed("--ignore-order", "--significant-digits", "3")
+    assert got == every | {"/memory/w/1"}, got  # 2**70 -> 2**70+1 (paired with A's index); 1.0 ~ 1.0004
+    got = changed("--ignore-order", "--significant-digits", "0", "--tolerance", "0.01")
+    assert "/memory/big" in got and "/memory/inf" not in got

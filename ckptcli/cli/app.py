@@ -6,6 +6,8 @@ Commands parse options, call the library (ckptcli.api), and render; nothing more
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib
 import os
 import sys
@@ -99,10 +101,10 @@ ReducersOpt = Annotated[
 # the tolerant comparison (ckptcli.tolerant) of `ckpt diff` and `ckpt replay --check`: `tolerance_of`
 IgnoreOrderOpt = Annotated[bool, typer.Option("--ignore-order", help="Tolerant: compare lists as multisets (order is noise).")]
 SignificantDigitsOpt = Annotated[
-    int | None, typer.Option("--significant-digits", metavar="N", help="Tolerant: compare floats to N digits after the point.", show_default=False)
+    int | None, typer.Option("--significant-digits", metavar="N", help="Tolerant: floats that round to the same N digits after the point are equal (integers are compared exactly).", show_default=False)
 ]
 ToleranceOpt = Annotated[
-    float | None, typer.Option("--tolerance", metavar="EPS", help="Tolerant: numbers closer than EPS (absolute) are equal.", show_default=False)
+    float | None, typer.Option("--tolerance", metavar="EPS", help="Tolerant: two integers or two floats that differ by at most EPS are equal (absolute, whatever their size; 0 is exact).", show_default=False)
 ]
 ExcludePathOpt = Annotated[
     list[str] | None,
@@ -110,6 +112,14 @@ ExcludePathOpt = Annotated[
         "--exclude-path", metavar="REGEX", help="Tolerant: ignore what differs at a JSON Pointer matching REGEX (e.g. '/ts$'); repeatable.", show_default=False
     ),
 ]
+
+
+def output_path(text: str) -> Path:
+    """The parser of -o/--output: an empty path is refused (Path("") would be ".", the
+    current directory, and the error would speak of a directory nobody named)."""
+    if not text:
+        raise typer.BadParameter("the path is empty: give a file name, or - for stdout")
+    return Path(text)
 
 
 def tolerance_of(ignore_order: bool, significant_digits: int | None, tolerance: float | None, exclude: list[str] | None) -> Any:
@@ -226,9 +236,9 @@ def _register(argv: list[str] | None = None) -> None:
 
 
 def fail(exc: CkptError) -> int:
-    from ckptcli.cli.output import err
+    from ckptcli.cli.output import err, safe
 
-    err().print(f"ckpt: error: {exc}", markup=False, highlight=False)
+    err().print(f"ckpt: error: {safe(exc, backslash=False)}", markup=False, highlight=False)
     return int(exc.exit_code)
 
 
@@ -255,7 +265,9 @@ def interrupted() -> int:
 
 def warn(message: str) -> None:
     """A library warning (ckptcli.notices): one line on stderr."""
-    sys.stderr.write(f"ckpt: warning: {message}\n")
+    from ckptcli.cli.output import safe
+
+    sys.stderr.write(f"ckpt: warning: {safe(message, backslash=False)}\n")
     sys.stderr.flush()
 
 
@@ -277,6 +289,44 @@ def run(argv: list[str] | None = None) -> int:
         reflog.set_command(None)
 
 
+def _one_store(args: list[str]) -> None:
+    """Refuse --store given twice with two stores on the same side of the verb (click
+    would take the last one silently, and the command would read or write another store
+    than the one meant). The same store twice is fine, and so is one before the verb and
+    another after it: the one after the verb wins, as documented (GLOBALS)."""
+    sides: tuple[list[str], list[str]] = ([], [])  # before the verb, after it
+    side = 0
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--":
+            break
+        if a in GLOBAL_VALUED and i + 1 < len(args):
+            sides[side].append(args[i + 1])
+            i += 1
+        elif a.startswith("--store="):
+            sides[side].append(a.partition("=")[2])
+        elif not a.startswith("-"):
+            side = 1  # the verb (or, after it, an argument)
+        i += 1
+    for given in sides:
+        if len({os.path.abspath(g) if g else g for g in given}) > 1:
+            from ckptcli.errors import UsageError
+
+            raise UsageError(f"--store is given {len(given)} times ({', '.join(repr(g) for g in given)})", hint="give one store")
+
+
+def _stdout_closed(streams: tuple[Any, Any]) -> int:
+    """Stdout was closed early (`ckpt log | head`): not an error worth a message; exit 0,
+    as `git log | head` does (docs/exit-codes.md). What is still buffered goes nowhere."""
+    sys.stdout, sys.stderr = streams
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
+
+
 def _run(args: list[str]) -> int:
     try:
         from typer._click import exceptions as ce  # newer typer vendors its own click
@@ -287,7 +337,9 @@ def _run(args: list[str]) -> int:
 
     GLOBALS.clear()
     output.reset()
+    streams = (sys.stdout, sys.stderr)  # typer wraps them when stdout is closed early
     try:
+        _one_store(args)
         _register(args)
         command = build_command()
         if os.environ.get("_CKPT_COMPLETE"):  # a shell asks for completions (ckpt completion)
@@ -316,10 +368,13 @@ def _run(args: list[str]) -> int:
     except (typer.Abort, KeyboardInterrupt):
         return interrupted()
     except BrokenPipeError:
-        # stdout closed early (e.g. `ckpt cat | head`): not an error worth a message
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
+        return _stdout_closed(streams)
+    except SystemExit as exc:
+        # typer's main turns an EPIPE into sys.exit(1), and rich's console does too (each
+        # after an OSError): a closed pipe ends every command alike, quietly with 0
+        if isinstance(exc.__context__, OSError) and exc.__context__.errno == errno.EPIPE:
+            return _stdout_closed(streams)
+        raise
     except RecursionError:
         sys.stderr.write("ckpt: error: input nests too deeply to process\n")
         return int(ExitCode.LIMIT_EXCEEDED)

@@ -62,6 +62,15 @@ On any failure ckpt prints exactly one line on stderr, `ckpt: error: <what is wr
 and never a traceback (set `CKPT_DEBUG=1` to see one for an internal error, code 70).
 `ckpt diff --exit-code` (like `git diff --exit-code`) and `ckpt verify` use 1 and 5 as documented
 in their help; `ckpt doctor` exits 1 when one of its checks fails (warnings alone exit 0).
+When the reader of stdout goes away early (`ckpt log | head`), every command stops quietly
+and exits 0, as `git log | head` does: nothing it would have printed is an error.
+
+Your own code that ckpt runs (a `bisect --check` predicate, a migration, a reducer, a
+`compat --adapter`, a `replay --check` step function, the modules they are in) fails the
+command the same way whatever it raises, `sys.exit()` and `GeneratorExit` included: one line
+naming the function and what it did (e.g. `the check mychecks:ok called sys.exit(0)`), with
+the code the command documents for it (4 for a check, a reducer or a step function, 1 for a
+migration); only Ctrl-C (KeyboardInterrupt) is the interruption, 130.
 """
 
 

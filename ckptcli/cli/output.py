@@ -57,7 +57,7 @@ def reset() -> None:
 def notice(message: str) -> None:
     """An informational line on stderr (`ckpt: ...`), unless --quiet."""
     if not quiet():
-        sys.stderr.write(f"ckpt: {message}\n")
+        sys.stderr.write(f"ckpt: {safe(message, backslash=False)}\n")
         sys.stderr.flush()
 
 
@@ -137,6 +137,40 @@ class BarProgress:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+
+
+# Characters a terminal acts on rather than shows: C0 controls (newline, ESC...), DEL, C1
+# controls, the Unicode line and paragraph separators and the bidirectional controls
+# (U+202E turns `gpj.exe` around). Names, messages, labels and refs come from whoever
+# made the checkpoint: printed raw, a name with a newline forges a line of output and
+# ESC[1A ESC[2K erases the one above (docs/security.md).
+_UNSAFE = (*range(0x20), 0x7F, *range(0x80, 0xA0), 0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_ESCAPES = {c: _NAMED.get(chr(c), f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _UNSAFE}
+_WITH_BACKSLASH = {**_ESCAPES, ord("\\"): "\\\\"}
+
+
+def safe(text: object, *, backslash: bool = True) -> str:
+    """`text` as a terminal should show it: each control character (C0, DEL, C1, the line
+    separators, the bidi controls) written as an escape, `\\n`, `\\x1b`, `\\u202e`, as
+    `ls -b` and git's quoted paths do, and a backslash as `\\\\` so that the escapes
+    are unambiguous (`backslash=False`: left as it is, for whole messages that quote names
+    with repr()). Every human (not --json) output of a name, message, label or ref goes
+    through this; print it with markup off (rich would read `[red]` as a style)."""
+    s = str(text)
+    if s.isprintable() and (not backslash or "\\" not in s):
+        return s  # the common case, fast
+    return s.translate(_WITH_BACKSLASH if backslash else _ESCAPES)
+
+
+_JSON_ESCAPES = {c: f"\\u{c:04x}" for c in _UNSAFE if c >= 0x7F}  # json.dumps escapes C0 itself
+
+
+def json_text(value: Any) -> str:
+    """`value` as JSON for a person at a terminal: non-ASCII kept, and the controls that
+    json.dumps leaves raw with ensure_ascii=False (DEL, C1, the separators, bidi) written
+    as \\u escapes (the same JSON value)."""
+    return json.dumps(value, ensure_ascii=False).translate(_JSON_ESCAPES)
 
 
 def short(hexid: str) -> str:

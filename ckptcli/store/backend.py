@@ -31,12 +31,34 @@ from ckptcli.errors import CorruptError, InvalidInputError, LockError, NotFoundE
 
 def io_error(exc: OSError, what: str, path: Path | str) -> StoreIOError:
     reason = exc.strerror or str(exc)
-    hint = None
     if exc.errno == errno.ENOSPC:
         hint = "free some disk space and try again; nothing was committed"
     elif exc.errno in (errno.EACCES, errno.EPERM):
         hint = "check the permissions of the store directory"
+    elif exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR):
+        hint = "something in the store is not what ckpt made there; `ckpt doctor` and `ckpt verify` say what"
+    else:
+        hint = "fix what the system reports and try again; `ckpt doctor` checks the store"
     return StoreIOError(f"cannot {what} {path}: {reason}", hint=hint)
+
+
+def output_error(exc: OSError, shown: str, path: Path | None = None) -> StoreIOError:
+    """A file the user named (-o) could not be written: the system's reason, and what to
+    do about `path` (None: a device or pipe written through, the reason alone)."""
+    if path is None:  # a device or pipe written through: the system's reason says it all
+        return StoreIOError(f"cannot write {shown}: {exc.strerror or exc}")
+    where = str(path.parent)
+    if exc.errno == errno.ENOENT:
+        hint = f"create the directory {where} first, or give another path"
+    elif exc.errno == errno.ENOTDIR:
+        hint = "a part of the path is a file, not a directory: give another path"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        hint = f"write somewhere you may write, or check the permissions of {where}"
+    elif exc.errno == errno.ENOSPC:
+        hint = "free some disk space and try again"
+    else:
+        hint = "give another path"
+    return StoreIOError(f"cannot write {shown}: {exc.strerror or exc}", hint=hint)
 
 
 class Backend(ABC):
@@ -292,7 +314,7 @@ def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str 
         try:
             fd = os.dup(fd_alias)
         except OSError as exc:
-            raise StoreIOError(f"cannot write {shown}: {exc.strerror}") from None
+            raise output_error(exc, shown) from None
         _write_to(fd, write, shown)
         return
     try:
@@ -300,7 +322,7 @@ def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str 
     except FileNotFoundError:
         st = None
     except OSError as exc:
-        raise StoreIOError(f"cannot write {shown}: {exc.strerror}") from None
+        raise output_error(exc, shown, path) from None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise InvalidInputError(f"cannot write {shown}: it is a directory", hint="give the name of a file")
     if st is not None and not stat.S_ISREG(st.st_mode) and _write_through(path, write, shown):
@@ -323,7 +345,7 @@ def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str 
             with contextlib.suppress(OSError):
                 tmp.unlink()
         if isinstance(exc, OSError):
-            raise StoreIOError(f"cannot write {shown}: {exc.strerror}") from None
+            raise output_error(exc, shown, path) from None
         raise
     fsync_dir(parent)
 
@@ -359,7 +381,7 @@ def _write_through(path: Path, write: Callable[[IO[bytes]], None], shown: str) -
     try:
         fd = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
-        raise StoreIOError(f"cannot write {shown}: {exc.strerror}") from None
+        raise output_error(exc, shown, path) from None
     try:
         regular = stat.S_ISREG(os.fstat(fd).st_mode)
     except OSError:
@@ -378,7 +400,7 @@ def _write_to(fd: int, write: Callable[[IO[bytes]], None], shown: str) -> None:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
     except OSError as exc:
-        raise StoreIOError(f"cannot write {shown}: {exc.strerror}") from None
+        raise output_error(exc, shown) from None
 
 
 WRITERS_DIR = "locks/writers"

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli.app import JsonOpt, ReducersOpt, StoreOpt, app, open_store
-from ckptcli.cli.output import emit_json, exit_status, out
+from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import ExitCode
 
 
@@ -72,10 +72,10 @@ def bisect_cmd(
     c.print(f"  last good          {result.last_good.hex()}", markup=False)
     if result.event is not None:
         ev = result.event
-        c.print(f"  first bad event    #{ev.seq} {ev.kind} (of its {result.tail_events}-event tail)", markup=False)
+        c.print(f"  first bad event    #{ev.seq} {safe(ev.kind)} (of its {result.tail_events}-event tail)", markup=False)
     elif result.snapshot_bad:
         c.print("  its snapshot already fails: the change came with the checkpoint, not from its tail", markup=False)
-    c.print(f"  predicate          {result.what}", markup=False)
+    c.print(f"  predicate          {safe(result.what, backslash=False)}", markup=False)
     c.print(
         f"{result.calls} predicate calls ({result.checkpoint_calls} over {result.checkpoints} checkpoints"
         + (f", {result.event_calls} over {result.tail_events} events)" if result.tail_events else ")"),

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
-from ckptcli.cli.output import emit_json, exit_status, out
+from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import ExitCode
 
 
@@ -105,7 +105,7 @@ def compat(
         for r in report.results:
             detail = f"via {', '.join(r.steps)}" if r.status == AFTER_MIGRATION else r.reason
             version = "-" if r.schema_version is None else str(r.schema_version)
-            rows.append((r.status, r.name, r.subject or "-", version, detail.replace("\n", " ")))
+            rows.append((r.status, safe(r.name), safe(r.subject or "-"), safe(version), safe(detail.replace("\n", " "), backslash=False)))
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
         styles = {AS_IS: "green", AFTER_MIGRATION: "yellow", INCOMPATIBLE: "red"}
         c = out()

@@ -19,7 +19,7 @@ from ckptcli.cli.app import (
     app,
     tolerance_of,
 )
-from ckptcli.cli.output import emit_json, exit_status, out
+from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import ExitCode, UsageError
 
 STYLES = {"header": "bold", "section": "bold cyan", "add": "green", "remove": "red", "change": "yellow", "summary": "dim"}
@@ -123,7 +123,8 @@ def diff(
     if as_json:
         emit_json(result.to_dict(stat=stat))
     else:
-        lines = [(kind, ("  " if kind in ("add", "remove", "change") else "") + text) for kind, text in render(shown, stat=stat)]
+        # keys, labels and names come from whoever made the checkpoints: controls escaped
+        lines = [(kind, ("  " if kind in ("add", "remove", "change") else "") + safe(text, backslash=False)) for kind, text in render(shown, stat=stat)]
         console = out()
         if console.color_system is None:
             # plain text (NO_COLOR, or not a terminal): written directly, which is much

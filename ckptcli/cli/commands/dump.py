@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import RefArg, StoreOpt, app
+from ckptcli.cli.app import RefArg, StoreOpt, app, output_path
 from ckptcli.cli.output import exit_status, write_output
 from ckptcli.errors import ExitCode
 
@@ -16,7 +16,7 @@ from ckptcli.errors import ExitCode
 def dump(
     ref: RefArg,
     path: Annotated[str, typer.Argument(help="The file: NAME for a file blob, NAME/sub/file inside a directory blob.")],
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write it here instead of stdout (as restore -o writes).", show_default=False)] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", parser=output_path, metavar="<path>", help="Write it here instead of stdout (as restore -o writes).", show_default=False)] = None,
     store: StoreOpt = None,
 ) -> None:
     """Write one file of a checkpoint's blobs to stdout, streamed from the store.

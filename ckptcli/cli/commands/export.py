@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import JsonOpt, StoreOpt, app
+from ckptcli.cli.app import JsonOpt, StoreOpt, app, output_path
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, quiet, write_output
 from ckptcli.errors import ExitCode, UsageError
 
@@ -16,7 +16,7 @@ from ckptcli.errors import ExitCode, UsageError
 @app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.IO_ERROR))
 def export(
     ref: Annotated[str, typer.Argument(help="Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="File to write (e.g. agent.ckpt), or - for stdout.")],
+    output: Annotated[Path, typer.Option("--output", "-o", parser=output_path, metavar="<path>", help="File to write (e.g. agent.ckpt), or - for stdout.")],
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli.app import JsonOpt, ReducersOpt, StoreOpt, app, open_store
-from ckptcli.cli.output import emit_json, exit_status, out
+from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import ExitCode
 
 STYLES = {"header": "bold yellow", "section": "bold cyan", "add": "green", "remove": "red", "change": "yellow", "summary": ""}
@@ -65,7 +65,8 @@ def log_cmd(
     console = out()
     first = True
     for entry in entries:
-        lines = ([] if first else [("summary", "")]) + render_entry(entry, patch=patch)
+        # messages, subjects and keys come from whoever made the checkpoints: controls escaped
+        lines = ([] if first else [("summary", "")]) + [(kind, safe(text, backslash=False)) for kind, text in render_entry(entry, patch=patch)]
         first = False
         if console.color_system is None:
             sys.stdout.writelines(text + "\n" for _kind, text in lines)

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
-from ckptcli.cli.output import emit_json, exit_status, human_size, short
+from ckptcli.cli.output import emit_json, exit_status, human_size, safe, short
 from ckptcli.errors import ExitCode
 
 Row = tuple[bytes, Any, list[str]]  # id, manifest or summary, the refs naming it
@@ -148,7 +148,7 @@ def _width() -> int | None:
 def _table(rows: list[Row], chosen: list[str], width: int | None) -> list[str]:
     # plain aligned columns: a rich table of 10,000 rows takes seconds to lay out
     table = [[COLUMNS[c][0] for c in chosen]]
-    table += [[COLUMNS[c][1](cid, m, refs) for c in chosen] for cid, m, refs in rows]
+    table += [[safe(COLUMNS[c][1](cid, m, refs)) for c in chosen] for cid, m, refs in rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(chosen))]
     if width is not None:
         # shorten the least telling columns first, each down to its header or 8 characters

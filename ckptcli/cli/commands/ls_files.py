@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli.app import JsonOpt, RefArg, StoreOpt, app
-from ckptcli.cli.output import emit_json, exit_status, human_size, out
+from ckptcli.cli.output import emit_json, exit_status, human_size, out, safe
 from ckptcli.errors import ExitCode
 
 
@@ -44,13 +44,13 @@ def ls_files(
         return
     c = out()
     for f in files:
-        name = f.path + ("/" if f.type == "dir" else "") + (f" -> {f.target}" if f.target else "")
+        name = safe(f.path) + ("/" if f.type == "dir" else "") + (f" -> {safe(f.target)}" if f.target else "")
         size = human_size(f.size) if f.type == "file" else "-"
         if long:
             kind = {"dir": stat.S_IFDIR, "symlink": stat.S_IFLNK}.get(f.type, stat.S_IFREG)
             mode = stat.filemode(kind | (f.mode & 0o7777)) if f.type != "symlink" else "lrwxrwxrwx"
             when = format_time(f.mtime_ns) if f.mtime_ns else "-"
             top = "/" not in f.path and f.origin
-            c.print(f"{mode}  {size:>10}  {when}  {name}" + (f"  (from {f.origin})" if top else ""), markup=False, highlight=False)
+            c.print(f"{mode}  {size:>10}  {when}  {name}" + (f"  (from {safe(f.origin)})" if top else ""), markup=False, highlight=False)
         else:
             c.print(f"{size:>10}  {name}", markup=False, highlight=False)

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
-from ckptcli.cli.output import emit_json, exit_status, out
+from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import ExitCode
 
 
@@ -129,7 +129,7 @@ def migrate(
         else:
             c = out()
             chain = " then ".join(f"{s.name} ({s.description})" for s in steps) or "nothing to do"
-            c.print(f"would migrate {ck.hex[:12]} from schema {start} to {target}: {chain}", markup=False)
+            c.print(f"would migrate {ck.hex[:12]} from schema {safe(start)} to {safe(target)}: {safe(chain, backslash=False)}", markup=False)
         return
     try:
         result = migrate_checkpoint(st, ref, target, ms, assume_version=assumed, message=message, branch=branch, move_latest=True if move_latest else None)
@@ -137,7 +137,7 @@ def migrate(
         if as_json:
             emit_json({"id": done.checkpoint, "migrated": False, "schema_version": done.version})
         else:
-            out().print(f"{done.checkpoint[:12]} is already at schema version {done.version}; nothing to migrate", markup=False)
+            out().print(f"{done.checkpoint[:12]} is already at schema version {safe(done.version)}; nothing to migrate", markup=False)
         return
     parent = result.manifest.parents[0].hex()
     if as_json:

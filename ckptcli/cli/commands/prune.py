@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
-from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out
+from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, safe
 from ckptcli.errors import ExitCode
 
 
@@ -149,9 +149,9 @@ def prune(
     c = out()
     verb = "would remove" if dry_run else "removed"
     for subj, idle in sorted(report.expired.items()):
-        c.print(f"expired {subj}: no write for {_age(idle)} ({report.expired_strategy.get(subj, langgraph_ttl_strategy)})", markup=False)
+        c.print(f"expired {safe(subj)}: no write for {_age(idle)} ({report.expired_strategy.get(subj, langgraph_ttl_strategy)})", markup=False)
     for subj in report.in_use:
-        c.print(f"left alone {subj}: expired, but a running LangGraph saver holds it (or died before committing it; opening the store replays it)", markup=False)
+        c.print(f"left alone {safe(subj)}: expired, but a running LangGraph saver holds it (or died before committing it; opening the store replays it)", markup=False)
     for d in report.decisions:
         if d.keep and not (verbose or dry_run):
             continue
@@ -164,7 +164,7 @@ def prune(
         trimmed = "would trim" if dry_run else "trimmed"
         c.print(f"reflog: {trimmed} {report.reflog_dropped} expired entr{'y' if report.reflog_dropped == 1 else 'ies'} from {report.reflog_logs} log(s)", markup=False)
     for name, target in report.refs_moved.items():
-        c.print(f"moved {name} to {target[:12]}" if target else f"deleted {name} (its subject has no checkpoint left)", markup=False)
+        c.print(f"moved {safe(name)} to {target[:12]}" if target else f"deleted {safe(name)} (its subject has no checkpoint left)", markup=False)
     if report.gc and report.gc.writers_alive:
         c.print(
             f"objects: none removed: {report.gc.writers_alive} other writer(s) (a LangGraph saver) are alive and may name them again; "

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app, open_store
-from ckptcli.cli.output import emit_json, exit_status, out, short
+from ckptcli.cli.output import emit_json, exit_status, out, safe, short
 from ckptcli.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -86,13 +86,14 @@ def reflog(
     c = out()
     for e in entries:
         when = e.to_dict()["time"][:19].replace("T", " ")
+        ref, reason = safe(e.ref), safe(e.reason)
         if e.old is not None and e.old == e.new:  # no move: a new checkpoint left it here
-            c.print(f"{e.ref + ' (kept)':<{len(e.ref) + 4}}  {when}  {short(e.new):<12}    {'':<12}  {e.reason}", markup=False)
+            c.print(f"{ref + ' (kept)':<{len(ref) + 4}}  {when}  {short(e.new):<12}    {'':<12}  {reason}", markup=False)
             continue
         n = seen.get(e.ref, 0)
         seen[e.ref] = n + 1
         move = f"{short(e.old) if e.old else '(new)':<12} -> {short(e.new) if e.new else '(deleted)':<12}"
-        c.print(f"{e.ref}@{{{n}}}  {when}  {move}  {e.reason}", markup=False)
+        c.print(f"{ref}@{{{n}}}  {when}  {move}  {reason}", markup=False)
 
 
 def _expire(st: Store, age: str, dry_run: bool, as_json: bool) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
-from ckptcli.cli.output import emit_json, exit_status, out
+from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import ExitCode
 
 
@@ -24,4 +24,4 @@ def refs(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         emit_json(rows)
         return
     for k, v in rows.items():
-        out().print(f"{k}\t{v[:12]}", markup=False)
+        out().print(f"{safe(k)}\t{v[:12]}", markup=False)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
-from ckptcli.cli.output import BarProgress, emit_json, exit_status, out
+from ckptcli.cli.output import BarProgress, emit_json, exit_status, out, safe
 from ckptcli.errors import CorruptError, ExitCode, UsageError
 
 if TYPE_CHECKING:
@@ -57,7 +57,11 @@ def repair(
     damaged one moves to it (--forget also removes the original). --drop removes
     damaged checkpoints instead: a latest ref or a branch moves to the dropped one's
     nearest intact ancestor (a latest with none: to the subject's newest intact
-    checkpoint), a tag is removed; each change is in the reflog. It only
+    checkpoint), a tag is removed; each change is in the reflog. The checkpoints below a
+    dropped one keep it as their parent, so their history breaks there: `ckpt log` stops
+    at it (and says so on stderr), `ckpt bisect` cannot reach the older ones from them,
+    which stay in the store under their own ids and refs; rewriting (no --drop) keeps the
+    history whole. It only
     says what it would do unless --force. New objects and the new checkpoint are
     written before any ref moves, and refs move before anything is removed: a kill
     leaves a readable store; run it again to finish. When packs the index names are
@@ -107,7 +111,7 @@ def repair(
         for name in rep.damaged_index:
             c.print(f"damaged index file {name}: {'would be replaced' if dry_run else 'replaced'}", markup=False)
         for path, msg in rep.damaged_packs.items():
-            c.print(f"damaged pack {path}: {msg}", markup=False)
+            c.print(f"damaged pack {safe(path)}: {safe(msg, backslash=False)}", markup=False)
         verb = "would write" if dry_run else "wrote"
         c.print(
             f"read {rep.packs} pack(s) ({rep.unindexed_packs} named by no readable index file); {verb} one index file naming "
@@ -128,9 +132,9 @@ def repair(
     for name, move in refs.moved.items():
         was = (move["from"] or "nothing")[:12]
         to = move["to"]
-        c.print(f"{verb} {name}: {was} -> {to[:12]}" if to else f"{'would delete' if dry_run else 'deleted'} {name} (no checkpoint of its subject is left)", markup=False)
+        c.print(f"{verb} {safe(name)}: {was} -> {to[:12]}" if to else f"{'would delete' if dry_run else 'deleted'} {safe(name)} (no checkpoint of its subject is left)", markup=False)
     for path, msg in refs.damaged.items():
-        c.print(f"damaged {path}: {msg} (left alone; delete or re-create it with ckpt tag/branch)", markup=False)
+        c.print(f"damaged {safe(path)}: {safe(msg, backslash=False)} (left alone; delete or re-create it with ckpt tag/branch)", markup=False)
     if not refs.moved:
         c.print("every latest ref names its subject's newest checkpoint", markup=False)
 
@@ -143,7 +147,7 @@ def _checkpoints(rep: CheckpointsRepair, as_json: bool) -> None:
         would = "would " if rep.dry_run else ""
         for cid, d in rep.damaged.items():
             for where, problem in d.problems.items():
-                c.print(f"checkpoint {cid[:12]} ({d.subject}): {where}: {problem}", markup=False)
+                c.print(f"checkpoint {cid[:12]} ({safe(d.subject)}): {safe(where)}: {safe(problem, backslash=False)}", markup=False)
             if d.action == "drop":
                 c.print(f"  {would}drop {cid[:12]}", markup=False)
             else:
@@ -151,7 +155,7 @@ def _checkpoints(rep: CheckpointsRepair, as_json: bool) -> None:
                 c.print(f"  {would}rewrite {cid[:12]}{into} without {', '.join(d.dropped) or 'nothing'}", markup=False)
         for name, move in rep.refs.items():
             to = move["to"]
-            c.print(f"{would}move {name}: {(move['from'] or '')[:12]} -> {to[:12] if to and not to.startswith('(') else to}" if to else f"{would}remove {name}", markup=False)
+            c.print(f"{would}move {safe(name)}: {(move['from'] or '')[:12]} -> {to[:12] if to and not to.startswith('(') else to}" if to else f"{would}remove {safe(name)}", markup=False)
         for cid in rep.forgotten:
             c.print(f"removed {cid[:12]}", markup=False)
         if not rep.damaged:

@@ -21,7 +21,7 @@ from ckptcli.cli.app import (
     app,
     tolerance_of,
 )
-from ckptcli.cli.output import emit_json, exit_status, out, quiet, short
+from ckptcli.cli.output import emit_json, exit_status, json_text, out, quiet, safe, short
 from ckptcli.errors import ExitCode
 
 
@@ -250,9 +250,9 @@ def _check(ck: Any, func: Any, reducers: Any, as_json: bool, tolerance: Any = No
         else:
             from ckptcli.jsonview import to_json
 
-            c.print(f"diverged at seq {d.seq}, in the step for input seq {d.input_seq}: {d.reason}", markup=False)
+            c.print(f"diverged at seq {d.seq}, in the step for input seq {d.input_seq}: {safe(d.reason, backslash=False)}", markup=False)
             for label, ev in (("recorded", d.expected), ("replayed", d.actual)):
-                text = json.dumps(to_json(ev), ensure_ascii=False) if ev is not None else "(nothing: the step had ended)"
+                text = json_text(to_json(ev)) if ev is not None else "(nothing: the step had ended)"
                 c.print(f"  {label}: {text}", markup=False)
         if report.from_seq is not None:
             c.print(

@@ -8,15 +8,15 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import JsonOpt, RefArg, StoreOpt, app
-from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet, write_output
+from ckptcli.cli.app import JsonOpt, RefArg, StoreOpt, app, output_path
+from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet, safe, write_output
 from ckptcli.errors import ExitCode, UsageError
 
 
 @app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED, ExitCode.UNSAFE_PATH, ExitCode.CONFLICT, ExitCode.IO_ERROR))
 def restore(
     ref: RefArg,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the state document here; - for stdout (the default).", show_default=False)] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", parser=output_path, metavar="<path>", help="Write the state document here; - for stdout (the default).", show_default=False)] = None,
     blobs_dir: Annotated[Path | None, typer.Option("--blobs", "-B", help="Restore blobs into this directory (created if missing), each under its name.", show_default=False)] = None,
     in_place: Annotated[bool, typer.Option("--in-place", help="Restore each blob to the path it was taken from, replacing what is there.")] = False,
     blob: Annotated[list[str] | None, typer.Option("--blob", help="Only this blob; repeatable (with --blobs or --in-place).", show_default=False)] = None,
@@ -39,7 +39,8 @@ def restore(
     replacing what is there; with --delete, files under it that are not in the
     checkpoint are removed too, so `ckpt restore REF --in-place --delete` rolls a
     workspace back. Run it with --dry-run first to see what it would write and delete.
-    --include limits all of this to matching paths.
+    --include limits all of this to matching paths; one that matches no path of the
+    checkpoint is an error (exit 3, nothing written), as a typo would be.
 
     Nothing inside a checkpoint can write outside its target: names such as ../x or
     /etc/x and escaping symlinks are refused before anything is written, and so is a
@@ -106,9 +107,9 @@ def restore(
             if not as_json:
                 c = out()
                 for path in report.written:
-                    c.print(f"would write {path}", markup=False, highlight=False)
+                    c.print(f"would write {safe(path)}", markup=False, highlight=False)
                 for path in report.deleted:
-                    c.print(f"would delete {path}", markup=False, highlight=False)
+                    c.print(f"would delete {safe(path)}", markup=False, highlight=False)
             sys.stderr.write(
                 f"would restore {human_size(n)} of blobs {where}: {len(report.written)} files and links ({report.replaced} replacing existing ones), {len(report.deleted)} deleted\n"
             )

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli.app import JsonOpt, RefArg, SnapshotOpt, StoreOpt, app
-from ckptcli.cli.output import emit_json, exit_status, human_size, out
+from ckptcli.cli.output import emit_json, exit_status, human_size, json_text, out, safe
 from ckptcli.errors import ExitCode
 
 
@@ -59,13 +59,12 @@ def show(
         if as_json:
             emit_json(value)
         else:
-            import json
 
             if not show_all and "langgraph.checkpoint" in ck.manifest.labels:
                 from ckptcli.adapters.langgraph_render import readable
 
                 value = readable(value, times=True)
-            out().print_json(json.dumps(value, ensure_ascii=False))
+            out().print_json(json_text(value))
         _warn_after(at.problem)
         return
     info = at.summary()
@@ -75,16 +74,16 @@ def show(
         return
     c = out()
     c.print(f"checkpoint {info['id']}", markup=False)
-    c.print(f"subject    {info['subject']}", markup=False)
+    c.print(f"subject    {safe(info['subject'])}", markup=False)
     c.print(f"created    {info['created']}", markup=False)
     c.print(f"parents    {' '.join(info['parents']) or '(none)'}", markup=False)
     if info["labels"]:
-        c.print("labels     " + " ".join(f"{k}={v}" for k, v in info["labels"].items()), markup=False)
+        c.print("labels     " + " ".join(f"{safe(k)}={safe(v)}" for k, v in info["labels"].items()), markup=False)
     if info["message"]:
-        c.print(f"message    {info['message']}", markup=False)
-    c.print(f"producer   {info['producer'].get('name', '?')} {info['producer'].get('version', '')}  (format {info['format']})", markup=False)
+        c.print(f"message    {safe(info['message'])}", markup=False)
+    c.print(f"producer   {safe(info['producer'].get('name', '?'))} {safe(info['producer'].get('version', ''))}  (format {info['format']})", markup=False)
     if info["schema_version"] is not None:
-        c.print(f"schema     {info['schema_version']}", markup=False)
+        c.print(f"schema     {safe(info['schema_version'])}", markup=False)
     if "state" in info and "problem" in info["state"]:
         c.print("state      stored sections (its events section does not replay: see the warning)", markup=False)
     elif "state" in info:
@@ -99,7 +98,7 @@ def show(
         extra = f"{d['items']} items, " if "items" in d else ""
         if "files" in d:
             extra += f"{d['files']} files, "
-        c.print(f"  {name:<12} {d['type']:<7} {extra}{human_size(d['bytes'])}", markup=False)
+        c.print(f"  {safe(name):<12} {d['type']:<7} {extra}{human_size(d['bytes'])}", markup=False)
     _warn_after(at.problem)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
-from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out
+from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, safe
 from ckptcli.errors import ExitCode
 
 
@@ -53,7 +53,7 @@ def stats(
         c.print(f"{'SUBJECT':<32}{'CHECKPOINTS':>12}{'LOGICAL':>12}{'UNIQUE':>12}{'STORED':>12}", markup=False, highlight=False)
         for subject, sub in sorted(s.per_subject.items()):
             c.print(
-                f"{subject:<32}{sub.checkpoints:>12}{human_size(sub.logical_bytes):>12}{human_size(sub.unique_bytes):>12}{human_size(sub.stored_bytes):>12}",
+                f"{safe(subject):<32}{sub.checkpoints:>12}{human_size(sub.logical_bytes):>12}{human_size(sub.unique_bytes):>12}{human_size(sub.stored_bytes):>12}",
                 markup=False,
                 highlight=False,
             )

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
-from ckptcli.cli.output import emit_json, exit_status, out
+from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import ExitCode, UsageError
 
 
@@ -47,7 +47,7 @@ def _ref_command(ns: str, name: str | None, ref: str, delete: bool, force: bool,
             emit_json(rows)
         else:
             for k, v in rows.items():
-                out().print(f"{k}\t{v[:12]}", markup=False)
+                out().print(f"{safe(k)}\t{v[:12]}", markup=False)
         return
     if delete:
         old = st.delete_ref(f"refs/{ns}/{name}", reason=f"{'tag' if ns == 'tags' else 'branch'} --delete")

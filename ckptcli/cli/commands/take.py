@@ -9,8 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app, open_store
-from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet
-from ckptcli.errors import ExitCode, InvalidInputError, NotFoundError, StoreIOError
+from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet, safe
+from ckptcli.errors import ExitCode, InvalidInputError, NotFoundError, StoreIOError, UsageError
 
 
 @app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LIMIT_EXCEEDED, ExitCode.CONFLICT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
@@ -55,6 +55,9 @@ def take(
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
             raise InvalidInputError(f"--blob {item!r} is not NAME=PATH")
+        if name in blobs:
+            # the last would silently win and the first be left out of the checkpoint
+            raise UsageError(f"--blob {name}= is given twice ({blobs[name]} and {path})", hint="give each blob its own NAME")
         blobs[name] = Path(path)
     if document is None and not blobs:
         raise InvalidInputError("no state document", hint="give a path, - for stdin, or at least one --blob")
@@ -106,7 +109,7 @@ def take(
     if problem is not None:
         sys.stderr.write(f"ckpt: warning: its events section will not replay (ckpt replay, fork, tui --timeline refuse it): {problem}\n")
     for changed in result.capture.changed:
-        sys.stderr.write(f"ckpt: warning: {changed}; take it again when it is quiet to be sure of a consistent copy\n")
+        sys.stderr.write(f"ckpt: warning: {safe(changed, backslash=False)}; take it again when it is quiet to be sure of a consistent copy\n")
     if as_json:
         emit_json({"id": result.hex, "subject": str(result.manifest.subject), "parents": [p.hex() for p in result.manifest.parents], "new_objects": result.new_objects, "new_bytes": result.new_bytes})
         return
@@ -117,4 +120,4 @@ def take(
             f"took {result.hex[:12]} ({result.manifest.subject}): {result.new_objects} new objects, {human_size(result.new_bytes)} added{reused}\n"
         )
     for skipped in result.capture.skipped:
-        sys.stderr.write(f"ckpt: warning: skipped {skipped}\n")
+        sys.stderr.write(f"ckpt: warning: skipped {safe(skipped, backslash=False)}\n")

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
-from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out
+from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, safe
 from ckptcli.errors import ExitCode, VerifyFailed
 
 
@@ -55,9 +55,9 @@ def verify(
         c = out()
         for p in report.problems:
             affected = f" (needed by {len(p.checkpoints)} checkpoint(s): {', '.join(x[:12] for x in p.checkpoints[:8])}{' ...' if len(p.checkpoints) > 8 else ''})" if p.checkpoints else ""
-            c.print(f"damaged {p.kind} {p.name}: {p.message}{affected}", markup=False)
+            c.print(f"damaged {p.kind} {safe(p.name)}: {safe(p.message, backslash=False)}{affected}", markup=False)
         for n in report.notes:
-            c.print(f"note: {n}", markup=False)
+            c.print(f"note: {safe(n, backslash=False)}", markup=False)
         what = f", {human_size(report.bytes_read)} read" if read_data else ""
         status = "no problems found" if report.ok else f"{len(report.problems)} problem(s) found"
         c.print(f"checked {report.checkpoints} checkpoint(s), {report.objects} object(s){what}: {status}", markup=False)
