@@ -668,20 +668,15 @@ class LocalBackend(Backend):
         except OSError:
             return "unknown", None
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return "exclusive", lock_holder(fd)
-            except OSError:
-                return "unknown", None
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return "shared", lock_holder(fd)
-            except OSError:
-                return "unknown", None
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            # shared refused: an exclusive holder; then exclusive refused: shared holders
+            for mode, held in ((fcntl.LOCK_SH, "exclusive"), (fcntl.LOCK_EX, "shared")):
+                try:
+                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return held, lock_holder(fd)
+                except OSError:
+                    return "unknown", None
+                fcntl.flock(fd, fcntl.LOCK_UN)
             return "free", None
         finally:
             os.close(fd)
