@@ -1552,7 +1552,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
         fresh = _Journal(self._jdir, self.fsync) if self._journal.size > min(ROTATE_BYTES, self.max_journal_bytes // 2) and not self._closed else None
         with self._lock:
             self._staging.inflight = {}
+            known, rows = self._known, self._known_rows
             for mid, _data, e, rev in batch:
+                if known is not None:  # what the store holds, without reading it back (`_thread_keys`, `_store_ids`)
+                    known[mid] = e.key[0]
+                    rows.setdefault(e.key[0], {})[mid] = (rev, e.created_ns, Key(e.key[0], e.key[1], e.key[2], e.parent, rev))
                 if rev >= e.committed_rev:
                     e.committed, e.committed_rev = mid, rev
                 if e.manifest == mid and e.state == SEALED:
