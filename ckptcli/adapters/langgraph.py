@@ -117,13 +117,14 @@ __all__ = ["CkptSaver"]
 FSYNC_POLICIES = ("always", "batch", "never")
 ROTATE_BYTES = 4 * 1024 * 1024  # the journal is started again after a commit once it is this big
 _TICK = 0.02  # how often the commit thread looks for checkpoints ready to seal
-_SWEEP_BATCH = 256  # expired threads removed from the store together by a TTL sweep (one removal each batch)
+_SWEEP_BATCH = 64  # expired threads removed from the store together by a TTL sweep (one removal each batch; commits between)
 _COLLECT_MIN = 512  # deleted checkpoints left to collect before a delete collects (`CkptSaver._delete`)
 _RECENT_NAMESPACES = 4  # a thread in use keeps the newest values of this many subgraph namespaces in memory
 
 LEAF, SEALED, COMMITTED = 0, 1, 2
 _ALIST_BATCH = 64  # tuples `alist` takes from `list` per hop to its worker thread
 _Keys = list[tuple[str, str, str]]
+_Siblings = dict[Any, list[bytes]]  # subject -> the store's checkpoints of its thread (`CkptSaver._siblings`)
 #: a journaled delete being replayed: keys, threads, and the store's checkpoints it removes (None: older records)
 _Deletion = tuple[list[tuple[str, str, str]], set[str], set[bytes] | None]  # (thread, namespace, checkpoint id) of several checkpoints
 _MISSING = object()
@@ -2273,7 +2274,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 self._drop(keys)
                 self._seal_all()
                 self._commit_locked()
-                self._delete_from_store(keys, threads, ids)
+                siblings = self._siblings(keys, threads)
+            # the store's copies go without the lock: the entries are gone from memory
+            # already, and commits wait (the commit mutex); other threads go on
+            self._delete_from_store(keys, threads, ids, siblings)
+            with self._lock:
                 self._pending_deletes.remove(rec)
                 if collect is None:
                     collect = self._garbage >= max(_COLLECT_MIN, len(self._known or ()) // 4)
@@ -2343,22 +2348,30 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     out.add(cid)
         return out
 
-    def _delete_from_store(self, keys: _Keys, threads: set[str], ids: set[bytes] | None = None) -> None:
+    def _siblings(self, keys: _Keys, threads: set[str]) -> _Siblings:
+        """The store's checkpoints of the threads of `keys` and `threads`, by subject: what
+        a thread's latest moves to when its head is deleted (caller holds the lock)."""
+        out: _Siblings = {}
+        for thread in set(threads) | {key[0] for key in keys}:
+            out.setdefault(layout.subject_for(thread), []).extend(self._known_rows.get(thread, {}))
+        return out
+
+    def _delete_from_store(self, keys: _Keys, threads: set[str], ids: set[bytes] | None = None, siblings: _Siblings | None = None) -> None:
         """Remove the store's checkpoints `ids` (those of `keys` and `threads` now, for a
         delete journaled before the ids were): their manifests and refs; their objects
         are left for the next collection (`_delete`)."""
         from ckptcli.prune import forget_checkpoints
 
-        if ids is None:
-            ids = self._store_ids(keys, threads)
+        if ids is None or siblings is None:
+            with self._lock:
+                ids = self._store_ids(keys, threads) if ids is None else ids
+                siblings = self._siblings(keys, threads)
         ids = {cid for cid in ids if self.store.backend.exists(f"manifests/{cid.hex()}")}  # a replay: some may be gone
         if ids:
-            rows, wanted = self._known_rows, set(threads) | {key[0] for key in keys}
-
-            def siblings(subject: Any) -> list[bytes]:  # a thread's other checkpoints, for its latest
-                return [cid for t in wanted if layout.subject_for(t) == subject for cid in rows.get(t, {})]
-
-            self._garbage += len(forget_checkpoints(self.store, ids, siblings=siblings))
+            got = siblings
+            removed = forget_checkpoints(self.store, ids, siblings=lambda subject: got.get(subject, []))
+            with self._lock:
+                self._garbage += len(removed)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and pending write of a thread to another thread id.
