@@ -32,6 +32,11 @@ after the prune re-reads the index (the prune's rewrite removes the old index fi
 which is how every process notices). Write order, so that a crash anywhere loses
 nothing a kept checkpoint needs: new packs (repacked objects) -> the new index (all
 kept packs) -> refs -> removed manifests -> old index files -> unneeded packs.
+
+Removing and collecting can also be two steps, as restic's forget and prune are:
+`forget_checkpoints` removes given checkpoints' manifests and moves their refs, reading
+only what it removes (LangGraph's delete_thread), and leaves their objects; `collect`
+(and every `prune`) then removes the objects no checkpoint needs, in one walk.
 """
 
 from __future__ import annotations
