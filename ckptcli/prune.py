@@ -32,6 +32,11 @@ after the prune re-reads the index (the prune's rewrite removes the old index fi
 which is how every process notices). Write order, so that a crash anywhere loses
 nothing a kept checkpoint needs: new packs (repacked objects) -> the new index (all
 kept packs) -> refs -> removed manifests -> old index files -> unneeded packs.
+
+Removing and collecting can also be two steps, as restic's forget and prune are:
+`forget_checkpoints` removes given checkpoints' manifests and moves their refs, reading
+only what it removes (LangGraph's delete_thread), and leaves their objects; `collect`
+(and every `prune`) then removes the objects no checkpoint needs, in one walk.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from typing import Any
 
 from ckptcli.errors import CkptError, UsageError
 from ckptcli.format import framing
-from ckptcli.format.manifest import Manifest, head_order
+from ckptcli.format.manifest import Manifest, Subject, head_order
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
 from ckptcli.store import reflog
@@ -421,26 +426,96 @@ def prune(
 def remove_checkpoints(
     store: Store, ids: Iterable[bytes], *, max_unused: float = 0.1, lock_wait: float = 300.0, progress: Progress = NULL, writer: WriterMark | None = None
 ) -> GcReport:
-    """Remove exactly these checkpoints, then the objects no other checkpoint needs (for
-    adapters that delete on their users' request, e.g. LangGraph's delete_thread). Refs
-    follow as in prune: a subject's latest moves to its newest remaining checkpoint; a
-    tag or branch naming a removed checkpoint is deleted with it. Ids not in the store
-    are ignored. Raises LockError when takes keep the store busy for `lock_wait` seconds.
-    Objects stay while a writer other than `writer` is alive, as in `prune`."""
-    wanted = set(ids)
+    """Remove exactly these checkpoints, then the objects no other checkpoint needs
+    (`forget_checkpoints`, then `collect`). Ids not in the store are ignored. Raises
+    LockError when takes keep the store busy for `lock_wait` seconds. Objects stay while
+    a writer other than `writer` is alive, as in `prune`."""
+    if not forget_checkpoints(store, ids, lock_wait=lock_wait):
+        return GcReport()
+    return collect(store, max_unused=max_unused, lock_wait=lock_wait, progress=progress, writer=writer)
+
+
+def forget_checkpoints(
+    store: Store, ids: Iterable[bytes], *, lock_wait: float = 300.0, siblings: Callable[[Subject], Iterable[bytes]] | None = None
+) -> set[bytes]:
+    """Remove exactly these checkpoints' manifests (for adapters that delete on their
+    users' request, e.g. LangGraph's delete_thread), and nothing else: their objects stay
+    until the next `collect` (`ckpt prune`), as restic's forget leaves them to its prune.
+    Refs follow as in prune: a subject's latest moves to its newest remaining
+    checkpoint; a tag or branch naming a removed checkpoint is deleted with it. The cost
+    follows the removed checkpoints, not the store: only their manifests, their
+    subjects' latest refs, the tags and branches, and the checkpoints `siblings` names
+    for a subject whose latest must move (its other checkpoints; None: found in the
+    catalog) are read. Ids not in the store (or whose manifest is damaged: verify's
+    business) are ignored. Returns the ids removed. Raises LockError when takes keep the
+    store busy for `lock_wait` seconds."""
+    with store.backend.lock("store", shared=False, wait=lock_wait):
+        removed: dict[bytes, Manifest] = {}
+        for cid in set(ids):
+            with contextlib.suppress(CkptError):  # gone already; or damaged: it stays
+                removed[cid] = store.manifest(cid)
+        if not removed:
+            return set()
+        for prefix in ("refs/tags", "refs/branches"):  # strict: a damaged ref could be a tag that protects a checkpoint
+            for name, target in store.refs(strict=True, prefix=prefix).items():
+                if target in removed:
+                    store.delete_ref(f"refs/{name}", reason="prune")
+        for subj in sorted({m.subject for m in removed.values()}, key=str):
+            path = store.latest_ref(subj)
+            if store.read_ref(path) not in removed:
+                continue
+            rest: list[tuple[tuple[int, int], bytes]] = []
+            if siblings is not None:
+                for cid in set(siblings(subj)) - removed.keys():
+                    with contextlib.suppress(CkptError):
+                        m = store.manifest(cid)
+                        if m.subject == subj:
+                            rest.append((head_order(m.labels, m.created_ns), cid))
+            else:
+                from ckptcli.store import catalog
+
+                for cid, row in catalog.rows(store).items():
+                    if cid not in removed and (row[1], row[2]) == (subj.kind, subj.name) and type(row[5]) is dict:
+                        rest.append((head_order(row[5], row[4]), cid))
+            if rest:
+                store.write_ref(path, max(rest)[1], "prune")
+            else:
+                store.remove_ref(path, "prune")
+        for cid in removed:
+            store.backend.delete(f"manifests/{cid.hex()}")
+            store.forget_manifest(cid)
+        return set(removed)
+
+
+def collect(
+    store: Store,
+    *,
+    max_unused: float = 0.1,
+    lock_wait: float = 300.0,
+    progress: Progress = NULL,
+    writer: WriterMark | None = None,
+    finishing: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> GcReport:
+    """Remove the objects no checkpoint of the store needs (what `forget_checkpoints`
+    left; `prune` does the same after its removals): one walk of every checkpoint, one
+    decision of which packs go, are repacked or stay, one new index. Nothing goes while
+    a writer other than `writer` is alive (`GcReport.writers_alive`). `finishing` is
+    entered around the last step only (old index files and packs deleted): a caller
+    that reads the store from other threads holds its readers off there, not for the
+    walk. Raises LockError when takes keep the store busy for `lock_wait` seconds."""
     with store.backend.lock("store", shared=False, wait=lock_wait):
         manifests = {}
         for cid in store.manifest_ids():
-            with contextlib.suppress(CkptError):  # a damaged manifest is verify's business; it stays
+            with contextlib.suppress(CkptError):  # a damaged manifest is verify's business
                 manifests[cid] = store.manifest(cid)
-        removed = wanted & set(manifests)
-        if not removed:
-            return GcReport()
-        refs = store.refs(strict=True)  # a damaged ref could be a tag that protects a checkpoint
-        for name, target in refs.items():
-            if target in removed and name.startswith(("tags/", "branches/")):
-                store.delete_ref(f"refs/{name}", reason="prune")
-        gc, _moved = _remove(store, manifests, refs, removed, max_unused, progress, writer)
+        gc = GcReport()
+        alive = store.backend.live_writers(exclude=writer)
+        gc.writers_alive = len(alive)
+        if alive:
+            return gc
+        plan = _plan_gc(store, manifests, gc, max_unused, progress)
+        with finishing():
+            _finish_gc(store, plan, gc)
         return gc
 
 

@@ -339,7 +339,7 @@ def test_a_thread_deleted_then_written_again_by_another_saver_reads_back_as_it_i
         a.flush()
         assert len(gb.get_state(CHAT).values["messages"]) == 12
         assert len(list(gb.get_state_history(CHAT))) == 14
-        b.delete_thread("chat")  # (b's delete reads the catalog: it removes every revision)
+        b.delete_thread("chat")  # every revision: the ones b knows, and those new since it looked (their names)
         before = len(calls)
         gb.invoke({"messages": []}, CHAT)
         b.flush()

@@ -119,11 +119,14 @@ __all__ = ["CkptSaver"]
 FSYNC_POLICIES = ("always", "batch", "never")
 ROTATE_BYTES = 4 * 1024 * 1024  # the journal is started again after a commit once it is this big
 _TICK = 0.02  # how often the commit thread looks for checkpoints ready to seal
+_SWEEP_BATCH = 64  # expired threads removed from the store together by a TTL sweep (one removal each batch; commits between)
+_COLLECT_MIN = 512  # deleted checkpoints left to collect before a delete collects (`CkptSaver._delete`)
 _RECENT_NAMESPACES = 4  # a thread in use keeps the newest values of this many subgraph namespaces in memory
 
 LEAF, SEALED, COMMITTED = 0, 1, 2
 _ALIST_BATCH = 64  # tuples `alist` takes from `list` per hop to its worker thread
 _Keys = list[tuple[str, str, str]]
+_Siblings = dict[Any, list[bytes]]  # subject -> the store's checkpoints of its thread (`CkptSaver._siblings`)
 #: a journaled delete being replayed: keys, threads, and the store's checkpoints it removes (None: older records)
 _Deletion = tuple[list[tuple[str, str, str]], set[str], set[bytes] | None]  # (thread, namespace, checkpoint id) of several checkpoints
 _MISSING = object()
@@ -281,9 +284,13 @@ class _Staging:
         self.store = store
         self.objects: dict[bytes, tuple[int, bytes]] = {}
         self.inflight: dict[bytes, tuple[int, bytes]] = {}
+        #: False while the saver collects the store's garbage (`CkptSaver._collect`): an
+        #: object the store has now may be one that goes, so it is staged again (the
+        #: commit, after the collection, writes it only if it went)
+        self.dedupe = True
 
     def put(self, oid: bytes, content: bytes, obj_type: int) -> None:
-        if oid in self.objects or oid in self.inflight or self.store.has(oid):
+        if oid in self.objects or oid in self.inflight or (self.dedupe and self.store.has(oid)):
             return
         self.objects[oid] = (obj_type, content)
 
@@ -502,6 +509,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self.clock = clock
         self._sweeping: set[str] = set()  # threads `_holding` holds the lease of, for a delete (not let go by commits)
         self._copying = 0  # copies between their snapshot of the source and their publishing (`copy_thread`)
+        self._garbage = 0  # checkpoints removed from the store whose objects no collection has looked at yet (`_delete`)
         if fsync not in FSYNC_POLICIES:
             raise InvalidInputError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
         if not (commit_interval > 0 and seal_idle >= 0):
@@ -1545,7 +1553,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
         fresh = _Journal(self._jdir, self.fsync) if self._journal.size > min(ROTATE_BYTES, self.max_journal_bytes // 2) and not self._closed else None
         with self._lock:
             self._staging.inflight = {}
+            known, rows = self._known, self._known_rows
             for mid, _data, e, rev in batch:
+                if known is not None:  # what the store holds, without reading it back (`_thread_keys`, `_store_ids`)
+                    known[mid] = e.key[0]
+                    rows.setdefault(e.key[0], {})[mid] = (rev, e.created_ns, Key(e.key[0], e.key[1], e.key[2], e.parent, rev))
                 if rev >= e.committed_rev:
                     e.committed, e.committed_rev = mid, rev
                 if e.manifest == mid and e.state == SEALED:
@@ -2068,7 +2080,10 @@ class CkptSaver(BaseCheckpointSaver[str]):
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and pending write of a thread, here and in the store
-        (under the thread's lease: other processes' savers see it deleted)."""
+        (under the thread's lease: other processes' savers see it deleted). Its cost
+        follows the thread, not the store: its manifests and refs go now; the objects
+        only they used go at the next collection (`_delete`: once the deleted
+        checkpoints are a quarter of the store, at a TTL sweep, `prune`, or `ckpt prune`)."""
         thread = str(thread_id)
         with self._lock:
             self._check()
@@ -2108,7 +2123,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         with self._holding(threads):
             with self._lock:
                 keys = self._prune_keys(threads, strategy)
-            self._delete(keys, threads if strategy == "delete" else set())
+            self._delete(keys, threads if strategy == "delete" else set(), collect=True)
 
     def _prune_keys(self, threads: set[str], strategy: str) -> _Keys:
         """What `prune` removes of `threads` (caller holds the lock)."""
@@ -2163,22 +2178,41 @@ class CkptSaver(BaseCheckpointSaver[str]):
             if ttl_s is not None and now - ts > ttl_s * 1e9 and t not in busy:
                 expired.append((ts, t, ttl_s, strategy))
         expired.sort()
-        return [t for _ts, t, ttl_s, strategy in expired[: ttl.sweep_limit] if self._sweep_thread(t, now, ttl_s, strategy)]
+        todo = expired[: ttl.sweep_limit]
+        swept: list[str] = []
+        for at in range(0, len(todo), _SWEEP_BATCH):
+            swept.extend(self._sweep_threads(todo[at : at + _SWEEP_BATCH], now))
+        if swept:
+            self._collect()  # one collection for the whole sweep, its lock let go for the walk
+        return swept
 
-    def _sweep_thread(self, thread: str, now: int, ttl_s: float, strategy: str) -> bool:
-        with self._holding({thread}, wait=False) as held:
+    def _sweep_threads(self, batch: Sequence[tuple[int, str, float, str]], now: int) -> Sequence[str]:
+        """Delete or cut down the expired threads of `batch` (ts, thread, ttl, strategy)
+        that are still expired and not in use, in one removal from the store (`_delete`;
+        the objects are left for the sweep's collection)."""
+        rules = {t: (ttl_s, strategy) for _ts, t, ttl_s, strategy in batch}
+        with self._holding(set(rules), wait=False) as held:
             if not held:
-                return False  # another process's saver holds it: in use
+                return []  # other processes' savers hold them all: in use
+            swept: list[str] = []
+            keys: _Keys = []
+            deleted: set[str] = set()
             with self._lock:
-                entries = [e for ids in self._thread_entries(thread).values() for e in ids.values()]
-                busy = any(key[0] == thread for key in self._open) or any(key[0] == thread for key in self._orphan_writes)
-                if not entries or busy or now - max(e.created_ns for e in entries) <= ttl_s * 1e9:
-                    return False
-                keys = [e.key for e in entries] if strategy == "delete" else self._prune_keys({thread}, strategy)
-            if not keys:
-                return False  # cut down already
-            self._delete(keys, {thread} if strategy == "delete" else set())
-            return True
+                busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes}
+                for thread in held:
+                    ttl_s, strategy = rules[thread]
+                    entries = [e for ids in self._thread_entries(thread).values() for e in ids.values()]
+                    if not entries or thread in busy or now - max(e.created_ns for e in entries) <= ttl_s * 1e9:
+                        continue  # written meanwhile: no longer expired
+                    mine = [e.key for e in entries] if strategy == "delete" else self._prune_keys({thread}, strategy)
+                    if not mine:
+                        continue  # cut down already
+                    keys += mine
+                    swept.append(thread)
+                    if strategy == "delete":
+                        deleted.add(thread)
+            self._delete(keys, deleted, collect=False)
+            return swept
 
     def _rebuilt_from(self, kept: _Keys) -> dict[tuple[str, str, str], str]:
         """The checkpoints that `kept` ones rebuild their delta channels from (see
@@ -2215,25 +2249,70 @@ class CkptSaver(BaseCheckpointSaver[str]):
 
         return retention.needed(kept, parent, rebuilt, stored)
 
-    def _delete(self, keys: _Keys, threads: set[str]) -> None:
+    def _delete(self, keys: _Keys, threads: set[str], collect: bool | None = None) -> None:
         """Forget `keys` (journaled first, so that a crash cannot bring them back), then
-        remove their manifests, every revision, from the store, and the objects no other
-        checkpoint needs. Everything that stays is committed first (so that what it
-        needs is kept), and puts wait meanwhile."""
+        remove their manifests, every revision, from the store. Everything that stays is
+        committed first, and puts wait meanwhile; all of that reads only what is deleted
+        (`prune.forget_checkpoints`), so its cost follows the deleted checkpoints, not
+        the store. The objects no other checkpoint needs go in a collection (`_collect`):
+        now when `collect`; when None, once the checkpoints removed since the last one
+        are a quarter of those the saver knows (so a delete costs, amortized, what it
+        deletes); never when False (the caller collects)."""
         if not keys and not threads:
             return
-        with self._commit_mutex, self._lock:
-            ids = self._store_ids(keys, threads)
-            rec = {"op": "d", "k": [list(k) for k in keys], "threads": sorted(threads), "ids": sorted(ids)}
-            self._journal.append(_frame(rec))
-            # carried into every new journal until the store's copies are gone: a crash
-            # in between must not bring the thread back
-            self._pending_deletes.append(rec)
-            self._drop(keys)
-            self._seal_all()
-            self._commit_locked()
-            self._delete_from_store(keys, threads, ids)
-            self._pending_deletes.remove(rec)
+        with self._commit_mutex:
+            with self._lock:
+                ids = self._store_ids(keys, threads)
+                rec = {"op": "d", "k": [list(k) for k in keys], "threads": sorted(threads), "ids": sorted(ids)}
+                self._journal.append(_frame(rec))
+                # carried into every new journal until the store's copies are gone: a crash
+                # in between must not bring the thread back
+                self._pending_deletes.append(rec)
+                self._drop(keys)
+                self._seal_all()
+                self._commit_locked()
+                siblings = self._siblings(keys, threads)
+            # the store's copies go without the lock: the entries are gone from memory
+            # already, and commits wait (the commit mutex); other threads go on
+            self._delete_from_store(keys, threads, ids, siblings)
+            with self._lock:
+                self._pending_deletes.remove(rec)
+                if collect is None:
+                    collect = self._garbage >= max(_COLLECT_MIN, len(self._known or ()) // 4)
+            if collect and self._garbage:
+                self._collect(mutex_held=True)
+
+    def _collect(self, mutex_held: bool = False) -> None:
+        """Remove the objects no checkpoint of the store needs (`prune.collect`), after
+        deletes that left them. The commit mutex is held (commits wait), but not the
+        saver's lock while the store is walked: reads and puts of other threads go on.
+        Meanwhile puts stage every object they make, even one the store has (it may be
+        one that goes: the commit after writes what went); the old packs are deleted
+        under the lock, when no read is under way."""
+        from ckptcli.prune import collect
+
+        @contextlib.contextmanager
+        def finishing() -> Iterator[None]:
+            with self._lock:
+                yield
+
+        with contextlib.ExitStack() as stack:
+            if not mutex_held:
+                stack.enter_context(self._commit_mutex)
+            with self._lock:
+                self._item_memo.clear()  # their EVs may name objects that go now: made again when seen again
+                self._writer.forget()
+                self._staging.dedupe = False
+                writer = None if self._copying else self._mark
+            try:
+                # a copy of a thread under way names the objects of its snapshot without
+                # holding anything: they stay, as for another live saver
+                gc = collect(self.store, writer=writer, finishing=finishing)
+            finally:
+                with self._lock:
+                    self._staging.dedupe = True
+            if not gc.writers_alive:
+                self._garbage = 0
 
     def _drop(self, keys: _Keys) -> None:
         gone: set[tuple[str, str, str]] = set(keys)
@@ -2248,25 +2327,48 @@ class CkptSaver(BaseCheckpointSaver[str]):
             del self._blobs[bkey]
 
     def _store_ids(self, keys: _Keys, threads: set[str]) -> set[bytes]:
-        """The store's checkpoints (every revision) of `keys` and of `threads`."""
+        """The store's checkpoints (every revision) of `keys` and of `threads`: what the
+        saver knows of those threads' manifests, brought up to date (`_thread_keys`: one
+        listing of the manifests' names, and only those new since it last looked read)."""
         gone: set[tuple[str, str, str]] = set(keys)
-        return {cid for key, revs in self._store_keys().items() if key in gone or key[0] in threads for _r, _c, cid, _k in revs}
+        wanted = set(threads) | {key[0] for key in keys}
+        if not wanted:
+            return set()
+        if self._known is None:
+            self._store_keys()  # the first look: the catalog
+        else:
+            self._thread_keys(min(wanted))  # brings `_known_rows` up to date, for every thread
+        out: set[bytes] = set()
+        for thread in wanted:
+            for cid, (_rev, _created, k) in self._known_rows.get(thread, {}).items():
+                if thread in threads or (k.thread_id, k.ns, k.checkpoint_id) in gone:
+                    out.add(cid)
+        return out
 
-    def _delete_from_store(self, keys: _Keys, threads: set[str], ids: set[bytes] | None = None) -> None:
+    def _siblings(self, keys: _Keys, threads: set[str]) -> _Siblings:
+        """The store's checkpoints of the threads of `keys` and `threads`, by subject: what
+        a thread's latest moves to when its head is deleted (caller holds the lock)."""
+        out: _Siblings = {}
+        for thread in set(threads) | {key[0] for key in keys}:
+            out.setdefault(layout.subject_for(thread), []).extend(self._known_rows.get(thread, {}))
+        return out
+
+    def _delete_from_store(self, keys: _Keys, threads: set[str], ids: set[bytes] | None = None, siblings: _Siblings | None = None) -> None:
         """Remove the store's checkpoints `ids` (those of `keys` and `threads` now, for a
-        delete journaled before the ids were)."""
-        from ckptcli.prune import remove_checkpoints
+        delete journaled before the ids were): their manifests and refs; their objects
+        are left for the next collection (`_delete`)."""
+        from ckptcli.prune import forget_checkpoints
 
-        if ids is None:
-            ids = self._store_ids(keys, threads)
+        if ids is None or siblings is None:
+            with self._lock:
+                ids = self._store_ids(keys, threads) if ids is None else ids
+                siblings = self._siblings(keys, threads)
         ids = {cid for cid in ids if self.store.backend.exists(f"manifests/{cid.hex()}")}  # a replay: some may be gone
         if ids:
-            self._item_memo.clear()  # their EVs may name objects that go now: made again when seen again
-            self._writer.forget()
-            # a copy of a thread under way names the objects of its snapshot without
-            # holding anything: they stay, as for another live saver (the next removal
-            # takes what nothing needs)
-            remove_checkpoints(self.store, ids, writer=None if self._copying else self._mark)
+            got = siblings
+            removed = forget_checkpoints(self.store, ids, siblings=lambda subject: got.get(subject, []))
+            with self._lock:
+                self._garbage += len(removed)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and pending write of a thread to another thread id.
