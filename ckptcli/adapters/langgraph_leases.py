@@ -7,7 +7,13 @@ Imports nothing of LangGraph. docs/langgraph.md ("Several processes") is the use
                                              (u8: the holder has puts of the thread not
                                              committed) and a token (16 bytes, new each
                                              time a holder lets go of a thread it wrote)
-    <store>/langgraph/want/<lease name>      a request that the holder hand the thread over
+    <store>/langgraph/want/<lease name>.<ns>-<pid>-<random>
+                                             one waiter's request that the holder hand the
+                                             thread over: made when it starts to wait (<ns>:
+                                             the time, 20 digits, for the order of the
+                                             queue), flocked by the waiter for as long as it
+                                             waits (one that is not was left by a waiter
+                                             that died: removed), removed by the waiter
     <store>/langgraph/recover.lock           one saver replays dead savers' journals at a time
 
 The lease name is the first 32 hex digits of the SHA-256 of the thread id. A lease is
@@ -23,6 +29,7 @@ import hashlib
 import os
 import stat
 import struct
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +50,67 @@ def try_flock(fd: int) -> bool:
     except BlockingIOError:
         return False
     return True
+
+
+class Request:
+    """A waiter's request that the holder of lease `lease` hand it over: a file in
+    `wdir` it holds an flock on until `close` (which removes it). Raises OSError."""
+
+    def __init__(self, wdir: Path, lease: str) -> None:
+        while True:
+            name = f"{lease}.{time.time_ns():020d}-{os.getpid()}-{os.urandom(4).hex()}"
+            fd = os.open(wdir / name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # another process holds it only for an instant (`live_requests`)
+                if os.fstat(fd).st_nlink:
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # taken for a dead waiter's before it was locked, and removed: again
+        self.path, self.name, self._fd = wdir / name, name, fd
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                self.path.unlink()  # before the flock goes: never seen unlocked
+            os.close(self._fd)
+            self._fd = -1
+
+
+def request_lease(name: str) -> str:
+    """The lease an entry of the request directory asks for (an old saver's request is
+    named by the lease alone)."""
+    return name.partition(".")[0]
+
+
+def live_requests(wdir: Path, names: Iterable[str]) -> list[str]:
+    """Of the requests `names` in `wdir`, those whose waiter is alive (it holds the
+    flock), oldest first; a request no waiter holds is removed (its waiter died), as is
+    anything there that is no regular file. An old saver's request (named by the lease
+    alone, never locked) is left alone and not counted."""
+    live = []
+    for name in sorted(names, key=lambda n: n.partition(".")[2]):
+        if "." not in name:
+            continue
+        path = wdir / name
+        try:
+            fd = open_regular(path)
+        except OSError:
+            continue  # gone meanwhile: its waiter has the lease, or gave up
+        if isinstance(fd, str):
+            with contextlib.suppress(OSError):
+                path.unlink()
+            continue
+        try:
+            if try_flock(fd):
+                with contextlib.suppress(OSError):
+                    path.unlink()  # while locked: a waiter that made it just now sees it gone and makes another
+            else:
+                live.append(name)
+        finally:
+            os.close(fd)
+    return live
 
 
 @dataclass(frozen=True)
