@@ -569,3 +569,59 @@ def test_a_request_left_by_a_waiter_that_was_killed_is_removed_and_not_waited_fo
         graph.invoke({"messages": [HumanMessage(content="q1", id="user-q1")]}, {"configurable": {"thread_id": "t"}})
         assert os.listdir(want) == []  # removed: the next saver does not find it either
         assert [m.content for m in graph.get_state({"configurable": {"thread_id": "t"}}).values["messages"]] == ["q0", "echo q0 after 1", "q1", "echo q1 after 3"]
+
+
+def test_deleting_or_sweeping_a_thread_removes_its_lease(tmp_path: Path) -> None:
+    """Every thread ever used kept its lease file in langgraph/threads/ for good: with TTL
+    on, one file per conversation, after its checkpoints were all gone. A thread deleted
+    (delete_thread, the TTL sweep) loses its lease; the others keep theirs."""
+    import os
+
+    from ckptcli.adapters.langgraph_leases import lease_name
+
+    store = tmp_path / ".ckpt"
+    leases = store / "langgraph" / "threads"
+    now = [10**18]
+    with CkptSaver.open(store, ttl={"default_ttl": 1, "sweep_interval_minutes": 10**6}, clock=lambda: now[0]) as saver:
+        graph = _chat(saver)
+        for i in range(6):
+            graph.invoke({"messages": [HumanMessage(content=f"q{i}", id=f"user-q{i}")]}, {"configurable": {"thread_id": f"t{i}"}})
+        saver.flush()
+        assert sorted(os.listdir(leases)) == sorted(lease_name(f"t{i}") for i in range(6))
+        saver.delete_thread("t0")
+        saver.delete_thread("t1")
+        assert sorted(os.listdir(leases)) == sorted(lease_name(f"t{i}") for i in range(2, 6))
+        graph.invoke({"messages": [HumanMessage(content="q9", id="user-q9")]}, {"configurable": {"thread_id": "t1"}})  # used again
+        saver.flush()
+        assert lease_name("t1") in os.listdir(leases)
+        now[0] += 10 * 60 * 10**9
+        assert len(saver.sweep_ttl()) == 5
+        assert os.listdir(leases) == []
+        assert graph.get_state({"configurable": {"thread_id": "t1"}}).values == {}
+
+
+def test_a_worker_that_loaded_a_thread_before_it_was_deleted_and_its_lease_removed_reads_it_again(tmp_path: Path) -> None:
+    """Worker b loads the store when the thread has no lease (a store older than leases);
+    the thread is then deleted elsewhere, which removes the lease b never saw, and read by
+    another worker, which makes a new lease without a token: b must not serve the deleted
+    turn from its memory (no token there, and b has the thread: it reads it again)."""
+    import os
+
+    from ckptcli.adapters.langgraph_leases import lease_name
+
+    store = tmp_path / ".ckpt"
+    with CkptSaver.open(store) as saver:
+        _chat(saver).invoke({"messages": [HumanMessage(content="q0", id="user-q0")]}, {"configurable": {"thread_id": "t"}})
+    os.unlink(store / "langgraph" / "threads" / lease_name("t"))
+    a, b, c = _workers("ckpt", store, 3)
+    try:
+        assert a.call(op="delete", thread="t") == {"ok": True}
+        assert not (store / "langgraph" / "threads" / lease_name("t")).exists()
+        assert c.call(op="history", thread="t") == {"ok": True, "history": []}
+        assert b.call(op="history", thread="t") == {"ok": True, "history": []}
+        fresh = b.call(op="turn", thread="t", text="q1")
+        assert fresh["messages"] == ["q1", "echo q1 after 1"], fresh
+        assert [m[1] for m in a.call(op="history", thread="t")["history"][0]["messages"]] == ["q1", "echo q1 after 1"]
+    finally:
+        for w in (a, b, c):
+            w.close()

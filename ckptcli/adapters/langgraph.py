@@ -769,24 +769,10 @@ class CkptSaver(BaseCheckpointSaver[str]):
     def _claim_locked(self, thread: str, name: str, write: bool, wait: bool = True) -> None:
         if self._closed:
             raise UsageError("this CkptSaver is closed")
+        fd = self._take_lease(thread, name, wait)
+        if fd < 0:
+            return  # held by another process's saver: the caller goes without
         try:
-            fd = os.open(self._jdir / LEASE_DIR / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-        except OSError as exc:
-            raise StoreIOError(f"cannot open the lease of thread {thread!r} in {self._jdir / LEASE_DIR}: {exc.strerror}") from None
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a lease is written to: never through a hard link to a file elsewhere
-            os.close(fd)
-            what = "is not a regular file" if not stat.S_ISREG(st.st_mode) else f"has {st.st_nlink} hard links (a lease has one)"
-            raise StoreIOError(f"cannot use the lease of thread {thread!r}: {self._jdir / LEASE_DIR / name} {what}", hint="something other than ckpt put it there; remove it")
-        try:
-            # others wait for it: queue behind them (a saver that just handed the thread
-            # over, and needs it again at its next put, would take it back first otherwise)
-            locked = not (wait and self._requests(name)) and _try_flock(fd)
-            if not locked and not wait:
-                os.close(fd)  # held by another process's saver: the caller goes without
-                return
-            if not locked:
-                self._wait_for(thread, name, fd)
             raw = os.pread(fd, _LEASE.size, 0)
             dirty = len(raw) == _LEASE.size and raw[0] != 0
             token = raw[1:] if len(raw) == _LEASE.size else b""
@@ -795,16 +781,76 @@ class CkptSaver(BaseCheckpointSaver[str]):
             with self._lock:
                 lease = _Lease(fd, name)
                 lease.dirty = dirty
-                if dirty or token != self._seen.get(name, b""):
+                # no token: a lease no saver wrote, or made again after its thread was
+                # deleted and the lease removed (`_drop_lease`): what this saver has of
+                # the thread may be from before the delete
+                fresh = not token and not dirty and bool(self._thread_entries(thread))
+                if dirty or fresh or token != self._seen.get(name, b""):
                     known = {cid for ids in self._thread_entries(thread).values() for cid in ids}
                     self._reload_thread(thread)
                     if write and known:
                         self._fence[thread] = known
+                if fresh:  # read again: a token of its own, so that it is not read again at each take
+                    token = os.urandom(16)
+                    os.pwrite(fd, _LEASE.pack(0, token), 0)
                 self._seen[name] = token
                 self._leases[thread] = lease
         except BaseException:
             os.close(fd)
             raise
+
+    def _take_lease(self, thread: str, name: str, wait: bool) -> int:
+        """The fd of thread `thread`'s lease file `name`, flocked: taken at once, or
+        asked for and waited for (`wait`; -1 without `wait` when another process's saver
+        holds it). A lease removed while this saver waited for it (its thread deleted,
+        `_drop_lease`) is opened again: the one at its path is the lease now."""
+        while True:
+            try:
+                fd = os.open(self._jdir / LEASE_DIR / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+            except OSError as exc:
+                raise StoreIOError(f"cannot open the lease of thread {thread!r} in {self._jdir / LEASE_DIR}: {exc.strerror}") from None
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a lease is written to: never through a hard link to a file elsewhere
+                os.close(fd)
+                what = "is not a regular file" if not stat.S_ISREG(st.st_mode) else f"has {st.st_nlink} hard links (a lease has one)"
+                raise StoreIOError(f"cannot use the lease of thread {thread!r}: {self._jdir / LEASE_DIR / name} {what}", hint="something other than ckpt put it there; remove it")
+            try:
+                # others wait for it: queue behind them (a saver that just handed the thread
+                # over, and needs it again at its next put, would take it back first otherwise)
+                locked = not (wait and self._requests(name)) and _try_flock(fd)
+                if not locked and not wait:
+                    os.close(fd)
+                    return -1
+                if not locked:
+                    self._wait_for(thread, name, fd)
+                if os.fstat(fd).st_nlink:
+                    return fd
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # removed meanwhile
+
+    def _drop_lease(self, thread: str) -> None:
+        """Thread `thread` was deleted under its lease (caller holds the lock) and this
+        saver has nothing of it: remove its lease file, unless another process's saver
+        waits for it. Removed while the flock is held: a saver that waited on it finds it
+        gone once it has it and opens the one at the path; one that read the thread
+        before finds no token there, and reads it again (`_claim_locked`)."""
+        lease = self._leases.get(thread)
+        if lease is None or self._thread_entries(thread) or any(key[0] == thread for key in self._orphan_writes) or self._requests(lease.name):
+            return
+        path = self._jdir / LEASE_DIR / lease.name
+        try:
+            st, mine = os.lstat(path), os.fstat(lease.fd)
+            if (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
+                return
+            path.unlink()
+        except OSError:
+            return
+        del self._leases[thread]
+        self._seen.pop(lease.name, None)
+        with contextlib.suppress(OSError):
+            os.close(lease.fd)
 
     def _mark_dirty(self, lease: _Lease) -> None:
         """Say in the lease file that this saver has puts of the thread not committed yet
@@ -2113,6 +2159,8 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     if lease is not None and wrote:
                         lease.wrote = True
                     self._sweeping.discard(thread)
+                    if wrote:
+                        self._drop_lease(thread)  # deleted: its lease goes too
                 self._release_leases()
 
     def delete_thread(self, thread_id: str) -> None:

@@ -18,7 +18,10 @@ Imports nothing of LangGraph. docs/langgraph.md ("Several processes") is the use
 
 The lease name is the first 32 hex digits of the SHA-256 of the thread id. A lease is
 *held* while a process has an `flock` on its file; whoever takes it and finds a token it
-has not seen reads the thread from the store again.
+has not seen reads the thread from the store again. A saver that deletes a thread removes
+its lease while it holds it (no live request waiting): whoever then holds the flock of a
+file no longer linked (st_nlink 0) opens the path again, and a saver that has the thread
+in memory and finds no token reads it again.
 """
 
 from __future__ import annotations
@@ -150,6 +153,25 @@ def lease_states(store_dir: Path, odd: list[tuple[str, str]] | None = None) -> l
     return out
 
 
+def _take(path: Path) -> int:
+    """The lease at `path` opened and flocked, or -1 (held by another process, or no
+    lease: a FIFO, a hard link...). Made when missing (a thread imported, or written
+    before leases): a saver that read it at its start finds no token and reads it again.
+    One removed once it was taken (its thread deleted by a saver) is opened again."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+        except OSError:
+            return -1
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or not try_flock(fd):
+            os.close(fd)
+            return -1
+        if os.fstat(fd).st_nlink:
+            return fd
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def hold_threads(store_dir: Path, threads: Iterable[str], renew: bool = True) -> Iterator[tuple[set[str], set[str]]]:
     """Hold the leases of `threads` that no live saver holds and no dead one left dirty
@@ -164,20 +186,8 @@ def hold_threads(store_dir: Path, threads: Iterable[str], renew: bool = True) ->
             if not ldir.is_dir():
                 held[thread] = -1  # no saver ever opened this store: none has the thread in memory
                 continue
-            try:
-                # made when missing (a thread imported, or written before leases): a saver
-                # that read it at its start sees the new token and reads it again
-                fd = os.open(ldir / lease_name(thread), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
-            except OSError:
-                in_use.add(thread)
-                continue
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a FIFO, a hard link...: no lease, the thread cannot be taken
-                os.close(fd)
-                in_use.add(thread)
-                continue
-            if not try_flock(fd):
-                os.close(fd)
+            fd = _take(ldir / lease_name(thread))
+            if fd < 0:
                 in_use.add(thread)
                 continue
             raw = os.pread(fd, LEASE.size, 0)
