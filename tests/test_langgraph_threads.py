@@ -516,8 +516,8 @@ def test_several_workers_running_one_thread_back_to_back_all_make_progress(tmp_p
         graph = _chat(saver)
         texts = [m.content for m in graph.get_state({"configurable": {"thread_id": "shared"}}).values["messages"]]
     answered = [t for t in texts if isinstance(t, str) and t.startswith("echo ")]
-    for n in range(workers):  # each worker's turns are in the thread (a refused run may leave its question unanswered)
-        assert len([t for t in answered if t.startswith(f"echo w{n}-")]) == results[n]["done"], texts
+    for n in range(workers):  # each worker's turns are in the thread (a refused run may leave its question, or more)
+        assert len([t for t in answered if t.startswith(f"echo w{n}-")]) >= results[n]["done"], texts
     for t in answered:  # right after its question
         assert texts[texts.index(t) - 1] == t.split()[1], texts
 
@@ -625,3 +625,29 @@ def test_a_worker_that_loaded_a_thread_before_it_was_deleted_and_its_lease_remov
     finally:
         for w in (a, b, c):
             w.close()
+
+
+def test_a_holder_that_never_hands_over_is_named_and_the_waiters_ahead_counted(tmp_path: Path) -> None:
+    """The LockError after lease_timeout says what happened: here a holder that never
+    let go (this test holds the lease's flock), with one other waiter alive ahead of the
+    saver (its request older, and locked); the waiter's request is gone afterwards."""
+    import fcntl
+    import os
+
+    from ckptcli.adapters.langgraph_leases import Request, lease_name
+    from ckptcli.errors import LockError
+
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    want = store / "langgraph" / "want"
+    fd = os.open(store / "langgraph" / "threads" / lease_name("t"), os.O_RDWR | os.O_CREAT, 0o644)
+    ahead = Request(want, lease_name("t"))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with CkptSaver.open(store, lease_timeout=1) as saver:
+            with pytest.raises(LockError, match=r"held by another process's CkptSaver, which did not hand it over within 1 s \(1 other waiter\(s\) ahead of this one\)"):
+                saver.get_tuple({"configurable": {"thread_id": "t"}})
+            assert os.listdir(want) == [ahead.name]
+    finally:
+        ahead.close()
+        os.close(fd)

@@ -919,14 +919,15 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 if (not older or now - start > self.lease_timeout / 2) and _try_flock(fd):
                     return
                 if now - start > self.lease_timeout:
-                    if served or older:
+                    if served:
                         raise LockError(
-                            f"thread {thread!r} was busy for {self.lease_timeout:g} s: other processes' savers waited for it too, "
-                            f"{served} took it before this one and {len(older)} still wait ahead of it",
-                            hint="the savers hand it over in turn, one run at a time per thread: serialize runs of one thread in your app, or raise lease_timeout",
+                            f"thread {thread!r} was handed over {served} time(s) in {self.lease_timeout:g} s, each time to another process's saver "
+                            f"that asked for it first ({len(older)} still ahead of this one): it was busy, not stuck",
+                            hint="the savers take a thread in turn, one run at a time: serialize the runs of one thread in your app, or raise lease_timeout",
                         )
+                    queue = f" ({len(older)} other waiter(s) ahead of this one)" if older else ""
                     raise LockError(
-                        f"thread {thread!r} is held by another process's CkptSaver, which did not hand it over within {self.lease_timeout:g} s",
+                        f"thread {thread!r} is held by another process's CkptSaver, which did not hand it over within {self.lease_timeout:g} s{queue}",
                         hint="a live saver hands a thread over within a tick and a commit: check that process, or raise lease_timeout",
                     )
                 time.sleep(0.002)
