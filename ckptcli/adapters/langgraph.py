@@ -791,8 +791,10 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     if write and known:
                         self._fence[thread] = known
                 if fresh:  # read again: a token of its own, so that it is not read again at each take
-                    token = os.urandom(16)
-                    os.pwrite(fd, _LEASE.pack(0, token), 0)
+                    with contextlib.suppress(OSError):
+                        new_token = os.urandom(16)
+                        os.pwrite(fd, _LEASE.pack(0, new_token), 0)
+                        token = new_token
                 self._seen[name] = token
                 self._leases[thread] = lease
         except BaseException:
@@ -921,8 +923,8 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 if now - start > self.lease_timeout:
                     if served:
                         raise LockError(
-                            f"thread {thread!r} was handed over {served} time(s) in {self.lease_timeout:g} s, each time to another process's saver "
-                            f"that asked for it first ({len(older)} still ahead of this one): it was busy, not stuck",
+                            f"thread {thread!r} was busy for {self.lease_timeout:g} s, not stuck: {served} other process(es)' saver(s) that asked for it "
+                            f"before this one took it in turn (or gave up), and {len(older)} still wait ahead of this one",
                             hint="the savers take a thread in turn, one run at a time: serialize the runs of one thread in your app, or raise lease_timeout",
                         )
                     queue = f" ({len(older)} other waiter(s) ahead of this one)" if older else ""
