@@ -651,3 +651,55 @@ def test_a_holder_that_never_hands_over_is_named_and_the_waiters_ahead_counted(t
     finally:
         ahead.close()
         os.close(fd)
+
+
+def test_a_waiter_whose_lease_is_removed_takes_the_one_at_its_path_never_the_removed_one(tmp_path: Path) -> None:
+    """A lease is removed by its holder with its thread (`_drop_lease`), under its flock.
+    A saver that waited on the removed file gets its flock then: it must open the lease
+    at the path again, which someone else may hold already, not go on as the holder of a
+    file no one else can see (two holders of one thread). Here the lease at the path is
+    held for good: the waiter fails with LockError instead of reading the thread."""
+    import fcntl
+    import os
+    import threading
+    import time
+
+    from ckptcli.adapters.langgraph_leases import lease_name
+    from ckptcli.errors import LockError
+
+    store = tmp_path / ".ckpt"
+    with CkptSaver.open(store) as saver:
+        _chat(saver).invoke({"messages": [HumanMessage(content="q0", id="user-q0")]}, {"configurable": {"thread_id": "t"}})
+    path = store / "langgraph" / "threads" / lease_name("t")
+    old = os.open(path, os.O_RDWR)
+    fcntl.flock(old, fcntl.LOCK_EX)
+    new = -1
+    got: list[Any] = []
+    waiter = CkptSaver.open(store, lease_timeout=2)
+
+    def read() -> None:
+        try:
+            got.append(waiter.get_tuple({"configurable": {"thread_id": "t"}}))
+        except BaseException as exc:  # noqa: BLE001 - the outcome is what is checked
+            got.append(exc)
+
+    t = threading.Thread(target=read, daemon=True)
+    try:
+        t.start()
+        deadline = time.monotonic() + 60
+        while not os.listdir(store / "langgraph" / "want"):  # it waits
+            assert time.monotonic() < deadline and t.is_alive(), got
+            time.sleep(0.01)
+        os.unlink(path)  # removed by its holder, under its flock
+        new = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # another saver makes the lease again, and holds it
+        fcntl.flock(new, fcntl.LOCK_EX)
+        os.close(old)  # the old flock goes: the waiter gets it
+        old = -1
+        t.join(60)
+        assert not t.is_alive()
+        assert len(got) == 1 and isinstance(got[0], LockError), got
+    finally:
+        for fd in (old, new):
+            if fd >= 0:
+                os.close(fd)
+        waiter.close()
