@@ -436,3 +436,274 @@ def test_a_thread_run_back_to_back_in_one_worker_is_handed_to_a_reader_in_anothe
     finally:
         out, _ = busy.communicate(timeout=60)
     assert busy.returncode == 0 and int(out.split()[-1]) > 0
+
+
+_SHARED_WORKER = """
+import json, sys, time
+from langchain_core.messages import HumanMessage
+from langgraph.graph import END, START, StateGraph
+from ckptcli.adapters.langgraph import CkptSaver
+from ckptcli.errors import CkptError, ThreadConflictError
+from tests.langgraph_worker import Chat, _bot
+
+from pathlib import Path
+
+me, turns, counts, workers = sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]), int(sys.argv[5])
+
+
+def everyone_done() -> bool:  # each worker keeps the thread busy until all have their turns
+    got = [int(p.read_text() or 0) for p in counts.iterdir()]
+    return len(got) == workers and min(got) >= turns
+saver = CkptSaver.open(sys.argv[1])
+b = StateGraph(Chat)
+b.add_node("bot", _bot)
+b.add_edge(START, "bot")
+b.add_edge("bot", END)
+graph = b.compile(checkpointer=saver)
+print("ready", flush=True)
+sys.stdin.readline()
+done, conflicts, error, i = 0, 0, None, 0
+end = time.monotonic() + 240  # a bound for a stuck run, far past any hand-over
+while not everyone_done() and time.monotonic() < end:
+    text = f"{me}-{i}"
+    i += 1
+    try:
+        graph.invoke({"messages": [HumanMessage(content=text, id=f"user-{text}")]}, {"configurable": {"thread_id": "shared"}})
+        done += 1
+        (counts / me).write_text(str(done))
+    except ThreadConflictError:
+        conflicts += 1  # two runs at once on one thread: refused, run again (the documented answer)
+    except CkptError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        break
+saver.close()
+(counts / me).write_text(str(10**6))  # gone: the others do not wait for it
+print(json.dumps({"done": done, "conflicts": conflicts, "error": error}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("workers", [3, 5])
+def test_several_workers_running_one_thread_back_to_back_all_make_progress(tmp_path: Path, workers: int) -> None:
+    """Three workers on one thread: one request file per thread, made by one waiter and
+    removed by whichever waiter took the lease, so the other waiters' requests were gone
+    and the holder never handed over to them again: they failed with LockError (blaming a
+    holder that handed over) while one worker ran hundreds of turns. Now each waiter has
+    its own request, the holder hands over while any is alive, oldest first: every worker
+    gets its turns (a conflict, two runs at once, is refused and run again)."""
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    counts = tmp_path / "counts"
+    counts.mkdir()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _SHARED_WORKER, str(store), f"w{n}", "10", str(counts), str(workers)],
+            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        for n in range(workers)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        for p in procs:  # all at once
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        results = [json.loads(p.communicate(timeout=400)[0].splitlines()[-1]) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [r["error"] for r in results] == [None] * workers, results
+    assert min(r["done"] for r in results) >= 10, results
+    with CkptSaver.open(store) as saver:
+        graph = _chat(saver)
+        texts = [m.content for m in graph.get_state({"configurable": {"thread_id": "shared"}}).values["messages"]]
+    answered = [t for t in texts if isinstance(t, str) and t.startswith("echo ")]
+    for n in range(workers):  # each worker's turns are in the thread (a refused run may leave its question, or more)
+        assert len([t for t in answered if t.startswith(f"echo w{n}-")]) >= results[n]["done"], texts
+    for t in answered:  # right after its question
+        assert texts[texts.index(t) - 1] == t.split()[1], texts
+
+
+def _chat(saver: Any) -> Any:
+    from tests.langgraph_worker import Chat, _bot
+
+    b = StateGraph(Chat)
+    b.add_node("bot", _bot)
+    b.add_edge(START, "bot")
+    b.add_edge("bot", END)
+    return b.compile(checkpointer=saver)
+
+
+def test_a_request_left_by_a_waiter_that_was_killed_is_removed_and_not_waited_for(tmp_path: Path) -> None:
+    """A saver killed while it waited for a thread left its request, which every saver
+    then trusted for lease_timeout + 1 s: each claim of the thread, even in a lone
+    process, waited for the dead waiter (2 s), and the holder handed over for nothing.
+    Now a request is alive while its waiter holds its flock; a dead one is removed."""
+    import fcntl
+    import os
+    import signal
+    import time
+
+    from ckptcli.adapters.langgraph_leases import lease_name
+
+    store = tmp_path / ".ckpt"
+    with CkptSaver.open(store) as saver:
+        _chat(saver).invoke({"messages": [HumanMessage(content="q0", id="user-q0")]}, {"configurable": {"thread_id": "t"}})
+    want = store / "langgraph" / "want"
+    fd = os.open(store / "langgraph" / "threads" / lease_name("t"), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # a busy holder elsewhere
+        waiter = subprocess.Popen(
+            [sys.executable, "-c", f"from ckptcli.adapters.langgraph import CkptSaver\nCkptSaver.open({str(store)!r}).get_tuple({{'configurable': {{'thread_id': 't'}}}})"],
+            cwd=REPO,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not os.listdir(want):  # it asks for the thread
+            assert waiter.poll() is None and time.monotonic() < deadline, "the waiter never asked for the thread"
+            time.sleep(0.01)
+        waiter.send_signal(signal.SIGKILL)
+        waiter.wait()
+    finally:
+        os.close(fd)  # the holder lets go
+    assert os.listdir(want), "the killed waiter's request is there"
+    with CkptSaver.open(store) as saver:
+        graph = _chat(saver)
+        graph.invoke({"messages": [HumanMessage(content="q1", id="user-q1")]}, {"configurable": {"thread_id": "t"}})
+        assert os.listdir(want) == []  # removed: the next saver does not find it either
+        assert [m.content for m in graph.get_state({"configurable": {"thread_id": "t"}}).values["messages"]] == ["q0", "echo q0 after 1", "q1", "echo q1 after 3"]
+
+
+def test_deleting_or_sweeping_a_thread_removes_its_lease(tmp_path: Path) -> None:
+    """Every thread ever used kept its lease file in langgraph/threads/ for good: with TTL
+    on, one file per conversation, after its checkpoints were all gone. A thread deleted
+    (delete_thread, the TTL sweep) loses its lease; the others keep theirs."""
+    import os
+
+    from ckptcli.adapters.langgraph_leases import lease_name
+
+    store = tmp_path / ".ckpt"
+    leases = store / "langgraph" / "threads"
+    now = [10**18]
+    with CkptSaver.open(store, ttl={"default_ttl": 1, "sweep_interval_minutes": 10**6}, clock=lambda: now[0]) as saver:
+        graph = _chat(saver)
+        for i in range(6):
+            graph.invoke({"messages": [HumanMessage(content=f"q{i}", id=f"user-q{i}")]}, {"configurable": {"thread_id": f"t{i}"}})
+        saver.flush()
+        assert sorted(os.listdir(leases)) == sorted(lease_name(f"t{i}") for i in range(6))
+        saver.delete_thread("t0")
+        saver.delete_thread("t1")
+        assert sorted(os.listdir(leases)) == sorted(lease_name(f"t{i}") for i in range(2, 6))
+        graph.invoke({"messages": [HumanMessage(content="q9", id="user-q9")]}, {"configurable": {"thread_id": "t1"}})  # used again
+        saver.flush()
+        assert lease_name("t1") in os.listdir(leases)
+        now[0] += 10 * 60 * 10**9
+        assert len(saver.sweep_ttl()) == 5
+        assert os.listdir(leases) == []
+        assert graph.get_state({"configurable": {"thread_id": "t1"}}).values == {}
+
+
+def test_a_worker_that_loaded_a_thread_before_it_was_deleted_and_its_lease_removed_reads_it_again(tmp_path: Path) -> None:
+    """Worker b loads the store when the thread has no lease (a store older than leases);
+    the thread is then deleted elsewhere, which removes the lease b never saw, and read by
+    another worker, which makes a new lease without a token: b must not serve the deleted
+    turn from its memory (no token there, and b has the thread: it reads it again)."""
+    import os
+
+    from ckptcli.adapters.langgraph_leases import lease_name
+
+    store = tmp_path / ".ckpt"
+    with CkptSaver.open(store) as saver:
+        _chat(saver).invoke({"messages": [HumanMessage(content="q0", id="user-q0")]}, {"configurable": {"thread_id": "t"}})
+    os.unlink(store / "langgraph" / "threads" / lease_name("t"))
+    a, b, c = _workers("ckpt", store, 3)
+    try:
+        assert a.call(op="delete", thread="t") == {"ok": True}
+        assert not (store / "langgraph" / "threads" / lease_name("t")).exists()
+        assert c.call(op="history", thread="t") == {"ok": True, "history": []}
+        assert b.call(op="history", thread="t") == {"ok": True, "history": []}
+        fresh = b.call(op="turn", thread="t", text="q1")
+        assert fresh["messages"] == ["q1", "echo q1 after 1"], fresh
+        assert [m[1] for m in a.call(op="history", thread="t")["history"][0]["messages"]] == ["q1", "echo q1 after 1"]
+    finally:
+        for w in (a, b, c):
+            w.close()
+
+
+def test_a_holder_that_never_hands_over_is_named_and_the_waiters_ahead_counted(tmp_path: Path) -> None:
+    """The LockError after lease_timeout says what happened: here a holder that never
+    let go (this test holds the lease's flock), with one other waiter alive ahead of the
+    saver (its request older, and locked); the waiter's request is gone afterwards."""
+    import fcntl
+    import os
+
+    from ckptcli.adapters.langgraph_leases import Request, lease_name
+    from ckptcli.errors import LockError
+
+    store = tmp_path / ".ckpt"
+    CkptSaver.open(store).close()
+    want = store / "langgraph" / "want"
+    fd = os.open(store / "langgraph" / "threads" / lease_name("t"), os.O_RDWR | os.O_CREAT, 0o644)
+    ahead = Request(want, lease_name("t"))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with CkptSaver.open(store, lease_timeout=1) as saver:
+            with pytest.raises(LockError, match=r"held by another process's CkptSaver, which did not hand it over within 1 s \(1 other waiter\(s\) ahead of this one\)"):
+                saver.get_tuple({"configurable": {"thread_id": "t"}})
+            assert os.listdir(want) == [ahead.name]
+    finally:
+        ahead.close()
+        os.close(fd)
+
+
+def test_a_waiter_whose_lease_is_removed_takes_the_one_at_its_path_never_the_removed_one(tmp_path: Path) -> None:
+    """A lease is removed by its holder with its thread (`_drop_lease`), under its flock.
+    A saver that waited on the removed file gets its flock then: it must open the lease
+    at the path again, which someone else may hold already, not go on as the holder of a
+    file no one else can see (two holders of one thread). Here the lease at the path is
+    held for good: the waiter fails with LockError instead of reading the thread."""
+    import fcntl
+    import os
+    import threading
+    import time
+
+    from ckptcli.adapters.langgraph_leases import lease_name
+    from ckptcli.errors import LockError
+
+    store = tmp_path / ".ckpt"
+    with CkptSaver.open(store) as saver:
+        _chat(saver).invoke({"messages": [HumanMessage(content="q0", id="user-q0")]}, {"configurable": {"thread_id": "t"}})
+    path = store / "langgraph" / "threads" / lease_name("t")
+    old = os.open(path, os.O_RDWR)
+    fcntl.flock(old, fcntl.LOCK_EX)
+    new = -1
+    got: list[Any] = []
+    waiter = CkptSaver.open(store, lease_timeout=2)
+
+    def read() -> None:
+        try:
+            got.append(waiter.get_tuple({"configurable": {"thread_id": "t"}}))
+        except BaseException as exc:  # noqa: BLE001 - the outcome is what is checked
+            got.append(exc)
+
+    t = threading.Thread(target=read, daemon=True)
+    try:
+        t.start()
+        deadline = time.monotonic() + 60
+        while not os.listdir(store / "langgraph" / "want"):  # it waits
+            assert time.monotonic() < deadline and t.is_alive(), got
+            time.sleep(0.01)
+        os.unlink(path)  # removed by its holder, under its flock
+        new = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # another saver makes the lease again, and holds it
+        fcntl.flock(new, fcntl.LOCK_EX)
+        os.close(old)  # the old flock goes: the waiter gets it
+        old = -1
+        t.join(60)
+        assert not t.is_alive()
+        assert len(got) == 1 and isinstance(got[0], LockError), got
+    finally:
+        for fd in (old, new):
+            if fd >= 0:
+                os.close(fd)
+        waiter.close()

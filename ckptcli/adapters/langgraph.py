@@ -104,7 +104,10 @@ from ckptcli.adapters.langgraph_journal import record_problem as journal_record_
 from ckptcli.adapters.langgraph_layout import MSGPACK, Key, SectionWriter, Typed, Write
 from ckptcli.adapters.langgraph_leases import LEASE as _LEASE
 from ckptcli.adapters.langgraph_leases import LEASE_DIR, RECOVER_LOCK, WANT_DIR, open_recover_lock
+from ckptcli.adapters.langgraph_leases import Request as _Request
 from ckptcli.adapters.langgraph_leases import lease_name as _lease_name
+from ckptcli.adapters.langgraph_leases import live_requests as _live_requests
+from ckptcli.adapters.langgraph_leases import request_lease as _request_lease
 from ckptcli.adapters.langgraph_leases import try_flock as _try_flock
 from ckptcli.adapters.langgraph_read import ListReader
 from ckptcli.adapters.msgpack_view import from_view, to_view
@@ -726,10 +729,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
         return fd
 
     @contextlib.contextmanager
-    def _owning(self, thread: str, write: bool, target: str | None = None) -> Iterator[None]:
+    def _owning(self, thread: str, write: bool, target: str | None = None, child: tuple[str, str] | None = None) -> Iterator[None]:
         """Hold thread `thread`'s lease and the saver's lock. The lease is taken first,
         without the lock: waiting for another process's saver to hand the thread over
-        must not stop this saver's commit thread from handing over its own."""
+        must not stop this saver's commit thread from handing over its own. `child`: the
+        (namespace, id) of the checkpoint a put of a child of `target` makes."""
         while True:
             if thread not in self._leases:
                 self._claim(thread, write)
@@ -745,6 +749,12 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 self._fence.pop(thread, None)  # a read: the run sees the thread as it is now
             else:
                 if target is not None and target in self._fence.get(thread, ()):
+                    if child is not None:
+                        # the pending writes of the refused checkpoint are refused too, and
+                        # those that came before it dropped: kept, they would wait for it,
+                        # holding the thread (never handed over) for good
+                        self._fence[thread].add(child[1])
+                        self._orphan_writes.pop((thread, *child), None)
                     raise ThreadConflictError(
                         f"thread {thread!r} was extended by another process after this saver read it: writing to its checkpoint {target} would fork it",
                         hint="nothing of this write was stored; run the turn again (it reads the thread as it is now), one run at a time per thread",
@@ -767,38 +777,10 @@ class CkptSaver(BaseCheckpointSaver[str]):
     def _claim_locked(self, thread: str, name: str, write: bool, wait: bool = True) -> None:
         if self._closed:
             raise UsageError("this CkptSaver is closed")
+        fd = self._take_lease(thread, name, wait)
+        if fd < 0:
+            return  # held by another process's saver: the caller goes without
         try:
-            fd = os.open(self._jdir / LEASE_DIR / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-        except OSError as exc:
-            raise StoreIOError(f"cannot open the lease of thread {thread!r} in {self._jdir / LEASE_DIR}: {exc.strerror}") from None
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a lease is written to: never through a hard link to a file elsewhere
-            os.close(fd)
-            what = "is not a regular file" if not stat.S_ISREG(st.st_mode) else f"has {st.st_nlink} hard links (a lease has one)"
-            raise StoreIOError(f"cannot use the lease of thread {thread!r}: {self._jdir / LEASE_DIR / name} {what}", hint="something other than ckpt put it there; remove it")
-        try:
-            want = self._jdir / WANT_DIR / name
-            if wait:
-                self._let_waiter_go(want)
-            locked = _try_flock(fd)
-            if not locked and not wait:
-                os.close(fd)  # held by another process's saver: the caller goes without
-                return
-            if not locked:
-                with contextlib.suppress(OSError):
-                    os.close(os.open(want, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644))  # a FIFO there: ENXIO, not a wait
-                deadline = time.monotonic() + self.lease_timeout
-                while not _try_flock(fd):
-                    if time.monotonic() > deadline:
-                        with contextlib.suppress(OSError):
-                            want.unlink()  # no request left behind: the holder would hand over for nothing
-                        raise LockError(
-                            f"thread {thread!r} is held by another process's CkptSaver, which did not hand it over within {self.lease_timeout:g} s",
-                            hint="a live saver hands a thread over within a tick and a commit: check that process, or raise lease_timeout",
-                        )
-                    time.sleep(0.002)
-                with contextlib.suppress(OSError):
-                    want.unlink()
             raw = os.pread(fd, _LEASE.size, 0)
             dirty = len(raw) == _LEASE.size and raw[0] != 0
             token = raw[1:] if len(raw) == _LEASE.size else b""
@@ -807,16 +789,78 @@ class CkptSaver(BaseCheckpointSaver[str]):
             with self._lock:
                 lease = _Lease(fd, name)
                 lease.dirty = dirty
-                if dirty or token != self._seen.get(name, b""):
+                # no token: a lease no saver wrote, or made again after its thread was
+                # deleted and the lease removed (`_drop_lease`): what this saver has of
+                # the thread may be from before the delete
+                fresh = not token and not dirty and bool(self._thread_entries(thread))
+                if dirty or fresh or token != self._seen.get(name, b""):
                     known = {cid for ids in self._thread_entries(thread).values() for cid in ids}
                     self._reload_thread(thread)
                     if write and known:
                         self._fence[thread] = known
+                if fresh:  # read again: a token of its own, so that it is not read again at each take
+                    with contextlib.suppress(OSError):
+                        new_token = os.urandom(16)
+                        os.pwrite(fd, _LEASE.pack(0, new_token), 0)
+                        token = new_token
                 self._seen[name] = token
                 self._leases[thread] = lease
         except BaseException:
             os.close(fd)
             raise
+
+    def _take_lease(self, thread: str, name: str, wait: bool) -> int:
+        """The fd of thread `thread`'s lease file `name`, flocked: taken at once, or
+        asked for and waited for (`wait`; -1 without `wait` when another process's saver
+        holds it). A lease removed while this saver waited for it (its thread deleted,
+        `_drop_lease`) is opened again: the one at its path is the lease now."""
+        while True:
+            try:
+                fd = os.open(self._jdir / LEASE_DIR / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+            except OSError as exc:
+                raise StoreIOError(f"cannot open the lease of thread {thread!r} in {self._jdir / LEASE_DIR}: {exc.strerror}") from None
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a lease is written to: never through a hard link to a file elsewhere
+                os.close(fd)
+                what = "is not a regular file" if not stat.S_ISREG(st.st_mode) else f"has {st.st_nlink} hard links (a lease has one)"
+                raise StoreIOError(f"cannot use the lease of thread {thread!r}: {self._jdir / LEASE_DIR / name} {what}", hint="something other than ckpt put it there; remove it")
+            try:
+                # others wait for it: queue behind them (a saver that just handed the thread
+                # over, and needs it again at its next put, would take it back first otherwise)
+                locked = not (wait and self._requests(name)) and _try_flock(fd)
+                if not locked and not wait:
+                    os.close(fd)
+                    return -1
+                if not locked:
+                    self._wait_for(thread, name, fd)
+                if os.fstat(fd).st_nlink:
+                    return fd
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # removed meanwhile
+
+    def _drop_lease(self, thread: str) -> None:
+        """Thread `thread` was deleted under its lease (caller holds the lock) and this
+        saver has nothing of it: remove its lease file, unless another process's saver
+        waits for it. Removed while the flock is held: a saver that waited on it finds it
+        gone once it has it and opens the one at the path; one that read the thread
+        before finds no token there, and reads it again (`_claim_locked`)."""
+        lease = self._leases.get(thread)
+        if lease is None or self._thread_entries(thread) or any(key[0] == thread for key in self._orphan_writes) or self._requests(lease.name):
+            return
+        path = self._jdir / LEASE_DIR / lease.name
+        try:
+            st, mine = os.lstat(path), os.fstat(lease.fd)
+            if (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
+                return
+            path.unlink()
+        except OSError:
+            return
+        del self._leases[thread]
+        self._seen.pop(lease.name, None)
+        with contextlib.suppress(OSError):
+            os.close(lease.fd)
 
     def _mark_dirty(self, lease: _Lease) -> None:
         """Say in the lease file that this saver has puts of the thread not committed yet
@@ -836,7 +880,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
         them (closing); one with puts not committed stays marked dirty."""
         if not self._leases:
             return
-        busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes} | self._sweeping
+        # pending writes whose checkpoint is not here (its put on its way, or refused, or
+        # never to come: a run that failed) hold a thread, but not from another process
+        # that asks for it: the put, if it comes, takes the thread back
+        orphans = {key[0] for key in self._orphan_writes} - self._yielding
+        busy = {key[0] for key in self._open} | orphans | self._sweeping
         for thread in [t for t in self._leases if everything or t not in busy]:
             lease = self._leases.pop(thread)
             if thread not in busy and (lease.wrote or lease.dirty):
@@ -847,33 +895,80 @@ class CkptSaver(BaseCheckpointSaver[str]):
             with contextlib.suppress(OSError):
                 os.close(lease.fd)
 
-    def _let_waiter_go(self, want: Path) -> None:
-        """Another process's saver waits for this thread (its request is there, made less
-        than `lease_timeout` ago, the last holder gone or about to be): let it take the
-        lease first, for up to 2 s. Without this a saver that just handed a thread over
-        took it back at its next put, before the waiter's next look (every 2 ms), and a
-        reader of a thread another worker runs back to back waited in vain."""
-        deadline = time.monotonic() + min(2.0, self.lease_timeout)
-        while time.monotonic() < deadline:
+    def _requests(self, name: str, names: list[str] | None = None) -> list[str]:
+        """The live requests for lease `name`, oldest first (`langgraph_leases.live_requests`)."""
+        wdir = self._jdir / WANT_DIR
+        if names is None:
             try:
-                age = time.time() - os.lstat(want).st_mtime
+                names = os.listdir(wdir)
             except OSError:
-                return  # no request (or the waiter has the lease now)
-            if age > self.lease_timeout + 1:
-                return  # left by a waiter that is gone
-            time.sleep(0.002)
+                return []
+        return _live_requests(wdir, [n for n in names if _request_lease(n) == name])
+
+    def _wait_for(self, thread: str, name: str, fd: int) -> None:
+        """Wait until this saver holds lease `name` (fd `fd`), which another process's
+        saver holds: a request of its own in the request directory, flocked while it
+        waits, asks the holder to hand it over; the waiters older than this one take it
+        first (for up to half of `lease_timeout`, then this one tries too: a waiter that
+        stopped does not hold up the queue). LockError after `lease_timeout`."""
+        try:
+            request: _Request | None = _Request(self._jdir / WANT_DIR, name)
+        except OSError:
+            request = None  # waits all the same: the holder lets go at its next commit
+        try:
+            start = time.monotonic()
+            ahead: set[str] = set()
+            served = 0
+            while True:
+                older = set(self._requests(name))
+                if request is not None:
+                    older = {r for r in older if r < request.name}
+                served += len(ahead - older)  # older waiters that got it (or gave up) meanwhile
+                ahead = older
+                now = time.monotonic()
+                if (not older or now - start > self.lease_timeout / 2) and _try_flock(fd):
+                    return
+                if now - start > self.lease_timeout:
+                    if served:
+                        raise LockError(
+                            f"thread {thread!r} was busy for {self.lease_timeout:g} s, not stuck: {served} other process(es)' saver(s) that asked for it "
+                            f"before this one took it in turn (or gave up), and {len(older)} still wait ahead of this one",
+                            hint="the savers take a thread in turn, one run at a time: serialize the runs of one thread in your app, or raise lease_timeout",
+                        )
+                    queue = f" ({len(older)} other waiter(s) ahead of this one)" if older else ""
+                    raise LockError(
+                        f"thread {thread!r} is held by another process's CkptSaver, which did not hand it over within {self.lease_timeout:g} s{queue}",
+                        hint="a live saver hands a thread over within a tick and a commit: check that process, or raise lease_timeout",
+                    )
+                time.sleep(0.002)
+        finally:
+            if request is not None:
+                request.close()
+
+    def _old_request(self, path: Path) -> bool:
+        """A request of an older version of the saver (named by the lease alone, made
+        less than `lease_timeout` ago): handed over to as before."""
+        try:
+            return time.time() - os.lstat(path).st_mtime <= self.lease_timeout + 1
+        except OSError:
+            return False
 
     def _hand_over(self) -> None:
         """Commit the threads another process's saver asked for, which lets their leases
         go (the commit thread, every tick while this saver holds any)."""
+        wdir = self._jdir / WANT_DIR
         try:
-            names = set(os.listdir(self._jdir / WANT_DIR))
+            names = os.listdir(wdir)
         except OSError:
             return
         if not names:
             return
         with self._lock:
-            wanted = {t for t, lease in self._leases.items() if lease.name in names}
+            held = {lease.name: t for t, lease in self._leases.items()}
+        asked = {_request_lease(n) for n in names} & set(held)
+        if not asked:
+            return
+        wanted = {held[name] for name in asked if self._requests(name, names) or self._old_request(wdir / name)}
         if not wanted:
             return
         with self._commit_mutex:
@@ -1854,7 +1949,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         parent_id = conf.get("checkpoint_id")
         cid = checkpoint["id"]
         self._wait_for_room()
-        with self._owning(thread, True, parent_id):
+        with self._owning(thread, True, parent_id, (ns, cid)):
             self._check()
             values = checkpoint["channel_values"]
             skeleton = self.serde.dumps_typed({k: v for k, v in checkpoint.items() if k != "channel_values"})
@@ -2076,6 +2171,8 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     if lease is not None and wrote:
                         lease.wrote = True
                     self._sweeping.discard(thread)
+                    if wrote:
+                        self._drop_lease(thread)  # deleted: its lease goes too
                 self._release_leases()
 
     def delete_thread(self, thread_id: str) -> None:

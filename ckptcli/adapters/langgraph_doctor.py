@@ -243,7 +243,7 @@ def _leases(store_path: Path, jdir: Path, dead_journals: int) -> Iterable[Check]
     wants = 0
     with contextlib.suppress(OSError):
         wants = len(os.listdir(jdir / WANT_DIR))
-    detail = f"{len(states)} thread(s) ever used, {held} held by a live saver now, {wants} hand-over request(s) waiting"
+    detail = f"{len(states)} thread lease(s) (threads used and not deleted), {held} held by a live saver now, {wants} hand-over request(s) waiting"
     if orphaned and not dead_journals:  # their journals were replayed since: the mark goes at the next use
         detail += f", {orphaned} still marked by a saver that died (its journal was replayed since; cleared when the thread is next used)"
     yield Check("langgraph thread leases", OK, detail)

@@ -7,12 +7,21 @@ Imports nothing of LangGraph. docs/langgraph.md ("Several processes") is the use
                                              (u8: the holder has puts of the thread not
                                              committed) and a token (16 bytes, new each
                                              time a holder lets go of a thread it wrote)
-    <store>/langgraph/want/<lease name>      a request that the holder hand the thread over
+    <store>/langgraph/want/<lease name>.<ns>-<pid>-<random>
+                                             one waiter's request that the holder hand the
+                                             thread over: made when it starts to wait (<ns>:
+                                             the time, 20 digits, for the order of the
+                                             queue), flocked by the waiter for as long as it
+                                             waits (one that is not was left by a waiter
+                                             that died: removed), removed by the waiter
     <store>/langgraph/recover.lock           one saver replays dead savers' journals at a time
 
 The lease name is the first 32 hex digits of the SHA-256 of the thread id. A lease is
 *held* while a process has an `flock` on its file; whoever takes it and finds a token it
-has not seen reads the thread from the store again.
+has not seen reads the thread from the store again. A saver that deletes a thread removes
+its lease while it holds it (no live request waiting): whoever then holds the flock of a
+file no longer linked (st_nlink 0) opens the path again, and a saver that has the thread
+in memory and finds no token reads it again.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import hashlib
 import os
 import stat
 import struct
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +74,67 @@ def try_flock(fd: int) -> bool:
     return True
 
 
+class Request:
+    """A waiter's request that the holder of lease `lease` hand it over: a file in
+    `wdir` it holds an flock on until `close` (which removes it). Raises OSError."""
+
+    def __init__(self, wdir: Path, lease: str) -> None:
+        while True:
+            name = f"{lease}.{time.time_ns():020d}-{os.getpid()}-{os.urandom(4).hex()}"
+            fd = os.open(wdir / name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # another process holds it only for an instant (`live_requests`)
+                if os.fstat(fd).st_nlink:
+                    break
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)  # taken for a dead waiter's before it was locked, and removed: again
+        self.path, self.name, self._fd = wdir / name, name, fd
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                self.path.unlink()  # before the flock goes: never seen unlocked
+            os.close(self._fd)
+            self._fd = -1
+
+
+def request_lease(name: str) -> str:
+    """The lease an entry of the request directory asks for (an old saver's request is
+    named by the lease alone)."""
+    return name.partition(".")[0]
+
+
+def live_requests(wdir: Path, names: Iterable[str]) -> list[str]:
+    """Of the requests `names` in `wdir`, those whose waiter is alive (it holds the
+    flock), oldest first; a request no waiter holds is removed (its waiter died), as is
+    anything there that is no regular file. An old saver's request (named by the lease
+    alone, never locked) is left alone and not counted."""
+    live = []
+    for name in sorted(names, key=lambda n: n.partition(".")[2]):
+        if "." not in name:
+            continue
+        path = wdir / name
+        try:
+            fd = open_regular(path)
+        except OSError:
+            continue  # gone meanwhile: its waiter has the lease, or gave up
+        if isinstance(fd, str):
+            with contextlib.suppress(OSError):
+                path.unlink()
+            continue
+        try:
+            if try_flock(fd):
+                with contextlib.suppress(OSError):
+                    path.unlink()  # while locked: a waiter that made it just now sees it gone and makes another
+            else:
+                live.append(name)
+        finally:
+            os.close(fd)
+    return live
+
+
 @dataclass(frozen=True)
 class LeaseState:
     name: str
@@ -101,6 +172,25 @@ def lease_states(store_dir: Path, odd: list[tuple[str, str]] | None = None) -> l
     return out
 
 
+def _take(path: Path) -> int:
+    """The lease at `path` opened and flocked, or -1 (held by another process, or no
+    lease: a FIFO, a hard link...). Made when missing (a thread imported, or written
+    before leases): a saver that read it at its start finds no token and reads it again.
+    One removed once it was taken (its thread deleted by a saver) is opened again."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
+        except OSError:
+            return -1
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or not try_flock(fd):
+            os.close(fd)
+            return -1
+        if os.fstat(fd).st_nlink:
+            return fd
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def hold_threads(store_dir: Path, threads: Iterable[str], renew: bool = True) -> Iterator[tuple[set[str], set[str]]]:
     """Hold the leases of `threads` that no live saver holds and no dead one left dirty
@@ -115,20 +205,8 @@ def hold_threads(store_dir: Path, threads: Iterable[str], renew: bool = True) ->
             if not ldir.is_dir():
                 held[thread] = -1  # no saver ever opened this store: none has the thread in memory
                 continue
-            try:
-                # made when missing (a thread imported, or written before leases): a saver
-                # that read it at its start sees the new token and reads it again
-                fd = os.open(ldir / lease_name(thread), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
-            except OSError:
-                in_use.add(thread)
-                continue
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a FIFO, a hard link...: no lease, the thread cannot be taken
-                os.close(fd)
-                in_use.add(thread)
-                continue
-            if not try_flock(fd):
-                os.close(fd)
+            fd = _take(ldir / lease_name(thread))
+            if fd < 0:
                 in_use.add(thread)
                 continue
             raw = os.pread(fd, LEASE.size, 0)
