@@ -39,6 +39,15 @@ def _bot(state: Chat) -> dict[str, Any]:
     return {"messages": [AIMessage(content=f"echo {text} after {len(state['messages'])}", id=f"ai-{text}")]}
 
 
+def chat_graph(saver: Any) -> Any:
+    """The worker's graph: one bot node answering each human message."""
+    b = StateGraph(Chat)
+    b.add_node("bot", _bot)
+    b.add_edge(START, "bot")
+    b.add_edge("bot", END)
+    return b.compile(checkpointer=saver)
+
+
 def history(graph: Any, thread: str) -> list[dict[str, Any]]:
     """The thread's history newest first, checkpoint ids replaced by positions (so two
     savers' histories compare): messages, next nodes, step, source, the parent's position."""
@@ -66,11 +75,7 @@ def main() -> None:
         from langgraph.checkpoint.sqlite import SqliteSaver
 
         saver = SqliteSaver(sqlite3.connect(path, check_same_thread=False))
-    b = StateGraph(Chat)
-    b.add_node("bot", _bot)
-    b.add_edge(START, "bot")
-    b.add_edge("bot", END)
-    graph = b.compile(checkpointer=saver)
+    graph = chat_graph(saver)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)

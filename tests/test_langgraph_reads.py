@@ -268,15 +268,9 @@ def test_a_thread_another_process_extended_reads_back_new(tmp_path: Path, monkey
 
 
 def _worker_graph(saver: Any) -> Any:
-    from langgraph.graph import END, START, StateGraph
+    from tests.langgraph_worker import chat_graph
 
-    from tests.langgraph_worker import Chat, _bot
-
-    b = StateGraph(Chat)
-    b.add_node("bot", _bot)
-    b.add_edge(START, "bot")
-    b.add_edge("bot", END)
-    return b.compile(checkpointer=saver)
+    return chat_graph(saver)
 
 
 def test_list_reader_gives_the_items_decoder_gives_and_checks_cached_nodes_too() -> None:

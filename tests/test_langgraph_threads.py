@@ -527,13 +527,9 @@ def test_several_workers_running_one_thread_back_to_back_all_make_progress(tmp_p
 
 
 def _chat(saver: Any) -> Any:
-    from tests.langgraph_worker import Chat, _bot
+    from tests.langgraph_worker import chat_graph
 
-    b = StateGraph(Chat)
-    b.add_node("bot", _bot)
-    b.add_edge(START, "bot")
-    b.add_edge("bot", END)
-    return b.compile(checkpointer=saver)
+    return chat_graph(saver)
 
 
 def test_a_request_left_by_a_waiter_that_was_killed_is_removed_and_not_waited_for(tmp_path: Path) -> None:
