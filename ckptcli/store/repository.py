@@ -714,12 +714,10 @@ class Store:
         try:
             reflog.append(self.backend, path, old, new, reason)
         except CkptError as exc:
-            if not getattr(self, "_reflog_unwritable", False):
-                self._reflog_unwritable = True
-                self.warn(
-                    f"the reflog {reflog.log_path(path)} cannot be written ({exc.message}); the ref moved without its reflog entry; "
-                    "make that path a writable regular file (or remove it) so later moves are recorded"
-                )
+            self.warn(  # said once per log (`warn` says each message once)
+                f"the reflog {reflog.log_path(path)} cannot be written ({exc.message}); the ref moved without its reflog entry; "
+                "make that path a writable regular file (or remove it) so later moves are recorded"
+            )
 
     def remove_ref(self, path: str, reason: str = "delete") -> bytes | None:
         """Delete the ref at `path` (recorded in its reflog); the caller holds the refs
