@@ -547,7 +547,7 @@ def _remove(
             path = f"refs/{name}"
             if rest:
                 new = max(rest)[1]
-                store.write_ref(path, new, "prune", reset=store.read_ref_state(path)[1])  # a reset stays recorded
+                store.write_ref(path, new, "prune")
                 moved[name] = new.hex()
             else:
                 store.remove_ref(path, "prune")

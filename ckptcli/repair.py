@@ -467,11 +467,7 @@ def _move_refs(store: Store, rep: CheckpointsRepair, manifests: dict[bytes, Mani
         with store.backend.lock("refs", shared=False):
             if to is None:
                 store.remove_ref(path, why)
-            elif name.startswith("latest/"):
-                try:
-                    reset = store.read_ref_state(path)[1]
-                except CkptError:
-                    reset = None
-                store.write_ref(path, to, why, reset=time.time_ns() if replaced[target] is None else reset)
+            elif name.startswith("latest/") and replaced[target] is None:
+                store.write_ref(path, to, why, reset=time.time_ns())  # dropped: a deliberate move back
             else:
                 store.write_ref(path, to, why)

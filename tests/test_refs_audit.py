@@ -313,3 +313,20 @@ def test_repair_drop_after_a_reset_moves_latest_to_the_intact_parent_and_logs_ev
     assert not [n for n in json.loads(v.stdout)["notes"] if c3[:12] in n]
     assert json.loads(run_ckpt("repair", "refs", "--store", st, "--json").stdout)["moved"] == {}
     assert _latest(st) == c1
+
+
+def test_every_later_move_of_latest_keeps_the_reset_on_record(tmp_path: Path) -> None:
+    """A reset is recorded in the ref; a move by anything that does not mean to change
+    that (a prune, `repair refs`, a LangGraph delete moving latest to a survivor) keeps it:
+    it was dropped unless each caller read it back and passed it on, and two did not."""
+    store = ckptcli.init_store(tmp_path / "s")
+    a = take(store, {"memory": {"n": 1}}, subject="agent:bot").id
+    b = take(store, {"memory": {"n": 2}}, subject="agent:bot").id
+    subj = open_checkpoint(a.hex(), store).manifest.subject
+    path = store.latest_ref(subj)
+    store.set_latest(subj, a, "reset: back")
+    when = store.read_ref_state(path)[1]
+    assert when is not None
+    with store.backend.lock("refs", shared=False):
+        store.write_ref(path, b, "repair refs")  # as repair refs and forget_checkpoints move it
+    assert store.read_ref_state(path) == (b, when)

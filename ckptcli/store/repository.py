@@ -379,6 +379,7 @@ def read_config(backend: Backend, where: str) -> StoreConfig:
     return config
 
 
+_KEEP = object()  # write_ref: the ref's own `reset` stays
 _DIGITS = re.compile(r"[0-9]+")  # N in REF~N and NAME@{N}: ASCII digits only
 
 
@@ -687,19 +688,21 @@ class Store:
         reset = body.get("reset")
         return target, reset if type(reset) is int and reset >= 0 else None
 
-    def write_ref(self, path: str, target: bytes, reason: str = "update", *, log: bool = True, reset: int | None = None) -> None:
+    def write_ref(self, path: str, target: bytes, reason: str = "update", *, log: bool = True, reset: int | object | None = _KEEP) -> None:
         """Point the ref at `path` at `target`; the caller holds the refs lock. The move
         is appended to the ref's reflog first (reflog.py), so no ref moves unrecorded;
         but not with `log` False: a writer that moves a ref at every commit of a chain
         (a LangGraph thread's latest), whose history is the chain itself. `reset`: the
-        time its last deliberate move (read_ref_state), kept in the ref itself."""
-        if log:
-            try:
-                old = self.read_ref(path)
-            except CkptError:
-                old = None  # a damaged ref: its old value is unknown
-            if old != target:
-                self.log_move(path, old, target, reason)
+        time of its last deliberate move (read_ref_state), kept in the ref itself; by
+        default the ref's own is carried over (every move keeps a `ckpt reset` on record)."""
+        try:
+            old, kept = self.read_ref_state(path)
+        except CkptError:
+            old, kept = None, None  # a damaged ref: its old value is unknown
+        if log and old != target:
+            self.log_move(path, old, target, reason)
+        if reset is _KEEP:
+            reset = kept
         body: dict[str, Any] = {"target": target, "updated": time.time_ns()}
         if reset is not None:
             body["reset"] = reset
@@ -863,7 +866,7 @@ class Store:
                         return False
                 except CkptError:
                     pass  # a damaged target is replaced
-            self.write_ref(path, cid, reason, log=log, reset=reset)
+            self.write_ref(path, cid, reason, log=log)
             return True
 
     def head_hint_path(self, subject: Subject) -> str:
