@@ -2388,14 +2388,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         under the lock, when no read is under way."""
         from ckptcli.prune import collect
 
-        @contextlib.contextmanager
-        def finishing() -> Iterator[None]:
-            with self._lock:
-                yield
-
-        with contextlib.ExitStack() as stack:
-            if not mutex_held:
-                stack.enter_context(self._commit_mutex)
+        with contextlib.nullcontext() if mutex_held else self._commit_mutex:
             with self._lock:
                 self._item_memo.clear()  # their EVs may name objects that go now: made again when seen again
                 self._writer.forget()
@@ -2404,7 +2397,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             try:
                 # a copy of a thread under way names the objects of its snapshot without
                 # holding anything: they stay, as for another live saver
-                gc = collect(self.store, writer=writer, finishing=finishing)
+                gc = collect(self.store, writer=writer, finishing=lambda: self._lock)
             finally:
                 with self._lock:
                     self._staging.dedupe = True
