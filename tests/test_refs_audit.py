@@ -330,3 +330,18 @@ def test_every_later_move_of_latest_keeps_the_reset_on_record(tmp_path: Path) ->
     with store.backend.lock("refs", shared=False):
         store.write_ref(path, b, "repair refs")  # as repair refs and forget_checkpoints move it
     assert store.read_ref_state(path) == (b, when)
+
+
+def test_a_linked_directory_above_a_reflog_is_not_written_through(st: Path, tmp_path: Path) -> None:
+    """O_NOFOLLOW guards the log file only: with logs/refs/latest/agent a link to a
+    directory outside the store, a take appended its entry there."""
+    _take(st, {"v": 1})
+    agent = st / "logs" / "refs" / "latest" / "agent"
+    shutil.rmtree(agent)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    agent.symlink_to(outside)
+    r = run_ckpt("take", "-", "-S", "agent:bot", "-q", "--store", st, input=b'{"v": 2}')
+    assert r.returncode == 0, r.stderr
+    assert list(outside.iterdir()) == []  # nothing written outside the store
+    assert "is a symbolic link" in r.stderr.decode() and r.stderr.decode().count("\n") == 1

@@ -545,6 +545,11 @@ class LocalBackend(Backend):
     def append(self, path: str, data: bytes) -> None:
         dest = self._p(path)
         try:
+            at = self.root
+            for part in Path(path).parts[:-1]:  # O_NOFOLLOW guards the file; a linked directory above it would lead out
+                at = at / part
+                if at.is_symlink():
+                    raise CorruptError(f"{at} is a symbolic link", hint="something other than ckpt put it in the store; remove it")
             created = not dest.exists()
             if created:
                 self._make_dirs(dest.parent)
