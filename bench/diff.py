@@ -4,7 +4,7 @@
 
 Both are measured side by side in one run, alternately, `--runs` times:
 
-- ckpt: `ckptcli.diff.diff_checkpoints` from cold, i.e. open the store, open both
+- ckpt: `ckptcli.history.diff.diff_checkpoints` from cold, i.e. open the store, open both
   checkpoints by id and diff them (hash first: only the objects on the paths to the
   changed leaves are read and decoded);
 - DeepDiff: `DeepDiff(state_a, state_b)` with its default options on the two states
@@ -30,7 +30,7 @@ from typing import Any
 
 from bench.common import fmt_ms, median, ratio, table, verdict, versions
 from ckptcli import api
-from ckptcli.diff import diff_checkpoints
+from ckptcli.history.diff import diff_checkpoints
 
 RATIO_TARGET = 20.0
 CHANGES = 10

@@ -101,7 +101,7 @@ def _timed(cls: type) -> type:
 def open_saver(kind: str, workdir: Path, fsync: str | None = None) -> tuple[Any, Callable[[], dict[str, Any]], dict[str, Any]]:
     """(saver, close-and-measure, settings)."""
     if kind == "ckpt":
-        from ckptcli.adapters.langgraph import CkptSaver
+        from ckptcli.adapters.langgraph.saver import CkptSaver
 
         store = workdir / kind / ".ckpt"
         saver = _timed(CkptSaver).open(store, **({"fsync": fsync} if fsync else {}))
@@ -189,7 +189,7 @@ def reopened_read(kind: str, path: Path, what: str, steps: int, seed: int) -> di
     again, then time `what` (REOPEN_READS)."""
     t0 = time.perf_counter()
     if kind == "ckpt":
-        from ckptcli.adapters.langgraph import CkptSaver
+        from ckptcli.adapters.langgraph.saver import CkptSaver
 
         saver: Any = CkptSaver(path)
         close = saver.close

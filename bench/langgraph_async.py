@@ -61,7 +61,7 @@ b.add_conditional_edges("turn", route, ["turn", END])
 
 async def main():
     if saver_name == "ckpt":
-        from ckptcli.adapters.langgraph import CkptSaver
+        from ckptcli.adapters.langgraph.saver import CkptSaver
         saver = CkptSaver.open(workdir + "/store")
         closer = saver.close
     else:

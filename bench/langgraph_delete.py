@@ -26,7 +26,7 @@ from bench.common import median, table
 
 
 def _store(n: int, clock: Any, ttl: dict[str, Any] | None = None) -> Any:
-    from ckptcli.adapters.langgraph import CkptSaver
+    from ckptcli.adapters.langgraph.saver import CkptSaver
     from tests.langgraph_graphs import chat_builder
 
     saver = CkptSaver.open(tempfile.mkdtemp(prefix="ckpt-bench-delete-"), clock=clock, ttl=ttl)

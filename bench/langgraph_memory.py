@@ -48,7 +48,7 @@ def _inner(kind: str, threads: int, steps: int, workdir: str) -> dict[str, Any]:
 
     tracemalloc.start()
     if kind.startswith("ckpt"):
-        from ckptcli.adapters.langgraph import CkptSaver
+        from ckptcli.adapters.langgraph.saver import CkptSaver
 
         saver: Any = CkptSaver.open(Path(workdir) / ".ckpt", **({"resident_threads": threads + 1} if kind == "ckpt-all-resident" else {}))
     elif kind == "memory":

@@ -167,7 +167,7 @@ def _timed(saver: Any) -> list[float]:
 def _open(kind: str, workdir: Path) -> tuple[Any, Any]:
     """(saver, close) of a saver on the store in `workdir`."""
     if kind == "ckpt":
-        from ckptcli.adapters.langgraph import CkptSaver
+        from ckptcli.adapters.langgraph.saver import CkptSaver
 
         saver = CkptSaver.open(workdir / ".ckpt")
         return saver, saver.close
@@ -229,7 +229,7 @@ def child_reopen(kind: str, workdir: str, what: str) -> dict[str, Any]:
     """A new process: open the store, then the whole history (`what` = "history") or the
     first get_state ("state"); the time counts the opening."""
     if kind == "ckpt":
-        import ckptcli.adapters.langgraph  # noqa: F401 - the imports are not the saver's time
+        import ckptcli.adapters.langgraph.saver  # noqa: F401 - the imports are not the saver's time
     else:
         import langgraph.checkpoint.sqlite  # noqa: F401
     builder = build_graph()

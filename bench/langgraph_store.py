@@ -38,7 +38,7 @@ OPS = ("put", "get", "search", "list_namespaces")
 @contextmanager
 def open_store(name: str, work: Path) -> Iterator[Any]:
     if name.startswith("ckpt"):
-        from ckptcli.adapters.langgraph_store import CkptStore
+        from ckptcli.adapters.langgraph.store import CkptStore
 
         s = CkptStore.open(work / ".ckpt", fsync="never" if name == "ckpt-never" else "always")
         try:

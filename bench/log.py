@@ -38,7 +38,7 @@ TARGET_S = 2.0
 
 def build(root: Path, n: int, plant: int) -> list[str]:
     import ckptcli
-    from ckptcli.recorder import Recorder
+    from ckptcli.history.recorder import Recorder
 
     store = ckptcli.init_store(root / ".ckpt")
     memory: dict[str, Any] = {f"pref{i:03}": {"value": i, "note": "x" * 40} for i in range(300)}

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import ckptcli
-from ckptcli.recorder import Durability, Recorder
+from ckptcli.history.recorder import Durability, Recorder
 
 
 def _measure(events: int, durability: Durability, state: dict[str, Any] | None, kind: str) -> float:

@@ -427,7 +427,7 @@ def _p95(values: list[float]) -> float:
 def whole_tail_rss(tail: Path, ref: str) -> int:
     """Peak RSS (KiB) of decoding the whole tail, as `ckpt replay` does."""
     code = (
-        "import resource, ckptcli; from ckptcli.replay import load_tail; "
+        "import resource, ckptcli; from ckptcli.history.replay import load_tail; "
         f"s = ckptcli.open_store({str(tail)!r}); load_tail(ckptcli.open_checkpoint({ref!r}, s)); "
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )

@@ -21,7 +21,7 @@ from typing import IO, Any, cast
 
 from ckptcli import __version__
 from ckptcli.blobs import CaptureReport, FileInfo, RestoreReport, capture, find_entry, list_files, restore_blobs, tree_size, validate
-from ckptcli.docstream import refuse_json
+from ckptcli.document import refuse_json
 from ckptcli.errors import (
     CkptError,
     CorruptError,
@@ -381,10 +381,10 @@ class Checkpoint:
     def write_state(self, out: IO[bytes], fmt: str) -> None:
         """Write the state document (as `state()` gives it) to `out` as "json" or "msgpack",
         streamed from the store: memory stays O(largest object), whatever the state's size
-        (ckptcli.docstream). Refused (LimitExceededError) before the first byte when the
+        (ckptcli.document). Refused (LimitExceededError) before the first byte when the
         state is larger than CKPT_MAX_DECODED_BYTES; other errors may come after part of
         the output, so write to a temporary file (write_file_atomic) or a spool."""
-        from ckptcli.docstream import Section, write_document
+        from ckptcli.document import Section, write_document
 
         sections = {n: Section(ev, f"section {n}") for n, ev in self.manifest.sections.items() if n != "blobs"}
         write_document(join_document(self.manifest.layout, sections), self.source, out, fmt)
@@ -392,7 +392,7 @@ class Checkpoint:
     def write_view(self, out: IO[bytes], *, indent: int | None = None) -> None:
         """Write the whole checkpoint (metadata, layout, every section) in the JSON view
         (jsonview; file data as {"$blob": ...}), streamed as `write_state` is (`ckpt cat`)."""
-        from ckptcli.docstream import Section, write_document
+        from ckptcli.document import Section, write_document
 
         doc: dict[str, Any] = info_dict(self.id, self.manifest)
         doc["layout"] = self.manifest.layout
@@ -635,7 +635,7 @@ def export_checkpoint(ck: Checkpoint, out: PathLike | IO[bytes], progress: Progr
 
 def import_checkpoint(store: Store, path: PathLike, progress: Progress = NULL) -> bytes:
     """Copy a checkpoint file into `store` (objects verbatim); returns the checkpoint id."""
-    from ckptcli.integrity import verify_file
+    from ckptcli.store.verify import verify_file
 
     f = CheckpointFile(Path(path))
     try:
@@ -720,7 +720,7 @@ def verify(
     """Check checkpoints (all when `refs` is None). Structure always: every manifest,
     index, ref and node object parses and every referenced object exists. With
     `read_data`, every pack and every object is re-hashed too."""
-    from ckptcli.integrity import verify_file, verify_store
+    from ckptcli.store.verify import verify_file, verify_store
 
     if isinstance(source, CheckpointFile):
         return cast(VerifyReport, verify_file(source, read_data=read_data, progress=progress))

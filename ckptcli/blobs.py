@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckptcli._util.units import human_size
 from ckptcli.errors import (
     CkptError,
     ConflictError,
@@ -39,7 +40,6 @@ from ckptcli.errors import (
 from ckptcli.format.values import Decoder, Encoded, Encoder, LazyBytes, bytes_ev
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.backend import TEMP_TRIES, create_temp, temp_name
-from ckptcli.units import human_size
 
 #: the longest file name (bytes) a file system holds (NAME_MAX)
 NAME_MAX = 255

@@ -50,7 +50,7 @@ CheckFn = Callable[[Context], Iterable[Check]]
 BUILTIN: dict[str, str] = {
     "store": "ckptcli.doctor:check_store",
     "locks": "ckptcli.doctor:check_locks",
-    "langgraph": "ckptcli.adapters.langgraph_doctor:check",
+    "langgraph": "ckptcli.adapters.langgraph.doctor:check",
     "components": "ckptcli.doctor:check_components",
 }
 

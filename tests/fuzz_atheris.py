@@ -26,9 +26,9 @@ with atheris.instrument_imports(include=["ckptcli"]):
     from ckptcli.format import framing
     from ckptcli.format.manifest import Manifest
     from ckptcli.format.values import Budget, Decoder
-    from ckptcli.integrity import read_pack
     from ckptcli.store.repository import Store
     from ckptcli.store.single import CheckpointFile
+    from ckptcli.store.verify import read_pack
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 RECORDS = [

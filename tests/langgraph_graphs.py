@@ -15,7 +15,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Interrupt, interrupt
 
-from ckptcli.adapters.langgraph import CkptSaver
+from ckptcli.adapters.langgraph.saver import CkptSaver
 
 
 def chain_builder(state: Any, **nodes: Any) -> Any:

@@ -67,7 +67,7 @@ def history(graph: Any, thread: str) -> list[dict[str, Any]]:
 def main() -> None:
     kind, path = sys.argv[1], sys.argv[2]
     if kind == "ckpt":
-        from ckptcli.adapters.langgraph import CkptSaver
+        from ckptcli.adapters.langgraph.saver import CkptSaver
 
         options = {"lease_timeout": float(sys.argv[3])} if len(sys.argv) > 3 else {}
         saver: Any = CkptSaver.open(path, **options)

@@ -33,7 +33,7 @@ def test_take_refuses_a_blob_name_given_twice(cli, st: Path, tmp_path: Path) -> 
 
 HOSTILE_USER_CODE = """
 import sys
-from ckptcli.schema import migration
+from ckptcli.schema.migrations import migration
 
 SCHEMA_VERSION = 2
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 import ckptcli
-from ckptcli.compat import AFTER_MIGRATION, AS_IS, INCOMPATIBLE, CompatCheck, load_adapter
 from ckptcli.errors import ExitCode, UsageError
 from ckptcli.format import framing
-from ckptcli.schema import MigrationSet, load_migrations, migration
+from ckptcli.schema.compat import AFTER_MIGRATION, AS_IS, INCOMPATIBLE, CompatCheck, load_adapter
+from ckptcli.schema.migrations import MigrationSet, load_migrations, migration
 from ckptcli.store.single import CheckpointFile
 from tests.conftest import run_ckpt
 
@@ -268,11 +268,11 @@ def test_help_documents_exit_status_1() -> None:
 
 
 def test_the_library_imports_no_ui() -> None:
-    """ckptcli.schema and ckptcli.compat are core: no typer, rich, textual or click
+    """ckptcli.schema.migrations and ckptcli.schema.compat are core: no typer, rich, textual or click
     (the same probe as tests/test_import_hygiene.py)."""
     import subprocess
     import sys
 
-    code = "import sys, json, ckptcli.schema, ckptcli.compat; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich', 'textual', 'click'))))"
+    code = "import sys, json, ckptcli.schema.migrations, ckptcli.schema.compat; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich', 'textual', 'click'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []

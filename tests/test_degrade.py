@@ -103,7 +103,7 @@ def test_prune_with_a_damaged_index_keeps_what_survivors_need(pristine: Any, tmp
         flip_byte(f, 40)  # every index file: only the pack tables know where anything is
     st = Store.open(store_dir)
     st.on_warning = None
-    from ckptcli.prune import Policy, prune
+    from ckptcli.store.prune import Policy, prune
 
     report = prune(st, Policy(keep_last=2))
     kept = {d.id.hex() for d in report.kept}
@@ -161,7 +161,7 @@ def _restores(store_dir: Path, states: dict[str, dict[str, Any]]) -> Store:
 
 
 def test_repair_index_rebuilds_one_index_from_the_packs(pristine: Any, tmp_path: Path) -> None:
-    from ckptcli.repair import repair_index
+    from ckptcli.store.repair import repair_index
 
     src, states = pristine
     store_dir = copy_store(src, tmp_path)

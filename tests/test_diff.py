@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 
 import ckptcli
 from ckptcli.api import Checkpoint, open_checkpoint, take
-from ckptcli.diff import describe, diff_checkpoints, render
 from ckptcli.errors import ExitCode
+from ckptcli.format.jsonview import to_json
 from ckptcli.format.walk import walk_checkpoint
-from ckptcli.jsonview import to_json
+from ckptcli.history.diff import describe, diff_checkpoints, render
 from ckptcli.store.repository import Store
 from tests import strategies
 from tests.conftest import run_ckpt
@@ -346,7 +346,7 @@ def test_a_real_process_with_no_color(st_dir: Path, tmp_path: Path, cli) -> None
 
 
 def test_the_library_imports_no_ui_and_no_deepdiff() -> None:
-    code = "import sys, json, ckptcli.diff; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich', 'click', 'textual', 'deepdiff'))))"
+    code = "import sys, json, ckptcli.history.diff; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich', 'click', 'textual', 'deepdiff'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []
 
@@ -563,7 +563,7 @@ def test_long_lists_and_maps_under_random_edits(mstore: Store, seed: int, n: int
 
 def test_times_in_nanoseconds_read_as_times_and_huge_integers_stay_short() -> None:
     """A LangGraph write's `ts` showed as "<61-bit integer>"."""
-    from ckptcli.diff import describe
+    from ckptcli.history.diff import describe
 
     assert describe(1732000000000000000) == "1732000000000000000 (2024-11-19T07:06:40Z)"
     assert describe(10**16) == "10000000000000000"  # not a time: as it is

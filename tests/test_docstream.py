@@ -1,4 +1,4 @@
-"""ckptcli.docstream writes exactly what serializing the decoded state writes: the JSON of
+"""ckptcli.document writes exactly what serializing the decoded state writes: the JSON of
 `ckpt restore` (api.write_document), its msgpack, and the JSON view of `ckpt cat`
 (jsonview.to_json + json.dumps, indented or compact), whether each part is decoded whole
 (the default sizes) or streamed piece by piece (SMALL_BYTES = SMALL_ITEMS = 0)."""
@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ckptcli import docstream
+from ckptcli import document as docstream
 from ckptcli.api import join_document, split_document, write_document
-from ckptcli.docstream import Section
+from ckptcli.document import Section
 from ckptcli.errors import CkptError, InvalidInputError
+from ckptcli.format.jsonview import to_json
 from ckptcli.format.values import Decoder, Encoder
-from ckptcli.jsonview import to_json
 from tests import strategies
 from tests.strategies import DictSink
 

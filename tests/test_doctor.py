@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from ckptcli import doctor
-from ckptcli.adapters.langgraph import CkptSaver
-from ckptcli.adapters.langgraph_journal import MAGIC, frame, read_journal
-from ckptcli.adapters.langgraph_store import CkptStore
+from ckptcli.adapters.langgraph.journal import MAGIC, frame, read_journal
+from ckptcli.adapters.langgraph.saver import CkptSaver
+from ckptcli.adapters.langgraph.store import CkptStore
 from ckptcli.errors import CkptError, CorruptError, StoreIOError, UnsupportedVersionError
 from tests.conftest import REPO, run_ckpt
 from tests.langgraph_graphs import chat_builder, chat_message

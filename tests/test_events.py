@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckptcli.errors import InvalidInputError, NotFoundError
-from ckptcli.events import (
+from ckptcli.history.events import (
     STANDARD_KINDS,
     Event,
     Reducers,
@@ -264,7 +264,7 @@ def test_an_installed_adapter_provides_reducers_through_its_entry_point(tmp_path
     (dist / "entry_points.txt").write_text("[ckptcli.reducers]\ntally = tally_adapter:REDUCERS\nwrong = tally_adapter:WRONG\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "tally_adapter", raising=False)
-    from ckptcli.events import installed_namespaces
+    from ckptcli.history.events import installed_namespaces
 
     assert {"tally", "wrong"} <= set(installed_namespaces())
     s = apply(EMPTY, ev("tally:add", n=2), ev("tally:add", seq=2, n=5))

@@ -24,7 +24,7 @@ import pytest
 import ckptcli
 from ckptcli.api import open_checkpoint
 from ckptcli.format import framing
-from ckptcli.jsonview import to_json
+from ckptcli.format.jsonview import to_json
 from ckptcli.store.single import CheckpointFile
 from tests.conftest import run_ckpt
 from tests.helpers_faults import child_env, fault_argv, file_layout, tree_snapshot
@@ -259,7 +259,7 @@ def test_v2_pack_id_is_not_the_file_hash(tmp_path: Path) -> None:
     objects in a v1 store get a pack named by the SHA-256 of its bytes."""
     import hashlib
 
-    from ckptcli.integrity import read_pack
+    from ckptcli.store.verify import read_pack
 
     for version in (1, 2):
         store = tmp_path / f"s{version}"

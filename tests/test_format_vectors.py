@@ -20,12 +20,12 @@ from ckptcli import errors
 from ckptcli.api import Checkpoint
 from ckptcli.errors import CorruptError
 from ckptcli.format import framing, limits
+from ckptcli.format.jsonview import to_json
 from ckptcli.format.manifest import Manifest
 from ckptcli.format.values import EXT_BYTES, EXT_LIST, EXT_MAP, EXT_STR, Budget, Decoder, Encoder, parse_tree_node
 from ckptcli.format.walk import walk_checkpoint
-from ckptcli.integrity import read_pack, read_pack_table
-from ckptcli.jsonview import to_json
 from ckptcli.store.single import CheckpointFile
+from ckptcli.store.verify import read_pack, read_pack_table
 from tests.strategies import DictSink
 
 VECTOR_ROOT = Path(__file__).resolve().parent.parent / "formats" / "vectors"

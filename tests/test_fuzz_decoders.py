@@ -42,9 +42,9 @@ from ckptcli.errors import CkptError
 from ckptcli.format import framing
 from ckptcli.format.manifest import Manifest
 from ckptcli.format.values import Budget, Decoder
-from ckptcli.integrity import read_pack
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
+from ckptcli.store.verify import read_pack
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SCALE = max(1, int(os.environ.get("CKPT_STRESS_SCALE", "1") or "1"))

@@ -13,7 +13,7 @@ import pytest
 
 import ckptcli
 from ckptcli.api import list_checkpoints, open_checkpoint
-from ckptcli.jsonview import to_json
+from ckptcli.format.jsonview import to_json
 from tests.conftest import run_ckpt
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -15,10 +15,10 @@ import pytest
 
 import ckptcli
 from ckptcli.api import open_checkpoint, take
-from ckptcli.diff import diff_checkpoints
 from ckptcli.errors import CkptError, NotFoundError
-from ckptcli.history import Expect, bisect, first_parents, log
-from ckptcli.recorder import Recorder
+from ckptcli.history.diff import diff_checkpoints
+from ckptcli.history.query import Expect, bisect, first_parents, log
+from ckptcli.history.recorder import Recorder
 from ckptcli.store.repository import Store
 
 N = 64 * int(os.environ.get("CKPT_STRESS_SCALE", "1"))

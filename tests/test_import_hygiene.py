@@ -19,19 +19,19 @@ CORE = [
     "ckptcli.format.walk",
     "ckptcli.store.repository",
     "ckptcli.store.single",
-    "ckptcli.integrity",
+    "ckptcli.store.verify",
     "ckptcli.blobs",
-    "ckptcli.jsonview",
-    "ckptcli.docstream",
-    "ckptcli.events",
-    "ckptcli.recorder",
-    "ckptcli.replay",
+    "ckptcli.format.jsonview",
+    "ckptcli.document",
+    "ckptcli.history.events",
+    "ckptcli.history.recorder",
+    "ckptcli.history.replay",
     "ckptcli.adapters.generic",
     "ckptcli.doctor",
-    "ckptcli.adapters.langgraph_doctor",  # `ckpt doctor` where LangGraph is not installed too
-    "ckptcli.timeline",  # the TUI's models: the history graph and the event timeline
-    "ckptcli.stats",
-    "ckptcli.repair",
+    "ckptcli.adapters.langgraph.doctor",  # `ckpt doctor` where LangGraph is not installed too
+    "ckptcli.history.timeline",  # the TUI's models: the history graph and the event timeline
+    "ckptcli.store.stats",
+    "ckptcli.store.repair",
 ]
 UI = ("typer", "rich", "textual", "click")
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from langgraph.types import Command
 
-from ckptcli.adapters.langgraph import COMMITTED, LEAF, CkptSaver
-from ckptcli.adapters.langgraph_journal import JOURNAL_DIR
+from ckptcli.adapters.langgraph.journal import JOURNAL_DIR
+from ckptcli.adapters.langgraph.saver import COMMITTED, LEAF, CkptSaver
 from ckptcli.errors import InvalidInputError
 from tests.langgraph_graphs import ask, chat_builder, support_builder
 

@@ -15,12 +15,12 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.types import Command
 
 from ckptcli import api
-from ckptcli.adapters.langgraph import CkptSaver
-from ckptcli.adapters.langgraph_replay import prepare
-from ckptcli.adapters.msgpack_view import from_view
-from ckptcli.jsonview import to_json
-from ckptcli.prune import remove_checkpoints
-from ckptcli.replay import load_tail, replay
+from ckptcli.adapters.langgraph.replay import prepare
+from ckptcli.adapters.langgraph.saver import CkptSaver
+from ckptcli.format.jsonview import to_json
+from ckptcli.format.msgpack_view import from_view
+from ckptcli.history.replay import load_tail, replay
+from ckptcli.store.prune import remove_checkpoints
 from tests.langgraph_graphs import ChatState, ask, chain_builder, chat_builder, chat_message, review_builder, support_builder
 
 THREAD = {"configurable": {"thread_id": "t1"}}

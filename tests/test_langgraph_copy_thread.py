@@ -18,12 +18,12 @@ from typing import Any
 
 from langgraph.types import Command
 
-from ckptcli import integrity
-from ckptcli.adapters.langgraph import CkptSaver
-from ckptcli.adapters.langgraph_journal import JOURNAL_DIR, read_journal
-from ckptcli.adapters.langgraph_layout import LABEL_CHECKPOINT, LABEL_NS, LABEL_REV, LABEL_THREAD
-from ckptcli.adapters.langgraph_leases import LEASE_DIR, WANT_DIR, lease_name
+from ckptcli.adapters.langgraph.journal import JOURNAL_DIR, read_journal
+from ckptcli.adapters.langgraph.layout import LABEL_CHECKPOINT, LABEL_NS, LABEL_REV, LABEL_THREAD
+from ckptcli.adapters.langgraph.leases import LEASE_DIR, WANT_DIR, lease_name
+from ckptcli.adapters.langgraph.saver import CkptSaver
 from ckptcli.api import init_store, open_store
+from ckptcli.store import verify as integrity
 from tests.langgraph_graphs import ask, chat_builder, chat_message, normalized, support_builder
 from tests.test_langgraph_threads import Worker
 
@@ -91,7 +91,7 @@ def verify(store: Path) -> None:
 
 _READER = """
 import json, sys
-from ckptcli.adapters.langgraph import CkptSaver
+from ckptcli.adapters.langgraph.saver import CkptSaver
 from tests.langgraph_graphs import support_builder
 from tests.test_langgraph_copy_thread import history, tuples
 with CkptSaver.open(sys.argv[1]) as saver:

@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
-import ckptcli.adapters.langgraph as lg
-from ckptcli import api, integrity, prune
-from ckptcli.adapters.langgraph import CkptSaver
+import ckptcli.adapters.langgraph.saver as lg
+from ckptcli import api
+from ckptcli.adapters.langgraph.saver import CkptSaver
 from ckptcli.format.walk import walk_checkpoint
+from ckptcli.store import prune
+from ckptcli.store import verify as integrity
 from ckptcli.store.backend import LocalBackend
 from ckptcli.store.repository import Store
 from tests.langgraph_graphs import chat_builder, chat_message
@@ -182,7 +184,7 @@ def test_a_sweep_of_many_expired_threads_is_one_removal(tmp_path: Path, monkeypa
         return real_walk(*a, **kw)
 
     monkeypatch.setattr(prune, "_plan_gc", plan)
-    monkeypatch.setattr("ckptcli.prune.walk_checkpoint", walk)
+    monkeypatch.setattr("ckptcli.store.prune.walk_checkpoint", walk)
     with CkptSaver.open(store, clock=clock, ttl={"default_ttl": 60, "sweep_interval_minutes": 10**6}) as saver:
         swept = saver.sweep_ttl()
         assert sorted(swept) == sorted(f"old-{i}" for i in range(12))
@@ -219,14 +221,14 @@ def test_other_threads_read_and_write_while_the_sweep_collects(tmp_path: Path, m
             done["during"] = not t.is_alive()
         return real_walk(*a, **kw)
 
-    monkeypatch.setattr("ckptcli.prune.walk_checkpoint", walk)
+    monkeypatch.setattr("ckptcli.store.prune.walk_checkpoint", walk)
     try:
         assert len(saver.sweep_ttl()) == 6
         assert done.get("during") is True and done.get("read") is True and done.get("turn") is True
         saver.flush()
     finally:
         saver.close()
-    monkeypatch.setattr("ckptcli.prune.walk_checkpoint", real_walk)
+    monkeypatch.setattr("ckptcli.store.prune.walk_checkpoint", real_walk)
     assert integrity.verify_store(api.open_store(store), None, read_data=True).ok
     with CkptSaver.open(store) as again:
         got = again.get_tuple({"configurable": {"thread_id": "new"}})

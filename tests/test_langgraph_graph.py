@@ -15,8 +15,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command, StateSnapshot
 
 from ckptcli import api
-from ckptcli.adapters import langgraph_layout as layout
-from ckptcli.adapters.langgraph import CkptSaver
+from ckptcli.adapters.langgraph import layout
+from ckptcli.adapters.langgraph.saver import CkptSaver
 from tests.langgraph_graphs import Forgetful, ask, normalized, support_builder
 
 THREAD = {"configurable": {"thread_id": "support-1"}}

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from ckptcli.adapters import langgraph_journal
-from ckptcli.adapters.langgraph import CkptSaver
-from ckptcli.adapters.langgraph_journal import MAGIC, SYNC, frame
-from ckptcli.adapters.langgraph_store import CkptStore
-from ckptcli.adapters.langgraph_store_log import log_dir, log_name
+from ckptcli.adapters.langgraph import journal as langgraph_journal
+from ckptcli.adapters.langgraph.journal import MAGIC, SYNC, frame
+from ckptcli.adapters.langgraph.saver import CkptSaver
+from ckptcli.adapters.langgraph.store import CkptStore
+from ckptcli.adapters.langgraph.store_log import log_dir, log_name
 from ckptcli.errors import CorruptError
 from tests.langgraph_graphs import chat_builder, chat_message
 
@@ -50,7 +50,7 @@ def test_recovery_maps_a_huge_orphan_journal(tmp_path: Path) -> None:
     with open(journal, "r+b") as fh:
         fh.truncate(GIB)  # zeros after the records: the end of the journal, read past by mapping
     got = _capped(
-        "from ckptcli.adapters.langgraph import CkptSaver\n"
+        "from ckptcli.adapters.langgraph.saver import CkptSaver\n"
         "s = CkptSaver.open(sys.argv[1]); t = s.get_tuple({'configurable': {'thread_id': 't'}}); s.close()\n"
         "out = {'messages': len(t.checkpoint['channel_values']['messages'])}",
         str(store),
@@ -71,7 +71,7 @@ def _store_with_a_huge_log(tmp_path: Path) -> Path:
 def test_the_memory_store_maps_a_huge_log(tmp_path: Path) -> None:
     store = _store_with_a_huge_log(tmp_path)
     got = _capped(
-        "from ckptcli.adapters.langgraph_store import CkptStore\n"
+        "from ckptcli.adapters.langgraph.store import CkptStore\n"
         "with CkptStore.open(sys.argv[1]) as s:\n"
         "    out = {'value': s.get(('users', 'u1'), 'prefs').value}",
         str(store),
@@ -82,7 +82,7 @@ def test_the_memory_store_maps_a_huge_log(tmp_path: Path) -> None:
 def test_verify_maps_a_huge_memory_store_log(tmp_path: Path) -> None:
     store = _store_with_a_huge_log(tmp_path)
     got = _capped(
-        "from ckptcli.adapters.langgraph_store_log import check_store_logs\nfrom pathlib import Path\nout = {'problems': [m for _p, m in check_store_logs(Path(sys.argv[1]))]}",
+        "from ckptcli.adapters.langgraph.store_log import check_store_logs\nfrom pathlib import Path\nout = {'problems': [m for _p, m in check_store_logs(Path(sys.argv[1]))]}",
         str(store),
     )
     assert got["problems"] == []  # zeros after the last record: where a killed writer stopped, not damage
@@ -134,7 +134,7 @@ def test_records_before_forged_headers_are_not_counted_as_after_them(tmp_path: P
     """The hole a scan gives up in runs to the end: no record is after it. The records
     before it were counted as after it ("with 2 record(s) after them"), and recovery took
     them for records after damage."""
-    from ckptcli.adapters.langgraph_journal import check_journals
+    from ckptcli.adapters.langgraph.journal import check_journals
 
     salt = b"s" * 8
     good = frame({"op": "x"}, salt)
@@ -172,7 +172,7 @@ def _orphan(store: Path, body: bytes) -> Path:
 
 def test_a_journal_record_with_a_huge_id_is_refused_in_one_line_and_verify_names_it(tmp_path: Path) -> None:
     """`bytes(2**50)` of a delete record's id: a raw MemoryError at every open, while verify said nothing."""
-    from ckptcli.adapters.langgraph_journal import check_journals
+    from ckptcli.adapters.langgraph.journal import check_journals
     from ckptcli.errors import CorruptError
 
     salt = b"s" * 8
@@ -185,7 +185,7 @@ def test_a_journal_record_with_a_huge_id_is_refused_in_one_line_and_verify_names
 
 def test_a_journal_of_a_newer_ckpt_is_refused_and_kept(tmp_path: Path) -> None:
     """It was deleted without a word: the puts in it lost."""
-    from ckptcli.adapters.langgraph_journal import check_journals
+    from ckptcli.adapters.langgraph.journal import check_journals
     from ckptcli.errors import UnsupportedVersionError
 
     path = _orphan(tmp_path / ".ckpt", b"CKPTLGJ3" + b"s" * 8 + b"records of a format to come")
@@ -218,7 +218,7 @@ def _item(key: str, *, ttl: Any = None, expires: Any = None, seq: int = 1) -> li
 
 def test_a_memory_with_an_absurd_ttl_is_refused_where_it_is_read_and_where_it_is_put(tmp_path: Path) -> None:
     """ttl=1e300 minutes, then a read that refreshes it: int(inf), a raw OverflowError at open."""
-    from ckptcli.adapters.langgraph_store_log import check_store_logs
+    from ckptcli.adapters.langgraph.store_log import check_store_logs
     from ckptcli.errors import InvalidInputError
 
     store = tmp_path / ".ckpt"
@@ -268,7 +268,7 @@ def test_a_directory_of_the_store_linked_elsewhere_is_refused_and_nothing_writte
         else:
             CkptSaver.open(store)
     assert list(outside.iterdir()) == []
-    from ckptcli.adapters.langgraph_journal import check_journals
+    from ckptcli.adapters.langgraph.journal import check_journals
 
     assert any(p == target and "symbolic link" in msg for p, msg in check_journals(store))  # verify names it
 
@@ -277,7 +277,7 @@ _HUGE_PUT = r"""
 import os, signal, sys
 from typing import TypedDict
 from langgraph.graph import END, START, StateGraph
-from ckptcli.adapters.langgraph import CkptSaver
+from ckptcli.adapters.langgraph.saver import CkptSaver
 
 class S(TypedDict):
     doc: str
@@ -304,7 +304,7 @@ def test_a_put_over_256_mib_survives_a_kill(tmp_path: Path) -> None:
     assert r.returncode == -9 and r.stdout.split() == ["1", str(270 << 20)], r.stderr[-2000:]
     # read back in a process of its own: the test process stays small for the tests after it
     check = (
-        "import sys\nfrom ckptcli.adapters.langgraph import CkptSaver\nsaver = CkptSaver.open(sys.argv[1])\n"
+        "import sys\nfrom ckptcli.adapters.langgraph.saver import CkptSaver\nsaver = CkptSaver.open(sys.argv[1])\n"
         "got = saver.get_tuple({'configurable': {'thread_id': 'big'}})\nv = got.checkpoint['channel_values']\n"
         "print(v['n'], len(v['doc']), v['doc'].count('x'))\nsaver.close()\n"
     )

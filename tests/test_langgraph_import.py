@@ -19,9 +19,9 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 from ckptcli import api
-from ckptcli.adapters import langgraph_layout as layout
-from ckptcli.adapters.langgraph import CkptSaver
-from ckptcli.adapters.langgraph_import import import_sqlite
+from ckptcli.adapters.langgraph import layout
+from ckptcli.adapters.langgraph.importer import import_sqlite
+from ckptcli.adapters.langgraph.saver import CkptSaver
 from ckptcli.errors import ExitCode
 from tests.conftest import run_ckpt
 from tests.langgraph_graphs import ask, chat_builder, support_builder

@@ -23,8 +23,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from ckptcli.adapters.langgraph import CkptSaver
-from ckptcli.adapters.langgraph_journal import DAMAGED_SUFFIX, MAGIC, SYNC, Hole, frame, read_journal, scan_records
+from ckptcli.adapters.langgraph.journal import DAMAGED_SUFFIX, MAGIC, SYNC, Hole, frame, read_journal, scan_records
+from ckptcli.adapters.langgraph.saver import CkptSaver
 from tests.langgraph_graphs import chat_builder, chat_message
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,7 +40,7 @@ REPLY_CHILD = textwrap.dedent(
     from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
     from langgraph.graph import END, START, StateGraph
     from langgraph.graph.message import add_messages
-    from ckptcli.adapters.langgraph import CkptSaver
+    from ckptcli.adapters.langgraph.saver import CkptSaver
 
     class State(TypedDict):
         messages: Annotated[list[AnyMessage], add_messages]
@@ -230,8 +230,8 @@ KILL_CHILD = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {repo!r})
-    import ckptcli.adapters.langgraph as lg
-    from ckptcli.adapters.langgraph_journal import Journal
+    import ckptcli.adapters.langgraph.saver as lg
+    from ckptcli.adapters.langgraph.journal import Journal
     from tests.langgraph_graphs import chat_builder
 
     lg.ROTATE_BYTES = {rotate}  # restarts often, so that kills meet them

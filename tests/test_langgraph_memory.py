@@ -18,8 +18,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
-from ckptcli.adapters.langgraph import CkptSaver
-from ckptcli.adapters.langgraph_layout import Write
+from ckptcli.adapters.langgraph.layout import Write
+from ckptcli.adapters.langgraph.saver import CkptSaver
 from tests.langgraph_graphs import ChatState, chat_builder, normalized
 
 

@@ -17,7 +17,7 @@ import pytest
 from langgraph.types import Command, StateSnapshot
 
 from ckptcli import api
-from ckptcli.adapters.langgraph import CkptSaver
+from ckptcli.adapters.langgraph.saver import CkptSaver
 from tests.langgraph_graphs import chat_message, delta_chat_builder, normalized, review_builder
 
 THREAD = {"configurable": {"thread_id": "t1"}}

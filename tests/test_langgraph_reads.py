@@ -19,7 +19,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
-from ckptcli.adapters.langgraph import CkptSaver
+from ckptcli.adapters.langgraph.saver import CkptSaver
 from tests.langgraph_graphs import chat_builder, normalized, review_builder, subgraph_chat_builder
 from tests.test_langgraph_threads import Worker
 
@@ -280,7 +280,7 @@ def test_list_reader_gives_the_items_decoder_gives_and_checks_cached_nodes_too()
 
     import msgpack
 
-    from ckptcli.adapters.langgraph_read import ListReader, item_key
+    from ckptcli.adapters.langgraph.read import ListReader, item_key
     from ckptcli.errors import CorruptError
     from ckptcli.format.values import EXT_LIST, OBJ_NODE, Decoder, Encoder, parse_tree_node, unpack_ev
 

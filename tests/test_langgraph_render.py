@@ -14,8 +14,8 @@ from typing import Annotated, Any, TypedDict
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph.message import add_messages
 
-from ckptcli.adapters.langgraph import CkptSaver
-from ckptcli.adapters.langgraph_render import readable
+from ckptcli.adapters.langgraph.render import readable
+from ckptcli.adapters.langgraph.saver import CkptSaver
 from tests.langgraph_graphs import ask, chain_builder, support_builder
 
 

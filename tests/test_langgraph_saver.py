@@ -35,8 +35,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.types import Send
 
 from ckptcli import api
-from ckptcli.adapters import langgraph_layout as layout
-from ckptcli.adapters.langgraph import CkptSaver, read_journal
+from ckptcli.adapters.langgraph import layout
+from ckptcli.adapters.langgraph.saver import CkptSaver, read_journal
 from ckptcli.errors import InvalidInputError, UsageError
 from ckptcli.store import catalog
 from ckptcli.store.catalog import Summary
@@ -448,7 +448,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {repo!r})
-    from ckptcli.adapters.langgraph import CkptSaver
+    from ckptcli.adapters.langgraph.saver import CkptSaver
     from tests.langgraph_graphs import chat_builder, chat_message
 
     class Reporting(CkptSaver):
@@ -528,7 +528,7 @@ def test_the_adapter_imports_no_ui() -> None:
     """Like the core (tests/test_import_hygiene.py): the saver and the importer load no
     typer, rich, textual or click."""
     code = (
-        "import sys, json, ckptcli.adapters.langgraph, ckptcli.adapters.langgraph_import, ckptcli.adapters.langgraph_events; "
+        "import sys, json, ckptcli.adapters.langgraph.saver, ckptcli.adapters.langgraph.importer, ckptcli.adapters.langgraph.events; "
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich', 'textual', 'click'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -538,7 +538,7 @@ def test_the_adapter_imports_no_ui() -> None:
 def test_journal_restarts_carry_what_is_not_committed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The journal starts again after a commit once it has grown; what it carries over
     (checkpoints not committed yet, their writes) is all a crash then needs."""
-    import ckptcli.adapters.langgraph as lg
+    import ckptcli.adapters.langgraph.saver as lg
 
     monkeypatch.setattr(lg, "ROTATE_BYTES", 8_000)
     rotations = []
@@ -589,7 +589,7 @@ def test_a_closed_journal_never_touches_its_old_descriptor(tmp_path: Path) -> No
     rotation on another thread may close it meanwhile. Its descriptor number is then free
     for the next file opened; sync and reserve on the closed journal must leave that file
     alone (reserve writes a MiB of zeros)."""
-    from ckptcli.adapters.langgraph import _Journal
+    from ckptcli.adapters.langgraph.saver import _Journal
 
     journal = _Journal(tmp_path, "batch")
     fd = journal.fd
@@ -662,7 +662,7 @@ def test_a_thread_deleted_just_before_a_crash_stays_deleted(tmp_path: Path, monk
     # the delete is journaled, then everything that stays is committed, which may start
     # a new journal: the delete record was not carried into it, so a crash before the
     # store's copies were removed brought the thread back
-    import ckptcli.adapters.langgraph as lg
+    import ckptcli.adapters.langgraph.saver as lg
 
     monkeypatch.setattr(lg, "ROTATE_BYTES", 1)  # every commit starts a new journal
     saver = open_saver(tmp_path / ".ckpt")

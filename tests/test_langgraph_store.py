@@ -37,7 +37,7 @@ from langgraph.store.base import (
 from langgraph.store.memory import InMemoryStore
 
 from ckptcli import api
-from ckptcli.adapters.langgraph_store import MAX_VALUE_BYTES, CkptStore
+from ckptcli.adapters.langgraph.store import MAX_VALUE_BYTES, CkptStore
 from ckptcli.errors import InvalidInputError, LimitExceededError, UsageError
 from tests.conftest import REPO
 
@@ -386,7 +386,7 @@ PUTTER = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {repo!r})
-    from ckptcli.adapters.langgraph_store import CkptStore
+    from ckptcli.adapters.langgraph.store import CkptStore
     s = CkptStore.open({store!r}, fsync={fsync!r}, compact_bytes={compact})
     i = 0
     while True:
@@ -431,7 +431,7 @@ WORKER = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {repo!r})
-    from ckptcli.adapters.langgraph_store import CkptStore
+    from ckptcli.adapters.langgraph.store import CkptStore
     s = CkptStore.open({store!r}, compact_bytes=8192)
     s.put(("shared",), "from-child", {{"hello": "parent"}})
     print("ready", flush=True)
@@ -580,7 +580,7 @@ def test_a_graph_keeps_threads_and_memories_in_one_store(tmp_path: Path) -> None
     from langgraph.graph import END, START, StateGraph
     from langgraph.store.base import BaseStore
 
-    from ckptcli.adapters.langgraph import CkptSaver
+    from ckptcli.adapters.langgraph.saver import CkptSaver
 
     class S(TypedDict):
         user: str
@@ -687,7 +687,7 @@ MULTI_PUTTER = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {repo!r})
-    from ckptcli.adapters.langgraph_store import CkptStore
+    from ckptcli.adapters.langgraph.store import CkptStore
     who, rnd = sys.argv[1], sys.argv[2]
     s = CkptStore.open({store!r}, compact_bytes=4096)
     i = 0
@@ -738,7 +738,7 @@ def test_two_writers_killed_at_random_moments_lose_nothing(tmp_path: Path) -> No
                     else:
                         assert got is not None and got.value == {"i": i, "pad": "p" * (i % 200)}, (who, i)
         assert api.verify(api.open_store(store), read_data=True).ok
-    from ckptcli.adapters.langgraph_store_log import generations, log_dir
+    from ckptcli.adapters.langgraph.store_log import generations, log_dir
 
     assert generations(log_dir(store))[-1] >= 2  # the writers compacted, more than once
 
@@ -794,7 +794,7 @@ def test_a_bogus_newest_log_is_refused_and_removes_nothing(tmp_path: Path, kind:
 def test_a_malformed_record_is_refused_in_one_line_and_reported_by_verify(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
     import msgpack
 
-    from ckptcli.adapters.langgraph_journal import frame
+    from ckptcli.adapters.langgraph.journal import frame
     from ckptcli.errors import CorruptError
 
     v = msgpack.packb({"v": 1})

@@ -16,7 +16,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
-from ckptcli.adapters.langgraph import CkptSaver
+from ckptcli.adapters.langgraph.saver import CkptSaver
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -161,8 +161,9 @@ def test_a_delete_in_another_worker_leaves_the_objects_a_live_saver_names_again(
     messages on another thread. a remembers that the store has those messages' objects
     and names them without writing them again: the delete must have left them (it
     removed them, and the store was damaged: `ckpt verify` named the missing objects)."""
-    from ckptcli import integrity, prune
     from ckptcli.api import open_store
+    from ckptcli.store import prune
+    from ckptcli.store import verify as integrity
 
     store = tmp_path / ".ckpt"
     CkptSaver.open(store).close()
@@ -280,7 +281,7 @@ def test_items_edited_in_place_read_back_as_invoke_returned_them(tmp_path: Path,
     finally:
         saver.close()
     code = (
-        "import json, sys; from ckptcli.adapters.langgraph import CkptSaver; from tests.test_langgraph_threads import _todo_graph, _history\n"
+        "import json, sys; from ckptcli.adapters.langgraph.saver import CkptSaver; from tests.test_langgraph_threads import _todo_graph, _history\n"
         f"s = CkptSaver.open({str(tmp_path / '.ckpt')!r}); print(json.dumps(_history(_todo_graph().compile(checkpointer=s)))); s.close()"
     )
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
@@ -309,7 +310,7 @@ def test_fifos_among_the_journals_and_leases_do_not_block_opening_the_store(tmp_
     os.mkfifo(store / "langgraph" / "threads" / "fifo1")
     os.mkdir(store / "langgraph" / "threads" / ("0" * 32))
     code = (
-        "import sys; from ckptcli.adapters.langgraph import CkptSaver\n"
+        "import sys; from ckptcli.adapters.langgraph.saver import CkptSaver\n"
         "with CkptSaver.open(sys.argv[1]) as s: s.put({'configurable': {'thread_id': 't', 'checkpoint_ns': ''}}, "
         "{'v': 1, 'id': '1', 'ts': '', 'channel_values': {}, 'channel_versions': {}, 'versions_seen': {}}, {}, {})\n"
         "print('ok')"
@@ -322,7 +323,7 @@ def test_a_thread_whose_lease_is_a_fifo_is_refused_in_one_line_and_others_work(t
     """Its lease a FIFO: the put raised a bare OSError (Illegal seek)."""
     import os
 
-    from ckptcli.adapters.langgraph_leases import lease_name
+    from ckptcli.adapters.langgraph.leases import lease_name
     from ckptcli.errors import StoreIOError
 
     store = tmp_path / ".ckpt"
@@ -341,7 +342,7 @@ def test_a_fifo_planted_as_a_hand_over_request_makes_no_wait_past_lease_timeout(
     import os
     import threading
 
-    from ckptcli.adapters.langgraph_leases import lease_name
+    from ckptcli.adapters.langgraph.leases import lease_name
     from ckptcli.errors import LockError
 
     store = tmp_path / ".ckpt"
@@ -377,7 +378,7 @@ def test_a_hard_link_planted_as_a_lease_is_refused_and_its_file_untouched(tmp_pa
     overwritten by the saver."""
     import os
 
-    from ckptcli.adapters.langgraph_leases import lease_name
+    from ckptcli.adapters.langgraph.leases import lease_name
     from ckptcli.errors import StoreIOError
 
     store = tmp_path / ".ckpt"
@@ -395,7 +396,7 @@ def test_a_hard_link_planted_as_a_lease_is_refused_and_its_file_untouched(tmp_pa
 
 _BUSY_WORKER = """
 import sys, time
-from ckptcli.adapters.langgraph import CkptSaver
+from ckptcli.adapters.langgraph.saver import CkptSaver
 from tests.langgraph_graphs import chain_builder
 from typing import Annotated, TypedDict
 import operator
@@ -442,7 +443,7 @@ _SHARED_WORKER = """
 import json, sys, time
 from langchain_core.messages import HumanMessage
 from langgraph.graph import END, START, StateGraph
-from ckptcli.adapters.langgraph import CkptSaver
+from ckptcli.adapters.langgraph.saver import CkptSaver
 from ckptcli.errors import CkptError, ThreadConflictError
 from tests.langgraph_worker import Chat, _bot
 
@@ -542,7 +543,7 @@ def test_a_request_left_by_a_waiter_that_was_killed_is_removed_and_not_waited_fo
     import signal
     import time
 
-    from ckptcli.adapters.langgraph_leases import lease_name
+    from ckptcli.adapters.langgraph.leases import lease_name
 
     store = tmp_path / ".ckpt"
     with CkptSaver.open(store) as saver:
@@ -552,7 +553,7 @@ def test_a_request_left_by_a_waiter_that_was_killed_is_removed_and_not_waited_fo
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # a busy holder elsewhere
         waiter = subprocess.Popen(
-            [sys.executable, "-c", f"from ckptcli.adapters.langgraph import CkptSaver\nCkptSaver.open({str(store)!r}).get_tuple({{'configurable': {{'thread_id': 't'}}}})"],
+            [sys.executable, "-c", f"from ckptcli.adapters.langgraph.saver import CkptSaver\nCkptSaver.open({str(store)!r}).get_tuple({{'configurable': {{'thread_id': 't'}}}})"],
             cwd=REPO,
         )  # fmt: skip
         deadline = time.monotonic() + 120
@@ -577,7 +578,7 @@ def test_deleting_or_sweeping_a_thread_removes_its_lease(tmp_path: Path) -> None
     (delete_thread, the TTL sweep) loses its lease; the others keep theirs."""
     import os
 
-    from ckptcli.adapters.langgraph_leases import lease_name
+    from ckptcli.adapters.langgraph.leases import lease_name
 
     store = tmp_path / ".ckpt"
     leases = store / "langgraph" / "threads"
@@ -607,7 +608,7 @@ def test_a_worker_that_loaded_a_thread_before_it_was_deleted_and_its_lease_remov
     turn from its memory (no token there, and b has the thread: it reads it again)."""
     import os
 
-    from ckptcli.adapters.langgraph_leases import lease_name
+    from ckptcli.adapters.langgraph.leases import lease_name
 
     store = tmp_path / ".ckpt"
     with CkptSaver.open(store) as saver:
@@ -634,7 +635,7 @@ def test_a_holder_that_never_hands_over_is_named_and_the_waiters_ahead_counted(t
     import fcntl
     import os
 
-    from ckptcli.adapters.langgraph_leases import Request, lease_name
+    from ckptcli.adapters.langgraph.leases import Request, lease_name
     from ckptcli.errors import LockError
 
     store = tmp_path / ".ckpt"
@@ -664,7 +665,7 @@ def test_a_waiter_whose_lease_is_removed_takes_the_one_at_its_path_never_the_rem
     import threading
     import time
 
-    from ckptcli.adapters.langgraph_leases import lease_name
+    from ckptcli.adapters.langgraph.leases import lease_name
     from ckptcli.errors import LockError
 
     store = tmp_path / ".ckpt"

@@ -21,8 +21,8 @@ import pytest
 from langgraph.types import Command
 
 from ckptcli import api
-from ckptcli.adapters.langgraph import CkptSaver, _lease_name
-from ckptcli.adapters.langgraph_journal import JOURNAL_DIR
+from ckptcli.adapters.langgraph.journal import JOURNAL_DIR
+from ckptcli.adapters.langgraph.saver import CkptSaver, _lease_name
 from ckptcli.errors import InvalidInputError, NotFoundError
 from tests.langgraph_graphs import chat_builder, chat_message, delta_chat_builder, normalized, review_builder
 from tests.test_langgraph_prune import THREAD, _compare, delta_thread_resumes_alike
@@ -315,7 +315,7 @@ def test_prune_langgraph_ttl_tells_savers_of_a_thread_that_had_no_lease_yet(mixe
 def test_prune_beside_a_live_saver_leaves_the_objects_and_reclaims_them_once_it_is_gone(tmp_path: Path, cli: Any) -> None:
     """`ckpt prune --langgraph-ttl` beside a live worker removed objects the worker named
     again in its next checkpoints (the saver's TTL and the CLI's together damaged the store)."""
-    from ckptcli import integrity
+    from ckptcli.store import verify as integrity
 
     store = tmp_path / ".ckpt"
     clock = Clock(-3 * DAY)

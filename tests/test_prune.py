@@ -20,7 +20,7 @@ import ckptcli
 from ckptcli.api import open_checkpoint, open_store, take, verify
 from ckptcli.errors import UsageError
 from ckptcli.format.manifest import Manifest, Subject
-from ckptcli.prune import Policy, decide, prune
+from ckptcli.store.prune import Policy, decide, prune
 from tests.helpers_faults import child_env, ckpt_argv, fault_argv
 
 # -- the policy, on its own -------------------------------------------------------------------

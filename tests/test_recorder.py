@@ -20,9 +20,9 @@ import pytest
 import ckptcli
 from ckptcli.api import open_checkpoint, states_equal
 from ckptcli.errors import ConflictError, CorruptError, InvalidInputError, LockError, NotFoundError, StoreIOError, UsageError
-from ckptcli.events import LABEL_RUN, LABEL_SEQ, Event, Reducers, StepContext, ToolFailed, make_event
-from ckptcli.recorder import MAGIC, CheckpointPolicy, Durability, Recorder, read_journal
-from ckptcli.replay import load_tail, replay
+from ckptcli.history.events import LABEL_RUN, LABEL_SEQ, Event, Reducers, StepContext, ToolFailed, make_event
+from ckptcli.history.recorder import MAGIC, CheckpointPolicy, Durability, Recorder, read_journal
+from ckptcli.history.replay import load_tail, replay
 from ckptcli.store.repository import Store
 from tests.conftest import REPO
 
@@ -154,7 +154,7 @@ def test_checkpoint_every_n_events(store: Store, tmp_path: Path) -> None:
 
 def test_checkpoint_every_t_seconds(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A fake clock: the policy is checked at each append, never by a timer."""
-    import ckptcli.recorder as recorder_module
+    import ckptcli.history.recorder as recorder_module
 
     clock = [1000.0]
     monkeypatch.setattr(recorder_module.time, "monotonic", lambda: clock[0])
@@ -312,7 +312,7 @@ def test_a_torn_tail_is_cut_at_every_byte(store: Store, tmp_path: Path) -> None:
 def test_crash_between_a_checkpoint_and_the_new_journal(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The checkpoint is committed but the journal still holds its events: recovery finds
     the newer checkpoint by its run label and skips them."""
-    import ckptcli.recorder as recorder_module
+    import ckptcli.history.recorder as recorder_module
 
     j = tmp_path / "j"
     rec = _open(store, j, durability=Durability(batch_size=1))
@@ -346,10 +346,10 @@ def test_recovery_refuses_a_journal_with_a_gap(store: Store, tmp_path: Path) -> 
     with _open(store, j, durability=Durability(batch_size=1)) as rec:
         rec.append("plan.push", item=1)
         header = read_journal(j).header
-    from ckptcli.recorder import write_journal
+    from ckptcli.history.recorder import write_journal
 
     e = make_event(5, 1, "plan.push", {"item": 5})
-    from ckptcli.recorder import encode_record
+    from ckptcli.history.recorder import encode_record
 
     write_journal(j, header, [encode_record(e.to_map())])
     with pytest.raises(CorruptError, match=r"continues at seq 5, but checkpoint \w+ ends at seq 0: events are missing"):
@@ -376,7 +376,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     import ckptcli
-    from ckptcli.recorder import CheckpointPolicy, Durability, Recorder
+    from ckptcli.history.recorder import CheckpointPolicy, Durability, Recorder
     from tests.test_recorder import event_for
 
     store = ckptcli.open_store(sys.argv[1])

@@ -26,7 +26,7 @@ from tests.helpers_faults import child_env, ckpt_argv
 _RECORDER = r"""
 import json, random, sys
 from ckptcli.api import open_store
-from ckptcli.recorder import Durability, Recorder
+from ckptcli.history.recorder import Durability, Recorder
 
 big = random.Random(7).randbytes(150_000).hex()  # 300 KB: chunked into objects of its own
 store = open_store(sys.argv[1])
@@ -101,8 +101,8 @@ def test_a_recorder_whose_checkpoint_was_pruned_goes_on_with_a_new_history(tmp_p
     """A policy that keeps no latest (here: only a tag) prunes the checkpoint a live
     recorder builds on: its next checkpoint has no parent (a warning says why), and its
     state is whole, as the snapshot and tail of a recorded checkpoint always are."""
-    from ckptcli.recorder import Durability, Recorder
-    from ckptcli.stateat import state_at
+    from ckptcli.history.recorder import Durability, Recorder
+    from ckptcli.history.stateat import state_at
 
     store_dir = tmp_path / "store"
     ckptcli.init_store(store_dir)

@@ -19,8 +19,8 @@ import pytest
 import ckptcli
 from ckptcli.api import open_checkpoint, open_store, take
 from ckptcli.errors import ExitCode
-from ckptcli.prune import Policy, prune
 from ckptcli.store import reflog
+from ckptcli.store.prune import Policy, prune
 from tests.conftest import REPO
 
 DAY_NS = 86400 * 1_000_000_000

@@ -14,7 +14,7 @@ import pytest
 
 from ckptcli import api
 from ckptcli.errors import CkptError, ExitCode
-from ckptcli.repair import LABEL_REPAIRED_DROPPED, LABEL_REPAIRED_FROM, repair_checkpoints
+from ckptcli.store.repair import LABEL_REPAIRED_DROPPED, LABEL_REPAIRED_FROM, repair_checkpoints
 from ckptcli.store.repository import Store
 
 

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 import ckptcli
 from ckptcli.api import export_checkpoint, open_checkpoint, states_equal, take
 from ckptcli.errors import ExitCode, InvalidInputError, NotFoundError, UsageError
-from ckptcli.events import LABEL_FORK_AT, LABEL_FORK_OF, LABEL_SEQ, Event, Reducers, StepContext, ToolFailed
-from ckptcli.jsonview import to_json
-from ckptcli.recorder import CheckpointPolicy, Durability, Recorder
-from ckptcli.replay import check, fork, iter_steps, load_tail, replay
+from ckptcli.format.jsonview import to_json
+from ckptcli.history.events import LABEL_FORK_AT, LABEL_FORK_OF, LABEL_SEQ, Event, Reducers, StepContext, ToolFailed
+from ckptcli.history.recorder import CheckpointPolicy, Durability, Recorder
+from ckptcli.history.replay import check, fork, iter_steps, load_tail, replay
 from ckptcli.store.repository import Store
 from tests import strategies
 from tests.conftest import REPO, run_ckpt

@@ -242,7 +242,7 @@ def test_dash_o_refuses_when_every_temporary_name_is_taken(
 
 @pytest.mark.parametrize("kind", ["symlink", "hardlink"])
 def test_recorder_journal_rewrite_never_follows_a_link(tmp_path: Path, outside: Outside, tokens: Callable[[int | None], TokenSource], kind: str) -> None:
-    from ckptcli.recorder import read_journal, write_journal
+    from ckptcli.history.recorder import read_journal, write_journal
 
     journal = tmp_path / "bot.journal"
     links = [tmp_path / ".bot.journal.ckpt-partial", tmp_path / planted_names((".tmp",))[0]]
@@ -262,7 +262,7 @@ def test_recorder_journal_rewrite_never_follows_a_link(tmp_path: Path, outside: 
 def test_migrate_format_of_a_file_never_follows_a_link(
     cli: Any, ck: api.Checkpoint, tmp_path: Path, outside: Outside, tokens: Callable[[int | None], TokenSource], kind: str
 ) -> None:
-    from ckptcli.upgrade import rewrite_file
+    from ckptcli.store.upgrade import rewrite_file
 
     exported = tmp_path / "c.ckpt"
     api.export_checkpoint(ck, exported)
@@ -302,7 +302,7 @@ def test_store_temporary_files_never_follow_a_link(
 def test_langgraph_journal_never_follows_a_link(tmp_path: Path, outside: Outside, tokens: Callable[[int | None], TokenSource], kind: str) -> None:
     """(0.2.0 was safe here already: uuid4 names and O_EXCL; a guard against regressions.)"""
     pytest.importorskip("langgraph")
-    from ckptcli.adapters.langgraph import JOURNAL_DIR, CkptSaver
+    from ckptcli.adapters.langgraph.saver import JOURNAL_DIR, CkptSaver
 
     api.init_store(tmp_path / "store")
     jdir = tmp_path / "store" / JOURNAL_DIR

@@ -360,7 +360,7 @@ def build_migration(root: Path) -> Migration:
     agent:orders-bot recorded by a real Recorder running myapp.orders.step."""
     import importlib.util
 
-    from ckptcli.recorder import CheckpointPolicy, Recorder
+    from ckptcli.history.recorder import CheckpointPolicy, Recorder
 
     app = root / "srv" / "app"
     (app / "myapp").mkdir(parents=True)
@@ -511,7 +511,7 @@ def build_lost(root: Path) -> Lost:
     (/mnt/backup/*.ckpt) have each subject's latest. The app's checkout is /srv/app."""
     import shutil
 
-    from ckptcli.adapters.langgraph import CkptSaver
+    from ckptcli.adapters.langgraph.saver import CkptSaver
     from tests.langgraph_graphs import ask, support_builder
 
     lost = root / "lost-host" / "ckpt"

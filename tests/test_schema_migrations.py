@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, assume, given, settings
 import ckptcli
 from ckptcli.api import states_equal
 from ckptcli.errors import ExitCode, InvalidInputError, NotFoundError, UsageError
-from ckptcli.schema import (
+from ckptcli.schema.migrations import (
     Migration,
     MigrationError,
     MigrationSet,
@@ -157,7 +157,7 @@ def test_load_a_registry_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         monkeypatch,
         "ckpt_test_registry_mod",
         """
-        from ckptcli.schema import MigrationSet
+        from ckptcli.schema.migrations import MigrationSet
         REGISTRY = MigrationSet(current="v2")
         @REGISTRY.migration(from_="v1", to="v2")
         def up(state):

@@ -18,9 +18,9 @@ import pytest
 import ckptcli
 from ckptcli.api import open_checkpoint, take
 from ckptcli.format import limits
-from ckptcli.recorder import Recorder
-from ckptcli.replay import load_tail, replay
-from ckptcli.stateat import Stored, replay_problem, state_at
+from ckptcli.history.recorder import Recorder
+from ckptcli.history.replay import load_tail, replay
+from ckptcli.history.stateat import Stored, replay_problem, state_at
 from ckptcli.store.repository import Store
 from tests.conftest import REPO
 

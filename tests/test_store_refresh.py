@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ckptcli import api
-from ckptcli.recorder import Recorder
+from ckptcli.history.recorder import Recorder
 
 FORK = """
 import sys

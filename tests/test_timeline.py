@@ -1,4 +1,4 @@
-"""The TUI's models without a terminal (ckptcli.timeline): lazy lists over chunk trees,
+"""The TUI's models without a terminal (ckptcli.history.timeline): lazy lists over chunk trees,
 timelines of event tails (states, kept states, steps), and the history graph."""
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ import pytest
 import ckptcli
 from ckptcli.api import Checkpoint, open_checkpoint, take
 from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError
-from ckptcli.events import event_from_map
 from ckptcli.format.values import EXT_LIST, EXT_REF
-from ckptcli.replay import iter_steps, replay
-from ckptcli.store.repository import Store
-from ckptcli.store.single import CheckpointFile
-from ckptcli.timeline import (
+from ckptcli.history.events import event_from_map
+from ckptcli.history.replay import iter_steps, replay
+from ckptcli.history.timeline import (
     LRU,
     STOP_CHECK_EVERY,
     History,
@@ -35,6 +33,8 @@ from ckptcli.timeline import (
     state_changes,
     windows,
 )
+from ckptcli.store.repository import Store
+from ckptcli.store.single import CheckpointFile
 from tests.tui_data import build_demo_store, demo_events, export_demo
 
 SNAPSHOT: dict[str, Any] = {"memory": {"goal": "x", "messages": []}, "plan": [], "tools": []}

@@ -166,7 +166,7 @@ def step(ctx, event):
 
 def test_replay_check_ignores_declared_noise(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
     from ckptcli.api import open_store
-    from ckptcli.recorder import Recorder
+    from ckptcli.history.recorder import Recorder
 
     store_dir = tmp_path / "store"
     assert cli("init", store_dir).code == 0

@@ -21,7 +21,7 @@ import pytest
 
 import ckptcli
 from ckptcli.api import open_checkpoint, take
-from ckptcli.replay import replay
+from ckptcli.history.replay import replay
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
 from ckptcli.tui.app import CkptApp, View, open_session
@@ -728,7 +728,7 @@ def test_the_tools_tab_shows_langgraph_tool_calls_with_their_results_status(tmp_
     from langchain_core.messages import AIMessage, ToolMessage
     from langgraph.types import interrupt
 
-    from ckptcli.adapters.langgraph import CkptSaver
+    from ckptcli.adapters.langgraph.saver import CkptSaver
     from tests.langgraph_graphs import ChatState, chain_builder
 
     calls = [{"name": name, "args": {"order": "A-1"}, "id": f"call-{name}", "type": "tool_call"} for name in ("refund", "lookup", "escalate")]

@@ -19,9 +19,9 @@ from typing import Any
 
 import ckptcli
 from ckptcli.api import split_document
-from ckptcli.events import Reducers, event_from_map
 from ckptcli.format.manifest import Manifest, Subject
 from ckptcli.format.values import Encoder
+from ckptcli.history.events import Reducers, event_from_map
 from ckptcli.store.repository import Store
 
 T0 = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z
@@ -102,7 +102,7 @@ def demo_events(first_seq: int, n: int, t0: int) -> list[dict[str, Any]]:
 
 
 def live(state: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
-    """The state after `events` (the reducers of ckptcli.events)."""
+    """The state after `events` (the reducers of ckptcli.history.events)."""
     red = Reducers()
     out = state
     for i, e in enumerate(events):

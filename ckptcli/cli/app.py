@@ -98,7 +98,7 @@ ReducersOpt = Annotated[
     list[str] | None,
     typer.Option("--reducers", metavar="MODULE:NAME", help="Reducers for custom event kinds: a mapping of kind -> function; repeatable.", show_default=False),
 ]
-# the tolerant comparison (ckptcli.tolerant) of `ckpt diff` and `ckpt replay --check`: `tolerance_of`
+# the tolerant comparison (ckptcli.history.tolerant) of `ckpt diff` and `ckpt replay --check`: `tolerance_of`
 IgnoreOrderOpt = Annotated[bool, typer.Option("--ignore-order", help="Tolerant: compare lists as multisets (order is noise).")]
 SignificantDigitsOpt = Annotated[
     int | None, typer.Option("--significant-digits", metavar="N", help="Tolerant: floats that round to the same N digits after the point are equal (integers are compared exactly).", show_default=False)
@@ -123,11 +123,11 @@ def output_path(text: str) -> Path:
 
 
 def tolerance_of(ignore_order: bool, significant_digits: int | None, tolerance: float | None, exclude: list[str] | None) -> Any:
-    """The tolerant options as a ckptcli.tolerant.Tolerance, checked, or None when none
+    """The tolerant options as a ckptcli.history.tolerant.Tolerance, checked, or None when none
     was given (the exact comparison alone: deepdiff is not imported)."""
     if not (ignore_order or significant_digits is not None or tolerance is not None or exclude):
         return None
-    from ckptcli.tolerant import Tolerance
+    from ckptcli.history.tolerant import Tolerance
 
     tol = Tolerance(ignore_order, significant_digits, tolerance, tuple(exclude or ()))
     tol.check()

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
+from ckptcli._util.units import human_size as human_size  # the commands' sizes
 from ckptcli.errors import EXIT_CODE_MEANINGS, ExitCode
-from ckptcli.units import human_size as human_size  # the commands' sizes
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -545,7 +545,7 @@ def _workers() -> int:
 
 def _pool() -> ThreadPoolExecutor:
     """The pool that hashes, compresses and checks data chunks."""
-    from ckptcli.threads import executor
+    from ckptcli._util.threads import executor
 
     return executor("ckpt-chunk", _workers())
 
@@ -575,7 +575,7 @@ class Budget:
 
     The default is for decodes that hold the value in memory (a fraction of RAM,
     limits.MAX_HELD_BYTES); `Budget.streaming()` for writers that stream it and hold
-    only a piece at a time (ckptcli.docstream), bounded by limits.MAX_DECODED_BYTES."""
+    only a piece at a time (ckptcli.document), bounded by limits.MAX_DECODED_BYTES."""
 
     max_bytes: int = field(default_factory=_held_bytes)
     max_items: int = field(default_factory=_held_items)

@@ -169,7 +169,7 @@ class WriterMark:
     ``locks/writers/`` it holds a shared flock on for as long as it lives. A writer that
     lives across commits remembers which objects the store has and writes a new
     checkpoint that names them without writing them again; so while another writer is
-    alive, a removal of checkpoints leaves their objects (`ckptcli.prune`)."""
+    alive, a removal of checkpoints leaves their objects (`ckptcli.store.prune`)."""
 
     def __init__(self, path: Path, fd: int) -> None:
         self.path = path

@@ -8,7 +8,7 @@ line of its own. The log is history for people and for `ckpt reset`: nothing els
 depends on it, and a store without one (older ckpt, a copy) simply has none yet.
 `ckpt prune` (and `ckpt reflog --expire`) trims it (`expire`: 90 days, 1,000 entries per
 ref), rewriting a log whole by a rename under the same lock; until an entry expires,
-prune keeps the checkpoint it moved a ref away from (`ckptcli.prune.reflog_keeps`).
+prune keeps the checkpoint it moved a ref away from (`ckptcli.store.prune.reflog_keeps`).
 """
 
 from __future__ import annotations

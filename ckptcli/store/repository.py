@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ckptcli import notices
+from ckptcli._util.threads import executor
 from ckptcli.errors import (
     CkptError,
     ConflictError,
@@ -48,7 +49,6 @@ from ckptcli.format import framing, limits
 from ckptcli.format.manifest import NAME_RE, Manifest, Subject, check_name, head_order
 from ckptcli.store import reflog
 from ckptcli.store.backend import Backend, LocalBackend, io_error
-from ckptcli.threads import executor
 
 STORE_DIRNAME = ".ckpt"
 PACK_TARGET_SIZE = 64 * 1024 * 1024
@@ -532,7 +532,7 @@ class Store:
         read once; a pack whose table cannot be read is skipped with a warning. This is
         the slow path: only a damaged index file or an object missing from the index
         leads here."""
-        from ckptcli.integrity import read_pack  # the pack reader verify uses; only on this path
+        from ckptcli.store.verify import read_pack  # the pack reader verify uses; only on this path
 
         idx = self.index()
         for path in self.backend.list("packs"):

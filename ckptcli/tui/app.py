@@ -7,7 +7,7 @@
     help (every key, over any screen)
 
 Opening a checkpoint file shows the history of its one checkpoint with the checkpoint
-screen on top. Everything the screens show comes from ckptcli.timeline, ckptcli.diff and
+screen on top. Everything the screens show comes from ckptcli.history.timeline, ckptcli.history.diff and
 ckptcli.api; this package only draws it.
 """
 
@@ -24,10 +24,10 @@ from textual.app import App
 from textual.binding import Binding, BindingType
 
 from ckptcli.api import Checkpoint
-from ckptcli.events import Reducers
+from ckptcli.history.events import Reducers
+from ckptcli.history.timeline import LRU, History
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
-from ckptcli.timeline import LRU, History
 
 #: For this long after a key or mouse event, replays in worker threads give way to the app.
 INPUT_WINDOW = 0.5

@@ -8,7 +8,7 @@ from typing import Any
 
 from textual.message import Message
 
-from ckptcli.timeline import Line, StepView
+from ckptcli.history.timeline import Line, StepView
 
 
 @dataclass

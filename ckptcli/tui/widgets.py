@@ -21,7 +21,7 @@ from textual.strip import Strip
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from ckptcli.timeline import LRU, PAGE, child_keys, label_of, windows
+from ckptcli.history.timeline import LRU, PAGE, child_keys, label_of, windows
 
 RowRenderer = Callable[[int], Text]
 
@@ -33,7 +33,7 @@ class _ActivityAware(Protocol):
     def note_activity(self) -> None: ...
 
 
-#: Styles of the line kinds of ckptcli.diff.render and ckptcli.timeline.render_changes,
+#: Styles of the line kinds of ckptcli.history.diff.render and ckptcli.history.timeline.render_changes,
 #: the colours `ckpt diff` uses.
 LINE_STYLES = {"header": "bold", "section": "bold cyan", "add": "green", "remove": "red", "change": "yellow", "summary": "dim"}
 OP_STYLES = {"add": "green", "remove": "red", "replace": "yellow"}
@@ -369,7 +369,7 @@ class ValueTree(Tree[Slot]):
 
 
 def styled_lines(lines: list[tuple[str, str]]) -> Callable[[int], Text]:
-    """A row renderer for (kind, text) lines (ckptcli.diff.render), coloured as `ckpt diff`."""
+    """A row renderer for (kind, text) lines (ckptcli.history.diff.render), coloured as `ckpt diff`."""
 
     def render(i: int) -> Text:
         kind, text = lines[i]

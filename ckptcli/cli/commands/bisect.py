@@ -53,8 +53,8 @@ def bisect_cmd(
       ckpt bisect agent:bot --good known-good --bad 3f2a9c --check mychecks:consistent --json
     """
     from ckptcli.errors import UsageError
-    from ckptcli.history import Expect, bisect, load_check, parse_expect
-    from ckptcli.replay import load_reducers
+    from ckptcli.history.query import Expect, bisect, load_check, parse_expect
+    from ckptcli.history.replay import load_reducers
 
     given = [x for x in (check, expect, expect_missing) if x is not None]
     if len(given) != 1:

@@ -39,13 +39,13 @@ def cat(
     import sys
 
     from ckptcli import api
-    from ckptcli.stateat import state_at
+    from ckptcli.history.stateat import state_at
 
     at = state_at(api.open_checkpoint(ref, store_path=store), snapshot=snapshot, lenient=True)
     # indented for a person at a terminal; compact (and faster to write) for a program
     emit_spooled(lambda out: at.write_view(out, indent=2 if sys.stdout.isatty() else None))
     if at.problem is not None:
         from ckptcli.cli.app import warn
-        from ckptcli.stateat import problem_warning
+        from ckptcli.history.stateat import problem_warning
 
         warn(problem_warning(at.problem))

@@ -64,9 +64,9 @@ def compat(
       ckpt compat --subject agent:bot --migrations ep:myapp --json
     """
     from ckptcli import api
-    from ckptcli.compat import AFTER_MIGRATION, AS_IS, INCOMPATIBLE, CompatCheck, CompatFailed, load_adapter
     from ckptcli.errors import NotFoundError
-    from ckptcli.schema import cwd_importable, load_migrations
+    from ckptcli.schema.compat import AFTER_MIGRATION, AS_IS, INCOMPATIBLE, CompatCheck, CompatFailed, load_adapter
+    from ckptcli.schema.migrations import cwd_importable, load_migrations
 
     cwd_importable()
     check = CompatCheck(

@@ -104,7 +104,7 @@ def diff(
 
       ckpt diff run1 run2 --ignore-order --tolerance 1e-6 --exclude-path '/ts$'
     """
-    from ckptcli.diff import diff_checkpoints, open_pair, render
+    from ckptcli.history.diff import diff_checkpoints, open_pair, render
 
     a, b = open_pair(ref_a, ref_b, store_path=store)
     result = diff_checkpoints(a, b, section=section, path=path, snapshot=snapshot)
@@ -112,12 +112,12 @@ def diff(
     if tol is not None:
         if path is not None:
             raise UsageError("--path compares one value exactly; narrow a tolerant comparison with --section and --exclude-path", hint="see `ckpt diff --help`")
-        from ckptcli.tolerant import tolerant_diff
+        from ckptcli.history.tolerant import tolerant_diff
 
         result = tolerant_diff(a, b, result, tol, snapshot=snapshot)
     shown = result
     if not as_json and not show_all and "langgraph.checkpoint" in b.manifest.labels:
-        from ckptcli.adapters.langgraph_render import for_people
+        from ckptcli.adapters.langgraph.render import for_people
 
         shown = for_people(result)  # the bookkeeping left out, here and in --exit-code
     if as_json:
@@ -138,7 +138,7 @@ def diff(
     for problem in dict.fromkeys(st["problem"] for st in result.states.values() if "problem" in st):
         # a tail that does not replay: said once the output is written
         from ckptcli.cli.app import warn
-        from ckptcli.stateat import problem_warning
+        from ckptcli.history.stateat import problem_warning
 
         warn(problem_warning(problem))
     if exit_code and not shown.same:

@@ -52,7 +52,7 @@ def fork_cmd(
       ckpt fork agent:bot --at 42 --move-latest   # carry on from the fork
     """
     from ckptcli.format.manifest import check_name
-    from ckptcli.replay import fork, load_reducers
+    from ckptcli.history.replay import fork, load_reducers
 
     if branch is not None:
         check_name(branch, "branch name")

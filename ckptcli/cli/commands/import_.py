@@ -61,7 +61,7 @@ def import_(
     if len(source) > 2 or (db is not None and file != LANGGRAPH):
         raise UsageError(f"unexpected argument {source[-1]!r}", hint="ckpt import FILE, or ckpt import langgraph DB")
     if file == LANGGRAPH and db is not None:
-        from ckptcli.adapters.langgraph_import import import_sqlite
+        from ckptcli.adapters.langgraph.importer import import_sqlite
 
         st = api.open_store(store)
         report = import_sqlite(st, db, thread=thread, progress=BarProgress())

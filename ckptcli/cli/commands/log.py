@@ -54,8 +54,8 @@ def log_cmd(
 
       ckpt log agent:bot --path /memory/refund --json | jq '.[0].id'
     """
-    from ckptcli.history import log, render_entry
-    from ckptcli.replay import load_reducers
+    from ckptcli.history.query import log, render_entry
+    from ckptcli.history.replay import load_reducers
 
     red = load_reducers(reducers or [])
     entries = log(open_store(store), ref, path=path, section=section, patch=patch, limit=number, reducers=red)

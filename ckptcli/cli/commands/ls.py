@@ -98,9 +98,9 @@ def ls(
       ckpt ls exported.ckpt
     """
     from ckptcli import listing
+    from ckptcli._util.timeparse import parse_time
     from ckptcli.errors import UsageError
     from ckptcli.store.repository import Store
-    from ckptcli.timeparse import parse_time
 
     chosen = [c.strip() for c in columns.split(",") if c.strip()]
     unknown = [c for c in chosen if c not in COLUMNS]

@@ -96,7 +96,7 @@ def migrate(
     if migrations is None:
         raise UsageError("--migrations SPEC is needed to migrate a checkpoint's schema", hint="see docs/migrations.md")
     from ckptcli import api
-    from ckptcli.schema import (
+    from ckptcli.schema.migrations import (
         AlreadyMigratedError,
         cwd_importable,
         load_migrations,
@@ -158,11 +158,11 @@ def migrate(
 
 
 def _list(spec: str | None, as_json: bool) -> None:
-    from ckptcli.upgrade import MIGRATIONS
+    from ckptcli.store.upgrade import MIGRATIONS
 
     doc: dict[str, object] = {"format": [m.to_dict() for m in MIGRATIONS]}
     if spec is not None:
-        from ckptcli.schema import cwd_importable, load_migrations
+        from ckptcli.schema.migrations import cwd_importable, load_migrations
 
         cwd_importable()
         ms = load_migrations(spec)
@@ -185,7 +185,7 @@ def _format(path: str | None, store: object, dry_run: bool, lock_wait: float, as
     from pathlib import Path
 
     from ckptcli.cli.output import BarProgress
-    from ckptcli.upgrade import target_of, upgrade
+    from ckptcli.store.upgrade import target_of, upgrade
 
     target = target_of(Path(path) if path is not None else (store if isinstance(store, Path) else None))
     try:

@@ -116,11 +116,11 @@ def prune(
     from datetime import UTC
 
     from ckptcli import api
+    from ckptcli._util.timeparse import parse_duration
     from ckptcli.format.manifest import Subject
     from ckptcli.listing import format_time
-    from ckptcli.prune import Policy
-    from ckptcli.prune import prune as run_prune
-    from ckptcli.timeparse import parse_duration
+    from ckptcli.store.prune import Policy
+    from ckptcli.store.prune import prune as run_prune
 
     policy = Policy(
         keep_last=keep_last,

@@ -99,8 +99,8 @@ def reflog(
 def _expire(st: Store, age: str, dry_run: bool, as_json: bool) -> None:
     import time
 
+    from ckptcli._util.timeparse import parse_duration
     from ckptcli.store import reflog as log
-    from ckptcli.timeparse import parse_duration
 
     cutoff = time.time_ns() - parse_duration(age) * 1_000_000_000
     # the refs lock is the one the writers of entries hold; the store lock, shared, keeps

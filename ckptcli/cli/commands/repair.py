@@ -12,7 +12,7 @@ from ckptcli.cli.output import BarProgress, emit_json, exit_status, out, safe
 from ckptcli.errors import CorruptError, ExitCode, UsageError
 
 if TYPE_CHECKING:
-    from ckptcli.repair import CheckpointsRepair
+    from ckptcli.store.repair import CheckpointsRepair
 
 
 class What(StrEnum):
@@ -89,7 +89,7 @@ def repair(
       ckpt repair checkpoints --force --json
     """
     from ckptcli import api
-    from ckptcli import repair as lib
+    from ckptcli.store import repair as lib
 
     if what is not What.CHECKPOINTS:
         for given, name in ((force, "--force"), (drop, "--drop"), (forget, "--forget")):

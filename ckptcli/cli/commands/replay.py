@@ -107,7 +107,7 @@ def replay_cmd(
       ckpt replay agent:bot --check myagent.steps:step --ignore-order --exclude-path '/ts$'
     """
     from ckptcli import api
-    from ckptcli.replay import load_reducers, load_tail
+    from ckptcli.history.replay import load_reducers, load_tail
 
     if check is not None and (step or to is not None):
         from ckptcli.errors import UsageError
@@ -115,8 +115,8 @@ def replay_cmd(
         raise UsageError("--check replays the whole tail", hint="leave out --step and --to")
     red = load_reducers(reducers or [])
     if check is not None:
-        from ckptcli.replay import load_step
-        from ckptcli.schema import cwd_importable
+        from ckptcli.history.replay import load_step
+        from ckptcli.schema.migrations import cwd_importable
 
         cwd_importable()
         func = load_step(check)
@@ -127,7 +127,7 @@ def replay_cmd(
     ck = api.open_checkpoint(ref, store_path=store)
     tail = load_tail(ck)
     if ck.manifest.layout.get("format") == "langgraph":  # its writes applied to the channels
-        from ckptcli.adapters.langgraph_replay import prepare
+        from ckptcli.adapters.langgraph.replay import prepare
 
         tail = prepare(ck, tail)
     n = tail.count_to(to_seq, to_time)
@@ -135,8 +135,8 @@ def replay_cmd(
     if step:
         _steps(tail, to_seq, to_time, red, as_json)
         return
-    from ckptcli.jsonview import to_json
-    from ckptcli.replay import replay
+    from ckptcli.format.jsonview import to_json
+    from ckptcli.history.replay import replay
 
     state = replay(tail, to_seq=to_seq, to_time=to_time, reducers=red)
     if as_json:
@@ -169,8 +169,8 @@ def _parse_to(text: str | None) -> tuple[int | None, int | None]:
     t = text.strip()
     if t.isdecimal() and t.isascii():
         return int(t), None
+    from ckptcli._util.timeparse import parse_time
     from ckptcli.errors import InvalidInputError
-    from ckptcli.timeparse import parse_time
 
     try:
         return None, parse_time(t)
@@ -181,8 +181,8 @@ def _parse_to(text: str | None) -> tuple[int | None, int | None]:
 
 
 def _steps(tail: Any, to_seq: int | None, to_time: int | None, reducers: Any, as_json: bool) -> None:
-    from ckptcli.jsonview import to_json
-    from ckptcli.replay import iter_steps
+    from ckptcli.format.jsonview import to_json
+    from ckptcli.history.replay import iter_steps
 
     n = tail.count_to(to_seq, to_time)
     position = tail.events[n - 1].seq if n else tail.base_seq
@@ -195,7 +195,7 @@ def _steps(tail: Any, to_seq: int | None, to_time: int | None, reducers: Any, as
             state = s.after
         emit_json({"id": tail.id, "base_seq": tail.base_seq, "seq": position, "applied": n, "steps": rows, "state": to_json(state)})
         return
-    from ckptcli.diff import describe, describe_change, format_path
+    from ckptcli.history.diff import describe, describe_change, format_path
     from ckptcli.listing import format_time
 
     lines = [f"snapshot of {short(tail.id)} at seq {tail.base_seq}"]
@@ -228,7 +228,7 @@ def _steps(tail: Any, to_seq: int | None, to_time: int | None, reducers: Any, as
 
 def _check(ck: Any, func: Any, reducers: Any, as_json: bool, tolerance: Any = None) -> None:
     from ckptcli.errors import ReplayDiverged
-    from ckptcli.replay import check
+    from ckptcli.history.replay import check
 
     report = check(ck, func, reducers=reducers, tolerance=tolerance)
     if as_json:
@@ -248,7 +248,7 @@ def _check(ck: Any, func: Any, reducers: Any, as_json: bool, tolerance: Any = No
                 markup=False,
             )
         else:
-            from ckptcli.jsonview import to_json
+            from ckptcli.format.jsonview import to_json
 
             c.print(f"diverged at seq {d.seq}, in the step for input seq {d.input_seq}: {safe(d.reason, backslash=False)}", markup=False)
             for label, ev in (("recorded", d.expected), ("replayed", d.actual)):

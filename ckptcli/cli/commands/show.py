@@ -47,8 +47,8 @@ def show(
     print them as stored.
     """
     from ckptcli import api
-    from ckptcli.jsonview import to_json
-    from ckptcli.stateat import state_at
+    from ckptcli.format.jsonview import to_json
+    from ckptcli.history.stateat import state_at
 
     ck = api.open_checkpoint(ref, store_path=store)
     at = state_at(ck, snapshot=snapshot, lenient=True)
@@ -61,7 +61,7 @@ def show(
         else:
 
             if not show_all and "langgraph.checkpoint" in ck.manifest.labels:
-                from ckptcli.adapters.langgraph_render import readable
+                from ckptcli.adapters.langgraph.render import readable
 
                 value = readable(value, times=True)
             out().print_json(json_text(value))
@@ -107,6 +107,6 @@ def _warn_after(problem: str | None) -> None:
     stays the one line on stderr)."""
     if problem is not None:
         from ckptcli.cli.app import warn
-        from ckptcli.stateat import problem_warning
+        from ckptcli.history.stateat import problem_warning
 
         warn(problem_warning(problem))

@@ -29,7 +29,7 @@ def stats(
       ckpt stats --json | jq .dedup_ratio
     """
     from ckptcli import api
-    from ckptcli.stats import store_stats
+    from ckptcli.store.stats import store_stats
 
     st = api.open_store(store)
     s = store_stats(st, progress=BarProgress())

@@ -88,7 +88,7 @@ def take(
             raise InvalidInputError(f"{document} is a directory", hint="use --blob NAME=DIR to store a directory") from None
         except OSError as exc:
             raise StoreIOError(f"cannot read {document}: {exc.strerror}") from None
-    from ckptcli.stateat import replay_problem
+    from ckptcli.history.stateat import replay_problem
 
     problem = replay_problem(state)
     st = open_store(store)

@@ -73,7 +73,7 @@ def tui_cmd(
         source = st
         if target is not None:
             checkpoint = st.resolve(target)
-    from ckptcli.replay import load_reducers
+    from ckptcli.history.replay import load_reducers
 
     red = load_reducers(reducers or [])
     # everything the first screen reads is read here, so that a missing manifest or a
@@ -82,8 +82,8 @@ def tui_cmd(
     if timeline:
         if opened is None:
             raise UsageError("--timeline needs a checkpoint", hint="give a checkpoint file or a reference: ckpt tui latest --timeline")
-        from ckptcli.events import STATE_KEYS
-        from ckptcli.timeline import LazyList, Timeline, events_root
+        from ckptcli.history.events import STATE_KEYS
+        from ckptcli.history.timeline import LazyList, Timeline, events_root
 
         where = f"checkpoint {opened.hex[:12]}"
         bad = [k for k in opened.manifest.layout.get("keys", []) if k not in (*STATE_KEYS, "events")]

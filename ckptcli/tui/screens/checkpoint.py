@@ -11,17 +11,26 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
 
+from ckptcli._util.units import human_size
 from ckptcli.api import Checkpoint
-from ckptcli.diff import describe
 from ckptcli.errors import CkptError
-from ckptcli.events import LABEL_FORK_AT, LABEL_FORK_OF
 from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_DOCUMENT
+from ckptcli.history.diff import describe
+from ckptcli.history.events import LABEL_FORK_AT, LABEL_FORK_OF
+from ckptcli.history.timeline import (
+    BlobEntry,
+    LazyList,
+    blob_listing,
+    event_summary,
+    section_list,
+    section_shape,
+    tool_answers,
+    tool_status,
+)
 from ckptcli.listing import format_time
-from ckptcli.timeline import BlobEntry, LazyList, blob_listing, event_summary, section_list, section_shape, tool_answers, tool_status
 from ckptcli.tui.app import Session
 from ckptcli.tui.screens.base import KIND_STYLES, BaseScreen, refs_text
 from ckptcli.tui.widgets import OpenableList, ValueTree, VirtualList
-from ckptcli.units import human_size
 
 TABS = ("overview", "memory", "plan", "tools", "events", "blobs", "ext")
 STATUS = {"ok": ("✓", "green"), "error": ("✗", "red"), "pending": ("…", "yellow")}
@@ -251,7 +260,7 @@ class CheckpointScreen(BaseScreen):
         shown = list(range(min(n, 50)))
         if n > 50:
             shown += list(range(max(50, n - 50), n))
-        from ckptcli.events import event_from_map
+        from ckptcli.history.events import event_from_map
 
         rows: list[tuple[int, str]] = []
         for i in shown:

@@ -1,4 +1,4 @@
-"""The diff screen: two checkpoints (ckptcli.diff, as `ckpt diff` shows them) or two
+"""The diff screen: two checkpoints (ckptcli.history.diff, as `ckpt diff` shows them) or two
 points of a timeline (the changes between the two states), computed in a worker."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Header, Static
 
 from ckptcli.errors import CkptError
-from ckptcli.timeline import Line, Timeline, render_changes, state_changes
+from ckptcli.history.timeline import Line, Timeline, render_changes, state_changes
 from ckptcli.tui.app import Session
 from ckptcli.tui.messages import DiffFailed, DiffReady
 from ckptcli.tui.screens.base import BaseScreen
@@ -46,7 +46,7 @@ class DiffScreen(BaseScreen):
     @classmethod
     def of_checkpoints(cls, session: Session, a: bytes, b: bytes) -> DiffScreen:
         def compute(stat: bool) -> tuple[list[Line], list[dict[str, Any]]]:
-            from ckptcli.diff import diff_checkpoints, render
+            from ckptcli.history.diff import diff_checkpoints, render
 
             result = diff_checkpoints(session.checkpoint(a), session.checkpoint(b))
             return render(result, stat=stat), result.patch()

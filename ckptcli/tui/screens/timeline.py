@@ -2,7 +2,7 @@
 with what that step changed highlighted.
 
 The event list is virtual (only the rows on screen are read from the tail). The state
-at the cursor comes from ckptcli.timeline.Timeline: at once when it is a few reducer
+at the cursor comes from ckptcli.history.timeline.Timeline: at once when it is a few reducer
 applications away from a kept state, else from a worker thread that is abandoned when
 the cursor moves on, while the rows stay responsive. Once the screen is shown, another
 worker replays the tail to its end in the background so that every kept state exists
@@ -23,10 +23,10 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Input, Static
 from textual.worker import Worker, get_current_worker
 
-from ckptcli.diff import describe
 from ckptcli.errors import CkptError
-from ckptcli.jsonview import to_json
-from ckptcli.timeline import Line, StepView, Stopped, Timeline, change_line
+from ckptcli.format.jsonview import to_json
+from ckptcli.history.diff import describe
+from ckptcli.history.timeline import Line, StepView, Stopped, Timeline, change_line
 from ckptcli.tui.app import CkptApp, Session
 from ckptcli.tui.messages import PrefillDone, SearchDone, StateFailed, StateReady
 from ckptcli.tui.screens.base import BaseScreen

@@ -13,7 +13,7 @@ that: whatever the other rules say, an expired thread loses every checkpoint
 needs to resume), and other subjects and unexpired threads are left to the other rules
 (kept whole when there are none); a thread a running saver holds, or whose last
 saver died before committing it, is in use and left alone (its lease:
-`ckptcli.adapters.langgraph_leases`; the others' leases are held while they are pruned,
+`ckptcli.adapters.langgraph.leases`; the others' leases are held while they are pruned,
 and renewed after, so that savers read them again). Tags and branch heads are never
 removed whatever the policy says, nor, until their reflog entries expire, the
 checkpoints a ref was moved away from without going on from them (a reset back: only
@@ -21,7 +21,7 @@ checkpoints a ref was moved away from without going on from them (a reset back: 
 "Expiry"). Then each adapter whose checkpoints are there (a manifest's ``layout.ext``
 names it) adds what the kept ones need, through its hook in the entry-point group
 ``ckptcli.retention`` (LangGraph: a thread's heads, and the checkpoints its delta
-channels are rebuilt from: `ckptcli.adapters.langgraph_retention`). A survivor's
+channels are rebuilt from: `ckptcli.adapters.langgraph.retention`). A survivor's
 reasons are recorded so `--dry-run` can say why it stays.
 
 Concurrency: a prune holds the store lock exclusively from the first look at the
@@ -234,8 +234,8 @@ def decide(
             out.append(Decision(cid, subj, m.created_ns, bool(reasons), reasons))
         if policy.langgraph_ttl_s is None or subj in in_use or not any(_is_langgraph(m) for _c, m in items):
             continue
-        from ckptcli.adapters.langgraph_layout import thread_ttl
-        from ckptcli.adapters.langgraph_retention import effective_ttl
+        from ckptcli.adapters.langgraph.layout import thread_ttl
+        from ckptcli.adapters.langgraph.retention import effective_ttl
 
         own = next((got for _c, m in items if (got := thread_ttl(m.labels)) is not None), None)  # the newest one
         ttl, strategy = effective_ttl(own, policy.langgraph_ttl_s, policy.langgraph_ttl_strategy)
@@ -392,7 +392,7 @@ def prune(
         with contextlib.ExitStack() as leases:  # the expired threads' leases, until they are pruned
             in_use: list[str] = []
             if expired:
-                from ckptcli.adapters.langgraph_retention import hold_threads
+                from ckptcli.adapters.langgraph.retention import hold_threads
 
                 in_use = sorted(leases.enter_context(hold_threads(store, manifests, set(expired), renew=not dry_run)))
                 if in_use:

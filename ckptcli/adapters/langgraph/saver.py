@@ -1,6 +1,6 @@
 """ckpt as a LangGraph checkpointer: `CkptSaver`, sync and async.
 
-    from ckptcli.adapters.langgraph import CkptSaver
+    from ckptcli.adapters.langgraph.saver import CkptSaver
     graph = builder.compile(checkpointer=CkptSaver.open(".ckpt"))
 
 Every LangGraph checkpoint becomes one ckpt checkpoint of subject ``agent:<thread>``
@@ -84,8 +84,8 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from ckptcli.adapters import langgraph_layout as layout
-from ckptcli.adapters.langgraph_journal import (
+from ckptcli.adapters.langgraph import layout
+from ckptcli.adapters.langgraph.journal import (
     DAMAGED_SUFFIX,
     JOURNAL_DIR,
     blank,
@@ -98,21 +98,21 @@ from ckptcli.adapters.langgraph_journal import (
     record_error,
     record_where,
 )
-from ckptcli.adapters.langgraph_journal import Journal as _Journal
-from ckptcli.adapters.langgraph_journal import frame as _frame
-from ckptcli.adapters.langgraph_journal import record_problem as journal_record_problem
-from ckptcli.adapters.langgraph_layout import MSGPACK, Key, SectionWriter, Typed, Write
-from ckptcli.adapters.langgraph_leases import LEASE as _LEASE
-from ckptcli.adapters.langgraph_leases import LEASE_DIR, RECOVER_LOCK, WANT_DIR, open_recover_lock
-from ckptcli.adapters.langgraph_leases import Request as _Request
-from ckptcli.adapters.langgraph_leases import lease_name as _lease_name
-from ckptcli.adapters.langgraph_leases import live_requests as _live_requests
-from ckptcli.adapters.langgraph_leases import request_lease as _request_lease
-from ckptcli.adapters.langgraph_leases import try_flock as _try_flock
-from ckptcli.adapters.langgraph_read import ListReader
-from ckptcli.adapters.msgpack_view import from_view, to_view
+from ckptcli.adapters.langgraph.journal import Journal as _Journal
+from ckptcli.adapters.langgraph.journal import frame as _frame
+from ckptcli.adapters.langgraph.journal import record_problem as journal_record_problem
+from ckptcli.adapters.langgraph.layout import MSGPACK, Key, SectionWriter, Typed, Write
+from ckptcli.adapters.langgraph.leases import LEASE as _LEASE
+from ckptcli.adapters.langgraph.leases import LEASE_DIR, RECOVER_LOCK, WANT_DIR, open_recover_lock
+from ckptcli.adapters.langgraph.leases import Request as _Request
+from ckptcli.adapters.langgraph.leases import lease_name as _lease_name
+from ckptcli.adapters.langgraph.leases import live_requests as _live_requests
+from ckptcli.adapters.langgraph.leases import request_lease as _request_lease
+from ckptcli.adapters.langgraph.leases import try_flock as _try_flock
+from ckptcli.adapters.langgraph.read import ListReader
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LockError, StoreIOError, ThreadConflictError, UsageError
 from ckptcli.format.manifest import Manifest
+from ckptcli.format.msgpack_view import from_view, to_view
 from ckptcli.format.values import EXT_LIST, EXT_MAP, EXT_REF, Budget, Decoder, Ext, ListTree, array_header, unpack_ev
 from ckptcli.store.backend import fsync_dir
 from ckptcli.store.repository import Store
@@ -506,7 +506,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         max_journal_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         super().__init__(serde=serde)
-        from ckptcli.adapters.langgraph_retention import TTL
+        from ckptcli.adapters.langgraph.retention import TTL
 
         self.ttl = TTL.parse(ttl) if ttl is not None else None
         self.clock = clock
@@ -631,7 +631,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         """The saver of the store at `path` (created as `ckpt init` would when there is
         none): ``builder.compile(checkpointer=CkptSaver.open(".ckpt"))``. Options are
         the constructor's."""
-        from ckptcli.adapters.langgraph_retention import TTL
+        from ckptcli.adapters.langgraph.retention import TTL
         from ckptcli.api import store_or_init
 
         if options.get("ttl") is not None:
@@ -2246,7 +2246,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         one that another process's saver holds is in use, and is left for a later
         sweep; one written meanwhile is no longer expired. Returns the threads deleted
         or cut down."""
-        from ckptcli.adapters.langgraph_retention import effective_ttl
+        from ckptcli.adapters.langgraph.retention import effective_ttl
         from ckptcli.store import catalog
 
         ttl = self.ttl
@@ -2314,7 +2314,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
     def _rebuilt_from(self, kept: _Keys) -> dict[tuple[str, str, str], str]:
         """The checkpoints that `kept` ones rebuild their delta channels from (see
         `langgraph_retention.needed`). Caller holds the lock."""
-        from ckptcli.adapters import langgraph_retention as retention
+        from ckptcli.adapters.langgraph import retention
 
         stored_cache: dict[tuple[str, str, str], set[str]] = {}
 
@@ -2386,7 +2386,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         Meanwhile puts stage every object they make, even one the store has (it may be
         one that goes: the commit after writes what went); the old packs are deleted
         under the lock, when no read is under way."""
-        from ckptcli.prune import collect
+        from ckptcli.store.prune import collect
 
         with contextlib.nullcontext() if mutex_held else self._commit_mutex:
             with self._lock:
@@ -2447,7 +2447,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         """Remove the store's checkpoints `ids` (those of `keys` and `threads` now, for a
         delete journaled before the ids were): their manifests and refs; their objects
         are left for the next collection (`_delete`)."""
-        from ckptcli.prune import forget_checkpoints
+        from ckptcli.store.prune import forget_checkpoints
 
         if ids is None or siblings is None:
             with self._lock:

@@ -6,7 +6,7 @@ When the project changes the shape, it declares a migration per step, and ckpt
 applies the chain to old checkpoints:
 
     # myapp/migrations.py
-    from ckptcli.schema import migration
+    from ckptcli.schema.migrations import migration
 
     SCHEMA_VERSION = 2                    # what the current code reads
 

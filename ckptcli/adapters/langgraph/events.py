@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckptcli.events import Event, State
+from ckptcli.history.events import Event, State
 
 WRITE_KIND = "langgraph:write"
 
@@ -28,7 +28,7 @@ def _write(state: State, ev: Event) -> State:
     out = {**state}
     reducers, channel, memory = lg.get("reducers"), ev.fields.get("channel"), state.get("memory")
     if type(reducers) is dict and type(channel) is str and type(memory) is dict:
-        from ckptcli.adapters.langgraph_replay import EMPTY, apply, builtin
+        from ckptcli.adapters.langgraph.replay import EMPTY, apply, builtin
 
         if builtin(channel) != "":
             learnt = reducers.get(channel)

@@ -1,7 +1,7 @@
 """Replay: rebuild the state at any point of a checkpoint's event tail, check that a step
 function still makes the recorded decisions, and fork a new history from a point.
 
-    >>> from ckptcli.replay import replay, check, fork
+    >>> from ckptcli.history.replay import replay, check, fork
     >>> state = replay(open_checkpoint("latest", store), to_seq=42)       # doctest: +SKIP
     >>> check(open_checkpoint("latest", store), myagent.step).ok         # doctest: +SKIP
     True
@@ -10,7 +10,7 @@ function still makes the recorded decisions, and fork a new history from a point
 The model (formats/events.md). A checkpoint that holds events is a **snapshot** (its
 memory, plan, tools and ext sections) and a **tail** (its `events` section): the events
 recorded since the previous checkpoint, in seq order. The snapshot is the state *before*
-the tail: applying the tail's events to it, with the reducers of ckptcli.events, gives
+the tail: applying the tail's events to it, with the reducers of ckptcli.history.events, gives
 the live state at the moment the checkpoint was taken. So each checkpoint replays on its
 own (a pruned parent does not matter), and the snapshot of checkpoint N+1 is the live
 state of checkpoint N (the store keeps it once: the encoding is content-addressed).
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, UsageError, how_it_failed, user_failure
-from ckptcli.events import (
+from ckptcli.history.events import (
     ERROR,
     LABEL_FORK_AT,
     LABEL_FORK_OF,
@@ -58,8 +58,8 @@ from ckptcli.events import (
 
 if TYPE_CHECKING:
     from ckptcli.api import Checkpoint, TakeResult
+    from ckptcli.history.tolerant import Tolerance
     from ckptcli.store.repository import Store
-    from ckptcli.tolerant import Tolerance
 
 StepFunc = Callable[[StepContext, Event], Any]
 
@@ -160,7 +160,7 @@ class Change:
         return format_pointer(self.path)
 
     def to_dict(self) -> dict[str, Any]:
-        from ckptcli.jsonview import to_json
+        from ckptcli.format.jsonview import to_json
 
         out: dict[str, Any] = {"op": self.op, "path": self.pointer}
         if self.op != "remove":
@@ -269,7 +269,7 @@ class Divergence:
     actual: dict[str, Any] | None  # the replayed one (None: the replayed step had ended)
 
     def to_dict(self) -> dict[str, Any]:
-        from ckptcli.jsonview import to_json
+        from ckptcli.format.jsonview import to_json
 
         return {
             "seq": self.seq,
@@ -332,7 +332,7 @@ def _same_event(recorded: Event, actual: Event, tolerance: Tolerance | None = No
         return True
     if tolerance is None or not tolerance.active:
         return False
-    from ckptcli.tolerant import same_apart_from_noise  # deepdiff: only when asked for
+    from ckptcli.history.tolerant import same_apart_from_noise  # deepdiff: only when asked for
 
     return same_apart_from_noise(a, b, tolerance)
 
@@ -464,7 +464,7 @@ def check(
     re-runs the whole step (`from_seq` says where). When the ancestors are not there (a
     checkpoint file, a pruned parent), or given a bare Tail, those events are applied as
     recorded and counted as `unchecked`. A last step that runs past the end of the tail is
-    checked up to there (`partial_step`). With `tolerance` (ckptcli.tolerant.Tolerance),
+    checked up to there (`partial_step`). With `tolerance` (ckptcli.history.tolerant.Tolerance),
     an emitted event whose fields differ from the recorded one's only in that noise
     (list order, float digits, fields whose JSON Pointer, e.g. "/result/ts", matches an
     exclusion) matches it.
@@ -564,7 +564,7 @@ def _step_begun_before(ck: Checkpoint, tail: Tail, red: Reducers) -> tuple[Any, 
 def load_step(spec: str) -> StepFunc:
     """`MODULE:FUNC` -> the step function (the current directory importable, as for
     `python -m`). Raises UsageError, NotFoundError or InvalidInputError in one line."""
-    from ckptcli.schema import import_object
+    from ckptcli.schema.migrations import import_object
 
     if ":" not in spec:
         raise UsageError(f"--check {spec!r} is not MODULE:FUNC", hint="e.g. myagent.steps:step")
@@ -577,7 +577,7 @@ def load_step(spec: str) -> StepFunc:
 def load_reducers(specs: list[str]) -> Reducers:
     """Reducers with the custom ones named by `MODULE:NAME` specs (each a mapping of
     kind -> reducer) added."""
-    from ckptcli.schema import import_object
+    from ckptcli.schema.migrations import import_object
 
     red = Reducers()
     for spec in specs:

@@ -182,11 +182,11 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
             problem("pack", pack_path(pid), "pack named by an index is missing")
 
     if isinstance(backend, LocalBackend):  # the LangGraph saver's journals beside the store
-        from ckptcli.adapters.langgraph_journal import check_journals
+        from ckptcli.adapters.langgraph.journal import check_journals
 
         for journal, message in check_journals(backend.root):
             problem("journal", str(journal), message)
-        from ckptcli.adapters.langgraph_store_log import check_store_logs, log_dir
+        from ckptcli.adapters.langgraph.store_log import check_store_logs, log_dir
 
         if log_dir(backend.root).is_dir():  # LangGraph's memory store (CkptStore)
             for log, message in check_store_logs(backend.root, set(store.manifest_ids())):
@@ -242,7 +242,7 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
             problem("ref", path, f"points to checkpoint {t.hex()[:12]}, which does not exist")
 
     if refs is None:  # dangling heads: a take killed between its manifest and its ref
-        from ckptcli.repair import dangling_heads
+        from ckptcli.store.repair import dangling_heads
 
         latest = {m.subject: t for path, t in ref_targets if (m := manifests.get(t)) and path == store.latest_ref(m.subject)}
         moved_ns = {s: when for s in latest if (when := store.last_moved_ns(store.latest_ref(s))) is not None}

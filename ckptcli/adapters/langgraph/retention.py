@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ckptcli.adapters import langgraph_layout as layout
+from ckptcli.adapters.langgraph import layout
 from ckptcli.errors import CkptError, InvalidInputError
 from ckptcli.format import limits
 from ckptcli.format.manifest import Manifest
@@ -217,7 +217,7 @@ def retain(store: Store, manifests: Mapping[bytes, Manifest], keep: set[bytes]) 
 def hold_threads(store: Store, manifests: Mapping[bytes, Manifest], subjects: set[str], renew: bool = True) -> Iterator[set[str]]:
     """Hold the leases of the LangGraph threads of `subjects` for `ckpt prune`
     (`langgraph_leases.hold_threads`); yields the subjects in use, which must be left alone."""
-    from ckptcli.adapters.langgraph_leases import hold_threads as hold
+    from ckptcli.adapters.langgraph.leases import hold_threads as hold
 
     threads: dict[str, str] = {}
     for m in manifests.values():

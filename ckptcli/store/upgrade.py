@@ -74,7 +74,7 @@ class FormatMigration:
 
 
 def _old_packs(store: Store, version: int) -> list[bytes]:
-    from ckptcli.prune import pack_version
+    from ckptcli.store.prune import pack_version
 
     out = []
     for path in store.backend.list("packs"):
@@ -107,7 +107,7 @@ def _apply_v1_v2(target: Target, rep: UpgradeReport, progress: Progress) -> None
     if isinstance(target, Path):
         rep.bytes_written = rewrite_file(target, target, 2, progress)
         return
-    from ckptcli.prune import upgrade_packs
+    from ckptcli.store.prune import upgrade_packs
 
     if target.version < 2:
         target.set_config(replace(target.config, version=2))  # the commit point of the upgrade

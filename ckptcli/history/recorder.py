@@ -1,7 +1,7 @@
 """The recorder: a running agent or workflow appends events, durably and cheaply, and
 takes checkpoints by policy (docs/replay.md; the journal format is in formats/events.md).
 
-    >>> from ckptcli.recorder import CheckpointPolicy, Recorder
+    >>> from ckptcli.history.recorder import CheckpointPolicy, Recorder
     >>> rec = Recorder.open(store, "agent:bot", "bot.journal",                # doctest: +SKIP
     ...                     policy=CheckpointPolicy(every_events=500, risky_tools={"payments.refund"}))
     >>> rec.append("memory.set", path=["goal"], value="triage")               # doctest: +SKIP
@@ -9,7 +9,7 @@ takes checkpoints by policy (docs/replay.md; the journal format is in formats/ev
     'triage'
 
 How it works. Every event is checked, applied to the live state (rec.state) with the
-reducers of ckptcli.events, and written to an append-only journal file as one record
+reducers of ckptcli.history.events, and written to an append-only journal file as one record
 (length, CRC-32, msgpack map); an event that does not fit is refused before anything is
 written. Appending costs the event's own size, never the state's: the state is only
 encoded when a checkpoint is taken. Records are written in batches (`Durability`):
@@ -55,7 +55,8 @@ from typing import IO, TYPE_CHECKING, Any
 import msgpack
 
 from ckptcli.errors import ConflictError, CorruptError, InvalidInputError, LockError, NotFoundError, StoreIOError, UsageError
-from ckptcli.events import (
+from ckptcli.format.values import packable
+from ckptcli.history.events import (
     ERROR,
     LABEL_RUN,
     LABEL_SEQ,
@@ -72,7 +73,6 @@ from ckptcli.events import (
     make_event,
     normalize,
 )
-from ckptcli.format.values import packable
 from ckptcli.store.backend import write_file_atomic
 
 if TYPE_CHECKING:
@@ -373,7 +373,7 @@ class Recorder:
         return {"journal": JOURNAL_VERSION, "subject": self.subject, "run": self.run, "base": self._base, "base_seq": self._base_seq, "created_ns": time.time_ns()}
 
     def _start(self, state: Mapping[str, Any] | None, base: str | None) -> None:
-        from ckptcli.replay import load_tail
+        from ckptcli.history.replay import load_tail
 
         self.run = uuid.uuid4().hex
         self._tail = []
@@ -401,7 +401,7 @@ class Recorder:
 
     def _recover(self) -> None:
         from ckptcli.api import ListFilter, list_checkpoints, open_checkpoint
-        from ckptcli.replay import load_tail
+        from ckptcli.history.replay import load_tail
 
         j = read_journal(self.path)
         h = j.header
@@ -606,7 +606,7 @@ class Recorder:
             try:
                 func(ctx, ev)
             except Exception as exc:
-                from ckptcli.replay import error_fields
+                from ckptcli.history.replay import error_fields
 
                 self.append(ERROR, **error_fields(exc), cause=ev.seq)
                 raise
@@ -652,7 +652,7 @@ class _LiveContext(StepContext):
         return self._rec.append(kind, **fields, cause=self.input.seq)
 
     def tool(self, name: str, args: Any, *, key: str | None = None) -> Any:
-        from ckptcli.replay import call_id_for
+        from ckptcli.history.replay import call_id_for
 
         rec, cause = self._rec, self.input.seq
         extra = {"key": key} if key is not None else {}

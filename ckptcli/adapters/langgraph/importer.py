@@ -23,7 +23,7 @@ from typing import Any
 
 import msgpack
 
-from ckptcli.adapters.langgraph_layout import MSGPACK, split_array
+from ckptcli.adapters.langgraph.layout import MSGPACK, split_array
 from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, UsageError
 from ckptcli.format.values import map_header
 from ckptcli.progress import NULL, Progress
@@ -244,7 +244,7 @@ def import_sqlite(store: Store, db: str | Path, *, thread: str | None = None, pr
         read_database raises; what committing to the store raises.
     """
     try:
-        from ckptcli.adapters.langgraph import CkptSaver
+        from ckptcli.adapters.langgraph.saver import CkptSaver
     except ImportError as exc:
         raise UsageError(f"importing LangGraph histories needs LangGraph's checkpoint package ({exc.name} is missing)", hint="pip install 'ckptcli[langgraph]'") from None
     puts, writes, threads = read_database(Path(db), thread)

@@ -1,7 +1,7 @@
 """How a LangGraph checkpoint is laid out as a ckpt checkpoint, both ways.
 
-Used by the saver (`ckptcli.adapters.langgraph`) and, through it, by the importer of
-SqliteSaver databases (`ckptcli.adapters.langgraph_import`); it imports nothing of
+Used by the saver (`ckptcli.adapters.langgraph.saver`) and, through it, by the importer of
+SqliteSaver databases (`ckptcli.adapters.langgraph.importer`); it imports nothing of
 LangGraph itself. docs/langgraph.md has the user's view.
 
 One LangGraph checkpoint (thread, namespace, checkpoint id) is one ckpt checkpoint of
@@ -45,10 +45,10 @@ from typing import TYPE_CHECKING, Any, cast
 import msgpack
 
 from ckptcli import __version__
-from ckptcli.adapters.msgpack_view import TAG_EXT, TAG_RAW, from_view, to_view
 from ckptcli.errors import CkptError, CorruptError
 from ckptcli.format import limits
 from ckptcli.format.manifest import NAME_RE, Manifest, Subject
+from ckptcli.format.msgpack_view import TAG_EXT, TAG_RAW, from_view, to_view
 from ckptcli.format.values import OBJ_NODE, Encoder, ListTree, ObjectSink, array_header, map_header
 
 if TYPE_CHECKING:

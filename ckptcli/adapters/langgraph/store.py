@@ -1,7 +1,7 @@
 """LangGraph's long-term memory store on ckpt: `CkptStore`, a `BaseStore`, sync and async.
 
-    from ckptcli.adapters.langgraph import CkptSaver
-    from ckptcli.adapters.langgraph_store import CkptStore
+    from ckptcli.adapters.langgraph.saver import CkptSaver
+    from ckptcli.adapters.langgraph.store import CkptStore
     graph = builder.compile(checkpointer=CkptSaver.open(".ckpt"), store=CkptStore.open(".ckpt"))
 
 One store directory holds an app's threads (the saver) and its memories (this store).
@@ -68,7 +68,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ckptcli.adapters.langgraph_journal import (
+from ckptcli.adapters.langgraph.journal import (
     DAMAGED_SUFFIX,
     HEADER_V2,
     MAGIC,
@@ -81,7 +81,7 @@ from ckptcli.adapters.langgraph_journal import (
     pwrite_all,
     scan_records,
 )
-from ckptcli.adapters.langgraph_store_log import (
+from ckptcli.adapters.langgraph.store_log import (
     LOCK_NAME,
     MAX_TTL_MINUTES,
     SNAPSHOT_BRANCH,

@@ -35,12 +35,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ckptcli.adapters.langgraph_layout import message_fields
+from ckptcli.adapters.langgraph.layout import message_fields
 from ckptcli.errors import CkptError
 
 if TYPE_CHECKING:
     from ckptcli.api import Checkpoint
-    from ckptcli.replay import Tail
+    from ckptcli.history.replay import Tail
 
 WRITE_KIND = "langgraph:write"
 LABEL_CHECKPOINT = "langgraph.checkpoint"
@@ -121,7 +121,7 @@ def fold(reducer: str, value: Any, writes: Iterable[Any]) -> Any:
 
 
 def _same(a: Any, b: Any) -> bool:
-    from ckptcli.replay import same_value
+    from ckptcli.history.replay import same_value
 
     return same_value(a, b, ordered=True)
 
@@ -228,7 +228,7 @@ def prepare(ck: Checkpoint, tail: Tail) -> Tail:
     """`tail` set up to apply its writes to the channels: the reducers learnt for the
     channels it writes go into its snapshot (``ext.langgraph.reducers``), where the
     ``langgraph:write`` reducer finds them. A tail of other events is returned as it is."""
-    from ckptcli.replay import Tail
+    from ckptcli.history.replay import Tail
 
     if not tail.events or any(ev.kind != WRITE_KIND for ev in tail.events) or type(tail.snapshot) is not dict:
         return tail

@@ -1,7 +1,7 @@
 """Do old checkpoints still restore under the current code? The check behind `ckpt compat`.
 
 Given checkpoints (fixture files made by `ckpt export`, or a store), the project's
-migrations (ckptcli.schema) and the schema version its code reads (the target), and
+migrations (ckptcli.schema.migrations) and the schema version its code reads (the target), and
 optionally an adapter (the project's function that loads a state document into its
 current objects and raises when it cannot), each checkpoint is one of:
 
@@ -37,7 +37,16 @@ from ckptcli.errors import (
     how_it_failed,
     user_failure,
 )
-from ckptcli.schema import MigrationError, MigrationSet, Version, import_object, migrate_state, parse_version, storable_problem, version_of
+from ckptcli.schema.migrations import (
+    MigrationError,
+    MigrationSet,
+    Version,
+    import_object,
+    migrate_state,
+    parse_version,
+    storable_problem,
+    version_of,
+)
 
 if TYPE_CHECKING:
     from ckptcli.api import Checkpoint
@@ -150,7 +159,7 @@ def load_adapter(spec: str) -> Adapter:
 
     Raises:
         UsageError for a spec without ":NAME"; NotFoundError, InvalidInputError as
-        ckptcli.schema.import_object; InvalidInputError when it is not callable.
+        ckptcli.schema.migrations.import_object; InvalidInputError when it is not callable.
     """
     if ":" not in spec:
         raise UsageError(f"adapter {spec!r} is not MODULE:FUNCTION", hint="e.g. myapp.state:load")

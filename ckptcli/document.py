@@ -39,6 +39,7 @@ import msgpack
 
 from ckptcli.errors import CorruptError, InvalidInputError, LimitExceededError
 from ckptcli.format import limits
+from ckptcli.format.jsonview import to_json
 from ckptcli.format.values import (
     EXT_BYTES,
     EXT_LIST,
@@ -56,7 +57,6 @@ from ckptcli.format.values import (
     parse_tree_node,
     unpack_ev,
 )
-from ckptcli.jsonview import to_json
 
 #: A value that decodes to at most this many bytes (and SMALL_ITEMS values) is decoded
 #: and serialized whole; larger ones are streamed.

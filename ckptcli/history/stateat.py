@@ -1,7 +1,7 @@
 """The state AT a checkpoint: its snapshot with its event tail applied (formats/events.md
 "Checkpoints: snapshot and tail"; docs/replay.md "The state at a checkpoint").
 
-    >>> from ckptcli.stateat import state_at
+    >>> from ckptcli.history.stateat import state_at
     >>> s = state_at(open_checkpoint("latest", store))     # doctest: +SKIP
     >>> s.describe()                                        # doctest: +SKIP
     'state at seq 42 (snapshot at seq 30 + tail 31..42)'
@@ -15,7 +15,7 @@ taken is the snapshot with the tail applied by the reducers, as `ckpt replay` do
 
 Cost. A checkpoint without events, or whose tail is empty (its `events` section is the
 one-byte empty list), costs nothing more: nothing is decoded, and every section stays
-as stored (`Section` roots that ckptcli.docstream streams, raw roots that ckptcli.diff
+as stored (`Section` roots that ckptcli.document streams, raw roots that ckptcli.history.diff
 walks hash-first). With a tail, only the parts its events touch are decoded (memory for
 memory.set, memory.delete and message.append; plan for plan.*; tools for tool.*;
 everything for an adapter's custom kinds): the others stay stored. A decoded part is
@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ckptcli.errors import InvalidInputError, LimitExceededError
-from ckptcli.events import (
+from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_SECTIONS
+from ckptcli.format.values import Budget, Decoder
+from ckptcli.history.events import (
     CHECKPOINT,
     ERROR,
     LABEL_SEQ,
@@ -56,8 +58,6 @@ from ckptcli.events import (
     labelled_seq,
     read_tail,
 )
-from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_SECTIONS
-from ckptcli.format.values import Budget, Decoder
 
 if TYPE_CHECKING:
     from ckptcli.api import Checkpoint
@@ -122,7 +122,7 @@ def tail_events(ck: Checkpoint) -> tuple[list[Event], int]:
         where = f"checkpoint {ck.hex[:12]}"
         # the first item is read first (a long list is a chunk tree: one node per level),
         # so an events section that is no tail costs no full decode
-        from ckptcli.timeline import LazyList
+        from ckptcli.history.timeline import LazyList
 
         first = LazyList(ck.source, ev_root, f"{where}: events")
         if len(first):
@@ -240,11 +240,11 @@ class StateAt:
 
     # -- as a document (restore, diff) ------------------------------------------------------------
     def skeleton(self, *, events: bool = True) -> Any:
-        """The state document as a ckptcli.docstream skeleton: stored parts as `Section`s
+        """The state document as a ckptcli.document skeleton: stored parts as `Section`s
         (streamed), decoded ones as values. Without `events`, only the state (what
         restoring the live state should write)."""
         from ckptcli.api import join_document
-        from ckptcli.docstream import Section
+        from ckptcli.document import Section
 
         if not self.applied:
             sections = {
@@ -277,7 +277,7 @@ class StateAt:
     def write_document(self, out: Any, fmt: str, *, events: bool = True) -> None:
         """Write the document at this state as "json", "msgpack" or "view" (see
         docstream.write_document: stored parts are streamed)."""
-        from ckptcli.docstream import write_document
+        from ckptcli.document import write_document
 
         write_document(self.skeleton(events=events), self.ck.source, out, fmt)
 
@@ -285,7 +285,7 @@ class StateAt:
         """`ckpt cat`: the checkpoint (metadata, layout, sections) in the JSON view, its
         state sections at this state, with "state" (`to_dict`) saying which; streamed
         where stored. Without a tail: exactly Checkpoint.write_view."""
-        from ckptcli.docstream import Section, write_document
+        from ckptcli.document import Section, write_document
         from ckptcli.listing import info_dict
 
         if not self.events and self.problem is None:
@@ -327,7 +327,7 @@ class StateAt:
 
 
 def _skeleton_part(key: str, value: Any) -> Any:
-    from ckptcli.docstream import Section
+    from ckptcli.document import Section
 
     if not isinstance(value, Stored):
         return value

@@ -28,7 +28,7 @@ from typing import Any
 
 import msgpack
 
-from ckptcli.adapters.langgraph_journal import (
+from ckptcli.adapters.langgraph.journal import (
     DAMAGED_SUFFIX,
     HEADER_V2,
     JOURNAL_DIR,

@@ -28,7 +28,7 @@ with the nodes and events kept in fixed-size LRU caches. Row 0 of a timeline is 
 snapshot, row r (1..n) the state after the tail's r-th event.
 
 The state at row r is the snapshot with r events applied by the replay library's
-reducers (ckptcli.events.Reducers: the same ones `ckpt replay` uses). Replaying from
+reducers (ckptcli.history.events.Reducers: the same ones `ckpt replay` uses). Replaying from
 the snapshot costs O(r); the timeline keeps the state at every `every`-th row (1,000 by
 default, more for tails longer than 128,000 events so that at most 128 are kept), made
 on the way whenever a replay passes such a row, and the states of the 16 rows up to the
@@ -52,9 +52,26 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 import msgpack
 
-from ckptcli.diff import describe, describe_change, format_path
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LimitExceededError, NotFoundError
-from ckptcli.events import (
+from ckptcli.format import limits
+from ckptcli.format.manifest import LAYOUT_SECTIONS
+from ckptcli.format.values import (
+    EXT_BYTES,
+    EXT_LIST,
+    EXT_MAP,
+    EXT_REF,
+    EXT_STR,
+    TREE_KINDS,
+    Budget,
+    Decoder,
+    Ext,
+    ObjectSource,
+    check_tree_node,
+    packable,
+    unpack_ev,
+)
+from ckptcli.history.diff import describe, describe_change, format_path
+from ckptcli.history.events import (
     CHECKPOINT,
     ERROR,
     LABEL_FORK_AT,
@@ -76,25 +93,8 @@ from ckptcli.events import (
     labelled_seq,
     out_of_order,
 )
-from ckptcli.format import limits
-from ckptcli.format.manifest import LAYOUT_SECTIONS
-from ckptcli.format.values import (
-    EXT_BYTES,
-    EXT_LIST,
-    EXT_MAP,
-    EXT_REF,
-    EXT_STR,
-    TREE_KINDS,
-    Budget,
-    Decoder,
-    Ext,
-    ObjectSource,
-    check_tree_node,
-    packable,
-    unpack_ev,
-)
+from ckptcli.history.replay import Change, Step
 from ckptcli.listing import format_time
-from ckptcli.replay import Change, Step
 
 if TYPE_CHECKING:
     from ckptcli.api import Checkpoint
@@ -564,7 +564,7 @@ _NO_EVENT = Event(0, 0, CHECKPOINT, {})
 
 
 def state_changes(a: Any, b: Any) -> list[Change]:
-    """What turns state `a` into state `b`, as ckptcli.replay computes a step's changes
+    """What turns state `a` into state `b`, as ckptcli.history.replay computes a step's changes
     (for two states that are not one event apart too: a diff of two timeline points)."""
     return Step(_NO_EVENT, a, b).changes()
 
@@ -606,7 +606,7 @@ def event_summary(ev: Event, width: int = 60) -> str:
 
 
 # -- rendering a difference of two states (the CLI's `replay --step` lines) ---------------------
-#: Line kinds as in ckptcli.diff.render: "header", "section", "add", "remove", "change", "summary".
+#: Line kinds as in ckptcli.history.diff.render: "header", "section", "add", "remove", "change", "summary".
 Line = tuple[str, str]
 
 

@@ -1,16 +1,16 @@
 """History queries over a subject's checkpoints: `ckpt log` (which checkpoints, and which
 recorded events, changed a value) and `ckpt bisect` (where a predicate first turned false).
 
-    >>> from ckptcli.history import log, bisect
+    >>> from ckptcli.history.query import log, bisect
     >>> [e.id.hex()[:12] for e in log(store, "agent:bot", path="/memory/user/name")]  # doctest: +SKIP
     >>> bisect(store, "agent:bot", good="known-good", bad="latest", predicate=expect("/memory/ok", True))  # doctest: +SKIP
 
-Both speak of the state AT each checkpoint (ckptcli.stateat: the snapshot with its event
+Both speak of the state AT each checkpoint (ckptcli.history.stateat: the snapshot with its event
 tail applied), and both walk the first-parent history, newest first, as `git log` does.
 
 Why `log --path` is cheap. The value at one path of a checkpoint's state is found
 without decoding the state: the stored document is walked down the path by its
-encodings (ckptcli.diff: a REF is one object read, a map's chunk tree is opened only
+encodings (ckptcli.history.diff: a REF is one object read, a map's chunk tree is opened only
 where it differs from the other side's), and two checkpoints whose values there have
 the same encoding (the same object id for anything large) are equal without reading
 further. A recorded checkpoint whose tail has no event that can touch the path
@@ -36,7 +36,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ckptcli.api import Checkpoint
-from ckptcli.diff import (
+from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, UsageError, how_it_failed, user_failure
+from ckptcli.format.jsonview import to_json
+from ckptcli.format.manifest import EXT_PREFIX
+from ckptcli.format.values import deep_recursion
+from ckptcli.history.diff import (
     _ABSENT,
     Change,
     _child,
@@ -48,13 +52,9 @@ from ckptcli.diff import (
     parse_pointer,
     pointer,
 )
-from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, UsageError, how_it_failed, user_failure
-from ckptcli.events import Event, Reducers
-from ckptcli.format.manifest import EXT_PREFIX
-from ckptcli.format.values import deep_recursion
-from ckptcli.jsonview import to_json
-from ckptcli.replay import same_value
-from ckptcli.stateat import StateAt, overlaps, state_at, tail_events, touched
+from ckptcli.history.events import Event, Reducers
+from ckptcli.history.replay import same_value
+from ckptcli.history.stateat import StateAt, overlaps, state_at, tail_events, touched
 
 if TYPE_CHECKING:
     from ckptcli.store.repository import Store
@@ -118,9 +118,9 @@ def _tail_may_touch(ck: Checkpoint, side: _Side, parts: PathParts) -> bool:
     kind and path are read, from the raw encoding (a message or a tool result inside an
     event is not decoded); anything unexpected counts as "may" (state_at then checks the
     tail fully and applies it)."""
-    from ckptcli.diff import _kind
     from ckptcli.format.values import EXT_LIST, unpack_ev
-    from ckptcli.stateat import EMPTY_LIST_EV
+    from ckptcli.history.diff import _kind
+    from ckptcli.history.stateat import EMPTY_LIST_EV
 
     m = ck.manifest
     root = m.sections.get("events") if m.layout.get("kind") == "sections" else None
@@ -149,8 +149,8 @@ def _may_touch(ev: Event, parts: PathParts) -> bool:
 
 def _changes(a: _Probe, b: _Probe, parts: PathParts) -> list[Change]:
     """What differs at `parts`: both documents walked down together by hash, opening
-    only the chunk-tree nodes that differ (ckptcli.diff)."""
-    from ckptcli.diff import _Walk
+    only the chunk-tree nodes that differ (ckptcli.history.diff)."""
+    from ckptcli.history.diff import _Walk
 
     walk = _Walk(a.ck, b.ck, (a.doc, b.doc))
     walk.a, walk.b = a.side, b.side
@@ -320,7 +320,7 @@ def _root_changes(ck: Checkpoint, parts: PathParts | None, probe: _Probe | None)
 
 
 def _event_changes(at: StateAt, parts: PathParts | None, reducers: Reducers | None) -> list[EventChange]:
-    from ckptcli.replay import iter_steps, load_tail
+    from ckptcli.history.replay import iter_steps, load_tail
 
     out: list[EventChange] = []
     for step in iter_steps(load_tail(at.ck), reducers=reducers):
@@ -477,7 +477,7 @@ class _Counter:
 
 def load_check(spec: str) -> Callable[[Any], Any]:
     """`MODULE:FUNC` -> the predicate function (state -> true when good)."""
-    from ckptcli.schema import import_object
+    from ckptcli.schema.migrations import import_object
 
     if ":" not in spec:
         raise UsageError(f"--check {spec!r} is not MODULE:FUNC", hint="e.g. mychecks:refund_ok")
@@ -552,7 +552,7 @@ def _bisect_tail(ck: Checkpoint, pred: _Counter, result: BisectResult, reducers:
     """Within the first bad checkpoint: position 0 is its snapshot, position j the state
     after its j-th event; the last one is known to fail, the previous checkpoint's state
     to pass."""
-    from ckptcli.replay import iter_steps, load_tail
+    from ckptcli.history.replay import iter_steps, load_tail
 
     try:
         tail = load_tail(ck)

@@ -1,6 +1,6 @@
 """Tolerant comparisons: is this state the same apart from declared noise?
 
-`ckptcli.diff` answers "what exactly changed" (hashes first, an exact RFC 6902 patch).
+`ckptcli.history.diff` answers "what exactly changed" (hashes first, an exact RFC 6902 patch).
 Some questions are looser: two runs of one agent hold the same facts in another list
 order, floats that differ in the last digits, fresh timestamps and request ids. This
 module answers those with deepdiff, on the two decoded states (NaN equals NaN, 1 and 1.0
@@ -41,9 +41,9 @@ from fractions import Fraction
 from typing import Any
 
 from ckptcli.api import Checkpoint
-from ckptcli.diff import Change, DiffResult, PathPart, pointer, section_of
 from ckptcli.errors import UsageError
 from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_DOCUMENT
+from ckptcli.history.diff import Change, DiffResult, PathPart, pointer, section_of
 
 _ADD = ("dictionary_item_added", "iterable_item_added")
 _REMOVE = ("dictionary_item_removed", "iterable_item_removed")
@@ -192,7 +192,7 @@ def _section_prefix(section: str, layout: dict[str, Any]) -> tuple[PathPart, ...
 
 def _json_path(doc: Any, path: tuple[PathPart, ...]) -> tuple[PathPart, ...]:
     """`path` as the JSON view spells it: through "$map" where a map's only key starts
-    with "$" (ckptcli.jsonview)."""
+    with "$" (ckptcli.format.jsonview)."""
     out: list[PathPart] = []
     for p in path:
         if type(doc) is dict and len(doc) == 1 and str(next(iter(doc))).startswith("$"):
@@ -217,7 +217,7 @@ def _at(doc: Any, path: tuple[PathPart, ...]) -> Any:
 
 
 def tolerant_diff(a: Checkpoint, b: Checkpoint, exact: DiffResult, tol: Tolerance, *, snapshot: bool = False) -> DiffResult:
-    """`exact` (ckptcli.diff.diff_checkpoints(a, b)) compared again with `tol`'s noise
+    """`exact` (ckptcli.history.diff.diff_checkpoints(a, b)) compared again with `tol`'s noise
     ignored: the states at the two checkpoints (their tails applied) as the exact diff
     compares them, or with `snapshot` their stored sections. Returns `exact` itself when it found no change; otherwise a DiffResult of
     deepdiff's differences that survive the exclusions, and `exact`'s blob changes."""
@@ -227,7 +227,7 @@ def tolerant_diff(a: Checkpoint, b: Checkpoint, exact: DiffResult, tol: Toleranc
     patterns = tol.patterns()
     layout = b.manifest.layout
     prefix = _section_prefix(exact.section, layout) if exact.section is not None else ()
-    from ckptcli.stateat import state_at
+    from ckptcli.history.stateat import state_at
 
     doc_a, doc_b = (state_at(ck, snapshot=snapshot, lenient=True).document() for ck in (a, b))
     changes: list[Change] = []

@@ -4,7 +4,7 @@
 an event's `ts`), and LangGraph's bookkeeping (channel versions, versions seen,
 `branch:to:*` and `__start__` channels, checkpoint ids and step counters) left out.
 
-A hook over `ckptcli.diff.DiffResult`, called by the CLI for checkpoints whose labels say
+A hook over `ckptcli.history.diff.DiffResult`, called by the CLI for checkpoints whose labels say
 they are LangGraph ones (`langgraph.checkpoint`); it imports nothing of LangGraph. The
 --json output and `--all` keep the exact form.
 """
@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import UTC, date, datetime
 from typing import Any
 
-from ckptcli.diff import Change, DiffResult, ns_time
+from ckptcli.history.diff import Change, DiffResult, ns_time
 
 #: the msgpack extension code JsonPlusSerializer gives pydantic models (messages)
 EXT_PYDANTIC = 5

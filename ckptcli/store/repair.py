@@ -49,7 +49,7 @@ class IndexRepair:
 def repair_index(store: Store, *, dry_run: bool = False, lock_wait: float = 300.0, progress: Progress = NULL) -> IndexRepair:
     """Replace the store's index files with one built from the packs' own tables.
     Raises LockError when takes keep the store busy for `lock_wait` seconds."""
-    from ckptcli.integrity import read_pack  # verify's pack reader: each pack is checked as verify does
+    from ckptcli.store.verify import read_pack  # verify's pack reader: each pack is checked as verify does
 
     rep = IndexRepair(dry_run)
     with store.backend.lock("store", shared=False, wait=lock_wait):
@@ -111,7 +111,7 @@ def repair_index(store: Store, *, dry_run: bool = False, lock_wait: float = 300.
         if dry_run:
             rep.index_files_after = 1
             return rep
-        from ckptcli.prune import write_index
+        from ckptcli.store.prune import write_index
 
         rep.new_index = write_index(store, packs)  # committed before any old file goes
         for name in old_index:
@@ -336,7 +336,7 @@ def repair_checkpoints(
     extra checkpoint, or a damaged one still there), and running it again finishes.
     Holds the store lock exclusively."""
     from ckptcli.format.values import Encoded, Encoder
-    from ckptcli.stats import NodeCache
+    from ckptcli.store.stats import NodeCache
 
     rep = CheckpointsRepair(dry_run, "drop" if drop else "rewrite")
     with store.backend.lock("store", shared=False, wait=lock_wait):

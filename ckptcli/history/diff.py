@@ -1,6 +1,6 @@
 """What changed between two checkpoints: hashes first, decoding only where they differ.
 
-    >>> from ckptcli.diff import diff_checkpoints
+    >>> from ckptcli.history.diff import diff_checkpoints
     >>> d = diff_checkpoints(open_checkpoint("good", store), open_checkpoint("latest", store))  # doctest: +SKIP
     >>> d.patch()          # RFC 6902 ops turning A's state document into B's  # doctest: +SKIP
     [{'op': 'replace', 'path': '/memory/goal', 'value': 'resolve'}]
@@ -30,7 +30,7 @@ match (1, 1.0 and true differ), NaN equals NaN, 0.0 and -0.0 differ. Key order i
 compared (a JSON Patch cannot express it).
 
 The patch is against the JSON view of the state document (formats/v1.md "JSON view",
-`ckptcli.jsonview.to_json`): byte strings as {"$bytes": base64}, NaN and infinities as
+`ckptcli.format.jsonview.to_json`): byte strings as {"$bytes": base64}, NaN and infinities as
 {"$float": ...}, integers of any size as JSON integers, and a map whose only key starts
 with "$" wrapped as {"$map": {...}} (paths into such a map go through "$map"). Applying
 `patch()` to `to_json(A.state())` gives `to_json(B.state())`. List indices in the patch
@@ -48,7 +48,7 @@ deepdiff is not used here, even where hashes differ: its report is not a patch (
 list item has its index in A, an added one its index in B, and ordering them into valid
 operations is a second diff), and its equality is not ckpt's (0.0 equals -0.0, NaN differs
 from itself), so the patch would miss changes. It is the baseline that bench/diff.py
-measures this walk against, and the second pass of the tolerant options (`ckptcli.tolerant`:
+measures this walk against, and the second pass of the tolerant options (`ckptcli.history.tolerant`:
 "the same apart from list order, float noise and excluded paths?"), which runs only after
 this walk has found a change.
 """
@@ -66,9 +66,11 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from ckptcli._util.units import human_size
 from ckptcli.api import Checkpoint, names_a_file, open_checkpoint, open_store, states_equal
 from ckptcli.errors import CorruptError, LimitExceededError, NotFoundError
 from ckptcli.format import limits
+from ckptcli.format.jsonview import to_json
 from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_DOCUMENT, LAYOUT_SECTIONS
 from ckptcli.format.values import (
     EXT_BYTES,
@@ -84,9 +86,7 @@ from ckptcli.format.values import (
     parse_tree_node,
     unpack_ev,
 )
-from ckptcli.jsonview import to_json
 from ckptcli.store.repository import Store
-from ckptcli.units import human_size
 
 PathPart = str | int
 #: Above this many token pairs a list's unmatched middle is paired by position instead
@@ -853,7 +853,7 @@ def diff_checkpoints(
             ("/memory/user/name"); the patch then covers that value only.
         snapshot: compare the stored sections of checkpoints with an event tail;
             by default each side is the state AT its checkpoint, the snapshot with the
-            tail applied (ckptcli.stateat; `reducers` for custom kinds). Sides without
+            tail applied (ckptcli.history.stateat; `reducers` for custom kinds). Sides without
             a tail are compared as stored either way, at no extra cost.
     Returns:
         DiffResult: `changes` (the state's patch operations, in order), `blobs` (the
@@ -867,7 +867,7 @@ def diff_checkpoints(
         if section not in have:
             names = ", ".join(sorted(have)) or "none"
             raise NotFoundError(f"neither checkpoint has section {section!r} (they have: {names})")
-    from ckptcli.stateat import state_at
+    from ckptcli.history.stateat import state_at
 
     at_a = state_at(a, snapshot=snapshot, reducers=reducers, lenient=True)
     at_b = at_a if b.id == a.id and b.source is a.source else state_at(b, snapshot=snapshot, reducers=reducers, lenient=True)

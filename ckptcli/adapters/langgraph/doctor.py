@@ -23,8 +23,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from ckptcli.adapters import langgraph_layout as layout
-from ckptcli.adapters.langgraph_journal import (
+from ckptcli._util.units import human_size
+from ckptcli.adapters.langgraph import layout
+from ckptcli.adapters.langgraph.journal import (
     DAMAGED_SUFFIX,
     JOURNAL_DIR,
     dir_problem,
@@ -34,10 +35,9 @@ from ckptcli.adapters.langgraph_journal import (
     open_regular,
     read_journal,
 )
-from ckptcli.adapters.langgraph_leases import LEASE_DIR, WANT_DIR, lease_states, open_recover_lock
+from ckptcli.adapters.langgraph.leases import LEASE_DIR, WANT_DIR, lease_states, open_recover_lock
 from ckptcli.doctor import FAIL, OK, WARN, Check, Context
 from ckptcli.errors import CkptError
-from ckptcli.units import human_size
 
 #: a live journal this big has not been started again after commits: they fail or lag
 BIG_JOURNAL = 64 * 1024 * 1024
@@ -261,7 +261,7 @@ def _leases(store_path: Path, jdir: Path, dead_journals: int) -> Iterable[Check]
 
 def _memory_store(ctx: Context, store_path: Path) -> Iterable[Check]:
     """The logs of LangGraph's memory store (CkptStore), checked as `ckpt verify` does."""
-    from ckptcli.adapters.langgraph_store_log import check_store_logs, generations, log_dir
+    from ckptcli.adapters.langgraph.store_log import check_store_logs, generations, log_dir
 
     d = log_dir(store_path)
     problem = dir_problem(d)

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ckptcli.adapters.langgraph_journal import JOURNAL_DIR, open_regular
+from ckptcli.adapters.langgraph.journal import JOURNAL_DIR, open_regular
 
 LEASE_DIR, WANT_DIR, RECOVER_LOCK = "threads", "want", "recover.lock"  # under JOURNAL_DIR
 LEASE = struct.Struct("<B16s")  # dirty flag, token

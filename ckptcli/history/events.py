@@ -1,7 +1,7 @@
 """Events: the records a running agent or workflow appends, and the reducers that apply
 them to its state (formats/events.md is the specification; docs/replay.md the guide).
 
-    >>> from ckptcli.events import Reducers, make_event
+    >>> from ckptcli.history.events import Reducers, make_event
     >>> state = {"memory": {}, "plan": [], "tools": []}
     >>> ev = make_event(1, 0, "memory.set", {"path": ["goal"], "value": "triage"})
     >>> Reducers().apply(state, ev)["memory"]

@@ -1,0 +1,1 @@
+"""Small helpers with no knowledge of checkpoints: thread pools, times and sizes for people."""

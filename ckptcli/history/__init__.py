@@ -1,0 +1,20 @@
+"""History: the events a run records, the state at any point of them, and how checkpoints
+change over time (replay, fork, the history graph, diff, `ckpt log` and `ckpt bisect`).
+
+`log`, `bisect` and the other names of `ckptcli.history.query` are re-exported here on
+first use, as they were when this package was one module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_QUERY = ("BisectResult", "EventChange", "Expect", "LogEntry", "bisect", "first_parents", "load_check", "log", "max_calls", "parse_expect", "render_entry")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _QUERY:
+        from ckptcli.history import query
+
+        return getattr(query, name)
+    raise AttributeError(f"module 'ckptcli.history' has no attribute {name!r}")
