@@ -5,7 +5,7 @@ v2  memory.notes is renamed memory.scratchpad
 v3  memory.user is split into {"first": ..., "last": ...}
 """
 
-from ckptcli.schema.migrations import migration
+from ckptcli.schema import migration
 
 SCHEMA_VERSION = 3  # the version the current code reads
 
