@@ -39,22 +39,14 @@ from ckptcli.api import Checkpoint
 from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, UsageError, how_it_failed, user_failure
 from ckptcli.format.jsonview import to_json
 from ckptcli.format.manifest import EXT_PREFIX
-from ckptcli.format.values import deep_recursion
-from ckptcli.history.diff import (
-    _ABSENT,
-    Change,
-    _child,
-    _Side,
-    _stored_document,
-    describe,
-    describe_change,
-    diff_checkpoints,
-    parse_pointer,
-    pointer,
-)
+from ckptcli.format.values import EXT_LIST, deep_recursion, unpack_ev
+from ckptcli.history.change import Change, pointer
+from ckptcli.history.diff import _ABSENT, _child, _kind, _Side, _stored_document, _Walk, diff_checkpoints, parse_pointer
 from ckptcli.history.events import Event, Reducers
-from ckptcli.history.replay import same_value
-from ckptcli.history.stateat import StateAt, overlaps, state_at, tail_events, touched
+from ckptcli.history.render import describe, describe_change
+from ckptcli.history.replay import iter_steps, load_tail, same_value
+from ckptcli.history.stateat import EMPTY_LIST_EV, StateAt, overlaps, state_at, tail_events, touched
+from ckptcli.listing import format_time
 
 if TYPE_CHECKING:
     from ckptcli.store.repository import Store
@@ -118,10 +110,6 @@ def _tail_may_touch(ck: Checkpoint, side: _Side, parts: PathParts) -> bool:
     kind and path are read, from the raw encoding (a message or a tool result inside an
     event is not decoded); anything unexpected counts as "may" (state_at then checks the
     tail fully and applies it)."""
-    from ckptcli.format.values import EXT_LIST, unpack_ev
-    from ckptcli.history.diff import _kind
-    from ckptcli.history.stateat import EMPTY_LIST_EV
-
     m = ck.manifest
     root = m.sections.get("events") if m.layout.get("kind") == "sections" else None
     if root is None or root == EMPTY_LIST_EV:
@@ -150,8 +138,6 @@ def _may_touch(ev: Event, parts: PathParts) -> bool:
 def _changes(a: _Probe, b: _Probe, parts: PathParts) -> list[Change]:
     """What differs at `parts`: both documents walked down together by hash, opening
     only the chunk-tree nodes that differ (ckptcli.history.diff)."""
-    from ckptcli.history.diff import _Walk
-
     walk = _Walk(a.ck, b.ck, (a.doc, b.doc))
     walk.a, walk.b = a.side, b.side
     walk.at_path(parts)
@@ -316,12 +302,10 @@ def _root_changes(ck: Checkpoint, parts: PathParts | None, probe: _Probe | None)
     value = _ABSENT if parts is None or probe is None else probe.value(parts)
     if parts is None or value is _ABSENT:
         return []
-    return [Change("add", str(parts[0]), tuple(parts[1:]), pointer(parts), None, value)]
+    return [Change("add", tuple(parts[1:]), None, value, str(parts[0]), pointer(parts))]
 
 
 def _event_changes(at: StateAt, parts: PathParts | None, reducers: Reducers | None) -> list[EventChange]:
-    from ckptcli.history.replay import iter_steps, load_tail
-
     out: list[EventChange] = []
     for step in iter_steps(load_tail(at.ck), reducers=reducers):
         if parts is not None and not _may_touch(step.event, parts):
@@ -334,8 +318,6 @@ def _event_changes(at: StateAt, parts: PathParts | None, reducers: Reducers | No
 
 def render_entry(entry: LogEntry, *, patch: bool) -> list[tuple[str, str]]:
     """(kind, text) lines for people, like `git log`: kinds as in diff.render."""
-    from ckptcli.listing import format_time
-
     m = entry.ck.manifest
     lines = [("header", f"checkpoint {entry.ck.hex}"), ("summary", f"{'':2}{format_time(m.created_ns)}  {m.subject}")]
     if entry.state is not None and (entry.state.events or entry.state.problem):
@@ -552,8 +534,6 @@ def _bisect_tail(ck: Checkpoint, pred: _Counter, result: BisectResult, reducers:
     """Within the first bad checkpoint: position 0 is its snapshot, position j the state
     after its j-th event; the last one is known to fail, the previous checkpoint's state
     to pass."""
-    from ckptcli.history.replay import iter_steps, load_tail
-
     try:
         tail = load_tail(ck)
     except CkptError:

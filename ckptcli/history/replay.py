@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, UsageError, how_it_failed, user_failure
+from ckptcli.history.change import Change
 from ckptcli.history.events import (
     ERROR,
     LABEL_FORK_AT,
@@ -50,7 +51,6 @@ from ckptcli.history.events import (
     StepContext,
     ToolFailed,
     check_state,
-    format_pointer,
     labelled_seq,
     make_event,
     read_tail,
@@ -144,28 +144,6 @@ def replay(source: Checkpoint | Tail, *, to_seq: int | None = None, to_time: int
     tail = _tail(source)
     n = tail.count_to(to_seq, to_time)
     return (reducers or Reducers()).apply_all(tail.snapshot, tail.events[:n])
-
-
-@dataclass(frozen=True)
-class Change:
-    """One change a step made: a JSON-Patch-like operation on the state."""
-
-    op: str  # "add", "remove" or "replace"
-    path: tuple[PathKey, ...]
-    old: Any = None
-    new: Any = None
-
-    @property
-    def pointer(self) -> str:
-        return format_pointer(self.path)
-
-    def to_dict(self) -> dict[str, Any]:
-        from ckptcli.format.jsonview import to_json
-
-        out: dict[str, Any] = {"op": self.op, "path": self.pointer}
-        if self.op != "remove":
-            out["value"] = to_json(self.new)
-        return out
 
 
 @dataclass(frozen=True)

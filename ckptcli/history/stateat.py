@@ -32,9 +32,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ckptcli.errors import InvalidInputError, LimitExceededError
-from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_SECTIONS
-from ckptcli.format.values import Budget, Decoder
+from ckptcli.api import describe_value, join_document
+from ckptcli.document import Section, write_document
+from ckptcli.errors import CkptError, InvalidInputError, LimitExceededError, NotFoundError
+from ckptcli.format.manifest import DOC_SECTION_KEYS, EXT_PREFIX, LAYOUT_SECTIONS
+from ckptcli.format.values import Budget, Decoder, unpack_ev
 from ckptcli.history.events import (
     CHECKPOINT,
     ERROR,
@@ -58,6 +60,8 @@ from ckptcli.history.events import (
     labelled_seq,
     read_tail,
 )
+from ckptcli.history.lazylist import LazyList
+from ckptcli.listing import info_dict
 
 if TYPE_CHECKING:
     from ckptcli.api import Checkpoint
@@ -122,8 +126,6 @@ def tail_events(ck: Checkpoint) -> tuple[list[Event], int]:
         where = f"checkpoint {ck.hex[:12]}"
         # the first item is read first (a long list is a chunk tree: one node per level),
         # so an events section that is no tail costs no full decode
-        from ckptcli.history.timeline import LazyList
-
         first = LazyList(ck.source, ev_root, f"{where}: events")
         if len(first):
             event_from_map(first.value(0), f"{where}: events[0]")
@@ -217,8 +219,6 @@ class StateAt:
     def summary(self) -> dict[str, Any]:
         """`ckpt show`: Checkpoint.summary() with the sections at this state, and "state"
         (`to_dict`) when the checkpoint has a tail."""
-        from ckptcli.api import describe_value
-
         info = self.ck.summary()
         if not self.events and self.problem is None:
             return info
@@ -243,9 +243,6 @@ class StateAt:
         """The state document as a ckptcli.document skeleton: stored parts as `Section`s
         (streamed), decoded ones as values. Without `events`, only the state (what
         restoring the live state should write)."""
-        from ckptcli.api import join_document
-        from ckptcli.document import Section
-
         if not self.applied:
             sections = {
                 n: Section(ev, f"section {n}") for n, ev in self.ck.manifest.sections.items() if n != "blobs" and (events or n != "events")
@@ -261,8 +258,6 @@ class StateAt:
     def raw_parts(self) -> dict[str, Any]:
         """Document key -> a raw EV (an unpacked stored root) or the live value, for the
         hash-first diff walk; "ext" -> {namespace: raw or value}."""
-        from ckptcli.format.values import unpack_ev
-
         out: dict[str, Any] = {}
         for key, value in self.parts.items():
             if isinstance(value, Stored):
@@ -277,17 +272,12 @@ class StateAt:
     def write_document(self, out: Any, fmt: str, *, events: bool = True) -> None:
         """Write the document at this state as "json", "msgpack" or "view" (see
         docstream.write_document: stored parts are streamed)."""
-        from ckptcli.document import write_document
-
         write_document(self.skeleton(events=events), self.ck.source, out, fmt)
 
     def write_view(self, out: Any, *, indent: int | None = None) -> None:
         """`ckpt cat`: the checkpoint (metadata, layout, sections) in the JSON view, its
         state sections at this state, with "state" (`to_dict`) saying which; streamed
         where stored. Without a tail: exactly Checkpoint.write_view."""
-        from ckptcli.document import Section, write_document
-        from ckptcli.listing import info_dict
-
         if not self.events and self.problem is None:
             self.ck.write_view(out, indent=indent)
             return
@@ -327,8 +317,6 @@ class StateAt:
 
 
 def _skeleton_part(key: str, value: Any) -> Any:
-    from ckptcli.document import Section
-
     if not isinstance(value, Stored):
         return value
     if key == "ext":
@@ -364,8 +352,6 @@ def state_at(ck: Checkpoint, *, snapshot: bool = False, reducers: Reducers | Non
         return StateAt(ck, base, events, False)
     if not lenient:
         return _applied(ck, reducers)
-    from ckptcli.errors import NotFoundError
-
     try:
         return _applied(ck, reducers)
     except (InvalidInputError, NotFoundError) as exc:
@@ -428,9 +414,6 @@ def replay_problem(doc: Any) -> str | None:
     """Why a state document about to be taken holds an `events` section that will not
     replay (formats/events.md), in one line naming the rule and the spec section; None
     when it replays, or holds no tail. (`ckpt take` warns with it: taking it succeeds.)"""
-    from ckptcli.errors import CkptError
-    from ckptcli.format.manifest import DOC_SECTION_KEYS
-
     if type(doc) is not dict or "events" not in doc or not all(type(k) is str and k in DOC_SECTION_KEYS for k in doc):
         return None
     try:
@@ -453,8 +436,6 @@ def replay_problem(doc: Any) -> str | None:
 def _quiet_tail(ck: Checkpoint) -> tuple[list[Event], int]:
     """The tail for the positions of a --snapshot view; one that cannot be read is no
     reason to refuse showing the stored sections."""
-    from ckptcli.errors import CkptError
-
     try:
         return tail_events(ck)
     except CkptError:

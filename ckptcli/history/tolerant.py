@@ -43,7 +43,9 @@ from typing import Any
 from ckptcli.api import Checkpoint
 from ckptcli.errors import UsageError
 from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_DOCUMENT
-from ckptcli.history.diff import Change, DiffResult, PathPart, pointer, section_of
+from ckptcli.history.change import Change, DiffResult, PathPart, pointer
+from ckptcli.history.diff import section_of
+from ckptcli.history.stateat import state_at
 
 _ADD = ("dictionary_item_added", "iterable_item_added")
 _REMOVE = ("dictionary_item_removed", "iterable_item_removed")
@@ -227,8 +229,6 @@ def tolerant_diff(a: Checkpoint, b: Checkpoint, exact: DiffResult, tol: Toleranc
     patterns = tol.patterns()
     layout = b.manifest.layout
     prefix = _section_prefix(exact.section, layout) if exact.section is not None else ()
-    from ckptcli.history.stateat import state_at
-
     doc_a, doc_b = (state_at(ck, snapshot=snapshot, lenient=True).document() for ck in (a, b))
     changes: list[Change] = []
     for op, rel, o, n in deepdiff_changes(_at(doc_a, prefix), _at(doc_b, prefix), tol):
@@ -237,7 +237,7 @@ def tolerant_diff(a: Checkpoint, b: Checkpoint, exact: DiffResult, tol: Toleranc
         if any(p.search(ptr) for p in patterns):
             continue
         section, inside = section_of(full, a.manifest.layout if op == "remove" else layout)
-        changes.append(Change(op, section, inside, ptr, o, n))
+        changes.append(Change(op, inside, o, n, section, ptr))
     return DiffResult(exact.a, exact.b, changes, exact.blobs, exact.section)
 
 
