@@ -1,5 +1,6 @@
 """Events: the records a running agent or workflow appends, and the reducers that apply
-them to its state (formats/events.md is the specification; docs/replay.md the guide).
+them to its state. The specification is formats/events.md (the event record, the standard
+kinds and their fields, "Reducers"); docs/replay.md is the guide.
 
     >>> from ckptcli.history.events import Reducers, make_event
     >>> state = {"memory": {}, "plan": [], "tools": []}
@@ -7,38 +8,22 @@ them to its state (formats/events.md is the specification; docs/replay.md the gu
     >>> Reducers().apply(state, ev)["memory"]
     {'goal': 'triage'}
 
-The model. An event is a map: `seq` (1, 2, 3, ... in the order recorded), `ts`
-(nanoseconds since the epoch), `kind`, and the kind's fields. The **state** is a map of
-up to four parts, `memory` (a map), `plan` (a list, the top of the stack last), `tools`
-(the tool-call log, a list) and `ext` (adapters' namespaces); a checkpoint's state
-document is that map plus `events`, the tail. A **reducer** turns (state, event) into the
-next state. Reducers are pure and deterministic: they read nothing but their arguments,
-never change them (they build a new state, sharing every part they do not change:
-`set_in` and `delete_in` do that along a path), and raise for an event that does not fit
-the state. So applying the same events to the same state gives the same state, in the
-recorder that runs live and in `ckpt replay` years later.
+A reducer turns (state, event) into the next state; the standard kinds' are built in and
+cannot be replaced, custom kinds (`NAMESPACE:NAME`) come from the adapter owning the
+namespace (entry-point group `ckptcli.reducers`) or from `Reducers({...})`.
 
-Standard kinds (their reducers are built in and cannot be replaced):
-
-    memory.set      path, value        set the value at path in memory (maps on the way
-                                       are created; a list index may equal the length: append)
-    memory.delete   path               remove it (nothing to remove: no change)
-    plan.push       item               push an item on the plan stack
-    plan.pop        -                  pop the top item (an empty plan is an error)
-    plan.update     value [index path] set the value at path inside plan[index] (index -1,
-                                       the top, by default; path [], the whole item)
-    tool.call       call_id tool args [key]      log a pending call in tools
-    tool.result     call_id [result status error]  complete the pending call call_id
-    message.append  message            append the message to memory["messages"]
-    checkpoint      [id note]          a marker; the state does not change
-    error           message [type]     an error the agent met; the state does not change
-
-Any event may also carry `cause` (the seq of the input event whose step emitted it),
-`sender`, `receiver` and `msg_id` (messages between agents). Custom kinds are
-`NAMESPACE:NAME` (e.g. `langgraph:node`), owned by the adapter of that namespace, which
-provides their reducers through the entry-point group `ckptcli.reducers` (the entry
-point's name is the namespace, its object a mapping of kind -> reducer) or directly
-(`Reducers({...})`, `ckpt replay --reducers MODULE:NAME`).
+Invariants:
+- Reducers are deterministic: they read nothing but the state and the event, so the same
+  events applied to the same state give the same state, in the recorder and in a replay.
+- The state a caller passes in is not changed, nor any value taken from an event: the
+  result shares every part the event did not change and copies the containers along the
+  path it changes (`set_in`, `delete_in`).
+- Except within a run: `Reducers.apply(..., owned)` (what `apply_all` and a timeline do
+  between states nobody sees) changes in place the containers that same run copied
+  earlier, listed in `owned`, so an append costs O(1). A custom reducer's result is never
+  changed in place (`owned` is cleared before one runs).
+- A standard reducer checks everything before it changes anything: an event that does not
+  fit raises InvalidInputError and leaves the state as it was.
 """
 
 from __future__ import annotations

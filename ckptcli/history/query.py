@@ -1,30 +1,21 @@
 """History queries over a subject's checkpoints: `ckpt log` (which checkpoints, and which
 recorded events, changed a value) and `ckpt bisect` (where a predicate first turned false).
+The guide is docs/replay.md "History queries: log and bisect".
 
     >>> from ckptcli.history.query import log, bisect
     >>> [e.id.hex()[:12] for e in log(store, "agent:bot", path="/memory/user/name")]  # doctest: +SKIP
     >>> bisect(store, "agent:bot", good="known-good", bad="latest", predicate=expect("/memory/ok", True))  # doctest: +SKIP
 
-Both speak of the state AT each checkpoint (ckptcli.history.stateat: the snapshot with its event
-tail applied), and both walk the first-parent history, newest first, as `git log` does.
-
-Why `log --path` is cheap. The value at one path of a checkpoint's state is found
-without decoding the state: the stored document is walked down the path by its
-encodings (ckptcli.history.diff: a REF is one object read, a map's chunk tree is opened only
-where it differs from the other side's), and two checkpoints whose values there have
-the same encoding (the same object id for anything large) are equal without reading
-further. A recorded checkpoint whose tail has no event that can touch the path
-(`stateat.touched`: a memory.set at /memory/a cannot change /memory/b) has the value of
-its snapshot there; only a checkpoint whose tail may touch the path is replayed, and
-only the sections its events touch are decoded. So a 1,000-checkpoint history costs
-about 1,000 manifest reads, 1,000 small tail decodes and a few object reads per
-checkpoint, not 1,000 state decodes (bench/log.py measures it against the loop of
-`ckpt diff` calls a user would write).
-
-`bisect` halves the range of checkpoints between a good and a bad one with the
-predicate (about log2(n) calls, each on the state at one checkpoint), then halves the
-found checkpoint's tail the same way to name the first event after which the predicate
-is false.
+Invariants:
+- Both speak of the state AT each checkpoint (ckptcli.history.stateat: the snapshot with
+  its event tail applied) and walk the first-parent history, newest first, as `git log`.
+- `log --path` never decodes a whole state: the value at the path is reached by its
+  encodings (as ckptcli.history.diff walks), equal encodings are equal unread, and only a
+  checkpoint whose tail may touch the path (`stateat.touched`) is replayed, decoding only
+  the sections its events touch. Figures: docs/performance.md (`ckpt log --path`).
+- `bisect` halves the range between a good and a bad checkpoint (about log2(n) predicate
+  calls), then the found checkpoint's tail the same way, to name the first event after
+  which the predicate is false.
 """
 
 from __future__ import annotations
@@ -41,15 +32,18 @@ from ckptcli.format.jsonview import to_json
 from ckptcli.format.manifest import EXT_PREFIX
 from ckptcli.format.values import EXT_LIST, deep_recursion, unpack_ev
 from ckptcli.history.change import Change, pointer
-from ckptcli.history.diff import _ABSENT, _child, _kind, _Side, _stored_document, _Walk, diff_checkpoints, parse_pointer
+from ckptcli.history.diff import _Walk, diff_checkpoints
 from ckptcli.history.events import Event, Reducers
 from ckptcli.history.render import describe, describe_change
 from ckptcli.history.replay import iter_steps, load_tail, same_value
+from ckptcli.history.sides import _ABSENT, _child, _kind, _Side, _stored_document, parse_pointer
 from ckptcli.history.stateat import EMPTY_LIST_EV, StateAt, overlaps, state_at, tail_events, touched
 from ckptcli.listing import format_time
 
 if TYPE_CHECKING:
     from ckptcli.store.repository import Store
+
+__all__ = ["BisectResult", "EventChange", "Expect", "LogEntry", "bisect", "first_parents", "load_check", "log", "max_calls", "parse_expect", "render_entry"]
 
 PathParts = tuple[str | int, ...]
 
@@ -560,6 +554,3 @@ def max_calls(checkpoints: int, tail_events: int) -> int:
     """The most predicate calls bisect makes: 2 + ceil(log2 n) over n checkpoints, plus
     ceil(log2 (m + 1)) over the m events of the found tail."""
     return 2 + math.ceil(math.log2(max(checkpoints, 1))) + (math.ceil(math.log2(tail_events + 1)) if tail_events else 0)
-
-
-__all__ = ["BisectResult", "EventChange", "Expect", "LogEntry", "bisect", "first_parents", "load_check", "log", "max_calls", "parse_expect", "render_entry"]

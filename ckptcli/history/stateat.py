@@ -7,23 +7,19 @@
     'state at seq 42 (snapshot at seq 30 + tail 31..42)'
     >>> s.section("memory")                                 # doctest: +SKIP
 
-A recorded checkpoint's sections hold the state at the previous checkpoint (the
-snapshot, at seq B) and its `events` section the tail B+1..N: the live state when it was
-taken is the snapshot with the tail applied by the reducers, as `ckpt replay` does.
 `cat`, `show`, `diff` and `log` speak of that state by default; `--snapshot`
 (`state_at(ck, snapshot=True)`) gives the stored sections.
 
-Cost. A checkpoint without events, or whose tail is empty (its `events` section is the
-one-byte empty list), costs nothing more: nothing is decoded, and every section stays
-as stored (`Section` roots that ckptcli.document streams, raw roots that ckptcli.history.diff
-walks hash-first). With a tail, only the parts its events touch are decoded (memory for
-memory.set, memory.delete and message.append; plan for plan.*; tools for tool.*;
-everything for an adapter's custom kinds): the others stay stored. A decoded part is
-held in memory, so it is bounded by CKPT_MAX_HELD_BYTES / CKPT_MAX_HELD_ITEMS, with an
-error that says so (and that `--snapshot` reads the stored sections without that limit).
-
-The events themselves are kept as stored: the document at a checkpoint is its live state
-(memory, plan, tools, ext) plus its `events` section, the tail that led there.
+Invariants:
+- A checkpoint without events, or with an empty tail, costs nothing more: nothing is
+  decoded and every section stays as stored (`Section` roots ckptcli.document streams,
+  raw roots ckptcli.history.diff walks hash-first).
+- With a tail, only the parts its events touch are decoded (memory for memory.* and
+  message.append, plan for plan.*, tools for tool.*, everything for a custom kind); a
+  decoded part is bounded by CKPT_MAX_HELD_BYTES / CKPT_MAX_HELD_ITEMS, with an error
+  that says so (`--snapshot` reads the stored sections without that limit).
+- The events are kept as stored: the document at a checkpoint is its live state plus
+  its `events` section, the tail that led there.
 """
 
 from __future__ import annotations
@@ -65,6 +61,8 @@ from ckptcli.listing import info_dict
 
 if TYPE_CHECKING:
     from ckptcli.api import Checkpoint
+
+__all__ = ["EMPTY_LIST_EV", "StateAt", "Stored", "overlaps", "replay_problem", "state_at", "tail_events", "touched"]
 
 #: The encoded value of an empty list: an empty tail, known without decoding anything.
 EMPTY_LIST_EV = b"\x90"
@@ -475,6 +473,3 @@ def _decode(ck: Checkpoint, parts: dict[str, Any], want: Iterable[str], n_events
             ) from None
         done.add(key)
     return done
-
-
-__all__ = ["EMPTY_LIST_EV", "StateAt", "Stored", "overlaps", "replay_problem", "state_at", "tail_events", "touched"]
