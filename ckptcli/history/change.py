@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptcli.history.events import format_pointer
+from ckptcli.history.paths import format_pointer
 
 __all__ = ["BlobChange", "Change", "DiffResult", "PathPart", "pointer"]
 
