@@ -25,7 +25,8 @@ from ckptcli.api import Checkpoint, open_checkpoint, take
 from ckptcli.errors import ExitCode
 from ckptcli.format.jsonview import to_json
 from ckptcli.format.walk import walk_checkpoint
-from ckptcli.history.diff import describe, diff_checkpoints, render
+from ckptcli.history.diff import diff_checkpoints
+from ckptcli.history.render import describe, render
 from ckptcli.store.repository import Store
 from tests import strategies
 from tests.conftest import run_ckpt
@@ -563,7 +564,7 @@ def test_long_lists_and_maps_under_random_edits(mstore: Store, seed: int, n: int
 
 def test_times_in_nanoseconds_read_as_times_and_huge_integers_stay_short() -> None:
     """A LangGraph write's `ts` showed as "<61-bit integer>"."""
-    from ckptcli.history.diff import describe
+    from ckptcli.history.render import describe
 
     assert describe(1732000000000000000) == "1732000000000000000 (2024-11-19T07:06:40Z)"
     assert describe(10**16) == "10000000000000000"  # not a time: as it is

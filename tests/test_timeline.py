@@ -16,19 +16,18 @@ from ckptcli.api import Checkpoint, open_checkpoint, take
 from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError
 from ckptcli.format.values import EXT_LIST, EXT_REF
 from ckptcli.history.events import event_from_map
+from ckptcli.history.graph import History
+from ckptcli.history.lazylist import LRU, LazyList
+from ckptcli.history.render import render_changes
 from ckptcli.history.replay import iter_steps, replay
 from ckptcli.history.timeline import (
-    LRU,
     STOP_CHECK_EVERY,
-    History,
-    LazyList,
     Stopped,
     Timeline,
     blob_listing,
     child_keys,
     event_summary,
     label_of,
-    render_changes,
     section_shape,
     state_changes,
     windows,

@@ -1,5 +1,6 @@
 """Events: the records a running agent or workflow appends, and the reducers that apply
-them to its state (formats/events.md is the specification; docs/replay.md the guide).
+them to its state. The specification is formats/events.md (the event record, the standard
+kinds and their fields, "Reducers"); docs/replay.md is the guide.
 
     >>> from ckptcli.history.events import Reducers, make_event
     >>> state = {"memory": {}, "plan": [], "tools": []}
@@ -7,38 +8,22 @@ them to its state (formats/events.md is the specification; docs/replay.md the gu
     >>> Reducers().apply(state, ev)["memory"]
     {'goal': 'triage'}
 
-The model. An event is a map: `seq` (1, 2, 3, ... in the order recorded), `ts`
-(nanoseconds since the epoch), `kind`, and the kind's fields. The **state** is a map of
-up to four parts, `memory` (a map), `plan` (a list, the top of the stack last), `tools`
-(the tool-call log, a list) and `ext` (adapters' namespaces); a checkpoint's state
-document is that map plus `events`, the tail. A **reducer** turns (state, event) into the
-next state. Reducers are pure and deterministic: they read nothing but their arguments,
-never change them (they build a new state, sharing every part they do not change:
-`set_in` and `delete_in` do that along a path), and raise for an event that does not fit
-the state. So applying the same events to the same state gives the same state, in the
-recorder that runs live and in `ckpt replay` years later.
+A reducer turns (state, event) into the next state; the standard kinds' are built in and
+cannot be replaced, custom kinds (`NAMESPACE:NAME`) come from the adapter owning the
+namespace (entry-point group `ckptcli.reducers`) or from `Reducers({...})`.
 
-Standard kinds (their reducers are built in and cannot be replaced):
-
-    memory.set      path, value        set the value at path in memory (maps on the way
-                                       are created; a list index may equal the length: append)
-    memory.delete   path               remove it (nothing to remove: no change)
-    plan.push       item               push an item on the plan stack
-    plan.pop        -                  pop the top item (an empty plan is an error)
-    plan.update     value [index path] set the value at path inside plan[index] (index -1,
-                                       the top, by default; path [], the whole item)
-    tool.call       call_id tool args [key]      log a pending call in tools
-    tool.result     call_id [result status error]  complete the pending call call_id
-    message.append  message            append the message to memory["messages"]
-    checkpoint      [id note]          a marker; the state does not change
-    error           message [type]     an error the agent met; the state does not change
-
-Any event may also carry `cause` (the seq of the input event whose step emitted it),
-`sender`, `receiver` and `msg_id` (messages between agents). Custom kinds are
-`NAMESPACE:NAME` (e.g. `langgraph:node`), owned by the adapter of that namespace, which
-provides their reducers through the entry-point group `ckptcli.reducers` (the entry
-point's name is the namespace, its object a mapping of kind -> reducer) or directly
-(`Reducers({...})`, `ckpt replay --reducers MODULE:NAME`).
+Invariants:
+- Reducers are deterministic: they read nothing but the state and the event, so the same
+  events applied to the same state give the same state, in the recorder and in a replay.
+- The state a caller passes in is not changed, nor any value taken from an event: the
+  result shares every part the event did not change and copies the containers along the
+  path it changes (`set_in`, `delete_in`).
+- Except within a run: `Reducers.apply(..., owned)` (what `apply_all` and a timeline do
+  between states nobody sees) changes in place the containers that same run copied
+  earlier, listed in `owned`, so an append costs O(1). A custom reducer's result is never
+  changed in place (`owned` is cleared before one runs).
+- A standard reducer checks everything before it changes anything: an event that does not
+  fit raises InvalidInputError and leaves the state as it was.
 """
 
 from __future__ import annotations
@@ -46,14 +31,20 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, failed_with, how_it_failed, user_failure
 from ckptcli.format import limits
+from ckptcli.history.paths import Owned as Owned  # re-exported: the reducers' names, where they were
+from ckptcli.history.paths import PathKey as PathKey
+from ckptcli.history.paths import ReduceError as ReduceError
+from ckptcli.history.paths import State as State
+from ckptcli.history.paths import _delete, _index, _own, _part, _set, _type_name, _with
+from ckptcli.history.paths import delete_in as delete_in
+from ckptcli.history.paths import format_pointer as format_pointer
+from ckptcli.history.paths import set_in as set_in
 
-State = dict[str, Any]
 Reducer = Callable[[State, "Event"], State]
-PathKey = str | int
 
 # -- kinds ------------------------------------------------------------------------------
 MEMORY_SET = "memory.set"
@@ -328,153 +319,6 @@ def normalize(value: Any, where: str, depth: int = 0) -> Any:
         return [normalize(v, where, depth + 1) for v in value]
     hint = "use a list" if t is tuple else "use maps, lists, str, bytes, int, float, bool or None"
     raise InvalidInputError(f"{where}: a {t.__name__} cannot be stored", hint=hint)
-
-
-def _type_name(v: object) -> str:
-    return {dict: "a map", list: "a list", str: "a string", bytes: "bytes", int: "an integer", float: "a float", bool: "a boolean"}.get(
-        type(v), "null" if v is None else f"a {type(v).__name__}"
-    )
-
-
-# -- paths: copy-on-write updates -----------------------------------------------------------
-class ReduceError(Exception):
-    """A standard reducer's complaint; Reducers.apply names the event."""
-
-
-def format_pointer(path: Iterable[PathKey]) -> str:
-    """["memory", "a/b", 0] -> "/memory/a~1b/0" (a JSON Pointer, as in `ckpt diff`)."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
-
-
-def _at(path: list[PathKey]) -> str:
-    """A place for a message: its pointer, or "the root"."""
-    return format_pointer(path) or "the root"
-
-
-def _index(container: list[Any], key: PathKey, path: list[PathKey], depth: int, *, allow_end: bool) -> int:
-    if type(key) is not int:
-        raise ReduceError(f"{_at(path[:depth])} is a list: {key!r} is not an index")
-    n = len(container)
-    i = key + n if key < 0 else key
-    if not (0 <= i < n or (allow_end and i == n)):
-        raise ReduceError(f"{_at(path[: depth + 1])}: index {key} is out of range (the list has {n} items)")
-    return i
-
-
-def set_in(root: Any, path: list[PathKey], value: Any) -> Any:
-    """A copy of `root` with `value` at `path`; only the containers along the path are
-    copied. Missing map keys on the way are created as maps; a list index may equal the
-    list's length (append). Raises ReduceError where the path does not fit."""
-    return _set(root, path, 0, value)
-
-
-# A run of events whose in-between states nobody sees (Reducers.apply_all, a timeline
-# between the states it keeps) passes `owned`: the containers the run has copied so far,
-# by id (holding them, so an id is never reused meanwhile). Those are changed in place
-# instead of being copied again, so appending to a list of n items costs O(1), not O(n).
-# Everything else (the starting state, values taken from events, what a custom reducer
-# returned) is still copied before it is changed. A reducer checks everything before it
-# changes anything, so a ReduceError leaves the state as it was.
-Owned = dict[int, Any]
-
-
-_C = TypeVar("_C", dict[str, Any], list[Any])
-
-
-def _own(node: _C, owned: Owned | None) -> _C:
-    """`node` itself when this run copied it already, else a (shallow) copy, owned now."""
-    if owned is not None and id(node) in owned:
-        return node
-    new = node.copy()
-    if owned is not None:
-        owned[id(new)] = new
-    return new
-
-
-def _set(node: Any, path: list[PathKey], depth: int, value: Any, owned: Owned | None = None) -> Any:
-    if depth == len(path):
-        return value
-    key = path[depth]
-    if type(node) is dict:
-        if type(key) is not str:
-            raise ReduceError(f"{_at(path[:depth])} is a map: {key!r} is not a key (keys are strings)")
-        child = node.get(key, _MISSING)
-        if child is _MISSING:
-            child = {}
-        changed = _set(child, path, depth + 1, value, owned)
-        new = _own(node, owned)
-        new[key] = changed
-        return new
-    if type(node) is list:
-        i = _index(node, key, path, depth, allow_end=depth == len(path) - 1)
-        changed = _set(None if i == len(node) else node[i], path, depth + 1, value, owned)
-        new_list = _own(node, owned)
-        if i == len(node):
-            new_list.append(changed)
-        else:
-            new_list[i] = changed
-        return new_list
-    raise ReduceError(f"{_at(path[:depth])} is {_type_name(node)}, not a map or list")
-
-
-def delete_in(root: Any, path: list[PathKey]) -> Any:
-    """A copy of `root` without the value at `path` (a non-empty path). A missing map key
-    (here or on the way) changes nothing and returns `root` itself; a list index out of
-    range or a path through a scalar raises ReduceError."""
-    if not path:
-        raise ReduceError("the path is empty")
-    return _delete(root, path, 0)
-
-
-def _delete(node: Any, path: list[PathKey], depth: int, owned: Owned | None = None) -> Any:
-    key = path[depth]
-    last = depth == len(path) - 1
-    if type(node) is dict:
-        if type(key) is not str:
-            raise ReduceError(f"{_at(path[:depth])} is a map: {key!r} is not a key (keys are strings)")
-        if key not in node:
-            return node
-        if last:
-            new = _own(node, owned)
-            del new[key]
-            return new
-        child = _delete(node[key], path, depth + 1, owned)
-        if child is node[key]:
-            return node
-        new = _own(node, owned)
-        new[key] = child
-        return new
-    if type(node) is list:
-        i = _index(node, key, path, depth, allow_end=False)
-        if last:
-            new_list = _own(node, owned)
-            del new_list[i]
-            return new_list
-        child = _delete(node[i], path, depth + 1, owned)
-        if child is node[i]:
-            return node
-        new_list = _own(node, owned)
-        new_list[i] = child
-        return new_list
-    raise ReduceError(f"{_at(path[:depth])} is {_type_name(node)}, not a map or list")
-
-
-_MISSING: Any = object()
-
-
-def _with(state: State, key: str, value: Any, owned: Owned | None = None) -> State:
-    new = _own(state, owned)
-    new[key] = value
-    return new
-
-
-def _part(state: State, key: str, want: type, default: Any) -> Any:
-    value = state.get(key, _MISSING)
-    if value is _MISSING:
-        return default
-    if type(value) is not want:
-        raise ReduceError(f"/{key} is {_type_name(value)}, not {'a map' if want is dict else 'a list'}")
-    return value
 
 
 # -- the standard reducers --------------------------------------------------------------------

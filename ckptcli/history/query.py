@@ -1,30 +1,21 @@
 """History queries over a subject's checkpoints: `ckpt log` (which checkpoints, and which
 recorded events, changed a value) and `ckpt bisect` (where a predicate first turned false).
+The guide is docs/replay.md "History queries: log and bisect".
 
     >>> from ckptcli.history.query import log, bisect
     >>> [e.id.hex()[:12] for e in log(store, "agent:bot", path="/memory/user/name")]  # doctest: +SKIP
     >>> bisect(store, "agent:bot", good="known-good", bad="latest", predicate=expect("/memory/ok", True))  # doctest: +SKIP
 
-Both speak of the state AT each checkpoint (ckptcli.history.stateat: the snapshot with its event
-tail applied), and both walk the first-parent history, newest first, as `git log` does.
-
-Why `log --path` is cheap. The value at one path of a checkpoint's state is found
-without decoding the state: the stored document is walked down the path by its
-encodings (ckptcli.history.diff: a REF is one object read, a map's chunk tree is opened only
-where it differs from the other side's), and two checkpoints whose values there have
-the same encoding (the same object id for anything large) are equal without reading
-further. A recorded checkpoint whose tail has no event that can touch the path
-(`stateat.touched`: a memory.set at /memory/a cannot change /memory/b) has the value of
-its snapshot there; only a checkpoint whose tail may touch the path is replayed, and
-only the sections its events touch are decoded. So a 1,000-checkpoint history costs
-about 1,000 manifest reads, 1,000 small tail decodes and a few object reads per
-checkpoint, not 1,000 state decodes (bench/log.py measures it against the loop of
-`ckpt diff` calls a user would write).
-
-`bisect` halves the range of checkpoints between a good and a bad one with the
-predicate (about log2(n) calls, each on the state at one checkpoint), then halves the
-found checkpoint's tail the same way to name the first event after which the predicate
-is false.
+Invariants:
+- Both speak of the state AT each checkpoint (ckptcli.history.stateat: the snapshot with
+  its event tail applied) and walk the first-parent history, newest first, as `git log`.
+- `log --path` never decodes a whole state: the value at the path is reached by its
+  encodings (as ckptcli.history.diff walks), equal encodings are equal unread, and only a
+  checkpoint whose tail may touch the path (`stateat.touched`) is replayed, decoding only
+  the sections its events touch. Figures: docs/performance.md (`ckpt log --path`).
+- `bisect` halves the range between a good and a bad checkpoint (about log2(n) predicate
+  calls), then the found checkpoint's tail the same way, to name the first event after
+  which the predicate is false.
 """
 
 from __future__ import annotations
@@ -39,25 +30,20 @@ from ckptcli.api import Checkpoint
 from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, UsageError, how_it_failed, user_failure
 from ckptcli.format.jsonview import to_json
 from ckptcli.format.manifest import EXT_PREFIX
-from ckptcli.format.values import deep_recursion
-from ckptcli.history.diff import (
-    _ABSENT,
-    Change,
-    _child,
-    _Side,
-    _stored_document,
-    describe,
-    describe_change,
-    diff_checkpoints,
-    parse_pointer,
-    pointer,
-)
+from ckptcli.format.values import EXT_LIST, deep_recursion, unpack_ev
+from ckptcli.history.change import Change, pointer
+from ckptcli.history.diff import _Walk, diff_checkpoints
 from ckptcli.history.events import Event, Reducers
-from ckptcli.history.replay import same_value
-from ckptcli.history.stateat import StateAt, overlaps, state_at, tail_events, touched
+from ckptcli.history.render import describe, describe_change
+from ckptcli.history.replay import iter_steps, load_tail, same_value
+from ckptcli.history.sides import _ABSENT, _child, _kind, _Side, _stored_document, parse_pointer
+from ckptcli.history.stateat import EMPTY_LIST_EV, StateAt, overlaps, state_at, tail_events, touched
+from ckptcli.listing import format_time
 
 if TYPE_CHECKING:
     from ckptcli.store.repository import Store
+
+__all__ = ["BisectResult", "EventChange", "Expect", "LogEntry", "bisect", "first_parents", "load_check", "log", "max_calls", "parse_expect", "render_entry"]
 
 PathParts = tuple[str | int, ...]
 
@@ -118,10 +104,6 @@ def _tail_may_touch(ck: Checkpoint, side: _Side, parts: PathParts) -> bool:
     kind and path are read, from the raw encoding (a message or a tool result inside an
     event is not decoded); anything unexpected counts as "may" (state_at then checks the
     tail fully and applies it)."""
-    from ckptcli.format.values import EXT_LIST, unpack_ev
-    from ckptcli.history.diff import _kind
-    from ckptcli.history.stateat import EMPTY_LIST_EV
-
     m = ck.manifest
     root = m.sections.get("events") if m.layout.get("kind") == "sections" else None
     if root is None or root == EMPTY_LIST_EV:
@@ -150,8 +132,6 @@ def _may_touch(ev: Event, parts: PathParts) -> bool:
 def _changes(a: _Probe, b: _Probe, parts: PathParts) -> list[Change]:
     """What differs at `parts`: both documents walked down together by hash, opening
     only the chunk-tree nodes that differ (ckptcli.history.diff)."""
-    from ckptcli.history.diff import _Walk
-
     walk = _Walk(a.ck, b.ck, (a.doc, b.doc))
     walk.a, walk.b = a.side, b.side
     walk.at_path(parts)
@@ -316,12 +296,10 @@ def _root_changes(ck: Checkpoint, parts: PathParts | None, probe: _Probe | None)
     value = _ABSENT if parts is None or probe is None else probe.value(parts)
     if parts is None or value is _ABSENT:
         return []
-    return [Change("add", str(parts[0]), tuple(parts[1:]), pointer(parts), None, value)]
+    return [Change("add", tuple(parts[1:]), None, value, str(parts[0]), pointer(parts))]
 
 
 def _event_changes(at: StateAt, parts: PathParts | None, reducers: Reducers | None) -> list[EventChange]:
-    from ckptcli.history.replay import iter_steps, load_tail
-
     out: list[EventChange] = []
     for step in iter_steps(load_tail(at.ck), reducers=reducers):
         if parts is not None and not _may_touch(step.event, parts):
@@ -334,8 +312,6 @@ def _event_changes(at: StateAt, parts: PathParts | None, reducers: Reducers | No
 
 def render_entry(entry: LogEntry, *, patch: bool) -> list[tuple[str, str]]:
     """(kind, text) lines for people, like `git log`: kinds as in diff.render."""
-    from ckptcli.listing import format_time
-
     m = entry.ck.manifest
     lines = [("header", f"checkpoint {entry.ck.hex}"), ("summary", f"{'':2}{format_time(m.created_ns)}  {m.subject}")]
     if entry.state is not None and (entry.state.events or entry.state.problem):
@@ -552,8 +528,6 @@ def _bisect_tail(ck: Checkpoint, pred: _Counter, result: BisectResult, reducers:
     """Within the first bad checkpoint: position 0 is its snapshot, position j the state
     after its j-th event; the last one is known to fail, the previous checkpoint's state
     to pass."""
-    from ckptcli.history.replay import iter_steps, load_tail
-
     try:
         tail = load_tail(ck)
     except CkptError:
@@ -580,6 +554,3 @@ def max_calls(checkpoints: int, tail_events: int) -> int:
     """The most predicate calls bisect makes: 2 + ceil(log2 n) over n checkpoints, plus
     ceil(log2 (m + 1)) over the m events of the found tail."""
     return 2 + math.ceil(math.log2(max(checkpoints, 1))) + (math.ceil(math.log2(tail_events + 1)) if tail_events else 0)
-
-
-__all__ = ["BisectResult", "EventChange", "Expect", "LogEntry", "bisect", "first_parents", "load_check", "log", "max_calls", "parse_expect", "render_entry"]

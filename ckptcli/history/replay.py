@@ -1,5 +1,7 @@
 """Replay: rebuild the state at any point of a checkpoint's event tail, check that a step
-function still makes the recorded decisions, and fork a new history from a point.
+function still makes the recorded decisions, and fork a new history from a point. The
+model is formats/events.md ("Checkpoints: snapshot and tail", "Replaying to a point",
+"Steps and causality"); the guide docs/replay.md.
 
     >>> from ckptcli.history.replay import replay, check, fork
     >>> state = replay(open_checkpoint("latest", store), to_seq=42)       # doctest: +SKIP
@@ -7,24 +9,18 @@ function still makes the recorded decisions, and fork a new history from a point
     True
     >>> fork(store, "latest", 42, branch="try-again").hex                 # doctest: +SKIP
 
-The model (formats/events.md). A checkpoint that holds events is a **snapshot** (its
-memory, plan, tools and ext sections) and a **tail** (its `events` section): the events
-recorded since the previous checkpoint, in seq order. The snapshot is the state *before*
-the tail: applying the tail's events to it, with the reducers of ckptcli.history.events, gives
-the live state at the moment the checkpoint was taken. So each checkpoint replays on its
-own (a pruned parent does not matter), and the snapshot of checkpoint N+1 is the live
-state of checkpoint N (the store keeps it once: the encoding is content-addressed).
-
-Positions are seqs. The snapshot is at seq B, the seq before the tail's first event
-(B = first - 1; with an empty tail, the `events.seq` label, else 0). `replay(to_seq=S)`
-applies the events with seq <= S (B <= S <= the last seq); `to_time=T` applies those
-with ts <= T (the events up to the first one recorded after T).
-
-`check` re-runs a step function (the contract is on events.StepContext) over the tail:
-each input event (one without `cause`) is applied and handed to the function, whose
-emitted events are compared in order with the recorded ones, and whose tool calls are
-answered with the recorded results (nothing external runs again). The first difference
-is a Divergence: the seq, the recorded event, the replayed one.
+Invariants:
+- A checkpoint replays on its own: its snapshot (memory, plan, tools, ext) is the state
+  before its tail, at seq B (the seq before the tail's first event; with an empty tail
+  the `events.seq` label, else 0); a pruned parent does not matter.
+- Positions are seqs: `to_seq=S` applies the events with seq <= S (B <= S <= the last),
+  `to_time=T` those up to the first one recorded after T.
+- `check` runs nothing external again: each input event (one without `cause`) is applied
+  and handed to the step function (the contract is events.StepContext), its tool calls
+  are answered with the recorded results, and its emitted events are compared in order
+  with the recorded ones; the first difference is a Divergence.
+- A step's changes (`Step.changes`, a `ckptcli.history.change.Change` each) applied in
+  order as a JSON Patch to the JSON view of `before` give that of `after`.
 """
 
 from __future__ import annotations
@@ -35,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, UsageError, how_it_failed, user_failure
+from ckptcli.history.change import Change
 from ckptcli.history.events import (
     ERROR,
     LABEL_FORK_AT,
@@ -50,7 +47,6 @@ from ckptcli.history.events import (
     StepContext,
     ToolFailed,
     check_state,
-    format_pointer,
     labelled_seq,
     make_event,
     read_tail,
@@ -144,28 +140,6 @@ def replay(source: Checkpoint | Tail, *, to_seq: int | None = None, to_time: int
     tail = _tail(source)
     n = tail.count_to(to_seq, to_time)
     return (reducers or Reducers()).apply_all(tail.snapshot, tail.events[:n])
-
-
-@dataclass(frozen=True)
-class Change:
-    """One change a step made: a JSON-Patch-like operation on the state."""
-
-    op: str  # "add", "remove" or "replace"
-    path: tuple[PathKey, ...]
-    old: Any = None
-    new: Any = None
-
-    @property
-    def pointer(self) -> str:
-        return format_pointer(self.path)
-
-    def to_dict(self) -> dict[str, Any]:
-        from ckptcli.format.jsonview import to_json
-
-        out: dict[str, Any] = {"op": self.op, "path": self.pointer}
-        if self.op != "remove":
-            out["value"] = to_json(self.new)
-        return out
 
 
 @dataclass(frozen=True)

@@ -7,23 +7,19 @@
     'state at seq 42 (snapshot at seq 30 + tail 31..42)'
     >>> s.section("memory")                                 # doctest: +SKIP
 
-A recorded checkpoint's sections hold the state at the previous checkpoint (the
-snapshot, at seq B) and its `events` section the tail B+1..N: the live state when it was
-taken is the snapshot with the tail applied by the reducers, as `ckpt replay` does.
 `cat`, `show`, `diff` and `log` speak of that state by default; `--snapshot`
 (`state_at(ck, snapshot=True)`) gives the stored sections.
 
-Cost. A checkpoint without events, or whose tail is empty (its `events` section is the
-one-byte empty list), costs nothing more: nothing is decoded, and every section stays
-as stored (`Section` roots that ckptcli.document streams, raw roots that ckptcli.history.diff
-walks hash-first). With a tail, only the parts its events touch are decoded (memory for
-memory.set, memory.delete and message.append; plan for plan.*; tools for tool.*;
-everything for an adapter's custom kinds): the others stay stored. A decoded part is
-held in memory, so it is bounded by CKPT_MAX_HELD_BYTES / CKPT_MAX_HELD_ITEMS, with an
-error that says so (and that `--snapshot` reads the stored sections without that limit).
-
-The events themselves are kept as stored: the document at a checkpoint is its live state
-(memory, plan, tools, ext) plus its `events` section, the tail that led there.
+Invariants:
+- A checkpoint without events, or with an empty tail, costs nothing more: nothing is
+  decoded and every section stays as stored (`Section` roots ckptcli.document streams,
+  raw roots ckptcli.history.diff walks hash-first).
+- With a tail, only the parts its events touch are decoded (memory for memory.* and
+  message.append, plan for plan.*, tools for tool.*, everything for a custom kind); a
+  decoded part is bounded by CKPT_MAX_HELD_BYTES / CKPT_MAX_HELD_ITEMS, with an error
+  that says so (`--snapshot` reads the stored sections without that limit).
+- The events are kept as stored: the document at a checkpoint is its live state plus
+  its `events` section, the tail that led there.
 """
 
 from __future__ import annotations
@@ -32,9 +28,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ckptcli.errors import InvalidInputError, LimitExceededError
-from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_SECTIONS
-from ckptcli.format.values import Budget, Decoder
+from ckptcli.api import describe_value, join_document
+from ckptcli.document import Section, write_document
+from ckptcli.errors import CkptError, InvalidInputError, LimitExceededError, NotFoundError
+from ckptcli.format.manifest import DOC_SECTION_KEYS, EXT_PREFIX, LAYOUT_SECTIONS
+from ckptcli.format.values import Budget, Decoder, unpack_ev
 from ckptcli.history.events import (
     CHECKPOINT,
     ERROR,
@@ -58,9 +56,13 @@ from ckptcli.history.events import (
     labelled_seq,
     read_tail,
 )
+from ckptcli.history.lazylist import LazyList
+from ckptcli.listing import info_dict
 
 if TYPE_CHECKING:
     from ckptcli.api import Checkpoint
+
+__all__ = ["EMPTY_LIST_EV", "StateAt", "Stored", "overlaps", "replay_problem", "state_at", "tail_events", "touched"]
 
 #: The encoded value of an empty list: an empty tail, known without decoding anything.
 EMPTY_LIST_EV = b"\x90"
@@ -122,8 +124,6 @@ def tail_events(ck: Checkpoint) -> tuple[list[Event], int]:
         where = f"checkpoint {ck.hex[:12]}"
         # the first item is read first (a long list is a chunk tree: one node per level),
         # so an events section that is no tail costs no full decode
-        from ckptcli.history.timeline import LazyList
-
         first = LazyList(ck.source, ev_root, f"{where}: events")
         if len(first):
             event_from_map(first.value(0), f"{where}: events[0]")
@@ -217,8 +217,6 @@ class StateAt:
     def summary(self) -> dict[str, Any]:
         """`ckpt show`: Checkpoint.summary() with the sections at this state, and "state"
         (`to_dict`) when the checkpoint has a tail."""
-        from ckptcli.api import describe_value
-
         info = self.ck.summary()
         if not self.events and self.problem is None:
             return info
@@ -243,9 +241,6 @@ class StateAt:
         """The state document as a ckptcli.document skeleton: stored parts as `Section`s
         (streamed), decoded ones as values. Without `events`, only the state (what
         restoring the live state should write)."""
-        from ckptcli.api import join_document
-        from ckptcli.document import Section
-
         if not self.applied:
             sections = {
                 n: Section(ev, f"section {n}") for n, ev in self.ck.manifest.sections.items() if n != "blobs" and (events or n != "events")
@@ -261,8 +256,6 @@ class StateAt:
     def raw_parts(self) -> dict[str, Any]:
         """Document key -> a raw EV (an unpacked stored root) or the live value, for the
         hash-first diff walk; "ext" -> {namespace: raw or value}."""
-        from ckptcli.format.values import unpack_ev
-
         out: dict[str, Any] = {}
         for key, value in self.parts.items():
             if isinstance(value, Stored):
@@ -277,17 +270,12 @@ class StateAt:
     def write_document(self, out: Any, fmt: str, *, events: bool = True) -> None:
         """Write the document at this state as "json", "msgpack" or "view" (see
         docstream.write_document: stored parts are streamed)."""
-        from ckptcli.document import write_document
-
         write_document(self.skeleton(events=events), self.ck.source, out, fmt)
 
     def write_view(self, out: Any, *, indent: int | None = None) -> None:
         """`ckpt cat`: the checkpoint (metadata, layout, sections) in the JSON view, its
         state sections at this state, with "state" (`to_dict`) saying which; streamed
         where stored. Without a tail: exactly Checkpoint.write_view."""
-        from ckptcli.document import Section, write_document
-        from ckptcli.listing import info_dict
-
         if not self.events and self.problem is None:
             self.ck.write_view(out, indent=indent)
             return
@@ -327,8 +315,6 @@ class StateAt:
 
 
 def _skeleton_part(key: str, value: Any) -> Any:
-    from ckptcli.document import Section
-
     if not isinstance(value, Stored):
         return value
     if key == "ext":
@@ -364,8 +350,6 @@ def state_at(ck: Checkpoint, *, snapshot: bool = False, reducers: Reducers | Non
         return StateAt(ck, base, events, False)
     if not lenient:
         return _applied(ck, reducers)
-    from ckptcli.errors import NotFoundError
-
     try:
         return _applied(ck, reducers)
     except (InvalidInputError, NotFoundError) as exc:
@@ -428,9 +412,6 @@ def replay_problem(doc: Any) -> str | None:
     """Why a state document about to be taken holds an `events` section that will not
     replay (formats/events.md), in one line naming the rule and the spec section; None
     when it replays, or holds no tail. (`ckpt take` warns with it: taking it succeeds.)"""
-    from ckptcli.errors import CkptError
-    from ckptcli.format.manifest import DOC_SECTION_KEYS
-
     if type(doc) is not dict or "events" not in doc or not all(type(k) is str and k in DOC_SECTION_KEYS for k in doc):
         return None
     try:
@@ -453,8 +434,6 @@ def replay_problem(doc: Any) -> str | None:
 def _quiet_tail(ck: Checkpoint) -> tuple[list[Event], int]:
     """The tail for the positions of a --snapshot view; one that cannot be read is no
     reason to refuse showing the stored sections."""
-    from ckptcli.errors import CkptError
-
     try:
         return tail_events(ck)
     except CkptError:
@@ -494,6 +473,3 @@ def _decode(ck: Checkpoint, parts: dict[str, Any], want: Iterable[str], n_events
             ) from None
         done.add(key)
     return done
-
-
-__all__ = ["EMPTY_LIST_EV", "StateAt", "Stored", "overlaps", "replay_problem", "state_at", "tail_events", "touched"]

@@ -1,81 +1,39 @@
-"""The models behind `ckpt tui`, with no UI in them: the history graph of a store, and the
-timeline of a checkpoint's event tail. The TUI (ckptcli/tui) only draws what these
-compute; tests/test_import_hygiene.py checks that this module imports no typer, rich or
-textual, and tests/test_timeline.py exercises it without a terminal.
+"""The timeline of a checkpoint's event tail, as `ckpt tui` scrubs through it, and the
+helpers that show a state as an outline; no UI here (tests/test_import_hygiene.py checks
+that this module imports no typer, rich or textual).
 
-    >>> h = History.from_store(store)                      # doctest: +SKIP
-    >>> rows = h.rows("agent:bot"); h.graph(rows)[0]        # doctest: +SKIP
-    '●'
     >>> t = Timeline.open(open_checkpoint("latest", store))  # doctest: +SKIP
     >>> len(t), t.row(1).kind, t.step(1).changes            # doctest: +SKIP
 
-**History.** Built from the store's catalog (ckptcli/store/catalog.py, what `ckpt ls`
-reads), so a store of 10,000 checkpoints opens without decoding 10,000 manifests. Each
-checkpoint is a `Node` with its parents, and a kind read from its metadata: a root (no
-parent), a take, a merge (several parents), a fork (labels `fork.of`/`fork.at`,
-formats/events.md) or a migration (a schema version other than its parent's, as
-`ckpt migrate` writes). Tags, branches and each subject's latest come from the refs.
-`graph()` lays a list of checkpoints out as lanes, like `git log --graph`, one row per
-checkpoint: a branch shows as a lane that joins its parent's (`●─╯`), a merge as a lane
-that opens (`●─╮`).
+A checkpoint with events (formats/events.md) is a snapshot and a tail. Row 0 of a
+timeline is the snapshot, row r (1..n) the state after the tail's r-th event, replayed by
+the replay library's reducers (the ones `ckpt replay` uses). Events are read through a
+`LazyList`, never the whole tail. Invariants: the timeline keeps the state at every
+`every`-th row (at most MAX_SNAPSHOTS of them) and the last RECENT_STATES rows asked
+for, so a jump costs at most `every` reducer applications once the rows before it have
+been passed, and a step either way one or none; `state()` stops when `should_stop()`
+says so and keeps what it made. Costs and figures: docs/tui.md.
 
-**Timeline.** A checkpoint with events (formats/events.md) is a snapshot and a tail.
-The tail is the `events` section, an encoded list that is a chunk tree once it is long
-(formats/v1.md "Chunk trees"); its inner nodes carry the count of items under each child,
-so `LazyList` reaches item i by reading one node per level, and a 100,000-event tail is
-never decoded whole: only the events shown (and those a replay goes through) are read,
-with the nodes and events kept in fixed-size LRU caches. Row 0 of a timeline is the
-snapshot, row r (1..n) the state after the tail's r-th event.
-
-The state at row r is the snapshot with r events applied by the replay library's
-reducers (ckptcli.history.events.Reducers: the same ones `ckpt replay` uses). Replaying from
-the snapshot costs O(r); the timeline keeps the state at every `every`-th row (1,000 by
-default, more for tails longer than 128,000 events so that at most 128 are kept), made
-on the way whenever a replay passes such a row, and the states of the 16 rows up to the
-last one asked for. A jump then costs at most `every` reducer applications once the rows
-before it have been passed once, and moving the cursor by one, either way, costs one or
-nothing. `state()` takes a
-`should_stop` callable so that a UI can run it in a worker and abandon it when the
-cursor moves on; what it made on the way is kept. Reducers share every part of a state
-an event does not change, so the kept states cost far less than full copies.
+The history graph (`History`) moved to `ckptcli.history.graph`, `LazyList` and `LRU` to
+`ckptcli.history.lazylist`, the change lines to `ckptcli.history.render`; they are
+re-exported here, where they were.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any
 
-import msgpack
-
-from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LimitExceededError, NotFoundError
+from ckptcli.errors import CkptError, InvalidInputError, NotFoundError
 from ckptcli.format import limits
 from ckptcli.format.manifest import LAYOUT_SECTIONS
-from ckptcli.format.values import (
-    EXT_BYTES,
-    EXT_LIST,
-    EXT_MAP,
-    EXT_REF,
-    EXT_STR,
-    TREE_KINDS,
-    Budget,
-    Decoder,
-    Ext,
-    ObjectSource,
-    check_tree_node,
-    packable,
-    unpack_ev,
-)
-from ckptcli.history.diff import describe, describe_change, format_path
+from ckptcli.format.values import EXT_BYTES, EXT_LIST, EXT_MAP, EXT_REF, EXT_STR, TREE_KINDS, Ext, check_tree_node, unpack_ev
+from ckptcli.history.change import Change
 from ckptcli.history.events import (
     CHECKPOINT,
     ERROR,
-    LABEL_FORK_AT,
-    LABEL_FORK_OF,
     LABEL_SEQ,
     MEMORY_DELETE,
     MEMORY_SET,
@@ -93,16 +51,54 @@ from ckptcli.history.events import (
     labelled_seq,
     out_of_order,
 )
-from ckptcli.history.replay import Change, Step
+from ckptcli.history.graph import FORK, GLYPHS, MERGE, MIGRATION, ROOT, TAKE, History, Node, Ref, SubjectInfo
+from ckptcli.history.lazylist import LRU, NODE_CACHE, LazyList
+from ckptcli.history.render import Line, change_line, describe, describe_change, format_path, render_changes
+from ckptcli.history.replay import Step
 from ckptcli.listing import format_time
 
 if TYPE_CHECKING:
     from ckptcli.api import Checkpoint
-    from ckptcli.store.repository import Store
-    from ckptcli.store.single import CheckpointFile
 
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
+#: with what moved to ckptcli.history.graph, .lazylist and .render, re-exported where it was
+__all__ = [
+    "FORK",
+    "GLYPHS",
+    "LRU",
+    "MERGE",
+    "MIGRATION",
+    "NODE_CACHE",
+    "ROOT",
+    "STOP_CHECK_EVERY",
+    "TAKE",
+    "BlobEntry",
+    "History",
+    "LazyList",
+    "Line",
+    "Node",
+    "Ref",
+    "StepView",
+    "Stopped",
+    "SubjectInfo",
+    "Timeline",
+    "TimelineRow",
+    "blob_listing",
+    "change_line",
+    "child_keys",
+    "describe",
+    "describe_change",
+    "event_summary",
+    "events_root",
+    "format_path",
+    "label_of",
+    "render_changes",
+    "section_list",
+    "section_shape",
+    "state_changes",
+    "tool_answers",
+    "tool_status",
+    "windows",
+]
 
 #: Keep the state at every this many rows of a timeline (at least).
 SNAPSHOT_EVERY = 1000
@@ -112,190 +108,9 @@ MAX_SNAPSHOTS = 128
 RECENT_STATES = 16
 #: Decoded events kept.
 EVENT_CACHE = 4096
-#: Parsed chunk-tree nodes kept (a leaf of a tail holds ~512 bytes of events).
-NODE_CACHE = 512
 #: How often (in reducer applications, ~1 ms) a long replay asks whether to stop; a UI's
 #: `should_stop` also lets its own thread run then (see ckptcli/tui/screens/timeline.py).
 STOP_CHECK_EVERY = 32
-
-
-# -- a bounded cache ------------------------------------------------------------------
-class LRU(Generic[K, V]):
-    """A fixed-size, thread-safe least-recently-used cache."""
-
-    def __init__(self, maxsize: int) -> None:
-        self.maxsize = maxsize
-        self._data: OrderedDict[K, V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: K) -> V | None:
-        with self._lock:
-            value = self._data.get(key)
-            if value is not None:
-                self._data.move_to_end(key)
-            return value
-
-    def put(self, key: K, value: V) -> None:
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
-
-    def keys(self) -> list[K]:
-        with self._lock:
-            return list(self._data)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._data
-
-
-# -- a list read by index ------------------------------------------------------------------
-class _Node(NamedTuple):
-    """A parsed LIST node: a leaf's items, or an inner node's children with the running
-    totals (`ends[j]`: items under children 0..j) that locate an index by bisection."""
-
-    level: int
-    total: int
-    items: list[Any]  # leaf: raw item EVs; inner: child ids (bytes) or embedded _Node
-    counts: list[int]
-    ends: list[int]
-
-
-class LazyList:
-    """The items of an encoded list, read by index without decoding the rest.
-
-    `ev` is the list's encoded value: an inline list, a REF to one, or a LIST chunk tree.
-    Item i of a tree costs one node read per level (each node is checked as formats/v1.md
-    "Chunk trees" requires, and kept in an LRU cache of `node_cache` nodes); the item is
-    then decoded with a budget of its own. Safe to use from several threads.
-
-    Raises (from the constructor and `value`):
-        InvalidInputError when the value is not a list; CorruptError, LimitExceededError
-        for damaged or hostile data.
-    """
-
-    def __init__(self, source: ObjectSource, ev: bytes, where: str, *, node_cache: int = NODE_CACHE) -> None:
-        self.source = source
-        self.where = where
-        self._nodes: LRU[bytes, _Node] = LRU(node_cache)
-        self.nodes_read = 0
-        raw = unpack_ev(ev, where)
-        hops = 0
-        while type(raw) is Ext and raw.code == EXT_REF:
-            hops += 1
-            if hops > limits.MAX_DEPTH + 1:
-                raise LimitExceededError(f"{where}: references chain deeper than {limits.MAX_DEPTH} levels")
-            raw = unpack_ev(source.get(raw.oid), f"{where}: object {raw.oid.hex()[:12]}")
-        self._inline: list[Any] | None = None
-        self._root: _Node | None = None
-        self._leaf: tuple[int, int, list[Any]] | None = None
-        if type(raw) is list:
-            self._inline = raw
-            self.total = len(raw)
-        elif type(raw) is Ext and raw.code == EXT_LIST:
-            self._root = self._read(raw.oid, None, None)
-            self.total = self._root.total
-        else:
-            raise InvalidInputError(f"{where} is not a list")
-
-    def __len__(self) -> int:
-        return self.total
-
-    def _parse(self, node: Any, where: str, want_level: int | None, want_total: int | None, below: int | None) -> _Node:
-        level, total, children = check_tree_node(node, EXT_LIST, where, want_level, want_total, below)
-        if level == 0:
-            return _Node(0, total, children, [], [])
-        items: list[Any] = []
-        counts: list[int] = []
-        ends: list[int] = []
-        run = 0
-        for count, child in children:
-            if isinstance(child, bytes):
-                items.append(child)
-            else:  # the embedded open tail (formats/v1.md "Chunk trees")
-                items.append(self._parse(child, f"{where} (embedded node)", None, count, level))
-            counts.append(count)
-            run += count
-            ends.append(run)
-        return _Node(level, total, items, counts, ends)
-
-    def _read(self, oid: bytes, want_level: int | None, want_total: int | None) -> _Node:
-        node = self._nodes.get(oid)
-        where = f"{self.where}: object {oid.hex()[:12]}"
-        if node is None:
-            node = self._parse(unpack_ev(self.source.get(oid), where), where, want_level, want_total, None)
-            self.nodes_read += 1
-            self._nodes.put(oid, node)
-        elif (want_level is not None and node.level != want_level) or (want_total is not None and node.total != want_total):
-            raise CorruptError(f"{where}: node of level {node.level} holding {node.total}, its parent expects level {want_level} holding {want_total}")
-        return node
-
-    def raw(self, i: int) -> Any:
-        """Item i as its raw EV (references not followed)."""
-        if not 0 <= i < self.total:
-            raise IndexError(i)
-        if self._inline is not None:
-            return self._inline[i]
-        leaf = self._leaf  # the last leaf reached: a walk through the list stays in it
-        if leaf is not None and leaf[0] <= i < leaf[1]:
-            return leaf[2][i - leaf[0]]
-        node = self._root
-        assert node is not None
-        start = 0
-        while node.level > 0:
-            k = bisect.bisect_right(node.ends, i - start)
-            start += node.ends[k] - node.counts[k]
-            child = node.items[k]
-            node = child if isinstance(child, _Node) else self._read(child, node.level - 1, node.counts[k])
-        self._leaf = (start, start + node.total, node.items)
-        return node.items[i - start]
-
-    def value(self, i: int) -> Any:
-        """Item i, decoded (its own decode budget, the format's limits)."""
-        raw = self.raw(i)
-        hops = 0
-        while type(raw) is Ext and raw.code == EXT_REF and hops <= limits.MAX_DEPTH:
-            # an item longer than 128 bytes is a node object of its own (formats/v1.md "Ext types")
-            raw = unpack_ev(self.source.get(raw.oid), f"{self.where}[{i}]: object {raw.oid.hex()[:12]}")
-            hops += 1
-        if _plain(raw, 0):
-            # no reference inside, string keys only: the unpacked item is its value (its
-            # size is bounded by the node object it came from)
-            return raw
-        ev = msgpack.packb(packable(raw), use_bin_type=True)
-        return Decoder(self.source, budget=Budget()).decode(ev, f"{self.where}[{i}]")
-
-
-_CONTAINERS = (dict, list, Ext)
-_LONG_KEY = limits.MAX_KEY_BYTES // 4
-
-
-def _plain(x: Any, depth: int) -> bool:
-    """True when a raw EV holds no reference and only map keys the Decoder would accept
-    as they are; anything else goes through the Decoder, which reports what is wrong."""
-    t = type(x)
-    if t is dict:
-        if depth >= limits.MAX_DEPTH:
-            return False
-        for k, v in x.items():
-            if type(k) is not str or len(k) > _LONG_KEY:
-                return False
-            if type(v) in _CONTAINERS and not _plain(v, depth + 1):
-                return False
-        return True
-    if t is list:
-        if depth >= limits.MAX_DEPTH:
-            return False
-        return all(type(v) not in _CONTAINERS or _plain(v, depth + 1) for v in x)
-    return t is not Ext
 
 
 # -- the event tail ---------------------------------------------------------------------------
@@ -605,45 +420,6 @@ def event_summary(ev: Event, width: int = 60) -> str:
     return describe(shown, width)
 
 
-# -- rendering a difference of two states (the CLI's `replay --step` lines) ---------------------
-#: Line kinds as in ckptcli.history.diff.render: "header", "section", "add", "remove", "change", "summary".
-Line = tuple[str, str]
-
-
-def change_line(c: Change) -> Line:
-    """One change as `ckpt replay --step` prints it."""
-    where = format_path(c.path) or "(the state)"
-    if c.op == "add":
-        return ("add", f"+ {where}: {describe(c.new)}")
-    if c.op == "remove":
-        return ("remove", f"- {where}: {describe(c.old)}")
-    return ("change", f"~ {where}: {describe_change(c.old, c.new)}")
-
-
-def render_changes(changes: list[Change], header: str) -> list[Line]:
-    """Changes grouped by the part of the state they touch, then a summary line."""
-    lines: list[Line] = [("header", header)]
-    if not changes:
-        lines.append(("summary", "no differences"))
-        return lines
-    counts: dict[str, dict[str, int]] = {}
-    current: Any = None
-    for c in changes:
-        part = str(c.path[0]) if c.path else "state"
-        if part != current:
-            current = part
-            lines.append(("section", part))
-        kind, text = change_line(Change(c.op, c.path[1:], c.old, c.new)) if c.path else change_line(c)
-        lines.append((kind, text))
-        word = {"add": "added", "remove": "removed"}.get(c.op, "changed")
-        per = counts.setdefault(part, {})
-        per[word] = per.get(word, 0) + 1
-    n = len(changes)
-    parts = "; ".join(f"{name} " + ", ".join(f"{v:,} {k}" for k, v in c.items()) for name, c in counts.items())
-    lines.append(("summary", f"{n:,} change{'s' if n != 1 else ''}: {parts}"))
-    return lines
-
-
 # -- values as an outline (what a tree view of a state shows) --------------------------------------
 PAGE = 100
 
@@ -794,262 +570,3 @@ def blob_listing(entries: dict[str, Any], limit: int = 1_000_000) -> list[BlobEn
         if kind == "dir" and isinstance(sub, dict):
             stack.extend((f"{path}/{name}", child) for name, child in reversed(list(sub.items())))
     return out
-
-
-# -- the history of a store ---------------------------------------------------------------------------
-ROOT, TAKE, MERGE, FORK, MIGRATION = "root", "take", "merge", "fork", "migration"
-#: One glyph per kind of checkpoint, in the graph.
-GLYPHS = {ROOT: "○", TAKE: "●", MERGE: "◉", FORK: "◆", MIGRATION: "▲"}
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """A checkpoint as the history shows it (from the catalog: no sections)."""
-
-    id: bytes
-    subject: str
-    parents: tuple[bytes, ...]
-    created_ns: int
-    labels: dict[str, str]
-    message: str
-    schema_version: int | str | None
-    kind: str = TAKE
-
-    @property
-    def hex(self) -> str:
-        return self.id.hex()
-
-    @property
-    def time(self) -> str:
-        return format_time(self.created_ns)
-
-
-@dataclass(frozen=True, slots=True)
-class Ref:
-    kind: str  # "tag", "branch" or "latest"
-    name: str
-
-
-@dataclass
-class SubjectInfo:
-    name: str
-    count: int
-    newest_ns: int
-
-
-def _classify(node: Node, nodes: dict[bytes, Node]) -> str:
-    if not node.parents:
-        return ROOT
-    if LABEL_FORK_OF in node.labels and LABEL_FORK_AT in node.labels:
-        return FORK
-    if len(node.parents) > 1:
-        return MERGE
-    parent = nodes.get(node.parents[0])
-    if parent is not None and parent.schema_version != node.schema_version:
-        return MIGRATION
-    return TAKE
-
-
-class History:
-    """The checkpoints of a store (or of one checkpoint file), newest first, with the
-    refs that name them and the kind of each."""
-
-    def __init__(self, nodes: list[Node], refs: dict[bytes, list[Ref]], location: str = "") -> None:
-        self.location = location
-        by_id = {n.id: n for n in nodes}
-        classified = [Node(n.id, n.subject, n.parents, n.created_ns, n.labels, n.message, n.schema_version, _classify(n, by_id)) for n in nodes]
-        classified.sort(key=lambda n: (n.created_ns, n.id), reverse=True)
-        self.order = classified
-        self.nodes = {n.id: n for n in classified}
-        self.refs = refs
-        self.children: dict[bytes, list[bytes]] = {}
-        for n in classified:
-            for p in n.parents:
-                self.children.setdefault(p, []).append(n.id)
-        self._haystacks: dict[bytes, str] = {}
-        self._by_subject: dict[str | None, list[Node]] = {None: classified}
-
-    @classmethod
-    def from_store(cls, store: Store) -> History:
-        """Every checkpoint of `store`, from its catalog (brought up to date, as `ckpt ls` does)."""
-        from ckptcli.store import catalog
-        from ckptcli.store.catalog import Summary
-
-        nodes = []
-        for row in catalog.rows(store).values():
-            try:
-                cid, s = Summary.from_row(row)
-            except (ValueError, TypeError, CkptError):
-                try:
-                    cid, s = row[0], Summary.of(store.manifest(row[0]))
-                except CkptError:
-                    continue  # a damaged manifest is verify's business
-            nodes.append(Node(cid, str(s.subject), tuple(s.parents), s.created_ns, dict(s.labels), s.message, s.schema_version))
-        refs: dict[bytes, list[Ref]] = {}
-        for path, target in _read_refs(store).items():
-            kind, _, name = path.partition("/")
-            if kind == "tags":
-                refs.setdefault(target, []).append(Ref("tag", name))
-            elif kind == "branches":
-                refs.setdefault(target, []).append(Ref("branch", name))
-            elif kind == "latest":
-                refs.setdefault(target, []).append(Ref("latest", name.replace("/", ":", 1)))
-        return cls(nodes, refs, store.location)
-
-    @classmethod
-    def from_file(cls, f: CheckpointFile) -> History:
-        """The one checkpoint of a checkpoint file."""
-        m = f.manifest()
-        node = Node(f.id, str(m.subject), tuple(m.parents), m.created_ns, dict(m.labels), m.message, m.schema_version)
-        return cls([node], {}, str(f.path))
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def subjects(self) -> list[SubjectInfo]:
-        """Subjects, the one with the newest checkpoint first."""
-        out: dict[str, SubjectInfo] = {}
-        for n in self.order:
-            info = out.get(n.subject)
-            if info is None:
-                out[n.subject] = SubjectInfo(n.subject, 1, n.created_ns)
-            else:
-                info.count += 1
-        return list(out.values())
-
-    def rows(self, subject: str | None = None) -> list[Node]:
-        """Checkpoints of `subject` (all when None), newest first."""
-        got = self._by_subject.get(subject)
-        if got is None:
-            got = self._by_subject[subject] = [n for n in self.order if n.subject == subject]
-        return got
-
-    def ref_names(self, cid: bytes) -> list[Ref]:
-        return self.refs.get(cid, [])
-
-    def _haystack(self, n: Node) -> str:
-        text = self._haystacks.get(n.id)
-        if text is None:
-            parts = [n.hex, n.subject, n.message, n.kind, n.time]
-            parts.extend(f"{k}={v}" for k, v in n.labels.items())
-            parts.extend(f"{r.kind}:{r.name}" for r in self.ref_names(n.id))
-            text = self._haystacks[n.id] = "\n".join(parts).lower()
-        return text
-
-    def matches(self, n: Node, query: str) -> bool:
-        """Every whitespace-separated term of `query` is in the checkpoint's id, subject,
-        message, kind, time, labels (key=value) or refs (tag:NAME, branch:NAME), ignoring case."""
-        hay = self._haystack(n)
-        return all(term in hay for term in query.lower().split())
-
-    def filter(self, rows: list[Node], query: str) -> list[Node]:
-        return [n for n in rows if self.matches(n, query)] if query.strip() else rows
-
-    def find(self, rows: list[Node], query: str, start: int, *, backwards: bool = False) -> int | None:
-        """The index of the next row after `start` (before it, `backwards`) that matches,
-        wrapping around; None when no row does."""
-        if not rows or not query.strip():
-            return None
-        n = len(rows)
-        for step in range(1, n + 1):
-            i = (start - step) % n if backwards else (start + step) % n
-            if self.matches(rows[i], query):
-                return i
-        return None
-
-    def graph(self, rows: list[Node], max_lanes: int = 12) -> list[str]:
-        """Lanes for `rows` (newest first), one string per row, like `git log --graph`:
-        the checkpoint's glyph in its lane, `│` for lanes passing by, `╯` where a branch
-        joins its parent (the fork point), `╮` where a merge's other parent opens a lane.
-        A parent outside `rows` (another subject, pruned) ends its lane."""
-        pos = {n.id: i for i, n in enumerate(rows)}
-        lanes: list[bytes | None] = []
-        out: list[str] = []
-        for i, n in enumerate(rows):
-            mine = [k for k, lane in enumerate(lanes) if lane == n.id]
-            if mine:
-                col = mine[0]
-            else:
-                col = lanes.index(None) if None in lanes else len(lanes)
-                if col == len(lanes):
-                    lanes.append(None)
-            joining = mine[1:]
-            later = [p for p in n.parents if pos.get(p, -1) > i]
-            opening: list[int] = []
-            lanes[col] = later[0] if later else None
-            for k in joining:
-                lanes[k] = None
-            for p in later[1:]:
-                if p in lanes:
-                    continue
-                slot = next((k for k in range(col + 1, len(lanes)) if lanes[k] is None), None)
-                if slot is None:
-                    lanes.append(p)
-                    slot = len(lanes) - 1
-                else:
-                    lanes[slot] = p
-                opening.append(slot)
-            width = max([col, *joining, *opening, len(lanes) - 1]) + 1
-            far = max([col, *joining, *opening])
-            cells = []
-            for k in range(width):
-                if k == col:
-                    ch = GLYPHS.get(n.kind, "●")
-                elif k in joining:
-                    ch = "╯"
-                elif k in opening:
-                    ch = "╮"
-                elif k < len(lanes) and lanes[k] is not None:
-                    ch = "│"
-                elif col < k < far:
-                    ch = "─"
-                else:
-                    ch = " "
-                sep = "─" if col <= k < far else " "
-                cells.append(ch + sep)
-            while lanes and lanes[-1] is None:
-                lanes.pop()
-            text = "".join(cells).rstrip()
-            if len(text) > 2 * max_lanes:
-                text = text[: 2 * max_lanes - 1] + "…"
-            out.append(text)
-        return out
-
-
-def _read_refs(store: Store) -> dict[str, bytes]:
-    """The store's refs; a damaged one is left out (verify reports it)."""
-    out: dict[str, bytes] = {}
-    for path in store.ref_paths():
-        try:
-            target = store.read_ref(path)
-        except CkptError:
-            continue
-        if target is not None:
-            out[path[len("refs/") :]] = target
-    return out
-
-
-__all__ = [
-    "GLYPHS",
-    "LRU",
-    "BlobEntry",
-    "History",
-    "LazyList",
-    "Node",
-    "Ref",
-    "StepView",
-    "Stopped",
-    "SubjectInfo",
-    "Timeline",
-    "TimelineRow",
-    "blob_listing",
-    "child_keys",
-    "event_summary",
-    "events_root",
-    "label_of",
-    "render_changes",
-    "section_list",
-    "section_shape",
-    "state_changes",
-    "windows",
-]

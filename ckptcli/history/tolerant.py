@@ -1,34 +1,25 @@
-"""Tolerant comparisons: is this state the same apart from declared noise?
+"""Tolerant comparisons: is this state the same apart from declared noise? (`ckpt diff`
+and `ckpt replay --check` with --ignore-order, --significant-digits, --tolerance and
+--exclude-path: docs/cli.md.)
 
-`ckptcli.history.diff` answers "what exactly changed" (hashes first, an exact RFC 6902 patch).
-Some questions are looser: two runs of one agent hold the same facts in another list
-order, floats that differ in the last digits, fresh timestamps and request ids. This
-module answers those with deepdiff, on the two decoded states (NaN equals NaN, 1 and 1.0
-differ, as in the exact diff):
+`ckptcli.history.diff` answers "what exactly changed"; this module answers the looser
+question with deepdiff, on the two decoded states:
 
 - ``ignore_order``: lists are compared as multisets;
 - ``significant_digits``: floats are equal when they round to the same N digits after
   the point; integers are compared exactly (never rounded through a float);
 - ``tolerance``: two ints or two floats that differ by at most this (absolute, computed
-  exactly, whatever their size: no relative tolerance) are equal; an int and a float
-  still differ. With ``ignore_order``, unordered items are paired with their floats
-  rounded (to N digits, or to the decimal digits of the tolerance), as deepdiff pairs
-  them by hash, and paired numbers then compared as above;
-- ``exclude``: regular expressions searched in each change's JSON Pointer (as
-  `ckpt diff --json` prints it, e.g. ``/memory/request_id``); a matching change is dropped.
+  exactly) are equal; an int and a float still differ. With ``ignore_order``, unordered
+  items are paired with their floats rounded, as deepdiff pairs them by hash;
+- ``exclude``: regular expressions searched in each change's JSON Pointer; a matching
+  change is dropped.
 
-deepdiff finds the differences; the numbers it reports are judged here (`numbers_equal`),
-not with its math_epsilon (math.isclose's relative tolerance) or significant_digits
-(which formats integers as floats).
-
-It is a second pass, only where asked for: the exact diff runs first, and when it finds
-nothing, nothing is decoded for deepdiff. The result is a `DiffResult` like the exact
-one's (same lines, same --json shape, paths as JSON Pointers), except that its "patch"
-lists the differences found rather than operations that apply in order (with
-ignore_order, list indices of removed items are A's, of added items B's). Blobs are
-compared exactly, as without these options.
-
-deepdiff is imported here only, so the exact diff and the rest of the CLI start without it.
+Invariants: equality is the exact diff's (NaN equals NaN, 1 and 1.0 differ); the numbers
+deepdiff reports are judged here (`numbers_equal`), not by its own epsilon. It is a second
+pass: when the exact diff finds nothing, nothing is decoded. The result is a `DiffResult`
+like the exact one's, except that its "patch" lists the differences found (with
+ignore_order, removed items have A's indices, added ones B's); blobs are compared
+exactly. deepdiff is imported here only, so the rest of the CLI starts without it.
 """
 
 from __future__ import annotations
@@ -43,7 +34,11 @@ from typing import Any
 from ckptcli.api import Checkpoint
 from ckptcli.errors import UsageError
 from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_DOCUMENT
-from ckptcli.history.diff import Change, DiffResult, PathPart, pointer, section_of
+from ckptcli.history.change import Change, DiffResult, PathPart, pointer
+from ckptcli.history.diff import section_of
+from ckptcli.history.stateat import state_at
+
+__all__ = ["Tolerance", "deepdiff_changes", "same_apart_from_noise", "tolerant_diff"]
 
 _ADD = ("dictionary_item_added", "iterable_item_added")
 _REMOVE = ("dictionary_item_removed", "iterable_item_removed")
@@ -227,8 +222,6 @@ def tolerant_diff(a: Checkpoint, b: Checkpoint, exact: DiffResult, tol: Toleranc
     patterns = tol.patterns()
     layout = b.manifest.layout
     prefix = _section_prefix(exact.section, layout) if exact.section is not None else ()
-    from ckptcli.history.stateat import state_at
-
     doc_a, doc_b = (state_at(ck, snapshot=snapshot, lenient=True).document() for ck in (a, b))
     changes: list[Change] = []
     for op, rel, o, n in deepdiff_changes(_at(doc_a, prefix), _at(doc_b, prefix), tol):
@@ -237,8 +230,5 @@ def tolerant_diff(a: Checkpoint, b: Checkpoint, exact: DiffResult, tol: Toleranc
         if any(p.search(ptr) for p in patterns):
             continue
         section, inside = section_of(full, a.manifest.layout if op == "remove" else layout)
-        changes.append(Change(op, section, inside, ptr, o, n))
+        changes.append(Change(op, inside, o, n, section, ptr))
     return DiffResult(exact.a, exact.b, changes, exact.blobs, exact.section)
-
-
-__all__ = ["Tolerance", "deepdiff_changes", "same_apart_from_noise", "tolerant_diff"]

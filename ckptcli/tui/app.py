@@ -25,7 +25,8 @@ from textual.binding import Binding, BindingType
 
 from ckptcli.api import Checkpoint
 from ckptcli.history.events import Reducers
-from ckptcli.history.timeline import LRU, History
+from ckptcli.history.graph import History
+from ckptcli.history.lazylist import LRU
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from textual.message import Message
 
-from ckptcli.history.timeline import Line, StepView
+from ckptcli.history.render import Line
+from ckptcli.history.timeline import StepView
 
 
 @dataclass

@@ -21,7 +21,8 @@ from textual.strip import Strip
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from ckptcli.history.timeline import LRU, PAGE, child_keys, label_of, windows
+from ckptcli.history.lazylist import LRU
+from ckptcli.history.timeline import PAGE, child_keys, label_of, windows
 
 RowRenderer = Callable[[int], Text]
 

@@ -104,7 +104,8 @@ def diff(
 
       ckpt diff run1 run2 --ignore-order --tolerance 1e-6 --exclude-path '/ts$'
     """
-    from ckptcli.history.diff import diff_checkpoints, open_pair, render
+    from ckptcli.history.diff import diff_checkpoints, open_pair
+    from ckptcli.history.render import render
 
     a, b = open_pair(ref_a, ref_b, store_path=store)
     result = diff_checkpoints(a, b, section=section, path=path, snapshot=snapshot)

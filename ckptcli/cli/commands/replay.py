@@ -195,7 +195,7 @@ def _steps(tail: Any, to_seq: int | None, to_time: int | None, reducers: Any, as
             state = s.after
         emit_json({"id": tail.id, "base_seq": tail.base_seq, "seq": position, "applied": n, "steps": rows, "state": to_json(state)})
         return
-    from ckptcli.history.diff import describe, describe_change, format_path
+    from ckptcli.history.render import describe, describe_change, format_path
     from ckptcli.listing import format_time
 
     lines = [f"snapshot of {short(tail.id)} at seq {tail.base_seq}"]

@@ -83,7 +83,8 @@ def tui_cmd(
         if opened is None:
             raise UsageError("--timeline needs a checkpoint", hint="give a checkpoint file or a reference: ckpt tui latest --timeline")
         from ckptcli.history.events import STATE_KEYS
-        from ckptcli.history.timeline import LazyList, Timeline, events_root
+        from ckptcli.history.lazylist import LazyList
+        from ckptcli.history.timeline import Timeline, events_root
 
         where = f"checkpoint {opened.hex[:12]}"
         bad = [k for k in opened.manifest.layout.get("keys", []) if k not in (*STATE_KEYS, "events")]

@@ -9,7 +9,7 @@ from textual.screen import Screen
 from textual.widgets import Input
 
 from ckptcli.errors import CkptError
-from ckptcli.history.timeline import GLYPHS, Node, Ref
+from ckptcli.history.graph import GLYPHS, Node, Ref
 
 if TYPE_CHECKING:
     from ckptcli.tui.app import CkptApp, Session

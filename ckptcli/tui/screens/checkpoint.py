@@ -15,11 +15,11 @@ from ckptcli._util.units import human_size
 from ckptcli.api import Checkpoint
 from ckptcli.errors import CkptError
 from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_DOCUMENT
-from ckptcli.history.diff import describe
 from ckptcli.history.events import LABEL_FORK_AT, LABEL_FORK_OF
+from ckptcli.history.lazylist import LazyList
+from ckptcli.history.render import describe
 from ckptcli.history.timeline import (
     BlobEntry,
-    LazyList,
     blob_listing,
     event_summary,
     section_list,

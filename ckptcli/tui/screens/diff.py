@@ -13,7 +13,8 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Footer, Header, Static
 
 from ckptcli.errors import CkptError
-from ckptcli.history.timeline import Line, Timeline, render_changes, state_changes
+from ckptcli.history.render import Line, render_changes
+from ckptcli.history.timeline import Timeline, state_changes
 from ckptcli.tui.app import Session
 from ckptcli.tui.messages import DiffFailed, DiffReady
 from ckptcli.tui.screens.base import BaseScreen
@@ -46,7 +47,8 @@ class DiffScreen(BaseScreen):
     @classmethod
     def of_checkpoints(cls, session: Session, a: bytes, b: bytes) -> DiffScreen:
         def compute(stat: bool) -> tuple[list[Line], list[dict[str, Any]]]:
-            from ckptcli.history.diff import diff_checkpoints, render
+            from ckptcli.history.diff import diff_checkpoints
+            from ckptcli.history.render import render
 
             result = diff_checkpoints(session.checkpoint(a), session.checkpoint(b))
             return render(result, stat=stat), result.patch()

@@ -12,7 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from ckptcli.history.timeline import FORK, GLYPHS, MERGE, MIGRATION, ROOT, TAKE
+from ckptcli.history.graph import FORK, GLYPHS, MERGE, MIGRATION, ROOT, TAKE
 
 LIST_KEYS = [
     ("↑ ↓", "move the cursor"),

@@ -12,7 +12,7 @@ from textual.widgets import Footer, Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from ckptcli.errors import CkptError
-from ckptcli.history.timeline import GLYPHS, Node
+from ckptcli.history.graph import GLYPHS, Node
 from ckptcli.tui.app import Session
 from ckptcli.tui.screens.base import KIND_STYLES, BaseScreen, refs_text
 from ckptcli.tui.widgets import OpenableList, VirtualList

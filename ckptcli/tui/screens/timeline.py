@@ -25,8 +25,8 @@ from textual.worker import Worker, get_current_worker
 
 from ckptcli.errors import CkptError
 from ckptcli.format.jsonview import to_json
-from ckptcli.history.diff import describe
-from ckptcli.history.timeline import Line, StepView, Stopped, Timeline, change_line
+from ckptcli.history.render import Line, change_line, describe
+from ckptcli.history.timeline import StepView, Stopped, Timeline
 from ckptcli.tui.app import CkptApp, Session
 from ckptcli.tui.messages import PrefillDone, SearchDone, StateFailed, StateReady
 from ckptcli.tui.screens.base import BaseScreen
