@@ -12,12 +12,16 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ckptcli import __version__, notices
+from ckptcli.cli.boot import start
 from ckptcli.errors import CkptError, ExitCode
+
+if TYPE_CHECKING:
+    from ckptcli.cli.boot import Loaded
 
 HELP = """ckpt takes, inspects, verifies and moves checkpoints of long-running agents,
 workflows and processes.
@@ -235,6 +239,12 @@ def _register(argv: list[str] | None = None) -> None:
         importlib.import_module(f"ckptcli.cli.commands.{name}")
 
 
+def load(argv: list[str]) -> Loaded:
+    """Import the commands argv needs (ckptcli.cli.boot calls this with Ctrl-C held back)."""
+    _register(argv)
+    return interrupted, run
+
+
 def fail(exc: CkptError) -> int:
     from ckptcli.cli.output import err, safe
 
@@ -390,14 +400,10 @@ def _run(args: list[str]) -> int:
 
 def entry() -> None:
     """The console script of ckpt 0.2 and older (`ckptcli.cli.app:entry`), kept for
-    environments installed then: it is `ckptcli.cli.entry`."""
-    from ckptcli.cli import entry as _entry
-
-    _entry()
+    environments installed then: as `ckptcli.cli.entry`, over this module."""
+    start(load)
 
 
 if __name__ == "__main__":
     # `python -m ckptcli.cli.app`: run the imported module, whose app the commands register on
-    from ckptcli.cli import entry
-
-    entry()
+    importlib.import_module("ckptcli.cli.app").entry()
