@@ -1,7 +1,8 @@
 """The `ckpt` command: the Typer app, shared options, and the error boundary.
 
 Each verb lives in ckptcli/cli/commands/<verb>.py and registers itself on `app`.
-Commands parse options, call the library (ckptcli.api), and render; nothing more.
+Commands parse options, open what they read or write through ckptcli.cli._common (a
+store or a checkpoint file, with its lock), call the library, and render; nothing more.
 """
 
 from __future__ import annotations
@@ -204,12 +205,6 @@ def shared_options(group: Any) -> Any:
 def build_command() -> Any:
     """The click command of the app, with the shared options (see shared_options)."""
     return shared_options(typer.main.get_command(app))
-
-
-def open_store(path: Path | None) -> Any:
-    from ckptcli.api import open_store as _open
-
-    return _open(path)
 
 
 def _verb(args: list[str]) -> str | None:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ckptcli.cli._common import open_checkpoint
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, human_size, safe, short
 from ckptcli.errors import ExitCode
@@ -108,9 +109,7 @@ def ls(
         raise UsageError(f"--columns: no column {unknown[0] if unknown else columns!r}", hint=f"choose among {', '.join(COLUMNS)}")
     rows: list[Row]
     if source is not None:
-        from ckptcli import api  # a checkpoint file: the full API
-
-        ck = api.open_checkpoint(source, store_path=store)
+        ck = open_checkpoint(source, store)
         rows = [(ck.id, ck.manifest, [])]
     else:
         flt = listing.ListFilter(
