@@ -16,7 +16,7 @@ import pytest
 import ckptcli
 from ckptcli.errors import ExitCode, UsageError
 from ckptcli.format import framing
-from ckptcli.schema.compat import AFTER_MIGRATION, AS_IS, INCOMPATIBLE, CompatCheck, load_adapter
+from ckptcli.schema.compat import AFTER_MIGRATION, AS_IS, INCOMPATIBLE, CompatCheck, load_adapter, load_validator
 from ckptcli.schema.migrations import MigrationSet, load_migrations, migration
 from ckptcli.store.single import CheckpointFile
 from tests.conftest import run_ckpt
@@ -242,7 +242,7 @@ def test_unstorable_migration_result_and_named_versions(fixtures: dict[str, Path
     with pytest.raises(UsageError, match="pass --target N"):
         CompatCheck(migrations=named)
     # the library gives the same verdicts as the command
-    check = CompatCheck(migrations=load_migrations(MIGRATIONS), adapter=load_adapter(ADAPTER))
+    check = CompatCheck(migrations=load_migrations(MIGRATIONS), validator=load_validator(ADAPTER))
     report = check.report(check.files([fixtures["mixed"]]))
     assert {Path(r.name).name: (r.status, r.problem) for r in report.results} == EXPECTED
     assert not report.ok
@@ -276,3 +276,30 @@ def test_the_library_imports_no_ui() -> None:
     code = "import sys, json, ckptcli.schema.migrations, ckptcli.schema.compat; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich', 'textual', 'click'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []
+
+
+def test_the_validator_was_the_adapter_and_the_old_names_still_work(cli, fixtures: dict[str, Path]) -> None:  # type: ignore[no-untyped-def]
+    # --validator is the flag; --adapter (-a), its name before 0.3, is a hidden alias of it
+    verdicts = {}
+    for flag in ("--validator", "--adapter", "-a"):
+        r = cli("compat", fixtures["mixed"], "-M", MIGRATIONS, flag, ADAPTER, "--json")
+        verdicts[flag] = {Path(c["name"]).name: (c["status"], c["problem"]) for c in json.loads(r.out)["checkpoints"]}
+    assert verdicts["--validator"] == verdicts["--adapter"] == verdicts["-a"] == EXPECTED
+    assert cli("compat", fixtures["good"], "--validator", ADAPTER, "--adapter", ADAPTER, "--json").code == ExitCode.FAILURE  # the same spec twice
+    r = cli("compat", fixtures["good"], "--validator", ADAPTER, "--adapter", "tests.schema_example.state:other")
+    assert r.code == ExitCode.USAGE and r.err.strip().splitlines() == [
+        "ckpt: error: --validator and --adapter (its old name) are both given; give --validator alone"
+    ], r.err
+    shown = cli("compat", "--help").out
+    assert "--validator" in shown and "--adapter" not in shown
+    # the library's old names warn, and check the same
+    with pytest.warns(DeprecationWarning, match="load_validator"):
+        old = load_adapter(ADAPTER)
+    assert old is load_validator(ADAPTER)
+    with pytest.warns(DeprecationWarning, match="validator="):
+        check = CompatCheck(migrations=load_migrations(MIGRATIONS), adapter=old)
+    assert check.validator is old
+    report = check.report(check.files([fixtures["mixed"]]))
+    assert {Path(r.name).name: (r.status, r.problem) for r in report.results} == EXPECTED
+    with pytest.warns(DeprecationWarning), pytest.raises(UsageError, match="both validator= and adapter="):
+        CompatCheck(validator=old, adapter=lambda s: s)

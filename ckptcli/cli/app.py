@@ -1,7 +1,8 @@
 """The `ckpt` command: the Typer app, shared options, and the error boundary.
 
 Each verb lives in ckptcli/cli/commands/<verb>.py and registers itself on `app`.
-Commands parse options, call the library (ckptcli.api), and render; nothing more.
+Commands parse options, open what they read or write through ckptcli.cli._common (a
+store or a checkpoint file, with its lock), call the library, and render; nothing more.
 """
 
 from __future__ import annotations
@@ -12,12 +13,16 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ckptcli import __version__, notices
+from ckptcli.cli.boot import start
 from ckptcli.errors import CkptError, ExitCode
+
+if TYPE_CHECKING:
+    from ckptcli.cli.boot import Loaded
 
 HELP = """ckpt takes, inspects, verifies and moves checkpoints of long-running agents,
 workflows and processes.
@@ -202,12 +207,6 @@ def build_command() -> Any:
     return shared_options(typer.main.get_command(app))
 
 
-def open_store(path: Path | None) -> Any:
-    from ckptcli.api import open_store as _open
-
-    return _open(path)
-
-
 def _verb(args: list[str]) -> str | None:
     """The command module args name (after any global options), or None."""
     i = 0
@@ -233,6 +232,12 @@ def _register(argv: list[str] | None = None) -> None:
         wanted = (verb,)
     for name in wanted:
         importlib.import_module(f"ckptcli.cli.commands.{name}")
+
+
+def load(argv: list[str]) -> Loaded:
+    """Import the commands argv needs (ckptcli.cli.boot calls this with Ctrl-C held back)."""
+    _register(argv)
+    return interrupted, run
 
 
 def fail(exc: CkptError) -> int:
@@ -390,14 +395,10 @@ def _run(args: list[str]) -> int:
 
 def entry() -> None:
     """The console script of ckpt 0.2 and older (`ckptcli.cli.app:entry`), kept for
-    environments installed then: it is `ckptcli.cli.entry`."""
-    from ckptcli.cli import entry as _entry
-
-    _entry()
+    environments installed then: as `ckptcli.cli.entry`, over this module."""
+    start(load)
 
 
 if __name__ == "__main__":
     # `python -m ckptcli.cli.app`: run the imported module, whose app the commands register on
-    from ckptcli.cli import entry
-
-    entry()
+    importlib.import_module("ckptcli.cli.app").entry()

@@ -66,7 +66,7 @@ When the reader of stdout goes away early (`ckpt log | head`), every command sto
 and exits 0, as `git log | head` does: nothing it would have printed is an error.
 
 Your own code that ckpt runs (a `bisect --check` predicate, a migration, a reducer, a
-`compat --adapter`, a `replay --check` step function, the modules they are in) fails the
+`compat --validator`, a `replay --check` step function, the modules they are in) fails the
 command the same way whatever it raises, `sys.exit()` and `GeneratorExit` included: one line
 naming the function and what it did (e.g. `the check mychecks:ok called sys.exit(0)`), with
 the code the command documents for it (4 for a check, a reducer or a step function, 1 for a

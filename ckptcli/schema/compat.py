@@ -1,28 +1,24 @@
 """Do old checkpoints still restore under the current code? The check behind `ckpt compat`.
 
 Given checkpoints (fixture files made by `ckpt export`, or a store), the project's
-migrations (ckptcli.schema.migrations) and the schema version its code reads (the target), and
-optionally an adapter (the project's function that loads a state document into its
-current objects and raises when it cannot), each checkpoint is one of:
+migrations (ckptcli.schema.migrations), the schema version its code reads (the target)
+and optionally a validator (the project's function that loads a state document into its
+current objects and raises when it cannot), each checkpoint is as-is, after-migration
+or incompatible, with a reason; docs/ci.md lists the verdicts and the kinds of problem.
+Migrations run in memory only; nothing is written to the fixtures or the store.
 
-    as-is            readable, at the target version, and the adapter accepts its state
-    after-migration  readable, a chain of migrations leads to the target, every step
-                     succeeds, the result is storable, and the adapter accepts it
-    incompatible     anything else, with the reason (`problem` names the kind):
-                     unreadable, format-version, no-schema-version, no-migration-path,
-                     migration-failed, unstorable, adapter-rejected
-
-Without migrations or a target, versions are not compared: a readable checkpoint the
-adapter accepts is compatible as-is. Migrations run in memory only; nothing is
-written to the fixtures or the store.
+The validator was called the adapter before 0.3: `load_adapter`, `Adapter` and
+`CompatCheck(adapter=...)` still work, with a DeprecationWarning (remove in 0.4). The
+problem kind `adapter-rejected` and the reasons' wording are output, and stay.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +52,9 @@ AS_IS = "as-is"
 AFTER_MIGRATION = "after-migration"
 INCOMPATIBLE = "incompatible"
 
-Adapter = Callable[[Any], Any]
+#: The project's function that loads a state document into its current objects, raising when it cannot.
+Validator = Callable[[Any], Any]
+Adapter = Validator  # the name before 0.3; remove in 0.4
 
 
 class CompatFailed(CkptError):  # noqa: N818 - a verdict, like VerifyFailed
@@ -153,8 +151,8 @@ def describe(r: CompatResult) -> str:
     return f"{r.name}: {who}: incompatible: {r.reason}"
 
 
-def load_adapter(spec: str) -> Adapter:
-    """The project's adapter, "module:function": called with a state document, it loads
+def load_validator(spec: str) -> Validator:
+    """The project's validator, "module:function": called with a state document, it loads
     it into the current code's objects and raises when it cannot.
 
     Raises:
@@ -169,16 +167,29 @@ def load_adapter(spec: str) -> Adapter:
     return obj  # type: ignore[no-any-return]
 
 
+def load_adapter(spec: str) -> Validator:
+    """Deprecated name of load_validator (before 0.3); remove in 0.4."""
+    warnings.warn("ckptcli.schema.compat.load_adapter is now load_validator", DeprecationWarning, stacklevel=2)
+    return load_validator(spec)
+
+
 @dataclass
 class CompatCheck:
-    """What checkpoints are checked against: the migrations, the target version, the adapter."""
+    """What checkpoints are checked against: the migrations, the target version, the validator.
+    (`adapter=` is the deprecated name of `validator=`.)"""
 
     migrations: MigrationSet | None = None
     target: Version | None = None
-    adapter: Adapter | None = None
+    validator: Validator | None = None
     assume_version: Version | None = None
+    adapter: InitVar[Validator | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, adapter: Validator | None) -> None:
+        if adapter is not None:
+            warnings.warn("CompatCheck(adapter=...) is now CompatCheck(validator=...)", DeprecationWarning, stacklevel=3)
+            if self.validator is not None and self.validator is not adapter:
+                raise UsageError("CompatCheck got both validator= and adapter= (its old name)", hint="give validator= alone")
+            self.validator = adapter
         if self.target is None and self.migrations is not None:
             self.target = self.migrations.current
             if self.target is None:
@@ -230,10 +241,10 @@ class CompatCheck:
                 if problem is not None:
                     r.problem, r.reason = "unstorable", f"after migration {', '.join(r.steps)}, ckpt cannot store the state: {problem}"
                     return
-        if self.adapter is not None:
+        if self.validator is not None:
             try:
-                self.adapter(state)
-            except BaseException as exc:  # the project's adapter refused the state (sys.exit too): that is the verdict
+                self.validator(state)
+            except BaseException as exc:  # the project's validator refused the state (sys.exit too): that is the verdict
                 if not user_failure(exc):
                     raise
                 after = f"after migration {', '.join(r.steps)}, " if r.steps else ""

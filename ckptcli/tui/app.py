@@ -7,82 +7,36 @@
     help (every key, over any screen)
 
 Opening a checkpoint file shows the history of its one checkpoint with the checkpoint
-screen on top. Everything the screens show comes from ckptcli.history.timeline, ckptcli.history.diff and
+screen on top. The screens import ckptcli.tui.session (what they work on), never this module. Everything the screens show comes from ckptcli.history.timeline, ckptcli.history.diff and
 ckptcli.api; this package only draws it.
 """
 
 from __future__ import annotations
 
 import gc
-import os
 import time
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import ClassVar
 
 from textual import events
 from textual.app import App
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 
-from ckptcli.api import Checkpoint
 from ckptcli.history.events import Reducers
-from ckptcli.history.graph import History
-from ckptcli.history.lazylist import LRU
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
+from ckptcli.tui.session import APP_BINDINGS, Session, View, open_session
+
+__all__ = ["INPUT_WINDOW", "CkptApp", "Session", "View", "open_session", "run"]
 
 #: For this long after a key or mouse event, replays in worker threads give way to the app.
 INPUT_WINDOW = 0.5
-
-View = Literal["history", "checkpoint", "timeline"]
-
-
-@dataclass
-class Session:
-    """What every screen works on: the source, its history, the reducers of a replay."""
-
-    source: Store | CheckpointFile
-    history: History
-    reducers: Reducers = field(default_factory=Reducers)
-    #: build the timeline's kept states in the background after it opens
-    prefill: bool = True
-    _checkpoints: LRU[bytes, Checkpoint] = field(default_factory=lambda: LRU(32))
-
-    def checkpoint(self, cid: bytes) -> Checkpoint:
-        """A checkpoint of the source (its manifest read once, kept for a while)."""
-        ck = self._checkpoints.get(cid)
-        if ck is None:
-            ck = Checkpoint(self.source, cid)
-            self._checkpoints.put(cid, ck)
-        return ck
-
-    @property
-    def is_file(self) -> bool:
-        return isinstance(self.source, CheckpointFile)
-
-    @property
-    def where(self) -> str:
-        """The source's location, relative to the current directory when inside it."""
-        loc = self.source.location
-        try:
-            rel = os.path.relpath(loc)
-        except ValueError:  # another drive (Windows)
-            return loc
-        return loc if rel.startswith("..") else rel
-
-
-def open_session(source: Store | CheckpointFile, *, reducers: Reducers | None = None, prefill: bool = True) -> Session:
-    history = History.from_file(source) if isinstance(source, CheckpointFile) else History.from_store(source)
-    return Session(source, history, reducers or Reducers(), prefill)
 
 
 class CkptApp(App[None]):
     """Browse a store's history, inspect checkpoints, scrub through event tails, diff."""
 
     TITLE = "ckpt"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("question_mark,f1", "help", "Help"),
-        Binding("q", "quit", "Quit"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = APP_BINDINGS
     CSS = """
     Screen { layout: vertical; }
     .pane-title { background: $boost; color: $text-muted; height: 1; padding: 0 1; }

@@ -16,7 +16,8 @@ from dataclasses import replace
 from datetime import UTC, date, datetime
 from typing import Any
 
-from ckptcli.history.diff import Change, DiffResult, ns_time
+from ckptcli.history.change import Change, DiffResult
+from ckptcli.history.render import ns_time
 
 #: the msgpack extension code JsonPlusSerializer gives pydantic models (messages)
 EXT_PYDANTIC = 5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ckptcli.cli._common import open_checkpoint
 from ckptcli.cli.app import RefArg, SnapshotOpt, StoreOpt, app
 from ckptcli.cli.output import emit_spooled, exit_status
 from ckptcli.errors import ExitCode
@@ -38,10 +39,9 @@ def cat(
     """
     import sys
 
-    from ckptcli import api
     from ckptcli.history.stateat import state_at
 
-    at = state_at(api.open_checkpoint(ref, store_path=store), snapshot=snapshot, lenient=True)
+    at = state_at(open_checkpoint(ref, store), snapshot=snapshot, lenient=True)
     # indented for a person at a terminal; compact (and faster to write) for a program
     emit_spooled(lambda out: at.write_view(out, indent=2 if sys.stdout.isatty() else None))
     if at.problem is not None:

@@ -5,13 +5,17 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ckptcli.cli._common import is_path, open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, out, safe
-from ckptcli.errors import ExitCode
+from ckptcli.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from ckptcli.schema.compat import CompatCheck, CompatReport, CompatResult
 
 
 @app.command(
@@ -30,10 +34,12 @@ def compat(
         str | None,
         typer.Option("--target", "-t", metavar="N", help="Schema version the current code reads (default: the migrations' SCHEMA_VERSION).", show_default=False),
     ] = None,
-    adapter: Annotated[
+    validator: Annotated[
         str | None,
-        typer.Option("--adapter", "-a", metavar="MODULE:FUNC", help="MODULE:FUNCTION that loads a state document into the current code's objects, raising if it cannot.", show_default=False),
+        typer.Option("--validator", metavar="MODULE:FUNC", help="MODULE:FUNCTION that loads a state document into the current code's objects, raising if it cannot.", show_default=False),
     ] = None,
+    # the name of --validator before 0.3, kept working (hidden); remove in 0.4
+    adapter: Annotated[str | None, typer.Option("--adapter", "-a", metavar="MODULE:FUNC", hidden=True, show_default=False)] = None,
     assume_version: Annotated[
         str | None,
         typer.Option("--assume-version", metavar="N", help="Treat checkpoints without a schema_version as this version (default: they are incompatible).", show_default=False),
@@ -45,79 +51,109 @@ def compat(
 ) -> None:
     """Check that old checkpoints still restore under the current code.
 
-    Each checkpoint is compatible as-is (at the target schema version, and the adapter
+    Each checkpoint is compatible as-is (at the target schema version, and the validator
     accepts its state), compatible after migration (the project's migrations lead to
-    the target, every step succeeds, and the adapter accepts the result), or
+    the target, every step succeeds, and the validator accepts the result), or
     incompatible, with the reason: unreadable or damaged, a newer format, no
-    schema_version, no migration path, a migration that raised, or the adapter
-    refusing the state. An argument that is a directory, holds a "/" or ends in .ckpt is
+    schema_version, no migration path, a migration that raised, or the validator
+    refusing the state (adapter-rejected). An argument that is a directory, holds a "/" or ends in .ckpt is
     a path; anything else names a checkpoint of the store. Migrations run in memory: nothing is written anywhere but the
     --junit report. MODULE specs are imported from the current directory too, as
     `python -m` does. Exit status 1 when any checkpoint is incompatible.
 
     Examples:
 
-      ckpt compat fixtures/ --migrations myapp.migrations --adapter myapp.state:load
+      ckpt compat fixtures/ --migrations myapp.migrations --validator myapp.state:load
 
       ckpt compat fixtures/ -M myapp.migrations --junit compat.xml
 
       ckpt compat --subject agent:bot --migrations ep:myapp --json
     """
-    from ckptcli import api
-    from ckptcli.errors import NotFoundError
-    from ckptcli.schema.compat import AFTER_MIGRATION, AS_IS, INCOMPATIBLE, CompatCheck, CompatFailed, load_adapter
+    from ckptcli.schema.compat import INCOMPATIBLE, CompatFailed
+
+    check = _check(migrations, target, _validator(validator, adapter), assume_version)
+    report = check.report(_results(check, sources or [], store, subject))
+    if junit is not None:
+        report.write_junit(junit)
+    if os.environ.get("CKPT_DEBUG"):
+        _show_causes(report)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        _print_report(report)
+    if not report.ok:
+        bad = report.counts()[INCOMPATIBLE]
+        raise CompatFailed(f"{bad} of {len(report.results)} checkpoint(s) incompatible", hint="see above" + (f" and {junit}" if junit else ""))
+
+
+def _validator(validator: str | None, adapter: str | None) -> str | None:
+    """The --validator spec, or the one given as --adapter (its name before 0.3)."""
+    if validator is not None and adapter is not None and validator != adapter:
+        raise UsageError("--validator and --adapter (its old name) are both given", hint="give --validator alone")
+    return validator if validator is not None else adapter
+
+
+def _check(migrations: str | None, target: str | None, validator: str | None, assume_version: str | None) -> CompatCheck:
+    from ckptcli.schema.compat import CompatCheck, load_validator
     from ckptcli.schema.migrations import cwd_importable, load_migrations
 
     cwd_importable()
-    check = CompatCheck(
+    return CompatCheck(
         migrations=load_migrations(migrations) if migrations else None,
         target=target,
-        adapter=load_adapter(adapter) if adapter else None,
+        validator=load_validator(validator) if validator else None,
         assume_version=assume_version,
     )
-    paths, refs = [], []
-    for s in sources or []:
-        # refs never hold a "/": anything with one, a directory or a .ckpt is a path
-        if Path(s).is_dir() or os.sep in s or s.endswith(".ckpt") or api.names_a_file(s):
+
+
+def _results(check: CompatCheck, sources: list[str], store: Path | None, subject: str | None) -> list[CompatResult]:
+    """The verdicts on the files among `sources`, then on the checkpoints of the store the
+    others name (all of the store when `sources` names none)."""
+    from ckptcli.errors import NotFoundError
+
+    paths: list[Path] = []
+    refs: list[str] = []
+    for s in sources:
+        if is_path(s):
             paths.append(Path(s))
         else:
             refs.append(s)
     results = check.files(paths) if paths else []
     if refs or not paths:
-        results += check.store(api.open_store(store), refs, subject)
+        results += check.store(open_store(store), refs, subject)
     if not results:
         where = ", ".join(str(p) for p in paths) if paths else "the store"
         raise NotFoundError(f"no checkpoints found in {where}", hint="make fixtures with `ckpt export REF -o fixtures/NAME.ckpt`")
-    report = check.report(results)
-    if junit is not None:
-        report.write_junit(junit)
-    if os.environ.get("CKPT_DEBUG"):
-        import traceback
+    return results
 
-        for r in report.results:
-            if r.cause is not None:
-                sys.stderr.write(f"{r.name}:\n" + "".join(traceback.format_exception(r.cause)))
-    if as_json:
-        emit_json(report.to_dict())
-    else:
-        # plain aligned columns (as ckpt ls), each row coloured by its verdict unless NO_COLOR
-        rows = [("RESULT", "CHECKPOINT", "SUBJECT", "VERSION", "DETAIL")]
-        for r in report.results:
-            detail = f"via {', '.join(r.steps)}" if r.status == AFTER_MIGRATION else r.reason
-            version = "-" if r.schema_version is None else str(r.schema_version)
-            rows.append((r.status, safe(r.name), safe(r.subject or "-"), safe(version), safe(detail.replace("\n", " "), backslash=False)))
-        widths = [max(len(row[i]) for row in rows) for i in range(4)]
-        styles = {AS_IS: "green", AFTER_MIGRATION: "yellow", INCOMPATIBLE: "red"}
-        c = out()
-        for row in rows:
-            line = "  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
-            c.print(line.rstrip(), markup=False, style=styles.get(row[0]))
-        n = report.counts()
-        goal = f" against schema version {report.target}" if report.target is not None else ""
-        c.print(
-            f"{len(report.results)} checkpoint(s) checked{goal}: {n[AS_IS]} compatible as-is, {n[AFTER_MIGRATION]} after migration, {n[INCOMPATIBLE]} incompatible",
-            markup=False,
-        )
-    if not report.ok:
-        bad = report.counts()[INCOMPATIBLE]
-        raise CompatFailed(f"{bad} of {len(report.results)} checkpoint(s) incompatible", hint="see above" + (f" and {junit}" if junit else ""))
+
+def _show_causes(report: CompatReport) -> None:
+    """CKPT_DEBUG: the traceback of each failure of the project's code."""
+    import traceback
+
+    for r in report.results:
+        if r.cause is not None:
+            sys.stderr.write(f"{r.name}:\n" + "".join(traceback.format_exception(r.cause)))
+
+
+def _print_report(report: CompatReport) -> None:
+    """Plain aligned columns (as ckpt ls), each row coloured by its verdict unless NO_COLOR."""
+    from ckptcli.schema.compat import AFTER_MIGRATION, AS_IS, INCOMPATIBLE
+
+    rows = [("RESULT", "CHECKPOINT", "SUBJECT", "VERSION", "DETAIL")]
+    for r in report.results:
+        detail = f"via {', '.join(r.steps)}" if r.status == AFTER_MIGRATION else r.reason
+        version = "-" if r.schema_version is None else str(r.schema_version)
+        rows.append((r.status, safe(r.name), safe(r.subject or "-"), safe(version), safe(detail.replace("\n", " "), backslash=False)))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    styles = {AS_IS: "green", AFTER_MIGRATION: "yellow", INCOMPATIBLE: "red"}
+    c = out()
+    for row in rows:
+        line = "  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4]
+        c.print(line.rstrip(), markup=False, style=styles.get(row[0]))
+    n = report.counts()
+    goal = f" against schema version {report.target}" if report.target is not None else ""
+    c.print(
+        f"{len(report.results)} checkpoint(s) checked{goal}: {n[AS_IS]} compatible as-is, {n[AFTER_MIGRATION]} after migration, {n[INCOMPATIBLE]} incompatible",
+        markup=False,
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,6 +21,9 @@ from ckptcli.cli.app import (
 )
 from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from ckptcli.history.change import DiffResult
 
 STYLES = {"header": "bold", "section": "bold cyan", "add": "green", "remove": "red", "change": "yellow", "summary": "dim"}
 
@@ -105,7 +108,6 @@ def diff(
       ckpt diff run1 run2 --ignore-order --tolerance 1e-6 --exclude-path '/ts$'
     """
     from ckptcli.history.diff import diff_checkpoints, open_pair
-    from ckptcli.history.render import render
 
     a, b = open_pair(ref_a, ref_b, store_path=store)
     result = diff_checkpoints(a, b, section=section, path=path, snapshot=snapshot)
@@ -124,24 +126,34 @@ def diff(
     if as_json:
         emit_json(result.to_dict(stat=stat))
     else:
-        # keys, labels and names come from whoever made the checkpoints: controls escaped
-        lines = [(kind, ("  " if kind in ("add", "remove", "change") else "") + safe(text, backslash=False)) for kind, text in render(shown, stat=stat)]
-        console = out()
-        if console.color_system is None:
-            # plain text (NO_COLOR, or not a terminal): written directly, which is much
-            # faster than laying out many lines with rich
-            sys.stdout.writelines(text + "\n" for _kind, text in lines)
-        else:
-            from rich.text import Text
+        _print_changes(shown, stat)
+    _warn_problems(result)
+    if exit_code and not shown.same:
+        raise typer.Exit(int(ExitCode.FAILURE))
 
-            for kind, text in lines:
-                console.print(Text(text, style=STYLES.get(kind, "")))
+
+def _print_changes(shown: DiffResult, stat: bool) -> None:
+    from ckptcli.history.render import render
+
+    # keys, labels and names come from whoever made the checkpoints: controls escaped
+    lines = [(kind, ("  " if kind in ("add", "remove", "change") else "") + safe(text, backslash=False)) for kind, text in render(shown, stat=stat)]
+    console = out()
+    if console.color_system is None:
+        # plain text (NO_COLOR, or not a terminal): written directly, which is much
+        # faster than laying out many lines with rich
+        sys.stdout.writelines(text + "\n" for _kind, text in lines)
+    else:
+        from rich.text import Text
+
+        for kind, text in lines:
+            console.print(Text(text, style=STYLES.get(kind, "")))
+
+
+def _warn_problems(result: DiffResult) -> None:
+    """A tail that does not replay: said once the output is written."""
     for problem in dict.fromkeys(st["problem"] for st in result.states.values() if "problem" in st):
-        # a tail that does not replay: said once the output is written
         from ckptcli.cli.app import warn
         from ckptcli.history.stateat import problem_warning
 
         warn(problem_warning(problem))
-    if exit_code and not shown.same:
-        raise typer.Exit(int(ExitCode.FAILURE))
 

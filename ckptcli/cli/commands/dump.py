@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ckptcli.cli._common import open_checkpoint
 from ckptcli.cli.app import RefArg, StoreOpt, app, output_path
 from ckptcli.cli.output import exit_status, write_output
 from ckptcli.errors import ExitCode
@@ -33,7 +34,7 @@ def dump(
     """
     from ckptcli import api
 
-    ck = api.open_checkpoint(ref, store_path=store)
+    ck = open_checkpoint(ref, store)
     if output is not None and str(output) != "-":
         api.refuse_output_into_source(ck, output, "the output")
     write_output(output, lambda fh: ck.write_blob(path, fh))

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from ckptcli.cli._common import open_checkpoint
 from ckptcli.cli.app import JsonOpt, StoreOpt, app, output_path
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, quiet, write_output
 from ckptcli.errors import ExitCode, UsageError
@@ -42,7 +43,7 @@ def export(
         raise UsageError("--json prints its report on stdout, where -o - would write the checkpoint", hint="write the file with -o FILE")
     if not to_stdout:
         check_output_path(output)
-    ck = api.open_checkpoint(ref, store_path=store)
+    ck = open_checkpoint(ref, store)
     if to_stdout:
         size = write_output(None, lambda fh: api.export_checkpoint(ck, fh, progress=BarProgress()))
     else:

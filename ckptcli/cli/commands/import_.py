@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ckptcli.cli._common import open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, out
 from ckptcli.errors import ExitCode, UsageError
@@ -63,7 +64,7 @@ def import_(
     if file == LANGGRAPH and db is not None:
         from ckptcli.adapters.langgraph.importer import import_sqlite
 
-        st = api.open_store(store)
+        st = open_store(store)
         report = import_sqlite(st, db, thread=thread, progress=BarProgress())
         if as_json:
             emit_json(report.to_dict())
@@ -79,7 +80,7 @@ def import_(
         raise UsageError("`ckpt import langgraph` needs the database to read", hint="ckpt import langgraph checkpoints.sqlite")
     if thread is not None:
         raise UsageError("--thread is for `ckpt import langgraph DB` only", hint="ckpt import FILE imports one checkpoint file")
-    st = api.open_store(store)
+    st = open_store(store)
     cid = api.import_checkpoint(st, file, progress=BarProgress())
     if as_json:
         emit_json({"id": cid.hex()})

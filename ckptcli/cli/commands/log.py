@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import JsonOpt, ReducersOpt, StoreOpt, app, open_store
+from ckptcli.cli._common import open_store
+from ckptcli.cli.app import JsonOpt, ReducersOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import ExitCode
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ckptcli.cli._common import open_checkpoint, open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, human_size, safe, short
 from ckptcli.errors import ExitCode
@@ -100,7 +101,6 @@ def ls(
     from ckptcli import listing
     from ckptcli._util.timeparse import parse_time
     from ckptcli.errors import UsageError
-    from ckptcli.store.repository import Store
 
     chosen = [c.strip() for c in columns.split(",") if c.strip()]
     unknown = [c for c in chosen if c not in COLUMNS]
@@ -108,9 +108,7 @@ def ls(
         raise UsageError(f"--columns: no column {unknown[0] if unknown else columns!r}", hint=f"choose among {', '.join(COLUMNS)}")
     rows: list[Row]
     if source is not None:
-        from ckptcli import api  # a checkpoint file: the full API
-
-        ck = api.open_checkpoint(source, store_path=store)
+        ck = open_checkpoint(source, store)
         rows = [(ck.id, ck.manifest, [])]
     else:
         flt = listing.ListFilter(
@@ -120,7 +118,7 @@ def ls(
             until_ns=parse_time(until) if until else None,
             limit=limit,
         )
-        st = Store.open(store)
+        st = open_store(store)
         found = listing.list_checkpoints(st, flt)
         named = listing.refs_by_target(st) if found else {}
         rows = [(cid, m, named.get(cid, [])) for cid, m in found]

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ckptcli.cli._common import open_checkpoint
 from ckptcli.cli.app import JsonOpt, RefArg, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, human_size, out, safe
 from ckptcli.errors import ExitCode
@@ -34,10 +35,9 @@ def ls_files(
 
       ckpt ls-files 3f2a9c --json | jq -r '.[] | select(.type == "file") | .path'
     """
-    from ckptcli import api
     from ckptcli.listing import format_time
 
-    ck = api.open_checkpoint(ref, store_path=store)
+    ck = open_checkpoint(ref, store)
     files = ck.list_files(path)
     if as_json:
         emit_json([f.to_dict() for f in files])

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ckptcli.cli._common import open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import ExitCode
+
+if TYPE_CHECKING:
+    from ckptcli.schema.migrations import MigrationSet, Version
+    from ckptcli.store.repository import Store
 
 
 @app.command(
@@ -95,42 +100,54 @@ def migrate(
         raise UsageError("which checkpoint?", hint="give a REF (and --migrations SPEC), or use --format or --list")
     if migrations is None:
         raise UsageError("--migrations SPEC is needed to migrate a checkpoint's schema", hint="see docs/migrations.md")
-    from ckptcli import api
-    from ckptcli.schema.migrations import (
-        AlreadyMigratedError,
-        cwd_importable,
-        load_migrations,
-        migrate_checkpoint,
-        parse_version,
-        prepare_migration,
-        storable_problem,
-    )
+    ms, target, assumed = _schema_options(migrations, to, assume_version)
+    st = open_store(store)
+    if dry_run:
+        _dry_run(st, ref, target, ms, assumed, as_json)
+        return
+    _migrate(st, ref, target, ms, assumed, as_json, message=message, branch=branch, move_latest=move_latest)
+
+
+def _schema_options(migrations: str, to: str | None, assume_version: str | None) -> tuple[MigrationSet, Version, Version | None]:
+    """The project's migrations, the target version (--to, else theirs) and --assume-version."""
+    from ckptcli.errors import UsageError
+    from ckptcli.schema.migrations import cwd_importable, load_migrations, parse_version
 
     cwd_importable()
     ms = load_migrations(migrations)
     target = parse_version(to, "--to") if to is not None else ms.current
     if target is None:
-        from ckptcli.errors import UsageError
-
         raise UsageError("no target version", hint="pass --to N, or declare SCHEMA_VERSION in your migrations module")
     assumed = parse_version(assume_version, "--assume-version") if assume_version is not None else None
-    st = api.open_store(store)
-    if dry_run:
-        prep = prepare_migration(st, ref, target, ms, assume_version=assumed)
-        ck, start, steps = prep.checkpoint, prep.start, prep.steps
-        problem = storable_problem(prep.state) if steps else None
-        if problem:
-            from ckptcli.errors import InvalidInputError
+    return ms, target, assumed
 
-            raise InvalidInputError(f"after migration {' '.join(s.name for s in steps)}: {problem}")
-        doc = {"id": ck.hex, "from": start, "to": target, "steps": [{"name": s.name, "description": s.description} for s in steps], "dry_run": True}
-        if as_json:
-            emit_json(doc)
-        else:
-            c = out()
-            chain = " then ".join(f"{s.name} ({s.description})" for s in steps) or "nothing to do"
-            c.print(f"would migrate {ck.hex[:12]} from schema {safe(start)} to {safe(target)}: {safe(chain, backslash=False)}", markup=False)
-        return
+
+def _dry_run(st: Store, ref: str, target: Version, ms: MigrationSet, assumed: Version | None, as_json: bool) -> None:
+    """The chain of migrations that would run, checked in memory: nothing is written."""
+    from ckptcli.schema.migrations import prepare_migration, storable_problem
+
+    prep = prepare_migration(st, ref, target, ms, assume_version=assumed)
+    ck, start, steps = prep.checkpoint, prep.start, prep.steps
+    problem = storable_problem(prep.state) if steps else None
+    if problem:
+        from ckptcli.errors import InvalidInputError
+
+        raise InvalidInputError(f"after migration {' '.join(s.name for s in steps)}: {problem}")
+    doc = {"id": ck.hex, "from": start, "to": target, "steps": [{"name": s.name, "description": s.description} for s in steps], "dry_run": True}
+    if as_json:
+        emit_json(doc)
+    else:
+        c = out()
+        chain = " then ".join(f"{s.name} ({s.description})" for s in steps) or "nothing to do"
+        c.print(f"would migrate {ck.hex[:12]} from schema {safe(start)} to {safe(target)}: {safe(chain, backslash=False)}", markup=False)
+
+
+def _migrate(
+    st: Store, ref: str, target: Version, ms: MigrationSet, assumed: Version | None, as_json: bool, *, message: str | None, branch: str | None, move_latest: bool
+) -> None:
+    """Take the migrated checkpoint (a child of the original, which is unchanged) and say so."""
+    from ckptcli.schema.migrations import AlreadyMigratedError, migrate_checkpoint
+
     try:
         result = migrate_checkpoint(st, ref, target, ms, assume_version=assumed, message=message, branch=branch, move_latest=True if move_latest else None)
     except AlreadyMigratedError as done:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ckptcli.cli._common import open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, safe
 from ckptcli.errors import ExitCode
+
+if TYPE_CHECKING:
+    from ckptcli.store.prune import PruneReport
 
 
 @app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.LOCKED, ExitCode.CORRUPT, ExitCode.NO_STORE, ExitCode.IO_ERROR))
@@ -115,10 +119,8 @@ def prune(
     """
     from datetime import UTC
 
-    from ckptcli import api
     from ckptcli._util.timeparse import parse_duration
     from ckptcli.format.manifest import Subject
-    from ckptcli.listing import format_time
     from ckptcli.store.prune import Policy
     from ckptcli.store.prune import prune as run_prune
 
@@ -137,7 +139,7 @@ def prune(
         reflog_expire_s=parse_duration(reflog_expire),
     )
     policy.check()
-    st = api.open_store(store)
+    st = open_store(store)
     subjects = [str(Subject.parse(s)) for s in subject] if subject else None
     report = run_prune(
         st, policy, subjects=subjects, dry_run=dry_run, allow_remove_all=allow_remove_all, max_unused=max_unused, lock_wait=lock_wait,
@@ -146,10 +148,17 @@ def prune(
     if as_json:
         emit_json(report.to_dict())
         return
+    _print_report(report, dry_run=dry_run, verbose=verbose, strategy=langgraph_ttl_strategy)
+
+
+def _print_report(report: PruneReport, *, dry_run: bool, verbose: bool, strategy: str) -> None:
+    """What was expired, kept and removed (every kept one with --dry-run or -v), then the objects."""
+    from ckptcli.listing import format_time
+
     c = out()
     verb = "would remove" if dry_run else "removed"
     for subj, idle in sorted(report.expired.items()):
-        c.print(f"expired {safe(subj)}: no write for {_age(idle)} ({report.expired_strategy.get(subj, langgraph_ttl_strategy)})", markup=False)
+        c.print(f"expired {safe(subj)}: no write for {_age(idle)} ({report.expired_strategy.get(subj, strategy)})", markup=False)
     for subj in report.in_use:
         c.print(f"left alone {safe(subj)}: expired, but a running LangGraph saver holds it (or died before committing it; opening the store replays it)", markup=False)
     for d in report.decisions:
@@ -165,6 +174,11 @@ def prune(
         c.print(f"reflog: {trimmed} {report.reflog_dropped} expired entr{'y' if report.reflog_dropped == 1 else 'ies'} from {report.reflog_logs} log(s)", markup=False)
     for name, target in report.refs_moved.items():
         c.print(f"moved {safe(name)} to {target[:12]}" if target else f"deleted {safe(name)} (its subject has no checkpoint left)", markup=False)
+    _print_objects(report)
+
+
+def _print_objects(report: PruneReport) -> None:
+    c = out()
     if report.gc and report.gc.writers_alive:
         c.print(
             f"objects: none removed: {report.gc.writers_alive} other writer(s) (a LangGraph saver) are alive and may name them again; "

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ckptcli.cli.app import JsonOpt, StoreOpt, app, open_store
+from ckptcli.cli._common import locked, open_store
+from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, out, safe, short
 from ckptcli.errors import ExitCode
 
@@ -105,7 +106,7 @@ def _expire(st: Store, age: str, dry_run: bool, as_json: bool) -> None:
     cutoff = time.time_ns() - parse_duration(age) * 1_000_000_000
     # the refs lock is the one the writers of entries hold; the store lock, shared, keeps
     # a prune (which clears tmp/) from removing the new text before it is renamed
-    with st.backend.lock("store", shared=True), st.backend.lock("refs", shared=False):
+    with locked(st, "refs"):
         trimmed = log.expire(st.backend, cutoff_ns=cutoff, dry_run=dry_run, warn=st.warn)
     entries = sum(t.dropped for t in trimmed)
     logs = sum(1 for t in trimmed if t.dropped)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ckptcli.cli._common import open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import ExitCode
@@ -17,9 +18,8 @@ def refs(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
 
       ckpt refs --json
     """
-    from ckptcli import api
 
-    rows = {k: v.hex() for k, v in api.open_store(store).refs().items()}
+    rows = {k: v.hex() for k, v in open_store(store).refs().items()}
     if as_json:
         emit_json(rows)
         return

@@ -7,12 +7,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ckptcli.cli._common import open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, out, safe
 from ckptcli.errors import CorruptError, ExitCode, UsageError
 
 if TYPE_CHECKING:
-    from ckptcli.store.repair import CheckpointsRepair
+    from ckptcli.store.repair import CheckpointsRepair, IndexRepair, RefsRepair
 
 
 class What(StrEnum):
@@ -88,7 +89,6 @@ def repair(
 
       ckpt repair checkpoints --force --json
     """
-    from ckptcli import api
     from ckptcli.store import repair as lib
 
     if what is not What.CHECKPOINTS:
@@ -97,37 +97,43 @@ def repair(
                 raise UsageError(f"{name} is an option of `ckpt repair checkpoints`", hint="leave it out, or repair checkpoints")
     if drop and forget:
         raise UsageError("--drop and --forget exclude each other", hint="--drop removes damaged checkpoints; --forget removes the originals of repaired ones")
-    st = api.open_store(store)
+    st = open_store(store)
     st.on_warning = None  # the damage it would warn about is what this reports
-    c = out()
     if what is What.CHECKPOINTS:
         _checkpoints(lib.repair_checkpoints(st, dry_run=dry_run or not force, drop=drop, forget=forget, lock_wait=lock_wait, progress=BarProgress()), as_json)
+    elif what is What.INDEX:
+        _index(lib.repair_index(st, dry_run=dry_run, lock_wait=lock_wait, progress=BarProgress()), dry_run, as_json)
+    else:
+        _refs(lib.repair_refs(st, dry_run=dry_run, lock_wait=lock_wait), dry_run, as_json)
+
+
+def _index(rep: IndexRepair, dry_run: bool, as_json: bool) -> None:
+    if as_json:
+        emit_json(rep.to_dict())
         return
-    if what is What.INDEX:
-        rep = lib.repair_index(st, dry_run=dry_run, lock_wait=lock_wait, progress=BarProgress())
-        if as_json:
-            emit_json(rep.to_dict())
-            return
-        for name in rep.damaged_index:
-            c.print(f"damaged index file {name}: {'would be replaced' if dry_run else 'replaced'}", markup=False)
-        for path, msg in rep.damaged_packs.items():
-            c.print(f"damaged pack {safe(path)}: {safe(msg, backslash=False)}", markup=False)
-        verb = "would write" if dry_run else "wrote"
-        c.print(
-            f"read {rep.packs} pack(s) ({rep.unindexed_packs} named by no readable index file); {verb} one index file naming "
-            f"{rep.objects} object(s); index files {rep.index_files_before} -> {rep.index_files_after}",
-            markup=False,
+    c = out()
+    for name in rep.damaged_index:
+        c.print(f"damaged index file {name}: {'would be replaced' if dry_run else 'replaced'}", markup=False)
+    for path, msg in rep.damaged_packs.items():
+        c.print(f"damaged pack {safe(path)}: {safe(msg, backslash=False)}", markup=False)
+    verb = "would write" if dry_run else "wrote"
+    c.print(
+        f"read {rep.packs} pack(s) ({rep.unindexed_packs} named by no readable index file); {verb} one index file naming "
+        f"{rep.objects} object(s); index files {rep.index_files_before} -> {rep.index_files_after}",
+        markup=False,
+    )
+    if rep.damaged_packs:
+        raise CorruptError(
+            f"{len(rep.damaged_packs)} pack(s) are damaged: what cannot be read from them is named by no index",
+            hint="run `ckpt verify --read-data` to see which checkpoints need it",
         )
-        if rep.damaged_packs:
-            raise CorruptError(
-                f"{len(rep.damaged_packs)} pack(s) are damaged: what cannot be read from them is named by no index",
-                hint="run `ckpt verify --read-data` to see which checkpoints need it",
-            )
-        return
-    refs = lib.repair_refs(st, dry_run=dry_run, lock_wait=lock_wait)
+
+
+def _refs(refs: RefsRepair, dry_run: bool, as_json: bool) -> None:
     if as_json:
         emit_json(refs.to_dict())
         return
+    c = out()
     verb = "would move" if dry_run else "moved"
     for name, move in refs.moved.items():
         was = (move["from"] or "nothing")[:12]

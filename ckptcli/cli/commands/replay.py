@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ckptcli.cli._common import open_checkpoint
 from ckptcli.cli.app import (
     ExcludePathOpt,
     IgnoreOrderOpt,
@@ -23,6 +24,11 @@ from ckptcli.cli.app import (
 )
 from ckptcli.cli.output import emit_json, exit_status, json_text, out, quiet, safe, short
 from ckptcli.errors import ExitCode
+
+if TYPE_CHECKING:
+    from ckptcli.api import Checkpoint
+    from ckptcli.history.events import Reducers
+    from ckptcli.history.replay import Tail
 
 
 @app.command(
@@ -106,8 +112,7 @@ def replay_cmd(
 
       ckpt replay agent:bot --check myagent.steps:step --ignore-order --exclude-path '/ts$'
     """
-    from ckptcli import api
-    from ckptcli.history.replay import load_reducers, load_tail
+    from ckptcli.history.replay import load_reducers
 
     if check is not None and (step or to is not None):
         from ckptcli.errors import UsageError
@@ -121,23 +126,35 @@ def replay_cmd(
         cwd_importable()
         func = load_step(check)
         tol = tolerance_of(ignore_order, significant_digits, tolerance, exclude_path)
-        _check(api.open_checkpoint(ref, store_path=store), func, red, as_json, tol)
+        _check(open_checkpoint(ref, store), func, red, as_json, tol)
         return
     to_seq, to_time = _parse_to(to)
-    ck = api.open_checkpoint(ref, store_path=store)
+    tail = _tail(open_checkpoint(ref, store))
+    n = tail.count_to(to_seq, to_time)  # --to checked against the tail, whichever the output
+    if step:
+        _steps(tail, to_seq, to_time, red, as_json)
+    else:
+        _state(tail, n, to_seq, to_time, red, as_json)
+
+
+def _tail(ck: Checkpoint) -> Tail:
+    """The checkpoint's event tail (a LangGraph checkpoint's: its writes applied to the channels)."""
+    from ckptcli.history.replay import load_tail
+
     tail = load_tail(ck)
-    if ck.manifest.layout.get("format") == "langgraph":  # its writes applied to the channels
+    if ck.manifest.layout.get("format") == "langgraph":
         from ckptcli.adapters.langgraph.replay import prepare
 
         tail = prepare(ck, tail)
-    n = tail.count_to(to_seq, to_time)
-    position = tail.events[n - 1].seq if n else tail.base_seq
-    if step:
-        _steps(tail, to_seq, to_time, red, as_json)
-        return
+    return tail
+
+
+def _state(tail: Tail, n: int, to_seq: int | None, to_time: int | None, red: Reducers, as_json: bool) -> None:
+    """The state after the first `n` events of the tail (at --to; the end by default)."""
     from ckptcli.format.jsonview import to_json
     from ckptcli.history.replay import replay
 
+    position = tail.events[n - 1].seq if n else tail.base_seq
     state = replay(tail, to_seq=to_seq, to_time=to_time, reducers=red)
     if as_json:
         emit_json({"id": tail.id, "base_seq": tail.base_seq, "seq": position, "applied": n, "state": to_json(state)})

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli.app import JsonOpt, StoreOpt, app, open_store
+from ckptcli.cli._common import opened_store
+from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, out, short
 from ckptcli.errors import ExitCode
 
@@ -43,8 +44,7 @@ def reset(
     from ckptcli.format.manifest import Subject
 
     subj = Subject.parse(subject)
-    st = open_store(store)
-    with st.backend.lock("store", shared=True):  # a prune cannot remove the target meanwhile
+    with opened_store(store, "shared") as st:  # a prune cannot remove the target meanwhile
         cid = st.resolve(ref)
         target = st.manifest(cid).subject
         if target != subj:

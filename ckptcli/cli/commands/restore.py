@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ckptcli.cli._common import open_checkpoint
 from ckptcli.cli.app import JsonOpt, RefArg, StoreOpt, app, output_path
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet, safe, write_output
 from ckptcli.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from ckptcli.api import Checkpoint
 
 
 @app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED, ExitCode.UNSAFE_PATH, ExitCode.CONFLICT, ExitCode.IO_ERROR))
@@ -71,57 +75,94 @@ def restore(
       ckpt restore exported.ckpt --format msgpack -o state.msgpack
     """
     from ckptcli import api
-    from ckptcli.blobs import RestoreReport
 
-    if blobs_dir is None and not in_place:
-        for given, name in ((blob, "--blob"), (include, "--include"), (delete, "--delete"), (dry_run, "--dry-run")):
-            if given:
-                raise UsageError(f"{name} needs --blobs DIR or --in-place", hint="say where the blobs go (did you mean --blobs?)")
-    if blobs_dir is not None and in_place:
-        raise UsageError("--blobs and --in-place exclude each other", hint="give one")
+    _check_options(blobs_dir, in_place, blob, include, delete, dry_run)
     to_stdout = not no_state and (output is None or str(output) == "-")
     if as_json and to_stdout and not dry_run:
         raise UsageError("--json prints its report on stdout, where the state document would go", hint="write the document with -o FILE, or pass --no-state")
-    ck = api.open_checkpoint(ref, store_path=store)
+    ck = open_checkpoint(ref, store)
     if output is not None and not no_state and not to_stdout:  # before anything is written
         api.refuse_output_into_source(ck, output, "the state document")
     result: dict[str, object] = {"id": ck.hex, "dry_run": dry_run, "state": None, "blobs": None}
     if blobs_dir is not None or in_place:
-        report = RestoreReport()
-        n = ck.restore_blobs(
+        result["blobs"] = _restore_blobs(
+            ck,
             blobs_dir,
+            in_place,
+            as_json,
             names=blob or None,
             overwrite=overwrite,
             keep_special_modes=keep_special_modes,
             force=force,
-            report=report,
-            progress=BarProgress(),
-            in_place=in_place,
             delete=delete,
             include=include or None,
             dry_run=dry_run,
         )
-        where = "in place" if in_place else f"into {blobs_dir}"
-        result["blobs"] = {"target": None if in_place else str(blobs_dir), "in_place": in_place, **report.to_dict()}
-        if dry_run:
-            if not as_json:
-                c = out()
-                for path in report.written:
-                    c.print(f"would write {safe(path)}", markup=False, highlight=False)
-                for path in report.deleted:
-                    c.print(f"would delete {safe(path)}", markup=False, highlight=False)
-            sys.stderr.write(
-                f"would restore {human_size(n)} of blobs {where}: {len(report.written)} files and links ({report.replaced} replacing existing ones), {len(report.deleted)} deleted\n"
-            )
-        else:
-            deleted = f", deleted {len(report.deleted)}" if delete else ""
-            if not quiet():
-                sys.stderr.write(f"restored {human_size(n)} of blobs {where}{deleted}\n")
-            if report.special_dropped:
-                sys.stderr.write(f"dropped set-uid/set-gid/sticky bits from {report.special_dropped} files; pass --keep-special-modes to keep them\n")
     if not no_state and not dry_run:
         doc_fmt = fmt or ("msgpack" if ck.manifest.layout.get("format") == "msgpack" else "json")
         size = write_output(None if to_stdout else output, lambda fh: ck.write_state(fh, doc_fmt))
         result["state"] = {"path": "-" if to_stdout else str(output), "bytes": size}
     if as_json:
         emit_json(result)
+
+
+def _check_options(blobs_dir: Path | None, in_place: bool, blob: list[str] | None, include: list[str] | None, delete: bool, dry_run: bool) -> None:
+    """The blob options need a place for the blobs, and one only."""
+    if blobs_dir is None and not in_place:
+        for given, name in ((blob, "--blob"), (include, "--include"), (delete, "--delete"), (dry_run, "--dry-run")):
+            if given:
+                raise UsageError(f"{name} needs --blobs DIR or --in-place", hint="say where the blobs go (did you mean --blobs?)")
+    if blobs_dir is not None and in_place:
+        raise UsageError("--blobs and --in-place exclude each other", hint="give one")
+
+
+def _restore_blobs(
+    ck: Checkpoint,
+    blobs_dir: Path | None,
+    in_place: bool,
+    as_json: bool,
+    *,
+    names: list[str] | None,
+    overwrite: bool,
+    keep_special_modes: bool,
+    force: bool,
+    delete: bool,
+    include: list[str] | None,
+    dry_run: bool,
+) -> dict[str, object]:
+    """Restore the blobs (or, with dry_run, list what that would write and delete) and say so
+    on stderr; returns the report of --json."""
+    from ckptcli.blobs import RestoreReport
+
+    report = RestoreReport()
+    n = ck.restore_blobs(
+        blobs_dir,
+        names=names,
+        overwrite=overwrite,
+        keep_special_modes=keep_special_modes,
+        force=force,
+        report=report,
+        progress=BarProgress(),
+        in_place=in_place,
+        delete=delete,
+        include=include,
+        dry_run=dry_run,
+    )
+    where = "in place" if in_place else f"into {blobs_dir}"
+    if dry_run:
+        if not as_json:
+            c = out()
+            for path in report.written:
+                c.print(f"would write {safe(path)}", markup=False, highlight=False)
+            for path in report.deleted:
+                c.print(f"would delete {safe(path)}", markup=False, highlight=False)
+        sys.stderr.write(
+            f"would restore {human_size(n)} of blobs {where}: {len(report.written)} files and links ({report.replaced} replacing existing ones), {len(report.deleted)} deleted\n"
+        )
+    else:
+        deleted = f", deleted {len(report.deleted)}" if delete else ""
+        if not quiet():
+            sys.stderr.write(f"restored {human_size(n)} of blobs {where}{deleted}\n")
+        if report.special_dropped:
+            sys.stderr.write(f"dropped set-uid/set-gid/sticky bits from {report.special_dropped} files; pass --keep-special-modes to keep them\n")
+    return {"target": None if in_place else str(blobs_dir), "in_place": in_place, **report.to_dict()}

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ckptcli.cli._common import open_checkpoint
 from ckptcli.cli.app import JsonOpt, RefArg, SnapshotOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, human_size, json_text, out, safe
 from ckptcli.errors import ExitCode
+
+if TYPE_CHECKING:
+    from ckptcli.api import Checkpoint
+    from ckptcli.history.stateat import StateAt
 
 
 @app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED))
@@ -46,32 +51,37 @@ def show(
     time in nanoseconds (an event's ts) as "N (2026-11-26T17:45:05Z)"; --all or --json
     print them as stored.
     """
-    from ckptcli import api
-    from ckptcli.format.jsonview import to_json
     from ckptcli.history.stateat import state_at
 
-    ck = api.open_checkpoint(ref, store_path=store)
+    ck = open_checkpoint(ref, store)
     at = state_at(ck, snapshot=snapshot, lenient=True)
     if section is not None:
-        if section not in ck.manifest.sections and section not in at.section_parts():
-            ck.section(section)  # the usual error
-        value = to_json(at.section(section, lazy_bytes=section == "blobs"))
-        if as_json:
-            emit_json(value)
-        else:
+        _show_section(ck, at, section, as_json=as_json, show_all=show_all)
+    elif as_json:
+        emit_json(at.summary())
+    else:
+        _print_summary(at.summary())
+    _warn_after(at.problem)
 
-            if not show_all and "langgraph.checkpoint" in ck.manifest.labels:
-                from ckptcli.adapters.langgraph.render import readable
 
-                value = readable(value, times=True)
-            out().print_json(json_text(value))
-        _warn_after(at.problem)
-        return
-    info = at.summary()
+def _show_section(ck: Checkpoint, at: StateAt, section: str, *, as_json: bool, show_all: bool) -> None:
+    """One section as JSON (a LangGraph checkpoint's made readable unless --all or --json)."""
+    from ckptcli.format.jsonview import to_json
+
+    if section not in ck.manifest.sections and section not in at.section_parts():
+        ck.section(section)  # the usual error
+    value = to_json(at.section(section, lazy_bytes=section == "blobs"))
     if as_json:
-        emit_json(info)
-        _warn_after(at.problem)
+        emit_json(value)
         return
+    if not show_all and "langgraph.checkpoint" in ck.manifest.labels:
+        from ckptcli.adapters.langgraph.render import readable
+
+        value = readable(value, times=True)
+    out().print_json(json_text(value))
+
+
+def _print_summary(info: dict[str, Any]) -> None:
     c = out()
     c.print(f"checkpoint {info['id']}", markup=False)
     c.print(f"subject    {safe(info['subject'])}", markup=False)
@@ -99,7 +109,6 @@ def show(
         if "files" in d:
             extra += f"{d['files']} files, "
         c.print(f"  {safe(name):<12} {d['type']:<7} {extra}{human_size(d['bytes'])}", markup=False)
-    _warn_after(at.problem)
 
 
 def _warn_after(problem: str | None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from ckptcli.cli._common import open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, safe
 from ckptcli.errors import ExitCode
@@ -28,10 +29,9 @@ def stats(
 
       ckpt stats --json | jq .dedup_ratio
     """
-    from ckptcli import api
     from ckptcli.store.stats import store_stats
 
-    st = api.open_store(store)
+    st = open_store(store)
     s = store_stats(st, progress=BarProgress())
     if as_json:
         emit_json(s.to_dict())

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from ckptcli.cli._common import locked, open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import ExitCode, UsageError
@@ -36,9 +37,7 @@ def tag(
 
 
 def _ref_command(ns: str, name: str | None, ref: str, delete: bool, force: bool, store: object, as_json: bool) -> None:
-    from ckptcli import api
-
-    st = api.open_store(store)  # type: ignore[arg-type]
+    st = open_store(store)  # type: ignore[arg-type]
     if name is None:
         if delete:
             raise UsageError("--delete needs a NAME")
@@ -56,7 +55,7 @@ def _ref_command(ns: str, name: str | None, ref: str, delete: bool, force: bool,
         else:
             out().print(f"deleted {name} (was {old.hex()[:12] if old is not None else 'damaged'})", markup=False)
         return
-    with st.backend.lock("store", shared=True):  # a prune cannot remove the target meanwhile
+    with locked(st, "shared"):  # a prune cannot remove the target meanwhile
         cid = st.resolve(ref)
         if ns == "tags":
             st.set_tag(name, cid, force=force)

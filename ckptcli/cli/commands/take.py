@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ckptcli.cli.app import JsonOpt, StoreOpt, app, open_store
+from ckptcli.cli._common import open_store
+from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet, safe
 from ckptcli.errors import ExitCode, InvalidInputError, NotFoundError, StoreIOError, UsageError
+
+if TYPE_CHECKING:
+    from ckptcli.api import TakeResult
 
 
 @app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LIMIT_EXCEEDED, ExitCode.CONFLICT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
@@ -50,44 +54,11 @@ def take(
     """
     from ckptcli import api
 
-    blobs: dict[str, Path] = {}
-    for item in blob or []:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise InvalidInputError(f"--blob {item!r} is not NAME=PATH")
-        if name in blobs:
-            # the last would silently win and the first be left out of the checkpoint
-            raise UsageError(f"--blob {name}= is given twice ({blobs[name]} and {path})", hint="give each blob its own NAME")
-        blobs[name] = Path(path)
+    blobs = _blobs(blob or [])
     if document is None and not blobs:
         raise InvalidInputError("no state document", hint="give a path, - for stdin, or at least one --blob")
-    # check the options before reading a possibly large document
-    from ckptcli.format.manifest import Subject, check_name
-
-    Subject.parse(subject)
-    api.parse_labels(label)
-    for name in blobs:
-        check_name(name, "blob name")
-    if branch is not None:
-        check_name(branch, "branch name")
-    state: Any
-    if document is None:
-        state, doc_format = {}, "json"
-    elif document == "-":
-        try:
-            state, doc_format = api.read_document(sys.stdin.buffer, fmt, "stdin")
-        except OSError as exc:
-            raise StoreIOError(f"cannot read the state document from stdin: {exc}") from None
-    else:
-        try:
-            with open(document, "rb") as fh:
-                state, doc_format = api.read_document(fh, fmt, document)
-        except FileNotFoundError:
-            raise NotFoundError(f"state document {document} does not exist") from None
-        except IsADirectoryError:
-            raise InvalidInputError(f"{document} is a directory", hint="use --blob NAME=DIR to store a directory") from None
-        except OSError as exc:
-            raise StoreIOError(f"cannot read {document}: {exc.strerror}") from None
+    _check_names(subject, label, blobs, branch)  # before reading a possibly large document
+    state, doc_format = _read_state(document, fmt)
     from ckptcli.history.stateat import replay_problem
 
     problem = replay_problem(state)
@@ -106,6 +77,59 @@ def take(
         force_read=force_read,
         progress=BarProgress(),
     )
+    _report(result, problem, as_json)
+
+
+def _blobs(items: list[str]) -> dict[str, Path]:
+    """--blob NAME=PATH, each NAME once."""
+    blobs: dict[str, Path] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise InvalidInputError(f"--blob {item!r} is not NAME=PATH")
+        if name in blobs:
+            # the last would silently win and the first be left out of the checkpoint
+            raise UsageError(f"--blob {name}= is given twice ({blobs[name]} and {path})", hint="give each blob its own NAME")
+        blobs[name] = Path(path)
+    return blobs
+
+
+def _check_names(subject: str, label: list[str] | None, blobs: dict[str, Path], branch: str | None) -> None:
+    from ckptcli import api
+    from ckptcli.format.manifest import Subject, check_name
+
+    Subject.parse(subject)
+    api.parse_labels(label)
+    for name in blobs:
+        check_name(name, "blob name")
+    if branch is not None:
+        check_name(branch, "branch name")
+
+
+def _read_state(document: str | None, fmt: str) -> tuple[Any, str]:
+    """The state document and its format: a file, stdin (-), or none (blobs only: {})."""
+    from ckptcli import api
+
+    if document is None:
+        return {}, "json"
+    if document == "-":
+        try:
+            return api.read_document(sys.stdin.buffer, fmt, "stdin")
+        except OSError as exc:
+            raise StoreIOError(f"cannot read the state document from stdin: {exc}") from None
+    try:
+        with open(document, "rb") as fh:
+            return api.read_document(fh, fmt, document)
+    except FileNotFoundError:
+        raise NotFoundError(f"state document {document} does not exist") from None
+    except IsADirectoryError:
+        raise InvalidInputError(f"{document} is a directory", hint="use --blob NAME=DIR to store a directory") from None
+    except OSError as exc:
+        raise StoreIOError(f"cannot read {document}: {exc.strerror}") from None
+
+
+def _report(result: TakeResult, problem: str | None, as_json: bool) -> None:
+    """The new checkpoint's id on stdout (or --json); its summary and warnings on stderr."""
     if problem is not None:
         sys.stderr.write(f"ckpt: warning: its events section will not replay (ckpt replay, fork, tui --timeline refuse it): {problem}\n")
     for changed in result.capture.changed:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from ckptcli.cli._common import open_source
 from ckptcli.cli.app import ReducersOpt, StoreOpt, app
 from ckptcli.cli.output import exit_status
 from ckptcli.errors import ExitCode
+
+if TYPE_CHECKING:
+    from ckptcli.api import Checkpoint
 
 
 @app.command(
@@ -59,20 +62,9 @@ def tui_cmd(
       ckpt tui latest --reducers myagent.reducers:REDUCERS
     """
     from ckptcli import api
-    from ckptcli.errors import InvalidInputError, UsageError
+    from ckptcli.errors import UsageError
 
-    source: api.Source
-    checkpoint: bytes | None = None
-    if target is not None and Path(target).is_dir():
-        source = api.open_store(Path(target))
-    elif target is not None and (api.names_a_file(target) or target.endswith(".ckpt")):
-        ck = api.open_checkpoint(target)
-        source, checkpoint = ck.source, ck.id
-    else:
-        st = api.open_store(store)
-        source = st
-        if target is not None:
-            checkpoint = st.resolve(target)
+    source, checkpoint = open_source(target, store, directory=True)
     from ckptcli.history.replay import load_reducers
 
     red = load_reducers(reducers or [])
@@ -82,19 +74,7 @@ def tui_cmd(
     if timeline:
         if opened is None:
             raise UsageError("--timeline needs a checkpoint", hint="give a checkpoint file or a reference: ckpt tui latest --timeline")
-        from ckptcli.history.events import STATE_KEYS
-        from ckptcli.history.lazylist import LazyList
-        from ckptcli.history.timeline import Timeline, events_root
-
-        where = f"checkpoint {opened.hex[:12]}"
-        bad = [k for k in opened.manifest.layout.get("keys", []) if k not in (*STATE_KEYS, "events")]
-        if bad:
-            raise InvalidInputError(
-                f"{where}: the snapshot has a key {bad[0]!r}",
-                hint="a snapshot is a state: memory, plan, tools, ext (formats/events.md#terminology)",
-            )
-        # the events only (the snapshot is decoded once, by the timeline screen)
-        Timeline(LazyList(opened.source, events_root(opened), f"{where}: events"), {}, id=opened.hex).check()
+        _check_tail(opened)
     if not (sys.stdout.isatty() and sys.stdin.isatty()):
         raise UsageError(
             "ckpt tui draws on a terminal, and stdin or stdout is not one",
@@ -103,3 +83,22 @@ def tui_cmd(
     from ckptcli.tui.app import run  # Textual is imported here only: other commands start without it
 
     run(source, checkpoint=checkpoint, view="timeline" if timeline else ("checkpoint" if checkpoint is not None else "history"), reducers=red)
+
+
+def _check_tail(opened: Checkpoint) -> None:
+    """The snapshot and the events of a checkpoint the timeline opens on: a tail that breaks
+    formats/events.md is one line and its exit code here, not a crash in the app."""
+    from ckptcli.errors import InvalidInputError
+    from ckptcli.history.events import STATE_KEYS
+    from ckptcli.history.lazylist import LazyList
+    from ckptcli.history.timeline import Timeline, events_root
+
+    where = f"checkpoint {opened.hex[:12]}"
+    bad = [k for k in opened.manifest.layout.get("keys", []) if k not in (*STATE_KEYS, "events")]
+    if bad:
+        raise InvalidInputError(
+            f"{where}: the snapshot has a key {bad[0]!r}",
+            hint="a snapshot is a state: memory, plan, tools, ext (formats/events.md#terminology)",
+        )
+    # the events only (the snapshot is decoded once, by the timeline screen)
+    Timeline(LazyList(opened.source, events_root(opened), f"{where}: events"), {}, id=opened.hex).check()

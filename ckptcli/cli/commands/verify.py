@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from ckptcli.cli._common import open_source
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, safe
 from ckptcli.errors import ExitCode, VerifyFailed
@@ -36,18 +37,13 @@ def verify(
 
       ckpt verify exported.ckpt --read-data
     """
-    from pathlib import Path
-
     from ckptcli import api
     from ckptcli.store.single import CheckpointFile
 
-    source: api.Source
     names = list(refs or [])
-    if len(names) == 1 and api.names_a_file(names[0]):
-        source = CheckpointFile(Path(names[0]))
-        names = []
-    else:
-        source = api.open_store(store)
+    source, _ = open_source(names[0] if len(names) == 1 else None, store, resolve=False)
+    if isinstance(source, CheckpointFile):
+        names = []  # the file's one checkpoint
     report = api.verify(source, None if (all_ or not names) else names, read_data=read_data, progress=BarProgress())
     if as_json:
         emit_json(report.to_dict())

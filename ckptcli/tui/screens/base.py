@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rich.text import Text
 from textual.screen import Screen
 from textual.widgets import Input
 
 from ckptcli.errors import CkptError
 from ckptcli.history.graph import GLYPHS, Node, Ref
-
-if TYPE_CHECKING:
-    from ckptcli.tui.app import CkptApp, Session
+from ckptcli.tui.session import Host, Session
 
 #: How each kind of checkpoint and ref is coloured.
 KIND_STYLES = {"root": "bold", "take": "", "merge": "bold blue", "fork": "bold magenta", "migration": "bold yellow"}
@@ -25,11 +21,10 @@ class BaseScreen(Screen[None]):
         self.session = session
 
     @property
-    def ckpt_app(self) -> CkptApp:
-        from ckptcli.tui.app import CkptApp
-
+    def ckpt_app(self) -> Host:
+        """The app showing this screen, as the services a screen asks of it."""
         app = self.app
-        assert isinstance(app, CkptApp)
+        assert isinstance(app, Host)
         return app
 
     def make_input(self, placeholder: str, id: str) -> Input:

@@ -28,8 +28,8 @@ from ckptcli.history.timeline import (
     tool_status,
 )
 from ckptcli.listing import format_time
-from ckptcli.tui.app import Session
 from ckptcli.tui.screens.base import KIND_STYLES, BaseScreen, refs_text
+from ckptcli.tui.session import Session
 from ckptcli.tui.widgets import OpenableList, ValueTree, VirtualList
 
 TABS = ("overview", "memory", "plan", "tools", "events", "blobs", "ext")

@@ -15,9 +15,9 @@ from textual.widgets import Footer, Header, Static
 from ckptcli.errors import CkptError
 from ckptcli.history.render import Line, render_changes
 from ckptcli.history.timeline import Timeline, state_changes
-from ckptcli.tui.app import Session
 from ckptcli.tui.messages import DiffFailed, DiffReady
 from ckptcli.tui.screens.base import BaseScreen
+from ckptcli.tui.session import Session
 from ckptcli.tui.widgets import VirtualList, styled_lines
 
 Compute = Callable[[bool], tuple[list[Line], list[dict[str, Any]]]]

@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ckptcli.history.graph import FORK, GLYPHS, MERGE, MIGRATION, ROOT, TAKE
+from ckptcli.tui.session import APP_BINDINGS
 
 LIST_KEYS = [
     ("↑ ↓", "move the cursor"),
@@ -34,24 +35,23 @@ def _key_name(binding: Binding) -> str:
     return " ".join(names.get(k, k) for k in binding.key.split(","))
 
 
+def key_rows(bindings: list[BindingType]) -> list[tuple[str, str]]:
+    return [(_key_name(b), b.description or b.action) for b in bindings if isinstance(b, Binding)]
+
+
 def bindings_of(cls: type) -> list[tuple[str, str]]:
-    out = []
-    for b in getattr(cls, "BINDINGS", []):
-        if isinstance(b, Binding):
-            out.append((_key_name(b), b.description or b.action))
-    return out
+    return key_rows(getattr(cls, "BINDINGS", []))
 
 
 def help_text() -> Text:
     """Every section of keys, then the graph's legend."""
-    from ckptcli.tui.app import CkptApp
     from ckptcli.tui.screens.checkpoint import CheckpointScreen
     from ckptcli.tui.screens.diff import DiffScreen
     from ckptcli.tui.screens.history import HistoryScreen
     from ckptcli.tui.screens.timeline import TimelineScreen
 
     sections: list[tuple[str, list[tuple[str, str]]]] = [
-        ("Everywhere", bindings_of(CkptApp)),
+        ("Everywhere", key_rows(APP_BINDINGS)),
         ("Lists", LIST_KEYS),
         (HistoryScreen.HELP, bindings_of(HistoryScreen)),
         (CheckpointScreen.HELP, bindings_of(CheckpointScreen)),

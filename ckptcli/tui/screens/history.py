@@ -13,8 +13,8 @@ from textual.widgets.option_list import Option
 
 from ckptcli.errors import CkptError
 from ckptcli.history.graph import GLYPHS, Node
-from ckptcli.tui.app import Session
 from ckptcli.tui.screens.base import KIND_STYLES, BaseScreen, refs_text
+from ckptcli.tui.session import Session
 from ckptcli.tui.widgets import OpenableList, VirtualList
 
 ALL = "*"

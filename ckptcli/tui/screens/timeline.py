@@ -27,9 +27,9 @@ from ckptcli.errors import CkptError
 from ckptcli.format.jsonview import to_json
 from ckptcli.history.render import Line, change_line, describe
 from ckptcli.history.timeline import StepView, Stopped, Timeline
-from ckptcli.tui.app import CkptApp, Session
 from ckptcli.tui.messages import PrefillDone, SearchDone, StateFailed, StateReady
 from ckptcli.tui.screens.base import BaseScreen
+from ckptcli.tui.session import Host, Session
 from ckptcli.tui.widgets import ValueTree, VirtualList, styled_lines
 
 #: A state this many reducer applications away is replayed at once, on the UI thread.
@@ -158,13 +158,13 @@ class TimelineScreen(BaseScreen):
     def _stopper(self, worker: Worker[None]) -> Callable[[], bool]:
         """`should_stop` for a replay in a worker thread: whether the worker was cancelled
         (asked about every millisecond of replaying). While the user is at the keys
-        (CkptApp.input_pending), it also gives up the interpreter (time.sleep(0)), so that
+        (Host.input_pending), it also gives up the interpreter (time.sleep(0)), so that
         the app's thread, drawing the rows, does not wait for the 5 ms switch interval
         behind a replay; otherwise the replay runs at full speed (giving up every
         millisecond also yields the CPU to other processes: a cold replay of 100,000
         events ran ~1.7x slower on a shared machine, bench/tui.py)."""
         app = self.app
-        input_pending = app.input_pending if isinstance(app, CkptApp) else (lambda: False)
+        input_pending = app.input_pending if isinstance(app, Host) else (lambda: False)
 
         def should_stop() -> bool:
             if input_pending():

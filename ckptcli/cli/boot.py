@@ -1,0 +1,51 @@
+"""Start `ckpt` with Ctrl-C held back while the CLI loads.
+
+A Ctrl-C must end ckpt with one line and exit 130, never a traceback, even while the
+interpreter is still loading the CLI. Python's own handler raises KeyboardInterrupt
+wherever the signal lands, including inside the import machinery, where it cannot
+always be caught; so while the CLI loads, SIGINT only sets a flag, checked once
+everything is imported. This module imports nothing but `signal` and `sys`; the
+loader it is given imports the rest (ckptcli.cli.entry, and the console script of
+ckpt 0.2, ckptcli.cli.app.entry).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+TYPE_CHECKING = False  # typing is not imported at run time: this runs before the handler
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeAlias
+
+    #: What a loader returns once the CLI is imported: (interrupted, run), each giving the exit code.
+    Loaded: TypeAlias = tuple[Callable[[], int], Callable[[], int]]
+
+__all__ = ["start"]
+
+_INTERRUPTED = 130  # ExitCode.INTERRUPTED (ckptcli.errors is not imported yet)
+
+
+def start(load: Callable[[list[str]], Loaded]) -> None:
+    """Load the CLI for sys.argv with `load`, then run it; never returns."""
+    pending: list[int] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, _frame: pending.append(signum))
+    except ValueError:  # not the main thread (an embedding): leave signals alone
+        previous = None
+    try:
+        interrupted, run = load(sys.argv[1:])
+    except KeyboardInterrupt:  # the signal came before our handler was in place
+        sys.stderr.write("ckpt: interrupted\n")
+        sys.exit(_INTERRUPTED)
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous)
+    if pending:
+        sys.exit(interrupted())
+    code = run()
+    if previous is not None:
+        # the command is over: a Ctrl-C now, while the interpreter shuts down (joining
+        # threads, flushing), would only print "Exception ignored" or kill the process
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(code)
