@@ -106,7 +106,7 @@ def _crc_counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         seen[0] += len(data)
         return real(data, start)
 
-    monkeypatch.setattr(langgraph_journal.zlib, "crc32", counting)
+    monkeypatch.setattr(zlib, "crc32", counting)
     return seen
 
 

@@ -1,5 +1,6 @@
 """The recorder: a running agent or workflow appends events, durably and cheaply, and
-takes checkpoints by policy (docs/replay.md; the journal format is in formats/events.md).
+takes checkpoints by policy (docs/replay.md, "Recording"; the journal file is specified in
+formats/events.md, "The journal file", and framed by ckptcli.format.journal).
 
     >>> from ckptcli.history.recorder import CheckpointPolicy, Recorder
     >>> rec = Recorder.open(store, "agent:bot", "bot.journal",                # doctest: +SKIP
@@ -8,45 +9,23 @@ takes checkpoints by policy (docs/replay.md; the journal format is in formats/ev
     >>> rec.state["memory"]["goal"]                                           # doctest: +SKIP
     'triage'
 
-How it works. Every event is checked, applied to the live state (rec.state) with the
-reducers of ckptcli.history.events, and written to an append-only journal file as one record
-(length, CRC-32, msgpack map); an event that does not fit is refused before anything is
-written. Appending costs the event's own size, never the state's: the state is only
-encoded when a checkpoint is taken. Records are written in batches (`Durability`):
-`batch_size` events, or at once for the kinds in `flush_on` (tool calls and results by
-default, so that a finished tool call is never forgotten), or on `flush()`; `fsync`
-"always" writes and syncs every event, "batch" syncs each batch, "never" leaves syncing
-to the operating system.
-
-A checkpoint (`CheckpointPolicy`: every N events, every T seconds, before a call of a
-tool named risky, or `checkpoint()`) is the state at the previous checkpoint (the
-snapshot) plus the events since (the tail), taken with api.take whose parent is the
-previous checkpoint; then the journal is replaced by an empty one that starts after it.
-
-Opening a recorder on an existing journal recovers: the live state is rebuilt from the
-journal's checkpoint (replayed to its end) and the journal's intact events after it. A
-torn or damaged record at the end (a crash mid-write) is cut off with everything after it:
-at most the events not yet written when the process died are lost, never an event half
-written. If the process died after a checkpoint was committed but before its journal was
-replaced, the newer checkpoint is found by its `recorder.run` label and the events it
-already holds are skipped.
-
-A `ckpt prune` in another process may run between checkpoints. The recorder holds no
-writer mark (`Backend.mark_writer`, which the LangGraph saver needs because it names
-objects it remembers from earlier commits): each checkpoint is encoded again from the
-live Python values and taken under the store lock, whose transaction re-reads the index
-first, so an object a prune deleted meanwhile is written again.
+Invariants: an event is checked and applied to the live state before its record is
+buffered, and one that does not fit is refused with nothing written; appending costs the
+event's size, never the state's (the state is encoded by checkpoints only). The journal
+is only appended to (whole records: a failed write is cut off) or replaced atomically by
+one that starts after a new checkpoint; a checkpoint is the previous one's live state (the
+snapshot) plus the events since (the tail). Recovery keeps the intact events up to the
+first torn or damaged record, and skips the events a checkpoint committed before the
+journal was replaced already holds (found by its `recorder.run` label).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import struct
 import threading
 import time
 import uuid
-import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +34,7 @@ from typing import IO, TYPE_CHECKING, Any
 import msgpack
 
 from ckptcli.errors import ConflictError, CorruptError, InvalidInputError, LockError, NotFoundError, StoreIOError, UsageError
+from ckptcli.format.journal import JournalWriter, frame_plain, intact_records
 from ckptcli.format.values import packable
 from ckptcli.history.events import (
     ERROR,
@@ -85,8 +65,6 @@ StepFunc = Callable[[StepContext, Event], Any]
 #: The first 8 bytes of a journal file.
 MAGIC = b"CKPTJNL1"
 JOURNAL_VERSION = 1
-#: Before each record: the payload's length and its CRC-32 (zlib's), both u32 little-endian.
-RECORD_HEAD = struct.Struct("<II")
 #: A longer record is damage (a torn length field), not an event.
 MAX_RECORD = 64 * 1024 * 1024
 FSYNC_POLICIES = ("always", "batch", "never")
@@ -158,7 +136,11 @@ def _ext_int(code: int, data: bytes) -> Any:
 
 
 def encode_record(value: dict[str, Any], where: str = "event") -> bytes:
-    """One journal record: u32 length, u32 CRC-32 of the payload, the msgpack payload."""
+    """One journal record (the plain framing of ckptcli.format.journal) of `value`.
+
+    Raises:
+        InvalidInputError for a value msgpack cannot carry or a record over MAX_RECORD.
+    """
     payload: bytes
     try:
         try:
@@ -169,7 +151,7 @@ def encode_record(value: dict[str, Any], where: str = "event") -> bytes:
         raise InvalidInputError(f"{where}: a string holds a lone surrogate, which UTF-8 cannot carry") from None
     if len(payload) > MAX_RECORD:
         raise InvalidInputError(f"{where}: {len(payload)} bytes encoded; one event may take at most {MAX_RECORD}")
-    return RECORD_HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+    return frame_plain(payload)
 
 
 @dataclass
@@ -199,23 +181,11 @@ def read_journal(path: Path) -> JournalContents:
     records: list[dict[str, Any]] = []
     raw: list[bytes] = []
     starts: list[int] = []
-    while pos + RECORD_HEAD.size <= len(data):
-        length, crc = RECORD_HEAD.unpack_from(data, pos)
-        start, end = pos + RECORD_HEAD.size, pos + RECORD_HEAD.size + length
-        if length > MAX_RECORD or end > len(data):
-            break
-        payload = data[start:end]
-        if zlib.crc32(payload) != crc:
-            break
-        try:
-            value = msgpack.unpackb(payload, raw=False, strict_map_key=False, ext_hook=_ext_int)
-        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, UnicodeDecodeError):
-            break
-        if type(value) is not dict:
-            break
+    # the first torn or damaged record ends the journal: what follows cannot be trusted to follow it
+    for start, value, end in intact_records(data, pos, None, MAX_RECORD, _ext_int):
         records.append(value)
-        raw.append(data[pos:end])
-        starts.append(pos)
+        raw.append(data[start:end])
+        starts.append(start)
         pos = end
     if not records:
         raise CorruptError(f"journal {path} has no intact header record", hint="move it aside to start a new run")
@@ -251,7 +221,7 @@ class Recorder:
         # the containers of the live state that appends change in place: those copied
         # since the state was last handed out or kept as a snapshot (events.Reducers.apply)
         self._owned: Owned = {}
-        self._fd: int | None = None
+        self._writer: JournalWriter | None = None
         self._lock_fd: int | None = None
         self._buffer: list[bytes] = []
         self.recovery: Recovery | None = None
@@ -316,8 +286,7 @@ class Recorder:
                 if state is not None and base is not None:
                     raise UsageError("give a new run either an initial state or a base checkpoint, not both")
                 rec._start(state, base)
-            rec._fd = os.open(rec.path, os.O_WRONLY | os.O_APPEND)
-            rec._size = os.fstat(rec._fd).st_size
+            rec._writer = rec._open_writer()
         except BaseException:
             rec._release()
             raise
@@ -341,7 +310,6 @@ class Recorder:
     _state: State
     _next_seq: int
     _last_ts: int
-    _size: int
     _last_checkpoint: float
 
     def _acquire(self) -> None:
@@ -360,14 +328,27 @@ class Recorder:
         self._lock_fd = fd
 
     def _release(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
         if self._lock_fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._lock_fd)  # closing releases the flock
             self._lock_fd = None
+
+    def _open_writer(self) -> JournalWriter:
+        """The journal, open to append to (raises OSError)."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            size = os.fstat(fd).st_size
+        except OSError:
+            os.close(fd)
+            raise
+        # each write is a batch the durability policy has decided to write: "batch" syncs it too
+        fsync = "never" if self.durability.fsync == "never" else "always"
+        return JournalWriter(
+            fd, size, fsync, what=f"journal {self.path}", hint="the events are kept in memory; flush() again", full_sync=True
+        )
 
     def _header(self) -> dict[str, Any]:
         return {"journal": JOURNAL_VERSION, "subject": self.subject, "run": self.run, "base": self._base, "base_seq": self._base_seq, "created_ns": time.time_ns()}
@@ -517,23 +498,10 @@ class Recorder:
     def flush(self) -> None:
         """Write the events not written yet (and fsync them, unless fsync is "never")."""
         with self._lock:
-            if not self._buffer or self._fd is None:
+            if not self._buffer or self._writer is None:
                 return
-            data = b"".join(self._buffer)
-            start = self._size
-            try:
-                view = memoryview(data)
-                while view:
-                    n = os.write(self._fd, view)
-                    view = view[n:]
-                if self.durability.fsync != "never":
-                    os.fsync(self._fd)
-            except OSError as exc:
-                # leave no partial record behind: the next flush writes the batch again
-                with contextlib.suppress(OSError):
-                    os.ftruncate(self._fd, start)
-                raise StoreIOError(f"cannot write journal {self.path}: {exc.strerror}", hint="the events are kept in memory; flush() again") from None
-            self._size = start + len(data)
+            # no partial record stays behind a failure: the next flush writes the batch again
+            self._writer.append(b"".join(self._buffer))
             self._buffer.clear()
 
     # -- checkpoints ---------------------------------------------------------------------------------
@@ -580,12 +548,11 @@ class Recorder:
             self._buffer.clear()  # those events are in the checkpoint
             self._last_checkpoint = time.monotonic()
             write_journal(self.path, self._header())
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
             try:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-                self._size = os.fstat(self._fd).st_size
+                self._writer = self._open_writer()
             except OSError as exc:
                 raise StoreIOError(f"cannot open journal {self.path}: {exc.strerror}") from None
             return result

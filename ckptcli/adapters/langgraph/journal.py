@@ -1,27 +1,10 @@
-"""The LangGraph saver's journal: its file format (the one owner of it), the writer
-`Journal`, the reader `read_journal`, and `check_journals` for `ckpt verify`.
+"""The LangGraph saver's journal (formats/langgraph-journal.md; docs/langgraph.md, "The
+journal file"): its magic and records, the writer `Journal`, the reader `read_journal`, and
+`check_journals` for `ckpt verify`. The framing, appending and scanning are
+ckptcli.format.journal's (salted framing; version 1, still read, is the plain framing).
 
 Imports nothing of LangGraph, so that `ckpt verify` checks the journals beside a store
-where LangGraph is not installed. docs/langgraph.md ("The journal file") is the spec.
-
-Version 2 (written since ckpt 0.x; version 1 is still read)::
-
-    file    = "CKPTLGJ2" salt:8 record* (zeros to the end of the preallocated space)
-    record  = "\\xc1LGJ" length:u32le crc:u32le payload:length
-    crc     = CRC-32 of salt || length:u32le || payload
-    payload = msgpack map (the record: "op" = "p" put, "w" pending writes, "d" delete)
-
-Version 1 is ``"CKPTLGJ1" (length:u32le crc:u32le payload)*`` with the CRC over the
-payload alone.
-
-Invariants the writer keeps: records are only ever appended, at `Journal.size`; space is
-written ahead (zeros) only beyond the end of the records, under the same lock as the
-appends, so nothing ever writes over a record. A reader therefore finds the records one
-after another from the header, then zeros (or a torn record: a crash in mid-write) to
-the end of the file. Anything else in between, a *hole* (bytes that are no record with
-records after them), is damage: the reader skips it, finds the next record by its sync
-marker and its CRC (which the salt makes a record of this file only: a record's bytes
-quoted inside another record's payload do not count), and reports the hole.
+where LangGraph is not installed.
 """
 
 from __future__ import annotations
@@ -31,13 +14,8 @@ import errno
 import fcntl
 import mmap
 import os
-import re
 import secrets
 import stat
-import struct
-import threading
-import zlib
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,24 +23,72 @@ from typing import Any
 import msgpack
 
 from ckptcli.errors import CorruptError, InvalidInputError, LimitExceededError, StoreIOError, UnsupportedVersionError
+from ckptcli.format.journal import (
+    GAVE_UP,
+    SALT_BYTES,
+    SYNC,
+    Buffer,
+    Hole,
+    JournalWriter,
+    ScanBudget,
+    blank,
+    frame_salted,
+    next_record,
+    pwrite_all,
+    record_at,
+    records_from,
+    scan_records,
+)
+from ckptcli.format.journal import MAX_LENGTH as MAX_RECORD
 from ckptcli.store.backend import create_temp, fsync_dir
+
+__all__ = [
+    "DAMAGED_SUFFIX",
+    "GAVE_UP",
+    "HEADER_V2",
+    "JOURNAL_DIR",
+    "MAGIC",
+    "MAGIC_V1",
+    "MAX_RECORD",
+    "PROCESS_SALT",
+    "READ_FLAGS",
+    "SALT_BYTES",
+    "SYNC",
+    "Buffer",
+    "Hole",
+    "Journal",
+    "JournalContents",
+    "ScanBudget",
+    "blank",
+    "check_journals",
+    "dir_problem",
+    "file_kind",
+    "frame",
+    "hole_message",
+    "malformed_record",
+    "mapped",
+    "newer_journal",
+    "next_record",
+    "open_regular",
+    "own_dir",
+    "pwrite_all",
+    "read_journal",
+    "read_regular",
+    "record_at",
+    "record_error",
+    "record_problem",
+    "record_where",
+    "records_from",
+    "scan_records",
+]
 
 JOURNAL_DIR = "langgraph"
 MAGIC_V1 = b"CKPTLGJ1"
 MAGIC = b"CKPTLGJ2"
-SALT_BYTES = 8
 HEADER_V2 = len(MAGIC) + SALT_BYTES
-SYNC = b"\xc1LGJ"  # 0xc1 is the one byte msgpack never uses
-_HEAD_V1 = struct.Struct("<II")  # payload length, CRC-32 of the payload
-_HEAD = struct.Struct("<4sII")  # sync marker, payload length, CRC-32 of salt + length + payload
-# the longest record the framing's 32-bit length can say: whatever `frame` makes, the
-# readers read (a reader's copy of a record is bounded by the file's size, which a length
-# is checked against first; a file of forged lengths is what ScanBudget bounds)
-MAX_RECORD = 0xFFFF_FFFF
 # this process's salt, in the header of every journal it makes (so `frame` needs no journal)
 PROCESS_SALT = secrets.token_bytes(SALT_BYTES)
 DAMAGED_SUFFIX = ".damaged"  # a journal recovery found holes in, kept for the user to look at
-_NONZERO = re.compile(rb"[^\x00]")
 
 
 def frame(record: dict[str, Any], salt: bytes = PROCESS_SALT) -> bytes:
@@ -88,8 +114,7 @@ def frame(record: dict[str, Any], salt: bytes = PROCESS_SALT) -> bytes:
             f"a checkpoint record of {len(payload)} bytes is longer than the journal's limit of {MAX_RECORD} bytes",
             hint="keep the state of one checkpoint under 4 GiB (large files belong in blobs, not in graph state)",
         )
-    length = struct.pack("<I", len(payload))
-    return SYNC + length + struct.pack("<I", zlib.crc32(payload, zlib.crc32(salt + length))) + payload
+    return frame_salted(payload, salt)
 
 
 @dataclass
@@ -114,124 +139,6 @@ class JournalContents:
         return len(self.records) - self._before_first_hole
 
     _before_first_hole: int = 0
-
-
-Buffer = bytes | mmap.mmap  # what the readers scan: a file read, or mapped (`mapped`)
-
-
-def pwrite_all(fd: int, data: bytes, pos: int) -> None:
-    """Write all of `data` at offset `pos` of `fd` (pwrite may write less than asked).
-    Raises: OSError."""
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, pos)
-        view, pos = view[n:], pos + n
-
-
-def record_at(data: Buffer, pos: int, salt: bytes | None) -> tuple[dict[str, Any], int] | None:
-    """The record at `pos` and where it ends, or None when no intact record starts there
-    (`salt` None: version 1 framing)."""
-    if salt is None:
-        if pos + _HEAD_V1.size > len(data):
-            return None
-        length, crc = _HEAD_V1.unpack_from(data, pos)
-        start = pos + _HEAD_V1.size
-        end = start + length
-        if length > MAX_RECORD or end > len(data) or zlib.crc32(data[start:end]) != crc:
-            return None
-    else:
-        if pos + _HEAD.size > len(data):
-            return None
-        sync, length, crc = _HEAD.unpack_from(data, pos)
-        start = pos + _HEAD.size
-        end = start + length
-        if sync != SYNC or length > MAX_RECORD or end > len(data):
-            return None
-        if zlib.crc32(data[start:end], zlib.crc32(salt + data[pos + 4 : pos + 8])) != crc:
-            return None
-    try:
-        rec = msgpack.unpackb(data[start:end], raw=False, strict_map_key=False)
-    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
-        return None
-    if type(rec) is not dict:
-        return None
-    return rec, end
-
-
-class ScanBudget:
-    """How many bytes a reader may still check the CRC of while it looks for the next
-    record after damage: every candidate header costs the bytes it declares, so a file
-    of forged headers each declaring a long record would cost O(n^2) without a bound
-    (four times the file, plus 1 MiB, is far more than damage from a crash needs)."""
-
-    __slots__ = ("left",)
-
-    def __init__(self, size: int) -> None:
-        self.left = 4 * size + (1 << 20)
-
-    def charge(self, data: Buffer, q: int, head: struct.Struct) -> bool:
-        """Charge the candidate record at `q`; False when the budget is spent."""
-        if q + head.size <= len(data):
-            length = head.unpack_from(data, q)[1 if head is _HEAD else 0]
-            if q + head.size + length <= len(data):  # what record_at checks the CRC of; a longer one costs nothing
-                self.left -= length
-        return self.left >= 0
-
-
-GAVE_UP = -1  # `_next_record`: the scan budget is spent (hostile damage); the rest is unread
-
-
-def _next_record(data: Buffer, pos: int, salt: bytes | None, budget: ScanBudget | None = None) -> int | None:
-    """Where the next intact record after `pos` starts, None when there is none, or
-    GAVE_UP when looking further would cost more than `budget` allows."""
-    budget = budget or ScanBudget(len(data))
-    if salt is not None:
-        q = data.find(SYNC, pos)
-        while q != -1:
-            if not budget.charge(data, q, _HEAD):
-                return GAVE_UP
-            if record_at(data, q, salt) is not None:
-                return q
-            q = data.find(SYNC, q + 1)
-        return None
-    # version 1 has no marker: try every offset, skipping runs of zeros (a record's
-    # length is never 0, so its first four bytes are not all zero)
-    q = pos
-    while q + _HEAD_V1.size <= len(data):
-        m = _NONZERO.search(data, q)
-        if m is None:
-            return None
-        q = max(q, m.start() - 3)
-        stop = m.start() + 1
-        for p in range(q, stop):
-            if not budget.charge(data, p, _HEAD_V1):
-                return GAVE_UP
-            if record_at(data, p, None) is not None:
-                return p
-        q = stop
-    return None
-
-
-def records_from(data: Buffer, pos: int, salt: bytes) -> tuple[list[dict[str, Any]], int]:
-    """The intact version 2 records (framed with `salt`) of `data` from `pos` on, up to
-    the first offset where none starts, and that offset: what a reader that follows a
-    file others append to takes as written so far (a record being written, or torn by a
-    crash, ends it)."""
-    out: list[dict[str, Any]] = []
-    while True:
-        got = record_at(data, pos, salt)
-        if got is None:
-            return out, pos
-        out.append(got[0])
-        pos = got[1]
-
-
-def next_record(data: Buffer, pos: int, salt: bytes, budget: ScanBudget | None = None) -> int | None:
-    """Where the next intact version 2 record (framed with `salt`) after `pos` starts,
-    None, or GAVE_UP (`_next_record`): a reader that stopped at `pos` tells a hole
-    (damage, records after it) from the end of what was written (a torn last record,
-    zeros)."""
-    return _next_record(data, pos + 1, salt, budget)
 
 
 READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -328,11 +235,6 @@ def read_regular(path: Path) -> bytes | mmap.mmap:
         os.close(fd)
 
 
-def blank(data: Buffer) -> bool:
-    """Whether `data` is empty or zeros only (a journal made, nothing written in it yet)."""
-    return _NONZERO.search(data) is None
-
-
 def _typed(v: Any) -> bool:
     return type(v) is list and len(v) == 2 and type(v[0]) is str and type(v[1]) is bytes
 
@@ -379,48 +281,6 @@ def record_problem(rec: dict[str, Any]) -> str | None:
         if type(threads) is not list or not all(type(t) is str for t in threads):
             return "the threads it deletes are not strings"
     return None
-
-
-@dataclass(frozen=True)
-class Hole:
-    """Damage `scan_records` read past: `length` bytes at offset `at` that are no record,
-    with an intact record after them; or, with `gave_up`, the rest of the file from `at`,
-    where looking for a record cost more than a `ScanBudget` allows (nothing after it is
-    read)."""
-
-    at: int
-    length: int
-    gave_up: bool = False
-
-
-def scan_records(
-    data: Buffer, pos: int, salt: bytes | None, on_hole: Callable[[Hole], None] | None = None
-) -> Iterator[tuple[int, dict[str, Any], int]]:
-    """The intact records of `data` from offset `pos` on (framed with `salt`; None:
-    version 1), in order, each as (offset, record, where it ends). A torn or damaged
-    record with no intact record after it ends them (a crash in mid-write, or the zeros
-    of the space written ahead): the end of the last record yielded (`pos` when none) is
-    where what was written ends. A hole (damage with records after it) is passed to
-    `on_hole` and read past; when looking past it costs more than a `ScanBudget`, it is
-    passed with `gave_up` and the scan ends. The one loop of the journal's readers and
-    the memory store's (an `on_hole` that raises stops the scan)."""
-    budget = ScanBudget(len(data))
-    while True:
-        got = record_at(data, pos, salt)
-        if got is not None:
-            yield pos, got[0], got[1]
-            pos = got[1]
-            continue
-        nxt = _next_record(data, pos + 1, salt, budget)
-        if nxt is None:
-            return
-        if nxt == GAVE_UP:  # forged headers past counting: all the rest is damage
-            if on_hole is not None:
-                on_hole(Hole(pos, len(data) - pos, gave_up=True))
-            return
-        if on_hole is not None:
-            on_hole(Hole(pos, nxt - pos))
-        pos = nxt
 
 
 def read_journal(data: Buffer) -> JournalContents:
@@ -554,98 +414,38 @@ def check_journals(store_dir: Path) -> list[tuple[Path, str]]:
     return found
 
 
-class Journal:
-    """One journal file, locked (flock) while its saver has it open.
-
-    Its space is written ahead with zeros (`reserve`), and records overwrite them: the
-    file does not grow with each record, so the fdatasync of a put flushes data alone,
-    with no file-system metadata to commit (SQLite's WAL does the same). Zeros are only
-    ever written beyond the end of the records, under the lock the appends take: a put
-    that ran past the space written ahead is never written over."""
+class Journal(JournalWriter):
+    """One journal file of this process (a random name in `directory`, `PROCESS_SALT`),
+    locked (flock) while its saver has it open. A `JournalWriter` with a MiB written ahead:
+    the commit thread calls `reserve` and, under the "batch" policy, `sync` every tick,
+    without the saver's lock (the saver's lock serializes appends)."""
 
     RESERVE = 1 << 20
 
     def __init__(self, directory: Path, fsync: str) -> None:
         self.path = directory  # until created
-        self.fsync = fsync
         self.salt = PROCESS_SALT
         try:
             # a random name, O_EXCL|O_NOFOLLOW: a file or link planted there is never used
-            name, self.fd = create_temp(directory, prefix="", suffix=".journal", mode=0o644, flags=os.O_RDWR)
+            name, fd = create_temp(directory, prefix="", suffix=".journal", mode=0o644, flags=os.O_RDWR)
             self.path = directory / name
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.pwrite(self.fd, MAGIC + self.salt + bytes(self.RESERVE - HEADER_V2), 0)
-            os.fsync(self.fd)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.pwrite(fd, MAGIC + self.salt + bytes(self.RESERVE - HEADER_V2), 0)
+            os.fsync(fd)
             fsync_dir(directory)
         except OSError as exc:
             raise StoreIOError(f"cannot create a LangGraph journal in {directory}: {exc.strerror}") from None
-        self.size = HEADER_V2  # where the records end
-        self.allocated = self.RESERVE  # where the zeros written ahead end
-        self.synced = self.size  # what is known to be on disk
-        # `size` and `allocated` change under this lock only: an append and a reserve
-        # agree on where the records end
-        self._end_lock = threading.Lock()
-        # sync and reserve run on the commit thread without the saver's lock, and may
-        # meet a rotation that closes this journal: once closed, its descriptor number
-        # may belong to another file, so they must not touch it
-        self._fd_lock = threading.Lock()
-        self.closed = False
+        super().__init__(
+            fd, HEADER_V2, fsync, what=f"the LangGraph journal {self.path}", hint="nothing of this call was kept", allocated=self.RESERVE
+        )
 
     @property
     def empty(self) -> bool:
         return self.size <= HEADER_V2
 
-    def append(self, data: bytes) -> None:
-        """Write framed records at the end (the saver's lock serializes appends)."""
-        with self._end_lock:
-            start = self.size
-            try:
-                pwrite_all(self.fd, data, start)
-                if self.fsync == "always":
-                    os.fdatasync(self.fd)
-            except OSError as exc:
-                with contextlib.suppress(OSError):
-                    os.pwrite(self.fd, bytes(len(data)), start)  # no half record stays behind
-                raise StoreIOError(
-                    f"cannot write the LangGraph journal {self.path}: {exc.strerror}", hint="nothing of this call was kept"
-                ) from None
-            self.size = start + len(data)
-            if self.fsync == "always":
-                self.synced = self.size
-
-    def reserve(self) -> None:
-        """Write zeros ahead when less than half the reserve is left (the commit thread
-        does this, so that puts seldom write past the written space), from the end of
-        the records or of the space written ahead, whichever is further."""
-        with self._fd_lock, contextlib.suppress(OSError):
-            if self.closed:
-                return
-            with self._end_lock:
-                if self.allocated - self.size >= self.RESERVE // 2:
-                    return
-                start = max(self.allocated, self.size)
-                os.pwrite(self.fd, bytes(self.RESERVE), start)
-                self.allocated = start + self.RESERVE
-            os.fdatasync(self.fd)
-
-    def sync(self) -> None:
-        """fdatasync what was written since the last sync (the "batch" policy's sync,
-        which the commit thread runs every tick; also on close). Runs without the
-        saver's lock: records appended meanwhile are synced by the next call."""
-        end = self.size
-        if end > self.synced and self.fsync != "never":
-            with self._fd_lock, contextlib.suppress(OSError):
-                if self.closed:
-                    return
-                os.fdatasync(self.fd)
-                self.synced = end
-
-    def close(self, delete: bool) -> None:
+    def close(self, delete: bool = False) -> None:
+        """Close the file; with `delete`, remove it first."""
         if delete:
             with contextlib.suppress(OSError):
                 self.path.unlink()
-        with self._fd_lock:
-            if not self.closed:
-                self.closed = True
-                with contextlib.suppress(OSError):
-                    os.close(self.fd)
+        super().close()
