@@ -60,7 +60,7 @@ from ckptcli.history.events import (
 )
 
 if TYPE_CHECKING:
-    from ckptcli.api import Checkpoint
+    from ckptcli.checkpoint import Checkpoint
 
 #: The encoded value of an empty list: an empty tail, known without decoding anything.
 EMPTY_LIST_EV = b"\x90"
@@ -217,7 +217,7 @@ class StateAt:
     def summary(self) -> dict[str, Any]:
         """`ckpt show`: Checkpoint.summary() with the sections at this state, and "state"
         (`to_dict`) when the checkpoint has a tail."""
-        from ckptcli.api import describe_value
+        from ckptcli.checkpoint import describe_value
 
         info = self.ck.summary()
         if not self.events and self.problem is None:
@@ -243,8 +243,7 @@ class StateAt:
         """The state document as a ckptcli.document skeleton: stored parts as `Section`s
         (streamed), decoded ones as values. Without `events`, only the state (what
         restoring the live state should write)."""
-        from ckptcli.api import join_document
-        from ckptcli.document import Section
+        from ckptcli.document import Section, join_document
 
         if not self.applied:
             sections = {

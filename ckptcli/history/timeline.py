@@ -97,7 +97,7 @@ from ckptcli.history.replay import Change, Step
 from ckptcli.listing import format_time
 
 if TYPE_CHECKING:
-    from ckptcli.api import Checkpoint
+    from ckptcli.checkpoint import Checkpoint
     from ckptcli.store.repository import Store
     from ckptcli.store.single import CheckpointFile
 
@@ -301,7 +301,7 @@ def _plain(x: Any, depth: int) -> bool:
 # -- the event tail ---------------------------------------------------------------------------
 def _snapshot_of(ck: Checkpoint) -> Any:
     """The checkpoint's state document without `events` (and without blobs), decoded."""
-    from ckptcli.api import join_document
+    from ckptcli.document import join_document
 
     m = ck.manifest
     names = [n for n in m.sections if n not in ("events", "blobs")]
