@@ -10,7 +10,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import IO, Any
 
-from ckptcli.blobs import FileInfo, RestoreReport, check_origin, find_entry, list_files, restore_blobs, validate
+from ckptcli.blobs import RestoreReport, restore_blobs
+from ckptcli.blobtree import FileInfo, check_origin, find_entry, list_files, validate
 from ckptcli.document import Section, join_document, write_document
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, NotFoundError
 from ckptcli.format import framing, limits

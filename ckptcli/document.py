@@ -1,25 +1,20 @@
-"""Writing a checkpoint's state as a document (JSON, msgpack, or the JSON view `ckpt cat`
+"""State documents: `split_document` maps one onto sections and `join_document` back,
+`read_document` parses one (JSON or msgpack), `write_value` writes a decoded one, and
+`write_document` writes a checkpoint's state (JSON, msgpack, or the JSON view `ckpt cat`
 prints) straight from its objects, without holding the decoded state.
 
-`ckpt restore` and `ckpt cat` write through here, so peak memory is O(largest object +
-nesting depth + SMALL_BYTES + PRESIZE_BYTES), not O(state): a small file that decodes to
-gigabytes (a "reference bomb") costs output, not RAM. The bytes are exactly those of
-serializing the decoded value (`write_value`; `jsonview.to_json` + `json.dumps` for the
-view; tests/test_docstream.py).
-
-Every value is first decoded with a budget of SMALL_BYTES / SMALL_ITEMS; if it fits, it
-is serialized whole by the C encoders (several at a time), so a normal state is written
-at their speed; if not, it is written piece by piece: its list or map entries one by one,
-its strings and byte strings chunk by chunk. The decoder checks everything as it goes
-(hashes, depth, keys, UTF-8), and every value written is charged to the streaming budget
-(`Budget.streaming()`: limits.MAX_DECODED_BYTES and MAX_DECODED_ITEMS).
-
-Before that, `Sizer` sizes the whole output from the node objects alone, memoised by
-object id (a reference bomb costs its distinct objects, not its decoded size), and an
-output over the budget is refused before the first byte. It stops after reading
-PRESIZE_BYTES of nodes (a state that large in its distinct objects is no bomb: the
-budget then stops it as it is written), and the nodes it read are handed to the writer,
-so no object is read twice.
+Invariants of `write_document` (tests/test_docstream.py):
+- its bytes are exactly those of serializing the decoded value (`write_value`;
+  `jsonview.to_json` + `json.dumps` for the view);
+- peak memory is O(largest object + nesting depth + SMALL_BYTES + PRESIZE_BYTES), not
+  O(state): a small file that decodes to gigabytes (a "reference bomb") costs output,
+  not RAM. A value that fits SMALL_BYTES / SMALL_ITEMS is serialized whole by the C
+  encoders; a larger one is written piece by piece. Every value written is charged to
+  the streaming budget (`Budget.streaming()`: limits.MAX_DECODED_BYTES and
+  MAX_DECODED_ITEMS);
+- an output the `Sizer` sizes over that budget (from the node objects alone, memoised
+  by object id, up to PRESIZE_BYTES of nodes, which the writer then reuses) is refused
+  before the first byte.
 
 A document to write is a *skeleton*: a dict (written as a map; its keys as they are) of
 skeletons, a `Section` (a section's encoded root), or any other value (written as it is).

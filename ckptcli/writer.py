@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptcli._version import __version__
-from ckptcli.blobs import CaptureReport, capture, tree_size
+from ckptcli.blobtree import CaptureReport, capture, tree_size
 from ckptcli.checkpoint import Checkpoint, PathLike
 from ckptcli.document import split_document
 from ckptcli.errors import CkptError, InvalidInputError, LatestMovedError
