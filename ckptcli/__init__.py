@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+from ckptcli._version import __version__
+
 # typing is not imported at run time: `ckpt` imports this package before it can catch a
 # Ctrl-C (ckptcli/cli/__init__.py), so it must be next to free
 TYPE_CHECKING = False
@@ -17,7 +19,6 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-__version__ = "0.2.0"
 
 _API = (
     "Checkpoint",

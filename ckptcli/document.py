@@ -1,25 +1,20 @@
-"""Writing a checkpoint's state as a document (JSON, msgpack, or the JSON view `ckpt cat`
+"""State documents: `split_document` maps one onto sections and `join_document` back,
+`read_document` parses one (JSON or msgpack), `write_value` writes a decoded one, and
+`write_document` writes a checkpoint's state (JSON, msgpack, or the JSON view `ckpt cat`
 prints) straight from its objects, without holding the decoded state.
 
-`ckpt restore` and `ckpt cat` write through here, so peak memory is O(largest object +
-nesting depth + SMALL_BYTES + PRESIZE_BYTES), not O(state): a small file that decodes to
-gigabytes (a "reference bomb") costs output, not RAM. The bytes are exactly those of
-serializing the decoded value (`api.write_document`; `jsonview.to_json` + `json.dumps`
-for the view; tests/test_docstream.py).
-
-Every value is first decoded with a budget of SMALL_BYTES / SMALL_ITEMS; if it fits, it
-is serialized whole by the C encoders (several at a time), so a normal state is written
-at their speed; if not, it is written piece by piece: its list or map entries one by one,
-its strings and byte strings chunk by chunk. The decoder checks everything as it goes
-(hashes, depth, keys, UTF-8), and every value written is charged to the streaming budget
-(`Budget.streaming()`: limits.MAX_DECODED_BYTES and MAX_DECODED_ITEMS).
-
-Before that, `Sizer` sizes the whole output from the node objects alone, memoised by
-object id (a reference bomb costs its distinct objects, not its decoded size), and an
-output over the budget is refused before the first byte. It stops after reading
-PRESIZE_BYTES of nodes (a state that large in its distinct objects is no bomb: the
-budget then stops it as it is written), and the nodes it read are handed to the writer,
-so no object is read twice.
+Invariants of `write_document` (tests/test_docstream.py):
+- its bytes are exactly those of serializing the decoded value (`write_value`;
+  `jsonview.to_json` + `json.dumps` for the view);
+- peak memory is O(largest object + nesting depth + SMALL_BYTES + PRESIZE_BYTES), not
+  O(state): a small file that decodes to gigabytes (a "reference bomb") costs output,
+  not RAM. A value that fits SMALL_BYTES / SMALL_ITEMS is serialized whole by the C
+  encoders; a larger one is written piece by piece. Every value written is charged to
+  the streaming budget (`Budget.streaming()`: limits.MAX_DECODED_BYTES and
+  MAX_DECODED_ITEMS);
+- an output the `Sizer` sizes over that budget (from the node objects alone, memoised
+  by object id, up to PRESIZE_BYTES of nodes, which the writer then reuses) is refused
+  before the first byte.
 
 A document to write is a *skeleton*: a dict (written as a map; its keys as they are) of
 skeletons, a `Section` (a section's encoded root), or any other value (written as it is).
@@ -30,6 +25,7 @@ from __future__ import annotations
 import base64
 import codecs
 import json
+import math
 import re
 import struct
 from collections.abc import Iterator
@@ -38,8 +34,9 @@ from typing import IO, Any, NamedTuple
 import msgpack
 
 from ckptcli.errors import CorruptError, InvalidInputError, LimitExceededError
-from ckptcli.format import limits
+from ckptcli.format import framing, limits
 from ckptcli.format.jsonview import to_json
+from ckptcli.format.manifest import DOC_SECTION_KEYS, EXT_PREFIX, LAYOUT_DOCUMENT, LAYOUT_SECTIONS, NAMESPACE_RE
 from ckptcli.format.values import (
     EXT_BYTES,
     EXT_LIST,
@@ -457,7 +454,7 @@ class _Writer:
 
 def write_document(skeleton: Any, source: ObjectSource, out: IO[bytes], fmt: str, *, indent: int | None = 2) -> None:
     """Write `skeleton` (see the module docstring) to `out` as `fmt`: "json" (what
-    api.write_document writes: indented, NaN allowed, byte strings refused), "view"
+    write_value writes: indented, NaN allowed, byte strings refused), "view"
     (jsonview.to_json then strict JSON, `indent` None for compact) or "msgpack".
 
     Raises:
@@ -490,3 +487,91 @@ def write_document(skeleton: Any, source: ObjectSource, out: IO[bytes], fmt: str
     if fmt != "msgpack":
         w.write("\n")
     w.flush()
+
+
+# -- state documents as values (`ckpt take` reads them; the API writes a decoded state) ------
+def split_document(doc: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Map a state document onto sections; returns (layout, {section: value}).
+
+    A map whose keys are all among memory/plan/tools/events/ext is split into those
+    sections (ext: {namespace: value} becomes `ext:<namespace>` sections). Anything
+    else is kept whole as `memory`. The layout records which, so restore gives back
+    exactly the document that was taken.
+    """
+    if isinstance(doc, dict) and doc and all(isinstance(k, str) and k in DOC_SECTION_KEYS for k in doc):
+        ext = doc.get("ext", {})
+        if isinstance(ext, dict) and all(isinstance(ns, str) and NAMESPACE_RE.match(ns) for ns in ext):
+            sections = {k: v for k, v in doc.items() if k != "ext"}
+            for ns, v in ext.items():
+                sections[EXT_PREFIX + ns] = v
+            layout = {"kind": LAYOUT_SECTIONS, "keys": list(doc.keys()), "ext": list(ext.keys()) if "ext" in doc else []}
+            return layout, sections
+    return {"kind": LAYOUT_DOCUMENT}, {"memory": doc}
+
+
+def join_document(layout: dict[str, Any], sections: dict[str, Any]) -> Any:
+    if layout.get("kind") == LAYOUT_DOCUMENT:
+        return sections.get("memory")
+    doc: dict[str, Any] = {}
+    for key in layout.get("keys", []):
+        if key == "ext":
+            doc["ext"] = {ns: sections[EXT_PREFIX + ns] for ns in layout.get("ext", []) if EXT_PREFIX + ns in sections}
+        elif key in sections:
+            doc[key] = sections[key]
+    return doc
+
+
+def read_document(stream: IO[bytes], fmt: str = "auto", where: str = "state document") -> tuple[Any, str]:
+    """Parse a JSON or msgpack state document; returns (value, format name)."""
+    data = stream.read()
+    if fmt == "auto":
+        stripped = data.lstrip()[:1]
+        fmt = "json" if stripped in (b"{", b"[", b'"') or stripped.isdigit() or stripped in (b"-", b"t", b"f", b"n") else "msgpack"
+    if fmt == "json":
+        try:
+            return json.loads(data), "json"
+        except RecursionError:
+            raise LimitExceededError(f"{where}: nesting is deeper than {limits.MAX_DEPTH} levels") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InvalidInputError(f"{where}: not valid JSON ({exc})", hint="check the file, or pass --format msgpack") from None
+    if fmt == "msgpack":
+        try:
+            return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_document_ext, timestamp=0), "msgpack"
+        except msgpack.StackError:
+            raise LimitExceededError(f"{where}: nesting is deeper than the decoder allows") from None
+        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, UnicodeDecodeError) as exc:
+            raise InvalidInputError(f"{where}: not valid msgpack ({exc})", hint="check the file, or pass --format json") from None
+    raise InvalidInputError(f"unknown document format {fmt!r}", hint="use json, msgpack or auto")
+
+
+def write_value(value: Any, out: IO[bytes], fmt: str) -> None:
+    """Write a decoded state document to `out` as "json" or "msgpack" (`ckptcli.api`
+    offers it as `write_document`; `write_document` here writes the same bytes from
+    the store)."""
+    if fmt == "msgpack":
+        out.write(framing.pack(packable(value)))
+        return
+    try:
+        text = json.dumps(value, ensure_ascii=False, indent=2, allow_nan=True, default=refuse_json)
+    except ValueError as exc:
+        raise InvalidInputError(f"the state cannot be written as JSON ({exc})", hint="pass --format msgpack") from None
+    out.write(text.encode("utf-8") + b"\n")
+
+
+def _document_ext(code: int, data: bytes) -> Any:
+    if code == 1 and 0 < len(data) <= limits.MAX_BIGINT_BYTES:
+        return int.from_bytes(data, "big", signed=True)
+    raise InvalidInputError(f"msgpack ext type {code} is not supported in a state document", hint="use plain msgpack types (ext 1 = big integer)")
+
+
+def states_equal(a: Any, b: Any) -> bool:
+    """Exact equality of states: types must match, NaN equals NaN, 0.0 and -0.0 differ."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    if isinstance(a, list):
+        return len(a) == len(b) and all(states_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return list(a.keys()) == list(b.keys()) and all(states_equal(a[k], b[k]) for k in a)
+    return bool(a == b)

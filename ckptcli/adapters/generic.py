@@ -317,7 +317,7 @@ class AgentAdapter:
 
     def take(self, store: Any, agent: Any, *, subject: str, labels: Mapping[str, str] | None = None, **kwargs: Any) -> Any:
         """Capture `agent` and take a checkpoint of it (`ckptcli.take` arguments pass through)."""
-        from ckptcli.api import take
+        from ckptcli.writer import take
 
         doc, meta = self.capture(agent)
         return take(store, doc, subject=subject, labels={**meta, **dict(labels or {})}, **kwargs)
@@ -342,7 +342,7 @@ class AgentAdapter:
 
     def restore(self, source: Any, ref: str = "latest", *, into: Any) -> Any:
         """Restore checkpoint `ref` of `source` (a store, or a path to a store or file) into `into`."""
-        from ckptcli.api import open_checkpoint
+        from ckptcli.checkpoint import open_checkpoint
         from ckptcli.store.repository import Store
 
         if isinstance(source, Store):

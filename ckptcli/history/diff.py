@@ -33,9 +33,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from ckptcli.api import Checkpoint, names_a_file, open_checkpoint, open_store, states_equal
+from ckptcli.checkpoint import Checkpoint, names_a_file, open_checkpoint
+from ckptcli.document import states_equal
 from ckptcli.errors import CorruptError, LimitExceededError, NotFoundError
 from ckptcli.format import limits
 from ckptcli.format.jsonview import to_json
@@ -92,7 +94,7 @@ WHOLE_DOCUMENT = "document"
 
 
 def open_pair(ref_a: str, ref_b: str, *, store: Store | None = None, store_path: Any = None) -> tuple[Checkpoint, Checkpoint]:
-    """Open two checkpoints by reference (see api.open_checkpoint): ids, refs, checkpoint
+    """Open two checkpoints by reference (see checkpoint.open_checkpoint): ids, refs, checkpoint
     files or one of each. A store is opened only when a reference needs one, and once."""
     shared = store
 
@@ -101,7 +103,7 @@ def open_pair(ref_a: str, ref_b: str, *, store: Store | None = None, store_path:
         if names_a_file(ref) or ref.endswith(".ckpt"):
             return open_checkpoint(ref, store_path=store_path)
         if shared is None:
-            shared = open_store(store_path)
+            shared = Store.open(Path(store_path) if store_path is not None else None)
         return open_checkpoint(ref, shared)
 
     return one(ref_a), one(ref_b)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ckptcli.api import Checkpoint
+from ckptcli.checkpoint import Checkpoint
 from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, UsageError, how_it_failed, user_failure
 from ckptcli.format.jsonview import to_json
 from ckptcli.format.manifest import EXT_PREFIX

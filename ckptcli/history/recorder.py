@@ -56,8 +56,8 @@ from ckptcli.history.events import (
 from ckptcli.store.backend import write_file_atomic
 
 if TYPE_CHECKING:
-    from ckptcli.api import TakeResult
     from ckptcli.store.repository import Store
+    from ckptcli.writer import TakeResult
 
 Tool = Callable[[Any], Any]
 StepFunc = Callable[[StepContext, Event], Any]
@@ -275,7 +275,7 @@ class Recorder:
         rec.tools = dict(tools or {})
         rec.policy = policy or CheckpointPolicy()
         rec.durability = durability or Durability()
-        from ckptcli.api import parse_labels
+        from ckptcli.listing import parse_labels
 
         parse_labels(rec.labels)
         rec._acquire()
@@ -359,7 +359,7 @@ class Recorder:
         self.run = uuid.uuid4().hex
         self._tail = []
         if base is not None:
-            from ckptcli.api import open_checkpoint
+            from ckptcli.checkpoint import open_checkpoint
             from ckptcli.store.single import CheckpointFile
 
             ck = open_checkpoint(base, self.store)
@@ -381,8 +381,9 @@ class Recorder:
         write_journal(self.path, self._header())
 
     def _recover(self) -> None:
-        from ckptcli.api import ListFilter, list_checkpoints, open_checkpoint
+        from ckptcli.checkpoint import open_checkpoint
         from ckptcli.history.replay import load_tail
+        from ckptcli.listing import ListFilter, list_checkpoints
 
         j = read_journal(self.path)
         h = j.header
@@ -512,7 +513,7 @@ class Recorder:
         return doc
 
     def _take(self, parents: list[str], message: str, labels: Mapping[str, str] | None = None) -> TakeResult:
-        from ckptcli.api import take
+        from ckptcli.writer import take
 
         all_labels = {**self.labels, **(labels or {}), LABEL_RUN: self.run, LABEL_SEQ: str(self._base_seq + len(self._tail))}
         return take(self.store, self._document(), subject=self.subject, parents=parents, labels=all_labels, message=message, branch=self.branch)

@@ -53,9 +53,10 @@ from ckptcli.history.events import (
 )
 
 if TYPE_CHECKING:
-    from ckptcli.api import Checkpoint, TakeResult
+    from ckptcli.checkpoint import Checkpoint
     from ckptcli.history.tolerant import Tolerance
     from ckptcli.store.repository import Store
+    from ckptcli.writer import TakeResult
 
 StepFunc = Callable[[StepContext, Event], Any]
 
@@ -503,7 +504,7 @@ def _step_begun_before(ck: Checkpoint, tail: Tail, red: Reducers) -> tuple[Any, 
     """When the tail starts inside a step, the state before that step's input and the
     events from the input to the tail, from the ancestors' tails; None when they cannot
     be had (no parent here, a gap between tails, the input not found)."""
-    from ckptcli.api import Checkpoint
+    from ckptcli.checkpoint import Checkpoint
 
     want = tail.events[0].cause if tail.events else None
     if want is None:
@@ -584,8 +585,9 @@ def fork(
         InvalidInputError for a checkpoint file (import it first); NotFoundError for a seq
         outside the checkpoint (see Tail.count_to); what replay raises.
     """
-    from ckptcli.api import open_checkpoint, take
+    from ckptcli.checkpoint import open_checkpoint
     from ckptcli.store.single import CheckpointFile
+    from ckptcli.writer import take
 
     ck = open_checkpoint(ref, store)
     if isinstance(ck.source, CheckpointFile):

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from ckptcli.api import Checkpoint
+from ckptcli.checkpoint import Checkpoint
 from ckptcli.errors import CorruptError, LimitExceededError, UsageError
 from ckptcli.format import limits
 from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_DOCUMENT

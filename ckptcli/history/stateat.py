@@ -28,8 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ckptcli.api import describe_value, join_document
-from ckptcli.document import Section, write_document
+from ckptcli.checkpoint import describe_value
+from ckptcli.document import Section, join_document, write_document
 from ckptcli.errors import CkptError, InvalidInputError, LimitExceededError, NotFoundError
 from ckptcli.format.manifest import DOC_SECTION_KEYS, EXT_PREFIX, LAYOUT_SECTIONS
 from ckptcli.format.values import Budget, Decoder, unpack_ev
@@ -60,7 +60,7 @@ from ckptcli.history.lazylist import LazyList
 from ckptcli.listing import info_dict
 
 if TYPE_CHECKING:
-    from ckptcli.api import Checkpoint
+    from ckptcli.checkpoint import Checkpoint
 
 __all__ = ["EMPTY_LIST_EV", "StateAt", "Stored", "overlaps", "replay_problem", "state_at", "tail_events", "touched"]
 

@@ -58,7 +58,7 @@ from ckptcli.history.replay import Step
 from ckptcli.listing import format_time
 
 if TYPE_CHECKING:
-    from ckptcli.api import Checkpoint
+    from ckptcli.checkpoint import Checkpoint
 
 #: with what moved to ckptcli.history.graph, .lazylist and .render, re-exported where it was
 __all__ = [
@@ -116,7 +116,7 @@ STOP_CHECK_EVERY = 32
 # -- the event tail ---------------------------------------------------------------------------
 def _snapshot_of(ck: Checkpoint) -> Any:
     """The checkpoint's state document without `events` (and without blobs), decoded."""
-    from ckptcli.api import join_document
+    from ckptcli.document import join_document
 
     m = ck.manifest
     names = [n for n in m.sections if n not in ("events", "blobs")]

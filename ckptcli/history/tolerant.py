@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from ckptcli.api import Checkpoint
+from ckptcli.checkpoint import Checkpoint
 from ckptcli.errors import UsageError
 from ckptcli.format.manifest import EXT_PREFIX, LAYOUT_DOCUMENT
 from ckptcli.history.change import Change, DiffResult, PathPart, pointer

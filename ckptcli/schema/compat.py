@@ -45,7 +45,7 @@ from ckptcli.schema.migrations import (
 )
 
 if TYPE_CHECKING:
-    from ckptcli.api import Checkpoint
+    from ckptcli.checkpoint import Checkpoint
     from ckptcli.store.repository import Store
 
 AS_IS = "as-is"
@@ -255,7 +255,7 @@ class CompatCheck:
     # -- sources ------------------------------------------------------------------------
     def file(self, path: Path, name: str | None = None) -> CompatResult:
         """A checkpoint file; one that cannot be opened is incompatible, not an error."""
-        from ckptcli.api import Checkpoint
+        from ckptcli.checkpoint import Checkpoint
         from ckptcli.store.single import CheckpointFile
 
         label = name if name is not None else str(path)
@@ -287,7 +287,7 @@ class CompatCheck:
         Raises:
             NotFoundError when a ref does not resolve.
         """
-        from ckptcli.api import Checkpoint
+        from ckptcli.checkpoint import Checkpoint
         from ckptcli.listing import ListFilter, list_checkpoints
 
         if refs:

@@ -61,9 +61,10 @@ from ckptcli.errors import (
 )
 
 if TYPE_CHECKING:
-    from ckptcli.api import Checkpoint, TakeResult
+    from ckptcli.checkpoint import Checkpoint
     from ckptcli.format.manifest import Manifest
     from ckptcli.store.repository import Store
+    from ckptcli.writer import TakeResult
 
 Version: TypeAlias = int | str
 StateFunc: TypeAlias = Callable[[Any], Any]
@@ -399,7 +400,7 @@ class _NullSink:
 def storable_problem(state: Any) -> str | None:
     """Why ckpt could not store `state` (a key that is not a string, a set, ...), or None.
     Encodes it without writing anything."""
-    from ckptcli.api import split_document
+    from ckptcli.document import split_document
     from ckptcli.format.values import Encoder
 
     try:
@@ -433,7 +434,7 @@ def prepare_migration(
         InvalidInputError for a checkpoint file (migrations write into a store);
         MigrationError for a gap, an ambiguity or a failing migration.
     """
-    from ckptcli.api import open_checkpoint
+    from ckptcli.checkpoint import open_checkpoint
     from ckptcli.store.repository import Store
 
     ck = open_checkpoint(ref, store)
@@ -479,7 +480,7 @@ def migrate_checkpoint(
         first) or a migrated state ckpt cannot store; whatever reading the checkpoint
         raises. Nothing is written to the store unless the whole chain succeeded.
     """
-    from ckptcli.api import take
+    from ckptcli.writer import take
 
     prep = prepare_migration(store, ref, to_version, migrations, assume_version=assume_version)
     ck, start, target, steps, state = prep.checkpoint, prep.start, prep.target, prep.steps, prep.state

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
 
-from ckptcli import __version__
+from ckptcli._version import __version__
 from ckptcli.errors import CkptError, CorruptError
 from ckptcli.format import limits
 from ckptcli.format.manifest import NAME_RE, Manifest, Subject

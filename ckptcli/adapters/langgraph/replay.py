@@ -39,7 +39,7 @@ from ckptcli.adapters.langgraph.layout import message_fields
 from ckptcli.errors import CkptError
 
 if TYPE_CHECKING:
-    from ckptcli.api import Checkpoint
+    from ckptcli.checkpoint import Checkpoint
     from ckptcli.history.replay import Tail
 
 WRITE_KIND = "langgraph:write"
@@ -170,7 +170,7 @@ def learn(ck: Checkpoint, channels: Iterable[str]) -> dict[str, list[str]]:
     """The candidate reducers of `channels` (those of the graph's state), from at most
     MAX_STEPS recorded steps of `ck`'s thread and namespace, the nearest first; a channel
     no step shows is left out."""
-    from ckptcli.api import Checkpoint
+    from ckptcli.checkpoint import Checkpoint
     from ckptcli.listing import ListFilter, list_checkpoints
     from ckptcli.store.repository import Store
 

@@ -632,7 +632,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         none): ``builder.compile(checkpointer=CkptSaver.open(".ckpt"))``. Options are
         the constructor's."""
         from ckptcli.adapters.langgraph.retention import TTL
-        from ckptcli.api import store_or_init
+        from ckptcli.checkpoint import store_or_init
 
         if options.get("ttl") is not None:
             TTL.parse(options["ttl"])  # a bad one is refused before a store is made
@@ -1130,7 +1130,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         """Read a committed checkpoint's record (not its values) from the store."""
         if e.loaded:
             return
-        from ckptcli.api import Checkpoint
+        from ckptcli.checkpoint import Checkpoint
 
         assert e.committed is not None
         ck = Checkpoint(self.store, e.committed)
@@ -1188,7 +1188,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         per checkpoint, not O(items)."""
         if e.blobs_loaded or e.committed is None:
             return
-        from ckptcli.api import Checkpoint
+        from ckptcli.checkpoint import Checkpoint
 
         self._load(e)
         ck = Checkpoint(self.store, e.committed)
@@ -2612,7 +2612,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             return self._thread_from(ref, str(thread_id))
 
     def _thread_from(self, ref: str, thread: str) -> RunnableConfig:
-        from ckptcli.api import open_checkpoint
+        from ckptcli.checkpoint import open_checkpoint
 
         with self._lock:
             ck = open_checkpoint(ref, self.store)

@@ -394,7 +394,7 @@ class CkptStore(BaseStore):
     def open(cls, path: str | os.PathLike[str] = ".ckpt", **options: Any) -> CkptStore:
         """The memory store of the store at `path` (created as `ckpt init` would when
         there is none). Options are the constructor's."""
-        from ckptcli.api import store_or_init
+        from ckptcli.checkpoint import store_or_init
 
         return cls(store_or_init(path), **options)
 
@@ -537,7 +537,7 @@ class CkptStore(BaseStore):
         items: dict[tuple[str, ...], dict[str, _Rec]] = {}
         if snap is None:
             return items
-        from ckptcli.api import Checkpoint
+        from ckptcli.checkpoint import Checkpoint
 
         try:
             doc = Checkpoint(self.store, snap).section("memory")
@@ -957,7 +957,7 @@ class CkptStore(BaseStore):
     def _compact(self, now: int) -> bytes:
         """Snapshot the live items into a ckpt checkpoint and start the next log from it
         (under the exclusive lock, after a refresh)."""
-        from ckptcli.api import take
+        from ckptcli.writer import take
 
         namespaces: list[dict[str, Any]] = []
         count = 0
