@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import sys
 
-from ckptcli._version import __version__
-
 # typing is not imported at run time: `ckpt` imports this package before it can catch a
 # Ctrl-C (ckptcli/cli/__init__.py), so it must be next to free
 TYPE_CHECKING = False
@@ -43,6 +41,10 @@ def __getattr__(name: str) -> Any:
         from ckptcli import api
 
         return getattr(api, name)
+    if name == "__version__":  # ckptcli/_version.py, read on first use like the rest
+        from ckptcli._version import __version__
+
+        return __version__
     raise AttributeError(f"module 'ckptcli' has no attribute {name!r}")
 
 
