@@ -642,7 +642,7 @@ def import_checkpoint(store: Store, path: PathLike, progress: Progress = NULL) -
         # what `verify --read-data` refuses, import refuses, before anything lands: the
         # structural check here (checksum, object checks, every object present, data sizes
         # as their nodes say), the read-data part as each object is copied (read_checked)
-        report = cast(VerifyReport, verify_file(f, read_data=False))
+        report = verify_file(f, read_data=False)
         if report.problems:
             first = report.problems[0]
             more = f" (and {len(report.problems) - 1} more problem(s))" if len(report.problems) > 1 else ""
@@ -676,38 +676,8 @@ def import_checkpoint(store: Store, path: PathLike, progress: Progress = NULL) -
 
 
 # -- verify ----------------------------------------------------------------------------------
-@dataclass
-class Problem:
-    kind: str  # pack, index, manifest, ref, config, object, file, journal (a LangGraph saver's)
-    name: str  # file path or object id
-    message: str
-    checkpoints: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "message": self.message, "checkpoints": self.checkpoints}
-
-
-@dataclass
-class VerifyReport:
-    checkpoints: int = 0
-    objects: int = 0
-    bytes_read: int = 0
-    problems: list[Problem] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "checkpoints": self.checkpoints,
-            "objects": self.objects,
-            "bytes_read": self.bytes_read,
-            "problems": [p.to_dict() for p in self.problems],
-            "notes": self.notes,
-        }
+from ckptcli.store.verify import Problem as Problem  # noqa: E402  (the verify result types live beside verify_store)
+from ckptcli.store.verify import VerifyReport  # noqa: E402
 
 
 def verify(
@@ -723,6 +693,6 @@ def verify(
     from ckptcli.store.verify import verify_file, verify_store
 
     if isinstance(source, CheckpointFile):
-        return cast(VerifyReport, verify_file(source, read_data=read_data, progress=progress))
+        return verify_file(source, read_data=read_data, progress=progress)
     with source.backend.reading_lock("store"):  # a prune repacking meanwhile is not damage
-        return cast(VerifyReport, verify_store(source, refs, read_data=read_data, progress=progress))
+        return verify_store(source, refs, read_data=read_data, progress=progress)

@@ -27,6 +27,8 @@ from typing import IO
 
 from ckptcli import notices
 from ckptcli.errors import CorruptError, InvalidInputError, LockError, NotFoundError, StoreIOError
+from ckptcli.store.command import current_command
+from ckptcli.store.layout import TMP, WRITERS, lock_path
 
 
 def io_error(exc: OSError, what: str, path: Path | str) -> StoreIOError:
@@ -403,7 +405,7 @@ def _write_to(fd: int, write: Callable[[IO[bytes]], None], shown: str) -> None:
         raise output_error(exc, shown) from None
 
 
-WRITERS_DIR = "locks/writers"
+WRITERS_DIR = WRITERS
 
 
 class LocalBackend(Backend):
@@ -507,7 +509,7 @@ class LocalBackend(Backend):
                         os.fsync(fh.fileno())
                 finally:
                     fh.close()
-            if together and not syncfs(self.root / "tmp"):
+            if together and not syncfs(self.root / TMP):
                 for temp, _dest in temps:  # no syncfs after all: one fsync each
                     fd = os.open(self._p(temp), os.O_RDONLY | os.O_CLOEXEC)
                     try:
@@ -574,10 +576,10 @@ class LocalBackend(Backend):
         # a random name created exclusively (create_temp): a file or link planted in
         # tmp/ is never written through, another name is taken
         try:
-            name, fd = create_temp(self.root / "tmp", prefix=f"{os.getpid()}-", mode=0o666)
+            name, fd = create_temp(self.root / TMP, prefix=f"{os.getpid()}-", mode=0o666)
         except OSError as exc:
-            raise io_error(exc, "create a temporary file in", self.root / "tmp") from None
-        return f"tmp/{name}", os.fdopen(fd, "wb")
+            raise io_error(exc, "create a temporary file in", self.root / TMP) from None
+        return f"{TMP}/{name}", os.fdopen(fd, "wb")
 
     def commit_temp(self, temp: str, handle: IO[bytes], path: str) -> None:
         dest = self._p(path)
@@ -645,7 +647,7 @@ class LocalBackend(Backend):
     @contextlib.contextmanager
     def reading_lock(self, name: str, *, wait: float = 300.0) -> Iterator[None]:
         try:
-            fd = os.open(self._p(f"locks/{name}.lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(self._p(lock_path(name)), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             yield  # no lock file (no writer ever) or none to open: nothing to wait for
             return
@@ -667,7 +669,7 @@ class LocalBackend(Backend):
 
     def lock_state(self, name: str) -> tuple[str, str | None]:
         try:
-            fd = os.open(self._p(f"locks/{name}.lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(self._p(lock_path(name)), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return "free", None  # never taken
         except OSError:
@@ -731,7 +733,7 @@ class LocalBackend(Backend):
 
     @contextlib.contextmanager
     def lock(self, name: str, *, shared: bool, wait: float = 30.0) -> Iterator[None]:
-        path = self._p(f"locks/{name}.lock")
+        path = self._p(lock_path(name))
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as exc:
@@ -792,9 +794,7 @@ def note_holder(fd: int, shared: bool) -> None:
 
 
 def _command_line() -> str:
-    from ckptcli.store import reflog
-
-    return reflog.current_command()[:200]
+    return current_command()[:200]
 
 
 def lock_holder(fd: int) -> str | None:
