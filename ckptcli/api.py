@@ -17,7 +17,7 @@ import platform
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, Any
 
 from ckptcli import __version__
 from ckptcli.blobs import CaptureReport, FileInfo, RestoreReport, capture, find_entry, list_files, restore_blobs, tree_size, validate

@@ -332,7 +332,7 @@ class Refs:
         """Delete a ref; returns its old target (None if it was damaged)."""
         with self.backend.lock("refs", shared=False):
             if not self.backend.exists(path):
-                raise NotFoundError(f"no ref {path[len('refs/'):]!r}")
+                raise NotFoundError(f"no ref {path[len('refs/') :]!r}")
             return self.remove_ref(path, reason)
 
     # -- resolving names -----------------------------------------------------------
@@ -367,7 +367,9 @@ class Refs:
                 except InvalidInputError:
                     bad = True
             if bad:
-                raise InvalidInputError(f"{name!r} is not a ref path", hint="give latest/KIND/NAME as `ckpt reflog` prints it, or KIND:NAME")
+                raise InvalidInputError(
+                    f"{name!r} is not a ref path", hint="give latest/KIND/NAME as `ckpt reflog` prints it, or KIND:NAME"
+                )
         elif name.startswith(("tags/", "branches/")):
             ns, _, rest = name.partition("/")
             check_name(rest, f"{ns[:-1]} name in {name!r}")
@@ -380,7 +382,10 @@ class Refs:
         for p in [path] if path is not None else candidates:
             if self.backend.exists(p) or self.backend.exists(reflog.log_path(p)):
                 return p
-        raise NotFoundError(f"no such ref: {name!r} (no subject, tag or branch of that name has a ref or a reflog)", hint="see `ckpt reflog` for every ref's moves")
+        raise NotFoundError(
+            f"no such ref: {name!r} (no subject, tag or branch of that name has a ref or a reflog)",
+            hint="see `ckpt reflog` for every ref's moves",
+        )
 
     def _resolve_reflog(self, ref: str) -> bytes:
         """NAME@{N}: what the ref NAME pointed at N moves ago (@{0}: now)."""
@@ -396,7 +401,10 @@ class Refs:
         elif back == len(entries) and entries:
             value = entries[-1].old  # what it pointed at before its first recorded move
         else:
-            raise NotFoundError(f"{ref!r}: the reflog of {name} has only {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}", hint=f"see `ckpt reflog {name}`")
+            raise NotFoundError(
+                f"{ref!r}: the reflog of {name} has only {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}",
+                hint=f"see `ckpt reflog {name}`",
+            )
         if value is None:
             raise NotFoundError(f"{ref!r}: {name} did not exist then", hint=f"see `ckpt reflog {name}`")
         if not self.backend.exists(f"{layout.MANIFESTS}/{value}"):
@@ -469,7 +477,9 @@ class Refs:
                 return matches[0]
             if len(matches) > 1:
                 shown = ", ".join(sorted(m.hex()[:12] for m in matches[:5]))
-                raise InvalidInputError(f"{ref!r} is ambiguous: it matches {len(matches)} checkpoints ({shown})", hint="give more characters")
+                raise InvalidInputError(
+                    f"{ref!r} is ambiguous: it matches {len(matches)} checkpoints ({shown})", hint="give more characters"
+                )
         raise NotFoundError(
             f"no checkpoint, tag or branch named {ref!r} in {self.location}",
             hint="see `ckpt ls` for ids, or use a tag, a branch, KIND:NAME or latest",

@@ -1,15 +1,7 @@
 """A store: packs of immutable objects, their indexes, manifests and refs.
 
-Layout (formats/v1.md "Store layout")::
-
-    config                      store version, id, chunker parameters
-    packs/<2 hex>/<64 hex>      objects, back to back, with their table at the end
-    index/<64 hex>              which pack holds which object (one file per take)
-    manifests/<64 hex>          one per checkpoint; the name is the checkpoint id
-    refs/latest/<kind>/<name>   newest checkpoint of a subject (its newest not nested: head_order)
-    refs/branches/<name>        a movable line of history
-    refs/tags/<name>            a fixed name for one checkpoint
-    locks/  tmp/                local coordination and in-flight writes
+Its files are named by layout.py (formats/v1.md, "Store layout"); the pack and index
+formats are pack.py's and index.py's; refs are read and moved by refs.py (`Refs`).
 
 Order of writes in one take: packs, then the index that names them, then the
 manifest (the commit point), then refs. Every file is written to tmp/, fsynced and
