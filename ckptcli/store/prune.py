@@ -462,7 +462,7 @@ def forget_checkpoints(
                 removed[cid] = store.manifest(cid)
         if not removed:
             return set()
-        for prefix in ("refs/tags", "refs/branches"):  # strict: a damaged ref could be a tag that protects a checkpoint
+        for prefix in (layout.ref_path("tags"), layout.ref_path("branches")):  # strict: a damaged ref could be a tag that protects a checkpoint
             for name, target in store.refs(strict=True, prefix=prefix).items():
                 if target in removed:
                     store.delete_ref(layout.ref_path(name), reason="prune")

@@ -129,7 +129,7 @@ def _decode(line: bytes) -> dict[str, Any] | None:
 def parse(data: bytes, ref: str, warn: Callable[[str], None]) -> list[Entry]:
     """The entries of one log, oldest first; a damaged line is skipped with a warning."""
     out, damaged, torn = check(data, ref)
-    where = log_path("refs/" + ref)
+    where = log_path(layout.ref_path(ref))
     if damaged:
         warn(f"{where}: {len(damaged)} damaged reflog entr{'y' if len(damaged) == 1 else 'ies'} skipped (line {damaged[0]}); run `ckpt verify`")
     if torn:
