@@ -13,9 +13,7 @@ but the facade (ckptcli/__init__.py), the CLI and the TUI. No UI imports here
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
 
 from ckptcli.checkpoint import (
     Checkpoint,
@@ -36,6 +34,7 @@ from ckptcli.listing import ListFilter, format_time, info_dict, list_checkpoints
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
+from ckptcli.store.verify import Problem, VerifyReport
 from ckptcli.transfer import export_checkpoint, import_checkpoint
 from ckptcli.writer import TakeResult, origin_of, take
 
@@ -89,38 +88,6 @@ def init_store(path: PathLike, version: int = limits.FORMAT_VERSION) -> Store:
 
 
 # -- verify ----------------------------------------------------------------------------------
-@dataclass
-class Problem:
-    kind: str  # pack, index, manifest, ref, config, object, file, journal (a LangGraph saver's)
-    name: str  # file path or object id
-    message: str
-    checkpoints: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "message": self.message, "checkpoints": self.checkpoints}
-
-
-@dataclass
-class VerifyReport:
-    checkpoints: int = 0
-    objects: int = 0
-    bytes_read: int = 0
-    problems: list[Problem] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "checkpoints": self.checkpoints,
-            "objects": self.objects,
-            "bytes_read": self.bytes_read,
-            "problems": [p.to_dict() for p in self.problems],
-            "notes": self.notes,
-        }
 
 
 def verify(
@@ -136,6 +103,6 @@ def verify(
     from ckptcli.store.verify import verify_file, verify_store
 
     if isinstance(source, CheckpointFile):
-        return cast(VerifyReport, verify_file(source, read_data=read_data, progress=progress))
+        return verify_file(source, read_data=read_data, progress=progress)
     with source.backend.reading_lock("store"):  # a prune repacking meanwhile is not damage
-        return cast(VerifyReport, verify_store(source, refs, read_data=read_data, progress=progress))
+        return verify_store(source, refs, read_data=read_data, progress=progress)

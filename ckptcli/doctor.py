@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptcli.errors import CkptError
+from ckptcli.store.layout import journal_dir
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 DOCTOR_GROUP = "ckptcli.doctor"
@@ -203,7 +204,7 @@ def check_components(ctx: Context) -> Iterable[Check]:
             v = version(dist)
         except PackageNotFoundError:
             status = OK
-            if dist == "langgraph-checkpoint" and ctx.store_path is not None and (ctx.store_path / "langgraph").is_dir():
+            if dist == "langgraph-checkpoint" and ctx.store_path is not None and journal_dir(ctx.store_path).is_dir():
                 status = WARN  # this store is a saver's: it cannot be opened with one here
             yield Check(f"component {dist}", status, f"not installed: {enables}", hint)
             continue

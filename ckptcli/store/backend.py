@@ -10,36 +10,22 @@ from __future__ import annotations
 import builtins
 import contextlib
 import errno
-import fcntl
-import json
 import os
 import re
 import secrets
-import socket
 import stat
 import sys
 import threading
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import IO
 
-from ckptcli import notices
-from ckptcli.errors import CorruptError, InvalidInputError, LockError, NotFoundError, StoreIOError
-
-
-def io_error(exc: OSError, what: str, path: Path | str) -> StoreIOError:
-    reason = exc.strerror or str(exc)
-    if exc.errno == errno.ENOSPC:
-        hint = "free some disk space and try again; nothing was committed"
-    elif exc.errno in (errno.EACCES, errno.EPERM):
-        hint = "check the permissions of the store directory"
-    elif exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR):
-        hint = "something in the store is not what ckpt made there; `ckpt doctor` and `ckpt verify` say what"
-    else:
-        hint = "fix what the system reports and try again; `ckpt doctor` checks the store"
-    return StoreIOError(f"cannot {what} {path}: {reason}", hint=hint)
+from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError
+from ckptcli.store.layout import TMP
+from ckptcli.store.locking import LocalLocks
+from ckptcli.store.locking import WriterMark as WriterMark
+from ckptcli.store.oserror import io_error as io_error
 
 
 def output_error(exc: OSError, shown: str, path: Path | None = None) -> StoreIOError:
@@ -162,31 +148,6 @@ class Backend(ABC):
         """The marks of the writers alive now but `exclude` (the caller's own); marks
         left by writers that died are removed (the caller holds the store lock
         exclusively). Returns: their names."""
-
-
-class WriterMark:
-    """A long-lived writer's mark in the store (`Backend.mark_writer`): a file in
-    ``locks/writers/`` it holds a shared flock on for as long as it lives. A writer that
-    lives across commits remembers which objects the store has and writes a new
-    checkpoint that names them without writing them again; so while another writer is
-    alive, a removal of checkpoints leaves their objects (`ckptcli.store.prune`)."""
-
-    def __init__(self, path: Path, fd: int) -> None:
-        self.path = path
-        self.name = path.name
-        self._fd = fd
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-            os.close(self._fd)
-            self._fd = -1
-
-    def __del__(self) -> None:
-        if self._fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
 
 
 def fsync_dir(path: Path, *, strict: bool = False) -> None:
@@ -403,10 +364,9 @@ def _write_to(fd: int, write: Callable[[IO[bytes]], None], shown: str) -> None:
         raise output_error(exc, shown) from None
 
 
-WRITERS_DIR = "locks/writers"
 
 
-class LocalBackend(Backend):
+class LocalBackend(LocalLocks, Backend):
     def __init__(self, root: Path) -> None:
         self.root = root
         # raw descriptors of recently read packs (closed in close() or when collected)
@@ -507,7 +467,7 @@ class LocalBackend(Backend):
                         os.fsync(fh.fileno())
                 finally:
                     fh.close()
-            if together and not syncfs(self.root / "tmp"):
+            if together and not syncfs(self.root / TMP):
                 for temp, _dest in temps:  # no syncfs after all: one fsync each
                     fd = os.open(self._p(temp), os.O_RDONLY | os.O_CLOEXEC)
                     try:
@@ -574,10 +534,10 @@ class LocalBackend(Backend):
         # a random name created exclusively (create_temp): a file or link planted in
         # tmp/ is never written through, another name is taken
         try:
-            name, fd = create_temp(self.root / "tmp", prefix=f"{os.getpid()}-", mode=0o666)
+            name, fd = create_temp(self.root / TMP, prefix=f"{os.getpid()}-", mode=0o666)
         except OSError as exc:
-            raise io_error(exc, "create a temporary file in", self.root / "tmp") from None
-        return f"tmp/{name}", os.fdopen(fd, "wb")
+            raise io_error(exc, "create a temporary file in", self.root / TMP) from None
+        return f"{TMP}/{name}", os.fdopen(fd, "wb")
 
     def commit_temp(self, temp: str, handle: IO[bytes], path: str) -> None:
         dest = self._p(path)
@@ -642,126 +602,6 @@ class LocalBackend(Backend):
         except FileNotFoundError:
             raise NotFoundError(f"{self._p(path)} does not exist") from None
 
-    @contextlib.contextmanager
-    def reading_lock(self, name: str, *, wait: float = 300.0) -> Iterator[None]:
-        try:
-            fd = os.open(self._p(f"locks/{name}.lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            yield  # no lock file (no writer ever) or none to open: nothing to wait for
-            return
-        try:
-            deadline = time.monotonic() + wait
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise LockError(f"the store at {self.root} is locked ({name}) by another ckpt process", hint="wait for it to finish and try again") from None
-                    time.sleep(0.01)
-                except OSError:
-                    break  # a lock that cannot be taken here (not a regular file): read without it
-            yield
-        finally:
-            os.close(fd)
-
-    def lock_state(self, name: str) -> tuple[str, str | None]:
-        try:
-            fd = os.open(self._p(f"locks/{name}.lock"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return "free", None  # never taken
-        except OSError:
-            return "unknown", None
-        try:
-            # shared refused: an exclusive holder; then exclusive refused: shared holders
-            for mode, held in ((fcntl.LOCK_SH, "exclusive"), (fcntl.LOCK_EX, "shared")):
-                try:
-                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    return held, lock_holder(fd)
-                except OSError:
-                    return "unknown", None
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            return "free", None
-        finally:
-            os.close(fd)
-
-    def mark_writer(self, kind: str) -> WriterMark:
-        d = self._p(WRITERS_DIR)
-        try:
-            os.makedirs(d, exist_ok=True)
-            path = d / f"{kind}-{os.getpid()}-{secrets.token_hex(8)}.lock"
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise io_error(exc, "mark a writer in", d) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-        except OSError as exc:
-            os.close(fd)
-            raise io_error(exc, "lock", path) from None
-        return WriterMark(path, fd)
-
-    def live_writers(self, exclude: WriterMark | None = None) -> builtins.list[str]:
-        d = self._p(WRITERS_DIR)
-        try:
-            names = sorted(os.listdir(d))
-        except FileNotFoundError:
-            return []
-        except OSError as exc:
-            raise io_error(exc, "list", d) from None
-        live = []
-        for name in names:
-            if exclude is not None and name == exclude.name:
-                continue
-            try:
-                fd = os.open(d / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-            except OSError:
-                live.append(name)  # not a mark it can look at (a planted link...): counted, to be safe
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                live.append(name)  # held: its writer is alive
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(d / name)  # its writer died without closing it
-            finally:
-                os.close(fd)
-        return live
-
-    @contextlib.contextmanager
-    def lock(self, name: str, *, shared: bool, wait: float = 30.0) -> Iterator[None]:
-        path = self._p(f"locks/{name}.lock")
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise io_error(exc, "open the lock", path) from None
-        try:
-            mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
-            start = time.monotonic()
-            deadline = start + wait
-            told = False
-            while True:
-                try:
-                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    now = time.monotonic()
-                    if now >= deadline:
-                        raise LockError(
-                            f"the store at {self.root} is locked ({name}) by {lock_holder(fd) or 'another ckpt process'}",
-                            hint="wait for it to finish and try again",
-                        ) from None
-                    if not told and now - start >= LOCK_NOTICE_AFTER:
-                        told = True
-                        holder = lock_holder(fd) or "another ckpt process"
-                        notices.info(f"waiting for the store lock ({name}) held by {holder}; up to {wait:.0f} s")
-                    time.sleep(0.01)
-            note_holder(fd, shared)
-            yield
-        finally:
-            os.close(fd)  # closing releases the flock
-
 
 def _after_last_newline(fd: int, size: int) -> int:
     """The offset just after the last newline of the file (0 when it has none)."""
@@ -773,46 +613,3 @@ def _after_last_newline(fd: int, size: int) -> int:
             return start + at + 1
         end = start
     return 0
-
-
-LOCK_NOTICE_AFTER = 0.5  # seconds a command waits for a lock before it says who holds it
-_HOLDER_SIZE = 512  # bytes of the holder record at the start of a lock file
-
-
-def note_holder(fd: int, shared: bool) -> None:
-    """Write who holds the lock into the lock file (one pwrite; formats/v1.md, "Locks"):
-    a command that has to wait names the holder. Shared holders overwrite each other's
-    record: it names one of them. A hint only: never synced, never a reason to fail."""
-    record = json.dumps(
-        {"host": socket.gethostname(), "pid": os.getpid(), "since_ns": time.time_ns(), "mode": "shared" if shared else "exclusive", "command": _command_line()},
-        separators=(",", ":"),
-    ).encode()[: _HOLDER_SIZE - 1]
-    with contextlib.suppress(OSError):
-        os.pwrite(fd, record.ljust(_HOLDER_SIZE - 1) + b"\n", 0)
-
-
-def _command_line() -> str:
-    from ckptcli.store import reflog
-
-    return reflog.current_command()[:200]
-
-
-def lock_holder(fd: int) -> str | None:
-    """Who holds the lock, from its record (note_holder): "ckpt prune (pid 4242 on
-    host h, since 21:50:01 UTC)", or None when the record is missing or names a
-    process of this host that is gone."""
-    try:
-        d = json.loads(os.pread(fd, _HOLDER_SIZE, 0).decode().strip())
-        pid, host, since = int(d["pid"]), str(d["host"]), int(d["since_ns"])
-    except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
-        return None
-    if host == socket.gethostname():
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass
-    when = time.strftime("%H:%M:%S UTC", time.gmtime(since / 1e9))
-    command = str(d.get("command") or "")
-    return f"{command + ' ' if command else ''}(pid {pid} on host {host}, since {when})"

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ckptcli.errors import CkptError
 from ckptcli.format import framing
 from ckptcli.format.manifest import Manifest, Subject
+from ckptcli.store.layout import CATALOG
 
 if TYPE_CHECKING:
     from ckptcli.store.repository import Store
 
-CATALOG_PATH = "cache/catalog"
+CATALOG_PATH = CATALOG
 CATALOG_VERSION = 2
 
 

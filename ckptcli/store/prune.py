@@ -42,23 +42,25 @@ only what it removes (LangGraph's delete_thread), and leaves their objects; `col
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import struct
+import functools
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
-from typing import Any
+from typing import Any, Protocol, cast
 
+from ckptcli import plugins
 from ckptcli.errors import CkptError, UsageError
-from ckptcli.format import framing
 from ckptcli.format.manifest import Manifest, Subject, head_order
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
-from ckptcli.store import reflog
+from ckptcli.store import catalog, layout, reflog, repack
 from ckptcli.store.backend import WriterMark
-from ckptcli.store.repository import IndexEntry, PackWriter, Store, pack_path
+from ckptcli.store.repack import GcReport as GcReport
+from ckptcli.store.repack import RepackPlan
+from ckptcli.store.repack import upgrade_packs as upgrade_packs
+from ckptcli.store.repository import Store
 
 
 #: calendar rules: name -> bucket key of a local time
@@ -126,24 +128,6 @@ class Decision:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id.hex(), "subject": self.subject, "created_ns": self.created_ns, "keep": self.keep, "reasons": self.reasons}
-
-
-@dataclass
-class GcReport:
-    packs_before: int = 0
-    packs_deleted: int = 0
-    packs_repacked: int = 0
-    packs_written: int = 0
-    objects_removed: int = 0
-    bytes_freed: int = 0
-    index_files_before: int = 0
-    index_files_after: int = 0
-    #: other writers (savers) alive during the removal: the objects were left for a later
-    #: prune or delete that runs while none is (`WriterMark`)
-    writers_alive: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
 
 
 @dataclass
@@ -234,11 +218,8 @@ def decide(
             out.append(Decision(cid, subj, m.created_ns, bool(reasons), reasons))
         if policy.langgraph_ttl_s is None or subj in in_use or not any(_is_langgraph(m) for _c, m in items):
             continue
-        from ckptcli.adapters.langgraph.layout import thread_ttl
-        from ckptcli.adapters.langgraph.retention import effective_ttl
-
-        own = next((got for _c, m in items if (got := thread_ttl(m.labels)) is not None), None)  # the newest one
-        ttl, strategy = effective_ttl(own, policy.langgraph_ttl_s, policy.langgraph_ttl_strategy)
+        labels = (m.labels for _c, m in items)  # newest first: the newest one's own TTL counts
+        ttl, strategy = _langgraph_expiry().ttl(labels, policy.langgraph_ttl_s, policy.langgraph_ttl_strategy)
         idle_s = (now - newest) // 1_000_000_000
         if ttl is not None and idle_s > ttl:
             if expired is not None:
@@ -307,17 +288,43 @@ def _is_langgraph(m: Manifest) -> bool:
     return type(ext) is list and "langgraph" in ext
 
 
-RETENTION_GROUP = "ckptcli.retention"
+RETENTION_GROUP = plugins.RETENTION
 #: an adapter's hook: (store, every manifest, the ids kept so far) -> {id to keep as well: why}
 RetentionHook = Callable[[Store, dict[bytes, Manifest], set[bytes]], dict[bytes, str]]
+
+
+class ExpiryHook(Protocol):
+    """An adapter's expiry of its subjects (entry-point group `ckptcli.expiry`; the
+    LangGraph one: ckptcli.adapters.langgraph.plugins.Expiry)."""
+
+    def ttl(self, labels: Iterable[Mapping[str, str]], default_s: float, default_strategy: str) -> tuple[float | None, str]:
+        """(TTL in seconds or None: never, strategy) of a subject whose checkpoints'
+        labels are `labels`, newest first."""
+        ...
+
+    def hold(
+        self, store: Store, manifests: Mapping[bytes, Manifest], subjects: set[str], renew: bool = True
+    ) -> contextlib.AbstractContextManager[set[str]]:
+        """Hold `subjects` while they are pruned; yields those in use, to be left alone."""
+        ...
+
+
+@functools.cache
+def _langgraph_expiry() -> ExpiryHook:
+    """The LangGraph adapter's expiry hook, for `Policy.langgraph_ttl_s`."""
+    found = plugins.load(plugins.EXPIRY, ["langgraph"])
+    if not found:
+        raise UsageError(
+            f"--langgraph-ttl needs the LangGraph adapter's entry point `langgraph` in the group {plugins.EXPIRY}, which is not installed",
+            hint="reinstall ckptcli: its entry points are registered when it is installed",
+        )
+    return cast(ExpiryHook, found[0][1])
 
 
 def keep_what_adapters_need(store: Store, manifests: dict[bytes, Manifest], decisions: list[Decision]) -> None:
     """Keep, among `decisions`, what the adapters say the kept checkpoints need: the
     hook of each ext namespace the decided checkpoints' layouts name (entry-point group
     `ckptcli.retention`), until nothing more is added."""
-    from importlib.metadata import entry_points
-
     names: set[str] = set()
     for d in decisions:
         ext = manifests[d.id].layout.get("ext")
@@ -325,7 +332,7 @@ def keep_what_adapters_need(store: Store, manifests: dict[bytes, Manifest], deci
             names.update(n for n in ext if type(n) is str)
     if not names:
         return  # nothing an adapter owns: no entry point is looked up
-    hooks: list[RetentionHook] = [ep.load() for ep in entry_points(group=RETENTION_GROUP) if ep.name in names]
+    hooks: list[RetentionHook] = [hook for _name, hook in plugins.load(RETENTION_GROUP, names)]
     by_id = {d.id: d for d in decisions}
     changed = bool(hooks)
     while changed:  # a hook's additions may need more of another's
@@ -392,9 +399,8 @@ def prune(
         with contextlib.ExitStack() as leases:  # the expired threads' leases, until they are pruned
             in_use: list[str] = []
             if expired:
-                from ckptcli.adapters.langgraph.retention import hold_threads
-
-                in_use = sorted(leases.enter_context(hold_threads(store, manifests, set(expired), renew=not dry_run)))
+                hold = _langgraph_expiry().hold(store, manifests, set(expired), renew=not dry_run)
+                in_use = sorted(leases.enter_context(hold))
                 if in_use:
                     expired.clear()
                     decisions = decide(manifests, policy, protected, subjects, now_ns, expired, set(in_use), strategy_of)
@@ -456,10 +462,10 @@ def forget_checkpoints(
                 removed[cid] = store.manifest(cid)
         if not removed:
             return set()
-        for prefix in ("refs/tags", "refs/branches"):  # strict: a damaged ref could be a tag that protects a checkpoint
+        for prefix in (layout.ref_path("tags"), layout.ref_path("branches")):  # strict: a damaged ref could be a tag that protects a checkpoint
             for name, target in store.refs(strict=True, prefix=prefix).items():
                 if target in removed:
-                    store.delete_ref(f"refs/{name}", reason="prune")
+                    store.delete_ref(layout.ref_path(name), reason="prune")
         for subj in sorted({m.subject for m in removed.values()}, key=str):
             path = store.latest_ref(subj)
             if store.read_ref(path) not in removed:
@@ -472,8 +478,6 @@ def forget_checkpoints(
                         if m.subject == subj:
                             rest.append((head_order(m.labels, m.created_ns), cid))
             else:
-                from ckptcli.store import catalog
-
                 for cid, row in catalog.rows(store).items():
                     if cid not in removed and (row[1], row[2]) == (subj.kind, subj.name) and type(row[5]) is dict:
                         rest.append((head_order(row[5], row[4]), cid))
@@ -482,7 +486,7 @@ def forget_checkpoints(
             else:
                 store.remove_ref(path, "prune")
         for cid in removed:
-            store.backend.delete(f"manifests/{cid.hex()}")
+            store.backend.delete(layout.manifest_path(cid))
             store.forget_manifest(cid)
         return set(removed)
 
@@ -515,7 +519,7 @@ def collect(
             return gc
         plan = _plan_gc(store, manifests, gc, max_unused, progress)
         with finishing():
-            _finish_gc(store, plan, gc)
+            repack.finish(store, plan, gc)
         return gc
 
 
@@ -544,7 +548,7 @@ def _remove(
         if name.startswith("latest/") and target in removed:
             subj = manifests[target].subject
             rest = [(head_order(m.labels, m.created_ns), cid) for cid, m in survivors.items() if m.subject == subj]
-            path = f"refs/{name}"
+            path = layout.ref_path(name)
             if rest:
                 new = max(rest)[1]
                 store.write_ref(path, new, "prune")
@@ -554,203 +558,21 @@ def _remove(
                 moved[name] = None
     # 3. the removed checkpoints, then what only they needed
     for cid in removed:
-        store.backend.delete(f"manifests/{cid.hex()}")
+        store.backend.delete(layout.manifest_path(cid))
         store.forget_manifest(cid)
     if plan is not None:
-        _finish_gc(store, plan, gc)
+        repack.finish(store, plan, gc)
     return gc, moved
 
 
-@dataclass
-class _GcPlan:
-    old_index_files: list[str]
-    new_index_file: str
-    drop_packs: list[bytes]
-
-
-def _plan_gc(
-    store: Store,
-    survivors: dict[bytes, Manifest],
-    rep: GcReport,
-    max_unused: float,
-    progress: Progress,
-    *,
-    upgrade: bool = False,
-) -> _GcPlan:
-    """Write the packs and the one index that replace the store's; `upgrade` keeps every
-    indexed object and rewrites every pack older than the store's format version."""
-    store.refresh_index()
-    if store.damaged_index:
-        # packs only a damaged index file named are not orphans: read their own tables
-        store.find_in_packs()
-    index = store.index()
-    old_index_files = store.backend.list("index")
-    rep.index_files_before = len(old_index_files)
+def _plan_gc(store: Store, survivors: dict[bytes, Manifest], rep: GcReport, max_unused: float, progress: Progress) -> RepackPlan:
+    """Find the objects the survivors need (one walk of them all), then write the packs
+    and the one index that replace the store's (`repack.plan`)."""
+    old_index_files = repack.start(store, rep)
     live = WalkResult()
     progress.start("finding needed objects", len(survivors))
     for m in survivors.values():
         walk_checkpoint(store, m, result=live)  # raises on a missing or damaged object: nothing deleted yet
         progress.advance(1)
     progress.finish()
-    needed: set[bytes] | dict[bytes, Any] = live.objects
-    if upgrade:
-        needed = set(index)
-    by_pack: dict[bytes, list[tuple[bytes, IndexEntry]]] = defaultdict(list)
-    for oid, entry in index.items():
-        by_pack[entry.pack].append((oid, entry))
-    pack_files = {name.rsplit("/", 1)[-1] for name in store.backend.list("packs")}
-    rep.packs_before = len(pack_files)
-    keep_rows: dict[bytes, list[list[Any]]] = {}
-    repack: list[tuple[bytes, IndexEntry]] = []
-    drop: list[bytes] = []
-    small: list[bytes] = []
-    for pack_id, entries in by_pack.items():
-        if pack_id.hex() not in pack_files:
-            continue
-        total = sum(e.stored_len for _o, e in entries)
-        unused = sum(e.stored_len for o, e in entries if o not in needed)
-        # bytes of objects no index names (a damaged object `ckpt repair index` left
-        # out, whose good copy is now elsewhere): unneeded too, or the pack is kept for
-        # ever and verify --read-data never passes again
-        unindexed = _unindexed_bytes(store, pack_id, total)
-        total += unindexed
-        unused += unindexed
-        if upgrade and pack_version(store, pack_id) < store.version:
-            drop.append(pack_id)
-            rep.packs_repacked += 1
-            repack.extend(entries)
-        elif unused == total:
-            drop.append(pack_id)
-            rep.objects_removed += len(entries)
-            rep.bytes_freed += total
-        elif unused > max_unused * total:
-            drop.append(pack_id)
-            rep.packs_repacked += 1
-            rep.objects_removed += sum(1 for o, _e in entries if o not in needed)
-            rep.bytes_freed += unused
-            repack.extend((o, e) for o, e in entries if o in needed)
-        elif total < _SMALL_PACK:
-            small.append(pack_id)
-            keep_rows[pack_id] = [[o, *e[1:]] for o, e in entries]
-        else:
-            keep_rows[pack_id] = [[o, *e[1:]] for o, e in entries]
-    # packs no index names: left by takes killed before their index was written (no take
-    # is running now: this prune holds the store lock exclusively)
-    for hexname in pack_files:
-        pid = bytes.fromhex(hexname) if len(hexname) == 64 else None
-        if pid is not None and pid not in by_pack:
-            drop.append(pid)
-            rep.bytes_freed += store.backend.size(pack_path(pid))
-    if len(small) >= _SMALL_PACKS_TO_MERGE:
-        # many small packs (one per small take) are merged: fewer files, fewer blocks
-        for pack_id in small:
-            rows = keep_rows.pop(pack_id)
-            drop.append(pack_id)
-            rep.packs_repacked += 1
-            dead = [r for r in rows if r[0] not in needed]
-            rep.objects_removed += len(dead)
-            rep.bytes_freed += sum(r[3] for r in dead)
-            repack.extend((r[0], index[r[0]]) for r in rows if r[0] in needed)
-    new_packs = _repack(store, repack, progress)
-    # a pack is named by its content: a repack can write again exactly a pack that an
-    # interrupted prune wrote (then an orphan above); what the new index names stays
-    kept_ids = set(keep_rows) | {pid for pid, _rows in new_packs}
-    drop = [pid for pid in drop if pid not in kept_ids]
-    rep.packs_written = len(new_packs)
-    rep.packs_deleted = len(drop)
-    name = write_index(store, sorted(keep_rows.items()) + new_packs)
-    return _GcPlan([n for n in old_index_files if n != name], name, drop)
-
-
-def _unindexed_bytes(store: Store, pack_id: bytes, indexed: int) -> int:
-    """The stored bytes of a pack's objects that no index entry names: its objects tile
-    the space between the header and the trailer (formats/v2.md, "Pack files"; v1 the
-    same), whose length is the pack's last four bytes. 0 when the pack cannot be read
-    (verify's business; prune then judges it by what the index names, as before)."""
-    path = pack_path(pack_id)
-    try:
-        size = store.backend.size(path)
-        tlen = int(_U32.unpack(store.backend.read_range(path, size - 4, 4))[0])
-    except (CkptError, OSError, struct.error):
-        return 0
-    return max(0, size - framing.HEADER_SIZE - 4 - tlen - indexed)
-
-
-_U32 = struct.Struct(">I")
-
-
-def write_index(store: Store, packs: list[tuple[bytes, list[list[Any]]]]) -> str:
-    """Write one index file naming `packs` ([(pack id, rows)]); returns its path. Prune,
-    upgrades and `ckpt repair index` replace a store's index files with one this way,
-    and delete the old ones only after it is committed."""
-    data = framing.encode_record(framing.KIND_INDEX, {"packs": [{"id": pid, "entries": rows} for pid, rows in packs]}, store.version)
-    name = f"index/{hashlib.sha256(data).hexdigest()}"
-    store.backend.write_atomic(name, data)
-    return name
-
-
-def pack_version(store: Store, pack_id: bytes) -> int:
-    """The format version in a pack's header."""
-    path = pack_path(pack_id)
-    return framing.check_header(store.backend.read_range(path, 0, framing.HEADER_SIZE), framing.KIND_PACK, path)
-
-
-def upgrade_packs(store: Store, progress: Progress = NULL) -> GcReport:
-    """Rewrite every pack older than the store's version (objects copied verbatim, each
-    checked against its id) and replace the index files with one; the caller holds the
-    store lock exclusively and has already moved the config to the new version. The
-    old packs and index files are deleted only after the new index is written."""
-    rep = GcReport()
-    survivors = {cid: store.manifest(cid) for cid in store.manifest_ids()}
-    plan = _plan_gc(store, survivors, rep, 1.0, progress, upgrade=True)
-    _finish_gc(store, plan, rep)
-    return rep
-
-
-_SMALL_PACK = 512 * 1024
-_SMALL_PACKS_TO_MERGE = 16
-
-
-def _repack(store: Store, objects: list[tuple[bytes, IndexEntry]], progress: Progress) -> list[tuple[bytes, list[list[Any]]]]:
-    """Copy objects into new packs, stored bytes verbatim, each checked against its id."""
-    out: list[tuple[bytes, list[list[Any]]]] = []
-    if not objects:
-        return out
-    progress.start("repacking", sum(e.stored_len for _o, e in objects))
-    objects.sort(key=lambda it: (it[1].pack, it[1].offset))  # read each old pack front to back
-    writer: PackWriter | None = None
-    try:
-        for oid, entry in objects:
-            _e, stored, _raw = store.read_checked(oid)  # a damaged object is not carried on
-            if writer is None:
-                writer = PackWriter(store.backend, store.version)
-            writer.add(oid, entry.obj_type, entry.codec, stored, entry.raw_len)
-            progress.advance(entry.stored_len)
-            if writer.size >= _REPACK_TARGET:
-                out.append(writer.finish()())
-                writer = None
-        if writer is not None:
-            out.append(writer.finish()())
-            writer = None
-    except BaseException:
-        if writer is not None:
-            writer.abort()
-        raise
-    finally:
-        progress.finish()
-    return out
-
-
-_REPACK_TARGET = 64 * 1024 * 1024
-
-
-def _finish_gc(store: Store, plan: _GcPlan, rep: GcReport) -> None:
-    for name in plan.old_index_files:
-        store.backend.delete(name)
-    for pack_id in plan.drop_packs:
-        with contextlib.suppress(CkptError):  # already gone: a crashed earlier prune got this far
-            store.backend.delete(pack_path(pack_id))
-    for name in store.backend.list("tmp"):  # temp files of killed takes: none is live now
-        store.backend.delete(name)
-    store.reset_index()
-    rep.index_files_after = len(store.backend.list("index"))
+    return repack.plan(store, live.objects, old_index_files, rep, max_unused, progress)

@@ -18,38 +18,24 @@ import heapq
 import json
 import os
 import socket
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ckptcli.errors import CkptError
+from ckptcli.store import layout
+from ckptcli.store.backend import Backend
+from ckptcli.store.command import MAX_COMMAND as MAX_COMMAND
+from ckptcli.store.command import current_command as current_command
+from ckptcli.store.command import set_command as set_command
+from ckptcli.store.layout import log_path as log_path
 
-if TYPE_CHECKING:
-    from ckptcli.store.backend import Backend
-
-LOG_ROOT = "logs"
+LOG_ROOT = layout.LOGS
 SUM_LEN = 16  # hex digits of SHA-256 after each entry: a flipped byte is found
-MAX_COMMAND = 500  # characters of the command line kept in an entry
 EXPIRE_S = 90 * 86400  # entries older than this are trimmed (git's gc.reflogExpire)
 MAX_ENTRIES = 1000  # at most this many entries per ref are kept, the newest
 MAX_TIME_NS = 2**63  # an entry's time_ns is in [0, 2**63): the year 2262 at most
-
-# the command line entries name; the CLI sets it to `ckpt ARGS`, a library caller may too
-_command: str | None = None
-
-
-def set_command(command: str | None) -> None:
-    """What entries record as `command` (default: this process's argv)."""
-    global _command
-    _command = command
-
-
-def current_command() -> str:
-    if _command is not None:
-        return _command[:MAX_COMMAND]
-    return " ".join([os.path.basename(sys.argv[0]) if sys.argv else "python", *sys.argv[1:]])[:MAX_COMMAND]
 
 
 @dataclass(frozen=True)
@@ -73,11 +59,6 @@ class Entry:
             "ref": self.ref, "old": self.old, "new": self.new, "time": when, "time_ns": self.time_ns,
             "reason": self.reason, "command": self.command, "host": self.host, "pid": self.pid,
         }
-
-
-def log_path(ref_path: str) -> str:
-    """The log of the ref at `ref_path` ("refs/latest/agent/bot" -> "logs/refs/latest/agent/bot")."""
-    return f"{LOG_ROOT}/{ref_path}"
 
 
 def _sum(body: bytes) -> bytes:
@@ -148,7 +129,7 @@ def _decode(line: bytes) -> dict[str, Any] | None:
 def parse(data: bytes, ref: str, warn: Callable[[str], None]) -> list[Entry]:
     """The entries of one log, oldest first; a damaged line is skipped with a warning."""
     out, damaged, torn = check(data, ref)
-    where = log_path("refs/" + ref)
+    where = log_path(layout.ref_path(ref))
     if damaged:
         warn(f"{where}: {len(damaged)} damaged reflog entr{'y' if len(damaged) == 1 else 'ies'} skipped (line {damaged[0]}); run `ckpt verify`")
     if torn:

@@ -25,9 +25,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckptcli.errors import CkptError, NotFoundError
+from ckptcli.format import framing
 from ckptcli.format.manifest import Manifest, Subject, head_order, is_nested
+from ckptcli.format.values import EXT_REF, OBJ_DATA, Encoded, Encoder, Ext, packable, unpack_ev
+from ckptcli.format.walk import walk_checkpoint
 from ckptcli.progress import NULL, Progress
-from ckptcli.store.repository import Store, pack_path
+from ckptcli.store import layout
+from ckptcli.store.index import write_index
+from ckptcli.store.layout import pack_path
+from ckptcli.store.pack import read_pack
+from ckptcli.store.repository import Store
+from ckptcli.store.stats import NodeCache
 
 
 @dataclass
@@ -49,8 +57,6 @@ class IndexRepair:
 def repair_index(store: Store, *, dry_run: bool = False, lock_wait: float = 300.0, progress: Progress = NULL) -> IndexRepair:
     """Replace the store's index files with one built from the packs' own tables.
     Raises LockError when takes keep the store busy for `lock_wait` seconds."""
-    from ckptcli.store.verify import read_pack  # verify's pack reader: each pack is checked as verify does
-
     rep = IndexRepair(dry_run)
     with store.backend.lock("store", shared=False, wait=lock_wait):
         store.reset_index()
@@ -59,9 +65,9 @@ def repair_index(store: Store, *, dry_run: bool = False, lock_wait: float = 300.
         old_rows: dict[bytes, list[list[Any]]] = defaultdict(list)
         for oid, e in store.index().items():
             old_rows[e.pack].append([oid, *e[1:]])
-        old_index = store.backend.list("index")
+        old_index = store.backend.list(layout.INDEX)
         rep.index_files_before = len(old_index)
-        paths = store.backend.list("packs")
+        paths = store.backend.list(layout.PACKS)
         total = sum(store.backend.size(p) for p in paths)
         whole: list[tuple[bytes, list[list[Any]]]] = []
         partial: list[tuple[bytes, list[list[Any]]]] = []
@@ -111,14 +117,12 @@ def repair_index(store: Store, *, dry_run: bool = False, lock_wait: float = 300.
         if dry_run:
             rep.index_files_after = 1
             return rep
-        from ckptcli.store.prune import write_index
-
-        rep.new_index = write_index(store, packs)  # committed before any old file goes
+        rep.new_index = write_index(store.backend, packs, store.version)  # committed before any old file goes
         for name in old_index:
             if name != rep.new_index:
                 store.backend.delete(name)
         store.reset_index()
-        rep.index_files_after = len(store.backend.list("index"))
+        rep.index_files_after = len(store.backend.list(layout.INDEX))
     return rep
 
 
@@ -194,7 +198,7 @@ def repair_refs(store: Store, *, dry_run: bool = False, lock_wait: float = 300.0
             if path not in newest or (head_order(m.labels, m.created_ns), cid) > newest[path]:
                 newest[path] = (head_order(m.labels, m.created_ns), cid)
         current: dict[str, bytes | None] = {}
-        for path in store.backend.list("refs"):
+        for path in store.backend.list(layout.REFS):
             try:
                 current[path] = store.read_ref(path)
             except NotFoundError:
@@ -276,9 +280,6 @@ def _problems(store: Store, manifest: Manifest, packs: dict[bytes, bool], source
     decode, an object no index or pack table names, or one in a pack that is gone).
     `packs`: pack id -> whether its file is there, filled as packs are looked at;
     `source`: where nodes are read (default the store; a stats.NodeCache)."""
-    from ckptcli.format.values import OBJ_DATA
-    from ckptcli.format.walk import walk_checkpoint
-
     res = walk_checkpoint(source if source is not None else store, manifest, on_error=_quiet)
     bad: dict[str, str] = {}
     for _oid, (section, message) in res.errors.items():
@@ -297,9 +298,6 @@ def _problems(store: Store, manifest: Manifest, packs: dict[bytes, bool], source
 def _damaged_blobs(store: Store, manifest: Manifest, packs: dict[bytes, bool]) -> tuple[dict[str, bytes], dict[str, str]] | None:
     """(blob name -> the EV of each entry that reads whole, blob name -> problem of the
     others), or None when the blobs map itself cannot be read (or is a chunked map)."""
-    from ckptcli.format import framing
-    from ckptcli.format.values import EXT_REF, Ext, packable, unpack_ev
-
     try:
         value = unpack_ev(manifest.sections["blobs"], "section blobs")
         if isinstance(value, Ext) and value.code == EXT_REF:
@@ -335,98 +333,116 @@ def repair_checkpoints(
     refs move before anything is removed; a kill leaves a readable store (at worst an
     extra checkpoint, or a damaged one still there), and running it again finishes.
     Holds the store lock exclusively."""
-    from ckptcli.format.values import Encoded, Encoder
-    from ckptcli.store.stats import NodeCache
-
     rep = CheckpointsRepair(dry_run, "drop" if drop else "rewrite")
     with store.backend.lock("store", shared=False, wait=lock_wait):
         store.reset_index()
         store.find_in_packs()  # objects a damaged index file named are still found
-        manifests: dict[bytes, Manifest] = {}
-        for cid in store.manifest_ids():
-            try:
-                manifests[cid] = store.manifest(cid)
-            except CkptError as exc:
-                rep.unreadable[f"manifests/{cid.hex()}"] = exc.message
-        rep.checked = len(manifests)
+        manifests = _readable_manifests(store, rep)
         order = sorted(manifests, key=lambda c: (manifests[c].created_ns, c))  # parents before children
-        progress.start("checking checkpoints", len(order))
-        damaged: dict[bytes, DamagedCheckpoint] = {}
         packs: dict[bytes, bool] = {}
-        nodes = NodeCache(store)  # checkpoints share most of their trees: each node read once
-        try:
-            for cid in order:
-                m = manifests[cid]
-                problems = _problems(store, m, packs, nodes)
-                progress.advance(1)
-                if problems:
-                    damaged[cid] = DamagedCheckpoint(str(m.subject), problems, rep.mode)
-        finally:
-            progress.finish()
+        damaged = _find_damaged(store, manifests, order, packs, rep.mode, progress)
         replaced: dict[bytes, bytes | None] = {}  # damaged id -> its repair (None: dropped)
         for cid in order:
             d = damaged.get(cid)
             if d is None:
                 continue
             rep.damaged[cid.hex()] = d
-            m = manifests[cid]
             if drop:
                 replaced[cid] = None
                 continue
-            sections = {n: ev for n, ev in m.sections.items() if n not in d.problems}
-            d.dropped = sorted(n for n in d.problems if n != "blobs")
-            blobs_kept: dict[str, bytes] | None = None
-            if "blobs" in d.problems:
-                split = _damaged_blobs(store, m, packs)
-                if split is None or not split[1] or not split[0]:
-                    d.dropped.append("blobs")
-                else:
-                    blobs_kept = split[0]
-                    for name, problem in split[1].items():
-                        d.problems[f"blobs/{name}"] = problem
-                        d.dropped.append(f"blobs/{name}")
-                    del d.problems["blobs"]
-            if dry_run:
-                replaced[cid] = cid  # stands for the repair it would write
-                continue
-            txn = store.transaction()
-            try:
-                if blobs_kept is not None:
-                    enc = Encoder(txn, cdc=store.config.cdc)
-                    sections["blobs"] = enc.encode_root({name: Encoded(ev) for name, ev in blobs_kept.items()}, where="blobs")
-                txn.commit()
-            except BaseException:
-                txn.abort()
-                raise
-            labels = {**m.labels, LABEL_REPAIRED_FROM: cid.hex(), LABEL_REPAIRED_DROPPED: ",".join(d.dropped)}
-            new_m = Manifest(
-                subject=m.subject,
-                sections=sections,
-                layout=m.layout,
-                parents=[p for p in (replaced.get(p, p) for p in m.parents) if p is not None],
-                created_ns=m.created_ns,
-                producer=m.producer,
-                labels=labels,
-                message=m.message,
-                schema_version=m.schema_version,
-                config_hash=m.config_hash,
-                deps=m.deps,
-                stats=m.stats,
-                format_version=m.format_version,
-            )
-            new = store.write_manifest(new_m)  # the commit point of this one
-            replaced[cid] = new
-            d.new = new.hex()
+            replaced[cid] = _rewrite(store, cid, manifests[cid], d, packs, replaced, dry_run)
         for pack in {e.pack for e in store.index().values()}:
             packs.setdefault(pack, store.backend.exists(pack_path(pack)))
         rep.missing_packs = sorted(pack_path(p) for p, there in packs.items() if not there)
         _move_refs(store, rep, manifests, replaced, dry_run)
         if not dry_run and (drop or forget):
             for cid in replaced:
-                store.backend.delete(f"manifests/{cid.hex()}")
+                store.backend.delete(layout.manifest_path(cid))
                 store.forget_manifest(cid)
                 rep.forgotten.append(cid.hex())
     return rep
+
+
+def _readable_manifests(store: Store, rep: CheckpointsRepair) -> dict[bytes, Manifest]:
+    """Every manifest that can be read; the others are recorded in `rep.unreadable`."""
+    manifests: dict[bytes, Manifest] = {}
+    for cid in store.manifest_ids():
+        try:
+            manifests[cid] = store.manifest(cid)
+        except CkptError as exc:
+            rep.unreadable[layout.manifest_path(cid)] = exc.message
+    rep.checked = len(manifests)
+    return manifests
+
+
+def _find_damaged(
+    store: Store, manifests: dict[bytes, Manifest], order: list[bytes], packs: dict[bytes, bool], mode: str, progress: Progress
+) -> dict[bytes, DamagedCheckpoint]:
+    """The checkpoints that need something the store does not hold (`_problems`)."""
+    progress.start("checking checkpoints", len(order))
+    damaged: dict[bytes, DamagedCheckpoint] = {}
+    nodes = NodeCache(store)  # checkpoints share most of their trees: each node read once
+    try:
+        for cid in order:
+            m = manifests[cid]
+            problems = _problems(store, m, packs, nodes)
+            progress.advance(1)
+            if problems:
+                damaged[cid] = DamagedCheckpoint(str(m.subject), problems, mode)
+    finally:
+        progress.finish()
+    return damaged
+
+
+def _rewrite(
+    store: Store, cid: bytes, m: Manifest, d: DamagedCheckpoint, packs: dict[bytes, bool], replaced: dict[bytes, bytes | None], dry_run: bool
+) -> bytes:
+    """Write the repair of the damaged checkpoint `cid` (its parents replaced by their
+    repairs): every section but the damaged ones, and of a damaged blobs section the
+    blobs that read whole. Returns its id (`cid` itself when `dry_run`: nothing written)."""
+    sections = {n: ev for n, ev in m.sections.items() if n not in d.problems}
+    d.dropped = sorted(n for n in d.problems if n != "blobs")
+    blobs_kept: dict[str, bytes] | None = None
+    if "blobs" in d.problems:
+        split = _damaged_blobs(store, m, packs)
+        if split is None or not split[1] or not split[0]:
+            d.dropped.append("blobs")
+        else:
+            blobs_kept = split[0]
+            for name, problem in split[1].items():
+                d.problems[f"blobs/{name}"] = problem
+                d.dropped.append(f"blobs/{name}")
+            del d.problems["blobs"]
+    if dry_run:
+        return cid  # stands for the repair it would write
+    txn = store.transaction()
+    try:
+        if blobs_kept is not None:
+            enc = Encoder(txn, cdc=store.config.cdc)
+            sections["blobs"] = enc.encode_root({name: Encoded(ev) for name, ev in blobs_kept.items()}, where="blobs")
+        txn.commit()
+    except BaseException:
+        txn.abort()
+        raise
+    labels = {**m.labels, LABEL_REPAIRED_FROM: cid.hex(), LABEL_REPAIRED_DROPPED: ",".join(d.dropped)}
+    new_m = Manifest(
+        subject=m.subject,
+        sections=sections,
+        layout=m.layout,
+        parents=[p for p in (replaced.get(p, p) for p in m.parents) if p is not None],
+        created_ns=m.created_ns,
+        producer=m.producer,
+        labels=labels,
+        message=m.message,
+        schema_version=m.schema_version,
+        config_hash=m.config_hash,
+        deps=m.deps,
+        stats=m.stats,
+        format_version=m.format_version,
+    )
+    new = store.write_manifest(new_m)  # the commit point of this one
+    d.new = new.hex()
+    return new
 
 
 def _move_refs(store: Store, rep: CheckpointsRepair, manifests: dict[bytes, Manifest], replaced: dict[bytes, bytes | None], dry_run: bool) -> None:
@@ -463,7 +479,7 @@ def _move_refs(store: Store, rep: CheckpointsRepair, manifests: dict[bytes, Mani
         if dry_run:
             continue
         why = f"repair checkpoints: {target.hex()[:12]} " + ("dropped" if replaced[target] is None else "replaced by its repair")
-        path = f"refs/{name}"
+        path = layout.ref_path(name)
         with store.backend.lock("refs", shared=False):
             if to is None:
                 store.remove_ref(path, why)

@@ -1,15 +1,7 @@
 """A store: packs of immutable objects, their indexes, manifests and refs.
 
-Layout (formats/v1.md "Store layout")::
-
-    config                      store version, id, chunker parameters
-    packs/<2 hex>/<64 hex>      objects, back to back, with their table at the end
-    index/<64 hex>              which pack holds which object (one file per take)
-    manifests/<64 hex>          one per checkpoint; the name is the checkpoint id
-    refs/latest/<kind>/<name>   newest checkpoint of a subject (its newest not nested: head_order)
-    refs/branches/<name>        a movable line of history
-    refs/tags/<name>            a fixed name for one checkpoint
-    locks/  tmp/                local coordination and in-flight writes
+Its files are named by layout.py (formats/v1.md, "Store layout"); the pack and index
+formats are pack.py's and index.py's; refs are read and moved by refs.py (`Refs`).
 
 Order of writes in one take: packs, then the index that names them, then the
 manifest (the commit point), then refs. Every file is written to tmp/, fsynced and
@@ -18,82 +10,39 @@ renamed, so a crash at any instant leaves the store readable.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import hashlib
 import os
-import re
 import secrets
 import struct
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from ckptcli import notices
-from ckptcli._util.threads import executor
 from ckptcli.errors import (
     CkptError,
     ConflictError,
     CorruptError,
     InvalidInputError,
-    LatestMovedError,
-    LimitExceededError,
     NotFoundError,
     StoreIOError,
     StoreNotFoundError,
 )
 from ckptcli.format import framing, limits
-from ckptcli.format.manifest import NAME_RE, Manifest, Subject, check_name, head_order
-from ckptcli.store import reflog
-from ckptcli.store.backend import Backend, LocalBackend, io_error
+from ckptcli.format.manifest import Manifest
+from ckptcli.store import layout
+from ckptcli.store.backend import Backend, LocalBackend
+from ckptcli.store.index import IndexEntry, ObjectIndex, parse_entry_rows, read_index_file, write_index
+from ckptcli.store.layout import STORE_DIRNAME as STORE_DIRNAME
+from ckptcli.store.layout import pack_path as pack_path
+from ckptcli.store.pack import PackWriter, read_pack
+from ckptcli.store.refs import Refs
 
-STORE_DIRNAME = ".ckpt"
 PACK_TARGET_SIZE = 64 * 1024 * 1024
 _U32 = struct.Struct(">I")
-
-
-class IndexEntry(NamedTuple):
-    pack: bytes
-    obj_type: int
-    offset: int
-    stored_len: int
-    raw_len: int
-    codec: int
-
-
-class ObjectIndex(dict):  # type: ignore[type-arg]
-    """Object id -> IndexEntry: where each object of the store is. The entries are kept as
-    plain tuples, which Python's garbage collector stops tracking once it has seen them
-    hold only bytes and ints (an IndexEntry, a tuple subclass, it walks on every full
-    collection): a long-lived process with a big store pays no collector time for its
-    index. Reads hand out IndexEntry; `setdefault` is the one way in."""
-
-    def get(self, oid: bytes, default: IndexEntry | None = None) -> IndexEntry | None:  # type: ignore[override]
-        t = dict.get(self, oid)
-        return default if t is None else IndexEntry._make(t)
-
-    def __getitem__(self, oid: bytes) -> IndexEntry:
-        return IndexEntry._make(dict.__getitem__(self, oid))
-
-    def setdefault(self, oid: bytes, entry: IndexEntry) -> IndexEntry:  # type: ignore[override]
-        return IndexEntry._make(dict.setdefault(self, oid, tuple(entry)))
-
-    def __setitem__(self, oid: bytes, entry: IndexEntry) -> None:
-        dict.__setitem__(self, oid, tuple(entry))
-
-    def values(self) -> Iterator[IndexEntry]:  # type: ignore[override]
-        return map(IndexEntry._make, dict.values(self))
-
-    def items(self) -> Iterator[tuple[bytes, IndexEntry]]:  # type: ignore[override]
-        return ((oid, IndexEntry._make(t)) for oid, t in dict.items(self))
-
-    def copy(self) -> ObjectIndex:
-        out = ObjectIndex()
-        dict.update(out, self)
-        return out
 
 
 @dataclass(frozen=True)
@@ -114,153 +63,6 @@ class StoreConfig:
 
     def encode(self) -> bytes:
         return framing.encode_record(framing.KIND_CONFIG, self.to_body(), self.version)
-
-
-def pack_path(pack_id: bytes) -> str:
-    h = pack_id.hex()
-    return f"packs/{h[:2]}/{h}"
-
-
-def _entry_row(oid: bytes, e: IndexEntry) -> list[Any]:
-    return [oid, e.obj_type, e.offset, e.stored_len, e.raw_len, e.codec]
-
-
-def parse_entry_rows(rows: Any, pack_id: bytes, where: str) -> Iterator[tuple[bytes, IndexEntry]]:
-    if not isinstance(rows, list):
-        raise CorruptError(f"{where}: entry table is not a list")
-    for row in rows:
-        if not (isinstance(row, list) and len(row) == 6 and isinstance(row[0], bytes) and len(row[0]) == 32):
-            raise CorruptError(f"{where}: malformed entry")
-        oid, typ, off, slen, rlen, codec = row
-        if not all(type(x) is int and x >= 0 for x in (typ, off, slen, rlen, codec)) or typ > 1 or codec > 1:
-            raise CorruptError(f"{where}: malformed entry for object {oid.hex()[:12]}")
-        if rlen > limits.MAX_OBJECT_SIZE or slen > limits.MAX_OBJECT_SIZE + 1024:
-            raise LimitExceededError(f"{where}: object {oid.hex()[:12]} declares {rlen} bytes, over the limit of {limits.MAX_OBJECT_SIZE}")
-        yield oid, IndexEntry(pack_id, typ, off, slen, rlen, codec)
-
-
-_IO_AFTER = 1024 * 1024
-
-
-class PackWriter:
-    """Appends stored objects to one pack file in tmp/; `finish` commits it.
-
-    Once a pack passes `io_after` bytes (small takes never do: a thread hand-off would
-    cost them more than it saves), its writes, the pack hash and the final fsync and
-    rename run on one I/O thread, in order, while the caller goes on encoding: the
-    offsets and rows are bookkept here, synchronously, so they never wait for I/O. At
-    most `_IO_AHEAD` bytes are queued; a write error surfaces at the next call.
-    """
-
-    def __init__(self, backend: Backend, version: int = limits.FORMAT_VERSION, io_after: int | None = _IO_AFTER) -> None:
-        self.backend = backend
-        self.version = version
-        self.io: ThreadPoolExecutor | None = None
-        self.io_after = io_after
-        self.pending: collections.deque[tuple[int, Future[None]]] = collections.deque()
-        self.queued = 0
-        self.temp, self.fh = backend.open_temp()
-        # version 1 names a pack by the SHA-256 of every byte; version 2 by its header,
-        # object ids and trailer, with an XXH3-64 of each object's stored bytes in the
-        # trailer, so the pack's bytes are not hashed with SHA-256 a second time
-        self.hasher: Any = hashlib.sha256() if version == 1 else None
-        self.checks: list[int] = []
-        self.size = 0
-        self.rows: list[list[Any]] = []
-        self.header = framing.encode_header(framing.KIND_PACK, version)
-        self._write(self.header)
-
-    def _write(self, data: bytes | memoryview) -> None:
-        self.size += len(data)
-        if self.io is None and self.io_after is not None and self.size > self.io_after:
-            self.io = _io_pool()  # a big pack: hand the rest of it to the I/O thread
-        if self.io is None:
-            self._write_now(data)
-            return
-        self.pending.append((len(data), self.io.submit(self._write_now, data)))
-        self.queued += len(data)
-        while self.queued > _IO_AHEAD:
-            self._wait_one()
-
-    def _wait_one(self) -> None:
-        n, fut = self.pending.popleft()
-        self.queued -= n
-        fut.result()
-
-    def _write_now(self, data: bytes | memoryview) -> None:
-        try:
-            self.fh.write(data)
-        except OSError as exc:
-            raise io_error(exc, "write", self.temp) from None
-        if self.hasher is not None:
-            self.hasher.update(data)
-
-    def add(self, oid: bytes, obj_type: int, codec: int, stored: bytes | memoryview, raw_len: int) -> int:
-        offset = self.size
-        if self.hasher is None:
-            self.checks.append(framing.stored_check(stored))
-        self._write(stored)
-        self.rows.append([oid, obj_type, offset, len(stored), raw_len, codec])
-        return offset
-
-    def finish(self) -> Callable[[], tuple[bytes, list[list[Any]]]]:
-        """Write the trailer and commit the pack; returns a call that waits for the
-        commit and gives (pack id, rows)."""
-        # The trailer makes a pack self-describing (an index can be rebuilt from it)
-        # without repeating the 32-byte ids the index holds: an id is the hash of the
-        # content, and offsets follow from the lengths.
-        objects: list[list[int]] = [[typ, slen, rlen, codec] for _oid, typ, _off, slen, rlen, codec in self.rows]
-        if self.hasher is None:
-            for obj, check in zip(objects, self.checks, strict=True):
-                obj.append(check)
-        table = framing.encode_record(framing.KIND_PACK_TRAILER, {"objects": objects}, self.version)
-        self._write(table)
-        self._write(_U32.pack(len(table)))
-        v2_id = None if self.hasher is not None else framing.pack_id_v2(self.header, [r[0] for r in self.rows], table)
-
-        def pack_id() -> bytes:
-            return v2_id if v2_id is not None else self.hasher.digest()  # type: ignore[no-any-return]
-
-        if self.io is None:
-            done = self._commit(pack_id())
-            return lambda: done
-        # The fsync of a finished pack runs on a thread of its own, so that the I/O
-        # thread goes on filling the next pack while the disk catches up with this one.
-        sealed = self.io.submit(lambda: _sync_pool().submit(self._commit, pack_id()))
-
-        def wait() -> tuple[bytes, list[list[Any]]]:
-            self._wait_all()
-            return sealed.result().result()
-
-        return wait
-
-    def _commit(self, pack_id: bytes) -> tuple[bytes, list[list[Any]]]:
-        self.backend.commit_temp(self.temp, self.fh, pack_path(pack_id))
-        return pack_id, self.rows
-
-    def _wait_all(self) -> None:
-        while self.pending:
-            self._wait_one()
-
-    def abort(self) -> None:
-        for _n, fut in self.pending:
-            with contextlib.suppress(Exception):
-                fut.result()
-        self.pending.clear()
-        self.backend.discard_temp(self.temp, self.fh)
-
-
-_IO_AHEAD = 16 << 20  # bytes of pack writes queued for the I/O thread
-
-
-def _io_pool() -> ThreadPoolExecutor:
-    """The thread that writes and hashes big packs, in order."""
-    return executor("ckpt-io", 1)
-
-
-def _sync_pool() -> ThreadPoolExecutor:
-    """The thread that fsyncs and renames finished packs."""
-    return executor("ckpt-sync", 1)
 
 
 class Transaction:
@@ -312,12 +114,9 @@ class Transaction:
             return None
         packs = [wait() for wait in self.packs]
         self.packs = []
-        body = {"packs": [{"id": pid, "entries": rows} for pid, rows in packs]}
-        data = framing.encode_record(framing.KIND_INDEX, body, self.store.version)
-        index_id = hashlib.sha256(data).digest()
-        self.store.backend.write_atomic(f"index/{index_id.hex()}", data)
-        self.store._merge_index(packs, f"index/{index_id.hex()}")
-        return index_id
+        name = write_index(self.store.backend, packs, self.store.version)
+        self.store._merge_index(packs, name)
+        return bytes.fromhex(name.rsplit("/", 1)[-1])
 
     def abort(self) -> None:
         if self.pack is not None:
@@ -339,9 +138,9 @@ def find_store(start: Path | None = None) -> Path:
     here = (start or Path.cwd()).resolve()
     for d in (here, *here.parents):
         cand = d / STORE_DIRNAME
-        if (cand / "config").is_file():
+        if (cand / layout.CONFIG).is_file():
             return cand
-        if (d / "config").is_file() and (d / "manifests").is_dir():
+        if (d / layout.CONFIG).is_file() and (d / layout.MANIFESTS).is_dir():
             return d
     raise StoreNotFoundError(
         f"no ckpt store in {here} or any parent directory",
@@ -350,9 +149,9 @@ def find_store(start: Path | None = None) -> Path:
 
 
 def resolve_store_path(path: Path) -> Path:
-    if (path / "config").is_file():
+    if (path / layout.CONFIG).is_file():
         return path
-    if (path / STORE_DIRNAME / "config").is_file():
+    if (path / STORE_DIRNAME / layout.CONFIG).is_file():
         return path / STORE_DIRNAME
     raise StoreNotFoundError(f"{path} is not a ckpt store", hint="run `ckpt init` to create one, or check --store / CKPT_STORE")
 
@@ -360,7 +159,7 @@ def resolve_store_path(path: Path) -> Path:
 def read_config(backend: Backend, where: str) -> StoreConfig:
     """The store config (formats/v1.md, "Config and refs")."""
     try:
-        data = backend.read("config")
+        data = backend.read(layout.CONFIG)
     except NotFoundError:
         raise StoreNotFoundError(f"{where.removesuffix('/config')} is not a ckpt store") from None
     record_version, body = framing.decode_record(data, framing.KIND_CONFIG, where)
@@ -379,11 +178,7 @@ def read_config(backend: Backend, where: str) -> StoreConfig:
     return config
 
 
-_KEEP = object()  # write_ref: the ref's own `reset` stays
-_DIGITS = re.compile(r"[0-9]+")  # N in REF~N and NAME@{N}: ASCII digits only
-
-
-class Store:
+class Store(Refs):
     """A ckpt store on a backend. Use `Store.open(path)` or `Store.init(path)`."""
 
     def __init__(self, backend: Backend, config: StoreConfig, location: str) -> None:
@@ -402,13 +197,13 @@ class Store:
     # -- opening -----------------------------------------------------------------
     @classmethod
     def init(cls, path: Path, version: int = limits.FORMAT_VERSION) -> Store:
-        if (path / "config").exists():
+        if (path / layout.CONFIG).exists():
             raise ConflictError(f"a ckpt store already exists at {path}")
         if version not in limits.READABLE_VERSIONS:
             raise InvalidInputError(f"format version {version} is not one this ckpt writes", hint=f"use one of {sorted(limits.READABLE_VERSIONS)}")
         try:
             path.mkdir(parents=True, exist_ok=True)
-            for sub in ("packs", "index", "manifests", "refs", "locks", "tmp"):
+            for sub in layout.CREATED_DIRS:
                 (path / sub).mkdir(exist_ok=True)
         except OSError as exc:
             if path.exists() and not path.is_dir():
@@ -416,15 +211,15 @@ class Store:
             raise StoreIOError(f"cannot create a store at {path}: {exc.strerror}", hint="give a directory you may write to") from None
         config = StoreConfig(version, secrets.token_bytes(16), time.time_ns(), (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX))
         backend = LocalBackend(path)
-        backend.write_atomic("config", config.encode())
+        backend.write_atomic(layout.CONFIG, config.encode())
         return cls(backend, config, str(path))
 
     @classmethod
     def open(cls, path: Path | None = None) -> Store:
         root = resolve_store_path(path) if path is not None else find_store()
         backend = LocalBackend(root)
-        config = read_config(backend, str(root / "config"))
-        for sub in ("tmp", "locks"):
+        config = read_config(backend, str(root / layout.CONFIG))
+        for sub in layout.LOCAL_DIRS:
             # absent in a copied or version-controlled store; read-only stores can do without
             with contextlib.suppress(OSError):
                 (root / sub).mkdir(exist_ok=True)
@@ -437,7 +232,7 @@ class Store:
 
     def set_config(self, config: StoreConfig) -> None:
         """Replace the store config (a format upgrade); the caller holds the store lock exclusively."""
-        self.backend.write_atomic("config", config.encode())
+        self.backend.write_atomic(layout.CONFIG, config.encode())
         self.config = config
 
     def warn(self, message: str) -> None:
@@ -456,7 +251,7 @@ class Store:
         """Temp files left by takes that were killed: their process is gone."""
         out = []
         now = time.time()
-        for name in self.backend.list("tmp"):
+        for name in self.backend.list(layout.TMP):
             pid_text = name.rsplit("/", 1)[-1].split("-", 1)[0]
             if not pid_text.isdigit():
                 continue
@@ -492,13 +287,13 @@ class Store:
 
         A damaged index file is skipped (one warning): the objects it named are found
         through their packs' own tables when they are first missed (`read_stored`)."""
-        names = self.backend.list("index")
+        names = self.backend.list(layout.INDEX)
         if self._index_files - set(names):
             self._index, self._index_files = ObjectIndex(), set()
             self._indexed_packs, self._tables_read, self.damaged_index = set(), set(), {}
             # a prune or a format upgrade rewrote the index; an upgrade also moved the
             # config to a newer version, which is the one to write from now on
-            self.config = read_config(self.backend, f"{self.location}/config")
+            self.config = read_config(self.backend, f"{self.location}/{layout.CONFIG}")
         idx = self._index if self._index is not None else ObjectIndex()
         self._index = idx
         damaged: list[str] = []
@@ -532,10 +327,8 @@ class Store:
         read once; a pack whose table cannot be read is skipped with a warning. This is
         the slow path: only a damaged index file or an object missing from the index
         leads here."""
-        from ckptcli.store.verify import read_pack  # the pack reader verify uses; only on this path
-
         idx = self.index()
-        for path in self.backend.list("packs"):
+        for path in self.backend.list(layout.PACKS):
             if oid is not None and oid in idx:
                 return
             hexname = path.rsplit("/", 1)[-1]
@@ -558,19 +351,8 @@ class Store:
                 idx.setdefault(found, entry)
 
     def read_index_file(self, name: str) -> list[tuple[bytes, Any]]:
-        data = self.backend.read(name)
-        if hashlib.sha256(data).hexdigest() != name.rsplit("/", 1)[-1]:
-            raise CorruptError(f"{name}: content does not match its name (the index file is damaged)", hint="run `ckpt verify`")
-        _v, body = framing.decode_record(data, framing.KIND_INDEX, name)
-        packs = body.get("packs")
-        if not isinstance(packs, list):
-            raise CorruptError(f"{name}: index has no pack list")
-        out = []
-        for p in packs:
-            if not (isinstance(p, dict) and isinstance(p.get("id"), bytes) and len(p["id"]) == 32):
-                raise CorruptError(f"{name}: malformed pack entry")
-            out.append((p["id"], p.get("entries")))
-        return out
+        """(pack id, rows) of each pack the index file `name` names (index.decode_index)."""
+        return read_index_file(self.backend, name)
 
     def reset_index(self) -> None:
         """Forget the cached index (after a prune rewrote it); read again on next use."""
@@ -627,7 +409,7 @@ class Store:
     # -- manifests ---------------------------------------------------------------
     def manifest_ids(self) -> list[bytes]:
         out = []
-        for h in self.backend.list_names("manifests"):
+        for h in self.backend.list_names(layout.MANIFESTS):
             if len(h) == 64:
                 try:
                     out.append(bytes.fromhex(h))
@@ -638,7 +420,7 @@ class Store:
     def manifest(self, cid: bytes) -> Manifest:
         m = self._manifest_cache.get(cid)
         if m is None:
-            name = f"manifests/{cid.hex()}"
+            name = layout.manifest_path(cid)
             try:
                 data = self.backend.read(name)
             except NotFoundError:
@@ -650,7 +432,7 @@ class Store:
         return m
 
     def manifest_bytes(self, cid: bytes) -> bytes:
-        return self.backend.read(f"manifests/{cid.hex()}")
+        return self.backend.read(layout.manifest_path(cid))
 
     def write_manifest(self, manifest: Manifest, *, note_head: bool = False) -> bytes:
         """Commit `manifest`; returns its id. `note_head`: a take that will move the
@@ -659,439 +441,13 @@ class Store:
         cid = hashlib.sha256(data).digest()
         if note_head:
             self.note_head(manifest.subject, cid)
-        self.backend.write_atomic(f"manifests/{cid.hex()}", data)
+        self.backend.write_atomic(layout.manifest_path(cid), data)
         self._manifest_cache[cid] = manifest
         return cid
 
     def add_manifest_bytes(self, data: bytes) -> bytes:
         cid = hashlib.sha256(data).digest()
         Manifest.decode(data, "imported manifest")
-        if not self.backend.exists(f"manifests/{cid.hex()}"):
-            self.backend.write_atomic(f"manifests/{cid.hex()}", data)
+        if not self.backend.exists(layout.manifest_path(cid)):
+            self.backend.write_atomic(layout.manifest_path(cid), data)
         return cid
-
-    # -- refs --------------------------------------------------------------------
-    def read_ref(self, path: str) -> bytes | None:
-        return self.read_ref_state(path)[0]
-
-    def read_ref_state(self, path: str) -> tuple[bytes | None, int | None]:
-        """(target, reset) of the ref at `path`: `reset` is when a subject's latest was
-        last moved on purpose (`ckpt reset`, a repair; formats/v1.md), None when never;
-        (None, None) when there is no ref. Raises: CorruptError for a damaged ref."""
-        if not self.backend.exists(path):
-            return None, None
-        data = self.backend.read(path)
-        _v, body = framing.decode_record(data, framing.KIND_REF, path)
-        target = body.get("target")
-        if not (isinstance(target, bytes) and len(target) == 32):
-            raise CorruptError(f"{path}: ref has no valid target")
-        reset = body.get("reset")
-        return target, reset if type(reset) is int and reset >= 0 else None
-
-    def write_ref(self, path: str, target: bytes, reason: str = "update", *, log: bool = True, reset: int | object | None = _KEEP) -> None:
-        """Point the ref at `path` at `target`; the caller holds the refs lock. The move
-        is appended to the ref's reflog first (reflog.py), so no ref moves unrecorded;
-        but not with `log` False: a writer that moves a ref at every commit of a chain
-        (a LangGraph thread's latest), whose history is the chain itself. `reset`: the
-        time of its last deliberate move (read_ref_state), kept in the ref itself; by
-        default the ref's own is carried over (every move keeps a `ckpt reset` on record)."""
-        try:
-            old, kept = self.read_ref_state(path)
-        except CkptError:
-            old, kept = None, None  # a damaged ref: its old value is unknown
-        if log and old != target:
-            self.log_move(path, old, target, reason)
-        if reset is _KEEP:
-            reset = kept
-        body: dict[str, Any] = {"target": target, "updated": time.time_ns()}
-        if reset is not None:
-            body["reset"] = reset
-        self.backend.write_atomic(path, framing.encode_record(framing.KIND_REF, body, self.version))
-
-    def log_move(self, path: str, old: bytes | None, new: bytes | None, reason: str) -> None:
-        """Append a move of the ref at `path` to its reflog; the caller holds the refs
-        lock. The reflog is history for people, which nothing else depends on: when it
-        cannot be written (something else at its path, no permission, a full disk) the
-        ref still moves, and this is said once (a warning) rather than failing a command
-        whose checkpoint is already committed."""
-        try:
-            reflog.append(self.backend, path, old, new, reason)
-        except CkptError as exc:
-            self.warn(  # said once per log (`warn` says each message once)
-                f"the reflog {reflog.log_path(path)} cannot be written ({exc.message}); the ref moved without its reflog entry; "
-                "make that path a writable regular file (or remove it) so later moves are recorded"
-            )
-
-    def remove_ref(self, path: str, reason: str = "delete") -> bytes | None:
-        """Delete the ref at `path` (recorded in its reflog); the caller holds the refs
-        lock. Returns: its old target (None if it was damaged or missing)."""
-        try:
-            old = self.read_ref(path)
-        except CkptError:
-            old = None
-        if self.backend.exists(path):
-            self.log_move(path, old, None, reason)
-        self.backend.delete(path)
-        return old
-
-    def keep_latest(self, subject: Subject, reason: str) -> None:
-        """Record in the reflog that a new checkpoint of `subject` deliberately left its
-        latest where it is (an entry whose old and new are the same: a fork, a migration
-        of an older checkpoint). `ckpt verify` and `ckpt repair refs` then know the
-        newer checkpoint is not a take killed before it moved the ref (last_moved_ns)."""
-        path = self.latest_ref(subject)
-        with self.backend.lock("refs", shared=False):
-            try:
-                cur = self.read_ref(path)
-            except CkptError:
-                return
-            if cur is not None:
-                self.log_move(path, cur, cur, reason)
-
-    def last_moved_ns(self, path: str) -> int | None:
-        """When the ref at `path` was last moved (or deliberately kept) by this ckpt, from
-        its reflog, or last reset (the ref's own `reset`, which survives a lost reflog);
-        None when it has neither (a store an older ckpt wrote)."""
-        entries = reflog.read(self.backend, path, self.warn)
-        when = entries[-1].time_ns if entries else None
-        try:
-            reset = self.read_ref_state(path)[1]  # a reset is in the ref too: the reflog may be gone
-        except CkptError:
-            reset = None
-        if reset is not None and (when is None or reset > when):
-            when = reset
-        return when
-
-    def ref_log(self, path: str | None = None) -> list[reflog.Entry]:
-        """The reflog of the ref at `path` ("refs/..."), or of every ref, newest first.
-        A damaged entry is skipped with a warning."""
-        if path is None:
-            return reflog.read_all(self.backend, self.warn)
-        return list(reversed(reflog.read(self.backend, path, self.warn)))
-
-    def set_latest(self, subject: Subject, cid: bytes, reason: str = "reset") -> bytes | None:
-        """Point the subject's latest at `cid`, whatever it pointed at (`ckpt reset`);
-        the head hint too, so the next take's parent is `cid`. Returns: the old target."""
-        path = self.latest_ref(subject)
-        with self.backend.lock("refs", shared=False):
-            try:
-                old = self.read_ref(path)
-            except CkptError:
-                old = None
-            self.note_head(subject, cid)
-            # the ref records the reset itself: checkpoints committed before it are left
-            # behind on purpose, and a take already running does not undo it
-            self.write_ref(path, cid, reason, reset=time.time_ns())
-        return old
-
-    def ref_paths(self) -> list[str]:
-        return self.backend.list("refs")
-
-    def refs(self, *, strict: bool = False, prefix: str = "refs") -> dict[str, bytes]:
-        """Every ref under `prefix` (path without "refs/" -> target). A damaged ref is
-        left out with one warning naming it, unless `strict` (then CorruptError): a
-        caller that decides what to delete by the refs (prune) must not overlook one."""
-        return self._read_refs(prefix, strict)[0]
-
-    def _read_refs(self, prefix: str, strict: bool = False) -> tuple[dict[str, bytes], int]:
-        """refs(), and how many refs were left out as damaged."""
-        out = {}
-        damaged: list[tuple[str, str]] = []
-        for path in self.backend.list(prefix):
-            try:
-                t = self.read_ref(path)
-            except NotFoundError:
-                continue  # deleted since the listing
-            except CkptError as exc:
-                if strict:
-                    raise
-                damaged.append((path, exc.message))
-                continue
-            if t is not None:
-                out[path[len("refs/") :]] = t
-        if damaged:
-            more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
-            todo = "run `ckpt repair refs`" if all(p.startswith("refs/latest/") for p, _m in damaged) else "run `ckpt verify`"
-            self.warn(f"ref {damaged[0][0]}{more} is damaged ({damaged[0][1]}) and is left out; {todo}")
-        return out, len(damaged)
-
-    @staticmethod
-    def latest_ref(subject: Subject) -> str:
-        return f"refs/latest/{subject.kind}/{subject.name}"
-
-    def latest_state(self, subject: Subject) -> tuple[bytes | None, int | None]:
-        """The subject's latest ref as read_ref_state gives it ((None, None) when it is
-        missing or damaged): what a take passes back to advance_latest as `expect`."""
-        try:
-            return self.read_ref_state(self.latest_ref(subject))
-        except CkptError:
-            return None, None
-
-    def advance_latest(
-        self,
-        subject: Subject,
-        cid: bytes,
-        created_ns: int,
-        *,
-        nested: bool = False,
-        reason: str = "take",
-        log: bool = True,
-        expect: tuple[bytes | None, int | None] | None = None,
-    ) -> bool:
-        """Point the subject's latest at `cid` unless a newer checkpoint got there first
-        (`nested`: `cid` is a nested run's, which ranks below every other; head_order).
-        `expect`: the latest ref as the caller read it before building `cid`
-        (latest_state); when the ref was reset since (it names another checkpoint and
-        its `reset` changed), latest stays where the reset put it and LatestMovedError
-        is raised: a take that was running must not undo a `ckpt reset`.
-        Returns: whether latest names `cid` now."""
-        path = self.latest_ref(subject)
-        with self.backend.lock("refs", shared=False):
-            try:
-                cur, reset = self.read_ref_state(path)
-            except CkptError:
-                cur, reset = None, None  # a damaged ref is replaced (the take chose its parent around it)
-            if expect is not None and cur is not None and cur != expect[0] and cur != cid and reset != expect[1]:
-                # moved on purpose while the caller ran: `cid` stays, unreferenced, and the
-                # ref's reset moves past it (so neither verify, repair refs nor the next
-                # take's head hint adopts it as a take killed before its ref moved)
-                self.note_head(subject, cur)
-                self.log_move(path, cur, cur, f"{reason} (latest kept: it was reset while the take ran; {cid.hex()[:12]} left behind)")
-                self.write_ref(path, cur, log=False, reset=time.time_ns())
-                raise LatestMovedError(subject, cur, cid)
-            if cur is not None and cur != cid:
-                try:
-                    m = self.manifest(cur)
-                    if head_order(m.labels, m.created_ns) > (0 if nested else 1, created_ns):
-                        return False
-                except CkptError:
-                    pass  # a damaged target is replaced
-            self.write_ref(path, cid, reason, log=log)
-            return True
-
-    def head_hint_path(self, subject: Subject) -> str:
-        return f"cache/heads/{subject.kind}/{subject.name}"
-
-    def note_head(self, subject: Subject, cid: bytes) -> None:
-        """Say, before a take writes its manifest, which checkpoint it is about to commit
-        (`cache/heads/KIND/NAME`, 32 bytes). If the take is killed between its manifest
-        (the commit point) and its ref, the next take finds the dangling checkpoint here
-        in O(1) instead of scanning every manifest. A hint only: not synced (a process
-        kill keeps it; a power cut may lose it, and then the history forks as it would
-        without it), ignored unless it names a readable manifest of the subject."""
-        with contextlib.suppress(CkptError):  # a cache: a take never fails for want of it
-            self.backend.write_hint(self.head_hint_path(subject), cid)
-
-    def head(self, subject: Subject) -> bytes | None:
-        """The default parent of a new checkpoint of `subject`: its newest committed
-        checkpoint. That is its latest ref, unless a take was killed between writing its
-        manifest (the commit point) and moving the ref, leaving a newer checkpoint the
-        ref lags behind (a dangling head); then it is that one, so the history does not
-        fork. Cost: the ref and one 32-byte hint (note_head), whatever the store's size.
-        A damaged ref is answered from every manifest (and said once)."""
-        path = self.latest_ref(subject)
-        try:
-            head, reset = self.read_ref_state(path)
-        except CkptError as exc:
-            self.warn(f"{exc.message}; the subject's newest checkpoint is found from the manifests instead; run `ckpt repair refs`")
-            newest = self.newest_of(subject)
-            return newest[1] if newest is not None else None
-        try:
-            hint = self.backend.read(self.head_hint_path(subject))
-        except CkptError:
-            return head
-        if len(hint) != 32 or hint == head or not self.backend.exists(f"manifests/{hint.hex()}"):
-            return head  # no take left one behind (or it was killed before its manifest)
-        try:
-            dangling = self.manifest(hint)
-        except CkptError:
-            return head
-        if dangling.subject != subject or (reset is not None and dangling.created_ns <= reset):
-            return head  # (one committed before latest was reset was left behind on purpose)
-        if head is not None:
-            with contextlib.suppress(CkptError):
-                if self.manifest(head).created_ns >= dangling.created_ns:
-                    return head
-        return hint
-
-    def newest_of(self, subject: Subject | None) -> tuple[int, bytes] | None:
-        """(created_ns, id) of the newest readable checkpoint of `subject` (by head_order:
-        the one its latest ref names) or of any (for None), from every manifest: for a
-        damaged or lost ref and `ckpt repair refs`, not for every take."""
-        best: tuple[int, bytes] | None = None
-        rank: tuple[tuple[int, int], bytes] | None = None
-        for name in self.backend.list_names("manifests"):
-            if len(name) != 64:
-                continue
-            try:
-                cid = bytes.fromhex(name)
-                m = self.manifest(cid)
-            except (ValueError, CkptError):
-                continue  # not a manifest name, or damaged (verify's business)
-            if subject is None:
-                if best is None or (m.created_ns, cid) > best:
-                    best = (m.created_ns, cid)
-            elif m.subject == subject and (rank is None or (head_order(m.labels, m.created_ns), cid) > rank):
-                rank, best = (head_order(m.labels, m.created_ns), cid), (m.created_ns, cid)
-        return best
-
-    def set_branch(self, name: str, cid: bytes, reason: str = "branch") -> None:
-        check_name(name, "branch name")
-        with self.backend.lock("refs", shared=False):
-            self.write_ref(f"refs/branches/{name}", cid, reason)
-
-    def set_tag(self, name: str, cid: bytes, *, force: bool = False, reason: str = "tag") -> None:
-        check_name(name, "tag name")
-        path = f"refs/tags/{name}"
-        with self.backend.lock("refs", shared=False):
-            cur = self.read_ref(path)
-            if cur is not None and cur != cid and not force:
-                raise ConflictError(f"tag {name!r} already points at {cur.hex()[:12]}", hint="pass --force to move it")
-            self.write_ref(path, cid, reason)
-
-    def delete_ref(self, path: str, reason: str = "delete") -> bytes | None:
-        """Delete a ref; returns its old target (None if it was damaged)."""
-        with self.backend.lock("refs", shared=False):
-            if not self.backend.exists(path):
-                raise NotFoundError(f"no ref {path[len('refs/'):]!r}")
-            return self.remove_ref(path, reason)
-
-    # -- resolving names -----------------------------------------------------------
-    def resolve(self, ref: str) -> bytes:
-        """A checkpoint id for an id, unique id prefix, tag, branch, KIND:NAME or `latest`,
-        optionally followed by ~N (N first-parents back)."""
-        base, back = ref, 0
-        if "~" in ref:
-            base, _, n = ref.rpartition("~")
-            if not _DIGITS.fullmatch(n):
-                raise InvalidInputError(f"{ref!r}: what follows '~' must be a number of steps back")
-            back = int(n)
-        cid = self._resolve_base(base)
-        for step in range(back):
-            parents = self.manifest(cid).parents
-            if not parents:
-                raise NotFoundError(f"{ref!r}: checkpoint {cid.hex()[:12]} has no parent ({step} steps back)")
-            cid = parents[0]
-        return cid
-
-    def ref_path_of(self, name: str) -> str:
-        """The ref path a name means in `ckpt reflog NAME` and NAME@{N}: KIND:NAME is the
-        subject's latest; a path as the reflog prints it (latest/..., tags/...,
-        branches/...) is itself; a plain name is a tag, else a branch."""
-        path: str | None = None
-        if name.startswith("latest/"):
-            kind, _, rest = name[len("latest/") :].partition("/")
-            bad = not rest
-            if not bad:
-                try:
-                    path = self.latest_ref(Subject.parse(f"{kind}:{rest}"))
-                except InvalidInputError:
-                    bad = True
-            if bad:
-                raise InvalidInputError(f"{name!r} is not a ref path", hint="give latest/KIND/NAME as `ckpt reflog` prints it, or KIND:NAME")
-        elif name.startswith(("tags/", "branches/")):
-            ns, _, rest = name.partition("/")
-            check_name(rest, f"{ns[:-1]} name in {name!r}")
-            path = f"refs/{name}"
-        elif ":" in name:
-            path = self.latest_ref(Subject.parse(name))
-        else:
-            check_name(name, "ref name")
-            candidates = [f"refs/{ns}/{name}" for ns in ("tags", "branches")]
-        for p in [path] if path is not None else candidates:
-            if self.backend.exists(p) or self.backend.exists(reflog.log_path(p)):
-                return p
-        raise NotFoundError(f"no such ref: {name!r} (no subject, tag or branch of that name has a ref or a reflog)", hint="see `ckpt reflog` for every ref's moves")
-
-    def _resolve_reflog(self, ref: str) -> bytes:
-        """NAME@{N}: what the ref NAME pointed at N moves ago (@{0}: now)."""
-        name, _, n = ref[:-1].rpartition("@{")
-        if not _DIGITS.fullmatch(n):
-            raise InvalidInputError(f"{ref!r}: what is inside @{{}} must be a number of moves back")
-        back = int(n)
-        # newest first; "kept" entries (old == new) are no move
-        entries = [e for e in self.ref_log(self.ref_path_of(name)) if e.old != e.new]
-        value: str | None
-        if back < len(entries):
-            value = entries[back].new
-        elif back == len(entries) and entries:
-            value = entries[-1].old  # what it pointed at before its first recorded move
-        else:
-            raise NotFoundError(f"{ref!r}: the reflog of {name} has only {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}", hint=f"see `ckpt reflog {name}`")
-        if value is None:
-            raise NotFoundError(f"{ref!r}: {name} did not exist then", hint=f"see `ckpt reflog {name}`")
-        if not self.backend.exists(f"manifests/{value}"):
-            raise NotFoundError(f"{ref!r}: checkpoint {value[:12]} is no longer in the store (pruned)")
-        return bytes.fromhex(value)
-
-    def _resolve_base(self, ref: str) -> bytes:
-        if not ref:
-            raise InvalidInputError("an empty checkpoint reference")
-        if ref.endswith("}") and "@{" in ref:
-            return self._resolve_reflog(ref)
-        if ref == "latest":
-            # only the subjects' latest refs are read: a damaged tag or branch is no
-            # reason to refuse `latest`; a damaged latest ref or manifest is skipped
-            # (with a warning) in favour of the newest readable one
-            best: tuple[int, bytes] | None = None
-            readable, left_out = self._read_refs("refs/latest")
-            damaged = left_out > 0
-            for _path, t in readable.items():
-                try:
-                    created = self.manifest(t).created_ns
-                except NotFoundError:
-                    continue  # pruned since the listing
-                except CkptError as exc:
-                    self.warn(f"{exc.message}; `latest` is chosen among the other subjects' latest checkpoints")
-                    damaged = True
-                    continue
-                if best is None or created > best[0]:
-                    best = (created, t)
-            if best is None or damaged:
-                # no readable latest ref (damaged, or something else at its path), or
-                # one left out: the newest checkpoint is found from the manifests
-                # themselves (only on this path: it reads every manifest)
-                newest = self.newest_of(None)
-                if newest is not None and (best is None or newest > best):
-                    if best is None and not damaged:  # (a damaged ref was named already)
-                        self.warn("no subject has a readable latest ref; `latest` was found from the manifests; run `ckpt repair refs`")
-                    best = newest
-            if best is None:
-                raise NotFoundError(f"the store at {self.location} has no checkpoints yet", hint="take one with `ckpt take`")
-            return best[1]
-        if ":" in ref:
-            subject = Subject.parse(ref)
-            try:
-                head = self.read_ref(self.latest_ref(subject))
-            except CkptError as exc:
-                self.warn(f"{exc.message}; the newest checkpoint of {ref} was found from the manifests instead; run `ckpt repair refs`")
-                newest = self.newest_of(subject)
-                if newest is not None:
-                    return newest[1]
-                raise
-            if head is None:
-                newest = self.newest_of(subject)  # a ref lost (or something else at its path)
-                if newest is None:
-                    raise NotFoundError(f"no checkpoints of subject {ref}")
-                self.warn(f"{ref} has no latest ref; its newest checkpoint was found from the manifests; run `ckpt repair refs`")
-                return newest[1]
-            return head
-        for ns in ("tags", "branches"):
-            if NAME_RE.match(ref):
-                named = self.read_ref(f"refs/{ns}/{ref}")
-                if named is not None:
-                    return named
-        low = ref.lower()
-        if len(low) >= 4 and all(c in "0123456789abcdef" for c in low):
-            if len(low) == 64 and self.backend.exists(f"manifests/{low}"):
-                return bytes.fromhex(low)
-            matches = [c for c in self.manifest_ids() if c.hex().startswith(low)]
-            if len(matches) == 1:
-                return matches[0]
-            if len(matches) > 1:
-                shown = ", ".join(sorted(m.hex()[:12] for m in matches[:5]))
-                raise InvalidInputError(f"{ref!r} is ambiguous: it matches {len(matches)} checkpoints ({shown})", hint="give more characters")
-        raise NotFoundError(
-            f"no checkpoint, tag or branch named {ref!r} in {self.location}",
-            hint="see `ckpt ls` for ids, or use a tag, a branch, KIND:NAME or latest",
-        )

@@ -27,7 +27,7 @@ from typing import IO, Any
 from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError
 from ckptcli.format import framing, limits
 from ckptcli.format.manifest import Manifest
-from ckptcli.store.repository import IndexEntry, parse_entry_rows
+from ckptcli.store.index import IndexEntry, parse_entry_rows
 
 _U32 = struct.Struct(">I")
 TRAILER = 4 + 32

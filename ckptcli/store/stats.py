@@ -24,6 +24,7 @@ from typing import Any
 from ckptcli.errors import CkptError
 from ckptcli.format.walk import walk_checkpoint
 from ckptcli.progress import NULL, Progress
+from ckptcli.store import layout
 from ckptcli.store.repository import Store
 
 #: node objects NodeCache keeps (bytes) before it stops adding
@@ -107,10 +108,10 @@ def store_stats(store: Store, progress: Progress = NULL) -> StoreStats:
     st = StoreStats(store.location, store.version)
     index = store.index()
     st.indexed_objects = len(index)
-    pack_paths = store.backend.list("packs")
+    pack_paths = store.backend.list(layout.PACKS)
     st.packs = len(pack_paths)
     st.pack_bytes = sum(store.backend.size(p) for p in pack_paths)
-    st.index_files = len(store.backend.list("index"))
+    st.index_files = len(store.backend.list(layout.INDEX))
     ids = store.manifest_ids()
     st.checkpoints = len(ids)
     needed: set[bytes] = set()

@@ -30,9 +30,11 @@ from ckptcli.errors import CorruptError, InvalidInputError, StoreIOError
 from ckptcli.format import limits
 from ckptcli.format.walk import walk_checkpoint
 from ckptcli.progress import NULL, Progress
-from ckptcli.store import single
+from ckptcli.store import layout, single
 from ckptcli.store.backend import create_temp, fsync_dir
-from ckptcli.store.repository import Store
+from ckptcli.store.pack import pack_version
+from ckptcli.store.repack import upgrade_packs
+from ckptcli.store.repository import Store, find_store
 from ckptcli.store.single import CheckpointFile
 
 Target = Store | Path
@@ -74,16 +76,14 @@ class FormatMigration:
 
 
 def _old_packs(store: Store, version: int) -> list[bytes]:
-    from ckptcli.store.prune import pack_version
-
     out = []
-    for path in store.backend.list("packs"):
+    for path in store.backend.list(layout.PACKS):
         name = path.rsplit("/", 1)[-1]
         if len(name) != 64:
             continue
         pid = bytes.fromhex(name)
         with contextlib.suppress(CorruptError):  # a damaged header is verify's business
-            if pack_version(store, pid) < version:
+            if pack_version(store.backend, pid) < version:
                 out.append(pid)
     return out
 
@@ -107,8 +107,6 @@ def _apply_v1_v2(target: Target, rep: UpgradeReport, progress: Progress) -> None
     if isinstance(target, Path):
         rep.bytes_written = rewrite_file(target, target, 2, progress)
         return
-    from ckptcli.store.prune import upgrade_packs
-
     if target.version < 2:
         target.set_config(replace(target.config, version=2))  # the commit point of the upgrade
     gc = upgrade_packs(target, progress)
@@ -227,8 +225,6 @@ def rewrite_file(source: Path, dest: Path, version: int = limits.FORMAT_VERSION,
 
 def target_of(path: Path | None) -> Target:
     """A store (directory) or a checkpoint file for `ckpt migrate --format [PATH]`."""
-    from ckptcli.store.repository import find_store
-
     if path is None:
         return Store.open(find_store())
     if path.is_file():

@@ -1,0 +1,43 @@
+"""Every entry-point group ckpt reads, in one place.
+
+Adapters (in this package or installed beside it) hook into the layers below them
+through these groups, so that no lower module imports an adapter. Listing names
+imports nothing; `load` imports only the entry points asked for. The in-tree ones
+are registered in pyproject.toml, `[project.entry-points]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from importlib.metadata import entry_points
+from typing import Any
+
+__all__ = ["BESIDE_STORE", "DOCTOR", "EXPIRY", "GROUPS", "MIGRATIONS", "REDUCERS", "RETENTION", "load", "names"]
+
+#: an ext namespace's reducers of its events (ckptcli.history.events)
+REDUCERS = "ckptcli.reducers"
+#: what a kept checkpoint needs kept with it, per ext namespace (ckptcli.store.prune)
+RETENTION = "ckptcli.retention"
+#: when a subject of an ext namespace expires, and how to hold it while it is pruned (ckptcli.store.prune)
+EXPIRY = "ckptcli.expiry"
+#: checks of the files an adapter keeps beside a store, for `ckpt verify` (ckptcli.store.verify)
+BESIDE_STORE = "ckptcli.beside_store"
+#: `ckpt doctor` checks (ckptcli.doctor)
+DOCTOR = "ckptcli.doctor"
+#: a project's schema migrations, `--migrations ep:NAME` (ckptcli.schema.migrations)
+MIGRATIONS = "ckpt.migrations"
+
+GROUPS = (REDUCERS, RETENTION, EXPIRY, BESIDE_STORE, DOCTOR, MIGRATIONS)
+
+
+def names(group: str) -> list[str]:
+    """The names registered in `group`, sorted, without importing anything."""
+    return sorted({ep.name for ep in entry_points(group=group)})
+
+
+def load(group: str, wanted: Iterable[str] | None = None) -> list[tuple[str, Any]]:
+    """(name, loaded object) of each entry point of `group` (only those named in
+    `wanted`, when given), in name order."""
+    keep = None if wanted is None else set(wanted)
+    found = sorted((ep for ep in entry_points(group=group) if keep is None or ep.name in keep), key=lambda ep: ep.name)
+    return [(ep.name, ep.load()) for ep in found]

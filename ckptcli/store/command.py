@@ -1,0 +1,26 @@
+"""The command line this process names in the records it leaves in a store: reflog
+entries (formats/reflog.md) and the holder records of its locks. The CLI sets it to
+`ckpt ARGS`; a library caller may too; by default it is this process's argv."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+__all__ = ["MAX_COMMAND", "current_command", "set_command"]
+
+MAX_COMMAND = 500  # characters of the command line kept in a reflog entry
+
+_command: str | None = None
+
+
+def set_command(command: str | None) -> None:
+    """What records name as the command (None: this process's argv)."""
+    global _command
+    _command = command
+
+
+def current_command() -> str:
+    if _command is not None:
+        return _command[:MAX_COMMAND]
+    return " ".join([os.path.basename(sys.argv[0]) if sys.argv else "python", *sys.argv[1:]])[:MAX_COMMAND]

@@ -1,0 +1,154 @@
+"""Every path of a store, in one place (formats/v1.md, "Store layout")::
+
+    config                      store version, id, chunker parameters
+    packs/<2 hex>/<64 hex>      objects, back to back, with their table at the end
+    index/<64 hex>              which pack holds which object (one file per take)
+    manifests/<64 hex>          one per checkpoint; the name is the checkpoint id
+    refs/latest/<kind>/<name>   newest checkpoint of a subject
+    refs/branches/<name>        a movable line of history
+    refs/tags/<name>            a fixed name for one checkpoint
+    logs/refs/...               the reflog of each ref (formats/reflog.md)
+    cache/                      rebuildable: the catalog, head hints
+    locks/  tmp/                local coordination and in-flight writes
+
+Paths inside a store are relative to its root and use "/", as a `Backend` takes
+them; the files beside a store that adapters keep (the LangGraph saver's journals,
+leases and memory-store logs: formats/langgraph-journal.md, formats/langgraph-store.md)
+are `Path`s under a local store's directory. Nothing here touches the disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "CACHE",
+    "CATALOG",
+    "CONFIG",
+    "CREATED_DIRS",
+    "INDEX",
+    "JOURNAL_DIR",
+    "LEASE_DIR",
+    "LOCAL_DIRS",
+    "LOCKS",
+    "LOGS",
+    "MANIFESTS",
+    "MEMORY_STORE_DIR",
+    "PACKS",
+    "RECOVER_LOCK",
+    "REFS",
+    "STORE_DIRNAME",
+    "TMP",
+    "WANT_DIR",
+    "WRITERS",
+    "branch_ref",
+    "head_hint_path",
+    "index_path",
+    "journal_dir",
+    "latest_ref",
+    "lease_dir",
+    "lock_file",
+    "lock_path",
+    "log_path",
+    "manifest_path",
+    "memory_store_dir",
+    "pack_path",
+    "recover_lock_file",
+    "ref_path",
+    "tag_ref",
+    "want_dir",
+]
+
+STORE_DIRNAME = ".ckpt"  # the store `ckpt init` makes in a project directory
+
+CONFIG = "config"
+PACKS = "packs"  # packs/<2 hex>/<64 hex>
+INDEX = "index"  # index/<64 hex>
+MANIFESTS = "manifests"  # manifests/<64 hex>: the name is the checkpoint id
+REFS = "refs"  # refs/latest/<kind>/<name>, refs/branches/<name>, refs/tags/<name>
+LOGS = "logs"  # logs/refs/...: the reflog of each ref (formats/reflog.md)
+LOCKS = "locks"  # locks/<name>.lock: local coordination, never data
+TMP = "tmp"  # in-flight writes, renamed into place
+CACHE = "cache"  # rebuildable, ignored by readers of the format
+CATALOG = f"{CACHE}/catalog"
+WRITERS = f"{LOCKS}/writers"  # one file per live writer process (`Backend.live_writers`)
+
+CREATED_DIRS = (PACKS, INDEX, MANIFESTS, REFS, LOCKS, TMP)  # what `Store.init` makes
+LOCAL_DIRS = (TMP, LOCKS)  # absent from a copied store; made again on open
+
+
+def pack_path(pack_id: bytes) -> str:
+    h = pack_id.hex()
+    return f"{PACKS}/{h[:2]}/{h}"
+
+
+def index_path(index_id: bytes) -> str:
+    return f"{INDEX}/{index_id.hex()}"
+
+
+def manifest_path(cid: bytes) -> str:
+    return f"{MANIFESTS}/{cid.hex()}"
+
+
+def ref_path(name: str) -> str:
+    """The path of the ref `name` ("latest/agent/bot", "tags/v1")."""
+    return f"{REFS}/{name}"
+
+
+def latest_ref(kind: str, name: str) -> str:
+    return f"{REFS}/latest/{kind}/{name}"
+
+
+def branch_ref(name: str) -> str:
+    return f"{REFS}/branches/{name}"
+
+
+def tag_ref(name: str) -> str:
+    return f"{REFS}/tags/{name}"
+
+
+def head_hint_path(kind: str, name: str) -> str:
+    """A subject's head hint (`Store.note_head`): 32 bytes, a hint only."""
+    return f"{CACHE}/heads/{kind}/{name}"
+
+
+def log_path(ref: str) -> str:
+    """The reflog of the ref at `ref` ("refs/latest/agent/bot" -> "logs/refs/latest/agent/bot")."""
+    return f"{LOGS}/{ref}"
+
+
+def lock_path(name: str) -> str:
+    return f"{LOCKS}/{name}.lock"
+
+
+def lock_file(store_dir: Path, name: str) -> Path:
+    """The lock file `name` of the local store at `store_dir`."""
+    return store_dir / LOCKS / f"{name}.lock"
+
+
+# -- beside a store: the LangGraph saver's files (formats/langgraph-journal.md) -----------
+JOURNAL_DIR = "langgraph"  # its write-ahead journals
+LEASE_DIR = "threads"  # under JOURNAL_DIR: one lease per thread a saver holds
+WANT_DIR = "want"  # under JOURNAL_DIR: requests for a held thread
+RECOVER_LOCK = "recover.lock"  # under JOURNAL_DIR: held while a saver recovers journals
+MEMORY_STORE_DIR = "store"  # under JOURNAL_DIR: LangGraph's memory store's logs (formats/langgraph-store.md)
+
+
+def journal_dir(store_dir: Path) -> Path:
+    return store_dir / JOURNAL_DIR
+
+
+def lease_dir(store_dir: Path) -> Path:
+    return store_dir / JOURNAL_DIR / LEASE_DIR
+
+
+def want_dir(store_dir: Path) -> Path:
+    return store_dir / JOURNAL_DIR / WANT_DIR
+
+
+def recover_lock_file(store_dir: Path) -> Path:
+    return store_dir / JOURNAL_DIR / RECOVER_LOCK
+
+
+def memory_store_dir(store_dir: Path) -> Path:
+    return store_dir / JOURNAL_DIR / MEMORY_STORE_DIR

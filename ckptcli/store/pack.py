@@ -1,0 +1,323 @@
+"""The pack format, in one place: writing packs, taking them apart and peeking at them
+(formats/v1.md and v2.md, "Pack files").
+
+A pack is a header, stored objects back to back, and a trailer record listing each
+object's type, lengths and codec (and, in version 2, a check of its stored bytes),
+followed by the trailer's length as a u32. Version 1 names a pack by the SHA-256 of
+every byte; version 2 by its header, object ids and trailer (`framing.pack_id_v2`).
+A pack is written once, in tmp/, and renamed into place under `layout.pack_path`.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hashlib
+import struct
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from ckptcli._util.threads import executor
+from ckptcli.errors import CkptError, CorruptError
+from ckptcli.format import framing, limits
+from ckptcli.store.backend import Backend, io_error
+from ckptcli.store.index import IndexEntry
+from ckptcli.store.layout import pack_path
+
+__all__ = [
+    "PackTable",
+    "PackWriter",
+    "check_pack_data",
+    "pack_version",
+    "read_pack",
+    "read_pack_table",
+    "stored_bytes",
+]
+
+_U32 = struct.Struct(">I")
+
+
+_IO_AFTER = 1024 * 1024
+
+
+class PackWriter:
+    """Appends stored objects to one pack file in tmp/; `finish` commits it.
+
+    Once a pack passes `io_after` bytes (small takes never do: a thread hand-off would
+    cost them more than it saves), its writes, the pack hash and the final fsync and
+    rename run on one I/O thread, in order, while the caller goes on encoding: the
+    offsets and rows are bookkept here, synchronously, so they never wait for I/O. At
+    most `_IO_AHEAD` bytes are queued; a write error surfaces at the next call.
+    """
+
+    def __init__(self, backend: Backend, version: int = limits.FORMAT_VERSION, io_after: int | None = _IO_AFTER) -> None:
+        self.backend = backend
+        self.version = version
+        self.io: ThreadPoolExecutor | None = None
+        self.io_after = io_after
+        self.pending: collections.deque[tuple[int, Future[None]]] = collections.deque()
+        self.queued = 0
+        self.temp, self.fh = backend.open_temp()
+        # version 1 names a pack by the SHA-256 of every byte; version 2 by its header,
+        # object ids and trailer, with an XXH3-64 of each object's stored bytes in the
+        # trailer, so the pack's bytes are not hashed with SHA-256 a second time
+        self.hasher: Any = hashlib.sha256() if version == 1 else None
+        self.checks: list[int] = []
+        self.size = 0
+        self.rows: list[list[Any]] = []
+        self.header = framing.encode_header(framing.KIND_PACK, version)
+        self._write(self.header)
+
+    def _write(self, data: bytes | memoryview) -> None:
+        self.size += len(data)
+        if self.io is None and self.io_after is not None and self.size > self.io_after:
+            self.io = _io_pool()  # a big pack: hand the rest of it to the I/O thread
+        if self.io is None:
+            self._write_now(data)
+            return
+        self.pending.append((len(data), self.io.submit(self._write_now, data)))
+        self.queued += len(data)
+        while self.queued > _IO_AHEAD:
+            self._wait_one()
+
+    def _wait_one(self) -> None:
+        n, fut = self.pending.popleft()
+        self.queued -= n
+        fut.result()
+
+    def _write_now(self, data: bytes | memoryview) -> None:
+        try:
+            self.fh.write(data)
+        except OSError as exc:
+            raise io_error(exc, "write", self.temp) from None
+        if self.hasher is not None:
+            self.hasher.update(data)
+
+    def add(self, oid: bytes, obj_type: int, codec: int, stored: bytes | memoryview, raw_len: int) -> int:
+        offset = self.size
+        if self.hasher is None:
+            self.checks.append(framing.stored_check(stored))
+        self._write(stored)
+        self.rows.append([oid, obj_type, offset, len(stored), raw_len, codec])
+        return offset
+
+    def finish(self) -> Callable[[], tuple[bytes, list[list[Any]]]]:
+        """Write the trailer and commit the pack; returns a call that waits for the
+        commit and gives (pack id, rows)."""
+        # The trailer makes a pack self-describing (an index can be rebuilt from it)
+        # without repeating the 32-byte ids the index holds: an id is the hash of the
+        # content, and offsets follow from the lengths.
+        objects: list[list[int]] = [[typ, slen, rlen, codec] for _oid, typ, _off, slen, rlen, codec in self.rows]
+        if self.hasher is None:
+            for obj, check in zip(objects, self.checks, strict=True):
+                obj.append(check)
+        table = framing.encode_record(framing.KIND_PACK_TRAILER, {"objects": objects}, self.version)
+        self._write(table)
+        self._write(_U32.pack(len(table)))
+        v2_id = None if self.hasher is not None else framing.pack_id_v2(self.header, [r[0] for r in self.rows], table)
+
+        def pack_id() -> bytes:
+            return v2_id if v2_id is not None else self.hasher.digest()  # type: ignore[no-any-return]
+
+        if self.io is None:
+            done = self._commit(pack_id())
+            return lambda: done
+        # The fsync of a finished pack runs on a thread of its own, so that the I/O
+        # thread goes on filling the next pack while the disk catches up with this one.
+        sealed = self.io.submit(lambda: _sync_pool().submit(self._commit, pack_id()))
+
+        def wait() -> tuple[bytes, list[list[Any]]]:
+            self._wait_all()
+            return sealed.result().result()
+
+        return wait
+
+    def _commit(self, pack_id: bytes) -> tuple[bytes, list[list[Any]]]:
+        self.backend.commit_temp(self.temp, self.fh, pack_path(pack_id))
+        return pack_id, self.rows
+
+    def _wait_all(self) -> None:
+        while self.pending:
+            self._wait_one()
+
+    def abort(self) -> None:
+        for _n, fut in self.pending:
+            with contextlib.suppress(Exception):
+                fut.result()
+        self.pending.clear()
+        self.backend.discard_temp(self.temp, self.fh)
+
+
+_IO_AHEAD = 16 << 20  # bytes of pack writes queued for the I/O thread
+
+
+def _io_pool() -> ThreadPoolExecutor:
+    """The thread that writes and hashes big packs, in order."""
+    return executor("ckpt-io", 1)
+
+
+def _sync_pool() -> ThreadPoolExecutor:
+    """The thread that fsyncs and renames finished packs."""
+    return executor("ckpt-sync", 1)
+
+
+@dataclass
+class PackTable:
+    """A whole pack file taken apart through its trailer (formats/v1.md and v2.md, "Pack files")."""
+
+    version: int
+    rows: list[list[Any]]  # [id, type, offset, stored_len, raw_len, codec] of each object that decoded
+    errors: dict[int, str]  # offset -> what is wrong with the object stored there
+    trailer: bytes  # the trailer record, as stored
+    header: bytes = b""  # the 12-byte header, as stored (every byte of it, reserved ones too, is in the id)
+
+    def pack_id(self) -> bytes | None:
+        """The id this pack should be named by; None for a version-2 pack with a damaged
+        object (its id cannot be recovered)."""
+        if self.version == 1:
+            return None  # the SHA-256 of the whole file: the caller has the bytes
+        if self.errors:
+            return None
+        return framing.pack_id_v2(self.header, [r[0] for r in self.rows], self.trailer)
+
+
+def read_pack(data: bytes, where: str, name: bytes | None = None) -> PackTable:
+    """Take a whole pack apart: every object is checked against the trailer (version 2)
+    and decompressed and hashed to recover its id. Structural damage (header, trailer,
+    lengths) raises CorruptError; a damaged object is listed in `errors`.
+
+    `name`: the pack's id as its file name gives it. A header version this ckpt does not
+    read is then damage unless the name still matches the bytes (a store whose config
+    this ckpt reads holds no pack of a newer version; formats/v2.md, "Stores of both
+    versions")."""
+    if len(data) < framing.HEADER_SIZE + 4:
+        raise CorruptError(f"{where}: truncated")
+    intact = None if name is None else (lambda: hashlib.sha256(data).digest() == name)
+    version = framing.check_header(data, framing.KIND_PACK, where, intact=intact)
+    (tlen,) = _U32.unpack_from(data, len(data) - 4)
+    start = len(data) - 4 - tlen
+    if start < framing.HEADER_SIZE:
+        raise CorruptError(f"{where}: trailer length {tlen} does not fit")
+    trailer = data[start : len(data) - 4]
+    tversion, body = framing.decode_record(trailer, framing.KIND_PACK_TRAILER, f"{where} (trailer)")
+    if tversion != version:
+        raise CorruptError(f"{where}: a version-{tversion} trailer in a version-{version} pack")
+    objects = body.get("objects")
+    if not isinstance(objects, list):
+        raise CorruptError(f"{where}: trailer has no object list")
+    width = 4 if version == 1 else 5
+    table = PackTable(version, [], {}, trailer, bytes(data[: framing.HEADER_SIZE]))
+    offset = framing.HEADER_SIZE
+    for obj in objects:
+        if not (isinstance(obj, list) and len(obj) == width and all(type(x) is int and x >= 0 for x in obj)):
+            raise CorruptError(f"{where}: malformed trailer entry (version {version} entries have {width} elements)")
+        typ, slen, rlen, codec = obj[:4]
+        if offset + slen > start:
+            raise CorruptError(f"{where}: trailer names more bytes than the pack holds")
+        stored = data[offset : offset + slen]
+        try:
+            if version >= 2 and framing.stored_check(stored) != obj[4]:
+                raise CorruptError(
+                    f"{where}: the object at offset {offset} does not match its check in the trailer (its stored bytes are damaged)"
+                )
+            raw = framing.decompress(codec, stored, rlen, limits.MAX_OBJECT_SIZE, f"{where} at offset {offset}")
+            table.rows.append([hashlib.sha256(raw).digest(), typ, offset, slen, rlen, codec])
+        except CkptError as exc:
+            table.errors[offset] = exc.message
+        offset += slen
+    if offset != start:
+        raise CorruptError(f"{where}: {start - offset} bytes between the last object and the trailer")
+    return table
+
+
+def read_pack_table(data: bytes, where: str, name: bytes | None = None) -> list[Any]:
+    """The entries of a whole pack file, rebuilt from its trailer: each object is
+    decompressed and hashed to recover its id. Returns [[id, type, offset, stored_len,
+    raw_len, codec], ...], the rows an index holds; a damaged object is CorruptError."""
+    table = read_pack(data, where, name)
+    if table.errors:
+        raise CorruptError(next(iter(table.errors.values())))
+    return table.rows
+
+
+def pack_version(backend: Backend, pack_id: bytes) -> int:
+    """The format version in a pack's header (its first bytes only are read)."""
+    path = pack_path(pack_id)
+    return framing.check_header(backend.read_range(path, 0, framing.HEADER_SIZE), framing.KIND_PACK, path)
+
+
+def stored_bytes(backend: Backend, pack_id: bytes) -> int | None:
+    """The bytes a pack's objects take, between its header and its trailer (whose length
+    is the pack's last four bytes), read without reading the pack; None when the pack
+    cannot be read."""
+    path = pack_path(pack_id)
+    try:
+        size = backend.size(path)
+        tlen = int(_U32.unpack(backend.read_range(path, size - 4, 4))[0])
+    except (CkptError, OSError, struct.error):
+        return None
+    return size - framing.HEADER_SIZE - 4 - tlen
+
+
+def check_pack_data(
+    data: bytes, hexname: str, path: str, entries: Iterable[tuple[bytes, IndexEntry]]
+) -> tuple[str | None, dict[bytes, str]]:
+    """`ckpt verify --read-data` of one whole pack named `hexname`: (what is wrong with
+    the pack as a file, or None; object id -> what is wrong with it) for the objects
+    `entries` say it holds."""
+    damaged = None
+    is_v2 = data[:8] == framing.MAGIC_PREFIX + framing.KIND_PACK and int.from_bytes(data[8:10], "big") >= 2
+    if is_v2:
+        try:
+            table = read_pack(data, path, bytes.fromhex(hexname))
+        except CkptError as exc:
+            damaged = exc.message  # the objects are checked one by one below
+        else:
+            return _check_v2(table, hexname, entries)
+    elif hashlib.sha256(data).hexdigest() != hexname:
+        damaged = "content does not match its name (some byte of the pack is damaged)"
+        pid = bytes.fromhex(hexname)
+        for check in (
+            lambda: read_pack_table(data, path, pid),
+            lambda: framing.check_header(data, framing.KIND_PACK, path, intact=lambda: False),
+        ):
+            try:
+                check()
+            except CkptError as exc:
+                damaged += f"; {exc.message}"
+    found: dict[bytes, str] = {}
+    for oid, entry in entries:
+        stored = data[entry.offset : entry.offset + entry.stored_len]
+        where = f"object {oid.hex()[:12]} in pack {hexname[:12]}"
+        try:
+            if len(stored) != entry.stored_len:
+                raise CorruptError(f"{where}: pack is truncated")
+            raw = framing.decompress(entry.codec, stored, entry.raw_len, limits.MAX_OBJECT_SIZE, where)
+            if hashlib.sha256(raw).digest() != oid:
+                raise CorruptError(f"{where}: content does not match its hash")
+        except CkptError as exc:
+            found[oid] = exc.message
+    return damaged, found
+
+
+def _check_v2(table: PackTable, hexname: str, entries: Iterable[tuple[bytes, IndexEntry]]) -> tuple[str | None, dict[bytes, str]]:
+    """Version 2: the id covers header, object ids and trailer; the trailer's checks
+    cover the stored bytes (formats/v2.md, "Verification")."""
+    found: dict[bytes, str] = {}
+    damaged = None
+    if table.errors:
+        damaged = f"{len(table.errors)} damaged object(s); first: {next(iter(table.errors.values()))}"
+    elif (table.pack_id() or b"").hex() != hexname:
+        damaged = "content does not match its name (its header, trailer or an object is damaged)"
+    rows = {r[2]: r for r in table.rows}
+    for oid, entry in entries:
+        row = rows.get(entry.offset)
+        if entry.offset in table.errors:
+            found[oid] = f"object {oid.hex()[:12]} in pack {hexname[:12]}: {table.errors[entry.offset]}"
+        elif row is None or row[3] != entry.stored_len or row[5] != entry.codec or row[4] != entry.raw_len:
+            found[oid] = f"object {oid.hex()[:12]} in pack {hexname[:12]}: the index entry does not match the pack's trailer"
+        elif row[0] != oid:
+            found[oid] = f"object {oid.hex()[:12]} in pack {hexname[:12]}: content does not match its hash"
+    return damaged, found

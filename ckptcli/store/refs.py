@@ -1,0 +1,486 @@
+"""The refs of a store (formats/v1.md, "Config and refs"; formats/reflog.md): reading,
+moving and resolving them, each move recorded in the ref's reflog first.
+
+`Refs` is the part of `Store` (repository.py) that deals with refs; it uses the
+store's backend, manifests and warnings. Ref moves happen under the store's "refs"
+lock, which the callers named in each method hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+from ckptcli.errors import (
+    CkptError,
+    ConflictError,
+    CorruptError,
+    InvalidInputError,
+    LatestMovedError,
+    NotFoundError,
+)
+from ckptcli.format import framing
+from ckptcli.format.manifest import NAME_RE, Manifest, Subject, check_name, head_order
+from ckptcli.store import layout, reflog
+from ckptcli.store.backend import Backend
+
+__all__ = ["Refs"]
+
+_KEEP = object()  # write_ref: the ref's own `reset` stays
+_DIGITS = re.compile(r"[0-9]+")  # N in REF~N and NAME@{N}: ASCII digits only
+
+
+class Refs:
+    """The refs part of `Store`."""
+
+    backend: Backend
+    location: str
+
+    if TYPE_CHECKING:  # provided by Store
+
+        @property
+        def version(self) -> int: ...
+
+        def warn(self, message: str) -> None: ...
+
+        def manifest(self, cid: bytes) -> Manifest: ...
+
+        def manifest_ids(self) -> list[bytes]: ...
+
+    # -- refs --------------------------------------------------------------------
+    def read_ref(self, path: str) -> bytes | None:
+        return self.read_ref_state(path)[0]
+
+    def read_ref_state(self, path: str) -> tuple[bytes | None, int | None]:
+        """(target, reset) of the ref at `path`: `reset` is when a subject's latest was
+        last moved on purpose (`ckpt reset`, a repair; formats/v1.md), None when never;
+        (None, None) when there is no ref. Raises: CorruptError for a damaged ref."""
+        if not self.backend.exists(path):
+            return None, None
+        data = self.backend.read(path)
+        _v, body = framing.decode_record(data, framing.KIND_REF, path)
+        target = body.get("target")
+        if not (isinstance(target, bytes) and len(target) == 32):
+            raise CorruptError(f"{path}: ref has no valid target")
+        reset = body.get("reset")
+        return target, reset if type(reset) is int and reset >= 0 else None
+
+    def write_ref(self, path: str, target: bytes, reason: str = "update", *, log: bool = True, reset: int | object | None = _KEEP) -> None:
+        """Point the ref at `path` at `target`; the caller holds the refs lock. The move
+        is appended to the ref's reflog first (reflog.py), so no ref moves unrecorded;
+        but not with `log` False: a writer that moves a ref at every commit of a chain
+        (a LangGraph thread's latest), whose history is the chain itself. `reset`: the
+        time of its last deliberate move (read_ref_state), kept in the ref itself; by
+        default the ref's own is carried over (every move keeps a `ckpt reset` on record)."""
+        try:
+            old, kept = self.read_ref_state(path)
+        except CkptError:
+            old, kept = None, None  # a damaged ref: its old value is unknown
+        if log and old != target:
+            self.log_move(path, old, target, reason)
+        if reset is _KEEP:
+            reset = kept
+        body: dict[str, Any] = {"target": target, "updated": time.time_ns()}
+        if reset is not None:
+            body["reset"] = reset
+        self.backend.write_atomic(path, framing.encode_record(framing.KIND_REF, body, self.version))
+
+    def log_move(self, path: str, old: bytes | None, new: bytes | None, reason: str) -> None:
+        """Append a move of the ref at `path` to its reflog; the caller holds the refs
+        lock. The reflog is history for people, which nothing else depends on: when it
+        cannot be written (something else at its path, no permission, a full disk) the
+        ref still moves, and this is said once (a warning) rather than failing a command
+        whose checkpoint is already committed."""
+        try:
+            reflog.append(self.backend, path, old, new, reason)
+        except CkptError as exc:
+            self.warn(  # said once per log (`warn` says each message once)
+                f"the reflog {layout.log_path(path)} cannot be written ({exc.message}); the ref moved without its reflog entry; "
+                "make that path a writable regular file (or remove it) so later moves are recorded"
+            )
+
+    def remove_ref(self, path: str, reason: str = "delete") -> bytes | None:
+        """Delete the ref at `path` (recorded in its reflog); the caller holds the refs
+        lock. Returns: its old target (None if it was damaged or missing)."""
+        try:
+            old = self.read_ref(path)
+        except CkptError:
+            old = None
+        if self.backend.exists(path):
+            self.log_move(path, old, None, reason)
+        self.backend.delete(path)
+        return old
+
+    def keep_latest(self, subject: Subject, reason: str) -> None:
+        """Record in the reflog that a new checkpoint of `subject` deliberately left its
+        latest where it is (an entry whose old and new are the same: a fork, a migration
+        of an older checkpoint). `ckpt verify` and `ckpt repair refs` then know the
+        newer checkpoint is not a take killed before it moved the ref (last_moved_ns)."""
+        path = self.latest_ref(subject)
+        with self.backend.lock("refs", shared=False):
+            try:
+                cur = self.read_ref(path)
+            except CkptError:
+                return
+            if cur is not None:
+                self.log_move(path, cur, cur, reason)
+
+    def last_moved_ns(self, path: str) -> int | None:
+        """When the ref at `path` was last moved (or deliberately kept) by this ckpt, from
+        its reflog, or last reset (the ref's own `reset`, which survives a lost reflog);
+        None when it has neither (a store an older ckpt wrote)."""
+        entries = reflog.read(self.backend, path, self.warn)
+        when = entries[-1].time_ns if entries else None
+        try:
+            reset = self.read_ref_state(path)[1]  # a reset is in the ref too: the reflog may be gone
+        except CkptError:
+            reset = None
+        if reset is not None and (when is None or reset > when):
+            when = reset
+        return when
+
+    def ref_log(self, path: str | None = None) -> list[reflog.Entry]:
+        """The reflog of the ref at `path` ("refs/..."), or of every ref, newest first.
+        A damaged entry is skipped with a warning."""
+        if path is None:
+            return reflog.read_all(self.backend, self.warn)
+        return list(reversed(reflog.read(self.backend, path, self.warn)))
+
+    def set_latest(self, subject: Subject, cid: bytes, reason: str = "reset") -> bytes | None:
+        """Point the subject's latest at `cid`, whatever it pointed at (`ckpt reset`);
+        the head hint too, so the next take's parent is `cid`. Returns: the old target."""
+        path = self.latest_ref(subject)
+        with self.backend.lock("refs", shared=False):
+            try:
+                old = self.read_ref(path)
+            except CkptError:
+                old = None
+            self.note_head(subject, cid)
+            # the ref records the reset itself: checkpoints committed before it are left
+            # behind on purpose, and a take already running does not undo it
+            self.write_ref(path, cid, reason, reset=time.time_ns())
+        return old
+
+    def ref_paths(self) -> list[str]:
+        return self.backend.list(layout.REFS)
+
+    def refs(self, *, strict: bool = False, prefix: str = "refs") -> dict[str, bytes]:
+        """Every ref under `prefix` (path without "refs/" -> target). A damaged ref is
+        left out with one warning naming it, unless `strict` (then CorruptError): a
+        caller that decides what to delete by the refs (prune) must not overlook one."""
+        return self._read_refs(prefix, strict)[0]
+
+    def _read_refs(self, prefix: str, strict: bool = False) -> tuple[dict[str, bytes], int]:
+        """refs(), and how many refs were left out as damaged."""
+        out = {}
+        damaged: list[tuple[str, str]] = []
+        for path in self.backend.list(prefix):
+            try:
+                t = self.read_ref(path)
+            except NotFoundError:
+                continue  # deleted since the listing
+            except CkptError as exc:
+                if strict:
+                    raise
+                damaged.append((path, exc.message))
+                continue
+            if t is not None:
+                out[path[len("refs/") :]] = t
+        if damaged:
+            more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
+            todo = "run `ckpt repair refs`" if all(p.startswith("refs/latest/") for p, _m in damaged) else "run `ckpt verify`"
+            self.warn(f"ref {damaged[0][0]}{more} is damaged ({damaged[0][1]}) and is left out; {todo}")
+        return out, len(damaged)
+
+    @staticmethod
+    def latest_ref(subject: Subject) -> str:
+        return layout.latest_ref(subject.kind, subject.name)
+
+    def latest_state(self, subject: Subject) -> tuple[bytes | None, int | None]:
+        """The subject's latest ref as read_ref_state gives it ((None, None) when it is
+        missing or damaged): what a take passes back to advance_latest as `expect`."""
+        try:
+            return self.read_ref_state(self.latest_ref(subject))
+        except CkptError:
+            return None, None
+
+    def advance_latest(
+        self,
+        subject: Subject,
+        cid: bytes,
+        created_ns: int,
+        *,
+        nested: bool = False,
+        reason: str = "take",
+        log: bool = True,
+        expect: tuple[bytes | None, int | None] | None = None,
+    ) -> bool:
+        """Point the subject's latest at `cid` unless a newer checkpoint got there first
+        (`nested`: `cid` is a nested run's, which ranks below every other; head_order).
+        `expect`: the latest ref as the caller read it before building `cid`
+        (latest_state); when the ref was reset since (it names another checkpoint and
+        its `reset` changed), latest stays where the reset put it and LatestMovedError
+        is raised: a take that was running must not undo a `ckpt reset`.
+        Returns: whether latest names `cid` now."""
+        path = self.latest_ref(subject)
+        with self.backend.lock("refs", shared=False):
+            try:
+                cur, reset = self.read_ref_state(path)
+            except CkptError:
+                cur, reset = None, None  # a damaged ref is replaced (the take chose its parent around it)
+            if expect is not None and cur is not None and cur != expect[0] and cur != cid and reset != expect[1]:
+                # moved on purpose while the caller ran: `cid` stays, unreferenced, and the
+                # ref's reset moves past it (so neither verify, repair refs nor the next
+                # take's head hint adopts it as a take killed before its ref moved)
+                self.note_head(subject, cur)
+                self.log_move(path, cur, cur, f"{reason} (latest kept: it was reset while the take ran; {cid.hex()[:12]} left behind)")
+                self.write_ref(path, cur, log=False, reset=time.time_ns())
+                raise LatestMovedError(subject, cur, cid)
+            if cur is not None and cur != cid:
+                try:
+                    m = self.manifest(cur)
+                    if head_order(m.labels, m.created_ns) > (0 if nested else 1, created_ns):
+                        return False
+                except CkptError:
+                    pass  # a damaged target is replaced
+            self.write_ref(path, cid, reason, log=log)
+            return True
+
+    def head_hint_path(self, subject: Subject) -> str:
+        return layout.head_hint_path(subject.kind, subject.name)
+
+    def note_head(self, subject: Subject, cid: bytes) -> None:
+        """Say, before a take writes its manifest, which checkpoint it is about to commit
+        (`cache/heads/KIND/NAME`, 32 bytes). If the take is killed between its manifest
+        (the commit point) and its ref, the next take finds the dangling checkpoint here
+        in O(1) instead of scanning every manifest. A hint only: not synced (a process
+        kill keeps it; a power cut may lose it, and then the history forks as it would
+        without it), ignored unless it names a readable manifest of the subject."""
+        with contextlib.suppress(CkptError):  # a cache: a take never fails for want of it
+            self.backend.write_hint(self.head_hint_path(subject), cid)
+
+    def head(self, subject: Subject) -> bytes | None:
+        """The default parent of a new checkpoint of `subject`: its newest committed
+        checkpoint. That is its latest ref, unless a take was killed between writing its
+        manifest (the commit point) and moving the ref, leaving a newer checkpoint the
+        ref lags behind (a dangling head); then it is that one, so the history does not
+        fork. Cost: the ref and one 32-byte hint (note_head), whatever the store's size.
+        A damaged ref is answered from every manifest (and said once)."""
+        path = self.latest_ref(subject)
+        try:
+            head, reset = self.read_ref_state(path)
+        except CkptError as exc:
+            self.warn(f"{exc.message}; the subject's newest checkpoint is found from the manifests instead; run `ckpt repair refs`")
+            newest = self.newest_of(subject)
+            return newest[1] if newest is not None else None
+        try:
+            hint = self.backend.read(self.head_hint_path(subject))
+        except CkptError:
+            return head
+        if len(hint) != 32 or hint == head or not self.backend.exists(layout.manifest_path(hint)):
+            return head  # no take left one behind (or it was killed before its manifest)
+        try:
+            dangling = self.manifest(hint)
+        except CkptError:
+            return head
+        if dangling.subject != subject or (reset is not None and dangling.created_ns <= reset):
+            return head  # (one committed before latest was reset was left behind on purpose)
+        if head is not None:
+            with contextlib.suppress(CkptError):
+                if self.manifest(head).created_ns >= dangling.created_ns:
+                    return head
+        return hint
+
+    def newest_of(self, subject: Subject | None) -> tuple[int, bytes] | None:
+        """(created_ns, id) of the newest readable checkpoint of `subject` (by head_order:
+        the one its latest ref names) or of any (for None), from every manifest: for a
+        damaged or lost ref and `ckpt repair refs`, not for every take."""
+        best: tuple[int, bytes] | None = None
+        rank: tuple[tuple[int, int], bytes] | None = None
+        for name in self.backend.list_names(layout.MANIFESTS):
+            if len(name) != 64:
+                continue
+            try:
+                cid = bytes.fromhex(name)
+                m = self.manifest(cid)
+            except (ValueError, CkptError):
+                continue  # not a manifest name, or damaged (verify's business)
+            if subject is None:
+                if best is None or (m.created_ns, cid) > best:
+                    best = (m.created_ns, cid)
+            elif m.subject == subject and (rank is None or (head_order(m.labels, m.created_ns), cid) > rank):
+                rank, best = (head_order(m.labels, m.created_ns), cid), (m.created_ns, cid)
+        return best
+
+    def set_branch(self, name: str, cid: bytes, reason: str = "branch") -> None:
+        check_name(name, "branch name")
+        with self.backend.lock("refs", shared=False):
+            self.write_ref(layout.branch_ref(name), cid, reason)
+
+    def set_tag(self, name: str, cid: bytes, *, force: bool = False, reason: str = "tag") -> None:
+        check_name(name, "tag name")
+        path = layout.tag_ref(name)
+        with self.backend.lock("refs", shared=False):
+            cur = self.read_ref(path)
+            if cur is not None and cur != cid and not force:
+                raise ConflictError(f"tag {name!r} already points at {cur.hex()[:12]}", hint="pass --force to move it")
+            self.write_ref(path, cid, reason)
+
+    def delete_ref(self, path: str, reason: str = "delete") -> bytes | None:
+        """Delete a ref; returns its old target (None if it was damaged)."""
+        with self.backend.lock("refs", shared=False):
+            if not self.backend.exists(path):
+                raise NotFoundError(f"no ref {path[len('refs/') :]!r}")
+            return self.remove_ref(path, reason)
+
+    # -- resolving names -----------------------------------------------------------
+    def resolve(self, ref: str) -> bytes:
+        """A checkpoint id for an id, unique id prefix, tag, branch, KIND:NAME or `latest`,
+        optionally followed by ~N (N first-parents back)."""
+        base, back = ref, 0
+        if "~" in ref:
+            base, _, n = ref.rpartition("~")
+            if not _DIGITS.fullmatch(n):
+                raise InvalidInputError(f"{ref!r}: what follows '~' must be a number of steps back")
+            back = int(n)
+        cid = self._resolve_base(base)
+        for step in range(back):
+            parents = self.manifest(cid).parents
+            if not parents:
+                raise NotFoundError(f"{ref!r}: checkpoint {cid.hex()[:12]} has no parent ({step} steps back)")
+            cid = parents[0]
+        return cid
+
+    def ref_path_of(self, name: str) -> str:
+        """The ref path a name means in `ckpt reflog NAME` and NAME@{N}: KIND:NAME is the
+        subject's latest; a path as the reflog prints it (latest/..., tags/...,
+        branches/...) is itself; a plain name is a tag, else a branch."""
+        path: str | None = None
+        if name.startswith("latest/"):
+            kind, _, rest = name[len("latest/") :].partition("/")
+            bad = not rest
+            if not bad:
+                try:
+                    path = self.latest_ref(Subject.parse(f"{kind}:{rest}"))
+                except InvalidInputError:
+                    bad = True
+            if bad:
+                raise InvalidInputError(
+                    f"{name!r} is not a ref path", hint="give latest/KIND/NAME as `ckpt reflog` prints it, or KIND:NAME"
+                )
+        elif name.startswith(("tags/", "branches/")):
+            ns, _, rest = name.partition("/")
+            check_name(rest, f"{ns[:-1]} name in {name!r}")
+            path = layout.ref_path(name)
+        elif ":" in name:
+            path = self.latest_ref(Subject.parse(name))
+        else:
+            check_name(name, "ref name")
+            candidates = [layout.ref_path(f"{ns}/{name}") for ns in ("tags", "branches")]
+        for p in [path] if path is not None else candidates:
+            if self.backend.exists(p) or self.backend.exists(reflog.log_path(p)):
+                return p
+        raise NotFoundError(
+            f"no such ref: {name!r} (no subject, tag or branch of that name has a ref or a reflog)",
+            hint="see `ckpt reflog` for every ref's moves",
+        )
+
+    def _resolve_reflog(self, ref: str) -> bytes:
+        """NAME@{N}: what the ref NAME pointed at N moves ago (@{0}: now)."""
+        name, _, n = ref[:-1].rpartition("@{")
+        if not _DIGITS.fullmatch(n):
+            raise InvalidInputError(f"{ref!r}: what is inside @{{}} must be a number of moves back")
+        back = int(n)
+        # newest first; "kept" entries (old == new) are no move
+        entries = [e for e in self.ref_log(self.ref_path_of(name)) if e.old != e.new]
+        value: str | None
+        if back < len(entries):
+            value = entries[back].new
+        elif back == len(entries) and entries:
+            value = entries[-1].old  # what it pointed at before its first recorded move
+        else:
+            raise NotFoundError(
+                f"{ref!r}: the reflog of {name} has only {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}",
+                hint=f"see `ckpt reflog {name}`",
+            )
+        if value is None:
+            raise NotFoundError(f"{ref!r}: {name} did not exist then", hint=f"see `ckpt reflog {name}`")
+        if not self.backend.exists(f"{layout.MANIFESTS}/{value}"):
+            raise NotFoundError(f"{ref!r}: checkpoint {value[:12]} is no longer in the store (pruned)")
+        return bytes.fromhex(value)
+
+    def _resolve_base(self, ref: str) -> bytes:
+        if not ref:
+            raise InvalidInputError("an empty checkpoint reference")
+        if ref.endswith("}") and "@{" in ref:
+            return self._resolve_reflog(ref)
+        if ref == "latest":
+            # only the subjects' latest refs are read: a damaged tag or branch is no
+            # reason to refuse `latest`; a damaged latest ref or manifest is skipped
+            # (with a warning) in favour of the newest readable one
+            best: tuple[int, bytes] | None = None
+            readable, left_out = self._read_refs("refs/latest")
+            damaged = left_out > 0
+            for _path, t in readable.items():
+                try:
+                    created = self.manifest(t).created_ns
+                except NotFoundError:
+                    continue  # pruned since the listing
+                except CkptError as exc:
+                    self.warn(f"{exc.message}; `latest` is chosen among the other subjects' latest checkpoints")
+                    damaged = True
+                    continue
+                if best is None or created > best[0]:
+                    best = (created, t)
+            if best is None or damaged:
+                # no readable latest ref (damaged, or something else at its path), or
+                # one left out: the newest checkpoint is found from the manifests
+                # themselves (only on this path: it reads every manifest)
+                newest = self.newest_of(None)
+                if newest is not None and (best is None or newest > best):
+                    if best is None and not damaged:  # (a damaged ref was named already)
+                        self.warn("no subject has a readable latest ref; `latest` was found from the manifests; run `ckpt repair refs`")
+                    best = newest
+            if best is None:
+                raise NotFoundError(f"the store at {self.location} has no checkpoints yet", hint="take one with `ckpt take`")
+            return best[1]
+        if ":" in ref:
+            subject = Subject.parse(ref)
+            try:
+                head = self.read_ref(self.latest_ref(subject))
+            except CkptError as exc:
+                self.warn(f"{exc.message}; the newest checkpoint of {ref} was found from the manifests instead; run `ckpt repair refs`")
+                newest = self.newest_of(subject)
+                if newest is not None:
+                    return newest[1]
+                raise
+            if head is None:
+                newest = self.newest_of(subject)  # a ref lost (or something else at its path)
+                if newest is None:
+                    raise NotFoundError(f"no checkpoints of subject {ref}")
+                self.warn(f"{ref} has no latest ref; its newest checkpoint was found from the manifests; run `ckpt repair refs`")
+                return newest[1]
+            return head
+        for ns in ("tags", "branches"):
+            if NAME_RE.match(ref):
+                named = self.read_ref(layout.ref_path(f"{ns}/{ref}"))
+                if named is not None:
+                    return named
+        low = ref.lower()
+        if len(low) >= 4 and all(c in "0123456789abcdef" for c in low):
+            if len(low) == 64 and self.backend.exists(f"{layout.MANIFESTS}/{low}"):
+                return bytes.fromhex(low)
+            matches = [c for c in self.manifest_ids() if c.hex().startswith(low)]
+            if len(matches) == 1:
+                return matches[0]
+            if len(matches) > 1:
+                shown = ", ".join(sorted(m.hex()[:12] for m in matches[:5]))
+                raise InvalidInputError(
+                    f"{ref!r} is ambiguous: it matches {len(matches)} checkpoints ({shown})", hint="give more characters"
+                )
+        raise NotFoundError(
+            f"no checkpoint, tag or branch named {ref!r} in {self.location}",
+            hint="see `ckpt ls` for ids, or use a tag, a branch, KIND:NAME or latest",
+        )
