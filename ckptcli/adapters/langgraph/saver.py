@@ -57,7 +57,6 @@ import contextlib
 import fcntl
 import hashlib
 import itertools
-import operator
 import os
 import random
 import stat
@@ -67,9 +66,8 @@ import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import ormsgpack
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -82,9 +80,9 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ckptcli.adapters.langgraph import layout
+from ckptcli.adapters.langgraph.encoding import ValueCodec, fingerprint
 from ckptcli.adapters.langgraph.journal import (
     DAMAGED_SUFFIX,
     JOURNAL_DIR,
@@ -101,7 +99,8 @@ from ckptcli.adapters.langgraph.journal import (
 from ckptcli.adapters.langgraph.journal import Journal as _Journal
 from ckptcli.adapters.langgraph.journal import frame as _frame
 from ckptcli.adapters.langgraph.journal import record_problem as journal_record_problem
-from ckptcli.adapters.langgraph.layout import MSGPACK, Key, SectionWriter, Typed, Write
+from ckptcli.adapters.langgraph.layout import MSGPACK, Key, SectionWriter, Write
+from ckptcli.adapters.langgraph.lazy import LazyValues
 from ckptcli.adapters.langgraph.leases import LEASE as _LEASE
 from ckptcli.adapters.langgraph.leases import LEASE_DIR, RECOVER_LOCK, WANT_DIR, open_recover_lock
 from ckptcli.adapters.langgraph.leases import Request as _Request
@@ -110,10 +109,24 @@ from ckptcli.adapters.langgraph.leases import live_requests as _live_requests
 from ckptcli.adapters.langgraph.leases import request_lease as _request_lease
 from ckptcli.adapters.langgraph.leases import try_flock as _try_flock
 from ckptcli.adapters.langgraph.read import ListReader
+from ckptcli.adapters.langgraph.resident import (
+    COMMITTED,
+    EMPTY,
+    LEAF,
+    MISSING,
+    SEALED,
+    Blob,
+    Entry,
+    ItemLog,
+    StagedSource,
+    Staging,
+    copy_log,
+    unload,
+)
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LockError, StoreIOError, ThreadConflictError, UsageError
 from ckptcli.format.manifest import Manifest
-from ckptcli.format.msgpack_view import from_view, to_view
-from ckptcli.format.values import EXT_LIST, EXT_MAP, EXT_REF, Budget, Decoder, Ext, ListTree, array_header, unpack_ev
+from ckptcli.format.msgpack_view import from_view
+from ckptcli.format.values import EXT_LIST, EXT_MAP, EXT_REF, Budget, Decoder, Ext, unpack_ev
 from ckptcli.store.backend import fsync_dir
 from ckptcli.store.repository import Store
 
@@ -126,297 +139,18 @@ _SWEEP_BATCH = 64  # expired threads removed from the store together by a TTL sw
 _COLLECT_MIN = 512  # deleted checkpoints left to collect before a delete collects (`CkptSaver._delete`)
 _RECENT_NAMESPACES = 4  # a thread in use keeps the newest values of this many subgraph namespaces in memory
 
-LEAF, SEALED, COMMITTED = 0, 1, 2
 _ALIST_BATCH = 64  # tuples `alist` takes from `list` per hop to its worker thread
 _Keys = list[tuple[str, str, str]]
 _Siblings = dict[Any, list[bytes]]  # subject -> the store's checkpoints of its thread (`CkptSaver._siblings`)
 #: a journaled delete being replayed: keys, threads, and the store's checkpoints it removes (None: older records)
 _Deletion = tuple[list[tuple[str, str, str]], set[str], set[bytes] | None]  # (thread, namespace, checkpoint id) of several checkpoints
-_MISSING = object()
 #: a thread's committed checkpoints to copy: (key, parent id, created, manifest), parents first
 _Copies = list[tuple[tuple[str, str, str], str | None, int, Manifest]]
 _CopyRows = list[tuple[tuple[str, str, str], str | None, int, bytes]]  # the same, manifest ids
 #: and the values this saver has of it in memory, by (namespace, channel, version)
-_CopiedBlobs = dict[tuple[str, str, Any], "_Blob"]
+_CopiedBlobs = dict[tuple[str, str, Any], "Blob"]
 
 
-def _item_encoder(serde: SerializerProtocol) -> Callable[[Any], bytes] | None:
-    """JsonPlusSerializer's msgpack encoder of one value, when `serde` is exactly that
-    serializer and a list's bytes are its header and its items' (checked here): then a
-    list value can be stored item by item. None otherwise (values are stored whole)."""
-    if type(serde) is not JsonPlusSerializer:
-        return None
-    try:
-        from langgraph.checkpoint.serde.jsonplus import _msgpack_enc as enc
-    except ImportError:  # pragma: no cover - another langgraph-checkpoint: the slow path
-        return None
-    sample = [1, "two", {"three": [3.0]}, None]
-    try:
-        if serde.dumps_typed(sample) != (MSGPACK, array_header(len(sample)) + b"".join(enc(x) for x in sample)):
-            return None
-    except Exception:  # noqa: BLE001 - any surprise: the slow path
-        return None
-    return cast(Callable[[Any], bytes], enc)
-
-
-try:
-    from langgraph.checkpoint.serde.jsonplus import _msgpack_enc
-except ImportError:  # pragma: no cover - another langgraph-checkpoint: no item-wise lists, no fingerprints
-    _msgpack_enc = None  # type: ignore[assignment]  # then _fp_default is never called
-
-
-def _fp_default(obj: Any) -> Any:
-    """How `_fingerprint` packs what msgpack has no type for: a pydantic model (a
-    LangChain message) by its fields as they are now, anything else by the serializer's
-    own bytes."""
-    extra = getattr(obj, "__pydantic_extra__", _MISSING)
-    if extra is not _MISSING:
-        return [type(obj).__name__, obj.__dict__, extra]
-    assert _msgpack_enc is not None  # fingerprints are taken only when lists are stored item by item
-    return _msgpack_enc(obj)
-
-
-def _fingerprint(value: list[Any]) -> bytes | None:
-    """The items of a list packed as they are now (without the list's header), deep: an
-    item edited in place packs differently. About 1 us a message, 0.1 us a small dict
-    (natively packed, the serializer's slower hooks skipped where the fields say it
-    all); None for a value it cannot pack (then the items' bytes are compared)."""
-    try:
-        full = ormsgpack.packb(value, default=_fp_default, option=ormsgpack.OPT_NON_STR_KEYS)
-    except (TypeError, ValueError, OverflowError, ormsgpack.MsgpackEncodeError):
-        return None
-    return full[len(array_header(len(value))) :]
-
-
-# -- in memory ---------------------------------------------------------------------------
-class _ItemLog:
-    """The items of a list channel value, shared by every version that is a prefix of it:
-    each item's msgpack bytes, the Python object last seen there (to tell unchanged
-    items by identity), its ckpt EV, and the chunk trees of the items and their tool
-    records, kept up to date as the log grows."""
-
-    __slots__ = ("__weakref__", "evs", "fp", "objs", "raw", "tool_count", "tools", "tree")
-
-    def __init__(self) -> None:
-        self.fp: bytes | None = None  # the fingerprint of objs, all of them (`_fingerprint`)
-        self.raw: list[bytes] = []
-        self.objs: list[Any] = []
-        self.evs: list[bytes] = []
-        self.tree = ListTree()
-        self.tools = ListTree()
-        self.tool_count: list[int] = []  # tool records of items[: i + 1]
-
-    def __len__(self) -> int:
-        return len(self.raw)
-
-
-class _Blob:
-    """One channel value at one version: serialized bytes, or items [0, n) of a log."""
-
-    __slots__ = ("ev", "log", "n", "tools_ev", "typed")
-
-    def __init__(self, typed: Typed | None = None, log: _ItemLog | None = None, n: int = 0) -> None:
-        self.typed = typed
-        self.log = log
-        self.n = n
-        self.ev: bytes | None = None
-        self.tools_ev: bytes | None = None
-
-    @property
-    def empty(self) -> bool:
-        return self.typed is None and self.log is None
-
-    def to_typed(self) -> Typed:
-        if self.log is not None:
-            return MSGPACK, array_header(self.n) + b"".join(self.log.raw[: self.n])
-        assert self.typed is not None
-        return self.typed
-
-
-_EMPTY = _Blob()
-
-
-class _Entry:
-    """One LangGraph checkpoint the saver knows: in memory, or committed (and then read
-    from the store when needed)."""
-
-    __slots__ = (
-        "blobs_loaded", "committed", "committed_rev", "created_ns", "has_child", "key", "loaded", "manifest", "md_plain", "md_view",
-        "metadata", "parent", "prepared", "rev", "seq", "skeleton", "state", "touched", "types", "versions", "writes",
-    )  # fmt: skip
-
-    def __init__(self, key: tuple[str, str, str], parent: str | None, seq: int) -> None:
-        self.key = key
-        self.parent = parent
-        self.seq = seq  # creation order (parents before children)
-        self.created_ns = 0
-        self.skeleton: Typed | None = None
-        self.metadata: Typed | None = None
-        self.versions: dict[str, Any] = {}
-        self.types: dict[str, str] | None = None  # of its channel values, once read back from the store
-        self.writes: dict[tuple[str, int], Write] = {}
-        self.state = LEAF
-        self.manifest: bytes | None = None  # the id of the newest revision sealed
-        self.committed: bytes | None = None  # the id of the newest revision committed
-        self.committed_rev = 0
-        self.rev = 0
-        self.loaded = True  # False: committed, its data still in the store only
-        self.blobs_loaded = False
-        self.md_plain: Any = _MISSING
-        self.touched = time.monotonic()
-        self.has_child = False
-        self.prepared: dict[str, bytes] | None = None  # its sections but events, made when it is put
-        self.md_view: Any = None
-
-
-def _unload(e: _Entry) -> None:
-    """Forget what a committed checkpoint's record and values are (`_load` reads them back
-    from the store when next needed): memory, and objects the garbage collector no longer
-    walks on each of its full passes, follow a thread's newest state, not its history."""
-    e.skeleton = e.metadata = e.prepared = e.md_view = None
-    e.md_plain = _MISSING
-    e.versions, e.writes = {}, {}
-    e.loaded = e.blobs_loaded = False
-
-
-class _Staging:
-    """The objects made since the last commit (a sink for the encoders): kept until
-    the committer has them in a pack, deduplicated against the store and each other."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.objects: dict[bytes, tuple[int, bytes]] = {}
-        self.inflight: dict[bytes, tuple[int, bytes]] = {}
-        #: False while the saver collects the store's garbage (`CkptSaver._collect`): an
-        #: object the store has now may be one that goes, so it is staged again (the
-        #: commit, after the collection, writes it only if it went)
-        self.dedupe = True
-
-    def put(self, oid: bytes, content: bytes, obj_type: int) -> None:
-        if oid in self.objects or oid in self.inflight or (self.dedupe and self.store.has(oid)):
-            return
-        self.objects[oid] = (obj_type, content)
-
-
-class _LazyValues(dict):  # type: ignore[type-arg]
-    """channel_values decoded on first use (by any dict operation); then a plain dict."""
-
-    __slots__ = ("_load",)
-
-    def __init__(self, load: Callable[[], dict[str, Any]]) -> None:
-        super().__init__()
-        self._load: Callable[[], dict[str, Any]] | None = load
-
-    def _m(self) -> None:
-        load = self._load
-        if load is not None:
-            self._load = None
-            dict.update(self, load())
-
-    def __getitem__(self, k: Any) -> Any:
-        self._m()
-        return dict.__getitem__(self, k)
-
-    def __contains__(self, k: object) -> bool:
-        self._m()
-        return dict.__contains__(self, k)
-
-    def __iter__(self) -> Iterator[Any]:
-        self._m()
-        return dict.__iter__(self)
-
-    def __len__(self) -> int:
-        self._m()
-        return dict.__len__(self)
-
-    def __eq__(self, other: object) -> bool:
-        self._m()
-        if isinstance(other, _LazyValues):
-            other._m()
-        return dict.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        self._m()
-        return dict.__repr__(self)
-
-    def __reversed__(self) -> Iterator[Any]:
-        self._m()
-        return dict.__reversed__(self)
-
-    def __setitem__(self, k: Any, v: Any) -> None:
-        self._m()
-        dict.__setitem__(self, k, v)
-
-    def __delitem__(self, k: Any) -> None:
-        self._m()
-        dict.__delitem__(self, k)
-
-    def __or__(self, other: Any) -> Any:
-        return self.copy() | other
-
-    def __ror__(self, other: Any) -> Any:
-        return other | self.copy()
-
-    def __ior__(self, other: Any) -> Any:
-        self._m()
-        dict.update(self, other)
-        return self
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        return (dict, (self.copy(),))
-
-    def __copy__(self) -> dict[str, Any]:
-        return self.copy()
-
-    def __deepcopy__(self, memo: Any) -> dict[str, Any]:
-        import copy
-
-        return copy.deepcopy(self.copy(), memo)
-
-    def keys(self) -> Any:
-        self._m()
-        return dict.keys(self)
-
-    def values(self) -> Any:
-        self._m()
-        return dict.values(self)
-
-    def items(self) -> Any:
-        self._m()
-        return dict.items(self)
-
-    def get(self, k: Any, default: Any = None) -> Any:
-        self._m()
-        return dict.get(self, k, default)
-
-    def copy(self) -> dict[str, Any]:
-        self._m()
-        return {k: dict.__getitem__(self, k) for k in dict.keys(self)}
-
-    def pop(self, *args: Any) -> Any:
-        self._m()
-        return dict.pop(self, *args)
-
-    def popitem(self) -> Any:
-        self._m()
-        return dict.popitem(self)
-
-    def setdefault(self, k: Any, default: Any = None) -> Any:
-        self._m()
-        return dict.setdefault(self, k, default)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        self._m()
-        dict.update(self, *args, **kwargs)
-
-    def clear(self) -> None:
-        self._load = None
-        dict.clear(self)
 
 
 # -- threads shared by processes -----------------------------------------------------------
@@ -537,26 +271,29 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if trust_identity not in (True, False, "unchecked"):
             raise InvalidInputError(f"trust_identity must be True, False or 'unchecked', not {trust_identity!r}")
         self.trust_identity = bool(trust_identity)
-        self._check_items = trust_identity is True  # identity confirmed by a fingerprint
         self._lock = threading.RLock()
         self._commit_mutex = threading.Lock()
-        self._staging = _Staging(self.store)
+        self._staging = Staging(self.store)
         self._writer = SectionWriter(self._staging)
-        self._item_memo: dict[bytes, tuple[bytes, bytes, tuple[bytes, ...]]] = {}  # list item bytes -> them, their EV and tool records (the newest 4,096, as SectionWriter.remember keeps)
-        self._entries: dict[tuple[str, str, str], _Entry] = {}
-        self._open: dict[tuple[str, str, str], _Entry] = {}  # the entries not committed yet
-        self._by_thread: dict[str, dict[str, dict[str, _Entry]]] = {}  # thread -> ns -> id -> entry
-        self._blobs: dict[tuple[str, str, str, Any], _Blob] = {}
+        self._codec = codec = ValueCodec(self.serde, trust_identity, self._writer, self._staging)
+        self._check_items = codec.check_items
+        # the codec's calls of the put path, bound once (no attribute hop per channel)
+        self._blob_from_value = codec.blob_from_value
+        self._blob_ev = codec.blob_ev
+        self._entries: dict[tuple[str, str, str], Entry] = {}
+        self._open: dict[tuple[str, str, str], Entry] = {}  # the entries not committed yet
+        self._by_thread: dict[str, dict[str, dict[str, Entry]]] = {}  # thread -> ns -> id -> entry
+        self._blobs: dict[tuple[str, str, str, Any], Blob] = {}
         #: reading back: the item logs of each (thread, channel) read or made lately (a
         #: subgraph's list is a prefix of its parent's), weakly: a log lives as long as a
         #: blob has it, or while it is among the few used last (a pending write's list
         #: is read before any blob holds its log); and the list nodes read lately
-        self._logs: dict[tuple[str, str], list[weakref.ref[_ItemLog]]] = {}
+        self._logs: dict[tuple[str, str], list[weakref.ref[ItemLog]]] = {}
         self._logs_swept = 0
-        self._logs_pinned: OrderedDict[tuple[str, str], _ItemLog] = OrderedDict()
+        self._logs_pinned: OrderedDict[tuple[str, str], ItemLog] = OrderedDict()
         # per thread, the logs of its subgraph namespaces that hold LangGraph's objects: let go of when
         # the thread is read at its root again (a new run, which LangGraph starts from get_tuple)
-        self._sub_objs: dict[str, weakref.WeakSet[_ItemLog]] = {}
+        self._sub_objs: dict[str, weakref.WeakSet[ItemLog]] = {}
         self._lists = ListReader()
         #: every manifest of the store this saver has seen -> its LangGraph thread (None:
         #: not a LangGraph checkpoint), and each thread's (rev, created, key) by manifest
@@ -565,13 +302,12 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], Write]] = {}
         #: delete records whose store copies are not removed yet (carried into new journals)
         self._pending_deletes: list[dict[str, Any]] = []
-        self._queue: list[tuple[bytes, bytes, _Entry, int]] = []  # (manifest id, manifest bytes, entry, rev)
-        self._ready: list[_Entry] = []  # to seal: their pending writes are complete
+        self._queue: list[tuple[bytes, bytes, Entry, int]] = []  # (manifest id, manifest bytes, entry, rev)
+        self._ready: list[Entry] = []  # to seal: their pending writes are complete
         self._seq = 0
         self._closed = False
         self._error: BaseException | None = None
-        self._enc = _item_encoder(self.serde)
-        self._fast = self._enc is not None
+        self._fast = codec.fast
         self._jdir = Path(self.store.location) / JOURNAL_DIR
         own_dir(self._jdir)
         for sub in (LEASE_DIR, WANT_DIR):
@@ -704,7 +440,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             if e.state == LEAF:
                 self._seal(e)
 
-    def _uncommitted(self) -> list[_Entry]:
+    def _uncommitted(self) -> list[Entry]:
         return list(self._open.values())
 
     def _check(self) -> None:
@@ -1104,9 +840,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
             e.state, e.manifest, e.committed, e.committed_rev, e.rev, e.created_ns, e.loaded = COMMITTED, cid, cid, rev, rev, created, False
             del self._open[key]
 
-    def _new_entry(self, key: tuple[str, str, str], parent: str | None) -> _Entry:
+    def _new_entry(self, key: tuple[str, str, str], parent: str | None) -> Entry:
         self._seq += 1
-        e = _Entry(key, parent, self._seq)
+        e = Entry(key, parent, self._seq)
         old = self._entries.get(key)
         if old is not None:
             self._forget_entry(old)
@@ -1115,7 +851,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._by_thread.setdefault(key[0], {}).setdefault(key[1], {})[key[2]] = e
         return e
 
-    def _forget_entry(self, e: _Entry) -> None:
+    def _forget_entry(self, e: Entry) -> None:
         self._entries.pop(e.key, None)
         self._open.pop(e.key, None)
         by_ns = self._by_thread.get(e.key[0], {})
@@ -1126,7 +862,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if not by_ns:
             self._by_thread.pop(e.key[0], None)
 
-    def _load(self, e: _Entry) -> None:
+    def _load(self, e: Entry) -> None:
         """Read a committed checkpoint's record (not its values) from the store."""
         if e.loaded:
             return
@@ -1142,7 +878,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         e.writes = {(w.task_id, w.idx): w for w in stored.writes}
         e.loaded = True
 
-    def _read_events(self, e: _Entry, ev: bytes, where: str) -> Any:
+    def _read_events(self, e: Entry, ev: bytes, where: str) -> Any:
         """The events section (pending writes) of a committed checkpoint, as
         `Checkpoint.section` decodes it, but a write of a long list (a subgraph's whole
         message list) is read as `_load_blobs` reads a list channel: its item EVs from
@@ -1180,7 +916,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             out.append(event)
         return out
 
-    def _load_blobs(self, e: _Entry) -> None:
+    def _load_blobs(self, e: Entry) -> None:
         """Bring a committed checkpoint's channel values into memory, as blobs. A list
         value becomes items of a log the thread already has when it can (its items'
         EVs are read from the list's tree, whose shared nodes are cached): only the
@@ -1204,7 +940,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             if bkey in self._blobs:
                 continue
             if ch not in memory:
-                self._blobs[bkey] = _EMPTY
+                self._blobs[bkey] = EMPTY
                 continue
             tag = types.get(ch, MSGPACK)
             keys = self._lists.keys(dec, memory[ch], f"{where} channel {ch}") if tag == MSGPACK and self._fast else None
@@ -1212,10 +948,10 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 self._blobs[bkey] = self._log_blob((thread, ch), keys, dec, f"{where} channel {ch}")
             else:
                 view = dec.walk(memory[ch], 1, 0)
-                self._blobs[bkey] = _Blob(typed=layout.view_typed(tag, view, f"{where} channel {ch}"))
+                self._blobs[bkey] = Blob(typed=layout.view_typed(tag, view, f"{where} channel {ch}"))
         e.blobs_loaded = True
 
-    def _log_blob(self, lkey: tuple[str, str], keys: list[bytes], dec: Decoder, where: str) -> _Blob:
+    def _log_blob(self, lkey: tuple[str, str], keys: list[bytes], dec: Decoder, where: str) -> Blob:
         """A list value read back, as items [0, n) of a log: a log of the same channel
         that starts with these items (a later checkpoint's), or one that they extend
         (an earlier one's, extended in place: a log only grows), or a copy of the longest
@@ -1223,13 +959,13 @@ class CkptSaver(BaseCheckpointSaver[str]):
         n = len(keys)
         refs = self._logs.setdefault(lkey, [])
         logs = [log for log in (r() for r in refs) if log is not None]
-        best: _ItemLog | None = None
+        best: ItemLog | None = None
         common = 0
         for log in logs:
             size = len(log)
             if size >= n and log.evs[:n] == keys:
                 self._remember_log(lkey, logs, log)
-                return _Blob(log=log, n=n)
+                return Blob(log=log, n=n)
             if size <= n and log.evs == keys[:size]:
                 m = size
             else:  # the longest common prefix, by bisection (slices compare in C)
@@ -1244,11 +980,11 @@ class CkptSaver(BaseCheckpointSaver[str]):
             if m > common or best is None:
                 best, common = log, m
         if best is None or common == 0:
-            log = _ItemLog()
+            log = ItemLog()
         elif common == len(best):
             log = best  # extended in place: blobs of it hold their first n items only
         else:
-            log = self._copy_log(best, common)
+            log = copy_log(best, common)
         raws, views = [], []
         for key in keys[len(log) :]:
             view = dec.walk(unpack_ev(key, where), 2, 0)
@@ -1259,9 +995,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
             views.append(view)
         self._extend_log_read(log, raws, views, keys[len(log) :])
         self._remember_log(lkey, logs, log)
-        return _Blob(log=log, n=n)
+        return Blob(log=log, n=n)
 
-    def _remember_log(self, lkey: tuple[str, str], logs: list[_ItemLog], log: _ItemLog) -> None:
+    def _remember_log(self, lkey: tuple[str, str], logs: list[ItemLog], log: ItemLog) -> None:
         """`log` first among the few logs kept for reading `lkey` back (dead ones swept
         now and then: the map does not grow with every thread ever read)."""
         self._logs[lkey] = [weakref.ref(x) for x in [log, *(x for x in logs if x is not log)][:4]]
@@ -1273,7 +1009,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             self._logs = {k: v for k, v in self._logs.items() if any(r() is not None for r in v)}
             self._logs_swept = len(self._logs)
 
-    def _extend_log_read(self, log: _ItemLog, raws: list[bytes], views: list[Any], evs: list[bytes]) -> None:
+    def _extend_log_read(self, log: ItemLog, raws: list[bytes], views: list[Any], evs: list[bytes]) -> None:
         """`_extend_log` for items read from the store: their views and EVs are known."""
         writer = self._writer
         for raw, view, ev in zip(raws, views, evs, strict=True):
@@ -1286,7 +1022,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             log.tool_count.append(len(log.tools))
         log.fp = None
 
-    def _blob(self, e: _Entry, ch: str) -> _Blob:
+    def _blob(self, e: Entry, ch: str) -> Blob:
         """The value of channel `ch` at checkpoint `e`'s version of it."""
         self._load(e)  # a committed checkpoint's versions are read from the store first
         thread, ns, _cid = e.key
@@ -1296,7 +1032,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if b is not None:
             return b
         # written by an ancestor, or committed: the nearest one in the store holding it
-        cur: _Entry | None = e
+        cur: Entry | None = e
         while cur is not None:
             if cur.committed is not None:
                 self._load(cur)
@@ -1306,137 +1042,10 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     if b is not None:
                         return b
             cur = self._entries.get((thread, ns, cur.parent)) if cur.parent else None
-        return _EMPTY
-
-    # -- encoding values ---------------------------------------------------------------------------
-    def _extend_log(self, log: _ItemLog, raws: list[bytes], objs: list[Any]) -> None:
-        writer = self._writer
-        memo = self._item_memo
-        for raw, obj in zip(raws, objs, strict=True):
-            known = memo.get(raw)
-            if known is None:  # (an item seen lately, e.g. a subgraph's copy of its parent's messages, is not converted again)
-                view = to_view(raw)
-                ev = writer.item_ev(view)
-                known = memo[raw] = (raw, ev, tuple(layout.tool_record_evs(view, ev, writer)))
-                if len(memo) > 4096:
-                    for old in list(memo)[:1024]:
-                        del memo[old]
-            raw, ev, tools = known  # the same bytes object for the same item in every log
-            writer.remember(raw, ev)
-            log.raw.append(raw)
-            log.objs.append(obj)
-            log.evs.append(ev)
-            log.tree.append(ev)
-            log.tools.extend(tools)
-            log.tool_count.append(len(log.tools))
-        log.fp = None  # the caller sets it again when it has the objects' fingerprint
-
-    def _list_blob(self, value: list[Any], base: _Blob | None) -> tuple[_Blob, list[Any]]:
-        """A list value as items of a log: the base's log, extended, when the value is
-        the base's items and then new ones (the common case: only the new items are
-        serialized); a new log otherwise. Returns the blob and its journal spec.
-
-        With trust_identity, the base's items are recognised by identity, and then
-        checked against the fingerprint of the objects the log last took (an item a
-        node edited in place has the same identity but another fingerprint)."""
-        enc = self._enc
-        assert enc is not None
-        log = base.log if base is not None else None
-        fp: bytes | None = None
-        if log is not None and base is not None and len(value) >= base.n:
-            n = base.n
-            same = bytewise = False
-            if self.trust_identity and all(map(operator.is_, log.objs[:n], value[:n])):
-                if not self._check_items:  # "unchecked": identity alone
-                    same = True
-                else:
-                    fp = _fingerprint(value)
-                    if fp is not None and log.fp is not None and n == len(log):
-                        same = fp.startswith(log.fp)  # unchanged items pack to the same bytes, first
-                    else:  # no fingerprint to compare: the items' bytes are
-                        same = all(enc(v) == r for v, r in zip(value[:n], log.raw[:n], strict=True))
-            elif not self.trust_identity or any(o is None for o in log.objs[:n]):
-                # the objects behind the base are not known (read from the store, or let go of):
-                # its items' bytes tell
-                same = all(enc(v) == r for v, r in zip(value[:n], log.raw[:n], strict=True))
-                bytewise = same
-            if same:
-                new = value[n:]
-                raws = [enc(v) for v in new]
-                if n != len(log):  # the log went on along another branch: a copy of its prefix
-                    log = self._copy_log(log, n)
-                self._extend_log(log, raws, list(new))
-                if bytewise:  # the items are these objects now: the next put tells them by identity
-                    log.objs[:n] = value[:n]
-                    fp = _fingerprint(value) if self._check_items else None
-                log.fp = fp
-                return _Blob(log=log, n=len(log)), ["l", n, raws]
-        # not the base and more: every item is serialized (an item edited in place may
-        # still be the object the base has)
-        if log is not None and base is not None and self.trust_identity and not self._check_items:
-            raws = [log.raw[i] if i < base.n and log.objs[i] is v else enc(v) for i, v in enumerate(value)]
-        else:
-            raws = [enc(v) for v in value]
-        fresh = _ItemLog()
-        self._extend_log(fresh, raws, list(value))
-        fresh.fp = _fingerprint(value) if self._check_items else None
-        return _Blob(log=fresh, n=len(fresh)), ["l", 0, raws]
-
-    def _copy_log(self, log: _ItemLog, n: int) -> _ItemLog:
-        new = _ItemLog()
-        new.raw, new.objs, new.evs = log.raw[:n], log.objs[:n], log.evs[:n]
-        new.tree.extend(new.evs)
-        new.tools.extend(log.tools.items[: log.tool_count[n - 1] if n else 0])
-        new.tool_count = log.tool_count[:n]
-        return new
-
-    def _blob_from_value(self, value: Any, base: _Blob | None) -> tuple[_Blob, list[Any]]:
-        if value is _MISSING:
-            return _EMPTY, ["e"]
-        if self._fast and type(value) is list:
-            try:
-                return self._list_blob(value, base)
-            except Exception:  # noqa: BLE001 - an item the fast path cannot take: the serializer decides, below
-                pass
-        typed = self.serde.dumps_typed(value)
-        return _Blob(typed=typed), ["t", typed[0], typed[1]]
-
-    def _blob_from_spec(self, spec: list[Any], base: _Blob | None, where: str) -> _Blob:
-        kind = spec[0]
-        if kind == "e":
-            return _EMPTY
-        if kind == "t":
-            return _Blob(typed=(spec[1], spec[2]))
-        keep, raws = spec[1], list(spec[2])
-        if keep:
-            if base is None or base.log is None or base.n < keep:
-                raise CorruptError(f"{where}: a journal record continues a list value that is not there", hint="the journal does not belong to this store")
-            log = base.log if keep == len(base.log) else self._copy_log(base.log, keep)
-        else:
-            log = _ItemLog()
-        if not self._fast:  # another serializer's journal: the items are whole values
-            return _Blob(typed=(MSGPACK, array_header(keep + len(raws)) + b"".join([*log.raw[:keep], *raws])))
-        self._extend_log(log, raws, [None] * len(raws))
-        return _Blob(log=log, n=len(log))
-
-    def _blob_ev(self, b: _Blob) -> bytes:
-        if b.ev is None:
-            if b.log is not None:
-                log = b.log
-                if b.n == len(log):
-                    b.ev, b.tools_ev = log.tree.ev(self._staging), log.tools.ev(self._staging)
-                else:  # a prefix of a log that grew since: its own trees
-                    tree, tools = ListTree(), ListTree()
-                    tree.extend(log.evs[: b.n])
-                    tools.extend(log.tools.items[: log.tool_count[b.n - 1] if b.n else 0])
-                    b.ev, b.tools_ev = tree.ev(self._staging), tools.ev(self._staging)
-            else:
-                assert b.typed is not None
-                b.ev = self._writer.typed_ev(b.typed)
-        return b.ev
+        return EMPTY
 
     # -- sealing: a checkpoint's objects and manifest -----------------------------------------------
-    def _prepare(self, e: _Entry) -> None:
+    def _prepare(self, e: Entry) -> None:
         """Make the objects of a checkpoint's state (every section but its events), right
         when it is put: its list values' trees are then exactly as long as its values.
         Caller holds the lock."""
@@ -1461,7 +1070,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         elif tools:  # tool calls in several list channels: one log of them all
             records: list[Any] = []
             for ev in tools:
-                records.extend(Decoder(_StagedSource(self)).decode(ev))
+                records.extend(Decoder(StagedSource(self._staging)).decode(ev))
             tools_ev = self._writer.enc.encode_root(records)
         plan_extra: list[dict[str, Any]] = []
         if "__pregel_tasks" in channel_evs:
@@ -1472,7 +1081,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             tools_ev=tools_ev, versions=e.versions, plan_extra=plan_extra, metadata_view=e.md_view,
         )  # fmt: skip
 
-    def _seal(self, e: _Entry) -> None:
+    def _seal(self, e: Entry) -> None:
         """Make the manifest of a checkpoint whose pending writes are complete (its
         events), and queue it for the committer. Caller holds the lock."""
         thread, ns, cid = e.key
@@ -1499,7 +1108,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         e.manifest, e.rev, e.state = mid, rev, SEALED
         self._queue.append((mid, data, e, rev))
 
-    def _settle(self, e: _Entry) -> None:
+    def _settle(self, e: Entry) -> None:
         """A checkpoint `e` was put: its parent has a child, and its grandparent, whose
         child has a child too, is ready to be sealed. (Not the parent yet: with LangGraph's
         asynchronous durability, the pending writes of a checkpoint may arrive just after
@@ -1690,7 +1299,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             del self._used[t]
             for ids in self._by_thread.get(t, {}).values():
                 for e in ids.values():
-                    _unload(e)
+                    unload(e)
         for bkey in [b for b in self._blobs if b[0] in gone]:
             del self._blobs[bkey]
         for t in drop:
@@ -1720,7 +1329,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                     keep.update((h.key[0], h.key[1], ch, ver) for ch, ver in h.versions.items())
                 for e in ids.values():
                     if e.state == COMMITTED and e not in heads:
-                        _unload(e)
+                        unload(e)
         for bkey in [b for b in self._blobs if b[0] in threads and b not in keep]:
             del self._blobs[bkey]
 
@@ -1729,7 +1338,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         every object they need is still there before committing them."""
         from ckptcli.format.walk import walk_checkpoint
 
-        source = _StagedSource(self)
+        source = StagedSource(self._staging)
         for mid, data in batch:
             try:
                 walk_checkpoint(source, Manifest.decode(data, f"manifest {mid.hex()[:12]}"))  # type: ignore[arg-type]
@@ -1759,7 +1368,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             recs.append(self._writes_record(key, list(writes.values())))
         return recs
 
-    def _put_record(self, e: _Entry) -> dict[str, Any]:
+    def _put_record(self, e: Entry) -> dict[str, Any]:
         thread, ns, cid = e.key
         parent = self._entries.get((thread, ns, e.parent)) if e.parent else None
         specs: dict[str, Any] = {}
@@ -1908,7 +1517,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             raise record_error(where, f"{type(exc).__name__}: {exc}", self._jdir) from None
 
     # -- writing: put and put_writes ----------------------------------------------------------------
-    def _apply_put(self, rec: dict[str, Any], blobs: dict[str, _Blob] | None, where: str = "put") -> _Entry:
+    def _apply_put(self, rec: dict[str, Any], blobs: dict[str, Blob] | None, where: str = "put") -> Entry:
         """Install a checkpoint: a live put with its blobs made, or a journal record."""
         thread, ns, cid, parent_id = rec["t"], rec["n"], rec["i"], rec["p"]
         key = (thread, ns, cid)
@@ -1922,7 +1531,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if blobs is None:
             for ch, (ver, spec) in rec["b"].items():
                 base = self._blob(parent, ch) if spec[0] == "l" and spec[1] and parent is not None else None
-                self._blobs[(thread, ns, ch, ver)] = self._blob_from_spec(spec, base, where)
+                self._blobs[(thread, ns, ch, ver)] = self._codec.blob_from_spec(spec, base, where)
         else:
             for ch, (ver, _spec) in rec["b"].items():
                 self._blobs[(thread, ns, ch, ver)] = blobs[ch]
@@ -1957,13 +1566,13 @@ class CkptSaver(BaseCheckpointSaver[str]):
             parent = self._entries.get((thread, ns, parent_id)) if parent_id else None
             if parent is not None:
                 self._load(parent)
-            blobs: dict[str, _Blob] = {}
+            blobs: dict[str, Blob] = {}
             specs: dict[str, Any] = {}
             for ch, ver in new_versions.items():
                 base = self._blob(parent, ch) if parent is not None and ch in parent.versions else None
                 if base is not None and base.log is None:
                     base = None
-                blob, spec = self._blob_from_value(values.get(ch, _MISSING), base)
+                blob, spec = self._blob_from_value(values.get(ch, MISSING), base)
                 if ns and blob.log is not None:
                     self._sub_objs.setdefault(thread, weakref.WeakSet()).add(blob.log)
                 blobs[ch] = blob
@@ -2011,12 +1620,12 @@ class CkptSaver(BaseCheckpointSaver[str]):
             self._apply_writes(key, ws)
 
     # -- reading ------------------------------------------------------------------------------------
-    def _tuple(self, e: _Entry, config: RunnableConfig | None = None) -> CheckpointTuple:
+    def _tuple(self, e: Entry, config: RunnableConfig | None = None) -> CheckpointTuple:
         self._load(e)
         assert e.skeleton is not None and e.metadata is not None
         thread, ns, cid = e.key
         checkpoint = self.serde.loads_typed(e.skeleton)
-        checkpoint["channel_values"] = _LazyValues(self._values_loader(e))
+        checkpoint["channel_values"] = LazyValues(self._values_loader(e))
         metadata = self.serde.loads_typed(e.metadata)
         pending = [(w.task_id, w.channel, self.serde.loads_typed(w.typed)) for w in sorted(e.writes.values(), key=Write.sort_key)]
         parent_config: RunnableConfig | None = None
@@ -2026,19 +1635,19 @@ class CkptSaver(BaseCheckpointSaver[str]):
             config = {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}}
         return CheckpointTuple(config=config, checkpoint=checkpoint, metadata=metadata, parent_config=parent_config, pending_writes=pending)
 
-    def _values_loader(self, e: _Entry) -> Callable[[], dict[str, Any]]:
+    def _values_loader(self, e: Entry) -> Callable[[], dict[str, Any]]:
         def load() -> dict[str, Any]:
             with self._lock:
                 self._load(e)  # read back from the store if its thread was dropped from memory since
                 blobs = {ch: self._blob(e, ch) for ch in e.versions}
             out: dict[str, Any] = {}
-            refreshed: list[_ItemLog] = []
+            refreshed: list[ItemLog] = []
             for ch, b in blobs.items():
                 if b.empty:
                     continue
                 value = self.serde.loads_typed(b.to_typed())
                 if b.log is not None and type(value) is list and len(value) == b.n:
-                    fp = _fingerprint(value) if self._check_items and b.n == len(b.log) else None
+                    fp = fingerprint(value) if self._check_items and b.n == len(b.log) else None
                     with self._lock:
                         b.log.objs[: b.n] = value  # the objects LangGraph holds now: its next put shares them
                         if fp is not None and b.n == len(b.log):
@@ -2054,7 +1663,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
 
         return load
 
-    def _let_go_of_sub_objs(self, thread: str, keep: list[_ItemLog]) -> None:
+    def _let_go_of_sub_objs(self, thread: str, keep: list[ItemLog]) -> None:
         """The thread is read at its root: a new run of it starts. The objects its
         subgraphs' logs took from the run before are nobody's now (a subgraph that
         goes on reads its state again first), only garbage the collector has to walk
@@ -2066,7 +1675,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 log.objs[:] = [None] * len(log.objs)
                 log.fp = None
 
-    def _thread_entries(self, thread: str) -> dict[str, dict[str, _Entry]]:
+    def _thread_entries(self, thread: str) -> dict[str, dict[str, Entry]]:
         return self._by_thread.get(thread, {})
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
@@ -2109,7 +1718,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             else:
                 threads, want_ns, want_id = sorted(self._by_thread), None, None
             before_id = get_checkpoint_id(before) if before is not None else None
-            found: list[tuple[str, _Entry]] = []
+            found: list[tuple[str, Entry]] = []
             for thread in threads:
                 for ns, ids in self._thread_entries(thread).items():
                     if want_ns is not None and ns != want_ns:
@@ -2119,7 +1728,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                             continue
                         found.append((cid, e))
             found.sort(key=lambda it: it[0], reverse=True)  # newest first across namespaces, as SqliteSaver
-            chosen: list[_Entry] = []
+            chosen: list[Entry] = []
             for _cid, e in found:
                 if limit is not None and len(chosen) >= limit:
                     break
@@ -2131,14 +1740,14 @@ class CkptSaver(BaseCheckpointSaver[str]):
         while tuples:  # not held here once handed out: a caller reading every state keeps only what it keeps
             yield tuples.pop()
 
-    def _plain_metadata(self, e: _Entry) -> Any:
-        if e.md_plain is _MISSING:
+    def _plain_metadata(self, e: Entry) -> Any:
+        if e.md_plain is MISSING:
             self._load(e)
             assert e.metadata is not None
             e.md_plain = self.serde.loads_typed(e.metadata)
         return e.md_plain
 
-    def _matches(self, e: _Entry, flt: dict[str, Any]) -> bool:
+    def _matches(self, e: Entry, flt: dict[str, Any]) -> bool:
         md = self._plain_metadata(e)
         return isinstance(md, dict) and all(md.get(k) == v for k, v in flt.items())
 
@@ -2390,7 +1999,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
 
         with contextlib.nullcontext() if mutex_held else self._commit_mutex:
             with self._lock:
-                self._item_memo.clear()  # their EVs may name objects that go now: made again when seen again
+                self._codec.item_memo.clear()  # their EVs may name objects that go now: made again when seen again
                 self._writer.forget()
                 self._staging.dedupe = False
                 writer = None if self._copying else self._mark
@@ -2710,20 +2319,3 @@ class CkptSaver(BaseCheckpointSaver[str]):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
 
-
-class _StagedSource:
-    """Objects of the store and of a saver's staging area (EVs not committed yet)."""
-
-    def __init__(self, saver: CkptSaver) -> None:
-        self.saver = saver
-
-    def get(self, oid: bytes) -> bytes:
-        staging = self.saver._staging
-        got = staging.objects.get(oid) or staging.inflight.get(oid)
-        if got is not None:
-            return got[1]
-        return self.saver.store.get(oid)
-
-    def has(self, oid: bytes) -> bool:
-        staging = self.saver._staging
-        return oid in staging.objects or oid in staging.inflight or self.saver.store.has(oid)
