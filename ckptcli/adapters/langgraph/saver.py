@@ -108,7 +108,7 @@ from ckptcli.adapters.langgraph.leases import lease_name as _lease_name
 from ckptcli.adapters.langgraph.leases import live_requests as _live_requests
 from ckptcli.adapters.langgraph.leases import request_lease as _request_lease
 from ckptcli.adapters.langgraph.leases import try_flock as _try_flock
-from ckptcli.adapters.langgraph.read import ListReader
+from ckptcli.adapters.langgraph.readback import Readback
 from ckptcli.adapters.langgraph.resident import (
     COMMITTED,
     EMPTY,
@@ -120,13 +120,13 @@ from ckptcli.adapters.langgraph.resident import (
     ItemLog,
     StagedSource,
     Staging,
-    copy_log,
     unload,
 )
+from ckptcli.adapters.langgraph.store_index import StoreIndex
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LockError, StoreIOError, ThreadConflictError, UsageError
 from ckptcli.format.manifest import Manifest
 from ckptcli.format.msgpack_view import from_view
-from ckptcli.format.values import EXT_LIST, EXT_MAP, EXT_REF, Budget, Decoder, Ext, unpack_ev
+from ckptcli.format.values import Decoder
 from ckptcli.store.backend import fsync_dir
 from ckptcli.store.repository import Store
 
@@ -276,7 +276,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._staging = Staging(self.store)
         self._writer = SectionWriter(self._staging)
         self._codec = codec = ValueCodec(self.serde, trust_identity, self._writer, self._staging)
-        self._check_items = codec.check_items
+        self._check_items, self._fast = codec.check_items, codec.fast
         # the codec's calls of the put path, bound once (no attribute hop per channel)
         self._blob_from_value = codec.blob_from_value
         self._blob_ev = codec.blob_ev
@@ -284,21 +284,15 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._open: dict[tuple[str, str, str], Entry] = {}  # the entries not committed yet
         self._by_thread: dict[str, dict[str, dict[str, Entry]]] = {}  # thread -> ns -> id -> entry
         self._blobs: dict[tuple[str, str, str, Any], Blob] = {}
-        #: reading back: the item logs of each (thread, channel) read or made lately (a
-        #: subgraph's list is a prefix of its parent's), weakly: a log lives as long as a
-        #: blob has it, or while it is among the few used last (a pending write's list
-        #: is read before any blob holds its log); and the list nodes read lately
-        self._logs: dict[tuple[str, str], list[weakref.ref[ItemLog]]] = {}
-        self._logs_swept = 0
-        self._logs_pinned: OrderedDict[tuple[str, str], ItemLog] = OrderedDict()
         # per thread, the logs of its subgraph namespaces that hold LangGraph's objects: let go of when
         # the thread is read at its root again (a new run, which LangGraph starts from get_tuple)
         self._sub_objs: dict[str, weakref.WeakSet[ItemLog]] = {}
-        self._lists = ListReader()
-        #: every manifest of the store this saver has seen -> its LangGraph thread (None:
-        #: not a LangGraph checkpoint), and each thread's (rev, created, key) by manifest
-        self._known: dict[bytes, str | None] | None = None
-        self._known_rows: dict[str, dict[bytes, tuple[int, int, Key]]] = {}
+        self._readback = readback = Readback(self.store, self._writer, self._blobs, self._fast)
+        self._lists = readback.lists
+        # reading back, bound once: the put and read paths call these for every checkpoint
+        self._load = readback.load
+        self._load_blobs = readback.load_blobs
+        self._index = StoreIndex(self.store)
         self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], Write]] = {}
         #: delete records whose store copies are not removed yet (carried into new journals)
         self._pending_deletes: list[dict[str, Any]] = []
@@ -307,7 +301,6 @@ class CkptSaver(BaseCheckpointSaver[str]):
         self._seq = 0
         self._closed = False
         self._error: BaseException | None = None
-        self._fast = codec.fast
         self._jdir = Path(self.store.location) / JOURNAL_DIR
         own_dir(self._jdir)
         for sub in (LEASE_DIR, WANT_DIR):
@@ -760,81 +753,8 @@ class CkptSaver(BaseCheckpointSaver[str]):
         finally:
             os.close(fd)
 
-    # -- the index of what the store holds ---------------------------------------------------------
-    def _store_keys(self, thread: str | None = None) -> dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]]:
-        """Every LangGraph checkpoint in the store (of `thread`): key -> [(rev, created, manifest id, key)].
-
-        All threads: from the store's catalog (brought up to date), which also starts
-        `_known`, what this saver knows of every manifest. One thread, once that is there
-        (a thread read again after another process wrote it): the manifests' names, and
-        only the manifests new since this saver last looked; never the whole catalog."""
-        if thread is not None and self._known is not None:
-            return self._thread_keys(thread)
-        from ckptcli.store import catalog
-
-        out: dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]] = {}
-        subject = layout.subject_for(thread) if thread is not None else None
-        known: dict[bytes, str | None] = {}
-        rows: dict[str, dict[bytes, tuple[int, int, Key]]] = {}
-        for cid, row in catalog.rows(self.store).items():
-            known[cid] = None
-            if subject is not None and (row[1], row[2]) != (subject.kind, subject.name):
-                continue
-            found = layout.key_of_row(row)
-            if found is None:
-                continue
-            k, summary = found
-            known[cid] = k.thread_id
-            rows.setdefault(k.thread_id, {})[cid] = (k.rev, summary.created_ns, k)
-            if thread is None or k.thread_id == thread:
-                out.setdefault((k.thread_id, k.ns, k.checkpoint_id), []).append((k.rev, summary.created_ns, cid, k))
-        if thread is None:
-            self._known, self._known_rows = known, rows
-        return out
-
-    def _thread_keys(self, thread: str) -> dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]]:
-        """`_store_keys(thread)` from `_known`, brought up to date with the manifests'
-        names: those gone are forgotten, those new are read (each once: the commits of
-        other processes and of this saver since it last looked)."""
-        from ckptcli.errors import NotFoundError
-
-        known, rows = self._known, self._known_rows
-        assert known is not None
-        names = set(self.store.manifest_ids())
-        for cid in known.keys() - names:
-            t = known.pop(cid)
-            by = rows.get(t) if t is not None else None
-            if by is not None:
-                by.pop(cid, None)
-                if not by:
-                    del rows[t]  # type: ignore[arg-type]
-        damaged: list[tuple[bytes, str]] = []
-        for cid in names - known.keys():
-            name = f"manifests/{cid.hex()}"
-            try:
-                data = self.store.backend.read(name)
-                if hashlib.sha256(data).digest() != cid:
-                    raise CorruptError(f"{name}: content does not match its name (the manifest is damaged)")
-                m = Manifest.decode(data, name)
-            except NotFoundError:
-                continue  # removed since the listing
-            except CkptError as exc:
-                damaged.append((cid, exc.message))  # left out, and said so (read again next time, as the catalog does)
-                continue
-            k = layout.key_of(m.subject, m.labels)
-            known[cid] = k.thread_id if k is not None else None
-            if k is not None:
-                rows.setdefault(k.thread_id, {})[cid] = (k.rev, m.created_ns, k)
-        if damaged:
-            more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
-            self.store.warn(f"checkpoint {damaged[0][0].hex()[:12]}{more} is left out: {damaged[0][1]}; run `ckpt verify`")
-        out: dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]] = {}
-        for cid, (rev, created, k) in rows.get(thread, {}).items():
-            out.setdefault((k.thread_id, k.ns, k.checkpoint_id), []).append((rev, created, cid, k))
-        return out
-
     def _load_index(self, thread: str | None = None) -> None:
-        best = {key: max(revs, key=lambda r: (r[0], r[1])) for key, revs in self._store_keys(thread).items()}
+        best = {key: max(revs, key=lambda r: (r[0], r[1])) for key, revs in self._index.keys(thread).items()}
         for key, (rev, created, cid, k) in sorted(best.items(), key=lambda kv: (kv[1][1], kv[0][2])):
             e = self._new_entry(key, k.parent_id)
             e.state, e.manifest, e.committed, e.committed_rev, e.rev, e.created_ns, e.loaded = COMMITTED, cid, cid, rev, rev, created, False
@@ -861,166 +781,6 @@ class CkptSaver(BaseCheckpointSaver[str]):
             by_ns.pop(e.key[1], None)
         if not by_ns:
             self._by_thread.pop(e.key[0], None)
-
-    def _load(self, e: Entry) -> None:
-        """Read a committed checkpoint's record (not its values) from the store."""
-        if e.loaded:
-            return
-        from ckptcli.api import Checkpoint
-
-        assert e.committed is not None
-        ck = Checkpoint(self.store, e.committed)
-        where = f"checkpoint {ck.hex[:12]}"
-        events_ev = ck.manifest.sections.get("events")
-        events = self._read_events(e, events_ev, f"{where} section events") if events_ev is not None else []
-        stored = layout.read_ext(ck.section(layout.EXT_SECTION), events, where)
-        e.skeleton, e.metadata, e.versions, e.types = stored.skeleton, stored.metadata, stored.versions, stored.channel_types
-        e.writes = {(w.task_id, w.idx): w for w in stored.writes}
-        e.loaded = True
-
-    def _read_events(self, e: Entry, ev: bytes, where: str) -> Any:
-        """The events section (pending writes) of a committed checkpoint, as
-        `Checkpoint.section` decodes it, but a write of a long list (a subgraph's whole
-        message list) is read as `_load_blobs` reads a list channel: its item EVs from
-        the cached tree nodes, and only the items no log of the thread holds decoded
-        (`layout.Serialized`). Decoding each such write whole took ~0.7 s of a
-        1,000-checkpoint history."""
-        dec = Decoder(self.store, budget=Budget())
-        raw = self._lists.deref(dec, unpack_ev(ev, where), where)
-        if type(raw) is Ext and raw.code == EXT_LIST:
-            items: list[Any] = list(dec.tree_items(raw.oid, EXT_LIST))
-        elif type(raw) is list:
-            items = raw
-        else:
-            return dec.walk(raw)  # not a list of events: read_ext says what is wrong
-        out: list[Any] = []
-        for item in items:
-            item = self._lists.deref(dec, item, where)
-            if type(item) is Ext and item.code == EXT_MAP:
-                pairs = list(dec.tree_items(item.oid, EXT_MAP))
-                item = dict(pairs)
-                if len(item) != len(pairs):
-                    raise CorruptError(f"{where}: an event has a key twice")
-            value = item.get("value") if type(item) is dict else None
-            channel = item.get("channel") if type(item) is dict else None
-            if type(value) is not Ext or value.code not in (EXT_LIST, EXT_REF) or type(channel) is not str or item.get("type", MSGPACK) != MSGPACK:
-                out.append(dec.walk(item, 1, 0))
-                continue
-            keys = self._lists.keys(dec, value, f"{where} write {channel}")
-            if keys is None:  # a reference to something else than a list
-                out.append(dec.walk(item, 1, 0))
-                continue
-            event = dec.walk({k: v for k, v in item.items() if k != "value"}, 1, 0)
-            blob = self._log_blob((e.key[0], channel), keys, dec, f"{where} write {channel}")
-            event["value"] = layout.Serialized(blob.to_typed()[1])
-            out.append(event)
-        return out
-
-    def _load_blobs(self, e: Entry) -> None:
-        """Bring a committed checkpoint's channel values into memory, as blobs. A list
-        value becomes items of a log the thread already has when it can (its items'
-        EVs are read from the list's tree, whose shared nodes are cached): only the
-        items no log holds are decoded, so reading a whole history costs O(new items)
-        per checkpoint, not O(items)."""
-        if e.blobs_loaded or e.committed is None:
-            return
-        from ckptcli.api import Checkpoint
-
-        self._load(e)
-        ck = Checkpoint(self.store, e.committed)
-        where = f"checkpoint {ck.hex[:12]}"
-        dec = Decoder(self.store, budget=Budget())
-        if "memory" not in ck.manifest.sections:
-            raise CorruptError(f"{where}: it has no memory section")
-        memory = self._lists.channels(dec, ck.manifest.sections["memory"], f"{where} section memory")
-        types = e.types if e.types is not None else layout.read_ext(ck.section(layout.EXT_SECTION), [], where).channel_types
-        thread, ns, _cid = e.key
-        for ch, ver in e.versions.items():
-            bkey = (thread, ns, ch, ver)
-            if bkey in self._blobs:
-                continue
-            if ch not in memory:
-                self._blobs[bkey] = EMPTY
-                continue
-            tag = types.get(ch, MSGPACK)
-            keys = self._lists.keys(dec, memory[ch], f"{where} channel {ch}") if tag == MSGPACK and self._fast else None
-            if keys is not None:
-                self._blobs[bkey] = self._log_blob((thread, ch), keys, dec, f"{where} channel {ch}")
-            else:
-                view = dec.walk(memory[ch], 1, 0)
-                self._blobs[bkey] = Blob(typed=layout.view_typed(tag, view, f"{where} channel {ch}"))
-        e.blobs_loaded = True
-
-    def _log_blob(self, lkey: tuple[str, str], keys: list[bytes], dec: Decoder, where: str) -> Blob:
-        """A list value read back, as items [0, n) of a log: a log of the same channel
-        that starts with these items (a later checkpoint's), or one that they extend
-        (an earlier one's, extended in place: a log only grows), or a copy of the longest
-        common prefix; only the items after it are decoded."""
-        n = len(keys)
-        refs = self._logs.setdefault(lkey, [])
-        logs = [log for log in (r() for r in refs) if log is not None]
-        best: ItemLog | None = None
-        common = 0
-        for log in logs:
-            size = len(log)
-            if size >= n and log.evs[:n] == keys:
-                self._remember_log(lkey, logs, log)
-                return Blob(log=log, n=n)
-            if size <= n and log.evs == keys[:size]:
-                m = size
-            else:  # the longest common prefix, by bisection (slices compare in C)
-                lo, hi = 0, min(size, n)
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    if log.evs[:mid] == keys[:mid]:
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                m = lo
-            if m > common or best is None:
-                best, common = log, m
-        if best is None or common == 0:
-            log = ItemLog()
-        elif common == len(best):
-            log = best  # extended in place: blobs of it hold their first n items only
-        else:
-            log = copy_log(best, common)
-        raws, views = [], []
-        for key in keys[len(log) :]:
-            view = dec.walk(unpack_ev(key, where), 2, 0)
-            try:
-                raws.append(from_view(view))
-            except (ValueError, TypeError, OverflowError) as exc:
-                raise CorruptError(f"{where}: an item cannot be turned back into LangGraph's bytes ({exc})") from None
-            views.append(view)
-        self._extend_log_read(log, raws, views, keys[len(log) :])
-        self._remember_log(lkey, logs, log)
-        return Blob(log=log, n=n)
-
-    def _remember_log(self, lkey: tuple[str, str], logs: list[ItemLog], log: ItemLog) -> None:
-        """`log` first among the few logs kept for reading `lkey` back (dead ones swept
-        now and then: the map does not grow with every thread ever read)."""
-        self._logs[lkey] = [weakref.ref(x) for x in [log, *(x for x in logs if x is not log)][:4]]
-        self._logs_pinned[lkey] = log
-        self._logs_pinned.move_to_end(lkey)
-        if len(self._logs_pinned) > 8:
-            self._logs_pinned.popitem(last=False)
-        if len(self._logs) > 2 * self._logs_swept + 64:
-            self._logs = {k: v for k, v in self._logs.items() if any(r() is not None for r in v)}
-            self._logs_swept = len(self._logs)
-
-    def _extend_log_read(self, log: ItemLog, raws: list[bytes], views: list[Any], evs: list[bytes]) -> None:
-        """`_extend_log` for items read from the store: their views and EVs are known."""
-        writer = self._writer
-        for raw, view, ev in zip(raws, views, evs, strict=True):
-            writer.remember(raw, ev)
-            log.raw.append(raw)
-            log.objs.append(None)
-            log.evs.append(ev)
-            log.tree.append(ev)
-            log.tools.extend(layout.tool_record_evs(view, ev, writer))
-            log.tool_count.append(len(log.tools))
-        log.fp = None
 
     def _blob(self, e: Entry, ch: str) -> Blob:
         """The value of channel `ch` at checkpoint `e`'s version of it."""
@@ -1257,7 +1017,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         fresh = _Journal(self._jdir, self.fsync) if self._journal.size > min(ROTATE_BYTES, self.max_journal_bytes // 2) and not self._closed else None
         with self._lock:
             self._staging.inflight = {}
-            known, rows = self._known, self._known_rows
+            known, rows = self._index.known, self._index.rows
             for mid, _data, e, rev in batch:
                 if known is not None:  # what the store holds, without reading it back (`_thread_keys`, `_store_ids`)
                     known[mid] = e.key[0]
@@ -1984,7 +1744,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             with self._lock:
                 self._pending_deletes.remove(rec)
                 if collect is None:
-                    collect = self._garbage >= max(_COLLECT_MIN, len(self._known or ()) // 4)
+                    collect = self._garbage >= max(_COLLECT_MIN, len(self._index.known or ()) // 4)
             if collect and self._garbage:
                 self._collect(mutex_held=True)
 
@@ -2033,13 +1793,13 @@ class CkptSaver(BaseCheckpointSaver[str]):
         wanted = set(threads) | {key[0] for key in keys}
         if not wanted:
             return set()
-        if self._known is None:
-            self._store_keys()  # the first look: the catalog
+        if self._index.known is None:
+            self._index.keys()  # the first look: the catalog
         else:
-            self._thread_keys(min(wanted))  # brings `_known_rows` up to date, for every thread
+            self._index.thread_keys(min(wanted))  # brings `_known_rows` up to date, for every thread
         out: set[bytes] = set()
         for thread in wanted:
-            for cid, (_rev, _created, k) in self._known_rows.get(thread, {}).items():
+            for cid, (_rev, _created, k) in self._index.rows.get(thread, {}).items():
                 if thread in threads or (k.thread_id, k.ns, k.checkpoint_id) in gone:
                     out.add(cid)
         return out
@@ -2049,7 +1809,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         a thread's latest moves to when its head is deleted (caller holds the lock)."""
         out: _Siblings = {}
         for thread in set(threads) | {key[0] for key in keys}:
-            out.setdefault(layout.subject_for(thread), []).extend(self._known_rows.get(thread, {}))
+            out.setdefault(layout.subject_for(thread), []).extend(self._index.rows.get(thread, {}))
         return out
 
     def _delete_from_store(self, keys: _Keys, threads: set[str], ids: set[bytes] | None = None, siblings: _Siblings | None = None) -> None:
@@ -2200,9 +1960,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                         e = self._new_entry(key, k.parent_id)
                         e.state, e.manifest, e.committed, e.committed_rev, e.rev, e.created_ns, e.loaded = COMMITTED, mid, mid, k.rev, k.rev, created, False
                         del self._open[key]
-                        if self._known is not None:
-                            self._known[mid] = dst
-                            self._known_rows.setdefault(dst, {})[mid] = (k.rev, created, k)
+                        self._index.add(mid, k.rev, created, k)
 
     # -- a thread from any checkpoint -------------------------------------------------------------
     def thread_from(self, ref: str, thread_id: str) -> RunnableConfig:
