@@ -59,7 +59,7 @@ class Readback:
     def read_events(self, e: Entry, ev: bytes, where: str) -> Any:
         """The events section (pending writes) of a committed checkpoint, as
         `Checkpoint.section` decodes it, but a write of a long list (a subgraph's whole
-        message list) is read as `_load_blobs` reads a list channel: its item EVs from
+        message list) is read as `load_blobs` reads a list channel: its item EVs from
         the cached tree nodes, and only the items no log of the thread holds decoded
         (`layout.Serialized`). Decoding each such write whole took ~0.7 s of a
         1,000-checkpoint history."""
@@ -193,7 +193,7 @@ class Readback:
             self.logs_swept = len(self.logs)
 
     def extend_log_read(self, log: ItemLog, raws: list[bytes], views: list[Any], evs: list[bytes]) -> None:
-        """`_extend_log` for items read from the store: their views and EVs are known."""
+        """`ValueCodec.extend_log` for items read from the store: their views and EVs are known."""
         writer = self.writer
         for raw, view, ev in zip(raws, views, evs, strict=True):
             writer.remember(raw, ev)

@@ -103,7 +103,7 @@ class Entry:
 
 
 def unload(e: Entry) -> None:
-    """Forget what a committed checkpoint's record and values are (`_load` reads them back
+    """Forget what a committed checkpoint's record and values are (`Readback.load` reads them back
     from the store when next needed): memory, and objects the garbage collector no longer
     walks on each of its full passes, follow a thread's newest state, not its history."""
     e.skeleton = e.metadata = e.prepared = e.md_view = None
@@ -120,7 +120,7 @@ class Staging:
         self.store = store
         self.objects: dict[bytes, tuple[int, bytes]] = {}
         self.inflight: dict[bytes, tuple[int, bytes]] = {}
-        #: False while the saver collects the store's garbage (`CkptSaver._collect`): an
+        #: False while the saver collects the store's garbage (`ThreadOps.collect`): an
         #: object the store has now may be one that goes, so it is staged again (the
         #: commit, after the collection, writes it only if it went)
         self.dedupe = True
