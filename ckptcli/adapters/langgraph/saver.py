@@ -231,6 +231,7 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
             TTL.parse(options["ttl"])  # a bad one is refused before a store is made
         return cls(store_or_init(path), **options)
 
+    # -- context manager and closing --------------------------------------------------------
     def __enter__(self) -> CkptSaver:
         return self
 
@@ -553,6 +554,10 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
             current_v = int(str(current).split(".")[0])
         return f"{current_v + 1:016}.{random.getrandbits(32):08x}"
 
+    # Every async method runs its sync twin on a worker thread (as aiosqlite does for
+    # AsyncSqliteSaver): a put can wait for an fdatasync, a lease or the saver's lock,
+    # and a read can decode a long history; none of that may stall the event loop. The
+    # sync methods are thread-safe (the saver's lock); one coroutine's calls stay ordered.
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await asyncio.to_thread(self.get_tuple, config)
 
