@@ -75,35 +75,6 @@ class Recovery:
     def __init__(self, saver: SaverCore) -> None:
         self.saver = saver
 
-    def recover_lock(self) -> int:
-        """Hold the store's recovery lock: one saver replays a dead saver's journal at a time."""
-        fd = open_recover_lock(self.saver._jdir)
-        assert fd is not None  # made when missing
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as exc:
-            os.close(fd)
-            raise StoreIOError(f"cannot lock {self.saver._jdir / RECOVER_LOCK}: {exc.strerror}") from None
-        return fd
-
-    def lock_orphan_journals(self) -> list[tuple[float, Path, int]]:
-        """The journals of savers that are gone (no one holds their lock), locked by us."""
-        found: list[tuple[float, Path, int]] = []
-        for path in self.saver._jdir.glob("*.journal"):
-            try:  # a symlink, a FIFO, a directory is no journal (`ckpt doctor` names it)
-                fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    os.close(fd)
-                    continue
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                found.append((os.fstat(fd).st_mtime, path, fd))
-            except OSError:
-                os.close(fd)  # a live saver's
-        return sorted(found)
-
     def recover(self, found: list[tuple[float, Path, int]]) -> None:
         """Replay the orphaned journals, commit what they hold, then delete them."""
         if not found:
