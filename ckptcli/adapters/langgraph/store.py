@@ -10,23 +10,14 @@ filters and, given an ``index`` config with embeddings, semantic search; namespa
 listing), and supports TTLs as LangGraph's persistent stores do. docs/langgraph.md
 ("Long-term memory") is the guide, formats/langgraph-store.md the layout.
 
-How:
-
-1. **A log shared by the processes.** Every batch that changes items is one record
-   (`langgraph_journal.frame`) appended to ``<store>/langgraph/store/<gen>.log`` under the
-   store's exclusive lock ``langgraph-store``, written (and, with ``fsync="always"``, the
-   default, fdatasynced) before the call returns: a put that returned survives SIGKILL,
-   and with "always" a power cut.
-2. **Memory.** Each process keeps every item decoded in memory and, under the shared
-   lock, reads what other processes appended since it last looked (one fstat when
-   nothing was) before every batch: each batch sees every write that returned before it
-   started, in any process.
-3. **Snapshots in ckpt's own objects.** When the log grows past `compact_bytes`, the
-   process writing takes a ckpt checkpoint of every live item (subject
-   ``workflow:langgraph-store``, branch ``langgraph-store``, which keeps it from prune),
-   starts the next generation's log with a base record naming it, and removes the old
-   log. Unchanged values are stored once across snapshots; `ckpt show`, `verify` and
-   `ls` see the memories as any checkpoint.
+How: every batch that changes items is one record appended to the shared log
+(``<store>/langgraph/store/<gen>.log``) under the store's exclusive lock
+``langgraph-store``, written (and with ``fsync="always"``, the default, fdatasynced)
+before the call returns; each process holds every item in memory and reads what others
+appended before each batch (store_file.py: `MemoryLog`); past `compact_bytes` the log is
+snapshotted into a ckpt checkpoint (subject ``workflow:langgraph-store``, branch
+``langgraph-store``) that the next generation's log starts from. store_items.py checks
+what is put and answers filters and searches.
 """
 
 from __future__ import annotations
