@@ -17,7 +17,7 @@ from ckptcli.adapters.langgraph.core import SaverCore
 from ckptcli.adapters.langgraph.journal import Journal, frame
 from ckptcli.adapters.langgraph.layout import Key
 from ckptcli.adapters.langgraph.leases import WANT_DIR, request_lease
-from ckptcli.adapters.langgraph.resident import COMMITTED, LEAF, SEALED, Entry, StagedSource, Staging, unload
+from ckptcli.adapters.langgraph.resident import COMMITTED, LEAF, SEALED, Entry, StagedSource, Staging, evict, trim
 from ckptcli.errors import CkptError, StoreIOError
 from ckptcli.format.manifest import Manifest
 from ckptcli.store.repository import Store
@@ -25,7 +25,6 @@ from ckptcli.store.repository import Store
 __all__ = ["Committer", "check_batch_after_prune"]
 
 TICK = 0.02  # how often the commit thread looks for checkpoints ready to seal
-RECENT_NAMESPACES = 4  # a thread in use keeps the newest values of this many subgraph namespaces in memory
 
 
 def check_batch_after_prune(store: Store, staging: Staging, batch: list[tuple[bytes, bytes]]) -> None:
@@ -182,7 +181,7 @@ class Committer:
                         del self.saver._open[e.key]
             if fresh is not None:
                 self.saver._rotate(fresh)
-            self.trim({e.key[0] for _mid, _data, e, _rev in batch})
+            trim({e.key[0] for _mid, _data, e, _rev in batch}, self.saver._by_thread, self.saver._blobs)
             self.saver._release_leases()
             if len(self.saver._used) > self.saver.resident_threads:
                 self.evict()
@@ -190,52 +189,11 @@ class Committer:
             self.saver._room.notify_all()
 
     def evict(self) -> None:
-        """Drop the least recently used threads beyond `resident_threads` from memory,
-        those whose checkpoints are all committed (caller holds the lock). Their entries
-        become what opening the store makes (committed, read on demand), their values
-        are forgotten: the next use reads them back as `Readback.load` and `load_blobs` do."""
-        busy = {key[0] for key in self.saver._open} | {key[0] for key in self.saver._orphan_writes}
-        drop = [t for t in self.saver._used if t not in busy][: len(self.saver._used) - self.saver.resident_threads]
-        if not drop:
-            return
-        gone = set(drop)
-        for t in drop:
-            del self.saver._used[t]
-            for ids in self.saver._by_thread.get(t, {}).values():
-                for e in ids.values():
-                    unload(e)
-        for bkey in [b for b in self.saver._blobs if b[0] in gone]:
-            del self.saver._blobs[bkey]
-        for t in drop:
-            self.saver._sub_objs.pop(t, None)
-        self.saver.evicted += len(drop)
-
-    def trim(self, threads: set[str]) -> None:
-        """Forget the values of the committed checkpoints of `threads` that the next puts
-        do not build on (caller holds the lock): a thread in use keeps in memory the
-        values of its newest checkpoint of the root namespace and of the few namespaces
-        (subgraphs) used last, of what is not committed and of their parents; the others are read back from the store when read (as an
-        evicted thread's are). So a long thread's memory follows its newest state, not
-        its whole history (a subgraph's namespaces each had their own copy of the
-        messages, kept for good)."""
-        keep: set[tuple[str, str, str, Any]] = set()
-        for thread in threads:
-            by_ns = self.saver._by_thread.get(thread, {})
-            newest = {ns: max(ids.values(), key=lambda e: e.seq) for ns, ids in by_ns.items() if ids}
-            recent = {"", *sorted(newest, key=lambda ns: newest[ns].seq)[-RECENT_NAMESPACES:]}
-            for ns, ids in by_ns.items():
-                if not ids:
-                    continue
-                heads = [newest[ns]] if ns in recent else []
-                opened = [e for e in ids.values() if e.state != COMMITTED]
-                heads += opened + [p for p in (ids.get(h.parent) for h in opened if h.parent) if p is not None]
-                for h in heads:
-                    keep.update((h.key[0], h.key[1], ch, ver) for ch, ver in h.versions.items())
-                for e in ids.values():
-                    if e.state == COMMITTED and e not in heads:
-                        unload(e)
-        for bkey in [b for b in self.saver._blobs if b[0] in threads and b not in keep]:
-            del self.saver._blobs[bkey]
+        """Drop the least recently used threads beyond `resident_threads` whose checkpoints
+        are all committed from memory (`resident.evict`; caller holds the lock)."""
+        sv = self.saver
+        busy = {key[0] for key in sv._open} | {key[0] for key in sv._orphan_writes}
+        sv.evicted += evict(sv._used, busy, sv.resident_threads, sv._by_thread, sv._blobs, sv._sub_objs)
 
     def rotate(self, new: Journal) -> None:
         """Go on in journal `new`, started with what is not committed yet; delete the old one."""

@@ -10,16 +10,22 @@ dropped from memory, `unload`, and read back when used again).
 from __future__ import annotations
 
 import time
+import weakref
+from collections import OrderedDict
 from typing import Any
 
 from ckptcli.adapters.langgraph.layout import MSGPACK, Typed, Write
 from ckptcli.format.values import ListTree, array_header
 from ckptcli.store.repository import Store
 
-__all__ = ["COMMITTED", "EMPTY", "LEAF", "MISSING", "SEALED", "Blob", "Entry", "ItemLog", "StagedSource", "Staging", "copy_log", "unload"]
+__all__ = [
+    "COMMITTED", "EMPTY", "LEAF", "MISSING", "SEALED", "Blob", "Blobs", "ByThread", "Entry", "ItemLog", "StagedSource", "Staging",
+    "copy_log", "evict", "trim", "unload",
+]  # fmt: skip
 
 LEAF, SEALED, COMMITTED = 0, 1, 2
 MISSING = object()
+RECENT_NAMESPACES = 4  # a thread in use keeps the newest values of this many subgraph namespaces in memory
 
 
 class ItemLog:
@@ -139,6 +145,67 @@ def copy_log(log: ItemLog, n: int) -> ItemLog:
     new.tools.extend(log.tools.items[: log.tool_count[n - 1] if n else 0])
     new.tool_count = log.tool_count[:n]
     return new
+
+
+# -- the resident threads: memory follows the threads in use and their newest states ----------------
+Blobs = dict[tuple[str, str, str, Any], Blob]  # (thread, ns, channel, version) -> value
+ByThread = dict[str, dict[str, dict[str, Entry]]]  # thread -> ns -> checkpoint id -> entry
+
+
+def evict(
+    used: OrderedDict[str, None],
+    busy: set[str],
+    resident: int,
+    by_thread: ByThread,
+    blobs: Blobs,
+    sub_objs: dict[str, weakref.WeakSet[ItemLog]],
+) -> int:
+    """Drop the least recently used threads of `used` beyond `resident`, but not those of
+    `busy` (checkpoints not committed), from memory; returns how many. Their entries
+    become what opening the store makes (committed, read on demand), their values are
+    forgotten: the next use reads them back (`Readback`)."""
+    drop = [t for t in used if t not in busy][: len(used) - resident]
+    if not drop:
+        return 0
+    gone = set(drop)
+    for t in drop:
+        del used[t]
+        for ids in by_thread.get(t, {}).values():
+            for e in ids.values():
+                unload(e)
+    for bkey in [b for b in blobs if b[0] in gone]:
+        del blobs[bkey]
+    for t in drop:
+        sub_objs.pop(t, None)
+    return len(drop)
+
+
+def trim(threads: set[str], by_thread: ByThread, blobs: Blobs) -> None:
+    """Forget the values of the committed checkpoints of `threads` that the next puts do
+    not build on: a thread in use keeps in memory the values of its newest checkpoint of
+    the root namespace and of the few namespaces (subgraphs) used last, of what is not
+    committed and of their parents; the others are read back from the store when read
+    (as an evicted thread's are). So a long thread's memory follows its newest state,
+    not its whole history (a subgraph's namespaces each had their own copy of the
+    messages, kept for good)."""
+    keep: set[tuple[str, str, str, Any]] = set()
+    for thread in threads:
+        by_ns = by_thread.get(thread, {})
+        newest = {ns: max(ids.values(), key=lambda e: e.seq) for ns, ids in by_ns.items() if ids}
+        recent = {"", *sorted(newest, key=lambda ns: newest[ns].seq)[-RECENT_NAMESPACES:]}
+        for ns, ids in by_ns.items():
+            if not ids:
+                continue
+            heads = [newest[ns]] if ns in recent else []
+            opened = [e for e in ids.values() if e.state != COMMITTED]
+            heads += opened + [p for p in (ids.get(h.parent) for h in opened if h.parent) if p is not None]
+            for h in heads:
+                keep.update((h.key[0], h.key[1], ch, ver) for ch, ver in h.versions.items())
+            for e in ids.values():
+                if e.state == COMMITTED and e not in heads:
+                    unload(e)
+    for bkey in [b for b in blobs if b[0] in threads and b not in keep]:
+        del blobs[bkey]
 
 
 class StagedSource:
