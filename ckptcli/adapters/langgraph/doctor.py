@@ -10,8 +10,8 @@ from using a thread (an entry of `threads/` that is no lease). What a saver read
 or sets aside with a warning (a hole in a journal, a file named as a journal that is
 none) is a warning here too.
 
-Imports nothing of LangGraph (the files are read with `langgraph_journal` and
-`langgraph_leases`, their format owners), so it runs where LangGraph is not installed.
+Imports nothing of LangGraph (the files are read with journal.py and
+leases.py, their format owners), so it runs where LangGraph is not installed.
 docs/langgraph.md ("What to watch") says what each finding means.
 """
 
@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckptcli._util.units import human_size
@@ -28,6 +29,7 @@ from ckptcli.adapters.langgraph import layout
 from ckptcli.adapters.langgraph.journal import (
     DAMAGED_SUFFIX,
     JOURNAL_DIR,
+    JournalContents,
     dir_problem,
     hole_message,
     malformed_record,
@@ -131,108 +133,137 @@ def _not_journal(jdir: Path, name: str, what: str) -> Check:
     return Check("langgraph journals", WARN, f"{name} is {what}, not a journal: savers skip it", f"something other than ckpt put it in {jdir}; remove it")
 
 
+@dataclass
+class _Tally:
+    """What `_journals` found so far: counts, sizes and the findings, in order."""
+
+    live: int = 0
+    dead: int = 0
+    total: int = 0
+    backlog: int = 0
+    findings: list[Check] = field(default_factory=list)
+    damage: list[Check] = field(default_factory=list)
+    committed: set[tuple[str, str, str]] | None = None  # read once, when a journal needs it
+
+
 def _journals(ctx: Context, jdir: Path) -> Iterable[Check]:
-    committed: set[tuple[str, str, str]] | None = None
-    live_n = dead_n = total = backlog = 0
-    findings: list[Check] = []
-    damage: list[Check] = []
+    tally = _Tally()
     for path in sorted(jdir.iterdir()):
-        name = path.name
-        if not (name.endswith(".journal") or name.endswith(".journal" + DAMAGED_SUFFIX)):
-            continue
-        try:
-            fd = open_regular(path)
-        except OSError as exc:  # nor opened by a saver: it skips it
-            findings.append(Check("langgraph journals", WARN, f"{name} cannot be read: {exc.strerror}; savers skip it", f"check the permissions of {jdir}"))
-            continue
-        if isinstance(fd, str):
-            findings.append(_not_journal(jdir, name, fd))
-            continue
-        try:
-            live = _live(fd)
-            data, size = _read(fd)
-            contents = read_journal(data)
-            if contents.holes and live:  # a record being written while read is no damage: read again
-                again = read_journal(_read(fd)[0])
-                contents.holes = [h for h in contents.holes if h in again.holes]
-        except OSError as exc:
-            findings.append(Check("langgraph journals", FAIL, f"{name} cannot be read: {exc.strerror}", f"check the permissions of {jdir}"))
-            continue
-        finally:
-            os.close(fd)
-        capped = f" (records counted in its first {human_size(READ_CAP)} of {human_size(size)})" if size > READ_CAP else ""
-        if name.endswith(DAMAGED_SUFFIX):
-            what = hole_message(path, contents) if contents.holes else "has no hole now"
-            damage.append(
-                Check(
-                    "langgraph journal damage", WARN,
-                    f"{name}: kept by recovery, which found damage: {what}{capped}; the records after the damage were recovered; delete the file once looked at",
-                    "`ckpt verify` reports it too",
-                )
-            )
-            continue
-        refusal = newer_journal(path, data, contents) or (malformed_record(path, contents) if contents.version else None)
-        if refusal is not None:
-            total += size
-            live_n, dead_n = (live_n + 1, dead_n) if live else (live_n, dead_n + 1)
-            if live is False:
-                findings.append(_refused("langgraph journals", refusal))
-            else:  # a live saver's journal is no other saver's to replay, while it lives
-                findings.append(Check("langgraph journals", WARN, f"{name} is a live saver's; once that saver is gone, CkptSaver.open will refuse the store: {refusal.message}", refusal.hint or ""))
-            continue
-        if contents.version == 0 and any(data):  # zeros alone: a journal just made, its header not written yet
-            findings.append(
-                Check(
-                    "langgraph journals", WARN,
-                    f"{name} ({human_size(size)}) is damaged or no journal: it does not start with a journal header; a saver replays nothing of it and keeps it as {name}{DAMAGED_SUFFIX}",
-                    f"something other than ckpt wrote it; move it out of {jdir} to look at it",
-                )
-            )
-            continue
-        if contents.holes:
-            damage.append(
-                Check(
-                    "langgraph journal damage", WARN, f"{name}: {hole_message(path, contents)}{capped}; opening the store with the saver recovers the records after the damage",
-                    "open the store with CkptSaver to recover the records after the damage; the file is then kept as .damaged",
-                )
-            )
-        if committed is None:
-            committed = _committed(ctx)
-        puts = {(str(r.get("t")), str(r.get("n")), str(r.get("i"))) for r in contents.records if r.get("op") == "p"}
-        waiting = len(puts - committed)
-        total += size
-        if live:
-            live_n += 1
-            backlog += waiting
-            if size > BIG_JOURNAL:
-                findings.append(
-                    Check(
-                        "langgraph journals", WARN, f"{name} is {human_size(size)}: its saver has not started it again after commits",
-                        "its commits are failing or far behind: look at that process's errors (the saver raises them at its next call)",
-                    )
-                )
-        else:
-            dead_n += 1
-            findings.append(
-                Check(
-                    "langgraph journals", WARN,
-                    f"{name} was left by a saver that is gone: {len(contents.records)} record(s), {waiting} put(s) not in the store{capped}",
-                    "nothing is lost: the next CkptSaver to open the store (or take one of its threads) replays it and deletes it",
-                )
-            )
-    if backlog > BIG_BACKLOG:
-        findings.append(
+        if path.name.endswith(".journal") or path.name.endswith(".journal" + DAMAGED_SUFFIX):
+            _journal(ctx, jdir, path, tally)
+    if tally.backlog > BIG_BACKLOG:
+        tally.findings.append(
             Check(
-                "langgraph backlog", WARN, f"{backlog} put(s) of live savers are not in the store yet",
+                "langgraph backlog", WARN, f"{tally.backlog} put(s) of live savers are not in the store yet",
                 "commits lag behind the graphs: the disk may be slow, or commits fail; reads still see every put",
             )
-        )
+        )  # fmt: skip
     yield Check(
         "langgraph journals", OK,
-        f"{live_n + dead_n} journal(s), {human_size(total)}: {live_n} of live savers (backlog: {backlog} put(s) not committed yet), {dead_n} of savers that are gone",
-    )
-    yield from findings
-    yield from damage
+        f"{tally.live + tally.dead} journal(s), {human_size(tally.total)}: {tally.live} of live savers (backlog: {tally.backlog} put(s) not committed yet), "
+        f"{tally.dead} of savers that are gone",
+    )  # fmt: skip
+    yield from tally.findings
+    yield from tally.damage
+
+
+def _open_journal(jdir: Path, path: Path, findings: list[Check]) -> tuple[bool | None, JournalContents, bytes, int] | None:
+    """Whether a live saver holds the journal at `path`, what it holds, its bytes read
+    and its size; None (and a finding) when it cannot be read or is no journal."""
+    name = path.name
+    try:
+        fd = open_regular(path)
+    except OSError as exc:  # nor opened by a saver: it skips it
+        findings.append(Check("langgraph journals", WARN, f"{name} cannot be read: {exc.strerror}; savers skip it", f"check the permissions of {jdir}"))
+        return None
+    if isinstance(fd, str):
+        findings.append(_not_journal(jdir, name, fd))
+        return None
+    try:
+        live = _live(fd)
+        data, size = _read(fd)
+        contents = read_journal(data)
+        if contents.holes and live:  # a record being written while read is no damage: read again
+            again = read_journal(_read(fd)[0])
+            contents.holes = [h for h in contents.holes if h in again.holes]
+    except OSError as exc:
+        findings.append(Check("langgraph journals", FAIL, f"{name} cannot be read: {exc.strerror}", f"check the permissions of {jdir}"))
+        return None
+    finally:
+        os.close(fd)
+    return live, contents, data, size
+
+
+def _journal(ctx: Context, jdir: Path, path: Path, tally: _Tally) -> None:
+    """Add what the journal (or kept damaged journal) at `path` says to `tally`."""
+    got = _open_journal(jdir, path, tally.findings)
+    if got is None:
+        return
+    live, contents, data, size = got
+    name, findings = path.name, tally.findings
+    capped = f" (records counted in its first {human_size(READ_CAP)} of {human_size(size)})" if size > READ_CAP else ""
+    if name.endswith(DAMAGED_SUFFIX):
+        what = hole_message(path, contents) if contents.holes else "has no hole now"
+        tally.damage.append(
+            Check(
+                "langgraph journal damage", WARN,
+                f"{name}: kept by recovery, which found damage: {what}{capped}; the records after the damage were recovered; delete the file once looked at",
+                "`ckpt verify` reports it too",
+            )
+        )  # fmt: skip
+        return
+    refusal = newer_journal(path, data, contents) or (malformed_record(path, contents) if contents.version else None)
+    if refusal is not None:
+        tally.total += size
+        if live:
+            tally.live += 1
+        else:
+            tally.dead += 1
+        if live is False:
+            findings.append(_refused("langgraph journals", refusal))
+        else:  # a live saver's journal is no other saver's to replay, while it lives
+            findings.append(Check("langgraph journals", WARN, f"{name} is a live saver's; once that saver is gone, CkptSaver.open will refuse the store: {refusal.message}", refusal.hint or ""))
+        return
+    if contents.version == 0 and any(data):  # zeros alone: a journal just made, its header not written yet
+        findings.append(
+            Check(
+                "langgraph journals", WARN,
+                f"{name} ({human_size(size)}) is damaged or no journal: it does not start with a journal header; a saver replays nothing of it and keeps it as {name}{DAMAGED_SUFFIX}",
+                f"something other than ckpt wrote it; move it out of {jdir} to look at it",
+            )
+        )  # fmt: skip
+        return
+    if contents.holes:
+        tally.damage.append(
+            Check(
+                "langgraph journal damage", WARN, f"{name}: {hole_message(path, contents)}{capped}; opening the store with the saver recovers the records after the damage",
+                "open the store with CkptSaver to recover the records after the damage; the file is then kept as .damaged",
+            )
+        )  # fmt: skip
+    if tally.committed is None:
+        tally.committed = _committed(ctx)
+    puts = {(str(r.get("t")), str(r.get("n")), str(r.get("i"))) for r in contents.records if r.get("op") == "p"}
+    waiting = len(puts - tally.committed)
+    tally.total += size
+    if live:
+        tally.live += 1
+        tally.backlog += waiting
+        if size > BIG_JOURNAL:
+            findings.append(
+                Check(
+                    "langgraph journals", WARN, f"{name} is {human_size(size)}: its saver has not started it again after commits",
+                    "its commits are failing or far behind: look at that process's errors (the saver raises them at its next call)",
+                )
+            )  # fmt: skip
+    else:
+        tally.dead += 1
+        findings.append(
+            Check(
+                "langgraph journals", WARN,
+                f"{name} was left by a saver that is gone: {len(contents.records)} record(s), {waiting} put(s) not in the store{capped}",
+                "nothing is lost: the next CkptSaver to open the store (or take one of its threads) replays it and deletes it",
+            )
+        )  # fmt: skip
 
 
 def _leases(store_path: Path, jdir: Path, dead_journals: int) -> Iterable[Check]:

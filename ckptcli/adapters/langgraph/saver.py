@@ -4,49 +4,24 @@
     graph = builder.compile(checkpointer=CkptSaver.open(".ckpt"))
 
 Every LangGraph checkpoint becomes one ckpt checkpoint of subject ``agent:<thread>``
-(the layout is in `langgraph_layout`), so `ckpt ls`, `show`, `diff`, `replay` and `tui`
-browse what the graph did. docs/langgraph.md is the guide.
+(layout.py), so `ckpt ls`, `show`, `diff`, `replay` and `tui` browse what the graph did.
+docs/langgraph.md is the guide; formats/langgraph-journal.md the journal's format.
 
-How a put stays under a millisecond. A ckpt take writes and fsyncs a pack, an index and
-a manifest (three files); a graph step cannot wait for that. So the saver works like a
-database with a write-ahead log:
+The saver works like a database with a write-ahead log. A `put` or `put_writes` appends
+one record to this saver's journal before it returns (synced as `fsync` says), installs
+the checkpoint in memory (every read sees it at once) and makes its objects in O(new
+data). The commit thread (committer.py) seals a checkpoint once its child has a child,
+after `seal_idle`, or on close, and commits what is sealed every `commit_interval`;
+`max_backlog` bounds what waits. Opening a store replays the journals no live saver holds
+(recovery.py). A thread is held by one saver at a time (a lease, holder.py); a write from
+a run that read the thread before another process extended it is refused
+(ThreadConflictError), never a silent fork. A pending write for a checkpoint already
+committed makes it be written again, as revision 2 (label ``langgraph.rev``).
 
-1. **The journal.** Each `put` and `put_writes` writes one record (length, CRC-32,
-   msgpack) to this saver's journal in ``<store>/langgraph/`` before it returns, so a
-   killed process loses nothing that was put. `fsync` says when it reaches the disk:
-   ``"batch"`` (the default: the commit thread syncs the journal every 20 ms, so a power
-   cut loses at most the puts of the last few tens of milliseconds), ``"always"`` (before
-   the put returns: a put that returned survives a power cut; costs an fdatasync, whose
-   latency the disk decides), ``"never"`` (the OS decides).
-2. **Memory.** What was put is kept in memory, so every read sees every put at once;
-   once committed, the threads used least recently beyond `resident_threads` are
-   dropped from memory and read back from the store when used again.
-3. **The store.** A checkpoint's objects are made when it is put, in O(new data): list
-   values are compared with the parent's by identity, so only new items are serialized,
-   converted and hashed (`ListTree` keeps the chunk tree's sealed prefix). It is *sealed*
-   (its manifest made, with its pending writes as events) by the commit thread once its
-   child has a child (its pending writes are complete by then), after `seal_idle` seconds
-   without one, or on close; the thread commits what is sealed every `commit_interval`
-   seconds: one pack, one index, the manifests (made durable together), the refs; the
-   journal is then started again with what is not committed. A put that finds
-   `max_backlog` checkpoints not committed waits for the commit thread, which then
-   commits everything at once (back-pressure).
-4. **Recovery.** Opening a store replays the journals no live saver holds (a crash),
-   commits everything they hold and deletes them.
-5. **Several processes.** A thread is held by one saver at a time (a lease file, flock),
-   from its first use until its checkpoints are committed; another process's saver
-   asks for it and the holder commits it and lets go within a tick, so every read and
-   write sees the other processes' turns. A write from a run that read the thread before
-   another process extended it is refused (ThreadConflictError): never a silent fork.
-   docs/langgraph.md, "Several processes".
-
-A pending write that arrives for a checkpoint already committed (a resume after a
-restart) makes the checkpoint be written again, as revision 2 (label ``langgraph.rev``),
-whose parents are the LangGraph parent and the revision before.
-
-Values read back are LangGraph's own bytes, deserialized by the saver's serializer.
-`list` returns checkpoints whose ``channel_values`` are decoded on first use, so that
-listing a long thread does not decode every state in it.
+The parts, lowest first: resident.py (what is in memory), lazy.py, encoding.py (values
+to blobs), readback.py (committed checkpoints read back), store_index.py, holder.py,
+core.py (the state the parts share; the put path's sealing), committer.py, recovery.py,
+threadops.py (delete, prune, TTL, copy); this module is the LangGraph API on top.
 """
 
 from __future__ import annotations
@@ -54,22 +29,16 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import fcntl
-import hashlib
 import itertools
-import operator
 import os
 import random
-import stat
 import threading
 import time
 import weakref
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-import ormsgpack
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -82,360 +51,49 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from ckptcli.adapters.langgraph import layout
-from ckptcli.adapters.langgraph.journal import (
-    DAMAGED_SUFFIX,
-    JOURNAL_DIR,
-    blank,
-    hole_message,
-    mapped,
-    newer_journal,
-    open_regular,
-    own_dir,
-    read_journal,
-    record_error,
-    record_where,
-)
-from ckptcli.adapters.langgraph.journal import Journal as _Journal
+from ckptcli.adapters.langgraph.committer import Committer
+from ckptcli.adapters.langgraph.core import Copies, CopyRows, Keys, SaverCore
+from ckptcli.adapters.langgraph.encoding import fingerprint
+from ckptcli.adapters.langgraph.journal import JOURNAL_DIR as JOURNAL_DIR
+from ckptcli.adapters.langgraph.journal import Journal
+from ckptcli.adapters.langgraph.journal import Journal as _Journal  # noqa: F401 - tests import it from here
 from ckptcli.adapters.langgraph.journal import frame as _frame
-from ckptcli.adapters.langgraph.journal import record_problem as journal_record_problem
-from ckptcli.adapters.langgraph.layout import MSGPACK, Key, SectionWriter, Typed, Write
-from ckptcli.adapters.langgraph.leases import LEASE as _LEASE
-from ckptcli.adapters.langgraph.leases import LEASE_DIR, RECOVER_LOCK, WANT_DIR, open_recover_lock
-from ckptcli.adapters.langgraph.leases import Request as _Request
-from ckptcli.adapters.langgraph.leases import lease_name as _lease_name
-from ckptcli.adapters.langgraph.leases import live_requests as _live_requests
-from ckptcli.adapters.langgraph.leases import request_lease as _request_lease
-from ckptcli.adapters.langgraph.leases import try_flock as _try_flock
-from ckptcli.adapters.langgraph.read import ListReader
-from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LockError, StoreIOError, ThreadConflictError, UsageError
-from ckptcli.format.manifest import Manifest
-from ckptcli.format.msgpack_view import from_view, to_view
-from ckptcli.format.values import EXT_LIST, EXT_MAP, EXT_REF, Budget, Decoder, Ext, ListTree, array_header, unpack_ev
-from ckptcli.store.backend import fsync_dir
+from ckptcli.adapters.langgraph.journal import read_journal as read_journal
+from ckptcli.adapters.langgraph.layout import Write
+from ckptcli.adapters.langgraph.lazy import LazyValues
+from ckptcli.adapters.langgraph.leases import lease_name as _lease_name  # noqa: F401 - tests import it from here
+from ckptcli.adapters.langgraph.recovery import Deletions, Recovery, lock_orphan_journals, recover_lock
+from ckptcli.adapters.langgraph.resident import COMMITTED as COMMITTED
+from ckptcli.adapters.langgraph.resident import LEAF as LEAF
+from ckptcli.adapters.langgraph.resident import MISSING, Blob, Entry, ItemLog
+from ckptcli.adapters.langgraph.retention import TTL
+from ckptcli.adapters.langgraph.threadops import Siblings, ThreadOps
+from ckptcli.errors import InvalidInputError
 from ckptcli.store.repository import Store
 
 __all__ = ["CkptSaver"]
 
 FSYNC_POLICIES = ("always", "batch", "never")
-ROTATE_BYTES = 4 * 1024 * 1024  # the journal is started again after a commit once it is this big
-_TICK = 0.02  # how often the commit thread looks for checkpoints ready to seal
-_SWEEP_BATCH = 64  # expired threads removed from the store together by a TTL sweep (one removal each batch; commits between)
-_COLLECT_MIN = 512  # deleted checkpoints left to collect before a delete collects (`CkptSaver._delete`)
-_RECENT_NAMESPACES = 4  # a thread in use keeps the newest values of this many subgraph namespaces in memory
-
-LEAF, SEALED, COMMITTED = 0, 1, 2
+ROTATE_BYTES = 4 * 1024 * 1024  # the journal is started again after a commit once it is this big (read when a saver opens)
+_COLLECT_MIN = 512  # deleted checkpoints left to collect before a delete collects (`ThreadOps.delete`; read when a saver opens)
 _ALIST_BATCH = 64  # tuples `alist` takes from `list` per hop to its worker thread
-_Keys = list[tuple[str, str, str]]
-_Siblings = dict[Any, list[bytes]]  # subject -> the store's checkpoints of its thread (`CkptSaver._siblings`)
-#: a journaled delete being replayed: keys, threads, and the store's checkpoints it removes (None: older records)
-_Deletion = tuple[list[tuple[str, str, str]], set[str], set[bytes] | None]  # (thread, namespace, checkpoint id) of several checkpoints
-_MISSING = object()
-#: a thread's committed checkpoints to copy: (key, parent id, created, manifest), parents first
-_Copies = list[tuple[tuple[str, str, str], str | None, int, Manifest]]
-_CopyRows = list[tuple[tuple[str, str, str], str | None, int, bytes]]  # the same, manifest ids
-#: and the values this saver has of it in memory, by (namespace, channel, version)
-_CopiedBlobs = dict[tuple[str, str, Any], "_Blob"]
 
 
-def _item_encoder(serde: SerializerProtocol) -> Callable[[Any], bytes] | None:
-    """JsonPlusSerializer's msgpack encoder of one value, when `serde` is exactly that
-    serializer and a list's bytes are its header and its items' (checked here): then a
-    list value can be stored item by item. None otherwise (values are stored whole)."""
-    if type(serde) is not JsonPlusSerializer:
-        return None
-    try:
-        from langgraph.checkpoint.serde.jsonplus import _msgpack_enc as enc
-    except ImportError:  # pragma: no cover - another langgraph-checkpoint: the slow path
-        return None
-    sample = [1, "two", {"three": [3.0]}, None]
-    try:
-        if serde.dumps_typed(sample) != (MSGPACK, array_header(len(sample)) + b"".join(enc(x) for x in sample)):
-            return None
-    except Exception:  # noqa: BLE001 - any surprise: the slow path
-        return None
-    return cast(Callable[[Any], bytes], enc)
+def _check_options(fsync: str, commit_interval: float, seal_idle: float, resident_threads: int, max_backlog: int, max_journal_bytes: int) -> None:
+    """InvalidInputError for a bad option of `CkptSaver`."""
+    if fsync not in FSYNC_POLICIES:
+        raise InvalidInputError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
+    if not (commit_interval > 0 and seal_idle >= 0):
+        raise InvalidInputError("commit_interval must be > 0 and seal_idle >= 0")
+    if type(resident_threads) is not int or resident_threads < 0:
+        raise InvalidInputError(f"resident_threads must be an integer >= 0, not {resident_threads!r}")
+    for name, bound in (("max_backlog", max_backlog), ("max_journal_bytes", max_journal_bytes)):
+        if type(bound) is not int or bound < 1:
+            raise InvalidInputError(f"{name} must be an integer >= 1, not {bound!r}")
 
 
-try:
-    from langgraph.checkpoint.serde.jsonplus import _msgpack_enc
-except ImportError:  # pragma: no cover - another langgraph-checkpoint: no item-wise lists, no fingerprints
-    _msgpack_enc = None  # type: ignore[assignment]  # then _fp_default is never called
-
-
-def _fp_default(obj: Any) -> Any:
-    """How `_fingerprint` packs what msgpack has no type for: a pydantic model (a
-    LangChain message) by its fields as they are now, anything else by the serializer's
-    own bytes."""
-    extra = getattr(obj, "__pydantic_extra__", _MISSING)
-    if extra is not _MISSING:
-        return [type(obj).__name__, obj.__dict__, extra]
-    assert _msgpack_enc is not None  # fingerprints are taken only when lists are stored item by item
-    return _msgpack_enc(obj)
-
-
-def _fingerprint(value: list[Any]) -> bytes | None:
-    """The items of a list packed as they are now (without the list's header), deep: an
-    item edited in place packs differently. About 1 us a message, 0.1 us a small dict
-    (natively packed, the serializer's slower hooks skipped where the fields say it
-    all); None for a value it cannot pack (then the items' bytes are compared)."""
-    try:
-        full = ormsgpack.packb(value, default=_fp_default, option=ormsgpack.OPT_NON_STR_KEYS)
-    except (TypeError, ValueError, OverflowError, ormsgpack.MsgpackEncodeError):
-        return None
-    return full[len(array_header(len(value))) :]
-
-
-# -- in memory ---------------------------------------------------------------------------
-class _ItemLog:
-    """The items of a list channel value, shared by every version that is a prefix of it:
-    each item's msgpack bytes, the Python object last seen there (to tell unchanged
-    items by identity), its ckpt EV, and the chunk trees of the items and their tool
-    records, kept up to date as the log grows."""
-
-    __slots__ = ("__weakref__", "evs", "fp", "objs", "raw", "tool_count", "tools", "tree")
-
-    def __init__(self) -> None:
-        self.fp: bytes | None = None  # the fingerprint of objs, all of them (`_fingerprint`)
-        self.raw: list[bytes] = []
-        self.objs: list[Any] = []
-        self.evs: list[bytes] = []
-        self.tree = ListTree()
-        self.tools = ListTree()
-        self.tool_count: list[int] = []  # tool records of items[: i + 1]
-
-    def __len__(self) -> int:
-        return len(self.raw)
-
-
-class _Blob:
-    """One channel value at one version: serialized bytes, or items [0, n) of a log."""
-
-    __slots__ = ("ev", "log", "n", "tools_ev", "typed")
-
-    def __init__(self, typed: Typed | None = None, log: _ItemLog | None = None, n: int = 0) -> None:
-        self.typed = typed
-        self.log = log
-        self.n = n
-        self.ev: bytes | None = None
-        self.tools_ev: bytes | None = None
-
-    @property
-    def empty(self) -> bool:
-        return self.typed is None and self.log is None
-
-    def to_typed(self) -> Typed:
-        if self.log is not None:
-            return MSGPACK, array_header(self.n) + b"".join(self.log.raw[: self.n])
-        assert self.typed is not None
-        return self.typed
-
-
-_EMPTY = _Blob()
-
-
-class _Entry:
-    """One LangGraph checkpoint the saver knows: in memory, or committed (and then read
-    from the store when needed)."""
-
-    __slots__ = (
-        "blobs_loaded", "committed", "committed_rev", "created_ns", "has_child", "key", "loaded", "manifest", "md_plain", "md_view",
-        "metadata", "parent", "prepared", "rev", "seq", "skeleton", "state", "touched", "types", "versions", "writes",
-    )  # fmt: skip
-
-    def __init__(self, key: tuple[str, str, str], parent: str | None, seq: int) -> None:
-        self.key = key
-        self.parent = parent
-        self.seq = seq  # creation order (parents before children)
-        self.created_ns = 0
-        self.skeleton: Typed | None = None
-        self.metadata: Typed | None = None
-        self.versions: dict[str, Any] = {}
-        self.types: dict[str, str] | None = None  # of its channel values, once read back from the store
-        self.writes: dict[tuple[str, int], Write] = {}
-        self.state = LEAF
-        self.manifest: bytes | None = None  # the id of the newest revision sealed
-        self.committed: bytes | None = None  # the id of the newest revision committed
-        self.committed_rev = 0
-        self.rev = 0
-        self.loaded = True  # False: committed, its data still in the store only
-        self.blobs_loaded = False
-        self.md_plain: Any = _MISSING
-        self.touched = time.monotonic()
-        self.has_child = False
-        self.prepared: dict[str, bytes] | None = None  # its sections but events, made when it is put
-        self.md_view: Any = None
-
-
-def _unload(e: _Entry) -> None:
-    """Forget what a committed checkpoint's record and values are (`_load` reads them back
-    from the store when next needed): memory, and objects the garbage collector no longer
-    walks on each of its full passes, follow a thread's newest state, not its history."""
-    e.skeleton = e.metadata = e.prepared = e.md_view = None
-    e.md_plain = _MISSING
-    e.versions, e.writes = {}, {}
-    e.loaded = e.blobs_loaded = False
-
-
-class _Staging:
-    """The objects made since the last commit (a sink for the encoders): kept until
-    the committer has them in a pack, deduplicated against the store and each other."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.objects: dict[bytes, tuple[int, bytes]] = {}
-        self.inflight: dict[bytes, tuple[int, bytes]] = {}
-        #: False while the saver collects the store's garbage (`CkptSaver._collect`): an
-        #: object the store has now may be one that goes, so it is staged again (the
-        #: commit, after the collection, writes it only if it went)
-        self.dedupe = True
-
-    def put(self, oid: bytes, content: bytes, obj_type: int) -> None:
-        if oid in self.objects or oid in self.inflight or (self.dedupe and self.store.has(oid)):
-            return
-        self.objects[oid] = (obj_type, content)
-
-
-class _LazyValues(dict):  # type: ignore[type-arg]
-    """channel_values decoded on first use (by any dict operation); then a plain dict."""
-
-    __slots__ = ("_load",)
-
-    def __init__(self, load: Callable[[], dict[str, Any]]) -> None:
-        super().__init__()
-        self._load: Callable[[], dict[str, Any]] | None = load
-
-    def _m(self) -> None:
-        load = self._load
-        if load is not None:
-            self._load = None
-            dict.update(self, load())
-
-    def __getitem__(self, k: Any) -> Any:
-        self._m()
-        return dict.__getitem__(self, k)
-
-    def __contains__(self, k: object) -> bool:
-        self._m()
-        return dict.__contains__(self, k)
-
-    def __iter__(self) -> Iterator[Any]:
-        self._m()
-        return dict.__iter__(self)
-
-    def __len__(self) -> int:
-        self._m()
-        return dict.__len__(self)
-
-    def __eq__(self, other: object) -> bool:
-        self._m()
-        if isinstance(other, _LazyValues):
-            other._m()
-        return dict.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        self._m()
-        return dict.__repr__(self)
-
-    def __reversed__(self) -> Iterator[Any]:
-        self._m()
-        return dict.__reversed__(self)
-
-    def __setitem__(self, k: Any, v: Any) -> None:
-        self._m()
-        dict.__setitem__(self, k, v)
-
-    def __delitem__(self, k: Any) -> None:
-        self._m()
-        dict.__delitem__(self, k)
-
-    def __or__(self, other: Any) -> Any:
-        return self.copy() | other
-
-    def __ror__(self, other: Any) -> Any:
-        return other | self.copy()
-
-    def __ior__(self, other: Any) -> Any:
-        self._m()
-        dict.update(self, other)
-        return self
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        return (dict, (self.copy(),))
-
-    def __copy__(self) -> dict[str, Any]:
-        return self.copy()
-
-    def __deepcopy__(self, memo: Any) -> dict[str, Any]:
-        import copy
-
-        return copy.deepcopy(self.copy(), memo)
-
-    def keys(self) -> Any:
-        self._m()
-        return dict.keys(self)
-
-    def values(self) -> Any:
-        self._m()
-        return dict.values(self)
-
-    def items(self) -> Any:
-        self._m()
-        return dict.items(self)
-
-    def get(self, k: Any, default: Any = None) -> Any:
-        self._m()
-        return dict.get(self, k, default)
-
-    def copy(self) -> dict[str, Any]:
-        self._m()
-        return {k: dict.__getitem__(self, k) for k in dict.keys(self)}
-
-    def pop(self, *args: Any) -> Any:
-        self._m()
-        return dict.pop(self, *args)
-
-    def popitem(self) -> Any:
-        self._m()
-        return dict.popitem(self)
-
-    def setdefault(self, k: Any, default: Any = None) -> Any:
-        self._m()
-        return dict.setdefault(self, k, default)
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        self._m()
-        dict.update(self, *args, **kwargs)
-
-    def clear(self) -> None:
-        self._load = None
-        dict.clear(self)
-
-
-# -- threads shared by processes -----------------------------------------------------------
-class _Lease:
-    """A saver's hold on one thread across processes: an flock on its lease file,
-    ``<store>/langgraph/threads/<hash of the thread id>``, which holds a dirty flag (set
-    while the holder has puts of the thread not committed yet) and a token (new at each
-    release after a commit of the thread). docs/langgraph.md, "Several processes"."""
-
-    __slots__ = ("dirty", "fd", "name", "wrote")
-
-    def __init__(self, fd: int, name: str) -> None:
-        self.fd, self.name = fd, name
-        self.dirty = False  # the file says so
-        self.wrote = False  # this hold put something: a new token on release
-
-
-# -- the saver ----------------------------------------------------------------------------
-class CkptSaver(BaseCheckpointSaver[str]):
+class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
     """A LangGraph checkpoint saver backed by a ckpt store (module docstring: how).
 
     Args:
@@ -506,30 +164,13 @@ class CkptSaver(BaseCheckpointSaver[str]):
         max_journal_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         super().__init__(serde=serde)
-        from ckptcli.adapters.langgraph.retention import TTL
-
         self.ttl = TTL.parse(ttl) if ttl is not None else None
         self.clock = clock
-        self._sweeping: set[str] = set()  # threads `_holding` holds the lease of, for a delete (not let go by commits)
-        self._copying = 0  # copies between their snapshot of the source and their publishing (`copy_thread`)
-        self._garbage = 0  # checkpoints removed from the store whose objects no collection has looked at yet (`_delete`)
-        if fsync not in FSYNC_POLICIES:
-            raise InvalidInputError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
-        if not (commit_interval > 0 and seal_idle >= 0):
-            raise InvalidInputError("commit_interval must be > 0 and seal_idle >= 0")
-        if type(resident_threads) is not int or resident_threads < 0:
-            raise InvalidInputError(f"resident_threads must be an integer >= 0, not {resident_threads!r}")
+        _check_options(fsync, commit_interval, seal_idle, resident_threads, max_backlog, max_journal_bytes)
         self.resident_threads = resident_threads
-        for name, bound in (("max_backlog", max_backlog), ("max_journal_bytes", max_journal_bytes)):
-            if type(bound) is not int or bound < 1:
-                raise InvalidInputError(f"{name} must be an integer >= 1, not {bound!r}")
         self.max_backlog = max_backlog
         self.max_journal_bytes = max_journal_bytes
         self.backlog_waits = 0  # puts that waited for the committer (back-pressure), for tests and benchmarks
-        self._room = threading.Condition(threading.Lock())  # puts over the bound wait here for a commit
-        self._pressed = False  # a put waits: commit everything now
-        self._used: OrderedDict[str, None] = OrderedDict()  # threads in memory, least recently used first
-        self.evicted = 0  # threads dropped from memory so far (for tests and benchmarks)
         self.store = store if isinstance(store, Store) else Store.open(Path(store))
         self.fsync = fsync
         self.commit_interval = commit_interval
@@ -537,76 +178,28 @@ class CkptSaver(BaseCheckpointSaver[str]):
         if trust_identity not in (True, False, "unchecked"):
             raise InvalidInputError(f"trust_identity must be True, False or 'unchecked', not {trust_identity!r}")
         self.trust_identity = bool(trust_identity)
-        self._check_items = trust_identity is True  # identity confirmed by a fingerprint
-        self._lock = threading.RLock()
-        self._commit_mutex = threading.Lock()
-        self._staging = _Staging(self.store)
-        self._writer = SectionWriter(self._staging)
-        self._item_memo: dict[bytes, tuple[bytes, bytes, tuple[bytes, ...]]] = {}  # list item bytes -> them, their EV and tool records (the newest 4,096, as SectionWriter.remember keeps)
-        self._entries: dict[tuple[str, str, str], _Entry] = {}
-        self._open: dict[tuple[str, str, str], _Entry] = {}  # the entries not committed yet
-        self._by_thread: dict[str, dict[str, dict[str, _Entry]]] = {}  # thread -> ns -> id -> entry
-        self._blobs: dict[tuple[str, str, str, Any], _Blob] = {}
-        #: reading back: the item logs of each (thread, channel) read or made lately (a
-        #: subgraph's list is a prefix of its parent's), weakly: a log lives as long as a
-        #: blob has it, or while it is among the few used last (a pending write's list
-        #: is read before any blob holds its log); and the list nodes read lately
-        self._logs: dict[tuple[str, str], list[weakref.ref[_ItemLog]]] = {}
-        self._logs_swept = 0
-        self._logs_pinned: OrderedDict[tuple[str, str], _ItemLog] = OrderedDict()
-        # per thread, the logs of its subgraph namespaces that hold LangGraph's objects: let go of when
-        # the thread is read at its root again (a new run, which LangGraph starts from get_tuple)
-        self._sub_objs: dict[str, weakref.WeakSet[_ItemLog]] = {}
-        self._lists = ListReader()
-        #: every manifest of the store this saver has seen -> its LangGraph thread (None:
-        #: not a LangGraph checkpoint), and each thread's (rev, created, key) by manifest
-        self._known: dict[bytes, str | None] | None = None
-        self._known_rows: dict[str, dict[bytes, tuple[int, int, Key]]] = {}
-        self._orphan_writes: dict[tuple[str, str, str], dict[tuple[str, int], Write]] = {}
-        #: delete records whose store copies are not removed yet (carried into new journals)
-        self._pending_deletes: list[dict[str, Any]] = []
-        self._queue: list[tuple[bytes, bytes, _Entry, int]] = []  # (manifest id, manifest bytes, entry, rev)
-        self._ready: list[_Entry] = []  # to seal: their pending writes are complete
-        self._seq = 0
-        self._closed = False
-        self._error: BaseException | None = None
-        self._enc = _item_encoder(self.serde)
-        self._fast = self._enc is not None
-        self._jdir = Path(self.store.location) / JOURNAL_DIR
-        own_dir(self._jdir)
-        for sub in (LEASE_DIR, WANT_DIR):
-            own_dir(self._jdir / sub)
-        self.lease_timeout = lease_timeout
-        self._leases: dict[str, _Lease] = {}  # the threads this saver holds
-        self._yielding: set[str] = set()  # held threads being handed over to another process (`_hand_over`)
-        self._seen: dict[str, bytes] = {}  # lease name -> the token this saver's view of the thread is at
-        self._fence: dict[str, set[str]] = {}  # thread -> checkpoints a run here may have read stale
-        self._claiming = [threading.Lock() for _ in range(16)]  # by thread: one claim at a time
-        try:
-            for path in (self._jdir / LEASE_DIR).iterdir():  # before the index: what it holds is at least this
-                fd = open_regular(path)
-                if isinstance(fd, str):
-                    continue  # no lease (a FIFO, a directory...): `ckpt doctor` names it
-                try:
-                    raw = os.pread(fd, _LEASE.size, 0)
-                finally:
-                    os.close(fd)
-                if len(raw) == _LEASE.size and raw[0] == 0:
-                    self._seen[path.name] = raw[1:]
-        except OSError as exc:
-            raise StoreIOError(f"cannot read the thread leases in {self._jdir}: {exc.strerror}") from None
+        self._init_memory(trust_identity)
+        self._init_leases(lease_timeout)
+        self._committer = Committer(self, ROTATE_BYTES)
+        self._recovery = Recovery(self)
+        self._ops = ThreadOps(self, _COLLECT_MIN)
+        self._start()
+
+    def _start(self) -> None:
+        """Mark the store as written to, replay the journals of savers that are gone, start
+        this saver's journal and its commit thread."""
         # before anything of the store's objects is read: while this mark lives, removals
         # by other processes leave objects (this saver names the ones it has seen in its
         # next checkpoints without writing them again), and one running now ends first
         with self.store.backend.lock("store", shared=True, wait=300.0):  # as long as a take waits
             self._mark = self.store.backend.mark_writer("langgraph-saver")
-        recovering = self._recover_lock()
-        orphans = self._lock_orphan_journals()  # before ours exists: ours is not an orphan
-        self._journal = _Journal(self._jdir, fsync)
+        recovering = recover_lock(self._jdir)
+        orphans = lock_orphan_journals(self._jdir)  # before ours exists: ours is not an orphan
+        self._journal = Journal(self._jdir, self.fsync)
         try:
             self._load_index()
             try:
-                self._recover(orphans)
+                self._recovery.recover(orphans)
             finally:
                 os.close(recovering)
         except BaseException:
@@ -614,7 +207,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             self._mark.close()
             raise
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ckpt-langgraph-commit", daemon=True)
+        self._thread = threading.Thread(target=self._committer.run, name="ckpt-langgraph-commit", daemon=True)
         self._thread.start()
         ref = weakref.ref(self)
 
@@ -699,1247 +292,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                 self._seal_all()
             self._commit_locked()
 
-    def _seal_all(self) -> None:
-        for e in sorted(self._uncommitted(), key=lambda e: e.seq):
-            if e.state == LEAF:
-                self._seal(e)
-
-    def _uncommitted(self) -> list[_Entry]:
-        return list(self._open.values())
-
-    def _check(self) -> None:
-        if self._closed:
-            raise UsageError("this CkptSaver is closed")
-        if self._error is not None:
-            err, self._error = self._error, None
-            if isinstance(err, CkptError):
-                raise err
-            raise StoreIOError(f"committing LangGraph checkpoints to {self.store.location} failed: {err}") from err
-
-    # -- threads shared by processes (docs/langgraph.md, "Several processes") ------------------
-    def _recover_lock(self) -> int:
-        """Hold the store's recovery lock: one saver replays a dead saver's journal at a time."""
-        fd = open_recover_lock(self._jdir)
-        assert fd is not None  # made when missing
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as exc:
-            os.close(fd)
-            raise StoreIOError(f"cannot lock {self._jdir / RECOVER_LOCK}: {exc.strerror}") from None
-        return fd
-
-    @contextlib.contextmanager
-    def _owning(self, thread: str, write: bool, target: str | None = None, child: tuple[str, str] | None = None) -> Iterator[None]:
-        """Hold thread `thread`'s lease and the saver's lock. The lease is taken first,
-        without the lock: waiting for another process's saver to hand the thread over
-        must not stop this saver's commit thread from handing over its own. `child`: the
-        (namespace, id) of the checkpoint a put of a child of `target` makes."""
-        while True:
-            if thread not in self._leases:
-                self._claim(thread, write)
-            self._lock.acquire()
-            if thread in self._leases and thread not in self._yielding:
-                break
-            yielding = thread in self._yielding
-            self._lock.release()  # released by the commit thread meanwhile (or being handed over): again
-            if yielding:
-                time.sleep(0.001)
-        try:
-            if not write:
-                self._fence.pop(thread, None)  # a read: the run sees the thread as it is now
-            else:
-                if target is not None and target in self._fence.get(thread, ()):
-                    if child is not None:
-                        # the pending writes of the refused checkpoint are refused too, and
-                        # those that came before it dropped: kept, they would wait for it,
-                        # holding the thread (never handed over) for good
-                        self._fence[thread].add(child[1])
-                        self._orphan_writes.pop((thread, *child), None)
-                    raise ThreadConflictError(
-                        f"thread {thread!r} was extended by another process after this saver read it: writing to its checkpoint {target} would fork it",
-                        hint="nothing of this write was stored; run the turn again (it reads the thread as it is now), one run at a time per thread",
-                    )
-                self._mark_dirty(self._leases[thread])
-            yield
-        finally:
-            self._lock.release()
-
-    def _claim(self, thread: str, write: bool, wait: bool = True) -> None:
-        """Take thread `thread`'s lease (asking its holder to hand it over, and waiting),
-        then read the thread again from the store if another process committed to it
-        since this saver last held it. A write that finds that fences off the checkpoints
-        this saver knew (its run read them before the other process wrote)."""
-        name = _lease_name(thread)
-        with self._claiming[int(name[:4], 16) % len(self._claiming)]:  # one claim of a thread at a time here
-            if thread not in self._leases:
-                self._claim_locked(thread, name, write, wait)
-
-    def _claim_locked(self, thread: str, name: str, write: bool, wait: bool = True) -> None:
-        if self._closed:
-            raise UsageError("this CkptSaver is closed")
-        fd = self._take_lease(thread, name, wait)
-        if fd < 0:
-            return  # held by another process's saver: the caller goes without
-        try:
-            raw = os.pread(fd, _LEASE.size, 0)
-            dirty = len(raw) == _LEASE.size and raw[0] != 0
-            token = raw[1:] if len(raw) == _LEASE.size else b""
-            if dirty:  # its last holder died before committing it: its journal has the rest
-                self._recover_dead()
-            with self._lock:
-                lease = _Lease(fd, name)
-                lease.dirty = dirty
-                # no token: a lease no saver wrote, or made again after its thread was
-                # deleted and the lease removed (`_drop_lease`): what this saver has of
-                # the thread may be from before the delete
-                fresh = not token and not dirty and bool(self._thread_entries(thread))
-                if dirty or fresh or token != self._seen.get(name, b""):
-                    known = {cid for ids in self._thread_entries(thread).values() for cid in ids}
-                    self._reload_thread(thread)
-                    if write and known:
-                        self._fence[thread] = known
-                if fresh:  # read again: a token of its own, so that it is not read again at each take
-                    with contextlib.suppress(OSError):
-                        new_token = os.urandom(16)
-                        os.pwrite(fd, _LEASE.pack(0, new_token), 0)
-                        token = new_token
-                self._seen[name] = token
-                self._leases[thread] = lease
-        except BaseException:
-            os.close(fd)
-            raise
-
-    def _take_lease(self, thread: str, name: str, wait: bool) -> int:
-        """The fd of thread `thread`'s lease file `name`, flocked: taken at once, or
-        asked for and waited for (`wait`; -1 without `wait` when another process's saver
-        holds it). A lease removed while this saver waited for it (its thread deleted,
-        `_drop_lease`) is opened again: the one at its path is the lease now."""
-        while True:
-            try:
-                fd = os.open(self._jdir / LEASE_DIR / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-            except OSError as exc:
-                raise StoreIOError(f"cannot open the lease of thread {thread!r} in {self._jdir / LEASE_DIR}: {exc.strerror}") from None
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a lease is written to: never through a hard link to a file elsewhere
-                os.close(fd)
-                what = "is not a regular file" if not stat.S_ISREG(st.st_mode) else f"has {st.st_nlink} hard links (a lease has one)"
-                raise StoreIOError(f"cannot use the lease of thread {thread!r}: {self._jdir / LEASE_DIR / name} {what}", hint="something other than ckpt put it there; remove it")
-            try:
-                # others wait for it: queue behind them (a saver that just handed the thread
-                # over, and needs it again at its next put, would take it back first otherwise)
-                locked = not (wait and self._requests(name)) and _try_flock(fd)
-                if not locked and not wait:
-                    os.close(fd)
-                    return -1
-                if not locked:
-                    self._wait_for(thread, name, fd)
-                if os.fstat(fd).st_nlink:
-                    return fd
-            except BaseException:
-                os.close(fd)
-                raise
-            os.close(fd)  # removed meanwhile
-
-    def _drop_lease(self, thread: str) -> None:
-        """Thread `thread` was deleted under its lease (caller holds the lock) and this
-        saver has nothing of it: remove its lease file, unless another process's saver
-        waits for it. Removed while the flock is held: a saver that waited on it finds it
-        gone once it has it and opens the one at the path; one that read the thread
-        before finds no token there, and reads it again (`_claim_locked`)."""
-        lease = self._leases.get(thread)
-        if lease is None or self._thread_entries(thread) or any(key[0] == thread for key in self._orphan_writes) or self._requests(lease.name):
-            return
-        path = self._jdir / LEASE_DIR / lease.name
-        try:
-            st, mine = os.lstat(path), os.fstat(lease.fd)
-            if (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
-                return
-            path.unlink()
-        except OSError:
-            return
-        del self._leases[thread]
-        self._seen.pop(lease.name, None)
-        with contextlib.suppress(OSError):
-            os.close(lease.fd)
-
-    def _mark_dirty(self, lease: _Lease) -> None:
-        """Say in the lease file that this saver has puts of the thread not committed yet
-        (caller holds the lock), so that whoever takes the thread after a crash of this
-        process replays this saver's journal first."""
-        lease.wrote = True
-        if not lease.dirty:
-            try:
-                os.pwrite(lease.fd, _LEASE.pack(1, self._seen.get(lease.name, b"").ljust(16, b"\0")), 0)
-            except OSError as exc:
-                raise StoreIOError(f"cannot write the thread lease {lease.name} in {self._jdir / LEASE_DIR}: {exc.strerror}") from None
-            lease.dirty = True
-
-    def _release_leases(self, everything: bool = False) -> None:
-        """Let go of the threads this saver has committed all of (caller holds the lock):
-        a new token tells the next holder to read the thread again. `everything`: all of
-        them (closing); one with puts not committed stays marked dirty."""
-        if not self._leases:
-            return
-        # pending writes whose checkpoint is not here (its put on its way, or refused, or
-        # never to come: a run that failed) hold a thread, but not from another process
-        # that asks for it: the put, if it comes, takes the thread back
-        orphans = {key[0] for key in self._orphan_writes} - self._yielding
-        busy = {key[0] for key in self._open} | orphans | self._sweeping
-        for thread in [t for t in self._leases if everything or t not in busy]:
-            lease = self._leases.pop(thread)
-            if thread not in busy and (lease.wrote or lease.dirty):
-                token = os.urandom(16)
-                with contextlib.suppress(OSError):
-                    os.pwrite(lease.fd, _LEASE.pack(0, token), 0)
-                    self._seen[lease.name] = token
-            with contextlib.suppress(OSError):
-                os.close(lease.fd)
-
-    def _requests(self, name: str, names: list[str] | None = None) -> list[str]:
-        """The live requests for lease `name`, oldest first (`langgraph_leases.live_requests`)."""
-        wdir = self._jdir / WANT_DIR
-        if names is None:
-            try:
-                names = os.listdir(wdir)
-            except OSError:
-                return []
-        return _live_requests(wdir, [n for n in names if _request_lease(n) == name])
-
-    def _wait_for(self, thread: str, name: str, fd: int) -> None:
-        """Wait until this saver holds lease `name` (fd `fd`), which another process's
-        saver holds: a request of its own in the request directory, flocked while it
-        waits, asks the holder to hand it over; the waiters older than this one take it
-        first (for up to half of `lease_timeout`, then this one tries too: a waiter that
-        stopped does not hold up the queue). LockError after `lease_timeout`."""
-        try:
-            request: _Request | None = _Request(self._jdir / WANT_DIR, name)
-        except OSError:
-            request = None  # waits all the same: the holder lets go at its next commit
-        try:
-            start = time.monotonic()
-            ahead: set[str] = set()
-            served = 0
-            while True:
-                older = set(self._requests(name))
-                if request is not None:
-                    older = {r for r in older if r < request.name}
-                served += len(ahead - older)  # older waiters that got it (or gave up) meanwhile
-                ahead = older
-                now = time.monotonic()
-                if (not older or now - start > self.lease_timeout / 2) and _try_flock(fd):
-                    return
-                if now - start > self.lease_timeout:
-                    if served:
-                        raise LockError(
-                            f"thread {thread!r} was busy for {self.lease_timeout:g} s, not stuck: {served} other process(es)' saver(s) that asked for it "
-                            f"before this one took it in turn (or gave up), and {len(older)} still wait ahead of this one",
-                            hint="the savers take a thread in turn, one run at a time: serialize the runs of one thread in your app, or raise lease_timeout",
-                        )
-                    queue = f" ({len(older)} other waiter(s) ahead of this one)" if older else ""
-                    raise LockError(
-                        f"thread {thread!r} is held by another process's CkptSaver, which did not hand it over within {self.lease_timeout:g} s{queue}",
-                        hint="a live saver hands a thread over within a tick and a commit: check that process, or raise lease_timeout",
-                    )
-                time.sleep(0.002)
-        finally:
-            if request is not None:
-                request.close()
-
-    def _old_request(self, path: Path) -> bool:
-        """A request of an older version of the saver (named by the lease alone, made
-        less than `lease_timeout` ago): handed over to as before."""
-        try:
-            return time.time() - os.lstat(path).st_mtime <= self.lease_timeout + 1
-        except OSError:
-            return False
-
-    def _hand_over(self) -> None:
-        """Commit the threads another process's saver asked for, which lets their leases
-        go (the commit thread, every tick while this saver holds any)."""
-        wdir = self._jdir / WANT_DIR
-        try:
-            names = os.listdir(wdir)
-        except OSError:
-            return
-        if not names:
-            return
-        with self._lock:
-            held = {lease.name: t for t, lease in self._leases.items()}
-        asked = {_request_lease(n) for n in names} & set(held)
-        if not asked:
-            return
-        wanted = {held[name] for name in asked if self._requests(name, names) or self._old_request(wdir / name)}
-        if not wanted:
-            return
-        with self._commit_mutex:
-            with self._lock:
-                if self._closed:
-                    return
-                # no put or read of them here until they are committed and let go: a run
-                # that puts back to back would keep them busy (not let go) for ever
-                self._yielding |= wanted
-                for e in sorted(self._uncommitted(), key=lambda e: e.seq):
-                    if e.key[0] in wanted and e.state == LEAF:
-                        self._seal(e)  # early: a pending write that comes later makes a revision
-            try:
-                self._commit_locked()
-            finally:
-                with self._lock:
-                    self._yielding -= wanted
-
-    def _reload_thread(self, thread: str) -> None:
-        """Forget what this saver has of a thread (all of it committed: it did not hold
-        the thread) and read the thread's checkpoints from the store again (caller holds
-        the lock)."""
-        for ids in list(self._thread_entries(thread).values()):
-            for e in list(ids.values()):
-                self._forget_entry(e)
-        for bkey in [b for b in self._blobs if b[0] == thread]:
-            del self._blobs[bkey]
-        self._used.pop(thread, None)
-        # the objects other processes committed, and where they are now: a delete or prune
-        # elsewhere rewrites packs, and an object index read before would point into one gone
-        self.store.refresh_index()
-        self._load_index(thread)
-
-    def _recover_dead(self) -> None:
-        """A thread's last holder died with puts not committed: replay the journals no
-        live saver holds (as opening the store does), the threads they name read from
-        the store again first."""
-        fd = self._recover_lock()
-        try:
-            found = self._lock_orphan_journals()
-            if not found:
-                return
-            threads: set[str] = set()
-            for _mtime, _path, fd in found:
-                with contextlib.suppress(OSError):  # the file locked, not one found again by its name
-                    records = read_journal(mapped(fd)).records
-                    threads.update(str(r["t"]) for r in records if "t" in r)
-            with self._lock:
-                busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes}
-                for t in threads - busy:
-                    self._reload_thread(t)
-            self._recover(found)
-        finally:
-            os.close(fd)
-
-    # -- the index of what the store holds ---------------------------------------------------------
-    def _store_keys(self, thread: str | None = None) -> dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]]:
-        """Every LangGraph checkpoint in the store (of `thread`): key -> [(rev, created, manifest id, key)].
-
-        All threads: from the store's catalog (brought up to date), which also starts
-        `_known`, what this saver knows of every manifest. One thread, once that is there
-        (a thread read again after another process wrote it): the manifests' names, and
-        only the manifests new since this saver last looked; never the whole catalog."""
-        if thread is not None and self._known is not None:
-            return self._thread_keys(thread)
-        from ckptcli.store import catalog
-
-        out: dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]] = {}
-        subject = layout.subject_for(thread) if thread is not None else None
-        known: dict[bytes, str | None] = {}
-        rows: dict[str, dict[bytes, tuple[int, int, Key]]] = {}
-        for cid, row in catalog.rows(self.store).items():
-            known[cid] = None
-            if subject is not None and (row[1], row[2]) != (subject.kind, subject.name):
-                continue
-            found = layout.key_of_row(row)
-            if found is None:
-                continue
-            k, summary = found
-            known[cid] = k.thread_id
-            rows.setdefault(k.thread_id, {})[cid] = (k.rev, summary.created_ns, k)
-            if thread is None or k.thread_id == thread:
-                out.setdefault((k.thread_id, k.ns, k.checkpoint_id), []).append((k.rev, summary.created_ns, cid, k))
-        if thread is None:
-            self._known, self._known_rows = known, rows
-        return out
-
-    def _thread_keys(self, thread: str) -> dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]]:
-        """`_store_keys(thread)` from `_known`, brought up to date with the manifests'
-        names: those gone are forgotten, those new are read (each once: the commits of
-        other processes and of this saver since it last looked)."""
-        from ckptcli.errors import NotFoundError
-
-        known, rows = self._known, self._known_rows
-        assert known is not None
-        names = set(self.store.manifest_ids())
-        for cid in known.keys() - names:
-            t = known.pop(cid)
-            by = rows.get(t) if t is not None else None
-            if by is not None:
-                by.pop(cid, None)
-                if not by:
-                    del rows[t]  # type: ignore[arg-type]
-        damaged: list[tuple[bytes, str]] = []
-        for cid in names - known.keys():
-            name = f"manifests/{cid.hex()}"
-            try:
-                data = self.store.backend.read(name)
-                if hashlib.sha256(data).digest() != cid:
-                    raise CorruptError(f"{name}: content does not match its name (the manifest is damaged)")
-                m = Manifest.decode(data, name)
-            except NotFoundError:
-                continue  # removed since the listing
-            except CkptError as exc:
-                damaged.append((cid, exc.message))  # left out, and said so (read again next time, as the catalog does)
-                continue
-            k = layout.key_of(m.subject, m.labels)
-            known[cid] = k.thread_id if k is not None else None
-            if k is not None:
-                rows.setdefault(k.thread_id, {})[cid] = (k.rev, m.created_ns, k)
-        if damaged:
-            more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
-            self.store.warn(f"checkpoint {damaged[0][0].hex()[:12]}{more} is left out: {damaged[0][1]}; run `ckpt verify`")
-        out: dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]] = {}
-        for cid, (rev, created, k) in rows.get(thread, {}).items():
-            out.setdefault((k.thread_id, k.ns, k.checkpoint_id), []).append((rev, created, cid, k))
-        return out
-
-    def _load_index(self, thread: str | None = None) -> None:
-        best = {key: max(revs, key=lambda r: (r[0], r[1])) for key, revs in self._store_keys(thread).items()}
-        for key, (rev, created, cid, k) in sorted(best.items(), key=lambda kv: (kv[1][1], kv[0][2])):
-            e = self._new_entry(key, k.parent_id)
-            e.state, e.manifest, e.committed, e.committed_rev, e.rev, e.created_ns, e.loaded = COMMITTED, cid, cid, rev, rev, created, False
-            del self._open[key]
-
-    def _new_entry(self, key: tuple[str, str, str], parent: str | None) -> _Entry:
-        self._seq += 1
-        e = _Entry(key, parent, self._seq)
-        old = self._entries.get(key)
-        if old is not None:
-            self._forget_entry(old)
-        self._entries[key] = e
-        self._open[key] = e  # not committed yet
-        self._by_thread.setdefault(key[0], {}).setdefault(key[1], {})[key[2]] = e
-        return e
-
-    def _forget_entry(self, e: _Entry) -> None:
-        self._entries.pop(e.key, None)
-        self._open.pop(e.key, None)
-        by_ns = self._by_thread.get(e.key[0], {})
-        ids = by_ns.get(e.key[1], {})
-        ids.pop(e.key[2], None)
-        if not ids:
-            by_ns.pop(e.key[1], None)
-        if not by_ns:
-            self._by_thread.pop(e.key[0], None)
-
-    def _load(self, e: _Entry) -> None:
-        """Read a committed checkpoint's record (not its values) from the store."""
-        if e.loaded:
-            return
-        from ckptcli.checkpoint import Checkpoint
-
-        assert e.committed is not None
-        ck = Checkpoint(self.store, e.committed)
-        where = f"checkpoint {ck.hex[:12]}"
-        events_ev = ck.manifest.sections.get("events")
-        events = self._read_events(e, events_ev, f"{where} section events") if events_ev is not None else []
-        stored = layout.read_ext(ck.section(layout.EXT_SECTION), events, where)
-        e.skeleton, e.metadata, e.versions, e.types = stored.skeleton, stored.metadata, stored.versions, stored.channel_types
-        e.writes = {(w.task_id, w.idx): w for w in stored.writes}
-        e.loaded = True
-
-    def _read_events(self, e: _Entry, ev: bytes, where: str) -> Any:
-        """The events section (pending writes) of a committed checkpoint, as
-        `Checkpoint.section` decodes it, but a write of a long list (a subgraph's whole
-        message list) is read as `_load_blobs` reads a list channel: its item EVs from
-        the cached tree nodes, and only the items no log of the thread holds decoded
-        (`layout.Serialized`). Decoding each such write whole took ~0.7 s of a
-        1,000-checkpoint history."""
-        dec = Decoder(self.store, budget=Budget())
-        raw = self._lists.deref(dec, unpack_ev(ev, where), where)
-        if type(raw) is Ext and raw.code == EXT_LIST:
-            items: list[Any] = list(dec.tree_items(raw.oid, EXT_LIST))
-        elif type(raw) is list:
-            items = raw
-        else:
-            return dec.walk(raw)  # not a list of events: read_ext says what is wrong
-        out: list[Any] = []
-        for item in items:
-            item = self._lists.deref(dec, item, where)
-            if type(item) is Ext and item.code == EXT_MAP:
-                pairs = list(dec.tree_items(item.oid, EXT_MAP))
-                item = dict(pairs)
-                if len(item) != len(pairs):
-                    raise CorruptError(f"{where}: an event has a key twice")
-            value = item.get("value") if type(item) is dict else None
-            channel = item.get("channel") if type(item) is dict else None
-            if type(value) is not Ext or value.code not in (EXT_LIST, EXT_REF) or type(channel) is not str or item.get("type", MSGPACK) != MSGPACK:
-                out.append(dec.walk(item, 1, 0))
-                continue
-            keys = self._lists.keys(dec, value, f"{where} write {channel}")
-            if keys is None:  # a reference to something else than a list
-                out.append(dec.walk(item, 1, 0))
-                continue
-            event = dec.walk({k: v for k, v in item.items() if k != "value"}, 1, 0)
-            blob = self._log_blob((e.key[0], channel), keys, dec, f"{where} write {channel}")
-            event["value"] = layout.Serialized(blob.to_typed()[1])
-            out.append(event)
-        return out
-
-    def _load_blobs(self, e: _Entry) -> None:
-        """Bring a committed checkpoint's channel values into memory, as blobs. A list
-        value becomes items of a log the thread already has when it can (its items'
-        EVs are read from the list's tree, whose shared nodes are cached): only the
-        items no log holds are decoded, so reading a whole history costs O(new items)
-        per checkpoint, not O(items)."""
-        if e.blobs_loaded or e.committed is None:
-            return
-        from ckptcli.checkpoint import Checkpoint
-
-        self._load(e)
-        ck = Checkpoint(self.store, e.committed)
-        where = f"checkpoint {ck.hex[:12]}"
-        dec = Decoder(self.store, budget=Budget())
-        if "memory" not in ck.manifest.sections:
-            raise CorruptError(f"{where}: it has no memory section")
-        memory = self._lists.channels(dec, ck.manifest.sections["memory"], f"{where} section memory")
-        types = e.types if e.types is not None else layout.read_ext(ck.section(layout.EXT_SECTION), [], where).channel_types
-        thread, ns, _cid = e.key
-        for ch, ver in e.versions.items():
-            bkey = (thread, ns, ch, ver)
-            if bkey in self._blobs:
-                continue
-            if ch not in memory:
-                self._blobs[bkey] = _EMPTY
-                continue
-            tag = types.get(ch, MSGPACK)
-            keys = self._lists.keys(dec, memory[ch], f"{where} channel {ch}") if tag == MSGPACK and self._fast else None
-            if keys is not None:
-                self._blobs[bkey] = self._log_blob((thread, ch), keys, dec, f"{where} channel {ch}")
-            else:
-                view = dec.walk(memory[ch], 1, 0)
-                self._blobs[bkey] = _Blob(typed=layout.view_typed(tag, view, f"{where} channel {ch}"))
-        e.blobs_loaded = True
-
-    def _log_blob(self, lkey: tuple[str, str], keys: list[bytes], dec: Decoder, where: str) -> _Blob:
-        """A list value read back, as items [0, n) of a log: a log of the same channel
-        that starts with these items (a later checkpoint's), or one that they extend
-        (an earlier one's, extended in place: a log only grows), or a copy of the longest
-        common prefix; only the items after it are decoded."""
-        n = len(keys)
-        refs = self._logs.setdefault(lkey, [])
-        logs = [log for log in (r() for r in refs) if log is not None]
-        best: _ItemLog | None = None
-        common = 0
-        for log in logs:
-            size = len(log)
-            if size >= n and log.evs[:n] == keys:
-                self._remember_log(lkey, logs, log)
-                return _Blob(log=log, n=n)
-            if size <= n and log.evs == keys[:size]:
-                m = size
-            else:  # the longest common prefix, by bisection (slices compare in C)
-                lo, hi = 0, min(size, n)
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    if log.evs[:mid] == keys[:mid]:
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                m = lo
-            if m > common or best is None:
-                best, common = log, m
-        if best is None or common == 0:
-            log = _ItemLog()
-        elif common == len(best):
-            log = best  # extended in place: blobs of it hold their first n items only
-        else:
-            log = self._copy_log(best, common)
-        raws, views = [], []
-        for key in keys[len(log) :]:
-            view = dec.walk(unpack_ev(key, where), 2, 0)
-            try:
-                raws.append(from_view(view))
-            except (ValueError, TypeError, OverflowError) as exc:
-                raise CorruptError(f"{where}: an item cannot be turned back into LangGraph's bytes ({exc})") from None
-            views.append(view)
-        self._extend_log_read(log, raws, views, keys[len(log) :])
-        self._remember_log(lkey, logs, log)
-        return _Blob(log=log, n=n)
-
-    def _remember_log(self, lkey: tuple[str, str], logs: list[_ItemLog], log: _ItemLog) -> None:
-        """`log` first among the few logs kept for reading `lkey` back (dead ones swept
-        now and then: the map does not grow with every thread ever read)."""
-        self._logs[lkey] = [weakref.ref(x) for x in [log, *(x for x in logs if x is not log)][:4]]
-        self._logs_pinned[lkey] = log
-        self._logs_pinned.move_to_end(lkey)
-        if len(self._logs_pinned) > 8:
-            self._logs_pinned.popitem(last=False)
-        if len(self._logs) > 2 * self._logs_swept + 64:
-            self._logs = {k: v for k, v in self._logs.items() if any(r() is not None for r in v)}
-            self._logs_swept = len(self._logs)
-
-    def _extend_log_read(self, log: _ItemLog, raws: list[bytes], views: list[Any], evs: list[bytes]) -> None:
-        """`_extend_log` for items read from the store: their views and EVs are known."""
-        writer = self._writer
-        for raw, view, ev in zip(raws, views, evs, strict=True):
-            writer.remember(raw, ev)
-            log.raw.append(raw)
-            log.objs.append(None)
-            log.evs.append(ev)
-            log.tree.append(ev)
-            log.tools.extend(layout.tool_record_evs(view, ev, writer))
-            log.tool_count.append(len(log.tools))
-        log.fp = None
-
-    def _blob(self, e: _Entry, ch: str) -> _Blob:
-        """The value of channel `ch` at checkpoint `e`'s version of it."""
-        self._load(e)  # a committed checkpoint's versions are read from the store first
-        thread, ns, _cid = e.key
-        ver = e.versions.get(ch)
-        bkey = (thread, ns, ch, ver)
-        b = self._blobs.get(bkey)
-        if b is not None:
-            return b
-        # written by an ancestor, or committed: the nearest one in the store holding it
-        cur: _Entry | None = e
-        while cur is not None:
-            if cur.committed is not None:
-                self._load(cur)
-                if cur.versions.get(ch) == ver:
-                    self._load_blobs(cur)
-                    b = self._blobs.get(bkey)
-                    if b is not None:
-                        return b
-            cur = self._entries.get((thread, ns, cur.parent)) if cur.parent else None
-        return _EMPTY
-
-    # -- encoding values ---------------------------------------------------------------------------
-    def _extend_log(self, log: _ItemLog, raws: list[bytes], objs: list[Any]) -> None:
-        writer = self._writer
-        memo = self._item_memo
-        for raw, obj in zip(raws, objs, strict=True):
-            known = memo.get(raw)
-            if known is None:  # (an item seen lately, e.g. a subgraph's copy of its parent's messages, is not converted again)
-                view = to_view(raw)
-                ev = writer.item_ev(view)
-                known = memo[raw] = (raw, ev, tuple(layout.tool_record_evs(view, ev, writer)))
-                if len(memo) > 4096:
-                    for old in list(memo)[:1024]:
-                        del memo[old]
-            raw, ev, tools = known  # the same bytes object for the same item in every log
-            writer.remember(raw, ev)
-            log.raw.append(raw)
-            log.objs.append(obj)
-            log.evs.append(ev)
-            log.tree.append(ev)
-            log.tools.extend(tools)
-            log.tool_count.append(len(log.tools))
-        log.fp = None  # the caller sets it again when it has the objects' fingerprint
-
-    def _list_blob(self, value: list[Any], base: _Blob | None) -> tuple[_Blob, list[Any]]:
-        """A list value as items of a log: the base's log, extended, when the value is
-        the base's items and then new ones (the common case: only the new items are
-        serialized); a new log otherwise. Returns the blob and its journal spec.
-
-        With trust_identity, the base's items are recognised by identity, and then
-        checked against the fingerprint of the objects the log last took (an item a
-        node edited in place has the same identity but another fingerprint)."""
-        enc = self._enc
-        assert enc is not None
-        log = base.log if base is not None else None
-        fp: bytes | None = None
-        if log is not None and base is not None and len(value) >= base.n:
-            n = base.n
-            same = bytewise = False
-            if self.trust_identity and all(map(operator.is_, log.objs[:n], value[:n])):
-                if not self._check_items:  # "unchecked": identity alone
-                    same = True
-                else:
-                    fp = _fingerprint(value)
-                    if fp is not None and log.fp is not None and n == len(log):
-                        same = fp.startswith(log.fp)  # unchanged items pack to the same bytes, first
-                    else:  # no fingerprint to compare: the items' bytes are
-                        same = all(enc(v) == r for v, r in zip(value[:n], log.raw[:n], strict=True))
-            elif not self.trust_identity or any(o is None for o in log.objs[:n]):
-                # the objects behind the base are not known (read from the store, or let go of):
-                # its items' bytes tell
-                same = all(enc(v) == r for v, r in zip(value[:n], log.raw[:n], strict=True))
-                bytewise = same
-            if same:
-                new = value[n:]
-                raws = [enc(v) for v in new]
-                if n != len(log):  # the log went on along another branch: a copy of its prefix
-                    log = self._copy_log(log, n)
-                self._extend_log(log, raws, list(new))
-                if bytewise:  # the items are these objects now: the next put tells them by identity
-                    log.objs[:n] = value[:n]
-                    fp = _fingerprint(value) if self._check_items else None
-                log.fp = fp
-                return _Blob(log=log, n=len(log)), ["l", n, raws]
-        # not the base and more: every item is serialized (an item edited in place may
-        # still be the object the base has)
-        if log is not None and base is not None and self.trust_identity and not self._check_items:
-            raws = [log.raw[i] if i < base.n and log.objs[i] is v else enc(v) for i, v in enumerate(value)]
-        else:
-            raws = [enc(v) for v in value]
-        fresh = _ItemLog()
-        self._extend_log(fresh, raws, list(value))
-        fresh.fp = _fingerprint(value) if self._check_items else None
-        return _Blob(log=fresh, n=len(fresh)), ["l", 0, raws]
-
-    def _copy_log(self, log: _ItemLog, n: int) -> _ItemLog:
-        new = _ItemLog()
-        new.raw, new.objs, new.evs = log.raw[:n], log.objs[:n], log.evs[:n]
-        new.tree.extend(new.evs)
-        new.tools.extend(log.tools.items[: log.tool_count[n - 1] if n else 0])
-        new.tool_count = log.tool_count[:n]
-        return new
-
-    def _blob_from_value(self, value: Any, base: _Blob | None) -> tuple[_Blob, list[Any]]:
-        if value is _MISSING:
-            return _EMPTY, ["e"]
-        if self._fast and type(value) is list:
-            try:
-                return self._list_blob(value, base)
-            except Exception:  # noqa: BLE001 - an item the fast path cannot take: the serializer decides, below
-                pass
-        typed = self.serde.dumps_typed(value)
-        return _Blob(typed=typed), ["t", typed[0], typed[1]]
-
-    def _blob_from_spec(self, spec: list[Any], base: _Blob | None, where: str) -> _Blob:
-        kind = spec[0]
-        if kind == "e":
-            return _EMPTY
-        if kind == "t":
-            return _Blob(typed=(spec[1], spec[2]))
-        keep, raws = spec[1], list(spec[2])
-        if keep:
-            if base is None or base.log is None or base.n < keep:
-                raise CorruptError(f"{where}: a journal record continues a list value that is not there", hint="the journal does not belong to this store")
-            log = base.log if keep == len(base.log) else self._copy_log(base.log, keep)
-        else:
-            log = _ItemLog()
-        if not self._fast:  # another serializer's journal: the items are whole values
-            return _Blob(typed=(MSGPACK, array_header(keep + len(raws)) + b"".join([*log.raw[:keep], *raws])))
-        self._extend_log(log, raws, [None] * len(raws))
-        return _Blob(log=log, n=len(log))
-
-    def _blob_ev(self, b: _Blob) -> bytes:
-        if b.ev is None:
-            if b.log is not None:
-                log = b.log
-                if b.n == len(log):
-                    b.ev, b.tools_ev = log.tree.ev(self._staging), log.tools.ev(self._staging)
-                else:  # a prefix of a log that grew since: its own trees
-                    tree, tools = ListTree(), ListTree()
-                    tree.extend(log.evs[: b.n])
-                    tools.extend(log.tools.items[: log.tool_count[b.n - 1] if b.n else 0])
-                    b.ev, b.tools_ev = tree.ev(self._staging), tools.ev(self._staging)
-            else:
-                assert b.typed is not None
-                b.ev = self._writer.typed_ev(b.typed)
-        return b.ev
-
-    # -- sealing: a checkpoint's objects and manifest -----------------------------------------------
-    def _prepare(self, e: _Entry) -> None:
-        """Make the objects of a checkpoint's state (every section but its events), right
-        when it is put: its list values' trees are then exactly as long as its values.
-        Caller holds the lock."""
-        self._load(e)
-        assert e.skeleton is not None and e.metadata is not None
-        channel_evs: dict[str, bytes] = {}
-        types: dict[str, str] = {}
-        tools: list[bytes] = []
-        for ch in e.versions:
-            b = self._blob(e, ch)
-            if b.empty:
-                continue
-            channel_evs[ch] = self._blob_ev(b)
-            if b.log is not None:
-                if b.tools_ev is not None and b.tools_ev != b"\x90":
-                    tools.append(b.tools_ev)
-            elif b.typed is not None and b.typed[0] != MSGPACK:
-                types[ch] = b.typed[0]
-        tools_ev: bytes | None = None
-        if len(tools) == 1:
-            tools_ev = tools[0]
-        elif tools:  # tool calls in several list channels: one log of them all
-            records: list[Any] = []
-            for ev in tools:
-                records.extend(Decoder(_StagedSource(self)).decode(ev))
-            tools_ev = self._writer.enc.encode_root(records)
-        plan_extra: list[dict[str, Any]] = []
-        if "__pregel_tasks" in channel_evs:
-            plan_extra = layout.send_tasks(layout.typed_view(self._blob(e, "__pregel_tasks").to_typed()))
-        e.md_view = layout.typed_view(e.metadata)
-        e.prepared = self._writer.sections(
-            skeleton=e.skeleton, metadata=e.metadata, channel_evs=channel_evs, channel_types=types,
-            tools_ev=tools_ev, versions=e.versions, plan_extra=plan_extra, metadata_view=e.md_view,
-        )  # fmt: skip
-
-    def _seal(self, e: _Entry) -> None:
-        """Make the manifest of a checkpoint whose pending writes are complete (its
-        events), and queue it for the committer. Caller holds the lock."""
-        thread, ns, cid = e.key
-        parent = self._entries.get((thread, ns, e.parent)) if e.parent else None
-        if parent is not None and parent.state == LEAF and parent.seq < e.seq:
-            self._seal(parent)  # parents first: this manifest names its parent's
-        if e.prepared is None:
-            self._prepare(e)
-        assert e.prepared is not None and e.metadata is not None
-        p = e.prepared
-        sections = {"memory": p["memory"], "plan": p["plan"], "tools": p["tools"], "events": self._writer.events(e.writes.values()), layout.EXT_SECTION: p[layout.EXT_SECTION]}
-        parents = []
-        if parent is not None and parent.manifest is not None:
-            parents.append(parent.manifest)
-        if e.manifest is not None and e.manifest not in parents:
-            parents.append(e.manifest)  # the revision this one replaces
-        rev = e.rev + 1
-        m = layout.manifest_for(
-            thread, ns, cid, e.parent, sections,
-            metadata_view=e.md_view, parents=parents, created_ns=e.created_ns, rev=rev, format_version=self.store.version,
-        )  # fmt: skip
-        data = m.encode()
-        mid = hashlib.sha256(data).digest()
-        e.manifest, e.rev, e.state = mid, rev, SEALED
-        self._queue.append((mid, data, e, rev))
-
-    def _settle(self, e: _Entry) -> None:
-        """A checkpoint `e` was put: its parent has a child, and its grandparent, whose
-        child has a child too, is ready to be sealed. (Not the parent yet: with LangGraph's
-        asynchronous durability, the pending writes of a checkpoint may arrive just after
-        its child is put.)"""
-        thread, ns, _cid = e.key
-        parent = self._entries.get((thread, ns, e.parent)) if e.parent else None
-        if parent is None:
-            return
-        parent.has_child = True
-        grand = self._entries.get((thread, ns, parent.parent)) if parent.parent else None
-        if grand is not None and grand.state == LEAF and grand.has_child:
-            self._ready.append(grand)  # sealed by the commit thread, soon (or by a flush)
-
-    # -- committing (the background thread, flush, close) ------------------------------------------
-    def _run(self) -> None:
-        """The commit thread: seals what is ready every tick (one checkpoint at a time,
-        letting the interpreter go in between, so a put never waits long for it: much of
-        this runs while puts wait for their fsync), and commits every commit_interval."""
-        tick = min(self.commit_interval, _TICK)
-        last = time.monotonic()
-        swept = last  # the first TTL sweep one interval after opening, as each after it
-        while not self._stop.wait(tick):
-            try:
-                if self.ttl is not None and time.monotonic() - swept >= self.ttl.sweep_interval_s:
-                    swept = time.monotonic()
-                    self.sweep_ttl()
-                self._journal.sync()
-                if self._leases:
-                    self._hand_over()
-                self._seal_ready()
-                pressed = self._pressed and self._over_bound()  # (a put that waited may have found room since)
-                if not pressed and time.monotonic() - last < self.commit_interval:
-                    continue
-                last = time.monotonic()
-                with self._commit_mutex:
-                    with self._lock:
-                        if self._closed:
-                            return
-                        self._pressed = False
-                        if pressed:  # puts wait for room: everything goes now
-                            self._seal_all()
-                        else:
-                            self._seal_idle()
-                    self._commit_locked()
-                self._journal.reserve()
-            except Exception as exc:  # noqa: BLE001 - reported by the saver's next call
-                self._error = exc
-
-    @property
-    def backlog(self) -> int:
-        """How many checkpoints are put but not committed to the store yet (what
-        `max_backlog` bounds; `backlog_waits` counts the puts that waited for it)."""
-        return len(self._open)
-
-    def _over_bound(self) -> bool:
-        n = len(self._open)
-        return n >= self.max_backlog or (n > 0 and self._journal.size > self.max_journal_bytes)
-
-    def _wait_for_room(self) -> None:
-        """Back-pressure: while the checkpoints not committed are over the bounds
-        (`max_backlog`, `max_journal_bytes`), wait for the commit thread, which then
-        commits everything at once. Not on the commit thread, nor with the saver's lock
-        held (the commit thread needs it)."""
-        if not self._over_bound() or threading.current_thread() is self._thread or self._lock._is_owned():  # type: ignore[attr-defined]
-            return
-        self.backlog_waits += 1
-        with self._room:
-            while self._over_bound() and not self._closed and self._error is None and self._thread.is_alive():
-                self._pressed = True
-                self._room.wait(0.05)
-
-    def _seal_ready(self) -> None:
-        """Seal what was ready when the call began, one checkpoint at a time. Not what
-        puts make ready meanwhile: during a burst that would go on for as long as the
-        burst, and the journal sync and the commit of this tick would never come."""
-        with self._lock:
-            todo, self._ready = self._ready, []
-        for i, e in enumerate(todo):
-            with self._lock:
-                if self._closed:
-                    self._ready[:0] = todo[i:]
-                    return
-                if e.state == LEAF and self._entries.get(e.key) is e:
-                    self._seal(e)
-            time.sleep(0)
-
-    def _seal_idle(self) -> None:
-        """Seal what has a child and got no write for a commit interval, and what has
-        been idle for `seal_idle` seconds (so that `ckpt ls` shows it)."""
-        now = time.monotonic()
-        for e in sorted(self._uncommitted(), key=lambda e: e.seq):
-            if e.state != LEAF:
-                continue
-            quiet = now - e.touched
-            if (e.has_child and quiet >= self.commit_interval) or (self.seal_idle and quiet >= self.seal_idle):
-                self._seal(e)
-
-    def _commit_locked(self) -> None:
-        """Commit what is sealed (the caller holds the commit mutex): one pack and index
-        for the objects, then the manifests, then the refs; then the journal starts again
-        if it has grown. On failure nothing is lost: it all stays queued and journaled."""
-        with self._lock:
-            batch, self._queue = self._queue, []
-            objects, self._staging.objects = self._staging.objects, {}
-            self._staging.inflight = objects
-            if not batch and not objects:
-                self._release_leases()
-                if len(self._used) > self.resident_threads:
-                    self._evict()
-                return
-        store = self.store
-        try:
-            with store.backend.lock("store", shared=True):
-                before = set(store.backend.list("index"))
-                txn = store.transaction()
-                try:
-                    for i, (oid, (typ, content)) in enumerate(objects.items()):
-                        txn.put(oid, content, typ)
-                        if i % 32 == 31:
-                            time.sleep(0)  # let a put waiting for the interpreter in (this loop is Python)
-                    txn.commit()
-                except BaseException:
-                    txn.abort()
-                    raise
-                if before - set(store.backend.list("index")):
-                    self._check_batch_after_prune([(mid, data) for mid, data, _e, _rev in batch])
-                newest: dict[Any, tuple[tuple[int, int], bytes]] = {}  # a thread's latest is its root head
-                # the manifests of the batch made durable together (one file-system sync,
-                # not one per manifest: write_atomic_many), before the refs name them
-                todo = [(f"manifests/{mid.hex()}", data) for mid, data, _e, _rev in batch]
-                store.backend.write_atomic_many([(n, d) for n, d in todo if not store.backend.exists(n)])
-                for mid, _data, e, _rev in batch:
-                    subj = layout.subject_for(e.key[0])
-                    order = (0 if e.key[1] else 1, e.created_ns)
-                    if subj not in newest or order >= newest[subj][0]:
-                        newest[subj] = (order, mid)
-                for subj, ((root, created), mid) in newest.items():
-                    store.advance_latest(subj, mid, created, nested=not root, log=False)  # a thread's history is its chain: no reflog entry per commit
-        except BaseException:
-            with self._lock:
-                self._queue[:0] = batch
-                objects.update(self._staging.objects)
-                self._staging.objects = objects
-                self._staging.inflight = {}
-            raise
-        fresh = _Journal(self._jdir, self.fsync) if self._journal.size > min(ROTATE_BYTES, self.max_journal_bytes // 2) and not self._closed else None
-        with self._lock:
-            self._staging.inflight = {}
-            known, rows = self._known, self._known_rows
-            for mid, _data, e, rev in batch:
-                if known is not None:  # what the store holds, without reading it back (`_thread_keys`, `_store_ids`)
-                    known[mid] = e.key[0]
-                    rows.setdefault(e.key[0], {})[mid] = (rev, e.created_ns, Key(e.key[0], e.key[1], e.key[2], e.parent, rev))
-                if rev >= e.committed_rev:
-                    e.committed, e.committed_rev = mid, rev
-                if e.manifest == mid and e.state == SEALED:
-                    e.state = COMMITTED
-                    if self._open.get(e.key) is e:
-                        del self._open[e.key]
-            if fresh is not None:
-                self._rotate(fresh)
-            self._trim({e.key[0] for _mid, _data, e, _rev in batch})
-            self._release_leases()
-            if len(self._used) > self.resident_threads:
-                self._evict()
-        with self._room:
-            self._room.notify_all()
-
-    # -- memory: threads not in use are read back from the store when used again ----------------------
-    def _use(self, thread: str) -> None:
-        used = self._used
-        if thread in used:
-            used.move_to_end(thread)
-        else:
-            used[thread] = None
-
-    def _evict(self) -> None:
-        """Drop the least recently used threads beyond `resident_threads` from memory,
-        those whose checkpoints are all committed (caller holds the lock). Their entries
-        become what opening the store makes (committed, read on demand), their values
-        are forgotten: the next use reads them back as `_load` and `_load_blobs` do."""
-        busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes}
-        drop = [t for t in self._used if t not in busy][: len(self._used) - self.resident_threads]
-        if not drop:
-            return
-        gone = set(drop)
-        for t in drop:
-            del self._used[t]
-            for ids in self._by_thread.get(t, {}).values():
-                for e in ids.values():
-                    _unload(e)
-        for bkey in [b for b in self._blobs if b[0] in gone]:
-            del self._blobs[bkey]
-        for t in drop:
-            self._sub_objs.pop(t, None)
-        self.evicted += len(drop)
-
-    def _trim(self, threads: set[str]) -> None:
-        """Forget the values of the committed checkpoints of `threads` that the next puts
-        do not build on (caller holds the lock): a thread in use keeps in memory the
-        values of its newest checkpoint of the root namespace and of the few namespaces
-        (subgraphs) used last, of what is not committed and of their parents; the others are read back from the store when read (as an
-        evicted thread's are). So a long thread's memory follows its newest state, not
-        its whole history (a subgraph's namespaces each had their own copy of the
-        messages, kept for good)."""
-        keep: set[tuple[str, str, str, Any]] = set()
-        for thread in threads:
-            by_ns = self._by_thread.get(thread, {})
-            newest = {ns: max(ids.values(), key=lambda e: e.seq) for ns, ids in by_ns.items() if ids}
-            recent = {"", *sorted(newest, key=lambda ns: newest[ns].seq)[-_RECENT_NAMESPACES:]}
-            for ns, ids in by_ns.items():
-                if not ids:
-                    continue
-                heads = [newest[ns]] if ns in recent else []
-                opened = [e for e in ids.values() if e.state != COMMITTED]
-                heads += opened + [p for p in (ids.get(h.parent) for h in opened if h.parent) if p is not None]
-                for h in heads:
-                    keep.update((h.key[0], h.key[1], ch, ver) for ch, ver in h.versions.items())
-                for e in ids.values():
-                    if e.state == COMMITTED and e not in heads:
-                        _unload(e)
-        for bkey in [b for b in self._blobs if b[0] in threads and b not in keep]:
-            del self._blobs[bkey]
-
-    def _check_batch_after_prune(self, batch: list[tuple[bytes, bytes]]) -> None:
-        """Another process pruned the store while these checkpoints waited: check that
-        every object they need is still there before committing them."""
-        from ckptcli.format.walk import walk_checkpoint
-
-        source = _StagedSource(self)
-        for mid, data in batch:
-            try:
-                walk_checkpoint(source, Manifest.decode(data, f"manifest {mid.hex()[:12]}"))  # type: ignore[arg-type]
-            except CkptError as exc:
-                raise StoreIOError(
-                    f"the store at {self.store.location} was pruned while this saver was writing to it, and objects its new checkpoints need are gone ({exc})",
-                    hint="stop the application, reopen the saver (its journal is replayed), and prune with saver.prune or when no saver runs",
-                ) from None
-
-    def _rotate(self, new: _Journal) -> None:
-        """Go on in journal `new`, started with what is not committed yet; delete the old one."""
-        data = b"".join(_frame(rec) for rec in self._carry_over())
-        if data:
-            new.append(data)
-        new.sync()
-        old, self._journal = self._journal, new
-        old.close(delete=True)
-
-    def _carry_over(self) -> list[dict[str, Any]]:
-        recs: list[dict[str, Any]] = list(self._pending_deletes)  # first: they came before what is open now
-        for e in sorted(self._open.values(), key=lambda e: e.seq):
-            if e.committed is None:
-                recs.append(self._put_record(e))
-            if e.writes:
-                recs.append(self._writes_record(e.key, list(e.writes.values())))
-        for key, writes in self._orphan_writes.items():
-            recs.append(self._writes_record(key, list(writes.values())))
-        return recs
-
-    def _put_record(self, e: _Entry) -> dict[str, Any]:
-        thread, ns, cid = e.key
-        parent = self._entries.get((thread, ns, e.parent)) if e.parent else None
-        specs: dict[str, Any] = {}
-        for ch, ver in e.versions.items():
-            b = self._blobs.get((thread, ns, ch, ver))
-            if b is None:
-                continue  # in the store: found through an ancestor
-            pb = self._blobs.get((thread, ns, ch, parent.versions.get(ch))) if parent is not None else None
-            if pb is b:
-                continue  # inherited: found again through the parent
-            if b.empty:
-                specs[ch] = [ver, ["e"]]
-            elif b.log is not None:
-                if pb is not None and pb.log is not None and pb.n <= b.n and pb.log.raw[: pb.n] == b.log.raw[: pb.n]:
-                    specs[ch] = [ver, ["l", pb.n, b.log.raw[pb.n : b.n]]]
-                else:
-                    specs[ch] = [ver, ["l", 0, b.log.raw[: b.n]]]
-            else:
-                assert b.typed is not None
-                specs[ch] = [ver, ["t", b.typed[0], b.typed[1]]]
-        assert e.skeleton is not None and e.metadata is not None
-        return {"op": "p", "t": thread, "n": ns, "i": cid, "p": e.parent, "c": e.created_ns, "k": list(e.skeleton), "m": list(e.metadata), "v": e.versions, "b": specs}
-
-    @staticmethod
-    def _writes_record(key: tuple[str, str, str], writes: list[Write]) -> dict[str, Any]:
-        return {"op": "w", "t": key[0], "n": key[1], "i": key[2], "w": [[w.task_id, w.channel, w.typed[0], w.typed[1], w.task_path, w.idx, w.ts] for w in writes]}
-
-    # -- recovery ---------------------------------------------------------------------------------
-    def _lock_orphan_journals(self) -> list[tuple[float, Path, int]]:
-        """The journals of savers that are gone (no one holds their lock), locked by us."""
-        found: list[tuple[float, Path, int]] = []
-        for path in self._jdir.glob("*.journal"):
-            try:  # a symlink, a FIFO, a directory is no journal (`ckpt doctor` names it)
-                fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    os.close(fd)
-                    continue
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                found.append((os.fstat(fd).st_mtime, path, fd))
-            except OSError:
-                os.close(fd)  # a live saver's
-        return sorted(found)
-
-    def _recover(self, found: list[tuple[float, Path, int]]) -> None:
-        """Replay the orphaned journals, commit what they hold, then delete them."""
-        if not found:
-            return
-        deletions: list[_Deletion] = []
-        damaged: list[Path] = []
-        with self._lock:
-            waiting = set(self._orphan_writes)  # this saver's own writes whose put is on its way
-        try:
-            for _mtime, path, fd in found:
-                try:
-                    data = mapped(fd)  # the file locked (no other saver writes it), mapped: a huge one costs no memory
-                except OSError as exc:
-                    raise StoreIOError(f"cannot read the LangGraph journal {path}: {exc.strerror}", hint="nothing of it was replayed or removed") from None
-                contents = read_journal(data)
-                newer = newer_journal(path, data, contents)
-                if newer is not None:
-                    raise newer
-                if contents.version == 0 and not blank(data):  # not empty, not zeros: not a journal
-                    damaged.append(path)
-                    self.store.warn(f"LangGraph journal {path} is not a journal (unknown header): nothing in it was replayed; it is kept as {path.name}{DAMAGED_SUFFIX}")
-                    continue
-                # after a hole, a put that builds on what the hole held (its parent unknown,
-                # a list value continuing one that is not there) is left out: replayed, it
-                # would make a wrong state (writes may come before their put: they stay)
-                after = contents.before_holes
-                left_out = 0
-                for i, rec in enumerate(contents.records):
-                    where = record_where(path, i)
-                    if i < after:
-                        self._replay(rec, where, deletions)
-                        continue
-                    if rec.get("op") == "p" and rec.get("p") and (rec.get("t"), rec.get("n"), rec.get("p")) not in self._entries:
-                        left_out += 1
-                        continue
-                    try:
-                        self._replay(rec, where, deletions)
-                    except CorruptError:
-                        left_out += 1
-                if contents.holes:  # damage, not a crash: said, and the file kept to look at
-                    damaged.append(path)
-                    lost = f"; {left_out} record(s) after them built on what they held and are left out" if left_out else ""
-                    self.store.warn(
-                        f"LangGraph journal {path}: {hole_message(path, contents)}{lost}; the other records are recovered and the file is kept as {path.name}{DAMAGED_SUFFIX}"
-                    )
-            self._drop_stray_writes(waiting, said=bool(damaged))
-            self.flush()
-            for keys, threads, ids in deletions:  # only now: every checkpoint that stays is in the store
-                self._delete_from_store(keys, threads, ids)
-        finally:
-            for _m, _p, fd in found:
-                os.close(fd)
-        for _mtime, path, _fd in found:
-            with contextlib.suppress(OSError):
-                if path in damaged:
-                    path.rename(path.with_name(path.name + DAMAGED_SUFFIX))  # `ckpt verify` reports it until removed
-                else:
-                    path.unlink()
-        fsync_dir(self._jdir)
-
-    def _drop_stray_writes(self, waiting: set[tuple[str, str, str]], said: bool) -> None:
-        """After replaying journals of savers that are gone: pending writes whose checkpoint
-        no journal and not the store holds are dropped. Their put can no longer come, and
-        kept they would hold their thread for good (a thread with writes waiting is never
-        let go). After a crash they are the writes of puts that had not returned (with
-        LangGraph's async durability a step's writes may be put before its checkpoint):
-        dropped silently, as the puts were. With a damaged journal (`said`) they may be
-        the writes of puts lost in it, or left out after it: said once."""
-        with self._lock:
-            stray = [key for key in self._orphan_writes if key not in waiting and key not in self._entries]
-            n = sum(len(self._orphan_writes.pop(key)) for key in stray)
-        if stray and said:
-            threads = sorted({key[0] for key in stray})
-            self.store.warn(
-                f"LangGraph journals in {self._jdir}: {n} pending write(s) of {len(stray)} checkpoint(s) that no journal and not the store holds "
-                f"(thread(s) {', '.join(map(repr, threads[:5]))}{', ...' if len(threads) > 5 else ''}) are dropped"
-            )
-
-    def _replay(self, rec: dict[str, Any], where: str, deletions: list[_Deletion]) -> None:
-        """Replay journal record `rec` (`where`: `record_where`); CorruptError (`record_error`) if it is malformed."""
-        op = rec.get("op")
-        bad = journal_record_problem(rec)
-        if bad:
-            raise record_error(where, bad, self._jdir)
-        try:
-            with self._lock:
-                if op == "p":
-                    self._apply_put(rec, None, where)
-                elif op == "w":
-                    key = (rec["t"], rec["n"], rec["i"])
-                    self._apply_writes(key, [Write(t, c, (ty, d), p, i, ts) for t, c, ty, d, p, i, ts in rec["w"]])
-                elif op == "d":
-                    keys = [(k[0], k[1], k[2]) for k in rec["k"]]
-                    self._drop(keys)
-                    # a record names the store's checkpoints it removes (since 0.3): exactly
-                    # those go, never ones a thread used again after the delete got since
-                    ids = set(rec["ids"]) if "ids" in rec else None
-                    deletions.append((keys, set(rec.get("threads", [])), ids))
-        except (KeyError, TypeError, ValueError, IndexError, OverflowError, MemoryError) as exc:
-            raise record_error(where, f"{type(exc).__name__}: {exc}", self._jdir) from None
-
-    # -- writing: put and put_writes ----------------------------------------------------------------
-    def _apply_put(self, rec: dict[str, Any], blobs: dict[str, _Blob] | None, where: str = "put") -> _Entry:
-        """Install a checkpoint: a live put with its blobs made, or a journal record."""
-        thread, ns, cid, parent_id = rec["t"], rec["n"], rec["i"], rec["p"]
-        key = (thread, ns, cid)
-        old = self._entries.get(key)
-        if blobs is None and old is not None:
-            return old  # replayed: in the store already, or earlier in the journals
-        self._use(thread)
-        if old is not None:
-            self._load(old)  # its pending writes stay with the new revision
-        parent = self._entries.get((thread, ns, parent_id)) if parent_id else None
-        if blobs is None:
-            for ch, (ver, spec) in rec["b"].items():
-                base = self._blob(parent, ch) if spec[0] == "l" and spec[1] and parent is not None else None
-                self._blobs[(thread, ns, ch, ver)] = self._blob_from_spec(spec, base, where)
-        else:
-            for ch, (ver, _spec) in rec["b"].items():
-                self._blobs[(thread, ns, ch, ver)] = blobs[ch]
-        e = self._new_entry(key, parent_id)
-        e.created_ns = rec["c"]
-        e.skeleton, e.metadata = (rec["k"][0], rec["k"][1]), (rec["m"][0], rec["m"][1])
-        e.versions = dict(rec["v"])
-        if old is not None:  # the same checkpoint put again: a new revision; writes stay
-            e.writes.update(old.writes)
-            e.manifest, e.committed, e.committed_rev, e.rev = old.manifest, old.committed, old.committed_rev, old.rev
-        orphans = self._orphan_writes.pop(key, None)
-        if orphans:
-            e.writes.update(orphans)
-        self._prepare(e)
-        self._settle(e)
-        return e
-
+    # -- writing and reading ---------------------------------------------------------------------------
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
         """Store a checkpoint: journaled before this returns, readable at once, committed
         to the store in the background."""
@@ -1957,13 +310,13 @@ class CkptSaver(BaseCheckpointSaver[str]):
             parent = self._entries.get((thread, ns, parent_id)) if parent_id else None
             if parent is not None:
                 self._load(parent)
-            blobs: dict[str, _Blob] = {}
+            blobs: dict[str, Blob] = {}
             specs: dict[str, Any] = {}
             for ch, ver in new_versions.items():
                 base = self._blob(parent, ch) if parent is not None and ch in parent.versions else None
                 if base is not None and base.log is None:
                     base = None
-                blob, spec = self._blob_from_value(values.get(ch, _MISSING), base)
+                blob, spec = self._blob_from_value(values.get(ch, MISSING), base)
                 if ns and blob.log is not None:
                     self._sub_objs.setdefault(thread, weakref.WeakSet()).add(blob.log)
                 blobs[ch] = blob
@@ -1975,28 +328,6 @@ class CkptSaver(BaseCheckpointSaver[str]):
             self._journal.append(_frame(rec))
             self._apply_put(rec, blobs)
         return {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}}
-
-    def _apply_writes(self, key: tuple[str, str, str], writes: list[Write]) -> None:
-        self._use(key[0])
-        e = self._entries.get(key)
-        if e is not None:
-            self._load(e)
-            target = e.writes
-        else:
-            target = self._orphan_writes.setdefault(key, {})
-        changed = False
-        for w in writes:
-            k = (w.task_id, w.idx)
-            old = target.get(k)
-            if old is not None and (w.idx >= 0 or (old.channel, old.typed, old.task_path) == (w.channel, w.typed, w.task_path)):
-                continue  # as LangGraph's own savers: a regular write is kept once (a special one is replaced)
-            target[k] = w
-            changed = True
-        if e is not None and changed:
-            e.touched = time.monotonic()
-            if e.state != LEAF:
-                e.state = LEAF  # sealed before this write came: it is written again (a revision)
-                self._open[e.key] = e
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
         """Store the pending writes of a task (journaled before this returns)."""
@@ -2010,13 +341,12 @@ class CkptSaver(BaseCheckpointSaver[str]):
             self._journal.append(_frame(self._writes_record(key, ws)))
             self._apply_writes(key, ws)
 
-    # -- reading ------------------------------------------------------------------------------------
-    def _tuple(self, e: _Entry, config: RunnableConfig | None = None) -> CheckpointTuple:
+    def _tuple(self, e: Entry, config: RunnableConfig | None = None) -> CheckpointTuple:
         self._load(e)
         assert e.skeleton is not None and e.metadata is not None
         thread, ns, cid = e.key
         checkpoint = self.serde.loads_typed(e.skeleton)
-        checkpoint["channel_values"] = _LazyValues(self._values_loader(e))
+        checkpoint["channel_values"] = LazyValues(self._values_loader(e))
         metadata = self.serde.loads_typed(e.metadata)
         pending = [(w.task_id, w.channel, self.serde.loads_typed(w.typed)) for w in sorted(e.writes.values(), key=Write.sort_key)]
         parent_config: RunnableConfig | None = None
@@ -2026,19 +356,19 @@ class CkptSaver(BaseCheckpointSaver[str]):
             config = {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}}
         return CheckpointTuple(config=config, checkpoint=checkpoint, metadata=metadata, parent_config=parent_config, pending_writes=pending)
 
-    def _values_loader(self, e: _Entry) -> Callable[[], dict[str, Any]]:
+    def _values_loader(self, e: Entry) -> Callable[[], dict[str, Any]]:
         def load() -> dict[str, Any]:
             with self._lock:
                 self._load(e)  # read back from the store if its thread was dropped from memory since
                 blobs = {ch: self._blob(e, ch) for ch in e.versions}
             out: dict[str, Any] = {}
-            refreshed: list[_ItemLog] = []
+            refreshed: list[ItemLog] = []
             for ch, b in blobs.items():
                 if b.empty:
                     continue
                 value = self.serde.loads_typed(b.to_typed())
                 if b.log is not None and type(value) is list and len(value) == b.n:
-                    fp = _fingerprint(value) if self._check_items and b.n == len(b.log) else None
+                    fp = fingerprint(value) if self._check_items and b.n == len(b.log) else None
                     with self._lock:
                         b.log.objs[: b.n] = value  # the objects LangGraph holds now: its next put shares them
                         if fp is not None and b.n == len(b.log):
@@ -2054,7 +384,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
 
         return load
 
-    def _let_go_of_sub_objs(self, thread: str, keep: list[_ItemLog]) -> None:
+    def _let_go_of_sub_objs(self, thread: str, keep: list[ItemLog]) -> None:
         """The thread is read at its root: a new run of it starts. The objects its
         subgraphs' logs took from the run before are nobody's now (a subgraph that
         goes on reads its state again first), only garbage the collector has to walk
@@ -2065,9 +395,6 @@ class CkptSaver(BaseCheckpointSaver[str]):
             if not any(log is k for k in keep):
                 log.objs[:] = [None] * len(log.objs)
                 log.fp = None
-
-    def _thread_entries(self, thread: str) -> dict[str, dict[str, _Entry]]:
-        return self._by_thread.get(thread, {})
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint `config` names (its thread's newest when it names none)."""
@@ -2109,7 +436,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
             else:
                 threads, want_ns, want_id = sorted(self._by_thread), None, None
             before_id = get_checkpoint_id(before) if before is not None else None
-            found: list[tuple[str, _Entry]] = []
+            found: list[tuple[str, Entry]] = []
             for thread in threads:
                 for ns, ids in self._thread_entries(thread).items():
                     if want_ns is not None and ns != want_ns:
@@ -2119,7 +446,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
                             continue
                         found.append((cid, e))
             found.sort(key=lambda it: it[0], reverse=True)  # newest first across namespaces, as SqliteSaver
-            chosen: list[_Entry] = []
+            chosen: list[Entry] = []
             for _cid, e in found:
                 if limit is not None and len(chosen) >= limit:
                     break
@@ -2131,112 +458,51 @@ class CkptSaver(BaseCheckpointSaver[str]):
         while tuples:  # not held here once handed out: a caller reading every state keeps only what it keeps
             yield tuples.pop()
 
-    def _plain_metadata(self, e: _Entry) -> Any:
-        if e.md_plain is _MISSING:
-            self._load(e)
-            assert e.metadata is not None
-            e.md_plain = self.serde.loads_typed(e.metadata)
-        return e.md_plain
+    # -- the parts' hooks (tests and subclasses step in here) ------------------------------------------
+    def _commit_locked(self) -> None:
+        """Commit what is sealed; the caller holds the commit mutex (`Committer.commit_locked`)."""
+        self._committer.commit_locked()
 
-    def _matches(self, e: _Entry, flt: dict[str, Any]) -> bool:
-        md = self._plain_metadata(e)
-        return isinstance(md, dict) and all(md.get(k) == v for k, v in flt.items())
+    def _rotate(self, new: Journal) -> None:
+        """Go on in journal `new` (`Committer.rotate`)."""
+        self._committer.rotate(new)
 
-    # -- deleting and copying ------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _holding(self, threads: set[str], wait: bool = True, wrote: bool = True) -> Iterator[Sequence[str]]:
-        """Hold the leases of `threads` for a delete, as a put holds one: each thread is
-        read again first if another process wrote it, and once they are let go the other
-        processes' savers read them again (a new token), so none of them goes on serving
-        or extending a deleted checkpoint from its memory (`wrote` False: only if this
-        saver wrote them meanwhile). Yields the threads held: all of them, or with
-        `wait` False those no other process's saver holds."""
-        held: list[str] = []
-        try:
-            for thread in sorted(threads):
-                while True:
-                    self._claim(thread, False, wait=wait)
-                    with self._lock:
-                        if thread in self._leases:  # not let go by the commit thread meanwhile
-                            self._sweeping.add(thread)
-                            held.append(thread)
-                            break
-                    if not wait:
-                        break  # another process's saver holds it: in use
-            yield held
-        finally:
-            with self._lock:
-                for thread in held:
-                    lease = self._leases.get(thread)
-                    if lease is not None and wrote:
-                        lease.wrote = True
-                    self._sweeping.discard(thread)
-                    if wrote:
-                        self._drop_lease(thread)  # deleted: its lease goes too
-                self._release_leases()
+    def _seal_ready(self) -> None:
+        self._committer.seal_ready()
 
+    def _recover_dead(self) -> None:
+        self._recovery.recover_dead()
+
+    def _copy_manifests(self, rows: CopyRows, strict: bool = False) -> Copies | None:
+        """The manifests of a copy's snapshot (`ThreadOps.copy_manifests`)."""
+        return self._ops.copy_manifests(rows, strict)
+
+    def _replay(self, rec: dict[str, Any], where: str, deletions: Deletions) -> None:
+        """Replay one journal record (`Recovery.replay`; the importer's way in too)."""
+        self._recovery.replay(rec, where, deletions)
+
+    def _delete_from_store(self, keys: Keys, threads: set[str], ids: set[bytes] | None = None, siblings: Siblings | None = None) -> None:
+        self._ops.delete_from_store(keys, threads, ids, siblings)
+
+    # -- whole threads: delete, prune, TTL, copy, start from a checkpoint (`ThreadOps`) ----------------
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and pending write of a thread, here and in the store
         (under the thread's lease: other processes' savers see it deleted). Its cost
         follows the thread, not the store: its manifests and refs go now; the objects
-        only they used go at the next collection (`_delete`: once the deleted
+        only they used go at the next collection (`ThreadOps.delete`: once the deleted
         checkpoints are a quarter of the store, at a TTL sweep, `prune`, or `ckpt prune`)."""
-        thread = str(thread_id)
-        with self._lock:
-            self._check()
-        with self._holding({thread}):
-            with self._lock:
-                keys = [e.key for ids in self._thread_entries(thread).values() for e in ids.values()]
-            self._delete(keys, {thread})
+        self._ops.delete_thread(thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints whose metadata run_id is one of `run_ids`."""
-        wanted = set(run_ids)
-        if not wanted:
-            return
-
-        def chosen() -> _Keys:
-            with self._lock:
-                self._check()
-                keys: _Keys = []
-                for e in list(self._entries.values()):
-                    md = self._plain_metadata(e)
-                    if isinstance(md, dict) and md.get("run_id") in wanted:
-                        keys.append(e.key)
-                return keys
-
-        with self._holding({key[0] for key in chosen()}):
-            self._delete(chosen(), set())
+        self._ops.delete_for_runs(run_ids)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Keep each namespace's newest checkpoint ("keep_latest") or none ("delete").
         "keep_latest" also keeps the checkpoints the newest ones rebuild their delta
         channels from (`langgraph_retention`), so every thread reads as before."""
-        if strategy not in ("keep_latest", "delete"):
-            raise InvalidInputError(f"unknown prune strategy {strategy!r}", hint="use keep_latest or delete")
-        threads = {str(t) for t in thread_ids}
-        with self._lock:
-            self._check()
-        with self._holding(threads):
-            with self._lock:
-                keys = self._prune_keys(threads, strategy)
-            self._delete(keys, threads if strategy == "delete" else set(), collect=True)
+        self._ops.prune(thread_ids, strategy=strategy)
 
-    def _prune_keys(self, threads: set[str], strategy: str) -> _Keys:
-        """What `prune` removes of `threads` (caller holds the lock)."""
-        keys: _Keys = []
-        kept: _Keys = []
-        for thread in threads:
-            for ids in self._thread_entries(thread).values():
-                newest = max(ids) if strategy == "keep_latest" else None
-                keys.extend(e.key for cid, e in ids.items() if cid != newest)
-                kept.extend(e.key for cid, e in ids.items() if cid == newest)
-        if kept:
-            rebuilt_from = self._rebuilt_from(kept)
-            keys = [k for k in keys if k not in rebuilt_from]
-        return keys
-
-    # -- thread TTL (docs/langgraph.md, "Thread TTL") ---------------------------------------------
     def sweep_ttl(self) -> Sequence[str]:
         """Apply the saver's `ttl` now (the commit thread does every sweep interval):
         each thread whose newest checkpoint is older than its TTL (its own, given by its
@@ -2246,219 +512,7 @@ class CkptSaver(BaseCheckpointSaver[str]):
         one that another process's saver holds is in use, and is left for a later
         sweep; one written meanwhile is no longer expired. Returns the threads deleted
         or cut down."""
-        from ckptcli.adapters.langgraph.retention import effective_ttl
-        from ckptcli.store import catalog
-
-        ttl = self.ttl
-        if ttl is None:
-            return []
-        now = self.clock()
-        with self._lock:
-            self._check()
-            newest: dict[str, int] = {}
-            own: dict[str, tuple[int, tuple[float, str | None]]] = {}  # thread -> its newest own TTL
-            for row in catalog.rows(self.store).values():
-                found = layout.key_of_row(row)
-                if found is None:
-                    continue
-                k, summary = found
-                newest[k.thread_id] = max(newest.get(k.thread_id, 0), summary.created_ns)
-                mine = layout.thread_ttl(summary.labels)
-                if mine is not None and summary.created_ns >= own.get(k.thread_id, (-1, mine))[0]:
-                    own[k.thread_id] = (summary.created_ns, mine)
-            for (thread, _ns, _cid), e in self._entries.items():
-                newest[thread] = max(newest.get(thread, 0), e.created_ns)
-            busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes}
-        expired: list[tuple[int, str, float, str]] = []
-        for t, ts in newest.items():
-            ttl_s, strategy = effective_ttl(own[t][1] if t in own else None, ttl.ttl_s, ttl.strategy)
-            if ttl_s is not None and now - ts > ttl_s * 1e9 and t not in busy:
-                expired.append((ts, t, ttl_s, strategy))
-        expired.sort()
-        todo = expired[: ttl.sweep_limit]
-        swept: list[str] = []
-        for at in range(0, len(todo), _SWEEP_BATCH):
-            swept.extend(self._sweep_threads(todo[at : at + _SWEEP_BATCH], now))
-        if swept:
-            self._collect()  # one collection for the whole sweep, its lock let go for the walk
-        return swept
-
-    def _sweep_threads(self, batch: Sequence[tuple[int, str, float, str]], now: int) -> Sequence[str]:
-        """Delete or cut down the expired threads of `batch` (ts, thread, ttl, strategy)
-        that are still expired and not in use, in one removal from the store (`_delete`;
-        the objects are left for the sweep's collection)."""
-        rules = {t: (ttl_s, strategy) for _ts, t, ttl_s, strategy in batch}
-        with self._holding(set(rules), wait=False) as held:
-            if not held:
-                return []  # other processes' savers hold them all: in use
-            swept: list[str] = []
-            keys: _Keys = []
-            deleted: set[str] = set()
-            with self._lock:
-                busy = {key[0] for key in self._open} | {key[0] for key in self._orphan_writes}
-                for thread in held:
-                    ttl_s, strategy = rules[thread]
-                    entries = [e for ids in self._thread_entries(thread).values() for e in ids.values()]
-                    if not entries or thread in busy or now - max(e.created_ns for e in entries) <= ttl_s * 1e9:
-                        continue  # written meanwhile: no longer expired
-                    mine = [e.key for e in entries] if strategy == "delete" else self._prune_keys({thread}, strategy)
-                    if not mine:
-                        continue  # cut down already
-                    keys += mine
-                    swept.append(thread)
-                    if strategy == "delete":
-                        deleted.add(thread)
-            self._delete(keys, deleted, collect=False)
-            return swept
-
-    def _rebuilt_from(self, kept: _Keys) -> dict[tuple[str, str, str], str]:
-        """The checkpoints that `kept` ones rebuild their delta channels from (see
-        `langgraph_retention.needed`). Caller holds the lock."""
-        from ckptcli.adapters.langgraph import retention
-
-        stored_cache: dict[tuple[str, str, str], set[str]] = {}
-
-        def parent(key: tuple[str, str, str]) -> str | None:
-            e = self._entries.get(key)
-            return e.parent if e is not None and e.parent and (key[0], key[1], e.parent) in self._entries else None
-
-        def stored(key: tuple[str, str, str]) -> set[str]:
-            got = stored_cache.get(key)
-            if got is None:
-                e = self._entries[key]
-                self._load(e)
-                if e.committed is not None and not e.blobs_loaded:  # the memory section's channel names, no value decoded
-                    memory = self.store.manifest(e.committed).sections.get("memory")
-                    got = retention.map_keys(self.store, memory, f"checkpoint {e.committed.hex()[:12]} section memory") if memory else set()
-                else:
-                    got = {ch for ch in e.versions if not self._blob(e, ch).empty}
-                stored_cache[key] = got
-            return got
-
-        def rebuilt(key: tuple[str, str, str]) -> set[str]:
-            e = self._entries[key]
-            md = self._plain_metadata(e)
-            counters = md.get(retention.DELTA_COUNTERS) if isinstance(md, dict) else None
-            if not isinstance(counters, dict):
-                return set()
-            self._load(e)
-            return {ch for ch in counters if ch in e.versions} - stored(key)
-
-        return retention.needed(kept, parent, rebuilt, stored)
-
-    def _delete(self, keys: _Keys, threads: set[str], collect: bool | None = None) -> None:
-        """Forget `keys` (journaled first, so that a crash cannot bring them back), then
-        remove their manifests, every revision, from the store. Everything that stays is
-        committed first, and puts wait meanwhile; all of that reads only what is deleted
-        (`prune.forget_checkpoints`), so its cost follows the deleted checkpoints, not
-        the store. The objects no other checkpoint needs go in a collection (`_collect`):
-        now when `collect`; when None, once the checkpoints removed since the last one
-        are a quarter of those the saver knows (so a delete costs, amortized, what it
-        deletes); never when False (the caller collects)."""
-        if not keys and not threads:
-            return
-        with self._commit_mutex:
-            with self._lock:
-                ids = self._store_ids(keys, threads)
-                rec = {"op": "d", "k": [list(k) for k in keys], "threads": sorted(threads), "ids": sorted(ids)}
-                self._journal.append(_frame(rec))
-                # carried into every new journal until the store's copies are gone: a crash
-                # in between must not bring the thread back
-                self._pending_deletes.append(rec)
-                self._drop(keys)
-                self._seal_all()
-                self._commit_locked()
-                siblings = self._siblings(keys, threads)
-            # the store's copies go without the lock: the entries are gone from memory
-            # already, and commits wait (the commit mutex); other threads go on
-            self._delete_from_store(keys, threads, ids, siblings)
-            with self._lock:
-                self._pending_deletes.remove(rec)
-                if collect is None:
-                    collect = self._garbage >= max(_COLLECT_MIN, len(self._known or ()) // 4)
-            if collect and self._garbage:
-                self._collect(mutex_held=True)
-
-    def _collect(self, mutex_held: bool = False) -> None:
-        """Remove the objects no checkpoint of the store needs (`prune.collect`), after
-        deletes that left them. The commit mutex is held (commits wait), but not the
-        saver's lock while the store is walked: reads and puts of other threads go on.
-        Meanwhile puts stage every object they make, even one the store has (it may be
-        one that goes: the commit after writes what went); the old packs are deleted
-        under the lock, when no read is under way."""
-        from ckptcli.store.prune import collect
-
-        with contextlib.nullcontext() if mutex_held else self._commit_mutex:
-            with self._lock:
-                self._item_memo.clear()  # their EVs may name objects that go now: made again when seen again
-                self._writer.forget()
-                self._staging.dedupe = False
-                writer = None if self._copying else self._mark
-            try:
-                # a copy of a thread under way names the objects of its snapshot without
-                # holding anything: they stay, as for another live saver
-                gc = collect(self.store, writer=writer, finishing=lambda: self._lock)
-            finally:
-                with self._lock:
-                    self._staging.dedupe = True
-            if not gc.writers_alive:
-                self._garbage = 0
-
-    def _drop(self, keys: _Keys) -> None:
-        gone: set[tuple[str, str, str]] = set(keys)
-        for key in keys:
-            e = self._entries.get(key)
-            if e is not None:
-                self._forget_entry(e)
-            self._orphan_writes.pop(key, None)
-        self._queue = [q for q in self._queue if q[2].key not in gone]
-        emptied = {(k[0], k[1]) for k in keys if not self._thread_entries(k[0]).get(k[1])}
-        for bkey in [b for b in self._blobs if (b[0], b[1]) in emptied]:
-            del self._blobs[bkey]
-
-    def _store_ids(self, keys: _Keys, threads: set[str]) -> set[bytes]:
-        """The store's checkpoints (every revision) of `keys` and of `threads`: what the
-        saver knows of those threads' manifests, brought up to date (`_thread_keys`: one
-        listing of the manifests' names, and only those new since it last looked read)."""
-        gone: set[tuple[str, str, str]] = set(keys)
-        wanted = set(threads) | {key[0] for key in keys}
-        if not wanted:
-            return set()
-        if self._known is None:
-            self._store_keys()  # the first look: the catalog
-        else:
-            self._thread_keys(min(wanted))  # brings `_known_rows` up to date, for every thread
-        out: set[bytes] = set()
-        for thread in wanted:
-            for cid, (_rev, _created, k) in self._known_rows.get(thread, {}).items():
-                if thread in threads or (k.thread_id, k.ns, k.checkpoint_id) in gone:
-                    out.add(cid)
-        return out
-
-    def _siblings(self, keys: _Keys, threads: set[str]) -> _Siblings:
-        """The store's checkpoints of the threads of `keys` and `threads`, by subject: what
-        a thread's latest moves to when its head is deleted (caller holds the lock)."""
-        out: _Siblings = {}
-        for thread in set(threads) | {key[0] for key in keys}:
-            out.setdefault(layout.subject_for(thread), []).extend(self._known_rows.get(thread, {}))
-        return out
-
-    def _delete_from_store(self, keys: _Keys, threads: set[str], ids: set[bytes] | None = None, siblings: _Siblings | None = None) -> None:
-        """Remove the store's checkpoints `ids` (those of `keys` and `threads` now, for a
-        delete journaled before the ids were): their manifests and refs; their objects
-        are left for the next collection (`_delete`)."""
-        from ckptcli.store.prune import forget_checkpoints
-
-        if ids is None or siblings is None:
-            with self._lock:
-                ids = self._store_ids(keys, threads) if ids is None else ids
-                siblings = self._siblings(keys, threads)
-        ids = {cid for cid in ids if self.store.backend.exists(f"manifests/{cid.hex()}")}  # a replay: some may be gone
-        if ids:
-            got = siblings
-            removed = forget_checkpoints(self.store, ids, siblings=lambda subject: got.get(subject, []))
-            with self._lock:
-                self._garbage += len(removed)
+        return self._ops.sweep_ttl()
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and pending write of a thread to another thread id.
@@ -2472,130 +526,8 @@ class CkptSaver(BaseCheckpointSaver[str]):
         from any process carry on while the copy is made); the target's only while the
         copies are published. A checkpoint the target has already (the same id) gets
         the copy as its newest revision."""
-        src, dst = str(source_thread_id), str(target_thread_id)
-        with self._lock:
-            self._check()
-        if src == dst:
-            return  # a thread is a copy of itself
-        with self._holding({src}, wrote=False):
-            rows, blobs, index = self._copy_snapshot(src)
-        try:
-            items = self._copy_manifests(rows)
-            if items is None:  # a checkpoint of the snapshot was removed since (the source deleted or pruned): as it is now, read under its lease
-                with self._holding({src}, wrote=False):
-                    rows, blobs, index = self._copy_snapshot(src, again=True)
-                    items = self._copy_manifests(rows, strict=True)
-            if items:
-                with self._holding({dst}):  # the target's other readers read it again
-                    self._copy_publish(items, blobs, index, dst)
-        finally:
-            with self._lock:
-                self._copying -= 1
+        self._ops.copy_thread(source_thread_id, target_thread_id)
 
-    def _copy_snapshot(self, src: str, again: bool = False) -> tuple[_CopyRows, _CopiedBlobs, set[str]]:
-        """Commit what this saver has of thread `src` not committed yet, then take its
-        committed checkpoints: (key, parent id, created, id of the newest revision),
-        parents first; the values of them this saver has in memory (shared with the
-        copies, as the store's objects are); and the store's index files then. The
-        caller holds the lease; from here until `copy_thread` is done, removals by this
-        saver leave objects (`_copying`: not counted `again`)."""
-        with self._commit_mutex:
-            with self._lock:
-                self._check()
-                for e in sorted(self._uncommitted(), key=lambda e: e.seq):
-                    if e.key[0] == src and e.state == LEAF:
-                        self._seal(e)  # early, as a hand-over does: a write that comes later makes a revision
-            self._commit_locked()
-            with self._lock:
-                entries = sorted((e for ids in self._thread_entries(src).values() for e in ids.values()), key=lambda e: e.seq)
-                rows = [(e.key, e.parent, e.created_ns, e.committed) for e in entries if e.committed is not None]
-                blobs = {(ns, ch, ver): b for (t, ns, ch, ver), b in self._blobs.items() if t == src}
-                index = set(self.store.backend.list("index"))
-                if not again:
-                    self._copying += 1
-                return rows, blobs, index
-
-    def _copy_manifests(self, rows: _CopyRows, strict: bool = False) -> _Copies | None:
-        """The manifests of a snapshot's checkpoints (immutable: read without the lease),
-        or None when one of them is gone (`strict`: NotFoundError, which says which)."""
-        from ckptcli.errors import NotFoundError
-
-        try:
-            return [(key, parent, created, self.store.manifest(cid)) for key, parent, created, cid in rows]
-        except NotFoundError:
-            if strict:
-                raise
-            return None
-
-    def _copy_publish(self, items: _Copies, blobs: _CopiedBlobs, index: set[str], dst: str) -> None:
-        """Write the copies of `items` to thread `dst` as new manifests (the caller holds
-        the target's lease), made durable together as a commit's are, then move the
-        target's latest and take them as this saver's checkpoints of the thread. `index`:
-        the store's index files when the snapshot was taken (one gone: a removal
-        rewrote the packs, and every object the copies need is checked first)."""
-        import dataclasses
-
-        subject = layout.subject_for(dst)
-        with self._commit_mutex:
-            with self._lock:
-                self._check()
-                had = bool(self._thread_entries(dst))
-                for e in sorted(self._uncommitted(), key=lambda e: e.seq):
-                    if e.key[0] == dst and e.state == LEAF:
-                        self._seal(e)  # the target's own puts first: a copy of the same checkpoint is a revision of it
-            if had:
-                self._commit_locked()
-            with self._lock:
-                # a crash from here on leaves copies in the store that no journal names:
-                # the dirty lease makes the next saver to take the thread read it again
-                self._mark_dirty(self._leases[dst])
-                made: dict[tuple[str, str], bytes] = {}
-                batch: list[tuple[bytes, bytes, Key, int]] = []
-                for (_src, ns, cid), parent_id, created, m in items:
-                    old = self._entries.get((dst, ns, cid))
-                    rev = old.rev + 1 if old is not None else 1
-                    parents: list[bytes] = []
-                    if parent_id:
-                        pmid = made.get((ns, parent_id))
-                        if pmid is None:
-                            pe = self._entries.get((dst, ns, parent_id))
-                            pmid = pe.manifest if pe is not None else None
-                        if pmid is not None:
-                            parents.append(pmid)
-                    if old is not None and old.manifest is not None and old.manifest not in parents:
-                        parents.append(old.manifest)  # the revision this one replaces
-                    copy = dataclasses.replace(m, subject=subject, labels=layout.relabel(m.labels, dst, rev), parents=parents, created_ns=created)
-                    data = copy.encode()
-                    mid = hashlib.sha256(data).digest()
-                    made[(ns, cid)] = mid
-                    batch.append((mid, data, Key(dst, ns, cid, parent_id, rev), created))
-            store = self.store
-            with store.backend.lock("store", shared=True):  # no removal runs meanwhile
-                if index - set(store.backend.list("index")):
-                    self._check_batch_after_prune([(mid, data) for mid, data, _k, _c in batch])
-                todo = [(f"manifests/{mid.hex()}", data) for mid, data, _k, _c in batch]
-                store.backend.write_atomic_many([(n, d) for n, d in todo if not store.backend.exists(n)])
-                root = [(c, mid) for mid, _d, k, c in batch if not k.ns]
-                nested = not root
-                created, head = max(root or [(c, mid) for mid, _d, _k, c in batch])
-                store.advance_latest(subject, head, created, nested=nested, log=False)
-            with self._lock:
-                if had:
-                    self._reload_thread(dst)  # its values and versions as the store has them now
-                else:
-                    self._use(dst)
-                    for (ns, ch, ver), b in blobs.items():
-                        self._blobs[(dst, ns, ch, ver)] = b
-                    for mid, _data, k, created in batch:
-                        key = (dst, k.ns, k.checkpoint_id)
-                        e = self._new_entry(key, k.parent_id)
-                        e.state, e.manifest, e.committed, e.committed_rev, e.rev, e.created_ns, e.loaded = COMMITTED, mid, mid, k.rev, k.rev, created, False
-                        del self._open[key]
-                        if self._known is not None:
-                            self._known[mid] = dst
-                            self._known_rows.setdefault(dst, {})[mid] = (k.rev, created, k)
-
-    # -- a thread from any checkpoint -------------------------------------------------------------
     def thread_from(self, ref: str, thread_id: str) -> RunnableConfig:
         """Start thread `thread_id` at a LangGraph checkpoint of the store named the
         ckpt way (id or prefix, tag, branch, KIND:NAME, REF~N), typically what `ckpt fork`
@@ -2606,54 +538,9 @@ class CkptSaver(BaseCheckpointSaver[str]):
             NotFoundError for an unknown ref; InvalidInputError for a checkpoint that
             holds no LangGraph checkpoint, or a thread that has it already.
         """
-        with self._lock:
-            self._check()
-        with self._holding({str(thread_id)}):  # as a put: other processes' savers see the new thread
-            return self._thread_from(ref, str(thread_id))
+        return self._ops.thread_from(ref, thread_id)
 
-    def _thread_from(self, ref: str, thread: str) -> RunnableConfig:
-        from ckptcli.checkpoint import open_checkpoint
-
-        with self._lock:
-            ck = open_checkpoint(ref, self.store)
-            if layout.EXT_SECTION not in ck.manifest.sections:
-                raise InvalidInputError(f"checkpoint {ck.hex[:12]} holds no LangGraph checkpoint (no {layout.EXT_SECTION} section)")
-            where = f"checkpoint {ck.hex[:12]}"
-            stored = layout.read_ext(ck.section(layout.EXT_SECTION), ck.section("events") if "events" in ck.manifest.sections else [], where)
-            memory = ck.section("memory")
-            if type(memory) is not dict:
-                raise CorruptError(f"{where}: its memory section is not a map of channels")
-            cid = ck.manifest.labels.get(layout.LABEL_CHECKPOINT)
-            ns = ck.manifest.labels.get(layout.LABEL_NS, "")
-            if cid is None:
-                raise InvalidInputError(f"{where} has no {layout.LABEL_CHECKPOINT} label")
-            if (thread, ns, cid) in self._entries:
-                raise InvalidInputError(f"thread {thread!r} has checkpoint {cid} already", hint="give a new thread id")
-            specs: dict[str, Any] = {}
-            for ch, ver in stored.versions.items():
-                if ch not in memory:
-                    specs[ch] = [ver, ["e"]]
-                    continue
-                tag = stored.channel_types.get(ch, MSGPACK)
-                view = memory[ch]
-                if tag == MSGPACK and type(view) is list and self._fast:
-                    specs[ch] = [ver, ["l", 0, [from_view(v) for v in view]]]
-                else:
-                    typed = layout.view_typed(tag, view, f"{where} channel {ch}")
-                    specs[ch] = [ver, ["t", typed[0], typed[1]]]
-            rec = {
-                "op": "p", "t": thread, "n": ns, "i": cid, "p": None, "c": self.clock(),
-                "k": list(stored.skeleton), "m": list(stored.metadata), "v": stored.versions, "b": specs,
-            }  # fmt: skip
-            self._mark_dirty(self._leases[thread])
-            self._journal.append(_frame(rec))
-            self._apply_put(rec, None, where)
-            if stored.writes:
-                self._journal.append(_frame(self._writes_record((thread, ns, cid), stored.writes)))
-                self._apply_writes((thread, ns, cid), stored.writes)
-        return {"configurable": {"thread_id": thread, "checkpoint_ns": ns, "checkpoint_id": cid}}
-
-    # -- versions --------------------------------------------------------------------------------------
+    # -- versions and async ----------------------------------------------------------------------------
     def get_next_version(self, current: str | None, channel: None) -> str:
         """A zero-padded counter and 32 random bits, as LangGraph's own savers make them
         but shorter (they are stored with every checkpoint). The random part keeps the
@@ -2667,7 +554,6 @@ class CkptSaver(BaseCheckpointSaver[str]):
             current_v = int(str(current).split(".")[0])
         return f"{current_v + 1:016}.{random.getrandbits(32):08x}"
 
-    # -- async ------------------------------------------------------------------------------------------
     # Every async method runs its sync twin on a worker thread (as aiosqlite does for
     # AsyncSqliteSaver): a put can wait for an fdatasync, a lease or the saver's lock,
     # and a read can decode a long history; none of that may stall the event loop. The
@@ -2709,21 +595,3 @@ class CkptSaver(BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
-
-
-class _StagedSource:
-    """Objects of the store and of a saver's staging area (EVs not committed yet)."""
-
-    def __init__(self, saver: CkptSaver) -> None:
-        self.saver = saver
-
-    def get(self, oid: bytes) -> bytes:
-        staging = self.saver._staging
-        got = staging.objects.get(oid) or staging.inflight.get(oid)
-        if got is not None:
-            return got[1]
-        return self.saver.store.get(oid)
-
-    def has(self, oid: bytes) -> bool:
-        staging = self.saver._staging
-        return oid in staging.objects or oid in staging.inflight or self.saver.store.has(oid)
