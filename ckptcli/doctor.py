@@ -13,39 +13,20 @@ a live process holds it). docs/cli.md ("ckpt doctor") has the user's view.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckptcli import plugins
+from ckptcli.checks import FAIL, OK, WARN, Check, CheckFn, Context
 from ckptcli.errors import CkptError
 from ckptcli.store.layout import journal_dir
 
-OK, WARN, FAIL = "ok", "warn", "fail"
-DOCTOR_GROUP = "ckptcli.doctor"
+# the check types live in ckptcli.checks (below the adapters that write checks); offered here too
+__all__ = ["BUILTIN", "DOCTOR_GROUP", "FAIL", "OK", "WARN", "Check", "CheckFn", "Context", "Report", "check_components", "check_locks", "check_store", "registered", "run"]
 
-
-@dataclass
-class Check:
-    name: str
-    status: str  # OK, WARN or FAIL
-    detail: str
-    hint: str = ""
-
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "status": self.status, "detail": self.detail, "hint": self.hint}
-
-
-@dataclass
-class Context:
-    """What every check may look at: the store (None when there is none: `store_error` says why)."""
-
-    store_path: Path | None = None
-    store: Any = None  # a ckptcli.store.repository.Store, opened once for all checks
-    store_error: CkptError | None = None
-
-
-CheckFn = Callable[[Context], Iterable[Check]]
+DOCTOR_GROUP = plugins.DOCTOR
 
 #: the built-in checks, in the order they run: name -> "module:function"
 BUILTIN: dict[str, str] = {
@@ -72,10 +53,8 @@ class Report:
 def registered() -> dict[str, CheckFn]:
     """Every check by name: the built-ins, then the installed entry points (a third
     party's check of the same name as a built-in replaces it)."""
-    from importlib.metadata import entry_points
-
     out: dict[str, CheckFn] = {name: _lazy(spec) for name, spec in BUILTIN.items()}
-    for ep in entry_points(group=DOCTOR_GROUP):
+    for ep in plugins.entries(plugins.DOCTOR):
         out[ep.name] = _lazy(ep.value)
     return out
 

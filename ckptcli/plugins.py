@@ -9,10 +9,12 @@ are registered in pyproject.toml, `[project.entry-points]`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["BESIDE_STORE", "DOCTOR", "EXPIRY", "GROUPS", "MIGRATIONS", "REDUCERS", "RETENTION", "load", "names"]
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+__all__ = ["BESIDE_STORE", "DOCTOR", "EXPIRY", "GROUPS", "MIGRATIONS", "REDUCERS", "RETENTION", "entries", "find", "load", "names"]
 
 #: an ext namespace's reducers of its events (ckptcli.history.events)
 REDUCERS = "ckptcli.reducers"
@@ -30,14 +32,27 @@ MIGRATIONS = "ckpt.migrations"
 GROUPS = (REDUCERS, RETENTION, EXPIRY, BESIDE_STORE, DOCTOR, MIGRATIONS)
 
 
+def entries(group: str) -> list[EntryPoint]:
+    """The entry points of `group` (importlib.metadata is imported on first use: the
+    recorder loads this module inside agents, where start-up counts)."""
+    from importlib.metadata import entry_points
+
+    return list(entry_points(group=group))
+
+
 def names(group: str) -> list[str]:
     """The names registered in `group`, sorted, without importing anything."""
-    return sorted({ep.name for ep in entry_points(group=group)})
+    return sorted({ep.name for ep in entries(group)})
+
+
+def find(group: str, name: str) -> EntryPoint | None:
+    """The entry point `name` of `group` (the first one, if two packages register it), not loaded."""
+    return next((ep for ep in entries(group) if ep.name == name), None)
 
 
 def load(group: str, wanted: Iterable[str] | None = None) -> list[tuple[str, Any]]:
     """(name, loaded object) of each entry point of `group` (only those named in
     `wanted`, when given), in name order."""
     keep = None if wanted is None else set(wanted)
-    found = sorted((ep for ep in entry_points(group=group) if keep is None or ep.name in keep), key=lambda ep: ep.name)
+    found = sorted((ep for ep in entries(group) if keep is None or ep.name in keep), key=lambda ep: ep.name)
     return [(ep.name, ep.load()) for ep in found]

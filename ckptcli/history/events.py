@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ckptcli import plugins
 from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, failed_with, how_it_failed, user_failure
 from ckptcli.format import limits
 from ckptcli.history.paths import Owned as Owned  # re-exported: the reducers' names, where they were
@@ -61,7 +62,7 @@ ERROR = "error"
 STANDARD_KINDS = (MEMORY_SET, MEMORY_DELETE, PLAN_PUSH, PLAN_POP, PLAN_UPDATE, TOOL_CALL, TOOL_RESULT, MESSAGE_APPEND, CHECKPOINT, ERROR)
 #: The parts a state may have; a checkpoint's document adds "events", the tail.
 STATE_KEYS = ("memory", "plan", "tools", "ext")
-ENTRY_POINT_GROUP = "ckptcli.reducers"
+ENTRY_POINT_GROUP = plugins.REDUCERS
 #: Labels of checkpoints that hold a tail (formats/events.md "Checkpoints"):
 #: the seq of the last event a checkpoint covers (its live position),
 LABEL_SEQ = "events.seq"
@@ -431,9 +432,7 @@ STANDARD_REDUCERS: dict[str, Reducer] = {
 # -- the registry -----------------------------------------------------------------------------
 def installed_namespaces() -> list[str]:
     """Namespaces in the `ckptcli.reducers` entry-point group, without importing them."""
-    from importlib.metadata import entry_points
-
-    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    return plugins.names(plugins.REDUCERS)
 
 
 class Reducers:
@@ -492,19 +491,16 @@ class Reducers:
         )
 
     def _load_entry_point(self, ns: str) -> None:
-        from importlib.metadata import entry_points
-
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            if ep.name != ns:
-                continue
-            try:
-                obj = ep.load()
-            except BaseException as exc:  # the adapter's own import failed (sys.exit too): one line, cause kept
-                if not user_failure(exc):
-                    raise
-                raise InvalidInputError(f"loading reducers {ns!r} ({ep.value}) failed: {failed_with(exc)}") from exc
-            self.add(obj, f"reducers {ns!r} ({ep.value})", namespace=ns)
+        ep = plugins.find(plugins.REDUCERS, ns)
+        if ep is None:
             return
+        try:
+            obj = ep.load()
+        except BaseException as exc:  # the adapter's own import failed (sys.exit too): one line, cause kept
+            if not user_failure(exc):
+                raise
+            raise InvalidInputError(f"loading reducers {ns!r} ({ep.value}) failed: {failed_with(exc)}") from exc
+        self.add(obj, f"reducers {ns!r} ({ep.value})", namespace=ns)
 
     def apply(self, state: State, event: Event, owned: Owned | None = None) -> State:
         """The state after `event`. `state` is not changed, except for the containers in

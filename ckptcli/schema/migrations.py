@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from ckptcli import plugins
 from ckptcli.errors import (
     CkptError,
     ExitCode,
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
 Version: TypeAlias = int | str
 StateFunc: TypeAlias = Callable[[Any], Any]
 
-ENTRY_POINT_GROUP = "ckpt.migrations"
+ENTRY_POINT_GROUP = plugins.MIGRATIONS
 EP_PREFIX = "ep:"
 
 
@@ -322,9 +323,7 @@ def import_object(spec: str, what: str) -> tuple[Any, Any]:
 
 def installed_migrations() -> list[str]:
     """Names in the `ckpt.migrations` entry-point group, without importing anything."""
-    from importlib.metadata import entry_points
-
-    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    return plugins.names(plugins.MIGRATIONS)
 
 
 def load_migrations(spec: str) -> MigrationSet:
@@ -337,13 +336,10 @@ def load_migrations(spec: str) -> MigrationSet:
     """
     if spec.startswith(EP_PREFIX):
         name = spec[len(EP_PREFIX) :]
-        from importlib.metadata import entry_points
-
-        found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
-        if not found:
+        ep = plugins.find(plugins.MIGRATIONS, name)
+        if ep is None:
             have = ", ".join(installed_migrations()) or "none"
             raise NotFoundError(f"no migrations entry point {name!r} in group {ENTRY_POINT_GROUP} (installed: {have})")
-        ep = found[0]
         return _from_spec(f"{ep.module}:{ep.attr}" if ep.attr else ep.module, source=spec)
     return _from_spec(spec, source=spec)
 

@@ -38,7 +38,7 @@ from ckptcli.adapters.langgraph.journal import (
     read_journal,
 )
 from ckptcli.adapters.langgraph.leases import LEASE_DIR, WANT_DIR, lease_states, open_recover_lock
-from ckptcli.doctor import FAIL, OK, WARN, Check, Context
+from ckptcli.checks import FAIL, OK, WARN, Check, Context
 from ckptcli.errors import CkptError
 
 #: a live journal this big has not been started again after commits: they fail or lag
