@@ -52,8 +52,12 @@ def main() -> int:
     bigstate.report(big)
     print()
     out["memory"] = mem = bigstate.measure_memory(mem_mib, args.workdir)
-    print(table(["peak RSS", f"{mem_mib} MiB state", "time"],
-                [[k, f"{v / 1024:.0f} MiB", f"{mem['seconds'][k]:.2f} s"] for k, v in mem["peak_rss_kib"].items()]))
+    print(
+        table(
+            ["peak RSS", f"{mem_mib} MiB state", "time"],
+            [[k, f"{v / 1024:.0f} MiB", f"{mem['seconds'][k]:.2f} s"] for k, v in mem["peak_rss_kib"].items()],
+        )
+    )
     summary: list[list[str]] = []
     for name, target in st["targets_s"].items():
         got = st["medians_s"][name]
@@ -70,7 +74,9 @@ def main() -> int:
     if args.langgraph:
         print()
         subprocess.run([sys.executable, "-m", "bench.langgraph"], check=True)
-    print(f"\nsummary{' (--quick: sizes too small for the targets)' if args.quick else ''}; {time.perf_counter() - t0:.0f} s in all, commit {out['machine']['commit']}\n")
+    print(
+        f"\nsummary{' (--quick: sizes too small for the targets)' if args.quick else ''}; {time.perf_counter() - t0:.0f} s in all, commit {out['machine']['commit']}\n"
+    )
     print(table(["check", "value", "target", "result"], summary))
     if args.json:
         big_json = {**big, "checks": {n: v for n, v, _ in big["checks"]}}

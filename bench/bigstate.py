@@ -64,11 +64,20 @@ def make_state(root: Path, mib: int, seed: int = 7) -> list[Path]:
     rng = random.Random(seed)
     root.mkdir(parents=True)
     per_file = mib * 1024 * 1024 // 8
-    words = [f"{w}{i}" for i, w in enumerate(["alpha", "beta", "gamma", "delta", "order", "refund", "ticket", "agent", "tool", "call", "result", "status"] * 40)]
+    words = [
+        f"{w}{i}"
+        for i, w in enumerate(
+            ["alpha", "beta", "gamma", "delta", "order", "refund", "ticket", "agent", "tool", "call", "result", "status"] * 40
+        )
+    ]
     lines = []
     for i in range(50_000):
-        rec = {"seq": i, "kind": rng.choice(["message", "tool.call", "tool.result", "plan.push", "memory.set"]),
-               "text": " ".join(rng.choices(words, k=rng.randint(6, 30))), "score": round(rng.random(), 4)}
+        rec = {
+            "seq": i,
+            "kind": rng.choice(["message", "tool.call", "tool.result", "plan.push", "memory.set"]),
+            "text": " ".join(rng.choices(words, k=rng.randint(6, 30))),
+            "score": round(rng.random(), 4),
+        }
         lines.append(json.dumps(rec) + "\n")
     files = []
     for k in range(8):
@@ -169,7 +178,10 @@ def measure(mib: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
             s0, r0 = dir_size(store).apparent, dir_size(repo).apparent
             edit_in_place([p for p in run_files if p.is_file()])
             os.sync()
-            pair = [("incr: ckpt take", lambda s=store, d=run_data: ckpt_take(s, d)), ("incr: restic backup", lambda r=repo, d=run_data: restic_backup(r, d))]
+            pair = [
+                ("incr: ckpt take", lambda s=store, d=run_data: ckpt_take(s, d)),
+                ("incr: restic backup", lambda r=repo, d=run_data: restic_backup(r, d)),
+            ]
             for name, fn in pair if i % 2 == 0 else pair[::-1]:
                 rec(name, fn())
                 os.sync()
@@ -180,7 +192,10 @@ def measure(mib: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
             rec("verify: sha256sum (the bytes once)", run(f"sha256sum {run_data}/* > /dev/null", shell=True))
             out_c, out_r = work / f"out-ckpt-{i}", work / f"out-restic-{i}"
             rec("restore: ckpt restore", run([CKPT, "restore", "latest", "--no-state", "--blobs", str(out_c), "--store", str(store)]))
-            rec("restore: restic restore", run(["restic", "--repo", str(repo), "--quiet", "restore", "latest", "--target", str(out_r)], env=RESTIC_ENV))
+            rec(
+                "restore: restic restore",
+                run(["restic", "--repo", str(repo), "--quiet", "restore", "latest", "--target", str(out_r)], env=RESTIC_ENV),
+            )
             for p in (run_data, store, repo, out_c, out_r, work / f"state-{i}.tar.zst"):
                 shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
     finally:
@@ -196,7 +211,11 @@ def measure(mib: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
         ("incr bytes added / restic's", median(added["ckpt"]) / max(median(added["restic"]), 1), 0.15),
         ("verify --read-data / restic check", med["verify: ckpt verify --read-data"] / med["verify: restic check --read-data"], 0.8),
         ("verify --read-data / sha256sum", med["verify: ckpt verify --read-data"] / med["verify: sha256sum (the bytes once)"], None),
-        ("verify --read-data, format v2 / v1 store", med["format: verify --read-data, v2 store"] / med["format: verify --read-data, v1 store"], None),
+        (
+            "verify --read-data, format v2 / v1 store",
+            med["format: verify --read-data, v2 store"] / med["format: verify --read-data, v1 store"],
+            None,
+        ),
         ("restore / restic restore", med["restore: ckpt restore"] / med["restore: restic restore"], 1.0),
     ]
     return {"mib": mib, "runs": runs, "total_bytes": total, "medians_s": med, "peak_rss_kib": rss, "added": added, "checks": checks}
@@ -208,8 +227,12 @@ def report(r: dict[str, Any]) -> None:
     print(f"big state: {fmt_bytes(total)} in 8 files (half random, half JSON lines); median of {r['runs']} runs\n")
     print(table(["operation", "median", "throughput", "peak RSS"], rows))
     print()
-    print(table(["ratio (ckpt / peer)", "value", "target", "result"],
-                [[n, f"{v:.3f}", f"<= {t}" if t else "(info)", verdict(v <= t) if t else ""] for n, v, t in r["checks"]]))
+    print(
+        table(
+            ["ratio (ckpt / peer)", "value", "target", "result"],
+            [[n, f"{v:.3f}", f"<= {t}" if t else "(info)", verdict(v <= t) if t else ""] for n, v, t in r["checks"]],
+        )
+    )
     added = r["added"]
     print(f"\nbytes added by the incremental take: ckpt {fmt_bytes(median(added['ckpt']))}, restic {fmt_bytes(median(added['restic']))}")
 
@@ -231,7 +254,9 @@ def measure_memory(mib: int, workdir: Path | None = None) -> dict[str, Any]:
         out["restic backup"] = restic_backup(repo, data)
         os.sync()
         out["ckpt restore"] = run([CKPT, "restore", "latest", "--no-state", "--blobs", str(work / "out-c"), "--store", str(store)])
-        out["restic restore"] = run(["restic", "--repo", str(repo), "--quiet", "restore", "latest", "--target", str(work / "out-r")], env=RESTIC_ENV)
+        out["restic restore"] = run(
+            ["restic", "--repo", str(repo), "--quiet", "restore", "latest", "--target", str(work / "out-r")], env=RESTIC_ENV
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"mib": mib, "seconds": {k: v.seconds for k, v in out.items()}, "peak_rss_kib": {k: v.max_rss_kib for k, v in out.items()}}

@@ -272,7 +272,12 @@ def versions(*dists: str) -> dict[str, str]:
     import sqlite3
     from importlib import metadata
 
-    out = {"python": platform.python_version(), "platform": platform.platform(), "cpus": str(os.cpu_count()), "sqlite": sqlite3.sqlite_version}
+    out = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": str(os.cpu_count()),
+        "sqlite": sqlite3.sqlite_version,
+    }
     for dist in dists:
         try:
             out[dist] = metadata.version(dist)

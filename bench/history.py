@@ -511,7 +511,9 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m bench.history " + " ".join(sys.argv[1:] if argv is None else argv),
         "seed": args.seed,
         "source": _source_state(),
-        "versions": versions("ckptcli", "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "ormsgpack", "msgpack", "zstandard"),
+        "versions": versions(
+            "ckptcli", "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "ormsgpack", "msgpack", "zstandard"
+        ),
         "data": data_profile(seed=args.seed),
     }
     try:

@@ -113,7 +113,13 @@ def open_saver(kind: str, workdir: Path, fsync: str | None = None) -> tuple[Any,
             saver.close()
             closed = time.perf_counter() - t0
             size = dir_size(store)
-            return {"bytes": size.apparent, "allocated": size.allocated, "parts": size.parts, "bytes_before_close": before.apparent, "close_s": closed}
+            return {
+                "bytes": size.apparent,
+                "allocated": size.allocated,
+                "parts": size.parts,
+                "bytes_before_close": before.apparent,
+                "close_s": closed,
+            }
 
         return saver, close_ckpt, {"fsync": saver.fsync, "commit_interval_s": saver.commit_interval}
     from langgraph.checkpoint.sqlite import SqliteSaver
@@ -124,7 +130,10 @@ def open_saver(kind: str, workdir: Path, fsync: str | None = None) -> tuple[Any,
     saver = _timed(SqliteSaver)(conn)
     saver.put_times = []
     saver.setup()
-    settings = {"journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0], "synchronous": conn.execute("PRAGMA synchronous").fetchone()[0]}
+    settings = {
+        "journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0],
+        "synchronous": conn.execute("PRAGMA synchronous").fetchone()[0],
+    }
 
     def close_sqlite() -> dict[str, Any]:
         before = dir_size(db.parent)
@@ -221,7 +230,19 @@ def reopened(kind: str, workdir: Path, steps: int, seed: int) -> dict[str, Any]:
     """Every REOPEN_READS of a closed saver's thread, each in a fresh process."""
     out: dict[str, Any] = {}
     for what in REOPEN_READS:
-        cmd = [sys.executable, "-m", "bench.langgraph", "--reopened", kind, str(store_path(kind, workdir)), what, "--steps", str(steps), "--seed", str(seed)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.langgraph",
+            "--reopened",
+            kind,
+            str(store_path(kind, workdir)),
+            what,
+            "--steps",
+            str(steps),
+            "--seed",
+            str(seed),
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parent.parent)
         if done.returncode != 0:
             raise RuntimeError(f"reading {kind} after reopen failed: {done.stderr.strip()[-2000:]}")
@@ -240,13 +261,34 @@ def render(res: dict[str, Any]) -> str:
             name, f"{x['checkpoints']:,}", f"{x['bytes']:,}", fmt_bytes(x["bytes"]), f"{x['bytes'] / res['steps']:,.0f}",
             fmt_ms(x["put"]["p50_s"]), fmt_ms(x["put"]["p99_s"]), f"{x['list_s']:.3f} s", fmt_ms(x["get_tuple_mid_s"]), fmt_ms(x["get_state_mid_s"]),
         ])  # fmt: skip
-    headers = ["saver", "checkpoints", "store bytes", "", "bytes/step", "put p50", "put p99", "list thread", "get_tuple mid", "get_state mid"]
+    headers = [
+        "saver",
+        "checkpoints",
+        "store bytes",
+        "",
+        "bytes/step",
+        "put p50",
+        "put p99",
+        "list thread",
+        "get_tuple mid",
+        "get_state mid",
+    ]
     lines.append(table(headers, rows, align="lrrrrrrrrr"))
     lines.append("")
     c = res["checks"]
     crow = [
-        ["ckpt / SqliteSaver bytes", fmt_ratio(c["ratio_sqlite"]), f"<= {TARGETS['ratio_sqlite']}", verdict(c["ratio_sqlite"] <= TARGETS["ratio_sqlite"])],
-        ["ckpt / DeltaChannel bytes", fmt_ratio(c["ratio_delta"], 3), f"<= {TARGETS['ratio_delta']}", verdict(c["ratio_delta"] <= TARGETS["ratio_delta"])],
+        [
+            "ckpt / SqliteSaver bytes",
+            fmt_ratio(c["ratio_sqlite"]),
+            f"<= {TARGETS['ratio_sqlite']}",
+            verdict(c["ratio_sqlite"] <= TARGETS["ratio_sqlite"]),
+        ],
+        [
+            "ckpt / DeltaChannel bytes",
+            fmt_ratio(c["ratio_delta"], 3),
+            f"<= {TARGETS['ratio_delta']}",
+            verdict(c["ratio_delta"] <= TARGETS["ratio_delta"]),
+        ],
         ["ckpt put p50", fmt_ms(ck["put"]["p50_s"]), "<= 1 ms", verdict(ck["put"]["p50_s"] <= TARGETS["put_p50_s"])],
         ["ckpt put p99", fmt_ms(ck["put"]["p99_s"]), "<= 5 ms", verdict(ck["put"]["p99_s"] <= TARGETS["put_p99_s"])],
         ["ckpt list whole thread", f"{ck['list_s']:.3f} s", "<= 0.1 s", verdict(ck["list_s"] <= TARGETS["list_s"])],
@@ -254,7 +296,15 @@ def render(res: dict[str, Any]) -> str:
     ]
     if "reopen_history_ratio" in c:
         x = c["reopen_history_ratio"]
-        crow.insert(-1, ["history after reopen / SqliteSaver's", fmt_ratio(x, 2), f"<= {TARGETS['reopen_history_ratio']}", verdict(x <= TARGETS["reopen_history_ratio"])])
+        crow.insert(
+            -1,
+            [
+                "history after reopen / SqliteSaver's",
+                fmt_ratio(x, 2),
+                f"<= {TARGETS['reopen_history_ratio']}",
+                verdict(x <= TARGETS["reopen_history_ratio"]),
+            ],
+        )
     lines.append(table(["check", "value", "target", "result"], crow, align="lrrl"))
     lines.append("")
     lines.append(
@@ -262,10 +312,15 @@ def render(res: dict[str, Any]) -> str:
         + ", ".join(f"{k} {v['bytes']:,} B in {v['files']} files" for k, v in sorted(ck["parts"].items(), key=lambda kv: -kv[1]["bytes"]))
         + f"; {ck['bytes_before_close']:,} B before close (journal included), close {ck['close_s'] * 1000:.0f} ms"
     )
-    lines.append(f"SqliteSaver: journal_mode={sq['settings']['journal_mode']} synchronous={sq['settings']['synchronous']}; files before the WAL fold {sq['bytes_before_close']:,} B")
+    lines.append(
+        f"SqliteSaver: journal_mode={sq['settings']['journal_mode']} synchronous={sq['settings']['synchronous']}; files before the WAL fold {sq['bytes_before_close']:,} B"
+    )
     lines.append(
         "list and read every listed state: "
-        + ", ".join(f"{n} {r[k]['list_and_read_values_s']:.2f} s" for n, k in (("ckpt", "ckpt"), ("SqliteSaver", "sqlite"), ("DeltaChannel", "sqlite+delta")))
+        + ", ".join(
+            f"{n} {r[k]['list_and_read_values_s']:.2f} s"
+            for n, k in (("ckpt", "ckpt"), ("SqliteSaver", "sqlite"), ("DeltaChannel", "sqlite+delta"))
+        )
         + " (ckpt's list decodes a checkpoint's values when they are first read; SqliteSaver's decodes them all;"
         " DeltaChannel's checkpoints hold no messages, get_state replays the writes)"
     )
@@ -273,24 +328,36 @@ def render(res: dict[str, Any]) -> str:
         lines.append("")
         lines.append("after reopen: the saver closed, each read in a fresh process that opens the store again (open time not included)")
         rrows = []
-        for what, name in (("get_state", "first graph.get_state"), ("list_values", "list thread, every state read"), ("history", "graph.get_state_history, whole")):
+        for what, name in (
+            ("get_state", "first graph.get_state"),
+            ("list_values", "list thread, every state read"),
+            ("history", "graph.get_state_history, whole"),
+        ):
             a, b = ck["reopened"][what], sq["reopened"][what]
-            rrows.append([name, f"{a['s']:.3f} s", f"{b['s']:.3f} s", fmt_ratio(ratio(a["s"], b["s"]), 2), f"{a['items']:,} / {b['items']:,}"])
+            rrows.append(
+                [name, f"{a['s']:.3f} s", f"{b['s']:.3f} s", fmt_ratio(ratio(a["s"], b["s"]), 2), f"{a['items']:,} / {b['items']:,}"]
+            )
         lines.append(table(["read", "ckpt", "SqliteSaver", "ckpt / SqliteSaver", "messages read"], rrows, align="lrrrr"))
         lines.append(
             f"opening: ckpt {ck['reopened']['get_state']['open_s'] * 1000:.0f} ms, SqliteSaver {sq['reopened']['get_state']['open_s'] * 1000:.0f} ms (the graph compiled too)"
         )
-    lines.append("put mean: " + ", ".join(f"{n} {fmt_ms(r[k]['put']['mean_s'])}" for n, k in (("ckpt", "ckpt"), ("SqliteSaver", "sqlite"), ("DeltaChannel", "sqlite+delta"))))
+    lines.append(
+        "put mean: "
+        + ", ".join(
+            f"{n} {fmt_ms(r[k]['put']['mean_s'])}"
+            for n, k in (("ckpt", "ckpt"), ("SqliteSaver", "sqlite"), ("DeltaChannel", "sqlite+delta"))
+        )
+    )
     if "ckpt_always" in res:
         x = res["ckpt_always"]
         lines.append(
-            f"ckpt with fsync=\"always\" (each put synced before it returns, as SqliteSaver's synchronous=FULL): "
+            f'ckpt with fsync="always" (each put synced before it returns, as SqliteSaver\'s synchronous=FULL): '
             f"put p50 {fmt_ms(x['put']['p50_s'])} p99 {fmt_ms(x['put']['p99_s'])} mean {fmt_ms(x['put']['mean_s'])}, {x['bytes']:,} B"
         )
     if "ckpt_async" in res:
         a, s = res["ckpt_async"], res["sqlite_async"]
         lines.append(
-            f"with LangGraph's default durability=\"async\" (puts on a worker thread while the next step runs, so they wait for the GIL too): "
+            f'with LangGraph\'s default durability="async" (puts on a worker thread while the next step runs, so they wait for the GIL too): '
             f"ckpt put p50 {fmt_ms(a['put']['p50_s'])} p99 {fmt_ms(a['put']['p99_s'])}, SqliteSaver p50 {fmt_ms(s['put']['p50_s'])} p99 {fmt_ms(s['put']['p99_s'])}"
         )
     lines.append(f"total wall time {res['total_wall_s']:.1f} s; " + ", ".join(f"{k} {v}" for k, v in res["versions"].items()))
@@ -307,8 +374,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", metavar="DIR", help="where the stores go (default: a new temporary directory)")
     ap.add_argument("--keep", action="store_true", help="keep the stores after the run")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
-    ap.add_argument("--no-reopen", action="store_true", help="skip the reads after reopen (each in a fresh process; ~2 minutes at 1,000 steps)")
-    ap.add_argument("--reopened", nargs=3, metavar=("KIND", "PATH", "READ"), help=argparse.SUPPRESS)  # one read after reopen (this is the fresh process)
+    ap.add_argument(
+        "--no-reopen", action="store_true", help="skip the reads after reopen (each in a fresh process; ~2 minutes at 1,000 steps)"
+    )
+    ap.add_argument(
+        "--reopened", nargs=3, metavar=("KIND", "PATH", "READ"), help=argparse.SUPPRESS
+    )  # one read after reopen (this is the fresh process)
     args = ap.parse_args(argv)
     if args.reopened:
         kind, path, what = args.reopened
@@ -320,7 +391,15 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     log(f"stores in {workdir}")
     t_all = time.perf_counter()
-    res: dict[str, Any] = {"benchmark": "langgraph", "steps": args.steps, "seed": args.seed, "versions": versions("ckptcli", "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "ormsgpack", "msgpack", "zstandard"), "results": {}}
+    res: dict[str, Any] = {
+        "benchmark": "langgraph",
+        "steps": args.steps,
+        "seed": args.seed,
+        "versions": versions(
+            "ckptcli", "langgraph", "langgraph-checkpoint", "langgraph-checkpoint-sqlite", "ormsgpack", "msgpack", "zstandard"
+        ),
+        "results": {},
+    }
     try:
         for kind in SAVERS:
             log(f"{kind}: {args.steps} steps")

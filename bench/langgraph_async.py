@@ -97,7 +97,9 @@ asyncio.run(main())
 
 def run(saver: str, threads: int, steps: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"bench-lg-async-{saver}-") as work:
-        out = subprocess.run([sys.executable, "-c", _CHILD, saver, work, str(threads), str(steps)], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", _CHILD, saver, work, str(threads), str(steps)], capture_output=True, text=True, check=True
+        )
     data: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return data
 
@@ -118,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             per[s].append({"p50": median(lags), "p99": percentile(lags, 99), "max": max(lags), "wall": r["wall"]})
     res = {s: {k: median([x[k] for x in per[s]]) for k in ("p50", "p99", "max", "wall")} for s in SAVERS}
     rows = [[s, *(f"{res[s][k] * 1000:.1f} ms" for k in ("p50", "p99", "max")), f"{res[s]['wall']:.2f} s"] for s in SAVERS]
-    rows.append(["ckpt / AsyncSqliteSaver", *(fmt_ratio(res["ckpt"][k] / res["async-sqlite"][k], 2) for k in ("p50", "p99", "max", "wall"))])
+    rows.append(
+        ["ckpt / AsyncSqliteSaver", *(fmt_ratio(res["ckpt"][k] / res["async-sqlite"][k], 2) for k in ("p50", "p99", "max", "wall"))]
+    )
     print(f"\nevent-loop lag, {args.threads} conversations x {args.steps} steps at once, medians of {args.runs} runs")
     print(table(["saver", "lag p50", "lag p99", "lag max", "wall"], rows))
     ok = res["ckpt"]["p99"] <= 2 * res["async-sqlite"]["p99"]

@@ -109,7 +109,9 @@ def bench_sweep(n: int) -> list[Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.langgraph_delete", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.langgraph_delete", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--threads", type=int, nargs="+", default=[100, 400, 1500], help="store sizes (threads)")
     ap.add_argument("--deletes", type=int, default=5, help="delete_thread calls timed per store")
     args = ap.parse_args(argv)

@@ -84,7 +84,9 @@ def _inner(kind: str, threads: int, steps: int, workdir: str) -> dict[str, Any]:
 def measure(kind: str, threads: int, steps: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ckpt-bench-mem-") as d:
         code = f"import json; from bench.langgraph_memory import _inner; print(json.dumps(_inner({kind!r}, {threads}, {steps}, {d!r})))"
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent)
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent
+        )
     r: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     total = (threads - 1) * r["checkpoints_per_thread"]
     r["bytes_per_checkpoint"] = (r["traced_after_all"] - r["traced_after_1"]) / max(1, total)

@@ -290,10 +290,20 @@ def checks(res: dict[str, dict[str, float]]) -> list[tuple[str, str, str, bool]]
         ("store bytes vs SqliteSaver", ratio(ck["bytes"], sq["bytes"]), TARGETS["bytes"]),
     ]
     rows = [(name, f"{v:.3f}x", f"<= {t}x", v <= t) for name, v, t in out]
-    rows.insert(2, ("RSS growth at the end of the run", fmt_bytes(ck["rss_growth"]), f"<= {fmt_bytes(TARGETS['rss_growth'])}", ck["rss_growth"] <= TARGETS["rss_growth"]))
+    rows.insert(
+        2,
+        (
+            "RSS growth at the end of the run",
+            fmt_bytes(ck["rss_growth"]),
+            f"<= {fmt_bytes(TARGETS['rss_growth'])}",
+            ck["rss_growth"] <= TARGETS["rss_growth"],
+        ),
+    )
     if "ckpt-async" in res:
         v = ratio(res["ckpt-async"]["p99"], res["async-sqlite"]["p99"])
-        rows.append(("async loop-lag p99 vs AsyncSqliteSaver", f"{v:.2f}x", f"<= {TARGETS['async_lag_p99']}x", v <= TARGETS["async_lag_p99"]))
+        rows.append(
+            ("async loop-lag p99 vs AsyncSqliteSaver", f"{v:.2f}x", f"<= {TARGETS['async_lag_p99']}x", v <= TARGETS["async_lag_p99"])
+        )
     return rows
 
 
@@ -315,12 +325,27 @@ def render(res: dict[str, dict[str, float]], args: argparse.Namespace) -> str:
         "ckpt / SqliteSaver", *(f"{ratio(ck[k], res['sqlite'][k]):.2f}" for k in ("put_p50", "put_p99", "put_max", "turn_p99", "rss_growth", "peak_growth", "close_s", "history_s", "first_state_s")),
         f"{ratio(ck['bytes'], res['sqlite']['bytes']):.4f}",
     ])  # fmt: skip
-    heads = ["saver", "put p50", "put p99", "put max", "turn p99", "RSS growth", "peak growth", "close", "history reopen", "1st get_state", "store bytes"]
+    heads = [
+        "saver",
+        "put p50",
+        "put p99",
+        "put max",
+        "turn p99",
+        "RSS growth",
+        "peak growth",
+        "close",
+        "history reopen",
+        "1st get_state",
+        "store bytes",
+    ]
     lines.append(table(heads, rows))
     if "ckpt-async" in res:
         a, s = res["ckpt-async"], res["async-sqlite"]
         lines += ["", f"event-loop lag, {args.async_threads} concurrent ainvoke conversations x {args.async_steps} steps"]
-        arows = [[n, *(f"{x[k] * 1000:.1f} ms" for k in ("p50", "p99", "max")), f"{x['wall']:.2f} s"] for n, x in (("CkptSaver", a), ("AsyncSqliteSaver", s))]
+        arows = [
+            [n, *(f"{x[k] * 1000:.1f} ms" for k in ("p50", "p99", "max")), f"{x['wall']:.2f} s"]
+            for n, x in (("CkptSaver", a), ("AsyncSqliteSaver", s))
+        ]
         arows.append(["ckpt / AsyncSqliteSaver", *(f"{ratio(a[k], s[k]):.2f}" for k in ("p50", "p99", "max", "wall"))])
         lines.append(table(["saver", "lag p50", "lag p99", "lag max", "wall"], arows))
     lines += ["", table(["target", "value", "target", "result"], [[n, v, t, "pass" if ok else "MISS"] for n, v, t, ok in checks(res)])]
@@ -361,7 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\ntotal {time.perf_counter() - t_all:.0f} s; " + ", ".join(f"{k} {v}" for k, v in info.items()))
     ok = all(row[3] for row in checks(res))
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "versions": info, "results": res, "runs": runs}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "versions": info, "results": res, "runs": runs}, indent=2)
+            + "\n"
+        )
         log(f"wrote {args.json}")
     return 1 if args.strict and not ok else 0
 

@@ -59,7 +59,13 @@ def build(root: Path, n: int, plant: int) -> list[str]:
 
 def ckpt(root: Path, *args: str) -> tuple[float, str]:
     exe = Path(sys.executable).with_name("ckpt")
-    cmd = [str(exe) if exe.exists() else sys.executable, *([] if exe.exists() else ["-m", "ckptcli"]), *args, "--store", str(root / ".ckpt")]
+    cmd = [
+        str(exe) if exe.exists() else sys.executable,
+        *([] if exe.exists() else ["-m", "ckptcli"]),
+        *args,
+        "--store",
+        str(root / ".ckpt"),
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, "NO_COLOR": "1"})
     dt = time.perf_counter() - t0
@@ -98,8 +104,12 @@ def main() -> int:
         loop_s = per_call * (n - 1)
         ratio = loop_s / log_s
         print(f"history: {n:,} checkpoints, built in {built:.1f} s; planted change at checkpoint {plant} ({ids[plant][:12]})")
-        print(f"ckpt log --path {ptr}:  {log_s:.3f} s  -> {len(found)} checkpoints ({'the planted one first' if correct else 'WRONG'})  target < {TARGET_S} s: {'ok' if log_s < TARGET_S and correct else 'MISSED'}")
-        print(f"ckpt diff loop:          {len(times)} of {n - 1:,} calls run, {per_call * 1000:.0f} ms each; EXTRAPOLATED to {n - 1:,} calls: {loop_s:.1f} s")
+        print(
+            f"ckpt log --path {ptr}:  {log_s:.3f} s  -> {len(found)} checkpoints ({'the planted one first' if correct else 'WRONG'})  target < {TARGET_S} s: {'ok' if log_s < TARGET_S and correct else 'MISSED'}"
+        )
+        print(
+            f"ckpt diff loop:          {len(times)} of {n - 1:,} calls run, {per_call * 1000:.0f} ms each; EXTRAPOLATED to {n - 1:,} calls: {loop_s:.1f} s"
+        )
         print(f"ratio (extrapolated loop / log): {ratio:.0f}x")
         if args.json:
             args.json.write_text(

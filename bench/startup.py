@@ -40,7 +40,13 @@ def build_store(path: Path, n: int) -> None:
 
     store = ckptcli.init_store(path)
     for i in range(n):
-        take(store, {"memory": {"step": i, "note": f"step {i}"}}, subject=f"agent:bot{i % 10}", labels={"run": str(i // 100)}, message=f"step {i}")
+        take(
+            store,
+            {"memory": {"step": i, "note": f"step {i}"}},
+            subject=f"agent:bot{i % 10}",
+            labels={"run": str(i // 100)},
+            message=f"step {i}",
+        )
         if i % 2000 == 0:
             print(f"[bench] building store: {i}/{n}", file=sys.stderr, flush=True)
 

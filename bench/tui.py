@@ -85,7 +85,15 @@ def build_store(path: Path, n: int) -> None:
             message = f"fork at step {k - 50}"
         elif k and k % 500 == 0:
             message = f"migrate schema {schema - 1} -> {schema}"
-        r = take(store, {"memory": {"step": k, "note": f"step {k} of {subject}"}}, subject=subject, labels=labels, message=message, parents=parents, schema_version=schema)
+        r = take(
+            store,
+            {"memory": {"step": k, "note": f"step {k} of {subject}"}},
+            subject=subject,
+            labels=labels,
+            message=message,
+            parents=parents,
+            schema_version=schema,
+        )
         chain.append(r.id)
         if k % 100 == 0:
             store.set_tag(f"{subject.split(':')[1]}-{k}", r.id)
@@ -100,7 +108,22 @@ def make_events(n: int, seed: int = 7) -> list[dict[str, Any]]:
     """A long agent run: per input (a user message), a plan step pushed, a tool call and
     its result, two memory writes, the step marked done and popped, a reply."""
     rng = random.Random(seed)
-    words = ["order", "ticket", "refund", "shipping", "account", "invoice", "status", "delayed", "customer", "agent", "tool", "search", "lookup", "reply"]
+    words = [
+        "order",
+        "ticket",
+        "refund",
+        "shipping",
+        "account",
+        "invoice",
+        "status",
+        "delayed",
+        "customer",
+        "agent",
+        "tool",
+        "search",
+        "lookup",
+        "reply",
+    ]
     out: list[dict[str, Any]] = []
     ts = T0
     k = 0
@@ -229,7 +252,9 @@ def inprocess(store: Path, ref: str | None, runs: int) -> dict[str, Any]:
     results = []
     for _ in range(runs):
         code = f"import json, sys; from bench.tui import _inner_first_paint; print(json.dumps(_inner_first_paint({str(store)!r}, {ref!r})))"
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent)
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent
+        )
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     return {k: statistics.median(r[k] for r in results) for k in results[0]}
 
@@ -248,7 +273,9 @@ class Terminal:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", SIZE[1], SIZE[0], 0, 0))
         env = {**os.environ, "TERM": "xterm-256color"}
         self.start = time.perf_counter()
-        self.proc = subprocess.Popen([sys.executable, "-m", "ckptcli", *args], stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ckptcli", *args], stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True
+        )
         os.close(slave)
         self.pid, self.fd = self.proc.pid, master
         self.buffer = b""
@@ -486,18 +513,57 @@ def report(r: dict[str, Any]) -> None:
         [f"first paint, {e}-event tail (in-process)", _ms(ipt["first_paint_s"]), fp, verdict(ipt["first_paint_s"] < FIRST_PAINT_TARGET)],
         ["  of which imports / the rest", f"{_ms(ipt['imports_s'])} / {_ms(ipt['after_imports_s'])}", "", ""],
         [f"first paint, {e}-event tail (terminal)", _ms(tt["first_paint_s"]), fp, verdict(tt["first_paint_s"] < FIRST_PAINT_TARGET)],
-        ["history: Down, key to frame (median / max)", f"{_ms(ts['down_median_s'])} / {_ms(ts['down_max_s'])}", f"< {_ms(MOVE_MEDIAN_TARGET)}", verdict(ts["down_median_s"] < MOVE_MEDIAN_TARGET)],
+        [
+            "history: Down, key to frame (median / max)",
+            f"{_ms(ts['down_median_s'])} / {_ms(ts['down_max_s'])}",
+            f"< {_ms(MOVE_MEDIAN_TARGET)}",
+            verdict(ts["down_median_s"] < MOVE_MEDIAN_TARGET),
+        ],
         ["timeline: Down, key to frame (median / p95)", f"{_ms(tt['down_median_s'])} / {_ms(tt['down_p95_s'])}", mv, move_ok("down")],
-        ["timeline: PageDown, key to frame (median / p95)", f"{_ms(tt['pagedown_median_s'])} / {_ms(tt['pagedown_p95_s'])}", mv, move_ok("pagedown")],
-        ["timeline: Down while replaying in the background", f"{_ms(tt['down_busy_median_s'])} / {_ms(tt['down_busy_p95_s'])}", mv, move_ok("down_busy")],
-        ["timeline: UI work of Down / PageDown (in-process)", f"{_ms(ipt['ui_down_median_s'])} / {_ms(ipt['ui_pagedown_median_s'])}", "", ""],
-        ["timeline: End at once, row drawn", _ms(tt["end_row_cold_s"]), f"< {_ms(MOVE_P95_TARGET)}", verdict(tt["end_row_cold_s"] < MOVE_P95_TARGET)],
+        [
+            "timeline: PageDown, key to frame (median / p95)",
+            f"{_ms(tt['pagedown_median_s'])} / {_ms(tt['pagedown_p95_s'])}",
+            mv,
+            move_ok("pagedown"),
+        ],
+        [
+            "timeline: Down while replaying in the background",
+            f"{_ms(tt['down_busy_median_s'])} / {_ms(tt['down_busy_p95_s'])}",
+            mv,
+            move_ok("down_busy"),
+        ],
+        [
+            "timeline: UI work of Down / PageDown (in-process)",
+            f"{_ms(ipt['ui_down_median_s'])} / {_ms(ipt['ui_pagedown_median_s'])}",
+            "",
+            "",
+        ],
+        [
+            "timeline: End at once, row drawn",
+            _ms(tt["end_row_cold_s"]),
+            f"< {_ms(MOVE_P95_TARGET)}",
+            verdict(tt["end_row_cold_s"] < MOVE_P95_TARGET),
+        ],
         [f"timeline: End at once, state drawn (replays {e})", _ms(tt["end_state_cold_s"]), "", ""],
-        ["timeline: g SEQ, row drawn (median)", _ms(tt["jump_row_median_s"]), f"< {_ms(MOVE_P95_TARGET)}", verdict(tt["jump_row_median_s"] < MOVE_P95_TARGET)],
-        ["timeline: g SEQ, state drawn (median / max)", f"{_ms(tt['jump_state_warm_median_s'])} / {_ms(tt['jump_state_warm_max_s'])}", "", ""],
+        [
+            "timeline: g SEQ, row drawn (median)",
+            _ms(tt["jump_row_median_s"]),
+            f"< {_ms(MOVE_P95_TARGET)}",
+            verdict(tt["jump_row_median_s"] < MOVE_P95_TARGET),
+        ],
+        [
+            "timeline: g SEQ, state drawn (median / max)",
+            f"{_ms(tt['jump_state_warm_median_s'])} / {_ms(tt['jump_state_warm_max_s'])}",
+            "",
+            "",
+        ],
         ["RSS: first paint / every 1,000th state kept", f"{_mib(tt['rss_first_paint_kib'])} / {_mib(tt['rss_all_kept_kib'])}", "", ""],
-        ["RSS after PageDown through 10,000 / 20,000 events", f"{_mib(tt['rss_after_10k_kib'])} / {_mib(tt['rss_after_20k_kib'])}",
-         f"+ < {SCROLL_GROWTH_TARGET_MIB} MiB", verdict(growth < SCROLL_GROWTH_TARGET_MIB * 1024)],
+        [
+            "RSS after PageDown through 10,000 / 20,000 events",
+            f"{_mib(tt['rss_after_10k_kib'])} / {_mib(tt['rss_after_20k_kib'])}",
+            f"+ < {SCROLL_GROWTH_TARGET_MIB} MiB",
+            verdict(growth < SCROLL_GROWTH_TARGET_MIB * 1024),
+        ],
         ["peak RSS of the TUI, whole run", _mib(tt["hwm_end_kib"]), "", ""],
         ["peak RSS of decoding the whole tail (load_tail)", _mib(r["whole_tail_peak_rss_kib"]), "", ""],
     ]

@@ -138,9 +138,13 @@ def _check_conflicts(dir_fd: int, entries: dict[str, Any], parts: _Parts, overwr
 
 def _conflict(rel: str, st: os.stat_result, overwrite: bool, outcome: str = "") -> None:
     if stat.S_ISDIR(st.st_mode):
-        raise ConflictError(f"{rel} exists as a directory in the target, where the checkpoint has a file or link", hint=f"remove it first{outcome}")
+        raise ConflictError(
+            f"{rel} exists as a directory in the target, where the checkpoint has a file or link", hint=f"remove it first{outcome}"
+        )
     if not overwrite:
-        raise ConflictError(f"{rel} already exists in the target", hint=f"pass --overwrite to replace it, or restore into an empty directory{outcome}")
+        raise ConflictError(
+            f"{rel} already exists in the target", hint=f"pass --overwrite to replace it, or restore into an empty directory{outcome}"
+        )
 
 
 def _open_dir(root_fd: int, parts: _Parts) -> int:
@@ -328,7 +332,9 @@ class _Writer:
             mode &= ~SPECIAL_BITS
         return mode
 
-    def _clear(self, dir_fd: int, name: str, entries: dict[str, Any], parts: _Parts, *, want_dir: bool, keep: bool = False) -> os.stat_result | None:
+    def _clear(
+        self, dir_fd: int, name: str, entries: dict[str, Any], parts: _Parts, *, want_dir: bool, keep: bool = False
+    ) -> os.stat_result | None:
         """Make room for `name` in an existing directory: returns the stat of a directory
         to merge into; None when the name is free, or holds a file or link that is now
         also kept aside (overwrite) and, unless `keep` (a file is renamed over it),
@@ -609,10 +615,15 @@ def _in_place_targets(chosen: dict[str, Any], where: str) -> list[_Target]:
         origin = check_origin(entry.get("origin"), name, where)
         for other, other_name in origins.items():
             if origin == other or other in origin.parents or origin in other.parents:
-                raise InvalidInputError(f"{where}: blobs {other_name!r} and {name!r} were taken from overlapping paths ({other}, {origin})", hint="restore one at a time with --blob NAME")
+                raise InvalidInputError(
+                    f"{where}: blobs {other_name!r} and {name!r} were taken from overlapping paths ({other}, {origin})",
+                    hint="restore one at a time with --blob NAME",
+                )
         origins[origin] = name
         size = validate(entry, name, where)
-        targets.append(_Target(origin.parent, {origin.name: entry}, size, shown=str(origin.parent).rstrip("/") + "/", top={origin.name: name}))
+        targets.append(
+            _Target(origin.parent, {origin.name: entry}, size, shown=str(origin.parent).rstrip("/") + "/", top={origin.name: name})
+        )
     return targets
 
 

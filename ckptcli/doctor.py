@@ -24,7 +24,22 @@ from ckptcli.errors import CkptError
 from ckptcli.store.layout import journal_dir
 
 # the check types live in ckptcli.checks (below the adapters that write checks); offered here too
-__all__ = ["BUILTIN", "DOCTOR_GROUP", "FAIL", "OK", "WARN", "Check", "CheckFn", "Context", "Report", "check_components", "check_locks", "check_store", "registered", "run"]
+__all__ = [
+    "BUILTIN",
+    "DOCTOR_GROUP",
+    "FAIL",
+    "OK",
+    "WARN",
+    "Check",
+    "CheckFn",
+    "Context",
+    "Report",
+    "check_components",
+    "check_locks",
+    "check_store",
+    "registered",
+    "run",
+]
 
 DOCTOR_GROUP = plugins.DOCTOR
 
@@ -86,7 +101,9 @@ def run(store_path: Path | None, checks: dict[str, CheckFn] | None = None) -> Re
                 report.checks.extend(fn(ctx))
             except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
                 msg = exc.message if isinstance(exc, CkptError) else f"{type(exc).__name__}: {exc}"
-                report.checks.append(Check(name, FAIL, f"the check itself failed: {msg}", "run with CKPT_DEBUG=1 and report it if it is a bug"))
+                report.checks.append(
+                    Check(name, FAIL, f"the check itself failed: {msg}", "run with CKPT_DEBUG=1 and report it if it is a bug")
+                )
     finally:
         if ctx.store is not None:
             ctx.store.close()
@@ -107,10 +124,19 @@ def check_store(ctx: Context) -> Iterable[Check]:
             yield Check("store", FAIL, f"not found: {err.message}", err.hint or "run `ckpt init`, or pass --store PATH")
         else:
             msg = err.message if err is not None else "not opened"
-            yield Check("store", FAIL, f"cannot be opened: {msg}", (err.hint if err is not None else None) or "run `ckpt verify` to see what is damaged")
+            yield Check(
+                "store",
+                FAIL,
+                f"cannot be opened: {msg}",
+                (err.hint if err is not None else None) or "run `ckpt verify` to see what is damaged",
+            )
         return
     st = ctx.store
-    yield Check("store", OK, f"{st.location}: format version {st.version} (this ckpt writes {limits.FORMAT_VERSION} and reads 1-{limits.FORMAT_VERSION})")
+    yield Check(
+        "store",
+        OK,
+        f"{st.location}: format version {st.version} (this ckpt writes {limits.FORMAT_VERSION} and reads 1-{limits.FORMAT_VERSION})",
+    )
     problems: list[str] = []
     st.warnings.clear()
     st.refresh_index()
@@ -131,7 +157,9 @@ def check_store(ctx: Context) -> Iterable[Check]:
         problems.append(f"{len(missing)} ref(s) name a checkpoint that is not there ({missing[0]})")
     what = f"{len(ids)} checkpoint(s), {objects} indexed object(s), {len(refs)} ref(s)"
     if problems:
-        yield Check("store structure", FAIL, f"{what}: {'; '.join(problems)}", "run `ckpt verify` to name every damaged file, then `ckpt repair`")
+        yield Check(
+            "store structure", FAIL, f"{what}: {'; '.join(problems)}", "run `ckpt verify` to name every damaged file, then `ckpt repair`"
+        )
     else:
         yield Check("store structure", OK, f"{what}: readable", "`ckpt verify --read-data` checks every byte")
 
@@ -169,7 +197,10 @@ def check_locks(ctx: Context) -> Iterable[Check]:
 COMPONENTS: dict[str, tuple[str, str]] = {
     "langgraph-checkpoint": ("CkptSaver, ckpt as LangGraph's checkpointer", "pip install 'ckptcli[langgraph]'"),
     "langgraph": ("running LangGraph graphs (your app brings it)", "pip install langgraph"),
-    "langgraph-checkpoint-sqlite": ("reading SqliteSaver databases with `ckpt import langgraph`", "pip install langgraph-checkpoint-sqlite"),
+    "langgraph-checkpoint-sqlite": (
+        "reading SqliteSaver databases with `ckpt import langgraph`",
+        "pip install langgraph-checkpoint-sqlite",
+    ),
     "textual": ("`ckpt tui`", "pip install textual"),
 }
 

@@ -442,7 +442,9 @@ class _Writer:
                 if is_map:
                     self.write(self.packer.pack(key))
             else:
-                self.write((self.sep if opened else open_ch) + self.nl(level + 1) + (json.dumps(key, ensure_ascii=False) + ": " if is_map else ""))
+                self.write(
+                    (self.sep if opened else open_ch) + self.nl(level + 1) + (json.dumps(key, ensure_ascii=False) + ": " if is_map else "")
+                )
                 opened = True
             self.value(raw, depth, hops, level + 1, lazy)
         flush()
@@ -561,7 +563,9 @@ def write_value(value: Any, out: IO[bytes], fmt: str) -> None:
 def _document_ext(code: int, data: bytes) -> Any:
     if code == 1 and 0 < len(data) <= limits.MAX_BIGINT_BYTES:
         return int.from_bytes(data, "big", signed=True)
-    raise InvalidInputError(f"msgpack ext type {code} is not supported in a state document", hint="use plain msgpack types (ext 1 = big integer)")
+    raise InvalidInputError(
+        f"msgpack ext type {code} is not supported in a state document", hint="use plain msgpack types (ext 1 = big integer)"
+    )
 
 
 def states_equal(a: Any, b: Any) -> bool:

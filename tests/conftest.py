@@ -42,7 +42,9 @@ def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
     return _run
 
 
-def run_ckpt(*args: str | os.PathLike[str], input: bytes | None = None, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[bytes]:
+def run_ckpt(
+    *args: str | os.PathLike[str], input: bytes | None = None, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[bytes]:
     """Run the real `ckpt` in a subprocess."""
     full_env = {**os.environ, **(env or {})}
     full_env.pop("CKPT_STORE", None) if env is None or "CKPT_STORE" not in env else None

@@ -33,9 +33,7 @@ import zstandard
 # -- running the CLI ------------------------------------------------------------------------
 
 _ENTRY = "import sys; from ckptcli.cli import entry; entry()"
-_LIMITED_ENTRY = (
-    "import resource; resource.setrlimit(resource.RLIMIT_AS, ({n}, {n})); import sys; from ckptcli.cli import entry; entry()"
-)
+_LIMITED_ENTRY = "import resource; resource.setrlimit(resource.RLIMIT_AS, ({n}, {n})); import sys; from ckptcli.cli import entry; entry()"
 
 
 def ckpt_argv(*args: str | os.PathLike[str], mem_limit: int | None = None) -> list[str]:

@@ -28,6 +28,7 @@ def chain_builder(state: Any, **nodes: Any) -> Any:
         b.add_edge(a, z)
     return b
 
+
 ORDERS = {"A-1001": "lost in transit", "B-2002": "delivered"}
 
 

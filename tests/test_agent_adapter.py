@@ -67,7 +67,11 @@ def _bot() -> Bot:
         plan=[Step("look up order", Status.DONE), Step("refund")],
         tool_log=[
             ToolCall("orders.lookup", {"order": "A-1001", "api_key": "hunter2-very-secret"}, {"status": "lost"}),
-            ToolCall("http.get", {"url": "https://user:pa55word@api.example.com/x", "headers": {"Authorization": "Bearer abcdefghijklmnop1234"}}, f"token was {OPENAI_KEY}"),
+            ToolCall(
+                "http.get",
+                {"url": "https://user:pa55word@api.example.com/x", "headers": {"Authorization": "Bearer abcdefghijklmnop1234"}},
+                f"token was {OPENAI_KEY}",
+            ),
         ],
         router={"billing": 0.75},
         client=object(),
@@ -212,7 +216,9 @@ def test_bad_mappings_and_values_are_clear_errors(store: Any) -> None:
 
 
 json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=30))
-json_value = st.recursive(json_leaf, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)), max_leaves=20)
+json_value = st.recursive(
+    json_leaf, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)), max_leaves=20
+)
 
 
 @settings(max_examples=150, deadline=None)

@@ -82,7 +82,12 @@ def craft(store_path: Path, build: Callable[[Transaction, Encoder], dict[str, by
         txn = store.transaction()
         sections = build(txn, Encoder(txn, cdc=store.config.cdc))
         txn.commit()
-        manifest = Manifest(subject=Subject.parse("agent:bomb"), sections=sections, layout={"kind": "document", "format": "json"}, producer={"name": "bomb-test"})
+        manifest = Manifest(
+            subject=Subject.parse("agent:bomb"),
+            sections=sections,
+            layout={"kind": "document", "format": "json"},
+            producer={"name": "bomb-test"},
+        )
         return store.write_manifest(manifest).hex()
     finally:
         store.close()
@@ -104,7 +109,9 @@ def expected_gib_json(indent: bool, prefix: str = "", suffix: str = "") -> tuple
         for i in range(LIST_ITEMS):
             last = i == LIST_ITEMS - 1
             yield (b"    " if indent else b"") + s + ((b"\n" if last else b",\n") if indent else (b"" if last else b", "))
-        yield b'  ],\n  "note": "a 1 GiB reference bomb"\n}\n' if indent else b'], "note": "a 1 GiB reference bomb"}'  # restore ends with a newline
+        yield (
+            b'  ],\n  "note": "a 1 GiB reference bomb"\n}\n' if indent else b'], "note": "a 1 GiB reference bomb"}'
+        )  # restore ends with a newline
         yield suffix.encode()
 
     h, n = hashlib.sha256(), 0
@@ -225,7 +232,13 @@ def test_restore_refuses_the_tib_blob(tmp_path: Path) -> None:
     assert path.stat().st_size < 2048
     assert shutil.disk_usage(tmp_path).free < 1 << 40, "this test needs a file system with less than 1 TiB free"
     target = tmp_path / "target"
-    r = subprocess.run(_capped_argv("restore", path, "--blobs", target, "--no-state", fsize=64 << 20), capture_output=True, env=child_env(), timeout=120, check=False)
+    r = subprocess.run(
+        _capped_argv("restore", path, "--blobs", target, "--no-state", fsize=64 << 20),
+        capture_output=True,
+        env=child_env(),
+        timeout=120,
+        check=False,
+    )
     assert r.returncode == ExitCode.LIMIT_EXCEEDED, describe(r)
     lines = r.stderr.decode().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ckpt: error: the blobs to restore hold 1.0 TiB"), lines

@@ -54,7 +54,11 @@ def test_take_ls_show_restore(cli, st: Path, tmp_path: Path) -> None:  # type: i
 def test_msgpack_documents_keep_bytes_and_big_integers(cli, st: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     doc = {"memory": {"blob": b"\x00\xff", "n": 2**80, "nan": float("inf")}}
     f = tmp_path / "doc.msgpack"
-    f.write_bytes(msgpack.packb({"memory": {"blob": b"\x00\xff", "n": msgpack.ExtType(1, (2**80).to_bytes(11, "big", signed=True)), "nan": float("inf")}}))
+    f.write_bytes(
+        msgpack.packb(
+            {"memory": {"blob": b"\x00\xff", "n": msgpack.ExtType(1, (2**80).to_bytes(11, "big", signed=True)), "nan": float("inf")}}
+        )
+    )
     cid = cli("take", f, "--store", st).out.strip()
     out = tmp_path / "back.msgpack"
     assert cli("restore", cid, "--store", st, "-o", out).code == 0  # msgpack in, msgpack out

@@ -285,7 +285,9 @@ def test_the_validator_was_the_adapter_and_the_old_names_still_work(cli, fixture
         r = cli("compat", fixtures["mixed"], "-M", MIGRATIONS, flag, ADAPTER, "--json")
         verdicts[flag] = {Path(c["name"]).name: (c["status"], c["problem"]) for c in json.loads(r.out)["checkpoints"]}
     assert verdicts["--validator"] == verdicts["--adapter"] == verdicts["-a"] == EXPECTED
-    assert cli("compat", fixtures["good"], "--validator", ADAPTER, "--adapter", ADAPTER, "--json").code == ExitCode.FAILURE  # the same spec twice
+    assert (
+        cli("compat", fixtures["good"], "--validator", ADAPTER, "--adapter", ADAPTER, "--json").code == ExitCode.FAILURE
+    )  # the same spec twice
     r = cli("compat", fixtures["good"], "--validator", ADAPTER, "--adapter", "tests.schema_example.state:other")
     assert r.code == ExitCode.USAGE and r.err.strip().splitlines() == [
         "ckpt: error: --validator and --adapter (its old name) are both given; give --validator alone"

@@ -203,7 +203,9 @@ def test_repair_index_killed_anywhere_leaves_a_readable_store(pristine: Any, tmp
     src, states = pristine
     store_dir = copy_store(src, tmp_path)
     flip_byte(sorted((store_dir / "index").iterdir())[1], 40)
-    p = subprocess.run(fault_argv("repair", "index", "--store", store_dir), env=child_env({"CKPT_FAULT": point}), capture_output=True, timeout=120)
+    p = subprocess.run(
+        fault_argv("repair", "index", "--store", store_dir), env=child_env({"CKPT_FAULT": point}), capture_output=True, timeout=120
+    )
     assert p.returncode == -9, (p.returncode, p.stderr.decode())  # killed at that point
     st = _restores(store_dir, states)  # readable whatever the point
     st.on_warning = None

@@ -162,13 +162,21 @@ def test_tools_and_events_appended(cli, st_dir: Path, tmp_path: Path) -> None:  
     tools = [{"id": f"call-{i}", "name": "search", "args": {"q": f"query {i}"}, "status": "ok"} for i in range(200)]
     events = [{"kind": "tick", "n": i} for i in range(500)]
     a = _take(cli, st_dir, tmp_path, {"tools": tools, "events": events})
-    b = _take(cli, st_dir, tmp_path, {"tools": [*tools, {"id": "call-200", "name": "fetch", "status": "ok"}], "events": [*events, {"kind": "done"}]})
+    b = _take(
+        cli,
+        st_dir,
+        tmp_path,
+        {"tools": [*tools, {"id": "call-200", "name": "fetch", "status": "ok"}], "events": [*events, {"kind": "done"}]},
+    )
     text = _text(cli, st_dir, a, b)
     assert "tools\n" in text and '  + [200]: {"id": "call-200", "name": "fetch", "status": "ok"}' in text
     assert "events\n" in text and '  + [500]: {"kind": "done"}' in text
     out = _diff_json(cli, st_dir, a, b)
     assert [op["path"] for op in out["patch"]] == ["/tools/200", "/events/500"]
-    assert out["summary"]["sections"] == {"tools": {"added": 1, "removed": 0, "changed": 0}, "events": {"added": 1, "removed": 0, "changed": 0}}
+    assert out["summary"]["sections"] == {
+        "tools": {"added": 1, "removed": 0, "changed": 0},
+        "events": {"added": 1, "removed": 0, "changed": 0},
+    }
 
 
 def test_blobs_changed_with_sizes(cli, st_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -226,7 +234,11 @@ def test_blob_type_changes_and_symlinks(tmp_path: Path) -> None:
     text = [t for _k, t in render(result)]
     assert "- w/d/  directory" in text and "+ w/d  10 B" in text and "~ w/link  -> d/f.txt now -> d" in text
     listing = jsonpatch.apply_patch({"w": {}, "w/d": {}, "w/d/f.txt": {}, "w/link": {}}, result.blobs_patch())
-    assert listing == {"w": {}, "w/d": {"type": "file", "size": 10, "mode": 0o644, "sha256": __import__("hashlib").sha256(b"now a file").hexdigest()}, "w/link": {"type": "symlink", "target": "d"}}
+    assert listing == {
+        "w": {},
+        "w/d": {"type": "file", "size": 10, "mode": 0o644, "sha256": __import__("hashlib").sha256(b"now a file").hexdigest()},
+        "w/link": {"type": "symlink", "target": "d"},
+    }
 
 
 def test_long_strings_bytes_and_numeric_arrays_are_summarised(cli, st_dir: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -22,7 +22,16 @@ from ckptcli.format.values import Decoder, Encoder
 from tests import strategies
 from tests.strategies import DictSink
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example, HealthCheck.function_scoped_fixture])
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.large_base_example,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 DOLLAR = {"$only": [{"$inner": "x" * 70_000}] * 40, "other": {"$k": b"\x00" * 70_001}}
 
 
@@ -73,6 +82,17 @@ def test_stream_equals_serializing_the_decoded_state(mode: str, doc: Any) -> Non
         assert got == want, fmt
     for indent in (None, 2):
         view = {"id": "abc", "sections": {"memory": Section(skeleton.ev, "m")} if isinstance(skeleton, Section) else skeleton}
-        want_view = json.dumps({"id": "abc", "sections": {"memory": to_json(state)} if isinstance(skeleton, Section) else {k: to_json(v) for k, v in state.items()}}, indent=indent, ensure_ascii=False, allow_nan=False) + "\n"
+        want_view = (
+            json.dumps(
+                {
+                    "id": "abc",
+                    "sections": {"memory": to_json(state)} if isinstance(skeleton, Section) else {k: to_json(v) for k, v in state.items()},
+                },
+                indent=indent,
+                ensure_ascii=False,
+                allow_nan=False,
+            )
+            + "\n"
+        )
         got_view = _out(lambda out, indent=indent, view=view: docstream.write_document(view, sink, out, "view", indent=indent))
         assert got_view == want_view.encode(), indent

@@ -52,7 +52,10 @@ def test_a_live_savers_journal_shows_its_backlog_and_its_leases(tmp_path: Path, 
         checks = _checks(res)
         assert json.loads(res.out)["status"] == "ok"
         journals = _one(checks, "langgraph journals")
-        assert "1 journal(s)" in journals["detail"] and "1 of live savers (backlog: 5 put(s) not committed yet), 0 of savers that are gone" in journals["detail"]
+        assert (
+            "1 journal(s)" in journals["detail"]
+            and "1 of live savers (backlog: 5 put(s) not committed yet), 0 of savers that are gone" in journals["detail"]
+        )
         assert "1 held by a live saver now" in _one(checks, "langgraph thread leases")["detail"]
         assert "0 checkpoint(s)" in _one(checks, "store structure")["detail"]
     res = cli("doctor", "--json", "--store", store)  # closed: everything committed, the journal gone
@@ -217,7 +220,10 @@ def test_a_huge_journal_is_read_up_to_a_cap_and_memory_stays_bounded(tmp_path: P
     got = json.loads(r.stdout)
     assert got["rss_kib"] < 400 * 1024, got["rss_kib"]
     detail = _one(got["checks"], "langgraph journals", "warn")["detail"]
-    assert detail.startswith("big.journal was left by a saver that is gone: 0 record(s)") and "(records counted in its first 64.0 MiB of 1.0 GiB)" in detail
+    assert (
+        detail.startswith("big.journal was left by a saver that is gone: 0 record(s)")
+        and "(records counted in its first 64.0 MiB of 1.0 GiB)" in detail
+    )
 
 
 def test_a_doctor_run_writes_nothing_in_the_store(tmp_path: Path, cli: Any) -> None:
@@ -233,7 +239,9 @@ def test_a_doctor_run_writes_nothing_in_the_store(tmp_path: Path, cli: Any) -> N
         p.unlink()
 
     def tree() -> dict[str, tuple[int, int, bytes]]:
-        return {str(p): (p.lstat().st_mtime_ns, p.lstat().st_size, p.read_bytes() if p.is_file() else b"") for p in sorted(store.rglob("*"))}
+        return {
+            str(p): (p.lstat().st_mtime_ns, p.lstat().st_size, p.read_bytes() if p.is_file() else b"") for p in sorted(store.rglob("*"))
+        }
 
     before = tree()
     res = cli("doctor", "--json", "--store", store)
@@ -251,7 +259,9 @@ def test_the_memory_stores_logs_are_checked_as_verify_does(tmp_path: Path, cli: 
     res = cli("doctor", "--json", "--store", store)
     assert res.code == 1 and res.err.count("\n") == 1
     details = [c["detail"] for c in _checks(res) if c["name"] == "langgraph memory store" and c["status"] == "fail"]
-    assert f"{99:016x}.log: is not a LangGraph store log (bad header)" in details[0] and f"{100:016x}.log: is not a regular file" in details[1]
+    assert (
+        f"{99:016x}.log: is not a LangGraph store log (bad header)" in details[0] and f"{100:016x}.log: is not a regular file" in details[1]
+    )
     assert "2 log(s)" in _one(_checks(res), "langgraph memory store", "ok")["detail"]
 
 
@@ -322,7 +332,9 @@ def _fails_with(res: Any, name: str, err: Exception) -> None:
         ({"op": "w", "t": "t", "n": "", "i": "x", "w": [["task", "ch", "msgpack", "not bytes", "", 0, 1]]}, "a write of it is not"),
     ],
 )
-def test_an_intact_but_malformed_record_in_a_dead_journal_fails_as_the_saver_refuses_it(tmp_path: Path, cli: Any, record: dict[str, Any], why: str) -> None:
+def test_an_intact_but_malformed_record_in_a_dead_journal_fails_as_the_saver_refuses_it(
+    tmp_path: Path, cli: Any, record: dict[str, Any], why: str
+) -> None:
     """Its CRC is good, a field is missing or of the wrong type: the saver raises
     CorruptError; doctor said ok, with a warning that the next saver replays it."""
     store = tmp_path / ".ckpt"
@@ -362,8 +374,13 @@ def _replace(path: Path, kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["link", "file"])
-@pytest.mark.parametrize(("sub", "name"), [("langgraph", "langgraph journals"), ("langgraph/threads", "langgraph thread leases"), ("langgraph/want", "langgraph thread leases")])
-def test_a_savers_directory_that_is_a_link_or_no_directory_fails_with_the_savers_error(tmp_path: Path, cli: Any, sub: str, name: str, kind: str) -> None:
+@pytest.mark.parametrize(
+    ("sub", "name"),
+    [("langgraph", "langgraph journals"), ("langgraph/threads", "langgraph thread leases"), ("langgraph/want", "langgraph thread leases")],
+)
+def test_a_savers_directory_that_is_a_link_or_no_directory_fails_with_the_savers_error(
+    tmp_path: Path, cli: Any, sub: str, name: str, kind: str
+) -> None:
     """The saver raises StoreIOError (it writes nothing outside the store); doctor
     showed every check ok, reading the journals through the link."""
     store = tmp_path / ".ckpt"

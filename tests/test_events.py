@@ -136,9 +136,18 @@ def test_memory_set_and_delete() -> None:
 @pytest.mark.parametrize(
     ("events", "message"),
     [
-        ([ev("memory.set", path=["a"], value=1), ev("memory.set", seq=2, path=["a", "b"], value=2)], "event 2 (memory.set): /memory/a is an integer, not a map or list"),
-        ([ev("memory.set", path=["l"], value=[]), ev("memory.set", seq=2, path=["l", 1], value=2)], "/memory/l/1: index 1 is out of range (the list has 0 items)"),
-        ([ev("memory.set", path=["l"], value=[]), ev("memory.set", seq=2, path=["l", "x"], value=2)], "/memory/l is a list: 'x' is not an index"),
+        (
+            [ev("memory.set", path=["a"], value=1), ev("memory.set", seq=2, path=["a", "b"], value=2)],
+            "event 2 (memory.set): /memory/a is an integer, not a map or list",
+        ),
+        (
+            [ev("memory.set", path=["l"], value=[]), ev("memory.set", seq=2, path=["l", 1], value=2)],
+            "/memory/l/1: index 1 is out of range (the list has 0 items)",
+        ),
+        (
+            [ev("memory.set", path=["l"], value=[]), ev("memory.set", seq=2, path=["l", "x"], value=2)],
+            "/memory/l is a list: 'x' is not an index",
+        ),
         ([ev("memory.set", path=[0], value=1)], "/memory is a map: 0 is not a key"),
         ([ev("memory.delete", path=[])], "the path is empty"),
         ([ev("plan.pop")], "event 1 (plan.pop): the plan is empty"),
@@ -174,8 +183,29 @@ def test_tool_call_and_result_build_the_log() -> None:
         ev("tool.result", seq=4, ts=500, call_id="c2", status="error", error="timeout"),
     )
     assert s["tools"] == [
-        {"call_id": "c1", "tool": "search", "args": {"q": "x"}, "key": "idem-1", "status": "ok", "seq": 1, "ts": 100, "result": ["hit"], "result_seq": 3, "duration_ns": 300},
-        {"call_id": "c2", "tool": "fetch", "args": [1], "status": "error", "seq": 2, "ts": 150, "error": "timeout", "result_seq": 4, "duration_ns": 350},
+        {
+            "call_id": "c1",
+            "tool": "search",
+            "args": {"q": "x"},
+            "key": "idem-1",
+            "status": "ok",
+            "seq": 1,
+            "ts": 100,
+            "result": ["hit"],
+            "result_seq": 3,
+            "duration_ns": 300,
+        },
+        {
+            "call_id": "c2",
+            "tool": "fetch",
+            "args": [1],
+            "status": "error",
+            "seq": 2,
+            "ts": 150,
+            "error": "timeout",
+            "result_seq": 4,
+            "duration_ns": 350,
+        },
     ]
     with pytest.raises(InvalidInputError, match="no pending tool call 'c1'"):
         apply(s, ev("tool.result", seq=5, call_id="c1"))  # answered already
@@ -295,7 +325,13 @@ def _runs(draw: st.DrawFn) -> tuple[dict[str, Any], list[Event]]:
         seq = len(events) + 1
         which = draw(st.sampled_from(["set", "set_deep", "delete", "push", "pop", "update", "call", "result", "append", "dup"]))
         key = draw(st.sampled_from(_KEYS))
-        value = draw(st.one_of(st.integers(0, 9), st.lists(st.integers(0, 9), max_size=3), st.dictionaries(st.sampled_from("xyz"), st.integers(0, 9), max_size=2)))
+        value = draw(
+            st.one_of(
+                st.integers(0, 9),
+                st.lists(st.integers(0, 9), max_size=3),
+                st.dictionaries(st.sampled_from("xyz"), st.integers(0, 9), max_size=2),
+            )
+        )
         if which == "set":
             e = ev("memory.set", seq, path=[key], value=value)
         elif which == "set_deep":

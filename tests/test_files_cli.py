@@ -68,7 +68,14 @@ def test_dump_writes_one_file(store: Store, ck: api.Checkpoint, ws: Path, tmp_pa
     assert r.returncode == 0 and r.stdout == b"" and (tmp_path / "n.txt").read_bytes() == b"a note\n"
 
 
-@pytest.mark.parametrize(("path", "code", "says"), [("ws/src", ExitCode.INVALID_INPUT, "is a directory"), ("ws/link", ExitCode.INVALID_INPUT, "symlink"), ("nope", ExitCode.NOT_FOUND, "does not exist")])
+@pytest.mark.parametrize(
+    ("path", "code", "says"),
+    [
+        ("ws/src", ExitCode.INVALID_INPUT, "is a directory"),
+        ("ws/link", ExitCode.INVALID_INPUT, "symlink"),
+        ("nope", ExitCode.NOT_FOUND, "does not exist"),
+    ],
+)
 def test_dump_refuses_what_is_not_a_file(cli: Any, store: Store, ck: api.Checkpoint, path: str, code: int, says: str) -> None:
     r = cli("dump", ck.hex, path, "--store", store.location)
     assert r.code == code and says in r.err and r.out == ""

@@ -50,9 +50,9 @@ def _assert_reads_as_expected(store_dir: Path, tmp: Path) -> None:
                 out = tmp / f"blobs-{cid[:8]}"
                 shutil.rmtree(out, ignore_errors=True)
                 ck.restore_blobs(out)
-                assert sorted(p.relative_to(out / "files").as_posix() for p in (out / "files").rglob("*") if p.is_file() or p.is_symlink()) == sorted(
-                    want["blobs"]
-                )
+                assert sorted(
+                    p.relative_to(out / "files").as_posix() for p in (out / "files").rglob("*") if p.is_file() or p.is_symlink()
+                ) == sorted(want["blobs"])
         for ref, target in EXPECTED["refs"].items():
             assert store.resolve(ref.split("/", 1)[1]).hex() == target
     finally:
@@ -149,7 +149,10 @@ def test_v1_store_writes_v1_until_upgraded_and_refuses_newer_checkpoints(tmp_pat
 def _trace_points(store: Path, tmp: Path) -> list[str]:
     trace = tmp / "trace"
     p = subprocess.run(
-        fault_argv("migrate", "--format", "--store", store), env=child_env({"CKPT_FAULT_TRACE": str(trace)}), capture_output=True, timeout=120
+        fault_argv("migrate", "--format", "--store", store),
+        env=child_env({"CKPT_FAULT_TRACE": str(trace)}),
+        capture_output=True,
+        timeout=120,
     )
     assert p.returncode == 0, p.stderr.decode()
     return [line.split(" ", 1)[0] for line in trace.read_text().splitlines()]
@@ -184,7 +187,9 @@ def test_upgrade_killed_midway_leaves_every_checkpoint_readable(point: str, tmp_
     store = tmp_path / "store"
     shutil.copytree(V1 / "store", store)
     original = tree_snapshot(store, dir_mtimes=False, skip=("locks", "tmp"))
-    p = subprocess.run(fault_argv("migrate", "--format", "--store", store), env=child_env({"CKPT_FAULT": point}), capture_output=True, timeout=120)
+    p = subprocess.run(
+        fault_argv("migrate", "--format", "--store", store), env=child_env({"CKPT_FAULT": point}), capture_output=True, timeout=120
+    )
     assert p.returncode == -9, f"{point}: not killed (exit {p.returncode}): {p.stderr.decode()}"
     if point == "commit_temp:1:before":
         # before the config moves, the store is the original, byte for byte
@@ -207,7 +212,9 @@ def test_file_upgrade_killed_before_rename_leaves_the_original(when: str, tmp_pa
     path = tmp_path / "agent.ckpt"
     shutil.copy(V1 / "agent.ckpt", path)
     original = path.read_bytes()
-    p = subprocess.run(fault_argv("migrate", "--format", path), env=child_env({"CKPT_FAULT": f"file_write:1:{when}"}), capture_output=True, timeout=120)
+    p = subprocess.run(
+        fault_argv("migrate", "--format", path), env=child_env({"CKPT_FAULT": f"file_write:1:{when}"}), capture_output=True, timeout=120
+    )
     assert p.returncode == -9, p.stderr.decode()
     assert path.read_bytes() == original
     assert run_ckpt("verify", "--read-data", path).returncode == 0

@@ -162,7 +162,9 @@ def test_tree_node(v: dict[str, Any]) -> None:
     level, total, children = parse_tree_node(content, kind, oid)
     assert (level, total) == (v["level"], v["total"])
     if level > 0:
-        assert [[n, c.hex() if isinstance(c, bytes) else {"embedded": {"level": c[1], "total": c[2]}}] for n, c in children] == v["children"]
+        assert [[n, c.hex() if isinstance(c, bytes) else {"embedded": {"level": c[1], "total": c[2]}}] for n, c in children] == v[
+            "children"
+        ]
 
 
 # -- headers and records ---------------------------------------------------------------------

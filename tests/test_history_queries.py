@@ -55,7 +55,11 @@ def test_log_path_finds_the_one_change_and_agrees_with_a_diff_of_every_pair(hist
     found = [e.id.hex() for e in log(store, "agent:bot", path="/memory/some/key")]
     assert found == [ids[PLANT], ids[0]]  # the change, and the root where the value appeared
     # the oracle: the state-at diff of every (parent, child) pair at that path
-    changed = [ids[i] for i in range(1, len(ids)) if diff_checkpoints(open_checkpoint(ids[i - 1], store), open_checkpoint(ids[i], store), path="/memory/some/key").changes]
+    changed = [
+        ids[i]
+        for i in range(1, len(ids))
+        if diff_checkpoints(open_checkpoint(ids[i - 1], store), open_checkpoint(ids[i], store), path="/memory/some/key").changes
+    ]
     assert changed == [ids[PLANT]]
     # a path changed by every checkpoint: every one, newest first
     assert [e.id.hex() for e in log(store, "agent:bot", path="/memory/n")] == ids[::-1]
@@ -93,7 +97,12 @@ def test_log_cli_patch_shows_the_event_and_the_change(cli: Any, hist: tuple[Stor
     assert [e["id"] for e in entries] == [ids[PLANT], ids[0]]
     assert entries[0]["changes"] == [{"op": "replace", "path": "/memory/some/key", "old": 0, "new": "BAD"}]
     assert entries[0]["events"] == [
-        {"seq": bad_seq, "ts": entries[0]["events"][0]["ts"], "kind": "memory.set", "changes": [{"op": "replace", "path": "/memory/some/key", "old": 0, "new": "BAD"}]}
+        {
+            "seq": bad_seq,
+            "ts": entries[0]["events"][0]["ts"],
+            "kind": "memory.set",
+            "changes": [{"op": "replace", "path": "/memory/some/key", "old": 0, "new": "BAD"}],
+        }
     ]
     r = cli("log", "agent:bot", "--limit", "3", "--json", "--store", store.location)
     assert [e["id"] for e in json.loads(r.out)] == ids[:-4:-1]

@@ -720,10 +720,7 @@ def unsafe_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[s
 
 @pytest.mark.parametrize(
     "case",
-    [
-        n
-        for n in UNSAFE_BLOBS
-    ],
+    [n for n in UNSAFE_BLOBS],
 )
 def test_unsafe_paths_in_blobs(unsafe_store: tuple[Path, dict[str, str]], tmp_path: Path, case: str) -> None:
     """restore --blobs refuses the whole checkpoint (UNSAFE_PATH) before writing anything:

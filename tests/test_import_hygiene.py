@@ -46,7 +46,7 @@ def test_core_module_imports_no_ui(module: str) -> None:
 def test_a_whole_take_and_restore_imports_no_ui(tmp_path) -> None:  # type: ignore[no-untyped-def]
     code = f"""
 import sys, json, ckptcli
-s = ckptcli.init_store({str(tmp_path / 's')!r})
+s = ckptcli.init_store({str(tmp_path / "s")!r})
 cid = ckptcli.take(s, {{"memory": {{"x": "y" * 100000}}}}, subject="agent:a").id
 assert ckptcli.open_checkpoint(cid.hex(), s).state() == {{"memory": {{"x": "y" * 100000}}}}
 assert ckptcli.verify(s, read_data=True).ok

@@ -101,7 +101,17 @@ def test_the_console_script_loads_nothing_before_its_handler() -> None:
     # against a Ctrl-C: the window in which the signal is Python's own
     code = "import sys; before = set(sys.modules); from ckptcli.cli import entry; print('\\n'.join(sorted(set(sys.modules) - before)))"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
-    assert set(proc.stdout.split()) <= {"ckptcli", "ckptcli.cli", "signal", "_signal", "enum", "_weakrefset", "types", "operator", "functools"}, proc.stdout
+    assert set(proc.stdout.split()) <= {
+        "ckptcli",
+        "ckptcli.cli",
+        "signal",
+        "_signal",
+        "enum",
+        "_weakrefset",
+        "types",
+        "operator",
+        "functools",
+    }, proc.stdout
 
 
 def test_console_script_entry_point_is_the_guarded_one() -> None:

@@ -84,7 +84,11 @@ def test_removing_the_root_head_moves_latest_to_the_root_not_the_subgraph(tmp_pa
     head = _paused_in_subgraph(store)
     st = api.open_store(store)
     try:
-        ids = {m.labels["langgraph.checkpoint"]: cid for cid, m in ((c, st.manifest(c)) for c in st.manifest_ids()) if "langgraph.ns" not in m.labels}
+        ids = {
+            m.labels["langgraph.checkpoint"]: cid
+            for cid, m in ((c, st.manifest(c)) for c in st.manifest_ids())
+            if "langgraph.ns" not in m.labels
+        }
         parent = st.manifest(ids[head]).labels["langgraph.parent"]
         remove_checkpoints(st, [ids[head]])
     finally:
@@ -112,7 +116,14 @@ def _replayed_equals_the_child(store: Path, history: dict[str, Any]) -> set[str]
         for cid in st.manifest_ids():
             ck = api.open_checkpoint(cid.hex(), st)
             lab = ck.manifest.labels
-            child = next((s for s in history.values() if s.parent_config and s.parent_config["configurable"]["checkpoint_id"] == lab.get("langgraph.checkpoint")), None)
+            child = next(
+                (
+                    s
+                    for s in history.values()
+                    if s.parent_config and s.parent_config["configurable"]["checkpoint_id"] == lab.get("langgraph.checkpoint")
+                ),
+                None,
+            )
             if "langgraph.ns" in lab or child is None:
                 continue
             state = replay(prepare(ck, load_tail(ck)))
@@ -135,7 +146,13 @@ def test_replay_applies_a_langgraph_checkpoints_writes_to_its_channels(tmp_path:
     assert _replayed_equals_the_child(store, history) == {"messages", "steps", "summary"}
     # the step that answers: the new message is in the replayed state
     answering = next(s for s in history.values() if s.next == ("agent",) and isinstance(s.values["messages"][-1], ToolMessage))
-    got = cli("replay", f"agent:t1~{sum(1 for s in history.values() if s.metadata['step'] > answering.metadata['step'])}", "--step", "--store", store)
+    got = cli(
+        "replay",
+        f"agent:t1~{sum(1 for s in history.values() if s.metadata['step'] > answering.metadata['step'])}",
+        "--step",
+        "--store",
+        store,
+    )
     assert got.code == 0, got.err
     added = [line for line in got.out.splitlines() if line.startswith("    + memory.messages[3]: ")]
     assert len(added) == 1 and '"AIMessage", {"content": "Yo' in added[0] and "not applied" not in got.out, got.out
@@ -163,7 +180,9 @@ def test_replay_says_which_writes_it_cannot_apply(tmp_path: Path, cli: Any) -> N
     assert "+ memory.seen[2]: 7" in got.out
     assert "! not applied: best: its reducer is unknown: none ckpt knows" in got.out, got.out
     # what was applied was inferred, and the output says so
-    assert "reducers inferred from the thread's recorded steps, not read from the graph: best: unknown; seen: operator.add" in got.out, got.out
+    assert "reducers inferred from the thread's recorded steps, not read from the graph: best: unknown; seen: operator.add" in got.out, (
+        got.out
+    )
     state = json.loads(cli("replay", "agent:t1~1", "--json", "--store", store).out)["state"]
     assert state["memory"]["best"] == 5 and state["ext"]["langgraph"]["reducers"] == {"best": [], "seen": ["operator.add"]}
 
@@ -199,7 +218,11 @@ def test_diff_of_two_revisions_compares_writes_by_task_and_index(tmp_path: Path,
     got = json.loads(cli("diff", rev1, rev2["id"], "--section", "events", "--json", "--store", store).out)
     writes = got["writes"]
     assert sorted(w["channel"] for w in writes if w["op"] == "add") == ["__resume__", "__resume__", "branch:to:tools", "steps"], writes
-    assert [w for w in writes if w["op"] != "add"] == [] and got["summary"]["sections"]["events"] == {"added": 4, "removed": 0, "changed": 0}
+    assert [w for w in writes if w["op"] != "add"] == [] and got["summary"]["sections"]["events"] == {
+        "added": 4,
+        "removed": 0,
+        "changed": 0,
+    }
     text = cli("diff", rev1, rev2["id"], "--section", "events", "--store", store, "--all").out  # with the branch:to:* write
     lines = [line.strip() for line in text.splitlines()[1:-1] if line.strip() != "events"]
     assert len(lines) == 4 and all(line.startswith("+ write ") for line in lines), text
@@ -217,9 +240,15 @@ def test_diff_of_writes_says_which_changed_and_ignores_where_they_sit(tmp_path: 
     another position (another seq) is no change."""
     store = tmp_path / ".ckpt"
     with CkptSaver.open(store) as saver:
-        for thread, writes in (("a", [("t2", "notes", "same")]), ("b", [("t1", "notes", "new"), ("t2", "notes", "same")]), ("c", [("t1", "notes", "other"), ("t2", "notes", "same")])):
+        for thread, writes in (
+            ("a", [("t2", "notes", "same")]),
+            ("b", [("t1", "notes", "new"), ("t2", "notes", "same")]),
+            ("c", [("t1", "notes", "other"), ("t2", "notes", "same")]),
+        ):
             cp = empty_checkpoint()
-            cfg = saver.put({"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, cp, {"source": "loop", "step": 1, "parents": {}}, {})
+            cfg = saver.put(
+                {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}, cp, {"source": "loop", "step": 1, "parents": {}}, {}
+            )
             for task, channel, value in writes:
                 saver.put_writes(cfg, [(channel, value)], task_id=task)
     moved = json.loads(cli("diff", "agent:a", "agent:b", "--section", "events", "--json", "--store", store).out)

@@ -38,7 +38,9 @@ def tuples(saver: CkptSaver, thread: str) -> list[Any]:
         c = t.config["configurable"]
         parent = t.parent_config["configurable"]["checkpoint_id"] if t.parent_config else None
         skeleton = {k: v for k, v in t.checkpoint.items() if k != "channel_values"}
-        out.append((c["checkpoint_ns"], c["checkpoint_id"], parent, skeleton, dict(t.checkpoint["channel_values"]), t.metadata, t.pending_writes))
+        out.append(
+            (c["checkpoint_ns"], c["checkpoint_id"], parent, skeleton, dict(t.checkpoint["channel_values"]), t.metadata, t.pending_writes)
+        )
     return out
 
 
@@ -48,9 +50,26 @@ def history(graph: Any, thread: str) -> list[Any]:
     out: list[Any] = []
     for s in graph.get_state_history(cfg):
         parent = s.parent_config["configurable"]["checkpoint_id"] if s.parent_config else None
-        out.append((s.config["configurable"]["checkpoint_id"], parent, s.values, s.next, s.metadata, s.created_at, [_task(t, thread) for t in s.tasks], s.interrupts))
+        out.append(
+            (
+                s.config["configurable"]["checkpoint_id"],
+                parent,
+                s.values,
+                s.next,
+                s.metadata,
+                s.created_at,
+                [_task(t, thread) for t in s.tasks],
+                s.interrupts,
+            )
+        )
     now = graph.get_state(cfg, subgraphs=True)
-    out.append((now.values, now.next, [(t.name, t.interrupts, t.state.values if t.state is not None and hasattr(t.state, "values") else None) for t in now.tasks]))
+    out.append(
+        (
+            now.values,
+            now.next,
+            [(t.name, t.interrupts, t.state.values if t.state is not None and hasattr(t.state, "values") else None) for t in now.tasks],
+        )
+    )
     return out
 
 
@@ -257,7 +276,10 @@ def test_deleting_pruning_or_sweeping_one_leaves_the_other_whole(tmp_path: Path)
     with CkptSaver.open(store) as saver:
         assert tuples(saver, SOURCE) == expected
         graph = support_builder().compile(checkpointer=saver)
-        assert normalized(graph.invoke(Command(resume="yes"), {"configurable": {"thread_id": SOURCE}}))["messages"][-1].content == "Your order is delivered."
+        assert (
+            normalized(graph.invoke(Command(resume="yes"), {"configurable": {"thread_id": SOURCE}}))["messages"][-1].content
+            == "Your order is delivered."
+        )
 
 
 class Clock:

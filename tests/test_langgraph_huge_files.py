@@ -34,7 +34,11 @@ DATA_LIMIT = 400 << 20
 
 def _capped(code: str, *args: str) -> dict[str, object]:
     """Run `code` in a fresh interpreter whose data segment is capped; its JSON result."""
-    prog = f"import json, resource, sys\nresource.setrlimit(resource.RLIMIT_DATA, ({DATA_LIMIT}, {DATA_LIMIT}))\n" + code + "\nprint(json.dumps(out))"
+    prog = (
+        f"import json, resource, sys\nresource.setrlimit(resource.RLIMIT_DATA, ({DATA_LIMIT}, {DATA_LIMIT}))\n"
+        + code
+        + "\nprint(json.dumps(out))"
+    )
     r = subprocess.run([sys.executable, "-c", prog, *args], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert r.returncode == 0, r.stderr[-2000:]
     result: dict[str, object] = json.loads(r.stdout.strip().splitlines()[-1])
@@ -310,7 +314,9 @@ def test_a_put_over_256_mib_survives_a_kill(tmp_path: Path) -> None:
     )
     r = subprocess.run([sys.executable, "-c", check, str(store)], capture_output=True, text=True, timeout=600, cwd=REPO)
     assert r.returncode == 0 and r.stdout.split() == ["1", str(270 << 20), str(270 << 20)], r.stderr[-2000:]
-    res = subprocess.run([sys.executable, "-m", "ckptcli", "verify", "--store", str(store)], capture_output=True, text=True, timeout=600, cwd=REPO)
+    res = subprocess.run(
+        [sys.executable, "-m", "ckptcli", "verify", "--store", str(store)], capture_output=True, text=True, timeout=600, cwd=REPO
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 

@@ -60,7 +60,9 @@ def _same_tuple(mine: Any, theirs: Any) -> None:
     assert mine is not None, theirs.config
     assert mine.checkpoint == theirs.checkpoint
     assert mine.metadata == theirs.metadata
-    assert (mine.parent_config or {}).get("configurable", {}).get("checkpoint_id") == (theirs.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+    assert (mine.parent_config or {}).get("configurable", {}).get("checkpoint_id") == (theirs.parent_config or {}).get(
+        "configurable", {}
+    ).get("checkpoint_id")
     assert mine.pending_writes == theirs.pending_writes
 
 
@@ -125,7 +127,9 @@ def test_thread_filter_and_importing_again(sqlite_db: Path, tmp_path: Path, cli)
     assert third["checkpoints"] == 0 and len(api.open_store(store).manifest_ids()) == manifests, "nothing written again"
     assert third["writes"] == 0, "the writes the store has already are not counted as imported"
     fourth = cli("import", "langgraph", sqlite_db, "--store", store)
-    assert fourth.code == 0 and fourth.out.startswith(f"nothing new to import: {store} has the {third['already_present']} checkpoints of "), fourth.out
+    assert fourth.code == 0 and fourth.out.startswith(
+        f"nothing new to import: {store} has the {third['already_present']} checkpoints of "
+    ), fourth.out
     assert cli("import", "langgraph", sqlite_db, "--thread", "no-such-thread", "--store", store).code == ExitCode.NOT_FOUND
 
 
@@ -148,7 +152,9 @@ def test_an_imported_thread_carries_on_in_langgraph(sqlite_db: Path, tmp_path: P
 def test_a_large_history_imports_in_o_new_data(tmp_path: Path) -> None:
     db = tmp_path / "big.sqlite"
     conn = sqlite3.connect(str(db), check_same_thread=False)
-    chat_builder(300, words=60).compile(checkpointer=SqliteSaver(conn)).invoke({"messages": []}, {"configurable": {"thread_id": "big"}, "recursion_limit": 400})
+    chat_builder(300, words=60).compile(checkpointer=SqliteSaver(conn)).invoke(
+        {"messages": []}, {"configurable": {"thread_id": "big"}, "recursion_limit": 400}
+    )
     conn.close()
     store = api.init_store(tmp_path / ".ckpt")
     report = import_sqlite(store, db)
@@ -167,7 +173,9 @@ def test_a_large_history_imports_in_o_new_data(tmp_path: Path) -> None:
     ],
     ids=["random-bytes", "foreign-sqlite", "truncated-sqlite", "missing"],
 )
-def test_bad_databases_get_one_line_and_an_exit_code(tmp_path: Path, make: Any, code: int, words: str, request: pytest.FixtureRequest) -> None:
+def test_bad_databases_get_one_line_and_an_exit_code(
+    tmp_path: Path, make: Any, code: int, words: str, request: pytest.FixtureRequest
+) -> None:
     if request.node.callspec.id == "truncated-sqlite":
         src = request.getfixturevalue("sqlite_db")
         shutil.copy(src, tmp_path / "db.sqlite")

@@ -31,7 +31,9 @@ def _turn_with_subgraph() -> Any:
     sub.add_edge(START, "note")
     sub.add_edge("note", END)
     b = StateGraph(ChatState)
-    b.add_node("answer", lambda s: {"messages": [AIMessage(content=f"answer {len(s['messages'])} " + "x" * 200, id=f"a-{len(s['messages'])}")]})
+    b.add_node(
+        "answer", lambda s: {"messages": [AIMessage(content=f"answer {len(s['messages'])} " + "x" * 200, id=f"a-{len(s['messages'])}")]}
+    )
     b.add_node("sub", sub.compile())
     b.add_edge(START, "answer")
     b.add_edge("answer", "sub")

@@ -59,7 +59,9 @@ def _read(saver: Any) -> dict[str, Any]:
         "chat": _history(chat, CHAT),
         "chat_state": normalized(chat.get_state(CHAT).values),
         "review": _history(review, REVIEW),
-        "review_sub": sorted(str(t.checkpoint["channel_values"].get("notes")) for t in saver.list(REVIEW) if t.config["configurable"]["checkpoint_ns"]),
+        "review_sub": sorted(
+            str(t.checkpoint["channel_values"].get("notes")) for t in saver.list(REVIEW) if t.config["configurable"]["checkpoint_ns"]
+        ),
     }
 
 

@@ -68,7 +68,11 @@ def _first(state: _Timed) -> dict[str, Any]:
 
 
 def _second(state: _Timed) -> dict[str, Any]:
-    return {"messages": [AIMessage(content="bye", id="ai-2")], "when": datetime(2026, 11, 26, 11, 0, 2, 500, tzinfo=UTC), "ns": 1_795_715_205_445_941_856}
+    return {
+        "messages": [AIMessage(content="bye", id="ai-2")],
+        "when": datetime(2026, 11, 26, 11, 0, 2, 500, tzinfo=UTC),
+        "ns": 1_795_715_205_445_941_856,
+    }
 
 
 def test_times_in_a_langgraph_state_read_as_utc_iso(tmp_path: Path, cli: Any) -> None:
@@ -100,6 +104,9 @@ def test_readable_times_inside_objects_and_naive_datetimes() -> None:
     naive = {"$ext": 3, "data": ["datetime", "datetime", "2026-11-26T11:00:00", "fromisoformat"]}
     assert readable(naive) == "2026-11-26T11:00:00 (no time zone)"
     interrupt = {"$ext": 2, "data": ["langgraph.types", "Interrupt", {"value": {"at": naive, "ns": 1_795_715_105_445_941_856}, "id": "x"}]}
-    assert readable(interrupt) == 'Interrupt {"value": {"at": "2026-11-26T11:00:00 (no time zone)", "ns": "1795715105445941856 (2026-11-26T17:45:05Z)"}, "id": "x"}'
+    assert (
+        readable(interrupt)
+        == 'Interrupt {"value": {"at": "2026-11-26T11:00:00 (no time zone)", "ns": "1795715105445941856 (2026-11-26T17:45:05Z)"}, "id": "x"}'
+    )
     assert readable({"$ext": 3, "data": ["datetime", "datetime", "not a time", "fromisoformat"]})["data"][2] == "not a time"
     assert readable(5) == 5 and readable(1_795_715_105_445_941_856) == 1_795_715_105_445_941_856  # numbers stay numbers unless asked

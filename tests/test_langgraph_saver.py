@@ -97,13 +97,19 @@ def test_resident_threads_bounds_what_stays_in_memory(tmp_path: Path) -> None:
             cfg = {"configurable": {"thread_id": f"t{t}"}}
             graph.invoke({"messages": []}, cfg)
             saver.flush()
-            expected[f"t{t}"] = [(c.config["configurable"]["checkpoint_id"], c.checkpoint["channel_values"].copy(), c.pending_writes) for c in saver.list(cfg)]
+            expected[f"t{t}"] = [
+                (c.config["configurable"]["checkpoint_id"], c.checkpoint["channel_values"].copy(), c.pending_writes)
+                for c in saver.list(cfg)
+            ]
         resident = {key[0] for key, e in saver._entries.items() if e.loaded}
         assert len(saver._used) <= 3 and saver.evicted >= 9 and len(resident) <= 3 + 1
         assert {b[0] for b in saver._blobs} <= set(saver._used)
         for thread, history in expected.items():  # read back from the store, in another order
             cfg = {"configurable": {"thread_id": thread}}
-            got = [(c.config["configurable"]["checkpoint_id"], c.checkpoint["channel_values"].copy(), c.pending_writes) for c in saver.list(cfg)]
+            got = [
+                (c.config["configurable"]["checkpoint_id"], c.checkpoint["channel_values"].copy(), c.pending_writes)
+                for c in saver.list(cfg)
+            ]
             assert got == history, thread
         graph.invoke({"messages": []}, {"configurable": {"thread_id": "t0"}})  # a dropped thread goes on
         assert graph.get_state({"configurable": {"thread_id": "t0"}}).values["messages"][:6] == expected["t0"][0][1]["messages"]
@@ -238,7 +244,9 @@ def _expected(value: Any) -> Any:
     return serde.loads_typed(serde.dumps_typed(value))
 
 
-def _put(saver: CkptSaver, thread: str, values: dict[str, Any], parent: str | None = None, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+def _put(
+    saver: CkptSaver, thread: str, values: dict[str, Any], parent: str | None = None, metadata: dict[str, Any] | None = None
+) -> dict[str, Any]:
     cp = empty_checkpoint()
     cp["channel_values"] = values
     versions = {k: saver.get_next_version(None, None) for k in values}
@@ -253,7 +261,9 @@ def _put(saver: CkptSaver, thread: str, values: dict[str, Any], parent: str | No
 def test_every_value_type_round_trips_exactly(tmp_path: Path, reopen: bool) -> None:
     store = tmp_path / ".ckpt"
     saver = open_saver(store)
-    cfg = _put(saver, "types", dict(VALUES), metadata={"source": "input", "step": -1, "parents": {}, "extra": VALUES["datetime"], "n": [1, 2]})
+    cfg = _put(
+        saver, "types", dict(VALUES), metadata={"source": "input", "step": -1, "parents": {}, "extra": VALUES["datetime"], "n": [1, 2]}
+    )
     saver.put_writes(cfg, [(name, value) for name, value in VALUES.items()], task_id="task-1", task_path="~p")
     # and all of them as the items of one list, which is stored item by item
     cfg2 = _put(saver, "types", {"items": list(VALUES.values())}, parent=cfg["configurable"]["checkpoint_id"])
@@ -279,11 +289,18 @@ def test_every_value_type_round_trips_exactly(tmp_path: Path, reopen: bool) -> N
 def test_async_api_matches_the_sync_one(tmp_path: Path) -> None:
     async def main() -> None:
         async with open_saver(tmp_path / ".ckpt") as saver:
-            cfg = await saver.aput({"configurable": {"thread_id": "a", "checkpoint_ns": ""}}, _checkpoint({"x": 1}), {"source": "input", "step": -1}, {"x": "1"})
+            cfg = await saver.aput(
+                {"configurable": {"thread_id": "a", "checkpoint_ns": ""}},
+                _checkpoint({"x": 1}),
+                {"source": "input", "step": -1},
+                {"x": "1"},
+            )
             await saver.aput_writes(cfg, [("x", 2)], "t1")
             got = await saver.aget_tuple(cfg)
             assert got is not None and got.checkpoint["channel_values"] == {"x": 1} and got.pending_writes == [("t1", "x", 2)]
-            assert [t.config async for t in saver.alist({"configurable": {"thread_id": "a"}})] == [t.config for t in saver.list({"configurable": {"thread_id": "a"}})]
+            assert [t.config async for t in saver.alist({"configurable": {"thread_id": "a"}})] == [
+                t.config for t in saver.list({"configurable": {"thread_id": "a"}})
+            ]
             await saver.acopy_thread("a", "b")
             assert (await saver.aget_tuple({"configurable": {"thread_id": "b"}})).pending_writes == [("t1", "x", 2)]  # type: ignore[union-attr]
             await saver.adelete_thread("a")
@@ -364,7 +381,9 @@ def test_delete_thread_and_prune_remove_data_from_the_store(tmp_path: Path) -> N
     saver.delete_thread("gone")
     saver.prune(["pruned"], strategy="keep_latest")
     assert saver.get_tuple({"configurable": {"thread_id": "gone"}}) is None
-    assert [t.config["configurable"]["checkpoint_id"] for t in saver.list({"configurable": {"thread_id": "pruned"}})] == [latest.config["configurable"]["checkpoint_id"]]  # type: ignore[union-attr]
+    assert [t.config["configurable"]["checkpoint_id"] for t in saver.list({"configurable": {"thread_id": "pruned"}})] == [
+        latest.config["configurable"]["checkpoint_id"]
+    ]  # type: ignore[union-attr]
     saver.close()
     assert _thread_manifests(store, "gone") == []
     assert len(_thread_manifests(store, "pruned")) == 1
@@ -389,7 +408,9 @@ def test_list_filters_before_and_limit_also_from_the_store(tmp_path: Path) -> No
     assert [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg)] == every == sorted(every, reverse=True)
     assert [t.metadata["step"] for t in saver.list(cfg, filter={"source": "loop", "step": 3})] == [3]
     assert [t.metadata["source"] for t in saver.list(cfg, filter={"source": "input"})] == ["input"]
-    assert [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg, before={"configurable": {"checkpoint_id": every[2]}}, limit=2)] == every[3:5]
+    assert [
+        t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg, before={"configurable": {"checkpoint_id": every[2]}}, limit=2)
+    ] == every[3:5]
     assert len(list(saver.list(None))) == len(every)
     assert list(saver.list({"configurable": {"thread_id": "nope"}})) == []
     saver.close()
@@ -469,7 +490,10 @@ def test_a_process_killed_mid_run_loses_no_put_that_returned(tmp_path: Path, fsy
     store = tmp_path / ".ckpt"
     CkptSaver.open(store).close()
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD.format(repo=str(REPO), store=str(store), fsync=fsync)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", CHILD.format(repo=str(REPO), store=str(store), fsync=fsync)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     ids = []
     assert child.stdout is not None
@@ -638,7 +662,9 @@ def test_the_async_api_never_runs_the_saver_on_the_event_loop(tmp_path: Path) ->
         saver = Watched(api.init_store(tmp_path / ".ckpt"))
         try:
             graph = chat_builder(turns=150, words=5).compile(checkpointer=saver)
-            await asyncio.gather(*(graph.ainvoke({"messages": []}, {"configurable": {"thread_id": f"t{i}"}, "recursion_limit": 400}) for i in range(3)))
+            await asyncio.gather(
+                *(graph.ainvoke({"messages": []}, {"configurable": {"thread_id": f"t{i}"}, "recursion_limit": 400}) for i in range(3))
+            )
             cfg = {"configurable": {"thread_id": "t1"}}
             via_async = [t.config async for t in saver.alist(cfg)]  # more than one batch
             return loop_thread, via_async, [t.config for t in CkptSaver.list(saver, cfg)]  # not watched

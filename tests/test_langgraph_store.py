@@ -450,7 +450,11 @@ def test_two_processes_see_each_others_writes(tmp_path: Path) -> None:
     store = tmp_path / ".ckpt"
     s = CkptStore.open(store, compact_bytes=8192)
     child = subprocess.Popen(
-        [sys.executable, "-c", WORKER.format(repo=str(REPO), store=str(store))], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", WORKER.format(repo=str(REPO), store=str(store))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert child.stdin is not None and child.stdout is not None
     try:
@@ -711,7 +715,10 @@ def test_two_writers_killed_at_random_moments_lose_nothing(tmp_path: Path) -> No
     for rnd in range(SCALE):
         kids = {
             who: subprocess.Popen(
-                [sys.executable, "-c", MULTI_PUTTER.format(repo=str(REPO), store=str(store)), who, str(rnd)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                [sys.executable, "-c", MULTI_PUTTER.format(repo=str(REPO), store=str(store)), who, str(rnd)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
             )
             for who in ("a", "b")
         }
@@ -837,7 +844,12 @@ def test_lone_surrogates_are_refused_in_one_line_and_nothing_is_written(tmp_path
     with CkptStore.open(store) as s:
         log = next((store / "langgraph" / "store").glob("*.log"))
         size = log.stat().st_size
-        for ns, key, value in [(("a",), "\ud800", {"x": 1}), (("a", "\udcff"), "k", {"x": 1}), (("a",), "k", {"\ud800": 1}), (("a",), "k", {"x": {"\udcff": [1]}})]:
+        for ns, key, value in [
+            (("a",), "\ud800", {"x": 1}),
+            (("a", "\udcff"), "k", {"x": 1}),
+            (("a",), "k", {"\ud800": 1}),
+            (("a",), "k", {"x": {"\udcff": [1]}}),
+        ]:
             for put in (s.put, lambda *a: asyncio.run(s.aput(*a))):
                 with pytest.raises(InvalidInputError) as info:
                     put(ns, key, value)

@@ -498,7 +498,10 @@ def test_several_workers_running_one_thread_back_to_back_all_make_progress(tmp_p
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _SHARED_WORKER, str(store), f"w{n}", "10", str(counts), str(workers)],
-            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for n in range(workers)
     ]
@@ -569,7 +572,12 @@ def test_a_request_left_by_a_waiter_that_was_killed_is_removed_and_not_waited_fo
         graph = _chat(saver)
         graph.invoke({"messages": [HumanMessage(content="q1", id="user-q1")]}, {"configurable": {"thread_id": "t"}})
         assert os.listdir(want) == []  # removed: the next saver does not find it either
-        assert [m.content for m in graph.get_state({"configurable": {"thread_id": "t"}}).values["messages"]] == ["q0", "echo q0 after 1", "q1", "echo q1 after 3"]
+        assert [m.content for m in graph.get_state({"configurable": {"thread_id": "t"}}).values["messages"]] == [
+            "q0",
+            "echo q0 after 1",
+            "q1",
+            "echo q1 after 3",
+        ]
 
 
 def test_deleting_or_sweeping_a_thread_removes_its_lease(tmp_path: Path) -> None:
@@ -646,7 +654,10 @@ def test_a_holder_that_never_hands_over_is_named_and_the_waiters_ahead_counted(t
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         with CkptSaver.open(store, lease_timeout=1) as saver:
-            with pytest.raises(LockError, match=r"held by another process's CkptSaver, which did not hand it over within 1 s \(1 other waiter\(s\) ahead of this one\)"):
+            with pytest.raises(
+                LockError,
+                match=r"held by another process's CkptSaver, which did not hand it over within 1 s \(1 other waiter\(s\) ahead of this one\)",
+            ):
                 saver.get_tuple({"configurable": {"thread_id": "t"}})
             assert os.listdir(want) == [ahead.name]
     finally:

@@ -59,7 +59,9 @@ def test_a_failing_migration_is_one_line_exit_1_and_writes_nothing(tmp_path: Pat
     assert p.returncode == 1 and "Traceback" not in err and err.count("\n") == 1, err
     assert "migration 2->3" in err and "AttributeError" in err
     assert len(open_store(tmp_path / "store").manifest_ids()) == n
-    dbg = run_ckpt("migrate", "agent:b", "-M", "tests.schema_example.migrations", "--store", tmp_path / "store", cwd=REPO, env={"CKPT_DEBUG": "1"})
+    dbg = run_ckpt(
+        "migrate", "agent:b", "-M", "tests.schema_example.migrations", "--store", tmp_path / "store", cwd=REPO, env={"CKPT_DEBUG": "1"}
+    )
     assert dbg.returncode == 1 and "Traceback" in dbg.stderr.decode() and "split_user" in dbg.stderr.decode()
 
 

@@ -29,7 +29,9 @@ from tests.helpers_faults import child_env, ckpt_argv, fault_argv
 def _manifests(times: list[datetime], subject: str = "agent:a", labels: dict[int, dict[str, str]] | None = None) -> dict[bytes, Manifest]:
     out = {}
     for i, t in enumerate(times):
-        m = Manifest(subject=Subject.parse(subject), sections={}, layout={}, created_ns=int(t.timestamp() * 1e9), labels=(labels or {}).get(i, {}))
+        m = Manifest(
+            subject=Subject.parse(subject), sections={}, layout={}, created_ns=int(t.timestamp() * 1e9), labels=(labels or {}).get(i, {})
+        )
         out[bytes([i]) * 32] = m
     return out
 
@@ -209,7 +211,12 @@ class PruneMachine(RuleBasedStateMachine):
 
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    @rule(target=checkpoints, subject=st.sampled_from(["agent:a", "agent:b"]), picks=st.lists(st.integers(0, 5), max_size=4), n=st.integers(0, 60))
+    @rule(
+        target=checkpoints,
+        subject=st.sampled_from(["agent:a", "agent:b"]),
+        picks=st.lists(st.integers(0, 5), max_size=4),
+        n=st.integers(0, 60),
+    )
     def take_one(self, subject: str, picks: list[int], n: int) -> bytes:
         state = {"memory": {"items": [self.pool[i] for i in picks], "n": n}, "events": list(range(n))}
         mine = [c for c in self.order if self.subject_of[c] == subject and c in self.states]
@@ -334,7 +341,9 @@ def _reap(procs: list[tuple[Any, subprocess.Popen[bytes]]], docs: dict[str, Any]
 # -- a prune killed anywhere -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("point", ["commit_temp:1:after", "delete:1:after", "delete:3:before", "delete:8:after", "delete:20:after", "pack_add:1:after"])
+@pytest.mark.parametrize(
+    "point", ["commit_temp:1:after", "delete:1:after", "delete:3:before", "delete:8:after", "delete:20:after", "pack_add:1:after"]
+)
 def test_a_prune_killed_anywhere_loses_nothing_and_the_next_one_finishes(tmp_path: Path, point: str) -> None:
     store_dir = tmp_path / "store"
     st = ckptcli.init_store(store_dir)

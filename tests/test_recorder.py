@@ -56,7 +56,12 @@ def test_a_refused_event_changes_nothing(store: Store, tmp_path: Path) -> None:
         rec.append("plan.push", item=1)
         size = j.stat().st_size
         state = rec.state
-        for kind, fields in [("plan.update", {"value": 1, "index": 5}), ("memory.set", {"path": ["x"], "value": (1,)}), ("memory.set", {"path": ["s"], "value": "\udc80"}), ("nope", {})]:
+        for kind, fields in [
+            ("plan.update", {"value": 1, "index": 5}),
+            ("memory.set", {"path": ["x"], "value": (1,)}),
+            ("memory.set", {"path": ["s"], "value": "\udc80"}),
+            ("nope", {}),
+        ]:
             with pytest.raises(InvalidInputError):
                 rec.append(kind, **fields)
         assert rec.state is state and rec.next_seq == 2 and j.stat().st_size == size
@@ -225,7 +230,11 @@ def test_a_step_function_runs_live(store: Store, tmp_path: Path) -> None:
         assert rec.state["tools"][1]["status"] == "error"
         with pytest.raises(ValueError, match="the step broke"):
             rec.step(step, "message.append", message="boom", sender="user")
-        assert rec.tail[-1].kind == "error" and rec.tail[-1].fields == {"cause": rec.tail[-1].cause, "message": "the step broke", "type": "ValueError"}
+        assert rec.tail[-1].kind == "error" and rec.tail[-1].fields == {
+            "cause": rec.tail[-1].cause,
+            "message": "the step broke",
+            "type": "ValueError",
+        }
         rec.step(step, "message.append", message="x", sender="user", tools={})  # no such tool: recorded as a failed call
         assert rec.state["tools"][-1]["error"] == "no tool 'lookup' was given to the recorder"
         assert len(calls) == 3
@@ -421,7 +430,13 @@ def test_sigkill_mid_append_loses_at_most_the_unwritten_batch(tmp_path: Path, ro
     batch = [1, 3, 8, 16][round_ % 4]
     wait_for = random.Random(round_).randrange(3, 25)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(store_path), str(j), str(batch)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=REPO)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(store_path), str(j), str(batch)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=REPO,
+    )
     assert child.stdout is not None
     last_durable = seen = 0
     for line in child.stdout:

@@ -57,7 +57,9 @@ def test_a_prune_between_a_recorders_checkpoints_loses_nothing(tmp_path: Path) -
     store = tmp_path / "store"
     ckptcli.init_store(store)
     argv = [sys.executable, "-c", _RECORDER, str(store), str(tmp_path / "r.journal")]
-    with subprocess.Popen(argv, cwd=REPO, env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+    with subprocess.Popen(
+        argv, cwd=REPO, env=child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as child:
         assert child.stdin is not None and child.stdout is not None and child.stderr is not None
 
         def ask(cmd: str) -> Any:

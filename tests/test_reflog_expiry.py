@@ -227,7 +227,9 @@ def test_a_reader_never_sees_a_log_being_trimmed_in_part(st: Path) -> None:
     with s.backend.lock("refs", shared=False):
         reflog.append(s.backend, "refs/tags/t", None, ids[0], "tag")
     stop = st.parent / "stop"
-    with subprocess.Popen([sys.executable, "-c", _READER, str(log), str(stop)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as reader:
+    with subprocess.Popen(
+        [sys.executable, "-c", _READER, str(log), str(stop)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as reader:
         try:
             for i in range(1, 200):  # every pass appends one entry and trims the log to its newest 3
                 with s.backend.lock("refs", shared=False):

@@ -124,7 +124,11 @@ def test_reflog_lists_tags_and_branches_newest_first(cli: Any, st: Path) -> None
     assert r.code == 0 and json.loads(r.out) == {"name": "exp", "deleted": a}
     rows = json.loads(cli("reflog", "--store", st, "--json").out)
     assert [(x["ref"], x["old"], x["new"]) for x in rows] == [
-        ("branches/exp", a, None), ("tags/good", a, None), ("branches/exp", None, a), ("tags/good", None, a), ("latest/agent/bot", None, a)
+        ("branches/exp", a, None),
+        ("tags/good", a, None),
+        ("branches/exp", None, a),
+        ("tags/good", None, a),
+        ("latest/agent/bot", None, a),
     ]
     assert [x["ref"] for x in json.loads(cli("reflog", "good", "--store", st, "--json").out)] == ["tags/good", "tags/good"]
     text = cli("reflog", "--store", st).out
@@ -175,7 +179,9 @@ def test_a_take_waiting_for_the_lock_says_who_holds_it(st: Path) -> None:
     doc = st.parent / "doc.json"
     doc.write_text('{"memory": 1}')
     with store.backend.lock("store", shared=False):
-        proc = subprocess.Popen([sys.executable, "-m", "ckptcli", "take", str(doc), "--store", str(st)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ckptcli", "take", str(doc), "--store", str(st)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         time.sleep(2.0)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err.decode()
@@ -334,7 +340,9 @@ def test_ls_pages_only_on_a_terminal(st: Path, tmp_path: Path) -> None:
     leader, follower = pty.openpty()
     env = {**os.environ, "PAGER": pager, "LINES": "3", "COLUMNS": "120"}
     env.pop("CKPT_STORE", None)
-    proc = subprocess.run([sys.executable, "-m", "ckptcli", "ls", "--store", str(st)], stdout=follower, stderr=subprocess.PIPE, env=env, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckptcli", "ls", "--store", str(st)], stdout=follower, stderr=subprocess.PIPE, env=env, timeout=60
+    )
     os.close(follower)
     os.close(leader)
     assert proc.returncode == 0, proc.stderr.decode()

@@ -46,12 +46,19 @@ _ops = st.one_of(
     st.tuples(st.just("plan.push"), st.fixed_dictionaries({"item": _values})),
     st.tuples(st.just("plan.pop"), st.just({})),
     st.tuples(st.just("plan.update"), st.fixed_dictionaries({"value": _values}, optional={"index": st.integers(-2, 2), "path": _paths})),
-    st.tuples(st.just("tool.call"), st.fixed_dictionaries({"call_id": _call_ids, "tool": st.sampled_from(["search", "refund"]), "args": _values})),
+    st.tuples(
+        st.just("tool.call"), st.fixed_dictionaries({"call_id": _call_ids, "tool": st.sampled_from(["search", "refund"]), "args": _values})
+    ),
     st.tuples(
         st.just("tool.result"),
-        st.fixed_dictionaries({"call_id": _call_ids}, optional={"result": _values, "status": st.sampled_from(["ok", "error"]), "error": strategies.texts}),
+        st.fixed_dictionaries(
+            {"call_id": _call_ids}, optional={"result": _values, "status": st.sampled_from(["ok", "error"]), "error": strategies.texts}
+        ),
     ),
-    st.tuples(st.just("message.append"), st.fixed_dictionaries({"message": _values}, optional={"sender": strategies.texts, "msg_id": strategies.texts})),
+    st.tuples(
+        st.just("message.append"),
+        st.fixed_dictionaries({"message": _values}, optional={"sender": strategies.texts, "msg_id": strategies.texts}),
+    ),
     st.tuples(st.just("checkpoint"), st.fixed_dictionaries({}, optional={"note": strategies.texts})),
     st.tuples(st.just("error"), st.fixed_dictionaries({"message": strategies.texts})),
     st.tuples(st.just("count:add"), st.fixed_dictionaries({"n": st.integers(-5, 5)})),
@@ -181,7 +188,7 @@ def test_cli_replay_step(cli, bot: Any) -> None:  # type: ignore[no-untyped-def]
     assert lines[1].startswith("#1  ") and lines[1].endswith("  message.append")
     assert '    + memory.messages: [{"role": "user", "content": "where is A-1"}]' in lines
     assert any(line.startswith("#3  ") and line.endswith("tool.call  (cause #1)") for line in lines)
-    assert "    ~ tools[0].status: \"pending\" -> \"ok\"" in lines
+    assert '    ~ tools[0].status: "pending" -> "ok"' in lines
     assert lines[-1] == "state at seq 4: 4 events applied"
     doc = json.loads(cli("replay", cid, "--store", path, "--step", "--json").out)
     state: Any = {"memory": {}, "plan": [], "tools": []}
@@ -210,7 +217,11 @@ def test_replay_of_events_that_are_not_valid(cli, store: Store, tmp_path: Path) 
     bad = take(store, {"memory": {}, "events": [{"seq": 1, "ts": 5, "kind": "plan.pop"}]}, subject="agent:x").hex
     r = cli("replay", bad, "--store", tmp_path / "store")
     assert r.code == ExitCode.INVALID_INPUT and "event 1 (plan.pop): the plan is empty" in r.err
-    weird = take(store, {"memory": {}, "events": [{"seq": 2, "ts": 5, "kind": "plan.push", "item": 1}, {"seq": 2, "ts": 6, "kind": "plan.pop"}]}, subject="agent:x").hex
+    weird = take(
+        store,
+        {"memory": {}, "events": [{"seq": 2, "ts": 5, "kind": "plan.push", "item": 1}, {"seq": 2, "ts": 6, "kind": "plan.pop"}]},
+        subject="agent:x",
+    ).hex
     r = cli("replay", weird, "--store", tmp_path / "store")
     assert r.code == ExitCode.INVALID_INPUT and "events[1] has seq 2, not after the previous event's 2" in r.err
     plain = take(store, [1, 2, 3], subject="agent:x").hex  # no tail at all: the state as it is
@@ -222,9 +233,16 @@ def test_replay_names_the_rule_of_a_tail_as_cat_does(cli, store: Store, tmp_path
     increasing seq order" (no spec section) and gave no hint for a non-list, where show
     named the rule and formats/events.md."""
     spec = "formats/events.md#checkpoints-snapshot-and-tail"
-    unordered = take(store, {"memory": {}, "events": [{"seq": 3, "ts": 5, "kind": "plan.push", "item": 1}, {"seq": 2, "ts": 6, "kind": "plan.pop"}]}, subject="agent:x").hex
+    unordered = take(
+        store,
+        {"memory": {}, "events": [{"seq": 3, "ts": 5, "kind": "plan.push", "item": 1}, {"seq": 2, "ts": 6, "kind": "plan.pop"}]},
+        subject="agent:x",
+    ).hex
     not_a_list = take(store, {"memory": {}, "events": {"seq": 1}}, subject="agent:x").hex
-    for cid, what, rule in [(unordered, "events[1] has seq 2, not after the previous event's 3", "strictly increasing seq order"), (not_a_list, "the events section is not a list of events", "a tail is a list of events")]:
+    for cid, what, rule in [
+        (unordered, "events[1] has seq 2, not after the previous event's 3", "strictly increasing seq order"),
+        (not_a_list, "the events section is not a list of events", "a tail is a list of events"),
+    ]:
         r = cli("replay", cid, "--store", tmp_path / "store")
         assert r.code == ExitCode.INVALID_INPUT, r.err
         assert what in r.err and rule in r.err and spec in r.err, r.err
@@ -249,7 +267,10 @@ def test_the_recorded_step_function_passes(bot: Any) -> None:
     assert report.matched == report.last_seq - 3  # every event but the three inputs
     p = run_ckpt("replay", cid, "--check", "tests.replay_example.agent:step", "--store", path, cwd=REPO)
     assert p.returncode == 0, p.stderr.decode()
-    assert p.stdout.decode() == f"check passed: 3 steps re-run, {report.matched} emitted events matched (checkpoint {cid[:12]}, seq 1..{report.last_seq})\n"
+    assert (
+        p.stdout.decode()
+        == f"check passed: 3 steps re-run, {report.matched} emitted events matched (checkpoint {cid[:12]}, seq 1..{report.last_seq})\n"
+    )
 
 
 def test_a_changed_tool_argument_is_caught_at_that_event(bot: Any) -> None:
@@ -258,12 +279,17 @@ def test_a_changed_tool_argument_is_caught_at_that_event(bot: Any) -> None:
     p = run_ckpt("replay", cid, "--check", "tests.replay_example.agent_changed:step", "--store", path, cwd=REPO)
     assert p.returncode == ExitCode.DIVERGED == 13, p.stderr.decode()
     out = p.stdout.decode().splitlines()
-    assert out[0] == f"diverged at seq {refund_seq}, in the step for input seq {refund_seq - 5}: the replayed step emitted a different event"
+    assert (
+        out[0] == f"diverged at seq {refund_seq}, in the step for input seq {refund_seq - 5}: the replayed step emitted a different event"
+    )
     recorded, replayed = (json.loads(line.split(": ", 1)[1]) for line in out[1:3])
     assert out[1].startswith("  recorded: ") and out[2].startswith("  replayed: ")
     assert recorded["args"] == {"order": "A-2", "amount": 45} and replayed["args"] == {"order": "A-2", "amount": 49}
     assert recorded["tool"] == replayed["tool"] == "payments.refund"
-    assert p.stderr.decode() == f"ckpt: error: the step function diverged from the recording at seq {refund_seq}; see above: the recorded event and the replayed one\n"
+    assert (
+        p.stderr.decode()
+        == f"ckpt: error: the step function diverged from the recording at seq {refund_seq}; see above: the recorded event and the replayed one\n"
+    )
     p = run_ckpt("replay", cid, "--check", "tests.replay_example.agent_changed:step", "--store", path, "--json", cwd=REPO)
     assert p.returncode == 13
     doc = json.loads(p.stdout)
@@ -316,7 +342,12 @@ def test_check_reports_missing_events_errors_and_other_tools(bot: Any) -> None:
         ctx.emit("checkpoint", note="one more")
 
     d = check(tail, emits_more).divergence
-    assert d is not None and d.expected is None and d.seq == tail.events[1].seq + 6 and d.actual == {"kind": "checkpoint", "note": "one more", "cause": 1}
+    assert (
+        d is not None
+        and d.expected is None
+        and d.seq == tail.events[1].seq + 6
+        and d.actual == {"kind": "checkpoint", "note": "one more", "cause": 1}
+    )
 
 
 def test_recorded_tool_failures_are_replayed(store: Store, tmp_path: Path) -> None:
@@ -340,7 +371,9 @@ def test_a_checkpoint_in_the_middle_of_a_step(store: Store, tmp_path: Path) -> N
     """A risky tool's checkpoint cuts a step in two: the first checkpoint checks it up to the
     cut; the second re-runs it from its input, in the first one's tail, so a change after
     the cut (the refund itself) is caught too."""
-    with Recorder.open(store, "agent:support-bot", tmp_path / "j", tools=agent.TOOLS, policy=CheckpointPolicy(risky_tools={"payments.refund"})) as rec:
+    with Recorder.open(
+        store, "agent:support-bot", tmp_path / "j", tools=agent.TOOLS, policy=CheckpointPolicy(risky_tools={"payments.refund"})
+    ) as rec:
         rec.step(agent.step, "message.append", message={"role": "user", "content": "where is A-2"}, sender="user")
         cut = open_checkpoint(rec.base, store)
         after = open_checkpoint(rec.checkpoint().hex, store)

@@ -203,7 +203,14 @@ def _export_o(cli: Any, store: Store, ck: api.Checkpoint, out: Path) -> Any:
 @pytest.mark.parametrize("kind", ["symlink", "hardlink"])
 @pytest.mark.parametrize("command", [_restore_o, _export_o], ids=["restore -o", "export -o"])
 def test_dash_o_never_follows_a_link_at_its_temporary_name(
-    cli: Any, store: Store, ck: api.Checkpoint, tmp_path: Path, outside: Outside, tokens: Callable[[int | None], TokenSource], kind: str, command: Any
+    cli: Any,
+    store: Store,
+    ck: api.Checkpoint,
+    tmp_path: Path,
+    outside: Outside,
+    tokens: Callable[[int | None], TokenSource],
+    kind: str,
+    command: Any,
 ) -> None:
     out_dir = tmp_path / "out"
     out_dir.mkdir()
@@ -241,7 +248,9 @@ def test_dash_o_refuses_when_every_temporary_name_is_taken(
 
 
 @pytest.mark.parametrize("kind", ["symlink", "hardlink"])
-def test_recorder_journal_rewrite_never_follows_a_link(tmp_path: Path, outside: Outside, tokens: Callable[[int | None], TokenSource], kind: str) -> None:
+def test_recorder_journal_rewrite_never_follows_a_link(
+    tmp_path: Path, outside: Outside, tokens: Callable[[int | None], TokenSource], kind: str
+) -> None:
     from ckptcli.history.recorder import read_journal, write_journal
 
     journal = tmp_path / "bot.journal"
@@ -299,7 +308,9 @@ def test_store_temporary_files_never_follow_a_link(
 
 
 @pytest.mark.parametrize("kind", ["symlink", "hardlink"])
-def test_langgraph_journal_never_follows_a_link(tmp_path: Path, outside: Outside, tokens: Callable[[int | None], TokenSource], kind: str) -> None:
+def test_langgraph_journal_never_follows_a_link(
+    tmp_path: Path, outside: Outside, tokens: Callable[[int | None], TokenSource], kind: str
+) -> None:
     """(0.2.0 was safe here already: uuid4 names and O_EXCL; a guard against regressions.)"""
     pytest.importorskip("langgraph")
     from ckptcli.adapters.langgraph.saver import JOURNAL_DIR, CkptSaver
@@ -517,7 +528,9 @@ def test_failed_restore_into_an_existing_directory_puts_it_back(ck: api.Checkpoi
     assert tree_snapshot(target, dir_mtimes=False) == before
 
 
-def test_failed_restore_says_so_on_one_line(cli: Any, store: Store, ck: api.Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_restore_says_so_on_one_line(
+    cli: Any, store: Store, ck: api.Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import ckptcli.blobs as blobs
 
     def write_all(fd: int, data: Any) -> None:
@@ -526,7 +539,10 @@ def test_failed_restore_says_so_on_one_line(cli: Any, store: Store, ck: api.Chec
     monkeypatch.setattr(blobs, "_write_all", write_all)
     r = cli("restore", ck.hex, "--store", store.location, "--blobs", tmp_path / "out")
     assert r.code == ExitCode.IO_ERROR
-    assert r.err == f"ckpt: error: cannot write w/NAME in {tmp_path / 'out'}: Input/output error; the restore was undone: {tmp_path / 'out'} was removed again\n"
+    assert (
+        r.err
+        == f"ckpt: error: cannot write w/NAME in {tmp_path / 'out'}: Input/output error; the restore was undone: {tmp_path / 'out'} was removed again\n"
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -570,7 +586,9 @@ def test_a_failed_restore_below_a_linked_directory_is_undone(ck: api.Checkpoint,
     assert list(real.iterdir()) == []
 
 
-def test_a_target_that_appears_meanwhile_is_checked_for_conflicts(ck: api.Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_target_that_appears_meanwhile_is_checked_for_conflicts(
+    ck: api.Checkpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # the directory is created by someone else between restore's look and its mkdir
     target = tmp_path / "target"
     real_mkdir = os.mkdir
@@ -599,7 +617,10 @@ def test_dash_o_through_a_link_to_its_own_stdout_writes_to_stdout(store: Store, 
     captured = tmp_path / "captured"
     with open(captured, "wb") as out:
         proc = subprocess.run(
-            [sys.executable, "-m", "ckptcli", command, ck.hex, "--store", store.location, "-o", link], stdout=out, stderr=subprocess.PIPE, timeout=120
+            [sys.executable, "-m", "ckptcli", command, ck.hex, "--store", store.location, "-o", link],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            timeout=120,
         )
     assert proc.returncode == 0, proc.stderr
     assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"

@@ -17,7 +17,9 @@ from ckptcli.format.values import Decoder, Encoder
 from tests import strategies
 from tests.strategies import DictSink
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
+)
 
 
 @SETTINGS

@@ -218,7 +218,9 @@ def build_misbehaved(root: Path) -> Misbehaved:
         for fname, content in state.items():
             (work / fname).write_text(content)
         doc = {"memory": snapshot, "plan": [], "tools": [], "events": events}
-        r = ckptcli.take(store, doc, subject="agent:support-bot", blobs={"workspace": work}, labels={"events.seq": str(seq)}, message=f"batch {n}")
+        r = ckptcli.take(
+            store, doc, subject="agent:support-bot", blobs={"workspace": work}, labels={"events.seq": str(seq)}, message=f"batch {n}"
+        )
         ids.append(r.hex)
         workspaces.append(state)
         snapshot = copy.deepcopy(memory)
@@ -228,7 +230,11 @@ def build_misbehaved(root: Path) -> Misbehaved:
 def test_agent_misbehaved(tmp_path: Path) -> None:
     fx = build_misbehaved(tmp_path)
     good, bad = fx.ids[2], fx.ids[3]
-    run = run_page("agent-misbehaved.md", tmp_path, known={"LAST_GOOD": good[:12], "FIRST_BAD": bad[:12], "BEFORE_BAD": (str(fx.bad_seq - 1), f"first bad event    #{fx.bad_seq} ")})
+    run = run_page(
+        "agent-misbehaved.md",
+        tmp_path,
+        known={"LAST_GOOD": good[:12], "FIRST_BAD": bad[:12], "BEFORE_BAD": (str(fx.bad_seq - 1), f"first bad event    #{fx.bad_seq} ")},
+    )
     store = tmp_path / "srv" / "ckpt"
     # the page found the event
     assert f"event #{fx.bad_seq} memory.set" in run.output("ckpt log")
@@ -342,8 +348,8 @@ def test_store_damaged(tmp_path: Path) -> None:
 
 
 # -- 3. migration-failed -------------------------------------------------------------------------------
-BROKEN_SPLIT = '''    first, _, last = state["memory"]["user"].partition(" ")'''
-FIXED_SPLIT = '''    first, _, last = (state["memory"]["user"] or "").partition(" ")'''
+BROKEN_SPLIT = """    first, _, last = state["memory"]["user"].partition(" ")"""
+FIXED_SPLIT = """    first, _, last = (state["memory"]["user"] or "").partition(" ")"""
 
 
 @dataclass
@@ -373,15 +379,24 @@ def build_migration(root: Path) -> Migration:
     store = ckptcli.init_store(root / "srv" / "ckpt")
     bot = "agent:support-bot"
     ids = [
-        ckptcli.take(store, {"memory": {"notes": "refund promised", "user": "Ada Lovelace"}, "plan": ["check order"]}, subject=bot, schema_version=1).hex,
-        ckptcli.take(store, {"memory": {"scratchpad": "asked for the order", "user": "Grace Hopper"}, "plan": ["answer"]}, subject=bot, schema_version=2).hex,
+        ckptcli.take(
+            store, {"memory": {"notes": "refund promised", "user": "Ada Lovelace"}, "plan": ["check order"]}, subject=bot, schema_version=1
+        ).hex,
+        ckptcli.take(
+            store,
+            {"memory": {"scratchpad": "asked for the order", "user": "Grace Hopper"}, "plan": ["answer"]},
+            subject=bot,
+            schema_version=2,
+        ).hex,
         ckptcli.take(store, {"memory": {"scratchpad": "anonymous chat", "user": None}, "plan": []}, subject=bot, schema_version=2).hex,
     ]
     spec = importlib.util.spec_from_file_location("runbook_orders", app / "myapp" / "orders.py")
     assert spec is not None and spec.loader is not None
     orders = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(orders)
-    rec = Recorder.open(store, "agent:orders-bot", root / "orders.journal", tools=orders.TOOLS, policy=CheckpointPolicy(risky_tools={"payments.refund"}))
+    rec = Recorder.open(
+        store, "agent:orders-bot", root / "orders.journal", tools=orders.TOOLS, policy=CheckpointPolicy(risky_tools={"payments.refund"})
+    )
     for text in ("where is A-1", "and where is A-2"):
         rec.step(orders.step, "message.append", message={"role": "user", "content": text}, sender="user")
     rec.checkpoint(message="end of the conversation")
@@ -456,6 +471,7 @@ def test_locked_or_full(tmp_path: Path) -> None:
     fx = build_full(tmp_path)
     store_dir = tmp_path / "srv" / "ckpt"
     try:
+
         def holder_is_the_named_one() -> None:
             assert fx.holder.poll() is None
 

@@ -215,7 +215,9 @@ def test_migrate_checkpoint_writes_a_child(store: Store, tmp_path: Path, example
     work = tmp_path / "work"
     work.mkdir()
     (work / "report.txt").write_bytes(b"x" * 300_000)
-    old = ckptcli.take(store, V1, subject="agent:support-bot", schema_version=1, labels={"ticket": "4711"}, blobs={"work": work}, config_hash="cfg1")
+    old = ckptcli.take(
+        store, V1, subject="agent:support-bot", schema_version=1, labels={"ticket": "4711"}, blobs={"work": work}, config_hash="cfg1"
+    )
     new = migrate_checkpoint(store, "agent:support-bot", 3, example_set)
     m = new.manifest
     assert m.parents == [old.id] and m.schema_version == 3 and m.subject == old.manifest.subject
@@ -273,7 +275,11 @@ def test_migrate_checkpoint_refusals(store: Store, tmp_path: Path, example_set: 
     assert sorted(store.manifest_ids()) == before
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+)
 @given(doc=strategies.documents)
 def test_migrate_round_trip(tmp_path: Path, doc: Any) -> None:
     """Any document through a chain of identity steps: the child holds exactly the same state."""

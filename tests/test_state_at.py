@@ -148,7 +148,9 @@ def test_applying_a_tail_respects_the_held_limit(cli: Any, store: Store, monkeyp
     big = "x" * 300_000
     tail = [{"seq": 1, "ts": 1, "kind": "memory.set", "path": ["k"], "value": 1}]
     cid = take(store, {"memory": {"big": big}, "plan": [], "events": tail}, subject="agent:big").hex
-    plan_only = take(store, {"memory": {"big": big}, "plan": [], "events": [{"seq": 1, "ts": 1, "kind": "plan.push", "item": 1}]}, subject="agent:p").hex
+    plan_only = take(
+        store, {"memory": {"big": big}, "plan": [], "events": [{"seq": 1, "ts": 1, "kind": "plan.push", "item": 1}]}, subject="agent:p"
+    ).hex
     monkeypatch.setattr(limits, "MAX_HELD_BYTES", 100_000)
     r = cli("cat", cid, "--store", store.location)
     assert r.code == 7 and r.out == "" and r.err.count("\n") == 1
@@ -212,7 +214,9 @@ def test_take_warns_about_a_tail_out_of_order_as_replay_refuses_it(cli: Any, sto
     """take reads the document's tail with the rules replay reads a checkpoint's with
     (events.read_tail): the same words, with no checkpoint to name yet."""
     doc = tmp_path / "s.json"
-    doc.write_text(json.dumps({**DEMO_LIKE, "events": [{"seq": 3, "ts": 1, "kind": "plan.push", "item": 1}, {"seq": 2, "ts": 2, "kind": "plan.pop"}]}))
+    doc.write_text(
+        json.dumps({**DEMO_LIKE, "events": [{"seq": 3, "ts": 1, "kind": "plan.push", "item": 1}, {"seq": 2, "ts": 2, "kind": "plan.pop"}]})
+    )
     r = cli("take", doc, "--subject", "agent:demo", "--store", store.location)
     said = "events[1] has seq 2, not after the previous event's 3"
     assert r.code == 0 and r.err.count("ckpt: warning:") == 1 and said in r.err and SPEC + "checkpoints-snapshot-and-tail" in r.err, r.err

@@ -345,7 +345,15 @@ def test_history_graph_draws_branches_and_merges(demo: tuple[Store, dict[str, by
     store, _ids = demo
     h = History.from_store(store)
     bot = h.rows("agent:support-bot")
-    assert [n.message for n in bot] == ["migrate schema 1 -> 2", "on the fork", "fork of the recorded run at seq 20", "recorder: 40 events", "queue read", "triage", "first"]
+    assert [n.message for n in bot] == [
+        "migrate schema 1 -> 2",
+        "on the fork",
+        "fork of the recorded run at seq 20",
+        "recorder: 40 events",
+        "queue read",
+        "triage",
+        "first",
+    ]
     assert h.graph(bot) == ["▲", "│ ●", "│ ◆", "●─╯", "●", "●", "○"]
     wf = h.rows("workflow:nightly")
     assert h.graph(wf) == ["◉─╮", "│ ●", "● │", "○─╯"]

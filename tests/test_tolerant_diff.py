@@ -201,7 +201,9 @@ def test_numbers_are_compared_absolutely_and_integers_exactly(cli, st_dir: Path,
         return str(r.out.strip())
 
     a = take({"memory": {"balance": 1_000_000_000, "f": 1e20, "big": 10**30, "inf": float("inf"), "w": [1.0, 2**70]}})
-    b = take({"memory": {"balance": 1_000_000_000.9, "f": 1.00000000001e20, "big": 10**30 + 1, "inf": float("inf"), "w": [2**70 + 1, 1.0004]}})
+    b = take(
+        {"memory": {"balance": 1_000_000_000.9, "f": 1.00000000001e20, "big": 10**30 + 1, "inf": float("inf"), "w": [2**70 + 1, 1.0004]}}
+    )
     every = {"/memory/balance", "/memory/f", "/memory/big"}
 
     def changed(*opts: str) -> set[str]:

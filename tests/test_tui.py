@@ -58,7 +58,14 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes
     return path, ids
 
 
-def run(path: Path | Store | CheckpointFile, scenario: Scenario, *, checkpoint: bytes | None = None, view: View = "history", prefill: bool = False) -> CkptApp:
+def run(
+    path: Path | Store | CheckpointFile,
+    scenario: Scenario,
+    *,
+    checkpoint: bytes | None = None,
+    view: View = "history",
+    prefill: bool = False,
+) -> CkptApp:
     source = path if isinstance(path, (Store, CheckpointFile)) else ckptcli.open_store(path)
     app = CkptApp(open_session(source, prefill=prefill), checkpoint=checkpoint, view=view, blink=False)
 
@@ -477,9 +484,19 @@ def test_timeline_cursor_shows_the_state_and_what_the_step_changed(demo: tuple[P
         await pilot.press("down", "down", "down", "down")
         assert events.cursor == 4 and text(screen.query_one("#at")).startswith("seq 4  tool.result")
         assert state.root.data is not None and state.root.data.value == replay(ck, to_seq=4)
-        assert state.marks == {("tools", 0, "status"): "replace", ("tools", 0, "result"): "add", ("tools", 0, "result_seq"): "add", ("tools", 0, "duration_ns"): "add"}
+        assert state.marks == {
+            ("tools", 0, "status"): "replace",
+            ("tools", 0, "result"): "add",
+            ("tools", 0, "result_seq"): "add",
+            ("tools", 0, "duration_ns"): "add",
+        }
         step = [t for _k, t in screen.step_lines]
-        assert step[1:] == ['~ tools[0].status: "pending" -> "ok"', '+ tools[0].result: {"status": "shipped", "eta": "2026-01-03"}', "+ tools[0].result_seq: 4", "+ tools[0].duration_ns: 1500000000"]
+        assert step[1:] == [
+            '~ tools[0].status: "pending" -> "ok"',
+            '+ tools[0].result: {"status": "shipped", "eta": "2026-01-03"}',
+            "+ tools[0].result_seq: 4",
+            "+ tools[0].duration_ns: 1500000000",
+        ]
         tools = next(n for n in state.root.children if n.data is not None and n.data.path == ("tools",))
         assert tools.is_expanded and tools.children[0].is_expanded  # the changed record is open
         await pilot.press("down", "down", "down")  # plan.pop: a removal, shown struck out
@@ -644,7 +661,9 @@ def test_the_command_refuses_without_a_terminal(cli: Any, demo: tuple[Path, dict
     assert r.out == ""
 
 
-def test_the_commands_errors_come_before_textual(cli: Any, demo: tuple[Path, dict[str, bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_commands_errors_come_before_textual(
+    cli: Any, demo: tuple[Path, dict[str, bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path, ids = demo
     r = cli("tui", tmp_path / "missing.ckpt")
     assert r.code == 3 and "does not exist" in r.err
@@ -681,7 +700,9 @@ def test_the_command_draws_in_a_real_terminal_and_quits_on_q(demo: tuple[Path, d
         pytest.skip(f"no pty: {exc}")
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
     env = {**os.environ, "TERM": "xterm-256color"}
-    proc = subprocess.Popen([sys.executable, "-m", "ckptcli", "tui", str(path)], stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ckptcli", "tui", str(path)], stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True
+    )
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + 120  # a bound for a loaded machine: the test waits for output, not for a time
@@ -731,7 +752,9 @@ def test_the_tools_tab_shows_langgraph_tool_calls_with_their_results_status(tmp_
     from ckptcli.adapters.langgraph.saver import CkptSaver
     from tests.langgraph_graphs import ChatState, chain_builder
 
-    calls = [{"name": name, "args": {"order": "A-1"}, "id": f"call-{name}", "type": "tool_call"} for name in ("refund", "lookup", "escalate")]
+    calls = [
+        {"name": name, "args": {"order": "A-1"}, "id": f"call-{name}", "type": "tool_call"} for name in ("refund", "lookup", "escalate")
+    ]
     answers = [
         ToolMessage(content="refund service down", tool_call_id="call-refund", name="refund", status="error", id="tool-refund"),
         ToolMessage(content="lost in transit", tool_call_id="call-lookup", name="lookup", id="tool-lookup"),

@@ -89,7 +89,9 @@ def test_diff_of_two_checkpoints(snap_compare: Any, make_app: Factory) -> None:
 
 
 def test_diff_of_two_timeline_points(snap_compare: Any, make_app: Factory) -> None:
-    assert snap_compare(make_app("recorded", "timeline"), terminal_size=SIZE, run_before=keys("g", *"9", "enter", "m", "g", *"16", "enter", "d"))
+    assert snap_compare(
+        make_app("recorded", "timeline"), terminal_size=SIZE, run_before=keys("g", *"9", "enter", "m", "g", *"16", "enter", "d")
+    )
 
 
 def test_help(snap_compare: Any, make_app: Factory) -> None:

@@ -122,9 +122,20 @@ def build_demo_store(path: Path, *, tail: int = 40) -> dict[str, bytes]:
     bot = "agent:support-bot"
     ids["root"] = write(store, {**base, "events": []}, subject=bot, at=0, labels={"ticket": "4711"}, message="first", schema_version=1)
     s1 = {**base, "memory": {**base["memory"], "mood": "calm"}, "plan": [{"step": "triage the queue", "status": "running"}]}
-    ids["triage"] = write(store, {**s1, "events": []}, subject=bot, at=5, parents=[ids["root"]], labels={"ticket": "4711"}, message="triage", schema_version=1)
+    ids["triage"] = write(
+        store, {**s1, "events": []}, subject=bot, at=5, parents=[ids["root"]], labels={"ticket": "4711"}, message="triage", schema_version=1
+    )
     s2 = {**s1, "memory": {**s1["memory"], "queue": [4711, 4712, 4713]}}
-    ids["good"] = write(store, {**s2, "events": []}, subject=bot, at=10, parents=[ids["triage"]], labels={"ticket": "4711"}, message="queue read", schema_version=1)
+    ids["good"] = write(
+        store,
+        {**s2, "events": []},
+        subject=bot,
+        at=10,
+        parents=[ids["triage"]],
+        labels={"ticket": "4711"},
+        message="queue read",
+        schema_version=1,
+    )
     store.set_tag("known-good", ids["good"])
     events = demo_events(1, tail, T0 + 11 * MINUTE)
     ids["recorded"] = write(
@@ -174,8 +185,12 @@ def build_demo_store(path: Path, *, tail: int = 40) -> dict[str, bytes]:
     )
     wf = "workflow:nightly"
     ids["extract"] = write(store, {"memory": {"rows": 0}, "plan": [{"step": "extract"}]}, subject=wf, at=1, message="extract")
-    ids["load-a"] = write(store, {"memory": {"rows": 120}, "plan": [{"step": "load a"}]}, subject=wf, at=2, parents=[ids["extract"]], message="load a")
-    ids["load-b"] = write(store, {"memory": {"rows": 80}, "plan": [{"step": "load b"}]}, subject=wf, at=3, parents=[ids["extract"]], message="load b")
+    ids["load-a"] = write(
+        store, {"memory": {"rows": 120}, "plan": [{"step": "load a"}]}, subject=wf, at=2, parents=[ids["extract"]], message="load a"
+    )
+    ids["load-b"] = write(
+        store, {"memory": {"rows": 80}, "plan": [{"step": "load b"}]}, subject=wf, at=3, parents=[ids["extract"]], message="load b"
+    )
     files = {
         "type": "dir",
         "mode": 0o755,
@@ -183,7 +198,12 @@ def build_demo_store(path: Path, *, tail: int = 40) -> dict[str, bytes]:
         "entries": {
             "report.csv": {"type": "file", "size": 24, "mode": 0o644, "mtime_ns": T0, "data": b"table,rows\na,120\nb,80\n\n"[:24]},
             "latest": {"type": "symlink", "target": "report.csv"},
-            "logs": {"type": "dir", "mode": 0o755, "mtime_ns": T0, "entries": {"run.log": {"type": "file", "size": 3, "mode": 0o600, "mtime_ns": T0, "data": b"ok\n"}}},
+            "logs": {
+                "type": "dir",
+                "mode": 0o755,
+                "mtime_ns": T0,
+                "entries": {"run.log": {"type": "file", "size": 3, "mode": 0o600, "mtime_ns": T0, "data": b"ok\n"}},
+            },
         },
     }
     ids["merge"] = write(

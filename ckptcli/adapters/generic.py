@@ -223,7 +223,9 @@ def from_plain(value: Any, hint: Any) -> Any:
             return hint(value)
         if dataclasses.is_dataclass(hint) and isinstance(value, dict):
             hints = typing.get_type_hints(hint)
-            kwargs = {f.name: from_plain(value[f.name], hints.get(f.name, Any)) for f in dataclasses.fields(hint) if f.init and f.name in value}
+            kwargs = {
+                f.name: from_plain(value[f.name], hints.get(f.name, Any)) for f in dataclasses.fields(hint) if f.init and f.name in value
+            }
             return hint(**kwargs)
         validate = getattr(hint, "model_validate", None)
         if callable(validate) and isinstance(value, dict):

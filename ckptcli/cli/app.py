@@ -54,7 +54,38 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 
-COMMANDS = ("init", "take", "ls", "show", "cat", "diff", "restore", "verify", "export", "import_", "tag", "branch", "refs", "reflog", "reset", "compat", "prune", "repair", "migrate", "replay", "fork", "log", "bisect", "tui", "doctor", "stats", "ls_files", "dump", "completion", "help")
+COMMANDS = (
+    "init",
+    "take",
+    "ls",
+    "show",
+    "cat",
+    "diff",
+    "restore",
+    "verify",
+    "export",
+    "import_",
+    "tag",
+    "branch",
+    "refs",
+    "reflog",
+    "reset",
+    "compat",
+    "prune",
+    "repair",
+    "migrate",
+    "replay",
+    "fork",
+    "log",
+    "bisect",
+    "tui",
+    "doctor",
+    "stats",
+    "ls_files",
+    "dump",
+    "completion",
+    "help",
+)
 
 # The global options: accepted before the verb (`ckpt --store X ls`, as restic's -r and
 # git's -C) and after it (`ckpt ls --store X`). Before the verb they land here, through
@@ -97,24 +128,45 @@ JsonOpt = Annotated[bool, typer.Option("--json", callback=_json_default, help="P
 REF_HELP = "Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N, or a .ckpt file."
 RefArg = Annotated[str, typer.Argument(help=REF_HELP)]
 SnapshotOpt = Annotated[
-    bool, typer.Option("--snapshot", help="Read the stored sections of a recorded checkpoint (the state before its tail), not the state at it.")
+    bool,
+    typer.Option("--snapshot", help="Read the stored sections of a recorded checkpoint (the state before its tail), not the state at it."),
 ]
 ReducersOpt = Annotated[
     list[str] | None,
-    typer.Option("--reducers", metavar="MODULE:NAME", help="Reducers for custom event kinds: a mapping of kind -> function; repeatable.", show_default=False),
+    typer.Option(
+        "--reducers",
+        metavar="MODULE:NAME",
+        help="Reducers for custom event kinds: a mapping of kind -> function; repeatable.",
+        show_default=False,
+    ),
 ]
 # the tolerant comparison (ckptcli.history.tolerant) of `ckpt diff` and `ckpt replay --check`: `tolerance_of`
 IgnoreOrderOpt = Annotated[bool, typer.Option("--ignore-order", help="Tolerant: compare lists as multisets (order is noise).")]
 SignificantDigitsOpt = Annotated[
-    int | None, typer.Option("--significant-digits", metavar="N", help="Tolerant: floats that round to the same N digits after the point are equal (integers are compared exactly).", show_default=False)
+    int | None,
+    typer.Option(
+        "--significant-digits",
+        metavar="N",
+        help="Tolerant: floats that round to the same N digits after the point are equal (integers are compared exactly).",
+        show_default=False,
+    ),
 ]
 ToleranceOpt = Annotated[
-    float | None, typer.Option("--tolerance", metavar="EPS", help="Tolerant: two integers or two floats that differ by at most EPS are equal (absolute, whatever their size; 0 is exact).", show_default=False)
+    float | None,
+    typer.Option(
+        "--tolerance",
+        metavar="EPS",
+        help="Tolerant: two integers or two floats that differ by at most EPS are equal (absolute, whatever their size; 0 is exact).",
+        show_default=False,
+    ),
 ]
 ExcludePathOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--exclude-path", metavar="REGEX", help="Tolerant: ignore what differs at a JSON Pointer matching REGEX (e.g. '/ts$'); repeatable.", show_default=False
+        "--exclude-path",
+        metavar="REGEX",
+        help="Tolerant: ignore what differs at a JSON Pointer matching REGEX (e.g. '/ts$'); repeatable.",
+        show_default=False,
     ),
 ]
 
@@ -163,7 +215,8 @@ def _set_no_color(value: bool) -> None:
 def main(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
     store: Annotated[
-        Path | None, typer.Option("--store", "-s", metavar="PATH", help="Store directory for the command (as its own --store).", show_default=False)
+        Path | None,
+        typer.Option("--store", "-s", metavar="PATH", help="Store directory for the command (as its own --store).", show_default=False),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON from the command (as its own --json).")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", callback=_set_no_color, help="No colours or styles (as NO_COLOR=1).")] = False,
@@ -196,7 +249,11 @@ def shared_options(group: Any) -> Any:
         if "--no-color" not in taken:
             cmd.params.append(
                 TyperOption(
-                    param_decls=["--no-color"], is_flag=True, expose_value=False, callback=lambda _ctx, _p, v: _set_no_color(v), help="No colours or styles (as NO_COLOR=1)."
+                    param_decls=["--no-color"],
+                    is_flag=True,
+                    expose_value=False,
+                    callback=lambda _ctx, _p, v: _set_no_color(v),
+                    help="No colours or styles (as NO_COLOR=1).",
                 )
             )
     return group

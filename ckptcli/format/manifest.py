@@ -62,9 +62,7 @@ class Subject:
         """'agent:support-bot' -> Subject('agent', 'support-bot')."""
         kind, sep, name = text.partition(":")
         if not sep:
-            raise InvalidInputError(
-                f"subject {text!r} has no kind", hint="write it as KIND:NAME, e.g. agent:support-bot"
-            )
+            raise InvalidInputError(f"subject {text!r} has no kind", hint="write it as KIND:NAME, e.g. agent:support-bot")
         if kind not in SUBJECT_KINDS:
             raise InvalidInputError(f"subject kind {kind!r} is not one of {', '.join(SUBJECT_KINDS)}")
         return cls(kind, check_name(name, "subject name"))

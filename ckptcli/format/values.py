@@ -206,9 +206,7 @@ class Encoder:
             err.message = f"{path}: {err.message}"
             raise err from None
         except RecursionError:
-            raise LimitExceededError(
-                f"{where or 'value'}: nesting is deeper than {limits.MAX_DEPTH} levels"
-            ) from None
+            raise LimitExceededError(f"{where or 'value'}: nesting is deeper than {limits.MAX_DEPTH} levels") from None
 
     def encode_root(self, value: Any, where: str = "") -> bytes:
         """Like encode, but a large result becomes its own object, so the manifest
@@ -287,7 +285,9 @@ class Encoder:
             for base in (bool, int, float, str, bytes, list, dict):
                 if isinstance(v, base):
                     return self._enc(cast(Any, base)(v), depth)
-        raise self._fail(InvalidInputError(f"a value of type {t.__name__} cannot be stored (use maps, lists, strings, bytes, numbers, booleans, null)"))
+        raise self._fail(
+            InvalidInputError(f"a value of type {t.__name__} cannot be stored (use maps, lists, strings, bytes, numbers, booleans, null)")
+        )
 
     def _child(self, x: Any, depth: int) -> bytes:
         ev = self._enc(x, depth)
@@ -327,7 +327,9 @@ class Encoder:
         if not tail:
             return root
         sealed_total = len(items) - len(tail)
-        children = b"\x92" + (b"\x92" + _packb(sealed_total) + _packb(root)) + (b"\x92" + _packb(len(tail)) + self._leaf(kind, tail, header))
+        children = (
+            b"\x92" + (b"\x92" + _packb(sealed_total) + _packb(root)) + (b"\x92" + _packb(len(tail)) + self._leaf(kind, tail, header))
+        )
         return self._put_node(b"\x94" + _packb(kind) + _packb(level + 1) + _packb(len(items)) + children)
 
     def _upper_levels(self, kind: int, entries: list[tuple[int, bytes]], level: int) -> tuple[bytes, int]:
@@ -539,6 +541,8 @@ class ListTree:
 
 _Stored = tuple[bytes, int, "tuple[int, bytes | memoryview] | None"]  # id, raw length, (codec, stored) or None if known
 _WINDOWS_IN_FLIGHT = 3  # read windows (8 MiB each) hashed/compressed ahead of the writer
+
+
 def _workers() -> int:
     return min(4, os.cpu_count() or 1)
 
@@ -671,7 +675,9 @@ def check_tree_node(
     if level == 0:
         ok_type = isinstance(children, dict) if kind == EXT_MAP else isinstance(children, list)
         if not ok_type or len(children) != total:
-            raise CorruptError(f"{where}: leaf holds {len(children) if isinstance(children, (list, dict)) else '?'} items, declares {total}")
+            raise CorruptError(
+                f"{where}: leaf holds {len(children) if isinstance(children, (list, dict)) else '?'} items, declares {total}"
+            )
         return level, total, children
     if not isinstance(children, list) or not children:
         raise CorruptError(f"{where}: node has no children")
@@ -690,7 +696,9 @@ def check_tree_node(
     return level, total, children
 
 
-def parse_tree_node(content: bytes, kind: int, oid: bytes, want_level: int | None = None, want_total: int | None = None) -> tuple[int, int, Any]:
+def parse_tree_node(
+    content: bytes, kind: int, oid: bytes, want_level: int | None = None, want_total: int | None = None
+) -> tuple[int, int, Any]:
     """Unpack and check a chunk-tree node object; returns (level, total, children)."""
     where = f"object {oid.hex()[:12]}"
     return check_tree_node(unpack_ev(content, where), kind, where, want_level, want_total)
@@ -817,7 +825,9 @@ class Decoder:
                 sub_level, _t, sub = check_tree_node(child, kind, f"object {oid.hex()[:12]} (embedded node)", want_total=count, below=level)
                 yield from self._iter_children(sub_level, sub, kind, oid)
 
-    def iter_pieces(self, oid: bytes, kind: int = EXT_BYTES, want_level: int | None = None, want_total: int | None = None) -> Iterator[tuple[int, bytes]]:
+    def iter_pieces(
+        self, oid: bytes, kind: int = EXT_BYTES, want_level: int | None = None, want_total: int | None = None
+    ) -> Iterator[tuple[int, bytes]]:
         """The (size, data id) pairs of a BYTES/STR tree in order, reading only its nodes,
         one at a time (a tree that names one node many times costs no memory here)."""
         level, _total, children = parse_tree_node(self.source.get(oid), kind, oid, want_level, want_total)
@@ -828,7 +838,9 @@ class Decoder:
         for size, child in children:
             yield from self.iter_pieces(child, kind, level - 1, size)
 
-    def data_pieces(self, oid: bytes, kind: int = EXT_BYTES, want_level: int | None = None, want_total: int | None = None) -> list[tuple[int, bytes]]:
+    def data_pieces(
+        self, oid: bytes, kind: int = EXT_BYTES, want_level: int | None = None, want_total: int | None = None
+    ) -> list[tuple[int, bytes]]:
         """The (size, data id) list of a BYTES/STR tree, reading only its nodes."""
         return list(self.iter_pieces(oid, kind, want_level, want_total))
 

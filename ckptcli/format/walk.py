@@ -77,7 +77,9 @@ def walk_checkpoint(
                         if isinstance(child, bytes):
                             stack.append((code, child, lvl - 1, count, section))
                         else:
-                            sub_level, _t, sub = check_tree_node(child, code, f"object {oid.hex()[:12]} (embedded node)", want_total=count, below=lvl)
+                            sub_level, _t, sub = check_tree_node(
+                                child, code, f"object {oid.hex()[:12]} (embedded node)", want_total=count, below=lvl
+                            )
                             nodes.append((sub_level, sub))
             elif code in (EXT_BYTES, EXT_STR) and level == 1:
                 for size, child in children:

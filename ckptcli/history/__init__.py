@@ -9,7 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-_QUERY = ("BisectResult", "EventChange", "Expect", "LogEntry", "bisect", "first_parents", "load_check", "log", "max_calls", "parse_expect", "render_entry")
+_QUERY = (
+    "BisectResult",
+    "EventChange",
+    "Expect",
+    "LogEntry",
+    "bisect",
+    "first_parents",
+    "load_check",
+    "log",
+    "max_calls",
+    "parse_expect",
+    "render_entry",
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -111,6 +111,7 @@ def open_pair(ref_a: str, ref_b: str, *, store: Store | None = None, store_path:
 
 # -- the walk ----------------------------------------------------------------------
 
+
 def section_of(path: tuple[PathPart, ...], layout: dict[str, Any]) -> tuple[str, tuple[PathPart, ...]]:
     """Which section a path of the document (`layout`: its manifest's) lies in, and the
     path inside it: the whole document of a document-layout checkpoint is its "memory"
@@ -136,7 +137,9 @@ class _Walk:
         self.blobs: list[BlobChange] = []
 
     # -- emitting ----------------------------------------------------------------
-    def emit(self, op: str, path: tuple[PathPart, ...], ptr: tuple[PathPart, ...], old: Any = None, new: Any = None, structural: bool = False) -> None:
+    def emit(
+        self, op: str, path: tuple[PathPart, ...], ptr: tuple[PathPart, ...], old: Any = None, new: Any = None, structural: bool = False
+    ) -> None:
         section, rel = section_of(path, self.layout_a if op == "remove" else self.layout_b)
         self.changes.append(Change(op, rel, old, new, section, pointer(ptr), structural))
 
@@ -217,7 +220,16 @@ class _Walk:
                 items_b = self.b.items(parts_b[j1:j2], EXT_LIST)
                 self._runs(items_a, items_b, pos_a[i1], pos_b[j1], path, ptr, depth)
 
-    def _runs(self, items_a: list[Any], items_b: list[Any], start_a: int, start_b: int, path: tuple[PathPart, ...], ptr: tuple[PathPart, ...], depth: int) -> None:
+    def _runs(
+        self,
+        items_a: list[Any],
+        items_b: list[Any],
+        start_a: int,
+        start_b: int,
+        path: tuple[PathPart, ...],
+        ptr: tuple[PathPart, ...],
+        depth: int,
+    ) -> None:
         """Operations for one unmatched run: A's items from index start_a become B's from
         start_b. Earlier runs are done, so the list as patched so far has B's items
         before start_b: a position in the patch is a position in B."""
@@ -494,7 +506,9 @@ def _key_writes(walk: _Walk, a: Checkpoint, b: Checkpoint) -> bool:
         old = wa.get(key)
         if old is None or not states_equal(old, w):
             keyed.append(Change("add" if old is None else "replace", key, old, w, "events", "", in_patch=False, label=_write_label(w)))
-    keyed.extend(Change("remove", key, w, None, "events", "", in_patch=False, label=_write_label(w)) for key, w in wa.items() if key not in wb)
+    keyed.extend(
+        Change("remove", key, w, None, "events", "", in_patch=False, label=_write_label(w)) for key, w in wa.items() if key not in wb
+    )
     rest = [c if c.section != "events" else replace(c, structural=True) for c in walk.changes]
     walk.changes = rest[:at] + keyed + rest[at:]
     return True

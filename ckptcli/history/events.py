@@ -229,7 +229,6 @@ def event_from_map(value: object, where: str) -> Event:
         raise InvalidInputError(f"{where}: {exc.message}", hint=rule) from None
 
 
-
 def labelled_seq(label: str | None) -> int:
     """The seq a checkpoint's `LABEL_SEQ` label names (its position when its tail is
     empty); 0 without one, or for one that is no decimal number."""
@@ -258,7 +257,9 @@ def read_tail(raw: object, where: str = "") -> list[Event]:
         InvalidInputError naming the event, the rule and the spec section.
     """
     if type(raw) is not list:
-        raise InvalidInputError(f"{_where(where)}the events section is not a list of events", hint=f"a tail is a list of events ({SPEC_TAIL})")
+        raise InvalidInputError(
+            f"{_where(where)}the events section is not a list of events", hint=f"a tail is a list of events ({SPEC_TAIL})"
+        )
     events: list[Event] = []
     prev = 0  # a seq is >= 1 (make_event)
     for i, item in enumerate(raw):
@@ -462,7 +463,9 @@ class Reducers:
             if kind in STANDARD_REDUCERS:
                 raise InvalidInputError(f"{source}: {kind!r} is a standard kind; its reducer cannot be replaced")
             if type(kind) is not str or not CUSTOM_KIND_RE.match(kind):
-                raise InvalidInputError(f"{source}: {kind!r} is not a custom event kind", hint="custom kinds are NAMESPACE:NAME, e.g. myadapter:step")
+                raise InvalidInputError(
+                    f"{source}: {kind!r} is not a custom event kind", hint="custom kinds are NAMESPACE:NAME, e.g. myadapter:step"
+                )
             if namespace is not None and not kind.startswith(namespace + ":"):
                 raise InvalidInputError(f"{source}: {kind!r} is not in its namespace {namespace!r}")
             if not callable(func):
@@ -549,7 +552,9 @@ def check_state(state: object, where: str = "state") -> State:
         raise InvalidInputError(f"{where} must be a map of memory, plan, tools and ext, not {_type_name(state)}")
     for key in state:
         if key not in STATE_KEYS:
-            raise InvalidInputError(f"{where} has a key {key!r}", hint="a state's keys are memory, plan, tools and ext (events is the tail, kept apart)")
+            raise InvalidInputError(
+                f"{where} has a key {key!r}", hint="a state's keys are memory, plan, tools and ext (events is the tail, kept apart)"
+            )
     ext = state.get("ext")
     if ext is not None:
         if type(ext) is not dict:

@@ -43,7 +43,19 @@ from ckptcli.listing import format_time
 if TYPE_CHECKING:
     from ckptcli.store.repository import Store
 
-__all__ = ["BisectResult", "EventChange", "Expect", "LogEntry", "bisect", "first_parents", "load_check", "log", "max_calls", "parse_expect", "render_entry"]
+__all__ = [
+    "BisectResult",
+    "EventChange",
+    "Expect",
+    "LogEntry",
+    "bisect",
+    "first_parents",
+    "load_check",
+    "log",
+    "max_calls",
+    "parse_expect",
+    "render_entry",
+]
 
 PathParts = tuple[str | int, ...]
 
@@ -68,7 +80,10 @@ def section_path(section: str) -> PathParts:
         return ("ext", section[len(EXT_PREFIX) :])
     if section in ("memory", "plan", "tools", "events"):
         return (section,)
-    raise UsageError(f"--section {section!r} is not a section of the state", hint="use memory, plan, tools, events or ext:NS (blobs: ckpt diff --section blobs)")
+    raise UsageError(
+        f"--section {section!r} is not a section of the state",
+        hint="use memory, plan, tools, events or ext:NS (blobs: ckpt diff --section blobs)",
+    )
 
 
 # -- the value at one path, cheaply -----------------------------------------------------------------
@@ -371,7 +386,7 @@ def parse_expect(spec: str) -> Expect:
     try:
         parsed = json.loads(value)
     except ValueError as exc:
-        raise UsageError(f"--expect {spec!r}: {value!r} is not JSON ({exc})", hint="quote strings: /memory/status==\"ok\"") from None
+        raise UsageError(f"--expect {spec!r}: {value!r} is not JSON ({exc})", hint='quote strings: /memory/status=="ok"') from None
     return Expect(ptr.strip(), parsed)
 
 
@@ -399,7 +414,9 @@ class BisectResult:
             "bad": self.bad.hex(),
             "first_bad": self.first_bad.hex(),
             "last_good": self.last_good.hex(),
-            "event": None if self.event is None else {"seq": self.event.seq, "ts": self.event.ts, "kind": self.event.kind, **to_json(self.event.fields)},
+            "event": None
+            if self.event is None
+            else {"seq": self.event.seq, "ts": self.event.ts, "kind": self.event.kind, **to_json(self.event.fields)},
             "snapshot_bad": self.snapshot_bad,
             "predicate": self.what,
             "checkpoints": self.checkpoints,
@@ -448,7 +465,9 @@ class _Counter:
         except BaseException as exc:  # the user's predicate failed (sys.exit too): one line, cause kept for CKPT_DEBUG
             if not user_failure(exc):
                 raise
-            raise InvalidInputError(f"the check {self.name} {how_it_failed(exc)}", hint="a check returns true (good) or false (bad)") from exc
+            raise InvalidInputError(
+                f"the check {self.name} {how_it_failed(exc)}", hint="a check returns true (good) or false (bad)"
+            ) from exc
 
 
 def load_check(spec: str) -> Callable[[Any], Any]:
@@ -493,7 +512,10 @@ def bisect(
     chain: list[Checkpoint] = []
     for ck in first_parents(store, bad_ck.hex):
         if subject is not None and str(ck.manifest.subject) != subject:
-            raise NotFoundError(f"checkpoint {ck.hex[:12]} is of {ck.manifest.subject}, not {subject}", hint="give --good and --bad of one subject's history")
+            raise NotFoundError(
+                f"checkpoint {ck.hex[:12]} is of {ck.manifest.subject}, not {subject}",
+                hint="give --good and --bad of one subject's history",
+            )
         chain.append(ck)
         if ck.id == good_id:
             break

@@ -324,7 +324,9 @@ class Recorder:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            raise LockError(f"journal {self.path} is in use by another recorder", hint="one process records into a journal at a time") from None
+            raise LockError(
+                f"journal {self.path} is in use by another recorder", hint="one process records into a journal at a time"
+            ) from None
         self._lock_fd = fd
 
     def _release(self) -> None:
@@ -351,7 +353,14 @@ class Recorder:
         )
 
     def _header(self) -> dict[str, Any]:
-        return {"journal": JOURNAL_VERSION, "subject": self.subject, "run": self.run, "base": self._base, "base_seq": self._base_seq, "created_ns": time.time_ns()}
+        return {
+            "journal": JOURNAL_VERSION,
+            "subject": self.subject,
+            "run": self.run,
+            "base": self._base,
+            "base_seq": self._base_seq,
+            "created_ns": time.time_ns(),
+        }
 
     def _start(self, state: Mapping[str, Any] | None, base: str | None) -> None:
         from ckptcli.history.replay import load_tail
@@ -516,7 +525,9 @@ class Recorder:
         from ckptcli.writer import take
 
         all_labels = {**self.labels, **(labels or {}), LABEL_RUN: self.run, LABEL_SEQ: str(self._base_seq + len(self._tail))}
-        return take(self.store, self._document(), subject=self.subject, parents=parents, labels=all_labels, message=message, branch=self.branch)
+        return take(
+            self.store, self._document(), subject=self.subject, parents=parents, labels=all_labels, message=message, branch=self.branch
+        )
 
     def checkpoint(self, message: str = "", labels: Mapping[str, str] | None = None) -> TakeResult:
         """Take a checkpoint now: the snapshot (the state at the previous checkpoint) and

@@ -482,7 +482,9 @@ def check(
                 if not user_failure(exc):
                     raise
                 name = getattr(step, "__qualname__", repr(step))
-                raise InvalidInputError(f"the step function {name} {how_it_failed(exc)} at {ev.where()}", hint="a step function returns, or raises an Exception") from exc
+                raise InvalidInputError(
+                    f"the step function {name} {how_it_failed(exc)} at {ev.where()}", hint="a step function returns, or raises an Exception"
+                ) from exc
             else:
                 ctx.returned()
         except _Stop:

@@ -371,7 +371,9 @@ def events_root(ck: Checkpoint) -> bytes:
     """
     ev = ck.manifest.sections.get("events")
     if ev is None or ck.manifest.layout.get("kind") != LAYOUT_SECTIONS:
-        raise NotFoundError(f"checkpoint {ck.hex[:12]} has no event tail", hint="only checkpoints whose state has an events section have a timeline")
+        raise NotFoundError(
+            f"checkpoint {ck.hex[:12]} has no event tail", hint="only checkpoints whose state has an events section have a timeline"
+        )
     return ev
 
 

@@ -85,7 +85,10 @@ def deepdiff_changes(old: Any, new: Any, tol: Tolerance) -> list[tuple[str, tupl
     try:
         from deepdiff import DeepDiff
     except ImportError:  # pragma: no cover - deepdiff is a dependency of ckptcli
-        raise UsageError("the tolerant comparison options need deepdiff, which this installation lacks", hint="reinstall ckptcli (it depends on deepdiff)") from None
+        raise UsageError(
+            "the tolerant comparison options need deepdiff, which this installation lacks",
+            hint="reinstall ckptcli (it depends on deepdiff)",
+        ) from None
     # NaN equals NaN, as in ckpt's own equality (api.states_equal). Numbers are compared
     # here, not by deepdiff: its math_epsilon is math.isclose's (a relative tolerance of
     # 1e-9 on top of EPS, so 1e20 and 1.00000000001e20 were equal even at --tolerance 0),

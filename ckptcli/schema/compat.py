@@ -118,7 +118,14 @@ class CompatReport:
         for each incompatible one (what GitHub, GitLab and Jenkins read)."""
         counts = self.counts()
         total = f"{sum(r.seconds for r in self.results):.3f}"
-        attrs = {"name": "ckpt compat", "tests": str(len(self.results)), "failures": str(counts[INCOMPATIBLE]), "errors": "0", "skipped": "0", "time": total}
+        attrs = {
+            "name": "ckpt compat",
+            "tests": str(len(self.results)),
+            "failures": str(counts[INCOMPATIBLE]),
+            "errors": "0",
+            "skipped": "0",
+            "time": total,
+        }
         root = ET.Element("testsuites", attrs)
         suite = ET.SubElement(root, "testsuite", attrs)
         props = ET.SubElement(suite, "properties")
@@ -270,7 +277,9 @@ class CompatCheck:
         try:
             damage = f.check_whole_file()
             if damage:
-                r = CompatResult(label, INCOMPATIBLE, checkpoint=f.id.hex(), subject=str(f.manifest().subject), problem="unreadable", reason=damage)
+                r = CompatResult(
+                    label, INCOMPATIBLE, checkpoint=f.id.hex(), subject=str(f.manifest().subject), problem="unreadable", reason=damage
+                )
                 r.schema_version = f.manifest().schema_version
                 r.seconds = time.perf_counter() - start
                 return r

@@ -191,7 +191,9 @@ class MigrationSet:
         key = (m.from_version, m.to_version)
         other = self._steps.get(key)
         if other is not None and other is not m:
-            raise InvalidInputError(f"two migrations {m.name}{self._where()}: {_qualname(other.func)} and {_qualname(m.func)}", hint="keep one")
+            raise InvalidInputError(
+                f"two migrations {m.name}{self._where()}: {_qualname(other.func)} and {_qualname(m.func)}", hint="keep one"
+            )
         self._steps[key] = m
         return m
 
@@ -304,7 +306,8 @@ def import_object(spec: str, what: str) -> tuple[Any, Any]:
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name) and module_name[len(exc.name) : len(exc.name) + 1] in ("", "."):
             raise NotFoundError(
-                f"{what} {spec!r}: no module named {exc.name!r}", hint="install the project (pip install -e .) or run ckpt from its directory"
+                f"{what} {spec!r}: no module named {exc.name!r}",
+                hint="install the project (pip install -e .) or run ckpt from its directory",
             ) from None
         raise InvalidInputError(f"{what} {spec!r}: importing {module_name} failed: {type(exc).__name__}: {exc}") from exc
     except BaseException as exc:  # the project's own module failed to import (sys.exit too): say so in one line
@@ -481,7 +484,9 @@ def migrate_checkpoint(
     prep = prepare_migration(store, ref, to_version, migrations, assume_version=assume_version)
     ck, start, target, steps, state = prep.checkpoint, prep.start, prep.target, prep.steps, prep.state
     if not steps:
-        raise AlreadyMigratedError(f"checkpoint {ck.hex[:12]} is already at schema version {target}; nothing to migrate", checkpoint=ck.hex, version=target)
+        raise AlreadyMigratedError(
+            f"checkpoint {ck.hex[:12]} is already at schema version {target}; nothing to migrate", checkpoint=ck.hex, version=target
+        )
     m = ck.manifest
     carry = {"blobs": m.sections["blobs"]} if "blobs" in m.sections else None
     try:

@@ -364,8 +364,6 @@ def _write_to(fd: int, write: Callable[[IO[bytes]], None], shown: str) -> None:
         raise output_error(exc, shown) from None
 
 
-
-
 class LocalBackend(LocalLocks, Backend):
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -383,7 +381,9 @@ class LocalBackend(LocalLocks, Backend):
         fd = os.open(self._p(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise CorruptError(f"{self._p(path)} is not a regular file", hint="something other than ckpt put it in the store; remove it")
+                raise CorruptError(
+                    f"{self._p(path)} is not a regular file", hint="something other than ckpt put it in the store; remove it"
+                )
         except BaseException:
             os.close(fd)
             raise
@@ -513,7 +513,9 @@ class LocalBackend(LocalLocks, Backend):
             created = not dest.exists()
             if created:
                 self._make_dirs(dest.parent)
-            fd = os.open(dest, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)  # less the umask, as every store file
+            fd = os.open(
+                dest, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666
+            )  # less the umask, as every store file
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     raise CorruptError(f"{dest} is not a regular file", hint="something other than ckpt put it in the store; remove it")

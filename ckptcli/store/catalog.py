@@ -43,8 +43,19 @@ class Summary(NamedTuple):
 
     @classmethod
     def of(cls, m: Manifest) -> Summary:
-        return cls(m.subject, list(m.parents), m.created_ns, dict(m.labels), m.message, dict(m.producer),
-                   m.format_version, m.schema_version, m.config_hash, dict(m.deps), dict(m.stats))
+        return cls(
+            m.subject,
+            list(m.parents),
+            m.created_ns,
+            dict(m.labels),
+            m.message,
+            dict(m.producer),
+            m.format_version,
+            m.schema_version,
+            m.config_hash,
+            dict(m.deps),
+            dict(m.stats),
+        )
 
     def row(self, cid: bytes) -> list[Any]:
         # what ls filters and sorts on stays plain; the rest travels as one msgpack blob
@@ -58,9 +69,16 @@ class Summary(NamedTuple):
         cid, kind, name, parents, created, labels, message, rest = row
         producer, fmt, sv, ch, deps, stats = framing.unpack(rest, CATALOG_PATH)
         ok = (
-            type(cid) is bytes and type(kind) is str and type(name) is str and type(parents) is list
-            and type(created) is int and type(labels) is dict and type(message) is str
-            and type(producer) is dict and type(deps) is dict and type(stats) is dict
+            type(cid) is bytes
+            and type(kind) is str
+            and type(name) is str
+            and type(parents) is list
+            and type(created) is int
+            and type(labels) is dict
+            and type(message) is str
+            and type(producer) is dict
+            and type(deps) is dict
+            and type(stats) is dict
         )
         if not ok:
             raise ValueError("malformed catalog row")
@@ -79,8 +97,13 @@ def _load(store: Store) -> dict[bytes, list[Any]]:
         return {
             r[0]: r
             for r in rows
-            if type(r) is list and len(r) == 8 and type(r[0]) is bytes and type(r[1]) is str
-            and type(r[2]) is str and type(r[4]) is int and type(r[5]) is dict
+            if type(r) is list
+            and len(r) == 8
+            and type(r[0]) is bytes
+            and type(r[1]) is str
+            and type(r[2]) is str
+            and type(r[4]) is int
+            and type(r[5]) is dict
         }
     except (CkptError, KeyError, TypeError, ValueError):
         return {}  # missing or unusable: rebuilt from the manifests

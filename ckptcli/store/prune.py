@@ -197,7 +197,11 @@ def decide(
             reasons: list[str] = []
             if n < policy.keep_last:
                 reasons.append(f"last {policy.keep_last}")
-            when = datetime.fromtimestamp(m.created_ns / 1e9, policy.tz) if policy.tz else datetime.fromtimestamp(m.created_ns / 1e9).astimezone()
+            when = (
+                datetime.fromtimestamp(m.created_ns / 1e9, policy.tz)
+                if policy.tz
+                else datetime.fromtimestamp(m.created_ns / 1e9).astimezone()
+            )
             for rule, key_of in _BUCKETS.items():
                 key = key_of(when)
                 if left[rule] > 0 and last_bucket.get(rule) != key:
@@ -430,7 +434,13 @@ def prune(
 
 
 def remove_checkpoints(
-    store: Store, ids: Iterable[bytes], *, max_unused: float = 0.1, lock_wait: float = 300.0, progress: Progress = NULL, writer: WriterMark | None = None
+    store: Store,
+    ids: Iterable[bytes],
+    *,
+    max_unused: float = 0.1,
+    lock_wait: float = 300.0,
+    progress: Progress = NULL,
+    writer: WriterMark | None = None,
 ) -> GcReport:
     """Remove exactly these checkpoints, then the objects no other checkpoint needs
     (`forget_checkpoints`, then `collect`). Ids not in the store are ignored. Raises
@@ -462,7 +472,10 @@ def forget_checkpoints(
                 removed[cid] = store.manifest(cid)
         if not removed:
             return set()
-        for prefix in (layout.ref_path("tags"), layout.ref_path("branches")):  # strict: a damaged ref could be a tag that protects a checkpoint
+        for prefix in (
+            layout.ref_path("tags"),
+            layout.ref_path("branches"),
+        ):  # strict: a damaged ref could be a tag that protects a checkpoint
             for name, target in store.refs(strict=True, prefix=prefix).items():
                 if target in removed:
                     store.delete_ref(layout.ref_path(name), reason="prune")

@@ -56,8 +56,15 @@ class Entry:
         secs, rem = divmod(self.time_ns, 1_000_000_000)
         when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{rem // 1000:06d}Z"
         return {
-            "ref": self.ref, "old": self.old, "new": self.new, "time": when, "time_ns": self.time_ns,
-            "reason": self.reason, "command": self.command, "host": self.host, "pid": self.pid,
+            "ref": self.ref,
+            "old": self.old,
+            "new": self.new,
+            "time": when,
+            "time_ns": self.time_ns,
+            "reason": self.reason,
+            "command": self.command,
+            "host": self.host,
+            "pid": self.pid,
         }
 
 
@@ -104,7 +111,11 @@ def check(data: bytes, ref: str = "") -> tuple[list[Entry], list[int], bool]:
         if d is None:
             damaged.append(number)
             continue
-        out.append(Entry(ref, d["old"], d["new"], d["time_ns"], str(d.get("reason", "")), str(d.get("command", "")), str(d.get("host", "")), d["pid"]))
+        out.append(
+            Entry(
+                ref, d["old"], d["new"], d["time_ns"], str(d.get("reason", "")), str(d.get("command", "")), str(d.get("host", "")), d["pid"]
+            )
+        )
     return out, sorted(damaged), torn
 
 
@@ -118,9 +129,13 @@ def _decode(line: bytes) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError):
         return None
     ok = (
-        type(d) is dict and _hex_or_none(d.get("old")) and _hex_or_none(d.get("new"))
-        and type(d.get("time_ns")) is int and 0 <= d["time_ns"] < MAX_TIME_NS
-        and type(d.get("pid")) is int and 0 <= d["pid"] < 2**63
+        type(d) is dict
+        and _hex_or_none(d.get("old"))
+        and _hex_or_none(d.get("new"))
+        and type(d.get("time_ns")) is int
+        and 0 <= d["time_ns"] < MAX_TIME_NS
+        and type(d.get("pid")) is int
+        and 0 <= d["pid"] < 2**63
         and all(type(d.get(k, "")) is str for k in ("reason", "command", "host"))
     )
     return d if ok else None
@@ -131,7 +146,9 @@ def parse(data: bytes, ref: str, warn: Callable[[str], None]) -> list[Entry]:
     out, damaged, torn = check(data, ref)
     where = log_path(layout.ref_path(ref))
     if damaged:
-        warn(f"{where}: {len(damaged)} damaged reflog entr{'y' if len(damaged) == 1 else 'ies'} skipped (line {damaged[0]}); run `ckpt verify`")
+        warn(
+            f"{where}: {len(damaged)} damaged reflog entr{'y' if len(damaged) == 1 else 'ies'} skipped (line {damaged[0]}); run `ckpt verify`"
+        )
     if torn:
         warn(f"{where}: its last entry was cut short by a crash and is skipped (the next move of the ref removes it)")
     return out

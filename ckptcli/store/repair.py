@@ -395,7 +395,13 @@ def _find_damaged(
 
 
 def _rewrite(
-    store: Store, cid: bytes, m: Manifest, d: DamagedCheckpoint, packs: dict[bytes, bool], replaced: dict[bytes, bytes | None], dry_run: bool
+    store: Store,
+    cid: bytes,
+    m: Manifest,
+    d: DamagedCheckpoint,
+    packs: dict[bytes, bool],
+    replaced: dict[bytes, bytes | None],
+    dry_run: bool,
 ) -> bytes:
     """Write the repair of the damaged checkpoint `cid` (its parents replaced by their
     repairs): every section but the damaged ones, and of a damaged blobs section the
@@ -445,7 +451,9 @@ def _rewrite(
     return new
 
 
-def _move_refs(store: Store, rep: CheckpointsRepair, manifests: dict[bytes, Manifest], replaced: dict[bytes, bytes | None], dry_run: bool) -> None:
+def _move_refs(
+    store: Store, rep: CheckpointsRepair, manifests: dict[bytes, Manifest], replaced: dict[bytes, bytes | None], dry_run: bool
+) -> None:
     """Every ref naming a damaged checkpoint: to its repair; when it was dropped, a
     latest or a branch to its nearest intact ancestor (a latest with none: to the
     subject's newest intact checkpoint), a tag removed. Each move is in the reflog with

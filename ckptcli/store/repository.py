@@ -200,14 +200,18 @@ class Store(Refs):
         if (path / layout.CONFIG).exists():
             raise ConflictError(f"a ckpt store already exists at {path}")
         if version not in limits.READABLE_VERSIONS:
-            raise InvalidInputError(f"format version {version} is not one this ckpt writes", hint=f"use one of {sorted(limits.READABLE_VERSIONS)}")
+            raise InvalidInputError(
+                f"format version {version} is not one this ckpt writes", hint=f"use one of {sorted(limits.READABLE_VERSIONS)}"
+            )
         try:
             path.mkdir(parents=True, exist_ok=True)
             for sub in layout.CREATED_DIRS:
                 (path / sub).mkdir(exist_ok=True)
         except OSError as exc:
             if path.exists() and not path.is_dir():
-                raise StoreIOError(f"cannot create a store at {path}: it is a file, not a directory", hint="give a new or empty directory") from None
+                raise StoreIOError(
+                    f"cannot create a store at {path}: it is a file, not a directory", hint="give a new or empty directory"
+                ) from None
             raise StoreIOError(f"cannot create a store at {path}: {exc.strerror}", hint="give a directory you may write to") from None
         config = StoreConfig(version, secrets.token_bytes(16), time.time_ns(), (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX))
         backend = LocalBackend(path)
@@ -384,7 +388,9 @@ class Store(Refs):
             self.find_in_packs(oid)
             entry = self.index().get(oid)
         if entry is None:
-            raise CorruptError(f"object {oid.hex()[:12]} is missing from the store", hint="run `ckpt verify` to see which checkpoints need it")
+            raise CorruptError(
+                f"object {oid.hex()[:12]} is missing from the store", hint="run `ckpt verify` to see which checkpoints need it"
+            )
         stored = self.backend.read_range(pack_path(entry.pack), entry.offset, entry.stored_len)
         if len(stored) != entry.stored_len:
             raise CorruptError(f"pack {entry.pack.hex()[:12]} is truncated (object {oid.hex()[:12]})", hint="run `ckpt verify`")

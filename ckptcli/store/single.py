@@ -100,7 +100,9 @@ class CheckpointFile:
             raise CorruptError(f"{where}: truncated ({self.size} bytes)", hint="the file was cut short; export it again")
         (mlen,) = _U32.unpack_from(head, framing.HEADER_SIZE)
         if mlen > limits.MAX_RECORD_SIZE or framing.HEADER_SIZE + 4 + mlen + TRAILER > self.size:
-            raise CorruptError(f"{where}: manifest length {mlen} does not fit in a file of {self.size} bytes", hint="the file is truncated or damaged")
+            raise CorruptError(
+                f"{where}: manifest length {mlen} does not fit in a file of {self.size} bytes", hint="the file is truncated or damaged"
+            )
         self.manifest_bytes = self._read(framing.HEADER_SIZE + 4, mlen)
         self.id = hashlib.sha256(self.manifest_bytes).digest()
         self._manifest = Manifest.decode(self.manifest_bytes, f"{where} (manifest)")

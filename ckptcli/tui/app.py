@@ -43,13 +43,17 @@ class CkptApp(App[None]):
     .hidden { display: none; }
     """
 
-    def __init__(self, session: Session, *, checkpoint: bytes | None = None, view: View = "history", blink: bool = True, tune_gc: bool = False) -> None:
+    def __init__(
+        self, session: Session, *, checkpoint: bytes | None = None, view: View = "history", blink: bool = True, tune_gc: bool = False
+    ) -> None:
         super().__init__()
         self.session = session
         self.tune_gc = tune_gc
         self._last_activity = time.monotonic()
         self._gc_dirty = True
-        self.start_checkpoint = checkpoint if checkpoint is not None else (session.source.id if isinstance(session.source, CheckpointFile) else None)
+        self.start_checkpoint = (
+            checkpoint if checkpoint is not None else (session.source.id if isinstance(session.source, CheckpointFile) else None)
+        )
         self.start_view: View = "checkpoint" if view == "history" and isinstance(session.source, CheckpointFile) else view
         self.blink = blink
         self.sub_title = session.where
@@ -121,6 +125,8 @@ class CkptApp(App[None]):
         self.notify(f"copied {what} {text[:64]}", title="clipboard", timeout=3)
 
 
-def run(source: Store | CheckpointFile, *, checkpoint: bytes | None = None, view: View = "history", reducers: Reducers | None = None) -> None:
+def run(
+    source: Store | CheckpointFile, *, checkpoint: bytes | None = None, view: View = "history", reducers: Reducers | None = None
+) -> None:
     """Run the TUI in this terminal until the user quits."""
     CkptApp(open_session(source, reducers=reducers), checkpoint=checkpoint, view=view, tune_gc=True).run()

@@ -260,7 +260,9 @@ class ValueTree(Tree[Slot]):
         self._ancestors: set[tuple[Any, ...]] = set()
         self._removed: dict[tuple[Any, ...], list[tuple[Any, Any]]] = {}
 
-    def show(self, value: Any, label: str, marks: dict[tuple[Any, ...], str] | None = None, removed: dict[tuple[Any, ...], Any] | None = None) -> None:
+    def show(
+        self, value: Any, label: str, marks: dict[tuple[Any, ...], str] | None = None, removed: dict[tuple[Any, ...], Any] | None = None
+    ) -> None:
         """Show `value`; `removed`: path -> old value of what a step removed (drawn struck out)."""
         self.marks = dict(marks or {})
         self._ancestors = {path[:i] for path in self.marks for i in range(len(path))}

@@ -130,7 +130,12 @@ def _read(fd: int) -> tuple[bytes, int]:
 
 
 def _not_journal(jdir: Path, name: str, what: str) -> Check:
-    return Check("langgraph journals", WARN, f"{name} is {what}, not a journal: savers skip it", f"something other than ckpt put it in {jdir}; remove it")
+    return Check(
+        "langgraph journals",
+        WARN,
+        f"{name} is {what}, not a journal: savers skip it",
+        f"something other than ckpt put it in {jdir}; remove it",
+    )
 
 
 @dataclass
@@ -174,7 +179,9 @@ def _open_journal(jdir: Path, path: Path, findings: list[Check]) -> tuple[bool |
     try:
         fd = open_regular(path)
     except OSError as exc:  # nor opened by a saver: it skips it
-        findings.append(Check("langgraph journals", WARN, f"{name} cannot be read: {exc.strerror}; savers skip it", f"check the permissions of {jdir}"))
+        findings.append(
+            Check("langgraph journals", WARN, f"{name} cannot be read: {exc.strerror}; savers skip it", f"check the permissions of {jdir}")
+        )
         return None
     if isinstance(fd, str):
         findings.append(_not_journal(jdir, name, fd))
@@ -222,7 +229,14 @@ def _journal(ctx: Context, jdir: Path, path: Path, tally: _Tally) -> None:
         if live is False:
             findings.append(_refused("langgraph journals", refusal))
         else:  # a live saver's journal is no other saver's to replay, while it lives
-            findings.append(Check("langgraph journals", WARN, f"{name} is a live saver's; once that saver is gone, CkptSaver.open will refuse the store: {refusal.message}", refusal.hint or ""))
+            findings.append(
+                Check(
+                    "langgraph journals",
+                    WARN,
+                    f"{name} is a live saver's; once that saver is gone, CkptSaver.open will refuse the store: {refusal.message}",
+                    refusal.hint or "",
+                )
+            )
         return
     if contents.version == 0 and any(data):  # zeros alone: a journal just made, its header not written yet
         findings.append(
@@ -280,12 +294,16 @@ def _leases(store_path: Path, jdir: Path, dead_journals: int) -> Iterable[Check]
     yield Check("langgraph thread leases", OK, detail)
     for name, what in odd:
         yield Check(
-            "langgraph thread leases", FAIL, f"{LEASE_DIR}/{name} is {what}, not a thread lease: savers skip it, and cannot take its thread",
+            "langgraph thread leases",
+            FAIL,
+            f"{LEASE_DIR}/{name} is {what}, not a thread lease: savers skip it, and cannot take its thread",
             f"something other than ckpt put it in {jdir / LEASE_DIR}; remove it",
         )
     if orphaned and dead_journals:
         yield Check(
-            "langgraph thread leases", WARN, f"{orphaned} thread(s) whose last saver died before committing them",
+            "langgraph thread leases",
+            WARN,
+            f"{orphaned} thread(s) whose last saver died before committing them",
             "nothing is lost: the next saver to take one replays the dead saver's journal first",
         )
 

@@ -51,7 +51,9 @@ def _connect(db: Path) -> sqlite3.Connection:
         conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as exc:
-        raise CorruptError(f"{db} is not a SQLite database, or it is damaged ({exc})", hint="give the file SqliteSaver writes (e.g. checkpoints.sqlite)") from None
+        raise CorruptError(
+            f"{db} is not a SQLite database, or it is damaged ({exc})", hint="give the file SqliteSaver writes (e.g. checkpoints.sqlite)"
+        ) from None
     return conn
 
 
@@ -74,10 +76,14 @@ def read_database(db: Path, thread: str | None = None) -> tuple[list[dict[str, A
             have = _columns(conn, "checkpoints")
             if not have >= _CHECKPOINT_COLUMNS:
                 what = "has no checkpoints table" if not have else "has a checkpoints table without LangGraph's columns"
-                raise InvalidInputError(f"{db} is a SQLite database but not a LangGraph SqliteSaver one: it {what}", hint="give the file SqliteSaver writes")
+                raise InvalidInputError(
+                    f"{db} is a SQLite database but not a LangGraph SqliteSaver one: it {what}", hint="give the file SqliteSaver writes"
+                )
             wcols = _columns(conn, "writes")
             if wcols and not wcols >= _WRITES_COLUMNS:
-                raise InvalidInputError(f"{db}: its writes table does not have LangGraph's columns", hint="give the file SqliteSaver writes")
+                raise InvalidInputError(
+                    f"{db}: its writes table does not have LangGraph's columns", hint="give the file SqliteSaver writes"
+                )
             where, args = ("WHERE thread_id = ?", (thread,)) if thread is not None else ("", ())
             threads = [r[0] for r in conn.execute(f"SELECT DISTINCT thread_id FROM checkpoints {where} ORDER BY thread_id", args)]
             if thread is not None and not threads:
@@ -105,17 +111,28 @@ def read_database(db: Path, thread: str | None = None) -> tuple[list[dict[str, A
                 for t, ns, cid, task, task_path, idx, channel, typ, value in wrows:
                     key = (str(t), ns or "", str(cid))
                     ts = previous[key]["c"] if key in previous else 0
-                    by_key.setdefault(key, []).append([str(task), str(channel), typ or "null", bytes(value or b""), task_path or "", int(idx), ts])
+                    by_key.setdefault(key, []).append(
+                        [str(task), str(channel), typ or "null", bytes(value or b""), task_path or "", int(idx), ts]
+                    )
                 writes = [{"op": "w", "t": k[0], "n": k[1], "i": k[2], "w": w} for k, w in by_key.items()]
             return puts, writes, [str(t) for t in threads]
         except sqlite3.DatabaseError as exc:
-            raise CorruptError(f"{db} cannot be read: {exc}", hint="the database is damaged; check it with `sqlite3 DB 'PRAGMA integrity_check'`") from None
+            raise CorruptError(
+                f"{db} cannot be read: {exc}", hint="the database is damaged; check it with `sqlite3 DB 'PRAGMA integrity_check'`"
+            ) from None
     finally:
         conn.close()
 
 
 def _put_record(
-    thread: str, ns: str, cid: str, parent: str | None, typ: str | None, blob: bytes | None, md: Any, previous: dict[tuple[str, str, str], dict[str, Any]]
+    thread: str,
+    ns: str,
+    cid: str,
+    parent: str | None,
+    typ: str | None,
+    blob: bytes | None,
+    md: Any,
+    previous: dict[tuple[str, str, str], dict[str, Any]],
 ) -> dict[str, Any]:
     """A journal put record (as CkptSaver writes them) for one row of `checkpoints`."""
     where = f"checkpoint {cid} of thread {thread!r}"
@@ -155,7 +172,9 @@ def _spec(value: tuple[str, list[bytes] | None, bytes] | None, parent_items: lis
     return ["l", keep, items[keep:]]
 
 
-def _split(typ: str, blob: bytes, where: str) -> tuple[tuple[str, bytes, Any], dict[str, tuple[str, list[bytes] | None, bytes] | None], dict[str, Any]]:
+def _split(
+    typ: str, blob: bytes, where: str
+) -> tuple[tuple[str, bytes, Any], dict[str, tuple[str, list[bytes] | None, bytes] | None], dict[str, Any]]:
     """(skeleton typed + its parsed fields, {channel: (type, items or None, bytes)}, versions)."""
     if typ == "json":
         try:
@@ -246,7 +265,10 @@ def import_sqlite(store: Store, db: str | Path, *, thread: str | None = None, pr
     try:
         from ckptcli.adapters.langgraph.saver import CkptSaver
     except ImportError as exc:
-        raise UsageError(f"importing LangGraph histories needs LangGraph's checkpoint package ({exc.name} is missing)", hint="pip install 'ckptcli[langgraph]'") from None
+        raise UsageError(
+            f"importing LangGraph histories needs LangGraph's checkpoint package ({exc.name} is missing)",
+            hint="pip install 'ckptcli[langgraph]'",
+        ) from None
     puts, writes, threads = read_database(Path(db), thread)
     report = ImportReport(threads=threads)
     saver = CkptSaver(store, fsync="never", seal_idle=0, commit_interval=3600)

@@ -108,7 +108,9 @@ def frame(record: dict[str, Any], salt: bytes = PROCESS_SALT) -> bytes:
             hint="thread ids, namespaces, checkpoint ids, task ids and channel names must be valid Unicode text",
         ) from None
     except (ValueError, OverflowError) as exc:  # a single value over msgpack's own 4 GiB limit
-        raise LimitExceededError(f"a checkpoint record cannot be journaled: {exc}", hint="keep single values in the state under 4 GiB") from None
+        raise LimitExceededError(
+            f"a checkpoint record cannot be journaled: {exc}", hint="keep single values in the state under 4 GiB"
+        ) from None
     if len(payload) > MAX_RECORD:
         raise LimitExceededError(
             f"a checkpoint record of {len(payload)} bytes is longer than the journal's limit of {MAX_RECORD} bytes",
@@ -268,7 +270,9 @@ def record_problem(rec: dict[str, Any]) -> str | None:
         for w in ws:
             if type(w) is not list or len(w) != 7 or not all(type(x) is str for x in (w[0], w[1], w[2], w[4])) or type(w[3]) is not bytes:
                 return "a write of it is not (task, channel, type, bytes, path, index, time)"
-            if type(w[5]) is not int or type(w[6]) is not int or not (-(2**63) <= w[5] < 2**63 and 0 <= w[6] < 2**63):  # LangGraph's special writes have negative indexes
+            if (
+                type(w[5]) is not int or type(w[6]) is not int or not (-(2**63) <= w[5] < 2**63 and 0 <= w[6] < 2**63)
+            ):  # LangGraph's special writes have negative indexes
                 return "a write's index or time is not a 64-bit integer"
     else:
         keys = rec.get("k")
@@ -394,12 +398,21 @@ def check_journals(store_dir: Path) -> list[tuple[Path, str]]:
             first = read_journal(data)
             if first.version == 0 and not blank(data):
                 newer = newer_journal(path, data, first) is not None
-                found.append((path, "was written by a newer ckpt: savers of this version refuse to open the store while it is there" if newer else "is not a LangGraph journal (unknown header): a saver keeps it aside and replays nothing of it"))
+                found.append(
+                    (
+                        path,
+                        "was written by a newer ckpt: savers of this version refuse to open the store while it is there"
+                        if newer
+                        else "is not a LangGraph journal (unknown header): a saver keeps it aside and replays nothing of it",
+                    )
+                )
                 continue
             for i, rec in enumerate(first.records):
                 bad = record_problem(rec)
                 if bad:
-                    found.append((path, f"is damaged: its record {i + 1} is malformed ({bad}); a saver refuses to open the store while it is there"))
+                    found.append(
+                        (path, f"is damaged: its record {i + 1} is malformed ({bad}); a saver refuses to open the store while it is there")
+                    )
                     break
             if not first.holes:
                 continue

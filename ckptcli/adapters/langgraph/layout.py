@@ -71,7 +71,12 @@ TTL_KEY, TTL_STRATEGY_KEY = "thread_ttl", "thread_ttl_strategy"  # the run's con
 LABEL_FORK_OF = "fork.of"  # ckpt fork's label (formats/events.md): such a checkpoint is not one LangGraph wrote
 
 PRODUCER = {"name": "ckptcli.langgraph", "version": __version__}
-LAYOUT: dict[str, Any] = {"kind": "sections", "keys": ["memory", "plan", "tools", "events", "ext"], "ext": [EXT_NAMESPACE], "format": "langgraph"}
+LAYOUT: dict[str, Any] = {
+    "kind": "sections",
+    "keys": ["memory", "plan", "tools", "events", "ext"],
+    "ext": [EXT_NAMESPACE],
+    "format": "langgraph",
+}
 
 #: (serializer type, bytes), as LangGraph's `dumps_typed` gives them
 Typed = tuple[str, bytes]
@@ -207,10 +212,17 @@ def tool_record_evs(view: Any, item_ev: bytes, writer: SectionWriter) -> list[by
     if name.startswith("AIMessage") and type(calls) is list:
         for call in calls:
             if type(call) is dict:
-                out.append(writer.item_ev({"call_id": call.get("id"), "tool": call.get("name"), "args": call.get("args"), "status": "called"}))
+                out.append(
+                    writer.item_ev({"call_id": call.get("id"), "tool": call.get("name"), "args": call.get("args"), "status": "called"})
+                )
     if name.startswith("ToolMessage") and type(fields.get("tool_call_id")) is str:
         status = fields.get("status") if type(fields.get("status")) is str else "success"
-        record = [("call_id", _PACK(fields["tool_call_id"])), ("tool", _PACK(fields.get("name"))), ("status", _PACK(status)), ("result", item_ev)]
+        record = [
+            ("call_id", _PACK(fields["tool_call_id"])),
+            ("tool", _PACK(fields.get("name"))),
+            ("status", _PACK(status)),
+            ("result", item_ev),
+        ]
         out.append(writer.root(_map(record)))
     return out
 
@@ -528,7 +540,13 @@ def key_of(subject: Subject, labels: Mapping[str, str]) -> Key | None:
     if cid is None or LABEL_FORK_OF in labels or subject.kind != "agent":
         return None
     rev_text = labels.get(LABEL_REV, "1")
-    return Key(labels.get(LABEL_THREAD, subject.name), labels.get(LABEL_NS, ""), cid, labels.get(LABEL_PARENT), int(rev_text) if rev_text.isdecimal() else 1)
+    return Key(
+        labels.get(LABEL_THREAD, subject.name),
+        labels.get(LABEL_NS, ""),
+        cid,
+        labels.get(LABEL_PARENT),
+        int(rev_text) if rev_text.isdecimal() else 1,
+    )
 
 
 def key_of_row(row: list[Any]) -> tuple[Key, Summary] | None:
@@ -565,7 +583,9 @@ def read_ext(ext: Any, events: Any, where: str) -> Stored:
     if ext["v"] > LAYOUT_FORMAT:
         from ckptcli.errors import UnsupportedVersionError
 
-        raise UnsupportedVersionError(f"{where}: written by a newer ckpt (LangGraph layout {ext['v']}, this ckpt reads {LAYOUT_FORMAT})", hint="upgrade ckpt")
+        raise UnsupportedVersionError(
+            f"{where}: written by a newer ckpt (LangGraph layout {ext['v']}, this ckpt reads {LAYOUT_FORMAT})", hint="upgrade ckpt"
+        )
     skel_tag = ext.get("checkpoint_type", MSGPACK)
     md_tag = ext.get("metadata_type", MSGPACK)
     skeleton = view_typed(skel_tag, ext.get("checkpoint"), f"{where} checkpoint")
@@ -591,6 +611,13 @@ def read_ext(ext: Any, events: Any, where: str) -> Stored:
         idx = ev.get("idx", 0)
         ts = ev.get("ts", 0)
         writes.append(
-            Write(task_id, channel, view_typed(tag, ev.get("value"), f"{where} write"), str(ev.get("task_path", "")), idx if type(idx) is int else 0, ts if type(ts) is int else 0)
+            Write(
+                task_id,
+                channel,
+                view_typed(tag, ev.get("value"), f"{where} write"),
+                str(ev.get("task_path", "")),
+                idx if type(idx) is int else 0,
+                ts if type(ts) is int else 0,
+            )
         )
     return Stored(skeleton, metadata, dict(versions), {str(k): str(v) for k, v in types.items()}, writes)

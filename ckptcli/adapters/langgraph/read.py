@@ -102,7 +102,9 @@ class ListReader:
         if hit is not None:
             level, total = hit[0], hit[1]
             if (want_level is not None and level != want_level) or (want_total is not None and total != want_total):
-                raise CorruptError(f"object {oid.hex()[:12]}: tree level {level} holding {total}, its parent expects {want_level} holding {want_total}")
+                raise CorruptError(
+                    f"object {oid.hex()[:12]}: tree level {level} holding {total}, its parent expects {want_level} holding {want_total}"
+                )
             return hit[0], hit[1], None
         return parse_tree_node(dec.source.get(oid), EXT_LIST, oid, want_level, want_total)
 
@@ -134,6 +136,8 @@ class ListReader:
             if isinstance(child, bytes):
                 out += self._walk(child, self._node(child, level - 1, count, dec), dec)
             else:  # the embedded open tail (see Encoder._item_tree)
-                sub_level, _t, sub = check_tree_node(child, EXT_LIST, f"object {oid.hex()[:12]} (embedded node)", want_total=count, below=level)
+                sub_level, _t, sub = check_tree_node(
+                    child, EXT_LIST, f"object {oid.hex()[:12]} (embedded node)", want_total=count, below=level
+                )
                 out += self._children(oid, sub_level, sub, dec)
         return out

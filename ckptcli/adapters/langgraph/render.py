@@ -104,7 +104,13 @@ def time_text(value: Any) -> str | None:
     try:
         if code == EXT_METHOD_SINGLE_ARG and data[1] == "datetime" and type(data[2]) is str and data[3:] == ["fromisoformat"]:
             return iso_utc(datetime.fromisoformat(data[2]))
-        if code == EXT_CONSTRUCTOR_POS_ARGS and data[1] == "date" and len(data) == 3 and type(data[2]) is list and all(type(x) is int for x in data[2]):
+        if (
+            code == EXT_CONSTRUCTOR_POS_ARGS
+            and data[1] == "date"
+            and len(data) == 3
+            and type(data[2]) is list
+            and all(type(x) is int for x in data[2])
+        ):
             return date(*data[2]).isoformat()
     except (ValueError, TypeError):
         return None

@@ -90,7 +90,10 @@ class TTL:
         def minutes(key: str, default: float | None) -> float:
             value = config.get(key, default)
             if value is None:
-                raise InvalidInputError(f"ttl needs {key!r}: the minutes after a thread's last write when it expires", hint="e.g. ttl={'default_ttl': 43200} (30 days)")
+                raise InvalidInputError(
+                    f"ttl needs {key!r}: the minutes after a thread's last write when it expires",
+                    hint="e.g. ttl={'default_ttl': 43200} (30 days)",
+                )
             if type(value) not in (int, float) or not value > 0 or value == float("inf"):
                 raise InvalidInputError(f"ttl {key!r} must be a positive number of minutes, not {value!r}")
             return float(value) * 60

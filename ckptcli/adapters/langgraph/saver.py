@@ -80,7 +80,9 @@ _COLLECT_MIN = 512  # deleted checkpoints left to collect before a delete collec
 _ALIST_BATCH = 64  # tuples `alist` takes from `list` per hop to its worker thread
 
 
-def _check_options(fsync: str, commit_interval: float, seal_idle: float, resident_threads: int, max_backlog: int, max_journal_bytes: int) -> None:
+def _check_options(
+    fsync: str, commit_interval: float, seal_idle: float, resident_threads: int, max_backlog: int, max_journal_bytes: int
+) -> None:
     """InvalidInputError for a bad option of `CkptSaver`."""
     if fsync not in FSYNC_POLICIES:
         raise InvalidInputError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
@@ -293,7 +295,9 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
             self._commit_locked()
 
     # -- writing and reading ---------------------------------------------------------------------------
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+    def put(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+    ) -> RunnableConfig:
         """Store a checkpoint: journaled before this returns, readable at once, committed
         to the store in the background."""
         conf = config["configurable"]
@@ -334,7 +338,9 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         conf = config["configurable"]
         key = (str(conf["thread_id"]), conf.get("checkpoint_ns", "") or "", str(conf["checkpoint_id"]))
         now = self.clock()
-        ws = [Write(task_id, ch, self.serde.dumps_typed(v), task_path, WRITES_IDX_MAP.get(ch, idx), now) for idx, (ch, v) in enumerate(writes)]
+        ws = [
+            Write(task_id, ch, self.serde.dumps_typed(v), task_path, WRITES_IDX_MAP.get(ch, idx), now) for idx, (ch, v) in enumerate(writes)
+        ]
         self._wait_for_room()
         with self._owning(key[0], True, key[2]):
             self._check()
@@ -578,7 +584,9 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
             if len(batch) < _ALIST_BATCH:
                 return
 
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+    async def aput(
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
+    ) -> RunnableConfig:
         return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:

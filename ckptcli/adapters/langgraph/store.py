@@ -232,7 +232,9 @@ class CkptStore(BaseStore):
         encoded: dict[NsKey, bytes] = {}
         for op in ops:
             if not isinstance(op, (GetOp, SearchOp, PutOp, ListNamespacesOp)):
-                raise InvalidInputError(f"unknown store operation {type(op).__name__}", hint="use GetOp, PutOp, SearchOp or ListNamespacesOp")
+                raise InvalidInputError(
+                    f"unknown store operation {type(op).__name__}", hint="use GetOp, PutOp, SearchOp or ListNamespacesOp"
+                )
             validate_op_namespace(op)
             if isinstance(op, (GetOp, PutOp)) and type(op.namespace) is not tuple:
                 op = op._replace(namespace=tuple(op.namespace))
@@ -307,7 +309,13 @@ class CkptStore(BaseStore):
                     if isinstance(op, GetOp):
                         r = data.get(op.namespace, {}).get(op.key)
                         if r is not None and r.live(now):
-                            results[i] = Item(value=msgpack.unpackb(r.raw, raw=False), key=op.key, namespace=op.namespace, created_at=dt(r.created), updated_at=dt(r.updated))
+                            results[i] = Item(
+                                value=msgpack.unpackb(r.raw, raw=False),
+                                key=op.key,
+                                namespace=op.namespace,
+                                created_at=dt(r.created),
+                                updated_at=dt(r.updated),
+                            )
                             if op.refresh_ttl and r.ttl is not None:
                                 touch[(op.namespace, op.key)] = None
                     elif isinstance(op, SearchOp):
@@ -432,7 +440,12 @@ class CkptStore(BaseStore):
         with self._mu, self._lock(shared=False):
             self._refresh(writing=True)
             now = int(self.clock() * NS)
-            gone = [[list(ns), key, None, 0, 0, None, None, 0, None] for ns, recs in self._log.data.items() for key, r in recs.items() if not r.live(now)]
+            gone = [
+                [list(ns), key, None, 0, 0, None, None, 0, None]
+                for ns, recs in self._log.data.items()
+                for key, r in recs.items()
+                if not r.live(now)
+            ]
             if gone:
                 self._log.append({"op": "put", "items": gone})
             return len(gone)

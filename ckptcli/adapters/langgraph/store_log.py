@@ -193,7 +193,9 @@ def check_store_logs(store_dir: Path, manifests: Collection[bytes] | None = None
     except OSError:
         kept = []
     for path in kept:
-        found.append((path, "is a copy of a store log whose last record was damaged, kept when the store cut that record; delete it once looked at"))
+        found.append(
+            (path, "is a copy of a store log whose last record was damaged, kept when the store cut that record; delete it once looked at")
+        )
     with _readers_lock(store_dir):
         for gen in gens:
             _check_log(d / log_name(gen), gen == gens[-1], manifests, found)
@@ -236,10 +238,18 @@ def _check_log(path: Path, newest: bool, manifests: Collection[bytes] | None, fo
         holes = [h for h in first.holes if h in second.holes]
         if holes:
             second.holes = holes
-            found.append((path, hole_message(path, second).replace("the puts", "the memories") + "; opening the store with CkptStore reads on past it"))
+            found.append(
+                (
+                    path,
+                    hole_message(path, second).replace("the puts", "the memories") + "; opening the store with CkptStore reads on past it",
+                )
+            )
     if damaged_tail(data, first.end) and damaged_tail(again, first.end):
         found.append(
-            (path, f"is damaged: its last record, at offset {first.end}, fails its CRC check (not a torn write: all its bytes are there): the memories recorded in it are lost; the next write copies the log aside as {path.name}{DAMAGED_SUFFIX} and cuts the record")
+            (
+                path,
+                f"is damaged: its last record, at offset {first.end}, fails its CRC check (not a torn write: all its bytes are there): the memories recorded in it are lost; the next write copies the log aside as {path.name}{DAMAGED_SUFFIX} and cuts the record",
+            )
         )
     for at, rec in records_at(data, data[len(MAGIC) : HEADER_V2])[1:]:
         bad = record_problem(rec)
@@ -250,4 +260,9 @@ def _check_log(path: Path, newest: bool, manifests: Collection[bytes] | None, fo
     if isinstance(why, str):
         found.append((path, f"is damaged: {why}"))
     elif why is not None and manifests is not None and newest and why not in manifests:
-        found.append((path, f"starts from the snapshot {why.hex()[:12]}, which the store does not have: the memories in it are lost; restore the store from a backup"))
+        found.append(
+            (
+                path,
+                f"starts from the snapshot {why.hex()[:12]}, which the store does not have: the memories in it are lost; restore the store from a backup",
+            )
+        )

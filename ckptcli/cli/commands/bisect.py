@@ -15,16 +15,32 @@ from ckptcli.errors import ExitCode
 @app.command(
     "bisect",
     epilog=exit_status(
-        ExitCode.FAILURE, ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.LIMIT_EXCEEDED
+        ExitCode.FAILURE,
+        ExitCode.USAGE,
+        ExitCode.NOT_FOUND,
+        ExitCode.INVALID_INPUT,
+        ExitCode.NO_STORE,
+        ExitCode.CORRUPT,
+        ExitCode.LIMIT_EXCEEDED,
     ),
 )
 def bisect_cmd(
     subject: Annotated[str, typer.Argument(metavar="SUBJECT", help="The subject (KIND:NAME) whose history is searched.")],
     good: Annotated[str, typer.Option("--good", metavar="REF", help="A checkpoint whose state passes (a first-parent ancestor of --bad).")],
-    bad: Annotated[str | None, typer.Option("--bad", metavar="REF", help="A checkpoint whose state fails. Default: the subject's latest.", show_default=False)] = None,
-    check: Annotated[str | None, typer.Option("--check", metavar="MODULE:FUNC", help="A function state -> bool (true: good).", show_default=False)] = None,
-    expect: Annotated[str | None, typer.Option("--expect", metavar="POINTER==JSON", help="Good while the value at POINTER equals JSON.", show_default=False)] = None,
-    expect_missing: Annotated[str | None, typer.Option("--expect-missing", metavar="POINTER", help="Good while there is no value at POINTER.", show_default=False)] = None,
+    bad: Annotated[
+        str | None,
+        typer.Option("--bad", metavar="REF", help="A checkpoint whose state fails. Default: the subject's latest.", show_default=False),
+    ] = None,
+    check: Annotated[
+        str | None, typer.Option("--check", metavar="MODULE:FUNC", help="A function state -> bool (true: good).", show_default=False)
+    ] = None,
+    expect: Annotated[
+        str | None,
+        typer.Option("--expect", metavar="POINTER==JSON", help="Good while the value at POINTER equals JSON.", show_default=False),
+    ] = None,
+    expect_missing: Annotated[
+        str | None, typer.Option("--expect-missing", metavar="POINTER", help="Good while there is no value at POINTER.", show_default=False)
+    ] = None,
     reducers: ReducersOpt = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,

@@ -8,7 +8,16 @@ from ckptcli.cli.output import emit_spooled, exit_status
 from ckptcli.errors import ExitCode
 
 
-@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED))
+@app.command(
+    epilog=exit_status(
+        ExitCode.NOT_FOUND,
+        ExitCode.INVALID_INPUT,
+        ExitCode.NO_STORE,
+        ExitCode.CORRUPT,
+        ExitCode.UNSUPPORTED_VERSION,
+        ExitCode.LIMIT_EXCEEDED,
+    )
+)
 def cat(
     ref: RefArg,
     snapshot: SnapshotOpt = False,

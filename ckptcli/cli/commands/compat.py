@@ -18,34 +18,65 @@ if TYPE_CHECKING:
     from ckptcli.schema.compat import CompatCheck, CompatReport, CompatResult
 
 
-@app.command(
-    epilog=exit_status(ExitCode.FAILURE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.IO_ERROR)
-)
+@app.command(epilog=exit_status(ExitCode.FAILURE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.IO_ERROR))
 def compat(
     sources: Annotated[
         list[str] | None,
-        typer.Argument(help="Directories of .ckpt files (searched recursively), .ckpt files, or checkpoints of the store (default: all of the store).", show_default=False),
+        typer.Argument(
+            help="Directories of .ckpt files (searched recursively), .ckpt files, or checkpoints of the store (default: all of the store).",
+            show_default=False,
+        ),
     ] = None,
     migrations: Annotated[
         str | None,
-        typer.Option("--migrations", "-M", metavar="SPEC", help="The project's migrations: MODULE, MODULE:NAME, or ep:NAME (entry point in ckpt.migrations).", show_default=False),
+        typer.Option(
+            "--migrations",
+            "-M",
+            metavar="SPEC",
+            help="The project's migrations: MODULE, MODULE:NAME, or ep:NAME (entry point in ckpt.migrations).",
+            show_default=False,
+        ),
     ] = None,
     target: Annotated[
         str | None,
-        typer.Option("--target", "-t", metavar="N", help="Schema version the current code reads (default: the migrations' SCHEMA_VERSION).", show_default=False),
+        typer.Option(
+            "--target",
+            "-t",
+            metavar="N",
+            help="Schema version the current code reads (default: the migrations' SCHEMA_VERSION).",
+            show_default=False,
+        ),
     ] = None,
     validator: Annotated[
         str | None,
-        typer.Option("--validator", metavar="MODULE:FUNC", help="MODULE:FUNCTION that loads a state document into the current code's objects, raising if it cannot.", show_default=False),
+        typer.Option(
+            "--validator",
+            metavar="MODULE:FUNC",
+            help="MODULE:FUNCTION that loads a state document into the current code's objects, raising if it cannot.",
+            show_default=False,
+        ),
     ] = None,
     # the name of --validator before 0.3, kept working (hidden); remove in 0.4
     adapter: Annotated[str | None, typer.Option("--adapter", "-a", metavar="MODULE:FUNC", hidden=True, show_default=False)] = None,
     assume_version: Annotated[
         str | None,
-        typer.Option("--assume-version", metavar="N", help="Treat checkpoints without a schema_version as this version (default: they are incompatible).", show_default=False),
+        typer.Option(
+            "--assume-version",
+            metavar="N",
+            help="Treat checkpoints without a schema_version as this version (default: they are incompatible).",
+            show_default=False,
+        ),
     ] = None,
-    subject: Annotated[str | None, typer.Option("--subject", "-S", metavar="KIND:NAME", help="In a store, only this subject (KIND:NAME).", show_default=False)] = None,
-    junit: Annotated[Path | None, typer.Option("--junit", metavar="PATH", help="Also write a JUnit XML report here (one testcase per checkpoint).", show_default=False)] = None,
+    subject: Annotated[
+        str | None,
+        typer.Option("--subject", "-S", metavar="KIND:NAME", help="In a store, only this subject (KIND:NAME).", show_default=False),
+    ] = None,
+    junit: Annotated[
+        Path | None,
+        typer.Option(
+            "--junit", metavar="PATH", help="Also write a JUnit XML report here (one testcase per checkpoint).", show_default=False
+        ),
+    ] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -83,7 +114,9 @@ def compat(
         _print_report(report)
     if not report.ok:
         bad = report.counts()[INCOMPATIBLE]
-        raise CompatFailed(f"{bad} of {len(report.results)} checkpoint(s) incompatible", hint="see above" + (f" and {junit}" if junit else ""))
+        raise CompatFailed(
+            f"{bad} of {len(report.results)} checkpoint(s) incompatible", hint="see above" + (f" and {junit}" if junit else "")
+        )
 
 
 def _validator(validator: str | None, adapter: str | None) -> str | None:

@@ -30,7 +30,14 @@ STYLES = {"header": "bold", "section": "bold cyan", "add": "green", "remove": "r
 
 @app.command(
     epilog=exit_status(
-        ExitCode.FAILURE, ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED
+        ExitCode.FAILURE,
+        ExitCode.USAGE,
+        ExitCode.NOT_FOUND,
+        ExitCode.INVALID_INPUT,
+        ExitCode.NO_STORE,
+        ExitCode.CORRUPT,
+        ExitCode.UNSUPPORTED_VERSION,
+        ExitCode.LIMIT_EXCEEDED,
     )
 )
 def diff(
@@ -42,7 +49,12 @@ def diff(
     ] = None,
     path: Annotated[
         str | None,
-        typer.Option("--path", metavar="JSON-POINTER", help="Compare only the value at this JSON Pointer of the state (e.g. /memory/user/name).", show_default=False),
+        typer.Option(
+            "--path",
+            metavar="JSON-POINTER",
+            help="Compare only the value at this JSON Pointer of the state (e.g. /memory/user/name).",
+            show_default=False,
+        ),
     ] = None,
     snapshot: SnapshotOpt = False,
     stat: Annotated[bool, typer.Option("--stat", help="Print only the counts of changes per section.")] = False,
@@ -51,7 +63,9 @@ def diff(
     significant_digits: SignificantDigitsOpt = None,
     tolerance: ToleranceOpt = None,
     exclude_path: ExcludePathOpt = None,
-    show_all: Annotated[bool, typer.Option("--all", help="LangGraph checkpoints: also show LangGraph's bookkeeping and messages as stored.")] = False,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="LangGraph checkpoints: also show LangGraph's bookkeeping and messages as stored.")
+    ] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -114,7 +128,10 @@ def diff(
     tol = tolerance_of(ignore_order, significant_digits, tolerance, exclude_path)
     if tol is not None:
         if path is not None:
-            raise UsageError("--path compares one value exactly; narrow a tolerant comparison with --section and --exclude-path", hint="see `ckpt diff --help`")
+            raise UsageError(
+                "--path compares one value exactly; narrow a tolerant comparison with --section and --exclude-path",
+                hint="see `ckpt diff --help`",
+            )
         from ckptcli.history.tolerant import tolerant_diff
 
         result = tolerant_diff(a, b, result, tol, snapshot=snapshot)
@@ -136,7 +153,10 @@ def _print_changes(shown: DiffResult, stat: bool) -> None:
     from ckptcli.history.render import render
 
     # keys, labels and names come from whoever made the checkpoints: controls escaped
-    lines = [(kind, ("  " if kind in ("add", "remove", "change") else "") + safe(text, backslash=False)) for kind, text in render(shown, stat=stat)]
+    lines = [
+        (kind, ("  " if kind in ("add", "remove", "change") else "") + safe(text, backslash=False))
+        for kind, text in render(shown, stat=stat)
+    ]
     console = out()
     if console.color_system is None:
         # plain text (NO_COLOR, or not a terminal): written directly, which is much
@@ -156,4 +176,3 @@ def _warn_problems(result: DiffResult) -> None:
         from ckptcli.history.stateat import problem_warning
 
         warn(problem_warning(problem))
-

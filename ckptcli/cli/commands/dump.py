@@ -13,11 +13,25 @@ from ckptcli.cli.output import exit_status, write_output
 from ckptcli.errors import ExitCode
 
 
-@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.IO_ERROR))
+@app.command(
+    epilog=exit_status(
+        ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.IO_ERROR
+    )
+)
 def dump(
     ref: RefArg,
     path: Annotated[str, typer.Argument(help="The file: NAME for a file blob, NAME/sub/file inside a directory blob.")],
-    output: Annotated[Path | None, typer.Option("--output", "-o", parser=output_path, metavar="<path>", help="Write it here instead of stdout (as restore -o writes).", show_default=False)] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            parser=output_path,
+            metavar="<path>",
+            help="Write it here instead of stdout (as restore -o writes).",
+            show_default=False,
+        ),
+    ] = None,
     store: StoreOpt = None,
 ) -> None:
     """Write one file of a checkpoint's blobs to stdout, streamed from the store.

@@ -14,10 +14,14 @@ from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, 
 from ckptcli.errors import ExitCode, UsageError
 
 
-@app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.IO_ERROR))
+@app.command(
+    epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.IO_ERROR)
+)
 def export(
     ref: Annotated[str, typer.Argument(help="Checkpoint: id or prefix, tag, branch, KIND:NAME, latest, REF~N.")],
-    output: Annotated[Path, typer.Option("--output", "-o", parser=output_path, metavar="<path>", help="File to write (e.g. agent.ckpt), or - for stdout.")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", parser=output_path, metavar="<path>", help="File to write (e.g. agent.ckpt), or - for stdout.")
+    ],
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -16,15 +16,28 @@ from ckptcli.errors import ExitCode
 @app.command(
     "fork",
     epilog=exit_status(
-        ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.CORRUPT, ExitCode.LIMIT_EXCEEDED, ExitCode.CONFLICT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR
+        ExitCode.NOT_FOUND,
+        ExitCode.INVALID_INPUT,
+        ExitCode.CORRUPT,
+        ExitCode.LIMIT_EXCEEDED,
+        ExitCode.CONFLICT,
+        ExitCode.LOCKED,
+        ExitCode.NO_STORE,
+        ExitCode.IO_ERROR,
     ),
 )
 def fork_cmd(
     ref: Annotated[str, typer.Argument(help="The checkpoint to fork: id or prefix, tag, branch, KIND:NAME, latest, REF~N.")],
     at: Annotated[int, typer.Option("--at", metavar="SEQ", help="The event to fork after (the snapshot's own seq forks before the tail).")],
-    branch: Annotated[str | None, typer.Option("--branch", "-b", metavar="NAME", help="Also point this branch at the new checkpoint.", show_default=False)] = None,
-    message: Annotated[str | None, typer.Option("--message", "-m", metavar="TEXT", help="Message of the new checkpoint.", show_default=False)] = None,
-    move_latest: Annotated[bool, typer.Option("--move-latest", help="Also point the subject's latest at the fork (by default it stays on the newest state).")] = False,
+    branch: Annotated[
+        str | None, typer.Option("--branch", "-b", metavar="NAME", help="Also point this branch at the new checkpoint.", show_default=False)
+    ] = None,
+    message: Annotated[
+        str | None, typer.Option("--message", "-m", metavar="TEXT", help="Message of the new checkpoint.", show_default=False)
+    ] = None,
+    move_latest: Annotated[
+        bool, typer.Option("--move-latest", help="Also point the subject's latest at the fork (by default it stays on the newest state).")
+    ] = False,
     reducers: ReducersOpt = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,

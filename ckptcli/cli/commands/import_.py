@@ -18,16 +18,29 @@ LANGGRAPH = "langgraph"
 @app.command(
     "import",
     epilog=exit_status(
-        ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED, ExitCode.IO_ERROR
+        ExitCode.NOT_FOUND,
+        ExitCode.INVALID_INPUT,
+        ExitCode.NO_STORE,
+        ExitCode.CORRUPT,
+        ExitCode.UNSUPPORTED_VERSION,
+        ExitCode.LIMIT_EXCEEDED,
+        ExitCode.IO_ERROR,
     ),
 )
 def import_(
     source: Annotated[
         list[str],
-        typer.Argument(metavar="FILE | langgraph DB", help="A checkpoint file made by `ckpt export`; or the word `langgraph` and a SqliteSaver database.", show_default=False),
+        typer.Argument(
+            metavar="FILE | langgraph DB",
+            help="A checkpoint file made by `ckpt export`; or the word `langgraph` and a SqliteSaver database.",
+            show_default=False,
+        ),
     ],
     thread: Annotated[
-        str | None, typer.Option("--thread", metavar="ID", help="With `langgraph`: import this thread only (default: every thread).", show_default=False)
+        str | None,
+        typer.Option(
+            "--thread", metavar="ID", help="With `langgraph`: import this thread only (default: every thread).", show_default=False
+        ),
     ] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
@@ -72,7 +85,10 @@ def import_(
             threads = f"{len(report.threads)} thread{'s' if len(report.threads) != 1 else ''}"
             again = f"; {report.already} were in the store already" if report.already else ""
             if report.checkpoints or report.writes:
-                out().print(f"imported {report.checkpoints} checkpoints ({report.writes} pending writes) of {threads} into {st.location}{again}", markup=False)
+                out().print(
+                    f"imported {report.checkpoints} checkpoints ({report.writes} pending writes) of {threads} into {st.location}{again}",
+                    markup=False,
+                )
             else:
                 out().print(f"nothing new to import: {st.location} has the {report.already} checkpoints of {threads} already", markup=False)
         return

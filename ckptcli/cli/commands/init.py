@@ -15,10 +15,17 @@ from ckptcli.errors import ExitCode, UsageError
 
 @app.command(epilog=exit_status(ExitCode.CONFLICT, ExitCode.INVALID_INPUT, ExitCode.IO_ERROR))
 def init(
-    path: Annotated[Path | None, typer.Argument(help="Store directory to create (default: --store, else CKPT_STORE, else ./.ckpt).", show_default=False)] = None,
+    path: Annotated[
+        Path | None, typer.Argument(help="Store directory to create (default: --store, else CKPT_STORE, else ./.ckpt).", show_default=False)
+    ] = None,
     format_version: Annotated[
         int | None,
-        typer.Option("--format-version", metavar="N", help="Container format to write (default: the newest); 1 keeps the store readable by ckpt 0.1.", show_default=False),
+        typer.Option(
+            "--format-version",
+            metavar="N",
+            help="Container format to write (default: the newest); 1 keeps the store readable by ckpt 0.1.",
+            show_default=False,
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -17,16 +17,44 @@ STYLES = {"header": "bold yellow", "section": "bold cyan", "add": "green", "remo
 
 @app.command(
     "log",
-    epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.LIMIT_EXCEEDED),
+    epilog=exit_status(
+        ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.LIMIT_EXCEEDED
+    ),
 )
 def log_cmd(
-    ref: Annotated[str, typer.Argument(metavar="SUBJECT|REF", help="A subject (KIND:NAME: from its latest) or any checkpoint reference to start from.")],
-    section: Annotated[str | None, typer.Option("--section", help="Only checkpoints whose state changed in this section (memory, plan, tools, events, ext:NS).", show_default=False)] = None,
-    path: Annotated[
-        str | None, typer.Option("--path", metavar="JSON-POINTER", help="Only checkpoints whose state changed at this JSON Pointer (e.g. /memory/user/name).", show_default=False)
+    ref: Annotated[
+        str, typer.Argument(metavar="SUBJECT|REF", help="A subject (KIND:NAME: from its latest) or any checkpoint reference to start from.")
+    ],
+    section: Annotated[
+        str | None,
+        typer.Option(
+            "--section",
+            help="Only checkpoints whose state changed in this section (memory, plan, tools, events, ext:NS).",
+            show_default=False,
+        ),
     ] = None,
-    patch: Annotated[bool, typer.Option("--patch", "-p", help="Show each checkpoint's changes and, for a recorded one, the events that made them.")] = False,
-    number: Annotated[int | None, typer.Option("--limit", "--max-count", metavar="N", help="Show at most N checkpoints (git log -n: -n is --dry-run in ckpt).", show_default=False)] = None,
+    path: Annotated[
+        str | None,
+        typer.Option(
+            "--path",
+            metavar="JSON-POINTER",
+            help="Only checkpoints whose state changed at this JSON Pointer (e.g. /memory/user/name).",
+            show_default=False,
+        ),
+    ] = None,
+    patch: Annotated[
+        bool, typer.Option("--patch", "-p", help="Show each checkpoint's changes and, for a recorded one, the events that made them.")
+    ] = False,
+    number: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            "--max-count",
+            metavar="N",
+            help="Show at most N checkpoints (git log -n: -n is --dry-run in ckpt).",
+            show_default=False,
+        ),
+    ] = None,
     reducers: ReducersOpt = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
@@ -67,7 +95,9 @@ def log_cmd(
     first = True
     for entry in entries:
         # messages, subjects and keys come from whoever made the checkpoints: controls escaped
-        lines = ([] if first else [("summary", "")]) + [(kind, safe(text, backslash=False)) for kind, text in render_entry(entry, patch=patch)]
+        lines = ([] if first else [("summary", "")]) + [
+            (kind, safe(text, backslash=False)) for kind, text in render_entry(entry, patch=patch)
+        ]
         first = False
         if console.color_system is None:
             sys.stdout.writelines(text + "\n" for _kind, text in lines)

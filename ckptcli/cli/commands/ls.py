@@ -65,14 +65,20 @@ SHRINK_ORDER = ("message", "all-labels", "labels", "parent", "refs", "subject") 
 def ls(
     source: Annotated[str | None, typer.Argument(help="A checkpoint file to list instead of the store.", show_default=False)] = None,
     subject: Annotated[str | None, typer.Option("--subject", "-S", help="Only this subject (KIND:NAME).", show_default=False)] = None,
-    label: Annotated[list[str] | None, typer.Option("--label", "-l", help="Only checkpoints with KEY=VALUE; repeatable.", show_default=False)] = None,
-    since: Annotated[str | None, typer.Option("--since", help="Only newer than this: ISO time or an age such as 2h, 7d.", show_default=False)] = None,
+    label: Annotated[
+        list[str] | None, typer.Option("--label", "-l", help="Only checkpoints with KEY=VALUE; repeatable.", show_default=False)
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only newer than this: ISO time or an age such as 2h, 7d.", show_default=False)
+    ] = None,
     until: Annotated[str | None, typer.Option("--until", help="Only older than this: ISO time or an age.", show_default=False)] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="At most this many.", show_default=False)] = None,
     columns: Annotated[
         str, typer.Option("--columns", metavar="A,B,...", help=f"Columns to show, of: {', '.join(COLUMNS)}.")
     ] = DEFAULT_COLUMNS,
-    no_pager: Annotated[bool, typer.Option("--no-pager", help="Never page the list (it is paged only on a terminal, by $PAGER or less).")] = False,
+    no_pager: Annotated[
+        bool, typer.Option("--no-pager", help="Never page the list (it is paged only on a terminal, by $PAGER or less).")
+    ] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -163,7 +169,11 @@ def _table(rows: list[Row], chosen: list[str], width: int | None) -> list[str]:
     out = []
     for r in table:
         cells = [cell if len(cell) <= w else cell[: w - 1] + ell for cell, w in zip(r, widths, strict=True)]
-        out.append(("  ".join(c.ljust(w) for c, w in zip(cells[:-1], widths[:-1], strict=True)) + "  " + cells[-1]).rstrip() if len(cells) > 1 else cells[0])
+        out.append(
+            ("  ".join(c.ljust(w) for c, w in zip(cells[:-1], widths[:-1], strict=True)) + "  " + cells[-1]).rstrip()
+            if len(cells) > 1
+            else cells[0]
+        )
     return out
 
 

@@ -17,7 +17,9 @@ from ckptcli.errors import ExitCode
 def ls_files(
     ref: RefArg,
     path: Annotated[str, typer.Argument(help="Only this blob or path in it (NAME/sub/dir) and what is below it.", show_default=False)] = "",
-    long: Annotated[bool, typer.Option("--long", help="Also show mode, modification time and, for each blob, where it was taken from.")] = False,
+    long: Annotated[
+        bool, typer.Option("--long", help="Also show mode, modification time and, for each blob, where it was taken from.")
+    ] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

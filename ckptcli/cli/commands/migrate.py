@@ -18,33 +18,60 @@ if TYPE_CHECKING:
 
 @app.command(
     epilog=exit_status(
-        ExitCode.FAILURE, ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.CONFLICT, ExitCode.IO_ERROR, ExitCode.LOCKED
+        ExitCode.FAILURE,
+        ExitCode.USAGE,
+        ExitCode.NOT_FOUND,
+        ExitCode.INVALID_INPUT,
+        ExitCode.NO_STORE,
+        ExitCode.CORRUPT,
+        ExitCode.CONFLICT,
+        ExitCode.IO_ERROR,
+        ExitCode.LOCKED,
     )
 )
 def migrate(
     ref: Annotated[
         str | None,
-        typer.Argument(help="The checkpoint to migrate (id, prefix, tag, branch, KIND:NAME, latest); with --format, a store directory or checkpoint file.", show_default=False),
+        typer.Argument(
+            help="The checkpoint to migrate (id, prefix, tag, branch, KIND:NAME, latest); with --format, a store directory or checkpoint file.",
+            show_default=False,
+        ),
     ] = None,
     migrations: Annotated[
         str | None,
-        typer.Option("--migrations", "-M", metavar="SPEC", help="Your migrations: MODULE, MODULE:REGISTRY, or ep:NAME (entry point group ckpt.migrations).", show_default=False),
+        typer.Option(
+            "--migrations",
+            "-M",
+            metavar="SPEC",
+            help="Your migrations: MODULE, MODULE:REGISTRY, or ep:NAME (entry point group ckpt.migrations).",
+            show_default=False,
+        ),
     ] = None,
-    to: Annotated[str | None, typer.Option("--to", metavar="VERSION", help="Target schema version (default: the one your migrations declare current).")] = None,
+    to: Annotated[
+        str | None,
+        typer.Option("--to", metavar="VERSION", help="Target schema version (default: the one your migrations declare current)."),
+    ] = None,
     assume_version: Annotated[
         str | None, typer.Option("--assume-version", metavar="VERSION", help="The version of a checkpoint that records none.")
     ] = None,
     message: Annotated[str | None, typer.Option("--message", "-m", metavar="TEXT", help="Message of the new checkpoint.")] = None,
-    branch: Annotated[str | None, typer.Option("--branch", "-b", metavar="NAME", help="Also point this branch at the new checkpoint.")] = None,
+    branch: Annotated[
+        str | None, typer.Option("--branch", "-b", metavar="NAME", help="Also point this branch at the new checkpoint.")
+    ] = None,
     move_latest: Annotated[
         bool, typer.Option("--move-latest", help="Point the subject's latest at the new checkpoint even when an older one was migrated.")
     ] = False,
     format_: Annotated[
-        bool, typer.Option("--format", help="Upgrade the container format of a store (default: this one) or a checkpoint file to the newest version.")
+        bool,
+        typer.Option(
+            "--format", help="Upgrade the container format of a store (default: this one) or a checkpoint file to the newest version."
+        ),
     ] = False,
     list_: Annotated[bool, typer.Option("--list", help="List the container-format migrations (and yours, with --migrations).")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Show what would be done and check it runs; write nothing.")] = False,
-    lock_wait: Annotated[float, typer.Option("--lock-wait", metavar="SECONDS", help="With --format: how long to wait for running takes.")] = 300.0,
+    lock_wait: Annotated[
+        float, typer.Option("--lock-wait", metavar="SECONDS", help="With --format: how long to wait for running takes.")
+    ] = 300.0,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -133,7 +160,13 @@ def _dry_run(st: Store, ref: str, target: Version, ms: MigrationSet, assumed: Ve
         from ckptcli.errors import InvalidInputError
 
         raise InvalidInputError(f"after migration {' '.join(s.name for s in steps)}: {problem}")
-    doc = {"id": ck.hex, "from": start, "to": target, "steps": [{"name": s.name, "description": s.description} for s in steps], "dry_run": True}
+    doc = {
+        "id": ck.hex,
+        "from": start,
+        "to": target,
+        "steps": [{"name": s.name, "description": s.description} for s in steps],
+        "dry_run": True,
+    }
     if as_json:
         emit_json(doc)
     else:
@@ -143,13 +176,24 @@ def _dry_run(st: Store, ref: str, target: Version, ms: MigrationSet, assumed: Ve
 
 
 def _migrate(
-    st: Store, ref: str, target: Version, ms: MigrationSet, assumed: Version | None, as_json: bool, *, message: str | None, branch: str | None, move_latest: bool
+    st: Store,
+    ref: str,
+    target: Version,
+    ms: MigrationSet,
+    assumed: Version | None,
+    as_json: bool,
+    *,
+    message: str | None,
+    branch: str | None,
+    move_latest: bool,
 ) -> None:
     """Take the migrated checkpoint (a child of the original, which is unchanged) and say so."""
     from ckptcli.schema.migrations import AlreadyMigratedError, migrate_checkpoint
 
     try:
-        result = migrate_checkpoint(st, ref, target, ms, assume_version=assumed, message=message, branch=branch, move_latest=True if move_latest else None)
+        result = migrate_checkpoint(
+            st, ref, target, ms, assume_version=assumed, message=message, branch=branch, move_latest=True if move_latest else None
+        )
     except AlreadyMigratedError as done:
         if as_json:
             emit_json({"id": done.checkpoint, "migrated": False, "schema_version": done.version})
@@ -170,8 +214,15 @@ def _migrate(
             }
         )
     else:
-        where = f"latest of {result.manifest.subject} moved to it" if result.latest_moved else f"latest of {result.manifest.subject} unchanged (--move-latest moves it)"
-        out().print(f"migrated {parent[:12]} -> {result.hex[:12]} (schema {result.manifest.schema_version}); the original is unchanged; {where}", markup=False)
+        where = (
+            f"latest of {result.manifest.subject} moved to it"
+            if result.latest_moved
+            else f"latest of {result.manifest.subject} unchanged (--move-latest moves it)"
+        )
+        out().print(
+            f"migrated {parent[:12]} -> {result.hex[:12]} (schema {result.manifest.schema_version}); the original is unchanged; {where}",
+            markup=False,
+        )
 
 
 def _list(spec: str | None, as_json: bool) -> None:

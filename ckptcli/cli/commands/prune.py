@@ -18,41 +18,57 @@ if TYPE_CHECKING:
 @app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.LOCKED, ExitCode.CORRUPT, ExitCode.NO_STORE, ExitCode.IO_ERROR))
 def prune(
     keep_last: Annotated[int, typer.Option("--keep-last", metavar="N", help="Keep the N newest checkpoints of each subject.")] = 0,
-    keep_hourly: Annotated[int, typer.Option("--keep-hourly", metavar="N", help="Keep the newest checkpoint of each of the last N hours that have one.")] = 0,
+    keep_hourly: Annotated[
+        int, typer.Option("--keep-hourly", metavar="N", help="Keep the newest checkpoint of each of the last N hours that have one.")
+    ] = 0,
     keep_daily: Annotated[int, typer.Option("--keep-daily", metavar="N", help="... of each of the last N days that have one.")] = 0,
     keep_weekly: Annotated[int, typer.Option("--keep-weekly", metavar="N", help="... of each of the last N ISO weeks that have one.")] = 0,
     keep_monthly: Annotated[int, typer.Option("--keep-monthly", metavar="N", help="... of each of the last N months that have one.")] = 0,
     keep_yearly: Annotated[int, typer.Option("--keep-yearly", metavar="N", help="... of each of the last N years that have one.")] = 0,
     keep_within: Annotated[
-        str | None, typer.Option("--keep-within", metavar="AGE", help="Keep everything taken within AGE (30m, 12h, 7d, 2w) of the subject's newest.")
+        str | None,
+        typer.Option("--keep-within", metavar="AGE", help="Keep everything taken within AGE (30m, 12h, 7d, 2w) of the subject's newest."),
     ] = None,
     keep_tag: Annotated[
-        list[str] | None, typer.Option("--keep-tag", metavar="T", help="Keep checkpoints tagged T, or labelled T (key or key=value). Repeatable.")
+        list[str] | None,
+        typer.Option("--keep-tag", metavar="T", help="Keep checkpoints tagged T, or labelled T (key or key=value). Repeatable."),
     ] = None,
     langgraph_ttl: Annotated[
         str | None,
-        typer.Option("--langgraph-ttl", metavar="AGE", help="Expire LangGraph threads whose newest checkpoint is older than AGE (30m, 12h, 7d, 2w)."),
+        typer.Option(
+            "--langgraph-ttl", metavar="AGE", help="Expire LangGraph threads whose newest checkpoint is older than AGE (30m, 12h, 7d, 2w)."
+        ),
     ] = None,
     langgraph_ttl_strategy: Annotated[
         str,
         typer.Option(
-            "--langgraph-ttl-strategy", metavar="STRATEGY", help="What an expired thread loses: delete (all of it) or keep_latest (all but what it resumes from)."
+            "--langgraph-ttl-strategy",
+            metavar="STRATEGY",
+            help="What an expired thread loses: delete (all of it) or keep_latest (all but what it resumes from).",
         ),
     ] = "delete",
     reflog_expire: Annotated[
         str,
         typer.Option(
-            "--reflog-expire", metavar="AGE", help="Trim reflog entries older than AGE (and all but each ref's newest 1000); 0s trims all but each ref's newest."
+            "--reflog-expire",
+            metavar="AGE",
+            help="Trim reflog entries older than AGE (and all but each ref's newest 1000); 0s trims all but each ref's newest.",
         ),
     ] = "90d",
-    subject: Annotated[list[str] | None, typer.Option("--subject", "-S", metavar="KIND:NAME", help="Only these subjects (repeatable).")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Say what would be removed and why each survivor stays; change nothing.")] = False,
+    subject: Annotated[
+        list[str] | None, typer.Option("--subject", "-S", metavar="KIND:NAME", help="Only these subjects (repeatable).")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "-n", help="Say what would be removed and why each survivor stays; change nothing.")
+    ] = False,
     allow_remove_all: Annotated[bool, typer.Option("--allow-remove-all", help="Allow removing every checkpoint of a subject.")] = False,
     max_unused: Annotated[
         float, typer.Option("--max-unused", metavar="FRACTION", help="Rewrite a pack when more than this fraction of it is unneeded.")
     ] = 0.1,
     utc: Annotated[bool, typer.Option("--utc", help="Calendar buckets in UTC (default: local time).")] = False,
-    lock_wait: Annotated[float, typer.Option("--lock-wait", metavar="SECONDS", help="How long to wait for running takes to finish.")] = 300.0,
+    lock_wait: Annotated[
+        float, typer.Option("--lock-wait", metavar="SECONDS", help="How long to wait for running takes to finish.")
+    ] = 300.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="List kept checkpoints too, with their reasons.")] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
@@ -142,7 +158,13 @@ def prune(
     st = open_store(store)
     subjects = [str(Subject.parse(s)) for s in subject] if subject else None
     report = run_prune(
-        st, policy, subjects=subjects, dry_run=dry_run, allow_remove_all=allow_remove_all, max_unused=max_unused, lock_wait=lock_wait,
+        st,
+        policy,
+        subjects=subjects,
+        dry_run=dry_run,
+        allow_remove_all=allow_remove_all,
+        max_unused=max_unused,
+        lock_wait=lock_wait,
         progress=BarProgress(),
     )
     if as_json:
@@ -160,20 +182,30 @@ def _print_report(report: PruneReport, *, dry_run: bool, verbose: bool, strategy
     for subj, idle in sorted(report.expired.items()):
         c.print(f"expired {safe(subj)}: no write for {_age(idle)} ({report.expired_strategy.get(subj, strategy)})", markup=False)
     for subj in report.in_use:
-        c.print(f"left alone {safe(subj)}: expired, but a running LangGraph saver holds it (or died before committing it; opening the store replays it)", markup=False)
+        c.print(
+            f"left alone {safe(subj)}: expired, but a running LangGraph saver holds it (or died before committing it; opening the store replays it)",
+            markup=False,
+        )
     for d in report.decisions:
         if d.keep and not (verbose or dry_run):
             continue
-        what = f"keep    {d.id.hex()[:12]}  {format_time(d.created_ns)}  {d.subject}  ({', '.join(d.reasons)})" if d.keep else (
-            f"remove  {d.id.hex()[:12]}  {format_time(d.created_ns)}  {d.subject}"
+        what = (
+            f"keep    {d.id.hex()[:12]}  {format_time(d.created_ns)}  {d.subject}  ({', '.join(d.reasons)})"
+            if d.keep
+            else (f"remove  {d.id.hex()[:12]}  {format_time(d.created_ns)}  {d.subject}")
         )
         c.print(what, markup=False)
     c.print(f"{verb} {len(report.removed)} checkpoint(s), kept {len(report.kept)}", markup=False)
     if report.reflog_dropped:
         trimmed = "would trim" if dry_run else "trimmed"
-        c.print(f"reflog: {trimmed} {report.reflog_dropped} expired entr{'y' if report.reflog_dropped == 1 else 'ies'} from {report.reflog_logs} log(s)", markup=False)
+        c.print(
+            f"reflog: {trimmed} {report.reflog_dropped} expired entr{'y' if report.reflog_dropped == 1 else 'ies'} from {report.reflog_logs} log(s)",
+            markup=False,
+        )
     for name, target in report.refs_moved.items():
-        c.print(f"moved {safe(name)} to {target[:12]}" if target else f"deleted {safe(name)} (its subject has no checkpoint left)", markup=False)
+        c.print(
+            f"moved {safe(name)} to {target[:12]}" if target else f"deleted {safe(name)} (its subject has no checkpoint left)", markup=False
+        )
     _print_objects(report)
 
 

@@ -15,15 +15,24 @@ if TYPE_CHECKING:
     from ckptcli.store.repository import Store
 
 
-@app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
+@app.command(
+    epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR)
+)
 def reflog(
     name: Annotated[
         str | None, typer.Argument(help="A subject (KIND:NAME: its latest), a tag or a branch; default: every ref.", show_default=False)
     ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", metavar="N", min=1, help="At most this many entries (N >= 1).", show_default=False)] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", metavar="N", min=1, help="At most this many entries (N >= 1).", show_default=False)
+    ] = None,
     expire: Annotated[
         str | None,
-        typer.Option("--expire", metavar="AGE", help="Trim the reflog instead: drop entries older than AGE (90d, 0s), keeping each ref's newest.", show_default=False),
+        typer.Option(
+            "--expire",
+            metavar="AGE",
+            help="Trim the reflog instead: drop entries older than AGE (90d, 0s), keeping each ref's newest.",
+            show_default=False,
+        ),
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="With --expire: say what would be trimmed; change nothing.")] = False,
     store: StoreOpt = None,

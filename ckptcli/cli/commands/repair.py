@@ -31,11 +31,17 @@ def repair(
             help="What to rebuild: index (from the packs' own tables), refs (each subject's latest) or checkpoints (those whose objects are gone).",
         ),
     ],
-    dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="Say what would change; change nothing (checkpoints: the default).")] = False,
-    force: Annotated[bool, typer.Option("--force", help="checkpoints: rewrite (or drop) them; without it, only say what would change.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "-n", help="Say what would change; change nothing (checkpoints: the default).")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="checkpoints: rewrite (or drop) them; without it, only say what would change.")
+    ] = False,
     drop: Annotated[bool, typer.Option("--drop", help="checkpoints: remove damaged checkpoints instead of rewriting them.")] = False,
     forget: Annotated[bool, typer.Option("--forget", help="checkpoints: remove each damaged original once its repair is written.")] = False,
-    lock_wait: Annotated[float, typer.Option("--lock-wait", metavar="SECONDS", help="How long to wait for running takes to finish.")] = 300.0,
+    lock_wait: Annotated[
+        float, typer.Option("--lock-wait", metavar="SECONDS", help="How long to wait for running takes to finish.")
+    ] = 300.0,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -96,11 +102,17 @@ def repair(
             if given:
                 raise UsageError(f"{name} is an option of `ckpt repair checkpoints`", hint="leave it out, or repair checkpoints")
     if drop and forget:
-        raise UsageError("--drop and --forget exclude each other", hint="--drop removes damaged checkpoints; --forget removes the originals of repaired ones")
+        raise UsageError(
+            "--drop and --forget exclude each other",
+            hint="--drop removes damaged checkpoints; --forget removes the originals of repaired ones",
+        )
     st = open_store(store)
     st.on_warning = None  # the damage it would warn about is what this reports
     if what is What.CHECKPOINTS:
-        _checkpoints(lib.repair_checkpoints(st, dry_run=dry_run or not force, drop=drop, forget=forget, lock_wait=lock_wait, progress=BarProgress()), as_json)
+        _checkpoints(
+            lib.repair_checkpoints(st, dry_run=dry_run or not force, drop=drop, forget=forget, lock_wait=lock_wait, progress=BarProgress()),
+            as_json,
+        )
     elif what is What.INDEX:
         _index(lib.repair_index(st, dry_run=dry_run, lock_wait=lock_wait, progress=BarProgress()), dry_run, as_json)
     else:
@@ -138,9 +150,16 @@ def _refs(refs: RefsRepair, dry_run: bool, as_json: bool) -> None:
     for name, move in refs.moved.items():
         was = (move["from"] or "nothing")[:12]
         to = move["to"]
-        c.print(f"{verb} {safe(name)}: {was} -> {to[:12]}" if to else f"{'would delete' if dry_run else 'deleted'} {safe(name)} (no checkpoint of its subject is left)", markup=False)
+        c.print(
+            f"{verb} {safe(name)}: {was} -> {to[:12]}"
+            if to
+            else f"{'would delete' if dry_run else 'deleted'} {safe(name)} (no checkpoint of its subject is left)",
+            markup=False,
+        )
     for path, msg in refs.damaged.items():
-        c.print(f"damaged {safe(path)}: {safe(msg, backslash=False)} (left alone; delete or re-create it with ckpt tag/branch)", markup=False)
+        c.print(
+            f"damaged {safe(path)}: {safe(msg, backslash=False)} (left alone; delete or re-create it with ckpt tag/branch)", markup=False
+        )
     if not refs.moved:
         c.print("every latest ref names its subject's newest checkpoint", markup=False)
 
@@ -161,7 +180,12 @@ def _checkpoints(rep: CheckpointsRepair, as_json: bool) -> None:
                 c.print(f"  {would}rewrite {cid[:12]}{into} without {', '.join(d.dropped) or 'nothing'}", markup=False)
         for name, move in rep.refs.items():
             to = move["to"]
-            c.print(f"{would}move {safe(name)}: {(move['from'] or '')[:12]} -> {to[:12] if to and not to.startswith('(') else to}" if to else f"{would}remove {safe(name)}", markup=False)
+            c.print(
+                f"{would}move {safe(name)}: {(move['from'] or '')[:12]} -> {to[:12] if to and not to.startswith('(') else to}"
+                if to
+                else f"{would}remove {safe(name)}",
+                markup=False,
+            )
         for cid in rep.forgotten:
             c.print(f"removed {cid[:12]}", markup=False)
         if not rep.damaged:
@@ -169,7 +193,13 @@ def _checkpoints(rep: CheckpointsRepair, as_json: bool) -> None:
         elif rep.dry_run:
             c.print("nothing was changed; run again with --force to do it", markup=False)
         if rep.missing_packs:
-            c.print(f"{len(rep.missing_packs)} pack(s) the index names are gone; run `ckpt repair index` so that it names only what is there", markup=False)
+            c.print(
+                f"{len(rep.missing_packs)} pack(s) the index names are gone; run `ckpt repair index` so that it names only what is there",
+                markup=False,
+            )
     if rep.unreadable:
         first = next(iter(rep.unreadable))
-        raise CorruptError(f"{len(rep.unreadable)} checkpoint manifest(s) cannot be read, e.g. {first}: {rep.unreadable[first]}", hint="run `ckpt verify`; a damaged manifest cannot be rewritten")
+        raise CorruptError(
+            f"{len(rep.unreadable)} checkpoint manifest(s) cannot be read, e.g. {first}: {rep.unreadable[first]}",
+            hint="run `ckpt verify`; a damaged manifest cannot be rewritten",
+        )

@@ -162,7 +162,9 @@ def _state(tail: Tail, n: int, to_seq: int | None, to_time: int | None, red: Red
     sys.stdout.write(json.dumps(to_json(state), indent=2, ensure_ascii=False) + "\n")
     if quiet():
         return
-    sys.stderr.write(f"replayed {n} of {len(tail.events)} events onto the snapshot of {short(tail.id)} (seq {tail.base_seq}); state at seq {position}\n")
+    sys.stderr.write(
+        f"replayed {n} of {len(tail.events)} events onto the snapshot of {short(tail.id)} (seq {tail.base_seq}); state at seq {position}\n"
+    )
     guessed = _inferred_reducers(tail.snapshot)
     if guessed:
         sys.stderr.write(f"reducers inferred from the thread's recorded steps, not read from the graph: {guessed}\n")

@@ -15,7 +15,9 @@ from ckptcli.errors import ExitCode
 @app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
 def reset(
     subject: Annotated[str, typer.Argument(help="The subject whose latest moves, as KIND:NAME.")],
-    ref: Annotated[str, typer.Argument(help="Where it moves: id or prefix, tag, branch, REF~N, or NAME@{N} (N moves ago, see `ckpt reflog`).")],
+    ref: Annotated[
+        str, typer.Argument(help="Where it moves: id or prefix, tag, branch, REF~N, or NAME@{N} (N moves ago, see `ckpt reflog`).")
+    ],
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -49,7 +51,8 @@ def reset(
         target = st.manifest(cid).subject
         if target != subj:
             raise InvalidInputError(
-                f"checkpoint {short(cid.hex())} is of {target}, not {subj}", hint=f"give a checkpoint of {subj} (see `ckpt ls --subject {subj}`)"
+                f"checkpoint {short(cid.hex())} is of {target}, not {subj}",
+                hint=f"give a checkpoint of {subj} (see `ckpt ls --subject {subj}`)",
             )
         old = st.set_latest(subj, cid, reason=f"reset: moving to {ref}")
     if as_json:

@@ -17,21 +17,77 @@ if TYPE_CHECKING:
     from ckptcli.api import Checkpoint
 
 
-@app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED, ExitCode.UNSAFE_PATH, ExitCode.CONFLICT, ExitCode.IO_ERROR))
+@app.command(
+    epilog=exit_status(
+        ExitCode.USAGE,
+        ExitCode.NOT_FOUND,
+        ExitCode.INVALID_INPUT,
+        ExitCode.NO_STORE,
+        ExitCode.CORRUPT,
+        ExitCode.UNSUPPORTED_VERSION,
+        ExitCode.LIMIT_EXCEEDED,
+        ExitCode.UNSAFE_PATH,
+        ExitCode.CONFLICT,
+        ExitCode.IO_ERROR,
+    )
+)
 def restore(
     ref: RefArg,
-    output: Annotated[Path | None, typer.Option("--output", "-o", parser=output_path, metavar="<path>", help="Write the state document here; - for stdout (the default).", show_default=False)] = None,
-    blobs_dir: Annotated[Path | None, typer.Option("--blobs", "-B", help="Restore blobs into this directory (created if missing), each under its name.", show_default=False)] = None,
-    in_place: Annotated[bool, typer.Option("--in-place", help="Restore each blob to the path it was taken from, replacing what is there.")] = False,
-    blob: Annotated[list[str] | None, typer.Option("--blob", help="Only this blob; repeatable (with --blobs or --in-place).", show_default=False)] = None,
-    include: Annotated[list[str] | None, typer.Option("--include", "-i", metavar="GLOB", help="Only paths matching GLOB (NAME/sub/file; a GLOB without / matches any name on the way); repeatable.", show_default=False)] = None,
-    delete: Annotated[bool, typer.Option("--delete", help="Also remove files under the target that are not in the checkpoint (with --blobs or --in-place).")] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            parser=output_path,
+            metavar="<path>",
+            help="Write the state document here; - for stdout (the default).",
+            show_default=False,
+        ),
+    ] = None,
+    blobs_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--blobs", "-B", help="Restore blobs into this directory (created if missing), each under its name.", show_default=False
+        ),
+    ] = None,
+    in_place: Annotated[
+        bool, typer.Option("--in-place", help="Restore each blob to the path it was taken from, replacing what is there.")
+    ] = False,
+    blob: Annotated[
+        list[str] | None, typer.Option("--blob", help="Only this blob; repeatable (with --blobs or --in-place).", show_default=False)
+    ] = None,
+    include: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--include",
+            "-i",
+            metavar="GLOB",
+            help="Only paths matching GLOB (NAME/sub/file; a GLOB without / matches any name on the way); repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    delete: Annotated[
+        bool,
+        typer.Option("--delete", help="Also remove files under the target that are not in the checkpoint (with --blobs or --in-place)."),
+    ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", "-n", help="List what would be written and deleted; change nothing.")] = False,
-    fmt: Annotated[str | None, typer.Option("--format", help="json or msgpack (default: the format it was taken in).", show_default=False)] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace files and links that already exist in the blobs directory (kept aside until the restore succeeded).")] = False,
-    keep_special_modes: Annotated[bool, typer.Option("--keep-special-modes", help="Restore set-uid, set-gid and sticky bits too (dropped by default).")] = False,
+    fmt: Annotated[
+        str | None, typer.Option("--format", help="json or msgpack (default: the format it was taken in).", show_default=False)
+    ] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Replace files and links that already exist in the blobs directory (kept aside until the restore succeeded).",
+        ),
+    ] = False,
+    keep_special_modes: Annotated[
+        bool, typer.Option("--keep-special-modes", help="Restore set-uid, set-gid and sticky bits too (dropped by default).")
+    ] = False,
     no_state: Annotated[bool, typer.Option("--no-state", help="Do not write the state document.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Restore blobs even when they declare more bytes than the target's file system has free.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Restore blobs even when they declare more bytes than the target's file system has free.")
+    ] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -79,7 +135,10 @@ def restore(
     _check_options(blobs_dir, in_place, blob, include, delete, dry_run)
     to_stdout = not no_state and (output is None or str(output) == "-")
     if as_json and to_stdout and not dry_run:
-        raise UsageError("--json prints its report on stdout, where the state document would go", hint="write the document with -o FILE, or pass --no-state")
+        raise UsageError(
+            "--json prints its report on stdout, where the state document would go",
+            hint="write the document with -o FILE, or pass --no-state",
+        )
     ck = open_checkpoint(ref, store)
     if output is not None and not no_state and not to_stdout:  # before anything is written
         api.refuse_output_into_source(ck, output, "the state document")
@@ -106,7 +165,9 @@ def restore(
         emit_json(result)
 
 
-def _check_options(blobs_dir: Path | None, in_place: bool, blob: list[str] | None, include: list[str] | None, delete: bool, dry_run: bool) -> None:
+def _check_options(
+    blobs_dir: Path | None, in_place: bool, blob: list[str] | None, include: list[str] | None, delete: bool, dry_run: bool
+) -> None:
     """The blob options need a place for the blobs, and one only."""
     if blobs_dir is None and not in_place:
         for given, name in ((blob, "--blob"), (include, "--include"), (delete, "--delete"), (dry_run, "--dry-run")):
@@ -164,5 +225,7 @@ def _restore_blobs(
         if not quiet():
             sys.stderr.write(f"restored {human_size(n)} of blobs {where}{deleted}\n")
         if report.special_dropped:
-            sys.stderr.write(f"dropped set-uid/set-gid/sticky bits from {report.special_dropped} files; pass --keep-special-modes to keep them\n")
+            sys.stderr.write(
+                f"dropped set-uid/set-gid/sticky bits from {report.special_dropped} files; pass --keep-special-modes to keep them\n"
+            )
     return {"target": None if in_place else str(blobs_dir), "in_place": in_place, **report.to_dict()}

@@ -16,10 +16,22 @@ if TYPE_CHECKING:
     from ckptcli.history.stateat import StateAt
 
 
-@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.LIMIT_EXCEEDED))
+@app.command(
+    epilog=exit_status(
+        ExitCode.NOT_FOUND,
+        ExitCode.INVALID_INPUT,
+        ExitCode.NO_STORE,
+        ExitCode.CORRUPT,
+        ExitCode.UNSUPPORTED_VERSION,
+        ExitCode.LIMIT_EXCEEDED,
+    )
+)
 def show(
     ref: RefArg,
-    section: Annotated[str | None, typer.Option("--section", help="Print this section in full (memory, plan, tools, events, blobs, ext:NS).", show_default=False)] = None,
+    section: Annotated[
+        str | None,
+        typer.Option("--section", help="Print this section in full (memory, plan, tools, events, blobs, ext:NS).", show_default=False),
+    ] = None,
     snapshot: SnapshotOpt = False,
     show_all: Annotated[
         bool, typer.Option("--all", help="LangGraph checkpoints: print --section values exactly as stored (messages as $ext views).")
@@ -91,7 +103,10 @@ def _print_summary(info: dict[str, Any]) -> None:
         c.print("labels     " + " ".join(f"{safe(k)}={safe(v)}" for k, v in info["labels"].items()), markup=False)
     if info["message"]:
         c.print(f"message    {safe(info['message'])}", markup=False)
-    c.print(f"producer   {safe(info['producer'].get('name', '?'))} {safe(info['producer'].get('version', ''))}  (format {info['format']})", markup=False)
+    c.print(
+        f"producer   {safe(info['producer'].get('name', '?'))} {safe(info['producer'].get('version', ''))}  (format {info['format']})",
+        markup=False,
+    )
     if info["schema_version"] is not None:
         c.print(f"schema     {safe(info['schema_version'])}", markup=False)
     if "state" in info and "problem" in info["state"]:

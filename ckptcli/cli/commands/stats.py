@@ -43,8 +43,14 @@ def stats(
         ("logical", human_size(s.logical_bytes)),
         ("unique", f"{human_size(s.unique_bytes)} (dedup ratio {s.dedup_ratio:.2f}x)"),
         ("stored", f"{human_size(s.stored_bytes)} (compression ratio {s.compression_ratio:.2f}x)"),
-        ("objects", f"{s.objects} needed, {s.indexed_objects} indexed ({human_size(s.unreferenced_bytes)} needed by no checkpoint: `ckpt prune` removes it)"),
-        ("on disk", f"{s.packs} pack(s) {human_size(s.pack_bytes)}, {s.index_files} index file(s), manifests {human_size(s.manifest_bytes)}"),
+        (
+            "objects",
+            f"{s.objects} needed, {s.indexed_objects} indexed ({human_size(s.unreferenced_bytes)} needed by no checkpoint: `ckpt prune` removes it)",
+        ),
+        (
+            "on disk",
+            f"{s.packs} pack(s) {human_size(s.pack_bytes)}, {s.index_files} index file(s), manifests {human_size(s.manifest_bytes)}",
+        ),
     ]
     for key, value in rows:
         c.print(f"{key + ':':<13}{value}", markup=False, highlight=False)

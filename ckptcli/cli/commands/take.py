@@ -17,19 +17,48 @@ if TYPE_CHECKING:
     from ckptcli.api import TakeResult
 
 
-@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LIMIT_EXCEEDED, ExitCode.CONFLICT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
+@app.command(
+    epilog=exit_status(
+        ExitCode.NOT_FOUND,
+        ExitCode.INVALID_INPUT,
+        ExitCode.LIMIT_EXCEEDED,
+        ExitCode.CONFLICT,
+        ExitCode.LOCKED,
+        ExitCode.NO_STORE,
+        ExitCode.IO_ERROR,
+    )
+)
 def take(
-    document: Annotated[str | None, typer.Argument(help="State document (JSON or msgpack) path, or - for stdin.", show_default=False)] = None,
-    subject: Annotated[str, typer.Option("--subject", "-S", help="What this is a checkpoint of, as KIND:NAME (agent, workflow, process).")] = "agent:default",
+    document: Annotated[
+        str | None, typer.Argument(help="State document (JSON or msgpack) path, or - for stdin.", show_default=False)
+    ] = None,
+    subject: Annotated[
+        str, typer.Option("--subject", "-S", help="What this is a checkpoint of, as KIND:NAME (agent, workflow, process).")
+    ] = "agent:default",
     label: Annotated[list[str] | None, typer.Option("--label", "-l", help="KEY=VALUE label; repeatable.", show_default=False)] = None,
-    parent: Annotated[list[str] | None, typer.Option("--parent", help="Parent checkpoint; repeatable (default: the subject's latest).", show_default=False)] = None,
+    parent: Annotated[
+        list[str] | None,
+        typer.Option("--parent", help="Parent checkpoint; repeatable (default: the subject's latest).", show_default=False),
+    ] = None,
     root: Annotated[bool, typer.Option("--root", help="Take a checkpoint with no parent.")] = False,
     message: Annotated[str, typer.Option("--message", "-m", help="A note stored with the checkpoint.")] = "",
-    blob: Annotated[list[str] | None, typer.Option("--blob", help="NAME=PATH: a file or directory to store; repeatable.", show_default=False)] = None,
-    branch: Annotated[str | None, typer.Option("--branch", "-b", help="Take on this branch: its head is the parent, and it moves to the new checkpoint.", show_default=False)] = None,
+    blob: Annotated[
+        list[str] | None, typer.Option("--blob", help="NAME=PATH: a file or directory to store; repeatable.", show_default=False)
+    ] = None,
+    branch: Annotated[
+        str | None,
+        typer.Option(
+            "--branch", "-b", help="Take on this branch: its head is the parent, and it moves to the new checkpoint.", show_default=False
+        ),
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", help="Document format: auto, json or msgpack.")] = "auto",
-    schema_version: Annotated[str | None, typer.Option("--schema-version", help="Version of the subject's own state schema.", show_default=False)] = None,
-    force_read: Annotated[bool, typer.Option("--force-read", help="Read every blob file, even those unchanged since the parent (same size, mtime, ctime, inode).")] = False,
+    schema_version: Annotated[
+        str | None, typer.Option("--schema-version", help="Version of the subject's own state schema.", show_default=False)
+    ] = None,
+    force_read: Annotated[
+        bool,
+        typer.Option("--force-read", help="Read every blob file, even those unchanged since the parent (same size, mtime, ctime, inode)."),
+    ] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -133,9 +162,19 @@ def _report(result: TakeResult, problem: str | None, as_json: bool) -> None:
     if problem is not None:
         sys.stderr.write(f"ckpt: warning: its events section will not replay (ckpt replay, fork, tui --timeline refuse it): {problem}\n")
     for changed in result.capture.changed:
-        sys.stderr.write(f"ckpt: warning: {safe(changed, backslash=False)}; take it again when it is quiet to be sure of a consistent copy\n")
+        sys.stderr.write(
+            f"ckpt: warning: {safe(changed, backslash=False)}; take it again when it is quiet to be sure of a consistent copy\n"
+        )
     if as_json:
-        emit_json({"id": result.hex, "subject": str(result.manifest.subject), "parents": [p.hex() for p in result.manifest.parents], "new_objects": result.new_objects, "new_bytes": result.new_bytes})
+        emit_json(
+            {
+                "id": result.hex,
+                "subject": str(result.manifest.subject),
+                "parents": [p.hex() for p in result.manifest.parents],
+                "new_objects": result.new_objects,
+                "new_bytes": result.new_bytes,
+            }
+        )
         return
     out().print(result.hex, markup=False)
     reused = f", {result.capture.reused_files} unchanged files not read" if result.capture.reused_files else ""

@@ -18,9 +18,7 @@ if TYPE_CHECKING:
 
 @app.command(
     "tui",
-    epilog=exit_status(
-        ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.NO_STORE
-    ),
+    epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.NO_STORE),
 )
 def tui_cmd(
     target: Annotated[
@@ -31,7 +29,9 @@ def tui_cmd(
             show_default=False,
         ),
     ] = None,
-    timeline: Annotated[bool, typer.Option("--timeline", help="Open the checkpoint's event timeline (needs a checkpoint: a file or a REF).")] = False,
+    timeline: Annotated[
+        bool, typer.Option("--timeline", help="Open the checkpoint's event timeline (needs a checkpoint: a file or a REF).")
+    ] = False,
     reducers: ReducersOpt = None,
     store: StoreOpt = None,
 ) -> None:
@@ -82,7 +82,12 @@ def tui_cmd(
         )
     from ckptcli.tui.app import run  # Textual is imported here only: other commands start without it
 
-    run(source, checkpoint=checkpoint, view="timeline" if timeline else ("checkpoint" if checkpoint is not None else "history"), reducers=red)
+    run(
+        source,
+        checkpoint=checkpoint,
+        view="timeline" if timeline else ("checkpoint" if checkpoint is not None else "history"),
+        reducers=red,
+    )
 
 
 def _check_tail(opened: Checkpoint) -> None:

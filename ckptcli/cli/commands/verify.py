@@ -14,7 +14,9 @@ from ckptcli.errors import ExitCode, VerifyFailed
 
 @app.command(epilog=exit_status(ExitCode.CORRUPT, ExitCode.NOT_FOUND, ExitCode.NO_STORE, ExitCode.UNSUPPORTED_VERSION))
 def verify(
-    refs: Annotated[list[str] | None, typer.Argument(help="Checkpoints to check, or one .ckpt file (default: all).", show_default=False)] = None,
+    refs: Annotated[
+        list[str] | None, typer.Argument(help="Checkpoints to check, or one .ckpt file (default: all).", show_default=False)
+    ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Check every checkpoint (the default when none is named).")] = False,
     read_data: Annotated[bool, typer.Option("--read-data", help="Also re-hash every byte of every pack and object.")] = False,
     store: StoreOpt = None,
@@ -50,7 +52,11 @@ def verify(
     else:
         c = out()
         for p in report.problems:
-            affected = f" (needed by {len(p.checkpoints)} checkpoint(s): {', '.join(x[:12] for x in p.checkpoints[:8])}{' ...' if len(p.checkpoints) > 8 else ''})" if p.checkpoints else ""
+            affected = (
+                f" (needed by {len(p.checkpoints)} checkpoint(s): {', '.join(x[:12] for x in p.checkpoints[:8])}{' ...' if len(p.checkpoints) > 8 else ''})"
+                if p.checkpoints
+                else ""
+            )
             c.print(f"damaged {p.kind} {safe(p.name)}: {safe(p.message, backslash=False)}{affected}", markup=False)
         for n in report.notes:
             c.print(f"note: {safe(n, backslash=False)}", markup=False)

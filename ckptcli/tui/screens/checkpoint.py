@@ -126,7 +126,9 @@ class CheckpointScreen(BaseScreen):
         t.add_row("parents", ", ".join(p.hex() for p in m.parents) or "none (a root)")
         children = h.children.get(self.cid, [])
         if children:
-            t.add_row("children", ", ".join(c.hex()[:12] for c in children[:8]) + (f" and {len(children) - 8} more" if len(children) > 8 else ""))
+            t.add_row(
+                "children", ", ".join(c.hex()[:12] for c in children[:8]) + (f" and {len(children) - 8} more" if len(children) > 8 else "")
+            )
         if LABEL_FORK_OF in m.labels:
             t.add_row("forked", f"from {m.labels[LABEL_FORK_OF][:12]} at seq {m.labels.get(LABEL_FORK_AT, '?')}")
         refs = h.ref_names(self.cid)

@@ -232,7 +232,9 @@ class TimelineScreen(BaseScreen):
 
     def _show_pending(self, r: int) -> None:
         seq = self.model.seq(r)
-        self._set_step_lines([("summary", f"replaying to seq {seq:,} ({self.model.cost(max(r - 1, 0)) + 1:,} events from the nearest kept state)…")])
+        self._set_step_lines(
+            [("summary", f"replaying to seq {seq:,} ({self.model.cost(max(r - 1, 0)) + 1:,} events from the nearest kept state)…")]
+        )
 
     def _show_failure(self, r: int, error: str) -> None:
         self._set_step_lines([("remove", f"no state here: {error}")])
