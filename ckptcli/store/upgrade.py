@@ -37,6 +37,8 @@ from ckptcli.store.repack import upgrade_packs
 from ckptcli.store.repository import Store, find_store
 from ckptcli.store.single import CheckpointFile
 
+__all__ = ["MIGRATIONS", "FormatMigration", "UpgradeReport", "pending", "rewrite_file", "target_of", "upgrade"]
+
 Target = Store | Path
 
 
@@ -232,6 +234,3 @@ def target_of(path: Path | None) -> Target:
             raise InvalidInputError(f"{path} is neither a ckpt store nor a checkpoint file")
         return path
     return Store.open(path)
-
-
-__all__ = ["MIGRATIONS", "FormatMigration", "UpgradeReport", "pending", "rewrite_file", "target_of", "upgrade"]
