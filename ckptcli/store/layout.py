@@ -1,21 +1,13 @@
 """Every path of a store, in one place (formats/v1.md, "Store layout")::
 
-    config                      store version, id, chunker parameters
-    packs/<2 hex>/<64 hex>      objects, back to back, with their table at the end
-    index/<64 hex>              which pack holds which object (one file per take)
-    manifests/<64 hex>          one per checkpoint; the name is the checkpoint id
-    refs/latest/<kind>/<name>   newest checkpoint of a subject
-    refs/branches/<name>        a movable line of history
-    refs/tags/<name>            a fixed name for one checkpoint
-    logs/refs/...               the reflog of each ref (formats/reflog.md)
-    cache/                      rebuildable: the catalog, head hints
-    locks/  tmp/                local coordination and in-flight writes
+    config  packs/<2 hex>/<64 hex>  index/<64 hex>  manifests/<64 hex>
+    refs/{latest/<kind>/<name>, branches/<name>, tags/<name>}  logs/refs/...  (formats/reflog.md)
+    cache/  locks/  tmp/
 
-Paths inside a store are relative to its root and use "/", as a `Backend` takes
-them; the files beside a store that adapters keep (the LangGraph saver's journals,
-leases and memory-store logs: formats/langgraph-journal.md, formats/langgraph-store.md)
-are `Path`s under a local store's directory. Nothing here touches the disk.
-"""
+Invariants: paths inside a store are relative to its root and use "/", as a `Backend`
+takes them; the files adapters keep beside a store (the LangGraph saver's journals, leases
+and memory-store logs: formats/langgraph-journal.md, formats/langgraph-store.md) are
+`Path`s under a local store's directory. Nothing here touches the disk."""
 
 from __future__ import annotations
 
