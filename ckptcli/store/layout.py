@@ -1,8 +1,12 @@
 """Every path of a store, in one place (formats/v1.md, "Store layout")::
 
-    config  packs/<2 hex>/<64 hex>  index/<64 hex>  manifests/<64 hex>
-    refs/{latest/<kind>/<name>, branches/<name>, tags/<name>}  logs/refs/...  (formats/reflog.md)
-    cache/  locks/  tmp/
+    config                      store version, id, chunker parameters
+    packs/<2 hex>/<64 hex>      objects, back to back, with their table at the end
+    index/<64 hex>              which pack holds which object
+    manifests/<64 hex>          one per checkpoint; the name is the checkpoint id
+    refs/{latest/<kind>/<name>, branches/<name>, tags/<name>}
+    logs/refs/...               the reflog of each ref (formats/reflog.md)
+    cache/  locks/  tmp/        rebuildable caches, local coordination, in-flight writes
 
 Invariants: paths inside a store are relative to its root and use "/", as a `Backend`
 takes them; the files adapters keep beside a store (the LangGraph saver's journals, leases
