@@ -3,22 +3,12 @@
 `write_document` writes a checkpoint's state (JSON, msgpack, or the JSON view `ckpt cat`
 prints) straight from its objects, without holding the decoded state.
 
-Invariants of `write_document` (tests/test_docstream.py):
-- its bytes are exactly those of serializing the decoded value (`write_value`;
-  `jsonview.to_json` + `json.dumps` for the view);
-- peak memory is O(largest object + nesting depth + SMALL_BYTES + PRESIZE_BYTES), not
-  O(state): a small file that decodes to gigabytes (a "reference bomb") costs output,
-  not RAM. A value that fits SMALL_BYTES / SMALL_ITEMS is serialized whole by the C
-  encoders; a larger one is written piece by piece. Every value written is charged to
-  the streaming budget (`Budget.streaming()`: limits.MAX_DECODED_BYTES and
-  MAX_DECODED_ITEMS);
-- an output the `Sizer` sizes over that budget (from the node objects alone, memoised
-  by object id, up to PRESIZE_BYTES of nodes, which the writer then reuses) is refused
-  before the first byte.
-
-A document to write is a *skeleton*: a dict (written as a map; its keys as they are) of
-skeletons, a `Section` (a section's encoded root), or any other value (written as it is).
-"""
+Invariants of `write_document` (tests/test_docstream.py; why: docs/design.md, "Bounded
+decoding"): its bytes are exactly those of serializing the decoded value; peak memory is
+O(largest object + nesting depth + SMALL_BYTES + PRESIZE_BYTES), not O(state); every value
+written is charged to the streaming budget (`Budget.streaming()`), and an output the
+`Sizer` sizes over that budget is refused before the first byte. A document to write is a
+*skeleton*: a dict of skeletons, a `Section` (a section's encoded root), or any other value."""
 
 from __future__ import annotations
 

@@ -1,37 +1,15 @@
 """Every error ckpt raises on purpose, and the exit code each one maps to.
 
-The tree::
+`CkptError` (exit 1) is the root; each subclass carries its documented exit code
+(`exit_code`): UsageError, NotFoundError (StoreNotFoundError), InvalidInputError,
+DataError (CorruptError, UnsupportedVersionError, LimitExceededError), UnsafePathError,
+LockError, ConflictError (LatestMovedError, ThreadConflictError) and StoreIOError.
+docs/design.md ("Errors: one class per exit code") draws the tree, docs/exit-codes.md is
+the table. `user_failure` and `how_it_failed` describe a failure of the user's own code (a
+migration, a reducer, a replayed step), which the caller turns into its own error.
 
-    CkptError                      exit 1   anything ckpt failed to do
-    ├── UsageError                 exit 2   options or arguments that make no sense
-    ├── NotFoundError              exit 3   no such checkpoint, ref, file or section
-    │   └── StoreNotFoundError     exit 10  no store here (run `ckpt init`)
-    ├── InvalidInputError          exit 4   a state document or argument ckpt cannot take
-    ├── DataError                  exit 5   bytes that are not what they claim to be
-    │   ├── CorruptError           exit 5   hash mismatch, truncation, bad structure
-    │   ├── UnsupportedVersionError exit 6  written by a newer ckpt (or not a ckpt file)
-    │   └── LimitExceededError     exit 7   declared or decoded sizes/depth/counts too large
-    ├── UnsafePathError            exit 8   a path inside a checkpoint would escape its target
-    ├── LockError                  exit 9   the store is locked by another process
-    ├── ConflictError              exit 11  the name or ref already exists
-    │   └── ThreadConflictError    exit 11  a LangGraph thread another process extended meanwhile
-    └── StoreIOError               exit 12  the operating system refused a read or write
-
-``VerifyFailed`` (exit 5) is raised by the CLI when `ckpt verify` found damage,
-``DoctorFailed`` (exit 1) when a `ckpt doctor` check failed, and
-``ReplayDiverged`` (exit 13) when `ckpt replay --check` found a step function that no
-longer does what was recorded.
-Unexpected exceptions are reported by the CLI as one line with exit 70 (internal error);
-set ``CKPT_DEBUG=1`` to see the traceback.
-
-Code of the user's that ckpt calls (a bisect check, a migration, a reducer, a compat
-adapter, a replayed step, the modules they live in) fails with whatever it raises, a
-``SystemExit`` or ``GeneratorExit`` included: `user_failure` tells those from Ctrl-C, and
-`how_it_failed` says in a few words what it did; the caller turns that into its own error.
-
-Every message says what is wrong, where, and what to do next. The CLI prints
-``ckpt: error: <message>`` and exits with the code; nothing else.
-"""
+Invariant: every message says what is wrong, where, and what to do next; the CLI prints
+``ckpt: error: <message>`` and exits with the code, nothing else."""
 
 from __future__ import annotations
 

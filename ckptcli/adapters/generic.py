@@ -1,38 +1,16 @@
 """A generic adapter for hand-built agents: capture a Python object into sections, restore it back.
 
-You declare which attributes (or keys) of your agent go into which section::
+`AgentAdapter(memory=[...], plan=..., tools=..., events=..., ext={...}, env=[...])` says which
+attributes (or keys) of an agent go into which section; `take` stores them, `restore` puts
+them back. An agent may be a dataclass, a pydantic model, a plain object or a dict; values
+are stored as plain data and converted back by a dataclass's type hints or the model's own
+validation. docs/agents.md is the guide (the example, redaction rules, options).
 
-    from ckptcli.adapters.generic import AgentAdapter
-
-    adapter = AgentAdapter(
-        memory=["goal", "notes", "messages"],     # attributes collected into the memory map
-        plan="plan",                              # one attribute is the whole section
-        tools="tool_log",
-        events="events",
-        ext={"acme.router": "router_state"},      # ext:<namespace> sections
-        env=["OPENAI_API_KEY", "REGION"],         # environment variables, captured redacted
-    )
-    result = adapter.take(store, agent, subject="agent:support-bot")
-    agent = adapter.restore(store, result.hex, into=agent)
-
-An agent may be a dataclass, a pydantic model (anything with ``model_dump`` and
-``model_validate``), a plain object with attributes, or a dict. Values are converted to
-plain data (dataclasses and models to maps, tuples and sets to lists, enums to their
-values); `restore` converts them back by the type hints of a dataclass or through the
-model's own validation.
-
-**Redaction.** Before anything is stored, the tool-call log (arguments and results),
-the captured environment and any other section you list in `redact_sections` are
-searched for secrets: values under keys that name secrets (``api_key``, ``password``,
-``authorization``, ...), and strings that look like keys or tokens (``sk-...``,
-``AKIA...``, ``ghp_...``, JWTs, bearer tokens, private key blocks). Each is replaced by
-``"[REDACTED:<rule>]"``. Redaction is on by default; pass ``redactor=Redactor(...)`` to
-change the patterns or ``redactor=None`` to turn it off. What was redacted (paths and
-rule names, never the values) is recorded in the checkpoint's metadata: labels
-``redacted`` (the count) and ``redaction.rules``, and the ``ext:ckpt.redaction``
-section with one JSON pointer per redacted value. A redacted value cannot be restored:
-`restore` leaves the placeholder (and the environment is never written back).
-"""
+Invariants: redaction (on by default; `redactor=None` turns it off) runs before anything is
+stored, over the tool-call log, the captured environment and `redact_sections`; what was
+redacted is recorded by path and rule, never by value (labels ``redacted`` and
+``redaction.rules``, section ``ext:ckpt.redaction``). A redacted value is never restored:
+`restore` leaves the placeholder, and the environment is never written back."""
 
 from __future__ import annotations
 

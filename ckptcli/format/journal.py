@@ -1,21 +1,14 @@
 """Write-ahead journals: the record framing, the appending writer and the scanning reader
 shared by the recorder's journal (formats/events.md, "The journal file") and the LangGraph
 saver's (formats/langgraph-journal.md). Each user keeps its own magic, header and payloads.
-
-Two framings:
-
-- plain (the recorder's, LangGraph's version 1): ``length:u32le crc:u32le payload``, the
-  CRC-32 over the payload;
-- salted (LangGraph's version 2): ``"\\xc1LGJ" length:u32le crc:u32le payload``, the
-  CRC-32 over ``salt || length || payload``, the salt being 8 bytes of the file's header.
+Framings: plain (``length:u32le crc:u32le payload``) and salted (``"\xc1LGJ"`` + the same,
+the CRC over ``salt || length || payload``).
 
 Invariants: records are only ever appended, at `JournalWriter.size`; a failed append leaves
-no partial record (zeroed in space written ahead, truncated off otherwise); zeros are
-written ahead only beyond the end of the records, under the lock appends take, so nothing
-ever writes over a record. A reader therefore finds intact records from the header on,
-then zeros or one torn record to the end; anything else with records after it is a hole,
-reported (`Hole`) and read past within a `ScanBudget`.
-"""
+no partial record; zeros are written ahead only beyond the end of the records, under the
+lock appends take. A reader finds intact records, then zeros or one torn record to the end;
+anything else with records after it is a hole, reported (`Hole`) and read past within a
+`ScanBudget`."""
 
 from __future__ import annotations
 

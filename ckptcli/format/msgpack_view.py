@@ -1,30 +1,14 @@
 """A readable, exact view of foreign msgpack bytes as ckpt values.
 
-Serializers such as LangGraph's write msgpack that ckpt cannot store as it is: maps
-with non-string keys, and extension types (LangGraph writes a message as ext 5 holding
-``[module, class, fields, method]``). `to_view` turns such bytes into plain ckpt
-values that `ckpt show` and `ckpt diff` can read, and `from_view` turns the view back
-into **the very same bytes**. Nothing is ever revived: no class is looked up or called.
+`to_view` turns msgpack that ckpt cannot store as it is (maps with non-string keys,
+extension types such as LangGraph's messages) into plain values `ckpt show` and `ckpt diff`
+can read, tagged with ``$map``, ``$ext`` (with ``data`` or ``raw``) and ``$msgpack``;
+`from_view` turns a view back into the bytes. docs/langgraph.md ("What is stored where")
+has the table; a map with a ``$`` key in a view is always a tag.
 
-The view of a msgpack value:
-
-=====================================  ==================================================
-msgpack                                view
-=====================================  ==================================================
-nil, bool, int, float 64, str, bin     the same value
-array                                  a list of views
-map whose keys are all strings, none   a map of views, in order
-starting with ``$``
-any other map                          ``{"$map": [[key view, value view], ...]}``
-ext CODE holding one msgpack value     ``{"$ext": CODE, "data": view of that value}``
-ext CODE holding anything else         ``{"$ext": CODE, "raw": <the bytes>}``
-=====================================  ==================================================
-
-So a map with a ``$`` key in a view is always one of these tags: plain data cannot be
-mistaken for one. `to_view` checks that `from_view` gives the input back byte for byte
-(a float 32, a non-shortest length header or a msgpack timestamp would not), and when it
-does not, the view is ``{"$msgpack": <the bytes>}``, which is exact too.
-"""
+Invariants: `from_view(to_view(b)) == b`, byte for byte: `to_view` checks it and falls back
+to ``{"$msgpack": <the bytes>}`` when it would not hold. Nothing is ever revived: no class
+is looked up or called."""
 
 from __future__ import annotations
 

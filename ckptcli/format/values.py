@@ -1,24 +1,14 @@
 """Encoding values into content-addressed objects, and decoding them back.
 
-An *encoded value* (EV) is msgpack in which some parts are replaced by references
-(msgpack ext types, formats/v1.md "Encoded values"):
+An encoded value (EV) is msgpack in which some parts are references (ext types BIGINT,
+REF, LIST, MAP, BYTES, STR), and long lists, maps and strings are chunk trees of node
+objects: formats/v1.md, "Encoded values", "Ext types" and "Chunk trees", is the
+specification; docs/design.md ("Objects, trees and why a checkpoint costs O(new data)")
+the rationale.
 
-    ext 1  BIGINT  signed big-endian two's-complement integer outside int64/uint64
-    ext 2  REF     32-byte id of a node object whose content is an EV
-    ext 3  LIST    32-byte id of the root node of a list chunk tree
-    ext 4  MAP     32-byte id of the root node of a map chunk tree
-    ext 5  BYTES   32-byte id of the root node of a byte-string chunk tree
-    ext 6  STR     32-byte id of the root node of a UTF-8 string chunk tree
-
-A chunk-tree node is ``[kind, level, total, children]``. For LIST and MAP, level-0
-children are the items themselves (an array of EVs, or a map of key -> EV) and
-``total`` counts items; for BYTES and STR, level-1 children are ``[size, data id]``
-and ``total`` counts bytes. Higher levels hold ``[total, node id]`` pairs.
-
-Node boundaries are content-defined (an entry whose hash has its low bits zero
-closes a node), so appending to a long list rewrites only the last leaf and the
-right spine above it: checkpoint N+1 costs O(new data + log n), never O(n).
-"""
+Invariants: the writer uses the canonical form, so identical values give identical bytes
+and object ids (what deduplication rests on); node boundaries are content-defined, so
+appending to a long list rewrites only the last leaf and the right spine above it."""
 
 from __future__ import annotations
 

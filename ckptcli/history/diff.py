@@ -1,33 +1,19 @@
 """What changed between two checkpoints: hashes first, decoding only where they differ.
 
-    >>> from ckptcli.history.diff import diff_checkpoints
-    >>> d = diff_checkpoints(open_checkpoint("good", store), open_checkpoint("latest", store))  # doctest: +SKIP
-    >>> d.patch()          # RFC 6902 ops turning A's state document into B's  # doctest: +SKIP
-    [{'op': 'replace', 'path': '/memory/goal', 'value': 'resolve'}]
-
-Both checkpoints are walked side by side from their section roots without decoding:
-equal encodings or equal object ids (the encoding is canonical, formats/v1.md "Encoded
-values") are skipped unread; REFs are followed; maps are aligned by key, lists by their
-items' encodings (common prefix and suffix, then difflib's matcher); a chunk tree is
-opened one level at a time and a node the other side also holds is never opened. Only
-where the sides really differ is a value decoded, with one decode budget per side. Why
-and what it costs: docs/performance.md (`ckpt diff`).
+Both checkpoints are walked side by side from their section roots: equal encodings or
+equal object ids are skipped unread, maps are aligned by key, lists by their items'
+encodings, and a value is decoded only where the sides differ, with one decode budget per
+side. Why and what it costs: docs/performance.md (`ckpt diff`).
 
 Invariants:
 - Applying `patch()` to the JSON view of A's state (formats/v1.md "JSON view") gives B's;
-  list indices in the patch are those the earlier operations left, `Change.path` has a
-  removed item's index in A.
-- Equality is `api.states_equal`: types must match (1, 1.0 and true differ), NaN equals
-  NaN, 0.0 and -0.0 differ; unequal bytes that decode to equal values are no change;
-  key order is not compared.
-- Blobs are compared as a listing of metadata (type, size, mode, a content id), never
-  their content; `blobs_patch()` is a JSON Patch of that listing.
-- deepdiff is not used (its report is not a patch and its equality is not ckpt's); the
-  tolerant options (`ckptcli.history.tolerant`) run after this walk has found a change.
-
-The result types are in `ckptcli.history.change`, the text for people in
-`ckptcli.history.render`; both are re-exported here, where they were.
-"""
+  its list indices are those the earlier operations left (`Change.path` has A's index).
+- Equality is `ckptcli.document.states_equal`: types must match, NaN equals NaN, 0.0 and
+  -0.0 differ, key order is not compared; unequal bytes that decode to equal values are no
+  change. Blobs are compared by metadata and content id, never content (`blobs_patch()`).
+- The tolerant options (`ckptcli.history.tolerant`) run only after this walk found a change.
+The result types are in `ckptcli.history.change`, the text in `ckptcli.history.render`;
+both are re-exported here."""
 
 from __future__ import annotations
 

@@ -1,30 +1,17 @@
 """Events: the records a running agent or workflow appends, and the reducers that apply
 them to its state. The specification is formats/events.md (the event record, the standard
-kinds and their fields, "Reducers"); docs/replay.md is the guide.
-
-    >>> from ckptcli.history.events import Reducers, make_event
-    >>> state = {"memory": {}, "plan": [], "tools": []}
-    >>> ev = make_event(1, 0, "memory.set", {"path": ["goal"], "value": "triage"})
-    >>> Reducers().apply(state, ev)["memory"]
-    {'goal': 'triage'}
-
-A reducer turns (state, event) into the next state; the standard kinds' are built in and
-cannot be replaced, custom kinds (`NAMESPACE:NAME`) come from the adapter owning the
-namespace (entry-point group `ckptcli.reducers`) or from `Reducers({...})`.
+kinds, "Reducers"); docs/replay.md is the guide. Custom kinds (`NAMESPACE:NAME`) come from
+the entry-point group `ckptcli.reducers` or from `Reducers({...})`; standard ones cannot be
+replaced.
 
 Invariants:
-- Reducers are deterministic: they read nothing but the state and the event, so the same
-  events applied to the same state give the same state, in the recorder and in a replay.
-- The state a caller passes in is not changed, nor any value taken from an event: the
-  result shares every part the event did not change and copies the containers along the
-  path it changes (`set_in`, `delete_in`).
-- Except within a run: `Reducers.apply(..., owned)` (what `apply_all` and a timeline do
-  between states nobody sees) changes in place the containers that same run copied
-  earlier, listed in `owned`, so an append costs O(1). A custom reducer's result is never
-  changed in place (`owned` is cleared before one runs).
+- Reducers are deterministic: they read nothing but the state and the event.
+- `Reducers.apply(state, ev)` changes neither the state passed in nor any value taken from
+  the event (it copies the containers along the path it changes), except within a run:
+  with `owned` (what `apply_all` and a timeline pass) it changes in place the containers
+  that same run copied earlier; `owned` is cleared before a custom reducer runs.
 - A standard reducer checks everything before it changes anything: an event that does not
-  fit raises InvalidInputError and leaves the state as it was.
-"""
+  fit raises InvalidInputError and leaves the state as it was."""
 
 from __future__ import annotations
 

@@ -1,22 +1,15 @@
-"""History queries over a subject's checkpoints: `ckpt log` (which checkpoints, and which
-recorded events, changed a value) and `ckpt bisect` (where a predicate first turned false).
-The guide is docs/replay.md "History queries: log and bisect".
-
-    >>> from ckptcli.history.query import log, bisect
-    >>> [e.id.hex()[:12] for e in log(store, "agent:bot", path="/memory/user/name")]  # doctest: +SKIP
-    >>> bisect(store, "agent:bot", good="known-good", bad="latest", predicate=expect("/memory/ok", True))  # doctest: +SKIP
+"""History queries over a subject's checkpoints: `log` (`ckpt log`: which checkpoints, and
+which recorded events, changed a value) and `bisect` (`ckpt bisect`: where a predicate first
+turned false). The guide is docs/replay.md "History queries: log and bisect"; figures are
+in docs/performance.md (`ckpt log --path`).
 
 Invariants:
-- Both speak of the state AT each checkpoint (ckptcli.history.stateat: the snapshot with
-  its event tail applied) and walk the first-parent history, newest first, as `git log`.
+- Both speak of the state AT each checkpoint (ckptcli.history.stateat) and walk the
+  first-parent history, newest first.
 - `log --path` never decodes a whole state: the value at the path is reached by its
-  encodings (as ckptcli.history.diff walks), equal encodings are equal unread, and only a
-  checkpoint whose tail may touch the path (`stateat.touched`) is replayed, decoding only
-  the sections its events touch. Figures: docs/performance.md (`ckpt log --path`).
-- `bisect` halves the range between a good and a bad checkpoint (about log2(n) predicate
-  calls), then the found checkpoint's tail the same way, to name the first event after
-  which the predicate is false.
-"""
+  encodings, and only a checkpoint whose tail may touch the path is replayed.
+- `bisect` halves the range between a good and a bad checkpoint, then the found
+  checkpoint's tail, to name the first event after which the predicate is false."""
 
 from __future__ import annotations
 

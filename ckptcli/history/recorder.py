@@ -1,23 +1,13 @@
 """The recorder: a running agent or workflow appends events, durably and cheaply, and
-takes checkpoints by policy (docs/replay.md, "Recording"; the journal file is specified in
-formats/events.md, "The journal file", and framed by ckptcli.format.journal).
-
-    >>> from ckptcli.history.recorder import CheckpointPolicy, Recorder
-    >>> rec = Recorder.open(store, "agent:bot", "bot.journal",                # doctest: +SKIP
-    ...                     policy=CheckpointPolicy(every_events=500, risky_tools={"payments.refund"}))
-    >>> rec.append("memory.set", path=["goal"], value="triage")               # doctest: +SKIP
-    >>> rec.state["memory"]["goal"]                                           # doctest: +SKIP
-    'triage'
+takes checkpoints by policy (docs/replay.md, "Recording"; the journal file: formats/events.md,
+"The journal file", framed by ckptcli.format.journal).
 
 Invariants: an event is checked and applied to the live state before its record is
 buffered, and one that does not fit is refused with nothing written; appending costs the
-event's size, never the state's (the state is encoded by checkpoints only). The journal
-is only appended to (whole records: a failed write is cut off) or replaced atomically by
+event's size, never the state's. The journal is only appended to or replaced atomically by
 one that starts after a new checkpoint; a checkpoint is the previous one's live state (the
 snapshot) plus the events since (the tail). Recovery keeps the intact events up to the
-first torn or damaged record, and skips the events a checkpoint committed before the
-journal was replaced already holds (found by its `recorder.run` label).
-"""
+first torn or damaged record and skips those a checkpoint already holds (`recorder.run`)."""
 
 from __future__ import annotations
 

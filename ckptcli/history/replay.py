@@ -1,27 +1,16 @@
-"""Replay: rebuild the state at any point of a checkpoint's event tail, check that a step
-function still makes the recorded decisions, and fork a new history from a point. The
-model is formats/events.md ("Checkpoints: snapshot and tail", "Replaying to a point",
-"Steps and causality"); the guide docs/replay.md.
-
-    >>> from ckptcli.history.replay import replay, check, fork
-    >>> state = replay(open_checkpoint("latest", store), to_seq=42)       # doctest: +SKIP
-    >>> check(open_checkpoint("latest", store), myagent.step).ok         # doctest: +SKIP
-    True
-    >>> fork(store, "latest", 42, branch="try-again").hex                 # doctest: +SKIP
+"""Replay: rebuild the state at any point of a checkpoint's event tail (`replay`), check that
+a step function still makes the recorded decisions (`check`), and fork a new history from
+a point (`fork`). The model is formats/events.md ("Checkpoints: snapshot and tail",
+"Replaying to a point", "Steps and causality"); the guide docs/replay.md.
 
 Invariants:
-- A checkpoint replays on its own: its snapshot (memory, plan, tools, ext) is the state
-  before its tail, at seq B (the seq before the tail's first event; with an empty tail
-  the `events.seq` label, else 0); a pruned parent does not matter.
-- Positions are seqs: `to_seq=S` applies the events with seq <= S (B <= S <= the last),
-  `to_time=T` those up to the first one recorded after T.
-- `check` runs nothing external again: each input event (one without `cause`) is applied
-  and handed to the step function (the contract is events.StepContext), its tool calls
-  are answered with the recorded results, and its emitted events are compared in order
-  with the recorded ones; the first difference is a Divergence.
-- A step's changes (`Step.changes`, a `ckptcli.history.change.Change` each) applied in
-  order as a JSON Patch to the JSON view of `before` give that of `after`.
-"""
+- A checkpoint replays on its own: its snapshot is the state before its tail; a pruned
+  parent does not matter. Positions are seqs (`to_seq`) or times (`to_time`).
+- `check` runs nothing external again: recorded tool results answer tool calls, emitted
+  events are compared in order with the recorded ones, and the first difference is a
+  Divergence.
+- A step's changes applied in order as a JSON Patch to the JSON view of `before` give
+  that of `after`."""
 
 from __future__ import annotations
 

@@ -1,26 +1,15 @@
 """The state AT a checkpoint: its snapshot with its event tail applied (formats/events.md
-"Checkpoints: snapshot and tail"; docs/replay.md "The state at a checkpoint").
-
-    >>> from ckptcli.history.stateat import state_at
-    >>> s = state_at(open_checkpoint("latest", store))     # doctest: +SKIP
-    >>> s.describe()                                        # doctest: +SKIP
-    'state at seq 42 (snapshot at seq 30 + tail 31..42)'
-    >>> s.section("memory")                                 # doctest: +SKIP
-
-`cat`, `show`, `diff` and `log` speak of that state by default; `--snapshot`
-(`state_at(ck, snapshot=True)`) gives the stored sections.
+"Checkpoints: snapshot and tail"; docs/replay.md "The state at a checkpoint"). `cat`,
+`show`, `diff` and `log` speak of that state by default; `state_at(ck, snapshot=True)`
+(`--snapshot`) gives the stored sections.
 
 Invariants:
 - A checkpoint without events, or with an empty tail, costs nothing more: nothing is
-  decoded and every section stays as stored (`Section` roots ckptcli.document streams,
-  raw roots ckptcli.history.diff walks hash-first).
-- With a tail, only the parts its events touch are decoded (memory for memory.* and
-  message.append, plan for plan.*, tools for tool.*, everything for a custom kind); a
-  decoded part is bounded by CKPT_MAX_HELD_BYTES / CKPT_MAX_HELD_ITEMS, with an error
-  that says so (`--snapshot` reads the stored sections without that limit).
-- The events are kept as stored: the document at a checkpoint is its live state plus
-  its `events` section, the tail that led there.
-"""
+  decoded and every section stays as stored.
+- With a tail, only the sections its events touch are decoded, each bounded by
+  CKPT_MAX_HELD_BYTES / CKPT_MAX_HELD_ITEMS (an error says so).
+- The events are kept as stored: the document at a checkpoint is its live state plus its
+  `events` section."""
 
 from __future__ import annotations
 

@@ -1,23 +1,13 @@
 """The timeline of a checkpoint's event tail, as `ckpt tui` scrubs through it, and the
-helpers that show a state as an outline; no UI here (tests/test_import_hygiene.py checks
-that this module imports no typer, rich or textual).
+helpers that show a state as an outline; no UI here (tests/test_import_hygiene.py).
 
-    >>> t = Timeline.open(open_checkpoint("latest", store))  # doctest: +SKIP
-    >>> len(t), t.row(1).kind, t.step(1).changes            # doctest: +SKIP
-
-A checkpoint with events (formats/events.md) is a snapshot and a tail. Row 0 of a
-timeline is the snapshot, row r (1..n) the state after the tail's r-th event, replayed by
-the replay library's reducers (the ones `ckpt replay` uses). Events are read through a
-`LazyList`, never the whole tail. Invariants: the timeline keeps the state at every
-`every`-th row (at most MAX_SNAPSHOTS of them) and the last RECENT_STATES rows asked
-for, so a jump costs at most `every` reducer applications once the rows before it have
-been passed, and a step either way one or none; `state()` stops when `should_stop()`
-says so and keeps what it made. Costs and figures: docs/tui.md.
-
-The history graph (`History`) moved to `ckptcli.history.graph`, `LazyList` and `LRU` to
-`ckptcli.history.lazylist`, the change lines to `ckptcli.history.render`; they are
-re-exported here, where they were.
-"""
+Row 0 is the snapshot, row r the state after the tail's r-th event, replayed by the same
+reducers as `ckpt replay`; events are read through a `LazyList`, never the whole tail.
+Invariants: the timeline keeps the state at every `every`-th row (at most MAX_SNAPSHOTS)
+and the last RECENT_STATES rows asked for, so a jump costs at most `every` reducer
+applications; `state()` stops when `should_stop()` says so and keeps what it made. Costs
+and figures: docs/tui.md. `History`, `LazyList`, `LRU` and the change lines live in
+`ckptcli.history.graph`, `.lazylist` and `.render`, and are re-exported here."""
 
 from __future__ import annotations
 

@@ -1,26 +1,14 @@
-"""Tolerant comparisons: is this state the same apart from declared noise? (`ckpt diff`
-and `ckpt replay --check` with --ignore-order, --significant-digits, --tolerance and
---exclude-path: docs/cli.md.)
+"""Tolerant comparisons: is this state the same apart from declared noise? (`ckpt diff` and
+`ckpt replay --check` with --ignore-order, --significant-digits, --tolerance and
+--exclude-path: docs/cli.md.) `ckptcli.history.diff` answers "what exactly changed"; this
+module answers the looser question with deepdiff, on the two decoded states.
 
-`ckptcli.history.diff` answers "what exactly changed"; this module answers the looser
-question with deepdiff, on the two decoded states:
-
-- ``ignore_order``: lists are compared as multisets;
-- ``significant_digits``: floats are equal when they round to the same N digits after
-  the point; integers are compared exactly (never rounded through a float);
-- ``tolerance``: two ints or two floats that differ by at most this (absolute, computed
-  exactly) are equal; an int and a float still differ. With ``ignore_order``, unordered
-  items are paired with their floats rounded, as deepdiff pairs them by hash;
-- ``exclude``: regular expressions searched in each change's JSON Pointer; a matching
-  change is dropped.
-
-Invariants: equality is the exact diff's (NaN equals NaN, 1 and 1.0 differ); the numbers
-deepdiff reports are judged here (`numbers_equal`), not by its own epsilon. It is a second
-pass: when the exact diff finds nothing, nothing is decoded. The result is a `DiffResult`
-like the exact one's, except that its "patch" lists the differences found (with
-ignore_order, removed items have A's indices, added ones B's); blobs are compared
-exactly. deepdiff is imported here only, so the rest of the CLI starts without it.
-"""
+Invariants: equality is the exact diff's (NaN equals NaN, 1 and 1.0 differ); integers are
+never rounded through a float; the numbers deepdiff reports are judged here
+(`numbers_equal`), not by its own epsilon. It is a second pass: when the exact diff finds
+nothing, nothing is decoded. The result is a `DiffResult` whose "patch" lists the
+differences found (with ignore_order, removed items have A's indices, added ones B's);
+blobs are compared exactly. deepdiff is imported by this module only."""
 
 from __future__ import annotations
 

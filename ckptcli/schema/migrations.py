@@ -1,43 +1,16 @@
-"""The subject's own state schema: migrations users declare, and applying them.
+"""The subject's own state schema: migrations users declare (`@migration(from_=1, to=2)`),
+loading them (`load_migrations`: a module, ``module:NAME`` or ``ep:NAME`` in the group
+``ckpt.migrations``) and applying a chain of them. docs/migrations.md is the guide (how a
+chain is chosen, where migrations come from, checkpoints without a schema version).
 
-ckpt stores whatever state document an agent or workflow gives it; the shape of that
-document is the project's business, versioned by the manifest's `schema_version`.
-When the project changes the shape, it declares a migration per step, and ckpt
-applies the chain to old checkpoints:
-
-    # myapp/migrations.py
-    from ckptcli.schema.migrations import migration
-
-    SCHEMA_VERSION = 2                    # what the current code reads
-
-    @migration(from_=1, to=2, description="memory.notes is now memory.scratchpad")
-    def rename_notes(state):
-        state["memory"]["scratchpad"] = state["memory"].pop("notes")
-        return state
-
-A migration gets a decoded copy of the state document and returns the new one (it may
-change its argument and return it). Checkpoints are immutable: migrating one writes a
-new checkpoint whose parent is the old one (`migrate_checkpoint`), or nothing at all
-(`migrate_state`, which `ckpt compat` uses).
-
-Where migrations come from (`load_migrations`):
-
-    "myapp.migrations"           every Migration defined at the module's top level,
-                                 and its SCHEMA_VERSION
-    "myapp.migrations:REGISTRY"  one MigrationSet (or a Migration, or a list of them)
-    "ep:myapp"                   the entry point `myapp` in the group `ckpt.migrations`,
-                                 naming either of the above
-
-Versions are integers (or strings, for projects that name them); "3" and 3 are the
-same version. A chain is the shortest path of declared steps from one version to
-another, so a step 1->3 declared beside 1->2 and 2->3 is taken as a shortcut (like a
-squashed migration); two shortest paths are refused as ambiguous, a missing step as a
-gap. Downgrades are steps like any other (from_=3, to=2).
-
-A checkpoint without a `schema_version` is refused unless the caller says which
-version to treat it as (`assume_version`, `--assume-version N`): guessing could apply
-the wrong migration and corrupt the state without a word.
-"""
+Invariants:
+- Checkpoints are immutable: migrating one writes a new checkpoint whose parent is the old
+  one (`migrate_checkpoint`), or nothing (`migrate_state`, used by `ckpt compat`).
+- A migration gets a decoded copy of the state document (it may change it and return it).
+- A chain is the shortest path of declared steps; two shortest paths are refused as
+  ambiguous, a missing step as a gap; "3" and 3 are the same version.
+- A checkpoint without a `schema_version` is refused unless the caller names the version
+  to assume (`assume_version`): guessing could corrupt the state without a word."""
 
 from __future__ import annotations
 

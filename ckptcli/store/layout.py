@@ -2,20 +2,16 @@
 
     config                      store version, id, chunker parameters
     packs/<2 hex>/<64 hex>      objects, back to back, with their table at the end
-    index/<64 hex>              which pack holds which object (one file per take)
+    index/<64 hex>              which pack holds which object
     manifests/<64 hex>          one per checkpoint; the name is the checkpoint id
-    refs/latest/<kind>/<name>   newest checkpoint of a subject
-    refs/branches/<name>        a movable line of history
-    refs/tags/<name>            a fixed name for one checkpoint
+    refs/{latest/<kind>/<name>, branches/<name>, tags/<name>}
     logs/refs/...               the reflog of each ref (formats/reflog.md)
-    cache/                      rebuildable: the catalog, head hints
-    locks/  tmp/                local coordination and in-flight writes
+    cache/  locks/  tmp/        rebuildable caches, local coordination, in-flight writes
 
-Paths inside a store are relative to its root and use "/", as a `Backend` takes
-them; the files beside a store that adapters keep (the LangGraph saver's journals,
-leases and memory-store logs: formats/langgraph-journal.md, formats/langgraph-store.md)
-are `Path`s under a local store's directory. Nothing here touches the disk.
-"""
+Invariants: paths inside a store are relative to its root and use "/", as a `Backend`
+takes them; the files adapters keep beside a store (the LangGraph saver's journals, leases
+and memory-store logs: formats/langgraph-journal.md, formats/langgraph-store.md) are
+`Path`s under a local store's directory. Nothing here touches the disk."""
 
 from __future__ import annotations
 

@@ -1,43 +1,17 @@
-"""Retention policies (which checkpoints to keep) and garbage collection (which objects
-no kept checkpoint needs).
+"""Retention policies (which checkpoints to keep) and garbage collection (which objects no
+kept checkpoint needs): `prune`, and its two halves `forget_checkpoints` (remove given
+checkpoints' manifests and move their refs, leaving their objects) and `collect`.
 
-The policy works like restic's `forget`, per subject: checkpoints are taken newest
-first; `keep_last` keeps the first N; each calendar rule (hourly, daily, weekly,
-monthly, yearly) keeps the newest checkpoint of each of its first N buckets;
-`keep_within` keeps everything taken within that long of the subject's newest
-checkpoint; `keep_tags` keeps checkpoints that a named tag points at or that carry the
-label (`key` or `key=value`). `langgraph_ttl_s` expires LangGraph threads (subjects
-whose checkpoints the LangGraph saver wrote) whose newest checkpoint is older than
-that: whatever the other rules say, an expired thread loses every checkpoint
-("delete") or all but its newest ("keep_latest"; the hook below keeps what that one
-needs to resume), and other subjects and unexpired threads are left to the other rules
-(kept whole when there are none); a thread a running saver holds, or whose last
-saver died before committing it, is in use and left alone (its lease:
-`ckptcli.adapters.langgraph.leases`; the others' leases are held while they are pruned,
-and renewed after, so that savers read them again). Tags and branch heads are never
-removed whatever the policy says, nor, until their reflog entries expire, the
-checkpoints a ref was moved away from without going on from them (a reset back: only
-`NAME@{N}` reaches them; `reflog_keeps`). The reflog is trimmed first (formats/reflog.md,
-"Expiry"). Then each adapter whose checkpoints are there (a manifest's ``layout.ext``
-names it) adds what the kept ones need, through its hook in the entry-point group
-``ckptcli.retention`` (LangGraph: a thread's heads, and the checkpoints its delta
-channels are rebuilt from: `ckptcli.adapters.langgraph.retention`). A survivor's
-reasons are recorded so `--dry-run` can say why it stays.
+The policy (keep-last, calendar rules, keep-within, keep-tag, LangGraph thread TTLs) is
+documented with `ckpt prune` (docs/cli.md) and docs/langgraph.md ("Prune and delete");
+each adapter whose checkpoints are present adds what the kept ones need through its hook
+in the entry-point group ``ckptcli.retention``. A survivor's reasons are recorded for
+`--dry-run`.
 
-Concurrency: a prune holds the store lock exclusively from the first look at the
-manifests to the last deletion. Takes hold it shared for their whole transaction
-(index read, packs, index, manifest, refs), so a prune never sees half a take, and a
-take never deduplicates against an object the prune is deleting: a take that starts
-after the prune re-reads the index (the prune's rewrite removes the old index files,
-which is how every process notices). Write order, so that a crash anywhere loses
-nothing a kept checkpoint needs: new packs (repacked objects) -> the new index (all
-kept packs) -> refs -> removed manifests -> old index files -> unneeded packs.
-
-Removing and collecting can also be two steps, as restic's forget and prune are:
-`forget_checkpoints` removes given checkpoints' manifests and moves their refs, reading
-only what it removes (LangGraph's delete_thread), and leaves their objects; `collect`
-(and every `prune`) then removes the objects no checkpoint needs, in one walk.
-"""
+Invariants: tags and branch heads are never removed, nor checkpoints their reflog still
+reaches (formats/reflog.md, "Expiry"); threads a live LangGraph saver holds are left alone.
+A prune holds the store lock exclusively throughout and writes in the order of formats/v1.md
+("Concurrency", "Deleting (prune)"), so a crash anywhere loses nothing a kept checkpoint needs."""
 
 from __future__ import annotations
 

@@ -1,20 +1,16 @@
-"""Putting a damaged store right again (`ckpt repair`): what can be rebuilt from what
-the store still holds, never by guessing.
+"""Putting a damaged store right again (`ckpt repair`): what can be rebuilt from what the
+store still holds, never by guessing.
 
-* `repair_index`: one fresh index file from the packs' own tables (formats/v1.md and
-  v2.md, "Pack files": every pack lists its objects; their ids are recovered by
-  hashing), then the old index files go. Each pack is checked as verify checks it; an
-  object that does not decode is left out, and a pack whose table cannot be read is
-  reported and named by no index. Crash-safe: the new index is committed before any
-  old file is deleted, and an index naming a pack twice, or an object twice, is fine
-  to read, so a kill at any point leaves a readable store; running it again finishes.
-* `repair_refs`: each subject's `latest` ref points at its newest committed
-  checkpoint (after a take was killed between its manifest and its ref, or after a
-  `latest` ref was damaged). Tags and branches name a choice the store cannot
-  recover; a damaged one is reported, never rewritten.
+* `repair_index`: one fresh index file from the packs' own tables (formats/v1.md, "Pack
+  files"); an object that does not decode is left out, a pack whose table cannot be read
+  is reported. The new index is committed before any old file is deleted, and an index
+  naming a pack or an object twice is fine to read, so a kill at any point leaves a
+  readable store, and running it again finishes.
+* `repair_refs`: each subject's `latest` ref points at its newest committed checkpoint.
+  Tags and branches name a choice the store cannot recover: a damaged one is reported,
+  never rewritten.
 
-Both hold the store lock exclusively, so no take or prune runs meanwhile.
-"""
+Both hold the store lock exclusively."""
 
 from __future__ import annotations
 

@@ -1,20 +1,9 @@
-"""The single-file form of one checkpoint (`ckpt export` / `ckpt import`).
+"""The single-file form of one checkpoint (`ckpt export` / `ckpt import`): header, manifest
+(byte for byte: its SHA-256 is the id), objects in ascending id order, their table and a
+checksum. formats/v1.md ("Checkpoint files") and formats/v2.md specify the layout.
 
-Layout (formats/v1.md "Checkpoint files")::
-
-    0     12  header       b"\\x89CKPFILE", u16 version, u16 reserved
-    12     4  manifest_len u32 big-endian
-    16     m  manifest     the manifest file, byte for byte (its SHA-256 is the id)
-    16+m   …  objects      stored objects back to back, in ascending id order
-    …      t  table        a PTAB record: [[id, type, offset, stored_len, raw_len, codec(, check)], …]
-    …      4  table_len    u32 big-endian
-    …     32  checksum     version 1: SHA-256 of every byte before it; version 2: of
-                           every byte before it except the objects, which the table
-                           covers with an XXH3-64 `check` per object (formats/v2.md)
-
-Objects are copied exactly as stored, never recompressed, so export -> import ->
-export gives the same bytes.
-"""
+Invariant: objects are copied exactly as stored, never recompressed, so export -> import
+-> export gives the same bytes."""
 
 from __future__ import annotations
 

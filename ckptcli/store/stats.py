@@ -1,20 +1,11 @@
 """How much a store holds, and how much deduplication and compression save (`ckpt stats`).
 
-Sizes, for the whole store and per subject:
-
-* logical: what the checkpoints would take if each were stored alone: for each
-  checkpoint, the uncompressed size of every distinct object it needs (an object two
-  checkpoints share counts twice; what fits in the manifest itself is not counted);
-* unique: the uncompressed size of the distinct objects the checkpoints need, each once
-  (what deduplication leaves);
-* stored: the same objects as stored in the packs (compressed);
-* on disk: the pack files themselves (their tables, and objects no checkpoint needs any
-  more until a prune removes them), index files and manifests.
-
-The dedup ratio is logical / unique, the compression ratio unique / stored. Every
-checkpoint's nodes are read (as `ckpt verify` reads them), data objects are only
-looked up in the index.
-"""
+Sizes, for the whole store and per subject: logical (each checkpoint's distinct objects,
+uncompressed, as if stored alone), unique (the distinct objects needed, each once), stored
+(those objects compressed, in the packs) and on disk (pack, index and manifest files). The
+dedup ratio is logical / unique, the compression ratio unique / stored; docs/cli.md
+(`ckpt stats`) is the user's view. Every checkpoint's nodes are read (as `ckpt
+verify` reads them); data objects are only looked up in the index."""
 
 from __future__ import annotations
 

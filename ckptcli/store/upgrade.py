@@ -1,21 +1,16 @@
 """Container-format migrations: carry a store or a checkpoint file to a newer format version.
 
-A registry of migrations, each with a name, a description, a `check` (does it apply to
-this target, and why) and an `apply`. `ckpt migrate --list` shows them; `ckpt migrate
---format [TARGET]` runs every one that applies, in order.
+A registry (`MIGRATIONS`) of migrations, each with a name, a description, a `check` (does
+it apply to this target, and why) and an `apply`; `ckpt migrate --list` shows them and
+`ckpt migrate --format [TARGET]` runs every one that applies, in order (docs/migrations.md,
+"Upgrading the container format").
 
-What a migration rewrites is kept until the rewrite has succeeded:
-
-* a store: the config moves to the new version first (from then on the store is a
-  valid store of the new version: a version-2 reader reads version-1 files), then every
-  older pack is copied into new packs (objects verbatim, each checked against its id),
-  one new index names them, and only then are the old index files and packs deleted.
-  A crash anywhere leaves every checkpoint readable; running the migration again
-  finishes it. Checkpoint ids never change: manifests are not rewritten.
-* a checkpoint file: checked whole, written again beside itself under a temporary name,
-  fsynced, read back and verified, then renamed over the original (or written to
-  another path, the original untouched).
-"""
+Invariants: what a migration rewrites is kept until the rewrite has succeeded, so a crash
+anywhere leaves every checkpoint readable and running it again finishes. A store's config
+moves first, then old packs are copied (objects verbatim, each checked against its id)
+and one new index names them before anything old is deleted; manifests are never
+rewritten, so checkpoint ids never change. A checkpoint file is rewritten beside itself,
+fsynced, read back and verified, then renamed over the original."""
 
 from __future__ import annotations
 
@@ -36,6 +31,8 @@ from ckptcli.store.pack import pack_version
 from ckptcli.store.repack import upgrade_packs
 from ckptcli.store.repository import Store, find_store
 from ckptcli.store.single import CheckpointFile
+
+__all__ = ["MIGRATIONS", "FormatMigration", "UpgradeReport", "pending", "rewrite_file", "target_of", "upgrade"]
 
 Target = Store | Path
 
@@ -232,6 +229,3 @@ def target_of(path: Path | None) -> Target:
             raise InvalidInputError(f"{path} is neither a ckpt store nor a checkpoint file")
         return path
     return Store.open(path)
-
-
-__all__ = ["MIGRATIONS", "FormatMigration", "UpgradeReport", "pending", "rewrite_file", "target_of", "upgrade"]

@@ -24,6 +24,8 @@ from textual.widgets.tree import TreeNode
 from ckptcli.history.lazylist import LRU
 from ckptcli.history.timeline import PAGE, child_keys, label_of, windows
 
+__all__ = ["LINE_STYLES", "OpenableList", "Slot", "ValueTree", "VirtualList", "styled_lines"]
+
 RowRenderer = Callable[[int], Text]
 
 
@@ -380,6 +382,3 @@ def styled_lines(lines: list[tuple[str, str]]) -> Callable[[int], Text]:
         return Text(indent + text, style=LINE_STYLES.get(kind, ""))
 
     return render
-
-
-__all__ = ["LINE_STYLES", "OpenableList", "Slot", "ValueTree", "VirtualList", "styled_lines"]

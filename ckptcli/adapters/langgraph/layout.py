@@ -1,38 +1,16 @@
 """How a LangGraph checkpoint is laid out as a ckpt checkpoint, both ways.
 
-Used by the saver (`ckptcli.adapters.langgraph.saver`) and, through it, by the importer of
-SqliteSaver databases (`ckptcli.adapters.langgraph.importer`); it imports nothing of
-LangGraph itself. docs/langgraph.md has the user's view.
+Used by the saver and, through it, by the SqliteSaver importer; imports nothing of
+LangGraph. One LangGraph checkpoint (thread, namespace, checkpoint id) is one ckpt
+checkpoint of subject ``agent:<thread>`` whose first parent is its LangGraph parent's, with
+sections ``memory`` (channel values), ``plan``, ``tools``, ``events`` (pending writes) and
+``ext:langgraph`` (the rest), and ``langgraph.*`` labels. docs/langgraph.md ("What is stored
+where") has the table of sections and labels.
 
-One LangGraph checkpoint (thread, namespace, checkpoint id) is one ckpt checkpoint of
-subject ``agent:<thread>``, whose first parent is its LangGraph parent's:
-
-=================  ===============================================================
-section            holds
-=================  ===============================================================
-``memory``         the channel values, ``{channel: value}``: messages as readable maps
-``plan``           the nodes that run next: ``[{"node": name}, ...]`` (and Send tasks)
-``tools``          the tool-call log found in message lists: one record per call an
-                   AI message makes, one per tool message that answers it
-``events``         the pending writes, as events of kind ``langgraph:write``
-``ext:langgraph``  what LangGraph needs besides: the checkpoint without its values
-                   (versions, versions seen, ...), the metadata, value types
-=================  ===============================================================
-
-Exactness. LangGraph's serializer turns every value into ``(type, bytes)``. A value of
-type ``msgpack`` is stored as its view (`msgpack_view`), from which the very same bytes
-come back; ``null``, ``bytes`` and ``bytearray`` values are stored as what they are;
-any other type (an encrypting serializer, say) as its bytes, with the type recorded in
-``ext:langgraph``. So what LangGraph reads back is what it wrote, whatever the value.
-
-Labels (strings, so `ckpt ls` and the catalog see them without decoding anything):
-``langgraph.checkpoint`` (the checkpoint id), ``langgraph.parent``, ``langgraph.step``,
-``langgraph.source``, ``langgraph.ns`` (subgraphs only), ``langgraph.thread`` (only when
-the thread id is not a valid subject name as it is), ``langgraph.rev`` (only from 2 on:
-a checkpoint written again because pending writes arrived after it was committed) and
-``langgraph.ttl`` (the thread's own TTL, when the run gave one: ``thread_ttl`` minutes
-in its config, and ``thread_ttl_strategy``; `thread_ttl`).
-"""
+Invariant (exactness): what LangGraph reads back is what its serializer wrote, whatever the
+value: ``msgpack`` values are stored as their `msgpack_view` (which gives the same bytes
+back), ``null``/``bytes``/``bytearray`` as they are, any other type as its bytes with the
+type recorded in ``ext:langgraph``."""
 
 from __future__ import annotations
 

@@ -1,28 +1,16 @@
-"""The LangGraph saver's thread leases on disk: where they are and what they hold (the
-one owner of that format), for the saver, `ckpt prune --langgraph-ttl` and `ckpt doctor`.
+"""The LangGraph saver's thread leases on disk (the one owner of that format), for the saver,
+`ckpt prune --langgraph-ttl` and `ckpt doctor`. Imports nothing of LangGraph; docs/langgraph.md
+("Several processes") is the user's view and says how leases are used::
 
-Imports nothing of LangGraph. docs/langgraph.md ("Several processes") is the user's view::
+    <store>/langgraph/threads/<lease name>    17 bytes: a dirty flag (u8) and a token (16 bytes)
+    <store>/langgraph/want/<lease name>.<ns>-<pid>-<random>   a waiter's hand-over request
+    <store>/langgraph/recover.lock            one saver replays dead savers' journals at a time
 
-    <store>/langgraph/threads/<lease name>   one per thread: 17 bytes, a dirty flag
-                                             (u8: the holder has puts of the thread not
-                                             committed) and a token (16 bytes, new each
-                                             time a holder lets go of a thread it wrote)
-    <store>/langgraph/want/<lease name>.<ns>-<pid>-<random>
-                                             one waiter's request that the holder hand the
-                                             thread over: made when it starts to wait (<ns>:
-                                             the time, 20 digits, for the order of the
-                                             queue), flocked by the waiter for as long as it
-                                             waits (one that is not was left by a waiter
-                                             that died: removed), removed by the waiter
-    <store>/langgraph/recover.lock           one saver replays dead savers' journals at a time
-
-The lease name is the first 32 hex digits of the SHA-256 of the thread id. A lease is
-*held* while a process has an `flock` on its file; whoever takes it and finds a token it
-has not seen reads the thread from the store again. A saver that deletes a thread removes
-its lease while it holds it (no live request waiting): whoever then holds the flock of a
-file no longer linked (st_nlink 0) opens the path again, and a saver that has the thread
-in memory and finds no token reads it again.
-"""
+The lease name is the first 32 hex digits of the SHA-256 of the thread id. A lease is held
+while a process has an `flock` on its file; a request is flocked by its waiter while it
+waits, so an unlocked one was left by a dead waiter and is removed. A lease file is removed
+only while its remover holds the flock, and whoever holds the flock of a file no longer
+linked opens the path again."""
 
 from __future__ import annotations
 

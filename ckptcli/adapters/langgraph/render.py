@@ -19,6 +19,8 @@ from typing import Any
 from ckptcli.history.change import Change, DiffResult
 from ckptcli.history.render import ns_time
 
+__all__ = ["for_people", "is_bookkeeping", "is_langgraph", "iso_utc", "message_text", "readable", "time_text"]
+
 #: the msgpack extension code JsonPlusSerializer gives pydantic models (messages)
 EXT_PYDANTIC = 5
 #: ... a constructor called with positional arguments (a `date`: [year, month, day])
@@ -163,6 +165,3 @@ def for_people(result: DiffResult, *, show_all: bool = False) -> DiffResult:
             continue
         out.append(_inside_datetime(c) or replace(c, old=readable(c.old), new=readable(c.new)))
     return DiffResult(result.a, result.b, out, result.blobs, result.section)
-
-
-__all__ = ["for_people", "is_bookkeeping", "is_langgraph", "iso_utc", "message_text", "readable", "time_text"]

@@ -1,34 +1,16 @@
 """Replaying a LangGraph checkpoint's pending writes onto its channels, for `ckpt replay`.
 
-A LangGraph checkpoint's tail is its pending writes (``langgraph:write`` events): what
-tasks wrote to channels, which LangGraph applies with each channel's reducer when the
-step ends. The store does not hold the graph, so ckpt does not know those reducers; it
-learns them from the thread's own recorded steps. For each channel a write goes to, a
-reducer is a *candidate* when, at every recorded step of the same thread and namespace
-that wrote to that channel, applying it to the parent checkpoint's value and the
-parent's writes gives the child checkpoint's value. The candidates ckpt knows:
+The store does not hold the graph, so each channel's reducer is learned from the thread's
+own recorded steps: a known reducer (``add_messages``, ``operator.add``, ``last_value``) is a
+candidate for a channel when it reproduces every recorded step of that thread and
+namespace that wrote to the channel. docs/replay.md ("A LangGraph checkpoint's pending
+writes") has the rules and LangGraph's own channels.
 
-==================  ===============================================================
-``add_messages``    LangGraph's message reducer: a message whose id the list has
-                    replaces it, a ``RemoveMessage`` removes it (``__remove_all__``:
-                    every message), any other is appended
-``operator.add``    ``a + b``: lists are concatenated (strings too, numbers added)
-``last_value``      the value written replaces the channel's (LangGraph's LastValue)
-==================  ===============================================================
-
-A write is applied when every candidate left gives the same value; otherwise (no
-recorded step shows the channel, none fits, or they disagree, or a message has no id,
-which LangGraph would give a random one) it is not applied, and the replayed state says
-so under ``ext.langgraph.not_applied``. LangGraph's own channels are known:
-``__start__`` and ``branch:to:<node>`` hold the value written; ``__interrupt__``,
-``__resume__``, ``__error__`` and other ``__...__`` writes are no channel values (they
-stay in ``ext.langgraph.writes`` only).
-
-Every write is also kept, as recorded, under ``ext.langgraph.writes``. Only `ckpt replay`
-applies writes (`prepare` sets the tail up for it): `ckpt fork` does not, since a fork of
-a LangGraph checkpoint keeps its channel values and holds the writes as pending, for
-LangGraph to apply when it resumes.
-"""
+Invariants: a write is applied only when every remaining candidate gives the same value;
+otherwise it is not applied and the replayed state says so under
+``ext.langgraph.not_applied``. Every write is also kept as recorded under
+``ext.langgraph.writes``. Only `ckpt replay` applies writes (`prepare`); `ckpt fork` keeps
+them pending for LangGraph to apply when it resumes."""
 
 from __future__ import annotations
 

@@ -1,40 +1,16 @@
-"""What a LangGraph thread needs kept when some of its checkpoints are pruned.
+"""What a LangGraph thread needs kept when some of its checkpoints are pruned, and thread TTLs.
 
-A retention policy picks checkpoints one by one; a LangGraph thread needs some of them
-together. Besides what the policy keeps, a thread keeps:
+Besides what a retention policy keeps, a thread keeps (docs/langgraph.md, "Prune and delete"):
+its live heads (the newest root checkpoint and the newest of each live subgraph
+namespace); for each kept checkpoint, its parents back to the one that stores each delta
+channel it does not store (``counters_since_delta_snapshot``); and the newest revision
+(``langgraph.rev``) of every LangGraph checkpoint it keeps.
 
-1. **Its heads.** LangGraph resumes a thread from its newest root checkpoint (namespace
-   ``""``) and, when it paused inside a subgraph, from the newest checkpoint of that
-   subgraph's namespace (``node:<task id>``, nested ones ``a:<id>|b:<id>``). A subgraph
-   namespace is *live* when its newest checkpoint is newer than its parent namespace's
-   newest and that one is live; the heads of live namespaces stay. The heads of
-   finished subgraph runs are history like any other checkpoint.
-2. **What its delta channels are rebuilt from.** LangGraph's `DeltaChannel` stores its
-   value only every `snapshot_frequency` updates; a checkpoint in between rebuilds it
-   by walking its parents, replaying their pending writes, back to the nearest one that
-   stores it (`BaseCheckpointSaver.get_delta_channel_history`). So each kept checkpoint
-   keeps its parents up to that one, for every delta channel it does not store. A delta
-   channel is one the checkpoint's metadata counts in ``counters_since_delta_snapshot``.
-   (The values cannot be materialized instead: rebuilding one needs the graph's reducer,
-   which neither the saver nor `ckpt prune` has.)
-3. **The newest revision** of every LangGraph checkpoint it keeps (`langgraph.rev`):
-   the one LangGraph reads.
-
-`retain` applies this to a store for `ckpt prune` (registered in the entry-point group
-``ckptcli.retention`` under the ext namespace ``langgraph``); `CkptSaver.prune` applies
-the same rules (`needed`) to what it holds. Imports nothing of LangGraph.
-docs/langgraph.md ("Prune and delete") has the user's view.
-
-`TTL` is a thread time-to-live as LangGraph Platform configures it (``langgraph.json``:
-``checkpointer.ttl``): a thread whose last write is older than `default_ttl` minutes is
-*expired*, and then deleted (``"delete"``) or cut down to what it resumes from
-(``"keep_latest"``: each namespace's newest checkpoint and what the rules above keep
-with it). A thread whose run gave its own (``thread_ttl`` minutes, 0 for never, and
-``thread_ttl_strategy`` in its config: the ``langgraph.ttl`` label) has that one
-instead (`effective_ttl`). `CkptSaver(ttl=...)` sweeps its store every
-`sweep_interval_minutes`; `ckpt prune --langgraph-ttl` does it once.
-docs/langgraph.md ("Thread TTL").
-"""
+`retain` applies these rules to a store for `ckpt prune` (entry-point group
+``ckptcli.retention``, name ``langgraph``); `CkptSaver.prune` applies the same rules
+(`needed`) to what it holds. `TTL` / `effective_ttl`: a thread whose last write is older
+than its TTL is deleted or cut down to what it resumes from (docs/langgraph.md, "Thread
+TTL"). Imports nothing of LangGraph."""
 
 from __future__ import annotations
 

@@ -1,28 +1,17 @@
-"""ckpt as a LangGraph checkpointer: `CkptSaver`, sync and async.
+"""ckpt as a LangGraph checkpointer: `CkptSaver`, sync and async; this module is the LangGraph
+API on top of the saver's parts.
 
     from ckptcli.adapters.langgraph.saver import CkptSaver
     graph = builder.compile(checkpointer=CkptSaver.open(".ckpt"))
 
 Every LangGraph checkpoint becomes one ckpt checkpoint of subject ``agent:<thread>``
-(layout.py), so `ckpt ls`, `show`, `diff`, `replay` and `tui` browse what the graph did.
-docs/langgraph.md is the guide; formats/langgraph-journal.md the journal's format.
-
-The saver works like a database with a write-ahead log. A `put` or `put_writes` appends
-one record to this saver's journal before it returns (synced as `fsync` says), installs
-the checkpoint in memory (every read sees it at once) and makes its objects in O(new
-data). The commit thread (committer.py) seals a checkpoint once its child has a child,
-after `seal_idle`, or on close, and commits what is sealed every `commit_interval`;
-`max_backlog` bounds what waits. Opening a store replays the journals no live saver holds
-(recovery.py). A thread is held by one saver at a time (a lease, holder.py); a write from
-a run that read the thread before another process extended it is refused
-(ThreadConflictError), never a silent fork. A pending write for a checkpoint already
-committed makes it be written again, as revision 2 (label ``langgraph.rev``).
-
-The parts, lowest first: resident.py (what is in memory), lazy.py, encoding.py (values
-to blobs), readback.py (committed checkpoints read back), store_index.py, holder.py,
-core.py (the state the parts share; the put path's sealing), committer.py, recovery.py,
-threadops.py (delete, prune, TTL, copy); this module is the LangGraph API on top.
-"""
+(layout.py). docs/langgraph.md is the guide, docs/design.md ("The LangGraph saver") the
+design, formats/langgraph-journal.md the journal. Invariants: a `put` or `put_writes` is
+in this saver's journal before it returns (synced as `fsync` says) and visible to every
+read at once; a thread is held by one saver at a time (holder.py), and a write from a run
+that read the thread before another process extended it is refused (ThreadConflictError),
+never a silent fork. The parts, lowest first: resident, lazy, encoding, readback,
+store_index, holder, core, committer, recovery, threadops."""
 
 from __future__ import annotations
 

@@ -1,24 +1,13 @@
 """LangGraph's long-term memory store on ckpt: `CkptStore`, a `BaseStore`, sync and async.
 
-    from ckptcli.adapters.langgraph.saver import CkptSaver
-    from ckptcli.adapters.langgraph.store import CkptStore
     graph = builder.compile(checkpointer=CkptSaver.open(".ckpt"), store=CkptStore.open(".ckpt"))
 
-One store directory holds an app's threads (the saver) and its memories (this store).
-It behaves as LangGraph's `InMemoryStore` does (namespaces, get/put/delete, search with
-filters and, given an ``index`` config with embeddings, semantic search; namespace
-listing), and supports TTLs as LangGraph's persistent stores do. docs/langgraph.md
-("Long-term memory") is the guide, formats/langgraph-store.md the layout.
-
-How: every batch that changes items is one record appended to the shared log
-(``<store>/langgraph/store/<gen>.log``) under the store's exclusive lock
-``langgraph-store``, written (and with ``fsync="always"``, the default, fdatasynced)
-before the call returns; each process holds every item in memory and reads what others
-appended before each batch (store_file.py: `MemoryLog`); past `compact_bytes` the log is
-snapshotted into a ckpt checkpoint (subject ``workflow:langgraph-store``, branch
-``langgraph-store``) that the next generation's log starts from. store_items.py checks
-what is put and answers filters and searches.
-"""
+It behaves as LangGraph's `InMemoryStore` does (namespaces, get/put/delete, filtered and
+semantic search, namespace listing) and supports TTLs. docs/langgraph.md ("Long-term
+memory") is the guide, formats/langgraph-store.md the layout. Invariant: every batch that
+changes items is one record appended to the shared log under the store's exclusive lock
+``langgraph-store`` before the call returns, and each process reads what others appended
+before each batch (store_file.py); store_items.py checks items and answers searches."""
 
 from __future__ import annotations
 
