@@ -75,7 +75,8 @@ def main() -> int:
         print()
         subprocess.run([sys.executable, "-m", "bench.langgraph"], check=True)
     print(
-        f"\nsummary{' (--quick: sizes too small for the targets)' if args.quick else ''}; {time.perf_counter() - t0:.0f} s in all, commit {out['machine']['commit']}\n"
+        f"\nsummary{' (--quick: sizes too small for the targets)' if args.quick else ''}; {time.perf_counter() - t0:.0f} s in all, "
+        f"commit {out['machine']['commit']}\n"
     )
     print(table(["check", "value", "target", "result"], summary))
     if args.json:

@@ -434,7 +434,8 @@ def render(res: dict[str, Any]) -> str:
         f"open the store and restore the newest checkpoint {(base['open_store_s'] + base['restore_latest_s']) * 1000:.0f} ms"
     )
     lines.append(
-        f"SqliteSaver: journal_mode={sq['journal_mode']} synchronous={sq['synchronous']}; checkpoint blobs {sq['checkpoint_blob_bytes']:,} B, "
+        f"SqliteSaver: journal_mode={sq['journal_mode']} synchronous={sq['synchronous']}; "
+        f"checkpoint blobs {sq['checkpoint_blob_bytes']:,} B, "
         f"metadata {sq['metadata_bytes']:,} B; last state's blob {sq['per_checkpoint_blob_bytes'][-1]:,} B; "
         f"files before close {sq['size_before_close']['apparent']:,} B (db+wal+shm)"
     )
@@ -447,7 +448,8 @@ def render(res: dict[str, Any]) -> str:
     if graph:
         x = res["graph_check"]
         lines.append(
-            f"cross-check, real StateGraph ({x['steps']} supersteps, {graph['checkpoints']} checkpoints, {graph['writes_rows']} writes rows, {graph['wall_s']:.1f} s): "
+            f"cross-check, real StateGraph ({x['steps']} supersteps, {graph['checkpoints']} checkpoints, "
+            f"{graph['writes_rows']} writes rows, {graph['wall_s']:.1f} s): "
             f"state blobs for steps 1..{x['steps']} {x['graph_state_blob_bytes']:,} B vs direct puts {x['direct_state_blob_bytes']:,} B "
             f"(ratio {x['state_blob_ratio']:.3f}); graph db {x['graph_db_bytes']:,} B vs direct db at step {x['steps']} "
             f"{_num(x['direct_db_bytes_at_k'])} B; graph restored {_yes(graph['restored_equal'])}"

@@ -259,7 +259,8 @@ def render(res: dict[str, Any]) -> str:
     for name, x in (("ckpt (CkptSaver)", ck), ("SqliteSaver", sq), ("SqliteSaver + DeltaChannel", de)):
         rows.append([
             name, f"{x['checkpoints']:,}", f"{x['bytes']:,}", fmt_bytes(x["bytes"]), f"{x['bytes'] / res['steps']:,.0f}",
-            fmt_ms(x["put"]["p50_s"]), fmt_ms(x["put"]["p99_s"]), f"{x['list_s']:.3f} s", fmt_ms(x["get_tuple_mid_s"]), fmt_ms(x["get_state_mid_s"]),
+            fmt_ms(x["put"]["p50_s"]), fmt_ms(x["put"]["p99_s"]), f"{x['list_s']:.3f} s",
+            fmt_ms(x["get_tuple_mid_s"]), fmt_ms(x["get_state_mid_s"]),
         ])  # fmt: skip
     headers = [
         "saver",
@@ -313,7 +314,8 @@ def render(res: dict[str, Any]) -> str:
         + f"; {ck['bytes_before_close']:,} B before close (journal included), close {ck['close_s'] * 1000:.0f} ms"
     )
     lines.append(
-        f"SqliteSaver: journal_mode={sq['settings']['journal_mode']} synchronous={sq['settings']['synchronous']}; files before the WAL fold {sq['bytes_before_close']:,} B"
+        f"SqliteSaver: journal_mode={sq['settings']['journal_mode']} synchronous={sq['settings']['synchronous']}; "
+        f"files before the WAL fold {sq['bytes_before_close']:,} B"
     )
     lines.append(
         "list and read every listed state: "
@@ -339,7 +341,8 @@ def render(res: dict[str, Any]) -> str:
             )
         lines.append(table(["read", "ckpt", "SqliteSaver", "ckpt / SqliteSaver", "messages read"], rrows, align="lrrrr"))
         lines.append(
-            f"opening: ckpt {ck['reopened']['get_state']['open_s'] * 1000:.0f} ms, SqliteSaver {sq['reopened']['get_state']['open_s'] * 1000:.0f} ms (the graph compiled too)"
+            f"opening: ckpt {ck['reopened']['get_state']['open_s'] * 1000:.0f} ms, "
+            f"SqliteSaver {sq['reopened']['get_state']['open_s'] * 1000:.0f} ms (the graph compiled too)"
         )
     lines.append(
         "put mean: "
@@ -357,8 +360,10 @@ def render(res: dict[str, Any]) -> str:
     if "ckpt_async" in res:
         a, s = res["ckpt_async"], res["sqlite_async"]
         lines.append(
-            f'with LangGraph\'s default durability="async" (puts on a worker thread while the next step runs, so they wait for the GIL too): '
-            f"ckpt put p50 {fmt_ms(a['put']['p50_s'])} p99 {fmt_ms(a['put']['p99_s'])}, SqliteSaver p50 {fmt_ms(s['put']['p50_s'])} p99 {fmt_ms(s['put']['p99_s'])}"
+            'with LangGraph\'s default durability="async" (puts on a worker thread while the next step runs, '
+            "so they wait for the GIL too): "
+            f"ckpt put p50 {fmt_ms(a['put']['p50_s'])} p99 {fmt_ms(a['put']['p99_s'])}, "
+            f"SqliteSaver p50 {fmt_ms(s['put']['p50_s'])} p99 {fmt_ms(s['put']['p99_s'])}"
         )
     lines.append(f"total wall time {res['total_wall_s']:.1f} s; " + ", ".join(f"{k} {v}" for k, v in res["versions"].items()))
     return "\n".join(lines)

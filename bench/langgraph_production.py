@@ -310,7 +310,8 @@ def checks(res: dict[str, dict[str, float]]) -> list[tuple[str, str, str, bool]]
 def render(res: dict[str, dict[str, float]], args: argparse.Namespace) -> str:
     ck = res["ckpt"]
     lines = [
-        f"a {ck['steps']:.0f}-step thread of {ck['turns']:.0f} turns ({ck['calls']:.0f} invoke/resume calls, {ck['interrupts']:.0f} interrupts), "
+        f"a {ck['steps']:.0f}-step thread of {ck['turns']:.0f} turns ({ck['calls']:.0f} invoke/resume calls, "
+        f"{ck['interrupts']:.0f} interrupts), "
         f"medians of {args.runs} run(s)",
         "",
     ]
@@ -322,7 +323,11 @@ def render(res: dict[str, dict[str, float]], args: argparse.Namespace) -> str:
             fmt_bytes(x["peak_growth"]), fmt_ms(x["close_s"]), fmt_ms(x["history_s"]), fmt_ms(x["first_state_s"]), fmt_bytes(x["bytes"]),
         ])  # fmt: skip
     rows.append([
-        "ckpt / SqliteSaver", *(f"{ratio(ck[k], res['sqlite'][k]):.2f}" for k in ("put_p50", "put_p99", "put_max", "turn_p99", "rss_growth", "peak_growth", "close_s", "history_s", "first_state_s")),
+        "ckpt / SqliteSaver",
+        *(
+            f"{ratio(ck[k], res['sqlite'][k]):.2f}"
+            for k in ("put_p50", "put_p99", "put_max", "turn_p99", "rss_growth", "peak_growth", "close_s", "history_s", "first_state_s")
+        ),
         f"{ratio(ck['bytes'], res['sqlite']['bytes']):.4f}",
     ])  # fmt: skip
     heads = [

@@ -105,10 +105,12 @@ def main() -> int:
         ratio = loop_s / log_s
         print(f"history: {n:,} checkpoints, built in {built:.1f} s; planted change at checkpoint {plant} ({ids[plant][:12]})")
         print(
-            f"ckpt log --path {ptr}:  {log_s:.3f} s  -> {len(found)} checkpoints ({'the planted one first' if correct else 'WRONG'})  target < {TARGET_S} s: {'ok' if log_s < TARGET_S and correct else 'MISSED'}"
+            f"ckpt log --path {ptr}:  {log_s:.3f} s  -> {len(found)} checkpoints ({'the planted one first' if correct else 'WRONG'})  "
+            f"target < {TARGET_S} s: {'ok' if log_s < TARGET_S and correct else 'MISSED'}"
         )
         print(
-            f"ckpt diff loop:          {len(times)} of {n - 1:,} calls run, {per_call * 1000:.0f} ms each; EXTRAPOLATED to {n - 1:,} calls: {loop_s:.1f} s"
+            f"ckpt diff loop:          {len(times)} of {n - 1:,} calls run, {per_call * 1000:.0f} ms each; "
+            f"EXTRAPOLATED to {n - 1:,} calls: {loop_s:.1f} s"
         )
         print(f"ratio (extrapolated loop / log): {ratio:.0f}x")
         if args.json:

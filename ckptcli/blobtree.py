@@ -193,7 +193,8 @@ def check_component(name: Any, where: str) -> str:
         )
     if size > NAME_MAX:
         raise UnsafePathError(
-            f"{where}: file name {name[:40]!r}... inside the checkpoint is {size} bytes long, more than the {NAME_MAX} a file system allows",
+            f"{where}: file name {name[:40]!r}... inside the checkpoint is {size} bytes long, "
+            f"more than the {NAME_MAX} a file system allows",
             hint="nothing was written",
         )
     return name

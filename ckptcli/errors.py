@@ -49,7 +49,9 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.UNSAFE_PATH: "a path inside a checkpoint would escape the target directory",
     ExitCode.LOCKED: "the store is locked by another process",
     ExitCode.NO_STORE: "no store found (run `ckpt init`, or pass --store)",
-    ExitCode.CONFLICT: "conflict: the name already exists in the target, or another writer extended the same history first (or reset it while a take ran)",
+    ExitCode.CONFLICT: (
+        "conflict: the name already exists in the target, or another writer extended the same history first (or reset it while a take ran)"
+    ),
     ExitCode.IO_ERROR: "the operating system refused a read or write",
     ExitCode.DIVERGED: "replay --check: the step function diverged from the recorded events",
     ExitCode.INTERNAL: "internal error (a bug: please report it with CKPT_DEBUG=1 output)",

@@ -89,7 +89,11 @@ def run_parallel(cmds: Sequence[Cmd], workers: int = 4) -> list[subprocess.Compl
 
 
 def describe(r: subprocess.CompletedProcess[bytes]) -> str:
-    return f"exit {r.returncode}\n--- stdout ---\n{r.stdout.decode(errors='replace')[:2000]}\n--- stderr ---\n{r.stderr.decode(errors='replace')[:4000]}"
+    return (
+        f"exit {r.returncode}\n"
+        f"--- stdout ---\n{r.stdout.decode(errors='replace')[:2000]}\n"
+        f"--- stderr ---\n{r.stderr.decode(errors='replace')[:4000]}"
+    )
 
 
 # -- the fault hook ---------------------------------------------------------------------------------

@@ -273,7 +273,10 @@ def test_the_library_imports_no_ui() -> None:
     import subprocess
     import sys
 
-    code = "import sys, json, ckptcli.schema.migrations, ckptcli.schema.compat; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich', 'textual', 'click'))))"
+    code = (
+        "import sys, json, ckptcli.schema.migrations, ckptcli.schema.compat; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich', 'textual', 'click'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []
 

@@ -359,7 +359,10 @@ def test_a_real_process_with_no_color(st_dir: Path, tmp_path: Path, cli) -> None
 
 
 def test_the_library_imports_no_ui_and_no_deepdiff() -> None:
-    code = "import sys, json, ckptcli.history.diff; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich', 'click', 'textual', 'deepdiff'))))"
+    code = (
+        "import sys, json, ckptcli.history.diff; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich', 'click', 'textual', 'deepdiff'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []
 

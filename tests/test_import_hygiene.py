@@ -58,7 +58,10 @@ print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ("typer", "
 
 def test_the_cli_and_the_tui_command_start_without_textual() -> None:
     """`ckpt --help` stays fast: Textual is imported inside `ckpt tui` only."""
-    code = "import sys, json, ckptcli.cli.app, ckptcli.cli.commands.tui; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'textual')))"
+    code = (
+        "import sys, json, ckptcli.cli.app, ckptcli.cli.commands.tui; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'textual')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == []
 

@@ -86,7 +86,9 @@ def test_the_memory_store_maps_a_huge_log(tmp_path: Path) -> None:
 def test_verify_maps_a_huge_memory_store_log(tmp_path: Path) -> None:
     store = _store_with_a_huge_log(tmp_path)
     got = _capped(
-        "from ckptcli.adapters.langgraph.store_log import check_store_logs\nfrom pathlib import Path\nout = {'problems': [m for _p, m in check_store_logs(Path(sys.argv[1]))]}",
+        "from ckptcli.adapters.langgraph.store_log import check_store_logs\n"
+        "from pathlib import Path\n"
+        "out = {'problems': [m for _p, m in check_store_logs(Path(sys.argv[1]))]}",
         str(store),
     )
     assert got["problems"] == []  # zeros after the last record: where a killed writer stopped, not damage

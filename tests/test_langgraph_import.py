@@ -213,7 +213,8 @@ def test_old_json_checkpoints_are_read_too(tmp_path: Path) -> None:
         "channel_versions": {"answer": 2, "note": 1, "__start__": 1}, "versions_seen": {"node": {"note": 1}}, "pending_sends": [],
     }  # fmt: skip
     conn.execute(
-        "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata) VALUES (?, '', ?, NULL, 'json', ?, ?)",
+        "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata) "
+        "VALUES (?, '', ?, NULL, 'json', ?, ?)",
         ("old", checkpoint["id"], json.dumps(checkpoint).encode(), json.dumps({"source": "loop", "step": 3, "writes": None}).encode()),
     )
     conn.commit()

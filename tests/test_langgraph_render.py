@@ -106,7 +106,7 @@ def test_readable_times_inside_objects_and_naive_datetimes() -> None:
     interrupt = {"$ext": 2, "data": ["langgraph.types", "Interrupt", {"value": {"at": naive, "ns": 1_795_715_105_445_941_856}, "id": "x"}]}
     assert (
         readable(interrupt)
-        == 'Interrupt {"value": {"at": "2026-11-26T11:00:00 (no time zone)", "ns": "1795715105445941856 (2026-11-26T17:45:05Z)"}, "id": "x"}'
+        == 'Interrupt {"value": {"at": "2026-11-26T11:00:00 (no time zone)", "ns": "1795715105445941856 (2026-11-26T17:45:05Z)"}, "id": "x"}'  # noqa: E501
     )
     assert readable({"$ext": 3, "data": ["datetime", "datetime", "not a time", "fromisoformat"]})["data"][2] == "not a time"
     assert readable(5) == 5 and readable(1_795_715_105_445_941_856) == 1_795_715_105_445_941_856  # numbers stay numbers unless asked

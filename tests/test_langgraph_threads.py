@@ -281,7 +281,8 @@ def test_items_edited_in_place_read_back_as_invoke_returned_them(tmp_path: Path,
     finally:
         saver.close()
     code = (
-        "import json, sys; from ckptcli.adapters.langgraph.saver import CkptSaver; from tests.test_langgraph_threads import _todo_graph, _history\n"
+        "import json, sys; from ckptcli.adapters.langgraph.saver import CkptSaver; "
+        "from tests.test_langgraph_threads import _todo_graph, _history\n"
         f"s = CkptSaver.open({str(tmp_path / '.ckpt')!r}); print(json.dumps(_history(_todo_graph().compile(checkpointer=s)))); s.close()"
     )
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
@@ -556,7 +557,11 @@ def test_a_request_left_by_a_waiter_that_was_killed_is_removed_and_not_waited_fo
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # a busy holder elsewhere
         waiter = subprocess.Popen(
-            [sys.executable, "-c", f"from ckptcli.adapters.langgraph.saver import CkptSaver\nCkptSaver.open({str(store)!r}).get_tuple({{'configurable': {{'thread_id': 't'}}}})"],
+            [
+                sys.executable, "-c",
+                "from ckptcli.adapters.langgraph.saver import CkptSaver\n"
+                f"CkptSaver.open({str(store)!r}).get_tuple({{'configurable': {{'thread_id': 't'}}}})",
+            ],
             cwd=REPO,
         )  # fmt: skip
         deadline = time.monotonic() + 120
@@ -656,7 +661,7 @@ def test_a_holder_that_never_hands_over_is_named_and_the_waiters_ahead_counted(t
         with CkptSaver.open(store, lease_timeout=1) as saver:
             with pytest.raises(
                 LockError,
-                match=r"held by another process's CkptSaver, which did not hand it over within 1 s \(1 other waiter\(s\) ahead of this one\)",
+                match=r"held by another process's CkptSaver, which did not hand it over within 1 s \(1 other waiter\(s\) ahead of this one\)",  # noqa: E501
             ):
                 saver.get_tuple({"configurable": {"thread_id": "t"}})
             assert os.listdir(want) == [ahead.name]

@@ -20,7 +20,8 @@ def test_an_old_path_gives_the_module_at_its_new_one_and_warns(old: str, new: st
         f"    old = importlib.import_module({old!r})\n"
         f"new = importlib.import_module({new!r})\n"
         "assert old is new, (old, new)\n"
-        f"assert any(issubclass(w.category, DeprecationWarning) and {new!r} in str(w.message) for w in caught), [str(w.message) for w in caught]\n"
+        f"assert any(issubclass(w.category, DeprecationWarning) and {new!r} in str(w.message) for w in caught), "
+        "[str(w.message) for w in caught]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

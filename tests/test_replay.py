@@ -288,7 +288,7 @@ def test_a_changed_tool_argument_is_caught_at_that_event(bot: Any) -> None:
     assert recorded["tool"] == replayed["tool"] == "payments.refund"
     assert (
         p.stderr.decode()
-        == f"ckpt: error: the step function diverged from the recording at seq {refund_seq}; see above: the recorded event and the replayed one\n"
+        == f"ckpt: error: the step function diverged from the recording at seq {refund_seq}; see above: the recorded event and the replayed one\n"  # noqa: E501
     )
     p = run_ckpt("replay", cid, "--check", "tests.replay_example.agent_changed:step", "--store", path, "--json", cwd=REPO)
     assert p.returncode == 13

@@ -541,7 +541,7 @@ def test_failed_restore_says_so_on_one_line(
     assert r.code == ExitCode.IO_ERROR
     assert (
         r.err
-        == f"ckpt: error: cannot write w/NAME in {tmp_path / 'out'}: Input/output error; the restore was undone: {tmp_path / 'out'} was removed again\n"
+        == f"ckpt: error: cannot write w/NAME in {tmp_path / 'out'}: Input/output error; the restore was undone: {tmp_path / 'out'} was removed again\n"  # noqa: E501
     )
     assert not (tmp_path / "out").exists()
 

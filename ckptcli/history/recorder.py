@@ -421,7 +421,8 @@ class Recorder:
             if ev.seq != expect:
                 if not self._tail:
                     raise CorruptError(
-                        f"journal {self.path} continues at seq {ev.seq}, but checkpoint {ck.hex[:12]} ends at seq {self._base_seq}: events are missing",
+                        f"journal {self.path} continues at seq {ev.seq}, but checkpoint {ck.hex[:12]} ends at seq "
+                        f"{self._base_seq}: events are missing",
                         hint="the journal does not belong to this checkpoint; move it aside to start a new run",
                     )
                 dropped = j.size - j.starts[i]  # a gap: everything from here on is suspect

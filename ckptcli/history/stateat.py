@@ -353,7 +353,10 @@ def _applied(ck: Checkpoint, reducers: Reducers | None) -> StateAt:
     except LimitExceededError as exc:
         raise LimitExceededError(
             f"checkpoint {ck.hex[:12]}: its events section, the tail to apply, is held in memory, and {exc.message}",
-            hint="raise CKPT_MAX_HELD_BYTES / CKPT_MAX_HELD_ITEMS if the checkpoint is genuine, or pass --snapshot for the stored sections (streamed)",
+            hint=(
+                "raise CKPT_MAX_HELD_BYTES / CKPT_MAX_HELD_ITEMS if the checkpoint is genuine, "
+                "or pass --snapshot for the stored sections (streamed)"
+            ),
         ) from None
     if not events:
         return StateAt(ck, base, events, False)
@@ -458,7 +461,10 @@ def _decode(ck: Checkpoint, parts: dict[str, Any], want: Iterable[str], n_events
         except LimitExceededError as exc:
             raise LimitExceededError(
                 f"checkpoint {ck.hex[:12]}: applying its tail of {n_events} events needs its {key} section in memory, and {exc.message}",
-                hint=f"raise {dec.budget.env[0]} / {dec.budget.env[1]} if the checkpoint is genuine, or pass --snapshot for the stored sections (streamed)",
+                hint=(
+                    f"raise {dec.budget.env[0]} / {dec.budget.env[1]} if the checkpoint is genuine, "
+                    "or pass --snapshot for the stored sections (streamed)"
+                ),
             ) from None
         done.add(key)
     return done

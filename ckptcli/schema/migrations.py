@@ -242,7 +242,8 @@ class MigrationSet:
             )
         if count[goal] > 1:
             raise MigrationError(
-                f"{count[goal]} equally short migration paths lead from schema version {start} to {goal}{self._where()} (declared: {self._declared()})",
+                f"{count[goal]} equally short migration paths lead from schema version {start} to {goal}{self._where()} "
+                f"(declared: {self._declared()})",
                 hint="remove one, or add a direct step that settles it",
             )
         chain = [via[goal]]

@@ -147,7 +147,8 @@ def parse(data: bytes, ref: str, warn: Callable[[str], None]) -> list[Entry]:
     where = log_path(layout.ref_path(ref))
     if damaged:
         warn(
-            f"{where}: {len(damaged)} damaged reflog entr{'y' if len(damaged) == 1 else 'ies'} skipped (line {damaged[0]}); run `ckpt verify`"
+            f"{where}: {len(damaged)} damaged reflog entr{'y' if len(damaged) == 1 else 'ies'} skipped (line "
+            f"{damaged[0]}); run `ckpt verify`"
         )
     if torn:
         warn(f"{where}: its last entry was cut short by a crash and is skipped (the next move of the ref removes it)")

@@ -226,7 +226,8 @@ class StoreChecker:
                 self.problem(
                     "reflog",
                     path,
-                    f"reflog entry on line {bad_lines[0]}{more} is damaged (its checksum, its syntax or a value out of range); `ckpt reflog` skips it",
+                    f"reflog entry on line {bad_lines[0]}{more} is damaged (its checksum, "
+                    "its syntax or a value out of range); `ckpt reflog` skips it",
                 )
             if torn:
                 self.rep.notes.append(
@@ -262,7 +263,8 @@ class StoreChecker:
             if head is not None and is_nested(manifests[head].labels) and not is_nested(manifests[cid].labels):
                 self.rep.notes.append(
                     f"the latest ref of {subject} names {head.hex()[:12]}, a LangGraph subgraph's checkpoint, not the thread's root head "
-                    f"{cid.hex()[:12]} (as an earlier ckpt wrote it; harmless: the saver's next commit moves it; `ckpt repair refs` moves it now)"
+                    f"{cid.hex()[:12]} (as an earlier ckpt wrote it; harmless: the saver's next commit moves it; "
+                    "`ckpt repair refs` moves it now)"
                 )
                 continue
             behind = f"its latest ref names {head.hex()[:12]}" if head else "it has no latest ref"

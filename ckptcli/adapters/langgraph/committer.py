@@ -38,7 +38,8 @@ def check_batch_after_prune(store: Store, staging: Staging, batch: list[tuple[by
             walk_checkpoint(source, Manifest.decode(data, f"manifest {mid.hex()[:12]}"))  # type: ignore[arg-type]
         except CkptError as exc:
             raise StoreIOError(
-                f"the store at {store.location} was pruned while this saver was writing to it, and objects its new checkpoints need are gone ({exc})",
+                f"the store at {store.location} was pruned while this saver was writing to it, "
+                f"and objects its new checkpoints need are gone ({exc})",
                 hint="stop the application, reopen the saver (its journal is replayed), and prune with saver.prune or when no saver runs",
             ) from None
 

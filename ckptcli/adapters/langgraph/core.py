@@ -206,8 +206,12 @@ class SaverCore:
                         self._fence[thread].add(child[1])
                         self._orphan_writes.pop((thread, *child), None)
                     raise ThreadConflictError(
-                        f"thread {thread!r} was extended by another process after this saver read it: writing to its checkpoint {target} would fork it",
-                        hint="nothing of this write was stored; run the turn again (it reads the thread as it is now), one run at a time per thread",
+                        f"thread {thread!r} was extended by another process after this saver read it: "
+                        f"writing to its checkpoint {target} would fork it",
+                        hint=(
+                            "nothing of this write was stored; run the turn again (it reads the thread as it is now), "
+                            "one run at a time per thread"
+                        ),
                     )
                 self._mark_dirty(self._leases[thread])
             yield

@@ -165,7 +165,8 @@ def _journals(ctx: Context, jdir: Path) -> Iterable[Check]:
         )  # fmt: skip
     yield Check(
         "langgraph journals", OK,
-        f"{tally.live + tally.dead} journal(s), {human_size(tally.total)}: {tally.live} of live savers (backlog: {tally.backlog} put(s) not committed yet), "
+        f"{tally.live + tally.dead} journal(s), {human_size(tally.total)}: {tally.live} of live savers (backlog: "
+        f"{tally.backlog} put(s) not committed yet), "
         f"{tally.dead} of savers that are gone",
     )  # fmt: skip
     yield from tally.findings
@@ -214,7 +215,8 @@ def _journal(ctx: Context, jdir: Path, path: Path, tally: _Tally) -> None:
         tally.damage.append(
             Check(
                 "langgraph journal damage", WARN,
-                f"{name}: kept by recovery, which found damage: {what}{capped}; the records after the damage were recovered; delete the file once looked at",
+                f"{name}: kept by recovery, which found damage: {what}{capped}; the records after the damage were recovered; "
+                "delete the file once looked at",
                 "`ckpt verify` reports it too",
             )
         )  # fmt: skip
@@ -242,7 +244,8 @@ def _journal(ctx: Context, jdir: Path, path: Path, tally: _Tally) -> None:
         findings.append(
             Check(
                 "langgraph journals", WARN,
-                f"{name} ({human_size(size)}) is damaged or no journal: it does not start with a journal header; a saver replays nothing of it and keeps it as {name}{DAMAGED_SUFFIX}",
+                f"{name} ({human_size(size)}) is damaged or no journal: it does not start with a journal header; "
+                f"a saver replays nothing of it and keeps it as {name}{DAMAGED_SUFFIX}",
                 f"something other than ckpt wrote it; move it out of {jdir} to look at it",
             )
         )  # fmt: skip
@@ -250,7 +253,9 @@ def _journal(ctx: Context, jdir: Path, path: Path, tally: _Tally) -> None:
     if contents.holes:
         tally.damage.append(
             Check(
-                "langgraph journal damage", WARN, f"{name}: {hole_message(path, contents)}{capped}; opening the store with the saver recovers the records after the damage",
+                "langgraph journal damage", WARN,
+                f"{name}: {hole_message(path, contents)}{capped}; "
+                "opening the store with the saver recovers the records after the damage",
                 "open the store with CkptSaver to recover the records after the damage; the file is then kept as .damaged",
             )
         )  # fmt: skip
@@ -288,7 +293,10 @@ def _leases(store_path: Path, jdir: Path, dead_journals: int) -> Iterable[Check]
     wants = 0
     with contextlib.suppress(OSError):
         wants = len(os.listdir(jdir / WANT_DIR))
-    detail = f"{len(states)} thread lease(s) (threads used and not deleted), {held} held by a live saver now, {wants} hand-over request(s) waiting"
+    detail = (
+        f"{len(states)} thread lease(s) (threads used and not deleted), {held} held by a live saver now, "
+        f"{wants} hand-over request(s) waiting"
+    )
     if orphaned and not dead_journals:  # their journals were replayed since: the mark goes at the next use
         detail += f", {orphaned} still marked by a saver that died (its journal was replayed since; cleared when the thread is next used)"
     yield Check("langgraph thread leases", OK, detail)

@@ -107,13 +107,18 @@ class LeaseHolder:
                 if now - start > self.lease_timeout:
                     if served:
                         raise LockError(
-                            f"thread {thread!r} was busy for {self.lease_timeout:g} s, not stuck: {served} other process(es)' saver(s) that asked for it "
+                            f"thread {thread!r} was busy for {self.lease_timeout:g} s, not stuck: "
+                            f"{served} other process(es)' saver(s) that asked for it "
                             f"before this one took it in turn (or gave up), and {len(older)} still wait ahead of this one",
-                            hint="the savers take a thread in turn, one run at a time: serialize the runs of one thread in your app, or raise lease_timeout",
+                            hint=(
+                                "the savers take a thread in turn, one run at a time: "
+                                "serialize the runs of one thread in your app, or raise lease_timeout"
+                            ),
                         )
                     queue = f" ({len(older)} other waiter(s) ahead of this one)" if older else ""
                     raise LockError(
-                        f"thread {thread!r} is held by another process's CkptSaver, which did not hand it over within {self.lease_timeout:g} s{queue}",
+                        f"thread {thread!r} is held by another process's CkptSaver, "
+                        f"which did not hand it over within {self.lease_timeout:g} s{queue}",
                         hint="a live saver hands a thread over within a tick and a commit: check that process, or raise lease_timeout",
                     )
                 time.sleep(0.002)

@@ -387,7 +387,8 @@ def check_journals(store_dir: Path) -> list[tuple[Path, str]]:
             found.append(
                 (
                     path,
-                    f"kept by recovery, which found damage: {what}; the records after the damage were recovered; delete the file once looked at",
+                    f"kept by recovery, which found damage: {what}; the records after the damage were recovered; "
+                    "delete the file once looked at",
                 )
             )
             continue

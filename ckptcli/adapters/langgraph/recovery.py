@@ -98,7 +98,8 @@ class Recovery:
                 if contents.version == 0 and not blank(data):  # not empty, not zeros: not a journal
                     damaged.append(path)
                     self.saver.store.warn(
-                        f"LangGraph journal {path} is not a journal (unknown header): nothing in it was replayed; it is kept as {path.name}{DAMAGED_SUFFIX}"
+                        f"LangGraph journal {path} is not a journal (unknown header): nothing in it was replayed; "
+                        f"it is kept as {path.name}{DAMAGED_SUFFIX}"
                     )
                     continue
                 # after a hole, a put that builds on what the hole held (its parent unknown,
@@ -122,7 +123,8 @@ class Recovery:
                     damaged.append(path)
                     lost = f"; {left_out} record(s) after them built on what they held and are left out" if left_out else ""
                     self.saver.store.warn(
-                        f"LangGraph journal {path}: {hole_message(path, contents)}{lost}; the other records are recovered and the file is kept as {path.name}{DAMAGED_SUFFIX}"
+                        f"LangGraph journal {path}: {hole_message(path, contents)}{lost}; "
+                        f"the other records are recovered and the file is kept as {path.name}{DAMAGED_SUFFIX}"
                     )
             self.drop_stray_writes(waiting, said=bool(damaged))
             self.saver.flush()
@@ -153,7 +155,8 @@ class Recovery:
         if stray and said:
             threads = sorted({key[0] for key in stray})
             self.saver.store.warn(
-                f"LangGraph journals in {self.saver._jdir}: {n} pending write(s) of {len(stray)} checkpoint(s) that no journal and not the store holds "
+                f"LangGraph journals in {self.saver._jdir}: {n} pending write(s) of {len(stray)} checkpoint(s) that no "
+                "journal and not the store holds "
                 f"(thread(s) {', '.join(map(repr, threads[:5]))}{', ...' if len(threads) > 5 else ''}) are dropped"
             )
 

@@ -340,7 +340,8 @@ class CkptStore(BaseStore):
         seq = self._log.next_seq
         if seq + len(puts) >= 2**63:
             raise CorruptError(
-                f"the LangGraph store's log {self._log.path(self._log.gen)} names an item sequence number near 2**63: no new item can be numbered",
+                f"the LangGraph store's log {self._log.path(self._log.gen)} names an item sequence number near 2**63: "
+                "no new item can be numbered",
                 hint="nothing was written; a record a writer of ckpt does not make is in the log: restore the store from a backup",
             )
         for (ns, key), op in puts.items():

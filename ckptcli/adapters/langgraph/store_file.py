@@ -158,11 +158,13 @@ class MemoryLog:
         def hole(h: Hole) -> None:
             if h.gave_up:
                 raise CorruptError(
-                    f"the LangGraph store's log {path} is damaged at offset {h.at}: it holds more forged or damaged record headers than a reader looks through",
+                    f"the LangGraph store's log {path} is damaged at offset {h.at}: "
+                    "it holds more forged or damaged record headers than a reader looks through",
                     hint=f"move it out of {self.dir} (nothing there was removed) or restore the store from a backup",
                 )
             self.store.warn(
-                f"LangGraph store log {path}: {h.length} unreadable byte(s) at offset {h.at} (damage); the memories recorded there are lost, the records after them are read"
+                f"LangGraph store log {path}: {h.length} unreadable byte(s) at offset {h.at} (damage); "
+                "the memories recorded there are lost, the records after them are read"
             )
 
         out: list[tuple[int, dict[str, Any]]] = []
@@ -174,7 +176,8 @@ class MemoryLog:
         if damaged_tail(data, end) and self.warned_tail != (str(path), end):
             self.warned_tail = (str(path), end)  # once, not at every batch
             self.store.warn(
-                f"LangGraph store log {path}: the last record, at offset {end}, is damaged (its CRC does not check): the memories recorded in it are lost"
+                f"LangGraph store log {path}: the last record, at offset {end}, is damaged (its CRC does not check): "
+                "the memories recorded in it are lost"
             )
         return out, end
 
@@ -263,7 +266,8 @@ class MemoryLog:
                 hint="nothing was written; free space or fix permissions, or copy the log aside yourself",
             ) from None
         self.store.warn(
-            f"LangGraph store log {path}: the last record, at offset {self.offset}, is damaged (its CRC does not check); the memories recorded in it are lost; the log was copied to {kept}"
+            f"LangGraph store log {path}: the last record, at offset {self.offset}, is damaged (its CRC does not check); "
+            f"the memories recorded in it are lost; the log was copied to {kept}"
         )
 
     def append(self, rec: dict[str, Any], sync: bool = True) -> None:

@@ -133,7 +133,8 @@ def validate_put(op: PutOp) -> None:
         raise InvalidInputError(f"{_where(op.namespace, op.key)}: its key or a namespace label is not valid Unicode (lone surrogate)")
     if op.ttl is not None and (isinstance(op.ttl, bool) or not isinstance(op.ttl, (int, float)) or not 0 < op.ttl <= MAX_TTL_MINUTES):
         raise InvalidInputError(
-            f"{_where(op.namespace, op.key)}: ttl must be a number of minutes from 0 to {MAX_TTL_MINUTES} (a century) or None, not {op.ttl!r}"
+            f"{_where(op.namespace, op.key)}: ttl must be a number of minutes from 0 to {MAX_TTL_MINUTES} (a "
+            f"century) or None, not {op.ttl!r}"
         )
     if op.index is not None and op.index is not False and not (isinstance(op.index, list) and all(type(p) is str for p in op.index)):
         raise InvalidInputError(f"{_where(op.namespace, op.key)}: index must be False, None or a list of field paths, not {op.index!r}")

@@ -248,7 +248,9 @@ def _check_log(path: Path, newest: bool, manifests: Collection[bytes] | None, fo
         found.append(
             (
                 path,
-                f"is damaged: its last record, at offset {first.end}, fails its CRC check (not a torn write: all its bytes are there): the memories recorded in it are lost; the next write copies the log aside as {path.name}{DAMAGED_SUFFIX} and cuts the record",
+                f"is damaged: its last record, at offset {first.end}, fails its CRC check (not a torn write: all its bytes are there): "
+                "the memories recorded in it are lost; the next write copies the log aside as "
+                f"{path.name}{DAMAGED_SUFFIX} and cuts the record",
             )
         )
     for at, rec in records_at(data, data[len(MAGIC) : HEADER_V2])[1:]:
@@ -263,6 +265,7 @@ def _check_log(path: Path, newest: bool, manifests: Collection[bytes] | None, fo
         found.append(
             (
                 path,
-                f"starts from the snapshot {why.hex()[:12]}, which the store does not have: the memories in it are lost; restore the store from a backup",
+                f"starts from the snapshot {why.hex()[:12]}, which the store does not have: the memories in it are lost; "
+                "restore the store from a backup",
             )
         )

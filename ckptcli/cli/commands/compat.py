@@ -187,6 +187,7 @@ def _print_report(report: CompatReport) -> None:
     n = report.counts()
     goal = f" against schema version {report.target}" if report.target is not None else ""
     c.print(
-        f"{len(report.results)} checkpoint(s) checked{goal}: {n[AS_IS]} compatible as-is, {n[AFTER_MIGRATION]} after migration, {n[INCOMPATIBLE]} incompatible",
+        f"{len(report.results)} checkpoint(s) checked{goal}: {n[AS_IS]} compatible as-is, {n[AFTER_MIGRATION]} after migration, "
+        f"{n[INCOMPATIBLE]} incompatible",
         markup=False,
     )

@@ -33,7 +33,10 @@ def migrate(
     ref: Annotated[
         str | None,
         typer.Argument(
-            help="The checkpoint to migrate (id, prefix, tag, branch, KIND:NAME, latest); with --format, a store directory or checkpoint file.",
+            help=(
+                "The checkpoint to migrate (id, prefix, tag, branch, KIND:NAME, latest); with --format, "
+                "a store directory or checkpoint file."
+            ),
             show_default=False,
         ),
     ] = None,

@@ -103,7 +103,8 @@ def prune(
     and what their delta channels are rebuilt from), whatever the --keep-* rules
     say. A thread whose runs gave their own TTL (thread_ttl minutes, 0 for never,
     and thread_ttl_strategy, in the run's config) has that one instead. Other
-    threads and subjects are left to those rules, or kept whole without any. A thread a running saver holds is in use, and left alone; savers that hold
+    threads and subjects are left to those rules, or kept whole without any. A
+    thread a running saver holds is in use, and left alone; savers that hold
     none of the pruned ones read them again. A saver running with its own ttl option
     sweeps the same way by itself.
 
@@ -183,7 +184,8 @@ def _print_report(report: PruneReport, *, dry_run: bool, verbose: bool, strategy
         c.print(f"expired {safe(subj)}: no write for {_age(idle)} ({report.expired_strategy.get(subj, strategy)})", markup=False)
     for subj in report.in_use:
         c.print(
-            f"left alone {safe(subj)}: expired, but a running LangGraph saver holds it (or died before committing it; opening the store replays it)",
+            f"left alone {safe(subj)}: expired, but a running LangGraph saver holds it (or died before committing it; "
+            "opening the store replays it)",
             markup=False,
         )
     for d in report.decisions:
@@ -199,7 +201,8 @@ def _print_report(report: PruneReport, *, dry_run: bool, verbose: bool, strategy
     if report.reflog_dropped:
         trimmed = "would trim" if dry_run else "trimmed"
         c.print(
-            f"reflog: {trimmed} {report.reflog_dropped} expired entr{'y' if report.reflog_dropped == 1 else 'ies'} from {report.reflog_logs} log(s)",
+            f"reflog: {trimmed} {report.reflog_dropped} expired entr{'y' if report.reflog_dropped == 1 else 'ies'} from "
+            f"{report.reflog_logs} log(s)",
             markup=False,
         )
     for name, target in report.refs_moved.items():
@@ -221,7 +224,8 @@ def _print_objects(report: PruneReport) -> None:
         g = report.gc
         c.print(
             f"packs: {g.packs_deleted} deleted ({g.packs_repacked} of them rewritten into {g.packs_written}), "
-            f"{g.objects_removed} object(s) and {human_size(g.bytes_freed)} freed; index files {g.index_files_before} -> {g.index_files_after}",
+            f"{g.objects_removed} object(s) and {human_size(g.bytes_freed)} freed; "
+            f"index files {g.index_files_before} -> {g.index_files_after}",
             markup=False,
         )
 

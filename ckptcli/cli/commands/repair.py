@@ -28,7 +28,10 @@ def repair(
         What,
         typer.Argument(
             metavar="index|refs|checkpoints",
-            help="What to rebuild: index (from the packs' own tables), refs (each subject's latest) or checkpoints (those whose objects are gone).",
+            help=(
+                "What to rebuild: index (from the packs' own tables), refs (each subject's latest) or checkpoints "
+                "(those whose objects are gone)."
+            ),
         ),
     ],
     dry_run: Annotated[

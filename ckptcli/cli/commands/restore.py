@@ -218,7 +218,8 @@ def _restore_blobs(
             for path in report.deleted:
                 c.print(f"would delete {safe(path)}", markup=False, highlight=False)
         sys.stderr.write(
-            f"would restore {human_size(n)} of blobs {where}: {len(report.written)} files and links ({report.replaced} replacing existing ones), {len(report.deleted)} deleted\n"
+            f"would restore {human_size(n)} of blobs {where}: {len(report.written)} files and links ({report.replaced} replacing existing "
+            f"ones), {len(report.deleted)} deleted\n"
         )
     else:
         deleted = f", deleted {len(report.deleted)}" if delete else ""

@@ -45,7 +45,8 @@ def stats(
         ("stored", f"{human_size(s.stored_bytes)} (compression ratio {s.compression_ratio:.2f}x)"),
         (
             "objects",
-            f"{s.objects} needed, {s.indexed_objects} indexed ({human_size(s.unreferenced_bytes)} needed by no checkpoint: `ckpt prune` removes it)",
+            f"{s.objects} needed, {s.indexed_objects} indexed ({human_size(s.unreferenced_bytes)} needed by no "
+            "checkpoint: `ckpt prune` removes it)",
         ),
         (
             "on disk",

@@ -180,7 +180,8 @@ def _report(result: TakeResult, problem: str | None, as_json: bool) -> None:
     reused = f", {result.capture.reused_files} unchanged files not read" if result.capture.reused_files else ""
     if not quiet():
         sys.stderr.write(
-            f"took {result.hex[:12]} ({result.manifest.subject}): {result.new_objects} new objects, {human_size(result.new_bytes)} added{reused}\n"
+            f"took {result.hex[:12]} ({result.manifest.subject}): {result.new_objects} new objects, "
+            f"{human_size(result.new_bytes)} added{reused}\n"
         )
     for skipped in result.capture.skipped:
         sys.stderr.write(f"ckpt: warning: skipped {safe(skipped, backslash=False)}\n")

@@ -53,7 +53,8 @@ def verify(
         c = out()
         for p in report.problems:
             affected = (
-                f" (needed by {len(p.checkpoints)} checkpoint(s): {', '.join(x[:12] for x in p.checkpoints[:8])}{' ...' if len(p.checkpoints) > 8 else ''})"
+                f" (needed by {len(p.checkpoints)} checkpoint(s): "
+                f"{', '.join(x[:12] for x in p.checkpoints[:8])}{' ...' if len(p.checkpoints) > 8 else ''})"
                 if p.checkpoints
                 else ""
             )
