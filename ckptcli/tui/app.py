@@ -7,8 +7,9 @@
     help (every key, over any screen)
 
 Opening a checkpoint file shows the history of its one checkpoint with the checkpoint
-screen on top. The screens import ckptcli.tui.session (what they work on), never this module. Everything the screens show comes from ckptcli.history.timeline, ckptcli.history.diff and
-ckptcli.api; this package only draws it.
+screen on top. The screens import ckptcli.tui.session (what they work on), never this
+module. Everything the screens show comes from ckptcli.history (graph, timeline, diff,
+render) and ckptcli.api; this package only draws it.
 """
 
 from __future__ import annotations
