@@ -9,9 +9,7 @@ through directory file descriptors with O_NOFOLLOW, so neither a hostile name
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
-import secrets
 import shutil
 import stat
 from dataclasses import dataclass, field
@@ -19,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptcli._util.units import human_size
+from ckptcli.blobfs import _DIR_FLAGS, _check_conflicts, _conflict, _dir_aside, _keep_aside, _open_dir, _Parts, _rel, _remove
 from ckptcli.blobtree import (
     NAME_MAX,
     CaptureReport,
@@ -37,7 +36,6 @@ from ckptcli.blobtree import (
 )
 from ckptcli.errors import (
     CkptError,
-    ConflictError,
     InvalidInputError,
     LimitExceededError,
     NotFoundError,
@@ -45,7 +43,7 @@ from ckptcli.errors import (
 )
 from ckptcli.format.values import Decoder, LazyBytes
 from ckptcli.progress import NULL, Progress
-from ckptcli.store.backend import TEMP_TRIES, create_temp, temp_name
+from ckptcli.store.backend import create_temp
 
 # the tree's names stay importable from here (ckptcli.blobs held them all before 0.3)
 __all__ = [
@@ -105,127 +103,6 @@ class RestoreReport:
             "written": self.written,
             "deleted": self.deleted,
         }
-
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_Parts = tuple[str, ...]
-
-
-def _rel(parts: _Parts, name: str) -> str:
-    return "/".join((*parts, name))
-
-
-def _check_conflicts(dir_fd: int, entries: dict[str, Any], parts: _Parts, overwrite: bool) -> None:
-    """Raise ConflictError for the first name of the checkpoint that the existing target
-    does not let restore write (before anything is written)."""
-    for name, entry in entries.items():
-        kind = entry["type"]
-        if kind == "skipped":
-            continue
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        if kind == "dir" and stat.S_ISDIR(st.st_mode):
-            fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-            try:
-                _check_conflicts(fd, entry["entries"], (*parts, name), overwrite)
-            finally:
-                os.close(fd)
-        else:
-            _conflict(_rel(parts, name), st, overwrite, "; nothing was written")
-
-
-def _conflict(rel: str, st: os.stat_result, overwrite: bool, outcome: str = "") -> None:
-    if stat.S_ISDIR(st.st_mode):
-        raise ConflictError(
-            f"{rel} exists as a directory in the target, where the checkpoint has a file or link", hint=f"remove it first{outcome}"
-        )
-    if not overwrite:
-        raise ConflictError(
-            f"{rel} already exists in the target", hint=f"pass --overwrite to replace it, or restore into an empty directory{outcome}"
-        )
-
-
-def _open_dir(root_fd: int, parts: _Parts) -> int:
-    """A new descriptor of the directory `parts` below `root_fd`, following no symlink."""
-    fd = os.dup(root_fd)
-    for part in parts:
-        try:
-            sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
-        finally:
-            os.close(fd)
-        fd = sub
-    return fd
-
-
-def _remove(dir_fd: int, name: str) -> None:
-    """Remove `name` and, for a directory, everything below it (no symlink followed)."""
-    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    if not stat.S_ISDIR(st.st_mode):
-        os.unlink(name, dir_fd=dir_fd)
-        return
-    fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-    try:
-        os.chmod(fd, 0o700)  # a read-only directory this restore made (mode 0555) must still empty
-        for child in os.listdir(fd):
-            _remove(fd, child)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=dir_fd)
-
-
-def _keep_aside(dir_fd: int, name: str, entries: dict[str, Any]) -> tuple[str, bool]:
-    """A second name for the file or link `name`, random (as create_temp's, suffix
-    .old): a hard link, created exclusively, so the file can be renamed over at once;
-    where hard links are not possible, the file is renamed over an empty file of our
-    own made by create_temp. Returns (the name, whether `name` is still there too)."""
-    for _ in range(TEMP_TRIES):
-        aside = temp_name(secrets.token_hex(8), ".old")
-        if aside in entries:
-            continue
-        try:
-            os.link(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-            return aside, True
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
-                raise
-            break
-    else:
-        raise FileExistsError(errno.EEXIST, f"no free temporary name after {TEMP_TRIES} random tries")
-    aside, fd = create_temp(dir_fd, suffix=".old", avoid=entries)
-    os.close(fd)
-    try:
-        os.rename(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(aside, dir_fd=dir_fd)
-        raise
-    return aside, False
-
-
-def _dir_aside(dir_fd: int, name: str, entries: dict[str, Any]) -> str:
-    """Rename the directory `name` to a new random name (.old) of its own: an empty
-    directory is made there exclusively first, and renamed over (rename replaces only an
-    empty directory), so nothing that appears at the name meanwhile is lost."""
-    for _ in range(TEMP_TRIES):
-        aside = temp_name(secrets.token_hex(8), ".old")
-        if aside in entries:
-            continue
-        try:
-            os.mkdir(aside, 0o700, dir_fd=dir_fd)
-        except FileExistsError:
-            continue
-        try:
-            os.rename(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.rmdir(aside, dir_fd=dir_fd)
-            raise
-        return aside
-    raise FileExistsError(errno.EEXIST, f"no free temporary name after {TEMP_TRIES} random tries")
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:
@@ -533,7 +410,6 @@ def restore_blobs(
     """
     rep = report if report is not None else RestoreReport()
     chosen, match = _choose(blobs, names, include, where)
-    targets: list[_Target] = []
     if in_place:
         targets = _in_place_targets(chosen, where)
         overwrite = True
@@ -541,7 +417,7 @@ def restore_blobs(
         if target is None:
             raise InvalidInputError("restore_blobs needs a target directory, or in_place")
         size = sum(validate(entry, name, where) for name, entry in chosen.items())
-        targets.append(_Target(target, chosen, size, root_delete=delete and names is None))
+        targets = [_Target(target, chosen, size, root_delete=delete and names is None)]
     total = sum(t.size for t in targets)
     if check_space and not dry_run:
         for t in targets:
@@ -556,26 +432,9 @@ def restore_blobs(
         return total
     progress.start("restoring blobs", total)
     try:
-        for t in targets:
-            _open_target(t)
-            if not t.fresh:
-                _check_conflicts(t.root_fd, t.entries, (), overwrite)
-        for t in targets:
-            assert t.writer is not None
-            t.writer.write_entries(t.root_fd, t.entries, (), t.fresh)
-        for t in targets:
-            assert t.writer is not None
-            t.writer.drop_aside(t.root_fd)
+        _write_targets(targets, overwrite)
     except BaseException as exc:
-        failed = next((t for t in reversed(targets) if t.writer is not None and t.writer.current), targets[-1])
-        touched = [t for t in reversed(targets) if (t.writer is not None and t.writer.current) or t.first_new is not None]
-        undone = "; ".join(_undo(t.writer, t.root_fd, t.first_new, t.path) for t in touched) or "nothing was written"
-        fw = failed.writer
-        if isinstance(exc, OSError):
-            what = f"{fw.current} in {failed.path}" if fw is not None and fw.current else str(failed.path)
-            raise StoreIOError(f"cannot write {what}: {exc.strerror}", hint=undone) from None
-        if isinstance(exc, CkptError) and fw is not None and fw.current:
-            exc.hint = f"{exc.hint}; {undone}" if exc.hint else undone
+        _undo_failed(targets, exc)
         raise
     finally:
         for t in targets:
@@ -584,6 +443,35 @@ def restore_blobs(
         progress.finish()
     rep.bytes = total
     return total
+
+
+def _write_targets(targets: list[_Target], overwrite: bool) -> None:
+    """Open every target and check it for conflicts, then write them all, then drop
+    what was kept aside (all targets are checked before the first is written)."""
+    for t in targets:
+        _open_target(t)
+        if not t.fresh:
+            _check_conflicts(t.root_fd, t.entries, (), overwrite)
+    for t in targets:
+        assert t.writer is not None
+        t.writer.write_entries(t.root_fd, t.entries, (), t.fresh)
+    for t in targets:
+        assert t.writer is not None
+        t.writer.drop_aside(t.root_fd)
+
+
+def _undo_failed(targets: list[_Target], exc: BaseException) -> None:
+    """Undo what the failed restore wrote; raise StoreIOError for an OSError, else add
+    what was undone to the hint of a CkptError raised while writing (the caller re-raises)."""
+    failed = next((t for t in reversed(targets) if t.writer is not None and t.writer.current), targets[-1])
+    touched = [t for t in reversed(targets) if (t.writer is not None and t.writer.current) or t.first_new is not None]
+    undone = "; ".join(_undo(t.writer, t.root_fd, t.first_new, t.path) for t in touched) or "nothing was written"
+    fw = failed.writer
+    if isinstance(exc, OSError):
+        what = f"{fw.current} in {failed.path}" if fw is not None and fw.current else str(failed.path)
+        raise StoreIOError(f"cannot write {what}: {exc.strerror}", hint=undone) from None
+    if isinstance(exc, CkptError) and fw is not None and fw.current:
+        exc.hint = f"{exc.hint}; {undone}" if exc.hint else undone
 
 
 def _choose(blobs: dict[str, Any], names: list[str] | None, include: list[str] | None, where: str) -> tuple[dict[str, Any], Matcher | None]:

@@ -7,6 +7,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from ckptcli import plugins
 
@@ -88,6 +91,70 @@ def test_each_store_format_has_one_owner() -> None:
         and str(node.values[0].value).startswith(("packs/", "index/", "manifests/", "refs/", "logs/", "locks/", "tmp/", "cache/"))
     ]
     assert hand_built == []
+
+
+#: the names of the places beside a store (store/layout), as constants and as spelled
+_BESIDE_NAMES = {"JOURNAL_DIR", "LEASE_DIR", "WANT_DIR", "RECOVER_LOCK", "MEMORY_STORE_DIR", "LOG_DIR", "LOCKS"}
+_BESIDE_PARTS = {"langgraph", "threads", "want", "recover.lock", "store", "locks"}
+
+
+def _spells_a_place(node: ast.AST) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id in _BESIDE_NAMES
+    if isinstance(node, ast.Attribute):
+        return node.attr in _BESIDE_NAMES
+    return isinstance(node, ast.Constant) and node.value in _BESIDE_PARTS
+
+
+def test_the_paths_beside_a_store_are_built_only_in_the_layout() -> None:
+    """The LangGraph adapter's journals, leases, hand-over requests, recovery lock and
+    memory-store logs (and a store's lock files) get their paths from store/layout: no
+    other module joins one of their names onto a path (`root / JOURNAL_DIR / LEASE_DIR`,
+    `root / "locks"`), nor lists them to join in a loop."""
+    hand_built = [
+        f"{p.relative_to(PKG)}:{node.lineno}"
+        for p in sorted(PKG.rglob("*.py"))
+        if p != STORE / "layout.py"
+        for node in ast.walk(ast.parse(p.read_text()))
+        if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and (_spells_a_place(node.left) or _spells_a_place(node.right)))
+        or (isinstance(node, ast.Tuple | ast.List) and len(node.elts) > 1 and all(map(_spells_a_place, node.elts)))
+    ]
+    assert hand_built == []
+
+
+def test_the_langgraph_saver_puts_its_files_where_the_layout_says(tmp_path: Path) -> None:
+    """The paths store/layout computes are the ones the saver always used, byte for byte
+    (formats/langgraph-journal.md), and a real saver makes its files there; the adapter's
+    names for them stay importable."""
+    pytest.importorskip("langgraph")
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from ckptcli import api
+    from ckptcli.adapters.langgraph import journal, leases, saver, store_log
+    from ckptcli.store import layout
+
+    root = tmp_path / ".ckpt"
+    assert str(layout.journal_dir(root)) == f"{root}/langgraph"
+    assert str(layout.lease_dir(root)) == f"{root}/langgraph/threads"
+    assert str(layout.want_dir(root)) == f"{root}/langgraph/want"
+    assert str(layout.recover_lock_file(root)) == f"{root}/langgraph/recover.lock"
+    assert str(layout.memory_store_dir(root)) == f"{root}/langgraph/store"
+    assert str(layout.lock_file(root, store_log.LOCK_NAME)) == f"{root}/locks/langgraph-store.lock"
+    assert journal.JOURNAL_DIR == saver.JOURNAL_DIR == "langgraph"
+    assert (leases.LEASE_DIR, leases.WANT_DIR, leases.RECOVER_LOCK) == ("threads", "want", "recover.lock")
+    assert store_log.log_dir(root) == root / "langgraph" / "store"
+
+    api.init_store(root)
+    s = saver.CkptSaver.open(root)
+    try:
+        cfg: dict[str, Any] = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+        s.put(cfg, {**empty_checkpoint(), "id": "1f0-a"}, {"source": "loop", "step": 1, "parents": {}}, {})  # type: ignore[arg-type]
+        journals = sorted(p.name for p in (root / "langgraph").glob("*.journal"))
+        made = sorted(str(p.relative_to(root)) for p in (root / "langgraph").rglob("*") if not p.name.endswith(".journal"))
+    finally:
+        s.close()
+    assert len(journals) == 1
+    assert made == ["langgraph/recover.lock", "langgraph/threads", f"langgraph/threads/{leases.lease_name('t1')}", "langgraph/want"]
 
 
 def test_the_langgraph_hooks_the_store_uses_are_registered() -> None:

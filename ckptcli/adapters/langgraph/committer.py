@@ -16,7 +16,7 @@ from ckptcli.adapters.langgraph import layout
 from ckptcli.adapters.langgraph.core import SaverCore
 from ckptcli.adapters.langgraph.journal import Journal, frame
 from ckptcli.adapters.langgraph.layout import Key
-from ckptcli.adapters.langgraph.leases import WANT_DIR, request_lease
+from ckptcli.adapters.langgraph.leases import request_lease
 from ckptcli.adapters.langgraph.resident import COMMITTED, LEAF, SEALED, Entry, StagedSource, Staging, evict, trim
 from ckptcli.errors import CkptError, StoreIOError
 from ckptcli.format.manifest import Manifest
@@ -254,7 +254,7 @@ class Committer:
     def hand_over(self) -> None:
         """Commit the threads another process's saver asked for, which lets their leases
         go (the commit thread, every tick while this saver holds any)."""
-        wdir = self.saver._jdir / WANT_DIR
+        wdir = self.saver._holder.want_dir
         try:
             names = os.listdir(wdir)
         except OSError:

@@ -26,9 +26,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ckptcli.adapters.langgraph import layout
 from ckptcli.adapters.langgraph.encoding import ValueCodec
 from ckptcli.adapters.langgraph.holder import Lease, LeaseHolder
-from ckptcli.adapters.langgraph.journal import JOURNAL_DIR, Journal, open_regular, own_dir
+from ckptcli.adapters.langgraph.journal import Journal, open_regular, own_dir
 from ckptcli.adapters.langgraph.layout import MSGPACK, SectionWriter, Write
-from ckptcli.adapters.langgraph.leases import LEASE, LEASE_DIR, WANT_DIR, lease_name
+from ckptcli.adapters.langgraph.leases import LEASE, lease_name
 from ckptcli.adapters.langgraph.readback import Readback
 from ckptcli.adapters.langgraph.resident import COMMITTED, EMPTY, LEAF, MISSING, SEALED, Blob, Entry, ItemLog, StagedSource, Staging
 from ckptcli.adapters.langgraph.retention import TTL
@@ -37,6 +37,7 @@ from ckptcli.errors import CkptError, StoreIOError, ThreadConflictError, UsageEr
 from ckptcli.format.manifest import Manifest
 from ckptcli.format.values import Decoder
 from ckptcli.store.backend import WriterMark
+from ckptcli.store.layout import journal_dir, lease_dir, want_dir
 from ckptcli.store.repository import Store
 
 __all__ = ["Copies", "CopyRows", "Keys", "SaverCore"]
@@ -109,19 +110,20 @@ class SaverCore:
         self._error: BaseException | None = None
 
     def _init_leases(self, lease_timeout: float) -> None:
-        self._jdir = Path(self.store.location) / JOURNAL_DIR
+        root = Path(self.store.location)
+        self._jdir = journal_dir(root)
         own_dir(self._jdir)
-        for sub in (LEASE_DIR, WANT_DIR):
-            own_dir(self._jdir / sub)
+        for d in (lease_dir(root), want_dir(root)):
+            own_dir(d)
         self.lease_timeout = lease_timeout
-        self._holder = LeaseHolder(self._jdir, lease_timeout)
+        self._holder = LeaseHolder(root, lease_timeout)
         self._leases: dict[str, Lease] = {}  # the threads this saver holds
         self._yielding: set[str] = set()  # held threads being handed over to another process (`Committer.hand_over`)
         self._seen: dict[str, bytes] = {}  # lease name -> the token this saver's view of the thread is at
         self._fence: dict[str, set[str]] = {}  # thread -> checkpoints a run here may have read stale
         self._claiming = [threading.Lock() for _ in range(16)]  # by thread: one claim at a time
         try:
-            for path in (self._jdir / LEASE_DIR).iterdir():  # before the index: what it holds is at least this
+            for path in self._holder.lease_dir.iterdir():  # before the index: what it holds is at least this
                 fd = open_regular(path)
                 if isinstance(fd, str):
                     continue  # no lease (a FIFO, a directory...): `ckpt doctor` names it
@@ -277,7 +279,7 @@ class SaverCore:
             or self._holder.requests(lease.name)
         ):
             return
-        path = self._jdir / LEASE_DIR / lease.name
+        path = self._holder.lease_dir / lease.name
         try:
             st, mine = os.lstat(path), os.fstat(lease.fd)
             if (st.st_dev, st.st_ino) != (mine.st_dev, mine.st_ino):
@@ -299,7 +301,7 @@ class SaverCore:
             try:
                 os.pwrite(lease.fd, LEASE.pack(1, self._seen.get(lease.name, b"").ljust(16, b"\0")), 0)
             except OSError as exc:
-                raise StoreIOError(f"cannot write the thread lease {lease.name} in {self._jdir / LEASE_DIR}: {exc.strerror}") from None
+                raise StoreIOError(f"cannot write the thread lease {lease.name} in {self._holder.lease_dir}: {exc.strerror}") from None
             lease.dirty = True
 
     def _release_leases(self, everything: bool = False) -> None:

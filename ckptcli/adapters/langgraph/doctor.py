@@ -28,7 +28,6 @@ from ckptcli._util.units import human_size
 from ckptcli.adapters.langgraph import layout
 from ckptcli.adapters.langgraph.journal import (
     DAMAGED_SUFFIX,
-    JOURNAL_DIR,
     JournalContents,
     dir_problem,
     hole_message,
@@ -37,9 +36,10 @@ from ckptcli.adapters.langgraph.journal import (
     open_regular,
     read_journal,
 )
-from ckptcli.adapters.langgraph.leases import LEASE_DIR, WANT_DIR, lease_states, open_recover_lock
+from ckptcli.adapters.langgraph.leases import lease_states, open_recover_lock
 from ckptcli.checks import FAIL, OK, WARN, Check, Context
 from ckptcli.errors import CkptError
+from ckptcli.store.layout import LEASE_DIR, journal_dir, lease_dir, want_dir
 
 #: a live journal this big has not been started again after commits: they fail or lag
 BIG_JOURNAL = 64 * 1024 * 1024
@@ -52,7 +52,7 @@ READ_CAP = 64 * 1024 * 1024
 def check(ctx: Context) -> Iterable[Check]:
     if ctx.store_path is None:
         return
-    jdir = ctx.store_path / JOURNAL_DIR
+    jdir = journal_dir(ctx.store_path)
     problem = dir_problem(jdir)
     if problem is not None:
         yield _refused("langgraph journals", problem)
@@ -60,12 +60,12 @@ def check(ctx: Context) -> Iterable[Check]:
     if not jdir.exists():
         yield Check("langgraph journals", OK, "none: no LangGraph saver has used this store")
         return
-    for sub in (LEASE_DIR, WANT_DIR):
-        problem = dir_problem(jdir / sub)
+    for d in (lease_dir(ctx.store_path), want_dir(ctx.store_path)):
+        problem = dir_problem(d)
         if problem is not None:
             yield _refused("langgraph thread leases", problem)
     try:
-        lock = open_recover_lock(jdir, create=False)  # opened as a saver opens it, made nothing
+        lock = open_recover_lock(ctx.store_path, create=False)  # opened as a saver opens it, made nothing
     except CkptError as exc:
         yield _refused("langgraph journals", exc)
     else:
@@ -81,7 +81,7 @@ def check(ctx: Context) -> Iterable[Check]:
                 finally:
                     os.close(fd)
     yield from _journals(ctx, jdir)
-    yield from _leases(ctx.store_path, jdir, dead)
+    yield from _leases(ctx.store_path, dead)
     yield from _memory_store(ctx, ctx.store_path)
 
 
@@ -285,14 +285,14 @@ def _journal(ctx: Context, jdir: Path, path: Path, tally: _Tally) -> None:
         )  # fmt: skip
 
 
-def _leases(store_path: Path, jdir: Path, dead_journals: int) -> Iterable[Check]:
+def _leases(store_path: Path, dead_journals: int) -> Iterable[Check]:
     odd: list[tuple[str, str]] = []
     states = lease_states(store_path, odd)
     held = sum(1 for s in states if s.held)
     orphaned = sum(1 for s in states if s.dirty and not s.held)
     wants = 0
     with contextlib.suppress(OSError):
-        wants = len(os.listdir(jdir / WANT_DIR))
+        wants = len(os.listdir(want_dir(store_path)))
     detail = (
         f"{len(states)} thread lease(s) (threads used and not deleted), {held} held by a live saver now, "
         f"{wants} hand-over request(s) waiting"
@@ -305,7 +305,7 @@ def _leases(store_path: Path, jdir: Path, dead_journals: int) -> Iterable[Check]
             "langgraph thread leases",
             FAIL,
             f"{LEASE_DIR}/{name} is {what}, not a thread lease: savers skip it, and cannot take its thread",
-            f"something other than ckpt put it in {jdir / LEASE_DIR}; remove it",
+            f"something other than ckpt put it in {lease_dir(store_path)}; remove it",
         )
     if orphaned and dead_journals:
         yield Check(

@@ -9,8 +9,9 @@ import stat
 import time
 from pathlib import Path
 
-from ckptcli.adapters.langgraph.leases import LEASE_DIR, WANT_DIR, Request, live_requests, request_lease, try_flock
+from ckptcli.adapters.langgraph.leases import Request, live_requests, request_lease, try_flock
 from ckptcli.errors import LockError, StoreIOError
+from ckptcli.store.layout import lease_dir, want_dir
 
 __all__ = ["Lease", "LeaseHolder"]
 
@@ -30,11 +31,12 @@ class Lease:
 
 
 class LeaseHolder:
-    """Takes the lease files of the journal directory `jdir` for one saver, waiting up
-    to `lease_timeout` seconds for another process's saver to hand one over."""
+    """Takes the lease files of the store at `store_dir` for one saver, waiting up to
+    `lease_timeout` seconds for another process's saver to hand one over."""
 
-    def __init__(self, jdir: Path, lease_timeout: float) -> None:
-        self.jdir = jdir
+    def __init__(self, store_dir: Path, lease_timeout: float) -> None:
+        self.lease_dir = lease_dir(store_dir)
+        self.want_dir = want_dir(store_dir)
         self.lease_timeout = lease_timeout
 
     def take(self, thread: str, name: str, wait: bool) -> int:
@@ -44,15 +46,15 @@ class LeaseHolder:
         `SaverCore._drop_lease`) is opened again: the one at its path is the lease now."""
         while True:
             try:
-                fd = os.open(self.jdir / LEASE_DIR / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+                fd = os.open(self.lease_dir / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
             except OSError as exc:
-                raise StoreIOError(f"cannot open the lease of thread {thread!r} in {self.jdir / LEASE_DIR}: {exc.strerror}") from None
+                raise StoreIOError(f"cannot open the lease of thread {thread!r} in {self.lease_dir}: {exc.strerror}") from None
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a lease is written to: never through a hard link to a file elsewhere
                 os.close(fd)
                 what = "is not a regular file" if not stat.S_ISREG(st.st_mode) else f"has {st.st_nlink} hard links (a lease has one)"
                 raise StoreIOError(
-                    f"cannot use the lease of thread {thread!r}: {self.jdir / LEASE_DIR / name} {what}",
+                    f"cannot use the lease of thread {thread!r}: {self.lease_dir / name} {what}",
                     hint="something other than ckpt put it there; remove it",
                 )
             try:
@@ -73,7 +75,7 @@ class LeaseHolder:
 
     def requests(self, name: str, names: list[str] | None = None) -> list[str]:
         """The live requests for lease `name`, oldest first (`leases.live_requests`)."""
-        wdir = self.jdir / WANT_DIR
+        wdir = self.want_dir
         if names is None:
             try:
                 names = os.listdir(wdir)
@@ -88,7 +90,7 @@ class LeaseHolder:
         first (for up to half of `lease_timeout`, then this one tries too: a waiter that
         stopped does not hold up the queue). LockError after `lease_timeout`."""
         try:
-            request: Request | None = Request(self.jdir / WANT_DIR, name)
+            request: Request | None = Request(self.want_dir, name)
         except OSError:
             request = None  # waits all the same: the holder lets go at its next commit
         try:

@@ -41,6 +41,7 @@ from ckptcli.format.journal import (
 )
 from ckptcli.format.journal import MAX_LENGTH as MAX_RECORD
 from ckptcli.store.backend import create_temp, fsync_dir
+from ckptcli.store.layout import JOURNAL_DIR, journal_dir, lease_dir, memory_store_dir, want_dir
 
 __all__ = [
     "DAMAGED_SUFFIX",
@@ -82,7 +83,6 @@ __all__ = [
     "scan_records",
 ]
 
-JOURNAL_DIR = "langgraph"
 MAGIC_V1 = b"CKPTLGJ1"
 MAGIC = b"CKPTLGJ2"
 HEADER_V2 = len(MAGIC) + SALT_BYTES
@@ -364,9 +364,9 @@ def check_journals(store_dir: Path) -> list[tuple[Path, str]]:
     journal with a hole, and for each journal recovery kept because it had one. A
     journal a live saver is appending to is read twice, and a hole counts only if both
     reads show it (a record being written while the file is read is not damage)."""
-    jdir = store_dir / JOURNAL_DIR
+    jdir = journal_dir(store_dir)
     found: list[tuple[Path, str]] = []
-    for d in (jdir, *(jdir / sub for sub in ("threads", "want", "store"))):
+    for d in (jdir, lease_dir(store_dir), want_dir(store_dir), memory_store_dir(store_dir)):
         if d.is_symlink():
             found.append((d, "is a symbolic link: savers refuse to write through it (outside the store); move it away"))
     if not jdir.is_dir() or jdir.is_symlink():

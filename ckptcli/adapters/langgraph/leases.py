@@ -26,19 +26,22 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ckptcli.adapters.langgraph.journal import JOURNAL_DIR, open_regular
+from ckptcli.adapters.langgraph.journal import open_regular
+from ckptcli.store.layout import LEASE_DIR as LEASE_DIR  # these three stay importable from here
+from ckptcli.store.layout import RECOVER_LOCK as RECOVER_LOCK
+from ckptcli.store.layout import WANT_DIR as WANT_DIR
+from ckptcli.store.layout import lease_dir, recover_lock_file
 
-LEASE_DIR, WANT_DIR, RECOVER_LOCK = "threads", "want", "recover.lock"  # under JOURNAL_DIR
 LEASE = struct.Struct("<B16s")  # dirty flag, token
 
 
-def open_recover_lock(jdir: Path, create: bool = True) -> int | None:
-    """The recovery lock's file in `jdir`, opened as a saver opens it to lock it (made
-    when missing with `create`; without it, None when missing: `ckpt doctor` looks
-    without making anything). Raises StoreIOError, as a saver would stop with."""
+def open_recover_lock(store_dir: Path, create: bool = True) -> int | None:
+    """The recovery lock's file of the store at `store_dir`, opened as a saver opens it
+    to lock it (made when missing with `create`; without it, None when missing: `ckpt
+    doctor` looks without making anything). Raises StoreIOError, as a saver would stop with."""
     from ckptcli.errors import StoreIOError
 
-    path = jdir / RECOVER_LOCK
+    path = recover_lock_file(store_dir)
     hint = "it must be a file savers can read and write (one is made when missing): move away what is there, or fix its permissions"
     try:
         return os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_CREAT if create else 0), 0o644)
@@ -137,7 +140,7 @@ def lease_states(store_dir: Path, odd: list[tuple[str, str]] | None = None) -> l
     taken for an instant and let go. An entry that is no regular file is no lease: it
     is added to `odd` as (name, what it is)."""
     out: list[LeaseState] = []
-    ldir = store_dir / JOURNAL_DIR / LEASE_DIR
+    ldir = lease_dir(store_dir)
     if not ldir.is_dir():
         return out
     for path in sorted(ldir.iterdir()):
@@ -185,7 +188,7 @@ def hold_threads(store_dir: Path, threads: Iterable[str], renew: bool = True) ->
     (its journal is replayed at the next open), as a saver does before it changes a
     thread. Yields (held, in use). On exit each held lease gets a new token (`renew`),
     so that savers read those threads from the store again, and is let go."""
-    ldir = store_dir / JOURNAL_DIR / LEASE_DIR
+    ldir = lease_dir(store_dir)
     held: dict[str, int] = {}
     in_use: set[str] = set()
     try:

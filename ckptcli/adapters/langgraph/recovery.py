@@ -27,9 +27,10 @@ from ckptcli.adapters.langgraph.journal import (
     record_where,
 )
 from ckptcli.adapters.langgraph.layout import Write
-from ckptcli.adapters.langgraph.leases import RECOVER_LOCK, open_recover_lock
+from ckptcli.adapters.langgraph.leases import open_recover_lock
 from ckptcli.errors import CorruptError, StoreIOError
 from ckptcli.store.backend import fsync_dir
+from ckptcli.store.layout import recover_lock_file
 
 __all__ = ["Deletion", "Deletions", "Recovery", "lock_orphan_journals", "recover_lock"]
 
@@ -38,15 +39,15 @@ Deletion = tuple[list[tuple[str, str, str]], set[str], set[bytes] | None]
 Deletions = list[Deletion]  # (an alias: `list` is a method's name in CkptSaver)
 
 
-def recover_lock(jdir: Path) -> int:
+def recover_lock(store_dir: Path) -> int:
     """Hold the store's recovery lock: one saver replays a dead saver's journal at a time."""
-    fd = open_recover_lock(jdir)
+    fd = open_recover_lock(store_dir)
     assert fd is not None  # made when missing
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
     except OSError as exc:
         os.close(fd)
-        raise StoreIOError(f"cannot lock {jdir / RECOVER_LOCK}: {exc.strerror}") from None
+        raise StoreIOError(f"cannot lock {recover_lock_file(store_dir)}: {exc.strerror}") from None
     return fd
 
 
@@ -187,7 +188,7 @@ class Recovery:
         """A thread's last holder died with puts not committed: replay the journals no
         live saver holds (as opening the store does), the threads they name read from
         the store again first."""
-        fd = recover_lock(self.saver._jdir)
+        fd = recover_lock(Path(self.saver.store.location))
         try:
             found = lock_orphan_journals(self.saver._jdir)
             if not found:

@@ -184,7 +184,7 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         # next checkpoints without writing them again), and one running now ends first
         with self.store.backend.lock("store", shared=True, wait=300.0):  # as long as a take waits
             self._mark = self.store.backend.mark_writer("langgraph-saver")
-        recovering = recover_lock(self._jdir)
+        recovering = recover_lock(Path(self.store.location))
         orphans = lock_orphan_journals(self._jdir)  # before ours exists: ours is not an orphan
         self._journal = Journal(self._jdir, self.fsync)
         try:

@@ -31,7 +31,6 @@ import msgpack
 from ckptcli.adapters.langgraph.journal import (
     DAMAGED_SUFFIX,
     HEADER_V2,
-    JOURNAL_DIR,
     MAGIC,
     MAX_RECORD,
     SYNC,
@@ -41,8 +40,8 @@ from ckptcli.adapters.langgraph.journal import (
     read_regular,
     scan_records,
 )
+from ckptcli.store.layout import lock_file, memory_store_dir
 
-LOG_DIR = "store"  # under JOURNAL_DIR
 LOCK_NAME = "langgraph-store"  # locks/langgraph-store.lock
 SNAPSHOT_SUBJECT = "workflow:langgraph-store"
 SNAPSHOT_BRANCH = "langgraph-store"
@@ -65,7 +64,7 @@ def damaged_tail(data: Buffer, pos: int) -> bool:
 
 
 def log_dir(store_dir: Path) -> Path:
-    return store_dir / JOURNAL_DIR / LOG_DIR
+    return memory_store_dir(store_dir)
 
 
 def log_name(gen: int) -> str:
@@ -209,7 +208,7 @@ def _readers_lock(store_dir: Path) -> Iterator[None]:
     its reader would kill it). Nothing is created: no lock file, no store writer yet."""
     fd = -1
     try:
-        fd = os.open(store_dir / "locks" / f"{LOCK_NAME}.lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(lock_file(store_dir, LOCK_NAME), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
         pass  # no writer ever, or one writing now: the logs are read as they are

@@ -1,0 +1,454 @@
+"""Encoding values into content-addressed objects (formats/v1.md "Encoded values").
+
+`Encoder` turns a Python value into an EV, putting every node and data object it makes
+into a sink; `ListTree` keeps the EV of a list that grows at its end up to date in
+O(new items), byte for byte what `Encoder` gives for the same list. Node boundaries are
+content-defined, so the same items always split the same way.
+
+This is the hot path of take: module-level names the loops read are globals of this
+module (imported by name, no attribute hop per value).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from typing import IO, Any, cast
+
+from ckptcli.errors import CkptError, InvalidInputError, LimitExceededError
+from ckptcli.format import limits
+from ckptcli.format.ev import (
+    EXT_BIGINT,
+    EXT_BYTES,
+    EXT_LIST,
+    EXT_MAP,
+    EXT_REF,
+    EXT_STR,
+    OBJ_DATA,
+    OBJ_NODE,
+    Encoded,
+    ObjectSink,
+    _ext,
+    _packb,
+    _pool,
+    _workers,
+    array_header,
+    bigint_to_bytes,
+    deep_recursion,
+    map_header,
+)
+
+__all__ = ["Encoder", "ListTree"]
+
+_INT_MIN = -(2**63)
+_INT_MAX = 2**64 - 1
+
+
+def _is_boundary(digest: bytes) -> bool:
+    return (digest[0] & limits.TREE_BOUNDARY_MASK) == 0
+
+
+def _is_leaf_boundary(item: bytes) -> bool:
+    """Close a leaf after this item with probability len(item)/TREE_LEAF_TARGET_BYTES,
+    decided by the item's content so the same items always split the same way."""
+    threshold = len(item) * 2**32 // limits.TREE_LEAF_TARGET_BYTES
+    return int.from_bytes(hashlib.sha256(item).digest()[:4], "big") < threshold
+
+
+class _PathError(Exception):
+    """Carries a CkptError up the recursion while the path to the bad value is collected."""
+
+    def __init__(self, error: CkptError, part: str) -> None:
+        self.error = error
+        self.parts = [part]
+
+
+def _format_path(parts: list[str], keep: int = 6) -> str:
+    """Where in a value an error is, as "a.b[3].c"; a deep path keeps its first and
+    last `keep` steps around "…(N more)…", so the error stays one readable line."""
+    steps = list(reversed(parts))
+    if len(steps) > 2 * keep + 1:
+        steps = [*steps[:keep], f"…({len(steps) - 2 * keep} more)…", *steps[-keep:]]
+    return "".join(steps) or "(top)"
+
+
+class Encoder:
+    """Turns Python values into EVs, writing every object it makes to `sink`."""
+
+    def __init__(self, sink: ObjectSink, *, cdc: tuple[int, int, int] | None = None) -> None:
+        self.sink = sink
+        self.cdc = cdc or (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX)
+        #: Bytes of leaf data this encoder saw (logical size), for stats.
+        self.logical_bytes = 0
+
+    # -- objects ---------------------------------------------------------------
+    def _put_node(self, content: bytes) -> bytes:
+        oid = hashlib.sha256(content).digest()
+        self.sink.put(oid, content, OBJ_NODE)
+        return oid
+
+    def _put_data(self, content: bytes) -> bytes:
+        oid = hashlib.sha256(content).digest()
+        self.sink.put(oid, content, OBJ_DATA)
+        return oid
+
+    # -- values ----------------------------------------------------------------
+    def encode(self, value: Any, where: str = "") -> bytes:
+        """Encode a value; returns its EV bytes (small: large parts became objects)."""
+        try:
+            with deep_recursion():
+                return self._enc(value, 0)
+        except _PathError as exc:
+            err = exc.error
+            path = (where or "") + _format_path(exc.parts)
+            err.message = f"{path}: {err.message}"
+            raise err from None
+        except RecursionError:
+            raise LimitExceededError(f"{where or 'value'}: nesting is deeper than {limits.MAX_DEPTH} levels") from None
+
+    def encode_root(self, value: Any, where: str = "") -> bytes:
+        """Like encode, but a large result becomes its own object, so the manifest
+        that holds it stays small and unchanged sections cost nothing to repeat."""
+        ev = self.encode(value, where)
+        if len(ev) > limits.INLINE_MAX:
+            return _ext(EXT_REF, self._put_node(ev))
+        return ev
+
+    def _fail(self, error: CkptError) -> _PathError:
+        return _PathError(error, "")
+
+    def _enc(self, v: Any, depth: int) -> bytes:
+        t = type(v)
+        if v is None or t is bool:
+            return _packb(v)
+        if t is int:
+            if _INT_MIN <= v <= _INT_MAX:
+                return _packb(v)
+            raw = bigint_to_bytes(v)
+            if len(raw) > limits.MAX_BIGINT_BYTES:
+                raise self._fail(InvalidInputError(f"integer of {v.bit_length()} bits is larger than ckpt stores (8192 bits)"))
+            return _ext(EXT_BIGINT, raw)
+        if t is float:
+            return _packb(v)
+        if t is str:
+            try:
+                data = v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise self._fail(InvalidInputError("string is not valid Unicode (lone surrogate)")) from None
+            self.logical_bytes += len(data)
+            if len(data) > limits.CHUNK_THRESHOLD:
+                return _ext(EXT_STR, self._chunk_tree(EXT_STR, data))
+            return _packb(v)
+        if t is bytes or t is bytearray or t is memoryview:
+            data = bytes(v)
+            self.logical_bytes += len(data)
+            if len(data) > limits.CHUNK_THRESHOLD:
+                return _ext(EXT_BYTES, self._chunk_tree(EXT_BYTES, data))
+            return _packb(data)
+        if t is Encoded:
+            return cast(bytes, v.ev)
+        if t is list or t is tuple:
+            if depth >= limits.MAX_DEPTH:
+                raise self._fail(LimitExceededError(f"nesting is deeper than {limits.MAX_DEPTH} levels"))
+            items = []
+            for i, x in enumerate(v):
+                try:
+                    items.append(self._child(x, depth + 1))
+                except _PathError as exc:
+                    exc.parts.append(f"[{i}]")
+                    raise
+            return self._container(EXT_LIST, items, array_header)
+        if t is dict:
+            if depth >= limits.MAX_DEPTH:
+                raise self._fail(LimitExceededError(f"nesting is deeper than {limits.MAX_DEPTH} levels"))
+            entries = []
+            for k, x in v.items():
+                if type(k) is not str:
+                    raise self._fail(InvalidInputError(f"map key {k!r} is a {type(k).__name__}; ckpt maps need string keys"))
+                try:
+                    key_len = len(k.encode("utf-8"))
+                except UnicodeEncodeError:
+                    raise self._fail(InvalidInputError(f"map key {k!r} is not valid Unicode (lone surrogate)")) from None
+                if key_len > limits.MAX_KEY_BYTES:
+                    raise self._fail(InvalidInputError(f"map key of {key_len} bytes is longer than {limits.MAX_KEY_BYTES}"))
+                kb = _packb(k)
+                try:
+                    entries.append(kb + self._child(x, depth + 1))
+                except _PathError as exc:
+                    exc.parts.append(f".{k}")
+                    raise
+            return self._container(EXT_MAP, entries, map_header)
+        if isinstance(v, bool | int | float | str | bytes | list | dict):
+            # subclasses (IntEnum, OrderedDict, ...): store as the base type
+            for base in (bool, int, float, str, bytes, list, dict):
+                if isinstance(v, base):
+                    return self._enc(cast(Any, base)(v), depth)
+        raise self._fail(
+            InvalidInputError(f"a value of type {t.__name__} cannot be stored (use maps, lists, strings, bytes, numbers, booleans, null)")
+        )
+
+    def _child(self, x: Any, depth: int) -> bytes:
+        ev = self._enc(x, depth)
+        if len(ev) > limits.INLINE_MAX:
+            return _ext(EXT_REF, self._put_node(ev))
+        return ev
+
+    def _container(self, kind: int, items: list[bytes], header: Callable[[int], bytes]) -> bytes:
+        total = sum(len(i) for i in items)
+        if len(items) <= limits.TREE_MIN_ITEMS and total <= limits.TREE_MIN_BYTES:
+            return header(len(items)) + b"".join(items)
+        return _ext(kind, self._item_tree(kind, items, header))
+
+    def _leaf(self, kind: int, chunk: list[bytes], header: Callable[[int], bytes]) -> bytes:
+        return b"\x94" + _packb(kind) + b"\x00" + _packb(len(chunk)) + header(len(chunk)) + b"".join(chunk)
+
+    def _item_tree(self, kind: int, items: list[bytes], header: Callable[[int], bytes]) -> bytes:
+        """Cut items into leaves at content-defined boundaries. Leaves that end at a
+        boundary are *sealed* and form a tree of their own; the items after the last
+        boundary (the open tail) are embedded in the root. Appending to a long list then
+        rewrites the root and tail, and the sealed tree only when a leaf seals (about one
+        append in eight), instead of the whole right spine on every append."""
+        sealed: list[tuple[int, bytes]] = []  # (count, leaf id)
+        start = 0
+        leaf_bytes = 0
+        for i, item in enumerate(items):
+            leaf_bytes += len(item)
+            if i + 1 - start >= limits.TREE_MAX_FANOUT or leaf_bytes >= limits.TREE_LEAF_MAX_BYTES or _is_leaf_boundary(item):
+                chunk = items[start : i + 1]
+                sealed.append((len(chunk), self._put_node(self._leaf(kind, chunk, header))))
+                start = i + 1
+                leaf_bytes = 0
+        tail = items[start:]
+        if not sealed:
+            return self._put_node(self._leaf(kind, tail, header))
+        root, level = self._upper_levels(kind, sealed, 1)
+        if not tail:
+            return root
+        sealed_total = len(items) - len(tail)
+        children = (
+            b"\x92" + (b"\x92" + _packb(sealed_total) + _packb(root)) + (b"\x92" + _packb(len(tail)) + self._leaf(kind, tail, header))
+        )
+        return self._put_node(b"\x94" + _packb(kind) + _packb(level + 1) + _packb(len(items)) + children)
+
+    def _upper_levels(self, kind: int, entries: list[tuple[int, bytes]], level: int) -> tuple[bytes, int]:
+        """Group `entries` (children of level `level`) into nodes until one root remains;
+        returns (root id, root level)."""
+        # Item trees start with level-0 nodes; byte trees with data objects, which
+        # cannot be a root, so they always get at least one level-1 node.
+        first_node_level = 1 if kind in (EXT_BYTES, EXT_STR) else 0
+        while True:
+            if len(entries) == 1 and level - 1 >= first_node_level:
+                return entries[0][1], level - 1
+            parents: list[tuple[int, bytes]] = []
+            start = 0
+            n = len(entries)
+            for i, (_total, oid) in enumerate(entries):
+                if i == n - 1 or i + 1 - start >= limits.TREE_MAX_FANOUT or _is_boundary(oid[1:2]):
+                    chunk = entries[start : i + 1]
+                    subtotal = sum(c for c, _ in chunk)
+                    body = array_header(len(chunk)) + b"".join(b"\x92" + _packb(c) + _packb(o) for c, o in chunk)
+                    content = b"\x94" + _packb(kind) + _packb(level) + _packb(subtotal) + body
+                    parents.append((subtotal, self._put_node(content)))
+                    start = i + 1
+            if level >= limits.MAX_TREE_LEVEL:  # pragma: no cover - needs > 128**15 entries
+                raise LimitExceededError("value is too large for a chunk tree")
+            entries = parents
+            level += 1
+
+    def _chunk_tree(self, kind: int, data: bytes) -> bytes:
+        from ckptcli.format.chunker import chunk_bytes
+
+        entries = [(len(piece), self._put_data(piece)) for piece in chunk_bytes(data, self.cdc)]
+        return self._upper_levels(kind, entries, 1)[0]
+
+    def encode_stream(self, stream: IO[bytes], on_bytes: Callable[[int], None] | None = None) -> tuple[bytes, int]:
+        """Encode a byte stream as BYTES (chunked, bounded memory); returns (EV, size).
+
+        Same result as encode(stream.read()): up to CHUNK_THRESHOLD bytes stay inline,
+        anything longer becomes a BYTES tree of exactly the chunks chunk_bytes would cut.
+        When the sink can take stored objects (a store transaction), the chunks of each
+        read window are hashed and compressed together on a thread pool (hashlib and
+        zstandard release the GIL; one task per window keeps the hand-offs between
+        threads few), in order, with a bounded number of windows in flight.
+        """
+        from ckptcli.format.chunker import iter_windows
+
+        parallel = hasattr(self.sink, "put_stored") and hasattr(self.sink, "has") and _workers() > 1
+        entries: list[tuple[int, bytes]] = []
+        held: list[memoryview] = []
+        pending: collections.deque[Future[list[_Stored]]] = collections.deque()
+        size = 0
+
+        def drain(keep: int) -> None:
+            while len(pending) > keep:
+                for oid, n, stored in pending.popleft().result():
+                    if stored is not None:
+                        self.sink.put_stored(oid, OBJ_DATA, stored[0], stored[1], n)  # type: ignore[attr-defined]
+                    entries.append((n, oid))
+
+        try:
+            for pieces in iter_windows(stream, self.cdc):
+                got = sum(len(p) for p in pieces)
+                size += got
+                if on_bytes:
+                    on_bytes(got)
+                held.extend(pieces)
+                if size <= limits.CHUNK_THRESHOLD:
+                    continue
+                if parallel:
+                    pending.append(_pool().submit(_hash_and_compress, held, self.sink.has))  # type: ignore[attr-defined]
+                    drain(_WINDOWS_IN_FLIGHT)
+                else:
+                    entries.extend((len(p), self._put_data(bytes(p))) for p in held)
+                held = []
+            drain(0)
+        finally:
+            for fut in pending:
+                fut.cancel()
+        self.logical_bytes += size
+        if not entries:
+            return _packb(b"".join(held)), size
+        return _ext(EXT_BYTES, self._upper_levels(EXT_BYTES, entries, 1)[0]), size
+
+
+class ListTree:
+    """The EV of a list that grows at its end, kept up to date in O(new items).
+
+    `ev()` gives exactly the bytes `Encoder.encode` gives for a list of the same items
+    (each item an EV as a list item has it: inline, or a REF; see `Encoder.encode_root`),
+    and the same objects: leaves are cut at the same content-defined boundaries, and the
+    groups of every upper level that closed at a boundary are built once, when they
+    close. What changes with each append is only the open end of each level: the open
+    tail (embedded in the root) and one node per level above the sealed leaves. So an
+    agent's history of n messages costs O(new messages + log n) per checkpoint to
+    encode, not O(n) (a full `encode` hashes every item to find the leaf boundaries).
+
+    Nodes are handed to the sink given to `ev()` (an object already there is skipped,
+    as always); leaves and closed groups are kept until the list is long enough to be a
+    tree at all, so a list that stays inline leaves nothing behind.
+    """
+
+    def __init__(self) -> None:
+        self.items: list[bytes] = []
+        self._bytes = 0
+        self._start = 0  # the first item of the open (unsealed) leaf
+        self._leaf_bytes = 0
+        # per upper level k (index k - 1): its stable inputs (count, node id), the nodes of
+        # level k - 1 that no append changes any more, and where its open group starts
+        self._inputs: list[list[tuple[int, bytes]]] = []
+        self._group_start: list[int] = []
+        self._pending: list[tuple[bytes, bytes]] = []  # (id, content) not yet given to a sink
+        self._memo: tuple[int, bytes] | None = None
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def extend(self, items: Iterable[bytes]) -> None:
+        for item in items:
+            self.append(item)
+
+    def append(self, item: bytes) -> None:
+        i = len(self.items)
+        self.items.append(item)
+        self._bytes += len(item)
+        self._leaf_bytes += len(item)
+        self._memo = None
+        if i + 1 - self._start >= limits.TREE_MAX_FANOUT or self._leaf_bytes >= limits.TREE_LEAF_MAX_BYTES or _is_leaf_boundary(item):
+            chunk = self.items[self._start : i + 1]
+            content = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(chunk)) + array_header(len(chunk)) + b"".join(chunk)
+            oid = hashlib.sha256(content).digest()
+            self._pending.append((oid, content))
+            self._start = i + 1
+            self._leaf_bytes = 0
+            self._add(1, (len(chunk), oid))
+
+    def _add(self, level: int, entry: tuple[int, bytes]) -> None:
+        """A node of level `level` - 1 that will not change: an input of `level`."""
+        if len(self._inputs) < level:
+            self._inputs.append([])
+            self._group_start.append(0)
+        inputs = self._inputs[level - 1]
+        inputs.append(entry)
+        start = self._group_start[level - 1]
+        # Encoder._upper_levels closes a group at the fanout or after a boundary child
+        if len(inputs) - start >= limits.TREE_MAX_FANOUT or _is_boundary(entry[1][1:2]):
+            oid, subtotal = self._node(level, inputs[start:])
+            self._group_start[level - 1] = len(inputs)
+            self._add(level + 1, (subtotal, oid))
+
+    def _node(self, level: int, chunk: list[tuple[int, bytes]]) -> tuple[bytes, int]:
+        subtotal = sum(c for c, _ in chunk)
+        body = array_header(len(chunk)) + b"".join(b"\x92" + _packb(c) + _packb(o) for c, o in chunk)
+        content = b"\x94" + _packb(EXT_LIST) + _packb(level) + _packb(subtotal) + body
+        oid = hashlib.sha256(content).digest()
+        self._pending.append((oid, content))
+        return oid, subtotal
+
+    def ev(self, sink: ObjectSink) -> bytes:
+        """The EV of the list as it is now; puts what it needs into `sink`."""
+        n = len(self.items)
+        if self._memo is not None and self._memo[0] == n:
+            return self._memo[1]
+        if n <= limits.TREE_MIN_ITEMS and self._bytes <= limits.TREE_MIN_BYTES:
+            ev = array_header(n) + b"".join(self.items)
+        else:
+            tail = self.items[self._start :]
+            if not self._inputs:
+                root = self._leaf_node(tail)
+            else:
+                sealed, level = self._sealed_root()
+                if tail:
+                    tail_leaf = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(tail)) + array_header(len(tail)) + b"".join(tail)
+                    children = b"\x92" + (b"\x92" + _packb(n - len(tail)) + _packb(sealed)) + (b"\x92" + _packb(len(tail)) + tail_leaf)
+                    content = b"\x94" + _packb(EXT_LIST) + _packb(level + 1) + _packb(n) + children
+                    root = hashlib.sha256(content).digest()
+                    self._pending.append((root, content))
+                else:
+                    root = sealed
+            ev = _ext(EXT_LIST, root)
+            for oid, content in self._pending:
+                sink.put(oid, content, OBJ_NODE)
+            self._pending.clear()
+        self._memo = (n, ev)
+        return ev
+
+    def _leaf_node(self, chunk: list[bytes]) -> bytes:
+        content = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(chunk)) + array_header(len(chunk)) + b"".join(chunk)
+        oid = hashlib.sha256(content).digest()
+        self._pending.append((oid, content))
+        return oid
+
+    def _sealed_root(self) -> tuple[bytes, int]:
+        """The root of the sealed leaves, as Encoder._upper_levels builds it: the closed
+        groups of each level are already nodes; only each level's open group is built."""
+        carry: tuple[int, bytes] | None = None  # the open node of the level below
+        level = 1
+        while True:
+            inputs = self._inputs[level - 1] if level <= len(self._inputs) else []
+            if len(inputs) + (carry is not None) == 1:
+                return (inputs[0] if inputs else carry)[1], level - 1  # type: ignore[index]
+            start = self._group_start[level - 1] if level <= len(self._inputs) else 0
+            group = inputs[start:] + ([carry] if carry is not None else [])
+            if group:
+                oid, subtotal = self._node(level, group)
+                carry = (subtotal, oid)
+            else:
+                carry = None
+            level += 1
+
+
+_Stored = tuple[bytes, int, "tuple[int, bytes | memoryview] | None"]  # id, raw length, (codec, stored) or None if known
+_WINDOWS_IN_FLIGHT = 3  # read windows (8 MiB each) hashed/compressed ahead of the writer
+
+
+def _hash_and_compress(pieces: list[memoryview], known: Callable[[bytes], bool]) -> list[_Stored]:
+    from ckptcli.format.framing import compress
+
+    out: list[_Stored] = []
+    for piece in pieces:
+        oid = hashlib.sha256(piece).digest()
+        # an object the store already has need not be compressed
+        out.append((oid, len(piece), None if known(oid) else compress(piece)))
+    return out
