@@ -44,3 +44,17 @@ def test_the_public_paths_of_packages_that_were_modules() -> None:
     assert CkptSaver.__module__ == "ckptcli.adapters.langgraph.saver"
     assert log.__module__ == bisect.__module__ == "ckptcli.history.query"
     assert {migration.__module__, MigrationSet.__module__, load_migrations.__module__} == {"ckptcli.schema.migrations"}
+
+
+def test_the_packages_lazy_names_are_their_modules_public_names() -> None:
+    """The names `ckptcli.history` and `ckptcli.schema` offer on first use are listed by hand
+    (importing the module to read them would load it with the package): each must exist."""
+    import ckptcli.adapters.langgraph
+    import ckptcli.history
+    import ckptcli.schema
+    from ckptcli.history import query
+    from ckptcli.schema import migrations
+
+    assert set(ckptcli.history._QUERY) == set(query.__all__)
+    assert all(hasattr(migrations, name) for name in ckptcli.schema._MIGRATIONS)
+    assert all(hasattr(ckptcli.adapters.langgraph, name) for name in ckptcli.adapters.langgraph._EXPORTS)
