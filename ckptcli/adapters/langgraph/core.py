@@ -198,15 +198,22 @@ class SaverCore:
             if not write:
                 self._fence.pop(thread, None)  # a read: the run sees the thread as it is now
             else:
-                if target is not None and target in self._fence.get(thread, ()):
+                fence = self._fence.get(thread)
+                # a put with no parent read its namespace empty: a fork if it has checkpoints now
+                if fence is not None and (
+                    target in fence if target is not None else child is not None and bool(self._thread_entries(thread).get(child[0]))
+                ):
                     if child is not None:
                         # the pending writes of the refused checkpoint are refused too, and
                         # those that came before it dropped: kept, they would wait for it,
                         # holding the thread (never handed over) for good
                         self._fence[thread].add(child[1])
                         self._orphan_writes.pop((thread, *child), None)
+                    what = f"to its checkpoint {target}"
+                    if target is None and child is not None:
+                        what = f"a first checkpoint to namespace {child[0]!r} (read empty)"
                     raise ThreadConflictError(
-                        f"thread {thread!r} was extended by another process after this saver read it: writing to its checkpoint {target} would fork it",
+                        f"thread {thread!r} was extended by another process after this saver read it: writing {what} would fork it",
                         hint="nothing of this write was stored; run the turn again (it reads the thread as it is now), one run at a time per thread",
                     )
                 self._mark_dirty(self._leases[thread])
@@ -218,7 +225,8 @@ class SaverCore:
         """Take thread `thread`'s lease (asking its holder to hand it over, and waiting),
         then read the thread again from the store if another process committed to it
         since this saver last held it. A write that finds that fences off the checkpoints
-        this saver knew (its run read them before the other process wrote)."""
+        this saver knew (its run read them before the other process wrote), and the
+        namespaces it knew empty: a put with no parent there would start a second root."""
         name = lease_name(thread)
         with self._claiming[int(name[:4], 16) % len(self._claiming)]:  # one claim of a thread at a time here
             if thread not in self._leases:
@@ -246,8 +254,8 @@ class SaverCore:
                 if dirty or fresh or token != self._seen.get(name, b""):
                     known = {cid for ids in self._thread_entries(thread).values() for cid in ids}
                     self._reload_thread(thread)
-                    if write and known:
-                        self._fence[thread] = known
+                    if write:  # what the run read before (nothing, if it read the thread empty) may be stale
+                        self._fence.setdefault(thread, set()).update(known)
                 if fresh:  # read again: a token of its own, so that it is not read again at each take
                     with contextlib.suppress(OSError):
                         new_token = os.urandom(16)
