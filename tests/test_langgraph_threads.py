@@ -577,6 +577,63 @@ def test_a_run_that_read_a_new_thread_empty_is_refused_once_another_saver_starte
     assert [m[1] for m in hist[0]["messages"]] == ["b0", "echo b0 after 1", "a1", "echo a1 after 3"]
 
 
+def _with_subgraph(saver: Any) -> Any:
+    """The worker's bot node inside a subgraph: its reads and puts are in a namespace of its own."""
+    from tests.langgraph_worker import Chat, _bot
+
+    inner = StateGraph(Chat)
+    inner.add_node("bot", _bot)
+    inner.add_edge(START, "bot")
+    inner.add_edge("bot", END)
+    outer = StateGraph(Chat)
+    outer.add_node("sub", inner.compile())
+    outer.add_edge(START, "sub")
+    outer.add_edge("sub", END)
+    return outer.compile(checkpointer=saver)
+
+
+def test_a_run_whose_subgraph_reads_after_another_saver_wrote_is_refused_not_forked(tmp_path: Path) -> None:
+    """A run let the thread go between two steps (handed over) and another process's
+    saver ran a whole turn meanwhile; the run's subgraph then read its namespace, which
+    took the thread back and read it again, and a read cleared the fence: the run's next
+    put extended the checkpoint it had read before, a fork that left the other turn off
+    the head. A read inside a run (a subgraph's) now keeps what the run read fenced."""
+    from ckptcli.errors import ThreadConflictError
+    from tests.langgraph_worker import history
+
+    store = tmp_path / ".ckpt"
+    cfg: Any = {"configurable": {"thread_id": "t"}}
+    other = CkptSaver.open(store)
+    _with_subgraph(other).invoke({"messages": [HumanMessage(content="q0", id="user-q0")]}, cfg)
+    other.flush()
+    interleaved: list[str] = []
+
+    class HandsOverBeforeItsSubgraph(CkptSaver):
+        def get_tuple(self, config: Any) -> Any:
+            if config["configurable"].get("checkpoint_ns") and not interleaved:
+                self.flush()  # the run's checkpoints so far committed and the lease let go, as a hand-over does
+                _with_subgraph(other).invoke({"messages": [HumanMessage(content="b0", id="user-b0")]}, cfg)
+                other.flush()
+                interleaved.append("b0")
+            return super().get_tuple(config)
+
+    mine = HandsOverBeforeItsSubgraph.open(store)
+    try:
+        graph = _with_subgraph(mine)
+        with pytest.raises(ThreadConflictError, match="another process"):
+            graph.invoke({"messages": [HumanMessage(content="a0", id="user-a0")]}, cfg)
+        assert interleaved == ["b0"]
+        graph.invoke({"messages": [HumanMessage(content="a1", id="user-a1")]}, cfg)
+    finally:
+        mine.close()
+        other.close()
+    with CkptSaver.open(store) as saver:
+        hist = history(_with_subgraph(saver), "t")
+    assert [h["parent"] for h in hist] == [*range(1, len(hist)), None]  # one line, one root
+    # the refused run left its question (as a refused run may), then b0's turn and a1's
+    assert [m[1] for m in hist[0]["messages"]] == ["q0", "echo q0 after 1", "a0", "b0", "echo b0 after 4", "a1", "echo a1 after 6"]
+
+
 def test_a_request_left_by_a_waiter_that_was_killed_is_removed_and_not_waited_for(tmp_path: Path) -> None:
     """A saver killed while it waited for a thread left its request, which every saver
     then trusted for lease_timeout + 1 s: each claim of the thread, even in a lone

@@ -179,11 +179,15 @@ class SaverCore:
         return list(self._open.values())
 
     @contextlib.contextmanager
-    def _owning(self, thread: str, write: bool, target: str | None = None, child: tuple[str, str] | None = None) -> Iterator[None]:
+    def _owning(
+        self, thread: str, write: bool, target: str | None = None, child: tuple[str, str] | None = None, within_run: bool = False
+    ) -> Iterator[None]:
         """Hold thread `thread`'s lease and the saver's lock. The lease is taken first,
         without the lock: waiting for another process's saver to hand the thread over
         must not stop this saver's commit thread from handing over its own. `child`: the
-        (namespace, id) of the checkpoint a put of a child of `target` makes."""
+        (namespace, id) of the checkpoint a put of a child of `target` makes.
+        `within_run`: a read inside a run (a subgraph's), which keeps what the run read
+        before fenced; any other read starts from the thread as it is now."""
         while True:
             if thread not in self._leases:
                 self._claim(thread, write)
@@ -196,7 +200,8 @@ class SaverCore:
                 time.sleep(0.001)
         try:
             if not write:
-                self._fence.pop(thread, None)  # a read: the run sees the thread as it is now
+                if not within_run:
+                    self._fence.pop(thread, None)  # a read: the run sees the thread as it is now
             else:
                 fence = self._fence.get(thread)
                 # a put with no parent read its namespace empty: a fork if it has checkpoints now
@@ -224,9 +229,10 @@ class SaverCore:
     def _claim(self, thread: str, write: bool, wait: bool = True) -> None:
         """Take thread `thread`'s lease (asking its holder to hand it over, and waiting),
         then read the thread again from the store if another process committed to it
-        since this saver last held it. A write that finds that fences off the checkpoints
-        this saver knew (its run read them before the other process wrote), and the
-        namespaces it knew empty: a put with no parent there would start a second root."""
+        since this saver last held it. That fences off the checkpoints this saver knew
+        (a run read them before the other process wrote: a write or a subgraph's read
+        in the middle of it takes the thread back), and the namespaces it knew empty:
+        a put with no parent there would start a second root."""
         name = lease_name(thread)
         with self._claiming[int(name[:4], 16) % len(self._claiming)]:  # one claim of a thread at a time here
             if thread not in self._leases:
@@ -254,8 +260,9 @@ class SaverCore:
                 if dirty or fresh or token != self._seen.get(name, b""):
                     known = {cid for ids in self._thread_entries(thread).values() for cid in ids}
                     self._reload_thread(thread)
-                    if write:  # what the run read before (nothing, if it read the thread empty) may be stale
-                        self._fence.setdefault(thread, set()).update(known)
+                    # what the run read before (nothing, if it read the thread empty) may be stale:
+                    # fenced until a read that starts from the thread as it is now (`_owning`)
+                    self._fence.setdefault(thread, set()).update(known)
                 if fresh:  # read again: a token of its own, so that it is not read again at each take
                     with contextlib.suppress(OSError):
                         new_token = os.urandom(16)
