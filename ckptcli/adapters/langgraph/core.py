@@ -190,7 +190,7 @@ class SaverCore:
         before fenced; any other read starts from the thread as it is now."""
         while True:
             if thread not in self._leases:
-                self._claim(thread, write)
+                self._claim(thread, write or within_run)
             self._lock.acquire()
             if thread in self._leases and thread not in self._yielding:
                 break
@@ -229,10 +229,10 @@ class SaverCore:
     def _claim(self, thread: str, write: bool, wait: bool = True) -> None:
         """Take thread `thread`'s lease (asking its holder to hand it over, and waiting),
         then read the thread again from the store if another process committed to it
-        since this saver last held it. That fences off the checkpoints this saver knew
-        (a run read them before the other process wrote: a write or a subgraph's read
-        in the middle of it takes the thread back), and the namespaces it knew empty:
-        a put with no parent there would start a second root."""
+        since this saver last held it. `write`: a write or a subgraph's read, in the
+        middle of a run that read the thread before the other process wrote; that fences
+        off the checkpoints this saver knew, and the namespaces it knew empty (a put with
+        no parent there would start a second root)."""
         name = lease_name(thread)
         with self._claiming[int(name[:4], 16) % len(self._claiming)]:  # one claim of a thread at a time here
             if thread not in self._leases:
@@ -260,9 +260,8 @@ class SaverCore:
                 if dirty or fresh or token != self._seen.get(name, b""):
                     known = {cid for ids in self._thread_entries(thread).values() for cid in ids}
                     self._reload_thread(thread)
-                    # what the run read before (nothing, if it read the thread empty) may be stale:
-                    # fenced until a read that starts from the thread as it is now (`_owning`)
-                    self._fence.setdefault(thread, set()).update(known)
+                    if write:  # what the run read (nothing, if it read the thread empty) is stale
+                        self._fence.setdefault(thread, set()).update(known)  # until a read starts anew (`_owning`)
                 if fresh:  # read again: a token of its own, so that it is not read again at each take
                     with contextlib.suppress(OSError):
                         new_token = os.urandom(16)
