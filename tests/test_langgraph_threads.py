@@ -537,6 +537,104 @@ def _chat(saver: Any) -> Any:
     return chat_graph(saver)
 
 
+def test_a_run_that_read_a_new_thread_empty_is_refused_once_another_saver_started_it(tmp_path: Path) -> None:
+    """The first turns of two workers on a new thread (what made the test above lose an
+    acknowledged turn now and then): one read the thread empty and let its lease go
+    before its first put; the other ran a whole turn meanwhile. The fence was made of
+    the checkpoints the first knew of the thread, none, so its put with no parent was
+    taken: a second root, and one of the two acknowledged turns off the thread's head.
+    Now it is refused as any write on a stale read is, and its next run sees the thread."""
+    from ckptcli.errors import ThreadConflictError
+    from tests.langgraph_worker import history
+
+    store = tmp_path / ".ckpt"
+    cfg: Any = {"configurable": {"thread_id": "t"}}
+    other = CkptSaver.open(store)
+    interleaved: list[str] = []
+
+    class ReadsThenLetsGo(CkptSaver):
+        def get_tuple(self, config: Any) -> Any:
+            got = super().get_tuple(config)
+            if got is None and not interleaved:  # the run read the thread empty, then:
+                self.flush()  # nothing to commit: lets the thread's lease go, as its commit thread does
+                _chat(other).invoke({"messages": [HumanMessage(content="b0", id="user-b0")]}, cfg)
+                other.flush()  # committed and let go: a new token in the lease
+                interleaved.append("b0")
+            return got
+
+    mine = ReadsThenLetsGo.open(store)
+    try:
+        graph = _chat(mine)
+        with pytest.raises(ThreadConflictError, match=r"'t'.*another process.*namespace ''"):
+            graph.invoke({"messages": [HumanMessage(content="a0", id="user-a0")]}, cfg)
+        assert interleaved == ["b0"]
+        graph.invoke({"messages": [HumanMessage(content="a1", id="user-a1")]}, cfg)  # run again: it sees b0
+    finally:
+        mine.close()
+        other.close()
+    with CkptSaver.open(store) as saver:
+        hist = history(_chat(saver), "t")
+    assert [h["parent"] for h in hist] == [*range(1, len(hist)), None]  # one line, one root
+    assert [m[1] for m in hist[0]["messages"]] == ["b0", "echo b0 after 1", "a1", "echo a1 after 3"]
+
+
+def _with_subgraph(saver: Any) -> Any:
+    """The worker's bot node inside a subgraph: its reads and puts are in a namespace of its own."""
+    from tests.langgraph_worker import Chat, _bot
+
+    inner = StateGraph(Chat)
+    inner.add_node("bot", _bot)
+    inner.add_edge(START, "bot")
+    inner.add_edge("bot", END)
+    outer = StateGraph(Chat)
+    outer.add_node("sub", inner.compile())
+    outer.add_edge(START, "sub")
+    outer.add_edge("sub", END)
+    return outer.compile(checkpointer=saver)
+
+
+def test_a_run_whose_subgraph_reads_after_another_saver_wrote_is_refused_not_forked(tmp_path: Path) -> None:
+    """A run let the thread go between two steps (handed over) and another process's
+    saver ran a whole turn meanwhile; the run's subgraph then read its namespace, which
+    took the thread back and read it again, and a read cleared the fence: the run's next
+    put extended the checkpoint it had read before, a fork that left the other turn off
+    the head. A read inside a run (a subgraph's) now keeps what the run read fenced."""
+    from ckptcli.errors import ThreadConflictError
+    from tests.langgraph_worker import history
+
+    store = tmp_path / ".ckpt"
+    cfg: Any = {"configurable": {"thread_id": "t"}}
+    other = CkptSaver.open(store)
+    _with_subgraph(other).invoke({"messages": [HumanMessage(content="q0", id="user-q0")]}, cfg)
+    other.flush()
+    interleaved: list[str] = []
+
+    class HandsOverBeforeItsSubgraph(CkptSaver):
+        def get_tuple(self, config: Any) -> Any:
+            if config["configurable"].get("checkpoint_ns") and not interleaved:
+                self.flush()  # the run's checkpoints so far committed and the lease let go, as a hand-over does
+                _with_subgraph(other).invoke({"messages": [HumanMessage(content="b0", id="user-b0")]}, cfg)
+                other.flush()
+                interleaved.append("b0")
+            return super().get_tuple(config)
+
+    mine = HandsOverBeforeItsSubgraph.open(store)
+    try:
+        graph = _with_subgraph(mine)
+        with pytest.raises(ThreadConflictError, match="another process"):
+            graph.invoke({"messages": [HumanMessage(content="a0", id="user-a0")]}, cfg)
+        assert interleaved == ["b0"]
+        graph.invoke({"messages": [HumanMessage(content="a1", id="user-a1")]}, cfg)
+    finally:
+        mine.close()
+        other.close()
+    with CkptSaver.open(store) as saver:
+        hist = history(_with_subgraph(saver), "t")
+    assert [h["parent"] for h in hist] == [*range(1, len(hist)), None]  # one line, one root
+    # the refused run left its question (as a refused run may), then b0's turn and a1's
+    assert [m[1] for m in hist[0]["messages"]] == ["q0", "echo q0 after 1", "a0", "b0", "echo b0 after 4", "a1", "echo a1 after 6"]
+
+
 def test_a_request_left_by_a_waiter_that_was_killed_is_removed_and_not_waited_for(tmp_path: Path) -> None:
     """A saver killed while it waited for a thread left its request, which every saver
     then trusted for lease_timeout + 1 s: each claim of the thread, even in a lone

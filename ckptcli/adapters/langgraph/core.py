@@ -181,14 +181,18 @@ class SaverCore:
         return list(self._open.values())
 
     @contextlib.contextmanager
-    def _owning(self, thread: str, write: bool, target: str | None = None, child: tuple[str, str] | None = None) -> Iterator[None]:
+    def _owning(
+        self, thread: str, write: bool, target: str | None = None, child: tuple[str, str] | None = None, within_run: bool = False
+    ) -> Iterator[None]:
         """Hold thread `thread`'s lease and the saver's lock. The lease is taken first,
         without the lock: waiting for another process's saver to hand the thread over
         must not stop this saver's commit thread from handing over its own. `child`: the
-        (namespace, id) of the checkpoint a put of a child of `target` makes."""
+        (namespace, id) of the checkpoint a put of a child of `target` makes.
+        `within_run`: a read inside a run (a subgraph's), which keeps what the run read
+        before fenced; any other read starts from the thread as it is now."""
         while True:
             if thread not in self._leases:
-                self._claim(thread, write)
+                self._claim(thread, write or within_run)
             self._lock.acquire()
             if thread in self._leases and thread not in self._yielding:
                 break
@@ -198,18 +202,25 @@ class SaverCore:
                 time.sleep(0.001)
         try:
             if not write:
-                self._fence.pop(thread, None)  # a read: the run sees the thread as it is now
+                if not within_run:
+                    self._fence.pop(thread, None)  # a read: the run sees the thread as it is now
             else:
-                if target is not None and target in self._fence.get(thread, ()):
+                fence = self._fence.get(thread)
+                # a put with no parent read its namespace empty: a fork if it has checkpoints now
+                if fence is not None and (
+                    target in fence if target is not None else child is not None and bool(self._thread_entries(thread).get(child[0]))
+                ):
                     if child is not None:
                         # the pending writes of the refused checkpoint are refused too, and
                         # those that came before it dropped: kept, they would wait for it,
                         # holding the thread (never handed over) for good
                         self._fence[thread].add(child[1])
                         self._orphan_writes.pop((thread, *child), None)
+                    what = f"to its checkpoint {target}"
+                    if target is None and child is not None:
+                        what = f"a first checkpoint to namespace {child[0]!r} (read empty)"
                     raise ThreadConflictError(
-                        f"thread {thread!r} was extended by another process after this saver read it: "
-                        f"writing to its checkpoint {target} would fork it",
+                        f"thread {thread!r} was extended by another process after this saver read it: writing {what} would fork it",
                         hint=(
                             "nothing of this write was stored; run the turn again (it reads the thread as it is now), "
                             "one run at a time per thread"
@@ -223,8 +234,10 @@ class SaverCore:
     def _claim(self, thread: str, write: bool, wait: bool = True) -> None:
         """Take thread `thread`'s lease (asking its holder to hand it over, and waiting),
         then read the thread again from the store if another process committed to it
-        since this saver last held it. A write that finds that fences off the checkpoints
-        this saver knew (its run read them before the other process wrote)."""
+        since this saver last held it. `write`: a write or a subgraph's read, in the
+        middle of a run that read the thread before the other process wrote; that fences
+        off the checkpoints this saver knew, and the namespaces it knew empty (a put with
+        no parent there would start a second root)."""
         name = lease_name(thread)
         with self._claiming[int(name[:4], 16) % len(self._claiming)]:  # one claim of a thread at a time here
             if thread not in self._leases:
@@ -252,8 +265,8 @@ class SaverCore:
                 if dirty or fresh or token != self._seen.get(name, b""):
                     known = {cid for ids in self._thread_entries(thread).values() for cid in ids}
                     self._reload_thread(thread)
-                    if write and known:
-                        self._fence[thread] = known
+                    if write:  # what the run read (nothing, if it read the thread empty) is stale
+                        self._fence.setdefault(thread, set()).update(known)  # until a read starts anew (`_owning`)
                 if fresh:  # read again: a token of its own, so that it is not read again at each take
                     with contextlib.suppress(OSError):
                         new_token = os.urandom(16)

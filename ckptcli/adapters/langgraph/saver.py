@@ -396,7 +396,7 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "") or ""
-        with self._owning(thread, False):
+        with self._owning(thread, False, within_run=bool(ns)):  # a subgraph's read: within its run
             self._check()
             ids = self._thread_entries(thread).get(ns)
             if not ids:
