@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ckptcli.errors import InvalidInputError, failed_with, user_failure
+
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
@@ -31,13 +33,28 @@ MIGRATIONS = "ckpt.migrations"
 
 GROUPS = (REDUCERS, RETENTION, EXPIRY, BESIDE_STORE, DOCTOR, MIGRATIONS)
 
+#: ckpt's own registrations, as pyproject.toml declares them (a test keeps the two equal).
+#: Read as well as the installed metadata, so that an install whose metadata predates a
+#: group (an editable install not reinstalled after an upgrade) still finds them: without
+#: it, `ckpt verify` would skip the LangGraph journals without a word. An installed entry
+#: point of the same name replaces the built-in one.
+BUILTIN: dict[str, dict[str, str]] = {
+    REDUCERS: {"langgraph": "ckptcli.adapters.langgraph.events:REDUCERS"},
+    RETENTION: {"langgraph": "ckptcli.adapters.langgraph.retention:retain"},
+    EXPIRY: {"langgraph": "ckptcli.adapters.langgraph.plugins:Expiry"},
+    BESIDE_STORE: {"langgraph": "ckptcli.adapters.langgraph.plugins:check_beside"},
+}
+
 
 def entries(group: str) -> list[EntryPoint]:
     """The entry points of `group` (importlib.metadata is imported on first use: the
     recorder loads this module inside agents, where start-up counts)."""
-    from importlib.metadata import entry_points
+    from importlib.metadata import EntryPoint, entry_points
 
-    return list(entry_points(group=group))
+    installed = list(entry_points(group=group))
+    have = {ep.name for ep in installed}
+    builtin = [EntryPoint(name, value, group) for name, value in BUILTIN.get(group, {}).items() if name not in have]
+    return builtin + installed
 
 
 def names(group: str) -> list[str]:
@@ -55,4 +72,18 @@ def load(group: str, wanted: Iterable[str] | None = None) -> list[tuple[str, Any
     `wanted`, when given), in name order."""
     keep = None if wanted is None else set(wanted)
     found = sorted((ep for ep in entries(group) if keep is None or ep.name in keep), key=lambda ep: ep.name)
-    return [(ep.name, ep.load()) for ep in found]
+    return [(ep.name, _load(group, ep)) for ep in found]
+
+
+def _load(group: str, ep: EntryPoint) -> Any:
+    """The object `ep` names; a package whose entry point cannot be imported is one line
+    (InvalidInputError) naming it, not a crash of the command that asked."""
+    try:
+        return ep.load()
+    except BaseException as exc:  # the plugin's own import failed (sys.exit too): one line, cause kept
+        if not user_failure(exc):
+            raise
+        raise InvalidInputError(
+            f"loading the entry point {ep.name!r} ({ep.value}) of the group {group} failed: {failed_with(exc)}",
+            hint="reinstall or remove the package that registers it (ckpt doctor lists the plugins)",
+        ) from exc

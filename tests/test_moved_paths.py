@@ -58,3 +58,43 @@ def test_the_packages_lazy_names_are_their_modules_public_names() -> None:
     assert set(ckptcli.history._QUERY) == set(query.__all__)
     assert all(hasattr(migrations, name) for name in ckptcli.schema._MIGRATIONS)
     assert all(hasattr(ckptcli.adapters.langgraph, name) for name in ckptcli.adapters.langgraph._EXPORTS)
+
+
+@pytest.mark.parametrize(
+    ("package", "names"),
+    [
+        ("ckptcli.adapters.langgraph", {"CkptSaver"}),
+        ("ckptcli.history", {"log", "bisect", "LogEntry", "BisectResult"}),
+        ("ckptcli.schema", {"migration", "load_migrations", "migrate_checkpoint", "installed_migrations"}),
+    ],
+)
+def test_a_star_import_of_a_package_that_was_a_module_gives_its_names(package: str, names: set[str]) -> None:
+    namespace: dict[str, object] = {}
+    exec(f"from {package} import *", namespace)
+    assert names <= set(namespace), sorted(namespace)
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("ckptcli.schema", "storable_problem"),
+        ("ckptcli.schema", "ENTRY_POINT_GROUP"),
+        ("ckptcli.history", "state_at"),
+        ("ckptcli.history", "diff_checkpoints"),
+        ("ckptcli.adapters.langgraph", "ROTATE_BYTES"),
+        ("ckptcli.adapters.langgraph", "FSYNC_POLICIES"),
+        ("ckptcli.diff", "state_line"),
+        ("ckptcli.diff", "MAX_ALIGN_PAIRS"),
+        ("ckptcli.prune", "pack_version"),
+        ("ckptcli.prune", "write_index"),
+        ("ckptcli.recorder", "RECORD_HEAD"),
+        ("ckptcli.store.backend", "lock_holder"),
+    ],
+)
+def test_a_public_name_keeps_its_old_path(module: str, name: str) -> None:
+    """Names found at these paths in 0.2 (found by an outside check of the move)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert getattr(importlib.import_module(module), name) is not None

@@ -36,7 +36,10 @@ from ckptcli.format.values import (
     deep_recursion,
 )
 from ckptcli.history.change import BlobChange, Change, DiffResult, PathPart, pointer
+from ckptcli.history.render import SHORT as SHORT  # SHORT, Line, state_line, MAX_ALIGN_PAIRS: 0.2 names here, kept for one release
+from ckptcli.history.render import Line as Line
 from ckptcli.history.render import describe, describe_change, format_path, ns_time, render
+from ckptcli.history.render import state_line as state_line
 from ckptcli.history.sides import (
     _ABSENT,
     _check_key,
@@ -53,6 +56,7 @@ from ckptcli.history.sides import (
     _tokens,
     parse_pointer,
 )
+from ckptcli.history.sides import MAX_ALIGN_PAIRS as MAX_ALIGN_PAIRS
 from ckptcli.history.stateat import state_at
 from ckptcli.store.repository import Store
 

@@ -24,7 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 import msgpack
 
 from ckptcli.errors import ConflictError, CorruptError, InvalidInputError, LockError, NotFoundError, StoreIOError, UsageError
-from ckptcli.format.journal import JournalWriter, frame_plain, intact_records
+from ckptcli.format.journal import PLAIN_HEAD, JournalWriter, frame_plain, intact_records
 from ckptcli.format.values import packable
 from ckptcli.history.events import (
     ERROR,
@@ -44,6 +44,8 @@ from ckptcli.history.events import (
     normalize,
 )
 from ckptcli.store.backend import write_file_atomic
+
+RECORD_HEAD = PLAIN_HEAD  # its 0.2 name (the record head is the shared journal framing's); kept for one minor release
 
 if TYPE_CHECKING:
     from ckptcli.store.repository import Store

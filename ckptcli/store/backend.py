@@ -23,8 +23,12 @@ from typing import IO
 
 from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError
 from ckptcli.store.layout import TMP
+from ckptcli.store.locking import LOCK_NOTICE_AFTER as LOCK_NOTICE_AFTER  # 0.2 names here, kept for one minor release
+from ckptcli.store.locking import WRITERS_DIR as WRITERS_DIR
 from ckptcli.store.locking import LocalLocks
 from ckptcli.store.locking import WriterMark as WriterMark
+from ckptcli.store.locking import lock_holder as lock_holder
+from ckptcli.store.locking import note_holder as note_holder
 from ckptcli.store.oserror import io_error as io_error
 
 

@@ -31,6 +31,8 @@ from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
 from ckptcli.store import catalog, layout, reflog, repack
 from ckptcli.store.backend import WriterMark
+from ckptcli.store.index import write_index as write_index  # 0.2 name, kept for one minor release
+from ckptcli.store.pack import pack_version as pack_version  # 0.2 name, kept for one minor release
 from ckptcli.store.repack import GcReport as GcReport
 from ckptcli.store.repack import RepackPlan
 from ckptcli.store.repack import upgrade_packs as upgrade_packs

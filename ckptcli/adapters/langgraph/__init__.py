@@ -11,7 +11,29 @@ from __future__ import annotations
 
 from typing import Any
 
-_EXPORTS = {"CkptSaver": "saver", "CkptStore": "store"}
+# the savers, and the other public names the module had when it was `ckptcli.adapters.langgraph` (0.2)
+_EXPORTS = {
+    "CkptSaver": "saver",
+    "CkptStore": "store",
+    "FSYNC_POLICIES": "saver",
+    "JOURNAL_DIR": "saver",
+    "ROTATE_BYTES": "saver",
+    "read_journal": "saver",
+    "DAMAGED_SUFFIX": "journal",
+    "blank": "journal",
+    "fsync_dir": "journal",
+    "hole_message": "journal",
+    "mapped": "journal",
+    "newer_journal": "journal",
+    "open_regular": "journal",
+    "record_error": "journal",
+    "record_where": "journal",
+    "LEASE_DIR": "leases",
+    "RECOVER_LOCK": "leases",
+    "WANT_DIR": "leases",
+    "open_recover_lock": "leases",
+}
+__all__ = ["CkptSaver", "CkptStore"]
 
 
 def __getattr__(name: str) -> Any:
@@ -20,3 +42,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(f"ckptcli.adapters.langgraph.{_EXPORTS[name]}"), name)
     raise AttributeError(f"module 'ckptcli.adapters.langgraph' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
