@@ -119,7 +119,7 @@ def lock_path(name: str) -> str:
 
 def lock_file(store_dir: Path, name: str) -> Path:
     """The lock file `name` of the local store at `store_dir`."""
-    return store_dir / LOCKS / f"{name}.lock"
+    return store_dir / lock_path(name)
 
 
 # -- beside a store: the LangGraph saver's files (formats/langgraph-journal.md) -----------
