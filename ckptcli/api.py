@@ -14,6 +14,7 @@ but the facade (ckptcli/__init__.py), the CLI and the TUI. No UI imports here
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ckptcli.checkpoint import (
     Checkpoint,
@@ -34,9 +35,21 @@ from ckptcli.listing import ListFilter, format_time, info_dict, list_checkpoints
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
-from ckptcli.store.verify import Problem, VerifyReport
 from ckptcli.transfer import export_checkpoint, import_checkpoint
 from ckptcli.writer import TakeResult, origin_of, take
+
+if TYPE_CHECKING:
+    from ckptcli.store.verify import Problem, VerifyReport
+
+_LAZY = {"Problem", "VerifyReport"}  # the verifier is imported when first used, not by every take
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from ckptcli.store import verify as _verify
+
+        return getattr(_verify, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Checkpoint",

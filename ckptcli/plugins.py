@@ -8,15 +8,17 @@ are registered in pyproject.toml, `[project.entry-points]`.
 
 from __future__ import annotations
 
+import importlib
+import os
+import re
+import sys
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from ckptcli.errors import InvalidInputError, failed_with, user_failure
 
-if TYPE_CHECKING:
-    from importlib.metadata import EntryPoint
-
-__all__ = ["BESIDE_STORE", "DOCTOR", "EXPIRY", "GROUPS", "MIGRATIONS", "REDUCERS", "RETENTION", "entries", "find", "load", "names"]
+__all__ = ["BESIDE_STORE", "DOCTOR", "EXPIRY", "GROUPS", "MIGRATIONS", "REDUCERS", "RETENTION", "Entry", "entries", "find", "load", "names"]
 
 #: an ext namespace's reducers of its events (ckptcli.history.events)
 REDUCERS = "ckptcli.reducers"
@@ -46,15 +48,115 @@ BUILTIN: dict[str, dict[str, str]] = {
 }
 
 
-def entries(group: str) -> list[EntryPoint]:
-    """The entry points of `group` (importlib.metadata is imported on first use: the
-    recorder loads this module inside agents, where start-up counts)."""
-    from importlib.metadata import EntryPoint, entry_points
+@dataclass(frozen=True)
+class Entry:
+    """One entry point: `name = value` in `group` (the fields of importlib.metadata's
+    EntryPoint, and its `load`)."""
 
-    installed = list(entry_points(group=group))
+    name: str
+    value: str
+    group: str
+
+    @property
+    def module(self) -> str:
+        """The module part of `value`."""
+        return self._parts()[0]
+
+    @property
+    def attr(self) -> str:
+        """The attribute path after the colon ("" when `value` names a module)."""
+        return self._parts()[1]
+
+    def load(self) -> Any:
+        """The object `value` names (`module` or `module:attr.attr`), imported."""
+        module, attr = self._parts()
+        obj: Any = importlib.import_module(module)
+        for part in attr.split(".") if attr else ():
+            obj = getattr(obj, part)
+        return obj
+
+    def _parts(self) -> tuple[str, str]:
+        found = _VALUE.match(self.value)
+        if not found:
+            raise ValueError(f"malformed entry point value {self.value!r}")
+        return found["module"], found["attr"] or ""
+
+
+#: importlib.metadata's grammar of an entry point's value: `module[:attr.attr] [extras]`
+_VALUE = re.compile(r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$")
+
+
+def entries(group: str) -> list[Entry]:
+    """The entry points of `group`: ckpt's own (BUILTIN), then the installed ones; an
+    installed one of the same name replaces the built-in."""
+    installed = [Entry(name, value, group) for name, value in _installed(group)]
     have = {ep.name for ep in installed}
-    builtin = [EntryPoint(name, value, group) for name, value in BUILTIN.get(group, {}).items() if name not in have]
+    builtin = [Entry(name, value, group) for name, value in BUILTIN.get(group, {}).items() if name not in have]
     return builtin + installed
+
+
+def _installed(group: str) -> list[tuple[str, str]]:
+    """(name, value) of each installed entry point of `group`, as
+    `importlib.metadata.entry_points(group=group)` finds them. Importing importlib.metadata
+    costs ~30 ms (it pulls in the email package), more than the rest of a small `ckpt
+    verify`; where every place distributions can come from is a plain directory on
+    sys.path (the usual virtualenv), their `entry_points.txt` files are read directly,
+    with the same precedence (sys.path order, a directory's .dist-info before its
+    .egg-info; the first distribution of a name wins).
+    Anything else (a zip on sys.path, a finder of its own) goes to importlib.metadata."""
+    dirs = _plain_path()
+    if dirs is None:
+        from importlib.metadata import entry_points
+
+        return [(ep.name, ep.value) for ep in entry_points(group=group)]
+    seen: set[str] = set()
+    out: list[tuple[str, str]] = []
+    for d in dirs:
+        try:
+            listing = os.listdir(d or ".")
+        except OSError:
+            continue
+        for child in [c for c in listing if c.endswith(".dist-info")] + [c for c in listing if c.endswith(".egg-info")]:
+            stem = os.path.splitext(child)[0]
+            dist = re.sub(r"[-_.]+", "_", stem.partition("-")[0]).lower()
+            if dist in seen:
+                continue
+            seen.add(dist)
+            out += _read_group(os.path.join(d or ".", child, "entry_points.txt"), group)
+    return out
+
+
+def _plain_path() -> list[str] | None:
+    """sys.path when distributions can only come from its directories; None otherwise."""
+    from importlib.machinery import PathFinder
+
+    if any(f is not PathFinder and hasattr(f, "find_distributions") for f in sys.meta_path):
+        return None
+    if any(os.path.isfile(d) for d in sys.path):  # a zip: importlib.metadata reads inside it
+        return None
+    return list(sys.path)
+
+
+def _read_group(path: str, group: str) -> list[tuple[str, str]]:
+    """The `name = value` lines of section `[group]` of an entry_points.txt (the
+    ini-like format, parsed as importlib.metadata parses it; a line without `=`, which
+    importlib.metadata fails on, is skipped)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError):
+        return []
+    out, section = [], None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line.strip("[]")
+        elif section == group and "=" in line:
+            name, _eq, value = line.partition("=")
+            out.append((name.strip(), value.strip()))
+    return out
 
 
 def names(group: str) -> list[str]:
@@ -62,7 +164,7 @@ def names(group: str) -> list[str]:
     return sorted({ep.name for ep in entries(group)})
 
 
-def find(group: str, name: str) -> EntryPoint | None:
+def find(group: str, name: str) -> Entry | None:
     """The entry point `name` of `group` (the first one, if two packages register it), not loaded."""
     return next((ep for ep in entries(group) if ep.name == name), None)
 
@@ -75,7 +177,7 @@ def load(group: str, wanted: Iterable[str] | None = None) -> list[tuple[str, Any
     return [(ep.name, _load(group, ep)) for ep in found]
 
 
-def _load(group: str, ep: EntryPoint) -> Any:
+def _load(group: str, ep: Entry) -> Any:
     """The object `ep` names; a package whose entry point cannot be imported is one line
     (InvalidInputError) naming it, not a crash of the command that asked."""
     try:

@@ -342,13 +342,13 @@ def run(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
     import shlex
 
-    from ckptcli.store import reflog
+    from ckptcli.store import command  # not reflog: `ckpt --help` has no store to open
 
-    reflog.set_command(shlex.join(["ckpt", *args]))  # what each ref move records (until the run ends)
+    command.set_command(shlex.join(["ckpt", *args]))  # what each ref move records (until the run ends)
     try:
         return _run(args)
     finally:
-        reflog.set_command(None)
+        command.set_command(None)
 
 
 def _one_store(args: list[str]) -> None:

@@ -5,12 +5,16 @@ threads' expiry for `ckpt prune --langgraph-ttl`."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ckptcli.adapters.langgraph.journal import check_journals
-from ckptcli.adapters.langgraph.layout import thread_ttl
-from ckptcli.adapters.langgraph.retention import effective_ttl, hold_threads
 from ckptcli.adapters.langgraph.store_log import check_store_logs, log_dir
+
+if TYPE_CHECKING:
+    from ckptcli.format.manifest import Manifest
+    from ckptcli.store.repository import Store
 
 __all__ = ["Expiry", "check_beside"]
 
@@ -27,11 +31,19 @@ def check_beside(store_dir: Path, manifest_ids: Callable[[], Collection[bytes]])
 class Expiry:
     """A LangGraph thread's expiry: its TTL and strategy, and the leases to hold while it is pruned."""
 
-    hold = staticmethod(hold_threads)
+    @staticmethod
+    def hold(store: Store, manifests: Mapping[bytes, Manifest], subjects: set[str], renew: bool = True) -> AbstractContextManager[set[str]]:
+        """`retention.hold_threads`, imported when a prune needs it (not by every `ckpt verify`)."""
+        from ckptcli.adapters.langgraph.retention import hold_threads
+
+        return hold_threads(store, manifests, subjects, renew)
 
     @staticmethod
     def ttl(labels: Iterable[Mapping[str, str]], default_s: float, default_strategy: str) -> tuple[float | None, str]:
         """(TTL in seconds or None: never, strategy) of a thread whose checkpoints'
         labels are `labels`, newest first: the newest one's own TTL, else the default."""
+        from ckptcli.adapters.langgraph.layout import thread_ttl
+        from ckptcli.adapters.langgraph.retention import effective_ttl
+
         own = next((got for lab in labels if (got := thread_ttl(lab)) is not None), None)
         return effective_ttl(own, default_s, default_strategy)

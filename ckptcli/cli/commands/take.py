@@ -88,9 +88,11 @@ def take(
         raise InvalidInputError("no state document", hint="give a path, - for stdin, or at least one --blob")
     _check_names(subject, label, blobs, branch)  # before reading a possibly large document
     state, doc_format = _read_state(document, fmt)
-    from ckptcli.history.stateat import replay_problem
+    problem = None
+    if isinstance(state, dict) and "events" in state:  # the replay check needs the history modules; most takes do not
+        from ckptcli.history.stateat import replay_problem
 
-    problem = replay_problem(state)
+        problem = replay_problem(state)
     st = open_store(store)
     result = api.take(
         st,
