@@ -7,6 +7,7 @@ the decoder in `format.decode`; `format.values` re-exports all three.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import struct
@@ -122,7 +123,10 @@ def packable(raw: Any) -> Any:
     return raw
 
 
+@functools.cache
 def _workers() -> int:
+    """Threads of the chunk pool (asked once: os.cpu_count reads /sys on each call, and
+    `_pool` runs once per chunk)."""
     return min(4, os.cpu_count() or 1)
 
 
