@@ -3,6 +3,7 @@ with real threads and real processes; each "host" has its own name and a fake cl
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import os
@@ -113,7 +114,17 @@ def test_exclusive_excludes_shared_and_exclusive(backend: MemoryBackend, clock: 
         pass
 
 
+class Slow(MemoryBackend):
+    """Lets other threads run between a listing and what its caller does next."""
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        found = builtins.list(super().list(prefix))
+        time.sleep(0.0002)
+        return iter(found)
+
+
 def test_racing_exclusive_takers_never_both_hold(backend: MemoryBackend) -> None:
+    backend = Slow(backend.url.removeprefix("memory://"))
     holding, most, acquired = [0], [0], [0]
     count = threading.Lock()
     start = threading.Barrier(4)
