@@ -226,6 +226,18 @@ def test_refresh_keeps_a_lock_alive_past_30_minutes(backend: MemoryBackend, cloc
             acquire(backend, False, wait=0, env=h2)
 
 
+def test_check_confirm_sees_a_removal_before_the_next_refresh(backend: MemoryBackend, clock: FakeClock) -> None:
+    with acquire(backend, True, wait=0, env=host("h1", clock)) as held:  # no refresh runs in this test
+        held.check(confirm=True)
+        later = FakeClock(T0 + 31 * MIN)  # h2's clock runs ahead: it counts the lock stale
+        assert [i.path for i in remove_locks(backend, env=host("h2", later))] == [held.path]
+        held.check()  # without reading the store it cannot know yet
+        with pytest.raises(LockError, match="was removed"):
+            held.check(confirm=True)
+        with pytest.raises(LockError, match="was removed"):
+            held.check()
+
+
 class FailingPuts(MemoryBackend):
     """A backend whose writes fail while `failing` is set (the store is unreachable)."""
 

@@ -323,11 +323,15 @@ class HeldLock:
                 return
             self.record, self._etag, self._last_ok, self.refresh_error = record, info.etag, now, ""
 
-    def check(self) -> None:
-        """Call before a commit. Raises: LockError when the lock was released, was removed
-        by someone else, or could not be refreshed for `check_after` seconds: another
-        host may count it stale by now, so the holder must stop."""
+    def check(self, *, confirm: bool = False) -> None:
+        """Call before a commit. Args: confirm: also read the object's version back (one
+        request), so that a removal since the last refresh is seen now, not at the next
+        refresh. Raises: LockError when the lock was released, was removed by someone
+        else, or could not be refreshed for `check_after` seconds: another host may count
+        it stale by now, so the holder must stop. StoreIOError (confirm only)."""
         where = f"the {self.record.kind} lock on the store at {self.backend.url}"
+        if confirm and not self._released:
+            self._confirm()
         if self._released:
             raise LockError(f"{where} was released", hint="take the lock again")
         if self._lost:
@@ -339,6 +343,17 @@ class HeldLock:
                 f"{where} could not be refreshed for {_age(since)}{last}; stopping before the commit",
                 hint="check the connection to the store and run the command again",
             )
+
+    def _confirm(self) -> None:
+        with self._mutex:
+            if self._lost:
+                return
+            try:
+                etag = self.backend.stat(self.path).etag
+            except NotFoundError:
+                etag = ""
+            if etag != self._etag:
+                self._lost = f"its object {self.path} was removed or replaced (by `ckpt unlock`?)"
 
     def release(self) -> None:
         """Stop refreshing and delete the object; idempotent. A failed delete is a warning:
