@@ -314,6 +314,16 @@ def test_a_corrupt_lock_object_is_reported_and_does_not_block(
     assert len(said[1]) == 1 and garbage in said[1][0] and "ckpt unlock" in said[1][0]
 
 
+def test_a_lock_copied_under_another_name_is_damaged(backend: MemoryBackend, clock: FakeClock) -> None:
+    with acquire(backend, True, wait=0, env=host("h1", clock)) as held:
+        backend.put(lock_object_path("1" * 32), backend.get(held.path))
+        with pytest.raises(LockError, match="on host h1"):  # the original still holds
+            acquire(backend, True, wait=0, env=host("h2", clock))
+        infos = list_locks(backend, env=host("h2", clock))
+        assert [(i.path, i.stale) for i in infos] == sorted([(held.path, False), (lock_object_path("1" * 32), True)])
+        assert "under another name" in next(i.why for i in infos if i.stale)
+
+
 def test_a_lock_of_a_newer_ckpt_blocks(backend: MemoryBackend, clock: FakeClock) -> None:
     backend.put(lock_object_path("e" * 32), json.dumps({"v": 2, "anything": "new"}).encode())
     [info] = list_locks(backend, env=host("h1", clock))

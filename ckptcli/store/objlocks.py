@@ -246,6 +246,8 @@ def list_locks(backend: ObjectBackend, *, env: LockEnv | None = None, stale_afte
             if info.size > MAX_LOCK_BYTES:
                 raise CorruptError(f"{where}: a lock object of {info.size} bytes (at most {MAX_LOCK_BYTES}); not a lock ckpt wrote")
             record = decode_lock(backend.get(info.path), where)
+            if record.id != info.path[len(LOCKS) + 1 :]:
+                raise CorruptError(f"{where}: a lock object of id {record.id} under another name")
         except NotFoundError:
             continue  # released since the listing
         except UnsupportedVersionError as exc:
@@ -453,7 +455,7 @@ def _create(backend: ObjectBackend, env: LockEnv, kind: str, command: str) -> tu
 def _conflict(backend: ObjectBackend, own: LockRecord, env: LockEnv, stale_after: float, warned: set[str]) -> LockInfo | None:
     """The first other live lock that conflicts with `own`, or None."""
     for info in list_locks(backend, env=env, stale_after=stale_after):
-        if info.record is not None and info.record.id == own.id:
+        if info.path == lock_object_path(own.id):
             continue
         if info.stale:
             if info.record is None and info.path not in warned:
