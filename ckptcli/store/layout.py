@@ -44,6 +44,7 @@ __all__ = [
     "latest_ref",
     "lease_dir",
     "lock_file",
+    "lock_object_path",
     "lock_path",
     "log_path",
     "manifest_path",
@@ -63,7 +64,7 @@ INDEX = "index"  # index/<64 hex>
 MANIFESTS = "manifests"  # manifests/<64 hex>: the name is the checkpoint id
 REFS = "refs"  # refs/latest/<kind>/<name>, refs/branches/<name>, refs/tags/<name>
 LOGS = "logs"  # logs/refs/...: the reflog of each ref (formats/reflog.md)
-LOCKS = "locks"  # locks/<name>.lock: local coordination, never data
+LOCKS = "locks"  # locks/<name>.lock: local coordination; locks/<32 hex>: a lock object; never data
 TMP = "tmp"  # in-flight writes, renamed into place
 CACHE = "cache"  # rebuildable, ignored by readers of the format
 CATALOG = f"{CACHE}/catalog"
@@ -115,6 +116,12 @@ def log_path(ref: str) -> str:
 
 def lock_path(name: str) -> str:
     return f"{LOCKS}/{name}.lock"
+
+
+def lock_object_path(lock_id: str) -> str:
+    """A lock held in the store itself (ckptcli.store.objlocks): one small object per
+    holder, named by its random id (32 hex), beside the local flock files."""
+    return f"{LOCKS}/{lock_id}"
 
 
 def lock_file(store_dir: Path, name: str) -> Path:

@@ -1,0 +1,467 @@
+"""Locks held in the store itself (docs/design.md, "Locks in the store"), so that they
+work between hosts that share an object store: one small object per holder under
+``locks/`` (`layout.lock_object_path`), written with a conditional create and read back
+by listing the prefix.
+
+Taking one (`acquire`): create this holder's object, then list ``locks/`` and look for a
+conflicting lock (any other lock for an exclusive request, an exclusive one for a
+shared request). On a conflict the taker removes its own object, waits with a growing
+random backoff and tries again until its wait runs out (`LockError`, naming the holder).
+Two takers that race both create before they list, so at least one of them sees the
+other: they can both step back, never both hold.
+
+A lock is stale when it was not refreshed for `STALE_AFTER` seconds of its reader's
+wall clock, or at once when it names this host and a process of this host that is gone;
+a stale lock blocks nobody and `remove_locks` deletes it. While held, a `HeldLock`
+rewrites its object every `REFRESH_EVERY` seconds from a daemon thread (a compare-and-
+swap on the version it wrote last, so a lock that `ckpt unlock` removed is noticed and
+not written again); `HeldLock.check` fails when the lock could not be kept alive, so the
+holder stops before it commits.
+
+Invariants: a lock object is at most `MAX_LOCK_BYTES` of JSON with a version field; an
+object under ``locks/`` that is not named by 32 hex digits is not a lock object (the
+local store's flock files live there too); a damaged lock object is reported by
+`list_locks`, counted as stale, and never stops a command with a traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import math
+import os
+import random
+import re
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from types import TracebackType
+from typing import Any
+
+from ckptcli import notices
+from ckptcli.errors import CkptError, CorruptError, LockError, NotFoundError, UnsupportedVersionError
+from ckptcli.store.backends.base import ObjectBackend
+from ckptcli.store.command import current_command
+from ckptcli.store.layout import LOCKS, lock_object_path
+
+__all__ = [
+    "CHECK_AFTER",
+    "LOCK_NOTICE_AFTER",
+    "LOCK_VERSION",
+    "MAX_LOCK_BYTES",
+    "REFRESH_EVERY",
+    "STALE_AFTER",
+    "HeldLock",
+    "LockEnv",
+    "LockInfo",
+    "LockRecord",
+    "acquire",
+    "decode_lock",
+    "encode_lock",
+    "list_locks",
+    "remove_locks",
+]
+
+LOCK_VERSION = 1
+MAX_LOCK_BYTES = 4096  # a lock object larger than this is not one ckpt wrote
+STALE_AFTER = 30 * 60.0  # seconds without a refresh after which a lock blocks nobody
+REFRESH_EVERY = 5 * 60.0  # seconds between two refreshes of a held lock
+CHECK_AFTER = STALE_AFTER - 2 * REFRESH_EVERY  # `check` fails past this since the last good refresh
+LOCK_NOTICE_AFTER = 0.5  # seconds a taker waits before it says who holds the lock
+MAX_BACKOFF = 1.0  # seconds, the longest pause between two tries
+
+_ID = re.compile(r"[0-9a-f]{32}")
+_KINDS = ("shared", "exclusive")
+_MAX_TEXT = 512  # characters of host, user and command kept in a record
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process `pid` lives on this host (one we may not signal counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    except (OverflowError, ValueError):
+        return False  # no process can have that number
+    return True
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+@dataclass(frozen=True)
+class LockEnv:
+    """Who takes a lock and how it tells time: this process by default; a test gives each
+    "host" its own name and clock."""
+
+    host: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+    user: str = field(default_factory=_user)
+    clock: Callable[[], float] = time.time  #: wall-clock seconds, stamped into records
+    pid_alive: Callable[[int], bool] = _pid_alive  #: whether a pid of this host lives
+
+
+@dataclass(frozen=True)
+class LockRecord:
+    """What one lock object says (formats: a JSON object; `encode_lock`)."""
+
+    id: str  #: 32 hex digits, also the object's name
+    kind: str  #: "shared" or "exclusive"
+    host: str
+    pid: int
+    user: str
+    created: float  #: wall-clock seconds
+    refreshed: float  #: wall-clock seconds of the last refresh
+    command: str = ""  #: the command line that took it
+
+    @property
+    def exclusive(self) -> bool:
+        return self.kind == "exclusive"
+
+    def holder(self, now: float) -> str:
+        """ "ckpt prune (pid 4242 on host h, user u, refreshed 12 s ago)"."""
+        who = f"{self.command} " if self.command else ""
+        return f"{who}(pid {self.pid} on host {self.host}, user {self.user}, refreshed {_age(now - self.refreshed)} ago)"
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """One object under ``locks/`` as `list_locks` found it."""
+
+    path: str
+    record: LockRecord | None  #: None when the object cannot be read as a lock
+    stale: bool  #: blocks nobody; `remove_locks` deletes it
+    why: str = ""  #: why it is stale, or why it cannot be read
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "stale": self.stale, "why": self.why or None}
+        if self.record is not None:
+            r = self.record
+            out |= {"id": r.id, "kind": r.kind, "host": r.host, "pid": r.pid, "user": r.user, "command": r.command}
+            out |= {"created": r.created, "refreshed": r.refreshed, "age_s": round(max(0.0, now - r.refreshed), 3)}
+        return out
+
+
+def _age(seconds: float) -> str:
+    s = max(0.0, seconds)
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def encode_lock(record: LockRecord) -> bytes:
+    """Args: a record. Returns: its object, JSON with the version `v` first."""
+    body = {"v": LOCK_VERSION, **{k: getattr(record, k) for k in LockRecord.__dataclass_fields__}}
+    return json.dumps(body, separators=(",", ":"), sort_keys=False).encode()
+
+
+def decode_lock(data: bytes, where: str) -> LockRecord:
+    """Args: a lock object's bytes, where it came from (for messages). Returns: its
+    record. Raises: CorruptError (not a lock: too large, not JSON, a field missing or of
+    the wrong type), UnsupportedVersionError (written by a newer ckpt)."""
+    if len(data) > MAX_LOCK_BYTES:
+        raise CorruptError(f"{where}: a lock object of {len(data)} bytes (at most {MAX_LOCK_BYTES}); not a lock ckpt wrote")
+    try:
+        d = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CorruptError(f"{where}: not a lock object (not JSON: {exc})") from None
+    if not isinstance(d, dict) or type(d.get("v")) is not int:
+        raise CorruptError(f"{where}: not a lock object (no version field)")
+    if d["v"] > LOCK_VERSION:
+        raise UnsupportedVersionError(f"{where}: a lock object of version {d['v']} (this ckpt reads {LOCK_VERSION})", hint="upgrade ckpt")
+    if d["v"] != LOCK_VERSION:
+        raise CorruptError(f"{where}: a lock object of unknown version {d['v']}")
+    try:
+        record = LockRecord(
+            id=_text(d, "id"),
+            kind=_text(d, "kind"),
+            host=_text(d, "host"),
+            pid=_int(d, "pid"),
+            user=_text(d, "user"),
+            created=_time(d, "created"),
+            refreshed=_time(d, "refreshed"),
+            command=_text(d, "command") if "command" in d else "",
+        )
+    except (KeyError, TypeError) as exc:
+        raise CorruptError(f"{where}: a damaged lock object ({exc})") from None
+    if not _ID.fullmatch(record.id) or record.kind not in _KINDS or record.pid <= 0:
+        raise CorruptError(f"{where}: a damaged lock object (id, kind or pid out of range)")
+    return record
+
+
+def _text(d: dict[str, Any], key: str) -> str:
+    v = d[key]
+    if not isinstance(v, str) or len(v) > _MAX_TEXT:
+        raise TypeError(f"field {key!r} is not a short string")
+    return v
+
+
+def _int(d: dict[str, Any], key: str) -> int:
+    v = d[key]
+    if type(v) is not int:
+        raise TypeError(f"field {key!r} is not an integer")
+    return v
+
+
+def _time(d: dict[str, Any], key: str) -> float:
+    v = d[key]
+    if type(v) not in (int, float) or not math.isfinite(v):
+        raise TypeError(f"field {key!r} is not a time")
+    return float(v)
+
+
+def _stale_why(record: LockRecord, env: LockEnv, now: float, stale_after: float) -> str:
+    """Why `record` is stale as seen by `env` at `now`; "" when it is live."""
+    if now - record.refreshed > stale_after:
+        return f"not refreshed for {_age(now - record.refreshed)}"
+    if record.host == env.host and record.pid != env.pid and not env.pid_alive(record.pid):
+        return f"its process {record.pid} on this host ({env.host}) is gone"
+    return ""
+
+
+def list_locks(backend: ObjectBackend, *, env: LockEnv | None = None, stale_after: float = STALE_AFTER) -> list[LockInfo]:
+    """Args: a store's backend, who looks (`LockEnv`: this host and its clock). Returns:
+    every lock object, sorted by path, each with whether it is stale and why; a damaged
+    one is listed stale with what is wrong, one a newer ckpt wrote is listed live.
+    Raises: StoreIOError."""
+    env = env or LockEnv()
+    out = []
+    for info in backend.list(f"{LOCKS}/"):
+        if not _ID.fullmatch(info.path[len(LOCKS) + 1 :]):
+            continue  # not a lock object: a local store's flock file or writer mark
+        where = f"{backend.url}/{info.path}"
+        try:
+            if info.size > MAX_LOCK_BYTES:
+                raise CorruptError(f"{where}: a lock object of {info.size} bytes (at most {MAX_LOCK_BYTES}); not a lock ckpt wrote")
+            record = decode_lock(backend.get(info.path), where)
+            if record.id != info.path[len(LOCKS) + 1 :]:
+                raise CorruptError(f"{where}: a lock object of id {record.id} under another name")
+        except NotFoundError:
+            continue  # released since the listing
+        except UnsupportedVersionError as exc:
+            out.append(LockInfo(info.path, None, False, str(exc)))
+            continue
+        except CorruptError as exc:
+            out.append(LockInfo(info.path, None, True, f"damaged: {exc}"))
+            continue
+        why = _stale_why(record, env, env.clock(), stale_after)
+        out.append(LockInfo(info.path, record, bool(why), why))
+    return out
+
+
+def remove_locks(
+    backend: ObjectBackend, *, all: bool = False, env: LockEnv | None = None, stale_after: float = STALE_AFTER
+) -> list[LockInfo]:
+    """What `ckpt unlock` does. Args: a backend; all: remove every lock, live ones too
+    (only when no ckpt command runs against the store). Returns: the locks removed.
+    Raises: StoreIOError."""
+    removed = []
+    for info in list_locks(backend, env=env, stale_after=stale_after):
+        if info.stale or all:
+            backend.delete(info.path)
+            removed.append(info)
+    return removed
+
+
+class HeldLock:
+    """A lock this process holds (`acquire`); a context manager that releases it. A daemon
+    thread refreshes its object every `refresh_every` seconds (real time)."""
+
+    def __init__(
+        self, backend: ObjectBackend, record: LockRecord, etag: str, env: LockEnv, *, refresh_every: float, check_after: float
+    ) -> None:
+        self.backend, self.record, self.env = backend, record, env
+        self.path = lock_object_path(record.id)
+        self._etag, self._check_after = etag, check_after
+        self._last_ok = record.refreshed
+        self._lost = ""  # why the lock is no longer ours
+        self.refresh_error = ""  # the last refresh's failure, "" after a good one
+        self._released = False
+        self._mutex = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(refresh_every,), name=f"ckpt-lock-{record.id[:8]}", daemon=True)
+        self._thread.start()
+
+    @property
+    def last_refresh(self) -> float:
+        """Wall-clock seconds (the env's clock) of the last good write of the object."""
+        return self._last_ok
+
+    def _run(self, every: float) -> None:
+        while not self._stop.wait(every):
+            try:
+                self.refresh()
+            except Exception as exc:  # noqa: BLE001 - the thread must outlive any backend's failure
+                self.refresh_error = f"{type(exc).__name__}: {exc}"
+
+    def refresh(self) -> None:
+        """Rewrite the object with a new refresh time, only over the version written last
+        (compare-and-swap): a lock removed meanwhile is lost, not written again. A failure
+        is kept in `refresh_error`; `check` decides when it is too late."""
+        with self._mutex:
+            if self._released or self._lost:
+                return
+            now = self.env.clock()
+            record = replace(self.record, refreshed=now)
+            try:
+                info = self.backend.put_if_match(self.path, encode_lock(record), self._etag)
+            except (CkptError, OSError) as exc:
+                self.refresh_error = str(exc)
+                return
+            if info is None:
+                self._lost = f"its object {self.path} was removed or replaced (by `ckpt unlock`?)"
+                return
+            self.record, self._etag, self._last_ok, self.refresh_error = record, info.etag, now, ""
+
+    def check(self, *, confirm: bool = False) -> None:
+        """Call before a commit. Args: confirm: also read the object's version back (one
+        request), so that a removal since the last refresh is seen now, not at the next
+        refresh. Raises: LockError when the lock was released, was removed by someone
+        else, or could not be refreshed for `check_after` seconds: another host may count
+        it stale by now, so the holder must stop. StoreIOError (confirm only)."""
+        where = f"the {self.record.kind} lock on the store at {self.backend.url}"
+        if confirm and not self._released:
+            self._confirm()
+        if self._released:
+            raise LockError(f"{where} was released", hint="take the lock again")
+        if self._lost:
+            raise LockError(f"{where} is gone: {self._lost}", hint="run the command again")
+        since = self.env.clock() - self._last_ok
+        if since > self._check_after:
+            last = f" (last error: {self.refresh_error})" if self.refresh_error else ""
+            raise LockError(
+                f"{where} could not be refreshed for {_age(since)}{last}; stopping before the commit",
+                hint="check the connection to the store and run the command again",
+            )
+
+    def _confirm(self) -> None:
+        with self._mutex:
+            if self._lost:
+                return
+            try:
+                etag = self.backend.stat(self.path).etag
+            except NotFoundError:
+                etag = ""
+            if etag != self._etag:
+                self._lost = f"its object {self.path} was removed or replaced (by `ckpt unlock`?)"
+
+    def release(self) -> None:
+        """Stop refreshing and delete the object; idempotent. A failed delete is a warning:
+        the object goes stale after STALE_AFTER and `ckpt unlock` removes it."""
+        with self._mutex:
+            if self._released:
+                return
+            self._released = True
+        self._stop.set()
+        self._thread.join()
+        try:
+            self.backend.delete(self.path)
+        except (CkptError, OSError) as exc:
+            _warn(f"could not remove the lock {self.backend.url}/{self.path} ({exc}); `ckpt unlock` removes it once stale")
+
+    def __enter__(self) -> HeldLock:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.release()
+
+
+def _warn(message: str) -> None:
+    handler = notices.handler()
+    if handler is not None:
+        handler(message)
+
+
+def acquire(
+    backend: ObjectBackend,
+    exclusive: bool,
+    *,
+    wait: float,
+    env: LockEnv | None = None,
+    command: str | None = None,
+    stale_after: float = STALE_AFTER,
+    refresh_every: float = REFRESH_EVERY,
+    check_after: float = CHECK_AFTER,
+) -> HeldLock:
+    """Take the store's lock, shared (takes) or exclusive (prune, format migrations).
+
+    Args: backend; exclusive; wait: seconds to retry while another holder conflicts
+    (0: try once); env: who takes it (default: this process); command: what its record
+    names (default: `current_command()`); stale_after, refresh_every, check_after: see
+    the module's constants. Returns: the HeldLock (use it as a context manager). Raises:
+    LockError naming the holder when the wait runs out, StoreIOError."""
+    env = env or LockEnv()
+    kind = "exclusive" if exclusive else "shared"
+    start = time.monotonic()
+    delay, told, warned = 0.005, False, set[str]()
+    while True:
+        record, etag = _create(backend, env, kind, current_command() if command is None else command)
+        try:
+            blocker = _conflict(backend, record, env, stale_after, warned)
+        except BaseException:
+            with contextlib.suppress(CkptError, OSError):
+                backend.delete(lock_object_path(record.id))
+            raise
+        if blocker is None:
+            return HeldLock(backend, record, etag, env, refresh_every=refresh_every, check_after=check_after)
+        backend.delete(lock_object_path(record.id))
+        held_by = blocker.record.holder(env.clock()) if blocker.record else f"a lock this ckpt cannot read ({blocker.why})"
+        waited = time.monotonic() - start
+        if waited >= wait:
+            raise LockError(
+                f"the store at {backend.url} is locked ({blocker.record.kind if blocker.record else 'unknown'}) by {held_by}",
+                hint="wait for it to finish and try again; if its process is gone, `ckpt unlock` removes its lock "
+                "once stale (30 min without refresh, at once on its own host), `ckpt unlock --remove-all` any lock",
+            )
+        if not told and waited >= LOCK_NOTICE_AFTER:
+            told = True
+            notices.info(f"waiting for the store lock ({kind}) held by {held_by}; up to {wait:.0f} s")
+        time.sleep(min(delay * random.uniform(0.5, 1.5), max(0.0, wait - waited)))
+        delay = min(delay * 2, MAX_BACKOFF)
+
+
+def _create(backend: ObjectBackend, env: LockEnv, kind: str, command: str) -> tuple[LockRecord, str]:
+    """Write a new lock object under a fresh random name; returns it and its etag."""
+    now = env.clock()
+    for _ in range(8):
+        record = LockRecord(
+            id=secrets.token_hex(16),
+            kind=kind,
+            host=env.host[:_MAX_TEXT],
+            pid=env.pid,
+            user=env.user[:_MAX_TEXT],
+            created=now,
+            refreshed=now,
+            command=command[:_MAX_TEXT],
+        )
+        info = backend.put_if_match(lock_object_path(record.id), encode_lock(record), None)
+        if info is not None:
+            return record, info.etag
+    raise LockError(f"the store at {backend.url}: could not create a lock object under a fresh name", hint="try again")
+
+
+def _conflict(backend: ObjectBackend, own: LockRecord, env: LockEnv, stale_after: float, warned: set[str]) -> LockInfo | None:
+    """The first other live lock that conflicts with `own`, or None."""
+    for info in list_locks(backend, env=env, stale_after=stale_after):
+        if info.path == lock_object_path(own.id):
+            continue
+        if info.stale:
+            if info.record is None and info.path not in warned:
+                warned.add(info.path)
+                _warn(f"{info.why}; it does not block, `ckpt unlock` removes it")
+            continue
+        if info.record is None or own.exclusive or info.record.exclusive:
+            return info  # a lock of a newer ckpt blocks either kind: its kind cannot be read
+    return None
