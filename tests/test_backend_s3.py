@@ -124,6 +124,17 @@ def test_writer_commit_and_abort(backend: ObjectBackend) -> None:
     assert backend.list_paths("big/") == ["big/small"]
 
 
+def test_writer_of_nothing_commits_an_empty_object(backend: ObjectBackend) -> None:
+    info = backend.open_writer("empty").commit()
+    assert info.size == 0 and backend.get("empty") == b"" and backend.stat("empty") == info
+    w = backend.open_writer("once")
+    w.write(b"x")
+    w.commit()
+    with pytest.raises(ValueError):
+        w.write(b"y")  # a committed writer takes nothing more
+    assert backend.get("once") == b"x"
+
+
 def test_invalid_paths_are_refused(backend: ObjectBackend) -> None:
     for bad in ["", "/abs", "a/../b", "a//b"]:
         with pytest.raises(InvalidInputError):
@@ -250,7 +261,7 @@ def test_s3_credentials_from_the_aws_config_files(
     assert f"{SECRET}-file" not in str(caught.value)
 
 
-def test_s3_bad_url_and_options() -> None:
+def test_s3_bad_url_and_options(s3_env: object) -> None:
     with pytest.raises(InvalidInputError, match="not an object-storage URL"):
         S3Backend.from_url("s3:///nobucket", {})
     with pytest.raises(InvalidInputError, match="bogus_key"):
