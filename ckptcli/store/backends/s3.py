@@ -1,0 +1,402 @@
+"""`s3://BUCKET/PREFIX`, `gs://BUCKET/PREFIX`, `az://CONTAINER/PREFIX`: a store on object
+storage, through obstore (the Rust object_store crate; bench/objstore.py and docs/design.md,
+"Backends: the object-storage client", say why that client).
+
+Credentials and endpoints come from the standard places: the environment (AWS_ACCESS_KEY_ID,
+AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION, AWS_ENDPOINT_URL, AWS_ALLOW_HTTP;
+GOOGLE_* and AZURE_* likewise), then for S3 the AWS config files (AWS_PROFILE, default
+`default`, in AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE, default ~/.aws/), then the
+`--store-option KEY=VALUE` pairs, which win: `endpoint`, `region`, `allow_http`, `timeout`,
+`connect_timeout`, `max_retries`, `retry_timeout` (seconds), and any configuration key of
+obstore's store (`virtual_hosted_style_request`, `skip_signature`, ...).
+
+Conditional writes are the server's own: put_if_absent sends `If-None-Match: *`,
+put_if_match sends `If-Match: ETAG` (GCS: the object's generation); a 412 is another
+writer's win, never an error. Large objects stream as one multipart upload whose parts
+are 8 MiB. Every failure is one line naming the store's URL (without credentials or query)
+and the reason; no secret that was configured ever appears in it.
+"""
+
+from __future__ import annotations
+
+import configparser
+import contextlib
+import datetime
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, StoreIOError
+from ckptcli.store.backends.base import ObjectBackend, ObjectInfo, ObjectWriter
+
+__all__ = ["S3Backend"]
+
+SCHEMES = ("s3", "gs", "az")
+PART_SIZE = 8 * 1024 * 1024  #: bytes per part of a multipart upload (S3's minimum is 5 MiB)
+
+_CLIENT_KEYS = {"allow_http", "allow_invalid_certificates", "timeout", "connect_timeout", "proxy_url", "user_agent", "pool_idle_timeout"}
+_BOOL_KEYS = {"allow_http", "allow_invalid_certificates"}
+_RETRY_KEYS = {"max_retries", "retry_timeout"}
+# the AWS config-file keys obstore takes under another name
+_AWS_FILE_KEYS = {
+    "aws_access_key_id": "access_key_id",
+    "aws_secret_access_key": "secret_access_key",
+    "aws_session_token": "session_token",
+    "region": "region",
+    "endpoint_url": "endpoint",
+}
+_SECRET_WORDS = ("secret", "token", "key", "password", "sas", "credential", "signature")
+_DEFAULT_RETRIES = {"max_retries": 3, "retry_timeout": datetime.timedelta(seconds=30)}
+
+
+def redact_url(url: str) -> str:
+    """The URL without user info, query or fragment (where credentials hide)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return f"{parts.scheme}://{host}{parts.path}".rstrip("/")
+
+
+def _bool(key: str, value: str) -> bool:
+    low = value.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise InvalidInputError(f"--store-option {key}={value}: not a boolean", hint="use true or false")
+
+
+def _aws_files(env: Mapping[str, str]) -> dict[str, str]:
+    """What the AWS config files say for the profile in use: keys and region."""
+    profile = env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
+    home = Path.home() / ".aws"
+    found: dict[str, str] = {}
+    files = (
+        (Path(env.get("AWS_CONFIG_FILE") or home / "config"), profile if profile == "default" else f"profile {profile}"),
+        (Path(env.get("AWS_SHARED_CREDENTIALS_FILE") or home / "credentials"), profile),
+    )
+    for path, section in files:
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read(path, encoding="utf-8")
+        except (OSError, configparser.Error, UnicodeDecodeError):
+            continue
+        if parser.has_section(section):
+            for key, ours in _AWS_FILE_KEYS.items():
+                if parser.has_option(section, key):
+                    found[ours] = parser.get(section, key).strip()
+    return found
+
+
+def _split_options(
+    scheme: str, options: Mapping[str, str], env: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(config, client_options, retry_config) for obstore from the options and, for S3,
+    the AWS config files where the environment does not say."""
+    config: dict[str, Any] = {}
+    if scheme == "s3":
+        files = _aws_files(env)
+        if env.get("AWS_ACCESS_KEY_ID"):
+            files = {k: v for k, v in files.items() if k not in ("access_key_id", "secret_access_key", "session_token")}
+        if env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"):
+            files.pop("region", None)
+        if env.get("AWS_ENDPOINT_URL") or env.get("AWS_ENDPOINT"):
+            files.pop("endpoint", None)
+        if "region" not in files and not (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")):
+            files["region"] = "us-east-1"
+        config.update(files)
+        if env.get("AWS_DEFAULT_REGION") and not env.get("AWS_REGION"):
+            config["region"] = env["AWS_DEFAULT_REGION"]
+    client: dict[str, Any] = {}
+    retry: dict[str, Any] = dict(_DEFAULT_RETRIES)
+    for key, value in options.items():
+        k = key.strip().lower()
+        if k in _BOOL_KEYS:
+            client[k] = _bool(key, value)
+        elif k in _CLIENT_KEYS:
+            client[k] = value
+        elif k == "max_retries":
+            if not value.strip().isdigit():
+                raise InvalidInputError(f"--store-option {key}={value}: not a whole number")
+            retry[k] = int(value)
+        elif k == "retry_timeout":
+            try:
+                retry[k] = datetime.timedelta(seconds=float(value))
+            except ValueError:
+                raise InvalidInputError(f"--store-option {key}={value}: not a number of seconds") from None
+        else:
+            config[k] = value
+    return config, client, retry
+
+
+def _secrets(config: Mapping[str, Any], env: Mapping[str, str], url: str) -> list[str]:
+    """Every configured value that could be a secret, longest first (to scrub messages)."""
+    found = [str(v) for k, v in config.items() if any(w in k.lower() for w in _SECRET_WORDS)]
+    found += [v for k, v in env.items() if k.startswith(("AWS_", "GOOGLE_", "AZURE_")) and any(w in k.lower() for w in _SECRET_WORDS)]
+    parts = urlsplit(url)
+    found += [p for p in (parts.password, parts.username, parts.query) if p]
+    return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
+
+
+def _reason(text: str) -> str:
+    """The cause of an obstore error on one line: the HTTP status and S3's code and message,
+    or the connection failure, without the Rust debug dump."""
+    head, _, debug = text.partition("\n\nDebug source:")
+    head = " ".join(head.split())
+    status = re.search(r"status code: (\d{3}[^:<]*)", head)
+    code = re.search(r"<Code>([^<]*)</Code>", head)
+    message = re.search(r"<Message>([^<]*)</Message>", head)
+    if status:
+        bits = [f"HTTP {status.group(1).strip()}"] + [m.group(1) for m in (code, message) if m]
+        return ": ".join(bits)
+    os_message = re.search(r'message: "([^"]*)"', debug)
+    head = re.sub(r" in [\d.]+[mµn]?s\b", "", head)
+    head = re.sub(r"^Generic \w+ error: ", "", head)
+    reason = head[:300] + ("…" if len(head) > 300 else "")
+    if os_message:
+        reason += f" ({os_message.group(1)})"
+    return reason or type(text).__name__
+
+
+class S3Backend(ObjectBackend):
+    """A store under a prefix of a bucket (S3 and S3-compatible servers, GCS) or an Azure
+    container, with the server's own conditional writes."""
+
+    conditional_writes = True
+
+    def __init__(self, store: Any, url: str, secrets: list[str], by_version: bool = False) -> None:
+        import obstore
+
+        self._obs = obstore
+        self._store = store
+        self.url = url
+        self._secrets = secrets
+        self._by_version = by_version  # GCS matches a generation, not an ETag
+
+    @classmethod
+    def from_url(cls, url: str, options: Mapping[str, str]) -> S3Backend:
+        """Args: `s3://BUCKET[/PREFIX]` (or gs://, az://), the `--store-option` pairs.
+        Raises: InvalidInputError for a malformed URL, an unknown option or a missing client."""
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        shown = redact_url(url)
+        if scheme not in SCHEMES or not parts.hostname:
+            raise InvalidInputError(
+                f"{shown}: not an object-storage URL", hint="use s3://BUCKET/PREFIX, gs://BUCKET/PREFIX or az://CONTAINER/PREFIX"
+            )
+        try:
+            from obstore.exceptions import BaseError
+            from obstore.store import from_url
+        except ImportError:
+            raise InvalidInputError(f"{shown}: needs the obstore package", hint=f"pip install 'ckptcli[{_EXTRA[scheme]}]'") from None
+        env = dict(os.environ)
+        config, client, retry = _split_options(scheme, options, env)
+        secrets = _secrets(config, env, url)
+        plain = f"{scheme}://{parts.hostname}{parts.path}".rstrip("/")
+        try:
+            store = from_url(plain, config=config or None, client_options=client or None, retry_config=retry)  # type: ignore[call-overload]
+        except (BaseError, ValueError, TypeError) as exc:
+            first = _scrub(str(exc).partition("\n")[0], secrets)
+            raise InvalidInputError(f"{shown}: {first}", hint="check the --store-option keys and the URL") from None
+        return cls(store, shown, secrets, by_version=scheme == "gs")
+
+    # -- errors -------------------------------------------------------------------------
+
+    def _where(self, path: str) -> str:
+        return f"{self.url}/{path}" if path else self.url
+
+    def _error(self, path: str, verb: str, exc: BaseException) -> CkptError:
+        text = str(exc)
+        if "NoSuchBucket" in text or "ContainerNotFound" in text:
+            return StoreIOError(_scrub(f"{self.url}: no such bucket", self._secrets), hint="create it, or check the URL and the endpoint")
+        if isinstance(exc, FileNotFoundError):
+            return NotFoundError(f"{self._where(path)}: no such object")
+        return StoreIOError(_scrub(f"{self._where(path)}: {verb} failed: {_reason(text)}", self._secrets))
+
+    def _check(self, path: str) -> str:
+        if not path or path.startswith("/") or any(p in ("", ".", "..") for p in path.split("/")):
+            raise InvalidInputError(f"{self.url}: {path!r} is not a store path")
+        return path
+
+    def _token(self, meta: Mapping[str, Any]) -> str:
+        if self._by_version and meta.get("version"):
+            return str(meta["version"])
+        return str(meta.get("e_tag") or meta.get("version") or "")
+
+    def _info(self, path: str, size: int, result: Mapping[str, Any]) -> ObjectInfo:
+        token = self._token(result)
+        if not token:  # a server that answers a put without an ETag
+            return self.stat(path)
+        return ObjectInfo(path, size, token)
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get(self, path: str) -> bytes:
+        return self.get_versioned(path)[0]
+
+    def get_versioned(self, path: str) -> tuple[bytes, str]:
+        try:
+            result = self._obs.get(self._store, self._check(path))
+            return bytes(result.bytes()), self._token(result.meta)
+        except CkptError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - obstore's errors, and the OS's under them
+            raise self._error(path, "get", exc) from None
+
+    def get_range(self, path: str, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise InvalidInputError(f"{self._where(path)}: a range needs offset >= 0 and length >= 0, not {offset}, {length}")
+        if length == 0:
+            self.stat(path)
+            return b""
+        try:
+            return bytes(self._obs.get_range(self._store, self._check(path), start=offset, length=length))
+        except CkptError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if "416" in str(exc) or "InvalidRange" in str(exc):
+                self.stat(path)  # past the end of an object that is there: no bytes
+                return b""
+            raise self._error(path, "get", exc) from None
+
+    def stat(self, path: str) -> ObjectInfo:
+        try:
+            meta = self._obs.head(self._store, self._check(path))
+        except CkptError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise self._error(path, "stat", exc) from None
+        return ObjectInfo(path, int(meta["size"]), self._token(meta))
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        # object_store lists whole path segments: list the prefix's directory, keep what
+        # starts with the prefix itself
+        directory = prefix.rpartition("/")[0] or None
+        try:
+            found = [
+                ObjectInfo(str(meta["path"]), int(meta["size"]), self._token(meta))
+                for chunk in self._obs.list(self._store, prefix=directory)
+                for meta in chunk
+                if str(meta["path"]).startswith(prefix)
+            ]
+        except Exception as exc:  # noqa: BLE001
+            raise self._error(prefix, "list", exc) from None
+        found.sort(key=lambda info: info.path)
+        yield from found
+
+    # -- writes -------------------------------------------------------------------------
+
+    def put(self, path: str, data: bytes) -> ObjectInfo:
+        try:
+            result = self._obs.put(self._store, self._check(path), data, use_multipart=False)
+        except CkptError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise self._error(path, "put", exc) from None
+        return self._info(path, len(data), result)
+
+    def _put_if(self, path: str, data: bytes, mode: Any) -> Mapping[str, Any] | None:
+        """A conditional put: its result, or None when the server answered 412 / exists."""
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        try:
+            return self._obs.put(self._store, self._check(path), data, mode=mode, use_multipart=False)  # type: ignore[no-any-return]
+        except CkptError:
+            raise
+        except (AlreadyExistsError, PreconditionError):
+            return None
+        except Exception as exc:  # noqa: BLE001
+            error = self._error(path, "conditional put", exc)
+            if isinstance(error, NotFoundError):  # If-Match on an object deleted meanwhile
+                return None
+            raise error from None
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        return self._put_if(path, data, "create") is not None
+
+    def put_if_match(self, path: str, data: bytes, etag: str | None) -> ObjectInfo | None:
+        if etag is None:
+            mode: Any = "create"
+        else:
+            mode = {"version": etag} if self._by_version else {"e_tag": etag}
+        result = self._put_if(path, data, mode)
+        return None if result is None else self._info(path, len(data), result)
+
+    def open_writer(self, path: str) -> ObjectWriter:
+        try:
+            writer = self._obs.open_writer(self._store, self._check(path), buffer_size=PART_SIZE)
+        except CkptError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise self._error(path, "open writer", exc) from None
+        return _S3Writer(self, path, writer)
+
+    def delete(self, path: str) -> None:
+        try:
+            self._obs.delete(self._store, self._check(path))
+        except CkptError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            error = self._error(path, "delete", exc)
+            if not isinstance(error, NotFoundError):
+                raise error from None
+
+
+_EXTRA = {"s3": "s3", "gs": "gcs", "az": "azure"}
+
+
+def _scrub(text: str, secrets: list[str]) -> str:
+    text = re.sub(r"//[^/@\s]+@", "//", text)  # user info in any URL
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
+
+
+class _S3Writer(ObjectWriter):
+    """One multipart upload: each PART_SIZE bytes written go up as a part; commit completes
+    the upload, abort aborts it (the parts sent are discarded by the server)."""
+
+    def __init__(self, backend: S3Backend, path: str, writer: Any) -> None:
+        self._backend, self._path, self._writer = backend, path, writer
+        self._size = 0
+        self._open = True
+
+    def write(self, data: bytes | memoryview) -> None:
+        if not self._open:
+            raise ValueError("write to a committed or aborted writer")
+        try:
+            self._writer.write(data)
+        except Exception as exc:  # noqa: BLE001
+            self.abort()
+            raise self._backend._error(self._path, "multipart upload", exc) from None
+        self._size += len(data)
+
+    def commit(self) -> ObjectInfo:
+        if not self._open:
+            raise ValueError("commit of a committed or aborted writer")
+        self._open = False
+        try:
+            self._writer.close()
+        except Exception as exc:  # noqa: BLE001
+            self._abort_upload()
+            raise self._backend._error(self._path, "complete multipart upload", exc) from None
+        return self._backend.stat(self._path)
+
+    def abort(self) -> None:
+        if self._open:
+            self._open = False
+            self._abort_upload()
+
+    def _abort_upload(self) -> None:
+        # obstore's writer aborts its multipart upload when its context exits by an exception
+        # abort never raises: a part the server lost is gone anyway
+        with contextlib.suppress(Exception):
+            self._writer.__exit__(_AbortedError, _AbortedError(), None)
+
+
+class _AbortedError(Exception):
+    """The exception the obstore writer is closed with, to abort its upload."""

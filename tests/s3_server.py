@@ -1,0 +1,118 @@
+"""A real S3-compatible server on loopback for the tests: moto's ThreadedMotoServer.
+
+Test modules import the fixtures they use explicitly:
+
+    from tests.s3_server import fixture_s3_bucket, fixture_s3_env, fixture_s3_server  # noqa: F401
+
+(the fixtures are named `s3_server`, `s3_env` and `s3_bucket`; the functions carry a
+`fixture_` prefix so that a test's argument does not shadow an import).
+
+One server serves the whole run (`s3_server`, session scope, 127.0.0.1 on a free port);
+`s3_bucket` gives each test a fresh bucket after `POST /moto-api/reset` has emptied the
+server, with fake AWS credentials and AWS_ENDPOINT_URL set in the environment for that
+test only (and the user's own AWS config files hidden). Nothing reaches beyond 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import logging
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+#: the fake credentials every test runs with; a test may assert that SECRET never shows
+ACCESS_KEY = "AKIAIOSFODNN7CKPTTEST"
+SECRET = "ckpt-test-secret-wJalrXUtnFEMI-K7MDENG"
+REGION = "us-east-1"
+
+# the AWS variables that would point a client at a real account or change its behaviour
+_AWS_VARS = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_ROLE_ARN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_BUCKET",
+    "AWS_BUCKET_NAME",
+)
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint: str  #: http://127.0.0.1:PORT
+
+    def post(self, path: str) -> None:
+        """POST to the server's control API (e.g. /moto-api/reset)."""
+        with urllib.request.urlopen(urllib.request.Request(self.endpoint + path, method="POST"), timeout=30) as response:
+            response.read()
+
+    def create_bucket(self, name: str) -> None:
+        # moto takes an unsigned path-style PUT to 127.0.0.1 as S3's CreateBucket
+        with urllib.request.urlopen(urllib.request.Request(f"{self.endpoint}/{name}", method="PUT"), timeout=30) as response:
+            response.read()
+
+
+@dataclass(frozen=True)
+class S3Bucket:
+    server: S3Server
+    name: str
+
+    @property
+    def endpoint(self) -> str:
+        return self.server.endpoint
+
+    @property
+    def url(self) -> str:
+        """s3://NAME"""
+        return f"s3://{self.name}"
+
+
+@pytest.fixture(name="s3_server", scope="session")
+def fixture_s3_server() -> Iterator[S3Server]:
+    """One moto server on 127.0.0.1 (a free port) for the whole test run."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    assert host == "127.0.0.1", host
+    try:
+        yield S3Server(f"http://{host}:{port}")
+    finally:
+        server.stop()
+
+
+@pytest.fixture(name="s3_env")
+def fixture_s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> S3Server:
+    """Fake credentials and the server's endpoint in the environment, for this test only."""
+    empty: Path = tmp_path_factory.mktemp("aws-config")
+    for name in _AWS_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_REGION", REGION)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_ALLOW_HTTP", "true")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # never ask 169.254.169.254
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
+    return s3_server
+
+
+@pytest.fixture(name="s3_bucket")
+def fixture_s3_bucket(s3_env: S3Server) -> S3Bucket:
+    """A fresh, empty bucket on a server emptied by POST /moto-api/reset."""
+    s3_env.post("/moto-api/reset")
+    bucket = S3Bucket(s3_env, f"ckpt-test-{uuid.uuid4().hex[:12]}")
+    s3_env.create_bucket(bucket.name)
+    return bucket
