@@ -441,7 +441,9 @@ class LocalObjects(ObjectBackend):
         return self._put(path, data, "match", etag)
 
     def open_writer(self, path: str) -> ObjectWriter:
-        self._check(path)
+        parts = self._check(path)
+        with self._dir(parts[:-1], create=True, what="write", path=path):
+            pass  # a link or a file in the way is refused now, not after the parts are sent
         return _LocalWriter(self, path, *self._temp(path))
 
     def delete(self, path: str) -> None:
