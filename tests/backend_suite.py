@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -328,6 +329,41 @@ def no_increment_is_lost(b: ObjectBackend, per_thread: int = 25) -> None:
     assert int(b.get("refs/counter")) == THREADS * per_thread
 
 
-RACE_CHECKS: list[Callable[[ObjectBackend], None]] = [one_cas_winner_per_round, one_put_if_absent_winner, no_increment_is_lost]
+def versioned_reads_pair_bytes_and_etag(b: ObjectBackend, puts: int = 60, readers: int = 3) -> None:
+    """While one thread replaces an object again and again, every get_versioned of
+    `readers` others returns bytes and the etag of those same bytes."""
+    written: dict[str, bytes] = {b.put("refs/v", b"0" * 64).etag: b"0" * 64}
+    seen: list[tuple[bytes, str]] = []
+    done = threading.Event()
+    started = threading.Barrier(readers + 1, timeout=120)
+
+    def work(i: int) -> None:
+        if i == 0:
+            started.wait()
+            for n in range(1, puts + 1):
+                data = str(n).encode() * (1 + n % 50)
+                written[b.put("refs/v", data).etag] = data
+            done.set()
+            return
+        if i > readers:
+            return
+        seen.append(b.get_versioned("refs/v"))
+        started.wait()
+        while not done.is_set():
+            seen.append(b.get_versioned("refs/v"))
+            time.sleep(0)  # let the writer run
+
+    _run_threads(work)
+    assert len(written) == puts + 1  # every put a new etag
+    assert len(seen) >= readers  # each reader read at least once
+    assert all(written[etag] == data for data, etag in seen)
+
+
+RACE_CHECKS: list[Callable[[ObjectBackend], None]] = [
+    one_cas_winner_per_round,
+    one_put_if_absent_winner,
+    no_increment_is_lost,
+    versioned_reads_pair_bytes_and_etag,
+]
 
 __all__ = ["BAD_PATHS", "CHECKS", "RACE_CHECKS"]

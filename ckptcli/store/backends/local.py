@@ -40,7 +40,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from ckptcli.errors import InvalidInputError, NotFoundError, StoreIOError
-from ckptcli.store.backend import create_temp
+from ckptcli.store.backend import create_temp, fsync_dir
 from ckptcli.store.backends.base import ObjectBackend, ObjectInfo, ObjectWriter
 from ckptcli.store.backends.paths import check_path, check_prefix
 from ckptcli.store.layout import TMP
@@ -165,7 +165,8 @@ class LocalObjects(ObjectBackend):
         except OSError as exc:
             raise self._fail(exc, what, path) from None
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(exist_ok=True)  # the root only: a missing parent is the user's typo, not ours to make
+            fsync_dir(self.root.parent)
             return os.open(self.root, flags)
         except OSError as exc:
             raise self._fail(exc, what, path) from None
