@@ -18,7 +18,21 @@ from typing import Any
 
 from ckptcli.errors import InvalidInputError, failed_with, user_failure
 
-__all__ = ["BESIDE_STORE", "DOCTOR", "EXPIRY", "GROUPS", "MIGRATIONS", "REDUCERS", "RETENTION", "Entry", "entries", "find", "load", "names"]
+__all__ = [
+    "BACKENDS",
+    "BESIDE_STORE",
+    "DOCTOR",
+    "EXPIRY",
+    "GROUPS",
+    "MIGRATIONS",
+    "REDUCERS",
+    "RETENTION",
+    "Entry",
+    "entries",
+    "find",
+    "load",
+    "names",
+]
 
 #: an ext namespace's reducers of its events (ckptcli.history.events)
 REDUCERS = "ckptcli.reducers"
@@ -30,10 +44,13 @@ EXPIRY = "ckptcli.expiry"
 BESIDE_STORE = "ckptcli.beside_store"
 #: `ckpt doctor` checks (ckptcli.doctor)
 DOCTOR = "ckptcli.doctor"
+#: store backends by URL scheme: `scheme = module:Class`, the class an ObjectBackend with a
+#: `from_url(url, options)` classmethod (ckptcli.store.backends)
+BACKENDS = "ckptcli.backends"
 #: a project's schema migrations, `--migrations ep:NAME` (ckptcli.schema.migrations)
 MIGRATIONS = "ckpt.migrations"
 
-GROUPS = (REDUCERS, RETENTION, EXPIRY, BESIDE_STORE, DOCTOR, MIGRATIONS)
+GROUPS = (REDUCERS, RETENTION, EXPIRY, BESIDE_STORE, DOCTOR, MIGRATIONS, BACKENDS)
 
 #: ckpt's own registrations, as pyproject.toml declares them (a test keeps the two equal).
 #: Read as well as the installed metadata, so that an install whose metadata predates a
@@ -45,6 +62,13 @@ BUILTIN: dict[str, dict[str, str]] = {
     RETENTION: {"langgraph": "ckptcli.adapters.langgraph.retention:retain"},
     EXPIRY: {"langgraph": "ckptcli.adapters.langgraph.plugins:Expiry"},
     BESIDE_STORE: {"langgraph": "ckptcli.adapters.langgraph.plugins:check_beside"},
+    BACKENDS: {
+        "file": "ckptcli.store.backends.local:LocalObjects",
+        "memory": "ckptcli.store.backends.memory:MemoryBackend",
+        "s3": "ckptcli.store.backends.s3:S3Backend",
+        "gs": "ckptcli.store.backends.s3:S3Backend",
+        "az": "ckptcli.store.backends.s3:S3Backend",
+    },
 }
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import hashlib
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
-from ckptcli.errors import NotFoundError
+from ckptcli.errors import InvalidInputError, NotFoundError
 from ckptcli.store.backends.base import ObjectBackend, ObjectInfo, ObjectWriter
+from ckptcli.store.backends.paths import check_path, check_prefix
 
 __all__ = ["MemoryBackend"]
 
@@ -29,6 +30,20 @@ class MemoryBackend(ObjectBackend):
         with _STORES_LOCK:
             self._objects = _STORES.setdefault(name, {})
             self._lock = _LOCKS.setdefault(name, threading.Lock())
+
+    @classmethod
+    def from_url(cls, url: str, options: Mapping[str, str]) -> MemoryBackend:
+        """Args: `memory://NAME`, store options (it takes none). Returns: the backend of
+        the store NAME. Raises: InvalidInputError."""
+        scheme, sep, name = url.partition("://")
+        if scheme.lower() != "memory" or not sep:
+            raise InvalidInputError(f"not a memory:// URL: {url!r}", hint="write memory://NAME")
+        if options:
+            raise InvalidInputError(
+                f"a memory:// store takes no store options, got {', '.join(sorted(options))}",
+                hint="drop --store-option and CKPT_STORE_OPTIONS for a memory:// store",
+            )
+        return cls(name)
 
     @staticmethod
     def forget(name: str) -> None:
@@ -48,6 +63,7 @@ class MemoryBackend(ObjectBackend):
         return f"{hashlib.sha256(data).hexdigest()[:16]}-{next(_VERSION)}"
 
     def _must(self, path: str) -> tuple[bytes, str]:
+        check_path(path, self.url)
         try:
             return self._objects[path]
         except KeyError:
@@ -58,6 +74,8 @@ class MemoryBackend(ObjectBackend):
             return self._must(path)[0]
 
     def get_range(self, path: str, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise InvalidInputError(f"a range of {self.url}/{path} with offset {offset} and length {length}: both must be >= 0")
         with self._lock:
             return self._must(path)[0][offset : offset + length]
 
@@ -71,6 +89,7 @@ class MemoryBackend(ObjectBackend):
             return self._info(path, data, etag)
 
     def put(self, path: str, data: bytes) -> ObjectInfo:
+        check_path(path, self.url)
         data = bytes(data)
         with self._lock:
             etag = self._etag(data)
@@ -78,6 +97,7 @@ class MemoryBackend(ObjectBackend):
             return self._info(path, data, etag)
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
+        check_path(path, self.url)
         data = bytes(data)
         with self._lock:
             if path in self._objects:
@@ -86,6 +106,7 @@ class MemoryBackend(ObjectBackend):
             return True
 
     def put_if_match(self, path: str, data: bytes, etag: str | None) -> ObjectInfo | None:
+        check_path(path, self.url)
         data = bytes(data)
         with self._lock:
             now = self._objects.get(path)
@@ -96,15 +117,18 @@ class MemoryBackend(ObjectBackend):
             return self._info(path, data, new)
 
     def open_writer(self, path: str) -> ObjectWriter:
+        check_path(path, self.url)
         return _MemoryWriter(self, path)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        check_prefix(prefix, self.url)
         with self._lock:
             found = sorted((p, v) for p, v in self._objects.items() if p.startswith(prefix))
         for path, (data, etag) in found:
             yield self._info(path, data, etag)
 
     def delete(self, path: str) -> None:
+        check_path(path, self.url)
         with self._lock:
             self._objects.pop(path, None)
 
