@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, StoreIOError
 from ckptcli.store.backends.base import ObjectBackend, ObjectInfo, ObjectWriter
+from ckptcli.store.backends.paths import check_path, check_prefix
 from ckptcli.store.backends.s3 import _scrub, _secrets, redact_url
 
 __all__ = ["FsspecBackend"]
@@ -72,8 +73,7 @@ class FsspecBackend(ObjectBackend):
         return cls(fs, root if isinstance(root, str) else root[0], shown, secrets)
 
     def _full(self, path: str) -> str:
-        if not path or path.startswith("/") or any(p in ("", ".", "..") for p in path.split("/")):
-            raise InvalidInputError(f"{self.url}: {path!r} is not a store path")
+        check_path(path, self.url)
         return f"{self._root}/{path}" if self._root else path
 
     def _error(self, path: str, verb: str, exc: BaseException) -> CkptError:
@@ -145,7 +145,7 @@ class FsspecBackend(ObjectBackend):
             raise self._error(path, "stat", exc) from None
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        directory = prefix.rpartition("/")[0]
+        directory = check_prefix(prefix, self.url).rpartition("/")[0]
         base = f"{self._root}/{directory}" if directory else self._root
         try:
             found = self._fs.find(base or "/", detail=True, withdirs=False) if self._fs.exists(base or "/") else {}

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, StoreIOError
 from ckptcli.store.backends.base import ObjectBackend, ObjectInfo, ObjectWriter
+from ckptcli.store.backends.paths import check_path, check_prefix
 
 __all__ = ["S3Backend"]
 
@@ -218,9 +219,7 @@ class S3Backend(ObjectBackend):
         return StoreIOError(_scrub(f"{self._where(path)}: {verb} failed: {_reason(text)}", self._secrets))
 
     def _check(self, path: str) -> str:
-        if not path or path.startswith("/") or any(p in ("", ".", "..") for p in path.split("/")):
-            raise InvalidInputError(f"{self.url}: {path!r} is not a store path")
-        return path
+        return check_path(path, self.url)
 
     def _token(self, meta: Mapping[str, Any]) -> str:
         if self._by_version and meta.get("version"):
@@ -275,7 +274,7 @@ class S3Backend(ObjectBackend):
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         # object_store lists whole path segments: list the prefix's directory, keep what
         # starts with the prefix itself
-        directory = prefix.rpartition("/")[0] or None
+        directory = check_prefix(prefix, self.url).rpartition("/")[0] or None
         try:
             found = [
                 ObjectInfo(str(meta["path"]), int(meta["size"]), self._token(meta))
