@@ -385,3 +385,17 @@ def test_a_waiting_taker_gets_the_lock_once_released(backend: MemoryBackend, clo
     with acquire(backend, True, wait=30, env=host("h2", clock)):
         assert live(backend, host("h2", clock)) == [("h2", "exclusive")]
     releaser.join()
+
+
+def test_locks_of_different_names_never_conflict_and_old_records_are_the_store_lock(backend: MemoryBackend) -> None:
+    with acquire(backend, True, wait=0, name="store"), acquire(backend, True, wait=0, name="refs"):
+        with pytest.raises(LockError, match="exclusive"):
+            acquire(backend, False, wait=0, name="refs")
+        assert sorted(i.record.name for i in list_locks(backend) if i.record) == ["refs", "store"]
+    # a record written before names existed has none: it is the store lock
+    body = json.loads(encode_lock(LockRecord("a" * 32, "exclusive", "h", 1, "u", 1.0, 1.0)))
+    del body["name"]
+    assert decode_lock(json.dumps(body).encode(), "t").name == "store"
+    body["name"] = "../x"
+    with pytest.raises(CorruptError):
+        decode_lock(json.dumps(body).encode(), "t")

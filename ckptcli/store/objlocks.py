@@ -76,6 +76,7 @@ MAX_BACKOFF = 1.0  # seconds, the longest pause between two tries
 
 _ID = re.compile(r"[0-9a-f]{32}")
 _KINDS = ("shared", "exclusive")
+_NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")  # a lock's name: "store", "refs", "writers"
 _MAX_TEXT = 512  # characters of host, user and command kept in a record
 
 
@@ -123,6 +124,7 @@ class LockRecord:
     created: float  #: wall-clock seconds
     refreshed: float  #: wall-clock seconds of the last refresh
     command: str = ""  #: the command line that took it
+    name: str = "store"  #: which lock: "store" (takes shared, prune exclusive), "refs", "writers"; names never conflict
 
     @property
     def exclusive(self) -> bool:
@@ -147,7 +149,7 @@ class LockInfo:
         out: dict[str, Any] = {"path": self.path, "stale": self.stale, "why": self.why or None}
         if self.record is not None:
             r = self.record
-            out |= {"id": r.id, "kind": r.kind, "host": r.host, "pid": r.pid, "user": r.user, "command": r.command}
+            out |= {"id": r.id, "name": r.name, "kind": r.kind, "host": r.host, "pid": r.pid, "user": r.user, "command": r.command}
             out |= {"created": r.created, "refreshed": r.refreshed, "age_s": round(max(0.0, now - r.refreshed), 3)}
         return out
 
@@ -193,10 +195,11 @@ def decode_lock(data: bytes, where: str) -> LockRecord:
             created=_time(d, "created"),
             refreshed=_time(d, "refreshed"),
             command=_text(d, "command") if "command" in d else "",
+            name=_text(d, "name") if "name" in d else "store",
         )
     except (KeyError, TypeError) as exc:
         raise CorruptError(f"{where}: a damaged lock object ({exc})") from None
-    if not _ID.fullmatch(record.id) or record.kind not in _KINDS or record.pid <= 0:
+    if not _ID.fullmatch(record.id) or record.kind not in _KINDS or record.pid <= 0 or not _NAME.fullmatch(record.name):
         raise CorruptError(f"{where}: a damaged lock object (id, kind or pid out of range)")
     return record
 
@@ -394,8 +397,10 @@ def acquire(
     stale_after: float = STALE_AFTER,
     refresh_every: float = REFRESH_EVERY,
     check_after: float = CHECK_AFTER,
+    name: str = "store",
 ) -> HeldLock:
-    """Take the store's lock, shared (takes) or exclusive (prune, format migrations).
+    """Take the store's lock `name`, shared (takes) or exclusive (prune, format migrations).
+    Locks of different names never conflict ("store", "refs", "writers").
 
     Args: backend; exclusive; wait: seconds to retry while another holder conflicts
     (0: try once); env: who takes it (default: this process); command: what its record
@@ -407,7 +412,7 @@ def acquire(
     start = time.monotonic()
     delay, told, warned = 0.005, False, set[str]()
     while True:
-        record, etag = _create(backend, env, kind, current_command() if command is None else command)
+        record, etag = _create(backend, env, kind, current_command() if command is None else command, name)
         try:
             blocker = _conflict(backend, record, env, stale_after, warned)
         except BaseException:
@@ -427,12 +432,12 @@ def acquire(
             )
         if not told and waited >= LOCK_NOTICE_AFTER:
             told = True
-            notices.info(f"waiting for the store lock ({kind}) held by {held_by}; up to {wait:.0f} s")
+            notices.info(f"waiting for the store lock {name!r} ({kind}) held by {held_by}; up to {wait:.0f} s")
         time.sleep(min(delay * random.uniform(0.5, 1.5), max(0.0, wait - waited)))
         delay = min(delay * 2, MAX_BACKOFF)
 
 
-def _create(backend: ObjectBackend, env: LockEnv, kind: str, command: str) -> tuple[LockRecord, str]:
+def _create(backend: ObjectBackend, env: LockEnv, kind: str, command: str, name: str = "store") -> tuple[LockRecord, str]:
     """Write a new lock object under a fresh random name; returns it and its etag."""
     now = env.clock()
     for _ in range(8):
@@ -445,6 +450,7 @@ def _create(backend: ObjectBackend, env: LockEnv, kind: str, command: str) -> tu
             created=now,
             refreshed=now,
             command=command[:_MAX_TEXT],
+            name=name,
         )
         info = backend.put_if_match(lock_object_path(record.id), encode_lock(record), None)
         if info is not None:
@@ -462,6 +468,8 @@ def _conflict(backend: ObjectBackend, own: LockRecord, env: LockEnv, stale_after
                 warned.add(info.path)
                 _warn(f"{info.why}; it does not block, `ckpt unlock` removes it")
             continue
+        if info.record is not None and info.record.name != own.name:
+            continue  # another lock: "refs" does not conflict with "store"
         if info.record is None or own.exclusive or info.record.exclusive:
             return info  # a lock of a newer ckpt blocks either kind: its kind cannot be read
     return None
