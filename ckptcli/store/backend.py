@@ -26,6 +26,7 @@ from ckptcli.store.layout import TMP
 from ckptcli.store.locking import LOCK_NOTICE_AFTER as LOCK_NOTICE_AFTER  # 0.2 names here, kept for one minor release
 from ckptcli.store.locking import WRITERS_DIR as WRITERS_DIR
 from ckptcli.store.locking import LocalLocks
+from ckptcli.store.locking import Mark as Mark
 from ckptcli.store.locking import WriterMark as WriterMark
 from ckptcli.store.locking import lock_holder as lock_holder
 from ckptcli.store.locking import note_holder as note_holder
@@ -142,13 +143,13 @@ class Backend(ABC):
         return "unknown", None
 
     @abstractmethod
-    def mark_writer(self, kind: str) -> WriterMark:
+    def mark_writer(self, kind: str) -> Mark:
         """Say that a long-lived writer (a saver) is alive until the mark is closed. The
         caller holds the store lock shared, so that no removal of objects runs meanwhile.
         Args: what writes (a word). Returns: the mark. Raises: StoreIOError."""
 
     @abstractmethod
-    def live_writers(self, exclude: WriterMark | None = None) -> builtins.list[str]:
+    def live_writers(self, exclude: Mark | None = None) -> builtins.list[str]:
         """The marks of the writers alive now but `exclude` (the caller's own); marks
         left by writers that died are removed (the caller holds the store lock
         exclusively). Returns: their names."""

@@ -19,7 +19,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ckptcli import notices
 from ckptcli.errors import LockError
@@ -27,9 +27,18 @@ from ckptcli.store.command import current_command
 from ckptcli.store.layout import WRITERS, lock_path
 from ckptcli.store.oserror import io_error
 
-__all__ = ["LOCK_NOTICE_AFTER", "LocalLocks", "WriterMark", "lock_holder", "note_holder"]
+__all__ = ["LOCK_NOTICE_AFTER", "LocalLocks", "Mark", "WriterMark", "lock_holder", "note_holder"]
 
 WRITERS_DIR = WRITERS
+
+
+class Mark(Protocol):
+    """A long-lived writer's mark (`Backend.mark_writer`): a WriterMark here, a lock
+    object on object storage (ckptcli.store.remote)."""
+
+    name: str
+
+    def close(self) -> None: ...
 
 
 class WriterMark:
@@ -129,7 +138,7 @@ class LocalLocks:
             raise io_error(exc, "lock", path) from None
         return WriterMark(path, fd)
 
-    def live_writers(self, exclude: WriterMark | None = None) -> builtins.list[str]:
+    def live_writers(self, exclude: Mark | None = None) -> builtins.list[str]:
         d = self._p(WRITERS_DIR)
         try:
             names = sorted(os.listdir(d))

@@ -30,7 +30,7 @@ from ckptcli.format.manifest import Manifest, Subject, head_order
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
 from ckptcli.store import catalog, layout, reflog, repack
-from ckptcli.store.backend import WriterMark
+from ckptcli.store.backend import Mark
 from ckptcli.store.index import write_index as write_index  # 0.2 name, kept for one minor release
 from ckptcli.store.pack import pack_version as pack_version  # 0.2 name, kept for one minor release
 from ckptcli.store.repack import GcReport as GcReport
@@ -348,7 +348,7 @@ def prune(
     lock_wait: float = 300.0,
     progress: Progress = NULL,
     now_ns: int | None = None,
-    writer: WriterMark | None = None,
+    writer: Mark | None = None,
 ) -> PruneReport:
     """Remove the checkpoints `policy` does not keep, then the objects no kept
     checkpoint needs. Raises UsageError for an empty policy, or when a subject would
@@ -416,7 +416,7 @@ def remove_checkpoints(
     max_unused: float = 0.1,
     lock_wait: float = 300.0,
     progress: Progress = NULL,
-    writer: WriterMark | None = None,
+    writer: Mark | None = None,
 ) -> GcReport:
     """Remove exactly these checkpoints, then the objects no other checkpoint needs
     (`forget_checkpoints`, then `collect`). Ids not in the store are ignored. Raises
@@ -486,7 +486,7 @@ def collect(
     max_unused: float = 0.1,
     lock_wait: float = 300.0,
     progress: Progress = NULL,
-    writer: WriterMark | None = None,
+    writer: Mark | None = None,
     finishing: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> GcReport:
     """Remove the objects no checkpoint of the store needs (what `forget_checkpoints`
@@ -519,7 +519,7 @@ def _remove(
     removed: set[bytes],
     max_unused: float,
     progress: Progress,
-    writer: WriterMark | None = None,
+    writer: Mark | None = None,
 ) -> tuple[GcReport, dict[str, str | None]]:
     """Delete `removed` (the caller holds the store lock exclusively), in the order that
     keeps every survivor readable whenever a crash stops it."""

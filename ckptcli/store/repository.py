@@ -16,7 +16,7 @@ import os
 import secrets
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,11 +35,13 @@ from ckptcli.format import framing, limits
 from ckptcli.format.manifest import Manifest
 from ckptcli.store import layout
 from ckptcli.store.backend import Backend, LocalBackend
+from ckptcli.store.backends import ENV_OPTIONS, open_backend, parse_location, parse_store_options
 from ckptcli.store.index import IndexEntry, ObjectIndex, parse_entry_rows, read_index_file, write_index
 from ckptcli.store.layout import STORE_DIRNAME as STORE_DIRNAME
 from ckptcli.store.layout import pack_path as pack_path
 from ckptcli.store.pack import PackWriter, read_pack
 from ckptcli.store.refs import Refs
+from ckptcli.store.remote import ObjectStoreIO
 
 PACK_TARGET_SIZE = 64 * 1024 * 1024
 _U32 = struct.Struct(">I")
@@ -128,13 +130,14 @@ class Transaction:
         self.packs = []
 
 
-def find_store(start: Path | None = None) -> Path:
-    """The store for this directory: CKPT_STORE, else the nearest .ckpt/ above cwd, or
-    the nearest directory above cwd (cwd itself too) that is a store, whatever its name
-    (as `CkptSaver.open("dir")` and `ckpt init dir` make them)."""
+def find_store(start: Path | None = None) -> Path | str:
+    """The store for this directory: CKPT_STORE (a path or a URL), else the nearest
+    .ckpt/ above cwd, or the nearest directory above cwd (cwd itself too) that is a
+    store, whatever its name (as `CkptSaver.open("dir")` and `ckpt init dir` make them)."""
     env = os.environ.get("CKPT_STORE")
     if env:
-        return resolve_store_path(Path(env))
+        where = store_location(env)
+        return where if isinstance(where, str) else resolve_store_path(where)
     here = (start or Path.cwd()).resolve()
     for d in (here, *here.parents):
         cand = d / STORE_DIRNAME
@@ -146,6 +149,25 @@ def find_store(start: Path | None = None) -> Path:
         f"no ckpt store in {here} or any parent directory",
         hint="run `ckpt init` here, or pass --store PATH (or set CKPT_STORE)",
     )
+
+
+def store_location(text: str | os.PathLike[str]) -> Path | str:
+    """A `--store` / CKPT_STORE value as Store.open takes it: a URL of object storage
+    (`s3://...`, `memory://...`; ckptcli.store.backends) stays a string; a path or a
+    `file://` URL is a Path."""
+    if not isinstance(text, str):
+        return Path(text)
+    found = parse_location(text)
+    if not found.is_local:
+        return text
+    return Path(text.removeprefix("file://")) if text.startswith("file://") else Path(text)
+
+
+def _remote(url: str, options: Mapping[str, str] | None) -> ObjectStoreIO:
+    """The store operations on the object-storage backend of `url` (store options:
+    `options`, else CKPT_STORE_OPTIONS)."""
+    given = options if options is not None else parse_store_options([], os.environ.get(ENV_OPTIONS))
+    return ObjectStoreIO(open_backend(url, given))
 
 
 def resolve_store_path(path: Path) -> Path:
@@ -196,13 +218,23 @@ class Store(Refs):
 
     # -- opening -----------------------------------------------------------------
     @classmethod
-    def init(cls, path: Path, version: int = limits.FORMAT_VERSION) -> Store:
-        if (path / layout.CONFIG).exists():
-            raise ConflictError(f"a ckpt store already exists at {path}")
+    def init(cls, path: Path | str, version: int = limits.FORMAT_VERSION, options: Mapping[str, str] | None = None) -> Store:
+        """Create a store at `path` (a directory) or at a URL (`s3://bucket/prefix`...,
+        ckptcli.store.backends). Raises: ConflictError (one is there), InvalidInputError,
+        StoreIOError."""
         if version not in limits.READABLE_VERSIONS:
             raise InvalidInputError(
                 f"format version {version} is not one this ckpt writes", hint=f"use one of {sorted(limits.READABLE_VERSIONS)}"
             )
+        config = StoreConfig(version, secrets.token_bytes(16), time.time_ns(), (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX))
+        if isinstance(path, str):
+            io = _remote(path, options)
+            if not io.objects.put_if_absent(layout.CONFIG, config.encode()):
+                io.close()
+                raise ConflictError(f"a ckpt store already exists at {io.url}")
+            return cls(io, config, io.url)
+        if (path / layout.CONFIG).exists():
+            raise ConflictError(f"a ckpt store already exists at {path}")
         try:
             path.mkdir(parents=True, exist_ok=True)
             for sub in layout.CREATED_DIRS:
@@ -213,14 +245,23 @@ class Store(Refs):
                     f"cannot create a store at {path}: it is a file, not a directory", hint="give a new or empty directory"
                 ) from None
             raise StoreIOError(f"cannot create a store at {path}: {exc.strerror}", hint="give a directory you may write to") from None
-        config = StoreConfig(version, secrets.token_bytes(16), time.time_ns(), (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX))
         backend = LocalBackend(path)
         backend.write_atomic(layout.CONFIG, config.encode())
         return cls(backend, config, str(path))
 
     @classmethod
-    def open(cls, path: Path | None = None) -> Store:
-        root = resolve_store_path(path) if path is not None else find_store()
+    def open(cls, path: Path | str | None = None, options: Mapping[str, str] | None = None) -> Store:
+        """Open the store at `path` (a store directory, a directory holding `.ckpt/`, or
+        a URL: `store_location` tells them apart), or the one `find_store` finds."""
+        where = path if path is not None else find_store()
+        if isinstance(where, str):
+            io = _remote(where, options)
+            try:
+                return cls(io, read_config(io, f"{io.url}/{layout.CONFIG}"), io.url)
+            except BaseException:
+                io.close()
+                raise
+        root = resolve_store_path(where) if path is not None else where
         backend = LocalBackend(root)
         config = read_config(backend, str(root / layout.CONFIG))
         for sub in layout.LOCAL_DIRS:
@@ -248,7 +289,7 @@ class Store(Refs):
             self.on_warning(message)
 
     def close(self) -> None:
-        if isinstance(self.backend, LocalBackend):
+        if isinstance(self.backend, (LocalBackend, ObjectStoreIO)):
             self.backend.close()
 
     def stale_temps(self, min_age: float = 60.0) -> list[str]:

@@ -36,7 +36,7 @@ from ckptcli.adapters.langgraph.store_index import StoreIndex
 from ckptcli.errors import CkptError, StoreIOError, ThreadConflictError, UsageError
 from ckptcli.format.manifest import Manifest
 from ckptcli.format.values import Decoder
-from ckptcli.store.backend import WriterMark
+from ckptcli.store.backend import Mark
 from ckptcli.store.layout import journal_dir, lease_dir, want_dir
 from ckptcli.store.repository import Store
 
@@ -68,7 +68,7 @@ class SaverCore:
     _journal: Journal
     _thread: threading.Thread
     _stop: threading.Event
-    _mark: WriterMark
+    _mark: Mark
 
     def _init_memory(self, trust_identity: bool | str) -> None:
         self._sweeping: set[str] = set()  # threads `_holding` holds the lease of, for a delete (not let go by commits)

@@ -1,0 +1,175 @@
+"""A store's operations (`Backend`) on any object-storage backend (`ObjectBackend`:
+S3, GCS, Azure, memory://, fsspec), built from the contract's operations alone.
+
+The local directory backend does these natively (temp file + rename, O_APPEND, flock);
+here each one is made of what object storage can do:
+
+- a whole-file write is a put, visible whole or not at all;
+- a large file written in pieces (a pack, whose name is its hash, known only at the
+  end) is spooled to a local temporary file, then uploaded under its final name (one put,
+  or a multipart upload for a large one): nothing is renamed in the store;
+- an append (the reflog) is a compare-and-swap loop on the log object;
+- a lock is a set of lock objects (ckptcli.store.objlocks), one per holder, so that it
+  holds across hosts; the marks of long-lived writers are shared locks named "writers".
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import secrets
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from typing import IO
+
+from ckptcli import notices
+from ckptcli.errors import ConflictError, NotFoundError, StoreIOError
+from ckptcli.store import objlocks
+from ckptcli.store.backend import Backend, Mark
+from ckptcli.store.backends.base import ObjectBackend
+
+__all__ = ["ObjectMark", "ObjectStoreIO"]
+
+#: a spooled pack this large or larger is uploaded in parts
+_MULTIPART_FROM = 16 << 20
+_PART = 8 << 20
+#: compare-and-swap attempts of one append before giving up
+_APPEND_TRIES = 50
+
+
+class ObjectMark:
+    """A long-lived writer's mark on object storage: a shared lock named "writers"
+    (`Backend.mark_writer`), refreshed while it lives, stale once its writer is gone."""
+
+    def __init__(self, held: objlocks.HeldLock) -> None:
+        self._held = held
+        self.name = held.record.id
+
+    def close(self) -> None:
+        self._held.release()
+
+
+class ObjectStoreIO(Backend):
+    """`Backend` over an `ObjectBackend`. Paths are the store layout's, unchanged."""
+
+    def __init__(self, objects: ObjectBackend) -> None:
+        self.objects = objects
+        self.url = objects.url
+
+    # -- reads ------------------------------------------------------------------------
+    def read(self, path: str) -> bytes:
+        return self.objects.get(path)
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        return self.objects.get_range(path, offset, length)
+
+    def list(self, prefix: str) -> builtins.list[str]:
+        return self.objects.list_paths(prefix.rstrip("/") + "/")
+
+    def list_names(self, directory: str) -> builtins.list[str]:
+        start = directory.rstrip("/") + "/"
+        return [p[len(start) :] for p in self.objects.list_paths(start) if "/" not in p[len(start) :]]
+
+    def exists(self, path: str) -> bool:
+        return self.objects.exists(path)
+
+    def size(self, path: str) -> int:
+        return self.objects.stat(path).size
+
+    # -- writes -----------------------------------------------------------------------
+    def write_atomic(self, path: str, data: bytes) -> None:
+        self.objects.put(path, bytes(data))
+
+    def write_atomic_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+        for path, data in items:
+            self.objects.put(path, bytes(data))
+
+    def append(self, path: str, data: bytes) -> None:
+        """The reflog's append: read the log and its version, put it back longer only if
+        it is still that version (another host may append meanwhile), else again."""
+        for _ in range(_APPEND_TRIES):
+            try:
+                old, etag = self.objects.get_versioned(path)
+            except NotFoundError:
+                old, etag = b"", None
+            if self.objects.put_if_match(path, old[: old.rfind(b"\n") + 1] + data, etag) is not None:
+                return
+        raise ConflictError(f"{self.url}/{path}: {_APPEND_TRIES} writers appended at once; nothing was appended", hint="try again")
+
+    def open_temp(self) -> tuple[str, IO[bytes]]:
+        try:
+            handle = tempfile.TemporaryFile(prefix="ckpt-upload-")  # noqa: SIM115 - the caller closes it (commit_temp, discard_temp)
+        except OSError as exc:
+            raise StoreIOError(f"cannot create a local temporary file to upload through: {exc.strerror}") from None
+        return f"upload-{secrets.token_hex(8)}", handle
+
+    def commit_temp(self, temp: str, handle: IO[bytes], path: str) -> None:
+        try:
+            handle.flush()
+            size = handle.seek(0, 2)
+            handle.seek(0)
+            if size < _MULTIPART_FROM:
+                self.objects.put(path, handle.read())
+                return
+            with self.objects.open_writer(path) as writer:
+                while part := handle.read(_PART):
+                    writer.write(part)
+                writer.commit()
+        except OSError as exc:
+            raise StoreIOError(f"cannot read back the local copy of {path} to upload it: {exc.strerror}") from None
+        finally:
+            handle.close()
+
+    def discard_temp(self, temp: str, handle: IO[bytes]) -> None:
+        with contextlib.suppress(OSError):
+            handle.close()
+
+    def delete(self, path: str) -> None:
+        self.objects.delete(path)
+
+    # -- locks ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def lock(self, name: str, *, shared: bool, wait: float = 30.0) -> Iterator[None]:
+        held = objlocks.acquire(self.objects, not shared, wait=wait, name=name)
+        try:
+            yield
+        finally:
+            held.release()
+
+    @contextlib.contextmanager
+    def reading_lock(self, name: str, *, wait: float = 300.0) -> Iterator[None]:
+        try:
+            held = objlocks.acquire(self.objects, False, wait=wait, name=name)
+        except StoreIOError as exc:  # no right to write a lock object: read without it
+            notices.info(f"reading {self.url} without its lock ({exc.message})")
+            yield
+            return
+        try:
+            yield
+        finally:
+            held.release()
+
+    def lock_state(self, name: str) -> tuple[str, str | None]:
+        live = [i.record for i in objlocks.list_locks(self.objects) if i.record and i.record.name == name and not i.stale]
+        if not live:
+            return "free", None
+        held = next((r for r in live if r.exclusive), live[0])
+        return held.kind, held.holder(time.time())
+
+    def mark_writer(self, kind: str) -> ObjectMark:
+        return ObjectMark(objlocks.acquire(self.objects, False, wait=0, name="writers", command=kind))
+
+    def live_writers(self, exclude: Mark | None = None) -> builtins.list[str]:
+        live = []
+        for info in objlocks.list_locks(self.objects):
+            if info.record is None or info.record.name != "writers":
+                continue
+            if info.stale:
+                self.objects.delete(info.path)  # its writer died (the caller holds the store lock exclusively)
+            elif exclude is None or info.record.id != exclude.name:
+                live.append(info.record.id)
+        return live
+
+    def close(self) -> None:
+        self.objects.close()
