@@ -51,6 +51,7 @@ def __getattr__(name: str) -> Any:
         return getattr(_verify, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "Checkpoint",
     "CheckpointFile",
