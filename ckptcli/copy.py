@@ -94,10 +94,11 @@ def copy_checkpoints(
         if not dry_run:
             held.enter_context(dst.backend.lock("store", shared=True))  # no prune of DST meanwhile
         chosen = _choose(src, refs)
+        for cid, manifest in chosen:  # before anything is sent
+            _check_version(src, dst, cid, manifest)
         present = set(dst.manifest_ids())
         walked = WalkResult()  # shared: an object several checkpoints need is walked once
         for cid, manifest in chosen:
-            _check_version(src, dst, cid, manifest)
             result.checkpoints.append(cid)
             if cid in present:
                 result.already_present.append(cid)

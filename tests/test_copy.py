@@ -304,3 +304,37 @@ def test_bad_input_is_one_line_and_writes_nothing(src: Store, tmp_path: Path, ar
     assert words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert tree_snapshot(Path(dst.location), skip=("locks", "tmp")) == before
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_newer_format_than_dst_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    src = ckptcli.init_store(tmp_path / "src")  # the newest format
+    _take(src, 0)
+    old = ckptcli.init_store(tmp_path / "old", version=1)
+    assert old.version < src.version
+    before = tree_snapshot(Path(old.location), skip=("locks", "tmp"))
+    r = _copy_cli(src.location, old.location)
+    assert r.returncode == ExitCode.UNSUPPORTED_VERSION, describe(r)
+    assert b"migrate --format" in r.stderr and len(r.stderr.strip().splitlines()) == 1, describe(r)
+    assert tree_snapshot(Path(old.location), skip=("locks", "tmp")) == before
+    # the other way round is fine: a version-1 checkpoint copies into a version-2 store, verbatim
+    _take(Store.open(Path(old.location)), 1)
+    new = ckptcli.init_store(tmp_path / "new")
+    r = _copy_cli(old.location, new.location)
+    assert r.returncode == 0, describe(r)
+    assert Store.open(Path(new.location)).manifest_ids() == Store.open(Path(old.location)).manifest_ids()
+    _verify_clean(new)
+
+
+def test_damaged_manifest_in_src_stops_before_anything_is_sent(src: Store, tmp_path: Path) -> None:
+    victim = src.resolve("workflow:etl")
+    flip_byte(Path(src.location) / "manifests" / victim.hex(), 40)
+    dst = ckptcli.init_store(tmp_path / "dst")
+    before = tree_snapshot(Path(dst.location), skip=("locks", "tmp"))
+    r = _copy_cli(src.location, dst.location)
+    assert r.returncode == ExitCode.CORRUPT, describe(r)
+    assert victim.hex()[:12] in r.stderr.decode() and b"nothing was copied" in r.stderr, describe(r)
+    assert tree_snapshot(Path(dst.location), skip=("locks", "tmp")) == before
+    # the others can still be named and copied
+    r = _copy_cli(src.location, dst.location, "agent:bot", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["checkpoints"] == [src.resolve("agent:bot").hex()], describe(r)
+    _verify_clean(dst)
