@@ -7,8 +7,10 @@ copy with CorruptError naming the object and the checkpoint) and written to DST 
 stored, never recompressed; then the manifest bytes, verbatim, so the id is the same.
 The write order is a take's: objects and their index first, the manifest (the commit
 point) last, then the subject's `latest` in DST moves to it when it is newer than the
-one there (as `ckpt import` does). A copy killed at any instant leaves DST readable; the
-next copy sends what is still missing.
+one there (as `ckpt import` does). Checkpoints go in batches (_Copier): the objects of
+several share one pack and one index file, then their manifests follow, so copying many
+small checkpoints does not cost a pack, an index file and their syncs each. A copy
+killed at any instant leaves DST readable; the next copy sends what is still missing.
 
 Only Store's public methods are used on both sides, so the copy works between any two
 stores whatever they are stored on. A checkpoint file (`ckpt export`) is a source too.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,10 +30,16 @@ from ckptcli.format.manifest import Manifest, is_nested
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
 from ckptcli.store import layout
-from ckptcli.store.repository import Store
+from ckptcli.store.index import IndexEntry
+from ckptcli.store.repository import Store, Transaction
 from ckptcli.store.single import CheckpointFile
 
 __all__ = ["CopyResult", "copy_checkpoints"]
+
+#: a batch of checkpoints is committed (objects, index, manifests, refs) when it has
+#: this many stored bytes or checkpoints (see _Copier)
+BATCH_BYTES = 64 * 1024 * 1024
+BATCH_CHECKPOINTS = 256
 
 #: the ref kinds `--refs` copies (refs/tags/NAME, refs/branches/NAME)
 _NAMED_REFS = ("tags", "branches")
@@ -97,15 +106,22 @@ def copy_checkpoints(
         for cid, manifest in chosen:  # before anything is sent
             _check_version(src, dst, cid, manifest)
         present = set(dst.manifest_ids())
-        walked = WalkResult()  # shared: an object several checkpoints need is walked once
-        for cid, manifest in chosen:
-            result.checkpoints.append(cid)
-            if cid in present:
-                result.already_present.append(cid)
-            else:
-                _copy_one(src, dst, cid, manifest, walked, result, dry_run, progress)
-            if not dry_run and _advance_latest(dst, cid, manifest) and str(manifest.subject) not in result.latest_moved:
-                result.latest_moved.append(str(manifest.subject))
+        copier = _Copier(src, dst, result, dry_run, progress)
+        try:
+            for cid, manifest in chosen:
+                result.checkpoints.append(cid)
+                if cid in present:
+                    result.already_present.append(cid)
+                    copier.advance_latest(cid, manifest)
+                else:
+                    copier.add(cid, manifest)
+            copier.flush()
+        except CkptError:
+            copier.keep_complete()  # the checkpoints before the failing one are committed
+            raise
+        except BaseException:
+            copier.abort()
+            raise
         if copy_refs:
             _copy_named_refs(src, dst, {cid for cid, _m in chosen}, result, dry_run)
     return result
@@ -154,63 +170,111 @@ def _manifest_bytes(src: Source, cid: bytes) -> bytes:
     return data
 
 
-def _copy_one(
-    src: Source,
-    dst: Store,
-    cid: bytes,
-    manifest: Manifest,
-    walked: WalkResult,
-    result: CopyResult,
-    dry_run: bool,
-    progress: Progress,
-) -> None:
-    """Send what DST lacks of checkpoint `cid`, then commit its manifest."""
-    where = f"checkpoint {cid.hex()[:12]} of {src.location}"
-    data = _manifest_bytes(src, cid)
-    before = set(walked.objects)
-    try:
-        walk_checkpoint(src, manifest, result=walked)
-    except CkptError as exc:
-        raise CorruptError(f"{where}: {exc.message}; nothing of it was copied", hint="run `ckpt verify --read-data` on SRC") from None
-    # the objects first reached now: those an earlier checkpoint of this copy reached were
-    # sent then or were in DST already (the walk does not read them, nor what they name)
-    missing = []
-    for oid in walked.objects:
-        if oid in before:
-            continue
-        if dst.has(oid):
-            result.objects_present += 1
-        else:
-            missing.append(oid)
-    if dry_run:
-        result.bytes_sent += sum(_stored_len(src, oid) for oid in missing)
-        result.objects_sent += len(missing)
-        return
-    txn = dst.transaction()
-    try:
-        progress.start(f"copying {cid.hex()[:12]}", len(missing))
-        for oid in missing:
+class _Copier:
+    """Sends checkpoints into DST in batches: the objects of several checkpoints go into one
+    transaction (one pack, one index file, not one per checkpoint), then their manifests,
+    oldest first, then their latest refs. A batch is committed when it holds BATCH_BYTES or
+    BATCH_CHECKPOINTS, so a long copy commits as it goes."""
+
+    def __init__(self, src: Source, dst: Store, result: CopyResult, dry_run: bool, progress: Progress) -> None:
+        self.src, self.dst, self.result, self.dry_run, self.progress = src, dst, result, dry_run, progress
+        self.walked = WalkResult()  # shared: an object several checkpoints need is walked once
+        self.txn: Transaction | None = None
+        self.batch: list[tuple[bytes, bytes, Manifest]] = []  # (id, manifest bytes, manifest), complete
+
+    def add(self, cid: bytes, manifest: Manifest) -> None:
+        """Send what DST lacks of checkpoint `cid`; its manifest follows at the next flush.
+        Raises CorruptError, with nothing of `cid` in the batch."""
+        where = f"checkpoint {cid.hex()[:12]} of {self.src.location}"
+        data = _manifest_bytes(self.src, cid)
+        missing = self._missing(manifest, where)
+        if self.dry_run:
+            self.result.bytes_sent += sum(_stored_len(self.src, oid) for oid in missing)
+            self.result.objects_sent += len(missing)
+            return
+        if self.txn is None:
+            self.txn = self.dst.transaction()
+        if missing:
+            self.progress.start(f"copying {cid.hex()[:12]}", len(missing))
+        try:
+            for oid in missing:
+                entry, stored, raw = self._read(oid, where)
+                self.txn.put_stored(oid, entry.obj_type, entry.codec, stored, len(raw))
+                self.result.objects_sent += 1
+                self.result.bytes_sent += len(stored)
+                self.progress.advance(1)
+        finally:
+            self.progress.finish()
+        self.batch.append((cid, data, manifest))
+        if self.txn.new_stored_bytes >= BATCH_BYTES or len(self.batch) >= BATCH_CHECKPOINTS:
+            self.flush()
+
+    def _missing(self, manifest: Manifest, where: str) -> list[bytes]:
+        """The objects of `manifest` DST lacks, among those no earlier checkpoint of this copy
+        reached (those were sent then, or were in DST: the walk does not read them again)."""
+        seen_before = len(self.walked.objects)  # (the walk only adds, in order)
+        try:
+            walk_checkpoint(self.src, manifest, result=self.walked)
+        except CkptError as exc:
+            raise CorruptError(f"{where}: {exc.message}; nothing of it was copied", hint="run `ckpt verify --read-data` on SRC") from None
+        missing = []
+        for oid in itertools.islice(self.walked.objects, seen_before, None):
+            if self.dst.has(oid):
+                self.result.objects_present += 1
+            else:
+                missing.append(oid)
+        return missing
+
+    def _read(self, oid: bytes, where: str) -> tuple[IndexEntry, bytes, bytes]:
+        """An object of SRC, re-hashed (and its size checked) before anything lands in DST."""
+        try:
+            entry, stored, raw = self.src.read_checked(oid)
+            want = self.walked.data_sizes.get(oid)
+            if want is not None and want != len(raw):
+                raise CorruptError(f"object {oid.hex()[:12]} holds {len(raw)} bytes where its node says {want}")
+        except CkptError as exc:
+            raise CorruptError(
+                f"{where}: {exc.message}; nothing of the checkpoint was copied",
+                hint="run `ckpt verify --read-data` on SRC; the checkpoints copied before it are kept in DST",
+            ) from None
+        return entry, stored, raw
+
+    def flush(self) -> None:
+        """Commit the batch: objects and their index first, the manifests (each the commit
+        point of its checkpoint) next, oldest first, then the latest refs."""
+        if self.txn is not None:
+            txn, self.txn = self.txn, None
             try:
-                entry, stored, raw = src.read_checked(oid)  # re-hashed before anything lands in DST
-                want = walked.data_sizes.get(oid)
-                if want is not None and want != len(raw):
-                    raise CorruptError(f"object {oid.hex()[:12]} holds {len(raw)} bytes where its node says {want}")
-            except CkptError as exc:
-                raise CorruptError(
-                    f"{where}: {exc.message}; nothing of the checkpoint was copied",
-                    hint="run `ckpt verify --read-data` on SRC; the checkpoints copied before it are kept in DST",
-                ) from None
-            txn.put_stored(oid, entry.obj_type, entry.codec, stored, len(raw))
-            result.objects_sent += 1
-            result.bytes_sent += len(stored)
-            progress.advance(1)
-        progress.finish()
-        txn.commit()  # objects and their index first...
-    except BaseException:
-        progress.finish()
-        txn.abort()
-        raise
-    dst.add_manifest_bytes(data)  # ...the manifest (the commit point) last
+                txn.commit()
+            except BaseException:
+                txn.abort()
+                self.batch = []
+                raise
+        batch, self.batch = self.batch, []
+        for _cid, data, _m in batch:
+            self.dst.add_manifest_bytes(data)
+        for cid, _d, manifest in batch:
+            self.advance_latest(cid, manifest)
+
+    def keep_complete(self) -> None:
+        """After a failure: commit the complete checkpoints of the batch (the objects the
+        failing one sent land unreferenced, as a killed take's do), or nothing if none is."""
+        if not self.batch:
+            self.abort()
+            return
+        with contextlib.suppress(CkptError):  # the failure that brought us here is the one to report
+            self.flush()
+        self.abort()
+
+    def abort(self) -> None:
+        if self.txn is not None:
+            self.txn.abort()
+            self.txn = None
+        self.batch = []
+
+    def advance_latest(self, cid: bytes, manifest: Manifest) -> None:
+        if not self.dry_run and _advance_latest(self.dst, cid, manifest) and str(manifest.subject) not in self.result.latest_moved:
+            self.result.latest_moved.append(str(manifest.subject))
 
 
 def _stored_len(src: Source, oid: bytes) -> int:

@@ -338,3 +338,28 @@ def test_damaged_manifest_in_src_stops_before_anything_is_sent(src: Store, tmp_p
     r = _copy_cli(src.location, dst.location, "agent:bot", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["checkpoints"] == [src.resolve("agent:bot").hex()], describe(r)
     _verify_clean(dst)
+
+
+@pytest.mark.parametrize("batch", [1, 2, 256])
+def test_batches_commit_as_they_go_and_copy_the_same(src: Store, tmp_path: Path, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ckptcli.copy as copy_module
+
+    monkeypatch.setattr(copy_module, "BATCH_CHECKPOINTS", batch)
+    dst = ckptcli.init_store(tmp_path / "dst")
+    result = copy_checkpoints(src, dst)
+    dst = Store.open(Path(dst.location))
+    assert set(dst.manifest_ids()) == set(src.manifest_ids())
+    # one index file (and pack) per batch with something to send, not one per checkpoint
+    seen: set[bytes] = set()
+    sends = []
+    for cid in result.checkpoints:  # oldest first, as copied
+        sends.append(bool(_objects(src, cid) - seen))
+        seen |= _objects(src, cid)
+    batches_sending = sum(any(sends[i : i + batch]) for i in range(0, len(sends), batch))
+    assert len(list((Path(dst.location) / "index").iterdir())) == batches_sending
+    if batch >= len(sends):
+        assert batches_sending == 1
+    for cid in src.manifest_ids():
+        for oid in _objects(src, cid):
+            assert dst.read_stored(oid)[1] == src.read_stored(oid)[1]
+    _verify_clean(dst)
