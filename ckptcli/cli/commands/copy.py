@@ -28,7 +28,6 @@ if TYPE_CHECKING:
         ExitCode.CORRUPT,
         ExitCode.UNSUPPORTED_VERSION,
         ExitCode.LOCKED,
-        ExitCode.CONFLICT,
         ExitCode.IO_ERROR,
     )
 )
