@@ -23,6 +23,7 @@ _API = (
     "ListFilter",
     "TakeResult",
     "VerifyReport",
+    "copy_checkpoints",
     "export_checkpoint",
     "import_checkpoint",
     "init_store",

@@ -27,6 +27,7 @@ from ckptcli.checkpoint import (
     refuse_output_into_source,
     store_or_init,
 )
+from ckptcli.copy import CopyResult, copy_checkpoints
 from ckptcli.document import join_document, read_document, split_document, states_equal
 from ckptcli.document import write_value as write_document
 from ckptcli.format import limits
@@ -55,6 +56,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Checkpoint",
     "CheckpointFile",
+    "CopyResult",
     "ListFilter",
     "Manifest",
     "PathLike",
@@ -64,6 +66,7 @@ __all__ = [
     "Subject",
     "TakeResult",
     "VerifyReport",
+    "copy_checkpoints",
     "describe_section",
     "describe_value",
     "export_checkpoint",

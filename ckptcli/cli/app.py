@@ -65,6 +65,7 @@ COMMANDS = (
     "verify",
     "export",
     "import_",
+    "copy",
     "tag",
     "branch",
     "refs",

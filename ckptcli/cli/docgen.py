@@ -62,6 +62,9 @@ On any failure ckpt prints exactly one line on stderr, `ckpt: error: <what is wr
 and never a traceback (set `CKPT_DEBUG=1` to see one for an internal error, code 70).
 `ckpt diff --exit-code` (like `git diff --exit-code`) and `ckpt verify` use 1 and 5 as documented
 in their help; `ckpt doctor` exits 1 when one of its checks fails (warnings alone exit 0).
+`ckpt copy` exits 5 when an object or manifest it reads from SRC does not match its hash: the
+line names the object and the checkpoint, nothing of that checkpoint is committed in DST, and
+the checkpoints copied before it (oldest first) stay there.
 When the reader of stdout goes away early (`ckpt log | head`), every command stops quietly
 and exits 0, as `git log | head` does: nothing it would have printed is an error.
 

@@ -1,0 +1,315 @@
+"""Copying checkpoints from one store to another, keeping their ids (`ckpt copy`, as
+restic's `copy`).
+
+For each checkpoint, oldest first: its objects are found by walking it in SRC
+(format.walk), each object DST lacks is read from SRC, re-hashed (a mismatch stops the
+copy with CorruptError naming the object and the checkpoint) and written to DST as
+stored, never recompressed; then the manifest bytes, verbatim, so the id is the same.
+The write order is a take's: objects and their index first, the manifest (the commit
+point) last, then the subject's `latest` in DST moves to it when it is newer than the
+one there (as `ckpt import` does). Checkpoints go in batches (_Copier): the objects of
+several share one pack and one index file, then their manifests follow, so copying many
+small checkpoints does not cost a pack, an index file and their syncs each. A copy
+killed at any instant leaves DST readable; the next copy sends what is still missing.
+
+Only Store's public methods are used on both sides, so the copy works between any two
+stores whatever they are stored on. A checkpoint file (`ckpt export`) is a source too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptcli.errors import CkptError, CorruptError, InvalidInputError, UnsupportedVersionError
+from ckptcli.format.manifest import Manifest, is_nested
+from ckptcli.format.walk import WalkResult, walk_checkpoint
+from ckptcli.progress import NULL, Progress
+from ckptcli.store import layout
+from ckptcli.store.index import IndexEntry
+from ckptcli.store.repository import Store, Transaction
+from ckptcli.store.single import CheckpointFile
+
+__all__ = ["CopyResult", "copy_checkpoints"]
+
+#: a batch of checkpoints is committed (objects, index, manifests, refs) when it has
+#: this many stored bytes or checkpoints (see _Copier)
+BATCH_BYTES = 64 * 1024 * 1024
+BATCH_CHECKPOINTS = 256
+
+#: the ref kinds `--refs` copies (refs/tags/NAME, refs/branches/NAME)
+_NAMED_REFS = ("tags", "branches")
+
+
+@dataclass
+class CopyResult:
+    """What a copy did (or, with `dry_run`, would do)."""
+
+    #: ids of the checkpoints copied (or already in DST), oldest first
+    checkpoints: list[bytes] = field(default_factory=list)
+    #: of those, the ones DST had already (their manifest was there)
+    already_present: list[bytes] = field(default_factory=list)
+    objects_sent: int = 0
+    bytes_sent: int = 0  # stored (compressed) bytes of the objects sent
+    objects_present: int = 0  # objects the checkpoints need that DST had already
+    latest_moved: list[str] = field(default_factory=list)  # subjects whose latest moved in DST
+    refs_copied: list[str] = field(default_factory=list)  # with `refs`: "tags/NAME", "branches/NAME"
+    refs_skipped: list[str] = field(default_factory=list)  # with `refs`: named in DST already, at another checkpoint
+    dry_run: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "checkpoints": [c.hex() for c in self.checkpoints],
+            "copied": len(self.checkpoints) - len(self.already_present),
+            "already_present": len(self.already_present),
+            "objects_sent": self.objects_sent,
+            "bytes_sent": self.bytes_sent,
+            "objects_present": self.objects_present,
+            "latest_moved": self.latest_moved,
+            "refs_copied": self.refs_copied,
+            "refs_skipped": self.refs_skipped,
+            "dry_run": self.dry_run,
+        }
+
+
+Source = Store | CheckpointFile
+
+
+def copy_checkpoints(
+    src: Source,
+    dst: Store,
+    refs: list[str] | None = None,
+    *,
+    copy_refs: bool = False,
+    dry_run: bool = False,
+    progress: Progress = NULL,
+) -> CopyResult:
+    """Copy the checkpoints `refs` names in `src` (every one when None or empty) into `dst`.
+
+    `copy_refs`: also copy the tags and branches of `src` that name a copied checkpoint,
+    unless `dst` has one of that name at another checkpoint (then it is left and listed in
+    `refs_skipped`). `dry_run`: send nothing, count what would be sent.
+    Raises: CorruptError (an object or manifest of `src` is damaged: nothing of that
+    checkpoint is committed in `dst`, the ones copied before it stay),
+    UnsupportedVersionError, InvalidInputError (SRC and DST are one store), NotFoundError."""
+    if isinstance(src, Store) and src.location == dst.location:
+        raise InvalidInputError(f"SRC and DST are the same store ({dst.location})", hint="name two different stores")
+    result = CopyResult(dry_run=dry_run)
+    with _reading(src), contextlib.ExitStack() as held:
+        if not dry_run:
+            held.enter_context(dst.backend.lock("store", shared=True))  # no prune of DST meanwhile
+        chosen = _choose(src, refs)
+        for cid, manifest in chosen:  # before anything is sent
+            _check_version(src, dst, cid, manifest)
+        present = set(dst.manifest_ids())
+        copier = _Copier(src, dst, result, dry_run, progress)
+        try:
+            for cid, manifest in chosen:
+                result.checkpoints.append(cid)
+                if cid in present:
+                    result.already_present.append(cid)
+                    copier.advance_latest(cid, manifest)
+                else:
+                    copier.add(cid, manifest)
+            copier.flush()
+        except CkptError:
+            copier.keep_complete()  # the checkpoints before the failing one are committed
+            raise
+        except BaseException:
+            copier.abort()
+            raise
+        if copy_refs:
+            _copy_named_refs(src, dst, {cid for cid, _m in chosen}, result, dry_run)
+    return result
+
+
+@contextlib.contextmanager
+def _reading(src: Source) -> Iterator[None]:
+    """SRC's store lock, shared, while its objects are read: no prune removes one meanwhile."""
+    if isinstance(src, Store):
+        with src.backend.reading_lock("store"):
+            yield
+    else:
+        yield
+
+
+def _choose(src: Source, refs: list[str] | None) -> list[tuple[bytes, Manifest]]:
+    """(id, manifest) of the checkpoints to copy, oldest first (parents before children,
+    so that DST's latest only ever moves forward)."""
+    ids = list(dict.fromkeys(src.resolve(r) for r in refs)) if refs else src.manifest_ids()
+    chosen = []
+    for cid in ids:
+        try:
+            chosen.append((cid, src.manifest(cid)))
+        except CorruptError as exc:
+            raise CorruptError(
+                f"checkpoint {cid.hex()[:12]} in {src.location}: {exc.message}; nothing was copied",
+                hint="run `ckpt verify` on SRC, or name the checkpoints to copy",
+            ) from None
+    chosen.sort(key=lambda c: (c[1].created_ns, c[0]))
+    return chosen
+
+
+def _check_version(src: Source, dst: Store, cid: bytes, manifest: Manifest) -> None:
+    if manifest.format_version > dst.version:
+        raise UnsupportedVersionError(
+            f"checkpoint {cid.hex()[:12]} of {src.location} is written in format version {manifest.format_version}; "
+            f"the store at {dst.location} is version {dst.version}",
+            hint="upgrade DST first: ckpt migrate --format --store DST",
+        )
+
+
+def _manifest_bytes(src: Source, cid: bytes) -> bytes:
+    data = src.manifest_bytes if isinstance(src, CheckpointFile) else src.manifest_bytes(cid)
+    if hashlib.sha256(data).digest() != cid:  # (the id is the manifest's hash: copied verbatim)
+        raise CorruptError(f"checkpoint {cid.hex()[:12]} in {src.location}: its manifest does not match its id; nothing of it was copied")
+    return data
+
+
+class _Copier:
+    """Sends checkpoints into DST in batches: the objects of several checkpoints go into one
+    transaction (one pack, one index file, not one per checkpoint), then their manifests,
+    oldest first, then their latest refs. A batch is committed when it holds BATCH_BYTES or
+    BATCH_CHECKPOINTS, so a long copy commits as it goes."""
+
+    def __init__(self, src: Source, dst: Store, result: CopyResult, dry_run: bool, progress: Progress) -> None:
+        self.src, self.dst, self.result, self.dry_run, self.progress = src, dst, result, dry_run, progress
+        self.walked = WalkResult()  # shared: an object several checkpoints need is walked once
+        self.txn: Transaction | None = None
+        self.batch: list[tuple[bytes, bytes, Manifest]] = []  # (id, manifest bytes, manifest), complete
+
+    def add(self, cid: bytes, manifest: Manifest) -> None:
+        """Send what DST lacks of checkpoint `cid`; its manifest follows at the next flush.
+        Raises CorruptError, with nothing of `cid` in the batch."""
+        where = f"checkpoint {cid.hex()[:12]} of {self.src.location}"
+        data = _manifest_bytes(self.src, cid)
+        missing = self._missing(manifest, where)
+        if self.dry_run:
+            self.result.bytes_sent += sum(_stored_len(self.src, oid) for oid in missing)
+            self.result.objects_sent += len(missing)
+            return
+        if self.txn is None:
+            self.txn = self.dst.transaction()
+        if missing:
+            self.progress.start(f"copying {cid.hex()[:12]}", len(missing))
+        try:
+            for oid in missing:
+                entry, stored, raw = self._read(oid, where)
+                self.txn.put_stored(oid, entry.obj_type, entry.codec, stored, len(raw))
+                self.result.objects_sent += 1
+                self.result.bytes_sent += len(stored)
+                self.progress.advance(1)
+        finally:
+            self.progress.finish()
+        self.batch.append((cid, data, manifest))
+        if self.txn.new_stored_bytes >= BATCH_BYTES or len(self.batch) >= BATCH_CHECKPOINTS:
+            self.flush()
+
+    def _missing(self, manifest: Manifest, where: str) -> list[bytes]:
+        """The objects of `manifest` DST lacks, among those no earlier checkpoint of this copy
+        reached (those were sent then, or were in DST: the walk does not read them again)."""
+        seen_before = len(self.walked.objects)  # (the walk only adds, in order)
+        try:
+            walk_checkpoint(self.src, manifest, result=self.walked)
+        except CkptError as exc:
+            raise CorruptError(f"{where}: {exc.message}; nothing of it was copied", hint="run `ckpt verify --read-data` on SRC") from None
+        missing = []
+        for oid in itertools.islice(self.walked.objects, seen_before, None):
+            if self.dst.has(oid):
+                self.result.objects_present += 1
+            else:
+                missing.append(oid)
+        return missing
+
+    def _read(self, oid: bytes, where: str) -> tuple[IndexEntry, bytes, bytes]:
+        """An object of SRC, re-hashed (and its size checked) before anything lands in DST."""
+        try:
+            entry, stored, raw = self.src.read_checked(oid)
+            want = self.walked.data_sizes.get(oid)
+            if want is not None and want != len(raw):
+                raise CorruptError(f"object {oid.hex()[:12]} holds {len(raw)} bytes where its node says {want}")
+        except CkptError as exc:
+            raise CorruptError(
+                f"{where}: {exc.message}; nothing of the checkpoint was copied",
+                hint="run `ckpt verify --read-data` on SRC; the checkpoints copied before it are kept in DST",
+            ) from None
+        return entry, stored, raw
+
+    def flush(self) -> None:
+        """Commit the batch: objects and their index first, the manifests (each the commit
+        point of its checkpoint) next, oldest first, then the latest refs."""
+        if self.txn is not None:
+            txn, self.txn = self.txn, None
+            try:
+                txn.commit()
+            except BaseException:
+                txn.abort()
+                self.batch = []
+                raise
+        batch, self.batch = self.batch, []
+        for _cid, data, _m in batch:
+            self.dst.add_manifest_bytes(data)
+        for cid, _d, manifest in batch:
+            self.advance_latest(cid, manifest)
+
+    def keep_complete(self) -> None:
+        """After a failure: commit the complete checkpoints of the batch (the objects the
+        failing one sent land unreferenced, as a killed take's do), or nothing if none is."""
+        if not self.batch:
+            self.abort()
+            return
+        with contextlib.suppress(CkptError):  # the failure that brought us here is the one to report
+            self.flush()
+        self.abort()
+
+    def abort(self) -> None:
+        if self.txn is not None:
+            self.txn.abort()
+            self.txn = None
+        self.batch = []
+
+    def advance_latest(self, cid: bytes, manifest: Manifest) -> None:
+        if not self.dry_run and _advance_latest(self.dst, cid, manifest) and str(manifest.subject) not in self.result.latest_moved:
+            self.result.latest_moved.append(str(manifest.subject))
+
+
+def _stored_len(src: Source, oid: bytes) -> int:
+    """An object's stored size, from the index (a dry run reads no object's bytes)."""
+    entry = src.entries.get(oid) if isinstance(src, CheckpointFile) else src.index().get(oid)
+    return entry.stored_len if entry is not None else src.read_stored(oid)[0].stored_len
+
+
+def _advance_latest(dst: Store, cid: bytes, manifest: Manifest) -> bool:
+    """Move the subject's latest in DST to `cid` when it is newer than the one there (or
+    there is none); returns whether it moved."""
+    cur, _reset = dst.latest_state(manifest.subject)
+    if cur == cid:
+        return False
+    return dst.advance_latest(manifest.subject, cid, manifest.created_ns, nested=is_nested(manifest.labels), reason="copy")
+
+
+def _copy_named_refs(src: Source, dst: Store, copied: set[bytes], result: CopyResult, dry_run: bool) -> None:
+    if not isinstance(src, Store):
+        return  # a checkpoint file has no refs
+    for kind in _NAMED_REFS:
+        for name, target in sorted(src.refs(prefix=f"{layout.REFS}/{kind}").items()):
+            if target not in copied:
+                continue
+            short = name.split("/", 1)[1]
+            have = dst.read_ref(layout.ref_path(name))
+            if have == target:
+                continue
+            if have is not None:
+                result.refs_skipped.append(name)
+                continue
+            result.refs_copied.append(name)
+            if dry_run:
+                continue
+            if kind == "tags":
+                dst.set_tag(short, target, reason="copy")
+            else:
+                dst.set_branch(short, target, reason="copy")
