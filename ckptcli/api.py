@@ -13,7 +13,6 @@ but the facade (ckptcli/__init__.py), the CLI and the TUI. No UI imports here
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckptcli.checkpoint import (
@@ -34,7 +33,7 @@ from ckptcli.format import limits
 from ckptcli.format.manifest import Manifest, Subject
 from ckptcli.listing import ListFilter, format_time, info_dict, list_checkpoints, parse_labels
 from ckptcli.progress import NULL, Progress
-from ckptcli.store.repository import Store
+from ckptcli.store.repository import Store, store_location
 from ckptcli.store.single import CheckpointFile
 from ckptcli.transfer import export_checkpoint, import_checkpoint
 from ckptcli.writer import TakeResult, origin_of, take
@@ -96,12 +95,13 @@ __all__ = [
 def open_store(path: PathLike | None = None) -> Store:
     """Open the store at `path` (a store directory or a directory holding `.ckpt/`),
     or find one as git does: CKPT_STORE, then `.ckpt/` in cwd or any parent."""
-    return Store.open(Path(path) if path is not None else None)
+    return Store.open(store_location(path) if path is not None else None)
 
 
 def init_store(path: PathLike, version: int = limits.FORMAT_VERSION) -> Store:
-    """Create an empty store directory at `path`, writing format `version` (the newest by default)."""
-    return Store.init(Path(path), version)
+    """Create an empty store at `path` (a directory, or a URL such as s3://bucket/prefix),
+    writing format `version` (the newest by default)."""
+    return Store.init(store_location(path), version)
 
 
 # -- verify ----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from ckptcli.format import framing, limits
 from ckptcli.format.values import Budget, Decoder, LazyBytes
 from ckptcli.listing import info_dict
 from ckptcli.progress import NULL, Progress
-from ckptcli.store.repository import Store, resolve_store_path
+from ckptcli.store.repository import Store, resolve_store_path, store_location
 from ckptcli.store.single import CheckpointFile, is_checkpoint_file
 
 __all__ = [
@@ -313,7 +313,7 @@ def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLik
         return Checkpoint(f, f.id)
     if ref.endswith(".ckpt") and not p.exists():
         raise NotFoundError(f"{ref} does not exist")
-    st = store if store is not None else Store.open(Path(store_path) if store_path is not None else None)
+    st = store if store is not None else Store.open(store_location(store_path) if store_path is not None else None)
     return Checkpoint(st, st.resolve(ref))
 
 

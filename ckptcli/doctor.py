@@ -21,6 +21,7 @@ from typing import Any
 from ckptcli import plugins
 from ckptcli.checks import FAIL, OK, WARN, Check, CheckFn, Context
 from ckptcli.errors import CkptError
+from ckptcli.store.backend import LocalBackend
 from ckptcli.store.layout import journal_dir
 
 # the check types live in ckptcli.checks (below the adapters that write checks); offered here too
@@ -83,7 +84,7 @@ def _lazy(spec: str) -> CheckFn:
     return run
 
 
-def run(store_path: Path | None, checks: dict[str, CheckFn] | None = None) -> Report:
+def run(store_path: Path | str | None, checks: dict[str, CheckFn] | None = None) -> Report:
     """Run every registered check (or `checks`) against the store at `store_path` (found
     as every command finds it when None)."""
     from ckptcli.api import open_store
@@ -91,7 +92,8 @@ def run(store_path: Path | None, checks: dict[str, CheckFn] | None = None) -> Re
     ctx = Context()
     try:
         ctx.store = open_store(store_path)
-        ctx.store_path = Path(ctx.store.location)
+        # the directory of a local store (the files adapters keep beside it); None on object storage
+        ctx.store_path = Path(ctx.store.location) if isinstance(ctx.store.backend, LocalBackend) else None
     except CkptError as exc:
         ctx.store_error = exc
     report = Report()

@@ -34,9 +34,9 @@ Lock = Literal["none", "shared", "refs"]
 def open_store(path: Path | str | None) -> Store:
     """The store of --store (a store directory or one holding `.ckpt/`), or the one found
     as git finds `.git`: CKPT_STORE, then `.ckpt/` in cwd or any parent."""
-    from ckptcli.store.repository import Store  # not ckptcli.api: `ckpt ls` starts without it
+    from ckptcli.store.repository import Store, store_location  # not ckptcli.api: `ckpt ls` starts without it
 
-    return Store.open(Path(path) if path is not None else None)
+    return Store.open(store_location(path) if path is not None else None)
 
 
 @contextlib.contextmanager

@@ -98,12 +98,12 @@ GLOBAL_VALUED = ("--store", "-s")
 GLOBAL_FLAGS = ("--json", "--no-color", "--quiet", "-q")
 
 
-def _store_default(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+def _store_default(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
     # before the verb beats the environment (CKPT_STORE); after the verb beats both
     given = GLOBALS.get("store")
     source = ctx.get_parameter_source(param.name) if param.name else None
     if given is not None and (value is None or source is None or source.name != "COMMANDLINE"):
-        return Path(given)
+        return str(given)
     return value
 
 
@@ -112,13 +112,14 @@ def _json_default(value: bool) -> bool:
 
 
 StoreOpt = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
         "--store",
         "-s",
         envvar="CKPT_STORE",
         callback=_store_default,
-        help="Store directory (default: nearest .ckpt/ above cwd, or the store cwd is in). Also accepted before the command.",
+        help="Store directory or URL (s3://bucket/prefix, gs://, az://, memory://NAME; default: nearest .ckpt/ above cwd, "
+        "or the store cwd is in). Also accepted before the command.",
         show_default=False,
     ),
 ]
@@ -216,8 +217,20 @@ def _set_no_color(value: bool) -> None:
 def main(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
     store: Annotated[
-        Path | None,
-        typer.Option("--store", "-s", metavar="PATH", help="Store directory for the command (as its own --store).", show_default=False),
+        str | None,
+        typer.Option(
+            "--store", "-s", metavar="PATH|URL", help="Store directory or URL for the command (as its own --store).", show_default=False
+        ),
+    ] = None,
+    store_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--store-option",
+            metavar="KEY=VALUE",
+            help="An option of the store's backend (endpoint, region, allow_http, ...), repeatable; "
+            "beside CKPT_STORE_OPTIONS, and winning over it. Before the command.",
+            show_default=False,
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable JSON from the command (as its own --json).")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", callback=_set_no_color, help="No colours or styles (as NO_COLOR=1).")] = False,
@@ -228,6 +241,9 @@ def main(
     """ckpt: checkpoints for long-running agents, workflows and processes."""
     GLOBALS["store"] = store
     GLOBALS["json"] = as_json
+    from ckptcli.store import backends
+
+    backends.set_cli_options(store_option or [])
 
 
 def shared_options(group: Any) -> Any:
@@ -399,6 +415,9 @@ def _run(args: list[str]) -> int:
     from ckptcli.cli import output
 
     GLOBALS.clear()
+    from ckptcli.store import backends
+
+    backends.set_cli_options([])
     output.reset()
     streams = (sys.stdout, sys.stderr)  # typer wraps them when stdout is closed early
     try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from ckptcli.checkpoint import Checkpoint, names_a_file, open_checkpoint
@@ -58,7 +57,7 @@ from ckptcli.history.sides import (
 )
 from ckptcli.history.sides import MAX_ALIGN_PAIRS as MAX_ALIGN_PAIRS
 from ckptcli.history.stateat import state_at
-from ckptcli.store.repository import Store
+from ckptcli.store.repository import Store, store_location
 
 __all__ = [
     "BlobChange",
@@ -93,7 +92,7 @@ def open_pair(ref_a: str, ref_b: str, *, store: Store | None = None, store_path:
         if names_a_file(ref) or ref.endswith(".ckpt"):
             return open_checkpoint(ref, store_path=store_path)
         if shared is None:
-            shared = Store.open(Path(store_path) if store_path is not None else None)
+            shared = Store.open(store_location(store_path) if store_path is not None else None)
         return open_checkpoint(ref, shared)
 
     return one(ref_a), one(ref_b)

@@ -35,7 +35,7 @@ from ckptcli.format import framing, limits
 from ckptcli.format.manifest import Manifest
 from ckptcli.store import layout
 from ckptcli.store.backend import Backend, LocalBackend
-from ckptcli.store.backends import ENV_OPTIONS, open_backend, parse_location, parse_store_options
+from ckptcli.store.backends import ENV_OPTIONS, cli_options, open_backend, parse_location, parse_store_options
 from ckptcli.store.index import IndexEntry, ObjectIndex, parse_entry_rows, read_index_file, write_index
 from ckptcli.store.layout import STORE_DIRNAME as STORE_DIRNAME
 from ckptcli.store.layout import pack_path as pack_path
@@ -166,7 +166,7 @@ def store_location(text: str | os.PathLike[str]) -> Path | str:
 def _remote(url: str, options: Mapping[str, str] | None) -> ObjectStoreIO:
     """The store operations on the object-storage backend of `url` (store options:
     `options`, else CKPT_STORE_OPTIONS)."""
-    given = options if options is not None else parse_store_options([], os.environ.get(ENV_OPTIONS))
+    given = options if options is not None else parse_store_options(cli_options(), os.environ.get(ENV_OPTIONS))
     return ObjectStoreIO(open_backend(url, given))
 
 

@@ -139,7 +139,7 @@ def _check(migrations: str | None, target: str | None, validator: str | None, as
     )
 
 
-def _results(check: CompatCheck, sources: list[str], store: Path | None, subject: str | None) -> list[CompatResult]:
+def _results(check: CompatCheck, sources: list[str], store: str | None, subject: str | None) -> list[CompatResult]:
     """The verdicts on the files among `sources`, then on the checkpoints of the store the
     others name (all of the store when `sources` names none)."""
     from ckptcli.errors import NotFoundError

@@ -74,6 +74,8 @@ def copy(
       ckpt copy /srv/ckpt /mnt/backup/ckpt --dry-run --json
 
       ckpt copy agent.ckpt /srv/ckpt
+
+      ckpt copy .ckpt s3://team-bucket/agents   # a local store to object storage
     """
     from ckptcli.copy import copy_checkpoints
     from ckptcli.store.single import CheckpointFile
@@ -83,17 +85,22 @@ def copy(
         if refs:
             raise UsageError("a checkpoint file holds one checkpoint: name no REF with a file as SRC", hint=f"ckpt copy {src} {dst}")
         source = CheckpointFile(Path(src))
-        target = open_store(Path(dst))
+        target = open_store(dst)
     else:
-        source = open_store(Path(src))
-        target = open_store(Path(dst))
-        if os.path.realpath(source.location) == os.path.realpath(target.location):
+        source = open_store(src)
+        target = open_store(dst)
+        if _same(source.location) == _same(target.location):
             raise UsageError(f"SRC and DST are the same store ({target.location})", hint="name two different stores")
     result = copy_checkpoints(source, target, refs or None, copy_refs=copy_refs, dry_run=dry_run, progress=BarProgress())
     if as_json:
         emit_json(result.to_dict())
         return
     _print(result, dst)
+
+
+def _same(location: str) -> str:
+    """A store's location as the store it names: a local path resolved, a URL as it is."""
+    return location if "://" in location else os.path.realpath(location)
 
 
 def _print(result: CopyResult, dst: str) -> None:

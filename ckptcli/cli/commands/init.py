@@ -16,7 +16,8 @@ from ckptcli.errors import ExitCode, UsageError
 @app.command(epilog=exit_status(ExitCode.CONFLICT, ExitCode.INVALID_INPUT, ExitCode.IO_ERROR))
 def init(
     path: Annotated[
-        Path | None, typer.Argument(help="Store directory to create (default: --store, else CKPT_STORE, else ./.ckpt).", show_default=False)
+        str | None,
+        typer.Argument(help="Store directory or URL to create (default: --store, else CKPT_STORE, else ./.ckpt).", show_default=False),
     ] = None,
     format_version: Annotated[
         int | None,
@@ -40,19 +41,32 @@ def init(
       CKPT_STORE=/srv/ckpt ckpt init   # the same (so is: ckpt --store /srv/ckpt init)
 
       ckpt init --format-version 1 shared/.ckpt   # for hosts still on ckpt 0.1
+
+      ckpt init s3://team-bucket/agents   # on object storage (pip install 'ckptcli[s3]')
     """
     from ckptcli.api import init_store
     from ckptcli.format import limits
 
     # the store every other command would use: PATH, else --store before the verb, else
     # CKPT_STORE, else ./.ckpt
+    from ckptcli.store.repository import store_location
+
     given = GLOBALS.get("store")
-    if path is not None and given is not None and Path(given).absolute() != path.absolute():
+    if path is not None and given is not None and _same(path) != _same(str(given)):
         raise UsageError(f"init {path} and --store {given} name two different stores", hint="give one of them")
     env = os.environ.get("CKPT_STORE")
-    target = path if path is not None else Path(given) if given is not None else Path(env) if env else Path.cwd() / ".ckpt"
+    target = store_location(path if path is not None else str(given) if given is not None else env if env else str(Path.cwd() / ".ckpt"))
     store = init_store(target, format_version if format_version is not None else limits.FORMAT_VERSION)
+    shown = store.location
     if as_json:
-        emit_json({"store": str(target), "id": store.config.store_id.hex(), "format_version": store.version})
+        emit_json({"store": shown, "id": store.config.store_id.hex(), "format_version": store.version})
     else:
-        out().print(f"Initialized empty ckpt store in {target}", markup=False)
+        out().print(f"Initialized empty ckpt store in {shown}", markup=False)
+
+
+def _same(text: str) -> str:
+    """A location compared as what it names: a path made absolute, a URL as given."""
+    from ckptcli.store.repository import store_location
+
+    where = store_location(text)
+    return str(where.absolute()) if isinstance(where, Path) else where

@@ -201,6 +201,19 @@ def redact(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+_CLI_OPTIONS: list[str] = []
+
+
+def set_cli_options(pairs: Sequence[str]) -> None:
+    """The `--store-option KEY=VALUE` pairs of this command line (the CLI sets them for the
+    run; `cli_options` gives them to every store the run opens)."""
+    _CLI_OPTIONS[:] = list(pairs)
+
+
+def cli_options() -> list[str]:
+    return list(_CLI_OPTIONS)
+
+
 def parse_store_options(pairs: Sequence[str], env_value: str | None) -> dict[str, str]:
     """Args: the `--store-option KEY=VALUE` values in order, the value of
     CKPT_STORE_OPTIONS (None or "" for none). Returns: key -> value, the command line's

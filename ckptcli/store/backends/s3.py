@@ -131,6 +131,9 @@ def _split_options(
                 raise InvalidInputError(f"--store-option {key}={value}: not a number of seconds") from None
         else:
             config[k] = value
+    endpoint = str(config.get("endpoint") or config.get("endpoint_url") or env.get("AWS_ENDPOINT_URL") or env.get("AWS_ENDPOINT") or "")
+    if endpoint.lower().startswith("http://") and "allow_http" not in client and not env.get("AWS_ALLOW_HTTP"):
+        client["allow_http"] = True  # an http:// endpoint was asked for by name (a MinIO or moto on a private network)
     return config, client, retry
 
 
