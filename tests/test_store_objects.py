@@ -1,0 +1,147 @@
+"""Stores on object storage: the everyday verbs on a real S3 server on loopback (moto,
+tests/s3_server.py) through the CLI, and on memory:// through the API. The store's
+operations there are built from the object contract alone (ckptcli.store.remote)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ckptcli import api
+from ckptcli.copy import copy_checkpoints
+from ckptcli.store.backends import open_backend
+from ckptcli.store.backends.memory import MemoryBackend
+from ckptcli.store.remote import ObjectStoreIO
+from tests.conftest import run_ckpt
+from tests.s3_server import S3Bucket, fixture_s3_bucket, fixture_s3_env, fixture_s3_server  # noqa: F401 - pytest fixtures
+
+
+def _state(tmp_path: Path, n: int) -> tuple[Path, Path]:
+    doc = tmp_path / f"state-{n}.json"
+    doc.write_text(json.dumps({"memory": {"turn": n, "notes": [f"note {i}" for i in range(n)]}, "plan": list(range(n))}))
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    (work / "model.bin").write_bytes(os.urandom(3 << 20) if n == 1 else (work / "model.bin").read_bytes()[: 2 << 20] + os.urandom(1 << 20))
+    (work / f"log-{n}.txt").write_text("line\n" * 1000 * n)
+    return doc, work
+
+
+def _objects(backend: Any, prefix: str = "") -> dict[str, bytes]:
+    return {p: backend.get(p) for p in backend.list_paths(prefix)}
+
+
+def test_every_verb_on_an_s3_store(s3_bucket: S3Bucket, cli: Any, tmp_path: Path) -> None:
+    url = f"{s3_bucket.url}/team/agents"
+    assert cli("init", url).code == 0
+    ids = []
+    first_model = b""
+    for n in (1, 2):
+        doc, work = _state(tmp_path, n)
+        first_model = first_model or (work / "model.bin").read_bytes()
+        got = cli("--store", url, "take", doc, "-S", "agent:a", "--blob", f"work={work}", "-m", f"turn {n}")
+        assert got.code == 0, got.err
+        ids.append(got.out.strip())
+    listed = json.loads(cli("--store", url, "ls", "--json").out)
+    assert [c["id"] for c in listed] == ids[::-1]
+    assert cli("--store", url, "show", "latest").out.count(ids[1]) == 1
+    diff = cli("--store", url, "diff", ids[0], ids[1])
+    assert diff.code == 0 and "turn: 1 -> 2" in diff.out
+    verified = cli("--store", url, "verify", "--read-data")
+    assert verified.code == 0 and "no problems found" in verified.out, verified.err
+    out = tmp_path / "restored"
+    assert cli("--store", url, "restore", ids[0], "--blobs", out, "--no-state").code == 0
+    assert json.loads(cli("--store", url, "cat", ids[1]).out)["sections"]["memory"]["turn"] == 2
+    assert (out / "work" / "model.bin").read_bytes() == first_model
+    assert (out / "work" / "log-1.txt").read_text() == "line\n" * 1000 and not (out / "work" / "log-2.txt").exists()
+    pruned = cli("--store", url, "prune", "--keep-last", "1")
+    assert pruned.code == 0, pruned.err
+    assert [c["id"] for c in json.loads(cli("--store", url, "ls", "--json").out)] == [ids[1]]
+    assert cli("--store", url, "verify", "--read-data").code == 0
+    leftovers = [p for p in open_backend(url).list_paths("") if p.startswith(("locks/", "tmp/"))]
+    assert leftovers == []  # every lock object released, nothing uploaded through a temp name
+
+
+def test_copy_local_to_s3_to_local_is_byte_identical_and_sends_nothing_twice(s3_bucket: S3Bucket, tmp_path: Path) -> None:
+    src = api.init_store(tmp_path / "src")
+    for n in (1, 2, 3):
+        doc, work = _state(tmp_path, n)
+        api.take(src, json.loads(doc.read_text()), subject="agent:a", blobs={"work": work})
+    url = f"{s3_bucket.url}/copy"
+    remote = api.init_store(url)
+    back = api.init_store(tmp_path / "back")
+    first = copy_checkpoints(src, remote, None)
+    assert first.objects_sent > 0
+    assert copy_checkpoints(src, remote, None).objects_sent == 0  # the second time: nothing to send
+    copy_checkpoints(remote, back, None)
+    ids = sorted(src.manifest_ids())
+    assert sorted(remote.manifest_ids()) == sorted(back.manifest_ids()) == ids
+    for cid in ids:
+        assert src.manifest_bytes(cid) == remote.manifest_bytes(cid) == back.manifest_bytes(cid)
+    for oid, _entry in src.index().items():
+        assert src.read_checked(oid)[1:] == remote.read_checked(oid)[1:] == back.read_checked(oid)[1:]
+    assert api.verify(remote, read_data=True).ok and api.verify(back, read_data=True).ok
+    for st in (src, remote, back):
+        st.close()
+
+
+def test_a_flipped_byte_in_an_s3_pack_is_found_and_named(s3_bucket: S3Bucket, cli: Any, tmp_path: Path) -> None:
+    url = f"{s3_bucket.url}/flip"
+    assert cli("init", url).code == 0
+    doc, work = _state(tmp_path, 1)
+    assert cli("--store", url, "take", doc, "-S", "agent:a", "--blob", f"work={work}").code == 0
+    backend = open_backend(url)
+    pack = max(backend.list("packs/"), key=lambda info: info.size)
+    data = bytearray(backend.get(pack.path))
+    data[len(data) // 2] ^= 0x01
+    backend.put(pack.path, bytes(data))
+    got = cli("--store", url, "verify", "--read-data", "--json")
+    assert got.code != 0
+    report = json.loads(got.out)
+    kinds = {(p["kind"], p["name"]) for p in report["problems"]}
+    assert ("pack", pack.path) in kinds, report  # the pack, and the object in it, each named
+    assert any(kind == "object" for kind, _name in kinds), report
+
+
+def test_the_cli_in_a_subprocess_on_s3(s3_bucket: S3Bucket, tmp_path: Path) -> None:
+    url = f"{s3_bucket.url}/proc"
+    assert run_ckpt("init", url).returncode == 0
+    doc, work = _state(tmp_path, 1)
+    took = run_ckpt("--store", url, "take", doc, "-S", "process:nightly", "--blob", f"work={work}")
+    assert took.returncode == 0, took.stderr
+    listed = run_ckpt("ls", "--json", env={"CKPT_STORE": url})
+    assert listed.returncode == 0 and json.loads(listed.stdout)[0]["subject"] == "process:nightly"
+
+
+def test_bad_store_urls_are_one_line_with_their_exit_code(s3_env: Any, tmp_path: Path) -> None:
+    unknown = run_ckpt("--store", "nosuchscheme://x/y", "ls")
+    assert unknown.returncode == 4 and unknown.stderr.decode().count("\n") <= 2 and b"Traceback" not in unknown.stderr
+    assert b"s3" in unknown.stderr  # it lists the schemes it knows
+    missing = run_ckpt("--store", "s3://no-such-bucket-here/x", "ls")
+    assert missing.returncode != 0 and b"Traceback" not in missing.stderr
+    assert b"bucket" in missing.stderr
+    bad_option = run_ckpt("--store-option", "novalue", "--store", "s3://b/x", "ls")
+    assert bad_option.returncode == 4 and b"Traceback" not in bad_option.stderr
+
+
+def test_memory_store_through_the_api(tmp_path: Path) -> None:
+    MemoryBackend.forget("api-test")
+    st = api.init_store("memory://api-test")
+    assert isinstance(st.backend, ObjectStoreIO)
+    doc, work = _state(tmp_path, 1)
+    first = api.take(st, json.loads(doc.read_text()), subject="agent:m", blobs={"work": work})
+    doc, work = _state(tmp_path, 2)
+    second = api.take(st, json.loads(doc.read_text()), subject="agent:m", blobs={"work": work})
+    again = api.open_store("memory://api-test")
+    assert again.resolve("latest") == second.id and again.resolve("latest~1") == first.id
+    # the reflog of latest was appended twice, by compare-and-swap
+    log = again.backend.read("logs/refs/latest/agent/m").decode().splitlines()
+    assert len(log) == 2
+    assert api.verify(again, read_data=True).ok
+    # a long-lived writer's mark is a lock object named "writers"; gone when closed
+    mark = again.backend.mark_writer("saver")
+    assert again.backend.live_writers() == [mark.name] and again.backend.live_writers(exclude=mark) == []
+    mark.close()
+    assert again.backend.live_writers() == []
+    assert [p for p in _objects(MemoryBackend("api-test")) if p.startswith(("locks/", "tmp/"))] == []
