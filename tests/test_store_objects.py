@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +146,43 @@ def test_memory_store_through_the_api(tmp_path: Path) -> None:
     mark.close()
     assert again.backend.live_writers() == []
     assert [p for p in _objects(MemoryBackend("api-test")) if p.startswith(("locks/", "tmp/"))] == []
+
+
+def _plant_lock(url: str, host: str, age_s: float, exclusive: bool = True) -> None:
+    """The lock a process on `host` took `age_s` seconds ago and then lost (killed: it
+    never refreshed or released it)."""
+    from ckptcli.store import objlocks
+
+    then = time.time() - age_s
+    env = objlocks.LockEnv(host=host, pid=4242, user="ops", clock=lambda: then)
+    held = objlocks.acquire(open_backend(url), exclusive, wait=0, env=env, command="ckpt prune", refresh_every=3600)
+    held._stop.set()  # the process is gone: no refresh, and its lock object stays behind
+
+
+def test_a_killed_hosts_lock_is_reported_and_unlock_clears_it(s3_bucket: S3Bucket, cli: Any, tmp_path: Path) -> None:
+    url = f"{s3_bucket.url}/locked"
+    assert cli("init", url).code == 0
+    doc, _work = _state(tmp_path, 1)
+    assert cli("--store", url, "take", doc, "-S", "agent:a").code == 0
+    _plant_lock(url, "host-b", age_s=60)  # killed a minute ago on another host: still live for 29 minutes
+    blocked = run_ckpt("--store", url, "prune", "--keep-last", "1", "--lock-wait", "0")
+    assert blocked.returncode == 9, blocked.stderr
+    assert b"host-b" in blocked.stderr and b"pid 4242" in blocked.stderr and b"ckpt unlock" in blocked.stderr
+    listed = json.loads(cli("--store", url, "unlock", "--dry-run", "--json").out)
+    assert [(lk["host"], lk["stale"]) for lk in listed["locks"]] == [("host-b", False)] and listed["removed"] == []
+    assert cli("--store", url, "unlock").code == 0  # a live lock is kept without --remove-all
+    assert len(json.loads(cli("--store", url, "unlock", "--dry-run", "--json").out)["locks"]) == 1
+    removed = json.loads(cli("--store", url, "unlock", "--remove-all", "--json").out)
+    assert len(removed["removed"]) == 1
+    assert run_ckpt("--store", url, "prune", "--keep-last", "1", "--lock-wait", "0").returncode == 0
+    # one killed 40 minutes ago is stale: it blocks nothing, and plain unlock removes it
+    _plant_lock(url, "host-c", age_s=40 * 60)
+    assert run_ckpt("--store", url, "prune", "--keep-last", "1", "--lock-wait", "0").returncode == 0
+    stale = json.loads(cli("--store", url, "unlock", "--json").out)
+    assert [lk["host"] for lk in stale["locks"]] == ["host-c"] and len(stale["removed"]) == 1
+
+
+def test_unlock_on_a_local_store_says_there_is_nothing_to_unlock(cli: Any, tmp_path: Path) -> None:
+    assert cli("init", tmp_path / "s").code == 0
+    got = cli("--store", tmp_path / "s", "unlock")
+    assert got.code == 0 and "nothing to unlock" in got.out

@@ -82,6 +82,7 @@ COMMANDS = (
     "tui",
     "doctor",
     "stats",
+    "unlock",
     "ls_files",
     "dump",
     "completion",

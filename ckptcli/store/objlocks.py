@@ -100,12 +100,18 @@ def _user() -> str:
         return str(os.getuid())
 
 
+def _host() -> str:
+    """This host's name as lock records give it: CKPT_HOST when set (containers that
+    share a hostname, or a test's "hosts"), else the system's."""
+    return os.environ.get("CKPT_HOST") or socket.gethostname()
+
+
 @dataclass(frozen=True)
 class LockEnv:
     """Who takes a lock and how it tells time: this process by default; a test gives each
     "host" its own name and clock."""
 
-    host: str = field(default_factory=socket.gethostname)
+    host: str = field(default_factory=_host)
     pid: int = field(default_factory=os.getpid)
     user: str = field(default_factory=_user)
     clock: Callable[[], float] = time.time  #: wall-clock seconds, stamped into records

@@ -42,7 +42,7 @@ def init(
 
       ckpt init --format-version 1 shared/.ckpt   # for hosts still on ckpt 0.1
 
-      ckpt init s3://team-bucket/agents   # on object storage (pip install 'ckptcli[s3]')
+      ckpt init s3://team-bucket/agents   # on object storage (the s3 extra: docs/storage.md)
     """
     from ckptcli.api import init_store
     from ckptcli.format import limits
