@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -399,3 +400,21 @@ def test_locks_of_different_names_never_conflict_and_old_records_are_the_store_l
     body["name"] = "../x"
     with pytest.raises(CorruptError):
         decode_lock(json.dumps(body).encode(), "t")
+
+
+def test_a_waiting_exclusive_taker_holds_new_shared_takers_off(backend: MemoryBackend) -> None:
+    first = acquire(backend, False, wait=0)  # a take is running
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(acquire(backend, True, wait=30)))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while not any(i.record and i.record.exclusive for i in list_locks(backend)):
+        assert time.monotonic() < deadline, "the exclusive taker never showed its object"
+        time.sleep(0.01)
+    with pytest.raises(LockError, match="exclusive"):
+        acquire(backend, False, wait=0)  # a new take stands back: the prune is next
+    first.release()
+    waiter.join(timeout=30)
+    assert got and got[0].record.exclusive
+    got[0].release()
+    acquire(backend, False, wait=0).release()  # and after it, takes go on

@@ -417,19 +417,30 @@ def acquire(
     kind = "exclusive" if exclusive else "shared"
     start = time.monotonic()
     delay, told, warned = 0.005, False, set[str]()
+    mine: tuple[LockRecord, str] | None = None
     while True:
-        record, etag = _create(backend, env, kind, current_command() if command is None else command, name)
+        if mine is None:
+            mine = _create(backend, env, kind, current_command() if command is None else command, name)
+        record, etag = mine
         try:
-            blocker = _conflict(backend, record, env, stale_after, warned)
+            blockers = _conflicts(backend, record, env, stale_after, warned)
         except BaseException:
             with contextlib.suppress(CkptError, OSError):
                 backend.delete(lock_object_path(record.id))
             raise
-        if blocker is None:
+        if not blockers:
             return HeldLock(backend, record, etag, env, refresh_every=refresh_every, check_after=check_after)
-        backend.delete(lock_object_path(record.id))
-        held_by = blocker.record.holder(env.clock()) if blocker.record else f"a lock this ckpt cannot read ({blocker.why})"
+        # An exclusive taker blocked by shared holders only keeps its object while it
+        # waits: new shared takers see it and stand back, so a stream of takes cannot
+        # starve a prune. Blocked by another exclusive one, both stand back (each deletes
+        # its own) and try again after a random pause: two can never both hold.
+        waiting_on_shared = exclusive and all(b.record is not None and not b.record.exclusive for b in blockers)
         waited = time.monotonic() - start
+        if not waiting_on_shared or waited >= wait:
+            backend.delete(lock_object_path(record.id))
+            mine = None
+        blocker = blockers[0]
+        held_by = blocker.record.holder(env.clock()) if blocker.record else f"a lock this ckpt cannot read ({blocker.why})"
         if waited >= wait:
             raise LockError(
                 f"the store at {backend.url} is locked ({blocker.record.kind if blocker.record else 'unknown'}) by {held_by}",
@@ -464,8 +475,10 @@ def _create(backend: ObjectBackend, env: LockEnv, kind: str, command: str, name:
     raise LockError(f"the store at {backend.url}: could not create a lock object under a fresh name", hint="try again")
 
 
-def _conflict(backend: ObjectBackend, own: LockRecord, env: LockEnv, stale_after: float, warned: set[str]) -> LockInfo | None:
-    """The first other live lock that conflicts with `own`, or None."""
+def _conflicts(backend: ObjectBackend, own: LockRecord, env: LockEnv, stale_after: float, warned: set[str]) -> list[LockInfo]:
+    """The other live locks of `own`'s name that conflict with it (any for an exclusive
+    lock, the exclusive ones for a shared lock); empty when `own` holds."""
+    found = []
     for info in list_locks(backend, env=env, stale_after=stale_after):
         if info.path == lock_object_path(own.id):
             continue
@@ -477,5 +490,5 @@ def _conflict(backend: ObjectBackend, own: LockRecord, env: LockEnv, stale_after
         if info.record is not None and info.record.name != own.name:
             continue  # another lock: "refs" does not conflict with "store"
         if info.record is None or own.exclusive or info.record.exclusive:
-            return info  # a lock of a newer ckpt blocks either kind: its kind cannot be read
-    return None
+            found.append(info)  # a lock of a newer ckpt blocks either kind: its kind cannot be read
+    return found
