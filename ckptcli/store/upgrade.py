@@ -220,10 +220,12 @@ def rewrite_file(source: Path, dest: Path, version: int = limits.FORMAT_VERSION,
     return dest.stat().st_size
 
 
-def target_of(path: Path | None) -> Target:
-    """A store (directory) or a checkpoint file for `ckpt migrate --format [PATH]`."""
+def target_of(path: Path | str | None) -> Target:
+    """A store (a directory or a URL) or a checkpoint file for `ckpt migrate --format [PATH]`."""
     if path is None:
         return Store.open(find_store())
+    if isinstance(path, str):
+        return Store.open(path)
     if path.is_file():
         if not single.is_checkpoint_file(path):
             raise InvalidInputError(f"{path} is neither a ckpt store nor a checkpoint file")

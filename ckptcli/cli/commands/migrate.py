@@ -256,9 +256,11 @@ def _format(path: str | None, store: object, dry_run: bool, lock_wait: float, as
     from pathlib import Path
 
     from ckptcli.cli.output import BarProgress
+    from ckptcli.store.repository import store_location
     from ckptcli.store.upgrade import target_of, upgrade
 
-    target = target_of(Path(path) if path is not None else (store if isinstance(store, Path) else None))
+    given = path if path is not None else store if isinstance(store, str) else None
+    target = target_of(store_location(given) if given is not None else None)
     try:
         rep = upgrade(target, dry_run=dry_run, lock_wait=lock_wait, progress=BarProgress())
     finally:
