@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -186,3 +188,22 @@ def test_unlock_on_a_local_store_says_there_is_nothing_to_unlock(cli: Any, tmp_p
     assert cli("init", tmp_path / "s").code == 0
     got = cli("--store", tmp_path / "s", "unlock")
     assert got.code == 0 and "nothing to unlock" in got.out
+
+
+def test_store_options_name_the_endpoint_from_the_command_line_or_the_environment(s3_bucket: S3Bucket, tmp_path: Path) -> None:
+    url = f"{s3_bucket.url}/opts"
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", "CKPT_STORE_OPTIONS")}  # only the options name the server
+    init = subprocess.run(
+        [sys.executable, "-m", "ckptcli", "--store-option", f"endpoint={s3_bucket.endpoint}", "init", url],
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
+    assert init.returncode == 0, init.stderr
+    listed = subprocess.run(
+        [sys.executable, "-m", "ckptcli", "--store", url, "ls", "--json"],
+        capture_output=True,
+        env={**env, "CKPT_STORE_OPTIONS": f"endpoint={s3_bucket.endpoint} region=us-east-1"},
+        timeout=120,
+    )
+    assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stderr

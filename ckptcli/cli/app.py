@@ -242,9 +242,10 @@ def main(
     """ckpt: checkpoints for long-running agents, workflows and processes."""
     GLOBALS["store"] = store
     GLOBALS["json"] = as_json
-    from ckptcli.store import backends
+    if store_option:
+        from ckptcli.store import backends
 
-    backends.set_cli_options(store_option or [])
+        backends.set_cli_options(store_option)
 
 
 def shared_options(group: Any) -> Any:
@@ -416,9 +417,8 @@ def _run(args: list[str]) -> int:
     from ckptcli.cli import output
 
     GLOBALS.clear()
-    from ckptcli.store import backends
-
-    backends.set_cli_options([])
+    if (backends := sys.modules.get("ckptcli.store.backends")) is not None:  # not imported by `ckpt --help`
+        backends.set_cli_options([])
     output.reset()
     streams = (sys.stdout, sys.stderr)  # typer wraps them when stdout is closed early
     try:
