@@ -207,3 +207,27 @@ def test_store_options_name_the_endpoint_from_the_command_line_or_the_environmen
         timeout=120,
     )
     assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stderr
+
+
+def test_ranged_reads_of_packs_come_from_a_few_block_requests() -> None:
+    from ckptcli.store import remote
+
+    calls: list[tuple[str, int, int]] = []
+
+    class Counting(MemoryBackend):
+        def get_range(self, path: str, offset: int, length: int) -> bytes:
+            calls.append((path, offset, length))
+            return super().get_range(path, offset, length)
+
+    MemoryBackend.forget("ranges")
+    objects = Counting("ranges")
+    blob = os.urandom(3 * remote._BLOCK + 12345)
+    objects.put("packs/ab/pack", blob)
+    objects.put("refs/x", b"not a pack")
+    io = ObjectStoreIO(objects)
+    step = 100_003
+    for offset in range(0, len(blob), step):  # a restore reading a pack's objects in order
+        assert io.read_range("packs/ab/pack", offset, step) == blob[offset : offset + step]
+    assert io.read_range("packs/ab/pack", remote._BLOCK - 10, 20) == blob[remote._BLOCK - 10 : remote._BLOCK + 10]  # across blocks
+    assert len([c for c in calls if c[0] == "packs/ab/pack"]) == 4  # one request per block, not one per object
+    assert io.read_range("refs/x", 0, 3) == b"not" and calls[-1] == ("refs/x", 0, 3)  # only packs are cached

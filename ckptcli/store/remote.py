@@ -10,17 +10,23 @@ here each one is made of what object storage can do:
   or a multipart upload for a large one): nothing is renamed in the store;
 - an append (the reflog) is a compare-and-swap loop on the log object;
 - a lock is a set of lock objects (ckptcli.store.objlocks), one per holder, so that it
-  holds across hosts; the marks of long-lived writers are shared locks named "writers".
+  holds across hosts; the marks of long-lived writers are shared locks named "writers";
+- ranged reads of packs (immutable, content-named) go through a small cache of 8 MiB
+  blocks: a restore reads a pack's objects one after another, and one request per block
+  costs what one request per object would cost a thousand times over.
 """
 
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import secrets
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from typing import IO
 
 from ckptcli import notices
@@ -28,6 +34,7 @@ from ckptcli.errors import ConflictError, NotFoundError, StoreIOError
 from ckptcli.store import objlocks
 from ckptcli.store.backend import Backend, Mark
 from ckptcli.store.backends.base import ObjectBackend
+from ckptcli.store.layout import PACKS
 
 __all__ = ["ObjectMark", "ObjectStoreIO"]
 
@@ -36,6 +43,9 @@ _MULTIPART_FROM = 16 << 20
 _PART = 8 << 20
 #: compare-and-swap attempts of one append before giving up
 _APPEND_TRIES = 50
+#: ranged reads of packs are served from blocks of this size, the last _BLOCKS kept
+_BLOCK = 8 << 20
+_BLOCKS = 8
 
 
 class ObjectMark:
@@ -56,13 +66,46 @@ class ObjectStoreIO(Backend):
     def __init__(self, objects: ObjectBackend) -> None:
         self.objects = objects
         self.url = objects.url
+        self._blocks: collections.OrderedDict[tuple[str, int], Future[bytes]] = collections.OrderedDict()
+        self._blocks_lock = threading.Lock()
 
     # -- reads ------------------------------------------------------------------------
     def read(self, path: str) -> bytes:
         return self.objects.get(path)
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
-        return self.objects.get_range(path, offset, length)
+        if not path.startswith(PACKS + "/") or length <= 0 or length > _BLOCK:
+            return self.objects.get_range(path, offset, length)
+        first, last = offset // _BLOCK, (offset + length - 1) // _BLOCK
+        data = b"".join(self._block(path, b) for b in range(first, last + 1))
+        start = offset - first * _BLOCK
+        return data[start : start + length]
+
+    def _block(self, path: str, number: int) -> bytes:
+        """Block `number` of the pack at `path` (fewer bytes at its end), fetched once
+        however many threads ask for it at the same time."""
+        key = (path, number)
+        with self._blocks_lock:
+            fut = self._blocks.get(key)
+            mine = fut is None
+            if fut is None:
+                fut = self._blocks[key] = Future()
+                while len(self._blocks) > _BLOCKS:
+                    self._blocks.popitem(last=False)
+            else:
+                self._blocks.move_to_end(key)
+        if not mine:
+            return fut.result()
+        try:
+            data = self.objects.get_range(path, number * _BLOCK, _BLOCK)
+        except BaseException as exc:
+            with self._blocks_lock:
+                if self._blocks.get(key) is fut:
+                    del self._blocks[key]
+            fut.set_exception(exc)
+            raise
+        fut.set_result(data)
+        return data
 
     def list(self, prefix: str) -> builtins.list[str]:
         return self.objects.list_paths(prefix.rstrip("/") + "/")
