@@ -231,3 +231,40 @@ def test_ranged_reads_of_packs_come_from_a_few_block_requests() -> None:
     assert io.read_range("packs/ab/pack", remote._BLOCK - 10, 20) == blob[remote._BLOCK - 10 : remote._BLOCK + 10]  # across blocks
     assert len([c for c in calls if c[0] == "packs/ab/pack"]) == 4  # one request per block, not one per object
     assert io.read_range("refs/x", 0, 3) == b"not" and calls[-1] == ("refs/x", 0, 3)  # only packs are cached
+
+
+def test_index_files_and_manifests_come_from_the_local_cache_checked_by_hash(tmp_path: Path) -> None:
+    from ckptcli.store.objcache import ObjectCache
+    from ckptcli.store.repository import Store, read_config
+
+    gets: list[str] = []
+
+    class Counting(MemoryBackend):
+        def get(self, path: str) -> bytes:
+            gets.append(path)
+            return super().get(path)
+
+    MemoryBackend.forget("cached")
+    cache = ObjectCache(tmp_path / "cache")
+
+    def opened() -> Store:
+        io = ObjectStoreIO(Counting("cached"), cache)
+        return Store(io, read_config(io, "memory://cached/config"), io.url)
+
+    st = api.init_store("memory://cached")
+    doc, work = _state(tmp_path, 1)
+    taken = api.take(st, json.loads(doc.read_text()), subject="agent:c", blobs={"work": work})
+    first = opened()
+    assert first.manifest(taken.id).subject.kind == "agent" and len(first.index()) > 0
+    fetched = [p for p in gets if p.startswith(("index/", "manifests/"))]
+    assert fetched  # the first process fetches them, and keeps them
+    gets.clear()
+    second = opened()
+    assert second.manifest(taken.id).subject.kind == "agent" and len(second.index()) == len(first.index())
+    assert [p for p in gets if p.startswith(("index/", "manifests/"))] == []  # the second reads them locally
+    # a damaged cached copy is not believed: fetched again, and the cache repaired
+    cached = cache.root / taken.id.hex()[:2] / taken.id.hex()
+    cached.write_bytes(b"planted")
+    gets.clear()
+    assert opened().manifest(taken.id).subject.kind == "agent"
+    assert f"manifests/{taken.id.hex()}" in gets and cache.get(taken.id.hex()) is not None

@@ -11,6 +11,8 @@ here each one is made of what object storage can do:
 - an append (the reflog) is a compare-and-swap loop on the log object;
 - a lock is a set of lock objects (ckptcli.store.objlocks), one per holder, so that it
   holds across hosts; the marks of long-lived writers are shared locks named "writers";
+- index files and manifests (named by their SHA-256) are read through a local cache
+  (ckptcli.store.objcache), checked against their names, so never stale;
 - ranged reads of packs (immutable, content-named) go through a small cache of 8 MiB
   blocks: a restore reads a pack's objects one after another, and one request per block
   costs what one request per object would cost a thousand times over.
@@ -34,7 +36,8 @@ from ckptcli.errors import ConflictError, NotFoundError, StoreIOError
 from ckptcli.store import objlocks
 from ckptcli.store.backend import Backend, Mark
 from ckptcli.store.backends.base import ObjectBackend
-from ckptcli.store.layout import PACKS
+from ckptcli.store.layout import INDEX, MANIFESTS, PACKS
+from ckptcli.store.objcache import ObjectCache
 
 __all__ = ["ObjectMark", "ObjectStoreIO"]
 
@@ -63,15 +66,23 @@ class ObjectMark:
 class ObjectStoreIO(Backend):
     """`Backend` over an `ObjectBackend`. Paths are the store layout's, unchanged."""
 
-    def __init__(self, objects: ObjectBackend) -> None:
+    def __init__(self, objects: ObjectBackend, cache: ObjectCache | None = None) -> None:
         self.objects = objects
         self.url = objects.url
+        self.cache = cache
         self._blocks: collections.OrderedDict[tuple[str, int], Future[bytes]] = collections.OrderedDict()
         self._blocks_lock = threading.Lock()
 
     # -- reads ------------------------------------------------------------------------
     def read(self, path: str) -> bytes:
-        return self.objects.get(path)
+        directory, _, name = path.rpartition("/")
+        if self.cache is None or directory not in (INDEX, MANIFESTS) or not ObjectCache.cacheable(name):
+            return self.objects.get(path)
+        data = self.cache.get(name)
+        if data is None:
+            data = self.objects.get(path)
+            self.cache.put(name, data)  # kept only if its bytes are what its name says
+        return data
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         if not path.startswith(PACKS + "/") or length <= 0 or length > _BLOCK:

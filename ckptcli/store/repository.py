@@ -39,6 +39,7 @@ from ckptcli.store.backends import ENV_OPTIONS, cli_options, open_backend, parse
 from ckptcli.store.index import IndexEntry, ObjectIndex, parse_entry_rows, read_index_file, write_index
 from ckptcli.store.layout import STORE_DIRNAME as STORE_DIRNAME
 from ckptcli.store.layout import pack_path as pack_path
+from ckptcli.store.objcache import default_cache
 from ckptcli.store.pack import PackWriter, read_pack
 from ckptcli.store.refs import Refs
 from ckptcli.store.remote import ObjectStoreIO
@@ -167,7 +168,7 @@ def _remote(url: str, options: Mapping[str, str] | None) -> ObjectStoreIO:
     """The store operations on the object-storage backend of `url` (store options:
     `options`, else CKPT_STORE_OPTIONS)."""
     given = options if options is not None else parse_store_options(cli_options(), os.environ.get(ENV_OPTIONS))
-    return ObjectStoreIO(open_backend(url, given))
+    return ObjectStoreIO(open_backend(url, given), default_cache())
 
 
 def resolve_store_path(path: Path) -> Path:
