@@ -55,6 +55,10 @@ def output_error(exc: OSError, shown: str, path: Path | None = None) -> StoreIOE
 class Backend(ABC):
     """Moves bytes for a store. Paths are '/'-separated and relative to the store root."""
 
+    #: finished packs committed at once (commit_temp from several threads): 1 on a local
+    #: disk, where the order of fsyncs matters more than overlap; more for uploads
+    commit_threads: int = 1
+
     @abstractmethod
     def read(self, path: str) -> bytes:
         """Args: path. Returns: the file's bytes. Raises: NotFoundError, StoreIOError."""

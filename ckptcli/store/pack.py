@@ -126,7 +126,7 @@ class PackWriter:
             return lambda: done
         # The fsync of a finished pack runs on a thread of its own, so that the I/O
         # thread goes on filling the next pack while the disk catches up with this one.
-        sealed = self.io.submit(lambda: _sync_pool().submit(self._commit, pack_id()))
+        sealed = self.io.submit(lambda: _sync_pool(self.backend).submit(self._commit, pack_id()))
 
         def wait() -> tuple[bytes, list[list[Any]]]:
             self._wait_all()
@@ -158,9 +158,11 @@ def _io_pool() -> ThreadPoolExecutor:
     return executor("ckpt-io", 1)
 
 
-def _sync_pool() -> ThreadPoolExecutor:
-    """The thread that fsyncs and renames finished packs."""
-    return executor("ckpt-sync", 1)
+def _sync_pool(backend: Backend) -> ThreadPoolExecutor:
+    """The threads that commit finished packs: one that fsyncs and renames them on a
+    local disk; several that upload them to object storage (`Backend.commit_threads`)."""
+    n = backend.commit_threads
+    return executor("ckpt-sync" if n == 1 else f"ckpt-upload-{n}", n)
 
 
 @dataclass
