@@ -32,7 +32,6 @@ from concurrent.futures import Future
 from typing import IO
 
 from ckptcli import notices
-from ckptcli._util.threads import executor
 from ckptcli.errors import ConflictError, NotFoundError, StoreIOError
 from ckptcli.store import objlocks
 from ckptcli.store.backend import Backend, Mark
@@ -47,10 +46,10 @@ _MULTIPART_FROM = 16 << 20
 _PART = 8 << 20
 #: compare-and-swap attempts of one append before giving up
 _APPEND_TRIES = 50
-#: ranged reads of packs are served from blocks of this size, the last _BLOCKS kept; a
-#: block's first read fetches the next one in the background (objects are read in order)
+#: ranged reads of packs are served from blocks of this size, the last _BLOCKS kept
+#: (fetching the next blocks ahead of the reader was measured, and gained nothing here)
 _BLOCK = 8 << 20
-_BLOCKS = 12
+_BLOCKS = 8
 
 
 class ObjectMark:
@@ -109,25 +108,7 @@ class ObjectStoreIO(Backend):
                     self._blocks.popitem(last=False)
             else:
                 self._blocks.move_to_end(key)
-        data = self._fetch(key, fut) if mine else fut.result()
-        if len(data) == _BLOCK:  # not the pack's last block: the next one is likely read next
-            self._prefetch(path, number + 1)
-        return data
-
-    def _prefetch(self, path: str, number: int) -> None:
-        key = (path, number)
-        with self._blocks_lock:
-            if key in self._blocks:
-                return
-            fut: Future[bytes] = Future()
-            self._blocks[key] = fut
-            while len(self._blocks) > _BLOCKS:
-                self._blocks.popitem(last=False)
-        executor("ckpt-readahead", 2).submit(self._fetch_quietly, key, fut)
-
-    def _fetch_quietly(self, key: tuple[str, int], fut: Future[bytes]) -> None:
-        with contextlib.suppress(Exception):  # a failed read-ahead is read again when needed
-            self._fetch(key, fut)
+        return self._fetch(key, fut) if mine else fut.result()
 
     def _fetch(self, key: tuple[str, int], fut: Future[bytes]) -> bytes:
         path, number = key
