@@ -52,6 +52,13 @@ _BLOCK = 8 << 20
 _BLOCKS = 8
 
 
+def _content_named(path: str) -> bool:
+    """Whether `path` names an immutable object by the hash of its bytes (a pack, an
+    index file, a manifest): written once, and "already there" is success."""
+    directory, _, name = path.rpartition("/")
+    return directory.split("/", 1)[0] in (PACKS, INDEX, MANIFESTS) and ObjectCache.cacheable(name)
+
+
 class ObjectMark:
     """A long-lived writer's mark on object storage: a shared lock named "writers"
     (`Backend.mark_writer`), refreshed while it lives, stale once its writer is gone."""
@@ -138,11 +145,14 @@ class ObjectStoreIO(Backend):
 
     # -- writes -----------------------------------------------------------------------
     def write_atomic(self, path: str, data: bytes) -> None:
-        self.objects.put(path, bytes(data))
+        if _content_named(path):
+            self.objects.put_if_absent(path, bytes(data))  # there already: the same bytes, by its name
+        else:
+            self.objects.put(path, bytes(data))
 
     def write_atomic_many(self, items: Sequence[tuple[str, bytes]]) -> None:
         for path, data in items:
-            self.objects.put(path, bytes(data))
+            self.write_atomic(path, data)
 
     def append(self, path: str, data: bytes) -> None:
         """The reflog's append: read the log and its version, put it back longer only if
@@ -169,8 +179,10 @@ class ObjectStoreIO(Backend):
             size = handle.seek(0, 2)
             handle.seek(0)
             if size < _MULTIPART_FROM:
-                self.objects.put(path, handle.read())
+                self.write_atomic(path, handle.read())
                 return
+            if _content_named(path) and self.objects.exists(path):
+                return  # the same pack, uploaded before (a copy or a take that raced this one)
             with self.objects.open_writer(path) as writer:
                 while part := handle.read(_PART):
                     writer.write(part)
