@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ckptcli import api
 from ckptcli.copy import copy_checkpoints
 from ckptcli.store.backends import open_backend
@@ -268,3 +270,69 @@ def test_index_files_and_manifests_come_from_the_local_cache_checked_by_hash(tmp
     gets.clear()
     assert opened().manifest(taken.id).subject.kind == "agent"
     assert f"manifests/{taken.id.hex()}" in gets and cache.get(taken.id.hex()) is not None
+
+
+def test_no_secret_reaches_a_record_or_a_message(s3_bucket: S3Bucket, tmp_path: Path) -> None:
+    from tests.s3_server import SECRET
+
+    url = f"s3://{s3_bucket.name}/secrets"
+    assert run_ckpt("init", url).returncode == 0
+    doc, _work = _state(tmp_path, 1)
+    took = run_ckpt(
+        "--store-option",
+        f"secret_access_key={SECRET}",
+        "--store",
+        f"s3://AKUSER:PassW0rdX@{s3_bucket.name}/secrets?token=TOKQ9",
+        "take",
+        doc,
+        "-S",
+        "agent:s",
+    )
+    assert took.returncode == 0, took.stderr
+    log = open_backend(url).get("logs/refs/latest/agent/s").decode()
+    reflog = run_ckpt("--store", url, "reflog", "--json").stdout.decode()
+    for text in (log, reflog, took.stderr.decode()):
+        assert SECRET not in text and "PassW0rdX" not in text and "TOKQ9" not in text, text
+    assert "secret_access_key=***" in log  # the command is kept, its secrets are not
+
+
+def test_bad_s3_options_are_one_line_that_does_not_echo_their_values(s3_bucket: S3Bucket) -> None:
+    url = f"{s3_bucket.url}/opts2"
+    for option in ("endpoint=notaurl", "max_retries=VALUEX1", "unsigned_payload=VALUEX2", "retry_timeout=1e999"):
+        got = run_ckpt("--store-option", option, "--store", url, "ls")
+        err = got.stderr.decode()
+        assert got.returncode == 4 and "Traceback" not in err and "panicked" not in err and err.count("\n") == 1, (option, err)
+        assert option.partition("=")[2] not in err, (option, err)
+    env_endpoint = run_ckpt("--store", url, "ls", env={"AWS_ENDPOINT_URL": "notaurl"})
+    assert env_endpoint.returncode == 4 and b"AWS_ENDPOINT_URL" in env_endpoint.stderr and b"Traceback" not in env_endpoint.stderr
+
+
+def test_a_key_that_is_no_store_path_is_named_with_what_to_do(s3_bucket: S3Bucket, cli: Any) -> None:
+    import http.client
+    from urllib.parse import urlsplit
+
+    url = f"{s3_bucket.url}/planted"
+    assert cli("init", url).code == 0
+    endpoint = urlsplit(s3_bucket.endpoint)
+    conn = http.client.HTTPConnection(endpoint.hostname or "", endpoint.port)
+    conn.request("PUT", f"/{s3_bucket.name}/planted/locks/../x", body=b"junk")  # http.client sends the path as it is
+    assert conn.getresponse().status == 200
+    got = run_ckpt("--store", url, "verify")
+    err = got.stderr.decode()
+    assert got.returncode == 5 and "Traceback" not in err and "not a store path" in err and "remove it" in err, err
+
+
+def test_locations_keep_bucket_case_and_refuse_ambiguous_forms(tmp_path: Path) -> None:
+    from ckptcli.errors import InvalidInputError
+    from ckptcli.store.backends.s3 import redact_url
+    from ckptcli.store.repository import store_location
+
+    assert redact_url("s3://user:pw@MixedCase/p?token=t") == "s3://MixedCase/p"
+    assert store_location("file:///srv/ckpt") == Path("/srv/ckpt") == store_location("file://localhost/srv/ckpt")
+    for bad in ("file://u:FILEPW@localhost/x", "file://otherhost/x"):
+        with pytest.raises(InvalidInputError) as caught:
+            store_location(bad)
+        assert "FILEPW" not in str(caught.value)
+    with pytest.raises(InvalidInputError) as refused:
+        api.open_store("memory://u:MEMPW@n")
+    assert "MEMPW" not in str(refused.value)

@@ -75,7 +75,8 @@ def out() -> Console:
         from rich.console import Console
 
         # NO_COLOR: no escape codes at all (rich's no_color would still emit bold)
-        _out = Console(no_color=_no_color(), color_system=None if _no_color() else "auto", highlight=False, soft_wrap=True)
+        # emoji=False: a subject named `agent:smile:` is printed as it is, not as a glyph
+        _out = Console(no_color=_no_color(), color_system=None if _no_color() else "auto", highlight=False, soft_wrap=True, emoji=False)
     return _out
 
 
@@ -84,7 +85,9 @@ def err() -> Console:
     if _err is None:
         from rich.console import Console
 
-        _err = Console(stderr=True, no_color=_no_color(), color_system=None if _no_color() else "auto", highlight=False, soft_wrap=True)
+        _err = Console(
+            stderr=True, no_color=_no_color(), color_system=None if _no_color() else "auto", highlight=False, soft_wrap=True, emoji=False
+        )
     return _err
 
 

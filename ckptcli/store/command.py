@@ -23,4 +23,9 @@ def set_command(command: str | None) -> None:
 def current_command() -> str:
     if _command is not None:
         return _command[:MAX_COMMAND]
-    return " ".join([os.path.basename(sys.argv[0]) if sys.argv else "python", *sys.argv[1:]])[:MAX_COMMAND]
+    args = sys.argv[1:]
+    if any("://" in a or a.startswith("--store-option") for a in args):  # a URL may hold a password
+        from ckptcli.store.backends import redact_args
+
+        args = redact_args(args)
+    return " ".join([os.path.basename(sys.argv[0]) if sys.argv else "python", *args])[:MAX_COMMAND]

@@ -35,6 +35,7 @@ from ckptcli import notices
 from ckptcli.errors import ConflictError, NotFoundError, StoreIOError
 from ckptcli.store import objlocks
 from ckptcli.store.backend import Backend, Mark
+from ckptcli.store.backends import redact
 from ckptcli.store.backends.base import ObjectBackend
 from ckptcli.store.layout import INDEX, MANIFESTS, PACKS
 from ckptcli.store.objcache import ObjectCache
@@ -78,7 +79,7 @@ class ObjectStoreIO(Backend):
 
     def __init__(self, objects: ObjectBackend, cache: ObjectCache | None = None) -> None:
         self.objects = objects
-        self.url = objects.url
+        self.url = redact(objects.url)
         self.cache = cache
         self._blocks: collections.OrderedDict[tuple[str, int], Future[bytes]] = collections.OrderedDict()
         self._blocks_lock = threading.Lock()

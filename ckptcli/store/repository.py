@@ -161,7 +161,15 @@ def store_location(text: str | os.PathLike[str]) -> Path | str:
     found = parse_location(text)
     if not found.is_local:
         return text
-    return Path(text.removeprefix("file://")) if text.startswith("file://") else Path(text)
+    if found.text[:7].lower() != "file://":
+        return Path(text)
+    rest = found.text[7:]
+    host, slash, path = rest.partition("/")
+    if host.lower() not in ("", "localhost") or not slash:
+        raise InvalidInputError(
+            "a file:// URL names a local directory by its absolute path", hint="write file:///srv/ckpt, or the path itself"
+        )
+    return Path("/" + path)
 
 
 def _remote(url: str, options: Mapping[str, str] | None) -> ObjectStoreIO:

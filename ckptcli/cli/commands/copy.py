@@ -53,8 +53,10 @@ def copy(
     Only the objects DST lacks are sent; each is read from SRC, re-hashed and refused
     (exit 5, naming the object and the checkpoint) when it does not match its id, before
     anything of that checkpoint is committed in DST. Objects land first, the manifest
-    last (as a take writes), so a copy that is interrupted leaves DST consistent and the
-    next copy sends only what is still missing. Checkpoints are copied oldest first; each
+    last (as a take writes), and checkpoints are committed in batches (up to 256
+    checkpoints or 64 MiB): a copy that is interrupted leaves DST consistent, the next
+    copy skips the batches committed before, and sends the interrupted batch again (what
+    it had sent is unreferenced in DST; `ckpt prune` removes it). Checkpoints are copied oldest first; each
     moves its subject's latest in DST when it is newer than the one there (or DST has
     none), as `ckpt import` does. Tags and branches are copied only with --refs, and a
     tag or branch DST has at another checkpoint is left as it is (listed as skipped).

@@ -46,6 +46,7 @@ __all__ = [
     "parse_location",
     "parse_store_options",
     "redact",
+    "redact_args",
 ]
 
 #: the environment variable of store options
@@ -199,6 +200,27 @@ def redact(url: str) -> str:
         pairs = parse_qsl(query, keep_blank_values=True)
         query = "&".join(f"{quote(k, safe='')}={'***' if is_secret_key(k) else quote(v, safe='')}" for k, v in pairs)
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact_args(args: Sequence[str]) -> list[str]:
+    """A command line as records may keep it (reflog entries, lock objects): every URL
+    redacted, and the value of every `--store-option` whose key looks secret replaced by
+    ***."""
+    out: list[str] = []
+    option_next = False
+    for arg in args:
+        if option_next or arg.startswith("--store-option="):
+            head, eq, pair = arg.partition("=") if not option_next else ("", "", arg)
+            key, has, _value = pair.partition("=")
+            shown = f"{key}=***" if has and is_secret_key(key) else pair
+            out.append(f"{head}{eq}{shown}" if not option_next else shown)
+        elif "://" in arg:
+            head, eq, rest = arg.partition("=") if arg.startswith("-") else ("", "", arg)
+            out.append(f"{head}{eq}{redact(rest)}")
+        else:
+            out.append(arg)
+        option_next = arg == "--store-option"
+    return out
 
 
 _CLI_OPTIONS: list[str] = []

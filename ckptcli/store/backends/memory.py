@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import re
 import threading
 from collections.abc import Iterator, Mapping
 
@@ -18,6 +19,7 @@ __all__ = ["MemoryBackend"]
 
 _STORES: dict[str, dict[str, tuple[bytes, str]]] = {}
 _LOCKS: dict[str, threading.Lock] = {}
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 _STORES_LOCK = threading.Lock()
 _VERSION = itertools.count(1)
 
@@ -37,7 +39,11 @@ class MemoryBackend(ObjectBackend):
         the store NAME. Raises: InvalidInputError."""
         scheme, sep, name = url.partition("://")
         if scheme.lower() != "memory" or not sep:
-            raise InvalidInputError(f"not a memory:// URL: {url!r}", hint="write memory://NAME")
+            raise InvalidInputError("not a memory:// URL", hint="write memory://NAME")
+        if not _NAME.fullmatch(name):
+            raise InvalidInputError(
+                "a memory:// store's name is letters, digits and . _ - (up to 200)", hint="write memory://NAME, e.g. memory://tests"
+            )
         if options:
             raise InvalidInputError(
                 f"a memory:// store takes no store options, got {', '.join(sorted(options))}",

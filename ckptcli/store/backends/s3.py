@@ -27,9 +27,9 @@ import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
-from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, StoreIOError
+from ckptcli.errors import CkptError, CorruptError, InvalidInputError, NotFoundError, StoreIOError
 from ckptcli.store.backends.base import ObjectBackend, ObjectInfo, ObjectWriter
 from ckptcli.store.backends.paths import check_path, check_prefix
 
@@ -53,13 +53,35 @@ _SECRET_WORDS = ("secret", "token", "key", "password", "sas", "credential", "sig
 _DEFAULT_RETRIES = {"max_retries": 3, "retry_timeout": datetime.timedelta(seconds=30)}
 
 
+def _bucket(parts: SplitResult) -> str:
+    """The bucket (or container) as written: urlsplit's hostname lower-cases it, and
+    `MixedCase` and `mixedcase` are two buckets."""
+    return parts.netloc.rpartition("@")[2]
+
+
 def redact_url(url: str) -> str:
     """The URL without user info, query or fragment (where credentials hide)."""
     parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return f"{parts.scheme}://{host}{parts.path}".rstrip("/")
+    return f"{parts.scheme}://{_bucket(parts)}{parts.path}".rstrip("/")
+
+
+def _failure(exc: BaseException) -> bool:
+    """Whether `exc` is a failure to report as one line (obstore's errors, the OS's, a
+    panic of obstore's Rust side, which pyo3 raises as a BaseException), not an interrupt."""
+    return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
+
+
+def _check_endpoint(config: Mapping[str, Any], env: Mapping[str, str]) -> None:
+    """An endpoint must be an http(s) URL with a host: anything else makes obstore's Rust
+    side panic at the first request."""
+    for where, value in (("store option endpoint", config.get("endpoint")), ("AWS_ENDPOINT_URL", env.get("AWS_ENDPOINT_URL"))):
+        if value is None:
+            continue
+        parts = urlsplit(str(value))
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise InvalidInputError(
+                f"{where} is not an http:// or https:// URL", hint="give one such as https://s3.eu-west-1.amazonaws.com"
+            )
 
 
 def _bool(key: str, value: str) -> bool:
@@ -68,7 +90,7 @@ def _bool(key: str, value: str) -> bool:
         return True
     if low in ("0", "false", "no", "off"):
         return False
-    raise InvalidInputError(f"--store-option {key}={value}: not a boolean", hint="use true or false")
+    raise InvalidInputError(f"store option {key}: not a boolean", hint="use true or false")
 
 
 def _aws_files(env: Mapping[str, str]) -> dict[str, str]:
@@ -122,13 +144,13 @@ def _split_options(
             client[k] = value
         elif k == "max_retries":
             if not value.strip().isdigit():
-                raise InvalidInputError(f"--store-option {key}={value}: not a whole number")
+                raise InvalidInputError(f"store option {key}: not a whole number", hint="give a number such as 3")
             retry[k] = int(value)
         elif k == "retry_timeout":
             try:
                 retry[k] = datetime.timedelta(seconds=float(value))
-            except ValueError:
-                raise InvalidInputError(f"--store-option {key}={value}: not a number of seconds") from None
+            except (ValueError, OverflowError):
+                raise InvalidInputError(f"store option {key}: not a number of seconds", hint="give a number such as 30") from None
         else:
             config[k] = value
     endpoint = str(config.get("endpoint") or config.get("endpoint_url") or env.get("AWS_ENDPOINT_URL") or env.get("AWS_ENDPOINT") or "")
@@ -188,7 +210,7 @@ class S3Backend(ObjectBackend):
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
         shown = redact_url(url)
-        if scheme not in SCHEMES or not parts.hostname:
+        if scheme not in SCHEMES or not _bucket(parts):
             raise InvalidInputError(
                 f"{shown}: not an object-storage URL", hint="use s3://BUCKET/PREFIX, gs://BUCKET/PREFIX or az://CONTAINER/PREFIX"
             )
@@ -200,12 +222,20 @@ class S3Backend(ObjectBackend):
         env = dict(os.environ)
         config, client, retry = _split_options(scheme, options, env)
         secrets = _secrets(config, env, url)
-        plain = f"{scheme}://{parts.hostname}{parts.path}".rstrip("/")
+        _check_endpoint(config, env)
+        plain = f"{scheme}://{_bucket(parts)}{parts.path}".rstrip("/")
         try:
             store = from_url(plain, config=config or None, client_options=client or None, retry_config=retry)  # type: ignore[call-overload]
-        except (BaseError, ValueError, TypeError) as exc:
-            first = _scrub(str(exc).partition("\n")[0], secrets)
-            raise InvalidInputError(f"{shown}: {first}", hint="check the --store-option keys and the URL") from None
+        except BaseException as exc:  # obstore's errors, and a panic of its Rust side (a BaseException)
+            if not isinstance(exc, (BaseError, ValueError, TypeError, OverflowError)) and type(exc).__name__ != "PanicException":
+                raise
+            what = f"({type(exc).__name__})"
+            if type(exc).__name__ == "UnknownConfigurationKeyError":  # keys are no secret: name them, never values
+                what = f"(a key it does not know among: {', '.join(sorted(options)) or 'none given'})"
+            raise InvalidInputError(
+                f"{shown}: the store options or the URL were refused {what}",
+                hint="check the --store-option keys and values, CKPT_STORE_OPTIONS and AWS_ENDPOINT_URL",
+            ) from None
         return cls(store, shown, secrets, by_version=scheme == "gs")
 
     # -- errors -------------------------------------------------------------------------
@@ -246,7 +276,9 @@ class S3Backend(ObjectBackend):
             return bytes(result.bytes()), self._token(result.meta)
         except CkptError:
             raise
-        except Exception as exc:  # noqa: BLE001 - obstore's errors, and the OS's under them
+        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
+            if not _failure(exc):
+                raise
             raise self._error(path, "get", exc) from None
 
     def get_range(self, path: str, offset: int, length: int) -> bytes:
@@ -259,7 +291,9 @@ class S3Backend(ObjectBackend):
             return bytes(self._obs.get_range(self._store, self._check(path), start=offset, length=length))
         except CkptError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
+            if not _failure(exc):
+                raise
             if "416" in str(exc) or "InvalidRange" in str(exc):
                 self.stat(path)  # past the end of an object that is there: no bytes
                 return b""
@@ -270,7 +304,9 @@ class S3Backend(ObjectBackend):
             meta = self._obs.head(self._store, self._check(path))
         except CkptError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
+            if not _failure(exc):
+                raise
             raise self._error(path, "stat", exc) from None
         return ObjectInfo(path, int(meta["size"]), self._token(meta))
 
@@ -285,7 +321,17 @@ class S3Backend(ObjectBackend):
                 for meta in chunk
                 if str(meta["path"]).startswith(prefix)
             ]
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
+            if not _failure(exc):
+                raise
+            if "invalid path" in str(exc).lower():
+                # a key with an empty, "." or ".." part, which no ckpt writes: object_store
+                # refuses to list past it, so say which prefix holds it and what to do
+                raise CorruptError(
+                    f"{self._where(prefix)}: the bucket holds a key under this prefix that is not a store path "
+                    "(an empty, '.' or '..' part); ckpt wrote no such key",
+                    hint="find it with an S3 tool (aws s3 ls --recursive) and remove it, then run the command again",
+                ) from None
             raise self._error(prefix, "list", exc) from None
         found.sort(key=lambda info: info.path)
         yield from found
@@ -297,7 +343,9 @@ class S3Backend(ObjectBackend):
             result = self._obs.put(self._store, self._check(path), data, use_multipart=False)
         except CkptError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
+            if not _failure(exc):
+                raise
             raise self._error(path, "put", exc) from None
         return self._info(path, len(data), result)
 
@@ -311,7 +359,9 @@ class S3Backend(ObjectBackend):
             raise
         except (AlreadyExistsError, PreconditionError):
             return None
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
+            if not _failure(exc):
+                raise
             error = self._error(path, "conditional put", exc)
             if isinstance(error, NotFoundError):  # If-Match on an object deleted meanwhile
                 return None
@@ -333,7 +383,9 @@ class S3Backend(ObjectBackend):
             writer = self._obs.open_writer(self._store, self._check(path), buffer_size=PART_SIZE)
         except CkptError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
+            if not _failure(exc):
+                raise
             raise self._error(path, "open writer", exc) from None
         return _S3Writer(self, path, writer)
 
@@ -342,7 +394,9 @@ class S3Backend(ObjectBackend):
             self._obs.delete(self._store, self._check(path))
         except CkptError:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
+            if not _failure(exc):
+                raise
             error = self._error(path, "delete", exc)
             if not isinstance(error, NotFoundError):
                 raise error from None
@@ -372,7 +426,9 @@ class _S3Writer(ObjectWriter):
             raise ValueError("write to a committed or aborted writer")
         try:
             self._writer.write(data)
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
+            if not _failure(exc):
+                raise
             self.abort()
             raise self._backend._error(self._path, "multipart upload", exc) from None
         self._size += len(data)
@@ -383,7 +439,9 @@ class _S3Writer(ObjectWriter):
         self._open = False
         try:
             self._writer.close()
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
+            if not _failure(exc):
+                raise
             self._abort_upload()
             raise self._backend._error(self._path, "complete multipart upload", exc) from None
         return self._backend.stat(self._path)
