@@ -1,4 +1,5 @@
-"""A real S3-compatible server on loopback for the tests: moto's ThreadedMotoServer.
+"""A real S3-compatible server on loopback for the tests: moto's ThreadedMotoServer, in a
+process of its own.
 
 Test modules import the fixtures they use explicitly:
 
@@ -15,7 +16,8 @@ test only (and the user's own AWS config files hidden). Nothing reaches beyond 1
 
 from __future__ import annotations
 
-import logging
+import subprocess
+import sys
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -75,20 +77,43 @@ class S3Bucket:
         return f"s3://{self.name}"
 
 
+#: the server's process: moto's ThreadedMotoServer on 127.0.0.1, a free port, printed
+#: once; it stops when its stdin closes
+_SERVER = """
+import logging, sys
+from moto.server import ThreadedMotoServer
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server.start()
+host, port = server.get_host_and_port()
+print(host, port, flush=True)
+sys.stdin.read()
+server.stop()
+"""
+
+
 @pytest.fixture(name="s3_server", scope="session")
 def fixture_s3_server() -> Iterator[S3Server]:
-    """One moto server on 127.0.0.1 (a free port) for the whole test run."""
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    assert host == "127.0.0.1", host
+    """One moto server on 127.0.0.1 (a free port) for the whole test run, in a process of
+    its own: the objects it holds would otherwise swell the test process, whose memory a
+    child started by fork counts as its own peak (the memory tests measure children), and
+    its request handling would share the tests' interpreter lock."""
+    proc = subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
+        assert proc.stdout is not None
+        host, port = proc.stdout.readline().split()
+        assert host == "127.0.0.1", host
         yield S3Server(f"http://{host}:{port}")
     finally:
-        server.stop()
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 @pytest.fixture(name="s3_env")
