@@ -270,16 +270,23 @@ class S3Backend(ObjectBackend):
     def get(self, path: str) -> bytes:
         return self.get_versioned(path)[0]
 
-    def get_versioned(self, path: str) -> tuple[bytes, str]:
+    @contextlib.contextmanager
+    def _calling(self, path: str, verb: str) -> Iterator[None]:
+        """Around a call of obstore: what it raises becomes one of ckpt's errors
+        (`_error`); an interrupt passes through."""
         try:
-            result = self._obs.get(self._store, self._check(path))
-            return bytes(result.bytes()), self._token(result.meta)
+            yield
         except CkptError:
             raise
-        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
+        except BaseException as exc:
             if not _failure(exc):
                 raise
-            raise self._error(path, "get", exc) from None
+            raise self._error(path, verb, exc) from None
+
+    def get_versioned(self, path: str) -> tuple[bytes, str]:
+        with self._calling(path, "get"):
+            result = self._obs.get(self._store, self._check(path))
+            return bytes(result.bytes()), self._token(result.meta)
 
     def get_range(self, path: str, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0:
@@ -300,14 +307,8 @@ class S3Backend(ObjectBackend):
             raise self._error(path, "get", exc) from None
 
     def stat(self, path: str) -> ObjectInfo:
-        try:
+        with self._calling(path, "stat"):
             meta = self._obs.head(self._store, self._check(path))
-        except CkptError:
-            raise
-        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
-            if not _failure(exc):
-                raise
-            raise self._error(path, "stat", exc) from None
         return ObjectInfo(path, int(meta["size"]), self._token(meta))
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
@@ -339,14 +340,8 @@ class S3Backend(ObjectBackend):
     # -- writes -------------------------------------------------------------------------
 
     def put(self, path: str, data: bytes) -> ObjectInfo:
-        try:
+        with self._calling(path, "put"):
             result = self._obs.put(self._store, self._check(path), data, use_multipart=False)
-        except CkptError:
-            raise
-        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
-            if not _failure(exc):
-                raise
-            raise self._error(path, "put", exc) from None
         return self._info(path, len(data), result)
 
     def _put_if(self, path: str, data: bytes, mode: Any) -> Mapping[str, Any] | None:
@@ -379,27 +374,13 @@ class S3Backend(ObjectBackend):
         return None if result is None else self._info(path, len(data), result)
 
     def open_writer(self, path: str) -> ObjectWriter:
-        try:
+        with self._calling(path, "open writer"):
             writer = self._obs.open_writer(self._store, self._check(path), buffer_size=PART_SIZE)
-        except CkptError:
-            raise
-        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
-            if not _failure(exc):
-                raise
-            raise self._error(path, "open writer", exc) from None
         return _S3Writer(self, path, writer)
 
     def delete(self, path: str) -> None:
-        try:
+        with contextlib.suppress(NotFoundError), self._calling(path, "delete"):  # a missing object is fine
             self._obs.delete(self._store, self._check(path))
-        except CkptError:
-            raise
-        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
-            if not _failure(exc):
-                raise
-            error = self._error(path, "delete", exc)
-            if not isinstance(error, NotFoundError):
-                raise error from None
 
 
 _EXTRA = {"s3": "s3", "gs": "gcs", "az": "azure"}
