@@ -363,12 +363,7 @@ def run(argv: list[str] | None = None) -> int:
 
     from ckptcli.store import command  # not reflog: `ckpt --help` has no store to open
 
-    shown = args
-    if any("://" in a or a.startswith("--store-option") for a in args):  # never a secret in a record
-        from ckptcli.store.backends import redact_args
-
-        shown = redact_args(args)
-    command.set_command(shlex.join(["ckpt", *shown]))  # what each ref move and lock records (until the run ends)
+    command.set_command(shlex.join(["ckpt", *args]))  # what each ref move and lock records (until the run ends)
     try:
         return _run(args)
     finally:

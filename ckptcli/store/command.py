@@ -5,6 +5,7 @@ entries (formats/reflog.md) and the holder records of its locks. The CLI sets it
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 
 __all__ = ["MAX_COMMAND", "current_command", "set_command"]
@@ -15,17 +16,23 @@ _command: str | None = None
 
 
 def set_command(command: str | None) -> None:
-    """What records name as the command (None: this process's argv)."""
+    """What records name as the command (None: this process's argv); a URL's user info
+    and the values of secret-looking `--store-option`s in it are replaced by ***."""
     global _command
-    _command = command
+    _command = None if command is None else shlex.join(_redacted(shlex.split(command)))
+
+
+def _redacted(args: list[str]) -> list[str]:
+    """`args` without a secret (a record is kept in the store, and printed by `ckpt reflog`
+    and by whoever waits for a lock)."""
+    if not any("://" in a or a.startswith("--store-option") for a in args):
+        return args
+    from ckptcli.store.backends import redact_args
+
+    return redact_args(args)
 
 
 def current_command() -> str:
     if _command is not None:
         return _command[:MAX_COMMAND]
-    args = sys.argv[1:]
-    if any("://" in a or a.startswith("--store-option") for a in args):  # a URL may hold a password
-        from ckptcli.store.backends import redact_args
-
-        args = redact_args(args)
-    return " ".join([os.path.basename(sys.argv[0]) if sys.argv else "python", *args])[:MAX_COMMAND]
+    return " ".join([os.path.basename(sys.argv[0]) if sys.argv else "python", *_redacted(sys.argv[1:])])[:MAX_COMMAND]

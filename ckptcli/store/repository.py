@@ -172,6 +172,16 @@ def store_location(text: str | os.PathLike[str]) -> Path | str:
     return Path("/" + path)
 
 
+def same_location(a: str, b: str) -> bool:
+    """Whether two `--store` values name one store: paths compared resolved (links,
+    `..`, relative), URLs as written."""
+    return _resolved(store_location(a)) == _resolved(store_location(b))
+
+
+def _resolved(where: Path | str) -> str:
+    return os.path.realpath(where) if isinstance(where, Path) else where
+
+
 def _remote(url: str, options: Mapping[str, str] | None) -> ObjectStoreIO:
     """The store operations on the object-storage backend of `url` (store options:
     `options`, else CKPT_STORE_OPTIONS)."""

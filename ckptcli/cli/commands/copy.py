@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -80,6 +79,7 @@ def copy(
       ckpt copy .ckpt s3://team-bucket/agents   # a local store to object storage
     """
     from ckptcli.copy import copy_checkpoints
+    from ckptcli.store.repository import same_location
     from ckptcli.store.single import CheckpointFile
 
     source: Store | CheckpointFile
@@ -91,18 +91,13 @@ def copy(
     else:
         source = open_store(src)
         target = open_store(dst)
-        if _same(source.location) == _same(target.location):
+        if same_location(source.location, target.location):
             raise UsageError(f"SRC and DST are the same store ({target.location})", hint="name two different stores")
     result = copy_checkpoints(source, target, refs or None, copy_refs=copy_refs, dry_run=dry_run, progress=BarProgress())
     if as_json:
         emit_json(result.to_dict())
         return
     _print(result, dst)
-
-
-def _same(location: str) -> str:
-    """A store's location as the store it names: a local path resolved, a URL as it is."""
-    return location if "://" in location else os.path.realpath(location)
 
 
 def _print(result: CopyResult, dst: str) -> None:

@@ -49,10 +49,10 @@ def init(
 
     # the store every other command would use: PATH, else --store before the verb, else
     # CKPT_STORE, else ./.ckpt
-    from ckptcli.store.repository import store_location
+    from ckptcli.store.repository import same_location, store_location
 
     given = GLOBALS.get("store")
-    if path is not None and given is not None and _same(path) != _same(str(given)):
+    if path is not None and given is not None and not same_location(path, str(given)):
         raise UsageError(f"init {path} and --store {given} name two different stores", hint="give one of them")
     env = os.environ.get("CKPT_STORE")
     target = store_location(path if path is not None else str(given) if given is not None else env if env else str(Path.cwd() / ".ckpt"))
@@ -62,11 +62,3 @@ def init(
         emit_json({"store": shown, "id": store.config.store_id.hex(), "format_version": store.version})
     else:
         out().print(f"Initialized empty ckpt store in {shown}", markup=False)
-
-
-def _same(text: str) -> str:
-    """A location compared as what it names: a path made absolute, a URL as given."""
-    from ckptcli.store.repository import store_location
-
-    where = store_location(text)
-    return str(where.absolute()) if isinstance(where, Path) else where
