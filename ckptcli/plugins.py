@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import stat
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -106,6 +107,9 @@ class Entry:
         return found["module"], found["attr"] or ""
 
 
+#: bytes of one entry_points.txt read at most (a real one is a few hundred)
+_MAX_ENTRY_POINTS_FILE = 1 << 20
+
 #: importlib.metadata's grammar of an entry point's value: `module[:attr.attr] [extras]`
 _VALUE = re.compile(r"(?P<module>[\w.]+)\s*(:\s*(?P<attr>[\w.]+)\s*)?((?P<extras>\[.*\])\s*)?$")
 
@@ -166,8 +170,11 @@ def _read_group(path: str, group: str) -> list[tuple[str, str]]:
     ini-like format, parsed as importlib.metadata parses it; a line without `=`, which
     importlib.metadata fails on, is skipped)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO planted there must not hang ckpt
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return []
+            text = f.read(_MAX_ENTRY_POINTS_FILE).decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return []
     out, section = [], None

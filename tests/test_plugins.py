@@ -118,3 +118,13 @@ def test_a_malformed_value_is_one_line_naming_the_entry_point(monkeypatch: pytes
     _installed_only([plugins.Entry("odd", "not a value!", plugins.BESIDE_STORE)], monkeypatch)
     with pytest.raises(InvalidInputError, match=re.escape("'odd' (not a value!) of the group ckptcli.beside_store failed")):
         plugins.load(plugins.BESIDE_STORE)
+
+
+def test_a_fifo_or_a_huge_entry_points_file_neither_hangs_nor_fills_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "fifo_dist-1.0.dist-info").mkdir()
+    os.mkfifo(tmp_path / "fifo_dist-1.0.dist-info" / "entry_points.txt")  # opening it to read would block
+    (tmp_path / "zero_dist-1.0.dist-info").mkdir()
+    (tmp_path / "zero_dist-1.0.dist-info" / "entry_points.txt").symlink_to("/dev/zero")  # endless
+    _dist(tmp_path, "good_dist-1.0.dist-info", "[ckpt.test.planted]\nok = json:dumps\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    assert plugins._installed("ckpt.test.planted") == [("ok", "json:dumps")]
