@@ -198,3 +198,20 @@ def test_init_makes_the_store_every_other_command_would_use(tmp_path: Path) -> N
     assert not (tmp_path / "c").exists() and not (tmp_path / "d").exists()
     r = run_ckpt("init", tmp_path / "e", env={"CKPT_STORE": str(tmp_path / "b")}, cwd=work)
     assert r.returncode == 0 and (tmp_path / "e" / "config").is_file()  # PATH given: the environment is only a default
+
+
+def test_a_take_that_latest_passed_over_says_so(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Concurrent takes of one subject: latest never moves back to an older one, and the take
+    that was passed over says so (stderr note, "latest_moved" in --json) instead of nothing."""
+    import dataclasses
+    import json
+
+    from ckptcli import api
+    from ckptcli.cli.commands import take as take_cmd
+
+    st = api.init_store(tmp_path / "s")
+    result = dataclasses.replace(api.take(st, {"memory": {}}, subject="agent:z"), latest_moved=False)
+    take_cmd._report(result, None, as_json=False)
+    assert "latest of agent:z stays at a newer checkpoint" in capsys.readouterr().err
+    take_cmd._report(result, None, as_json=True)
+    assert json.loads(capsys.readouterr().out)["latest_moved"] is False

@@ -68,7 +68,9 @@ def take(
     is split into those sections (ext holds {namespace: value}); any other document
     is stored whole as the memory section. Restore gives back the same document.
 
-    The subject's latest moves to the new checkpoint, unless `ckpt reset` moved it
+    The subject's latest moves to the new checkpoint, unless another take of the subject
+    committed a newer one meanwhile (latest never moves back; this one is kept and a note
+    says so, --json has "latest_moved": false), or `ckpt reset` moved it
     to another checkpoint while this take ran: then latest stays where the reset put
     it and the take exits 11, naming its checkpoint (kept in the store, unreferenced:
     `ckpt reset` to it, or take again).
@@ -175,6 +177,7 @@ def _report(result: TakeResult, problem: str | None, as_json: bool) -> None:
                 "parents": [p.hex() for p in result.manifest.parents],
                 "new_objects": result.new_objects,
                 "new_bytes": result.new_bytes,
+                "latest_moved": result.latest_moved,
             }
         )
         return
@@ -187,3 +190,8 @@ def _report(result: TakeResult, problem: str | None, as_json: bool) -> None:
         )
     for skipped in result.capture.skipped:
         sys.stderr.write(f"ckpt: warning: skipped {safe(skipped, backslash=False)}\n")
+    if not result.latest_moved:
+        sys.stderr.write(
+            f"ckpt: note: latest of {result.manifest.subject} stays at a newer checkpoint another take made meanwhile; "
+            f"{result.hex[:12]} is kept beside it (ckpt ls, ckpt reset)\n"
+        )
