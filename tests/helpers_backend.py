@@ -9,6 +9,10 @@ list, delete; 1 is the first) and
   damaged bytes). A call that moves no bytes, or an empty object, is left as it is.
 
 `calls` records (method, path) of every call, the faulty ones included.
+
+`conflict_once=PATH` makes the first put_if_match on PATH answer None without writing,
+as if another writer had replaced the object first: a compare-and-swap loop must read
+again and retry.
 """
 
 from __future__ import annotations
@@ -30,9 +34,12 @@ def flip(data: bytes) -> bytes:
 
 
 class FaultyBackend(ObjectBackend):
-    def __init__(self, inner: ObjectBackend, *, fail_on: int | None = None, corrupt_on: int | None = None) -> None:
+    def __init__(
+        self, inner: ObjectBackend, *, fail_on: int | None = None, corrupt_on: int | None = None, conflict_once: str | None = None
+    ) -> None:
         self.inner = inner
         self.fail_on, self.corrupt_on = fail_on, corrupt_on
+        self.conflict_once = conflict_once
         self.url = inner.url
         self.conditional_writes = inner.conditional_writes
         self.calls: list[tuple[str, str]] = []
@@ -74,6 +81,9 @@ class FaultyBackend(ObjectBackend):
 
     def put_if_match(self, path: str, data: bytes, etag: str | None) -> ObjectInfo | None:
         bad = self._call("put_if_match", path)
+        if path == self.conflict_once:
+            self.conflict_once = None
+            return None  # "another writer got there first"
         return self.inner.put_if_match(path, flip(data) if bad else data, etag)
 
     def open_writer(self, path: str) -> ObjectWriter:

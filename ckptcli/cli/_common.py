@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 __all__ = ["Lock", "is_checkpoint_file", "is_path", "locked", "open_checkpoint", "open_source", "open_store", "opened_store"]
 
 #: "none": the library locks what it needs; "shared": the store lock, shared (no prune
-#: meanwhile); "refs": that and the refs lock, exclusive (rewriting the refs' logs).
+#: meanwhile); "refs": that and the refs lock, exclusive (rewriting the refs' logs),
+#: where refs move under it (not where they move by compare-and-swap: Store.ref_lock).
 Lock = Literal["none", "shared", "refs"]
 
 
@@ -55,7 +56,7 @@ def locked(st: Store, lock: Lock) -> Iterator[None]:
         if lock != "none":
             held.enter_context(st.backend.lock("store", shared=True))
         if lock == "refs":
-            held.enter_context(st.backend.lock("refs", shared=False))
+            held.enter_context(st.ref_lock())
         yield
 
 

@@ -58,6 +58,10 @@ class Backend(ABC):
     #: finished packs committed at once (commit_temp from several threads): 1 on a local
     #: disk, where the order of fsyncs matters more than overlap; more for uploads
     commit_threads: int = 1
+    #: whether refs and their reflogs move by compare-and-swap (read_versioned, then
+    #: write_if_match) instead of under the store's "refs" lock: where the backend's
+    #: conditional writes are atomic against every other writer
+    ref_cas: bool = False
 
     @abstractmethod
     def read(self, path: str) -> bytes:
@@ -95,6 +99,19 @@ class Backend(ABC):
         except NotFoundError:
             old = b""
         self.write_atomic(path, old[: old.rfind(b"\n") + 1] + data)
+
+    def read_versioned(self, path: str) -> tuple[bytes | None, str | None]:
+        """Args: path. Returns: (bytes, version) of the file read together, the version a
+        token that changes whenever the file is replaced; (None, None) when there is no
+        file. Only where `ref_cas`. Raises: StoreIOError."""
+        raise NotImplementedError(f"{type(self).__name__} has no compare-and-swap")
+
+    def write_if_match(self, path: str, data: bytes, version: str | None) -> bool:
+        """Args: path, the whole file, the version read_versioned gave (None: there was
+        no file). Writes only if the file is still that version (still absent, for
+        None). Returns: whether it wrote; False when another writer got there first.
+        Only where `ref_cas`. Raises: StoreIOError."""
+        raise NotImplementedError(f"{type(self).__name__} has no compare-and-swap")
 
     @abstractmethod
     def open_temp(self) -> tuple[str, IO[bytes]]:

@@ -369,7 +369,7 @@ def prune(
                 protected[target].append(name)
         now = time.time_ns() if now_ns is None else now_ns
         cutoff = now - policy.reflog_expire_s * 1_000_000_000
-        with store.backend.lock("refs", shared=False, wait=lock_wait):  # what the reflog keeps, once expired
+        with store.ref_lock(lock_wait):  # what the reflog keeps, once expired
             trimmed = reflog.expire(store.backend, cutoff_ns=cutoff, max_entries=policy.reflog_max_entries, dry_run=True, warn=store.warn)
         for cid, why in reflog_keeps(trimmed, manifests, cutoff, policy.reflog_expire_s).items():
             protected[cid].append(why)
@@ -401,8 +401,10 @@ def prune(
             removed = {d.id for d in decisions if not d.keep}
             if dry_run:
                 return report
-            with store.backend.lock("refs", shared=False, wait=lock_wait):  # read again: a ref may have moved since
-                trimmed = reflog.expire(store.backend, cutoff_ns=cutoff, max_entries=policy.reflog_max_entries, warn=store.warn)
+            with store.ref_lock(lock_wait):  # read again: a ref may have moved since
+                trimmed = reflog.expire(
+                    store.backend, cutoff_ns=cutoff, max_entries=policy.reflog_max_entries, warn=store.warn, exclusive=True
+                )
             report.reflog_dropped = sum(t.dropped for t in trimmed)
             report.reflog_logs = sum(1 for t in trimmed if t.dropped)
             report.gc, report.refs_moved = _remove(store, manifests, refs, removed, max_unused, progress, writer)
@@ -454,7 +456,8 @@ def forget_checkpoints(
         ):  # strict: a damaged ref could be a tag that protects a checkpoint
             for name, target in store.refs(strict=True, prefix=prefix).items():
                 if target in removed:
-                    store.delete_ref(layout.ref_path(name), reason="prune")
+                    with store.ref_lock():  # (no other move runs: this holds the store lock exclusively)
+                        store.remove_ref(layout.ref_path(name), "prune")
         for subj in sorted({m.subject for m in removed.values()}, key=str):
             path = store.latest_ref(subj)
             if store.read_ref(path) not in removed:

@@ -17,13 +17,14 @@ import hashlib
 import heapq
 import json
 import os
+import random
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ckptcli.errors import CkptError
+from ckptcli.errors import CkptError, ConflictError
 from ckptcli.store import layout
 from ckptcli.store.backend import Backend
 from ckptcli.store.command import MAX_COMMAND as MAX_COMMAND
@@ -36,6 +37,7 @@ SUM_LEN = 16  # hex digits of SHA-256 after each entry: a flipped byte is found
 EXPIRE_S = 90 * 86400  # entries older than this are trimmed (git's gc.reflogExpire)
 MAX_ENTRIES = 1000  # at most this many entries per ref are kept, the newest
 MAX_TIME_NS = 2**63  # an entry's time_ns is in [0, 2**63): the year 2262 at most
+CAS_TRIES = 50  # compare-and-swap attempts of one change of a ref or a log (Backend.ref_cas)
 
 
 @dataclass(frozen=True)
@@ -72,11 +74,11 @@ def _sum(body: bytes) -> bytes:
     return hashlib.sha256(body).hexdigest()[:SUM_LEN].encode()
 
 
-def encode(old: bytes | None, new: bytes | None, reason: str) -> bytes:
+def encode(old: bytes | None, new: bytes | None, reason: str, time_ns: int | None = None) -> bytes:
     body = {
         "old": old.hex() if old is not None else None,
         "new": new.hex() if new is not None else None,
-        "time_ns": time.time_ns(),
+        "time_ns": time.time_ns() if time_ns is None else time_ns,
         "reason": reason,
         "command": current_command(),
         "host": socket.gethostname(),
@@ -86,9 +88,47 @@ def encode(old: bytes | None, new: bytes | None, reason: str) -> bytes:
     return line + b"\t" + _sum(line) + b"\n"
 
 
-def append(backend: Backend, ref_path: str, old: bytes | None, new: bytes | None, reason: str) -> None:
-    """Record a move of the ref at `ref_path`; the caller holds the refs lock."""
-    backend.append(log_path(ref_path), encode(old, new, reason))
+def append(backend: Backend, ref_path: str, old: bytes | None, new: bytes | None, reason: str, *, time_ns: int | None = None) -> None:
+    """Record a move of the ref at `ref_path`. Where refs move under the refs lock, the
+    caller holds it and the entry goes at the end. Where they move by compare-and-swap
+    (`Backend.ref_cas`) nobody holds a lock: the entry goes in by compare-and-swap too,
+    after every entry no newer than `time_ns`, the ref's `updated` stamp, which grows
+    along the ref's moves whatever the writers' clocks say (ckptcli.store.refs); so the
+    log keeps the order of the moves even when the writers of two racing moves append
+    in the other order. None (an entry that moved nothing): now, at the end."""
+    line = encode(old, new, reason, time_ns)
+    path = log_path(ref_path)
+    if not backend.ref_cas:
+        backend.append(path, line)
+        return
+    for attempt in range(CAS_TRIES):
+        data, version = backend.read_versioned(path)
+        text = (data or b"")[: (data or b"").rfind(b"\n") + 1]  # an entry cut short goes
+        if backend.write_if_match(path, _insert(text, line, time_ns), version):
+            return
+        backoff(attempt)
+    raise ConflictError(f"{path}: {CAS_TRIES} writers changed the log at once; the entry was not recorded", hint="try again")
+
+
+def backoff(attempt: int) -> None:
+    """Sleep before compare-and-swap attempt `attempt` + 1: a random part of 1 ms
+    doubling up to 100 ms, so that racing writers spread out rather than collide again."""
+    time.sleep(random.uniform(0, min(0.001 * 2**attempt, 0.1)))  # jitter, not a secret
+
+
+def _insert(text: bytes, line: bytes, time_ns: int | None) -> bytes:
+    """`text` (whole lines) with `line` inserted after the last entry whose time is not
+    after `time_ns` (a damaged line counts as not after); at the end for None."""
+    if time_ns is None:
+        return text + line
+    end = len(text)
+    while end > 0:
+        start = text.rfind(b"\n", 0, end - 1) + 1
+        d = _decode(text[start : end - 1])
+        if d is None or d["time_ns"] <= time_ns:
+            break
+        end = start
+    return text[:end] + line + text[end:]
 
 
 def _hex_or_none(v: Any) -> bool:
@@ -217,13 +257,23 @@ def trim(data: bytes, ref: str, *, cutoff_ns: int, max_entries: int = MAX_ENTRIE
 
 
 def expire(
-    backend: Backend, *, cutoff_ns: int, max_entries: int = MAX_ENTRIES, dry_run: bool = False, warn: Callable[[str], None] | None = None
+    backend: Backend,
+    *,
+    cutoff_ns: int,
+    max_entries: int = MAX_ENTRIES,
+    dry_run: bool = False,
+    warn: Callable[[str], None] | None = None,
+    exclusive: bool = False,
 ) -> list[Trimmed]:
-    """Trim every log of the store (`trim`); the caller holds the refs lock exclusively,
-    as the writers of entries do, so no append runs meanwhile. A log is rewritten whole
-    (a temporary file, synced, renamed over it: a reader sees the old text or the new,
-    never a part), or removed when nothing is left of it (its ref is gone too). Nothing
-    is written with `dry_run`. Returns: each log's outcome."""
+    """Trim every log of the store (`trim`). Where refs move under the refs lock, the
+    caller holds it exclusively, as the writers of entries do, so no append runs
+    meanwhile; a log is rewritten whole (a temporary file, synced, renamed over it: a
+    reader sees the old text or the new, never a part), or removed when nothing is left
+    of it (its ref is gone too). Where they move by compare-and-swap (`Backend.ref_cas`),
+    a log is rewritten by compare-and-swap, trimmed again if an entry came meanwhile;
+    one left empty is removed only when the caller holds the store lock exclusively
+    (`exclusive`: no ref moves meanwhile; object storage has no conditional delete),
+    else left empty. Nothing is written with `dry_run`. Returns: each log's outcome."""
     try:
         paths = backend.list(f"{LOG_ROOT}/refs")
     except CkptError:
@@ -231,6 +281,11 @@ def expire(
     out: list[Trimmed] = []
     for path in paths:
         ref_path = path[len(LOG_ROOT) + 1 :]
+        if backend.ref_cas:
+            t = _expire_cas(backend, path, cutoff_ns, max_entries, dry_run, exclusive, warn)
+            if t is not None:
+                out.append(t)
+            continue
         try:
             data = backend.read(path)
         except CkptError as exc:
@@ -246,3 +301,30 @@ def expire(
         else:
             backend.delete(path)
     return out
+
+
+def _expire_cas(
+    backend: Backend, path: str, cutoff_ns: int, max_entries: int, dry_run: bool, exclusive: bool, warn: Callable[[str], None] | None
+) -> Trimmed | None:
+    """expire's trimming of the log at `path` by compare-and-swap; None when it is gone
+    or cannot be read."""
+    ref_path = path[len(LOG_ROOT) + 1 :]
+    for attempt in range(CAS_TRIES):
+        try:
+            data, version = backend.read_versioned(path)
+        except CkptError as exc:
+            if warn is not None:
+                warn(f"{path}: cannot be read ({exc.message}); its entries are left as they are")
+            return None
+        if data is None:
+            return None
+        t = trim(data, ref_path[len("refs/") :], cutoff_ns=cutoff_ns, max_entries=max_entries, ref_exists=backend.exists(ref_path))
+        if dry_run or t.data is None:
+            return t
+        if not t.data and exclusive:
+            backend.delete(path)
+            return t
+        if backend.write_if_match(path, t.data, version):
+            return t
+        backoff(attempt)
+    raise ConflictError(f"{path}: {CAS_TRIES} writers changed the log at once; it was not trimmed", hint="try again")

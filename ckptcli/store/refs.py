@@ -2,8 +2,16 @@
 moving and resolving them, each move recorded in the ref's reflog first.
 
 `Refs` is the part of `Store` (repository.py) that deals with refs; it uses the
-store's backend, manifests and warnings. Ref moves happen under the store's "refs"
-lock, which the callers named in each method hold.
+store's backend, manifests and warnings. Every change of a ref goes through `_swap`:
+read the ref, decide, write. Where the backend's conditional writes are atomic
+(`Backend.ref_cas`: S3, GCS, Azure, memory://) that is a compare-and-swap: the ref is
+put only if it is still the version read (created only if still absent), else read
+again and decided again, and its reflog entry is added after the move. Elsewhere (a
+local store, fsspec) it happens under the store's "refs" lock, the entry first.
+
+A ref is deleted only where no other move can race it: under the refs lock, or, on
+compare-and-swap, under the store lock held exclusively (object storage has no
+conditional delete; every other ref move holds the store lock shared).
 """
 
 from __future__ import annotations
@@ -11,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ckptcli.errors import (
@@ -30,6 +40,28 @@ __all__ = ["Refs"]
 
 _KEEP = object()  # write_ref: the ref's own `reset` stays
 _DIGITS = re.compile(r"[0-9]+")  # N in REF~N and NAME@{N}: ASCII digits only
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """A ref as one read found it (`Refs._swap`)."""
+
+    target: bytes | None  #: None: no ref, or a damaged one
+    reset: int | None
+    updated: int | None
+    exists: bool
+    version: str | None = None  #: the backend's version of it, for compare-and-swap
+
+
+@dataclass(frozen=True)
+class _Move:
+    """What `Refs._swap` makes of a ref."""
+
+    target: bytes | None  #: None: the ref is removed
+    reason: str
+    log: bool = True  #: a reflog entry, when the target changes
+    reset: int | object | None = _KEEP  #: _KEEP: the ref's own stays
+    kept: bool = False  #: an entry even though the target stays (old == new)
 
 
 class Refs:
@@ -57,44 +89,32 @@ class Refs:
         """(target, reset) of the ref at `path`: `reset` is when a subject's latest was
         last moved on purpose (`ckpt reset`, a repair; formats/v1.md), None when never;
         (None, None) when there is no ref. Raises: CorruptError for a damaged ref."""
+        if self.backend.ref_cas:  # object storage: one request, a missing ref is NotFoundError
+            try:
+                return _decode_ref(self.backend.read(path), path)[:2]
+            except NotFoundError:
+                return None, None
         if not self.backend.exists(path):
             return None, None
-        data = self.backend.read(path)
-        _v, body = framing.decode_record(data, framing.KIND_REF, path)
-        target = body.get("target")
-        if not (isinstance(target, bytes) and len(target) == 32):
-            raise CorruptError(f"{path}: ref has no valid target")
-        reset = body.get("reset")
-        return target, reset if type(reset) is int and reset >= 0 else None
+        return _decode_ref(self.backend.read(path), path)[:2]
 
     def write_ref(self, path: str, target: bytes, reason: str = "update", *, log: bool = True, reset: int | object | None = _KEEP) -> None:
-        """Point the ref at `path` at `target`; the caller holds the refs lock. The move
-        is appended to the ref's reflog first (reflog.py), so no ref moves unrecorded;
+        """Point the ref at `path` at `target`, whatever it names; the caller holds the
+        refs lock (`ref_lock`). The move is recorded in the ref's reflog (reflog.py),
         but not with `log` False: a writer that moves a ref at every commit of a chain
         (a LangGraph thread's latest), whose history is the chain itself. `reset`: the
         time of its last deliberate move (read_ref_state), kept in the ref itself; by
         default the ref's own is carried over (every move keeps a `ckpt reset` on record)."""
-        try:
-            old, kept = self.read_ref_state(path)
-        except CkptError:
-            old, kept = None, None  # a damaged ref: its old value is unknown
-        if log and old != target:
-            self.log_move(path, old, target, reason)
-        if reset is _KEEP:
-            reset = kept
-        body: dict[str, Any] = {"target": target, "updated": time.time_ns()}
-        if reset is not None:
-            body["reset"] = reset
-        self.backend.write_atomic(path, framing.encode_record(framing.KIND_REF, body, self.version))
+        self._swap(path, lambda _seen: _Move(target, reason, log, reset), lock=False)
 
-    def log_move(self, path: str, old: bytes | None, new: bytes | None, reason: str) -> None:
-        """Append a move of the ref at `path` to its reflog; the caller holds the refs
-        lock. The reflog is history for people, which nothing else depends on: when it
-        cannot be written (something else at its path, no permission, a full disk) the
-        ref still moves, and this is said once (a warning) rather than failing a command
-        whose checkpoint is already committed."""
+    def log_move(self, path: str, old: bytes | None, new: bytes | None, reason: str, time_ns: int | None = None) -> None:
+        """Append a move of the ref at `path` to its reflog (`time_ns`: the ref's new
+        `updated` stamp, None: now). The reflog is history for people, which nothing else
+        depends on: when it cannot be written (something else at its path, no permission,
+        a full disk) the ref still moves, and this is said once (a warning) rather than
+        failing a command whose checkpoint is already committed."""
         try:
-            reflog.append(self.backend, path, old, new, reason)
+            reflog.append(self.backend, path, old, new, reason, time_ns=time_ns)
         except CkptError as exc:
             self.warn(  # said once per log (`warn` says each message once)
                 f"the reflog {layout.log_path(path)} cannot be written ({exc.message}); the ref moved without its reflog entry; "
@@ -103,15 +123,88 @@ class Refs:
 
     def remove_ref(self, path: str, reason: str = "delete") -> bytes | None:
         """Delete the ref at `path` (recorded in its reflog); the caller holds the refs
-        lock. Returns: its old target (None if it was damaged or missing)."""
+        lock (`ref_lock`) and, where refs move by compare-and-swap, the store lock
+        exclusively (see the module's docstring). Returns: its old target (None if it was
+        damaged or missing)."""
+        return self._swap(path, lambda _seen: _Move(None, reason), lock=False)[0].target
+
+    def ref_lock(self, wait: float = 30.0) -> contextlib.AbstractContextManager[None]:
+        """The refs lock, exclusive (waiting up to `wait` seconds), where refs move under
+        it; nothing where they move by compare-and-swap (`Backend.ref_cas`). For a caller
+        of write_ref and remove_ref, and of reflog.expire."""
+        return contextlib.nullcontext() if self.backend.ref_cas else self.backend.lock("refs", shared=False, wait=wait)
+
+    def _see(self, path: str) -> _Seen:
+        """The ref at `path` as it is now, with its version where refs move by
+        compare-and-swap. A damaged ref is seen as existing, with no target."""
+        version: str | None = None
         try:
-            old = self.read_ref(path)
+            if self.backend.ref_cas:
+                data, version = self.backend.read_versioned(path)
+            else:
+                data = self.backend.read(path) if self.backend.exists(path) else None
+        except NotFoundError:
+            data = None
         except CkptError:
-            old = None
-        if self.backend.exists(path):
-            self.log_move(path, old, None, reason)
-        self.backend.delete(path)
-        return old
+            if self.backend.ref_cas:
+                raise  # no version: nothing can be swapped
+            return _Seen(None, None, None, True)  # its old value is unknown
+        if data is None:
+            return _Seen(None, None, None, False, version)
+        try:
+            return _Seen(*_decode_ref(data, path), True, version)
+        except CkptError:
+            return _Seen(None, None, None, True, version)
+
+    def _swap(self, path: str, decide: Callable[[_Seen], _Move | None], *, lock: bool = True) -> tuple[_Seen, _Move | None]:
+        """Change the ref at `path` as `decide` says given the ref as it is (None: leave
+        it). Under the refs lock (taken unless `lock` is False: the caller holds it), the
+        reflog entry first; by compare-and-swap where the backend has it, the entry after
+        the move, and on a conflict (another writer moved the ref since it was read) read
+        and decided again, up to reflog.CAS_TRIES times, with a random pause between.
+        Returns: (the ref as last seen, what was done). Raises: what `decide` raises;
+        ConflictError when every try lost."""
+        if not self.backend.ref_cas:
+            with self.backend.lock("refs", shared=False) if lock else contextlib.nullcontext():
+                seen = self._see(path)
+                move = decide(seen)
+                if move is not None:
+                    self._log(path, seen, move, None)
+                    if move.target is None:
+                        self.backend.delete(path)
+                    else:
+                        self.backend.write_atomic(path, self._encode(seen, move, time.time_ns()))
+                return seen, move
+        for attempt in range(reflog.CAS_TRIES):
+            seen = self._see(path)
+            move = decide(seen)
+            if move is None:
+                return seen, None
+            # the stamp grows along the ref's moves whatever the writers' clocks: the
+            # reflog keeps its entries in this order (reflog.append)
+            stamp = max(time.time_ns(), (seen.updated or 0) + 1)
+            if move.target is None:
+                self.backend.delete(path)  # no conditional delete: no other move runs (module docstring)
+            elif not self.backend.write_if_match(path, self._encode(seen, move, stamp), seen.version):
+                reflog.backoff(attempt)
+                continue
+            self._log(path, seen, move, stamp)
+            return seen, move
+        raise ConflictError(f"{path}: {reflog.CAS_TRIES} writers moved the ref at once; it was not moved", hint="try again")
+
+    def _encode(self, seen: _Seen, move: _Move, stamp: int) -> bytes:
+        body: dict[str, Any] = {"target": move.target, "updated": stamp}
+        reset = seen.reset if move.reset is _KEEP else move.reset
+        if reset is not None:
+            body["reset"] = reset
+        return framing.encode_record(framing.KIND_REF, body, self.version)
+
+    def _log(self, path: str, seen: _Seen, move: _Move, stamp: int | None) -> None:
+        if move.target is None:
+            if seen.exists and move.log:
+                self.log_move(path, seen.target, None, move.reason, stamp)
+        elif move.kept or (move.log and seen.target != move.target):
+            self.log_move(path, seen.target, move.target, move.reason, stamp)
 
     def keep_latest(self, subject: Subject, reason: str) -> None:
         """Record in the reflog that a new checkpoint of `subject` deliberately left its
@@ -119,7 +212,7 @@ class Refs:
         of an older checkpoint). `ckpt verify` and `ckpt repair refs` then know the
         newer checkpoint is not a take killed before it moved the ref (last_moved_ns)."""
         path = self.latest_ref(subject)
-        with self.backend.lock("refs", shared=False):
+        with self.ref_lock():
             try:
                 cur = self.read_ref(path)
             except CkptError:
@@ -151,17 +244,14 @@ class Refs:
     def set_latest(self, subject: Subject, cid: bytes, reason: str = "reset") -> bytes | None:
         """Point the subject's latest at `cid`, whatever it pointed at (`ckpt reset`);
         the head hint too, so the next take's parent is `cid`. Returns: the old target."""
-        path = self.latest_ref(subject)
-        with self.backend.lock("refs", shared=False):
-            try:
-                old = self.read_ref(path)
-            except CkptError:
-                old = None
+
+        def decide(_seen: _Seen) -> _Move:
             self.note_head(subject, cid)
             # the ref records the reset itself: checkpoints committed before it are left
             # behind on purpose, and a take already running does not undo it
-            self.write_ref(path, cid, reason, reset=time.time_ns())
-        return old
+            return _Move(cid, reason, reset=time.time_ns())
+
+        return self._swap(self.latest_ref(subject), decide)[0].target
 
     def ref_paths(self) -> list[str]:
         return self.backend.list(layout.REFS)
@@ -224,29 +314,31 @@ class Refs:
         its `reset` changed), latest stays where the reset put it and LatestMovedError
         is raised: a take that was running must not undo a `ckpt reset`.
         Returns: whether latest names `cid` now."""
-        path = self.latest_ref(subject)
-        with self.backend.lock("refs", shared=False):
-            try:
-                cur, reset = self.read_ref_state(path)
-            except CkptError:
-                cur, reset = None, None  # a damaged ref is replaced (the take chose its parent around it)
+
+        def decide(seen: _Seen) -> _Move | None:
+            cur, reset = seen.target, seen.reset  # a damaged ref is replaced (the take chose its parent around it)
             if expect is not None and cur is not None and cur != expect[0] and cur != cid and reset != expect[1]:
                 # moved on purpose while the caller ran: `cid` stays, unreferenced, and the
                 # ref's reset moves past it (so neither verify, repair refs nor the next
                 # take's head hint adopts it as a take killed before its ref moved)
                 self.note_head(subject, cur)
-                self.log_move(path, cur, cur, f"{reason} (latest kept: it was reset while the take ran; {cid.hex()[:12]} left behind)")
-                self.write_ref(path, cur, log=False, reset=time.time_ns())
-                raise LatestMovedError(subject, cur, cid)
+                why = f"{reason} (latest kept: it was reset while the take ran; {cid.hex()[:12]} left behind)"
+                return _Move(cur, why, log=False, reset=time.time_ns(), kept=True)
             if cur is not None and cur != cid:
                 try:
                     m = self.manifest(cur)
                     if head_order(m.labels, m.created_ns) > (0 if nested else 1, created_ns):
-                        return False
+                        return None
                 except CkptError:
                     pass  # a damaged target is replaced
-            self.write_ref(path, cid, reason, log=log)
-            return True
+            return _Move(cid, reason, log)
+
+        move = self._swap(self.latest_ref(subject), decide)[1]
+        if move is None:
+            return False
+        if move.target is not None and move.target != cid:
+            raise LatestMovedError(subject, move.target, cid)
+        return True
 
     def head_hint_path(self, subject: Subject) -> str:
         return layout.head_hint_path(subject.kind, subject.name)
@@ -316,24 +408,34 @@ class Refs:
 
     def set_branch(self, name: str, cid: bytes, reason: str = "branch") -> None:
         check_name(name, "branch name")
-        with self.backend.lock("refs", shared=False):
-            self.write_ref(layout.branch_ref(name), cid, reason)
+        self._swap(layout.branch_ref(name), lambda _seen: _Move(cid, reason))
 
     def set_tag(self, name: str, cid: bytes, *, force: bool = False, reason: str = "tag") -> None:
         check_name(name, "tag name")
         path = layout.tag_ref(name)
-        with self.backend.lock("refs", shared=False):
-            cur = self.read_ref(path)
-            if cur is not None and cur != cid and not force:
-                raise ConflictError(f"tag {name!r} already points at {cur.hex()[:12]}", hint="pass --force to move it")
-            self.write_ref(path, cid, reason)
+
+        def decide(seen: _Seen) -> _Move:
+            if seen.exists and seen.target is None:
+                self.read_ref(path)  # damaged: raises, naming what is wrong
+            if seen.target is not None and seen.target != cid and not force:
+                raise ConflictError(f"tag {name!r} already points at {seen.target.hex()[:12]}", hint="pass --force to move it")
+            return _Move(cid, reason)
+
+        self._swap(path, decide)
 
     def delete_ref(self, path: str, reason: str = "delete") -> bytes | None:
-        """Delete a ref; returns its old target (None if it was damaged)."""
-        with self.backend.lock("refs", shared=False):
-            if not self.backend.exists(path):
+        """Delete a ref; returns its old target (None if it was damaged). Where refs move
+        by compare-and-swap this takes the store lock exclusively (see the module's
+        docstring): the caller holds no store lock."""
+        exclusive = self.backend.lock("store", shared=False) if self.backend.ref_cas else contextlib.nullcontext()
+
+        def decide(seen: _Seen) -> _Move:
+            if not seen.exists:
                 raise NotFoundError(f"no ref {path[len('refs/') :]!r}")
-            return self.remove_ref(path, reason)
+            return _Move(None, reason)
+
+        with exclusive:
+            return self._swap(path, decide)[0].target
 
     # -- resolving names -----------------------------------------------------------
     def resolve(self, ref: str) -> bytes:
@@ -484,3 +586,14 @@ class Refs:
             f"no checkpoint, tag or branch named {ref!r} in {self.location}",
             hint="see `ckpt ls` for ids, or use a tag, a branch, KIND:NAME or latest",
         )
+
+
+def _decode_ref(data: bytes, path: str) -> tuple[bytes, int | None, int | None]:
+    """(target, reset, updated) of the ref record `data` read at `path`; reset and
+    updated None where absent or not a time. Raises: CorruptError."""
+    _v, body = framing.decode_record(data, framing.KIND_REF, path)
+    target = body.get("target")
+    if not (isinstance(target, bytes) and len(target) == 32):
+        raise CorruptError(f"{path}: ref has no valid target")
+    reset, updated = body.get("reset"), body.get("updated")
+    return target, reset if type(reset) is int and reset >= 0 else None, updated if type(updated) is int and updated >= 0 else None

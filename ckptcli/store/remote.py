@@ -8,7 +8,9 @@ here each one is made of what object storage can do:
 - a large file written in pieces (a pack, whose name is its hash, known only at the
   end) is spooled to a local temporary file, then uploaded under its final name (one put,
   or a multipart upload for a large one): nothing is renamed in the store;
-- an append (the reflog) is a compare-and-swap loop on the log object;
+- a ref moves, and a reflog entry is appended, by a compare-and-swap loop on its object
+  (read_versioned, write_if_match), where the backend's conditional writes are atomic
+  (`ref_cas`); elsewhere (fsspec) under the "refs" lock;
 - a lock is a set of lock objects (ckptcli.store.objlocks), one per holder, so that it
   holds across hosts; the marks of long-lived writers are shared locks named "writers";
 - index files and manifests (named by their SHA-256) are read through a local cache
@@ -79,6 +81,7 @@ class ObjectStoreIO(Backend):
 
     def __init__(self, objects: ObjectBackend, cache: ObjectCache | None = None) -> None:
         self.objects = objects
+        self.ref_cas = objects.conditional_writes  # else refs move under the "refs" lock
         self.url = redact(objects.url)
         self.cache = cache
         self._blocks: collections.OrderedDict[tuple[str, int], Future[bytes]] = collections.OrderedDict()
@@ -166,6 +169,15 @@ class ObjectStoreIO(Backend):
             if self.objects.put_if_match(path, old[: old.rfind(b"\n") + 1] + data, etag) is not None:
                 return
         raise ConflictError(f"{self.url}/{path}: {_APPEND_TRIES} writers appended at once; nothing was appended", hint="try again")
+
+    def read_versioned(self, path: str) -> tuple[bytes | None, str | None]:
+        try:
+            return self.objects.get_versioned(path)
+        except NotFoundError:
+            return None, None
+
+    def write_if_match(self, path: str, data: bytes, version: str | None) -> bool:
+        return self.objects.put_if_match(path, bytes(data), version) is not None
 
     def open_temp(self) -> tuple[str, IO[bytes]]:
         try:

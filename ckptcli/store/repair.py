@@ -224,7 +224,7 @@ def repair_refs(store: Store, *, dry_run: bool = False, lock_wait: float = 300.0
             rep.moved[path[len("refs/") :]] = {"from": have.hex() if have else None, "to": want.hex() if want else None}
             if dry_run:
                 continue
-            with store.backend.lock("refs", shared=False):
+            with store.ref_lock():
                 if want is None:
                     store.remove_ref(path, "repair refs")
                 else:
@@ -484,7 +484,7 @@ def _move_refs(
             continue
         why = f"repair checkpoints: {target.hex()[:12]} " + ("dropped" if replaced[target] is None else "replaced by its repair")
         path = layout.ref_path(name)
-        with store.backend.lock("refs", shared=False):
+        with store.ref_lock():
             if to is None:
                 store.remove_ref(path, why)
             elif name.startswith("latest/") and replaced[target] is None:
