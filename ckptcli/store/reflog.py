@@ -2,7 +2,9 @@
 
 Beside each ref `refs/P` lives its log `logs/refs/P`: one JSON object per line,
 oldest first, appended (O_APPEND, fsynced) under the refs lock before the ref itself
-is rewritten, so a ref never moves without its entry. A last line cut short by a crash
+is rewritten, so a ref never moves without its entry; where refs move by
+compare-and-swap (object storage, `Backend.ref_cas`), added by compare-and-swap after
+the move, in the order of the moves (`append`). A last line cut short by a crash
 (no newline, or not JSON) is skipped with one warning; the next append starts on a
 line of its own. The log is history for people and for `ckpt reset`: nothing else
 depends on it, and a store without one (older ckpt, a copy) simply has none yet.
