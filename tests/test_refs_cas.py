@@ -7,18 +7,20 @@ them writes (a barrier in the backend), so each round is a real conflict."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from ckptcli import api
-from ckptcli.errors import ConflictError, LatestMovedError
+from ckptcli.errors import ConflictError, LatestMovedError, NotFoundError
 from ckptcli.format.manifest import Subject
 from ckptcli.store import layout, reflog
 from ckptcli.store.backends import open_backend
 from ckptcli.store.backends.base import ObjectBackend
 from ckptcli.store.backends.memory import MemoryBackend
+from ckptcli.store.prune import forget_checkpoints
 from ckptcli.store.remote import ObjectStoreIO
 from ckptcli.store.repository import Store, read_config
 from tests.helpers_backend import FaultyBackend
@@ -265,3 +267,65 @@ def test_a_take_moves_latest_by_one_read_and_one_conditional_put_without_a_refs_
     assert [m for m, p in counting.calls if p == layout.log_path(path)] == ["get_versioned", "put_if_match"]
     # one lock object: the store lock the take holds shared (no "refs" lock)
     assert len({p for _m, p in counting.calls if p.startswith("locks/") and p != "locks/"}) == 1
+
+
+class SeesLocks(FaultyBackend):
+    """Records, at each delete of a ref, the live store locks' kinds (object storage has
+    no conditional delete: a ref may only go while no other move can run)."""
+
+    def __init__(self, inner: ObjectBackend) -> None:
+        super().__init__(inner)
+        self.at_delete: list[list[str]] = []
+
+    def delete(self, path: str) -> None:
+        if path.startswith("refs/"):
+            from ckptcli.store import objlocks
+
+            held = [i.record for i in objlocks.list_locks(self.inner) if i.record is not None and not i.stale]
+            self.at_delete.append([r.kind for r in held if r.name == "store"])
+        super().delete(path)
+
+
+def test_a_ref_is_deleted_only_under_the_store_lock_held_exclusively() -> None:
+    MemoryBackend.forget("refs-cas-delete")
+    st = api.init_store("memory://refs-cas-delete")
+    one = api.take(st, {"memory": {"turn": 1}}, subject="agent:bot").id
+    two = api.take(st, {"memory": {"turn": 2}}, subject="agent:bot").id
+    st.set_tag("good", one)
+    st.set_branch("exp", two)
+    seeing = SeesLocks(MemoryBackend("refs-cas-delete"))
+    writer = _store(seeing)
+    assert writer.delete_ref(layout.tag_ref("good")) == one  # `ckpt tag --delete`: takes it itself
+    # forgetting a checkpoint deletes the branch naming it and moves latest back, under
+    # the store lock it holds exclusively
+    assert forget_checkpoints(writer, [two]) == {two}
+    assert st.read_ref(layout.branch_ref("exp")) is None and st.read_ref(st.latest_ref(Subject.parse("agent:bot"))) == one
+    assert seeing.at_delete == [["exclusive"], ["exclusive"]]
+    assert st.read_ref(layout.tag_ref("good")) is None
+    assert [(e.old, e.new) for e in reflog.read(st.backend, layout.tag_ref("good"), st.warn)] == [(None, one.hex()), (one.hex(), None)]
+    with pytest.raises(NotFoundError):
+        writer.delete_ref(layout.tag_ref("good"))
+
+
+def test_a_host_whose_clock_is_ahead_does_not_reorder_the_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+    MemoryBackend.forget("refs-cas-clock")
+    st = api.init_store("memory://refs-cas-clock")
+    a, b, c = (api.take(st, {"memory": {"turn": n}}, subject="agent:src").id for n in range(3))
+    path = layout.branch_ref("y")
+    ahead = time.time_ns() + 3600 * 10**9
+    with monkeypatch.context() as m:
+        m.setattr(time, "time_ns", lambda: ahead)  # a host an hour ahead moves it first
+        st.set_branch("y", a)
+    st.set_branch("y", b)  # then hosts with the right time
+    st.set_branch("y", c)
+    got = reflog.read(st.backend, path, st.warn)
+    assert [(e.old, e.new) for e in got] == [(None, a.hex()), (a.hex(), b.hex()), (b.hex(), c.hex())]
+    assert [e.time_ns for e in got] == [ahead, ahead + 1, ahead + 2]
+    assert st.resolve("y@{1}") == b and st.resolve("y@{2}") == a
+    # a ref stamped at the end of time (damage, a broken clock): later moves still log valid entries
+    with monkeypatch.context() as m:
+        m.setattr(time, "time_ns", lambda: reflog.MAX_TIME_NS - 1)
+        st.set_branch("y", a)
+    st.set_branch("y", b)
+    got = reflog.read(st.backend, path, st.warn)
+    assert [e.new for e in got[-2:]] == [a.hex(), b.hex()] and not st.warnings

@@ -1,5 +1,5 @@
 """The refs of a store (formats/v1.md, "Config and refs"; formats/reflog.md): reading,
-moving and resolving them, each move recorded in the ref's reflog first.
+moving and resolving them, each move recorded in the ref's reflog.
 
 `Refs` is the part of `Store` (repository.py) that deals with refs; it uses the
 store's backend, manifests and warnings. Every change of a ref goes through `_swap`:
@@ -181,8 +181,9 @@ class Refs:
             if move is None:
                 return seen, None
             # the stamp grows along the ref's moves whatever the writers' clocks: the
-            # reflog keeps its entries in this order (reflog.append)
-            stamp = max(time.time_ns(), (seen.updated or 0) + 1)
+            # reflog keeps its entries in this order (reflog.append); it stays a valid
+            # entry time even after a ref stamped at the end of time
+            stamp = max(time.time_ns(), min((seen.updated or 0) + 1, reflog.MAX_TIME_NS - 1))
             if move.target is None:
                 self.backend.delete(path)  # no conditional delete: no other move runs (module docstring)
             elif not self.backend.write_if_match(path, self._encode(seen, move, stamp), seen.version):
