@@ -108,6 +108,8 @@ def _race(objects: Callable[[], ObjectBackend], path: str, work: Callable[[Store
         t.start()
     for t in threads:
         t.join()
+    for c in clients:
+        c.close()
     return results, [won for c in clients for won in c.first_puts]
 
 
@@ -329,3 +331,40 @@ def test_a_host_whose_clock_is_ahead_does_not_reorder_the_moves(monkeypatch: pyt
     st.set_branch("y", b)
     got = reflog.read(st.backend, path, st.warn)
     assert [e.new for e in got[-2:]] == [a.hex(), b.hex()] and not st.warnings
+
+
+class NoConditionalWrites(FaultyBackend):
+    """Says it has no atomic conditional writes (as the generic fsspec backend does) and
+    records, in order, the names of the lock objects made and the writes of refs."""
+
+    conditional_writes = False
+
+    def __init__(self, inner: ObjectBackend) -> None:
+        super().__init__(inner)
+        self.conditional_writes = False
+        self.events: list[str] = []
+
+    def put_if_match(self, path: str, data: bytes, etag: str | None) -> Any:
+        if path.startswith("locks/") and etag is None:
+            from ckptcli.store import objlocks
+
+            self.events.append("lock " + objlocks.decode_lock(data, path).name)
+        return super().put_if_match(path, data, etag)
+
+    def put(self, path: str, data: bytes) -> Any:
+        if path.startswith("refs/"):
+            self.events.append("put " + path)
+        return super().put(path, data)
+
+
+def test_a_backend_without_conditional_writes_moves_refs_under_the_refs_lock() -> None:
+    MemoryBackend.forget("refs-cas-nocas")
+    api.init_store("memory://refs-cas-nocas")
+    plain = NoConditionalWrites(MemoryBackend("refs-cas-nocas"))
+    st = _store(plain)
+    assert not st.backend.ref_cas
+    api.take(st, {"memory": {"turn": 1}}, subject="agent:bot")
+    st.set_tag("good", st.resolve("agent:bot"))
+    path = layout.latest_ref("agent", "bot")
+    assert plain.events == ["lock store", "lock refs", f"put {path}", "lock refs", "put refs/tags/good"]
+    assert ("put_if_match", path) not in plain.calls

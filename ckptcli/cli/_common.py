@@ -4,7 +4,8 @@ reference?" themselves.
 
 The locks (ckptcli.store.locking): a command that resolves a reference and then moves a
 ref to it holds the store lock shared, so that a prune cannot remove the target meanwhile;
-one that rewrites the refs' logs holds the refs lock too, as their writers do. Commands
+one that rewrites the refs' logs holds the refs lock too, as their writers do, where
+there is one (on object storage refs and logs change by compare-and-swap). Commands
 whose library call takes its own lock (take, prune, repair, migrate --format) open the
 store with no lock: the library holds the right one for as long as it must.
 

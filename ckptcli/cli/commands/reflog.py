@@ -113,7 +113,8 @@ def _expire(st: Store, age: str, dry_run: bool, as_json: bool) -> None:
     from ckptcli.store import reflog as log
 
     cutoff = time.time_ns() - parse_duration(age) * 1_000_000_000
-    # the refs lock is the one the writers of entries hold; the store lock, shared, keeps
+    # the refs lock is the one the writers of entries hold (on object storage there is
+    # none: logs are trimmed by compare-and-swap, reflog.expire); the store lock, shared, keeps
     # a prune (which clears tmp/) from removing the new text before it is renamed
     with locked(st, "refs"):
         trimmed = log.expire(st.backend, cutoff_ns=cutoff, dry_run=dry_run, warn=st.warn)
