@@ -88,6 +88,7 @@ class ObjectStoreIO(Backend):
         self.strange_keys: dict[str, str] = {}
         #: where to say that a listing skipped one (the Store sets its `warn`; default: the notices handler)
         self.on_strange: Callable[[str], None] | None = None
+        self._listed: set[str] = set()  # the prefixes listed so far
 
     # -- reads ------------------------------------------------------------------------
     def read(self, path: str) -> bytes:
@@ -159,6 +160,7 @@ class ObjectStoreIO(Backend):
         '.' or '..' part: put in the bucket by something else): each is skipped, never
         read, copied or deleted, and named once (`strange_keys`, `on_strange`)."""
         out = []
+        self._listed.add(prefix)
         for path in self.objects.list_paths(prefix):
             problem = path_problem(path)
             if not problem:
@@ -175,7 +177,8 @@ class ObjectStoreIO(Backend):
         no other listing reaches (`locks/a/../b`, `cache/./x`) are found too; keys at the
         top of the prefix are not listed by any command. Returns: `strange_keys`."""
         for directory in (PACKS, INDEX, MANIFESTS, REFS, LOGS, LOCKS, CACHE):
-            self._store_paths(f"{directory}/")
+            if f"{directory}/" not in self._listed:  # what a listing of this object met is known already
+                self._store_paths(f"{directory}/")
         return self.strange_keys
 
     def exists(self, path: str) -> bool:
