@@ -48,7 +48,7 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.LIMIT_EXCEEDED: "a size, depth or count limit was exceeded",
     ExitCode.UNSAFE_PATH: "a path inside a checkpoint would escape the target directory",
     ExitCode.LOCKED: "the store is locked by another process",
-    ExitCode.NO_STORE: "no store found (run `ckpt init`, or pass --store)",
+    ExitCode.NO_STORE: "no store found (run `ckpt init`, or pass --store), or no such bucket",
     ExitCode.CONFLICT: (
         "conflict: the name already exists in the target, or another writer extended the same history first (or reset it while a take ran)"
     ),
@@ -144,6 +144,13 @@ class ThreadConflictError(ConflictError):
 
 class StoreIOError(CkptError):
     exit_code = ExitCode.IO_ERROR
+
+
+class NoBucketError(StoreIOError):
+    """The bucket (or container) of an object-storage URL does not exist: no store there,
+    as for a local path that holds none (exit code NO_STORE)."""
+
+    exit_code = ExitCode.NO_STORE
 
 
 class DoctorFailed(CkptError):  # noqa: N818 - a verdict, not a fault in ckpt

@@ -397,6 +397,25 @@ def _one_store(args: list[str]) -> None:
             raise UsageError(f"--store is given {len(given)} times ({', '.join(repr(g) for g in given)})", hint="give one store")
 
 
+def _store_option_pairs(args: list[str]) -> None:
+    """Check every `--store-option` pair before click reads the command line: a pair
+    without '=' (`--store-option secret_access_key SECRET`) would make click take the next
+    word, likely the secret value, for the verb and echo it (`no such command`)."""
+    pairs: list[str] = []
+    i = 0
+    while i < len(args) and args[i].startswith("-") and args[i] != "--":  # the global options, before the verb
+        a = args[i]
+        if a == "--store-option" and i + 1 < len(args):
+            pairs.append(args[i + 1])
+        elif a.startswith("--store-option="):
+            pairs.append(a.partition("=")[2])
+        i += 2 if a in (*GLOBAL_VALUED, "--store-option") else 1
+    if pairs:
+        from ckptcli.store.backends import parse_store_options
+
+        parse_store_options(pairs, None)  # InvalidInputError naming the pair by its position, never its text
+
+
 def _stdout_closed(streams: tuple[Any, Any]) -> int:
     """Stdout was closed early (`ckpt log | head`): not an error worth a message; exit 0,
     as `git log | head` does (docs/exit-codes.md). What is still buffered goes nowhere."""
@@ -423,6 +442,7 @@ def _run(args: list[str]) -> int:
     streams = (sys.stdout, sys.stderr)  # typer wraps them when stdout is closed early
     try:
         _one_store(args)
+        _store_option_pairs(args)
         _register(args)
         command = build_command()
         if os.environ.get("_CKPT_COMPLETE"):  # a shell asks for completions (ckpt completion)

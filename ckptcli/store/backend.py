@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError
-from ckptcli.store.layout import TMP
+from ckptcli.store.layout import TMP, read_cap
 from ckptcli.store.locking import LOCK_NOTICE_AFTER as LOCK_NOTICE_AFTER  # 0.2 names here, kept for one minor release
 from ckptcli.store.locking import WRITERS_DIR as WRITERS_DIR
 from ckptcli.store.locking import LocalLocks
@@ -31,6 +31,15 @@ from ckptcli.store.locking import WriterMark as WriterMark
 from ckptcli.store.locking import lock_holder as lock_holder
 from ckptcli.store.locking import note_holder as note_holder
 from ckptcli.store.oserror import io_error as io_error
+
+
+def too_large(where: str, cap: int) -> CorruptError:
+    """A file read whole (a record file: `layout.read_cap`) that is larger than ckpt ever
+    writes it: damaged or planted, refused before it is read into memory."""
+    return CorruptError(
+        f"{where}: larger than {cap} bytes, more than ckpt writes in such a file (damaged, or put there by something else)",
+        hint="run `ckpt verify`; remove that file if nothing else needs it",
+    )
 
 
 def output_error(exc: OSError, shown: str, path: Path | None = None) -> StoreIOError:
@@ -416,11 +425,15 @@ class LocalBackend(LocalLocks, Backend):
         return fd
 
     def read(self, path: str) -> bytes:
+        cap = read_cap(path)
         try:
             fd = self._open_regular(path)
             try:
                 with os.fdopen(fd, "rb", closefd=False) as fh:
-                    return fh.read()
+                    data = fh.read() if cap is None else fh.read(cap + 1)
+                if cap is not None and len(data) > cap:
+                    raise too_large(str(self._p(path)), cap)
+                return data
             finally:
                 os.close(fd)
         except FileNotFoundError:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ckptcli.format import framing, limits
+
 __all__ = [
     "CACHE",
     "CATALOG",
@@ -50,6 +52,7 @@ __all__ = [
     "manifest_path",
     "memory_store_dir",
     "pack_path",
+    "read_cap",
     "recover_lock_file",
     "ref_path",
     "tag_ref",
@@ -72,6 +75,21 @@ WRITERS = f"{LOCKS}/writers"  # one file per live writer process (`Backend.live_
 
 CREATED_DIRS = (PACKS, INDEX, MANIFESTS, REFS, LOCKS, TMP)  # what `Store.init` makes
 LOCAL_DIRS = (TMP, LOCKS)  # absent from a copied store; made again on open
+
+
+#: the largest record file (config, index file, manifest, ref, catalog, head hint) a reader
+#: takes whole: a record's head, a body of at most MAX_RECORD_SIZE and its checksum
+RECORD_FILE_MAX = framing.RECORD_HEAD_SIZE + limits.MAX_RECORD_SIZE + framing.CHECKSUM_SIZE
+_RECORD_DIRS = (INDEX, MANIFESTS, REFS, f"{CACHE}/heads")
+
+
+def read_cap(path: str) -> int | None:
+    """The most bytes the file at `path` can hold when ckpt wrote it, where a reader reads
+    it whole (a record file: RECORD_FILE_MAX); None where no cap applies (packs are read
+    by ranges, reflogs line by line)."""
+    if path in (CONFIG, CATALOG) or path.startswith(tuple(d + "/" for d in _RECORD_DIRS)):
+        return RECORD_FILE_MAX
+    return None
 
 
 def pack_path(pack_id: bytes) -> str:

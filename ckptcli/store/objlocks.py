@@ -11,7 +11,10 @@ Two takers that race both create before they list, so at least one of them sees 
 other: they can both step back, never both hold.
 
 A lock is stale when it was not refreshed for `STALE_AFTER` seconds of its reader's
-wall clock, or at once when it names this host and a process of this host that is gone;
+wall clock, or when its refresh time lies more than `STALE_AFTER` ahead of that clock
+(the same tolerance of skew either way: a planted or wildly skewed time in the future
+would otherwise never go stale), or at once when it names this host and a process of
+this host that is gone;
 a stale lock blocks nobody and `remove_locks` deletes it. While held, a `HeldLock`
 rewrites its object every `REFRESH_EVERY` seconds from a daemon thread (a compare-and-
 swap on the version it wrote last, so a lock that `ckpt unlock` removed is noticed and
@@ -139,7 +142,9 @@ class LockRecord:
     def holder(self, now: float) -> str:
         """ "ckpt prune (pid 4242 on host h, user u, refreshed 12 s ago)"."""
         who = f"{self.command} " if self.command else ""
-        return f"{who}(pid {self.pid} on host {self.host}, user {self.user}, refreshed {_age(now - self.refreshed)} ago)"
+        ahead = self.refreshed - now
+        when = f"{_age(-ahead)} ago" if ahead <= 1 else f"{_age(ahead)} ahead of this host's clock"
+        return f"{who}(pid {self.pid} on host {self.host}, user {self.user}, refreshed {when})"
 
 
 @dataclass(frozen=True)
@@ -235,6 +240,8 @@ def _stale_why(record: LockRecord, env: LockEnv, now: float, stale_after: float)
     """Why `record` is stale as seen by `env` at `now`; "" when it is live."""
     if now - record.refreshed > stale_after:
         return f"not refreshed for {_age(now - record.refreshed)}"
+    if record.refreshed - now > stale_after:  # the same tolerance of skew ahead as behind: else it would never go stale
+        return f"refreshed {_age(record.refreshed - now)} ahead of this host's clock (a clock that far off, or not a lock ckpt wrote)"
     if record.host == env.host and record.pid != env.pid and not env.pid_alive(record.pid):
         return f"its process {record.pid} on this host ({env.host}) is gone"
     return ""
@@ -254,7 +261,7 @@ def list_locks(backend: ObjectBackend, *, env: LockEnv | None = None, stale_afte
         try:
             if info.size > MAX_LOCK_BYTES:
                 raise CorruptError(f"{where}: a lock object of {info.size} bytes (at most {MAX_LOCK_BYTES}); not a lock ckpt wrote")
-            record = decode_lock(backend.get(info.path), where)
+            record = decode_lock(backend.get_range(info.path, 0, MAX_LOCK_BYTES + 1), where)  # never more than a lock can be
             if record.id != info.path[len(LOCKS) + 1 :]:
                 raise CorruptError(f"{where}: a lock object of id {record.id} under another name")
         except NotFoundError:

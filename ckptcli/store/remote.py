@@ -29,17 +29,18 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import IO
 
 from ckptcli import notices
 from ckptcli.errors import ConflictError, NotFoundError, StoreIOError
 from ckptcli.store import objlocks
-from ckptcli.store.backend import Backend, Mark
+from ckptcli.store.backend import Backend, Mark, too_large
 from ckptcli.store.backends import redact
 from ckptcli.store.backends.base import ObjectBackend
-from ckptcli.store.layout import INDEX, MANIFESTS, PACKS
+from ckptcli.store.backends.paths import path_problem
+from ckptcli.store.layout import CACHE, INDEX, LOCKS, LOGS, MANIFESTS, PACKS, REFS, read_cap
 from ckptcli.store.objcache import ObjectCache
 
 __all__ = ["ObjectMark", "ObjectStoreIO"]
@@ -86,16 +87,32 @@ class ObjectStoreIO(Backend):
         self.cache = cache
         self._blocks: collections.OrderedDict[tuple[str, int], Future[bytes]] = collections.OrderedDict()
         self._blocks_lock = threading.Lock()
+        #: keys under the store's prefix that cannot be its objects -> what is wrong (listings skip them)
+        self.strange_keys: dict[str, str] = {}
+        #: where to say that a listing skipped one (the Store sets its `warn`; default: the notices handler)
+        self.on_strange: Callable[[str], None] | None = None
+        self._listed: set[str] = set()  # the prefixes listed so far
 
     # -- reads ------------------------------------------------------------------------
     def read(self, path: str) -> bytes:
         directory, _, name = path.rpartition("/")
         if self.cache is None or directory not in (INDEX, MANIFESTS) or not ObjectCache.cacheable(name):
-            return self.objects.get(path)
+            return self._get(path)
         data = self.cache.get(name)
         if data is None:
-            data = self.objects.get(path)
+            data = self._get(path)
             self.cache.put(name, data)  # kept only if its bytes are what its name says
+        return data
+
+    def _get(self, path: str) -> bytes:
+        """The object at `path`, whole; a record file (`read_cap`) by a ranged read of one
+        byte more than it can hold (one request, as a get), refused when larger."""
+        cap = read_cap(path)
+        if cap is None:
+            return self.objects.get(path)
+        data = self.objects.get_range(path, 0, cap + 1)
+        if len(data) > cap:
+            raise too_large(f"{self.url}/{path}", cap)
         return data
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
@@ -135,11 +152,37 @@ class ObjectStoreIO(Backend):
         return data
 
     def list(self, prefix: str) -> builtins.list[str]:
-        return self.objects.list_paths(prefix.rstrip("/") + "/")
+        return self._store_paths(prefix.rstrip("/") + "/")
 
     def list_names(self, directory: str) -> builtins.list[str]:
         start = directory.rstrip("/") + "/"
-        return [p[len(start) :] for p in self.objects.list_paths(start) if "/" not in p[len(start) :]]
+        return [p[len(start) :] for p in self._store_paths(start) if "/" not in p[len(start) :]]
+
+    def _store_paths(self, prefix: str) -> builtins.list[str]:
+        """The paths under `prefix`, but keys that cannot be a store's objects (an empty,
+        '.' or '..' part: put in the bucket by something else): each is skipped, never
+        read, copied or deleted, and named once (`strange_keys`, `on_strange`)."""
+        out = []
+        self._listed.add(prefix)
+        for path in self.objects.list_paths(prefix):
+            problem = path_problem(path)
+            if not problem:
+                out.append(path)
+            elif path not in self.strange_keys:
+                self.strange_keys[path] = problem
+                say = self.on_strange or notices.handler()
+                if say is not None:
+                    say(f"{self.url}: skipped the key {path!r}: not a store path ({problem}); ckpt wrote no such key")
+        return out
+
+    def sweep(self) -> dict[str, str]:
+        """Lists every directory of the store's layout once (`ckpt verify`), so that keys
+        no other listing reaches (`locks/a/../b`, `cache/./x`) are found too; keys at the
+        top of the prefix are not listed by any command. Returns: `strange_keys`."""
+        for directory in (PACKS, INDEX, MANIFESTS, REFS, LOGS, LOCKS, CACHE):
+            if f"{directory}/" not in self._listed:  # what a listing of this object met is known already
+                self._store_paths(f"{directory}/")
+        return self.strange_keys
 
     def exists(self, path: str) -> bool:
         return self.objects.exists(path)

@@ -202,7 +202,16 @@ def read_config(backend: Backend, where: str) -> StoreConfig:
     try:
         data = backend.read(layout.CONFIG)
     except NotFoundError:
-        raise StoreNotFoundError(f"{where.removesuffix('/config')} is not a ckpt store") from None
+        root = where.removesuffix(f"/{layout.CONFIG}")
+        if "://" not in root:
+            raise StoreNotFoundError(
+                f"{root} is not a ckpt store", hint="run `ckpt init` to create one, or check --store / CKPT_STORE"
+            ) from None
+        raise StoreNotFoundError(
+            f"{root} is not a ckpt store (no {layout.CONFIG} object there)",
+            hint=f"run `ckpt init {root}` to create one, or check the URL, its bucket and prefix (a store's prefix holds "
+            f"{layout.CONFIG}, {layout.PACKS}/, {layout.INDEX}/, {layout.MANIFESTS}/)",
+        ) from None
     record_version, body = framing.decode_record(data, framing.KIND_CONFIG, where)
     try:
         ch = body["chunker"]
@@ -234,6 +243,8 @@ class Store(Refs):
         self._manifest_cache: dict[bytes, Manifest] = {}
         self.warnings: list[str] = []
         self.on_warning: notices.Handler | None = notices.handler()
+        if isinstance(backend, ObjectStoreIO):
+            backend.on_strange = self.warn  # a key its listings skip is said once, as the store's other warnings
 
     # -- opening -----------------------------------------------------------------
     @classmethod

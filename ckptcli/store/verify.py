@@ -322,7 +322,12 @@ class StoreChecker:
         progress.finish()
 
     def finish(self) -> VerifyReport:
-        """The report, with a problem for each bad object naming the checkpoints that need it."""
+        """The report, with a problem for each bad object naming the checkpoints that need
+        it, and one for each key the listings skipped (a store on object storage: a key
+        that cannot be a store object, put there by something else)."""
+        sweep = getattr(self.backend, "sweep", None)
+        for key, problem in (sweep() if sweep is not None else {}).items():
+            self.problem("key", key, f"not a store path ({problem}), skipped by every command; ckpt wrote no such key: remove it")
         if self.bad:
             needing = _checkpoints_per_object(self.src, self.decoded, set(self.bad))
             for oid, msg in sorted(self.bad.items()):

@@ -13,7 +13,7 @@ from ckptcli.cli.output import emit_json, exit_status, out
 from ckptcli.errors import ExitCode, UsageError
 
 
-@app.command(epilog=exit_status(ExitCode.CONFLICT, ExitCode.INVALID_INPUT, ExitCode.IO_ERROR))
+@app.command(epilog=exit_status(ExitCode.CONFLICT, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.IO_ERROR))
 def init(
     path: Annotated[
         str | None,

@@ -27,8 +27,9 @@ def unlock(
 
     A store shared by hosts keeps its locks as objects under locks/, one per holder
     (host, pid, user, command), refreshed every 5 minutes while held. A lock is stale
-    when it has not been refreshed for 30 minutes, or at once when it was taken on this
-    host by a process that is gone; stale locks block nobody, and this removes them.
+    when it has not been refreshed for 30 minutes (or its refresh time lies more than 30
+    minutes ahead of this host's clock), or at once when it was taken on this host by a
+    process that is gone; stale locks block nobody, and this removes them.
     A process killed on another host leaves a lock that blocks prune and migrations
     until it is stale: when you know that process is gone, --remove-all removes it.
 

@@ -58,6 +58,7 @@ FSSPEC_BACKEND = "ckptcli.store.backends.generic:FsspecBackend"
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SECRET = re.compile(r"secret|token|passw|pwd|sig|credential|auth|session|key|sas", re.IGNORECASE)
 
 
@@ -269,5 +270,10 @@ def _pair(word: str, where: str) -> tuple[str, str]:
         raise InvalidInputError(
             f"{where} has a malformed key: expected KEY=VALUE, the key made of letters, digits, '_', '.' and '-'",
             hint="for example --store-option region=eu-west-1",
+        )
+    if _CONTROL.search(value):  # a header or a URL cannot hold one (obstore panics on it); the value is never shown
+        raise InvalidInputError(
+            f"{where} ({key}) has a control character (a newline, a tab...) in its value",
+            hint="give the value on one line, without control characters",
         )
     return key, value

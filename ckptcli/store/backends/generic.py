@@ -10,8 +10,11 @@ host may write too; a store on this backend serialises its ref moves under its l
 from __future__ import annotations
 
 import datetime
+import gc
 import hashlib
 import io
+import sys
+import traceback
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -61,15 +64,25 @@ class FsspecBackend(ObjectBackend):
             raise InvalidInputError(f"{shown}: needs the fsspec package", hint="pip install 'ckptcli[fsspec]'") from None
         protocol = urlsplit(url).scheme.lower()
         secrets = _secrets(options, {}, url)
+        failure: CkptError | None = None
         try:
             cls_ = fsspec.get_filesystem_class(protocol)
             root = cls_._strip_protocol(url)
-            fs = fsspec.filesystem(protocol, **dict(options))
-        except (ValueError, ImportError, TypeError) as exc:
-            first = _scrub(str(exc).partition("\n")[0], secrets)
-            raise InvalidInputError(
-                f"{shown}: {first}", hint="install the package of that protocol, or check the URL and --store-option keys"
-            ) from None
+            # what the URL says (an ftp:// or sftp:// host, port, user), the options over it
+            fs = fsspec.filesystem(protocol, **{**cls_._get_kwargs_from_urls(url), **dict(options)})
+        except Exception as exc:  # noqa: BLE001 - each fsspec filesystem raises its own
+            first = _scrub(" ".join(str(exc).split())[:300] or type(exc).__name__, secrets)
+            if isinstance(exc, (ValueError, ImportError, TypeError)):
+                failure = InvalidInputError(
+                    f"{shown}: {first}", hint="install the package of that protocol, or check the URL and --store-option keys"
+                )
+            else:  # it could not reach its server (a refused connection, a timeout, a login)
+                failure = StoreIOError(
+                    f"{shown}: cannot connect: {first}", hint="check that the server is up, the URL and the store options"
+                )
+            _drop_quietly(exc)
+        if failure is not None:
+            raise failure
         return cls(fs, root if isinstance(root, str) else root[0], shown, secrets)
 
     def _full(self, path: str) -> str:
@@ -204,6 +217,20 @@ class FsspecBackend(ObjectBackend):
             return
         except Exception as exc:  # noqa: BLE001
             raise self._error(path, "delete", exc) from None
+
+
+def _drop_quietly(exc: BaseException) -> None:
+    """Forget the filesystem a failed constructor left half-built (`exc`'s frames hold it):
+    its destructor runs now, and what it raises about the attributes it never got (fsspec's
+    FTPFileSystem.__del__) is not printed as a traceback, at once or at exit."""
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda _unraisable: None
+    try:
+        traceback.clear_frames(exc.__traceback__)
+        exc.__traceback__ = None
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
 
 
 class _FsspecWriter(ObjectWriter):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ckptcli.errors import InvalidInputError
 
-__all__ = ["check_path", "check_prefix"]
+__all__ = ["check_path", "check_prefix", "path_problem"]
 
 
 def check_path(path: str, where: str = "") -> str:
@@ -29,6 +29,11 @@ def check_prefix(prefix: str, where: str = "") -> str:
     if prefix:
         check_path(prefix[:-1] if prefix.endswith("/") else prefix, where)
     return prefix
+
+
+def path_problem(path: str) -> str:
+    """Args: a key a listing gave. Returns: why it cannot be an object path ("" when it can)."""
+    return _problem(path) if path else "it is empty"
 
 
 def _problem(path: str) -> str:

@@ -19,6 +19,7 @@ and the reason; no secret that was configured ever appears in it.
 
 from __future__ import annotations
 
+import builtins
 import configparser
 import contextlib
 import datetime
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from ckptcli.errors import CkptError, CorruptError, InvalidInputError, NotFoundError, StoreIOError
+from ckptcli.errors import CkptError, CorruptError, InvalidInputError, NoBucketError, NotFoundError, StoreIOError
 from ckptcli.store.backends.base import ObjectBackend, ObjectInfo, ObjectWriter
 from ckptcli.store.backends.paths import check_path, check_prefix
 
@@ -246,7 +247,11 @@ class S3Backend(ObjectBackend):
     def _error(self, path: str, verb: str, exc: BaseException) -> CkptError:
         text = str(exc)
         if "NoSuchBucket" in text or "ContainerNotFound" in text:
-            return StoreIOError(_scrub(f"{self.url}: no such bucket", self._secrets), hint="create it, or check the URL and the endpoint")
+            bucket = _bucket(urlsplit(self.url))
+            return NoBucketError(
+                _scrub(f"{self.url}: no such bucket {bucket!r}", self._secrets),
+                hint="create the bucket first (ckpt does not create buckets), or check the URL and the endpoint",
+            )
         if isinstance(exc, FileNotFoundError):
             return NotFoundError(f"{self._where(path)}: no such object")
         return StoreIOError(_scrub(f"{self._where(path)}: {verb} failed: {_reason(text)}", self._secrets))
@@ -314,28 +319,82 @@ class S3Backend(ObjectBackend):
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         # object_store lists whole path segments: list the prefix's directory, keep what
         # starts with the prefix itself
-        directory = check_prefix(prefix, self.url).rpartition("/")[0] or None
-        try:
-            found = [
-                ObjectInfo(str(meta["path"]), int(meta["size"]), self._token(meta))
-                for chunk in self._obs.list(self._store, prefix=directory)
-                for meta in chunk
-                if str(meta["path"]).startswith(prefix)
-            ]
-        except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
-            if not _failure(exc):
-                raise
-            if "invalid path" in str(exc).lower():
-                # a key with an empty, "." or ".." part, which no ckpt writes: object_store
-                # refuses to list past it, so say which prefix holds it and what to do
-                raise CorruptError(
-                    f"{self._where(prefix)}: the bucket holds a key under this prefix that is not a store path "
-                    "(an empty, '.' or '..' part); ckpt wrote no such key",
-                    hint="find it with an S3 tool (aws s3 ls --recursive) and remove it, then run the command again",
-                ) from None
-            raise self._error(prefix, "list", exc) from None
+        directory = check_prefix(prefix, self.url).rpartition("/")[0]
+        with self._calling(prefix, "list"):
+            found = [info for info in self._list_under(directory) if info.path.startswith(prefix)]
         found.sort(key=lambda info: info.path)
         yield from found
+
+    def _list_under(self, directory: str) -> builtins.list[ObjectInfo]:
+        """Every object under `directory` ("" for all). A key that is not a path (an empty,
+        '.' or '..' part: no ckpt writes one, but anyone may put one in the bucket) makes
+        object_store refuse the whole page that holds it; then the directory is listed a
+        level at a time, so that only the level holding it is listed around it, and the
+        key is listed as it is (`ObjectInfo` of size 0), for the store to skip and name."""
+        try:
+            return self._list_flat(directory, None)
+        except _BadKeyError as first:
+            bad = first.key  # the first bad key of the directory, in the order of keys
+        try:
+            level = self._obs.list_with_delimiter(self._store, prefix=directory or None)
+        except BaseException as exc:
+            if _bad_key(exc) is None:
+                raise
+            return self._around(directory, bad)  # the bad key is an entry of this level
+        out = [self._meta_info(meta) for meta in level["objects"]]
+        for sub in level["common_prefixes"]:
+            out.extend(self._list_under(str(sub)))
+        return out
+
+    def _around(self, directory: str, bad: str) -> builtins.list[ObjectInfo]:
+        """The bad keys directly under `directory` (`bad`, the first) and its objects. A
+        bad part ('..', '.', '') sorts before "0", where the names of a store's objects
+        start (a letter or a digit), and in that order: the listing goes on just past each
+        bad part's keys ('../' is passed over from '..0', './' from '.0', '//' from '0'),
+        where it meets the next bad key of this level or, past the last, the objects."""
+        head = f"{directory}/" if directory else ""
+        out: builtins.list[ObjectInfo] = []
+        while True:
+            part = self._relative(bad)[len(head) :].partition("/")[0]
+            out.append(self._bad_info(bad))
+            offset = f"{head}{part}0" if part in ("..", ".") else f"{head}0"
+            try:
+                return out + self._list_flat(directory, offset)
+            except _BadKeyError as again:
+                after = self._relative(again.key)[len(head) :].partition("/")[0]
+                if (
+                    not self._relative(again.key).startswith(head)
+                    or after not in _BAD_PARTS
+                    or _BAD_PARTS[after] <= _BAD_PARTS.get(part, 2)
+                ):
+                    raise CorruptError(  # a bad key deeper down, past this level's bad parts: say so rather than list around it blind
+                        f"{self.url}: the bucket holds keys that are not store paths (an empty, '.' or '..' part), "
+                        f"{self._relative(bad)!r} and {self._relative(again.key)!r} among them; ckpt wrote no such key",
+                        hint="find them with an S3 tool (aws s3 ls --recursive) and remove them, then run the command again",
+                    ) from None
+                bad = again.key
+
+    def _list_flat(self, directory: str, offset: str | None) -> builtins.list[ObjectInfo]:
+        try:
+            return [
+                self._meta_info(meta) for chunk in self._obs.list(self._store, prefix=directory or None, offset=offset) for meta in chunk
+            ]
+        except BaseException as exc:
+            bad = _bad_key(exc)
+            if bad is None:
+                raise
+            raise _BadKeyError(bad) from None
+
+    def _meta_info(self, meta: Mapping[str, Any]) -> ObjectInfo:
+        return ObjectInfo(str(meta["path"]), int(meta["size"]), self._token(meta))
+
+    def _relative(self, key: str) -> str:
+        """A bucket's key as a path relative to the store's prefix."""
+        root = urlsplit(self.url).path.strip("/")
+        return key[len(root) + 1 :] if root and key.startswith(root + "/") else key
+
+    def _bad_info(self, key: str) -> ObjectInfo:
+        return ObjectInfo(self._relative(key), 0, "")
 
     # -- writes -------------------------------------------------------------------------
 
@@ -384,6 +443,31 @@ class S3Backend(ObjectBackend):
 
 
 _EXTRA = {"s3": "s3", "gs": "gcs", "az": "azure"}
+_BAD_PARTS = {"..": 0, ".": 1, "": 2}  # the parts object_store refuses, in the order their keys sort
+_BAD_KEY = re.compile(r'Path "((?:[^"\\]|\\.)*)"')
+
+
+class _BadKeyError(Exception):
+    """A listing met a key object_store cannot take as a path."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _bad_key(exc: BaseException) -> str | None:
+    """The bucket's key that made a listing fail (obstore's InvalidPathError), as its
+    message quotes it; None for any other failure."""
+    if type(exc).__name__ != "InvalidPathError":
+        return None
+    found = _BAD_KEY.search(str(exc))
+    if found is None:
+        return "?"
+    text = found.group(1)
+    try:
+        return text.encode("latin-1", "backslashreplace").decode("unicode_escape")  # the message escapes as Rust's Debug does
+    except UnicodeDecodeError:
+        return text
 
 
 def _scrub(text: str, secrets: list[str]) -> str:

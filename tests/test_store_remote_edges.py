@@ -1,0 +1,321 @@
+"""Bad input on stores on object storage: planted objects (oversized record files and
+lock objects, lock times in the future, keys that are not store paths), locations that
+are not stores (an empty prefix, other data, a missing bucket, an unreachable server) and
+malformed --store-option pairs. Each ends in one line with what to do and a documented
+exit code (docs/exit-codes.md), never a traceback, never a secret value echoed.
+
+The S3 cases run on the moto server of tests/s3_server.py; the ones that count bytes
+fetched, on memory:// through a wrapper backend."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from ckptcli import api
+from ckptcli.errors import CorruptError, ExitCode
+from ckptcli.format import framing, limits
+from ckptcli.store import layout
+from ckptcli.store.backends.base import ObjectInfo
+from ckptcli.store.backends.memory import MemoryBackend
+from ckptcli.store.objlocks import MAX_LOCK_BYTES, STALE_AFTER, LockEnv, LockRecord, acquire, encode_lock, list_locks
+from ckptcli.store.remote import ObjectStoreIO
+from ckptcli.store.repository import Store, read_config
+from tests.conftest import run_ckpt
+from tests.s3_server import SECRET, S3Bucket, fixture_s3_bucket, fixture_s3_env, fixture_s3_server  # noqa: F401 - pytest fixtures
+
+HEX = "ab" * 32
+#: the largest record file ckpt writes: a record's head, a body of MAX_RECORD_SIZE, its checksum
+CAP = framing.RECORD_HEAD_SIZE + limits.MAX_RECORD_SIZE + framing.CHECKSUM_SIZE
+
+
+def one_error(got: Any, code: int, *needles: str) -> str:
+    """The one line a failed command prints, checked: its code, no traceback, each needle."""
+    err = got.stderr.decode()
+    assert got.returncode == code, (got.returncode, err)
+    assert "Traceback" not in err and "panicked" not in err and "Exception ignored" not in err, err
+    assert err.startswith("ckpt: error: ") and err.count("\n") == 1, err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err
+
+
+class Fetching(MemoryBackend):
+    """memory:// that records how many bytes each read returned."""
+
+    fetched: dict[str, int]
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.fetched = {}
+
+    def _note(self, path: str, data: bytes) -> bytes:
+        self.fetched[path] = max(self.fetched.get(path, 0), len(data))
+        return data
+
+    def get(self, path: str) -> bytes:
+        return self._note(path, super().get(path))
+
+    def get_range(self, path: str, offset: int, length: int) -> bytes:
+        return self._note(path, super().get_range(path, offset, length))
+
+    def get_versioned(self, path: str) -> tuple[bytes, str]:
+        data, etag = super().get_versioned(path)
+        return self._note(path, data), etag
+
+
+@pytest.fixture
+def memory_store(request: pytest.FixtureRequest) -> Iterator[tuple[Fetching, Store]]:
+    """A store on memory:// with one checkpoint, opened through `Fetching` (no local cache)."""
+    name = f"edges-{uuid.uuid4().hex}"
+    MemoryBackend.forget(name)
+    api.take(api.init_store(f"memory://{name}"), {"memory": {"turn": 1, "notes": [f"note {i} " * 40 for i in range(8)]}}, subject="agent:a")
+    objects = Fetching(name)
+    io = ObjectStoreIO(objects, None)
+    yield objects, Store(io, read_config(io, f"memory://{name}/config"), io.url)
+    MemoryBackend.forget(name)
+
+
+# -- 1. record files and lock objects are read at most as large as ckpt writes them -------------
+
+
+@pytest.mark.parametrize("path", [f"index/{HEX}", f"manifests/{HEX}", "refs/latest/agent/a", "cache/catalog", "config"])
+def test_an_oversized_record_object_is_refused_without_reading_it_whole(memory_store: tuple[Fetching, Store], path: str) -> None:
+    objects, store = memory_store
+    objects.put(path, bytes(CAP + (1 << 20)))  # 1 MiB more than any record file ckpt writes
+    with pytest.raises(CorruptError, match=r"larger than \d+ bytes") as err:
+        store.backend.read(path)
+    assert f"memory://{objects.url.partition('://')[2]}/{path}" in err.value.message
+    assert objects.fetched[path] <= CAP + 1  # never the whole object
+
+
+def test_a_lock_object_grown_after_the_listing_is_read_no_further_than_a_lock_can_be(request: pytest.FixtureRequest) -> None:
+    """The listing said a small lock object; by the time it is read, it is 4 MiB."""
+
+    class Grown(Fetching):
+        def list(self, prefix: str) -> Iterator[ObjectInfo]:
+            for info in super().list(prefix):
+                yield ObjectInfo(info.path, 100, info.etag)
+
+    backend = Grown(f"edges-{request.node.name}")
+    path = layout.lock_object_path("0" * 32)
+    backend.put(path, b"{" + b" " * (4 << 20))
+    [info] = list_locks(backend)
+    assert info.stale and info.record is None and "not a lock ckpt wrote" in info.why
+    assert backend.fetched[path] <= MAX_LOCK_BYTES + 1
+    MemoryBackend.forget(f"edges-{request.node.name}")
+
+
+def test_an_oversized_index_object_on_s3_is_a_finding_of_verify_as_in_a_local_store(s3_bucket: S3Bucket, tmp_path: Path) -> None:
+    url = f"{s3_bucket.url}/big"
+    assert run_ckpt("init", url).returncode == 0
+    doc = tmp_path / "doc.json"
+    doc.write_text('{"memory": {"turn": 1}}')
+    assert run_ckpt("--store", url, "take", doc, "-S", "agent:a").returncode == 0
+    endpoint = urlsplit(s3_bucket.endpoint)
+    conn = http.client.HTTPConnection(endpoint.hostname or "", endpoint.port, timeout=120)
+    conn.request("PUT", f"/{s3_bucket.name}/big/index/{HEX}", body=bytes(CAP + 1))
+    assert conn.getresponse().status == 200
+    local = tmp_path / "local"
+    assert run_ckpt("init", local).returncode == 0
+    with open(local / "index" / HEX, "wb") as fh:
+        fh.truncate(CAP + 1)  # sparse: as large, without the bytes
+    for where, shown in ((url, f"{url}/index/{HEX}"), (str(local), str(local / "index" / HEX))):
+        got = run_ckpt("--store", where, "verify", "--json")
+        assert got.returncode == ExitCode.CORRUPT, got.stderr
+        [problem] = json.loads(got.stdout)["problems"]
+        assert problem["kind"] == "index" and problem["name"] == f"index/{HEX}", problem
+        assert f"{shown}: larger than {CAP} bytes" in problem["message"], problem
+
+
+# -- 2. an unreachable fsspec server: one line, no destructor's traceback -------------------------
+
+
+def test_an_unreachable_ftp_store_is_one_line_without_a_traceback_at_exit() -> None:
+    pytest.importorskip("fsspec")
+    for args in (
+        ["--store", "ftp://127.0.0.1:1/x", "ls"],
+        ["--store", "ftp://user:PassW0rdX@127.0.0.1:1/x", "ls"],
+        ["init", "ftp://127.0.0.1:1/x"],
+    ):
+        err = one_error(run_ckpt(*args), ExitCode.IO_ERROR, "ftp://127.0.0.1:1/x", "cannot connect")
+        assert "PassW0rdX" not in err
+
+
+# -- 3. a lock refreshed in the future goes stale -------------------------------------------------
+
+
+def _planted_lock(refreshed: float) -> tuple[str, bytes]:
+    record = LockRecord(
+        id="f" * 32, kind="exclusive", host="elsewhere", pid=4242, user="u", created=refreshed, refreshed=refreshed, command="ckpt prune"
+    )
+    return layout.lock_object_path(record.id), encode_lock(record)
+
+
+def test_a_lock_refreshed_far_in_the_future_is_stale_and_blocks_nobody(request: pytest.FixtureRequest) -> None:
+    name = f"edges-{request.node.name}"
+    MemoryBackend.forget(name)
+    backend = MemoryBackend(name)
+    now = time.time()
+    here = LockEnv(host="here", clock=lambda: now)
+    path, data = _planted_lock(now + 10 * 3600)  # a wrong clock, or planted: ten hours ahead
+    backend.put(path, data)
+    [info] = list_locks(backend, env=here)
+    assert info.stale and "ahead of this host's clock" in info.why, info
+    with acquire(backend, True, wait=0, env=here):  # it blocks nobody
+        pass
+    # a clock a few minutes ahead is skew, not a reason: that lock holds
+    backend.put(*_planted_lock(now + 5 * 60))
+    [info] = list_locks(backend, env=here)
+    assert not info.stale, info
+    just_past = _planted_lock(now + STALE_AFTER + 60)
+    backend.put(*just_past)
+    assert list_locks(backend, env=here)[0].stale
+    MemoryBackend.forget(name)
+
+
+def test_unlock_removes_a_lock_from_the_future_on_s3(s3_bucket: S3Bucket) -> None:
+    url = f"{s3_bucket.url}/future"
+    assert run_ckpt("init", url).returncode == 0
+    path, data = _planted_lock(time.time() + 10 * 3600)
+    endpoint = urlsplit(s3_bucket.endpoint)
+    conn = http.client.HTTPConnection(endpoint.hostname or "", endpoint.port, timeout=30)
+    conn.request("PUT", f"/{s3_bucket.name}/future/{path}", body=data)
+    assert conn.getresponse().status == 200
+    got = run_ckpt("--store", url, "unlock", "--json")
+    assert got.returncode == 0, got.stderr
+    report = json.loads(got.stdout)
+    assert report["removed"] == [path], report
+    assert run_ckpt("--store", url, "prune", "--keep-last", "1").returncode == 0
+
+
+# -- 4. and 5. a URL that is not a store, a missing bucket ----------------------------------------
+
+
+def test_a_prefix_that_is_no_store_says_what_to_do(s3_bucket: S3Bucket) -> None:
+    endpoint = urlsplit(s3_bucket.endpoint)
+    conn = http.client.HTTPConnection(endpoint.hostname or "", endpoint.port, timeout=30)
+    conn.request("PUT", f"/{s3_bucket.name}/other/data.csv", body=b"a,b\n")
+    assert conn.getresponse().status == 200
+    for prefix in ("empty", "other", "other/data.csv"):
+        url = f"{s3_bucket.url}/{prefix}"
+        for verb in (["ls"], ["verify"], ["show", "latest"]):
+            one_error(run_ckpt("--store", url, *verb), ExitCode.NO_STORE, f"{url} is not a ckpt store", f"ckpt init {url}", "prefix")
+
+
+def test_a_missing_bucket_is_no_store_in_one_line_naming_it(s3_bucket: S3Bucket) -> None:
+    missing = f"{s3_bucket.name}-missing"
+    for args in (
+        ["--store", f"s3://{missing}/p", "ls"],
+        ["--store", f"s3://AKUSER:PassW0rdX@{missing}/p?token=TOKQ9", "verify"],
+        ["init", f"s3://{missing}/p"],
+        ["--store-option", f"secret_access_key={SECRET}", "--store", f"s3://{missing}/p", "ls"],
+    ):
+        err = one_error(run_ckpt(*args), ExitCode.NO_STORE, f"s3://{missing}/p: no such bucket '{missing}'", "create the bucket")
+        for secret in ("PassW0rdX", "TOKQ9", SECRET):
+            assert secret not in err, err
+
+
+# -- 6. no --store-option value is ever echoed ---------------------------------------------------
+
+
+VALUE = "wJalrXUtnFEMIsecretK7MDENGbPxRfiCY"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--store-option", "secret_access_key", VALUE, "ls"],  # the '=' forgotten: the value is the next word
+        ["--store-option=secret_access_key", VALUE, "ls"],
+        ["--store-option", VALUE, "ls"],
+        ["--store-option", f"={VALUE}", "ls"],
+        ["--store-option", f"secret_access_key\n={VALUE}", "ls"],
+        ["--store-option", f"region={VALUE}\nx", "ls"],
+        ["--store-option", f"secret_access_key={VALUE}\r", "ls"],
+        ["--store-option", f"bogus_option={VALUE}", "ls"],
+    ],
+)
+def test_a_malformed_store_option_never_echoes_a_value(s3_bucket: S3Bucket, args: list[str]) -> None:
+    url = f"{s3_bucket.url}/opts"
+    assert run_ckpt("init", url).returncode == 0
+    err = one_error(run_ckpt("--store", url, *args), ExitCode.INVALID_INPUT)
+    assert VALUE not in err, err
+    assert "store-option" in err or "store options" in err, err
+
+
+@pytest.mark.parametrize("pairs", ["secret_access_key " + VALUE, f"={VALUE}", f"'region={VALUE}\nx'", f"secret_access_key='{VALUE}"])
+def test_a_malformed_ckpt_store_options_never_echoes_a_value(s3_bucket: S3Bucket, pairs: str) -> None:
+    url = f"{s3_bucket.url}/opts"
+    err = one_error(run_ckpt("--store", url, "ls", env={"CKPT_STORE_OPTIONS": pairs}), ExitCode.INVALID_INPUT, "CKPT_STORE_OPTIONS")
+    assert VALUE not in err, err
+
+
+# -- 7. keys that cannot be store objects: skipped and named, never acted on ---------------------
+
+
+#: keys under the layout's directories, each a finding of verify; and one at the top of
+#: the prefix, which no command lists
+PLANTED = ("index/../evil", "index/./dot", "index//double", "locks/a/../b", "manifests/x/../y")
+ON_TOP = "../outside"
+
+
+def _plant(bucket: S3Bucket, prefix: str, keys: tuple[str, ...]) -> None:
+    endpoint = urlsplit(bucket.endpoint)
+    for key in keys:
+        conn = http.client.HTTPConnection(endpoint.hostname or "", endpoint.port, timeout=30)
+        conn.request("PUT", f"/{bucket.name}/{prefix}/{key}", body=b"planted")  # http.client sends the path as it is
+        assert conn.getresponse().status == 200, key
+
+
+def test_keys_that_are_no_store_paths_are_skipped_named_and_never_acted_on(s3_bucket: S3Bucket, tmp_path: Path) -> None:
+    url = f"{s3_bucket.url}/planted"
+    assert run_ckpt("init", url).returncode == 0
+    ids = []
+    for n in (1, 2):
+        doc = tmp_path / f"doc{n}.json"
+        doc.write_text(json.dumps({"memory": {"turn": n, "notes": ["x" * 200] * n}}))
+        took = run_ckpt("--store", url, "take", doc, "-S", "agent:a")
+        assert took.returncode == 0, took.stderr
+        ids.append(took.stdout.decode().strip())
+    _plant(s3_bucket, "planted", (*PLANTED, ON_TOP))
+    listed = run_ckpt("--store", url, "ls", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [c["id"] for c in json.loads(listed.stdout)] == ids[::-1]
+    verified = run_ckpt("--store", url, "verify", "--json")
+    assert verified.returncode == ExitCode.CORRUPT, verified.stderr
+    problems = json.loads(verified.stdout)["problems"]
+    assert {p["name"] for p in problems} == set(PLANTED) and {p["kind"] for p in problems} == {"key"}, problems
+    err = verified.stderr.decode()
+    assert "Traceback" not in err and "'index/../evil': not a store path (it has a '..' part)" in err, err
+    # the verbs that write go on around them and touch none of them
+    assert run_ckpt("--store", url, "prune", "--keep-last", "1").returncode == 0
+    assert run_ckpt("init", tmp_path / "copy").returncode == 0
+    copied = run_ckpt("copy", url, tmp_path / "copy")
+    assert copied.returncode == 0, copied.stderr
+    assert run_ckpt("--store", tmp_path / "copy", "verify", "--read-data").returncode == 0
+    assert run_ckpt("--store", url, "unlock", "--remove-all").returncode == 0
+    endpoint = urlsplit(s3_bucket.endpoint)
+    conn = http.client.HTTPConnection(endpoint.hostname or "", endpoint.port, timeout=30)
+    conn.request("GET", f"/{s3_bucket.name}?list-type=2&prefix=planted/")
+    keys = re.findall(r"<Key>([^<]*)</Key>", conn.getresponse().read().decode())
+    assert {f"planted/{key}" for key in (*PLANTED, ON_TOP)} <= set(keys), keys  # every planted key is still there
+    assert not (tmp_path / "copy" / "index" / ".." / "evil").exists() and not (tmp_path / "outside").exists()
+
+
+def test_a_key_that_is_no_store_path_on_memory_is_skipped_and_named(memory_store: tuple[Fetching, Store]) -> None:
+    objects, store = memory_store
+    objects._objects["index/../evil"] = (b"planted", "planted")  # put refuses such a path: planted as another program would
+    said: list[str] = []
+    store.on_warning = said.append
+    assert store.backend.list(layout.INDEX) == [p for p in objects.list_paths("index/") if p != "index/../evil"]
+    assert said == [f"{objects.url}: skipped the key 'index/../evil': not a store path (it has a '..' part); ckpt wrote no such key"]
+    assert len(store.index()) > 0 and "index/../evil" not in objects.fetched
