@@ -96,6 +96,7 @@ def import_(
         raise UsageError("`ckpt import langgraph` needs the database to read", hint="ckpt import langgraph checkpoints.sqlite")
     if thread is not None:
         raise UsageError("--thread is for `ckpt import langgraph DB` only", hint="ckpt import FILE imports one checkpoint file")
+    api.refuse_url(file, "the checkpoint file to import")
     st = open_store(store)
     cid = api.import_checkpoint(st, file, progress=BarProgress())
     if as_json:
