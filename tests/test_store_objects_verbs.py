@@ -1,7 +1,7 @@
 """The verbs tests/test_store_objects.py does not cover, on a store on a real S3 server on
 loopback (moto, tests/s3_server.py), through the real CLI: replay, fork, compat, tui (the
 Textual app driven by its Pilot), the ref verbs (tag, branch, refs, reflog, log, reset),
-export and import, repair, stats, bisect, ls-files and dump. Each checks what the
+doctor, export and import, repair, stats, bisect, ls-files and dump. Each checks what the
 local-store test of that verb checks. A verb that takes a local path by design refuses a
 URL there in one line with its exit code, writing nothing."""
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +249,69 @@ def test_repair_stats_bisect_ls_files_and_dump_on_an_s3_store(s3_bucket: S3Bucke
     assert backend.exists("refs/latest/agent/bot") and open_store(url).resolve("agent:bot").hex() == ids[4]
     r = cli("repair", "checkpoints", "--store", url, "--force")
     assert r.code == 0 and "have every object they need" in r.out
+
+
+# -- doctor ------------------------------------------------------------------------------------------------
+def _checks(r: Any) -> dict[str, dict[str, str]]:
+    return {c["name"]: c for c in json.loads(r.out)["checks"]}
+
+
+def _plant_lock(url: str, host: str, age_s: float, exclusive: bool = True) -> None:
+    """A lock a process on `host` took `age_s` seconds ago and lost (killed)."""
+    from ckptcli.store import objlocks
+
+    then = time.time() - age_s
+    env = objlocks.LockEnv(host=host, pid=4242, user="ops", clock=lambda: then)
+    held = objlocks.acquire(open_backend(url), exclusive, wait=0, env=env, command="ckpt prune", refresh_every=3600)
+    held._stop.set()
+
+
+def test_doctor_on_an_s3_store(s3_bucket: S3Bucket, cli: Any) -> None:
+    url = f"{s3_bucket.url}/doc"
+    store = ckptcli.init_store(url)
+    take(store, {"memory": {"v": 1}}, subject="agent:bot")
+    r = cli("doctor", "--store", url, "--json")
+    assert r.code == 0, r.err
+    checks = _checks(r)
+    assert checks["store"]["status"] == "ok" and checks["store"]["detail"].startswith(f"{url}: format version ")
+    assert checks["store structure"]["status"] == "ok" and "1 checkpoint(s)" in checks["store structure"]["detail"]
+    assert checks["locks"]["status"] == "ok" and checks["locks"]["detail"] == "none held"
+    assert checks["free space"]["status"] == "ok" and "not applicable" in checks["free space"]["detail"]
+    # a live lock of another host, and a stale one: each named with host, pid and age
+    _plant_lock(url, "host-c", age_s=40 * 60, exclusive=False)
+    _plant_lock(url, "host-b", age_s=60)
+    r = cli("doctor", "--store", url, "--json")
+    assert r.code == 0, r.err  # warnings: the store works; commands wait for the live one
+    checks = _checks(r)
+    live = checks["lock store"]
+    assert live["status"] == "warn" and "exclusive" in live["detail"] and "host host-b" in live["detail"]
+    assert "pid 4242" in live["detail"] and re.search(r"refreshed \d+ s ago", live["detail"]), live
+    stale = checks["stale locks"]
+    assert stale["status"] == "warn" and "host host-c" in stale["detail"] and "not refreshed for 40 min" in stale["detail"], stale
+    assert "ckpt unlock" in stale["hint"]
+    human = cli("doctor", "--store", url)
+    assert "host-b" in human.out and "host-c" in human.out and "ckpt unlock" in human.out
+    assert cli("unlock", "--store", url, "--remove-all").code == 0
+    assert _checks(cli("doctor", "--store", url, "--json"))["locks"]["detail"] == "none held"
+
+
+def test_doctor_on_a_local_store_says_its_free_space(cli: Any, tmp_path: Path) -> None:
+    ckptcli.init_store(tmp_path / "s")
+    checks = _checks(cli("doctor", "--store", tmp_path / "s", "--json"))
+    assert checks["free space"]["status"] in ("ok", "warn") and " free of " in checks["free space"]["detail"]
+
+
+def test_doctor_without_a_reachable_store_is_one_line_and_exit_10(s3_bucket: S3Bucket, tmp_path: Path) -> None:
+    for url, env, what in (
+        ("s3://no-such-bucket-here/x", None, "no such bucket"),
+        (f"{s3_bucket.url}/x", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}, "get failed"),  # nothing listens on port 9
+        (f"{s3_bucket.url}/never-initialised", None, "is not a ckpt store"),
+    ):
+        got = run_ckpt("doctor", "--store", url, "--json", env=env, cwd=tmp_path)
+        err = got.stderr.decode()
+        assert got.returncode == ExitCode.NO_STORE and err.count("\n") == 1 and what in err and "Traceback" not in err, (url, err)
+        report = json.loads(got.stdout)
+        assert report["status"] == "fail" and report["checks"][0]["name"] == "store"
 
 
 # -- a local path where a URL was given ----------------------------------------------------------------------
