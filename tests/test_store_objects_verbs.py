@@ -324,6 +324,7 @@ def test_a_url_where_a_verb_takes_a_local_path_is_one_line(s3_bucket: S3Bucket, 
     cases = [
         ("export", cid, "-o", f"{target}/a.ckpt", "--store", url),
         ("import", f"{target}/a.ckpt", "--store", url),
+        ("import", "langgraph", f"{target}/checkpoints.sqlite", "--store", url),
         ("restore", cid, "--blobs", target, "--no-state", "--store", url),
         ("restore", cid, "-o", f"{target}/state.json", "--store", url),
         ("compat", target, "--store", url),

@@ -75,6 +75,7 @@ def import_(
     if len(source) > 2 or (db is not None and file != LANGGRAPH):
         raise UsageError(f"unexpected argument {source[-1]!r}", hint="ckpt import FILE, or ckpt import langgraph DB")
     if file == LANGGRAPH and db is not None:
+        api.refuse_url(source[1], "the database to import")
         from ckptcli.adapters.langgraph.importer import import_sqlite
 
         st = open_store(store)
