@@ -149,7 +149,7 @@ def test_compat_checks_an_s3_store_without_writing_to_it(s3_bucket: S3Bucket, cl
 # -- tui ---------------------------------------------------------------------------------------------------
 def test_the_tui_browses_an_s3_store(s3_bucket: S3Bucket) -> None:
     """The demo store of tests/test_tui.py on S3, driven by Textual's Pilot: the history,
-    a checkpoint's screen, its timeline; the title names the store by its URL."""
+    a checkpoint's screen, its timeline, a blobs tab; the header names the store by its URL."""
     url = f"{s3_bucket.url}/demo"
     ids = build_demo_store(url)  # type: ignore[arg-type]
     app = CkptApp(open_session(open_store(url), prefill=False), blink=False)
@@ -176,7 +176,20 @@ def test_the_tui_browses_an_s3_store(s3_bucket: S3Bucket) -> None:
             assert isinstance(pilot.app.screen, TimelineScreen)
             await pilot.press("q")
 
+    async def blobs() -> None:  # a checkpoint's blobs, listed from its tree in the S3 packs
+        merge = CkptApp(open_session(open_store(url), prefill=False), checkpoint=ids["merge"], view="checkpoint", blink=False)
+        async with merge.run_test(size=(120, 36)) as pilot:
+            await pilot.pause()
+            screen = pilot.app.screen
+            await pilot.click("#--content-tab-blobs")
+            await pilot.pause()
+            listing = screen.query_one("#blobs-list", VirtualList)
+            shown = [listing.render_row(i).plain for i in range(listing.count)]
+            assert shown == ["out/  0755", "  report.csv  24 B  0644", "  latest -> report.csv", "  logs/  0755", "    run.log  3 B  0600"]
+            assert str(screen.query_one("#blobs-note").content) == "2 files, 27 B"
+
     asyncio.run(main())
+    asyncio.run(blobs())
 
 
 def test_ckpt_tui_takes_a_store_url_as_it_takes_a_store_directory(s3_bucket: S3Bucket, tmp_path: Path) -> None:
