@@ -156,11 +156,9 @@ def check_store(ctx: Context) -> Iterable[Check]:
             )
         return
     st = ctx.store
-    yield Check(
-        "store",
-        OK,
-        f"{st.location}: format version {st.version} (this ckpt writes {limits.FORMAT_VERSION} and reads 1-{limits.FORMAT_VERSION})",
-    )
+    reached = "" if st.directory is not None else "reachable, "
+    v = limits.FORMAT_VERSION
+    yield Check("store", OK, f"{st.location}: {reached}format version {st.version} (this ckpt writes {v} and reads 1-{v})")
     problems: list[str] = []
     st.warnings.clear()
     st.refresh_index()

@@ -286,7 +286,7 @@ def test_doctor_on_an_s3_store(s3_bucket: S3Bucket, cli: Any) -> None:
     r = cli("doctor", "--store", url, "--json")
     assert r.code == 0, r.err
     checks = _checks(r)
-    assert checks["store"]["status"] == "ok" and checks["store"]["detail"].startswith(f"{url}: format version ")
+    assert checks["store"]["status"] == "ok" and checks["store"]["detail"].startswith(f"{url}: reachable, format version ")
     assert checks["store structure"]["status"] == "ok" and "1 checkpoint(s)" in checks["store structure"]["detail"]
     assert checks["locks"]["status"] == "ok" and checks["locks"]["detail"] == "none held"
     assert checks["free space"]["status"] == "ok" and "not applicable" in checks["free space"]["detail"]
