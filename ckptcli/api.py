@@ -24,6 +24,7 @@ from ckptcli.checkpoint import (
     names_a_file,
     open_checkpoint,
     refuse_output_into_source,
+    refuse_url,
     store_or_init,
 )
 from ckptcli.copy import CopyResult, copy_checkpoints
@@ -82,6 +83,7 @@ __all__ = [
     "parse_labels",
     "read_document",
     "refuse_output_into_source",
+    "refuse_url",
     "split_document",
     "states_equal",
     "store_or_init",

@@ -6,6 +6,7 @@ formats/v2.md; of a state document: ckptcli.document."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Collection
 from pathlib import Path
 from typing import IO, Any
@@ -13,11 +14,12 @@ from typing import IO, Any
 from ckptcli.blobs import RestoreReport, restore_blobs
 from ckptcli.blobtree import FileInfo, check_origin, find_entry, list_files, validate
 from ckptcli.document import Section, join_document, write_document
-from ckptcli.errors import CkptError, CorruptError, InvalidInputError, NotFoundError
+from ckptcli.errors import CkptError, CorruptError, InvalidInputError, NotFoundError, UsageError
 from ckptcli.format import framing, limits
 from ckptcli.format.values import Budget, Decoder, LazyBytes
 from ckptcli.listing import info_dict
 from ckptcli.progress import NULL, Progress
+from ckptcli.store.backends import known_schemes, redact
 from ckptcli.store.repository import Store, resolve_store_path, store_location
 from ckptcli.store.single import CheckpointFile, is_checkpoint_file
 
@@ -30,6 +32,7 @@ __all__ = [
     "names_a_file",
     "open_checkpoint",
     "refuse_output_into_source",
+    "refuse_url",
     "store_or_init",
 ]
 
@@ -162,7 +165,7 @@ class Checkpoint:
             delete=delete,
             include=include,
             dry_run=dry_run,
-            protect=[Path(self.source.location)] if isinstance(self.source, Store) else None,
+            protect=[self.source.directory] if isinstance(self.source, Store) and self.source.directory is not None else None,
         )
 
     def list_files(self, path: str = "") -> list[FileInfo]:
@@ -263,6 +266,27 @@ def _count_blob_files(entries: dict[str, Any]) -> tuple[int, int]:
     return files, nbytes
 
 
+#: a URL as given (s3://b/x), or as a Path keeps it (s3:/b/x: one slash is lost)
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):/(/?)(.*)", re.DOTALL)
+
+
+def refuse_url(arg: str | os.PathLike[str], what: str) -> None:
+    """`arg` is a local path by design (`what`: "the output", "a checkpoint file"); a
+    store's URL there (s3://bucket/x) is never taken for the relative path `s3:/bucket/x`.
+
+    Raises:
+        UsageError naming the URL (its secrets left out) and where a URL goes instead."""
+    text = os.fspath(arg)
+    found = _URL.fullmatch(text) if isinstance(text, str) else None
+    if found is None or (not found[2] and found[1].lower() not in known_schemes()):
+        return  # a path; or a directory named like "dir:" with no store scheme
+    url = redact(f"{found[1]}://{found[3]}")
+    raise UsageError(
+        f"{what} is a local path, and {url} is a URL",
+        hint="a store on object storage is given as --store URL; `ckpt copy` copies checkpoints into one",
+    )
+
+
 def names_a_file(ref: str) -> bool:
     """A reference is a checkpoint file if it looks like a path to one, or is a checkpoint
     file; a bare name that merely matches some other file in cwd is still a tag or branch."""
@@ -279,13 +303,16 @@ def refuse_output_into_source(ck: Checkpoint, out: PathLike, what: str, names: C
     Raises:
         InvalidInputError naming both paths.
     """
+    refuse_url(out, what)
     real = Path(os.path.realpath(out))
     src = ck.source
     if isinstance(src, CheckpointFile):
         if real == Path(os.path.realpath(src.path)):
             raise InvalidInputError(f"{what} {out} is the checkpoint file it is read from", hint="write it elsewhere")
         return
-    root = Path(os.path.realpath(src.location))
+    if src.directory is None:
+        return  # a store on object storage: no local path is inside it
+    root = Path(os.path.realpath(src.directory))
     if real == root or root in real.parents:
         raise InvalidInputError(
             f"{what} {out} is inside the store at {src.location}, which it would damage", hint="write it outside the store"
@@ -303,7 +330,9 @@ def refuse_output_into_source(ck: Checkpoint, out: PathLike, what: str, names: C
 
 def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLike | None = None) -> Checkpoint:
     """A checkpoint by reference: a checkpoint file's path, an id or unique prefix,
-    a tag, a branch, KIND:NAME (its latest), or `latest`; `~N` walks back N parents."""
+    a tag, a branch, KIND:NAME (its latest), or `latest`; `~N` walks back N parents.
+    A URL is neither (UsageError): a store at a URL is `store`."""
+    refuse_url(ref, "a checkpoint file")
     p = Path(ref)
     if names_a_file(ref):
         if not is_checkpoint_file(p):

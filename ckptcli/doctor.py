@@ -13,15 +13,18 @@ a live process holds it). docs/cli.md ("ckpt doctor") has the user's view.
 from __future__ import annotations
 
 import importlib
+import os
+import shutil
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ckptcli import plugins
+from ckptcli._util.units import human_size
 from ckptcli.checks import FAIL, OK, WARN, Check, CheckFn, Context
-from ckptcli.errors import CkptError
-from ckptcli.store.backend import LocalBackend
+from ckptcli.errors import CkptError, StoreIOError, StoreNotFoundError
 from ckptcli.store.layout import journal_dir
 
 # the check types live in ckptcli.checks (below the adapters that write checks); offered here too
@@ -36,6 +39,7 @@ __all__ = [
     "Context",
     "Report",
     "check_components",
+    "check_free_space",
     "check_locks",
     "check_store",
     "registered",
@@ -48,6 +52,7 @@ DOCTOR_GROUP = plugins.DOCTOR
 BUILTIN: dict[str, str] = {
     "store": "ckptcli.doctor:check_store",
     "locks": "ckptcli.doctor:check_locks",
+    "free space": "ckptcli.doctor:check_free_space",
     "langgraph": "ckptcli.adapters.langgraph.doctor:check",
     "components": "ckptcli.doctor:check_components",
 }
@@ -56,6 +61,10 @@ BUILTIN: dict[str, str] = {
 @dataclass
 class Report:
     checks: list[Check] = field(default_factory=list)
+    #: why no store was found or reached (none here, a missing bucket, an endpoint that
+    #: does not answer): the command exits NO_STORE then; None when one was opened, or
+    #: one was found that does not open (a damaged config: a failed check like any other)
+    no_store: CkptError | None = None
 
     @property
     def failed(self) -> list[Check]:
@@ -90,13 +99,15 @@ def run(store_path: Path | str | None, checks: dict[str, CheckFn] | None = None)
     from ckptcli.api import open_store
 
     ctx = Context()
+    report = Report()
     try:
         ctx.store = open_store(store_path)
         # the directory of a local store (the files adapters keep beside it); None on object storage
-        ctx.store_path = Path(ctx.store.location) if isinstance(ctx.store.backend, LocalBackend) else None
+        ctx.store_path = ctx.store.directory
     except CkptError as exc:
         ctx.store_error = exc
-    report = Report()
+        if isinstance(exc, StoreNotFoundError) or (isinstance(exc, StoreIOError) and _is_url(store_path)):
+            report.no_store = exc
     try:
         for name, fn in (checks if checks is not None else registered()).items():
             try:
@@ -110,6 +121,17 @@ def run(store_path: Path | str | None, checks: dict[str, CheckFn] | None = None)
         if ctx.store is not None:
             ctx.store.close()
     return report
+
+
+def _is_url(store_path: Path | str | None) -> bool:
+    """Whether the store doctor looks for is on object storage (its URL given, or in CKPT_STORE)."""
+    from ckptcli.store.repository import store_location
+
+    where = store_path if store_path is not None else os.environ.get("CKPT_STORE")
+    try:
+        return where is not None and isinstance(store_location(where), str)
+    except CkptError:
+        return False
 
 
 # -- built-in checks ---------------------------------------------------------------------
@@ -134,11 +156,9 @@ def check_store(ctx: Context) -> Iterable[Check]:
             )
         return
     st = ctx.store
-    yield Check(
-        "store",
-        OK,
-        f"{st.location}: format version {st.version} (this ckpt writes {limits.FORMAT_VERSION} and reads 1-{limits.FORMAT_VERSION})",
-    )
+    reached = "" if st.directory is not None else "reachable, "
+    v = limits.FORMAT_VERSION
+    yield Check("store", OK, f"{st.location}: {reached}format version {st.version} (this ckpt writes {v} and reads 1-{v})")
     problems: list[str] = []
     st.warnings.clear()
     st.refresh_index()
@@ -173,10 +193,14 @@ LOCKS = {"store": "takes, tags, prunes, repairs and verify", "refs": "ref moves 
 def check_locks(ctx: Context) -> Iterable[Check]:
     """Who holds the store's locks now: an exclusive holder (a prune, a repair) makes
     every other command wait. Looks without waiting: each lock is taken for an instant
-    where it is free."""
+    where it is free. On object storage the locks are objects: each is listed with its
+    holder (host, pid, age), the stale ones too."""
     if ctx.store is None:
         return
     backend = ctx.store.backend
+    if ctx.store.directory is None:
+        yield from _object_locks(getattr(backend, "objects", None))
+        return
     for name, what in LOCKS.items():
         state, holder = backend.lock_state(name)
         who = holder or "a process whose record is gone (it is still alive: the kernel drops the lock when it ends)"
@@ -193,6 +217,70 @@ def check_locks(ctx: Context) -> Iterable[Check]:
             yield Check(f"lock {name}", OK, "free", "")
         else:
             yield Check(f"lock {name}", WARN, "cannot tell whether it is held here", "")
+
+
+def _object_locks(objects: Any) -> Iterable[Check]:
+    """The lock objects of a store on object storage (ckptcli.store.objlocks): live ones
+    by lock name, an exclusive holder a warning (commands wait for it); stale ones (their
+    holder died or stopped refreshing) a warning with what removes them."""
+    from ckptcli.store import objlocks
+
+    if objects is None:
+        yield Check("locks", WARN, "cannot list the locks of this backend", "")
+        return
+    now = time.time()
+    infos = objlocks.list_locks(objects)
+    stale = [i for i in infos if i.stale]
+    live = [i for i in infos if not i.stale]
+    yield Check("locks", OK, f"{len(live)} live, {len(stale)} stale" if infos else "none held", "")
+    for name in sorted({i.record.name for i in live if i.record is not None}):
+        held = [i.record for i in live if i.record is not None and i.record.name == name]
+        exclusive = [r for r in held if r.exclusive]
+        if exclusive:
+            yield Check(
+                f"lock {name}",
+                WARN,
+                f"held exclusively by {exclusive[0].holder(now)}: other commands wait for it",
+                "let it finish; commands wait --lock-wait seconds; `ckpt unlock --remove-all` only when no ckpt command runs",
+            )
+        else:
+            yield Check(f"lock {name}", OK, f"in use, shared by {len(held)}: " + _some([r.holder(now) for r in held]), "")
+    unknown = [i for i in live if i.record is None]
+    if unknown:
+        yield Check("unknown locks", WARN, "; ".join(f"{i.path}: {i.why}" for i in unknown), "upgrade ckpt to read them")
+    if stale:
+        what = _some([f"{i.record.holder(now) if i.record else i.path} ({i.why})" for i in stale])
+        yield Check("stale locks", WARN, f"{len(stale)} stale lock(s), blocking nothing: {what}", "`ckpt unlock` removes them")
+
+
+def _some(items: list[str], shown: int = 3) -> str:
+    """The first `shown` of `items`, and how many more: a detail stays one readable line."""
+    more = f"; and {len(items) - shown} more" if len(items) > shown else ""
+    return "; ".join(items[:shown]) + more
+
+
+#: below this much free space on a local store's disk, doctor warns
+LOW_SPACE = 1 << 30
+
+
+def check_free_space(ctx: Context) -> Iterable[Check]:
+    """The free space of the disk a local store is on (a take writes its packs there);
+    not applicable on object storage."""
+    if ctx.store is None:
+        return
+    if ctx.store_path is None:
+        yield Check("free space", OK, "not applicable on object storage", "")
+        return
+    try:
+        usage = shutil.disk_usage(ctx.store_path)
+    except OSError as exc:
+        yield Check("free space", WARN, f"cannot tell: {exc.strerror}", "")
+        return
+    detail = f"{human_size(usage.free)} free of {human_size(usage.total)}"
+    if usage.free < LOW_SPACE:
+        yield Check("free space", WARN, detail, "a take needs room for its new packs: free some, or `ckpt prune`")
+    else:
+        yield Check("free space", OK, detail, "")
 
 
 #: optional packages: distribution -> (what it enables, install hint)

@@ -157,6 +157,13 @@ class DoctorFailed(CkptError):  # noqa: N818 - a verdict, not a fault in ckpt
     """A `ckpt doctor` check failed; the report has already been printed."""
 
 
+class DoctorNoStore(DoctorFailed):
+    """`ckpt doctor` found no store, or could not reach it (a missing bucket, an endpoint
+    that does not answer); the report has already been printed."""
+
+    exit_code = ExitCode.NO_STORE
+
+
 class VerifyFailed(CkptError):  # noqa: N818 - a verdict, not a fault in ckpt
     """`ckpt verify` found damage; the report has already been printed."""
 

@@ -61,6 +61,13 @@ def locked(st: Store, lock: Lock) -> Iterator[None]:
         yield
 
 
+def _is_url(arg: str) -> bool:
+    """Whether an argument is a store's URL (s3://bucket/prefix, file:///srv/ckpt)."""
+    from ckptcli.store.backends import parse_location
+
+    return bool(arg) and (not parse_location(arg).is_local or arg[:7].lower() == "file://")
+
+
 def is_checkpoint_file(arg: str) -> bool:
     """Whether a command's argument is a checkpoint file rather than a reference: a file
     that looks like a path to one (a .ckpt name, a "/"), or is one. A bare name that
@@ -94,15 +101,18 @@ def open_source(
 
     - a checkpoint file (is_checkpoint_file): the file, and its one checkpoint; with
       `resolve`, a .ckpt name that is not there is NotFoundError, not a reference;
-    - with `directory`, a directory: that store (`ckpt tui /srv/ckpt`);
+    - with `directory`, a directory or a store's URL: that store (`ckpt tui /srv/ckpt`);
     - anything else: the store of --store, and the checkpoint `target` names in it.
 
     Without `resolve`, the file's checkpoint is not read and a reference is not resolved
     (None): the caller does it (`ckpt verify`, which reports a damaged one)."""
+    from ckptcli.api import refuse_url
+
     if target is None:
         return open_store(store), None
-    if directory and Path(target).is_dir():
-        return open_store(Path(target)), None
+    if directory and (Path(target).is_dir() or _is_url(target)):
+        return open_store(target if _is_url(target) else Path(target)), None
+    refuse_url(target, "a checkpoint file")
     if not resolve:
         if is_checkpoint_file(target):
             from ckptcli.store.single import CheckpointFile

@@ -61,7 +61,8 @@ codes it uses. Any code not listed here also means failure.
 On any failure ckpt prints exactly one line on stderr, `ckpt: error: <what is wrong>; <what to do>`,
 and never a traceback (set `CKPT_DEBUG=1` to see one for an internal error, code 70).
 `ckpt diff --exit-code` (like `git diff --exit-code`) and `ckpt verify` use 1 and 5 as documented
-in their help; `ckpt doctor` exits 1 when one of its checks fails (warnings alone exit 0).
+in their help; `ckpt doctor` exits 1 when one of its checks fails (warnings alone exit 0), and 10 when it finds no
+store or cannot reach it (none here, a missing bucket, an endpoint that does not answer).
 `ckpt copy` exits 5 when an object or manifest it reads from SRC does not match its hash: the
 line names the object and the checkpoint, nothing of that checkpoint is committed in DST, and
 the checkpoints copied before it (oldest first) stay there.

@@ -310,6 +310,12 @@ class Store(Refs):
         self.backend.write_atomic(layout.CONFIG, config.encode())
         self.config = config
 
+    @property
+    def directory(self) -> Path | None:
+        """The store's local directory; None for a store on object storage (its location
+        is a URL, no path: files kept beside a store, free space, `Path` math do not apply)."""
+        return Path(self.location) if isinstance(self.backend, LocalBackend) else None
+
     def warn(self, message: str) -> None:
         """Something read around rather than failed on: said once, through `on_warning`."""
         if message in self.warnings:

@@ -70,8 +70,11 @@ class Session:
 
     @property
     def where(self) -> str:
-        """The source's location, relative to the current directory when inside it."""
+        """The source's location, relative to the current directory when inside it; a
+        store on object storage by its URL."""
         loc = self.source.location
+        if isinstance(self.source, Store) and self.source.directory is None:
+            return loc  # a URL, as given
         try:
             rel = os.path.relpath(loc)
         except ValueError:  # another drive (Windows)

@@ -142,11 +142,13 @@ def _check(migrations: str | None, target: str | None, validator: str | None, as
 def _results(check: CompatCheck, sources: list[str], store: str | None, subject: str | None) -> list[CompatResult]:
     """The verdicts on the files among `sources`, then on the checkpoints of the store the
     others name (all of the store when `sources` names none)."""
+    from ckptcli.api import refuse_url
     from ckptcli.errors import NotFoundError
 
     paths: list[Path] = []
     refs: list[str] = []
     for s in sources:
+        refuse_url(s, "a source of checkpoint files")
         if is_path(s):
             paths.append(Path(s))
         else:

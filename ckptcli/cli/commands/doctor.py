@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, out
-from ckptcli.errors import DoctorFailed, ExitCode
+from ckptcli.errors import DoctorFailed, DoctorNoStore, ExitCode
 
 
-@app.command(epilog=exit_status(ExitCode.FAILURE))
+@app.command(epilog=exit_status(ExitCode.FAILURE, ExitCode.NO_STORE))
 def doctor(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     """Say whether ckpt works here, and what to watch.
 
     Runs named checks, each ok, warn or fail with a one-line detail and a hint:
     store (found, its format version; a quick look at its config, index files, refs
-    and manifests: `ckpt verify` checks every object), langgraph journals (the
+    and manifests: `ckpt verify` checks every object), locks (who holds the store's
+    locks: a prune's exclusive lock makes other commands wait), free space (of the
+    disk a local store is on), langgraph journals (the
     LangGraph saver's journals beside the store: how many, their size, the backlog
     of puts that live savers have not committed yet, journals left by savers that
     are gone, which the next saver to open the store replays; a file named as a
@@ -32,14 +34,23 @@ def doctor(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     each one not installed would enable), and plugins (the entry points installed
     packages register with ckpt: adapters' hooks, more checks).
 
+    On a store on object storage (--store s3://bucket/prefix) the store check says
+    whether it is reachable and its format version; locks lists each lock object with
+    its holder (host, pid, age) and the stale ones, which `ckpt unlock` removes; free
+    space (of a local store's disk) does not apply there.
+
     Installed packages add their own checks (entry-point group ckptcli.doctor).
-    Nothing is changed. Exit status 1 when a check fails; warnings alone exit 0.
+    Nothing is changed. Exit status 10 when no store is found or reached (none here,
+    a missing bucket, an endpoint that does not answer), 1 when another check fails;
+    warnings alone exit 0.
 
     Examples:
 
       ckpt doctor
 
       ckpt doctor --store /srv/app/.ckpt --json
+
+      ckpt doctor --store s3://bucket/agents
     """
     from ckptcli import doctor as lib
 
@@ -53,6 +64,9 @@ def doctor(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
             c.print(f"{ch.status:<4}  {ch.name:<{width}}  {ch.detail}", markup=False)
             if ch.hint and ch.status != lib.OK:
                 c.print(f"      {'':<{width}}  hint: {ch.hint}", markup=False)
+    if report.no_store is not None:
+        err = report.no_store
+        raise DoctorNoStore(f"no store: {err.message}", hint=err.hint or "check --store or CKPT_STORE")
     if report.failed:
         first = report.failed[0]
         raise DoctorFailed(f"{len(report.failed)} check(s) failed, first {first.name}: {first.detail}", hint=first.hint or "see above")

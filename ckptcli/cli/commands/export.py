@@ -46,6 +46,7 @@ def export(
     if to_stdout and as_json:
         raise UsageError("--json prints its report on stdout, where -o - would write the checkpoint", hint="write the file with -o FILE")
     if not to_stdout:
+        api.refuse_url(output, "the output")
         check_output_path(output)
     ck = open_checkpoint(ref, store)
     if to_stdout:

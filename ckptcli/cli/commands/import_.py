@@ -75,6 +75,7 @@ def import_(
     if len(source) > 2 or (db is not None and file != LANGGRAPH):
         raise UsageError(f"unexpected argument {source[-1]!r}", hint="ckpt import FILE, or ckpt import langgraph DB")
     if file == LANGGRAPH and db is not None:
+        api.refuse_url(source[1], "the database to import")
         from ckptcli.adapters.langgraph.importer import import_sqlite
 
         st = open_store(store)
@@ -96,6 +97,7 @@ def import_(
         raise UsageError("`ckpt import langgraph` needs the database to read", hint="ckpt import langgraph checkpoints.sqlite")
     if thread is not None:
         raise UsageError("--thread is for `ckpt import langgraph DB` only", hint="ckpt import FILE imports one checkpoint file")
+    api.refuse_url(file, "the checkpoint file to import")
     st = open_store(store)
     cid = api.import_checkpoint(st, file, progress=BarProgress())
     if as_json:

@@ -133,8 +133,9 @@ def _check_names(subject: str, label: list[str] | None, blobs: dict[str, Path], 
 
     Subject.parse(subject)
     api.parse_labels(label)
-    for name in blobs:
+    for name, path in blobs.items():
         check_name(name, "blob name")
+        api.refuse_url(path, f"--blob {name}=")
     if branch is not None:
         check_name(branch, "branch name")
 
@@ -145,6 +146,7 @@ def _read_state(document: str | None, fmt: str) -> tuple[Any, str]:
 
     if document is None:
         return {}, "json"
+    api.refuse_url(document, "the state document")
     if document == "-":
         try:
             return api.read_document(sys.stdin.buffer, fmt, "stdin")

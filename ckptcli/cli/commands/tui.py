@@ -25,7 +25,9 @@ def tui_cmd(
         str | None,
         typer.Argument(
             metavar="[STORE|FILE|REF]",
-            help="A store directory, a checkpoint file (.ckpt), or a checkpoint of the store to open at. Default: the nearest store.",
+            help=(
+                "A store directory or URL, a checkpoint file (.ckpt), or a checkpoint of the store to open at. Default: the nearest store."
+            ),
             show_default=False,
         ),
     ] = None,
@@ -54,6 +56,8 @@ def tui_cmd(
       ckpt tui
 
       ckpt tui /srv/ckpt
+
+      ckpt tui s3://team-bucket/agents
 
       ckpt tui support-bot.ckpt
 
