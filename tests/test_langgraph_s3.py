@@ -184,8 +184,7 @@ def _turn(saver: CkptSaver, k: int) -> None:
     graph.invoke({"messages": [chat_message(k)]}, {"configurable": {"thread_id": "shared"}})
 
 
-def test_a_second_host_extending_a_thread_another_host_extends_is_refused_not_forked(tmp_path: Path) -> None:
-    url = f"memory://lg-{uuid.uuid4().hex[:12]}"
+def test_a_second_host_extending_a_thread_another_host_extends_is_refused_not_forked(url: str, tmp_path: Path) -> None:
     opts: dict[str, Any] = {"commit_interval": 3600.0, "seal_idle": 0}
     a = CkptSaver.open(url, journal_dir=tmp_path / "host-a", **opts)
     b = CkptSaver.open(url, journal_dir=tmp_path / "host-b", **opts)
@@ -223,3 +222,21 @@ def test_the_default_journal_directory_follows_xdg_state_home(tmp_path: Path, mo
     monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_dir("memory://x").parent == tmp_path / "home" / ".local" / "state" / "ckpt" / "journals"
+
+
+def test_each_host_has_its_own_memory_store_log_and_snapshot_branch(url: str, tmp_path: Path) -> None:
+    a = CkptStore.open(url, journal_dir=tmp_path / "host-a")
+    b = CkptStore.open(url, journal_dir=tmp_path / "host-b")
+    try:
+        a.put(("notes",), "a", {"by": "a"})
+        b.put(("notes",), "b", {"by": "b"})
+        snaps = {a.compact(), b.compact()}
+    finally:
+        a.close()
+        b.close()
+    store = api.open_store(url)
+    branches = {name: cid for name, cid in store.refs(prefix="refs/branches").items()}
+    assert len(branches) == 2 and set(branches.values()) == snaps, branches  # neither host's snapshot is left to prune
+    for host, key in (("host-a", "a"), ("host-b", "b")):
+        with CkptStore.open(url, journal_dir=tmp_path / host) as again:
+            assert [i.key for i in again.search(("notes",))] == [key]
