@@ -8,11 +8,13 @@ extends is refused, never a silent fork."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from langgraph.store.memory import InMemoryStore
 
 from ckptcli import api
 from ckptcli.adapters.langgraph.hostdir import STORE_URL_FILE, default_dir
-from ckptcli.adapters.langgraph.saver import CkptSaver, read_journal
+from ckptcli.adapters.langgraph.saver import CkptSaver, _lease_name, read_journal
 from ckptcli.adapters.langgraph.store import CkptStore
 from ckptcli.errors import InvalidInputError, ThreadConflictError
 from tests.conftest import REPO
@@ -240,3 +242,24 @@ def test_each_host_has_its_own_memory_store_log_and_snapshot_branch(url: str, tm
     for host, key in (("host-a", "a"), ("host-b", "b")):
         with CkptStore.open(url, journal_dir=tmp_path / host) as again:
             assert [i.key for i in again.search(("notes",))] == [key]
+
+
+def test_ckpt_prune_langgraph_ttl_on_an_object_store_leaves_a_thread_a_saver_on_this_host_holds(cli: Any) -> None:
+    """`ckpt prune --langgraph-ttl` on an object store takes the leases of the savers of
+    this host (the URL's default journal directory), as it does beside a local store."""
+    url = f"memory://lg-{uuid.uuid4().hex[:12]}"
+    two_days = 48 * 3600 * 10**9
+    with CkptSaver.open(url, clock=lambda: time.time_ns() - two_days) as old:
+        graph = chain_builder(ChatState, reply=lambda s: {"messages": [chat_message(len(s["messages"]))]}).compile(checkpointer=old)
+        graph.invoke({"messages": [chat_message(0)]}, {"configurable": {"thread_id": "old"}})
+    lease = default_dir(url) / "langgraph" / "threads" / _lease_name("old")
+    fd = os.open(lease, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a saver of this host holds it
+        res = cli("prune", "--langgraph-ttl", "1d", "--json", "--store", url)
+        assert res.code == 0, res.err
+        assert json.loads(res.out)["in_use"] == ["agent:old"] and json.loads(res.out)["removed"] == 0
+    finally:
+        os.close(fd)
+    res = cli("prune", "--langgraph-ttl", "1d", "--store", url)
+    assert res.code == 0 and "expired agent:old" in res.out, res.out + res.err
