@@ -14,7 +14,7 @@ from typing import IO, Any
 from ckptcli.blobs import RestoreReport, restore_blobs
 from ckptcli.blobtree import FileInfo, check_origin, find_entry, list_files, validate
 from ckptcli.document import Section, join_document, write_document
-from ckptcli.errors import CkptError, CorruptError, InvalidInputError, NotFoundError, UsageError
+from ckptcli.errors import CkptError, ConflictError, CorruptError, InvalidInputError, NotFoundError, StoreNotFoundError, UsageError
 from ckptcli.format import framing, limits
 from ckptcli.format.values import Budget, Decoder, LazyBytes
 from ckptcli.listing import info_dict
@@ -347,11 +347,16 @@ def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLik
 
 
 def store_or_init(path: PathLike) -> Store | Path:
-    """The store at `path` (a store directory, or a directory holding ``.ckpt/``) as its
-    path, or a new empty store made there (as `ckpt init` would) when there is none: what
-    `CkptSaver.open` and `CkptStore.open` give their constructor. Raises: CorruptError and
-    the like for a store that is there but does not open (never made again on top)."""
-    p = Path(path)
+    """The store at `path` (a store directory, a directory holding ``.ckpt/``, or a URL
+    of object storage: ``s3://bucket/prefix``...) as its path (a URL's: the store,
+    opened), or a new empty store made there (as `ckpt init` would) when there is none:
+    what `CkptSaver.open` and `CkptStore.open` give their constructor. Raises:
+    CorruptError and the like for a store that is there but does not open (never made
+    again on top)."""
+    where = store_location(path)
+    if isinstance(where, str):
+        return _remote_store_or_init(where)
+    p = where
     try:
         resolve_store_path(p)
     except CkptError:
@@ -359,3 +364,16 @@ def store_or_init(path: PathLike) -> Store | Path:
             raise
         return Store.init(p, limits.FORMAT_VERSION)
     return p
+
+
+def _remote_store_or_init(url: str) -> Store:
+    """The store at `url`, made there first when there is none (a store another process
+    makes meanwhile is opened)."""
+    try:
+        return Store.open(url)
+    except StoreNotFoundError:
+        pass
+    try:
+        return Store.init(url, limits.FORMAT_VERSION)
+    except ConflictError:
+        return Store.open(url)

@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any
 
-from ckptcli.adapters.langgraph import layout
+from ckptcli.adapters.langgraph import crosshost, layout
 from ckptcli.adapters.langgraph.core import SaverCore
 from ckptcli.adapters.langgraph.journal import Journal, frame
 from ckptcli.adapters.langgraph.layout import Key
@@ -125,6 +125,8 @@ class Committer:
                 if len(self.saver._used) > self.saver.resident_threads:
                     self.evict()
                 return
+        if self.saver._remote and batch:
+            batch = self.refuse_forks(batch)
         store = self.saver.store
         try:
             with store.backend.lock("store", shared=True):
@@ -188,6 +190,14 @@ class Committer:
                 self.evict()
         with self.saver._room:
             self.saver._room.notify_all()
+
+    def refuse_forks(self, batch: list[tuple[bytes, bytes, Entry, int]]) -> list[tuple[bytes, bytes, Entry, int]]:
+        """On a store on object storage: the batch without the checkpoints of threads
+        another host committed to meanwhile (`crosshost.refuse_forks`)."""
+        heads = self.saver._store_heads(sorted({e.key[0] for _mid, _data, e, _rev in batch}))
+        with self.saver._lock:
+            forked = crosshost.refuse_forks(self.saver, heads)
+        return [b for b in batch if b[2].key[0] not in forked] if forked else batch
 
     def evict(self) -> None:
         """Drop the least recently used threads beyond `resident_threads` whose checkpoints

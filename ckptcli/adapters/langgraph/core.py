@@ -69,6 +69,8 @@ class SaverCore:
     _thread: threading.Thread
     _stop: threading.Event
     _mark: Mark
+    _local_root: Path
+    _remote: bool  # the store is on object storage: leases serialize this host only (crosshost.py)
 
     def _init_memory(self, trust_identity: bool | str) -> None:
         self._sweeping: set[str] = set()  # threads `_holding` holds the lease of, for a delete (not let go by commits)
@@ -110,7 +112,7 @@ class SaverCore:
         self._error: BaseException | None = None
 
     def _init_leases(self, lease_timeout: float) -> None:
-        root = Path(self.store.location)
+        root = self._local_root  # the store's directory, or this host's journal directory of a remote store (hostdir.py)
         self._jdir = journal_dir(root)
         own_dir(self._jdir)
         for d in (lease_dir(root), want_dir(root)):
@@ -162,6 +164,16 @@ class SaverCore:
         self, keys: Keys, threads: set[str], ids: set[bytes] | None = None, siblings: dict[Any, list[bytes]] | None = None
     ) -> None:
         raise NotImplementedError
+
+    def _store_heads(self, threads: Sequence[str]) -> dict[str, bytes | None]:
+        from ckptcli.adapters.langgraph.crosshost import store_heads
+
+        return store_heads(self, threads)
+
+    def _moved_elsewhere(self, thread: str, head: bytes | None) -> bool:
+        from ckptcli.adapters.langgraph.crosshost import moved_elsewhere
+
+        return moved_elsewhere(self, thread, head)
 
     def _check(self) -> None:
         if self._closed:
@@ -255,6 +267,7 @@ class SaverCore:
             token = raw[1:] if len(raw) == LEASE.size else b""
             if dirty:  # its last holder died before committing it: its journal has the rest
                 self._recover_dead()
+            heads = self._store_heads([thread]) if self._remote else {}  # another host's commits (crosshost.py)
             with self._lock:
                 lease = Lease(fd, name)
                 lease.dirty = dirty
@@ -262,7 +275,8 @@ class SaverCore:
                 # deleted and the lease removed (`_drop_lease`): what this saver has of
                 # the thread may be from before the delete
                 fresh = not token and not dirty and bool(self._thread_entries(thread))
-                if dirty or fresh or token != self._seen.get(name, b""):
+                elsewhere = bool(heads) and self._moved_elsewhere(thread, heads[thread])
+                if dirty or fresh or elsewhere or token != self._seen.get(name, b""):
                     known = {cid for ids in self._thread_entries(thread).values() for cid in ids}
                     self._reload_thread(thread)
                     if write:  # what the run read (nothing, if it read the thread empty) is stale

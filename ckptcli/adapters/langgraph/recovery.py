@@ -188,7 +188,7 @@ class Recovery:
         """A thread's last holder died with puts not committed: replay the journals no
         live saver holds (as opening the store does), the threads they name read from
         the store again first."""
-        fd = recover_lock(Path(self.saver.store.location))
+        fd = recover_lock(self.saver._local_root)
         try:
             found = lock_orphan_journals(self.saver._jdir)
             if not found:

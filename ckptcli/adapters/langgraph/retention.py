@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ckptcli.adapters.langgraph import layout
@@ -205,7 +204,14 @@ def hold_threads(store: Store, manifests: Mapping[bytes, Manifest], subjects: se
             k = layout.key_of(m.subject, m.labels)
             if k is not None:
                 threads[k.thread_id] = subj
-    with hold(Path(store.location), threads, renew) as (_held, in_use):
+    from ckptcli.adapters.langgraph.hostdir import local_root
+
+    # a remote store's: the leases of the savers of this host (hostdir.py; none made here)
+    root = local_root(store, create=False)
+    if root is None:
+        yield set()
+        return
+    with hold(root, threads, renew) as (_held, in_use):
         yield {threads[t] for t in in_use}
 
 

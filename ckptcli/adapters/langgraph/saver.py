@@ -25,7 +25,6 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -44,6 +43,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ckptcli.adapters.langgraph.committer import Committer
 from ckptcli.adapters.langgraph.core import Copies, CopyRows, Keys, SaverCore
 from ckptcli.adapters.langgraph.encoding import fingerprint
+from ckptcli.adapters.langgraph.hostdir import is_remote, local_root
 from ckptcli.adapters.langgraph.journal import JOURNAL_DIR as JOURNAL_DIR
 from ckptcli.adapters.langgraph.journal import Journal
 from ckptcli.adapters.langgraph.journal import Journal as _Journal  # noqa: F401 - tests import it from here
@@ -59,7 +59,7 @@ from ckptcli.adapters.langgraph.resident import MISSING, Blob, Entry, ItemLog
 from ckptcli.adapters.langgraph.retention import TTL
 from ckptcli.adapters.langgraph.threadops import Siblings, ThreadOps
 from ckptcli.errors import InvalidInputError
-from ckptcli.store.repository import Store
+from ckptcli.store.repository import Store, store_location
 
 __all__ = ["CkptSaver"]
 
@@ -133,9 +133,16 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
             memory without bound. Default 256.
         max_journal_bytes: the journal's bound for the back-pressure above (default
             64 MiB).
+        journal_dir: for a store on object storage (``s3://...``, ``memory://...``):
+            the directory on this host's disk for the journal and the thread leases
+            (in its ``langgraph/``). Default: one per store URL under
+            ``$XDG_STATE_HOME/ckpt/journals/`` (hostdir.py). A put is durable on this
+            host once it returns; the next saver opened here with the same directory
+            replays what a dead one left. A local store keeps them in itself.
     Raises:
         StoreNotFoundError, CorruptError, StoreIOError from opening the store or
-        replaying a journal; InvalidInputError for a bad option.
+        replaying a journal; InvalidInputError for a bad option (a journal_dir for a
+        local store, or one another store's journals are in).
     """
 
     def __init__(
@@ -153,6 +160,7 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         clock: Callable[[], int] = time.time_ns,
         max_backlog: int = 256,
         max_journal_bytes: int = 64 * 1024 * 1024,
+        journal_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__(serde=serde)
         self.ttl = TTL.parse(ttl) if ttl is not None else None
@@ -162,7 +170,16 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         self.max_backlog = max_backlog
         self.max_journal_bytes = max_journal_bytes
         self.backlog_waits = 0  # puts that waited for the committer (back-pressure), for tests and benchmarks
-        self.store = store if isinstance(store, Store) else Store.open(Path(store))
+        self.store = store if isinstance(store, Store) else Store.open(store_location(store))
+        try:
+            root = local_root(self.store, journal_dir)
+        except BaseException:
+            if not isinstance(store, Store):
+                self.store.close()
+            raise
+        assert root is not None
+        self._local_root = root
+        self._remote = is_remote(self.store)
         self.fsync = fsync
         self.commit_interval = commit_interval
         self.seal_idle = seal_idle
@@ -184,7 +201,7 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         # next checkpoints without writing them again), and one running now ends first
         with self.store.backend.lock("store", shared=True, wait=300.0):  # as long as a take waits
             self._mark = self.store.backend.mark_writer("langgraph-saver")
-        recovering = recover_lock(Path(self.store.location))
+        recovering = recover_lock(self._local_root)
         orphans = lock_orphan_journals(self._jdir)  # before ours exists: ours is not an orphan
         self._journal = Journal(self._jdir, self.fsync)
         try:

@@ -17,7 +17,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -38,6 +37,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
+from ckptcli.adapters.langgraph.hostdir import HostLocks, host_branch, is_remote, local_root
 from ckptcli.adapters.langgraph.journal import (
     own_dir,
 )
@@ -64,7 +64,7 @@ from ckptcli.adapters.langgraph.store_log import (
     log_dir,
 )
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, UsageError
-from ckptcli.store.repository import Store
+from ckptcli.store.repository import Store, store_location
 
 __all__ = ["CkptStore"]
 
@@ -91,6 +91,10 @@ class CkptStore(BaseStore):
         compact_bytes: the log size past which a write snapshots the items into a ckpt
             checkpoint and starts a new log.
         lock_timeout: seconds to wait for another process's batch before LockError.
+        journal_dir: for a store on object storage: the directory on this host's disk
+            for the log (in its ``langgraph/store/``), as `CkptSaver`'s. The log is
+            this host's: processes on this host share the items, another host's
+            CkptStore on the same store has its own (docs/langgraph.md).
     """
 
     supports_ttl: bool = True
@@ -105,6 +109,7 @@ class CkptStore(BaseStore):
         clock: Callable[[], float] | None = None,
         compact_bytes: int = 16 * 1024 * 1024,
         lock_timeout: float = 30.0,
+        journal_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if fsync not in FSYNC_POLICIES:
             raise InvalidInputError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
@@ -125,11 +130,23 @@ class CkptStore(BaseStore):
             self.index_config["__tokenized_fields"] = [
                 (p, tokenize_path(p)) if p != "$" else (p, p) for p in (self.index_config.get("fields") or ["$"])
             ]
-        self.store = store if isinstance(store, Store) else Store.open(Path(store))
-        self._dir = log_dir(Path(self.store.location))
+        self.store = store if isinstance(store, Store) else Store.open(store_location(store))
+        try:
+            root = local_root(self.store, journal_dir)
+            assert root is not None
+            # on object storage the log is this host's (hostdir.py), locked here, and its
+            # snapshots kept by a branch of this host's, so one host's never unprotects another's
+            self._host_locks = HostLocks(root) if is_remote(self.store) else None
+        except BaseException:
+            if not isinstance(store, Store):
+                self.store.close()
+            raise
+        self._dir = log_dir(root)
         self._mu = threading.RLock()
         self._closed = False
-        self._log = MemoryLog(self.store, self._dir, fsync)
+        branch = SNAPSHOT_BRANCH if self._host_locks is None else host_branch(root)
+        self._branch = branch
+        self._log = MemoryLog(self.store, self._dir, fsync, branch)
         self._retry_at = 0  # after a compaction failed: the log size at which to try again
         self.compactions = 0  # snapshots this process took (for tests and benchmarks)
         own_dir(self._dir.parent)
@@ -177,7 +194,8 @@ class CkptStore(BaseStore):
                 os.close(self._log.fd)
 
     def _lock(self, shared: bool) -> contextlib.AbstractContextManager[None]:
-        return self.store.backend.lock(LOCK_NAME, shared=shared, wait=self.lock_timeout)
+        locks = self._host_locks if self._host_locks is not None else self.store.backend
+        return locks.lock(LOCK_NAME, shared=shared, wait=self.lock_timeout)
 
     def _refresh(self, writing: bool) -> None:
         """Take in what other processes wrote since this one last looked (under a lock)."""
@@ -411,7 +429,7 @@ class CkptStore(BaseStore):
             self.store,
             doc,
             subject=SNAPSHOT_SUBJECT,
-            branch=SNAPSHOT_BRANCH,
+            branch=self._branch,
             labels={"langgraph.store.generation": str(gen)},
             message=f"LangGraph memory store: {count} items",
         )

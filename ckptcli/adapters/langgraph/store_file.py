@@ -52,9 +52,10 @@ class MemoryLog:
     """The newest log of the memory store in directory `dir` of `store`, read into `data`
     (namespace -> key -> item) up to `offset`; `fsync`: "always" or "never"."""
 
-    def __init__(self, store: Store, dir: Path, fsync: str) -> None:
+    def __init__(self, store: Store, dir: Path, fsync: str, branch: str = SNAPSHOT_BRANCH) -> None:
         self.store = store
         self.dir = dir
+        self.branch = branch  # the branch that keeps the live log's snapshot from prune
         self.fsync = fsync
         self.fd = -1
         self.gen = -1
@@ -143,12 +144,10 @@ class MemoryLog:
             # the branch keeps the live log's base from prune; a compaction killed between
             # its snapshot and its new log left the branch on a snapshot no log starts from
             try:
-                if self.store.read_ref(f"refs/branches/{SNAPSHOT_BRANCH}") != snap:
-                    self.store.set_branch(SNAPSHOT_BRANCH, snap)
+                if self.store.read_ref(f"refs/branches/{self.branch}") != snap:
+                    self.store.set_branch(self.branch, snap)
             except CkptError as exc:
-                self.store.warn(
-                    f"cannot point the branch {SNAPSHOT_BRANCH} at the LangGraph store's snapshot {snap.hex()[:12]}: {exc.message}"
-                )
+                self.store.warn(f"cannot point the branch {self.branch} at the LangGraph store's snapshot {snap.hex()[:12]}: {exc.message}")
 
     def read_records(self, data: Buffer, path: Path, salt: bytes, start: int) -> tuple[list[tuple[int, dict[str, Any]]], int]:
         """The records of `data` (the whole log) from offset `start` on, each with its
