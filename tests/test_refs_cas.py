@@ -264,8 +264,8 @@ def test_a_take_moves_latest_by_one_read_and_one_conditional_put_without_a_refs_
     st = _store(counting)
     api.take(st, {"memory": {"turn": 1}}, subject="agent:bot")
     path = layout.latest_ref("agent", "bot")
-    # read twice before the commit (as the take found it; its parent), then swapped
-    assert [m for m, p in counting.calls if p == path] == ["get", "get", "get_versioned", "put_if_match"]
+    # read twice before the commit (as the take found it; its parent: capped reads), then swapped
+    assert [m for m, p in counting.calls if p == path] == ["get_range", "get_range", "get_versioned", "put_if_match"]
     assert [m for m, p in counting.calls if p == layout.log_path(path)] == ["get_versioned", "put_if_match"]
     # one lock object: the store lock the take holds shared (no "refs" lock)
     assert len({p for _m, p in counting.calls if p.startswith("locks/") and p != "locks/"}) == 1
