@@ -300,13 +300,13 @@ class StoreChecker:
 
         def check_pack(hexname: str, path: str) -> tuple[str, str, int, str | None, dict[bytes, str]]:
             try:
-                data = self.backend.read(path)
+                data = self.backend.read_view(path)
             except CkptError as exc:
                 return hexname, path, 0, exc.message, {}
             damaged, found = check_pack_data(data, hexname, path, by_pack.get(bytes.fromhex(hexname), []))
             return hexname, path, len(data), damaged, found
 
-        workers = min(4, os.cpu_count() or 1)
+        workers = max(min(4, os.cpu_count() or 1), self.backend.fetch_threads)  # packs read at once
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ckpt-verify") as pool:
             for hexname, path, nbytes, damaged, found in pool.map(lambda item: check_pack(*item), self.pack_files.items()):
                 self.rep.bytes_read += nbytes
