@@ -421,3 +421,46 @@ def test_a_damaged_byte_in_a_prefetched_block_is_found_and_named(tmp_path: Path)
     assert f"object {oid.hex()[:12]} in pack {entry.pack.hex()[:12]}" in err.value.message
     assert "content does not match its hash" in err.value.message
     assert not (tmp_path / "out").exists()  # nothing left of the failed restore
+
+
+def test_blocks_fetched_ahead_are_bounded_and_a_failed_one_is_raised_by_its_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptcli.errors import NotFoundError
+    from ckptcli.store import remote
+
+    monkeypatch.setattr(remote, "_BLOCK", 64 << 10)  # small blocks, the same logic
+    MemoryBackend.forget("ahead")
+    objects = _CountingRanges("ahead")
+    blob = os.urandom((remote._AHEAD + 8) * remote._BLOCK // 4)  # more blocks than may wait unread
+    packs = [f"packs/ab/p{i}" for i in range(4)]
+    for p in packs:
+        objects.put(p, blob)
+    io = ObjectStoreIO(objects)
+    starts = range(0, len(blob), remote._BLOCK)
+    for p in packs:
+        for s in starts:
+            io.prefetch(p, s + 5, 100)
+    deadline = time.monotonic() + 30
+    while len(objects.ranges) < remote._AHEAD and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert len(objects.ranges) == remote._AHEAD  # no more fetched ahead than wait unread in the cache
+    for p in packs:  # every range reads back exactly, the ones not fetched ahead on demand
+        for s in starts:
+            assert io.read_range(p, s + 5, 100) == blob[s + 5 : s + 105]
+    assert len(objects.ranges) == len(set((p, o) for p, o, _t in objects.ranges))  # none fetched twice
+    io.prefetch("packs/ab/missing", 0, 10)  # a hint raises nothing ...
+    with pytest.raises(NotFoundError):
+        io.read_range("packs/ab/missing", 0, 10)  # ... its reader gets the error
+
+
+def test_verify_on_object_storage_fetches_the_blocks_of_tree_nodes_ahead(tmp_path: Path) -> None:
+    from ckptcli.store.verify import verify_store
+
+    _big_blob_store(tmp_path, "verifyahead", 20)
+    st, objects = _opened("verifyahead")
+    report = verify_store(st, None, read_data=False)
+    assert report.ok, report.problems
+    fetched = [(p, o, t) for p, o, t in objects.ranges if p.startswith("packs/")]
+    assert fetched and all(t.startswith("ckpt-fetch") for _p, _o, t in fetched)  # the walk found them fetched
+    assert len({(p, o) for p, o, _t in fetched}) == len(fetched)
+    assert verify_store(st, None, read_data=True).ok

@@ -53,6 +53,8 @@ _APPEND_TRIES = 50
 _BLOCK = 8 << 20
 _BLOCKS = 24
 _FETCHERS = 4
+#: blocks fetched ahead and not read yet, at most (the rest of the cache: blocks being read)
+_AHEAD = 16
 
 
 def _content_named(path: str) -> bool:
@@ -87,6 +89,7 @@ class ObjectStoreIO(Backend):
         self.cache = cache
         self._blocks: collections.OrderedDict[tuple[str, int], Future[bytes | memoryview]] = collections.OrderedDict()
         self._blocks_lock = threading.Lock()
+        self._ahead: set[tuple[str, int]] = set()  # blocks fetched ahead, not read yet
 
     # -- reads ------------------------------------------------------------------------
     def read(self, path: str) -> bytes:
@@ -124,6 +127,9 @@ class ObjectStoreIO(Backend):
             with self._blocks_lock:
                 if key in self._blocks:
                     continue
+                if len(self._ahead) >= _AHEAD:
+                    return  # enough fetched and not read yet: more would push them out of the cache
+                self._ahead.add(key)
                 fut: Future[bytes | memoryview] = Future()
                 self._blocks[key] = fut
                 self._evict()
@@ -135,7 +141,7 @@ class ObjectStoreIO(Backend):
 
     def _evict(self) -> None:
         while len(self._blocks) > _BLOCKS:
-            self._blocks.popitem(last=False)
+            self._ahead.discard(self._blocks.popitem(last=False)[0])
 
     def _block(self, path: str, number: int) -> bytes | memoryview:
         """Block `number` of the pack at `path` (fewer bytes at its end), fetched once
@@ -149,6 +155,7 @@ class ObjectStoreIO(Backend):
                 self._evict()
             else:
                 self._blocks.move_to_end(key)
+            self._ahead.discard(key)
         return self._fetch(key, fut) if mine else fut.result()
 
     def _fetch(self, key: tuple[str, int], fut: Future[bytes | memoryview]) -> bytes | memoryview:
@@ -159,6 +166,7 @@ class ObjectStoreIO(Backend):
             with self._blocks_lock:
                 if self._blocks.get(key) is fut:
                     del self._blocks[key]
+                    self._ahead.discard(key)
             fut.set_exception(exc)
             raise
         fut.set_result(data)

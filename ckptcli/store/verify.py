@@ -24,7 +24,7 @@ from ckptcli import plugins
 from ckptcli.errors import CkptError, CorruptError
 from ckptcli.format import framing, limits
 from ckptcli.format.manifest import Manifest, is_nested
-from ckptcli.format.values import ObjectSource
+from ckptcli.format.values import OBJ_NODE, ObjectSource
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
 from ckptcli.store import layout, reflog
@@ -276,6 +276,10 @@ class StoreChecker:
     def structure(self, progress: Progress) -> None:
         """Objects reachable from each checkpoint: node objects read and hash-checked, data objects indexed."""
         walked = WalkResult()
+        if self.backend.fetch_threads:  # object storage: the blocks holding nodes, fetched ahead, several at once
+            for entry in self.entries.values():
+                if entry.obj_type == OBJ_NODE:
+                    self.backend.prefetch(pack_path(entry.pack), entry.offset, entry.stored_len)
         progress.start("checking structure", len(self.decoded))
         for cid, m in self.decoded.items():
             try:
