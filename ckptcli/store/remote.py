@@ -51,10 +51,10 @@ _APPEND_TRIES = 50
 #: ranged reads of packs are served from blocks of this size, the last _BLOCKS kept;
 #: blocks a reader announces (`prefetch`) are fetched ahead, _FETCHERS at once
 _BLOCK = 8 << 20
-_BLOCKS = 24
+_BLOCKS = 16
 _FETCHERS = 4
 #: blocks fetched ahead and not read yet, at most (the rest of the cache: blocks being read)
-_AHEAD = 16
+_AHEAD = 8
 
 
 def _content_named(path: str) -> bool:
