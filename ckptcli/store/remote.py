@@ -15,7 +15,9 @@ here each one is made of what object storage can do:
   (ckptcli.store.objcache), checked against their names, so never stale;
 - ranged reads of packs (immutable, content-named) go through a small cache of 8 MiB
   blocks: a restore reads a pack's objects one after another, and one request per block
-  costs what one request per object would cost a thousand times over.
+  costs what one request per object would cost a thousand times over. A reader announces
+  what it will read (`prefetch`), and those blocks are fetched ahead on a few threads;
+  packs are kept small (`pack_target`: two blocks), so that a pack costs two requests.
 """
 
 from __future__ import annotations
