@@ -55,6 +55,12 @@ def ranges_at_and_past_the_end(b: ObjectBackend) -> None:
     assert b.get_range("index/x", 1000, 5) == b""  # at the end
     assert b.get_range("index/x", 5000, 5) == b""  # past it
     assert b.get_range("index/x", 3, 0) == b""
+    # the views (no copy where the client allows it) hold the same bytes
+    assert bytes(b.get_view("index/x")) == data
+    for offset, length in ((0, 1000), (10, 20), (990, 100), (999, 1), (1000, 5), (5000, 5), (3, 0)):
+        view = b.get_range_view("index/x", offset, length)
+        assert bytes(view) == data[offset : offset + length], (offset, length)
+        assert len(view) == len(data[offset : offset + length])
 
 
 def a_put_replaces_and_changes_the_etag(b: ObjectBackend) -> None:
@@ -214,7 +220,7 @@ def delete_removes_and_a_missing_one_is_fine(b: ObjectBackend) -> None:
 def a_missing_object_is_not_found(b: ObjectBackend) -> None:
     b.put("there/x", b"x")
     for path in ("nope", "there/y", "there/x/under", "deep/er/nope"):
-        for call in (b.get, b.get_versioned, b.stat, lambda p: b.get_range(p, 0, 1)):
+        for call in (b.get, b.get_view, b.get_versioned, b.stat, lambda p: b.get_range(p, 0, 1), lambda p: b.get_range_view(p, 0, 1)):
             with pytest.raises(NotFoundError):
                 call(path)
         assert not b.exists(path)
@@ -228,6 +234,8 @@ def bad_paths_are_refused(b: ObjectBackend) -> None:
         b.stat,
         b.get_versioned,
         lambda p: b.get_range(p, 0, 1),
+        b.get_view,
+        lambda p: b.get_range_view(p, 0, 1),
         lambda p: b.put(p, b"x"),
         lambda p: b.put_if_absent(p, b"x"),
         lambda p: b.put_if_match(p, b"x", None),

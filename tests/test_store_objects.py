@@ -341,3 +341,131 @@ def test_locations_keep_bucket_case_and_refuse_ambiguous_forms(tmp_path: Path) -
     with pytest.raises(InvalidInputError) as refused:
         api.open_store("memory://u:MEMPW@n")
     assert "MEMPW" not in str(refused.value)
+
+
+class _CountingRanges(MemoryBackend):
+    """A memory:// bucket that records each ranged GET and the thread that made it."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.ranges: list[tuple[str, int, str]] = []
+
+    def get_range(self, path: str, offset: int, length: int) -> bytes:
+        import threading
+
+        self.ranges.append((path, offset, threading.current_thread().name))
+        return super().get_range(path, offset, length)
+
+
+def _big_blob_store(tmp_path: Path, name: str, mib: int) -> tuple[Any, bytes, Path]:
+    """A memory:// store holding one checkpoint of one `mib` MiB random file."""
+    MemoryBackend.forget(name)
+    st = api.init_store(f"memory://{name}")
+    work = tmp_path / "work"
+    work.mkdir()
+    data = os.urandom(mib << 20)
+    (work / "big.bin").write_bytes(data)
+    taken = api.take(st, {"n": 1}, subject="agent:big", blobs={"work": work})
+    return taken, data, work
+
+
+def _opened(name: str) -> tuple[Any, _CountingRanges]:
+    from ckptcli.store.repository import Store, read_config
+
+    objects = _CountingRanges(name)
+    io = ObjectStoreIO(objects)
+    return Store(io, read_config(io, f"memory://{name}/config"), io.url), objects
+
+
+def test_a_take_on_object_storage_writes_packs_of_two_blocks_and_a_local_one_writes_one(tmp_path: Path) -> None:
+    from ckptcli.store import remote
+
+    _big_blob_store(tmp_path, "packsize", 34)
+    packs = [p for p in MemoryBackend("packsize").list_paths("packs/")]
+    sizes = [len(MemoryBackend("packsize").get(p)) for p in packs]
+    assert len(packs) >= 3, sizes  # 34 MiB of data: three packs or more, not one
+    assert max(sizes) <= 2 * remote._BLOCK, sizes  # each read whole in two ranged GETs
+    local = api.init_store(tmp_path / "local")
+    api.take(local, {"n": 1}, subject="agent:big", blobs={"work": tmp_path / "work"})
+    assert len(list((tmp_path / "local").rglob("packs/*/*"))) == 1  # a local disk keeps large packs
+    assert local.prefetch is None  # and reads no further ahead than before
+
+
+def test_a_restore_from_object_storage_fetches_each_block_once_on_the_fetch_threads(tmp_path: Path) -> None:
+    from ckptcli.checkpoint import open_checkpoint
+    from ckptcli.store import remote
+
+    taken, data, _work = _big_blob_store(tmp_path, "prefetch", 24)
+    st, objects = _opened("prefetch")
+    assert st.prefetch is not None  # object storage reads ahead (a local store: None, below)
+    open_checkpoint(taken.id.hex(), st).restore_blobs(tmp_path / "out")
+    assert (tmp_path / "out" / "work" / "big.bin").read_bytes() == data
+    fetched = [(p, o) for p, o, _t in objects.ranges if p.startswith("packs/")]
+    assert len(fetched) == len(set(fetched))  # no block asked for twice
+    assert all(o % remote._BLOCK == 0 for _p, o in fetched)  # whole blocks, not one request per object
+    data_packs = {p for p, _o in fetched}
+    assert len(fetched) <= 3 * len(data_packs)
+    threads = {t.split("_")[0] for p, _o, t in objects.ranges if p.startswith("packs/")}
+    assert "ckpt-fetch" in threads  # fetched ahead, while the restore writes
+
+
+def test_a_damaged_byte_in_a_prefetched_block_is_found_and_named(tmp_path: Path) -> None:
+    from ckptcli.checkpoint import open_checkpoint
+    from ckptcli.errors import CorruptError
+    from ckptcli.store.layout import pack_path
+
+    taken, _data, _work = _big_blob_store(tmp_path, "damaged", 20)
+    st, objects = _opened("damaged")
+    oid, entry = max(st.index().items(), key=lambda it: (it[1].stored_len, it[0]))  # a data chunk, not a node
+    path = pack_path(entry.pack)
+    pack = bytearray(objects.get(path))
+    pack[entry.offset + entry.stored_len // 2] ^= 0x40
+    objects.put(path, bytes(pack))
+    with pytest.raises(CorruptError) as err:
+        open_checkpoint(taken.id.hex(), st).restore_blobs(tmp_path / "out")
+    assert f"object {oid.hex()[:12]} in pack {entry.pack.hex()[:12]}" in err.value.message
+    assert "content does not match its hash" in err.value.message
+    assert not (tmp_path / "out").exists()  # nothing left of the failed restore
+
+
+def test_blocks_fetched_ahead_are_bounded_and_a_failed_one_is_raised_by_its_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptcli.errors import NotFoundError
+    from ckptcli.store import remote
+
+    monkeypatch.setattr(remote, "_BLOCK", 64 << 10)  # small blocks, the same logic
+    MemoryBackend.forget("ahead")
+    objects = _CountingRanges("ahead")
+    blob = os.urandom((remote._AHEAD + 8) * remote._BLOCK // 4)  # more blocks than may wait unread
+    packs = [f"packs/ab/p{i}" for i in range(4)]
+    for p in packs:
+        objects.put(p, blob)
+    io = ObjectStoreIO(objects)
+    starts = range(0, len(blob), remote._BLOCK)
+    for p in packs:
+        for s in starts:
+            io.prefetch(p, s + 5, 100)
+    deadline = time.monotonic() + 30
+    while len(objects.ranges) < remote._AHEAD and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert len(objects.ranges) == remote._AHEAD  # no more fetched ahead than wait unread in the cache
+    for p in packs:  # every range reads back exactly, the ones not fetched ahead on demand
+        for s in starts:
+            assert io.read_range(p, s + 5, 100) == blob[s + 5 : s + 105]
+    assert len(objects.ranges) == len(set((p, o) for p, o, _t in objects.ranges))  # none fetched twice
+    io.prefetch("packs/ab/missing", 0, 10)  # a hint raises nothing ...
+    with pytest.raises(NotFoundError):
+        io.read_range("packs/ab/missing", 0, 10)  # ... its reader gets the error
+
+
+def test_verify_on_object_storage_fetches_the_blocks_of_tree_nodes_ahead(tmp_path: Path) -> None:
+    from ckptcli.store.verify import verify_store
+
+    _big_blob_store(tmp_path, "verifyahead", 20)
+    st, objects = _opened("verifyahead")
+    report = verify_store(st, None, read_data=False)
+    assert report.ok, report.problems
+    fetched = [(p, o, t) for p, o, t in objects.ranges if p.startswith("packs/")]
+    assert fetched and all(t.startswith("ckpt-fetch") for _p, _o, t in fetched)  # the walk found them fetched
+    assert len({(p, o) for p, o, _t in fetched}) == len(fetched)
+    assert verify_store(st, None, read_data=True).ok

@@ -236,8 +236,16 @@ class Decoder:
             return
         pending: collections.deque[tuple[int, Future[bytes]]] = collections.deque()
         in_flight = 0
+        # a store on object storage fetches what is announced on threads of its own: there
+        # the pieces are announced up to _BYTES_IN_FLIGHT ahead, so that several requests
+        # are in flight while this thread writes
+        prefetch = getattr(self.source, "prefetch", None)
+        if prefetch is not None:
+            window = max(window, _FAR_WINDOW)
         try:
             for size, child in itertools.chain(head, pieces):
+                if prefetch is not None:
+                    prefetch(child)
                 pending.append((size, _pool().submit(_fetch, self.source, size, child)))
                 in_flight += size
                 while pending and (len(pending) >= window or in_flight >= _BYTES_IN_FLIGHT):
@@ -253,6 +261,8 @@ class Decoder:
 
 #: Bytes of data objects iter_bytes reads ahead of its consumer.
 _BYTES_IN_FLIGHT = 64 * 1024 * 1024
+#: Pieces iter_bytes reads ahead from a source that prefetches (about 64 MiB of 64 KiB chunks).
+_FAR_WINDOW = 1024
 
 
 def _fetch(source: ObjectSource, size: int, oid: bytes) -> bytes:

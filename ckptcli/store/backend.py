@@ -71,6 +71,13 @@ class Backend(ABC):
     #: write_if_match) instead of under the store's "refs" lock: where the backend's
     #: conditional writes are atomic against every other writer
     ref_cas: bool = False
+    #: requests a reader of many files keeps in flight: 0 on a local disk (reads are
+    #: CPU-bound there, one thread per core); more where each read waits on the network
+    fetch_threads: int = 0
+    #: a pack being written is finished once it holds this many bytes: large on a local
+    #: disk (fewer files); smaller on object storage, where a reader's ranged GETs cost
+    #: per request and some servers read the whole object for each
+    pack_target: int = 64 * 1024 * 1024
 
     @abstractmethod
     def read(self, path: str) -> bytes:
@@ -79,6 +86,18 @@ class Backend(ABC):
     @abstractmethod
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         """Args: path, offset, length. Returns: up to `length` bytes. Raises: NotFoundError, StoreIOError."""
+
+    def read_view(self, path: str) -> bytes | memoryview:
+        """Args: path. Returns: the file's bytes, possibly as a read-only view of a
+        buffer the backend received them into (no copy), for a caller that only slices
+        and hashes them (`ckpt verify --read-data` reading whole packs). Raises: as `read`."""
+        return self.read(path)
+
+    def prefetch(self, path: str, offset: int, length: int) -> None:
+        """Args: path, offset, length: a range `read_range` will be asked for soon.
+        A hint: a backend whose reads cost a request each starts fetching it now;
+        a local disk does nothing. Raises nothing (the read itself reports failures)."""
+        return
 
     @abstractmethod
     def write_atomic(self, path: str, data: bytes) -> None:

@@ -185,7 +185,7 @@ class PackTable:
         return framing.pack_id_v2(self.header, [r[0] for r in self.rows], self.trailer)
 
 
-def read_pack(data: bytes, where: str, name: bytes | None = None) -> PackTable:
+def read_pack(data: bytes | memoryview, where: str, name: bytes | None = None) -> PackTable:
     """Take a whole pack apart: every object is checked against the trailer (version 2)
     and decompressed and hashed to recover its id. Structural damage (header, trailer,
     lengths) raises CorruptError; a damaged object is listed in `errors`.
@@ -202,7 +202,7 @@ def read_pack(data: bytes, where: str, name: bytes | None = None) -> PackTable:
     start = len(data) - 4 - tlen
     if start < framing.HEADER_SIZE:
         raise CorruptError(f"{where}: trailer length {tlen} does not fit")
-    trailer = data[start : len(data) - 4]
+    trailer = bytes(data[start : len(data) - 4])
     tversion, body = framing.decode_record(trailer, framing.KIND_PACK_TRAILER, f"{where} (trailer)")
     if tversion != version:
         raise CorruptError(f"{where}: a version-{tversion} trailer in a version-{version} pack")
@@ -234,7 +234,7 @@ def read_pack(data: bytes, where: str, name: bytes | None = None) -> PackTable:
     return table
 
 
-def read_pack_table(data: bytes, where: str, name: bytes | None = None) -> list[Any]:
+def read_pack_table(data: bytes | memoryview, where: str, name: bytes | None = None) -> list[Any]:
     """The entries of a whole pack file, rebuilt from its trailer: each object is
     decompressed and hashed to recover its id. Returns [[id, type, offset, stored_len,
     raw_len, codec], ...], the rows an index holds; a damaged object is CorruptError."""
@@ -264,7 +264,7 @@ def stored_bytes(backend: Backend, pack_id: bytes) -> int | None:
 
 
 def check_pack_data(
-    data: bytes, hexname: str, path: str, entries: Iterable[tuple[bytes, IndexEntry]]
+    data: bytes | memoryview, hexname: str, path: str, entries: Iterable[tuple[bytes, IndexEntry]]
 ) -> tuple[str | None, dict[bytes, str]]:
     """`ckpt verify --read-data` of one whole pack named `hexname`: (what is wrong with
     the pack as a file, or None; object id -> what is wrong with it) for the objects

@@ -29,7 +29,6 @@ __all__ = ["GcReport", "RepackPlan", "copy_objects", "finish", "plan", "start", 
 
 SMALL_PACK = 512 * 1024  # a pack smaller than this is small ...
 SMALL_PACKS_TO_MERGE = 16  # ... and this many small packs are merged into one
-REPACK_TARGET = 64 * 1024 * 1024  # the size of the packs a repack writes
 
 
 @dataclass
@@ -201,7 +200,7 @@ def copy_objects(store: Store, objects: list[tuple[bytes, IndexEntry]], progress
                 writer = PackWriter(store.backend, store.version)
             writer.add(oid, entry.obj_type, entry.codec, stored, entry.raw_len)
             progress.advance(entry.stored_len)
-            if writer.size >= REPACK_TARGET:
+            if writer.size >= store.backend.pack_target:  # the packs a take writes there
                 out.append(writer.finish()())
                 writer = None
         if writer is not None:

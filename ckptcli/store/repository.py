@@ -44,7 +44,6 @@ from ckptcli.store.pack import PackWriter, read_pack
 from ckptcli.store.refs import Refs
 from ckptcli.store.remote import ObjectStoreIO
 
-PACK_TARGET_SIZE = 64 * 1024 * 1024
 _U32 = struct.Struct(">I")
 
 
@@ -104,7 +103,7 @@ class Transaction:
         self.new[oid] = obj_type
         self.new_objects += 1
         self.new_stored_bytes += len(stored)
-        if self.pack.size >= PACK_TARGET_SIZE:
+        if self.pack.size >= self.store.backend.pack_target:
             self.packs.append(self.pack.finish())
             self.pack = None
 
@@ -472,6 +471,18 @@ class Store(Refs):
         if len(stored) != entry.stored_len:
             raise CorruptError(f"pack {entry.pack.hex()[:12]} is truncated (object {oid.hex()[:12]})", hint="run `ckpt verify`")
         return entry, stored
+
+    @property
+    def prefetch(self) -> Callable[[bytes], None] | None:
+        """On a backend that reads ahead (object storage), a call announcing that
+        `get(oid)` comes soon, so that its stored bytes are fetched meanwhile, on threads
+        of the backend's own; None on a local disk."""
+        return self._prefetch if self.backend.fetch_threads else None
+
+    def _prefetch(self, oid: bytes) -> None:
+        entry = self.index().get(oid)
+        if entry is not None:
+            self.backend.prefetch(pack_path(entry.pack), entry.offset, entry.stored_len)
 
     def get(self, oid: bytes) -> bytes:
         """The content of an object, its hash checked."""

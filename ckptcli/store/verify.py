@@ -24,7 +24,7 @@ from ckptcli import plugins
 from ckptcli.errors import CkptError, CorruptError
 from ckptcli.format import framing, limits
 from ckptcli.format.manifest import Manifest, is_nested
-from ckptcli.format.values import ObjectSource
+from ckptcli.format.values import OBJ_NODE, ObjectSource
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
 from ckptcli.store import layout, reflog
@@ -276,6 +276,10 @@ class StoreChecker:
     def structure(self, progress: Progress) -> None:
         """Objects reachable from each checkpoint: node objects read and hash-checked, data objects indexed."""
         walked = WalkResult()
+        if self.backend.fetch_threads:  # object storage: the blocks holding nodes, fetched ahead, several at once
+            for entry in self.entries.values():
+                if entry.obj_type == OBJ_NODE:
+                    self.backend.prefetch(pack_path(entry.pack), entry.offset, entry.stored_len)
         progress.start("checking structure", len(self.decoded))
         for cid, m in self.decoded.items():
             try:
@@ -300,13 +304,13 @@ class StoreChecker:
 
         def check_pack(hexname: str, path: str) -> tuple[str, str, int, str | None, dict[bytes, str]]:
             try:
-                data = self.backend.read(path)
+                data = self.backend.read_view(path)
             except CkptError as exc:
                 return hexname, path, 0, exc.message, {}
             damaged, found = check_pack_data(data, hexname, path, by_pack.get(bytes.fromhex(hexname), []))
             return hexname, path, len(data), damaged, found
 
-        workers = min(4, os.cpu_count() or 1)
+        workers = max(min(4, os.cpu_count() or 1), self.backend.fetch_threads)  # packs read at once
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ckpt-verify") as pool:
             for hexname, path, nbytes, damaged, found in pool.map(lambda item: check_pack(*item), self.pack_files.items()):
                 self.rep.bytes_read += nbytes

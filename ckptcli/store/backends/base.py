@@ -83,6 +83,17 @@ class ObjectBackend(ABC):
         offset+length), fewer at the object's end, b"" past it. Raises: NotFoundError,
         StoreIOError."""
 
+    def get_view(self, path: str) -> bytes | memoryview:
+        """As `get`, possibly as a read-only view rather than a copy (`get_range_view`)."""
+        return self.get(path)
+
+    def get_range_view(self, path: str, offset: int, length: int) -> bytes | memoryview:
+        """As `get_range`, for a caller that only slices the result: a client that
+        receives into a buffer of its own may return a read-only view of it rather than
+        a copy (megabytes copied under the interpreter lock, which the threads reading
+        beside it wait for)."""
+        return self.get_range(path, offset, length)
+
     @abstractmethod
     def get_versioned(self, path: str) -> tuple[bytes, str]:
         """Args: path. Returns: (bytes, etag) of one version, read together (the etag

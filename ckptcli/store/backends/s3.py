@@ -293,14 +293,23 @@ class S3Backend(ObjectBackend):
             result = self._obs.get(self._store, self._check(path))
             return bytes(result.bytes()), self._token(result.meta)
 
+    def get_view(self, path: str) -> bytes | memoryview:
+        """The object as a view of the buffer obstore received it into (no copy)."""
+        with self._calling(path, "get"):
+            return memoryview(self._obs.get(self._store, self._check(path)).bytes())
+
     def get_range(self, path: str, offset: int, length: int) -> bytes:
+        return bytes(self.get_range_view(path, offset, length))
+
+    def get_range_view(self, path: str, offset: int, length: int) -> bytes | memoryview:
+        """The range as a view of the buffer obstore received it into (no copy)."""
         if offset < 0 or length < 0:
             raise InvalidInputError(f"{self._where(path)}: a range needs offset >= 0 and length >= 0, not {offset}, {length}")
         if length == 0:
             self.stat(path)
             return b""
         try:
-            return bytes(self._obs.get_range(self._store, self._check(path), start=offset, length=length))
+            return memoryview(self._obs.get_range(self._store, self._check(path), start=offset, length=length))
         except CkptError:
             raise
         except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
