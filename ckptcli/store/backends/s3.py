@@ -304,7 +304,7 @@ class S3Backend(ObjectBackend):
                 except BaseException as exc:  # obstore's errors, the OS's, a panic of its Rust side
                     if not _failure(exc):
                         raise
-                    if "416" not in str(exc) and "InvalidRange" not in str(exc):
+                    if "416 Range Not Satisfiable" not in str(exc) and "InvalidRange" not in str(exc):
                         raise self._error(path, "get", exc) from None
             info = self.stat(path)  # an empty object (S3 answers its ranged GET with 416), or limit 0
             if info.size == 0 or limit == 0:
