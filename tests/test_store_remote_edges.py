@@ -181,8 +181,11 @@ def _objects(where: str, request: pytest.FixtureRequest) -> ObjectBackend:
 
 def _planted(where: str, path: str, cap: int, request: pytest.FixtureRequest) -> tuple[Planting, Store]:
     """A store (`_objects`) opened through `Planting`, which puts an object 1 MiB larger
-    than `cap` at `path` just before the first compare-and-swap read of it."""
-    planting = Planting(_objects(where, request), path, bytes(cap + (1 << 20)))
+    than `cap` at `path` just before the first compare-and-swap read of it. "memory-locked":
+    memory:// as a backend without conditional writes (refs move, and reflogs are appended
+    to, under the "refs" lock: `ObjectStoreIO.append`)."""
+    planting = Planting(_objects(where.removesuffix("-locked"), request), path, bytes(cap + (1 << 20)))
+    planting.conditional_writes = not where.endswith("-locked")
     request.addfinalizer(planting.close)
     io = ObjectStoreIO(planting, None)
     return planting, Store(io, read_config(io, f"{io.url}/config"), io.url)
@@ -205,7 +208,7 @@ def test_a_ref_planted_before_a_takes_compare_and_swap_is_read_no_further_than_a
     assert planting.got[path] == CAP + 1
 
 
-@pytest.mark.parametrize("where", ["memory", "s3"])
+@pytest.mark.parametrize("where", ["memory", "s3", "memory-locked"])
 def test_a_reflog_planted_before_a_takes_append_is_read_no_further_than_its_limit(where: str, request: pytest.FixtureRequest) -> None:
     """The same for the reflog the take appends to: read at most MAX_REFLOG_SIZE + 1
     bytes, refused; the checkpoint is committed and its ref moved, and the reflog that
