@@ -63,6 +63,29 @@ def ranges_at_and_past_the_end(b: ObjectBackend) -> None:
         assert len(view) == len(data[offset : offset + length])
 
 
+def a_limited_versioned_read_gives_the_first_bytes_and_the_whole_objects_etag(b: ObjectBackend) -> None:
+    """get_versioned(path, limit): at most `limit` bytes, the first ones, with the etag of
+    the object they came from (a compare-and-swap on it succeeds)."""
+    data = _blob(1000, seed=3)
+    short, long, empty = b.put("refs/short", data[:10]), b.put("refs/long", data), b.put("refs/empty", b"")
+    assert b.get_versioned("refs/short", 11) == (data[:10], short.etag)  # shorter than the limit: whole
+    assert b.get_versioned("refs/short", 10) == (data[:10], short.etag)  # exactly the limit
+    assert b.get_versioned("refs/long", 11) == (data[:11], long.etag)  # longer: the first `limit` bytes
+    assert b.get_versioned("refs/long", 1) == (data[:1], long.etag)
+    assert b.get_versioned("refs/long", 0) == (b"", long.etag)
+    assert b.get_versioned("refs/long", None) == (data, long.etag)
+    assert b.get_versioned("refs/empty", 5) == (b"", empty.etag)  # an empty object (S3: a ranged GET is 416)
+    assert b.get_versioned("refs/empty", 0) == (b"", empty.etag)
+    for path in ("refs/missing", "refs/long/under"):
+        with pytest.raises(NotFoundError):
+            b.get_versioned(path, 11)
+    with pytest.raises(InvalidInputError):
+        b.get_versioned("refs/long", -1)
+    moved = b.put_if_match("refs/long", b"moved", b.get_versioned("refs/long", 11)[1])  # the etag is the whole object's
+    assert moved is not None and b.get("refs/long") == b"moved"
+    assert b.put_if_match("refs/empty", b"x", b.get_versioned("refs/empty", 5)[1]) is not None
+
+
 def a_put_replaces_and_changes_the_etag(b: ObjectBackend) -> None:
     first = b.put("refs/tags/v1", b"some bytes")
     second = b.put("refs/tags/v1", b"more bytes")
@@ -256,6 +279,7 @@ CHECKS: list[Callable[[ObjectBackend], None]] = [
     put_then_get_returns_the_bytes,
     an_empty_object_is_an_object,
     ranges_at_and_past_the_end,
+    a_limited_versioned_read_gives_the_first_bytes_and_the_whole_objects_etag,
     a_put_replaces_and_changes_the_etag,
     put_if_absent_writes_once,
     cas_with_none_means_must_not_exist,

@@ -8,7 +8,8 @@ list, delete; 1 is the first) and
   what a read returns (inner keeps its bytes), or of what a put writes (inner stores the
   damaged bytes). A call that moves no bytes, or an empty object, is left as it is.
 
-`calls` records (method, path) of every call, the faulty ones included.
+`calls` records (method, path) of every call, the faulty ones included; `limits`, the
+limit of each get_versioned (None: the whole object).
 
 `conflict_once=PATH` makes the first put_if_match on PATH answer None without writing,
 as if another writer had replaced the object first: a compare-and-swap loop must read
@@ -43,6 +44,7 @@ class FaultyBackend(ObjectBackend):
         self.url = inner.url
         self.conditional_writes = inner.conditional_writes
         self.calls: list[tuple[str, str]] = []
+        self.limits: list[tuple[str, int | None]] = []
 
     def _call(self, method: str, path: str) -> bool:
         """Counts the call; raises on the failing one. Returns: whether to corrupt it."""
@@ -62,9 +64,10 @@ class FaultyBackend(ObjectBackend):
         data = self.inner.get_range(path, offset, length)
         return flip(data) if bad else data
 
-    def get_versioned(self, path: str) -> tuple[bytes, str]:
+    def get_versioned(self, path: str, limit: int | None = None) -> tuple[bytes, str]:
         bad = self._call("get_versioned", path)
-        data, etag = self.inner.get_versioned(path)
+        self.limits.append((path, limit))
+        data, etag = self.inner.get_versioned(path, limit)
         return (flip(data) if bad else data), etag
 
     def stat(self, path: str) -> ObjectInfo:

@@ -41,9 +41,9 @@ class Gated(FaultyBackend):
         self.path, self.gate, self.armed = path, gate, armed
         self.first_puts: list[bool] = []  # each armed thread's first compare-and-swap: did it win?
 
-    def get_versioned(self, path: str) -> tuple[bytes, str]:
+    def get_versioned(self, path: str, limit: int | None = None) -> tuple[bytes, str]:
         try:
-            return super().get_versioned(path)
+            return super().get_versioned(path, limit)
         finally:
             if path == self.path and getattr(self.armed, "read", False):
                 self.armed.read = False

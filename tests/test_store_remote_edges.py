@@ -25,12 +25,14 @@ from ckptcli import api
 from ckptcli.errors import CorruptError, ExitCode
 from ckptcli.format import framing, limits
 from ckptcli.store import layout
-from ckptcli.store.backends.base import ObjectInfo
+from ckptcli.store.backends.base import ObjectBackend, ObjectInfo
 from ckptcli.store.backends.memory import MemoryBackend
+from ckptcli.store.backends.s3 import S3Backend
 from ckptcli.store.objlocks import MAX_LOCK_BYTES, STALE_AFTER, LockEnv, LockRecord, acquire, encode_lock, list_locks
 from ckptcli.store.remote import ObjectStoreIO
 from ckptcli.store.repository import Store, read_config
 from tests.conftest import run_ckpt
+from tests.helpers_backend import FaultyBackend
 from tests.s3_server import SECRET, S3Bucket, fixture_s3_bucket, fixture_s3_env, fixture_s3_server  # noqa: F401 - pytest fixtures
 
 HEX = "ab" * 32
@@ -68,8 +70,8 @@ class Fetching(MemoryBackend):
     def get_range(self, path: str, offset: int, length: int) -> bytes:
         return self._note(path, super().get_range(path, offset, length))
 
-    def get_versioned(self, path: str) -> tuple[bytes, str]:
-        data, etag = super().get_versioned(path)
+    def get_versioned(self, path: str, limit: int | None = None) -> tuple[bytes, str]:
+        data, etag = super().get_versioned(path, limit)
         return self._note(path, data), etag
 
 
@@ -135,6 +137,115 @@ def test_an_oversized_index_object_on_s3_is_a_finding_of_verify_as_in_a_local_st
         [problem] = json.loads(got.stdout)["problems"]
         assert problem["kind"] == "index" and problem["name"] == f"index/{HEX}", problem
         assert f"{shown}: larger than {CAP} bytes" in problem["message"], problem
+
+
+class Planting(FaultyBackend):
+    """Records the most bytes each read returned (`got`) and, as another writer would,
+    puts `big` at `path` just before the first compare-and-swap read of it."""
+
+    def __init__(self, inner: ObjectBackend, path: str, big: bytes) -> None:
+        super().__init__(inner)
+        self.path, self.big = path, big
+        self.got: dict[str, int] = {}
+
+    def _note(self, path: str, data: bytes) -> bytes:
+        self.got[path] = max(self.got.get(path, 0), len(data))
+        return data
+
+    def get(self, path: str) -> bytes:
+        return self._note(path, super().get(path))
+
+    def get_range(self, path: str, offset: int, length: int) -> bytes:
+        return self._note(path, super().get_range(path, offset, length))
+
+    def get_versioned(self, path: str, limit: int | None = None) -> tuple[bytes, str]:
+        if path == self.path and self.big:
+            self.inner.put(path, self.big)
+            self.big = b""
+        data, etag = super().get_versioned(path, limit)
+        return self._note(path, data), etag
+
+
+def _objects(where: str, request: pytest.FixtureRequest) -> ObjectBackend:
+    """A store with one checkpoint of agent:a, on memory:// or on the moto server."""
+    if where == "memory":
+        name = f"edges-{uuid.uuid4().hex}"
+        MemoryBackend.forget(name)
+        request.addfinalizer(lambda: MemoryBackend.forget(name))
+        url = f"memory://{name}"
+    else:
+        url = f"{request.getfixturevalue('s3_bucket').url}/capped"
+    api.take(api.init_store(url), {"memory": {"turn": 1}}, subject="agent:a")
+    return MemoryBackend(url.partition("://")[2]) if where == "memory" else S3Backend.from_url(url, {})
+
+
+def _planted(where: str, path: str, cap: int, request: pytest.FixtureRequest) -> tuple[Planting, Store]:
+    """A store (`_objects`) opened through `Planting`, which puts an object 1 MiB larger
+    than `cap` at `path` just before the first compare-and-swap read of it. "memory-locked":
+    memory:// as a backend without conditional writes (refs move, and reflogs are appended
+    to, under the "refs" lock: `ObjectStoreIO.append`)."""
+    planting = Planting(_objects(where.removesuffix("-locked"), request), path, bytes(cap + (1 << 20)))
+    planting.conditional_writes = not where.endswith("-locked")
+    request.addfinalizer(planting.close)
+    io = ObjectStoreIO(planting, None)
+    return planting, Store(io, read_config(io, f"{io.url}/config"), io.url)
+
+
+@pytest.mark.parametrize("where", ["memory", "s3"])
+def test_a_ref_planted_before_a_takes_compare_and_swap_is_read_no_further_than_a_ref_can_be(
+    where: str, request: pytest.FixtureRequest
+) -> None:
+    """Between a take's capped reads of its ref and its compare-and-swap, something puts a
+    1 MiB-too-large object there: the compare-and-swap reads one byte more than the cap
+    (one ranged read), and the take ends in exit 5 naming the object."""
+    path = layout.latest_ref("agent", "a")
+    planting, store = _planted(where, path, CAP, request)
+    with pytest.raises(CorruptError) as err:
+        api.take(store, {"memory": {"turn": 2}}, subject="agent:a")
+    assert err.value.exit_code == ExitCode.CORRUPT == 5
+    assert f"{store.backend.url}/{path}: larger than {CAP} bytes" in err.value.message
+    assert [limit for p, limit in planting.limits if p == path] == [CAP + 1]  # asked for no more
+    assert planting.got[path] == CAP + 1
+
+
+@pytest.mark.parametrize("where", ["memory", "s3", "memory-locked"])
+def test_a_reflog_planted_before_a_takes_append_is_read_no_further_than_its_limit(where: str, request: pytest.FixtureRequest) -> None:
+    """The same for the reflog the take appends to: read at most MAX_REFLOG_SIZE + 1
+    bytes, refused; the checkpoint is committed and its ref moved, and the reflog that
+    cannot be written is a warning naming it (as for any reflog that cannot be written)."""
+    path = layout.log_path(layout.latest_ref("agent", "a"))
+    planting, store = _planted(where, path, limits.MAX_REFLOG_SIZE, request)
+    taken = api.take(store, {"memory": {"turn": 2}}, subject="agent:a")
+    assert store.resolve("agent:a") == taken.id
+    [warning] = store.warnings
+    assert f"{store.backend.url}/{path}: larger than {limits.MAX_REFLOG_SIZE} bytes" in warning, warning
+    assert [limit for p, limit in planting.limits if p == path] == [limits.MAX_REFLOG_SIZE + 1]
+    assert planting.got[path] == limits.MAX_REFLOG_SIZE + 1
+
+
+def test_ckpt_take_on_s3_reads_a_planted_oversized_ref_or_reflog_no_further_than_ckpt_writes_it(
+    s3_bucket: S3Bucket, tmp_path: Path
+) -> None:
+    """`ckpt take` on S3: a planted oversized reflog is a warning naming it (the take is
+    committed), not a download of the whole object; a planted oversized ref, exit 5
+    naming it."""
+    url = f"{s3_bucket.url}/log"
+    assert run_ckpt("init", url).returncode == 0
+    doc = tmp_path / "doc.json"
+    doc.write_text('{"memory": {"turn": 1}}')
+    assert run_ckpt("--store", url, "take", doc, "-S", "agent:a").returncode == 0
+    planter = S3Backend.from_url(url, {})
+    planter.put("logs/refs/latest/agent/a", bytes(limits.MAX_REFLOG_SIZE + 1))
+    got = run_ckpt("--store", url, "take", doc, "-S", "agent:a")
+    assert got.returncode == 0, got.stderr
+    warned = got.stderr.decode()
+    assert f"{url}/logs/refs/latest/agent/a: larger than {limits.MAX_REFLOG_SIZE} bytes" in warned and "Traceback" not in warned, warned
+    planter.put("refs/latest/agent/a", bytes(CAP + 1))
+    planter.close()
+    got = run_ckpt("--store", url, "take", doc, "-S", "agent:a")
+    err = got.stderr.decode()  # a warning as the take found the ref (a read before the take's), then the error
+    assert got.returncode == ExitCode.CORRUPT and "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith(f"ckpt: error: {url}/refs/latest/agent/a: larger than {CAP} bytes"), err
 
 
 # -- 2. an unreachable fsspec server: one line, no destructor's traceback -------------------------

@@ -17,6 +17,9 @@ READABLE_VERSIONS = frozenset({1, 2})
 MAX_OBJECT_SIZE = 8 * 1024 * 1024
 #: Largest record file body (manifest, index, ref, config), decompressed.
 MAX_RECORD_SIZE = 64 * 1024 * 1024
+#: Largest reflog (logs/refs/...) a compare-and-swap on object storage reads to append to or
+#: trim it: expiry keeps at most 1,000 entries of a few hundred bytes per ref, so far less.
+MAX_REFLOG_SIZE = 64 * 1024 * 1024
 #: Deepest nesting of containers in a value, across object references.
 MAX_DEPTH = 256
 #: Deepest level of a chunk tree (LIST/MAP/BYTES/STR).

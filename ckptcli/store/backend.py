@@ -131,7 +131,8 @@ class Backend(ABC):
     def read_versioned(self, path: str) -> tuple[bytes | None, str | None]:
         """Args: path. Returns: (bytes, version) of the file read together, the version a
         token that changes whenever the file is replaced; (None, None) when there is no
-        file. Only where `ref_cas`. Raises: StoreIOError."""
+        file. Only where `ref_cas`. Raises: StoreIOError; CorruptError for a file larger
+        than ckpt writes it (`layout.versioned_cap`), refused before it is read whole."""
         raise NotImplementedError(f"{type(self).__name__} has no compare-and-swap")
 
     def write_if_match(self, path: str, data: bytes, version: str | None) -> bool:

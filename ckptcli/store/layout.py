@@ -56,6 +56,7 @@ __all__ = [
     "recover_lock_file",
     "ref_path",
     "tag_ref",
+    "versioned_cap",
     "want_dir",
 ]
 
@@ -90,6 +91,15 @@ def read_cap(path: str) -> int | None:
     if path in (CONFIG, CATALOG) or path.startswith(tuple(d + "/" for d in _RECORD_DIRS)):
         return RECORD_FILE_MAX
     return None
+
+
+def versioned_cap(path: str) -> int | None:
+    """The most bytes a compare-and-swap (`Backend.read_versioned`) reads of the file at
+    `path`: a record file's `read_cap`; a reflog's MAX_REFLOG_SIZE (a log grows until
+    expiry trims it, but never near that)."""
+    if path.startswith(LOGS + "/"):
+        return limits.MAX_REFLOG_SIZE
+    return read_cap(path)
 
 
 def pack_path(pack_id: bytes) -> str:

@@ -43,7 +43,7 @@ from ckptcli.store.backend import Backend, Mark, too_large
 from ckptcli.store.backends import redact
 from ckptcli.store.backends.base import ObjectBackend
 from ckptcli.store.backends.paths import path_problem
-from ckptcli.store.layout import CACHE, INDEX, LOCKS, LOGS, MANIFESTS, PACKS, REFS, read_cap
+from ckptcli.store.layout import CACHE, INDEX, LOCKS, LOGS, MANIFESTS, PACKS, REFS, read_cap, versioned_cap
 from ckptcli.store.objcache import ObjectCache
 
 __all__ = ["ObjectMark", "ObjectStoreIO"]
@@ -248,19 +248,24 @@ class ObjectStoreIO(Backend):
         """The reflog's append: read the log and its version, put it back longer only if
         it is still that version (another host may append meanwhile), else again."""
         for _ in range(_APPEND_TRIES):
-            try:
-                old, etag = self.objects.get_versioned(path)
-            except NotFoundError:
-                old, etag = b"", None
+            old, etag = self.read_versioned(path)
+            old = old or b""
             if self.objects.put_if_match(path, old[: old.rfind(b"\n") + 1] + data, etag) is not None:
                 return
         raise ConflictError(f"{self.url}/{path}: {_APPEND_TRIES} writers appended at once; nothing was appended", hint="try again")
 
     def read_versioned(self, path: str) -> tuple[bytes | None, str | None]:
+        """The object at `path` and its etag ((None, None) where there is none); a ref or
+        a reflog (`versioned_cap`) by a ranged read of one byte more than it can hold (one
+        request, as `_get`), refused when larger."""
+        cap = versioned_cap(path)
         try:
-            return self.objects.get_versioned(path)
+            data, etag = self.objects.get_versioned(path, None if cap is None else cap + 1)
         except NotFoundError:
             return None, None
+        if cap is not None and len(data) > cap:
+            raise too_large(f"{self.url}/{path}", cap)
+        return data, etag
 
     def write_if_match(self, path: str, data: bytes, version: str | None) -> bool:
         return self.objects.put_if_match(path, bytes(data), version) is not None

@@ -95,9 +95,13 @@ class ObjectBackend(ABC):
         return self.get_range(path, offset, length)
 
     @abstractmethod
-    def get_versioned(self, path: str) -> tuple[bytes, str]:
-        """Args: path. Returns: (bytes, etag) of one version, read together (the etag
-        is the one of those bytes). Raises: NotFoundError, StoreIOError."""
+    def get_versioned(self, path: str, limit: int | None = None) -> tuple[bytes, str]:
+        """Args: path; limit: None to read the object whole, else read at most its first
+        `limit` (>= 0) bytes (one ranged read: a planted object of any size costs at most
+        that much). Returns: (bytes, etag) of one version, read together (the etag is the
+        one of the object those bytes came from; with a limit, `len(bytes) == limit` when
+        the object is that long or longer). Raises: NotFoundError, StoreIOError,
+        InvalidInputError (a negative limit)."""
 
     @abstractmethod
     def stat(self, path: str) -> ObjectInfo:

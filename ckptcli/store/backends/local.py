@@ -42,7 +42,7 @@ from urllib.parse import unquote
 from ckptcli.errors import InvalidInputError, NotFoundError, StoreIOError
 from ckptcli.store.backend import create_temp, fsync_dir
 from ckptcli.store.backends.base import ObjectBackend, ObjectInfo, ObjectWriter
-from ckptcli.store.backends.paths import check_path, check_prefix
+from ckptcli.store.backends.paths import check_limit, check_path, check_prefix
 from ckptcli.store.layout import TMP
 from ckptcli.store.oserror import io_error
 
@@ -265,11 +265,13 @@ class LocalObjects(ObjectBackend):
             raise self._fail(exc, "read", path) from None
         return b"".join(parts)
 
-    def get_versioned(self, path: str) -> tuple[bytes, str]:
+    def get_versioned(self, path: str, limit: int | None = None) -> tuple[bytes, str]:
+        check_limit(limit, self._shown(path))
         fd, st = self._open(path)
         try:
             # the descriptor holds this version: a rename over the name does not change it
-            return self._pread(fd, 0, max(st.st_size, 0) + 1, path), _etag(st)
+            whole = max(st.st_size, 0) + 1
+            return self._pread(fd, 0, whole if limit is None else min(whole, limit), path), _etag(st)
         finally:
             os.close(fd)
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 
 from ckptcli.errors import InvalidInputError, NotFoundError
 from ckptcli.store.backends.base import ObjectBackend, ObjectInfo, ObjectWriter
-from ckptcli.store.backends.paths import check_path, check_prefix
+from ckptcli.store.backends.paths import check_limit, check_path, check_prefix
 
 __all__ = ["MemoryBackend"]
 
@@ -85,9 +85,11 @@ class MemoryBackend(ObjectBackend):
         with self._lock:
             return self._must(path)[0][offset : offset + length]
 
-    def get_versioned(self, path: str) -> tuple[bytes, str]:
+    def get_versioned(self, path: str, limit: int | None = None) -> tuple[bytes, str]:
+        check_limit(limit, f"{self.url}/{path}")
         with self._lock:
-            return self._must(path)
+            data, etag = self._must(path)
+        return (data if limit is None else data[:limit]), etag
 
     def stat(self, path: str) -> ObjectInfo:
         with self._lock:

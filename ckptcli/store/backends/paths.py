@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ckptcli.errors import InvalidInputError
 
-__all__ = ["check_path", "check_prefix", "path_problem"]
+__all__ = ["check_limit", "check_path", "check_prefix", "path_problem"]
 
 
 def check_path(path: str, where: str = "") -> str:
@@ -29,6 +29,14 @@ def check_prefix(prefix: str, where: str = "") -> str:
     if prefix:
         check_path(prefix[:-1] if prefix.endswith("/") else prefix, where)
     return prefix
+
+
+def check_limit(limit: int | None, where: str) -> int | None:
+    """Args: the limit of a get_versioned (None: no limit), the object (for the message).
+    Returns: `limit`. Raises: InvalidInputError when it is negative."""
+    if limit is not None and limit < 0:
+        raise InvalidInputError(f"a read of {where} limited to {limit} bytes: the limit must be >= 0")
+    return limit
 
 
 def path_problem(path: str) -> str:
