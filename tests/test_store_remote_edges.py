@@ -430,3 +430,42 @@ def test_a_key_that_is_no_store_path_on_memory_is_skipped_and_named(memory_store
     assert store.backend.list(layout.INDEX) == [p for p in objects.list_paths("index/") if p != "index/../evil"]
     assert said == [f"{objects.url}: skipped the key 'index/../evil': not a store path (it has a '..' part); ckpt wrote no such key"]
     assert len(store.index()) > 0 and "index/../evil" not in objects.fetched
+
+
+_RSS_CHILD = r"""
+import resource, sys
+from ckptcli.cli.app import run
+code = run(sys.argv[1:])
+print("maxrss-kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def test_a_local_reflog_larger_than_ckpt_writes_one_is_refused_without_being_read_whole(tmp_path: Path) -> None:
+    """A planted 1 GiB (sparse) reflog on a local store: `ckpt reflog` says it is damaged,
+    naming it, and reads at most MAX_REFLOG_SIZE + 1 bytes of it (the process stays far
+    below 1 GiB); a take of that subject still commits (a local take appends to its log)."""
+    import subprocess
+    import sys
+
+    from tests.helpers_faults import child_env
+
+    st = api.init_store(tmp_path / "s")
+    api.take(st, {"memory": {"turn": 1}}, subject="agent:bot")
+    st.close()
+    log = tmp_path / "s" / layout.log_path(layout.latest_ref("agent", "bot"))
+    with log.open("r+b") as fh:
+        fh.truncate(1 << 30)
+    args = ["--store", str(tmp_path / "s")]
+    got = subprocess.run(
+        [sys.executable, "-c", _RSS_CHILD, *args, "reflog", "agent:bot"], capture_output=True, text=True, env=child_env({})
+    )
+    assert got.returncode == ExitCode.CORRUPT, got.stderr
+    lines = [x for x in got.stderr.splitlines() if not x.startswith("maxrss-kib")]
+    assert len(lines) == 1 and "logs/" in lines[0] and "Traceback" not in got.stderr, got.stderr
+    rss_kib = int(got.stderr.split("maxrss-kib ")[1].split()[0])
+    assert rss_kib < 512 * 1024, rss_kib  # read capped: 64 MiB, not the whole 1 GiB
+    doc = tmp_path / "next.json"
+    doc.write_text(json.dumps({"memory": {"turn": 2}}))
+    took = run_ckpt(*args, "take", str(doc), "-S", "agent:bot")
+    assert took.returncode == 0, took.stderr.decode()

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError
-from ckptcli.store.layout import TMP, read_cap
+from ckptcli.store.layout import TMP, versioned_cap
 from ckptcli.store.locking import LOCK_NOTICE_AFTER as LOCK_NOTICE_AFTER  # 0.2 names here, kept for one minor release
 from ckptcli.store.locking import WRITERS_DIR as WRITERS_DIR
 from ckptcli.store.locking import LocalLocks
@@ -445,7 +445,7 @@ class LocalBackend(LocalLocks, Backend):
         return fd
 
     def read(self, path: str) -> bytes:
-        cap = read_cap(path)
+        cap = versioned_cap(path)
         try:
             fd = self._open_regular(path)
             try:

@@ -114,9 +114,9 @@ class ObjectStoreIO(Backend):
         return data
 
     def _get(self, path: str) -> bytes:
-        """The object at `path`, whole; a record file (`read_cap`) by a ranged read of one
-        byte more than it can hold (one request, as a get), refused when larger."""
-        cap = read_cap(path)
+        """The object at `path`, whole; a record file or a reflog (`versioned_cap`) by a
+        ranged read of one byte more than it can hold (one request, as a get), refused when larger."""
+        cap = versioned_cap(path)
         if cap is None:
             return self.objects.get(path)
         data = self.objects.get_range(path, 0, cap + 1)
