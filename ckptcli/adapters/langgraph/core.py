@@ -166,14 +166,12 @@ class SaverCore:
         raise NotImplementedError
 
     def _store_heads(self, threads: Sequence[str]) -> dict[str, bytes | None]:
-        from ckptcli.adapters.langgraph.crosshost import store_heads
-
-        return store_heads(self, threads)
+        """Each thread's `latest` ref in the store (crosshost.store_heads; CkptSaver)."""
+        raise NotImplementedError
 
     def _moved_elsewhere(self, thread: str, head: bytes | None) -> bool:
-        from ckptcli.adapters.langgraph.crosshost import moved_elsewhere
-
-        return moved_elsewhere(self, thread, head)
+        """Whether another host committed `head` to `thread` (crosshost.moved_elsewhere; CkptSaver)."""
+        raise NotImplementedError
 
     def _check(self) -> None:
         if self._closed:

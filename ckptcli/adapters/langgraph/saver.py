@@ -40,6 +40,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ckptcli.adapters.langgraph import crosshost
 from ckptcli.adapters.langgraph.committer import Committer
 from ckptcli.adapters.langgraph.core import Copies, CopyRows, Keys, SaverCore
 from ckptcli.adapters.langgraph.encoding import fingerprint
@@ -484,6 +485,12 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
 
     def _recover_dead(self) -> None:
         self._recovery.recover_dead()
+
+    def _store_heads(self, threads: Sequence[str]) -> dict[str, bytes | None]:
+        return crosshost.store_heads(self, threads)
+
+    def _moved_elsewhere(self, thread: str, head: bytes | None) -> bool:
+        return crosshost.moved_elsewhere(self, thread, head)
 
     def _copy_manifests(self, rows: CopyRows, strict: bool = False) -> Copies | None:
         """The manifests of a copy's snapshot (`ThreadOps.copy_manifests`)."""
