@@ -43,7 +43,7 @@ from ckptcli.store.backend import Backend, Mark, too_large
 from ckptcli.store.backends import redact
 from ckptcli.store.backends.base import ObjectBackend
 from ckptcli.store.backends.paths import path_problem
-from ckptcli.store.layout import CACHE, INDEX, LOCKS, LOGS, MANIFESTS, PACKS, REFS, read_cap, versioned_cap
+from ckptcli.store.layout import CACHE, INDEX, LOCKS, LOGS, MANIFESTS, PACKS, REFS, versioned_cap
 from ckptcli.store.objcache import ObjectCache
 
 __all__ = ["ObjectMark", "ObjectStoreIO"]
