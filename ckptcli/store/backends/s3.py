@@ -8,7 +8,9 @@ GOOGLE_* and AZURE_* likewise), then for S3 the AWS config files (AWS_PROFILE, d
 `default`, in AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE, default ~/.aws/), then the
 `--store-option KEY=VALUE` pairs, which win: `endpoint`, `region`, `allow_http`, `timeout`,
 `connect_timeout`, `max_retries`, `retry_timeout` (seconds), and any configuration key of
-obstore's store (`virtual_hosted_style_request`, `skip_signature`, ...).
+obstore's store (`virtual_hosted_style_request`, `skip_signature`, `use_emulator`, ...).
+Azure's endpoint is AZURE_STORAGE_ENDPOINT or `endpoint`, and with the emulator (Azurite:
+AZURE_STORAGE_USE_EMULATOR or `use_emulator`) it is the emulator's address (`_azure_options`).
 
 Conditional writes are the server's own: put_if_absent sends `If-None-Match: *`,
 put_if_match sends `If-Match: ETAG` (GCS: the object's generation); a 412 is another
