@@ -6,6 +6,7 @@ back. Every test skips, saying how to install Azurite, where npm was not there a
 
 from __future__ import annotations
 
+import base64
 import filecmp
 import json
 import os
@@ -84,6 +85,9 @@ def test_a_missing_container_and_a_bad_endpoint_are_one_line(azure_env: Any, tmp
     err = bad.stderr.decode()
     assert bad.returncode == 4 and err.count("\n") <= 2 and "AZURE_STORAGE_ENDPOINT is not an http:// or https:// URL" in err, err
     assert "Traceback" not in err
+    maybe = run_ckpt("ls", "--store", "az://c/x", env={"AZURE_STORAGE_USE_EMULATOR": "maybe"}, cwd=tmp_path)
+    err = maybe.stderr.decode()
+    assert maybe.returncode == 4 and "AZURE_STORAGE_USE_EMULATOR: not a boolean" in err and "Traceback" not in err, err
 
 
 def _tree(root: Path, n: int) -> Path:
@@ -140,3 +144,23 @@ def test_the_cli_on_an_az_store_from_init_to_a_copy_and_back(azure_container: Az
     assert cli("--store", back, "verify", "--read-data").code == 0
     leftovers = [p for p in open_backend(url).list_paths("") if p.startswith(("locks/", "tmp/"))]
     assert leftovers == []
+
+
+def test_a_wrong_account_key_is_one_line_that_does_not_echo_it(azure_container: AzureContainer, tmp_path: Path) -> None:
+    """A key the emulator refuses (403) is one line naming the store, without the key (exit 12,
+    as any refused read)."""
+    url = f"{azure_container.url}/keyed"
+    assert run_ckpt("init", url, cwd=tmp_path).returncode == 0
+    wrong = base64.b64encode(b"not the account's key, 64 bytes long, as an Azure key is.......").decode()
+    got = run_ckpt("ls", "--store", url, env={"AZURE_STORAGE_ACCOUNT_KEY": wrong}, cwd=tmp_path)
+    err = got.stderr.decode()
+    assert got.returncode == 12 and err.count("\n") == 1 and url in err and "HTTP 403" in err, (got.returncode, err)
+    assert wrong not in err and "Traceback" not in err
+
+
+def test_doctor_on_an_az_store(azure_container: AzureContainer, cli: Any) -> None:
+    url = f"{azure_container.url}/doc"
+    assert cli("init", url).code == 0
+    got = cli("doctor", "--store", url, "--json")
+    checks = {c["name"]: c for c in json.loads(got.out)["checks"]}
+    assert got.code == 0 and checks["store"]["status"] == "ok" and url in checks["store"]["detail"], got.out

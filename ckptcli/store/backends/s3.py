@@ -110,10 +110,8 @@ def _azure_options(config: dict[str, Any], client: dict[str, Any], env: Mapping[
     )
     if endpoint.lower().startswith("http://") and "allow_http" not in client and not env.get("AZURE_ALLOW_HTTP"):
         client["allow_http"] = True
-    emulator = next((config[k] for k in _AZURE_EMULATOR_KEYS if k in config), None)
-    if emulator is None:
-        emulator = next((env[k] for k in _AZURE_EMULATOR_VARS if env.get(k)), "false")
-    if not endpoint or not _bool("use_emulator", str(emulator)):
+    said = [(k, str(config[k])) for k in _AZURE_EMULATOR_KEYS if k in config] + [(k, env[k]) for k in _AZURE_EMULATOR_VARS if env.get(k)]
+    if not endpoint or not said or not _bool(*said[0]):
         return
     for key in _AZURE_ENDPOINT_KEYS + _AZURE_EMULATOR_KEYS:
         config.pop(key, None)
@@ -135,7 +133,8 @@ def _bool(key: str, value: str) -> bool:
         return True
     if low in ("0", "false", "no", "off"):
         return False
-    raise InvalidInputError(f"store option {key}: not a boolean", hint="use true or false")
+    where = key if key.isupper() else f"store option {key}"  # an environment variable, or an option
+    raise InvalidInputError(f"{where}: not a boolean", hint="use true or false")
 
 
 def _aws_files(env: Mapping[str, str]) -> dict[str, str]:
