@@ -8,7 +8,9 @@ GOOGLE_* and AZURE_* likewise), then for S3 the AWS config files (AWS_PROFILE, d
 `default`, in AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE, default ~/.aws/), then the
 `--store-option KEY=VALUE` pairs, which win: `endpoint`, `region`, `allow_http`, `timeout`,
 `connect_timeout`, `max_retries`, `retry_timeout` (seconds), and any configuration key of
-obstore's store (`virtual_hosted_style_request`, `skip_signature`, ...).
+obstore's store (`virtual_hosted_style_request`, `skip_signature`, `use_emulator`, ...).
+Azure's endpoint is AZURE_STORAGE_ENDPOINT or `endpoint`, and with the emulator (Azurite:
+AZURE_STORAGE_USE_EMULATOR or `use_emulator`) it is the emulator's address (`_azure_options`).
 
 Conditional writes are the server's own: put_if_absent sends `If-None-Match: *`,
 put_if_match sends `If-Match: ETAG` (GCS: the object's generation); a 412 is another
@@ -50,6 +52,13 @@ _AWS_FILE_KEYS = {
     "region": "region",
     "endpoint_url": "endpoint",
 }
+_AZURE_ENDPOINT_KEYS = ("endpoint", "azure_storage_endpoint", "azure_endpoint")
+_AZURE_ENDPOINT_VARS = ("AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT")
+_AZURE_EMULATOR_KEYS = ("use_emulator", "azure_storage_use_emulator", "object_store_use_emulator")
+_AZURE_EMULATOR_VARS = ("AZURE_STORAGE_USE_EMULATOR", "OBJECT_STORE_USE_EMULATOR")
+# Azurite's account and key, published by Microsoft for the emulator (no secret)
+_AZURITE_ACCOUNT = "devstoreaccount1"
+_AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 _SECRET_WORDS = ("secret", "token", "key", "password", "sas", "credential", "signature")
 _DEFAULT_RETRIES = {"max_retries": 3, "retry_timeout": datetime.timedelta(seconds=30)}
 
@@ -72,17 +81,50 @@ def _failure(exc: BaseException) -> bool:
     return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
 
 
-def _check_endpoint(config: Mapping[str, Any], env: Mapping[str, str]) -> None:
+_ENDPOINT_VARS = {"s3": ("AWS_ENDPOINT_URL",), "gs": (), "az": _AZURE_ENDPOINT_VARS}
+_ENDPOINT_EXAMPLES = {"s3": "https://s3.eu-west-1.amazonaws.com", "gs": "https://storage.googleapis.com", "az": "http://127.0.0.1:10000"}
+
+
+def _check_endpoint(scheme: str, config: Mapping[str, Any], env: Mapping[str, str]) -> None:
     """An endpoint must be an http(s) URL with a host: anything else makes obstore's Rust
     side panic at the first request."""
-    for where, value in (("store option endpoint", config.get("endpoint")), ("AWS_ENDPOINT_URL", env.get("AWS_ENDPOINT_URL"))):
+    places = [("store option endpoint", config.get("endpoint"))] + [(name, env.get(name)) for name in _ENDPOINT_VARS[scheme]]
+    for where, value in places:
         if value is None:
             continue
         parts = urlsplit(str(value))
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise InvalidInputError(
-                f"{where} is not an http:// or https:// URL", hint="give one such as https://s3.eu-west-1.amazonaws.com"
-            )
+            raise InvalidInputError(f"{where} is not an http:// or https:// URL", hint=f"give one such as {_ENDPOINT_EXAMPLES[scheme]}")
+
+
+def _azure_options(config: dict[str, Any], client: dict[str, Any], env: Mapping[str, str]) -> None:
+    """An endpoint for Azure, from the store option or AZURE_STORAGE_ENDPOINT: an http://
+    one allows plain HTTP, as for S3. With the emulator (Azurite: use_emulator, or
+    AZURE_STORAGE_USE_EMULATOR) object_store ignores any endpoint and goes to
+    AZURITE_BLOB_STORAGE_URL or 127.0.0.1:10000; an endpoint given by name is then
+    honoured: the emulator at that address is its account (devstoreaccount1 unless named)
+    under the URL's path, with that account's published development key unless one is
+    given."""
+    endpoint = next((str(config[k]) for k in _AZURE_ENDPOINT_KEYS if config.get(k)), "") or next(
+        (env[k] for k in _AZURE_ENDPOINT_VARS if env.get(k)), ""
+    )
+    if endpoint.lower().startswith("http://") and "allow_http" not in client and not env.get("AZURE_ALLOW_HTTP"):
+        client["allow_http"] = True
+    said = [(k, str(config[k])) for k in _AZURE_EMULATOR_KEYS if k in config] + [(k, env[k]) for k in _AZURE_EMULATOR_VARS if env.get(k)]
+    if not endpoint or not said or not _bool(*said[0]):
+        return
+    for key in _AZURE_ENDPOINT_KEYS + _AZURE_EMULATOR_KEYS:
+        config.pop(key, None)
+    config["use_emulator"] = "false"  # over AZURE_STORAGE_USE_EMULATOR: the endpoint below is the emulator
+    account = str(config.get("account_name") or config.get("azure_storage_account_name") or env.get("AZURE_STORAGE_ACCOUNT_NAME") or "")
+    if not account:
+        account = config["account_name"] = _AZURITE_ACCOUNT
+    if not any(config.get(k) for k in ("account_key", "azure_storage_account_key", "access_key")) and not env.get(
+        "AZURE_STORAGE_ACCOUNT_KEY"
+    ):
+        config["account_key"] = _AZURITE_KEY
+    parts = urlsplit(endpoint)
+    config["endpoint"] = endpoint.rstrip("/") + ("" if parts.path.strip("/") else f"/{account}")
 
 
 def _bool(key: str, value: str) -> bool:
@@ -91,7 +133,8 @@ def _bool(key: str, value: str) -> bool:
         return True
     if low in ("0", "false", "no", "off"):
         return False
-    raise InvalidInputError(f"store option {key}: not a boolean", hint="use true or false")
+    where = key if key.isupper() else f"store option {key}"  # an environment variable, or an option
+    raise InvalidInputError(f"{where}: not a boolean", hint="use true or false")
 
 
 def _aws_files(env: Mapping[str, str]) -> dict[str, str]:
@@ -195,7 +238,7 @@ class S3Backend(ObjectBackend):
 
     conditional_writes = True
 
-    def __init__(self, store: Any, url: str, secrets: list[str], by_version: bool = False) -> None:
+    def __init__(self, store: Any, url: str, secrets: list[str], by_version: bool = False, quote: bool = False) -> None:
         import obstore
 
         self._obs = obstore
@@ -203,6 +246,7 @@ class S3Backend(ObjectBackend):
         self.url = url
         self._secrets = secrets
         self._by_version = by_version  # GCS matches a generation, not an ETag
+        self._quote = quote  # Azure's listings give ETags without their quotes
 
     @classmethod
     def from_url(cls, url: str, options: Mapping[str, str]) -> S3Backend:
@@ -222,8 +266,10 @@ class S3Backend(ObjectBackend):
             raise InvalidInputError(f"{shown}: needs the obstore package", hint=f"pip install 'ckptcli[{_EXTRA[scheme]}]'") from None
         env = dict(os.environ)
         config, client, retry = _split_options(scheme, options, env)
+        _check_endpoint(scheme, config, env)
+        if scheme == "az":
+            _azure_options(config, client, env)
         secrets = _secrets(config, env, url)
-        _check_endpoint(config, env)
         plain = f"{scheme}://{_bucket(parts)}{parts.path}".rstrip("/")
         try:
             store = from_url(plain, config=config or None, client_options=client or None, retry_config=retry)  # type: ignore[call-overload]
@@ -235,9 +281,9 @@ class S3Backend(ObjectBackend):
                 what = f"(a key it does not know among: {', '.join(sorted(options)) or 'none given'})"
             raise InvalidInputError(
                 f"{shown}: the store options or the URL were refused {what}",
-                hint="check the --store-option keys and values, CKPT_STORE_OPTIONS and AWS_ENDPOINT_URL",
+                hint=f"check the --store-option keys and values, CKPT_STORE_OPTIONS and {_ENDPOINT_HINT[scheme]}",
             ) from None
-        return cls(store, shown, secrets, by_version=scheme == "gs")
+        return cls(store, shown, secrets, by_version=scheme == "gs", quote=scheme == "az")
 
     # -- errors -------------------------------------------------------------------------
 
@@ -262,7 +308,10 @@ class S3Backend(ObjectBackend):
     def _token(self, meta: Mapping[str, Any]) -> str:
         if self._by_version and meta.get("version"):
             return str(meta["version"])
-        return str(meta.get("e_tag") or meta.get("version") or "")
+        token = str(meta.get("e_tag") or meta.get("version") or "")
+        if self._quote and token and not token.startswith(('"', "W/")):
+            token = f'"{token}"'  # Azure lists an ETag bare and sends it quoted in a header: one token for both
+        return token
 
     def _info(self, path: str, size: int, result: Mapping[str, Any]) -> ObjectInfo:
         token = self._token(result)
@@ -470,6 +519,7 @@ class S3Backend(ObjectBackend):
 
 
 _EXTRA = {"s3": "s3", "gs": "gcs", "az": "azure"}
+_ENDPOINT_HINT = {"s3": "AWS_ENDPOINT_URL", "gs": "the GOOGLE_* variables", "az": "the AZURE_STORAGE_* variables"}
 _BAD_PARTS = {"..": 0, ".": 1, "": 2}  # the parts object_store refuses, in the order their keys sort
 _BAD_KEY = re.compile(r'Path "((?:[^"\\]|\\.)*)"')
 
