@@ -34,6 +34,9 @@ class Context:
     store_path: Path | None = None
     store: Any = None  # a ckptcli.store.repository.Store, opened once for all checks
     store_error: CkptError | None = None
+    #: the directory this host keeps the LangGraph saver's journal of a store on object
+    #: storage in, when the application names one (`journal_dir=`); None: the default one
+    journal_dir: Path | None = None
 
 
 CheckFn = Callable[[Context], Iterable[Check]]

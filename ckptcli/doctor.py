@@ -93,12 +93,13 @@ def _lazy(spec: str) -> CheckFn:
     return run
 
 
-def run(store_path: Path | str | None, checks: dict[str, CheckFn] | None = None) -> Report:
+def run(store_path: Path | str | None, checks: dict[str, CheckFn] | None = None, journal_dir: Path | None = None) -> Report:
     """Run every registered check (or `checks`) against the store at `store_path` (found
-    as every command finds it when None)."""
+    as every command finds it when None). `journal_dir`: where this host keeps the
+    LangGraph saver's journal of a store on object storage, when not the default one."""
     from ckptcli.api import open_store
 
-    ctx = Context()
+    ctx = Context(journal_dir=journal_dir)
     report = Report()
     try:
         ctx.store = open_store(store_path)

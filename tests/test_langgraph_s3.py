@@ -30,7 +30,7 @@ from ckptcli.adapters.langgraph.saver import CkptSaver, _lease_name, read_journa
 from ckptcli.adapters.langgraph.store import CkptStore
 from ckptcli.errors import InvalidInputError, ThreadConflictError
 from tests.conftest import REPO
-from tests.langgraph_graphs import ChatState, chain_builder, chat_message, support_builder
+from tests.langgraph_graphs import ChatState, chain_builder, chat_builder, chat_message, support_builder
 from tests.s3_server import SECRET, S3Bucket, fixture_s3_bucket, fixture_s3_env, fixture_s3_server  # noqa: F401 - pytest fixtures
 from tests.test_langgraph_graph import THREAD, _snapshot, scenario
 
@@ -263,3 +263,57 @@ def test_ckpt_prune_langgraph_ttl_on_an_object_store_leaves_a_thread_a_saver_on_
         os.close(fd)
     res = cli("prune", "--langgraph-ttl", "1d", "--store", url)
     assert res.code == 0 and "expired agent:old" in res.out, res.out + res.err
+
+
+def test_doctor_on_an_object_store_warns_of_a_journal_a_sigkilled_saver_left_on_this_host(s3_bucket: S3Bucket, cli: Any) -> None:
+    url = f"{s3_bucket.url}/doctored"
+    CkptSaver.open(url).close()
+    # the saver uses this host's default journal directory of the store (XDG_STATE_HOME is tmp_path's)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD.format(repo=str(REPO), url=url, jdir=None)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert child.stdout is not None
+    for n, _line in enumerate(child.stdout, 1):
+        if n >= 5:
+            break
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    jdir = default_dir(url) / "langgraph"
+    assert list(jdir.glob("*.journal")), "the killed saver left its journal"
+    got = cli("--store", url, "doctor", "--json")
+    assert got.code == 0, got.err  # warnings alone exit 0 (docs/exit-codes.md)
+    checks = json.loads(got.out)["checks"]
+    journals = [c for c in checks if c["name"] == "langgraph journals"]
+    assert any(c["status"] == "ok" and str(default_dir(url)) in c["detail"] for c in journals), journals
+    left = [c for c in journals if c["status"] == "warn" and "left by a saver that is gone" in c["detail"]]
+    assert len(left) == 1 and "put(s) not in the store" in left[0]["detail"], journals
+    assert any(c["name"] == "langgraph thread leases" for c in checks), checks
+    # the saver replays it; then doctor finds no journal left
+    with CkptSaver.open(url):
+        pass
+    again = json.loads(cli("--store", url, "doctor", "--json").out)["checks"]
+    assert not [c for c in again if c["status"] != "ok" and c["name"].startswith("langgraph")], again
+
+
+def test_doctor_journal_dir_names_the_journal_directory_the_application_gave(s3_bucket: S3Bucket, tmp_path: Path, cli: Any) -> None:
+    url, jd = f"{s3_bucket.url}/given", tmp_path / "app-journal"
+    with CkptSaver.open(url, journal_dir=jd, commit_interval=30.0) as saver:
+        graph = chat_builder(3, words=3).compile(checkpointer=saver)
+        graph.invoke({"messages": []}, {"configurable": {"thread_id": "t"}}, durability="sync")
+        got = cli("--store", url, "doctor", "--journal-dir", jd, "--json")
+        assert got.code == 0, got.err
+        journals = [c for c in json.loads(got.out)["checks"] if c["name"] == "langgraph journals"]
+        assert [c["status"] for c in journals] == ["ok"] and f"1 journal(s) in {jd}" in journals[0]["detail"], journals
+        # the default directory of the store on this host has nothing: doctor says where it looked
+        default = json.loads(cli("--store", url, "doctor", "--json").out)["checks"]
+        assert [c["detail"] for c in default if c["name"] == "langgraph journals"] == [
+            f"none in {default_dir(url)}: no LangGraph saver on this host has used this store"
+        ]
+    local = tmp_path / "local"
+    assert cli("--store", local, "init").code == 0
+    refused = cli("--store", local, "doctor", "--journal-dir", jd)
+    assert refused.code == 1 and "--journal-dir is for a store on object storage" in refused.out, refused.out

@@ -50,22 +50,47 @@ READ_CAP = 64 * 1024 * 1024
 
 
 def check(ctx: Context) -> Iterable[Check]:
-    if ctx.store_path is None:
+    root, where = ctx.store_path, ""
+    if root is not None and ctx.journal_dir is not None:
+        yield Check(
+            "langgraph journals", FAIL, f"--journal-dir is for a store on object storage; the local store {root} keeps its journal in it",
+            "leave --journal-dir out",
+        )  # fmt: skip
         return
-    jdir = journal_dir(ctx.store_path)
+    if root is None:  # a store on object storage: the saver's files of it on this host (hostdir.py)
+        if ctx.store is None:
+            return
+        from ckptcli.adapters.langgraph.hostdir import default_dir, local_root
+
+        try:
+            root = local_root(ctx.store, ctx.journal_dir, create=False)
+        except CkptError as exc:
+            yield _refused("langgraph journals", exc)
+            return
+        where = f" in {root if root is not None else ctx.journal_dir or default_dir(ctx.store.location)}"
+        if root is None:
+            yield Check("langgraph journals", OK, f"none{where}: no LangGraph saver on this host has used this store")
+            return
+    yield from _check_root(ctx, root, where)
+
+
+def _check_root(ctx: Context, root: Path, where: str) -> Iterable[Check]:
+    """The checks of the saver's files under `root` (a local store's directory, or this
+    host's journal directory of a store on object storage, named in `where`)."""
+    jdir = journal_dir(root)
     problem = dir_problem(jdir)
     if problem is not None:
         yield _refused("langgraph journals", problem)
         return
     if not jdir.exists():
-        yield Check("langgraph journals", OK, "none: no LangGraph saver has used this store")
+        yield Check("langgraph journals", OK, f"none{where}: no LangGraph saver has used this store")
         return
-    for d in (lease_dir(ctx.store_path), want_dir(ctx.store_path)):
+    for d in (lease_dir(root), want_dir(root)):
         problem = dir_problem(d)
         if problem is not None:
             yield _refused("langgraph thread leases", problem)
     try:
-        lock = open_recover_lock(ctx.store_path, create=False)  # opened as a saver opens it, made nothing
+        lock = open_recover_lock(root, create=False)  # opened as a saver opens it, made nothing
     except CkptError as exc:
         yield _refused("langgraph journals", exc)
     else:
@@ -80,9 +105,9 @@ def check(ctx: Context) -> Iterable[Check]:
                     dead += _live(fd) is False
                 finally:
                     os.close(fd)
-    yield from _journals(ctx, jdir)
-    yield from _leases(ctx.store_path, dead)
-    yield from _memory_store(ctx, ctx.store_path)
+    yield from _journals(ctx, jdir, where)
+    yield from _leases(root, dead)
+    yield from _memory_store(ctx, root)
 
 
 def _refused(name: str, err: CkptError, who: str = "CkptSaver.open") -> Check:
@@ -151,7 +176,7 @@ class _Tally:
     committed: set[tuple[str, str, str]] | None = None  # read once, when a journal needs it
 
 
-def _journals(ctx: Context, jdir: Path) -> Iterable[Check]:
+def _journals(ctx: Context, jdir: Path, where: str = "") -> Iterable[Check]:
     tally = _Tally()
     for path in sorted(jdir.iterdir()):
         if path.name.endswith(".journal") or path.name.endswith(".journal" + DAMAGED_SUFFIX):
@@ -165,7 +190,7 @@ def _journals(ctx: Context, jdir: Path) -> Iterable[Check]:
         )  # fmt: skip
     yield Check(
         "langgraph journals", OK,
-        f"{tally.live + tally.dead} journal(s), {human_size(tally.total)}: {tally.live} of live savers (backlog: "
+        f"{tally.live + tally.dead} journal(s){where}, {human_size(tally.total)}: {tally.live} of live savers (backlog: "
         f"{tally.backlog} put(s) not committed yet), "
         f"{tally.dead} of savers that are gone",
     )  # fmt: skip

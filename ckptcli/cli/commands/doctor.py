@@ -2,13 +2,29 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, out
 from ckptcli.errors import DoctorFailed, DoctorNoStore, ExitCode
 
 
 @app.command(epilog=exit_status(ExitCode.FAILURE, ExitCode.NO_STORE))
-def doctor(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+def doctor(
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+    journal_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--journal-dir",
+            help="Where this host keeps the LangGraph saver's journal of a store on object storage, "
+            "when the application gives CkptSaver journal_dir= (default: this host's directory for the store's URL).",
+        ),
+    ] = None,
+) -> None:
     """Say whether ckpt works here, and what to watch.
 
     Runs named checks, each ok, warn or fail with a one-line detail and a hint:
@@ -37,7 +53,9 @@ def doctor(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     On a store on object storage (--store s3://bucket/prefix) the store check says
     whether it is reachable and its format version; locks lists each lock object with
     its holder (host, pid, age) and the stale ones, which `ckpt unlock` removes; free
-    space (of a local store's disk) does not apply there.
+    space (of a local store's disk) does not apply there; the langgraph checks look
+    at this host's journal directory of the store (under $XDG_STATE_HOME/ckpt/journals,
+    or --journal-dir when the application gives CkptSaver journal_dir=) and say where.
 
     Installed packages add their own checks (entry-point group ckptcli.doctor).
     Nothing is changed. Exit status 10 when no store is found or reached (none here,
@@ -51,10 +69,12 @@ def doctor(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
       ckpt doctor --store /srv/app/.ckpt --json
 
       ckpt doctor --store s3://bucket/agents
+
+      ckpt doctor --store s3://bucket/agents --journal-dir /var/lib/app/journal
     """
     from ckptcli import doctor as lib
 
-    report = lib.run(store)
+    report = lib.run(store, journal_dir=journal_dir)
     if as_json:
         emit_json(report.to_dict())
     else:
