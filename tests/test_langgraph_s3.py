@@ -28,7 +28,7 @@ from ckptcli import api
 from ckptcli.adapters.langgraph.hostdir import STORE_URL_FILE, default_dir
 from ckptcli.adapters.langgraph.saver import CkptSaver, _lease_name, read_journal
 from ckptcli.adapters.langgraph.store import CkptStore
-from ckptcli.errors import InvalidInputError, ThreadConflictError
+from ckptcli.errors import InvalidInputError, StoreNotFoundError, ThreadConflictError
 from tests.conftest import REPO
 from tests.langgraph_graphs import ChatState, chain_builder, chat_builder, chat_message, support_builder
 from tests.s3_server import SECRET, S3Bucket, fixture_s3_bucket, fixture_s3_env, fixture_s3_server  # noqa: F401 - pytest fixtures
@@ -317,3 +317,31 @@ def test_doctor_journal_dir_names_the_journal_directory_the_application_gave(s3_
     assert cli("--store", local, "init").code == 0
     refused = cli("--store", local, "doctor", "--journal-dir", jd)
     assert refused.code == 1 and "--journal-dir is for a store on object storage" in refused.out, refused.out
+
+
+@pytest.mark.parametrize("opener", [CkptSaver.open, CkptStore.open])
+def test_open_refuses_a_bad_option_before_it_makes_the_store_or_a_journal_directory(opener: Any, tmp_path: Path) -> None:
+    local, jd = tmp_path / "local", tmp_path / "jd"
+    with pytest.raises(InvalidInputError, match="journal_dir is for a store on object storage"):
+        opener(local, journal_dir=jd)
+    with pytest.raises(InvalidInputError, match="fsync must be one of"):
+        opener(local, fsync="sometimes")
+    with pytest.raises(TypeError):
+        opener(local, no_such_option=1)
+    assert not local.exists() and not jd.exists()
+    url = f"memory://refused-{uuid.uuid4().hex[:12]}"
+    with pytest.raises(InvalidInputError, match="fsync must be one of"):
+        opener(url, fsync="sometimes")
+    with pytest.raises(StoreNotFoundError):
+        api.open_store(url)
+    assert not default_dir(url).exists() and not (tmp_path / "state").exists()
+
+
+def test_saver_open_refuses_a_bad_trust_identity_before_it_makes_anything(tmp_path: Path) -> None:
+    url = f"memory://refused-{uuid.uuid4().hex[:12]}"
+    for where in (tmp_path / "local", url):
+        with pytest.raises(InvalidInputError, match="trust_identity must be"):
+            CkptSaver.open(where, trust_identity="maybe")
+    assert not (tmp_path / "local").exists() and not (tmp_path / "state").exists()
+    with pytest.raises(StoreNotFoundError):
+        api.open_store(url)

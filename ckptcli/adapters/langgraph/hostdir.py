@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 
 from ckptcli.adapters.langgraph.journal import open_regular, own_dir
@@ -23,9 +24,9 @@ from ckptcli.errors import InvalidInputError, StoreIOError
 from ckptcli.store.backend import LocalBackend
 from ckptcli.store.backends import redact
 from ckptcli.store.locking import LocalLocks
-from ckptcli.store.repository import Store
+from ckptcli.store.repository import Store, store_location
 
-__all__ = ["STORE_URL_FILE", "HostLocks", "default_dir", "host_branch", "is_remote", "local_root"]
+__all__ = ["STORE_URL_FILE", "HostLocks", "ToMake", "default_dir", "host_branch", "is_remote", "local_root", "store_for"]
 
 STORE_URL_FILE = "store-url"  # in a journal directory of a remote store: the store it belongs to (redacted)
 _URL_MAX = 4096  # the most of `store-url` read
@@ -43,6 +44,34 @@ def default_dir(location: str) -> Path:
     base = Path(state) if os.path.isabs(state) else Path.home() / ".local" / "state"
     digest = hashlib.sha256(redact(location).encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return base / "ckpt" / "journals" / digest
+
+
+@dataclass(frozen=True)
+class ToMake:
+    """The store at `path`, made (as `ckpt init` would) when there is none: what `open`
+    gives the saver's and the memory store's constructor, which make it only once every
+    option is checked."""
+
+    path: str | os.PathLike[str]
+
+
+def store_for(store: Store | ToMake | str | os.PathLike[str], journal_dir: str | os.PathLike[str] | None) -> Store:
+    """The store a constructor was given (opened, or made for a `ToMake`), once its other
+    options are checked. InvalidInputError, before anything is made, for a journal_dir
+    beside a local store."""
+    if isinstance(store, Store):
+        return store
+    path = store.path if isinstance(store, ToMake) else store
+    if journal_dir is not None and not isinstance(store_location(path), str):
+        raise InvalidInputError(
+            f"journal_dir is for a store on object storage; the local store {path} keeps its journal in it", hint="leave journal_dir out"
+        )
+    if isinstance(store, ToMake):
+        from ckptcli.checkpoint import store_or_init
+
+        made = store_or_init(path)
+        return made if isinstance(made, Store) else Store.open(made)
+    return Store.open(store_location(path))
 
 
 def local_root(store: Store, journal_dir: str | os.PathLike[str] | None = None, create: bool = True) -> Path | None:

@@ -44,7 +44,7 @@ from ckptcli.adapters.langgraph import crosshost
 from ckptcli.adapters.langgraph.committer import Committer
 from ckptcli.adapters.langgraph.core import Copies, CopyRows, Keys, SaverCore
 from ckptcli.adapters.langgraph.encoding import fingerprint
-from ckptcli.adapters.langgraph.hostdir import is_remote, local_root
+from ckptcli.adapters.langgraph.hostdir import ToMake, is_remote, local_root, store_for
 from ckptcli.adapters.langgraph.journal import JOURNAL_DIR as JOURNAL_DIR
 from ckptcli.adapters.langgraph.journal import Journal
 from ckptcli.adapters.langgraph.journal import Journal as _Journal  # noqa: F401 - tests import it from here
@@ -60,7 +60,7 @@ from ckptcli.adapters.langgraph.resident import MISSING, Blob, Entry, ItemLog
 from ckptcli.adapters.langgraph.retention import TTL
 from ckptcli.adapters.langgraph.threadops import Siblings, ThreadOps
 from ckptcli.errors import InvalidInputError
-from ckptcli.store.repository import Store, store_location
+from ckptcli.store.repository import Store
 
 __all__ = ["CkptSaver"]
 
@@ -148,7 +148,7 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
 
     def __init__(
         self,
-        store: Store | str | os.PathLike[str],
+        store: Store | ToMake | str | os.PathLike[str],
         *,
         serde: SerializerProtocol | None = None,
         fsync: str = "batch",
@@ -171,7 +171,10 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         self.max_backlog = max_backlog
         self.max_journal_bytes = max_journal_bytes
         self.backlog_waits = 0  # puts that waited for the committer (back-pressure), for tests and benchmarks
-        self.store = store if isinstance(store, Store) else Store.open(store_location(store))
+        if trust_identity not in (True, False, "unchecked"):
+            raise InvalidInputError(f"trust_identity must be True, False or 'unchecked', not {trust_identity!r}")
+        # every option is checked before the store is opened (or made, for `open`)
+        self.store = store_for(store, journal_dir)
         try:
             root = local_root(self.store, journal_dir)
         except BaseException:
@@ -184,8 +187,6 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         self.fsync = fsync
         self.commit_interval = commit_interval
         self.seal_idle = seal_idle
-        if trust_identity not in (True, False, "unchecked"):
-            raise InvalidInputError(f"trust_identity must be True, False or 'unchecked', not {trust_identity!r}")
         self.trust_identity = bool(trust_identity)
         self._init_memory(trust_identity)
         self._init_leases(lease_timeout)
@@ -233,12 +234,7 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         """The saver of the store at `path` (created as `ckpt init` would when there is
         none): ``builder.compile(checkpointer=CkptSaver.open(".ckpt"))``. Options are
         the constructor's."""
-        from ckptcli.adapters.langgraph.retention import TTL
-        from ckptcli.checkpoint import store_or_init
-
-        if options.get("ttl") is not None:
-            TTL.parse(options["ttl"])  # a bad one is refused before a store is made
-        return cls(store_or_init(path), **options)
+        return cls(ToMake(path), **options)  # made once the constructor has checked every option
 
     # -- context manager and closing --------------------------------------------------------
     def __enter__(self) -> CkptSaver:

@@ -37,7 +37,7 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
-from ckptcli.adapters.langgraph.hostdir import HostLocks, host_branch, is_remote, local_root
+from ckptcli.adapters.langgraph.hostdir import HostLocks, ToMake, host_branch, is_remote, local_root, store_for
 from ckptcli.adapters.langgraph.journal import (
     own_dir,
 )
@@ -64,7 +64,7 @@ from ckptcli.adapters.langgraph.store_log import (
     log_dir,
 )
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, UsageError
-from ckptcli.store.repository import Store, store_location
+from ckptcli.store.repository import Store
 
 __all__ = ["CkptStore"]
 
@@ -101,7 +101,7 @@ class CkptStore(BaseStore):
 
     def __init__(
         self,
-        store: Store | str | os.PathLike[str],
+        store: Store | ToMake | str | os.PathLike[str],
         *,
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
@@ -130,7 +130,7 @@ class CkptStore(BaseStore):
             self.index_config["__tokenized_fields"] = [
                 (p, tokenize_path(p)) if p != "$" else (p, p) for p in (self.index_config.get("fields") or ["$"])
             ]
-        self.store = store if isinstance(store, Store) else Store.open(store_location(store))
+        self.store = store_for(store, journal_dir)  # once every option is checked (made, for `open`)
         try:
             root = local_root(self.store, journal_dir)
             assert root is not None
@@ -162,9 +162,7 @@ class CkptStore(BaseStore):
     def open(cls, path: str | os.PathLike[str] = ".ckpt", **options: Any) -> CkptStore:
         """The memory store of the store at `path` (created as `ckpt init` would when
         there is none). Options are the constructor's."""
-        from ckptcli.checkpoint import store_or_init
-
-        return cls(store_or_init(path), **options)
+        return cls(ToMake(path), **options)  # made once the constructor has checked every option
 
     def __enter__(self) -> CkptStore:
         return self
