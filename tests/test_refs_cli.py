@@ -147,6 +147,19 @@ def test_a_torn_reflog_entry_is_skipped_with_a_warning(cli: Any, st: Path) -> No
     assert [x["new"] for x in json.loads(cli("reflog", "agent:bot", "--store", st, "--json").out)] == [b, a]
 
 
+def test_a_torn_reflog_entry_stays_until_the_next_entry_not_a_tag_force_to_the_same_target(cli: Any, st: Path) -> None:
+    a, b = _take(st, {"memory": 1}), _take(st, {"memory": 2})
+    assert cli("tag", "good", a, "--store", st).code == 0
+    with open(st / "logs" / "refs" / "tags" / "good", "ab") as fh:
+        fh.write(b'{"old": "ab", "new"')  # a write cut short by a crash
+    assert cli("tag", "good", a, "--force", "--store", st).code == 0  # names what it named: no entry
+    r = cli("reflog", "good", "--store", st, "--json")
+    assert "the next entry recorded in this reflog removes it" in r.err, r.err
+    assert cli("tag", "good", b, "--force", "--store", st).code == 0
+    r = cli("reflog", "good", "--store", st, "--json")
+    assert "cut short" not in r.err and [x["new"] for x in json.loads(r.out)] == [b, a], r.err
+
+
 # -- 2. exit codes, usage errors, the lock holder ----------------------------------------------------------
 
 

@@ -193,7 +193,7 @@ def parse(data: bytes, ref: str, warn: Callable[[str], None]) -> list[Entry]:
             f"{damaged[0]}); run `ckpt verify`"
         )
     if torn:
-        warn(f"{where}: its last entry was cut short by a crash and is skipped (the next move of the ref removes it)")
+        warn(f"{where}: its last entry was cut short by a crash and is skipped (the next entry recorded in this reflog removes it)")
     return out
 
 

@@ -231,7 +231,8 @@ class StoreChecker:
                 )
             if torn:
                 self.rep.notes.append(
-                    f"{path}: the last reflog entry was cut short by a crash (harmless: skipped, and removed by the ref's next move)"
+                    f"{path}: the last reflog entry was cut short by a crash "
+                    "(harmless: skipped, and removed when the next entry is recorded in this reflog)"
                 )
 
     def manifests(self, refs: list[str] | None) -> None:
