@@ -48,6 +48,7 @@ __all__ = [
     "lock_file",
     "lock_object_path",
     "lock_path",
+    "locks_dir",
     "log_path",
     "manifest_path",
     "memory_store_dir",
@@ -167,6 +168,12 @@ MEMORY_STORE_DIR = "store"  # under JOURNAL_DIR: LangGraph's memory store's logs
 
 def journal_dir(store_dir: Path) -> Path:
     return store_dir / JOURNAL_DIR
+
+
+def locks_dir(root: Path) -> Path:
+    """`flock` files under a local root: a local store's, or the journal directory a
+    LangGraph saver keeps on this host for a store on object storage."""
+    return root / LOCKS
 
 
 def lease_dir(store_dir: Path) -> Path:

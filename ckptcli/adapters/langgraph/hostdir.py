@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ckptcli.adapters.langgraph.journal import open_regular, own_dir
 from ckptcli.errors import InvalidInputError, StoreIOError
+from ckptcli.store import layout
 from ckptcli.store.backend import LocalBackend
 from ckptcli.store.backends import redact
 from ckptcli.store.locking import LocalLocks
@@ -153,7 +154,7 @@ class HostLocks(LocalLocks):
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        own_dir(root / "locks")
+        own_dir(layout.locks_dir(root))
 
     def _p(self, path: str) -> Path:
         return self.root / path
