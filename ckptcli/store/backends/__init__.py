@@ -180,6 +180,8 @@ def _scrub(message: str, url: str, options: Mapping[str, str]) -> str:
     for key, value in options.items():
         if value and is_secret_key(key):
             message = message.replace(value, "***")
+        elif "://" in value:
+            message = message.replace(value, redact(value))
     return message
 
 
@@ -205,15 +207,15 @@ def redact(url: str) -> str:
 
 def redact_args(args: Sequence[str]) -> list[str]:
     """A command line as records may keep it (reflog entries, lock objects): every URL
-    redacted, and the value of every `--store-option` whose key looks secret replaced by
-    ***."""
+    redacted (a URL-valued `--store-option` too: `endpoint=http://***@host`), and the
+    value of every `--store-option` whose key looks secret replaced by ***."""
     out: list[str] = []
     option_next = False
     for arg in args:
         if option_next or arg.startswith("--store-option="):
             head, eq, pair = arg.partition("=") if not option_next else ("", "", arg)
-            key, has, _value = pair.partition("=")
-            shown = f"{key}=***" if has and is_secret_key(key) else pair
+            key, has, value = pair.partition("=")
+            shown = f"{key}=***" if has and is_secret_key(key) else f"{key}={redact(value)}" if "://" in value else pair
             out.append(f"{head}{eq}{shown}" if not option_next else shown)
         elif "://" in arg:
             head, eq, rest = arg.partition("=") if arg.startswith("-") else ("", "", arg)

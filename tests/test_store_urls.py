@@ -1,0 +1,84 @@
+"""Store URLs and what ckpt records and prints about them: a URL-valued store option's
+user info is never recorded nor printed, text read from a store's lock objects is
+escaped in doctor's output, and a malformed store URL is refused in one line rather than
+taken for a local path.
+
+The S3 cases run on the moto server of tests/s3_server.py."""
+
+from __future__ import annotations
+
+import http.client
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from ckptcli.store import layout
+from ckptcli.store.backends import redact_args
+from ckptcli.store.objlocks import LockRecord, encode_lock
+from tests.conftest import run_ckpt
+from tests.s3_server import S3Bucket, fixture_s3_bucket, fixture_s3_env, fixture_s3_server  # noqa: F401 - pytest fixtures
+
+
+def one_error(got: Any, code: int, *needles: str) -> str:
+    err = got.stderr.decode()
+    assert got.returncode == code, (got.returncode, err)
+    assert "Traceback" not in err and err.startswith("ckpt: error: ") and err.count("\n") == 1, err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err
+
+
+def _put(bucket: S3Bucket, key: str, data: bytes) -> None:
+    endpoint = urlsplit(bucket.endpoint)
+    conn = http.client.HTTPConnection(endpoint.hostname or "", endpoint.port, timeout=30)
+    conn.request("PUT", f"/{bucket.name}/{key}", body=data)
+    assert conn.getresponse().status == 200
+
+
+# -- a URL-valued store option's user info -------------------------------------------------------
+
+
+def test_a_url_valued_store_option_loses_its_user_info_in_records() -> None:
+    args = ["--store-option", "endpoint=http://EPUSER:EPPASS@127.0.0.1:9000", "--store-option=proxy=https://PX:PXPASS@proxy:3128/"]
+    got = " ".join(redact_args(args))
+    assert "EPUSER" not in got and "EPPASS" not in got and "PXPASS" not in got, got
+    assert "endpoint=http://***@127.0.0.1:9000" in got and "proxy=https://***@proxy:3128/" in got, got
+
+
+def test_the_command_a_take_records_on_s3_holds_no_endpoint_password(s3_bucket: S3Bucket, tmp_path: Path) -> None:
+    url = f"{s3_bucket.url}/rec"
+    port = urlsplit(s3_bucket.endpoint).port
+    option = f"endpoint=http://EPUSER:EPPASS@127.0.0.1:{port}"
+    assert run_ckpt("init", url).returncode == 0
+    (tmp_path / "a.txt").write_text("a")
+    took = run_ckpt("--store-option", option, "--store", url, "take", "--label", "n=one", tmp_path / "a.txt")
+    assert took.returncode == 0, took.stderr
+    shown = run_ckpt("--store", url, "reflog", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert b"endpoint=http://***@127.0.0.1" in shown.stdout, shown.stdout
+    assert b"EPPASS" not in shown.stdout and b"EPUSER" not in shown.stdout, shown.stdout
+
+
+# -- doctor escapes what it reads from a store ---------------------------------------------------
+
+
+def test_doctor_escapes_control_characters_of_a_planted_lock(s3_bucket: S3Bucket) -> None:
+    url = f"{s3_bucket.url}/evil"
+    assert run_ckpt("init", url).returncode == 0
+    now = time.time()
+    record = LockRecord(
+        id="e" * 32,
+        kind="exclusive",
+        host="evil\x1b[31mhost\nnext",
+        pid=4242,
+        user="u\x07",
+        created=now,
+        refreshed=now,
+        command="ckpt \x1b]0;owned\x07prune",
+    )
+    _put(s3_bucket, f"evil/{layout.lock_object_path(record.id)}", encode_lock(record))
+    got = run_ckpt("--store", url, "doctor")
+    text = got.stdout.decode() + got.stderr.decode()
+    assert "\x1b" not in text and "\x07" not in text and "\nnext" not in text, text
+    assert "evil\\x1b[31mhost\\nnext" in text, text
