@@ -13,9 +13,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
+
+from ckptcli.errors import ExitCode, UsageError
 from ckptcli.store import layout
-from ckptcli.store.backends import redact_args
+from ckptcli.store.backends import open_backend, redact_args
 from ckptcli.store.objlocks import LockRecord, encode_lock
+from ckptcli.store.repository import store_location
 from tests.conftest import run_ckpt
 from tests.s3_server import S3Bucket, fixture_s3_bucket, fixture_s3_env, fixture_s3_server  # noqa: F401 - pytest fixtures
 
@@ -82,3 +86,53 @@ def test_doctor_escapes_control_characters_of_a_planted_lock(s3_bucket: S3Bucket
     text = got.stdout.decode() + got.stderr.decode()
     assert "\x1b" not in text and "\x07" not in text and "\nnext" not in text, text
     assert "evil\\x1b[31mhost\\nnext" in text, text
+
+
+# -- one rule for what is a URL ------------------------------------------------------------------
+
+TYPOS = ["s3:/bkt1/foo", "s3:bkt1", "s3:", "file:s3://bkt1/x", "S3:/bkt1/x", "memory:/n"]
+
+
+@pytest.mark.parametrize("typo", TYPOS)
+def test_a_mistyped_url_is_refused_and_no_local_directory_is_made(typo: str, tmp_path: Path) -> None:
+    for args in (["init", typo], ["--store", typo, "ls"], ["tui", typo], ["export", "latest", "-o", typo]):
+        err = one_error(run_ckpt(*args, cwd=tmp_path), ExitCode.USAGE, "not a well-formed store URL", "://")
+        assert f"./{typo}" in err or args[0] == "export", err  # -o is a Path: its "//" is one "/"
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(UsageError):
+        store_location(typo)
+
+
+def test_a_local_directory_named_like_a_scheme_is_given_as_a_relative_path(tmp_path: Path) -> None:
+    assert run_ckpt("init", "./s3:", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "s3:" / "config").is_file()
+    got = run_ckpt("--store", "./s3:", "ls", cwd=tmp_path)
+    assert got.returncode == 0, got.stderr
+    assert store_location("dir:x") == Path("dir:x")  # no store scheme: a path
+
+
+@pytest.mark.parametrize(
+    ("prefix", "named"), [("newa/../newb", "'..'"), ("./lg", "'.'"), ("/race2", "empty part"), ("a//b", "empty part"), ("a/.", "'.'")]
+)
+def test_dot_dotdot_and_empty_parts_of_a_prefix_are_refused(s3_bucket: S3Bucket, prefix: str, named: str) -> None:
+    url = f"{s3_bucket.url}/{prefix}"
+    one_error(run_ckpt("init", url), ExitCode.USAGE, named, "does not resolve")
+    with pytest.raises(UsageError, match=named):
+        store_location(f"memory://b/{prefix}")
+    assert open_backend(s3_bucket.url).list_paths("") == []  # nothing written anywhere in the bucket
+
+
+def test_a_trailing_slash_names_the_same_store(s3_bucket: S3Bucket) -> None:
+    assert run_ckpt("init", f"{s3_bucket.url}/slash/").returncode == 0
+    got = run_ckpt("--store", f"{s3_bucket.url}/slash", "ls")
+    assert got.returncode == 0, got.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [("s3://bkt/x?endpoint=http://127.0.0.1:1", "--store-option"), ("s3://AKU:PW9secret@bkt/x", "environment"), ("gs://b/x#frag", "query")],
+)
+def test_a_query_or_user_info_in_an_object_storage_url_is_refused(s3_env: object, url: str, needle: str) -> None:
+    # s3_env: the endpoint is the moto server, should a URL get through
+    err = one_error(run_ckpt("--store", url, "ls"), ExitCode.USAGE, needle)
+    assert "PW9secret" not in err and "AKU" not in err, err
