@@ -95,9 +95,10 @@ TYPOS = ["s3:/bkt1/foo", "s3:bkt1", "s3:", "file:s3://bkt1/x", "S3:/bkt1/x", "me
 
 @pytest.mark.parametrize("typo", TYPOS)
 def test_a_mistyped_url_is_refused_and_no_local_directory_is_made(typo: str, tmp_path: Path) -> None:
-    for args in (["init", typo], ["--store", typo, "ls"], ["tui", typo], ["export", "latest", "-o", typo]):
-        err = one_error(run_ckpt(*args, cwd=tmp_path), ExitCode.USAGE, "not a well-formed store URL", "://")
-        assert f"./{typo}" in err or args[0] == "export", err  # -o is a Path: its "//" is one "/"
+    for args in (["init", typo], ["--store", typo, "ls"], ["tui", typo]):
+        one_error(run_ckpt(*args, cwd=tmp_path), ExitCode.USAGE, "not a well-formed store URL", "://", f"./{typo}")
+    # -o is a local path by design, and a Path argument has its "//" made one "/": refused as a URL
+    one_error(run_ckpt("export", "latest", "-o", typo, cwd=tmp_path), ExitCode.USAGE, "://")
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(UsageError):
         store_location(typo)
