@@ -137,3 +137,23 @@ def test_a_query_or_user_info_in_an_object_storage_url_is_refused(s3_env: object
     # s3_env: the endpoint is the moto server, should a URL get through
     err = one_error(run_ckpt("--store", url, "ls"), ExitCode.USAGE, needle)
     assert "PW9secret" not in err and "AKU" not in err, err
+
+
+# -- doctor on a server that does not answer; an option value obstore refuses ------------------
+
+
+def test_doctor_on_an_unreachable_endpoint_hints_at_the_endpoint_not_at_damage(s3_env: object) -> None:
+    got = run_ckpt("--store-option", "endpoint=http://127.0.0.1:1", "--store-option", "max_retries=0", "--store", "s3://bkt/x", "doctor")
+    assert got.returncode == ExitCode.NO_STORE, got.stderr
+    text = got.stdout.decode() + got.stderr.decode()
+    assert "ckpt verify" not in text, text
+    assert "check the endpoint" in got.stderr.decode() and "network" in got.stderr.decode(), text
+
+
+@pytest.mark.parametrize("option", ["timeout=abcQ7", "connect_timeout=zzQ7"])
+def test_an_option_value_obstore_refuses_is_named_by_its_key_only(s3_bucket: S3Bucket, option: str) -> None:
+    key = option.partition("=")[0]
+    err = one_error(
+        run_ckpt("--store-option", option, "--store", f"{s3_bucket.url}/x", "ls"), ExitCode.INVALID_INPUT, f"store option {key}"
+    )
+    assert "Q7" not in err, err
