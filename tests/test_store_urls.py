@@ -154,6 +154,33 @@ def test_doctor_on_an_unreachable_endpoint_hints_at_the_endpoint_not_at_damage(s
 def test_an_option_value_obstore_refuses_is_named_by_its_key_only(s3_bucket: S3Bucket, option: str) -> None:
     key = option.partition("=")[0]
     err = one_error(
-        run_ckpt("--store-option", option, "--store", f"{s3_bucket.url}/x", "ls"), ExitCode.INVALID_INPUT, f"store option {key}"
+        run_ckpt("--store-option", option, "--store", f"{s3_bucket.url}/x", "ls"), ExitCode.INVALID_INPUT, f"--store-option {key}"
     )
     assert "Q7" not in err, err
+
+
+# -- init refuses a prefix that holds objects, and one inside a store ---------------------------
+
+
+def test_init_refuses_a_prefix_holding_other_objects(s3_bucket: S3Bucket) -> None:
+    _put(s3_bucket, "data/packs/foreign.bin", b"theirs")
+    _put(s3_bucket, "data/refs/x", b"theirs")
+    one_error(run_ckpt("init", f"{s3_bucket.url}/data"), ExitCode.CONFLICT, "already holds objects", "empty prefix")
+    backend = open_backend(s3_bucket.url)
+    assert sorted(backend.list_paths("")) == ["data/packs/foreign.bin", "data/refs/x"]  # nothing written
+    one_error(run_ckpt("init", f"{s3_bucket.url}/data/"), ExitCode.CONFLICT, "already holds objects")
+    assert run_ckpt("init", f"{s3_bucket.url}/dat").returncode == 0  # a prefix of the same start, but another one
+
+
+def test_init_refuses_a_prefix_inside_a_store_and_the_outer_store_keeps_working(s3_bucket: S3Bucket, tmp_path: Path) -> None:
+    outer = f"{s3_bucket.url}/store"
+    assert run_ckpt("init", outer).returncode == 0
+    (tmp_path / "a.txt").write_text("a")
+    assert run_ckpt("--store", outer, "take", "--label", "n=1", tmp_path / "a.txt").returncode == 0
+    for inner in ("packs", "deep/er/x", "newdir"):
+        one_error(run_ckpt("init", f"{outer}/{inner}"), ExitCode.CONFLICT, f"inside the ckpt store {outer}")
+    assert not [p for p in open_backend(outer).list_paths("") if p.endswith("/config")]
+    one_error(run_ckpt("init", outer), ExitCode.CONFLICT, "already exists")
+    pruned = run_ckpt("--store", outer, "prune", "--keep-last", "1")
+    assert pruned.returncode == 0, pruned.stderr
+    assert run_ckpt("--store", outer, "verify").returncode == 0

@@ -127,7 +127,7 @@ def _azure_options(config: dict[str, Any], client: dict[str, Any], env: Mapping[
     config["endpoint"] = endpoint.rstrip("/") + ("" if parts.path.strip("/") else f"/{account}")
 
 
-def _refused_alone(plain: str, config: Mapping[str, Any], client: Mapping[str, Any], retry: Any) -> str | None:
+def _refused_option(plain: str, config: Mapping[str, Any], client: Mapping[str, Any], retry: Any) -> str | None:
     """The option without which obstore takes the others (its key), when there is one
     (no request is made)."""
     from obstore.store import from_url
@@ -296,10 +296,10 @@ class S3Backend(ObjectBackend):
             what = f"({type(exc).__name__})"
             if type(exc).__name__ == "UnknownConfigurationKeyError":  # keys are no secret: name them, never values
                 what = f"(a key it does not know among: {', '.join(sorted(options)) or 'none given'})"
-            bad = _refused_alone(plain, config, client, retry)
+            bad = None if type(exc).__name__ == "UnknownConfigurationKeyError" else _refused_option(plain, config, client, retry)
             if bad:  # a value it cannot read: name its key, never the value
                 raise InvalidInputError(
-                    f"{shown}: the store option {bad} was refused {what}: its value, or an option it needs with it",
+                    f"{shown}: the --store-option {bad} was refused {what}: its value, or an option it needs with it",
                     hint=f"check the value of {bad} (a number, a duration such as 30s, true or false, a URL: see docs/storage.md)",
                 ) from None
             raise InvalidInputError(
