@@ -19,7 +19,7 @@ from ckptcli.format import framing, limits
 from ckptcli.format.values import Budget, Decoder, LazyBytes
 from ckptcli.listing import info_dict
 from ckptcli.progress import NULL, Progress
-from ckptcli.store.backends import known_schemes, redact
+from ckptcli.store.backends import known_schemes, parse_location, redact
 from ckptcli.store.repository import Store, resolve_store_path, store_location
 from ckptcli.store.single import CheckpointFile, is_checkpoint_file
 
@@ -277,8 +277,11 @@ def refuse_url(arg: str | os.PathLike[str], what: str) -> None:
     Raises:
         UsageError naming the URL (its secrets left out) and where a URL goes instead."""
     text = os.fspath(arg)
-    found = _URL.fullmatch(text) if isinstance(text, str) else None
+    if not isinstance(text, str) or not text:
+        return
+    found = _URL.fullmatch(text)  # s3:/x too: a Path argument has its "//" made one "/"
     if found is None or (not found[2] and found[1].lower() not in known_schemes()):
+        parse_location(text)  # s3:bucket, file:s3:/x: a mistyped URL, refused as --store refuses it
         return  # a path; or a directory named like "dir:" with no store scheme
     url = redact(f"{found[1]}://{found[3]}")
     raise UsageError(

@@ -109,6 +109,8 @@ def run(store_path: Path | str | None, checks: dict[str, CheckFn] | None = None,
         ctx.store_error = exc
         if isinstance(exc, StoreNotFoundError) or (isinstance(exc, StoreIOError) and _is_url(store_path)):
             report.no_store = exc
+            if exc.hint is None and isinstance(exc, StoreIOError):  # not reached: nothing says it is damaged
+                exc.hint = UNREACHED
     try:
         for name, fn in (checks if checks is not None else registered()).items():
             try:
@@ -122,6 +124,13 @@ def run(store_path: Path | str | None, checks: dict[str, CheckFn] | None = None,
         if ctx.store is not None:
             ctx.store.close()
     return report
+
+
+#: the hint when a store on object storage does not answer
+UNREACHED = (
+    "the store could not be read: check the endpoint (store option endpoint, AWS_ENDPOINT_URL), "
+    "that its server is up, the network and the credentials"
+)
 
 
 def _is_url(store_path: Path | str | None) -> bool:

@@ -282,20 +282,15 @@ def test_no_secret_reaches_a_record_or_a_message(s3_bucket: S3Bucket, tmp_path: 
     url = f"s3://{s3_bucket.name}/secrets"
     assert run_ckpt("init", url).returncode == 0
     doc, _work = _state(tmp_path, 1)
-    took = run_ckpt(
-        "--store-option",
-        f"secret_access_key={SECRET}",
-        "--store",
-        f"s3://AKUSER:PassW0rdX@{s3_bucket.name}/secrets?token=TOKQ9",
-        "take",
-        doc,
-        "-S",
-        "agent:s",
-    )
+    # a URL with user info or a query is refused (credentials go in the environment or
+    # the store options), without echoing them
+    refused = run_ckpt("--store", f"s3://AKUSER:PassW0rdX@{s3_bucket.name}/secrets?token=TOKQ9", "take", doc, "-S", "agent:s")
+    assert refused.returncode == 2, refused.stderr
+    took = run_ckpt("--store-option", f"secret_access_key={SECRET}", "--store", url, "take", doc, "-S", "agent:s")
     assert took.returncode == 0, took.stderr
     log = open_backend(url).get("logs/refs/latest/agent/s").decode()
     reflog = run_ckpt("--store", url, "reflog", "--json").stdout.decode()
-    for text in (log, reflog, took.stderr.decode()):
+    for text in (log, reflog, took.stderr.decode(), refused.stderr.decode()):
         assert SECRET not in text and "PassW0rdX" not in text and "TOKQ9" not in text, text
     assert "secret_access_key=***" in log  # the command is kept, its secrets are not
 

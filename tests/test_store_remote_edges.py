@@ -327,7 +327,6 @@ def test_a_missing_bucket_is_no_store_in_one_line_naming_it(s3_bucket: S3Bucket)
     missing = f"{s3_bucket.name}-missing"
     for args in (
         ["--store", f"s3://{missing}/p", "ls"],
-        ["--store", f"s3://AKUSER:PassW0rdX@{missing}/p?token=TOKQ9", "verify"],
         ["init", f"s3://{missing}/p"],
         ["--store-option", f"secret_access_key={SECRET}", "--store", f"s3://{missing}/p", "ls"],
     ):

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ckptcli import notices
 from ckptcli.errors import (
@@ -35,7 +36,7 @@ from ckptcli.format import framing, limits
 from ckptcli.format.manifest import Manifest
 from ckptcli.store import layout
 from ckptcli.store.backend import Backend, LocalBackend
-from ckptcli.store.backends import ENV_OPTIONS, cli_options, open_backend, parse_location, parse_store_options
+from ckptcli.store.backends import ENV_OPTIONS, cli_options, open_backend, parse_location, parse_store_options, redact
 from ckptcli.store.index import IndexEntry, ObjectIndex, parse_entry_rows, read_index_file, write_index
 from ckptcli.store.layout import STORE_DIRNAME as STORE_DIRNAME
 from ckptcli.store.layout import pack_path as pack_path
@@ -188,6 +189,43 @@ def _remote(url: str, options: Mapping[str, str] | None) -> ObjectStoreIO:
     return ObjectStoreIO(open_backend(url, given), default_cache())
 
 
+def _refuse_occupied(io: ObjectStoreIO, url: str, options: Mapping[str, str] | None) -> None:
+    """A new store at a URL goes to a prefix that holds no object (one listing, its first
+    key) and lies in no store (no config object at an ancestor prefix): its objects would
+    mix with other data, or an outer store's prune would take them for its own garbage.
+
+    Raises: ConflictError, one line naming what is there."""
+    listing = io.objects.list("")
+    try:
+        first = next(iter(listing), None)
+    finally:
+        close = getattr(listing, "close", None)
+        if close is not None:
+            close()
+    if first is not None:
+        if first.path == layout.CONFIG or io.objects.exists(layout.CONFIG):
+            raise ConflictError(f"a ckpt store already exists at {io.url}")
+        raise ConflictError(
+            f"{io.url} already holds objects ({first.path!r} among them): a store is created at an empty prefix",
+            hint="give a new prefix, such as " + io.url.rstrip("/") + "-ckpt",
+        )
+    parts = urlsplit(url)
+    segments = parts.path.strip("/").split("/") if parts.path.strip("/") else []
+    given = options if options is not None else parse_store_options(cli_options(), os.environ.get(ENV_OPTIONS))
+    for depth in range(len(segments)):
+        outer = f"{parts.scheme}://{parts.netloc}/{'/'.join(segments[:depth])}".rstrip("/")
+        backend = open_backend(outer, given)
+        try:
+            inside = backend.exists(layout.CONFIG)
+        finally:
+            backend.close()
+        if inside:
+            raise ConflictError(
+                f"{io.url} lies inside the ckpt store {redact(outer)}: a store is never created in another one",
+                hint="give a prefix outside it (stores sit side by side: s3://bucket/a, s3://bucket/b)",
+            )
+
+
 def resolve_store_path(path: Path) -> Path:
     if (path / layout.CONFIG).is_file():
         return path
@@ -258,9 +296,13 @@ class Store(Refs):
         config = StoreConfig(version, secrets.token_bytes(16), time.time_ns(), (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX))
         if isinstance(path, str):
             io = _remote(path, options)
-            if not io.objects.put_if_absent(layout.CONFIG, config.encode()):
+            try:
+                _refuse_occupied(io, path, options)
+                if not io.objects.put_if_absent(layout.CONFIG, config.encode()):
+                    raise ConflictError(f"a ckpt store already exists at {io.url}")
+            except BaseException:
                 io.close()
-                raise ConflictError(f"a ckpt store already exists at {io.url}")
+                raise
             return cls(io, config, io.url)
         if (path / layout.CONFIG).exists():
             raise ConflictError(f"a ckpt store already exists at {path}")

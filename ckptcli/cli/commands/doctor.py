@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
-from ckptcli.cli.output import emit_json, exit_status, out
+from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import DoctorFailed, DoctorNoStore, ExitCode
 
 
@@ -81,9 +81,10 @@ def doctor(
         c = out()
         width = max((len(ch.name) for ch in report.checks), default=0)
         for ch in report.checks:
-            c.print(f"{ch.status:<4}  {ch.name:<{width}}  {ch.detail}", markup=False)
+            # a detail quotes what the store holds (a lock's host and command, labels): escaped
+            c.print(f"{ch.status:<4}  {safe(ch.name, backslash=False):<{width}}  {safe(ch.detail, backslash=False)}", markup=False)
             if ch.hint and ch.status != lib.OK:
-                c.print(f"      {'':<{width}}  hint: {ch.hint}", markup=False)
+                c.print(f"      {'':<{width}}  hint: {safe(ch.hint, backslash=False)}", markup=False, highlight=False)
     if report.no_store is not None:
         err = report.no_store
         raise DoctorNoStore(f"no store: {err.message}", hint=err.hint or "check --store or CKPT_STORE")

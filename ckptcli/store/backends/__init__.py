@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 from ckptcli import plugins
-from ckptcli.errors import CkptError, InvalidInputError, failed_with
+from ckptcli.errors import CkptError, InvalidInputError, UsageError, failed_with
 
 if TYPE_CHECKING:
     from ckptcli.store.backends.base import ObjectBackend
@@ -86,13 +86,75 @@ class Location:
 
 def parse_location(text: str) -> Location:
     """Args: `--store` / CKPT_STORE. Returns: its Location: `scheme://...` is a URL
-    (the scheme lower-cased), anything else a path. Raises: InvalidInputError (empty)."""
+    (the scheme lower-cased), anything else a path.
+
+    One rule tells them apart, everywhere a location is read: a text that starts with a
+    registered scheme or `file` and a colon (`s3:/bucket/x`, `s3:bucket`, `file:s3://b`)
+    is a URL, and one that is not well formed is refused, never taken for a relative
+    path (a local directory named so is given as `./s3:...`). A URL's prefix has no
+    `.`, `..` or empty part; an s3://, gs:// or az:// URL has no query (store options
+    are --store-option pairs) and no user info (credentials go in the environment or
+    the store options).
+
+    Raises: InvalidInputError (empty); UsageError (a malformed URL, its secrets left out)."""
     if not text:
         raise InvalidInputError("the store location is empty", hint="give a path, or a URL such as s3://bucket/prefix")
     found = _SCHEME.match(text)
     if found is None:
+        _refuse_scheme_typo(text)
         return Location("file", text)
-    return Location(found[1].lower(), text)
+    scheme = found[1].lower()
+    if scheme != "file":
+        _check_url(text, scheme)
+    return Location(scheme, text)
+
+
+_HEAD = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+def _refuse_scheme_typo(text: str) -> None:
+    """A registered scheme (or `file`) and a colon without `//`: a URL mistyped."""
+    head = _HEAD.match(text)
+    if head is None:
+        return
+    scheme = head[1].lower()
+    if scheme != "file" and scheme not in known_schemes():
+        return  # a path such as "dir:x": no store scheme
+    shown = text if "@" not in text else f"{head[0]}***@{text.rpartition('@')[2]}"
+    right = "file:///absolute/path" if scheme == "file" else f"{scheme}://bucket/prefix"
+    raise UsageError(
+        f"{shown!r} is not a well-formed store URL: a URL is written {right}",
+        hint=f"write {right}, or ./{shown} for a local directory named so",
+    )
+
+
+def _check_url(text: str, scheme: str) -> None:
+    """A `scheme://...` URL: no `.`, `..` or empty part in its prefix (a trailing slash
+    is allowed); on s3://, gs:// and az://, which read neither, no query or fragment and
+    no user info (a plugin's backend may read them)."""
+    shown = redact(text)
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        raise UsageError(f"{shown} is not a well-formed store URL", hint=f"write {scheme}://bucket/prefix") from None
+    if scheme in EXTRAS and (parts.query or parts.fragment or "?" in text or "#" in text):
+        raise UsageError(
+            f"{shown}: a store URL takes no query (?...) or fragment (#...)",
+            hint="give store options as --store-option KEY=VALUE or in CKPT_STORE_OPTIONS",
+        )
+    if "@" in parts.netloc and scheme in EXTRAS:
+        raise UsageError(
+            f"{shown}: a store URL carries no user info (user:password@)",
+            hint="put credentials in the environment (e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or in --store-option",
+        )
+    prefix = parts.path.removeprefix("/").removesuffix("/")
+    for part in prefix.split("/") if prefix else ():
+        if part in ("", ".", ".."):
+            what = "an empty part (//)" if not part else f"a {part!r} part"
+            raise UsageError(
+                f"{shown}: the prefix {prefix!r} has {what}; ckpt does not resolve them",
+                hint=f"write the prefix in full, e.g. {scheme}://bucket/a/b",
+            )
 
 
 def known_schemes() -> list[str]:
@@ -180,6 +242,8 @@ def _scrub(message: str, url: str, options: Mapping[str, str]) -> str:
     for key, value in options.items():
         if value and is_secret_key(key):
             message = message.replace(value, "***")
+        elif "://" in value:
+            message = message.replace(value, redact(value))
     return message
 
 
@@ -205,15 +269,15 @@ def redact(url: str) -> str:
 
 def redact_args(args: Sequence[str]) -> list[str]:
     """A command line as records may keep it (reflog entries, lock objects): every URL
-    redacted, and the value of every `--store-option` whose key looks secret replaced by
-    ***."""
+    redacted (a URL-valued `--store-option` too: `endpoint=http://***@host`), and the
+    value of every `--store-option` whose key looks secret replaced by ***."""
     out: list[str] = []
     option_next = False
     for arg in args:
         if option_next or arg.startswith("--store-option="):
             head, eq, pair = arg.partition("=") if not option_next else ("", "", arg)
-            key, has, _value = pair.partition("=")
-            shown = f"{key}=***" if has and is_secret_key(key) else pair
+            key, has, value = pair.partition("=")
+            shown = f"{key}=***" if has and is_secret_key(key) else f"{key}={redact(value)}" if "://" in value else pair
             out.append(f"{head}{eq}{shown}" if not option_next else shown)
         elif "://" in arg:
             head, eq, rest = arg.partition("=") if arg.startswith("-") else ("", "", arg)

@@ -127,6 +127,23 @@ def _azure_options(config: dict[str, Any], client: dict[str, Any], env: Mapping[
     config["endpoint"] = endpoint.rstrip("/") + ("" if parts.path.strip("/") else f"/{account}")
 
 
+def _refused_option(plain: str, config: Mapping[str, Any], client: Mapping[str, Any], retry: Any) -> str | None:
+    """The option without which obstore takes the others (its key), when there is one
+    (no request is made)."""
+    from obstore.store import from_url
+
+    for key in [*config, *client]:
+        rest: Any = ({k: v for k, v in config.items() if k != key}, {k: v for k, v in client.items() if k != key})
+        try:
+            from_url(plain, config=rest[0] or None, client_options=rest[1] or None, retry_config=retry)
+        except BaseException as exc:  # as from_url's own caller: obstore's errors, a panic of its Rust side
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            continue
+        return str(key)
+    return None
+
+
 def _bool(key: str, value: str) -> bool:
     low = value.strip().lower()
     if low in ("1", "true", "yes", "on"):
@@ -279,6 +296,12 @@ class S3Backend(ObjectBackend):
             what = f"({type(exc).__name__})"
             if type(exc).__name__ == "UnknownConfigurationKeyError":  # keys are no secret: name them, never values
                 what = f"(a key it does not know among: {', '.join(sorted(options)) or 'none given'})"
+            bad = None if type(exc).__name__ == "UnknownConfigurationKeyError" else _refused_option(plain, config, client, retry)
+            if bad:  # a value it cannot read: name its key, never the value
+                raise InvalidInputError(
+                    f"{shown}: the --store-option {bad} was refused {what}: its value, or an option it needs with it",
+                    hint=f"check the value of {bad} (a number, a duration such as 30s, true or false, a URL: see docs/storage.md)",
+                ) from None
             raise InvalidInputError(
                 f"{shown}: the store options or the URL were refused {what}",
                 hint=f"check the --store-option keys and values, CKPT_STORE_OPTIONS and {_ENDPOINT_HINT[scheme]}",
