@@ -123,8 +123,8 @@ def _refuse_scheme_typo(text: str) -> None:
     shown = text if "@" not in text else f"{head[0]}***@{text.rpartition('@')[2]}"
     right = "file:///absolute/path" if scheme == "file" else f"{scheme}://bucket/prefix"
     raise UsageError(
-        f"{shown!r} is not a well-formed store URL: a URL is written {right}",
-        hint=f"write {right}, or ./{shown} for a local directory named so",
+        f"{shown!r} is not a well-formed store URL (one is written {right})",
+        hint=f"fix the URL, or write ./{shown} for a local directory named so",
     )
 
 
