@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -13,22 +12,6 @@ import pytest
 
 import ckptcli
 from ckptcli.store.repository import Store
-
-#: how this pytest process treats Ctrl-C when it starts: every child it runs inherits an
-#: ignored SIGINT or a blocked one across exec, and ckpt rightly keeps an ignored one
-_SIGINT = signal.getsignal(signal.SIGINT)
-
-
-@pytest.fixture(autouse=True)
-def _sigint_as_at_start() -> None:
-    """Each test starts with SIGINT as the session did (a test or a library it drove
-    in-process that set it to be ignored, or blocked it, would change every later test's
-    children: the Ctrl-C tests of tests/test_interrupts.py saw that in a full run)."""
-    if signal.getsignal(signal.SIGINT) is not _SIGINT:
-        signal.signal(signal.SIGINT, _SIGINT)
-    if signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
-
 
 REPO = Path(__file__).resolve().parent.parent
 

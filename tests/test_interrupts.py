@@ -19,6 +19,15 @@ from ckptcli.store.repository import Store
 from tests.conftest import REPO, Result
 
 
+def _ctrl_c_deliverable() -> None:
+    """In the child, before exec: SIGINT as a terminal gives it, default and unblocked. A
+    shell starts a background job (`cmd &`, `nohup`) with SIGINT ignored, its children
+    inherit that across exec, and ckpt rightly keeps an ignored SIGINT: without this the
+    tests would pass or fail with how the suite was started."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+
+
 def _wait_blocked_on_pipe(pid: int, timeout: float = 60.0) -> None:
     """Until the process sleeps in a pipe read (it is past start-up, reading stdin)."""
     deadline = time.monotonic() + timeout
@@ -43,6 +52,7 @@ def test_ctrl_c_during_a_take_says_so_and_commits_nothing(tmp_path: Path) -> Non
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
+        preexec_fn=_ctrl_c_deliverable,
     )
     assert proc.stdin is not None
     proc.stdin.write(b'{"memory": {"half": "of a docu')  # the rest never comes
@@ -71,7 +81,7 @@ def test_ctrl_c_while_the_cli_loads_is_one_line_not_a_traceback(tmp_path: Path) 
         "from ckptcli.cli import entry\n"
         "entry()\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=tmp_path, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=tmp_path, timeout=120, preexec_fn=_ctrl_c_deliverable)
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.decode().splitlines() == ["ckpt: interrupted; nothing was committed by the interrupted step"]
 
@@ -90,7 +100,7 @@ def test_ctrl_c_while_typer_reads_the_commands_is_one_line(tmp_path: Path) -> No
         "from ckptcli.cli import entry\n"
         "entry()\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=tmp_path, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=tmp_path, timeout=120, preexec_fn=_ctrl_c_deliverable)
     assert proc.returncode == 130, proc.stderr
     assert b"Traceback" not in proc.stderr
     assert proc.stderr.decode().splitlines() == ["ckpt: interrupted; nothing was committed by the interrupted step"]
@@ -207,5 +217,5 @@ def test_ctrl_c_while_the_interpreter_shuts_down_changes_nothing(tmp_path: Path)
         "from ckptcli.cli import entry\n"
         "entry()\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=tmp_path, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=tmp_path, timeout=120, preexec_fn=_ctrl_c_deliverable)
     assert (proc.returncode, proc.stderr) == (0, b"")
