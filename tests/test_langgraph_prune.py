@@ -74,7 +74,7 @@ def test_a_thread_paused_inside_a_subgraph_resumes_after_a_prune(tmp_path: Path,
     pruned, full = tmp_path / "pruned" / ".ckpt", tmp_path / "full" / ".ckpt"
     with CkptSaver.open(pruned) as saver:
         graph = review_builder().compile(checkpointer=saver)
-        first = graph.invoke({"messages": [chat_message(0)]}, THREAD)
+        first = graph.invoke({"messages": [chat_message(0)]}, THREAD, durability="sync")  # root put before the subgraph runs
         assert first["__interrupt__"] and graph.get_state(THREAD).next == ("review",)
     shutil.copytree(pruned, full)
     _prune(how, pruned, cli)
