@@ -82,6 +82,7 @@ COMMANDS = (
     "tui",
     "doctor",
     "stats",
+    "advise",
     "unlock",
     "ls_files",
     "dump",

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import msgpack
 
@@ -48,6 +48,7 @@ from ckptcli.store.backend import write_file_atomic
 RECORD_HEAD = PLAIN_HEAD  # its 0.2 name (the record head is the shared journal framing's); kept for one minor release
 
 if TYPE_CHECKING:
+    from ckptcli.history.advise import AdaptiveSchedule
     from ckptcli.store.repository import Store
     from ckptcli.writer import TakeResult
 
@@ -60,6 +61,8 @@ JOURNAL_VERSION = 1
 #: A longer record is damage (a torn length field), not an event.
 MAX_RECORD = 64 * 1024 * 1024
 FSYNC_POLICIES = ("always", "batch", "never")
+#: Where CheckpointPolicy(every_seconds="auto") starts, within its bounds (10 minutes).
+AUTO_START_SECONDS = 600.0
 
 
 @dataclass(frozen=True)
@@ -69,21 +72,47 @@ class CheckpointPolicy:
     Args:
         every_events: after this many events since the last checkpoint.
         every_seconds: at the first event this long after the last checkpoint (checked
-            when events are appended: an idle recorder takes none).
+            when events are appended: an idle recorder takes none). "auto": as long as
+            an AdaptiveSchedule (ckptcli.history.advise, docs/intervals.md) says, fed by
+            this recorder's own take durations and failures (its `error` events, and a
+            reopening that found a torn journal); it starts at AUTO_START_SECONDS and
+            stays within [auto_min_seconds, auto_max_seconds].
         risky_tools: before a tool.call of one of these tools, so that the checkpoint's
             live state is the one just before the call.
+        auto_min_seconds, auto_max_seconds: the bounds of the interval under "auto".
     """
 
     every_events: int | None = None
-    every_seconds: float | None = None
+    every_seconds: float | Literal["auto"] | None = None
     risky_tools: frozenset[str] = field(default_factory=frozenset)
+    auto_min_seconds: float = 1.0
+    auto_max_seconds: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.every_events is not None and (type(self.every_events) is not int or self.every_events < 1):
             raise InvalidInputError(f"every_events must be an integer >= 1, not {self.every_events!r}")
-        if self.every_seconds is not None and not (isinstance(self.every_seconds, (int, float)) and self.every_seconds > 0):
-            raise InvalidInputError(f"every_seconds must be a number > 0, not {self.every_seconds!r}")
+        if (
+            self.every_seconds is not None
+            and self.every_seconds != "auto"
+            and not (isinstance(self.every_seconds, (int, float)) and self.every_seconds > 0)
+        ):
+            raise InvalidInputError(f'every_seconds must be a number > 0 or "auto", not {self.every_seconds!r}')
+        if self.every_seconds == "auto":
+            self.schedule()  # the bounds, checked now rather than at the first event
         object.__setattr__(self, "risky_tools", frozenset(self.risky_tools))
+
+    def schedule(self) -> AdaptiveSchedule | None:
+        """The adaptive schedule of every_seconds="auto" (a new one each call), or None.
+
+        Raises: InvalidInputError for bounds AdaptiveSchedule refuses."""
+        if self.every_seconds != "auto":
+            return None
+        from ckptcli.history.advise import AdaptiveSchedule
+
+        # the clock is looked up at each call: the one the recorder measures time with
+        return AdaptiveSchedule(
+            AUTO_START_SECONDS, min_interval=self.auto_min_seconds, max_interval=self.auto_max_seconds, clock=lambda: time.monotonic()
+        )
 
 
 @dataclass(frozen=True)
@@ -217,6 +246,7 @@ class Recorder:
         self._lock_fd: int | None = None
         self._buffer: list[bytes] = []
         self.recovery: Recovery | None = None
+        self._schedule: AdaptiveSchedule | None = None
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
@@ -266,6 +296,7 @@ class Recorder:
         rec.reducers = reducers or Reducers()
         rec.tools = dict(tools or {})
         rec.policy = policy or CheckpointPolicy()
+        rec._schedule = rec.policy.schedule()
         rec.durability = durability or Durability()
         from ckptcli.listing import parse_labels
 
@@ -274,6 +305,8 @@ class Recorder:
         try:
             if rec.path.exists() and rec.path.stat().st_size > 0:
                 rec._recover()
+                if rec._schedule is not None and rec.recovery is not None and rec.recovery.dropped_bytes:
+                    rec._schedule.failed(time.monotonic())  # a torn journal: the last run died mid-write
             else:
                 if state is not None and base is not None:
                     raise UsageError("give a new run either an initial state or a base checkpoint, not both")
@@ -491,9 +524,12 @@ class Recorder:
             d = self.durability
             if len(self._buffer) >= d.batch_size or d.fsync == "always" or kind in d.flush_on:
                 self.flush()
+            if kind == ERROR and self._schedule is not None:
+                self._schedule.failed(time.monotonic())
             p = self.policy
+            every = self._schedule.next_delay() if self._schedule is not None else p.every_seconds
             if (p.every_events is not None and len(self._tail) >= p.every_events) or (
-                p.every_seconds is not None and time.monotonic() - self._last_checkpoint >= p.every_seconds
+                isinstance(every, (int, float)) and time.monotonic() - self._last_checkpoint >= every
             ):
                 self.checkpoint()
             return ev
@@ -518,9 +554,13 @@ class Recorder:
         from ckptcli.writer import take
 
         all_labels = {**self.labels, **(labels or {}), LABEL_RUN: self.run, LABEL_SEQ: str(self._base_seq + len(self._tail))}
-        return take(
+        began = time.monotonic()
+        result = take(
             self.store, self._document(), subject=self.subject, parents=parents, labels=all_labels, message=message, branch=self.branch
         )
+        if self._schedule is not None:
+            self._schedule.took(max(0.0, time.monotonic() - began))
+        return result
 
     def checkpoint(self, message: str = "", labels: Mapping[str, str] | None = None) -> TakeResult:
         """Take a checkpoint now: the snapshot (the state at the previous checkpoint) and
