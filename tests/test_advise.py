@@ -436,6 +436,11 @@ def test_the_schedule_is_deterministic_given_its_inputs() -> None:
         return out
 
     assert run() == run()
+    s = AdaptiveSchedule(300, take_seconds=4, mtbf_seconds=HOUR, clock=Clock())
+    s.failed(999.0)
+    d = s.describe()  # what a supervisor logs or keeps in its checkpoint's ext section
+    assert d["kind"] == "adaptive" and d["next_delay_seconds"] == s.next_delay() and d["recent_failures"] == 1
+    assert d["take_seconds"] == 4 and d["mtbf_seconds"] == pytest.approx((HOUR + 0) / 2)
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, True, "5", None])

@@ -466,8 +466,9 @@ class AdaptiveSchedule:
     they leave the window. M0 is `mtbf_seconds` when given, else the MTBF for which Young's
     interval would be `initial`: the starting interval is taken as right until failures
     say otherwise. The interval is bounded by [min_interval, max_interval]; before any take
-    and without `take_seconds` it is `initial` scaled by sqrt(M / M0). Deterministic: it reads the time only from
-    `clock` (default time.monotonic, the clock `failed(at)` is given in).
+    and without `take_seconds` it is `initial` scaled by sqrt(M / M0). Deterministic: it
+    reads the time only from `clock` (default time.monotonic, the clock `failed(at)` is
+    given in).
     """
 
     def __init__(
@@ -499,7 +500,9 @@ class AdaptiveSchedule:
         if type(window) is not int or window < 1:
             raise InvalidInputError(f"window must be an integer >= 1, not {window!r}")
         self.failure_window = check_seconds(failure_window, "failure_window")
-        self.prior_failures = check_seconds(prior_failures, "prior_failures")
+        if type(prior_failures) not in (int, float) or not (0 < prior_failures < math.inf):
+            raise InvalidInputError(f"prior_failures must be a number > 0, not {prior_failures!r}")
+        self.prior_failures = float(prior_failures)
         self._clock = clock
         self._started = float(clock())
         self._takes: deque[float] = deque(maxlen=window)
@@ -543,8 +546,9 @@ class AdaptiveSchedule:
         return self.prior_take
 
     def _prior_mtbf(self) -> float:
-        """M0: the given MTBF, or the one for which Young's interval is `initial` (with an
-        unknown D, the smallest: failures then scale the interval by sqrt(M / M0))."""
+        """M0: the given MTBF, or the one for which Young's interval is `initial` for the
+        current D (an unknown D counts as MIN_TAKE_SECONDS: next_delay then only scales
+        `initial` by sqrt(M / M0), which does not depend on D)."""
         if self.prior_mtbf is not None:
             return self.prior_mtbf
         return self.initial**2 / (2.0 * max(self.take_estimate or 0.0, MIN_TAKE_SECONDS))
@@ -571,9 +575,10 @@ class AdaptiveSchedule:
         return min(max(delay, self.min_interval), self.max_interval)
 
     def describe(self) -> dict[str, Any]:
-        """The estimates and the bounds, for a log line or a checkpoint's ext section."""
+        """The estimates and the bounds, for a log line or a checkpoint's ext section
+        (the supervisor's FixedSchedule.describe() says {"kind": "fixed", ...})."""
         return {
-            "adaptive": True,
+            "kind": "adaptive",
             "take_seconds": self.take_estimate,
             "mtbf_seconds": self.mtbf_estimate(),
             "recent_failures": len(self._failures),
