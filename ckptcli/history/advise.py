@@ -25,6 +25,7 @@ into a NaN interval; an AdaptiveSchedule depends only on its inputs and its inje
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import statistics
@@ -45,6 +46,8 @@ MAX_SECONDS = 100 * 365.25 * 86400.0
 MIN_TAKE_SECONDS = 1e-6
 #: How many of the newest take durations a measurement takes the median of.
 TAKE_WINDOW = 20
+#: How many failure times an AdaptiveSchedule keeps at most (the newest).
+MAX_FAILURES_KEPT = 100_000
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _HINT = "give seconds or a number and a unit: 300, 0.5, 5m, 24h, 1d"
@@ -506,7 +509,7 @@ class AdaptiveSchedule:
         self._clock = clock
         self._started = float(clock())
         self._takes: deque[float] = deque(maxlen=window)
-        self._failures: deque[float] = deque(maxlen=100_000)  # a flood of failures stays bounded
+        self._failures: list[float] = []  # sorted; at most MAX_FAILURES_KEPT (a flood stays bounded)
 
     @classmethod
     def for_subject(cls, store: Store, subject: str, **kwargs: Any) -> AdaptiveSchedule:
@@ -535,7 +538,9 @@ class AdaptiveSchedule:
         """Raises: InvalidInputError for a time that is not a finite number."""
         if type(at) not in (int, float) or not math.isfinite(at):
             raise InvalidInputError(f"the failure time must be a finite number, not {at!r}")
-        self._failures.append(float(at))
+        bisect.insort(self._failures, float(at))  # at the end, unless failures are reported out of order
+        if len(self._failures) > MAX_FAILURES_KEPT:
+            del self._failures[: len(self._failures) - MAX_FAILURES_KEPT]
 
     # -- the estimates ----------------------------------------------------------------------------
     @property
@@ -557,10 +562,10 @@ class AdaptiveSchedule:
         """M now: (prior_failures * M0 + the time seen in the window) / (prior_failures +
         the failures in the window)."""
         now = float(self._clock())
-        since = now - self.failure_window
-        while self._failures and self._failures[0] < since:
-            self._failures.popleft()
-        recent = sum(1 for t in self._failures if t >= since)  # failed(at) may come out of order
+        old = bisect.bisect_left(self._failures, now - self.failure_window)
+        if old:
+            del self._failures[:old]  # they have left the window (the clock only goes forward)
+        recent = len(self._failures)
         seen = min(self.failure_window, max(0.0, now - self._started))
         return (self.prior_failures * self._prior_mtbf() + seen) / (self.prior_failures + recent)
 
