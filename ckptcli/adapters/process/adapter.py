@@ -181,7 +181,7 @@ class ProcessAdapter:
         paths = [_check_state_path(p) for p in state]
         info = describe(target, redactor=self.redactor, where="/ext/process")
         redaction = info.pop("redaction")
-        info["state"] = [{"blob": state_blob_name(i), "path": str(p)} for i, p in enumerate(paths)]
+        info["state_paths"] = [{"blob": state_blob_name(i), "path": str(p)} for i, p in enumerate(paths)]
         ext: dict[str, Any] = {"process": info}
         labels = {
             "process.pid": str(info["pid"]),
@@ -299,7 +299,7 @@ class ProcessAdapter:
                 f"checkpoint {checkpoint.hex[:12]} was not taken by the process adapter (it has no ext:process section)",
                 hint="give a checkpoint of a process:NAME subject",
             ) from None
-        declared = info.get("state") if isinstance(info, dict) else None
+        declared = info.get("state_paths") if isinstance(info, dict) else None
         paths = {str(d.get("blob")): str(d.get("path")) for d in declared or [] if isinstance(d, dict)}
         have = checkpoint.blobs()
         names = [n for n in paths if n in have]
