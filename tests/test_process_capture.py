@@ -323,6 +323,15 @@ def test_ckpts_own_pid_is_refused() -> None:
     assert "this ckpt process itself" in _one_line(err.value) and err.value.exit_code == 4
 
 
+def test_a_thread_id_is_not_a_process(busy: tuple[subprocess.Popen[bytes], dict[str, int], Path]) -> None:
+    proc, _, _ = busy
+    tids = sorted(int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid)
+    assert len(tids) == 2
+    with pytest.raises(InvalidInputError) as err:
+        describe(tids[0])
+    assert _one_line(err.value).startswith(f"{tids[0]} is a thread of process {proc.pid} (python") and err.value.exit_code == 4
+
+
 def _kernel_threads() -> list[int]:
     found = []
     for name in os.listdir("/proc"):

@@ -218,7 +218,8 @@ def check_pid(pid: object, *, other_users: bool = False) -> tuple[int, dict[str,
     Returns:
         (pid, the fields of parse_stat).
     Raises:
-        InvalidInputError: not a positive whole number, or ckpt's own PID.
+        InvalidInputError: not a positive whole number, ckpt's own PID, or the id of a
+            thread that is not its process's main thread.
         ProcessGoneError: no such process, or a zombie (it has exited).
         KernelThreadError: a kernel thread.
         NotOurProcessError: another user's process (unless `other_users`).
@@ -241,6 +242,15 @@ def check_pid(pid: object, *, other_users: bool = False) -> tuple[int, dict[str,
         )
     if st["state"] in ("Z", "X"):
         raise _gone(n, f"({st['comm']}) has exited (a zombie its parent {st['ppid']} has not reaped)")
+    try:
+        tgid = _ids(_status(n, 1 << 16).get("Tgid"))
+    except _Vanished:
+        raise _gone(n) from None
+    if tgid and tgid[0] != n:
+        raise InvalidInputError(
+            f"{n} is a thread of process {tgid[0]} ({st['comm']}), not a process",
+            hint=f"give the process id, {tgid[0]}",
+        )
     if not other_users:
         try:
             ruid = os.stat(f"{PROC}/{n}").st_uid
