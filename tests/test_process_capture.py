@@ -218,6 +218,17 @@ def test_a_secret_on_the_command_line_is_redacted_too(children: Children, tmp_pa
     d = describe(proc.pid)
     assert d["argv"][-1] == "[REDACTED:openai-key]"
     assert {"path": "/ext/process/argv/4", "rule": "openai-key"} in d["redaction"]["redacted"]
+    # options named like secrets hide their values, whatever the values look like
+    args = ["--password", "hunter2", "--db-token=plain-value", "--verbose", "--name", "job", "-api_key", "abc", "--token", "--x"]
+    proc, _ = children.start([sys.executable, "-c", code, *args], ready=True)
+    d = describe(proc.pid)
+    assert d["argv"][3:] == [
+        "--password", "[REDACTED:secret-key]", "--db-token=[REDACTED:secret-key]", "--verbose", "--name", "job",
+        "-api_key", "[REDACTED:secret-key]", "--token", "--x",
+    ]  # fmt: skip
+    argv_paths = [r["path"] for r in d["redaction"]["redacted"] if "/argv/" in r["path"]]
+    assert argv_paths == ["/ext/process/argv/4", "/ext/process/argv/5", "/ext/process/argv/10"]
+    assert "hunter2" not in json.dumps(d) and "plain-value" not in json.dumps(d)
 
 
 def test_stat_and_limits_parsers() -> None:
@@ -793,10 +804,10 @@ def test_criu_images_taken_as_a_blob_and_restored_through_a_fake_criu(
     """The wiring only: a fake criu writes image files on dump and a pidfile on restore;
     the images go into the checkpoint as blob `criu`, come back into the target and are
     handed to `criu restore`; the temporary image directory is removed after the take."""
-    fake_criu(
-        'cmd=$1; while [ "$1" != -D ]; do shift; done; dir=$2\n'
+    d = fake_criu(
+        "cmd=$1; while [ $# -gt 0 ]; do case $1 in -D) dir=$2;; --pidfile) pidfile=$2;; esac; shift; done\n"
         'if [ "$cmd" = dump ]; then printf core > "$dir/core-1.img"; printf pages > "$dir/pages-1.img"; fi\n'
-        'if [ "$cmd" = restore ]; then test -f "$dir/core-1.img" || exit 5; echo 4242 > "$dir/restore.pid"; fi'
+        'if [ "$cmd" = restore ]; then test -f "$dir/core-1.img" || exit 5; echo 4242 > "$pidfile"; fi'
     )
     proc, _ = children.python("import time; print('{}', flush=True); time.sleep(300)")
     store = ckptcli.init_store(tmp_path / "store")
@@ -808,6 +819,8 @@ def test_criu_images_taken_as_a_blob_and_restored_through_a_fake_criu(
     assert {f.path for f in ck.list_files("criu")} >= {"criu/core-1.img", "criu/pages-1.img"}
     out = ProcessAdapter().restore(ck, tmp_path / "back", criu=True)
     assert out["pid"] == 4242 and (tmp_path / "back" / "criu" / "pages-1.img").read_text() == "pages"
+    calls = (d / "calls.log").read_text().splitlines()
+    assert calls[-1].split() == restore_args(tmp_path / "back" / "criu", pidfile=str(tmp_path / "back" / "criu" / "restore.pid"))[1:]
     with pytest.raises(NotFoundError, match="holds no CRIU images"):
         ProcessAdapter().restore(
             open_checkpoint(ProcessAdapter().take(store, proc.pid, subject="process:d").hex, store), tmp_path / "x", criu=True

@@ -222,7 +222,8 @@ def restore_args(
     Args:
         detach: CRIU exits once the process runs again (`-d`), leaving it as a child of init.
         shell_job, tcp_established, file_locks: as given to the dump.
-        pidfile: where CRIU writes the restored root process's PID (inside `images_dir`).
+        pidfile: where CRIU writes the restored root process's PID (restore gives the
+            absolute path of restore.pid inside `images_dir`).
         log_file: CRIU's log, written inside `images_dir`.
         extra: further criu options, appended as they are.
     Returns:
@@ -324,7 +325,7 @@ def restore(images_dir: str | os.PathLike[str], *, timeout: float = RUN_TIMEOUT,
     _check_images_dir(where, empty=False)
     for leftover in ("restore.pid", "restore.log"):
         (where / leftover).unlink(missing_ok=True)
-    argv = restore_args(where, criu=criu, **options)  # type: ignore[arg-type]
+    argv = restore_args(where, criu=criu, pidfile=str((where / "restore.pid").absolute()), **options)  # type: ignore[arg-type]
     code, output = _run(argv, timeout)
     if code is None:
         raise CriuError(f"criu restore from {where} did not finish in {timeout:g} s (killed)", hint=f"its log is {where / 'restore.log'}")

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ckptcli.adapters.generic import Redaction, Redactor
+from ckptcli.adapters.generic import PLACEHOLDER, Redaction, Redactor
 from ckptcli.errors import CkptError, InvalidInputError, NotFoundError
 
 __all__ = [
@@ -326,12 +326,33 @@ def describe(
     report = Redaction()
     rules = redactor if redactor is not None else Redactor()
     if redact:
-        out["argv"] = rules.redact(out["argv"], f"{where}/argv", report)
+        out["argv"] = _redact_flags(rules.redact(out["argv"], f"{where}/argv", report), rules, f"{where}/argv", report)
         out["environ"] = rules.redact(out["environ"], f"{where}/environ", report)
     out["redaction"] = {
         "rules": rules.fingerprint if redact else None,
         "redacted": [{"path": p, "rule": r} for p, r in zip(report.paths, report.rules, strict=True)],
     }
+    return out
+
+
+def _redact_flags(argv: list[str], rules: Redactor, where: str, report: Redaction) -> list[str]:
+    """Redact the values of command-line options whose name says they are secret, by the
+    redactor's key rules: ``--api-key=VALUE`` and ``--api-key VALUE`` (and ``-password ...``)."""
+    out = list(argv)
+    for i, arg in enumerate(argv):
+        if not arg.startswith("-") or arg == "-" or arg == "--":
+            continue
+        name, eq, value = arg.lstrip("-").partition("=")
+        rule = next((n for n, p in rules.keys.items() if p.search(name)), None)
+        if rule is None:
+            continue
+        placeholder = PLACEHOLDER.format(rule=rule)
+        if eq and value and not value.startswith("[REDACTED:"):
+            out[i] = arg[: len(arg) - len(value)] + placeholder
+            report.add(f"{where}/{i}", rule)
+        elif not eq and i + 1 < len(argv) and not argv[i + 1].startswith(("-", "[REDACTED:")):
+            out[i + 1] = placeholder
+            report.add(f"{where}/{i + 1}", rule)
     return out
 
 
