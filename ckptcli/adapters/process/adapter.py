@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ckptcli.adapters.generic import REDACTION_NAMESPACE, Redactor
 from ckptcli.adapters.process import criu as criu_mod
 from ckptcli.adapters.process.procfs import describe
-from ckptcli.errors import CkptError, ExitCode, InvalidInputError, NotFoundError, UnsafePathError
+from ckptcli.errors import InvalidInputError, NotFoundError, UnsafePathError, UsageError
 
 if TYPE_CHECKING:
     from ckptcli.checkpoint import Checkpoint
@@ -76,10 +76,11 @@ class Option:
 
 @dataclass
 class Capture:
-    """What capture gives: the state document's sections, blob name -> path (read when the
-    checkpoint is taken), labels, and temporary paths to remove once it is taken (`cleanup`)."""
+    """What capture gives: the state document (its sections), blob name -> path (read when
+    the checkpoint is taken), labels, and temporary paths to remove once it is taken
+    (`cleanup`: the contract's Capture has no such field; `take` here calls `close`)."""
 
-    sections: dict[str, Any]
+    document: dict[str, Any]
     blobs: dict[str, Path] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     cleanup: list[Path] = field(default_factory=list)
@@ -90,10 +91,8 @@ class Capture:
             shutil.rmtree(self.cleanup.pop(), ignore_errors=True)
 
 
-class NotSupported(CkptError):  # noqa: N818 - the contract's name
+class NotSupported(UsageError):  # noqa: N818 - the contract's name
     """What an adapter cannot do (here: a freeze mode with no freezer wired in); exit code 2."""
-
-    exit_code = ExitCode.USAGE
 
 
 def state_blob_name(index: int) -> str:
@@ -166,17 +165,17 @@ class ProcessAdapter:
             criu: also dump the process with CRIU into a temporary directory, taken as
                 blob ``criu`` (Capture.close removes it).
         Returns:
-            Capture(sections={"ext": {"process": ..., "ckpt.redaction": ...}}, blobs, labels
+            Capture(document={"ext": {"process": ..., "ckpt.redaction": ...}}, blobs, labels
             process.pid, process.comm, process.exe, process.uid, process.criu, redacted,
             redaction.rules).
         Raises:
-            UsageError (InvalidInputError) for an unknown option or freeze mode;
+            UsageError for an unknown option, freeze mode or timeout;
             procfs's ProcessGoneError, NotOurProcessError, KernelThreadError,
             InvalidInputError for the PID; NotFoundError for a state path that does not
             exist; UnsafePathError for one through a symbolic link; CriuError.
         """
         if options:
-            raise InvalidInputError(f"the process adapter has no option {sorted(options)[0]!r}", hint=_option_names())
+            raise UsageError(f"the process adapter has no option {sorted(options)[0]!r}", hint=_option_names())
         _check_freeze(freeze, timeout)
         paths = [_check_state_path(p) for p in state]
         info = describe(target, redactor=self.redactor, where="/ext/process")
@@ -207,49 +206,33 @@ class ProcessAdapter:
             labels["process.criu"] = "yes"
         return cap
 
-    def take(
-        self,
-        store: Store,
-        target: object,
-        *,
-        subject: str,
-        state: Sequence[str | os.PathLike[str]] = (),
-        freeze: str = "auto",
-        timeout: float = 10.0,
-        criu: bool = False,
-        labels: Mapping[str, str] | None = None,
-        message: str = "",
-    ) -> TakeResult:
+    def take(self, store: Store, target: object, *, subject: str, labels: Mapping[str, str] | None = None, **options: Any) -> TakeResult:
         """Capture process `target` and take it into `store` as one checkpoint of `subject`,
         with the process held by the freezer from before /proc is read until the files are in.
 
         Args:
-            store: an open store. subject: "process:NAME".
-            state, freeze, timeout, criu: as for capture.
-            labels, message: added to the checkpoint.
+            store: an open store.
+            target: the PID.
+            subject: "process:NAME".
+            labels: more labels (they win over the adapter's).
+            **options: the declared options (state, freeze, timeout, criu), as for capture.
         Returns:
-            The writer's TakeResult; labels process.how (cgroup, freezer, sigstop or none)
-            and process.consistency ("crash": the copy is as a crash at that instant would
-            leave it; with how "none" files written meanwhile may be torn) say how it was made.
+            The writer's TakeResult; labels adapter=process, process.how (cgroup, freezer,
+            sigstop or none) and process.consistency ("crash": the copy is as a crash at that
+            instant would leave it; with how "none" files written meanwhile may be torn).
         Raises:
             The errors of capture; NotSupported for a freeze mode no freezer provides here;
             the writer's errors (nothing is committed then).
         """
         from ckptcli.writer import take
 
+        freeze, timeout = options.get("freeze", "auto"), options.get("timeout", 10.0)
         _check_freeze(freeze, timeout)
         with self._frozen(target, freeze, timeout) as how:
-            cap = self.capture(target, state=state, freeze=freeze, timeout=timeout, criu=criu)
+            cap = self.capture(target, **options)
             try:
-                extra = {"process.how": how, "process.consistency": "crash", "process.reason": "manual"}
-                return take(
-                    store,
-                    cap.sections,
-                    subject=subject,
-                    labels={**cap.labels, **extra, **dict(labels or {})},
-                    blobs=cap.blobs,
-                    message=message,
-                )
+                extra = {"adapter": self.name, "process.how": how, "process.consistency": "crash", "process.reason": "manual"}
+                return take(store, cap.document, subject=subject, labels={**extra, **cap.labels, **dict(labels or {})}, blobs=cap.blobs)
             finally:
                 cap.close()
 
@@ -279,19 +262,20 @@ class ProcessAdapter:
                 symbolic link in it is followed.
             overwrite: replace what the target already holds at those names.
             criu: also restore the ``criu`` blob into target/criu and run `criu restore -d`.
+            **options: capture's other options (state, freeze, timeout) are accepted and
+                play no part (the state goes back as it was taken).
         Returns:
             {"target", "blobs": [names], "paths": {blob: the path it was taken from},
             "bytes", and with criu "pid" (the restored process)}.
         Raises:
-            InvalidInputError for a checkpoint this adapter did not take or an unknown
-            option; NotFoundError when `criu` is asked of one taken without it; the blob
+            UsageError for an unknown option; InvalidInputError for a checkpoint this
+            adapter did not take; NotFoundError when `criu` is asked of one taken without it; the blob
             restore's UnsafePathError, ConflictError, StoreIOError (what it wrote is undone);
             CriuError.
         """
-        if options:
-            raise InvalidInputError(
-                f"the process adapter's restore has no option {sorted(options)[0]!r}", hint="it takes overwrite and criu"
-            )
+        unknown = sorted(set(options) - {o.name for o in self.options})
+        if unknown:
+            raise UsageError(f"the process adapter's restore has no option {unknown[0]!r}", hint="it takes overwrite and criu")
         try:
             info = checkpoint.section("ext:process")
         except NotFoundError:
@@ -347,9 +331,9 @@ def _option_names() -> str:
 
 def _check_freeze(freeze: str, timeout: float) -> None:
     if freeze not in FREEZE_MODES:
-        raise InvalidInputError(f"--freeze {freeze!r} is not a freeze mode", hint="use one of " + ", ".join(FREEZE_MODES))
+        raise UsageError(f"--freeze {freeze!r} is not a freeze mode", hint="use one of " + ", ".join(FREEZE_MODES))
     if not isinstance(timeout, int | float) or not timeout > 0 or timeout != timeout or timeout == float("inf"):
-        raise InvalidInputError(f"--timeout {timeout!r} is not a positive number of seconds", hint="e.g. --timeout 10")
+        raise UsageError(f"--timeout {timeout!r} is not a positive number of seconds", hint="e.g. --timeout 10")
 
 
 def _label(value: str) -> str:
