@@ -13,6 +13,7 @@ It is a stand-in for the program's behaviour at its boundary, not a test that CR
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import resource
@@ -45,7 +46,7 @@ from ckptcli.adapters.process.procfs import (
     parse_stat,
 )
 from ckptcli.api import open_checkpoint
-from ckptcli.errors import CkptError, ConflictError, InvalidInputError, NotFoundError, UnsafePathError, UsageError
+from ckptcli.errors import CkptError, ConflictError, InvalidInputError, NotFoundError, StoreIOError, UnsafePathError, UsageError
 from ckptcli.store.repository import Store
 from tests.conftest import run_ckpt
 
@@ -463,6 +464,22 @@ def test_a_process_that_exits_while_it_is_described_is_gone(children: Children, 
         describe(proc.pid)
     assert f"process {proc.pid} exited while it was described" == _one_line(err.value).split(";")[0]
     assert proc.returncode == -signal.SIGKILL
+
+
+def test_another_error_of_the_system_is_one_line_exit_12(children: Children, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An I/O error reading /proc (injected: the kernel gives none on demand) is StoreIOError."""
+    proc, _ = children.python("import time; print('{}', flush=True); time.sleep(300)")
+    real_read = procfs._read
+
+    def read(path: str, cap: int) -> tuple[bytes, bool]:
+        if path.endswith("/limits"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+        return real_read(path, cap)
+
+    monkeypatch.setattr(procfs, "_read", read)
+    with pytest.raises(StoreIOError) as err:
+        describe(proc.pid)
+    assert _one_line(err.value).startswith(f"cannot read /proc/{proc.pid} (python") and err.value.exit_code == 12
 
 
 def test_describe_races_processes_that_exit_and_descriptors_that_close(children: Children) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptcli.adapters.generic import PLACEHOLDER, Redaction, Redactor
-from ckptcli.errors import CkptError, InvalidInputError, NotFoundError
+from ckptcli.errors import CkptError, InvalidInputError, NotFoundError, StoreIOError
 
 __all__ = [
     "KernelThreadError",
@@ -153,8 +153,8 @@ def parse_pid(value: object) -> int:
         raise InvalidInputError(
             f"PID {pid} is not a process", hint="give the positive id of one process (0 and negative numbers name process groups)"
         )
-    if pid > 2**22:  # PID_MAX_LIMIT on 64-bit Linux
-        raise ProcessGoneError(f"no process {pid}: PIDs end at {2**22}", hint="check the PID with `ps`")
+    if pid >= 2**22:  # PID_MAX_LIMIT on 64-bit Linux: every PID is below it
+        raise ProcessGoneError(f"no process {pid}: PIDs are below {2**22}", hint="check the PID with `ps`")
     return pid
 
 
@@ -303,7 +303,8 @@ def describe(
         redaction ({"rules", "redacted": [{"path", "rule"}]}: what was replaced, never how).
     Raises:
         The errors of check_pid; ProcessGoneError also when the process exits, or its PID is
-        reused, while it is described; NotOurProcessError when the kernel refuses a read.
+        reused, while it is described; NotOurProcessError when the kernel refuses a read;
+        StoreIOError (exit 12) for any other error of the operating system.
     """
     n, st = check_pid(pid, other_users=other_users)
     try:
@@ -315,6 +316,8 @@ def describe(
             f"process {n} ({st['comm']}): the kernel refuses to let this user read {exc.filename or '/proc/' + str(n)}",
             hint="capture it as its own user, or as root",
         ) from None
+    except OSError as exc:
+        raise StoreIOError(f"cannot read /proc/{n} ({st['comm']}): {exc.strerror or exc}", hint="is /proc mounted and readable?") from None
     # the same process from start to end: still there, not a zombie, its PID not reused
     try:
         after = _stat(n)
