@@ -297,6 +297,15 @@ def test_thousands_of_open_files_are_cut_at_the_cap(children: Children, tmp_path
     assert len(describe(proc.pid, limits=Limits(fds=10))["fds"]) == 10
 
 
+def test_a_huge_file_is_read_up_to_its_cap_and_no_further(tmp_path: Path) -> None:
+    big = tmp_path / "big"
+    big.write_bytes(b"y" * (5 << 20))
+    data, more = procfs._read(str(big), 1 << 20)
+    assert len(data) == 1 << 20 and more
+    data, more = procfs._read(str(big), 6 << 20)
+    assert len(data) == 5 << 20 and not more
+
+
 # -- hostile PIDs ---------------------------------------------------------------------------------
 
 
