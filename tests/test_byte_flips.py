@@ -18,9 +18,10 @@ ckptcli.api.verify, and put back:
 - never wrong: the state of every checkpoint, read through its id and through every ref
   that named it, equals the original or raises a CkptError.
 
-Any other exception fails the test. The whole v2 sweep runs by default; a version-1
-store is swept at its headers, ends and every 8th byte by default, whole with
-CKPT_STRESS_SCALE >= 2.
+Any other exception fails the test. The v2 sweep flips every byte at full size
+(CKPT_STRESS_SCALE=1, tests/stress.py) and the headers, ends and every 3rd byte in the
+bounded run; a version-1 store is swept at its headers, ends and every 8th byte at full
+size (every 24th bounded), whole with CKPT_STRESS_SCALE >= 2.
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ from ckptcli.errors import CkptError
 from ckptcli.listing import list_checkpoints
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
+from tests import stress
 
 #: ckpt's lock files: flock()ed; they hold only a record of their holder for people to
 #: read, nothing decides by them (formats/v1.md, "Concurrency").
 LOCKS = {"locks/store.lock", "locks/refs.lock"}
-SCALE = max(1, int(os.environ.get("CKPT_STRESS_SCALE", "1") or "1"))
 CATALOG = "cache/catalog"
 #: the head hint a take leaves before its manifest (formats/v1.md, "Store layout"): a cache
 HINT = "cache/heads/agent/a"
@@ -162,16 +163,18 @@ def _sweep_store(root: Path, states: dict[str, Any], refs: dict[str, str], every
 
 
 def test_every_flip_in_a_store_is_named(small_store: tuple[Path, dict[str, Any], dict[str, str]]) -> None:
-    assert _sweep_store(*small_store) > 1_000
+    every = 1 if stress.FULL else 3
+    assert _sweep_store(*small_store, every) > 1_000 // every
 
 
 @pytest.mark.slow
 def test_every_flip_in_a_version_1_store_is_named(tmp_path: Path) -> None:
     """The same over a store of version 1 (packs named by the hash of every byte): every
-    offset with CKPT_STRESS_SCALE >= 2, else the headers, the ends and every 8th byte."""
+    offset with CKPT_STRESS_SCALE >= 2, else the headers, the ends and every 8th byte
+    (every 24th in the bounded run)."""
     root, states, refs = _build_store(tmp_path / "store", 1)
     assert Path(root / "config").read_bytes()[8:10] == b"\x00\x01"
-    every = 1 if SCALE >= 2 else 8
+    every = 1 if stress.SCALE >= 2 else 8 if stress.FULL else 24
     assert _sweep_store(root, states, refs, every) > 1_000 // every
 
 

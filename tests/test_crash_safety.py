@@ -33,7 +33,6 @@ not restored again after each kill (that would cost O(kills^2) subprocesses).
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import signal
@@ -49,6 +48,7 @@ import pytest
 
 import ckptcli
 from ckptcli.api import open_checkpoint, states_equal
+from tests import stress
 from tests.helpers_faults import (
     Cmd,
     blob_tree,
@@ -364,9 +364,13 @@ def point_kill(rig: Rig, p: Point) -> None:
 
 
 def test_sigkill_during_take_at_many_points(tmp_path: Path) -> None:
+    """A take killed at every precise point and at spread delays, 30 kills at least (the
+    bounded run, tests/stress.py: a third of them, spread over the same range)."""
     rig = Rig(tmp_path)
     points, _objects = warm_up(rig)
+    points = stress.sample(points, max(4, len(points) // 3))
     delays: list[tuple[float | None, float | None]] = [(d, None) for d in EARLY_DELAYS] + [(None, f) for f in LATE_FRACTIONS]
+    delays = stress.sample(delays, 5)
     for k in range(max(len(points), len(delays))):
         if k < len(points):
             point_kill(rig, points[k])
@@ -376,23 +380,24 @@ def test_sigkill_during_take_at_many_points(tmp_path: Path) -> None:
             rig.take_ok()
     # a delay kill lands after the end when the machine was briefly faster: top up
     extra = 0
-    while rig.kills < MIN_KILLS and extra < 10:
+    least = stress.count(MIN_KILLS, 10)
+    while rig.kills < least and extra < 10:
         delay_kill(rig, fraction=(0.4, 0.6, 0.8)[extra % 3])
         rig.take_ok()
         extra += 1
-    assert rig.kills >= MIN_KILLS, f"only {rig.kills} takes were actually killed"
+    assert rig.kills >= least, f"only {rig.kills} takes were actually killed"
     rig.final_check()
 
 
 @pytest.mark.slow
 def test_sigkill_sweep(tmp_path: Path) -> None:
     """More kills at random (seeded) points: delays up to past the end of a take, the
-    precise points, and positions in the pack being written. Scaled by CKPT_STRESS_SCALE."""
-    scale = max(1, int(os.environ.get("CKPT_STRESS_SCALE", "1") or "1"))
-    rng = random.Random(20_240_601 + scale)
+    precise points, and positions in the pack being written. Scaled by CKPT_STRESS_SCALE
+    (tests/stress.py): 8 x SCALE kills, 3 bounded."""
+    rng = random.Random(20_240_601 + stress.SCALE)
     rig = Rig(tmp_path)
     points, objects = warm_up(rig)
-    for _ in range(8 * scale):
+    for _ in range(stress.count(8, 3)):
         kind = rng.random()
         if kind < 0.45:
             delay_kill(rig, fraction=rng.uniform(0.0, 1.05))

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from ckptcli import api
+from tests import stress
 from tests.conftest import run_ckpt
 from tests.s3_server import S3Bucket, fixture_s3_bucket, fixture_s3_env, fixture_s3_server  # noqa: F401 - pytest fixtures
 
-SCALE = max(1, int(os.environ.get("CKPT_STRESS_SCALE", "1") or "1"))
 HOSTS = 4
-TAKES = 30 * SCALE
+TAKES = stress.count(30, 10)
 KEEP = 5
 
 #: one "host": takes TAKES checkpoints of its own subject, each with a state naming it and

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from ckptcli import api
+from tests import stress
 from tests.helpers_faults import child_env
 from tests.s3_server import S3Bucket, fixture_s3_bucket, fixture_s3_env, fixture_s3_server  # noqa: F401 - pytest fixtures
 
-SCALE = max(1, int(os.environ.get("CKPT_STRESS_SCALE", "1") or "1"))
-POINTS = 11 * SCALE  # kill points per operation, each before and after: 22 runs at scale 1
+POINTS = stress.count(11, 4)  # kill points per operation, each before and after: 22 runs at full size, 8 bounded
 
 #: `ckpt ARGS` in a process that SIGKILLs itself just before or after its n-th write
 #: request to S3 (CKPT_FAULT="N:before|after"); CKPT_FAULT_TRACE=file logs each request
@@ -143,7 +143,7 @@ def test_kill_a_take_on_s3_at_every_stage(s3_bucket: S3Bucket, tmp_path: Path) -
     )
     # the take's write requests (its lock object, head hint, three packs of 15 MiB, index
     # file, manifest, ref, reflog, and the lock's deletion): each killed before and after
-    assert runs >= 20 and total >= 10, (runs, total)
+    assert runs >= 2 * POINTS and total >= 10, (runs, total)
 
 
 @pytest.mark.slow
@@ -156,7 +156,7 @@ def test_kill_a_prune_on_s3_at_every_stage(s3_bucket: S3Bucket, tmp_path: Path) 
         lambda url, _tmp: ["--store", url, "prune", "--keep-last", "2", "--lock-wait", "60"],
         lambda _url, states: states,
     )
-    assert runs >= 20
+    assert runs >= 2 * POINTS
 
 
 @pytest.mark.slow
@@ -172,7 +172,7 @@ def test_kill_a_format_migration_on_s3_at_every_stage(s3_bucket: S3Bucket, tmp_p
         lambda url, _tmp: ["--store", url, "migrate", "--format", "--lock-wait", "60"],
         after,
     )
-    assert runs >= 20
+    assert runs >= 2 * POINTS
     st = api.open_store(f"{s3_bucket.url}/migrate-0")
     assert st.version == 2  # the run after the kill finished the upgrade
     st.close()
