@@ -219,6 +219,9 @@ class Importer(abc.ABC):
 
         Returns:
             the line `ckpt import` prints without --json.
+
+        Raises:
+            nothing.
         """
         parts = ", ".join(f"{k} {v}" for k, v in result.items() if isinstance(v, (int, float, str)))
         return f"imported {self.name} into {where}: {parts}" if parts else f"imported {self.name} into {where}"
