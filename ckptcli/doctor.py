@@ -383,8 +383,10 @@ def _plugins() -> str:
 
 # -- adapters, backends, versions ----------------------------------------------------------
 def _adapter_checks(report: Report, wanted: Sequence[str] | None, *, asked_for: bool) -> None:
-    """A row per adapter: ok when it loads and is available here; one that does not load
-    is a failure (a broken package), one not available a warning unless asked about."""
+    """A row per adapter. Asked about, each is ok only when it loads and can work here.
+    Otherwise: one that does not load fails (a broken package); one that cannot work here
+    warns, unless all it lacks is optional packages (its Availability's details["missing"]),
+    which is ok and says so, as for the components."""
     from ckptcli.adapters import registry
 
     statuses = registry.survey(wanted)
@@ -403,18 +405,23 @@ def _adapter_checks(report: Report, wanted: Sequence[str] | None, *, asked_for: 
             what += f"; imports {', '.join(st.importers)}"
         if st.availability.ok:
             report.checks.append(Check(name, OK, what))
+        elif asked_for:
+            report.checks.append(Check(name, FAIL, f"not usable here: {what}", ""))
+        elif st.availability.details.get("missing"):
+            report.checks.append(Check(name, OK, f"not installed: {what}", ""))
         else:
-            report.checks.append(
-                Check(name, FAIL if asked_for else WARN, f"not usable here: {what}", f"`ckpt doctor --adapter {st.name}` says only this")
-            )
+            report.checks.append(Check(name, WARN, f"not usable here: {what}", f"`ckpt doctor --adapter {st.name}` asks about it alone"))
 
 
 def backend_status(scheme: str) -> dict[str, Any]:
     """Whether the backend of `scheme` (ckptcli.backends) is usable here.
 
     Returns:
-        {"scheme", "entry_point", "ok", "reason"}: ok when its class imports (and, when it
-        has an `available()` classmethod, that says ok).
+        {"scheme", "entry_point", "ok", "state", "reason"}: state "ok" when its class
+        imports (and, when it has an `available()` classmethod, that says ok);
+        "not installed" when a package it needs is missing (an optional dependency);
+        "broken" when its own module is missing or fails, or it is no backend;
+        "unavailable" when its available() says no.
 
     Raises:
         UsageError: no backend is registered for `scheme` (the line lists those that are).
@@ -425,7 +432,15 @@ def backend_status(scheme: str) -> dict[str, Any]:
     entry = plugins.find(plugins.BACKENDS, scheme)
     if entry is None:
         raise UsageError(f"no backend is registered for {scheme}://", hint=f"registered schemes: {', '.join(backends.known_schemes())}")
-    out: dict[str, Any] = {"scheme": scheme, "entry_point": entry.value, "ok": False, "reason": ""}
+    out: dict[str, Any] = {"scheme": scheme, "entry_point": entry.value, "ok": False, "state": "broken", "reason": ""}
+    try:
+        entry.load()
+    except ImportError as exc:
+        own = exc.name is not None and entry.module.split(".")[0] == exc.name.split(".")[0]
+        if not own:
+            out["state"] = "not installed"
+    except Exception:  # noqa: BLE001 - backend_class below says what failed, in one line
+        pass
     try:
         cls = backends.backend_class(scheme)
     except CkptError as exc:
@@ -438,22 +453,30 @@ def backend_status(scheme: str) -> dict[str, Any]:
             out["ok"], out["reason"] = bool(getattr(got, "ok", got)), str(getattr(got, "reason", ""))
         except Exception as exc:  # noqa: BLE001 - a third party's probe: its failure is the answer
             out["reason"] = f"available() failed: {type(exc).__name__}: {exc}"
+        out["state"] = "ok" if out["ok"] else "unavailable"
         return out
-    out["ok"], out["reason"] = True, f"{entry.value} imports"
+    out["ok"], out["state"], out["reason"] = True, "ok", f"{entry.value} imports"
     return out
 
 
 def _backend_checks(report: Report, wanted: Sequence[str] | None, *, asked_for: bool) -> None:
-    """A row per backend scheme: ok when it imports here; not, a warning (an optional
-    dependency) unless asked about."""
+    """A row per backend scheme. Asked about, each is ok only when it can work here;
+    otherwise one whose optional package is missing is ok and says so (as the components),
+    one that cannot work here warns, a broken one fails."""
     schemes = plugins.names(plugins.BACKENDS) if wanted is None else list(wanted)
     report.backends = [backend_status(s) for s in schemes]
     for b in report.backends:
         name = f"backend {b['scheme']}://"
         if b["ok"]:
             report.checks.append(Check(name, OK, b["reason"]))
+        elif asked_for:
+            report.checks.append(Check(name, FAIL, f"not usable here: {b['reason']}", ""))
+        elif b["state"] == "not installed":
+            report.checks.append(Check(name, OK, f"not installed: {b['reason']}", ""))
+        elif b["state"] == "unavailable":
+            report.checks.append(Check(name, WARN, f"not usable here: {b['reason']}", ""))
         else:
-            report.checks.append(Check(name, FAIL if asked_for else WARN, f"not usable here: {b['reason']}", ""))
+            report.checks.append(Check(name, FAIL, f"broken: {b['reason']}", "reinstall or remove the package that registers it"))
 
 
 #: the distributions whose versions doctor reports: ckpt's dependencies, then the optional ones

@@ -342,33 +342,48 @@ def test_a_broken_third_party_adapter_is_one_line_in_doctor_not_a_crash(tmp_path
 
 
 # -- doctor: asked about one adapter or backend ------------------------------------------------------
+def _backend_package(where: Path, scheme: str, module: str, source: str | None) -> Path:
+    """A package registering a backend for `scheme` in `module` (absent when `source` is None)."""
+    info = where / f"ckpt_{scheme}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: ckpt-{scheme}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[ckptcli.backends]\n{scheme} = {module}:Backend\n")
+    if source is not None:
+        (where / f"{module}.py").write_text(source)
+    return where
+
+
 def test_doctor_answers_about_one_adapter_or_backend_by_its_exit_status(tmp_path: Path) -> None:
-    plugin = tmp_path / "plug"
-    (plugin / "ckpt_ftp-1.0.dist-info").mkdir(parents=True)
-    (plugin / "ckpt_ftp-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: ckpt-ftp\nVersion: 1.0\n")
-    (plugin / "ckpt_ftp-1.0.dist-info" / "entry_points.txt").write_text("[ckptcli.backends]\nftp = ckpt_ftp_not_installed:FtpBackend\n")
-    env = _env(plugin)
+    # ftp:// needs a package that is not installed; bad:// names a module that is not there
+    ftp = _backend_package(tmp_path / "ftp", "ftp", "ckpt_ftp", "import ckpt_ftp_dependency_not_installed\n")
+    bad = _backend_package(tmp_path / "bad", "bad", "ckpt_bad_module_is_gone", None)
+    env = _env(ftp, bad)
     # no store here: asked about an adapter or a backend, doctor does not look for one
     lg = run_ckpt("doctor", "--adapter", "langgraph", "--json", cwd=tmp_path, env=env)
     assert lg.returncode == 0, lg.stderr
     doc = json.loads(lg.stdout)
     assert [c["name"] for c in doc["checks"]] == ["adapter langgraph"]
     assert doc["adapters"][0]["details"] == {"langgraph-checkpoint": _version("langgraph-checkpoint")}
-    ftp = run_ckpt("doctor", "--backend", "ftp", cwd=tmp_path, env=env)
-    assert ftp.returncode == 1
-    assert "fail  backend ftp://  not usable here: the backend of ftp:// URLs is not installed (ModuleNotFoundError" in ftp.stdout.decode()
+    asked = run_ckpt("doctor", "--backend", "ftp", "--json", cwd=tmp_path, env=env)
+    assert asked.returncode == 1
+    (row,) = json.loads(asked.stdout)["backends"]
+    assert (row["state"], row["ok"]) == ("not installed", False)
+    assert row["reason"].startswith(
+        "the backend of ftp:// URLs is not installed (ModuleNotFoundError: No module named 'ckpt_ftp_dependency"
+    )
+    assert run_ckpt("doctor", "--backend", "bad", cwd=tmp_path, env=env).returncode == 1
     assert run_ckpt("doctor", "--backend", "file", "--backend", "memory", cwd=tmp_path, env=env).returncode == 0
     unknown = run_ckpt("doctor", "--backend", "gopher", cwd=tmp_path, env=env)
-    assert (
-        unknown.returncode == 2
-        and "no backend is registered for gopher://; registered schemes: az, file, ftp, gs, memory, s3" in unknown.stderr.decode()
-    )
-    # in a full run a backend whose package is missing is a warning, not a failure
+    assert unknown.returncode == 2
+    assert "no backend is registered for gopher://; registered schemes: az, bad, file, ftp, gs, memory, s3" in unknown.stderr.decode()
+    # in a full run an optional package not installed is said (ok); a broken package fails
     run_ckpt("init", cwd=tmp_path, env=env)
     full = run_ckpt("doctor", "--json", cwd=tmp_path, env=env)
-    assert full.returncode == 0, full.stderr
-    (row,) = [c for c in json.loads(full.stdout)["checks"] if c["name"] == "backend ftp://"]
-    assert row["status"] == "warn"
+    rows = {c["name"]: c for c in json.loads(full.stdout)["checks"]}
+    assert rows["backend ftp://"]["status"] == "ok" and rows["backend ftp://"]["detail"].startswith("not installed: ")
+    assert rows["backend bad://"]["status"] == "fail" and rows["backend bad://"]["detail"].startswith("broken: ")
+    assert full.returncode == 1
+    assert run_ckpt("doctor", cwd=tmp_path, env=_env(ftp)).returncode == 0
 
 
 def _version(dist: str) -> str | None:
@@ -387,11 +402,16 @@ def test_an_adapter_that_cannot_work_here_says_why_and_fails_when_asked_about(mo
     real = lg.importlib.util.find_spec
     monkeypatch.setattr(lg.importlib.util, "find_spec", lambda name, *a: None if name.startswith("langgraph") else real(name, *a))
     assert lg.LangGraphAdapter.available() == Availability(
-        False, "langgraph-checkpoint is not installed: pip install 'ckptcli[langgraph]'", {"langgraph-checkpoint": None}
+        False,
+        "langgraph-checkpoint is not installed: pip install 'ckptcli[langgraph]'",
+        {"langgraph-checkpoint": None, "missing": ["langgraph-checkpoint"]},
     )
     asked = doctor.run(None, adapters=["langgraph"])
     assert [(c.name, c.status) for c in asked.checks] == [("adapter langgraph", "fail")]
     assert "not usable here: agent: langgraph-checkpoint is not installed" in asked.checks[0].detail
+    # in a full run an optional package not installed is said, not warned about (as the components)
+    (row,) = [c for c in doctor.run(None).checks if c.name == "adapter langgraph"]
+    assert (row.status, row.detail.split(":")[0]) == ("ok", "not installed")
     monkeypatch.setattr(lg, "_version", lambda dist: "3.9.1")
     monkeypatch.setattr(lg.importlib.util, "find_spec", real)
     assert lg.LangGraphAdapter.available().reason == "langgraph-checkpoint 3.9.1 is installed; CkptSaver is built for 4.x"

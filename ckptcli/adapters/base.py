@@ -69,6 +69,9 @@ class Availability:
         ok: it can.
         reason: one line: what it needs and is missing, or what it found ("" is allowed when ok).
         details: plain data a user may want (versions found, paths probed); shown by `ckpt doctor --json`.
+            When all that is lacking is optional packages, `details["missing"]` lists them:
+            `ckpt doctor` then says "not installed" (ok), as for its components, rather
+            than warning.
     """
 
     ok: bool

@@ -76,7 +76,8 @@ class LangGraphAdapter(Adapter):
         """Whether langgraph-checkpoint 4.x is importable here (CkptSaver needs it).
 
         Returns:
-            ok with the version found; not ok when it is missing or of another major version.
+            ok with the version found; not ok when it is missing (details["missing"] names
+            it: an optional package) or of another major version.
         """
         try:
             found = importlib.util.find_spec("langgraph.checkpoint.base") is not None
@@ -85,7 +86,9 @@ class LangGraphAdapter(Adapter):
         version = _version("langgraph-checkpoint")
         if not found or version is None:
             return Availability(
-                False, "langgraph-checkpoint is not installed: pip install 'ckptcli[langgraph]'", {"langgraph-checkpoint": None}
+                False,
+                "langgraph-checkpoint is not installed: pip install 'ckptcli[langgraph]'",
+                {"langgraph-checkpoint": None, "missing": ["langgraph-checkpoint"]},
             )
         if version.split(".")[0] != MAJOR:
             return Availability(

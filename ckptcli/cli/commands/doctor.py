@@ -68,11 +68,13 @@ def doctor(
     each one not installed would enable), and plugins (the entry points installed
     packages register with ckpt: adapters' hooks, more checks). Then adapter NAME
     for each installed adapter (entry-point group ckptcli.adapters): its kind, whether
-    it can work here and, when not, why (a warning; an adapter whose package does not
-    load fails), and its importers; backend SCHEME:// for each registered store
-    backend (a warning when its package is not installed); python (its version and
-    executable) and versions (each dependency's installed version, or "not
-    installed"). --json adds "adapters", "backends" and "versions" as data.
+    it can work here and, when not, why (a warning; "not installed" when all it lacks
+    is an optional package), and its importers; backend SCHEME:// for each registered
+    store backend (ok when it imports; "not installed" when an optional package it
+    needs is missing). An adapter or backend whose own package does not load fails.
+    Then python (its version and executable) and versions (each dependency's
+    installed version, or "not installed"). --json adds "adapters", "backends" and
+    "versions" as data.
 
     --adapter NAME and --backend SCHEME ask about those alone (no store is looked at):
     each fails unless it works here, so the exit status answers the question. An
