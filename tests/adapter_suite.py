@@ -22,13 +22,10 @@ import pytest
 
 import ckptcli
 from ckptcli.adapters import registry
-from ckptcli.adapters.base import KINDS, NAME_RE, Adapter, Availability, Capture, Importer, NotSupported
+from ckptcli.adapters.base import KINDS, NAME_RE, RESERVED_FLAGS, Adapter, Availability, Capture, Importer, NotSupported
 from ckptcli.checkpoint import open_checkpoint
 from ckptcli.errors import CkptError, ExitCode
 from ckptcli.history.events import CUSTOM_KIND_RE, STANDARD_KINDS, Reducers, make_event
-
-#: the flags `ckpt capture` and `ckpt import` take themselves: an adapter's option may not be one
-RESERVED_FLAGS = {"--subject", "--store", "--json", "--quiet", "--no-color", "--help", "--store-option"}
 
 
 @dataclass

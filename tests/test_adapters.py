@@ -151,6 +151,7 @@ def test_option_declarations_are_checked() -> None:
     assert Option("x", "X.", dict).problems() == ["option 'x' has type 'dict', not one of str, int, float, bool, Path"]
     assert Option("x", "X.", str, None, multiple=True).problems() == ["option 'x' is multiple: its default must be a tuple"]
     assert Option("dry_run", "X.", bool, False).flag == "--dry-run"
+    assert Option("no_color", "X.", bool, False).problems() == ["option 'no_color' would be --no-color, a flag of ckpt itself"]
 
 
 def test_the_generic_adapter_behind_the_contract_captures_what_agentadapter_does(tmp_path: Path) -> None:

@@ -52,6 +52,10 @@ KINDS = ("agent", "workflow", "process")
 #: an adapter's or an option's name: lower case, digits, '-' and '_' (it becomes a flag)
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
+#: the flags `ckpt capture` and `ckpt import` take themselves: no option of an adapter or
+#: importer may be one of them
+RESERVED_FLAGS = frozenset({"--subject", "--store", "--store-option", "--json", "--quiet", "--no-color", "--help"})
+
 #: the types an option's value may have (the CLI converts the flag's text to it)
 OPTION_TYPES: tuple[type, ...] = (str, int, float, bool, Path)
 
@@ -132,6 +136,8 @@ class Option:
             )
         if not self.help.strip() or "\n" in self.help:
             out.append(f"option {self.name!r} needs a one-line help")
+        if self.flag in RESERVED_FLAGS:
+            out.append(f"option {self.name!r} would be {self.flag}, a flag of ckpt itself")
         if self.type is bool and self.multiple:
             out.append(f"option {self.name!r} is a bool flag and cannot be multiple")
         if self.multiple and not isinstance(self.default, tuple):
@@ -332,7 +338,18 @@ class Adapter(abc.ABC):
             raise ValueError(f"not an optional method of an adapter: {what!r}")
         return getattr(cls, what) is not getattr(Adapter, what)
 
-    def take(self, store: Store, target: Any, *, subject: str, labels: Mapping[str, str] | None = None, **options: Any) -> TakeResult:
+    def take(
+        self,
+        store: Store,
+        target: Any,
+        *,
+        subject: str,
+        labels: Mapping[str, str] | None = None,
+        message: str = "",
+        parents: list[str] | None = None,
+        progress: Progress = NULL,
+        **options: Any,
+    ) -> TakeResult:
         """Capture `target` and take a checkpoint of it.
 
         Args:
@@ -340,6 +357,7 @@ class Adapter(abc.ABC):
             target: as `capture` takes it.
             subject: "KIND:NAME"; its kind should be this adapter's.
             labels: more labels (they win over the adapter's).
+            message, parents, progress: as ckptcli.take takes them.
             **options: the declared options' values (the defaults fill the rest).
 
         Returns:
@@ -357,6 +375,9 @@ class Adapter(abc.ABC):
             subject=subject,
             labels={"adapter": self.name, **cap.labels, **dict(labels or {})},
             blobs=cap.blobs or None,
+            message=message,
+            parents=parents,
+            progress=progress,
         )
 
     def _does(self) -> str:

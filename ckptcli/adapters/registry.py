@@ -17,7 +17,7 @@ from ckptcli import plugins
 from ckptcli.adapters.base import Adapter, Availability, Importer
 from ckptcli.errors import CkptError, InvalidInputError, UsageError, failed_with, user_failure
 
-__all__ = ["Status", "adapter", "adapter_class", "find_importer", "importers", "names", "survey"]
+__all__ = ["Status", "adapter", "adapter_class", "find_importer", "importers", "names", "status", "survey"]
 
 
 def names() -> list[str]:
