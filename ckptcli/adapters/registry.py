@@ -208,6 +208,17 @@ def importers() -> dict[str, tuple[str, Importer]]:
     return out
 
 
+def _checked(owner: str, imp: Importer) -> tuple[str, Importer]:
+    """(owner, imp) when its options are well formed; a malformed one is one line."""
+    problems = [p for o in imp.options for p in o.problems()] if isinstance(imp.options, tuple) else ["its options are not a tuple"]
+    if problems:
+        raise InvalidInputError(
+            f"the importer {imp.name!r} of the adapter {owner!r} is malformed: {problems[0]}",
+            hint="fix or remove the package that registers it",
+        )
+    return owner, imp
+
+
 def find_importer(kind: str) -> tuple[str, Importer]:
     """The importer `ckpt import KIND` means.
 
@@ -219,13 +230,14 @@ def find_importer(kind: str) -> tuple[str, Importer]:
 
     Raises:
         UsageError: no installed adapter imports `kind` (the line lists the formats that are
-        installed); InvalidInputError: the adapter named in ADAPTER:FORMAT does not load.
+        installed); InvalidInputError: the adapter named in ADAPTER:FORMAT does not load,
+        or the importer's options are malformed.
     """
     owner, sep, fmt = kind.partition(":")
     if sep:
         found = adapter(owner).importers()
         if fmt in found:
-            return owner, found[fmt]
+            return _checked(owner, found[fmt])
     else:
         # the adapter of the same name first: only it is imported when it has the format
         if plugins.find(plugins.ADAPTERS, kind) is not None:
@@ -234,10 +246,10 @@ def find_importer(kind: str) -> tuple[str, Importer]:
             except CkptError:
                 own = {}
             if kind in own:
-                return kind, own[kind]
+                return _checked(kind, own[kind])
         every = importers()
         if kind in every:
-            return every[kind]
+            return _checked(*every[kind])
     have = sorted(importers())
     raise UsageError(
         f"no installed adapter imports {kind!r}",
