@@ -515,3 +515,36 @@ def test_the_suite_fails_an_adapter_that_breaks_the_contract(
     with pytest.raises((AssertionError, ValueError)) as caught:
         getattr(suite, check)(case, tmp_path)
     assert says in str(caught.value)
+
+
+def test_the_generic_adapter_captures_from_the_command_line_as_agentadapter_does(tmp_path: Path) -> None:
+    from ckptcli.adapters.generic import AgentAdapter
+    from ckptcli.api import open_checkpoint
+
+    (tmp_path / "mybot.py").write_text(
+        "class Bot:\n"
+        "    def __init__(self):\n"
+        "        self.notes = {'user': 'ada', 'api_key': 'sk-" + "A" * 24 + "'}\n"
+        "        self.steps = ['look up', 'refund']\n"
+        "BOT = Bot()\n"
+    )
+    env = {"REGION": "eu-1", "CRM_TOKEN": "t0k3n-value"}
+    run_ckpt("init", cwd=tmp_path)
+    r = run_ckpt(
+        "capture", "generic", "mybot:BOT", "--memory", "notes", "--plan", "steps", "--env", "REGION", "--env", "CRM_TOKEN",
+        "-S", "agent:bot", "--json", cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    cid = json.loads(r.stdout)["id"]
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import mybot  # type: ignore[import-not-found]
+
+        expected, labels = AgentAdapter(memory="notes", plan="steps", env=["REGION", "CRM_TOKEN"], environ=lambda: env).capture(mybot.BOT)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("mybot", None)
+    ck = open_checkpoint(cid, store_path=tmp_path / ".ckpt")
+    assert ck.state() == expected
+    assert expected["ext"]["ckpt.env"] == {"REGION": "eu-1", "CRM_TOKEN": "[REDACTED:secret-key]"}
+    assert ck.manifest.labels == {"adapter": "generic", **labels}
