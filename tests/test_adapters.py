@@ -548,3 +548,20 @@ def test_the_generic_adapter_captures_from_the_command_line_as_agentadapter_does
     assert ck.state() == expected
     assert expected["ext"]["ckpt.env"] == {"REGION": "eu-1", "CRM_TOKEN": "[REDACTED:secret-key]"}
     assert ck.manifest.labels == {"adapter": "generic", **labels}
+
+
+class ImportersFail(WrongKind):
+    """Loads, but its importers() raises."""
+
+    kind = "agent"
+
+    def importers(self) -> dict[str, Importer]:
+        raise RuntimeError("importers exploded")
+
+
+def test_an_adapter_whose_importers_fail_hides_no_other_importer(monkeypatch: pytest.MonkeyPatch) -> None:
+    _installed(monkeypatch, aaa="tests.test_adapters:ImportersFail")
+    assert registry.find_importer("langgraph")[0] == "langgraph"
+    assert sorted(registry.importers()) == ["langgraph"]
+    (status,) = registry.survey(["aaa"])
+    assert status.loaded and not status.ok and status.availability.reason == "importers() failed: RuntimeError: importers exploded"

@@ -9,7 +9,7 @@ row (`ckpt doctor`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,8 +152,6 @@ def status(name: str) -> Status:
         raise _unknown(name)
     try:
         inst = adapter(name)
-    except UsageError:
-        raise
     except CkptError as exc:
         return Status(name, ep.value, False, Availability(False, exc.message))
     try:
@@ -199,13 +197,23 @@ def importers() -> dict[str, tuple[str, Importer]]:
     """
     out: dict[str, tuple[str, Importer]] = {}
     for name in names():
-        try:
-            found = adapter(name).importers()
-        except CkptError:
-            continue
+        found = _importers_of(name)
         for fmt, imp in sorted(found.items()):
             out.setdefault(fmt, (name, imp))
     return out
+
+
+def _importers_of(name: str) -> Mapping[str, Importer]:
+    """The importers of adapter `name`; none when it does not load or its importers() fails
+    (`ckpt doctor` says why)."""
+    try:
+        return adapter(name).importers()
+    except CkptError:
+        return {}
+    except BaseException as exc:
+        if not user_failure(exc):
+            raise
+        return {}
 
 
 def _checked(owner: str, imp: Importer) -> tuple[str, Importer]:
@@ -241,10 +249,7 @@ def find_importer(kind: str) -> tuple[str, Importer]:
     else:
         # the adapter of the same name first: only it is imported when it has the format
         if plugins.find(plugins.ADAPTERS, kind) is not None:
-            try:
-                own = adapter(kind).importers()
-            except CkptError:
-                own = {}
+            own = _importers_of(kind)
             if kind in own:
                 return _checked(kind, own[kind])
         every = importers()
