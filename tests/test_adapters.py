@@ -565,3 +565,20 @@ def test_an_adapter_whose_importers_fail_hides_no_other_importer(monkeypatch: py
     assert sorted(registry.importers()) == ["langgraph"]
     (status,) = registry.survey(["aaa"])
     assert status.loaded and not status.ok and status.availability.reason == "importers() failed: RuntimeError: importers exploded"
+
+
+def test_the_example_of_docs_adapters_md_passes_the_suite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    import tests.adapter_suite as suite
+
+    page = (REPO / "docs" / "adapters.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", page, re.S)
+    (tmp_path / "docs_dirsnap.py").write_text(block)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _installed(monkeypatch, dirsnap="docs_dirsnap:DirSnap")
+    case = AdapterCase("dirsnap", target=_a_directory, options={"skip": ("skip.me",)}, restore_target=_empty_dir, same=_same_files)
+    for check in suite.CHECKS:
+        if check is not suite.its_methods_say_what_they_take_return_and_raise:  # the page's example is kept short
+            (tmp_path / check.__name__).mkdir()
+            check(case, tmp_path / check.__name__)
