@@ -16,7 +16,7 @@ import importlib
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ __all__ = [
     "CheckFn",
     "Context",
     "Report",
+    "backend_status",
     "check_components",
     "check_free_space",
     "check_locks",
@@ -65,6 +66,12 @@ class Report:
     #: does not answer): the command exits NO_STORE then; None when one was opened, or
     #: one was found that does not open (a damaged config: a failed check like any other)
     no_store: CkptError | None = None
+    #: each installed adapter (or each one asked about): ckptcli.adapters.registry.Status.to_dict
+    adapters: list[dict[str, Any]] | None = None
+    #: each registered backend (or each one asked about): see backend_status
+    backends: list[dict[str, Any]] | None = None
+    #: {"python": version, "executable": path, "packages": {distribution: version or None}}
+    versions: dict[str, Any] | None = None
 
     @property
     def failed(self) -> list[Check]:
@@ -72,7 +79,11 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         worst = FAIL if self.failed else WARN if any(c.status == WARN for c in self.checks) else OK
-        return {"status": worst, "checks": [c.to_dict() for c in self.checks]}
+        out: dict[str, Any] = {"status": worst, "checks": [c.to_dict() for c in self.checks]}
+        for key in ("adapters", "backends", "versions"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
 
 
 def registered() -> dict[str, CheckFn]:
@@ -93,10 +104,43 @@ def _lazy(spec: str) -> CheckFn:
     return run
 
 
-def run(store_path: Path | str | None, checks: dict[str, CheckFn] | None = None, journal_dir: Path | None = None) -> Report:
+def run(
+    store_path: Path | str | None,
+    checks: dict[str, CheckFn] | None = None,
+    journal_dir: Path | None = None,
+    *,
+    adapters: Sequence[str] | None = None,
+    backends: Sequence[str] | None = None,
+) -> Report:
     """Run every registered check (or `checks`) against the store at `store_path` (found
-    as every command finds it when None). `journal_dir`: where this host keeps the
-    LangGraph saver's journal of a store on object storage, when not the default one."""
+    as every command finds it when None), then (unless `checks` is given) report on the
+    installed adapters and backends and the versions of Python and the dependencies.
+    `journal_dir`: where this host keeps the LangGraph saver's journal of a store on
+    object storage, when not the default one.
+
+    `adapters` / `backends`: report on these alone (adapter names, backend URL schemes),
+    each a failure unless it works here; no store is looked at.
+
+    Raises:
+        UsageError: an adapter or a scheme asked about is not installed (the line lists those that are).
+    """
+    if adapters is not None or backends is not None:
+        asked = Report()
+        if adapters is not None:
+            _adapter_checks(asked, adapters, asked_for=True)
+        if backends is not None:
+            _backend_checks(asked, backends, asked_for=True)
+        return asked
+    report = _store_checks(store_path, checks, journal_dir)
+    if checks is None:
+        _adapter_checks(report, None, asked_for=False)
+        _backend_checks(report, None, asked_for=False)
+        _version_checks(report)
+    return report
+
+
+def _store_checks(store_path: Path | str | None, checks: dict[str, CheckFn] | None, journal_dir: Path | None) -> Report:
+    """The registered checks (or `checks`) against the store."""
     from ckptcli.api import open_store
 
     ctx = Context(journal_dir=journal_dir)
@@ -335,3 +379,148 @@ def _plugins() -> str:
             if ep.group.startswith("ckptcli."):
                 groups.setdefault(ep.group, set()).add(f"{ep.name} ({dist.metadata['Name']})")
     return "; ".join(f"{g}: {', '.join(sorted(names))}" for g, names in sorted(groups.items())) or "none installed"
+
+
+# -- adapters, backends, versions ----------------------------------------------------------
+def _adapter_checks(report: Report, wanted: Sequence[str] | None, *, asked_for: bool) -> None:
+    """A row per adapter. Asked about, each is ok only when it loads and can work here.
+    Otherwise: one that does not load fails (a broken package); one that cannot work here
+    warns, unless all it lacks is optional packages (its Availability's details["missing"]),
+    which is ok and says so, as for the components."""
+    from ckptcli.adapters import registry
+
+    statuses = registry.survey(wanted)
+    report.adapters = [st.to_dict() for st in statuses]
+    if not statuses:
+        report.checks.append(Check("adapters", OK, "none installed"))
+    for st in statuses:
+        name = f"adapter {st.name}"
+        if not st.loaded:
+            report.checks.append(
+                Check(name, FAIL, f"does not load: {st.availability.reason}", "reinstall or remove the package that registers it")
+            )
+            continue
+        what = f"{st.kind}: {st.availability.reason or 'available'}"
+        if st.importers:
+            what += f"; imports {', '.join(st.importers)}"
+        if st.availability.ok:
+            report.checks.append(Check(name, OK, what))
+        elif asked_for:
+            report.checks.append(Check(name, FAIL, f"not usable here: {what}", ""))
+        elif st.availability.details.get("missing"):
+            report.checks.append(Check(name, OK, f"not installed: {what}", ""))
+        else:
+            report.checks.append(Check(name, WARN, f"not usable here: {what}", f"`ckpt doctor --adapter {st.name}` asks about it alone"))
+
+
+def backend_status(scheme: str) -> dict[str, Any]:
+    """Whether the backend of `scheme` (ckptcli.backends) is usable here.
+
+    Returns:
+        {"scheme", "entry_point", "ok", "state", "reason"}: state "ok" when its class
+        imports (and, when it has an `available()` classmethod, that says ok);
+        "not installed" when a package it needs is missing (an optional dependency);
+        "broken" when its own module is missing or fails, or it is no backend;
+        "unavailable" when its available() says no.
+
+    Raises:
+        UsageError: no backend is registered for `scheme` (the line lists those that are).
+    """
+    from ckptcli.errors import UsageError
+    from ckptcli.store import backends
+
+    entry = plugins.find(plugins.BACKENDS, scheme)
+    if entry is None:
+        raise UsageError(f"no backend is registered for {scheme}://", hint=f"registered schemes: {', '.join(backends.known_schemes())}")
+    out: dict[str, Any] = {"scheme": scheme, "entry_point": entry.value, "ok": False, "state": "broken", "reason": ""}
+    try:
+        entry.load()
+    except ImportError as exc:
+        own = exc.name is not None and entry.module.split(".")[0] == exc.name.split(".")[0]
+        if not own:
+            out["state"] = "not installed"
+    except Exception:  # noqa: BLE001 - backend_class below says what failed, in one line
+        pass
+    try:
+        cls = backends.backend_class(scheme)
+    except CkptError as exc:
+        out["reason"] = exc.message + (f" ({exc.hint})" if exc.hint else "")
+        return out
+    probe = getattr(cls, "available", None)
+    if callable(probe):
+        try:
+            got = probe()
+            out["ok"], out["reason"] = bool(getattr(got, "ok", got)), str(getattr(got, "reason", ""))
+        except Exception as exc:  # noqa: BLE001 - a third party's probe: its failure is the answer
+            out["reason"] = f"available() failed: {type(exc).__name__}: {exc}"
+        out["state"] = "ok" if out["ok"] else "unavailable"
+        return out
+    out["ok"], out["state"], out["reason"] = True, "ok", f"{entry.value} imports"
+    return out
+
+
+def _backend_checks(report: Report, wanted: Sequence[str] | None, *, asked_for: bool) -> None:
+    """A row per backend scheme. Asked about, each is ok only when it can work here;
+    otherwise one whose optional package is missing is ok and says so (as the components),
+    one that cannot work here warns, a broken one fails."""
+    schemes = plugins.names(plugins.BACKENDS) if wanted is None else list(wanted)
+    report.backends = [backend_status(s) for s in schemes]
+    for b in report.backends:
+        name = f"backend {b['scheme']}://"
+        if b["ok"]:
+            report.checks.append(Check(name, OK, b["reason"]))
+        elif asked_for:
+            report.checks.append(Check(name, FAIL, f"not usable here: {b['reason']}", ""))
+        elif b["state"] == "not installed":
+            report.checks.append(Check(name, OK, f"not installed: {b['reason']}", ""))
+        elif b["state"] == "unavailable":
+            report.checks.append(Check(name, WARN, f"not usable here: {b['reason']}", ""))
+        else:
+            report.checks.append(Check(name, FAIL, f"broken: {b['reason']}", "reinstall or remove the package that registers it"))
+
+
+#: the distributions whose versions doctor reports: ckpt's dependencies, then the optional ones
+DEPENDENCIES = (
+    "msgpack",
+    "zstandard",
+    "fastcdc",
+    "xxhash",
+    "typer",
+    "rich",
+    "textual",
+    "deepdiff",
+    "obstore",
+    "fsspec",
+    "langgraph",
+    "langgraph-checkpoint",
+    "langgraph-checkpoint-sqlite",
+    "temporalio",
+)
+
+
+def versions() -> dict[str, Any]:
+    """Python's version and the installed version of each of DEPENDENCIES.
+
+    Returns:
+        {"python": "3.11.9", "executable": path, "ckptcli": version, "packages": {name: version or None}}.
+    """
+    import platform
+    import sys
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ckptcli._version import __version__
+
+    packages: dict[str, str | None] = {}
+    for dist in DEPENDENCIES:
+        try:
+            packages[dist] = version(dist)
+        except PackageNotFoundError:
+            packages[dist] = None
+    return {"python": platform.python_version(), "executable": sys.executable, "ckptcli": __version__, "packages": packages}
+
+
+def _version_checks(report: Report) -> None:
+    v = report.versions = versions()
+    report.checks.append(Check("python", OK, f"{v['python']} ({v['executable']}), ckptcli {v['ckptcli']}"))
+    listed = "; ".join(f"{name} {ver or 'not installed'}" for name, ver in v["packages"].items())
+    report.checks.append(Check("versions", OK, listed))

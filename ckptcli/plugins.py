@@ -20,6 +20,7 @@ from typing import Any
 from ckptcli.errors import InvalidInputError, failed_with, user_failure
 
 __all__ = [
+    "ADAPTERS",
     "BACKENDS",
     "BESIDE_STORE",
     "DOCTOR",
@@ -50,8 +51,11 @@ DOCTOR = "ckptcli.doctor"
 BACKENDS = "ckptcli.backends"
 #: a project's schema migrations, `--migrations ep:NAME` (ckptcli.schema.migrations)
 MIGRATIONS = "ckpt.migrations"
+#: adapters by name: `name = module:Class`, the class a ckptcli.adapters.base.Adapter
+#: (ckptcli.adapters.registry)
+ADAPTERS = "ckptcli.adapters"
 
-GROUPS = (REDUCERS, RETENTION, EXPIRY, BESIDE_STORE, DOCTOR, MIGRATIONS, BACKENDS)
+GROUPS = (REDUCERS, RETENTION, EXPIRY, BESIDE_STORE, DOCTOR, MIGRATIONS, BACKENDS, ADAPTERS)
 
 #: ckpt's own registrations, as pyproject.toml declares them (a test keeps the two equal).
 #: Read as well as the installed metadata, so that an install whose metadata predates a
@@ -69,6 +73,11 @@ BUILTIN: dict[str, dict[str, str]] = {
         "s3": "ckptcli.store.backends.s3:S3Backend",
         "gs": "ckptcli.store.backends.s3:S3Backend",
         "az": "ckptcli.store.backends.s3:S3Backend",
+    },
+    ADAPTERS: {
+        "compat": "ckptcli.adapters.compat:CompatAdapter",
+        "generic": "ckptcli.adapters.generic:GenericAdapter",
+        "langgraph": "ckptcli.adapters.langgraph.adapter:LangGraphAdapter",
     },
 }
 

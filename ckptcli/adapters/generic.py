@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptcli.adapters import base as _base
 from ckptcli.errors import InvalidInputError
 
 STANDARD = ("memory", "plan", "tools", "events")
@@ -384,3 +385,108 @@ def _assign(agent: Any, values: dict[str, Any]) -> Any:
     for k, v in typed.items():
         setattr(agent, k, v)
     return agent
+
+
+# -- behind the adapter contract (ckptcli/adapters/base.py) --------------------------------------
+
+
+def _one_or_many(names: Sequence[str]) -> Target:
+    """An option given once is one attribute (the section is its value); more, a map of them."""
+    return None if not names else names[0] if len(names) == 1 else list(names)
+
+
+class GenericAdapter(_base.Adapter):
+    """The generic adapter behind the contract: the mapping of AgentAdapter given as options.
+
+    `capture(agent, memory=("notes",), ...)` and `restore(checkpoint, agent, ...)` take the
+    attribute names of each section (one name: the section is its value; several: a map of
+    them); from the CLI, the target is MODULE:NAME, an object importable from the current
+    directory. AgentAdapter stays the Python API (docs/agents.md)."""
+
+    name = "generic"
+    kind = "agent"
+    summary = "hand-built agents: attributes (or keys) of a Python object mapped onto memory, plan, tools, events and ext sections"
+    options = (
+        _base.Option("memory", "An attribute stored as the memory section (repeat for a map of several).", str, (), "ATTR", True),
+        _base.Option("plan", "An attribute stored as the plan section (repeat for a map of several).", str, (), "ATTR", True),
+        _base.Option("tools", "An attribute stored as the tools section (repeat for a map of several).", str, (), "ATTR", True),
+        _base.Option("events", "An attribute stored as the events section (repeat for a map of several).", str, (), "ATTR", True),
+        _base.Option("env", "An environment variable captured, redacted, into ext:ckpt.env.", str, (), "NAME", True),
+        _base.Option("no_redact", "Store secrets as they are (redaction is on by default).", bool, False),
+    )
+
+    @classmethod
+    def available(cls) -> _base.Availability:
+        """Always: it needs nothing beyond ckpt.
+
+        Returns:
+            Availability(ok=True).
+        """
+        return _base.Availability(True, "needs nothing beyond ckpt")
+
+    def mapping(self, **options: Any) -> AgentAdapter:
+        """The AgentAdapter these options declare.
+
+        Args:
+            **options: memory, plan, tools, events, env (tuples of names), no_redact.
+
+        Returns:
+            the AgentAdapter.
+
+        Raises:
+            InvalidInputError: the options name no attribute, or one attribute twice.
+        """
+        o = _base.option_values(self.options, options, "the generic adapter")
+        return AgentAdapter(
+            memory=_one_or_many(o["memory"]),
+            plan=_one_or_many(o["plan"]),
+            tools=_one_or_many(o["tools"]),
+            events=_one_or_many(o["events"]),
+            env=tuple(o["env"]),
+            redactor=None if o["no_redact"] else Redactor(),
+        )
+
+    def capture(self, target: Any, **options: Any) -> _base.Capture:
+        """Capture an agent object (or MODULE:NAME naming one) by the mapping the options give.
+
+        Args:
+            target: the agent (a dataclass, pydantic model, object or dict), or "MODULE:NAME".
+            **options: as `mapping` takes them.
+
+        Returns:
+            Capture of its sections and the redaction labels (no blobs).
+
+        Raises:
+            InvalidInputError: an attribute the agent lacks, a value that cannot be stored;
+            NotFoundError: MODULE:NAME that does not import.
+        """
+        doc, labels = self.mapping(**options).capture(_resolve(target))
+        return _base.Capture(doc, {}, labels)
+
+    def restore(self, checkpoint: Any, target: Any, **options: Any) -> Any:
+        """Write a checkpoint's sections back into an agent by the same mapping.
+
+        Args:
+            checkpoint: an opened checkpoint this mapping wrote.
+            target: the agent to restore into (or "MODULE:NAME").
+            **options: as `mapping` takes them.
+
+        Returns:
+            the agent (a new one for frozen dataclasses and pydantic models).
+
+        Raises:
+            InvalidInputError: the checkpoint holds no sections this mapping wrote.
+        """
+        state = checkpoint.state()
+        if not isinstance(state, dict):
+            raise InvalidInputError(f"checkpoint {checkpoint.hex[:12]} holds a {type(state).__name__}, not sections this adapter wrote")
+        return self.mapping(**options).restore_into(state, _resolve(target))
+
+
+def _resolve(target: Any) -> Any:
+    """An object given as MODULE:NAME (from the command line) imported; anything else as it is."""
+    if isinstance(target, str) and ":" in target:
+        from ckptcli.schema.migrations import import_object
+
+        return import_object(target, "agent")[1]
+    return target

@@ -65,6 +65,7 @@ COMMANDS = (
     "verify",
     "export",
     "import_",
+    "capture",
     "copy",
     "tag",
     "branch",

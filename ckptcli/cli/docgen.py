@@ -62,7 +62,12 @@ On any failure ckpt prints exactly one line on stderr, `ckpt: error: <what is wr
 and never a traceback (set `CKPT_DEBUG=1` to see one for an internal error, code 70).
 `ckpt diff --exit-code` (like `git diff --exit-code`) and `ckpt verify` use 1 and 5 as documented
 in their help; `ckpt doctor` exits 1 when one of its checks fails (warnings alone exit 0), and 10 when it finds no
-store or cannot reach it (none here, a missing bucket, an endpoint that does not answer).
+store or cannot reach it (none here, a missing bucket, an endpoint that does not answer);
+asked about one adapter or backend (`ckpt doctor --adapter NAME`, `--backend SCHEME`), it exits
+0 when that works here, 1 when not, and 2 when none of that name is installed.
+`ckpt import KIND SOURCE` and `ckpt capture ADAPTER TARGET` exit 2 for a KIND or ADAPTER that is
+not installed (the line lists those that are), for an option the importer or adapter does not
+declare, and for an adapter asked for what it does not do (`NotSupported`).
 `ckpt copy` exits 5 when an object or manifest it reads from SRC does not match its hash: the
 line names the object and the checkpoint, nothing of that checkpoint is committed in DST, and
 the checkpoints copied before it (oldest first) stay there.

@@ -127,14 +127,15 @@ def _validator(validator: str | None, adapter: str | None) -> str | None:
 
 
 def _check(migrations: str | None, target: str | None, validator: str | None, assume_version: str | None) -> CompatCheck:
-    from ckptcli.schema.compat import CompatCheck, load_validator
+    from ckptcli.adapters.compat import CompatAdapter
+    from ckptcli.schema.compat import CompatCheck
     from ckptcli.schema.migrations import cwd_importable, load_migrations
 
     cwd_importable()
     return CompatCheck(
         migrations=load_migrations(migrations) if migrations else None,
         target=target,
-        validator=load_validator(validator) if validator else None,
+        validator=CompatAdapter.load(validator) if validator else None,
         assume_version=assume_version,
     )
 

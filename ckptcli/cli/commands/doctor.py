@@ -12,7 +12,7 @@ from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import DoctorFailed, DoctorNoStore, ExitCode
 
 
-@app.command(epilog=exit_status(ExitCode.FAILURE, ExitCode.NO_STORE))
+@app.command(epilog=exit_status(ExitCode.FAILURE, ExitCode.USAGE, ExitCode.NO_STORE))
 def doctor(
     store: StoreOpt = None,
     as_json: JsonOpt = False,
@@ -22,6 +22,24 @@ def doctor(
             "--journal-dir",
             help="Where this host keeps the LangGraph saver's journal of a store on object storage, "
             "when the application gives CkptSaver journal_dir= (default: this host's directory for the store's URL).",
+        ),
+    ] = None,
+    adapter: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--adapter",
+            metavar="NAME",
+            help="Ask about this installed adapter only (repeatable): exit 0 when it loads and can work here, 1 when not.",
+            show_default=False,
+        ),
+    ] = None,
+    backend: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--backend",
+            metavar="SCHEME",
+            help="Ask about the backend of SCHEME:// only (repeatable; e.g. s3): exit 0 when it can work here, 1 when not.",
+            show_default=False,
         ),
     ] = None,
 ) -> None:
@@ -48,7 +66,19 @@ def doctor(
     in a journal, a file named as a journal that is none) is a warning. Then
     component ... (the optional packages installed, their versions, and what
     each one not installed would enable), and plugins (the entry points installed
-    packages register with ckpt: adapters' hooks, more checks).
+    packages register with ckpt: adapters' hooks, more checks). Then adapter NAME
+    for each installed adapter (entry-point group ckptcli.adapters): its kind, whether
+    it can work here and, when not, why (a warning; "not installed" when all it lacks
+    is an optional package), and its importers; backend SCHEME:// for each registered
+    store backend (ok when it imports; "not installed" when an optional package it
+    needs is missing). An adapter or backend whose own package does not load fails.
+    Then python (its version and executable) and versions (each dependency's
+    installed version, or "not installed"). --json adds "adapters", "backends" and
+    "versions" as data.
+
+    --adapter NAME and --backend SCHEME ask about those alone (no store is looked at):
+    each fails unless it works here, so the exit status answers the question. An
+    adapter or scheme that is not installed exits 2, naming those that are.
 
     On a store on object storage (--store s3://bucket/prefix) the store check says
     whether it is reachable and its format version; locks lists each lock object with
@@ -59,8 +89,9 @@ def doctor(
 
     Installed packages add their own checks (entry-point group ckptcli.doctor).
     Nothing is changed. Exit status 10 when no store is found or reached (none here,
-    a missing bucket, an endpoint that does not answer), 1 when another check fails;
-    warnings alone exit 0.
+    a missing bucket, an endpoint that does not answer), 1 when another check fails
+    (with --adapter/--backend: when one asked about cannot work here); warnings
+    alone exit 0.
 
     Examples:
 
@@ -71,10 +102,14 @@ def doctor(
       ckpt doctor --store s3://bucket/agents
 
       ckpt doctor --store s3://bucket/agents --journal-dir /var/lib/app/journal
+
+      ckpt doctor --adapter langgraph --json
+
+      ckpt doctor --backend s3 && echo "S3 stores work here"
     """
     from ckptcli import doctor as lib
 
-    report = lib.run(store, journal_dir=journal_dir)
+    report = lib.run(store, journal_dir=journal_dir, adapters=adapter, backends=backend)
     if as_json:
         emit_json(report.to_dict())
     else:

@@ -1,4 +1,5 @@
-"""ckpt import: copy a checkpoint file into the store, or a LangGraph SqliteSaver database."""
+"""ckpt import: copy a checkpoint file into the store, or import a foreign format with an
+adapter's importer (`ckpt import KIND SOURCE [options]`, ckptcli/adapters/registry.py)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,45 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer._click.core import Context
+from typer._click.formatting import HelpFormatter
+from typer.core import TyperCommand
 
+from ckptcli.cli._adapter_flags import flag_usage, parse
 from ckptcli.cli._common import open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, out
-from ckptcli.errors import ExitCode, UsageError
+from ckptcli.errors import CkptError, ExitCode, UsageError
 
-LANGGRAPH = "langgraph"
+
+class _ImportCommand(TyperCommand):
+    """`ckpt import --help` ends with the installed importers and their options."""
+
+    def format_epilog(self, ctx: Context, formatter: HelpFormatter) -> None:
+        rows = _importer_help()
+        if rows:
+            with formatter.section("Installed importers (ckpt import KIND SOURCE)"):
+                formatter.write_dl(rows)
+        super().format_epilog(ctx, formatter)
+
+
+def _importer_help() -> list[tuple[str, str]]:
+    """(term, text) rows of the installed importers and their options, for --help."""
+    from ckptcli.adapters import registry
+
+    rows: list[tuple[str, str]] = []
+    for fmt, (owner, imp) in sorted(registry.importers().items()):
+        via = "" if owner == fmt else f" (adapter {owner})"
+        rows.append((f"{fmt} SOURCE", f"{imp.summary}{via}. SOURCE: {imp.source}."))
+        for o in imp.options:
+            rows.append((f"  {flag_usage(o)}", o.help))
+    return rows
 
 
 @app.command(
     "import",
+    cls=_ImportCommand,
+    context_settings={"ignore_unknown_options": True},
     epilog=exit_status(
         ExitCode.NOT_FOUND,
         ExitCode.INVALID_INPUT,
@@ -31,22 +60,21 @@ def import_(
     source: Annotated[
         list[str],
         typer.Argument(
-            metavar="FILE | langgraph DB",
-            help="A checkpoint file made by `ckpt export`; or the word `langgraph` and a SqliteSaver database.",
+            metavar="FILE | KIND SOURCE [OPTIONS]",
+            help="A checkpoint file made by `ckpt export`; or an importer's KIND (e.g. `langgraph`), its SOURCE and its options.",
             show_default=False,
         ),
     ],
-    thread: Annotated[
-        str | None,
-        typer.Option(
-            "--thread", metavar="ID", help="With `langgraph`: import this thread only (default: every thread).", show_default=False
-        ),
-    ] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Import a checkpoint file into the store (checked whole before anything is kept),
-    or the histories of a LangGraph SqliteSaver database.
+    or a foreign format with an installed adapter's importer.
+
+    `ckpt import KIND SOURCE` runs the importer KIND (a format name, or ADAPTER:FORMAT)
+    of an installed adapter (entry-point group ckptcli.adapters, docs/adapters.md); its
+    options follow SOURCE and are listed below. An unknown KIND exits 2, naming the
+    installed importers.
 
     `ckpt import langgraph DB` reads a SqliteSaver database (read-only) and writes each
     of its checkpoints as the LangGraph saver of ckpt would have (docs/langgraph.md):
@@ -56,8 +84,8 @@ def import_(
     what is new. A file that is not SQLite (or is damaged) exits 5; a SQLite database
     that is not a SqliteSaver one exits 4.
 
-    --json prints {"id"} for a file; {"threads", "checkpoints", "already_present",
-    "writes"} for a LangGraph database.
+    --json prints {"id"} for a file; what the importer reports for KIND SOURCE
+    ({"threads", "checkpoints", "already_present", "writes"} for a LangGraph database).
 
     Examples:
 
@@ -71,36 +99,38 @@ def import_(
     """
     from ckptcli import api
 
-    file, db = source[0], (Path(source[1]) if len(source) > 1 else None)
-    if len(source) > 2 or (db is not None and file != LANGGRAPH):
-        raise UsageError(f"unexpected argument {source[-1]!r}", hint="ckpt import FILE, or ckpt import langgraph DB")
-    if file == LANGGRAPH and db is not None:
-        api.refuse_url(source[1], "the database to import")
-        from ckptcli.adapters.langgraph.importer import import_sqlite
-
+    first = source[0]
+    if len(source) == 1 and not first.startswith("-") and (Path(first).is_file() or not _is_kind(first)):
+        api.refuse_url(first, "the checkpoint file to import")
         st = open_store(store)
-        report = import_sqlite(st, db, thread=thread, progress=BarProgress())
+        cid = api.import_checkpoint(st, first, progress=BarProgress())
         if as_json:
-            emit_json(report.to_dict())
+            emit_json({"id": cid.hex()})
         else:
-            threads = f"{len(report.threads)} thread{'s' if len(report.threads) != 1 else ''}"
-            again = f"; {report.already} were in the store already" if report.already else ""
-            if report.checkpoints or report.writes:
-                out().print(
-                    f"imported {report.checkpoints} checkpoints ({report.writes} pending writes) of {threads} into {st.location}{again}",
-                    markup=False,
-                )
-            else:
-                out().print(f"nothing new to import: {st.location} has the {report.already} checkpoints of {threads} already", markup=False)
+            out().print(cid.hex(), markup=False)
         return
-    if file == LANGGRAPH and not Path(file).is_file():
-        raise UsageError("`ckpt import langgraph` needs the database to read", hint="ckpt import langgraph checkpoints.sqlite")
-    if thread is not None:
-        raise UsageError("--thread is for `ckpt import langgraph DB` only", hint="ckpt import FILE imports one checkpoint file")
-    api.refuse_url(file, "the checkpoint file to import")
+    if first.startswith("-"):
+        raise UsageError(f"unexpected option {first!r} before the file", hint="ckpt import FILE, or ckpt import KIND SOURCE [OPTIONS]")
+    from ckptcli.adapters import registry
+
+    _owner, imp = registry.find_importer(first)
+    src, options = parse(f"ckpt import {first}", imp.options, "SOURCE", imp.source, source[1:])
+    if imp.source_is_path:
+        api.refuse_url(src, f"{imp.source} to import")
     st = open_store(store)
-    cid = api.import_checkpoint(st, file, progress=BarProgress())
+    result = imp.run(st, src, options, BarProgress())
     if as_json:
-        emit_json({"id": cid.hex()})
+        emit_json(result)
     else:
-        out().print(cid.hex(), markup=False)
+        out().print(imp.describe(result, st.location), markup=False)
+
+
+def _is_kind(word: str) -> bool:
+    """Whether `word` names an installed importer (only the adapters needed are imported)."""
+    from ckptcli.adapters import registry
+
+    try:
+        registry.find_importer(word)
+    except CkptError:
+        return False
+    return True
