@@ -78,6 +78,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "compat": "ckptcli.adapters.compat:CompatAdapter",
         "generic": "ckptcli.adapters.generic:GenericAdapter",
         "langgraph": "ckptcli.adapters.langgraph.adapter:LangGraphAdapter",
+        "process": "ckptcli.adapters.process.adapter:ProcessAdapter",
     },
 }
 

@@ -36,6 +36,7 @@ class AdapterCase:
         name: its registered name.
         target: a live target to capture (made under the test's directory); None when it does not capture.
         options: the options capture and restore get.
+        options_for: instead, the options made under the test's directory (a state file's path).
         restore_target: a fresh place to restore into (made under the test's directory).
         same: asserts the restored thing is the captured one (original target, what restore returned).
         document: for an adapter that restores without capturing, a state document to take and restore.
@@ -46,6 +47,7 @@ class AdapterCase:
     name: str
     target: Callable[[Path], Any] | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    options_for: Callable[[Path], dict[str, Any]] | None = None
     restore_target: Callable[[Path], Any] = lambda tmp: None
     same: Callable[[Any, Any], None] | None = None
     document: dict[str, Any] | None = None
@@ -54,6 +56,9 @@ class AdapterCase:
 
     def adapter(self) -> Adapter:
         return registry.adapter(self.name)
+
+    def opts(self, tmp: Path) -> dict[str, Any]:
+        return self.options_for(tmp) if self.options_for is not None else self.options
 
 
 def _one_line(exc: CkptError) -> None:
@@ -143,18 +148,18 @@ def capture_take_restore_round_trips(case: AdapterCase, tmp: Path) -> None:
         return
     assert case.target is not None and case.same is not None, "an adapter that captures needs a target and a comparison"
     target = case.target(tmp)
-    cap = ad.capture(target, **case.options)
+    cap = ad.capture(target, **case.opts(tmp))
     assert isinstance(cap, Capture) and isinstance(cap.document, dict)
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in cap.labels.items())
     store = ckptcli.init_store(tmp / "suite-store")
-    result = ad.take(store, target, subject=f"{ad.kind}:suite", **case.options)
+    result = ad.take(store, target, subject=f"{ad.kind}:suite", **case.opts(tmp))
     ck = open_checkpoint(result.hex, store)
     assert ck.manifest.labels.get("adapter") == ad.name
     if not ad.supports("restore"):
         with pytest.raises(NotSupported):
             ad.restore(ck, case.restore_target(tmp))
         return
-    back = ad.restore(ck, case.restore_target(tmp), **case.options)
+    back = ad.restore(ck, case.restore_target(tmp), **case.opts(tmp))
     case.same(target, back)
 
 
@@ -173,7 +178,7 @@ def restore_of_a_taken_document(case: AdapterCase, tmp: Path) -> None:
     assert case.restored is not None
     store = ckptcli.init_store(tmp / "restore-store")
     cid = ckptcli.take(store, case.document, subject=f"{ad.kind}:suite").hex
-    case.restored(ad.restore(open_checkpoint(cid, store), case.restore_target(tmp), **case.options))
+    case.restored(ad.restore(open_checkpoint(cid, store), case.restore_target(tmp), **case.opts(tmp)))
 
 
 def importers_refuse_bad_input_in_one_line(case: AdapterCase, tmp: Path) -> None:

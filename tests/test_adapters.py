@@ -56,6 +56,32 @@ def _a_directory(tmp: Path) -> Path:
     return d
 
 
+#: the programs the process case started; the autouse fixture below ends them
+_CHILDREN: list[subprocess.Popen[bytes]] = []
+
+
+def _a_process(tmp: Path) -> str:
+    """A running program (its PID, as the CLI gives it) that keeps its state in job.state."""
+    (tmp / "job.state").write_bytes(b"step=41\n" + bytes(range(256)) * 8)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], cwd=tmp)
+    _CHILDREN.append(child)
+    return str(child.pid)
+
+
+def _same_state(original: str, restored: dict[str, Any]) -> None:
+    assert restored["blobs"] == ["state0"], restored
+    assert (Path(restored["target"]) / "state0").read_bytes() == Path(restored["paths"]["state0"]).read_bytes()
+
+
+@pytest.fixture(autouse=True)
+def _end_children() -> Any:
+    yield
+    while _CHILDREN:
+        child = _CHILDREN.pop()
+        child.kill()
+        child.wait()
+
+
 def _empty_dir(tmp: Path) -> Path:
     d = tmp / "restored"
     d.mkdir()
@@ -80,6 +106,13 @@ CASES = {
         document={"memory": {"v": 7}},
         restored=lambda got: assert_agent(got, {"v": 7}),
     ),
+    "process": AdapterCase(
+        "process",
+        target=_a_process,
+        options_for=lambda tmp: {"state": (tmp / "job.state",), "freeze": "none"},
+        restore_target=_empty_dir,
+        same=_same_state,
+    ),
     "dirsnap": AdapterCase(
         "dirsnap",
         target=_a_directory,
@@ -102,7 +135,7 @@ def third_party(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_builtin_adapters_are_the_cases_and_the_third_party_is_not_builtin() -> None:
-    assert set(plugins.BUILTIN[plugins.ADAPTERS]) == {"generic", "langgraph", "compat"} == set(CASES) - {"dirsnap"}
+    assert set(plugins.BUILTIN[plugins.ADAPTERS]) == {"generic", "langgraph", "compat", "process"} == set(CASES) - {"dirsnap"}
     assert "dirsnap" not in registry.names()  # installed only by the fixture below
 
 
@@ -168,18 +201,18 @@ def test_names_are_listed_without_importing_any_adapter() -> None:
     code = (
         "import sys; from ckptcli.adapters import registry; print(registry.names()); "
         "print(sorted(m for m in sys.modules if m in ('ckptcli.adapters.compat', 'ckptcli.adapters.langgraph.adapter', "
-        "'ckptcli.adapters.generic', 'ckptcli.adapters.langgraph', 'ckpt_dirsnap')))"
+        "'ckptcli.adapters.generic', 'ckptcli.adapters.langgraph', 'ckptcli.adapters.process', 'ckpt_dirsnap')))"
     )
     env = {"PYTHONPATH": str(PLUGIN)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, check=True).stdout
-    assert out.splitlines() == ["['compat', 'dirsnap', 'generic', 'langgraph']", "[]"]
+    assert out.splitlines() == ["['compat', 'dirsnap', 'generic', 'langgraph', 'process']", "[]"]
 
 
 def test_an_unknown_adapter_is_a_usage_error_listing_the_installed_ones() -> None:
     with pytest.raises(UsageError) as caught:
         registry.adapter("nope")
     assert caught.value.message == "no adapter named 'nope' is installed"
-    assert "installed: compat, generic, langgraph" in (caught.value.hint or "")
+    assert "installed: compat, generic, langgraph, process" in (caught.value.hint or "")
 
 
 def _installed(monkeypatch: pytest.MonkeyPatch, **found: str) -> None:
@@ -203,7 +236,7 @@ def test_an_adapter_that_does_not_load_or_is_malformed_is_one_line(monkeypatch: 
     assert says in str(caught.value) and "\n" not in str(caught.value)
     (status,) = registry.survey(["thirdparty"])
     assert not status.loaded and not status.ok and says in status.availability.reason
-    assert [s.name for s in registry.survey() if s.loaded] == ["compat", "generic", "langgraph"]  # the others still load
+    assert [s.name for s in registry.survey() if s.loaded] == ["compat", "generic", "langgraph", "process"]  # the others still load
 
 
 class Abstract(Adapter):

@@ -12,9 +12,7 @@ is of the path named and of nothing it points to; restore writes only below its 
 and follows no symbolic link there (blobs.restore_blobs); CRIU's temporary image
 directory is removed once the take is done, whatever happened.
 
-The small dataclasses here (Availability, Capture, Option) and NotSupported stand in for
-the adapter contract's (ckptcli/adapters/base.py), which this class is made a subclass of
-when the two meet."""
+The class follows the adapter contract (ckptcli/adapters/base.py, docs/adapters.md)."""
 
 from __future__ import annotations
 
@@ -31,17 +29,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ckptcli.adapters.base import Adapter, Availability, Capture, NotSupported, Option
 from ckptcli.adapters.generic import REDACTION_NAMESPACE, Redactor
 from ckptcli.adapters.process import criu as criu_mod
 from ckptcli.adapters.process.procfs import describe
 from ckptcli.errors import InvalidInputError, NotFoundError, UnsafePathError, UsageError
+from ckptcli.progress import NULL, Progress
 
 if TYPE_CHECKING:
     from ckptcli.checkpoint import Checkpoint
     from ckptcli.store.repository import Store
     from ckptcli.writer import TakeResult
 
-__all__ = ["FREEZE_MODES", "Availability", "Capture", "NotSupported", "Option", "ProcessAdapter", "freeze_modes", "state_blob_name"]
+__all__ = ["FREEZE_MODES", "ProcessAdapter", "ProcessCapture", "freeze_modes", "state_blob_name"]
 
 FREEZE_MODES = ("auto", "cgroup", "sigstop", "none")
 #: the longest label value this adapter writes (an executable's path can be 4 KiB)
@@ -53,36 +53,11 @@ LABEL_MAX = 200
 Freezer = Callable[[int, str, float], AbstractContextManager[str]]
 
 
-@dataclass(frozen=True)
-class Availability:
-    """Whether an adapter can work here: `ok`, why not (`reason`), and what it found (`details`)."""
-
-    ok: bool
-    reason: str
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Option:
-    """One option an adapter declares; the CLI builds `--NAME` from it."""
-
-    name: str
-    help: str
-    type: type = str
-    default: Any = None
-    metavar: str | None = None
-    multiple: bool = False
-
-
 @dataclass
-class Capture:
-    """What capture gives: the state document (its sections), blob name -> path (read when
-    the checkpoint is taken), labels, and temporary paths to remove once it is taken
-    (`cleanup`: the contract's Capture has no such field; `take` here calls `close`)."""
+class ProcessCapture(Capture):
+    """The contract's Capture, and temporary paths to remove once it is taken (`cleanup`:
+    CRIU's image directory; `take` here calls `close`)."""
 
-    document: dict[str, Any]
-    blobs: dict[str, Path] = field(default_factory=dict)
-    labels: dict[str, str] = field(default_factory=dict)
     cleanup: list[Path] = field(default_factory=list)
 
     def close(self) -> None:
@@ -91,16 +66,12 @@ class Capture:
             shutil.rmtree(self.cleanup.pop(), ignore_errors=True)
 
 
-class NotSupported(UsageError):  # noqa: N818 - the contract's name
-    """What an adapter cannot do (here: a freeze mode with no freezer wired in); exit code 2."""
-
-
 def state_blob_name(index: int) -> str:
     """The blob name of the `index`-th declared state path ("state0", "state1", ... as `ckpt run` names them)."""
     return f"state{index}"
 
 
-class ProcessAdapter:
+class ProcessAdapter(Adapter):
     """Captures a running program by PID: what /proc shows and the files it declares as its state.
 
     Args:
@@ -142,7 +113,9 @@ class ProcessAdapter:
             return Availability(False, f"needs Linux and /proc (this is {platform.system()})", details)
         if not os.path.isfile("/proc/self/stat"):
             return Availability(False, "/proc is not mounted", details)
-        return Availability(True, "Linux with /proc", details)
+        usable = [mode for mode, said in details["freeze"].items() if said.startswith("usable")]
+        criu = "CRIU: `criu check` passes" if criu_ok else f"CRIU not usable: {criu_reason}"
+        return Availability(True, f"Linux with /proc; freeze: {', '.join(usable) or 'none usable'}; {criu}", details)
 
     # -- capture -----------------------------------------------------------------------------
     def capture(
@@ -154,7 +127,7 @@ class ProcessAdapter:
         timeout: float = 10.0,
         criu: bool = False,
         **options: Any,
-    ) -> Capture:
+    ) -> ProcessCapture:
         """What a checkpoint of process `target` holds. Capture itself does not freeze (the
         state files are read when the checkpoint is taken): `take` freezes around both.
 
@@ -192,7 +165,7 @@ class ProcessAdapter:
         }
         if redaction["redacted"]:
             ext[REDACTION_NAMESPACE] = redaction
-        cap = Capture({"ext": ext}, {state_blob_name(i): p for i, p in enumerate(paths)}, labels)
+        cap = ProcessCapture({"ext": ext}, {state_blob_name(i): p for i, p in enumerate(paths)}, labels)
         if criu:
             images = Path(tempfile.mkdtemp(prefix="ckpt-criu-"))
             cap.cleanup.append(images)
@@ -206,7 +179,18 @@ class ProcessAdapter:
             labels["process.criu"] = "yes"
         return cap
 
-    def take(self, store: Store, target: object, *, subject: str, labels: Mapping[str, str] | None = None, **options: Any) -> TakeResult:
+    def take(
+        self,
+        store: Store,
+        target: Any,
+        *,
+        subject: str,
+        labels: Mapping[str, str] | None = None,
+        message: str = "",
+        parents: list[str] | None = None,
+        progress: Progress = NULL,
+        **options: Any,
+    ) -> TakeResult:
         """Capture process `target` and take it into `store` as one checkpoint of `subject`,
         with the process held by the freezer from before /proc is read until the files are in.
 
@@ -215,6 +199,7 @@ class ProcessAdapter:
             target: the PID.
             subject: "process:NAME".
             labels: more labels (they win over the adapter's).
+            message, parents, progress: as ckptcli.take takes them.
             **options: the declared options (state, freeze, timeout, criu), as for capture.
         Returns:
             The writer's TakeResult; labels adapter=process, process.how (cgroup, freezer,
@@ -232,7 +217,16 @@ class ProcessAdapter:
             cap = self.capture(target, **options)
             try:
                 extra = {"adapter": self.name, "process.how": how, "process.consistency": "crash", "process.reason": "manual"}
-                return take(store, cap.document, subject=subject, labels={**extra, **cap.labels, **dict(labels or {})}, blobs=cap.blobs)
+                return take(
+                    store,
+                    cap.document,
+                    subject=subject,
+                    labels={**extra, **cap.labels, **dict(labels or {})},
+                    blobs=cap.blobs,
+                    message=message,
+                    parents=parents,
+                    progress=progress,
+                )
             finally:
                 cap.close()
 
