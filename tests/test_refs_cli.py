@@ -331,7 +331,9 @@ def test_ls_fits_the_terminal_and_shows_refs_and_size(cli: Any, st: Path, monkey
     assert rows[a]["labels"] == LONG and sorted(rows[a]["refs"]) == ["latest/agent/bot", "tags/good"]
 
 
-def test_ls_columns(cli: Any, st: Path) -> None:
+def test_ls_columns(cli: Any, st: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # output to no terminal: nothing is cut (a narrow COLUMNS cuts the column, not this test's point)
+    monkeypatch.delenv("COLUMNS", raising=False)
     a = _take(st, {"memory": 1}, labels=LONG, message="hello")
     r = cli("ls", "--store", st, "--columns", "id,all-labels,message")
     assert r.code == 0, r.err
