@@ -18,6 +18,7 @@ import pytest
 
 from ckptcli import notices
 from ckptcli.errors import CorruptError, LockError, StoreIOError, UnsupportedVersionError
+from ckptcli.store import objlocks
 from ckptcli.store.backends.base import ObjectInfo
 from ckptcli.store.backends.memory import MemoryBackend
 from ckptcli.store.layout import lock_object_path
@@ -374,9 +375,22 @@ def test_a_waiting_taker_is_told_once_who_holds_the_lock(
     with acquire(backend, True, wait=0, env=host("h1", clock), command="ckpt prune"):
         clock.advance(3 * MIN)
         with pytest.raises(LockError, match=r"ckpt prune \(pid \d+ on host h1, user tester, refreshed 3 min ago\)"):
-            acquire(backend, False, wait=1.2, env=host("h2", clock))
+            acquire(backend, False, wait=2.0, env=host("h2", clock))  # told after 0.5 s: a loaded machine has time
     infos = said[0]
     assert len(infos) == 1 and "held by ckpt prune" in infos[0] and "on host h1" in infos[0]
+
+
+def test_the_notice_comes_even_when_a_pause_would_reach_the_deadline(
+    backend: MemoryBackend, clock: FakeClock, said: tuple[list[str], list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the longest jitter the pauses sum to 1.91 s, short of the notice (2 s here),
+    and the next (1.5 s) would run to the deadline (3 s): the taker wakes at 2 s to say
+    who holds the lock, not only to give up."""
+    monkeypatch.setattr(objlocks.random, "uniform", lambda a, b: b)
+    monkeypatch.setattr(objlocks, "LOCK_NOTICE_AFTER", 2.0)
+    with acquire(backend, True, wait=0, env=host("h1", clock), command="ckpt prune"), pytest.raises(LockError):
+        acquire(backend, False, wait=3.0, env=host("h2", clock))
+    assert len(said[0]) == 1 and "held by ckpt prune" in said[0][0]
 
 
 def test_a_waiting_taker_gets_the_lock_once_released(backend: MemoryBackend, clock: FakeClock) -> None:

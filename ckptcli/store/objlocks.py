@@ -457,7 +457,10 @@ def acquire(
         if not told and waited >= LOCK_NOTICE_AFTER:
             told = True
             notices.info(f"waiting for the store lock {name!r} ({kind}) held by {held_by}; up to {wait:.0f} s")
-        time.sleep(min(delay * random.uniform(0.5, 1.5), max(0.0, wait - waited)))
+        pause = min(delay * random.uniform(0.5, 1.5), max(0.0, wait - waited))
+        if not told and waited < LOCK_NOTICE_AFTER:
+            pause = min(pause, LOCK_NOTICE_AFTER - waited)  # wake to say who holds it, not only to give up
+        time.sleep(pause)
         delay = min(delay * 2, MAX_BACKOFF)
 
 
