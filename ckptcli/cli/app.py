@@ -86,6 +86,9 @@ COMMANDS = (
     "ls_files",
     "dump",
     "completion",
+    "run",
+    "checkpoint",
+    "halt",
     "help",
 )
 
