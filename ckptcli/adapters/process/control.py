@@ -52,11 +52,16 @@ class Channel:
         self.hello = False
         #: why the program's lines are no longer read (None: they are)
         self.broken: str | None = None
+        #: whether the program closed its end (it may be exiting: a SIGKILL closes it before the exit shows)
+        self.closed = False
         self._ready: set[str] = set()
 
     def close_child_end(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.child_fd)
+        """Close the program's end in the supervisor (once: the number may be reused after)."""
+        if self.child_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.child_fd)
+            self.child_fd = -1
 
     def close(self) -> None:
         self.close_child_end()
@@ -78,11 +83,11 @@ class Channel:
             data = self._sock.recv(READ_BYTES)
         except (BlockingIOError, InterruptedError):
             return
-        except OSError as exc:
-            self._break(f"reading it failed ({exc.strerror})")
-            return
+        except OSError:
+            data = b""  # reset: the program closed its end (or died) with our lines unread
         if not data:
-            self.broken = "closed by the program"  # not an error: it stopped cooperating
+            self.broken = "closed by the program"  # not an error: it stopped cooperating, or is exiting
+            self.closed = True
             return
         self._buf += data
         *lines, self._buf = self._buf.split(b"\n")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,8 +99,8 @@ def check_state_paths(given: list[str], root: Path, cwd: Path) -> list[StatePath
 
 def restore_state(ck: Checkpoint, paths: list[StatePath], root: Path) -> int:
     """Put each declared path's copy in `ck` back (files written to a temporary name in
-    their directory, then renamed over the old ones); a path `ck` has no copy of is left
-    as it is. Returns the files written.
+    their directory, then renamed over the old ones); a path `ck` has no copy of did not
+    exist when it was taken, and is removed. Returns the files written.
 
     Raises:
         UnsafePathError when a directory on the way became a symlink; StoreIOError, CorruptError
@@ -109,10 +110,30 @@ def restore_state(ck: Checkpoint, paths: list[StatePath], root: Path) -> int:
     written = 0
     for i, sp in enumerate(paths):
         entry = blobs.get(blob_name(i))
-        if not isinstance(entry, dict):
-            continue
-        written += _put(ck, blob_name(i), entry, root, sp.parts)
+        if isinstance(entry, dict):
+            written += _put(ck, blob_name(i), entry, root, sp.parts)
+        else:
+            _remove(root, sp.parts)
     return written
+
+
+def _remove(root: Path, parts: tuple[str, ...]) -> None:
+    """Remove root/parts (a file, a link, or a directory and what it holds), never following a link."""
+    try:
+        dfd = _open_dir(root, parts[:-1], create=False)
+    except UnsafePathError:
+        return  # a directory on the way is gone: so is the path
+    try:
+        try:
+            st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(parts[-1], dir_fd=dfd)
+        else:
+            os.unlink(parts[-1], dir_fd=dfd)
+    finally:
+        os.close(dfd)
 
 
 def _open_dir(root: Path, parts: tuple[str, ...], create: bool) -> int:

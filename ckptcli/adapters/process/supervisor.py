@@ -546,21 +546,19 @@ class Supervisor:
                 return status
 
     def _watch(self, wake: int) -> None:
-        """Serve requests and the schedule until the program exits. Raises _HaltError."""
+        """Serve requests and the schedule until the program exits. Raises _HaltError.
+        Requests are looked at before every scheduled checkpoint, so a schedule shorter
+        than a take cannot starve `ckpt halt`."""
         while True:
             self._handle_signals()
             if self.proc is None or self.proc.poll() is not None:
                 return
-            now = time.monotonic()
-            if now >= self.next_due:
-                self._checkpoint("schedule")
-                continue
             fds: list[Any] = [wake]
             if self.server is not None:
                 fds.append(self.server)
             if self.channel is not None and self.channel.readable:
                 fds.append(self.channel)
-            ready, _, _ = select.select(fds, [], [], max(0.0, min(self.next_due - now, 0.05)))
+            ready, _, _ = select.select(fds, [], [], max(0.0, min(self.next_due - time.monotonic(), 0.05)))
             for item in ready:
                 if item is self.server:
                     self._serve()
@@ -569,6 +567,25 @@ class Supervisor:
                 elif item == wake:
                     with contextlib.suppress(BlockingIOError):
                         os.read(wake, 512)
+            self._handle_signals()
+            if time.monotonic() >= self.next_due and self._running():
+                if self._announcing():
+                    self.next_due = time.monotonic() + 0.02
+                else:
+                    self._checkpoint("schedule")
+
+    def _announcing(self) -> bool:
+        """Whether a just-started program may still say hello: a program has --timeout
+        after its start to announce that it cooperates before a scheduled checkpoint
+        freezes it instead (a cooperative program's first checkpoint must not race its
+        start-up)."""
+        channel = self.channel
+        return (
+            channel is not None
+            and channel.readable
+            and not channel.hello
+            and time.monotonic() - self.started_at < self.cfg.timeout
+        )
 
     def _handle_signals(self) -> None:
         while self.signals:
@@ -615,8 +632,14 @@ class Supervisor:
     # -- checkpoints ----------------------------------------------------------------------------------
     def _checkpoint(self, reason: str) -> str | None:
         """Take a consistent copy of the declared state now; returns its hex (None: failed,
-        said in the log). The program runs again afterwards, whatever happened."""
-        self.next_due = time.monotonic() + self.cfg.schedule.next_delay()
+        said in the log). The program runs again afterwards, whatever happened. The next
+        scheduled one is due a full interval after this one ends."""
+        try:
+            return self._checkpoint_now(reason)
+        finally:
+            self.next_due = time.monotonic() + self.cfg.schedule.next_delay()
+
+    def _checkpoint_now(self, reason: str) -> str | None:
         proc, channel = self.proc, self.channel
         if proc is None or proc.poll() is not None:
             return None
@@ -627,6 +650,12 @@ class Supervisor:
         cooperative = bool(
             asked and channel is not None and channel.request(rid, self.cfg.timeout, self._running, self.cfg.on_signal, proc.pid)
         )
+        if channel is not None and channel.closed:
+            # its end closed: a program being killed closes its files before its exit shows
+            # (one wait per start: a program that closed it on purpose is then frozen at once)
+            channel.closed = False
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(1.0)
         if asked and not cooperative and self._running():
             self.cfg.log(f"the program did not say ready within {self.cfg.timeout:g} s; freezing it ({self.cfg.freezer.how})")
         if not self._running():
