@@ -580,12 +580,7 @@ class Supervisor:
         freezes it instead (a cooperative program's first checkpoint must not race its
         start-up)."""
         channel = self.channel
-        return (
-            channel is not None
-            and channel.readable
-            and not channel.hello
-            and time.monotonic() - self.started_at < self.cfg.timeout
-        )
+        return channel is not None and channel.readable and not channel.hello and time.monotonic() - self.started_at < self.cfg.timeout
 
     def _handle_signals(self) -> None:
         while self.signals:
