@@ -364,6 +364,11 @@ def test_a_checkpoint_the_program_keeps_failing_on_is_marked_bad_and_the_one_bef
     assert ("process:bad", bad) in kinds
     ls = env.ckpt("ls")
     assert f"tag:process-bad-{bad[:16]}" in ls.stdout
+    # the process's life replays through the `process` reducers (entry point group ckptcli.reducers)
+    r = env.ckpt("replay", latest, "--json")
+    assert r.returncode == 0, r.stderr
+    view = json.loads(r.stdout)["state"]["ext"]["process"]
+    assert view["bad"] == [bad] and view["restarts"] >= 3 and view["last_restart"]["from"] == good
     # the mark survives the supervisor: a new `ckpt run` starts from the good line, not from C
     sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", "sigstop"], prog)
     _wait(lambda: len(env.starts()) >= 5, "the start of the second supervisor")
@@ -497,3 +502,76 @@ def test_the_program_side_is_a_no_op_outside_ckpt_run_and_imports_nothing_else()
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "['ckptcli', 'ckptcli.process']"
+
+
+def test_a_state_directory_replaced_by_a_symlink_is_not_restored_through_it(env: Env) -> None:
+    """The program swaps its declared state directory for a symlink to a directory outside
+    the root, then dies: the restore refuses (one line, exit 8) and writes nothing there."""
+    (env.work / "d").mkdir()
+    (env.work / "d" / "s.txt").write_text("mine")
+    outside = env.work.parent / "outside"
+    outside.mkdir()
+    script = "import os, sys, time\nif os.environ.get('CKPT_RESTORED'): sys.exit(0)\ntime.sleep(30)\n"
+    sup = env.run(["--state", "d", "--every", "1h", "--backoff", "0.05", "--freeze", "sigstop"], [sys.executable, "-c", script])
+    _wait(lambda: _children(sup.pid), "the program")
+    r = env.ckpt("checkpoint", SUBJECT)
+    assert r.returncode == 0, r.stderr
+    os.rename(env.work / "d", env.work / "d.old")
+    (env.work / "d").symlink_to(outside)
+    os.kill(_children(sup.pid)[0], signal.SIGKILL)
+    assert sup.wait(30) == 8, env.sup_log()
+    errors = [line for line in env.sup_log().splitlines() if line.startswith("ckpt: error:")]
+    assert len(errors) == 1 and "symlink" in errors[0], env.sup_log()
+    assert list(outside.iterdir()) == []
+
+
+def test_doctor_hook_thaws_what_a_dead_supervisor_left_frozen(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """supervisor.thaw_stale_records (for `ckpt doctor`): a stopped program whose supervisor
+    is gone runs again, and the record of it says so."""
+    from ckptcli.adapters.process import supervisor
+
+    monkeypatch.setenv("CKPT_RUNTIME_DIR", str(env.runtime))
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=env.work, start_new_session=True)
+    env.procs.append(victim)
+    os.kill(victim.pid, signal.SIGSTOP)
+    _wait(lambda: Path(f"/proc/{victim.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T", "the stop")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    record = {"subject": SUBJECT, "pid": dead.pid, "started": 1, "frozen": {"how": "sigstop", "pgid": victim.pid}, "child": None}
+    (env.runtime / "0123.json").write_text(json.dumps(record))
+    live = {"subject": "process:other", "pid": os.getpid(), "started": supervisor._start_time(os.getpid())}
+    (env.runtime / "4567.json").write_text(json.dumps(live))
+    said = supervisor.thaw_stale_records()
+    assert said == [f"{SUBJECT}: its supervisor (pid {dead.pid}) is gone; sent SIGCONT to process group {victim.pid}"]
+    assert Path(f"/proc/{victim.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T"
+    assert not (env.runtime / "0123.json").exists() and (env.runtime / "4567.json").exists()
+
+
+@pytest.mark.parametrize("mode", _modes()[1:])
+def test_a_supervisor_killed_with_sigkill_leaves_a_record_the_next_run_clears(env: Env, mode: str) -> None:
+    """SIGKILL to `ckpt run`: its program runs on; the next `ckpt run` refuses (exit 9) naming
+    it; once it is stopped, the next one clears the stale record (and the cgroup the dead
+    supervisor made) and resumes from the last checkpoint."""
+    prog = _sim("--steps", "100000000")
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", mode, "--timeout", "0.1"], prog)
+    _wait(lambda: env.starts(), "the start")
+    assert env.ckpt("checkpoint", SUBJECT).returncode == 0
+    # (killed while it is not frozen: a group orphaned while stopped gets SIGHUP from the kernel)
+    orphan = _children(sup.pid)[0]
+    os.kill(sup.pid, signal.SIGKILL)
+    sup.wait()
+    groups = _cgroups_of([sup.pid])
+    r = env.ckpt("run", "-S", SUBJECT, "--state", "state.bin", "--", *prog)
+    assert r.returncode == 9, r.stderr
+    assert f"the program of an earlier `ckpt run` of process:sim (pid {orphan}) still runs" in r.stderr
+    os.kill(orphan, signal.SIGKILL)
+    _wait(
+        lambda: not Path(f"/proc/{orphan}").exists() or "Z" in Path(f"/proc/{orphan}/stat").read_text().rsplit(")", 1)[1][:3], "the orphan"
+    )
+    last = env.checkpoints()[-1][1]
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", mode], prog)
+    _wait(lambda: len(env.starts()) >= 2, "the new start")
+    assert env.starts()[1]["restored"] == last
+    assert all(not g.exists() for g in groups)
+    assert env.ckpt("halt", SUBJECT).returncode == 0
+    assert sup.wait(30) == 0

@@ -129,7 +129,10 @@ class SigStop(Freezer):
     how = "sigstop"
 
     def freeze(self) -> None:
-        os.killpg(self.pgid, signal.SIGSTOP)
+        try:
+            os.killpg(self.pgid, signal.SIGSTOP)
+        except OSError as exc:
+            raise FreezeError(f"cannot stop process group {self.pgid}: {exc.strerror}") from None
         deadline = time.monotonic() + SETTLE_SECONDS
         while not all(state in "TtZX" for state in _group_states(self.pgid).values()):
             if time.monotonic() > deadline:
@@ -175,6 +178,13 @@ class CgroupFreezer(Freezer):
             f.write("0")
 
     def freeze(self) -> None:
+        try:
+            self._freeze()
+        except OSError as exc:
+            self.thaw()
+            raise FreezeError(f"cannot freeze cgroup {self.path}: {exc.strerror}") from None
+
+    def _freeze(self) -> None:
         deadline = time.monotonic() + SETTLE_SECONDS
         if self.version == 2:
             (self.path / "cgroup.freeze").write_text("1")

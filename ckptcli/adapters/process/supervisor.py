@@ -55,6 +55,7 @@ __all__ = [
     "parse_backoff",
     "parse_duration",
     "runtime_dir",
+    "thaw_stale_records",
 ]
 
 #: tags that mark a checkpoint bad: `process-bad-<first 16 hex digits>`
@@ -168,13 +169,16 @@ def _key(store: Store, subject: Subject) -> str:
 
 
 def _start_time(pid: int) -> int | None:
-    """Field 22 of /proc/PID/stat (when the process started), None when there is no such process."""
+    """Field 22 of /proc/PID/stat (when the process started), None when there is no such
+    process (or only its zombie)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read(4096).decode("ascii", "replace")
     except OSError:
         return None
     fields = raw[raw.rfind(")") + 2 :].split()
+    if fields and fields[0] in ("Z", "X"):
+        return None
     return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
 
 
@@ -217,6 +221,11 @@ def clear_stale(path: Path, rec: dict[str, Any]) -> list[str]:
             done.append(what)
     child = rec.get("child")
     if not (isinstance(child, dict) and _alive(child.get("pid"), child.get("started"))):
+        made = rec.get("cgroup")
+        if isinstance(made, str) and os.path.basename(made).startswith("ckpt-"):
+            with contextlib.suppress(OSError):
+                os.rmdir(made)  # the cgroup it made for the program: empty now, or left alone
+                done.append(f"removed cgroup {made}")
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         sock = rec.get("socket")
@@ -224,6 +233,23 @@ def clear_stale(path: Path, rec: dict[str, Any]) -> list[str]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(sock)
     return done
+
+
+def thaw_stale_records() -> list[str]:
+    """For `ckpt doctor`: every record in this host's runtime directory whose supervisor is
+    gone, its frozen program thawed and the record cleared (kept while its program still
+    runs); returns one line for each, saying what was done."""
+    out = []
+    for path in sorted(runtime_dir().glob("*.json")):
+        try:
+            rec = json.loads(path.read_bytes()[:65536])
+        except (OSError, ValueError):
+            continue
+        if not isinstance(rec, dict) or _alive(rec.get("pid"), rec.get("started")):
+            continue
+        done = clear_stale(path, rec)
+        out.append(f"{rec.get('subject')}: its supervisor (pid {rec.get('pid')}) is gone" + (f"; {'; '.join(done)}" if done else ""))
+    return out
 
 
 def ask(store: Store, subject: Subject, command: str, timeout: float) -> str:
@@ -371,6 +397,7 @@ class Supervisor:
             "argv": self.cfg.argv,
             "child": None,
             "frozen": None,
+            "cgroup": str(self.cfg.freezer.path) if isinstance(self.cfg.freezer, CgroupFreezer) else None,
         }
         _write_record(path, self.record)
 
