@@ -33,6 +33,7 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -575,3 +576,22 @@ def test_a_supervisor_killed_with_sigkill_leaves_a_record_the_next_run_clears(en
     assert all(not g.exists() for g in groups)
     assert env.ckpt("halt", SUBJECT).returncode == 0
     assert sup.wait(30) == 0
+
+
+def test_sigusr1_asks_for_a_checkpoint(env: Env) -> None:
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", "sigstop"], _sim("--steps", "100000000"))
+    _wait(lambda: env.starts(), "the start")
+    os.kill(sup.pid, signal.SIGUSR1)
+    ((_ns, hexid, labels),) = _wait(lambda: env.checkpoints(), "the requested checkpoint")
+    assert labels["process.reason"] == "request" and labels["process.how"] == "sigstop"
+    sim.validate(env.copy_of(hexid))
+    assert env.ckpt("halt", SUBJECT).returncode == 0
+    assert sup.wait(30) == 0
+
+
+def test_max_restarts_ends_with_the_programs_status_and_the_backoff_doubles(env: Env) -> None:
+    sup = env.run(["--max-restarts", "3", "--backoff", "0.01:0.03"], [sys.executable, "-c", "import sys; sys.exit(7)"])
+    assert sup.wait(60) == 7
+    delays = re.findall(r"restarting in ([0-9.]+) s", env.sup_log())
+    assert delays == ["0.01", "0.02", "0.03"], env.sup_log()
+    assert "gave up after 3 restarts (--max-restarts)" in env.sup_log()
