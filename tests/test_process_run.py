@@ -595,3 +595,13 @@ def test_max_restarts_ends_with_the_programs_status_and_the_backoff_doubles(env:
     delays = re.findall(r"restarting in ([0-9.]+) s", env.sup_log())
     assert delays == ["0.01", "0.02", "0.03"], env.sup_log()
     assert "gave up after 3 restarts (--max-restarts)" in env.sup_log()
+
+
+def test_halt_during_the_backoff_ends_supervision(env: Env) -> None:
+    sup = env.run(["--backoff", "1h"], [sys.executable, "-c", "import sys; sys.exit(5)"])
+    _wait(lambda: "restarting in 3600 s" in env.sup_log(), "the backoff")
+    r = env.ckpt("halt", SUBJECT, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"subject": SUBJECT, "id": None}
+    assert sup.wait(30) == 0
+    assert "Traceback" not in env.sup_log() and "internal error" not in env.sup_log()

@@ -566,9 +566,9 @@ class Supervisor:
         while True:
             try:
                 self._watch(wake)
+                status = self._exited()
             except _HaltError:
                 return self._halt()
-            status = self._exited()
             if status is not None:
                 return status
 
