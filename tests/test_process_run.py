@@ -66,15 +66,25 @@ class Env:
     work: Path
     runtime: Path
     procs: list[subprocess.Popen[bytes]]
+    cli_pids: list[int]
 
     @property
     def env(self) -> dict[str, str]:
         return {**os.environ, "CKPT_RUNTIME_DIR": str(self.runtime), "NO_COLOR": "1"}
 
     def ckpt(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "ckptcli", *args], cwd=self.work, env=self.env, capture_output=True, text=True, timeout=timeout
-        )
+        """`ckpt ARGS` in the foreground (its pid kept: a `ckpt run` killed at the timeout
+        leaves its cgroup to the fixture)."""
+        argv = [sys.executable, "-m", "ckptcli", *args]
+        p = subprocess.Popen(argv, cwd=self.work, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.cli_pids.append(p.pid)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            raise
+        return subprocess.CompletedProcess(argv, p.returncode, out, err)
 
     def run(self, args: list[str], cmd: list[str]) -> subprocess.Popen[bytes]:
         """`ckpt run -S process:sim ARGS -- CMD` in the background, its stderr in sup.log."""
@@ -157,11 +167,11 @@ def env(tmp_path: Path) -> Iterator[Env]:
     work = tmp_path / "w"
     work.mkdir()
     Store.init(work / ".ckpt")
-    e = Env(work, runtime, [])
+    e = Env(work, runtime, [], [])
     try:
         yield e
     finally:
-        sups = [p.pid for p in e.procs]
+        sups = [p.pid for p in e.procs] + e.cli_pids
         groups = _cgroups_of(sups)
         for g in groups:
             freezing.thaw_cgroup(g, 2 if (g / "cgroup.freeze").exists() else 1)
