@@ -380,6 +380,14 @@ def test_a_checkpoint_the_program_keeps_failing_on_is_marked_bad_and_the_one_bef
     assert r.returncode == 0, r.stderr
     view = json.loads(r.stdout)["state"]["ext"]["process"]
     assert view["bad"] == [bad] and view["restarts"] >= 3 and view["last_restart"]["from"] == good
+    # and the TUI's timeline shows it, row by row
+    from ckptcli.history.timeline import Timeline
+
+    tl = Timeline.open(Checkpoint(env.store(), bytes.fromhex(latest)))
+    tl.check()
+    rows = [tl.event(i).kind for i in range(len(tl) - 1)]
+    assert "process:bad" in rows and "process:restart" in rows and "process:start" in rows
+    assert tl.state(len(tl) - 1)["ext"]["process"]["bad"] == [bad]
     # the mark survives the supervisor: a new `ckpt run` starts from the good line, not from C
     sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", "sigstop"], prog)
     _wait(lambda: len(env.starts()) >= 5, "the start of the second supervisor")
