@@ -30,7 +30,7 @@ from typing import Any
 
 from ckptcli.errors import CkptError, UsageError
 
-__all__ = ["MODES", "Freezer", "cgroup_mounts", "choose", "thaw_record"]
+__all__ = ["MODES", "Freezer", "available", "cgroup_mounts", "choose", "thaw_record"]
 
 MODES = ("auto", "cgroup", "sigstop", "none")
 #: how long a freeze may take to settle before it is given up (seconds)
