@@ -623,3 +623,24 @@ def test_halt_during_the_backoff_ends_supervision(env: Env) -> None:
     assert json.loads(r.stdout) == {"subject": SUBJECT, "id": None}
     assert sup.wait(30) == 0
     assert "Traceback" not in env.sup_log() and "internal error" not in env.sup_log()
+
+
+def test_a_program_that_only_handles_a_signal_answers_from_a_shell(env: Env) -> None:
+    """--on-signal USR1: a bash program that never says hello traps the signal and answers on
+    the same socket, as docs/processes.md shows; its checkpoints are cooperative."""
+    script = (
+        'trap \'read -r line <&$CKPT_CONTROL_FD; echo "ready ${line#checkpoint }" >&$CKPT_CONTROL_FD; '
+        'read -r resume <&$CKPT_CONTROL_FD; echo "$resume" >> resumed.txt\' USR1\n'
+        "echo 1 > state.txt\n"
+        "while :; do sleep 0.05; done\n"
+    )
+    sup = env.run(["--state", "state.txt", "--every", "1h", "--on-signal", "USR1", "--timeout", "20s"], ["bash", "-c", script])
+    _wait(lambda: (env.work / "state.txt").exists(), "the program")
+    r = env.ckpt("checkpoint", SUBJECT, "--json")
+    assert r.returncode == 0, r.stderr
+    hexid = json.loads(r.stdout)["id"]
+    assert env.ckpt("halt", SUBJECT).returncode == 0
+    sup.wait(30)
+    first = env.checkpoints()[0]
+    assert first[1] == hexid and first[2]["process.how"] == "cooperative" and first[2]["process.consistency"] == "application"
+    assert (env.work / "resumed.txt").read_text().split("\n")[0] == f"resume 1 {hexid}"
