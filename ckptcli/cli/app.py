@@ -88,6 +88,9 @@ COMMANDS = (
     "ls_files",
     "dump",
     "completion",
+    "run",
+    "checkpoint",
+    "halt",
     "help",
 )
 

@@ -1,0 +1,318 @@
+"""Freezing a supervised program while its state is copied (docs/processes.md "Freeze modes").
+
+- `cgroup`: the program runs in a cgroup of its own, made at start and removed at the end:
+  under a writable cgroup2 mount, frozen by writing 1 to `cgroup.freeze` and waiting for
+  `frozen 1` in `cgroup.events` (how: `cgroup`); else under the v1 freezer hierarchy,
+  `freezer.state` FROZEN, waiting until it reads FROZEN (how: `freezer`). Every process
+  the program starts is frozen with it, wherever its process group.
+- `sigstop`: SIGSTOP to the program's process group, then wait until every member shows
+  state T in /proc/PID/stat; SIGCONT after. A member that left the group is not stopped,
+  and a program that handles SIGCONT sees it.
+- `none`: nothing is frozen (the copy is taken while the program runs: it may tear).
+- `auto`: cgroup if one can be made here, else sigstop.
+
+Where cgroups are mounted is read from /proc/self/mountinfo, never assumed. Thawing always
+happens (`frozen()` is a context manager); a supervisor killed while a program is frozen
+leaves a runtime record naming what to thaw, which the next `ckpt run` of that subject (and
+`thaw_record`) undoes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ckptcli.errors import CkptError, UsageError
+
+__all__ = ["MODES", "Freezer", "available", "cgroup_mounts", "choose", "thaw_record"]
+
+MODES = ("auto", "cgroup", "sigstop", "none")
+#: how long a freeze may take to settle before it is given up (seconds)
+SETTLE_SECONDS = 10.0
+
+
+class FreezeError(CkptError):
+    """A freeze that did not settle (the program is thawed again)."""
+
+
+@dataclass
+class Mounts:
+    """The cgroup mounts of this machine: the cgroup2 mount and the v1 freezer's (or None)."""
+
+    v2: Path | None
+    v1_freezer: Path | None
+
+
+def cgroup_mounts(mountinfo: str = "/proc/self/mountinfo") -> Mounts:
+    """Where cgroup2 and the v1 freezer are mounted, from mountinfo (the first of each)."""
+    v2 = v1 = None
+    try:
+        text = Path(mountinfo).read_text()
+    except OSError:
+        return Mounts(None, None)
+    for line in text.splitlines():
+        fields = line.split()
+        if " - " not in line or len(fields) < 10:
+            continue
+        post = line.split(" - ", 1)[1].split()
+        fstype, options = post[0], post[2] if len(post) > 2 else ""
+        mount_point = Path(fields[4].replace("\\040", " "))
+        if fstype == "cgroup2" and v2 is None:
+            v2 = mount_point
+        elif fstype == "cgroup" and "freezer" in options.split(",") and v1 is None:
+            v1 = mount_point
+    return Mounts(v2, v1)
+
+
+def _own_cgroup(version: int) -> str:
+    """This process's cgroup path in the v2 hierarchy (version 2) or the v1 freezer's."""
+    try:
+        text = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return "/"
+    for line in text.splitlines():
+        hid, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if version == 2 and hid == "0" and controllers == "":
+            return path or "/"
+        if version == 1 and "freezer" in controllers.split(","):
+            return path or "/"
+    return "/"
+
+
+class Freezer:
+    """How one program is frozen. `how` is the value recorded (cgroup, freezer, sigstop, none)."""
+
+    how = "none"
+
+    def prepare_child(self) -> None:
+        """Run in the child between fork and exec (joins the cgroup)."""
+
+    def attach(self, pid: int) -> None:
+        """The program started as process group `pid`."""
+        self.pgid = pid
+
+    def freeze(self) -> None:
+        """Freeze the program; returns once it is frozen. Raises FreezeError (thawed again)."""
+
+    def thaw(self) -> None:
+        """Let it run again (harmless when it is not frozen)."""
+
+    def record(self) -> dict[str, Any]:
+        """What a later `ckpt run` needs to thaw it, should this supervisor die while it is frozen."""
+        return {"how": self.how}
+
+    def cleanup(self) -> None:
+        """Remove what `prepare` made (the cgroup), once the program is gone."""
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Frozen inside the block, thawed after it, whatever happens."""
+        try:
+            self.freeze()
+            yield
+        finally:
+            self.thaw()
+
+
+class NoFreeze(Freezer):
+    how = "none"
+
+
+class SigStop(Freezer):
+    how = "sigstop"
+
+    def freeze(self) -> None:
+        try:
+            os.killpg(self.pgid, signal.SIGSTOP)
+        except OSError as exc:
+            raise FreezeError(f"cannot stop process group {self.pgid}: {exc.strerror}") from None
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while not all(state in "TtZX" for state in _group_states(self.pgid).values()):
+            if time.monotonic() > deadline:
+                self.thaw()
+                raise FreezeError(f"process group {self.pgid} did not stop within {SETTLE_SECONDS:g} s")
+            time.sleep(0.001)
+
+    def thaw(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pgid, signal.SIGCONT)
+
+    def record(self) -> dict[str, Any]:
+        return {"how": self.how, "pgid": self.pgid}
+
+
+def _group_states(pgid: int) -> dict[int, str]:
+    """pid -> state letter of every process in process group `pgid` (from /proc/PID/stat)."""
+    out: dict[int, str] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                raw = f.read(4096).decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = raw[raw.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid):
+            out[int(name)] = fields[0]
+    return out
+
+
+class CgroupFreezer(Freezer):
+    """A cgroup made for the program, v2 (`cgroup.freeze`) or the v1 freezer."""
+
+    def __init__(self, path: Path, version: int) -> None:
+        self.path = path
+        self.version = version
+        self.how = "cgroup" if version == 2 else "freezer"
+
+    def prepare_child(self) -> None:
+        with open(self.path / "cgroup.procs", "w") as f:  # "0": the writer itself
+            f.write("0")
+
+    def freeze(self) -> None:
+        try:
+            self._freeze()
+        except OSError as exc:
+            self.thaw()
+            raise FreezeError(f"cannot freeze cgroup {self.path}: {exc.strerror}") from None
+
+    def _freeze(self) -> None:
+        deadline = time.monotonic() + SETTLE_SECONDS
+        if self.version == 2:
+            (self.path / "cgroup.freeze").write_text("1")
+            while "frozen 1" not in (self.path / "cgroup.events").read_text().splitlines():
+                if time.monotonic() > deadline:
+                    self.thaw()
+                    raise FreezeError(f"cgroup {self.path} did not freeze within {SETTLE_SECONDS:g} s")
+                time.sleep(0.0005)
+        else:
+            (self.path / "freezer.state").write_text("FROZEN")
+            while (self.path / "freezer.state").read_text().strip() != "FROZEN":
+                if time.monotonic() > deadline:
+                    self.thaw()
+                    raise FreezeError(f"cgroup {self.path} did not freeze within {SETTLE_SECONDS:g} s")
+                time.sleep(0.0005)
+
+    def thaw(self) -> None:
+        thaw_cgroup(self.path, self.version)
+
+    def record(self) -> dict[str, Any]:
+        return {"how": self.how, "cgroup": str(self.path), "version": self.version}
+
+    def cleanup(self) -> None:
+        """Thaw, kill what is left in the cgroup (the program's own children), remove it."""
+        self.thaw()
+        for _ in range(200):
+            try:
+                pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+            except OSError:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.01)
+
+
+def thaw_cgroup(path: Path, version: int) -> None:
+    with contextlib.suppress(OSError):
+        if version == 2:
+            (path / "cgroup.freeze").write_text("0")
+        else:
+            (path / "freezer.state").write_text("THAWED")
+
+
+def _make_cgroup(base: Path, name: str, probe: str) -> Path | None:
+    """A new cgroup `name` under `base`, when it can be made there and has the file `probe`."""
+    path = base / name
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    if not (path / probe).exists() or not os.access(path / "cgroup.procs", os.W_OK):
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+        return None
+    return path
+
+
+def _cgroup(name: str, versions: tuple[int, ...] = (2, 1)) -> tuple[CgroupFreezer | None, str]:
+    """A cgroup freezer for a new program (trying cgroup2, then the v1 freezer, among
+    `versions`), and why not when there is none."""
+    mounts = cgroup_mounts()
+    why: list[str] = []
+    for version in versions:
+        mount = mounts.v2 if version == 2 else mounts.v1_freezer
+        what = "cgroup2" if version == 2 else "the v1 freezer"
+        if mount is None:
+            why.append(f"no {what} mount")
+            continue
+        for base in (mount / _own_cgroup(version).lstrip("/"), mount):
+            if base.is_dir() and os.access(base, os.W_OK):
+                made = _make_cgroup(base, name, "cgroup.freeze" if version == 2 else "freezer.state")
+                if made is not None:
+                    return CgroupFreezer(made, version), ""
+        why.append(f"{what} at {mount} is not writable")
+    return None, "; ".join(why)
+
+
+def choose(mode: str, name: str, *, versions: tuple[int, ...] = (2, 1)) -> Freezer:
+    """The freezer of `mode` for a program about to start; `name` names its cgroup.
+    `versions` restricts `cgroup` to cgroup2 (2) or the v1 freezer (1) (the tests use it).
+
+    Raises:
+        UsageError when `mode` is unknown or cannot work here (saying why).
+    """
+    if mode not in MODES:
+        raise UsageError(f"--freeze {mode!r} is not one of {', '.join(MODES)}")
+    if mode == "none":
+        return NoFreeze()
+    if mode == "sigstop":
+        return SigStop()
+    freezer, why = _cgroup(name, versions)
+    if freezer is not None:
+        return freezer
+    if mode == "cgroup":
+        raise UsageError(f"--freeze cgroup cannot work here: {why}", hint="use --freeze sigstop (or auto, which falls back to it)")
+    return SigStop()
+
+
+def available() -> dict[str, str]:
+    """Each freeze mode -> "" when it works here, else why not (for `ckpt doctor`)."""
+    out = {"none": "", "sigstop": ""}
+    made, why = _cgroup(f"ckpt-probe-{os.getpid()}")
+    if made is not None:
+        made.cleanup()
+    out["cgroup"] = "" if made is not None else why
+    return out
+
+
+def thaw_record(frozen: dict[str, Any], alive: Callable[[], bool] | None = None) -> str:
+    """Thaw what a dead supervisor's runtime record says it left frozen; returns what was
+    done, in words ("" when nothing was)."""
+    how = frozen.get("how")
+    if how in ("cgroup", "freezer") and isinstance(frozen.get("cgroup"), str):
+        path = Path(frozen["cgroup"])
+        if path.is_dir():
+            thaw_cgroup(path, 2 if how == "cgroup" else 1)
+            return f"thawed cgroup {path}"
+    elif how == "sigstop" and isinstance(frozen.get("pgid"), int):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(frozen["pgid"], signal.SIGCONT)
+            return f"sent SIGCONT to process group {frozen['pgid']}"
+    return ""

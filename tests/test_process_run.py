@@ -1,0 +1,646 @@
+"""`ckpt run` with real programs, killed with real signals (docs/processes.md).
+
+The program is tests/process_programs/sim.py, a deterministic simulation that keeps its
+state in one file written IN PLACE, piece by piece, hundreds of times a second: two slots
+of pieces behind a header; each step writes every piece of the inactive slot with a new
+generation, then flips the header to it. The file is crash-consistent at every instant
+(the header always names a complete slot), but a copy read while the program writes can
+tear: it reads the header (generation g, slot A) and then slot A, which the program has
+meanwhile rewritten with generation g+2 in part. `sim.validate` names the torn piece.
+
+The must-show tests:
+- killed with SIGKILL at random moments (KILLS per mode, 3 modes: at least 30 in all), the
+  program always starts again from the subject's newest checkpoint (CKPT_RESTORED is that
+  checkpoint and the step it resumes from is the one in that checkpoint's copy of the
+  file), never from a torn file (every checkpoint's copy validates), and its final output
+  equals an uninterrupted run's: with the cooperative protocol (and no freeze at all),
+  with the cgroup freeze and with SIGSTOP;
+- the same program copied without a freeze does tear, and with one does not;
+- a program that ignores the cooperative request is frozen and checkpointed after the
+  timeout; one that crashes on a bad checkpoint falls back to the one before after K
+  failed starts, which is tagged and recorded;
+- hostile input: a state path outside the root or through a symlink, a program that floods
+  or garbles the control socket, a stale supervisor record: one line, a documented exit
+  code, nothing half-written.
+
+CKPT_STRESS_SCALE=N multiplies the kills.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptcli.adapters.process import freeze as freezing
+from ckptcli.api import Checkpoint
+from ckptcli.store.repository import Store
+
+PROGRAMS = Path(__file__).parent / "process_programs"
+SIM = PROGRAMS / "sim.py"
+SUBJECT = "process:sim"
+SCALE = max(1, int(os.environ.get("CKPT_STRESS_SCALE", "1") or "1"))
+KILLS = 10 * SCALE  # per mode; three modes: 30 kills in all by default
+STEPS = 2500
+sys.path.insert(0, str(PROGRAMS))
+import sim  # noqa: E402
+
+
+@dataclass
+class Env:
+    work: Path
+    runtime: Path
+    procs: list[subprocess.Popen[bytes]]
+    cli_pids: list[int]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "CKPT_RUNTIME_DIR": str(self.runtime), "NO_COLOR": "1"}
+
+    def ckpt(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """`ckpt ARGS` in the foreground (its pid kept: a `ckpt run` killed at the timeout
+        leaves its cgroup to the fixture)."""
+        argv = [sys.executable, "-m", "ckptcli", *args]
+        p = subprocess.Popen(argv, cwd=self.work, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.cli_pids.append(p.pid)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            raise
+        return subprocess.CompletedProcess(argv, p.returncode, out, err)
+
+    def run(self, args: list[str], cmd: list[str]) -> subprocess.Popen[bytes]:
+        """`ckpt run -S process:sim ARGS -- CMD` in the background, its stderr in sup.log."""
+        with open(self.work / "sup.log", "ab") as log:
+            p = subprocess.Popen(
+                [sys.executable, "-m", "ckptcli", "run", "-S", SUBJECT, *args, "--", *cmd],
+                cwd=self.work,
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                start_new_session=True,
+            )
+        self.procs.append(p)
+        return p
+
+    def sup_log(self) -> str:
+        return (self.work / "sup.log").read_text(errors="replace")
+
+    def starts(self) -> list[dict[str, str]]:
+        path = self.work / "log.txt"
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [dict(kv.split("=", 1) for kv in line.split()[1:]) for line in lines if line.startswith("start ")]
+
+    def log_lines(self) -> list[str]:
+        path = self.work / "log.txt"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def store(self) -> Store:
+        return Store.open(self.work / ".ckpt")
+
+    def checkpoints(self) -> list[tuple[int, str, dict[str, str]]]:
+        """(created_ns, hex, labels) of the subject's checkpoints, oldest first."""
+        st = self.store()
+        out = []
+        for cid in st.manifest_ids():
+            m = st.manifest(cid)
+            if str(m.subject) == SUBJECT:
+                out.append((m.created_ns, cid.hex(), dict(m.labels)))
+        return sorted(out)
+
+    def state_copy(self, hexid: str) -> bytes | None:
+        """The checkpoint's copy of state.bin (None: the program had not made it yet)."""
+        ck = Checkpoint(self.store(), bytes.fromhex(hexid))
+        if "state0" not in ck.blobs():
+            return None
+        buf = io.BytesIO()
+        ck.write_blob("state0", buf)
+        return buf.getvalue()
+
+    def copy_of(self, hexid: str) -> bytes:
+        data = self.state_copy(hexid)
+        assert data is not None, f"checkpoint {hexid[:12]} has no copy of state.bin"
+        return data
+
+
+def _pids_in(work: Path) -> list[int]:
+    """Every process whose working directory is `work` (what a test started there)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{name}/cwd") == str(work):
+                    out.append(int(name))
+    return out
+
+
+def _cgroups_of(pids: list[int]) -> list[Path]:
+    out = []
+    mounts = freezing.cgroup_mounts()
+    for sup in pids:
+        for mount in (mounts.v2, mounts.v1_freezer):
+            if mount is not None:
+                out += [p for p in mount.rglob(f"ckpt-{sup}-*") if p.is_dir()]
+    return out
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    runtime = Path(tempfile.mkdtemp(prefix="ckrt-", dir="/tmp"))  # short: socket paths are limited to 108 bytes
+    work = tmp_path / "w"
+    work.mkdir()
+    Store.init(work / ".ckpt")
+    e = Env(work, runtime, [], [])
+    try:
+        yield e
+    finally:
+        sups = [p.pid for p in e.procs] + e.cli_pids
+        groups = _cgroups_of(sups)
+        for g in groups:
+            freezing.thaw_cgroup(g, 2 if (g / "cgroup.freeze").exists() else 1)
+        for p in e.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+        for pid in _pids_in(work):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGKILL)
+        for p in e.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(10)
+        for g in _cgroups_of(sups):
+            with contextlib.suppress(OSError):
+                g.rmdir()
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _wait(cond: Any, what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _sim(*extra: str) -> list[str]:
+    return [sys.executable, str(SIM), "state.bin", "out.txt", "log.txt", *extra]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The output of an uninterrupted run, without ckpt."""
+    d = tmp_path_factory.mktemp("ref")
+    subprocess.run([sys.executable, str(SIM), "state.bin", "out.txt", "log.txt", "--steps", str(STEPS)], cwd=d, check=True, timeout=120)
+    return (d / "out.txt").read_text()
+
+
+def _modes() -> list[Any]:
+    why = freezing.available()["cgroup"]
+    return [
+        pytest.param("cooperative", id="cooperative"),
+        pytest.param("cgroup", id="cgroup", marks=pytest.mark.skipif(bool(why), reason=f"no cgroup freezer here: {why}")),
+        pytest.param("sigstop", id="sigstop"),
+    ]
+
+
+@pytest.mark.parametrize("mode", _modes())
+def test_sigkill_at_random_moments_resumes_from_the_last_checkpoint(env: Env, reference: str, mode: str) -> None:
+    """KILLS SIGKILLs of the program at random moments; every start is from the newest checkpoint."""
+    if mode == "cooperative":
+        args, prog, how = ["--freeze", "none", "--timeout", "30s"], _sim("--steps", str(STEPS), "--cooperate"), {"cooperative"}
+    else:
+        args, prog = ["--freeze", mode, "--timeout", "0.5"], _sim("--steps", str(STEPS))
+        how = {"cgroup", "freezer"} if mode == "cgroup" else {"sigstop"}
+    sup = env.run([*args, "--state", "state.bin", "--every", "0.1", "--backoff", "0.05:0.05", "--bad-after", "1000"], prog)
+    rng = random.Random(f"kills-{mode}")
+    _wait(lambda: env.checkpoints(), "the first checkpoint")  # from then on every start is a restore
+    killed, last = 0, None
+    while killed < KILLS:
+        time.sleep(rng.uniform(0.05, 0.3))
+        assert sup.poll() is None, f"the supervisor ended before {KILLS} kills ({killed} done): {env.sup_log()[-2000:]}"
+        kids = [k for k in _children(sup.pid) if k != last]
+        if not kids:
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(kids[0], signal.SIGKILL)
+            killed += 1
+            last = kids[0]
+    try:
+        rc = sup.wait(timeout=150)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the supervisor did not end: {env.sup_log()[-3000:]}\n{env.log_lines()[-5:]}") from None
+    assert rc == 0, env.sup_log()[-3000:]
+    assert killed >= KILLS
+    # never from a torn state: the program validates its file at every start, and every copy validates
+    lines = env.log_lines()
+    assert not [line for line in lines if line.startswith("torn")], lines
+    checkpoints = env.checkpoints()
+    steps = {}
+    for _ns, hexid, labels in checkpoints:
+        data = env.state_copy(hexid)
+        steps[hexid] = sim.validate(data)[0] if data is not None else 0
+        if labels["process.reason"] != "exit":
+            assert labels["process.how"] in how, labels
+    # always from the last checkpoint: the newest one taken before that start, at its step
+    # always from the last checkpoint: the newest one taken before the supervisor started
+    # that program (its process:start event, recorded in the tails), at that checkpoint's step
+    spawned = {}
+    for _ns, hexid, _labels in checkpoints:
+        for ev in Checkpoint(env.store(), bytes.fromhex(hexid)).section("events") or []:
+            if ev["kind"] == "process:start":
+                spawned[ev["pid"]] = ev
+    starts = env.starts()
+    assert starts[0]["restored"] == "none" and starts[0]["step"] == "0"
+    assert len(starts) >= 2
+    for s in starts[1:]:
+        ev = spawned[int(s["pid"])]
+        newest = [c for c in checkpoints if c[0] < ev["ts"]][-1][1]
+        assert s["restored"] == ev["restored"] == newest, (s, ev, [c[1][:12] for c in checkpoints])
+        assert int(s["step"]) == steps[newest]
+    assert (env.work / "out.txt").read_text() == reference
+
+
+def _torn(env: Env, hexid: str) -> bool:
+    data = env.state_copy(hexid)
+    if data is None:
+        return False
+    try:
+        sim.validate(data)
+    except ValueError:
+        return True
+    return False
+
+
+def test_copying_without_a_freeze_tears_the_file_and_the_freeze_is_what_prevents_it(env: Env) -> None:
+    """The same program, checkpointed every 20 ms while it writes flat out: without a freeze
+    some copy tears; with SIGSTOP, as many copies never do."""
+    prog = _sim("--steps", "100000000", "--pace", "0")
+    sup = env.run(["--freeze", "none", "--timeout", "0.1", "--state", "state.bin", "--every", "0.02"], prog)
+    seen: set[str] = set()
+    torn: list[str] = []
+    deadline = time.monotonic() + 30
+    while not torn and time.monotonic() < deadline and len(seen) < 400:
+        time.sleep(0.1)
+        for _ns, hexid, labels in env.checkpoints():
+            if hexid not in seen:
+                seen.add(hexid)
+                if labels.get("process.how") == "none" and _torn(env, hexid):
+                    torn.append(hexid)
+    r = env.ckpt("halt", SUBJECT)
+    assert r.returncode == 0, r.stderr
+    sup.wait(30)
+    assert torn, f"none of {len(seen)} copies taken without a freeze tore"
+    compared = len(seen)
+
+    shutil.rmtree(env.work / ".ckpt")
+    Store.init(env.work / ".ckpt")
+    sup = env.run(["--freeze", "sigstop", "--timeout", "0.1", "--state", "state.bin", "--every", "0.02"], prog)
+    _wait(lambda: len(env.checkpoints()) >= min(compared, 60), "the frozen copies")
+    r = env.ckpt("halt", SUBJECT)
+    assert r.returncode == 0, r.stderr
+    sup.wait(30)
+    copies = [hexid for _ns, hexid, _l in env.checkpoints()]
+    assert len(copies) >= min(compared, 60)
+    assert not [h for h in copies if _torn(env, h)]
+
+
+def test_a_program_that_ignores_the_request_is_frozen_after_the_timeout(env: Env) -> None:
+    prog = _sim("--steps", "100000000", "--ignore-requests")
+    sup = env.run(["--state", "state.bin", "--every", "0.2", "--timeout", "0.3"], prog)
+    _wait(lambda: env.checkpoints(), "a checkpoint")
+    r = env.ckpt("halt", SUBJECT)
+    assert r.returncode == 0, r.stderr
+    assert sup.wait(30) == 0
+    first = env.checkpoints()[0][2]
+    assert first["process.how"] in ("cgroup", "freezer", "sigstop")
+    assert first["process.consistency"] == "crash"
+    assert "did not say ready within 0.3 s; freezing it" in env.sup_log()
+
+
+def test_a_checkpoint_the_program_keeps_failing_on_is_marked_bad_and_the_one_before_is_used(env: Env) -> None:
+    """B is taken before the program poisons its state, C after; killed, it fails twice
+    starting from C (--bad-after 2): C is tagged bad, `process:bad` is recorded, and the
+    next start is from B."""
+    marker = env.work / "poisoned-once"
+    prog = _sim("--steps", "100000000", "--poison-at", "400", "--marker", str(marker))
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--backoff", "0.05:0.05", "--bad-after", "2", "--freeze", "sigstop"], prog)
+    _wait(lambda: env.starts(), "the program's start")
+    r = env.ckpt("checkpoint", SUBJECT, "--json")
+    assert r.returncode == 0, r.stderr
+    good = json.loads(r.stdout)["id"]
+    assert sim.validate(env.copy_of(good))[2] == 0, "the first checkpoint came after the poison: raise --poison-at"
+    _wait(marker.exists, "the poison")
+    r = env.ckpt("checkpoint", SUBJECT, "--json")
+    assert r.returncode == 0, r.stderr
+    bad = json.loads(r.stdout)["id"]
+    assert sim.validate(env.copy_of(bad))[2] == sim.FLAG_POISON
+    os.kill(_children(sup.pid)[0], signal.SIGKILL)
+    _wait(lambda: len(env.starts()) >= 4, "the restarts")
+    r = env.ckpt("halt", SUBJECT)
+    assert r.returncode == 0, r.stderr
+    assert sup.wait(30) == 0
+    restored = [s["restored"] for s in env.starts()]
+    assert restored[:4] == ["none", bad, bad, good], restored
+    assert env.log_lines().count("poisoned") == 2
+    tags = env.store().refs(prefix="refs/tags")
+    assert tags == {f"tags/process-bad-{bad[:16]}": bytes.fromhex(bad)}
+    latest = env.checkpoints()[-1][1]
+    kinds = [(e["kind"], e.get("checkpoint")) for e in Checkpoint(env.store(), bytes.fromhex(latest)).section("events")]
+    assert ("process:bad", bad) in kinds
+    ls = env.ckpt("ls")
+    assert f"tag:process-bad-{bad[:16]}" in ls.stdout
+    # the process's life replays through the `process` reducers (entry point group ckptcli.reducers)
+    r = env.ckpt("replay", latest, "--json")
+    assert r.returncode == 0, r.stderr
+    view = json.loads(r.stdout)["state"]["ext"]["process"]
+    assert view["bad"] == [bad] and view["restarts"] >= 3 and view["last_restart"]["from"] == good
+    # and the TUI's timeline shows it, row by row
+    from ckptcli.history.timeline import Timeline
+
+    tl = Timeline.open(Checkpoint(env.store(), bytes.fromhex(latest)))
+    tl.check()
+    rows = [tl.event(i).kind for i in range(len(tl) - 1)]
+    assert "process:bad" in rows and "process:restart" in rows and "process:start" in rows
+    assert tl.state(len(tl) - 1)["ext"]["process"]["bad"] == [bad]
+    # the mark survives the supervisor: a new `ckpt run` starts from the good line, not from C
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", "sigstop"], prog)
+    _wait(lambda: len(env.starts()) >= 5, "the start of the second supervisor")
+    assert env.starts()[4]["restored"] not in (bad, "none")
+    assert env.ckpt("halt", SUBJECT).returncode == 0
+    sup.wait(30)
+
+
+@pytest.mark.parametrize("how", ["outside", "through-symlink", "is-symlink"])
+def test_a_state_path_outside_the_root_or_through_a_symlink_is_refused_before_the_program_starts(env: Env, how: str) -> None:
+    outside = env.work.parent / "outside"
+    outside.mkdir()
+    (outside / "s.bin").write_text("theirs")
+    if how == "outside":
+        path = "../outside/s.bin"
+    elif how == "through-symlink":
+        (env.work / "link").symlink_to(outside)
+        path = "link/s.bin"
+    else:
+        (env.work / "s.bin").symlink_to(outside / "s.bin")
+        path = "s.bin"
+    started = env.work / "started"
+    r = env.ckpt("run", "-S", SUBJECT, "--state", path, "--", sys.executable, "-c", f"open({str(started)!r}, 'w')")
+    assert r.returncode == 8, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ckpt: error: --state "), lines
+    assert "symlink" in lines[0] if how != "outside" else "outside the allowed root" in lines[0]
+    assert not started.exists()
+    assert env.checkpoints() == []
+    assert (outside / "s.bin").read_text() == "theirs"
+
+
+@pytest.mark.parametrize("mode", ["lines", "garbage", "long"])
+def test_a_program_that_floods_its_control_socket_is_said_once_and_frozen(env: Env, mode: str) -> None:
+    sup = env.run(
+        ["--state", "state.bin", "--every", "0.2", "--timeout", "10s", "--freeze", "sigstop"],
+        [sys.executable, str(PROGRAMS / "flood.py"), mode, "state.bin"],
+    )
+    _wait(lambda: len(env.checkpoints()) >= 2, "two checkpoints")
+    r = env.ckpt("halt", SUBJECT)
+    assert r.returncode == 0, r.stderr
+    assert sup.wait(30) == 0
+    said = [line for line in env.sup_log().splitlines() if "control socket" in line]
+    assert len(said) == 1, env.sup_log()
+    assert all(labels["process.how"] == "sigstop" for _ns, _h, labels in env.checkpoints())
+    # the supervisor read a bounded amount: its memory stayed small
+    assert "Traceback" not in env.sup_log()
+
+
+def test_checkpoint_and_halt_without_a_supervisor_and_with_a_stale_record(env: Env) -> None:
+    r = env.ckpt("checkpoint", SUBJECT)
+    assert r.returncode == 3 and r.stderr.count("\n") == 1 and "no `ckpt run` supervises process:sim" in r.stderr
+    # a record of a supervisor that is gone, which left a program stopped
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=env.work, start_new_session=True)
+    env.procs.append(victim)
+    os.kill(victim.pid, signal.SIGSTOP)
+    _wait(lambda: Path(f"/proc/{victim.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T", "the stop")
+    from ckptcli.adapters.process import supervisor
+
+    os.environ["CKPT_RUNTIME_DIR"] = str(env.runtime)
+    try:
+        path, _rec = supervisor.find_record(env.store(), supervisor.Subject.parse(SUBJECT))
+    finally:
+        del os.environ["CKPT_RUNTIME_DIR"]
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    record = {"pid": dead.pid, "started": 1, "socket": str(env.runtime / "x.sock"), "frozen": {"how": "sigstop", "pgid": victim.pid}}
+    record["child"] = {"pid": victim.pid, "pgid": victim.pid, "started": supervisor._start_time(victim.pid)}
+    path.write_text(json.dumps(record))
+    r = env.ckpt("run", "-S", SUBJECT, "--", sys.executable, "-c", "pass")
+    assert r.returncode == 9, r.stderr
+    assert f"the program of an earlier `ckpt run` of process:sim (pid {victim.pid}) still runs" in r.stderr
+    assert "sent SIGCONT" in r.stderr
+    assert Path(f"/proc/{victim.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T"
+    victim.kill()
+    victim.wait()
+    r = env.ckpt("halt", SUBJECT)
+    assert r.returncode == 3 and "is gone; its stale record was cleared" in r.stderr, r.stderr
+    assert not path.exists()
+
+
+def test_sigterm_takes_a_final_checkpoint_and_is_forwarded(env: Env) -> None:
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", "sigstop"], _sim("--steps", "100000000"))
+    _wait(lambda: env.starts(), "the start")
+    os.kill(sup.pid, signal.SIGTERM)
+    assert sup.wait(30) == 128 + signal.SIGTERM  # the program died of the forwarded SIGTERM
+    ((_ns, hexid, labels),) = env.checkpoints()
+    assert labels["process.reason"] == "exit" and labels["process.how"] == "sigstop"
+    sim.validate(env.copy_of(hexid))
+    assert _pids_in(env.work) == []
+
+
+def test_the_cgroup_v1_freezer_freezes_a_real_program() -> None:
+    name = f"ckpt-{os.getpid()}-v1test"
+    try:
+        fr = freezing.choose("cgroup", name, versions=(1,))
+    except Exception as exc:  # noqa: BLE001 - the reason is the skip's
+        pytest.skip(f"no v1 freezer here: {exc}")
+    with tempfile.TemporaryDirectory() as d:
+        counter = Path(d) / "n"
+        child = subprocess.Popen(
+            [sys.executable, "-c", f"import itertools,os\nfor i in itertools.count(): open({str(counter)!r}, 'w').write(str(i))"],
+            preexec_fn=fr.prepare_child,
+            process_group=0,
+        )
+        try:
+            fr.attach(child.pid)
+            _wait(counter.exists, "the counter")
+            with fr.frozen():
+                assert (fr.path / "freezer.state").read_text().strip() == "FROZEN"  # type: ignore[attr-defined]
+                a = counter.read_text()
+                time.sleep(0.3)
+                assert counter.read_text() == a
+            _wait(lambda: counter.read_text() != a, "the thawed counter to move")
+        finally:
+            child.kill()
+            child.wait()
+            fr.cleanup()
+    assert not fr.path.exists()  # type: ignore[attr-defined]
+
+
+def test_the_program_side_is_a_no_op_outside_ckpt_run_and_imports_nothing_else() -> None:
+    code = (
+        "import os, sys\n"
+        "os.environ.pop('CKPT_CONTROL_FD', None); os.environ.pop('CKPT_RESTORED', None)\n"
+        "import ckptcli.process as p\n"
+        "ctl = p.connect()\n"
+        "assert not ctl.active and ctl.restored is None and not ctl.need_checkpoint()\n"
+        "with ctl.checkpoint(): pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('ckptcli')))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "['ckptcli', 'ckptcli.process']"
+
+
+def test_a_state_directory_replaced_by_a_symlink_is_not_restored_through_it(env: Env) -> None:
+    """The program swaps its declared state directory for a symlink to a directory outside
+    the root, then dies: the restore refuses (one line, exit 8) and writes nothing there."""
+    (env.work / "d").mkdir()
+    (env.work / "d" / "s.txt").write_text("mine")
+    outside = env.work.parent / "outside"
+    outside.mkdir()
+    script = "import os, sys, time\nif os.environ.get('CKPT_RESTORED'): sys.exit(0)\ntime.sleep(30)\n"
+    sup = env.run(["--state", "d", "--every", "1h", "--backoff", "0.05", "--freeze", "sigstop"], [sys.executable, "-c", script])
+    _wait(lambda: _children(sup.pid), "the program")
+    r = env.ckpt("checkpoint", SUBJECT)
+    assert r.returncode == 0, r.stderr
+    os.rename(env.work / "d", env.work / "d.old")
+    (env.work / "d").symlink_to(outside)
+    os.kill(_children(sup.pid)[0], signal.SIGKILL)
+    assert sup.wait(30) == 8, env.sup_log()
+    errors = [line for line in env.sup_log().splitlines() if line.startswith("ckpt: error:")]
+    assert len(errors) == 1 and "symlink" in errors[0], env.sup_log()
+    assert list(outside.iterdir()) == []
+
+
+def test_doctor_hook_thaws_what_a_dead_supervisor_left_frozen(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """supervisor.thaw_stale_records (for `ckpt doctor`): a stopped program whose supervisor
+    is gone runs again, and the record of it says so."""
+    from ckptcli.adapters.process import supervisor
+
+    monkeypatch.setenv("CKPT_RUNTIME_DIR", str(env.runtime))
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=env.work, start_new_session=True)
+    env.procs.append(victim)
+    os.kill(victim.pid, signal.SIGSTOP)
+    _wait(lambda: Path(f"/proc/{victim.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T", "the stop")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    record = {"subject": SUBJECT, "pid": dead.pid, "started": 1, "frozen": {"how": "sigstop", "pgid": victim.pid}, "child": None}
+    (env.runtime / "0123.json").write_text(json.dumps(record))
+    live = {"subject": "process:other", "pid": os.getpid(), "started": supervisor._start_time(os.getpid())}
+    (env.runtime / "4567.json").write_text(json.dumps(live))
+    said = supervisor.thaw_stale_records()
+    assert said == [f"{SUBJECT}: its supervisor (pid {dead.pid}) is gone; sent SIGCONT to process group {victim.pid}"]
+    assert Path(f"/proc/{victim.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T"
+    assert not (env.runtime / "0123.json").exists() and (env.runtime / "4567.json").exists()
+
+
+@pytest.mark.parametrize("mode", _modes()[1:])
+def test_a_supervisor_killed_with_sigkill_leaves_a_record_the_next_run_clears(env: Env, mode: str) -> None:
+    """SIGKILL to `ckpt run`: its program runs on; the next `ckpt run` refuses (exit 9) naming
+    it; once it is stopped, the next one clears the stale record (and the cgroup the dead
+    supervisor made) and resumes from the last checkpoint."""
+    prog = _sim("--steps", "100000000")
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", mode, "--timeout", "0.1"], prog)
+    _wait(lambda: env.starts(), "the start")
+    assert env.ckpt("checkpoint", SUBJECT).returncode == 0
+    # (killed while it is not frozen: a group orphaned while stopped gets SIGHUP from the kernel)
+    orphan = _children(sup.pid)[0]
+    os.kill(sup.pid, signal.SIGKILL)
+    sup.wait()
+    groups = _cgroups_of([sup.pid])
+    r = env.ckpt("run", "-S", SUBJECT, "--state", "state.bin", "--", *prog)
+    assert r.returncode == 9, r.stderr
+    assert f"the program of an earlier `ckpt run` of process:sim (pid {orphan}) still runs" in r.stderr
+    os.kill(orphan, signal.SIGKILL)
+    _wait(
+        lambda: not Path(f"/proc/{orphan}").exists() or "Z" in Path(f"/proc/{orphan}/stat").read_text().rsplit(")", 1)[1][:3], "the orphan"
+    )
+    last = env.checkpoints()[-1][1]
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", mode], prog)
+    _wait(lambda: len(env.starts()) >= 2, "the new start")
+    assert env.starts()[1]["restored"] == last
+    assert all(not g.exists() for g in groups)
+    assert env.ckpt("halt", SUBJECT).returncode == 0
+    assert sup.wait(30) == 0
+
+
+def test_sigusr1_asks_for_a_checkpoint(env: Env) -> None:
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", "sigstop"], _sim("--steps", "100000000"))
+    _wait(lambda: env.starts(), "the start")
+    os.kill(sup.pid, signal.SIGUSR1)
+    ((_ns, hexid, labels),) = _wait(lambda: env.checkpoints(), "the requested checkpoint")
+    assert labels["process.reason"] == "request" and labels["process.how"] == "sigstop"
+    sim.validate(env.copy_of(hexid))
+    assert env.ckpt("halt", SUBJECT).returncode == 0
+    assert sup.wait(30) == 0
+
+
+def test_max_restarts_ends_with_the_programs_status_and_the_backoff_doubles(env: Env) -> None:
+    sup = env.run(["--max-restarts", "3", "--backoff", "0.01:0.03"], [sys.executable, "-c", "import sys; sys.exit(7)"])
+    assert sup.wait(60) == 7
+    delays = re.findall(r"restarting in ([0-9.]+) s", env.sup_log())
+    assert delays == ["0.01", "0.02", "0.03"], env.sup_log()
+    assert "gave up after 3 restarts (--max-restarts)" in env.sup_log()
+
+
+def test_halt_during_the_backoff_ends_supervision(env: Env) -> None:
+    sup = env.run(["--backoff", "1h"], [sys.executable, "-c", "import sys; sys.exit(5)"])
+    _wait(lambda: "restarting in 3600 s" in env.sup_log(), "the backoff")
+    r = env.ckpt("halt", SUBJECT, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"subject": SUBJECT, "id": None}
+    assert sup.wait(30) == 0
+    assert "Traceback" not in env.sup_log() and "internal error" not in env.sup_log()
+
+
+def test_a_program_that_only_handles_a_signal_answers_from_a_shell(env: Env) -> None:
+    """--on-signal USR1: a bash program that never says hello traps the signal and answers on
+    the same socket, as docs/processes.md shows; its checkpoints are cooperative."""
+    script = (
+        'trap \'read -r line <&$CKPT_CONTROL_FD; echo "ready ${line#checkpoint }" >&$CKPT_CONTROL_FD; '
+        'read -r resume <&$CKPT_CONTROL_FD; echo "$resume" >> resumed.txt\' USR1\n'
+        "echo 1 > state.txt\n"
+        "while :; do sleep 0.05; done\n"
+    )
+    sup = env.run(["--state", "state.txt", "--every", "1h", "--on-signal", "USR1", "--timeout", "20s"], ["bash", "-c", script])
+    _wait(lambda: (env.work / "state.txt").exists(), "the program")
+    r = env.ckpt("checkpoint", SUBJECT, "--json")
+    assert r.returncode == 0, r.stderr
+    hexid = json.loads(r.stdout)["id"]
+    assert env.ckpt("halt", SUBJECT).returncode == 0
+    sup.wait(30)
+    first = env.checkpoints()[0]
+    assert first[1] == hexid and first[2]["process.how"] == "cooperative" and first[2]["process.consistency"] == "application"
+    assert (env.work / "resumed.txt").read_text().split("\n")[0] == f"resume 1 {hexid}"
