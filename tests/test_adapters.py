@@ -112,6 +112,13 @@ CASES = {
         options_for=lambda tmp: {"state": (tmp / "job.state",), "freeze": "none"},
         restore_target=_empty_dir,
         same=_same_state,
+        events=[
+            ("process:start", {"pid": 4242, "argv": ["python", "job.py"], "attempt": 1, "restored": None}, {}),
+            ("process:exit", {"pid": 4242, "code": None, "signal": "SIGKILL", "uptime_seconds": 2.5}, {}),
+            ("process:checkpoint", {"reason": "schedule", "consistency": "crash", "how": "sigstop", "take_seconds": 0.2}, {}),
+            ("process:restart", {"attempt": 2, "delay_seconds": 0.5, "from": "ab" * 32}, {}),
+            ("process:bad", {"checkpoint": "cd" * 32, "failures": 3}, {}),
+        ],
     ),
     "dirsnap": AdapterCase(
         "dirsnap",

@@ -33,7 +33,7 @@ import ckptcli
 from ckptcli.adapters.generic import Redactor
 from ckptcli.adapters.process import criu as criu_mod
 from ckptcli.adapters.process import procfs
-from ckptcli.adapters.process.adapter import Capture, NotSupported, ProcessAdapter, freeze_modes
+from ckptcli.adapters.process.adapter import Capture, ProcessAdapter, freeze_modes
 from ckptcli.adapters.process.criu import CriuError, criu_status, dump, dump_args, reason_of, restore_args
 from ckptcli.adapters.process.procfs import (
     KernelThreadError,
@@ -554,7 +554,8 @@ def test_available_here_with_freeze_modes_and_criu_reason() -> None:
         ("timeout", False),
         ("criu", False),
     ]
-    assert ProcessAdapter().reducers() == {} and ProcessAdapter().importers() == {}
+    assert set(ProcessAdapter().reducers()) == {"process:start", "process:checkpoint", "process:exit", "process:restart", "process:bad"}
+    assert ProcessAdapter().importers() == {}
 
 
 def test_freeze_probe_reads_this_machines_mounts() -> None:
@@ -588,7 +589,7 @@ def test_capture_take_and_show_json_round_trip(busy: tuple[subprocess.Popen[byte
     meta = json.loads(r.stdout)
     labels = meta["labels"]
     assert labels["process.pid"] == str(proc.pid) and labels["process.exe"] == os.path.realpath(sys.executable)
-    assert labels["process.how"] == "none" and labels["process.consistency"] == "crash" and labels["redacted"] == "3"
+    assert labels["process.how"] == "sigstop" and labels["process.consistency"] == "crash" and labels["redacted"] == "3"
     assert meta["id"] == res.hex
     r = run_ckpt("cat", "process:job", "--store", store.directory)
     assert r.returncode == 0 and b"[REDACTED:secret-key]" in r.stdout
@@ -678,9 +679,9 @@ def test_options_and_freeze_modes_are_checked(children: Children, tmp_path: Path
             a.capture(proc.pid, **bad)
         assert err.value.exit_code == 2 and _one_line(err.value)
     store = ckptcli.init_store(tmp_path / "store")
-    with pytest.raises(NotSupported) as err:
+    with pytest.raises(UsageError) as err:
         a.take(store, proc.pid, subject="process:x", freeze="cgroup")
-    assert err.value.exit_code == 2 and "no freezer is wired" in _one_line(err.value)
+    assert err.value.exit_code == 2 and "not a program already running" in _one_line(err.value)
     assert store.manifest_ids() == []  # nothing taken
 
 
@@ -715,6 +716,40 @@ def test_take_runs_inside_the_freezer_it_is_given(children: Children, tmp_path: 
     assert ck.section("ext:process")["state_paths"] == [{"blob": "state0", "path": str(tmp_path / "s")}]
     assert ck.section("ext:process")["state"] == "T"  # /proc was read while it was stopped
     assert parse_stat(Path(f"/proc/{proc.pid}/stat").read_text())["state"] != "T"  # and it runs again
+
+
+def test_the_default_freezer_stops_the_program_s_group_while_it_is_taken(children: Children, tmp_path: Path) -> None:
+    """Without a freezer given, auto is freeze.hold: SIGSTOP of the program's own process
+    group while /proc is read and its state taken, SIGCONT after; with --freeze none the
+    checkpoint says it is not consistent (consistency none)."""
+    proc, _ = children.python("import time; print('{}', flush=True); time.sleep(300)")
+    store = ckptcli.init_store(tmp_path / "store")
+    (tmp_path / "s").write_text("1")
+    res = ProcessAdapter().take(store, proc.pid, subject="process:f", state=[tmp_path / "s"])
+    ck = open_checkpoint(res.hex, store)
+    assert (ck.manifest.labels["process.how"], ck.manifest.labels["process.consistency"]) == ("sigstop", "crash")
+    assert ck.section("ext:process")["state"] == "T"  # read while stopped
+    assert parse_stat(Path(f"/proc/{proc.pid}/stat").read_text())["state"] != "T"  # running again
+    res = ProcessAdapter().take(store, proc.pid, subject="process:f", state=[tmp_path / "s"], freeze="none")
+    labels = open_checkpoint(res.hex, store).manifest.labels
+    assert (labels["process.how"], labels["process.consistency"]) == ("none", "none")
+
+
+def test_a_program_in_ckpt_s_own_process_group_is_not_stopped(tmp_path: Path) -> None:
+    """Stopping the group of a program that shares ckpt's would stop ckpt itself: one line, nothing taken."""
+    from ckptcli.adapters.process.freeze import FreezeError
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        store = ckptcli.init_store(tmp_path / "store")
+        with pytest.raises(FreezeError) as err:
+            ProcessAdapter().take(store, proc.pid, subject="process:same")
+        assert "ckpt's own process group" in _one_line(err.value)
+        assert store.manifest_ids() == []
+        assert parse_stat(Path(f"/proc/{proc.pid}/stat").read_text())["state"] != "T"
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 # -- CRIU -----------------------------------------------------------------------------------------

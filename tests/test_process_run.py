@@ -23,7 +23,8 @@ The must-show tests:
   or garbles the control socket, a stale supervisor record: one line, a documented exit
   code, nothing half-written.
 
-CKPT_STRESS_SCALE=N multiplies the kills.
+The kills per mode: 10 in the bounded default run (30 in all), 30 with CKPT_STRESS_SCALE=1,
+N x 30 with N (tests/stress.py).
 """
 
 from __future__ import annotations
@@ -50,12 +51,12 @@ import pytest
 from ckptcli.adapters.process import freeze as freezing
 from ckptcli.api import Checkpoint
 from ckptcli.store.repository import Store
+from tests import stress
 
 PROGRAMS = Path(__file__).parent / "process_programs"
 SIM = PROGRAMS / "sim.py"
 SUBJECT = "process:sim"
-SCALE = max(1, int(os.environ.get("CKPT_STRESS_SCALE", "1") or "1"))
-KILLS = 10 * SCALE  # per mode; three modes: 30 kills in all by default
+KILLS = stress.count(30, 10)  # per mode: 30 each at full size (CKPT_STRESS_SCALE=1), 10 each (30 in all) bounded
 STEPS = 2500
 sys.path.insert(0, str(PROGRAMS))
 import sim  # noqa: E402
@@ -311,6 +312,7 @@ def test_copying_without_a_freeze_tears_the_file_and_the_freeze_is_what_prevents
             if hexid not in seen:
                 seen.add(hexid)
                 if labels.get("process.how") == "none" and _torn(env, hexid):
+                    assert labels["process.consistency"] == "none", labels  # a copy not held still says so
                     torn.append(hexid)
     r = env.ckpt("halt", SUBJECT)
     assert r.returncode == 0, r.stderr
@@ -644,3 +646,39 @@ def test_a_program_that_only_handles_a_signal_answers_from_a_shell(env: Env) -> 
     first = env.checkpoints()[0]
     assert first[1] == hexid and first[2]["process.how"] == "cooperative" and first[2]["process.consistency"] == "application"
     assert (env.work / "resumed.txt").read_text().split("\n")[0] == f"resume 1 {hexid}"
+
+
+def _process_section(env: Env, hexid: str) -> dict[str, Any]:
+    section = Checkpoint(env.store(), bytes.fromhex(hexid)).section("ext:process")
+    assert isinstance(section, dict)
+    return section
+
+
+def test_every_auto_shortens_while_failures_rise_and_advise_reads_the_run(env: Env) -> None:
+    """`--every auto`: the schedule is Daly's interval from what the run measures
+    (ckptcli.history.advise.AdaptiveSchedule); each failure of the program shortens it.
+    Every checkpoint holds /proc's view of the program; `ckpt advise SUBJECT` reads the
+    failures the run recorded."""
+    sup = env.run(["--state", "state.bin", "--every", "auto", "--freeze", "sigstop", "--backoff", "0.05"], _sim("--steps", "100000000"))
+    _wait(lambda: env.starts(), "the start")
+    os.kill(sup.pid, signal.SIGUSR1)
+    first = _wait(lambda: env.checkpoints(), "the first checkpoint")[-1][1]
+    view = _process_section(env, first)
+    before = view["schedule"]
+    assert before["kind"] == "adaptive" and before["recent_failures"] == 0, before
+    proc = view["proc"]
+    assert proc["pid"] == int(env.starts()[-1]["pid"]) and "sim.py" in " ".join(proc["argv"]), proc
+    for k in range(3):
+        kid = _wait(lambda: _children(sup.pid), "the program")[0]
+        os.kill(kid, signal.SIGKILL)
+        _wait(lambda n=k: len(env.starts()) >= n + 2, f"restart {k + 1}")  # type: ignore[misc]
+    os.kill(sup.pid, signal.SIGUSR1)
+    last = _wait(lambda: [c for c in env.checkpoints() if c[1] != first], "the checkpoint after the failures")[-1][1]
+    after = _process_section(env, last)["schedule"]
+    assert after["recent_failures"] == 3 and after["next_delay_seconds"] < before["next_delay_seconds"], (before, after)
+    assert env.ckpt("halt", SUBJECT).returncode == 0
+    assert sup.wait(30) == 0
+    r = env.ckpt("advise", SUBJECT, "--json")
+    assert r.returncode == 0, r.stderr
+    measured = json.loads(r.stdout)
+    assert measured["measured"]["failures"] == 3, measured

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ckptcli.adapters.base import Adapter, Availability, Capture, NotSupported, Option
+from ckptcli.adapters.base import Adapter, Availability, Capture, Option
 from ckptcli.adapters.generic import REDACTION_NAMESPACE, Redactor
 from ckptcli.adapters.process import criu as criu_mod
 from ckptcli.adapters.process.procfs import describe
@@ -76,7 +76,7 @@ class ProcessAdapter(Adapter):
 
     Args:
         freezer: holds the process still while a checkpoint is taken (see `Freezer`);
-            without one, only ``--freeze none`` (and ``auto``, which then means none) works.
+            default: freeze.hold (SIGSTOP of its process group for auto and sigstop).
         redactor: the redaction rules for the environment and command line (default:
             the generic adapter's).
     """
@@ -92,6 +92,10 @@ class ProcessAdapter(Adapter):
     )
 
     def __init__(self, *, freezer: Freezer | None = None, redactor: Redactor | None = None) -> None:
+        if freezer is None:
+            from ckptcli.adapters.process.freeze import hold
+
+            freezer = hold
         self.freezer = freezer
         self.redactor = redactor if redactor is not None else Redactor()
 
@@ -216,7 +220,8 @@ class ProcessAdapter(Adapter):
         with self._frozen(target, freeze, timeout) as how:
             cap = self.capture(target, **options)
             try:
-                extra = {"adapter": self.name, "process.how": how, "process.consistency": "crash", "process.reason": "manual"}
+                consistency = "none" if how == "none" else "crash"  # not held still: files written meanwhile may be torn
+                extra = {"adapter": self.name, "process.how": how, "process.consistency": consistency, "process.reason": "manual"}
                 return take(
                     store,
                     cap.document,
@@ -231,13 +236,8 @@ class ProcessAdapter(Adapter):
                 cap.close()
 
     def _frozen(self, target: object, mode: str, timeout: float) -> AbstractContextManager[str]:
-        if mode == "none" or (mode == "auto" and self.freezer is None):
+        if mode == "none":
             return _not_frozen()
-        if self.freezer is None:
-            raise NotSupported(
-                f"--freeze {mode}: no freezer is wired into this process adapter",
-                hint="use --freeze none (the copy may then be torn), or `ckpt run`, which freezes the programs it starts",
-            )
         from ckptcli.adapters.process.procfs import check_pid
 
         pid, _ = check_pid(target)
@@ -297,10 +297,12 @@ class ProcessAdapter(Adapter):
         """Reducers of this adapter's own event kinds.
 
         Returns:
-            {}: capture by PID records no events (a supervised program's `process:*` events
-            and their reducers belong to `ckpt run`).
+            the `process:*` kinds `ckpt run` records (start, checkpoint, exit, restart,
+            bad), as ckptcli.adapters.process.events defines them.
         """
-        return {}
+        from ckptcli.adapters.process.events import REDUCERS
+
+        return dict(REDUCERS)
 
     def importers(self) -> dict[str, Any]:
         """Importers of foreign formats.

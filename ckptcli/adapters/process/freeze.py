@@ -30,7 +30,7 @@ from typing import Any
 
 from ckptcli.errors import CkptError, UsageError
 
-__all__ = ["MODES", "Freezer", "available", "cgroup_mounts", "choose", "thaw_record"]
+__all__ = ["MODES", "Freezer", "available", "cgroup_mounts", "choose", "hold", "thaw_record"]
 
 MODES = ("auto", "cgroup", "sigstop", "none")
 #: how long a freeze may take to settle before it is given up (seconds)
@@ -127,17 +127,19 @@ class NoFreeze(Freezer):
 
 class SigStop(Freezer):
     how = "sigstop"
+    #: seconds the group may take to stop
+    settle = SETTLE_SECONDS
 
     def freeze(self) -> None:
         try:
             os.killpg(self.pgid, signal.SIGSTOP)
         except OSError as exc:
             raise FreezeError(f"cannot stop process group {self.pgid}: {exc.strerror}") from None
-        deadline = time.monotonic() + SETTLE_SECONDS
+        deadline = time.monotonic() + self.settle
         while not all(state in "TtZX" for state in _group_states(self.pgid).values()):
             if time.monotonic() > deadline:
                 self.thaw()
-                raise FreezeError(f"process group {self.pgid} did not stop within {SETTLE_SECONDS:g} s")
+                raise FreezeError(f"process group {self.pgid} did not stop within {self.settle:g} s")
             time.sleep(0.001)
 
     def thaw(self) -> None:
@@ -290,6 +292,47 @@ def choose(mode: str, name: str, *, versions: tuple[int, ...] = (2, 1)) -> Freez
     if mode == "cgroup":
         raise UsageError(f"--freeze cgroup cannot work here: {why}", hint="use --freeze sigstop (or auto, which falls back to it)")
     return SigStop()
+
+
+@contextlib.contextmanager
+def hold(pid: int, mode: str, timeout: float) -> Iterator[str]:
+    """Hold a program that is already running still while it is captured (`ckpt capture
+    process PID`); yields how ("sigstop" or "none"), and lets it run again after,
+    whatever happens.
+
+    `auto` and `sigstop` stop its process group with SIGSTOP and wait (up to `timeout`
+    seconds) until every member is stopped; `none` holds nothing. `cgroup` is for the
+    programs `ckpt run` starts in a cgroup of their own: moving a running program's
+    processes into a new cgroup could split them mid-fork.
+
+    Raises:
+        UsageError for `cgroup` or an unknown mode; FreezeError when the group is ckpt's
+        own (stopping it would stop ckpt too), is gone, or does not stop in time.
+    """
+    if mode not in MODES:
+        raise UsageError(f"--freeze {mode!r} is not one of {', '.join(MODES)}")
+    if mode == "none":
+        yield "none"
+        return
+    if mode == "cgroup":
+        raise UsageError(
+            "--freeze cgroup holds the programs `ckpt run` starts (in a cgroup it makes for them), not a program already running",
+            hint="use --freeze sigstop (or auto, which is sigstop here)",
+        )
+    try:
+        pgid = os.getpgid(pid)
+    except ProcessLookupError:
+        raise FreezeError(f"process {pid} is gone") from None
+    if pgid == os.getpgrp():
+        raise FreezeError(
+            f"process {pid} is in ckpt's own process group {pgid}: stopping the group would stop ckpt too",
+            hint="start the program in a group of its own (setsid), or take it with --freeze none",
+        )
+    stop = SigStop()
+    stop.attach(pgid)
+    stop.settle = timeout
+    with stop.frozen():
+        yield "sigstop"
 
 
 def available() -> dict[str, str]:

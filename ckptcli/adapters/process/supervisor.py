@@ -683,7 +683,8 @@ class Supervisor:
         if not self._running():
             return None
         how = "cooperative" if cooperative else self.cfg.freezer.how
-        consistency = "application" if cooperative else "crash"
+        # a program not held still (--freeze none, no answer) may be copied torn: it is said
+        consistency = "application" if cooperative else "none" if how == "none" else "crash"
         hexid: str | None = None
         frozen_for = 0.0
         try:
@@ -733,14 +734,15 @@ class Supervisor:
         from ckptcli.writer import take
 
         doc: dict[str, Any] = {k: v for k, v in self.snapshot.items()}
+        ext = dict(doc.get("ext") or {})
+        view = {**(ext.get("process") or {}), "schedule": self._schedule_view()}  # as it stands now (auto learns)
         if self.cfg.describe is not None and pid is not None:
             try:
-                proc_view = self.cfg.describe(pid)
+                view["proc"] = self.cfg.describe(pid)
             except CkptError as exc:
-                proc_view = {"error": exc.message}
-            ext = dict(doc.get("ext") or {})
-            ext["process"] = {**(ext.get("process") or {}), "proc": proc_view}
-            doc["ext"] = ext
+                view["proc"] = {"error": exc.message}
+        ext["process"] = view
+        doc["ext"] = ext
         doc["events"] = [ev.to_map() for ev in self.tail]
         blobs = {blob_name(i): sp.path for i, sp in enumerate(self.cfg.state) if os.path.lexists(sp.path)}
         labels = {LABEL_SEQ: str(self.seq), "process.consistency": consistency, "process.how": how, "process.reason": reason}

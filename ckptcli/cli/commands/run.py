@@ -42,7 +42,13 @@ def run(
         ),
     ] = None,
     every: Annotated[
-        str, typer.Option("--every", metavar="DURATION", help="Checkpoint interval: seconds, or 300ms, 30s, 10m, 2h.")
+        str,
+        typer.Option(
+            "--every",
+            metavar="DURATION",
+            help="Checkpoint interval: seconds, or 300ms, 30s, 10m, 2h; auto: Daly's interval "
+            "from the subject's measured take times and failures, shorter while failures rise (ckpt advise).",
+        ),
     ] = "10m",
     on_signal: Annotated[
         str | None,
@@ -91,11 +97,14 @@ def run(
       ckpt run -S process:etl --state out/ --freeze sigstop --backoff 1s:1m -- ./etl.sh
 
       ckpt run -S process:train --state ckpt.pt --on-signal USR1 --timeout 60s -- python train.py
+
+      ckpt run -S process:sim --state state.bin --every auto -- python sim.py
     """
     from ckptcli.adapters.process import freeze as freezing
     from ckptcli.adapters.process.control import parse_signal
+    from ckptcli.adapters.process.procfs import describe as describe_proc
     from ckptcli.adapters.process.state import check_state_paths
-    from ckptcli.adapters.process.supervisor import FixedSchedule, RunConfig, Supervisor, parse_backoff, parse_duration
+    from ckptcli.adapters.process.supervisor import FixedSchedule, RunConfig, Schedule, Supervisor, parse_backoff, parse_duration
     from ckptcli.format.manifest import Subject
 
     subj = Subject.parse(subject)
@@ -103,7 +112,8 @@ def run(
         raise InvalidInputError(f"--subject {subject}: ckpt run supervises processes", hint=f"write it as process:{subj.name}")
     if not cmd:
         raise UsageError("no program to run", hint="give it after --: ckpt run --subject process:NAME -- CMD ARGS...")
-    interval = parse_duration(every, "--every")
+    adaptive = every.strip().lower() == "auto"
+    interval = 0.0 if adaptive else parse_duration(every, "--every")
     wait = parse_duration(timeout, "--timeout")
     delays = parse_backoff(backoff)
     if bad_after < 1:
@@ -119,6 +129,12 @@ def run(
     cwd = Path.cwd()
     paths = check_state_paths(state or [], state_root if state_root is not None else cwd, cwd)
     st = open_store(store)
+    if adaptive:
+        from ckptcli.history.advise import AdaptiveSchedule
+
+        schedule: Schedule = AdaptiveSchedule.for_subject(st, str(subj))
+    else:
+        schedule = FixedSchedule(interval)
     freezer = freezing.choose(freeze, f"ckpt-{os.getpid()}-{subj.name}"[:200])
     prefix = f"ckpt run: {subj}: "
 
@@ -135,7 +151,8 @@ def run(
         root=Path(os.path.abspath(state_root if state_root is not None else cwd)),
         state=paths,
         freezer=freezer,
-        schedule=FixedSchedule(interval),
+        schedule=schedule,
+        describe=describe_proc,
         on_signal=sig,
         timeout=wait,
         max_restarts=max_restarts,
