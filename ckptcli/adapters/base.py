@@ -181,6 +181,14 @@ class Capture:
     blobs: dict[str, Path] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
 
+    def close(self) -> None:
+        """Release what the capture holds until it is taken (an adapter's temporary files);
+        `Adapter.take` calls it once the checkpoint is taken or has failed.
+
+        Raises:
+            nothing (the base holds nothing).
+        """
+
 
 class Importer(abc.ABC):
     """Reads a foreign format (another tool's database or files) into a store: `ckpt
@@ -369,16 +377,19 @@ class Adapter(abc.ABC):
         from ckptcli.writer import take
 
         cap = self.capture(target, **option_values(self.options, options, f"the {self.name} adapter"))
-        return take(
-            store,
-            cap.document,
-            subject=subject,
-            labels={"adapter": self.name, **cap.labels, **dict(labels or {})},
-            blobs=cap.blobs or None,
-            message=message,
-            parents=parents,
-            progress=progress,
-        )
+        try:
+            return take(
+                store,
+                cap.document,
+                subject=subject,
+                labels={"adapter": self.name, **cap.labels, **dict(labels or {})},
+                blobs=cap.blobs or None,
+                message=message,
+                parents=parents,
+                progress=progress,
+            )
+        finally:
+            cap.close()
 
     def _does(self) -> str:
         did = [w for w in ("capture", "restore") if self.supports(w)]

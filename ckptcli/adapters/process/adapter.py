@@ -56,7 +56,7 @@ Freezer = Callable[[int, str, float], AbstractContextManager[str]]
 @dataclass
 class ProcessCapture(Capture):
     """The contract's Capture, and temporary paths to remove once it is taken (`cleanup`:
-    CRIU's image directory; `take` here calls `close`)."""
+    CRIU's image directory; Adapter.take calls `close`)."""
 
     cleanup: list[Path] = field(default_factory=list)
 
@@ -213,27 +213,21 @@ class ProcessAdapter(Adapter):
             The errors of capture; NotSupported for a freeze mode no freezer provides here;
             the writer's errors (nothing is committed then).
         """
-        from ckptcli.writer import take
-
         freeze, timeout = options.get("freeze", "auto"), options.get("timeout", 10.0)
         _check_freeze(freeze, timeout)
         with self._frozen(target, freeze, timeout) as how:
-            cap = self.capture(target, **options)
-            try:
-                consistency = "none" if how == "none" else "crash"  # not held still: files written meanwhile may be torn
-                extra = {"adapter": self.name, "process.how": how, "process.consistency": consistency, "process.reason": "manual"}
-                return take(
-                    store,
-                    cap.document,
-                    subject=subject,
-                    labels={**extra, **cap.labels, **dict(labels or {})},
-                    blobs=cap.blobs,
-                    message=message,
-                    parents=parents,
-                    progress=progress,
-                )
-            finally:
-                cap.close()
+            consistency = "none" if how == "none" else "crash"  # not held still: files written meanwhile may be torn
+            extra = {"process.how": how, "process.consistency": consistency, "process.reason": "manual"}
+            return super().take(
+                store,
+                target,
+                subject=subject,
+                labels={**extra, **dict(labels or {})},
+                message=message,
+                parents=parents,
+                progress=progress,
+                **options,
+            )
 
     def _frozen(self, target: object, mode: str, timeout: float) -> AbstractContextManager[str]:
         if mode == "none":
