@@ -55,6 +55,7 @@ BUILTIN: dict[str, str] = {
     "locks": "ckptcli.doctor:check_locks",
     "free space": "ckptcli.doctor:check_free_space",
     "langgraph": "ckptcli.adapters.langgraph.doctor:check",
+    "process supervisors": "ckptcli.adapters.process.doctor:check",
     "components": "ckptcli.doctor:check_components",
 }
 

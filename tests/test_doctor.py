@@ -146,7 +146,7 @@ def test_checks_are_a_registry_and_a_broken_one_is_a_failure_not_a_crash(tmp_pat
     def mine(ctx: doctor.Context) -> list[doctor.Check]:
         return [doctor.Check("mine", doctor.WARN, f"saw {ctx.store_path}", "do this")]
 
-    assert list(doctor.registered())[:5] == ["store", "locks", "free space", "langgraph", "components"]
+    assert list(doctor.registered())[:6] == ["store", "locks", "free space", "langgraph", "process supervisors", "components"]
     report = doctor.run(store, {"broken": broken, "mine": mine})
     assert [(c.name, c.status) for c in report.checks] == [("broken", "fail"), ("mine", "warn")]
     assert "the check itself failed: RuntimeError: boom" in report.checks[0].detail

@@ -577,11 +577,17 @@ def test_a_supervisor_killed_with_sigkill_leaves_a_record_the_next_run_clears(en
     sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", mode, "--timeout", "0.1"], prog)
     _wait(lambda: env.starts(), "the start")
     assert env.ckpt("checkpoint", SUBJECT).returncode == 0
+    seen = json.loads(env.ckpt("doctor", "--json").stdout)["checks"]
+    assert any(c["name"] == "process supervisors" and f"{SUBJECT} (pid {sup.pid})" in c["detail"] for c in seen), seen
     # (killed while it is not frozen: a group orphaned while stopped gets SIGHUP from the kernel)
     orphan = _children(sup.pid)[0]
     os.kill(sup.pid, signal.SIGKILL)
     sup.wait()
     groups = _cgroups_of([sup.pid])
+    seen = json.loads(env.ckpt("doctor", "--json").stdout)["checks"]
+    (stale,) = [c for c in seen if c["name"] == f"supervisor {SUBJECT}"]
+    assert stale["status"] == "warn" and f"(pid {sup.pid}) is gone" in stale["detail"], stale
+    assert f"its program (pid {orphan}) still runs, unsupervised" in stale["detail"] and f"ckpt halt {SUBJECT}" in stale["hint"]
     r = env.ckpt("run", "-S", SUBJECT, "--state", "state.bin", "--", *prog)
     assert r.returncode == 9, r.stderr
     assert f"the program of an earlier `ckpt run` of process:sim (pid {orphan}) still runs" in r.stderr
