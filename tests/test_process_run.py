@@ -222,10 +222,15 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _modes() -> list[Any]:
-    why = freezing.available()["cgroup"]
+    why = freezing.available()
     return [
         pytest.param("cooperative", id="cooperative"),
-        pytest.param("cgroup", id="cgroup", marks=pytest.mark.skipif(bool(why), reason=f"no cgroup freezer here: {why}")),
+        pytest.param(
+            "cgroup", id="cgroup", marks=pytest.mark.skipif(bool(why["cgroup"]), reason=f"no cgroup freezer here: {why['cgroup']}")
+        ),
+        pytest.param(
+            "freezer", id="freezer", marks=pytest.mark.skipif(bool(why["freezer"]), reason=f"no v1 freezer here: {why['freezer']}")
+        ),
         pytest.param("sigstop", id="sigstop"),
     ]
 
@@ -237,7 +242,7 @@ def test_sigkill_at_random_moments_resumes_from_the_last_checkpoint(env: Env, re
         args, prog, how = ["--freeze", "none", "--timeout", "30s"], _sim("--steps", str(STEPS), "--cooperate"), {"cooperative"}
     else:
         args, prog = ["--freeze", mode, "--timeout", "0.5"], _sim("--steps", str(STEPS))
-        how = {"cgroup", "freezer"} if mode == "cgroup" else {"sigstop"}
+        how = {"cgroup": {"cgroup", "freezer"}, "freezer": {"freezer"}}.get(mode, {"sigstop"})
     sup = env.run([*args, "--state", "state.bin", "--every", "0.1", "--backoff", "0.05:0.05", "--bad-after", "1000"], prog)
     rng = random.Random(f"kills-{mode}")
     _wait(lambda: env.checkpoints(), "the first checkpoint")  # from then on every start is a restore

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FREEZE_MODES", "ProcessAdapter", "ProcessCapture", "freeze_modes", "state_blob_name"]
 
-FREEZE_MODES = ("auto", "cgroup", "sigstop", "none")
+FREEZE_MODES = ("auto", "cgroup", "cgroup2", "freezer", "sigstop", "none")
 #: the longest label value this adapter writes (an executable's path can be 4 KiB)
 LABEL_MAX = 200
 
@@ -86,7 +86,7 @@ class ProcessAdapter(Adapter):
     summary: ClassVar[str] = "a running program by PID: /proc's view of it, its declared state files, CRIU images"
     options: ClassVar[tuple[Option, ...]] = (
         Option("state", "a file or directory the program writes, taken as a blob (repeat for more)", Path, (), "PATH", True),
-        Option("freeze", "hold the program still while it is taken: auto, cgroup, sigstop or none", str, "auto", "MODE"),
+        Option("freeze", "hold the program still while it is taken: auto or sigstop (its process group), or none", str, "auto", "MODE"),
         Option("timeout", "seconds to wait for the freeze before giving up", float, 10.0, "SECONDS"),
         Option("criu", "also dump the whole process image with CRIU (when `criu check` passes)", bool, False),
     )

@@ -32,7 +32,9 @@ from ckptcli.errors import CkptError, UsageError
 
 __all__ = ["MODES", "Freezer", "available", "cgroup_mounts", "choose", "hold", "thaw_record"]
 
-MODES = ("auto", "cgroup", "sigstop", "none")
+MODES = ("auto", "cgroup", "cgroup2", "freezer", "sigstop", "none")
+#: the cgroup modes: which hierarchies each may use (cgroup: v2, else the v1 freezer)
+CGROUP_VERSIONS = {"cgroup": (2, 1), "cgroup2": (2,), "freezer": (1,)}
 #: how long a freeze may take to settle before it is given up (seconds)
 SETTLE_SECONDS = 10.0
 
@@ -275,7 +277,8 @@ def _cgroup(name: str, versions: tuple[int, ...] = (2, 1)) -> tuple[CgroupFreeze
 
 def choose(mode: str, name: str, *, versions: tuple[int, ...] = (2, 1)) -> Freezer:
     """The freezer of `mode` for a program about to start; `name` names its cgroup.
-    `versions` restricts `cgroup` to cgroup2 (2) or the v1 freezer (1) (the tests use it).
+    `cgroup` uses cgroup2, else the v1 freezer; `cgroup2` and `freezer` only the one;
+    `versions` restricts them further (the tests use it).
 
     Raises:
         UsageError when `mode` is unknown or cannot work here (saying why).
@@ -286,11 +289,13 @@ def choose(mode: str, name: str, *, versions: tuple[int, ...] = (2, 1)) -> Freez
         return NoFreeze()
     if mode == "sigstop":
         return SigStop()
+    if mode in CGROUP_VERSIONS:
+        versions = tuple(v for v in versions if v in CGROUP_VERSIONS[mode])
     freezer, why = _cgroup(name, versions)
     if freezer is not None:
         return freezer
-    if mode == "cgroup":
-        raise UsageError(f"--freeze cgroup cannot work here: {why}", hint="use --freeze sigstop (or auto, which falls back to it)")
+    if mode != "auto":
+        raise UsageError(f"--freeze {mode} cannot work here: {why}", hint="use --freeze sigstop (or auto, which falls back to it)")
     return SigStop()
 
 
@@ -314,9 +319,9 @@ def hold(pid: int, mode: str, timeout: float) -> Iterator[str]:
     if mode == "none":
         yield "none"
         return
-    if mode == "cgroup":
+    if mode in CGROUP_VERSIONS:
         raise UsageError(
-            "--freeze cgroup holds the programs `ckpt run` starts (in a cgroup it makes for them), not a program already running",
+            f"--freeze {mode} holds the programs `ckpt run` starts (in a cgroup it makes for them), not a program already running",
             hint="use --freeze sigstop (or auto, which is sigstop here)",
         )
     try:
@@ -342,6 +347,11 @@ def available() -> dict[str, str]:
     if made is not None:
         made.cleanup()
     out["cgroup"] = "" if made is not None else why
+    for mode, versions in (("cgroup2", (2,)), ("freezer", (1,))):
+        made, why = _cgroup(f"ckpt-probe-{os.getpid()}", versions)
+        if made is not None:
+            made.cleanup()
+        out[mode] = "" if made is not None else why
     return out
 
 

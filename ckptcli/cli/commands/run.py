@@ -58,7 +58,12 @@ def run(
     ] = None,
     freeze: Annotated[
         str,
-        typer.Option("--freeze", metavar="MODE", help="auto, cgroup, sigstop or none: how a program that does not quiesce is frozen."),
+        typer.Option(
+            "--freeze",
+            metavar="MODE",
+            help="auto, cgroup (cgroup2, else the v1 freezer), cgroup2, freezer, sigstop or none: "
+            "how a program that does not quiesce is frozen.",
+        ),
     ] = "auto",
     timeout: Annotated[
         str, typer.Option("--timeout", metavar="DURATION", help="How long a checkpoint request waits for `ready` before freezing.")
