@@ -15,6 +15,12 @@ from ckptcli.store.repository import Store
 
 REPO = Path(__file__).resolve().parent.parent
 
+# pytest-xdist's workers (scripts/test runs two) start with COLUMNS=80 set: a worker's tests
+# and the ckpt processes they start see what a one-process run sees, no terminal width
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
 
 @dataclass
 class Result:
