@@ -143,12 +143,12 @@ def test_kill_a_take_on_s3_at_every_stage(s3_bucket: S3Bucket, tmp_path: Path) -
     )
     # the take's write requests (its lock object, head hint, three packs of 15 MiB, index
     # file, manifest, ref, reflog, and the lock's deletion): each killed before and after
-    assert runs >= 2 * POINTS and total >= 10, (runs, total)
+    assert runs >= 2 * min(POINTS, total) and total >= 10, (runs, total)
 
 
 @pytest.mark.slow
 def test_kill_a_prune_on_s3_at_every_stage(s3_bucket: S3Bucket, tmp_path: Path) -> None:
-    runs, _total = _run_kills(
+    runs, total = _run_kills(
         s3_bucket,
         tmp_path,
         "prune",
@@ -156,7 +156,7 @@ def test_kill_a_prune_on_s3_at_every_stage(s3_bucket: S3Bucket, tmp_path: Path) 
         lambda url, _tmp: ["--store", url, "prune", "--keep-last", "2", "--lock-wait", "60"],
         lambda _url, states: states,
     )
-    assert runs >= 2 * POINTS
+    assert runs >= 2 * min(POINTS, total)  # every kill point, each before and after (fewer points than POINTS: all)
 
 
 @pytest.mark.slow
@@ -164,7 +164,7 @@ def test_kill_a_format_migration_on_s3_at_every_stage(s3_bucket: S3Bucket, tmp_p
     def after(url: str, states: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         return states
 
-    runs, _total = _run_kills(
+    runs, total = _run_kills(
         s3_bucket,
         tmp_path,
         "migrate",
@@ -172,7 +172,7 @@ def test_kill_a_format_migration_on_s3_at_every_stage(s3_bucket: S3Bucket, tmp_p
         lambda url, _tmp: ["--store", url, "migrate", "--format", "--lock-wait", "60"],
         after,
     )
-    assert runs >= 2 * POINTS
+    assert runs >= 2 * min(POINTS, total)  # every kill point, each before and after (fewer points than POINTS: all)
     st = api.open_store(f"{s3_bucket.url}/migrate-0")
     assert st.version == 2  # the run after the kill finished the upgrade
     st.close()
