@@ -752,6 +752,22 @@ def test_a_program_in_ckpt_s_own_process_group_is_not_stopped(tmp_path: Path) ->
         proc.wait()
 
 
+def test_a_program_in_process_group_0_is_not_stopped_as_a_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PID 1 of a container has process group 0, and killpg(0, SIGSTOP) is ckpt's own group:
+    refused in one line before any signal is sent (ckpt stopped itself and hung)."""
+    from ckptcli.adapters.process import freeze
+    from ckptcli.adapters.process.freeze import FreezeError
+
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(freeze.os, "getpgid", lambda pid: 0)
+    monkeypatch.setattr(freeze.os, "killpg", lambda pgid, sig: sent.append((pgid, sig)))
+    store = ckptcli.init_store(tmp_path / "store")
+    with pytest.raises(FreezeError) as err:
+        ProcessAdapter().take(store, 1, subject="process:init", timeout=3)
+    assert "no process group of its own" in _one_line(err.value) and "--freeze none" in (err.value.hint or "")
+    assert sent == [] and store.manifest_ids() == []
+
+
 # -- CRIU -----------------------------------------------------------------------------------------
 
 VDSO_OUTPUT = """\

@@ -133,6 +133,8 @@ class SigStop(Freezer):
     settle = SETTLE_SECONDS
 
     def freeze(self) -> None:
+        if self.pgid <= 0:  # killpg(0) is the caller's own group
+            raise FreezeError(f"process group {self.pgid} is not a program's group")
         try:
             os.killpg(self.pgid, signal.SIGSTOP)
         except OSError as exc:
@@ -328,6 +330,11 @@ def hold(pid: int, mode: str, timeout: float) -> Iterator[str]:
         pgid = os.getpgid(pid)
     except ProcessLookupError:
         raise FreezeError(f"process {pid} is gone") from None
+    if pgid <= 0:  # killpg(0) would stop ckpt's own group (PID 1 of a container has process group 0)
+        raise FreezeError(
+            f"process {pid} has no process group of its own (group {pgid}): it cannot be stopped as a group",
+            hint="take it with --freeze none (the copy may then be torn)",
+        )
     if pgid == os.getpgrp():
         raise FreezeError(
             f"process {pid} is in ckpt's own process group {pgid}: stopping the group would stop ckpt too",
