@@ -530,25 +530,81 @@ def test_the_program_side_is_a_no_op_outside_ckpt_run_and_imports_nothing_else()
     assert r.stdout.strip() == "['ckptcli', 'ckptcli.process']"
 
 
-def test_a_state_directory_replaced_by_a_symlink_is_not_restored_through_it(env: Env) -> None:
-    """The program swaps its declared state directory for a symlink to a directory outside
-    the root, then dies: the restore refuses (one line, exit 8) and writes nothing there."""
-    (env.work / "d").mkdir()
-    (env.work / "d" / "s.txt").write_text("mine")
+@pytest.mark.parametrize("where", ["the path", "a directory on the way"])
+def test_a_state_directory_replaced_by_a_symlink_is_not_restored_through_it(env: Env, where: str) -> None:
+    """The program swaps its declared state directory (or the directory holding it) for a
+    symlink to a directory outside the root, then dies. The path itself: the link is
+    removed (not followed) and the directory restored as it was taken. A directory on the
+    way: the restore refuses (one line, exit 8). Either way nothing is written outside."""
+    (env.work / "sub" / "d").mkdir(parents=True)
+    (env.work / "sub" / "d" / "s.txt").write_text("mine")
     outside = env.work.parent / "outside"
     outside.mkdir()
     script = "import os, sys, time\nif os.environ.get('CKPT_RESTORED'): sys.exit(0)\ntime.sleep(30)\n"
-    sup = env.run(["--state", "d", "--every", "1h", "--backoff", "0.05", "--freeze", "sigstop"], [sys.executable, "-c", script])
+    sup = env.run(["--state", "sub/d", "--every", "1h", "--backoff", "0.05", "--freeze", "sigstop"], [sys.executable, "-c", script])
     _wait(lambda: _children(sup.pid), "the program")
     r = env.ckpt("checkpoint", SUBJECT)
     assert r.returncode == 0, r.stderr
-    os.rename(env.work / "d", env.work / "d.old")
-    (env.work / "d").symlink_to(outside)
+    swapped = env.work / "sub" / "d" if where == "the path" else env.work / "sub"
+    os.rename(swapped, swapped.with_name(swapped.name + ".old"))
+    swapped.symlink_to(outside)
     os.kill(_children(sup.pid)[0], signal.SIGKILL)
-    assert sup.wait(30) == 8, env.sup_log()
-    errors = [line for line in env.sup_log().splitlines() if line.startswith("ckpt: error:")]
-    assert len(errors) == 1 and "symlink" in errors[0], env.sup_log()
+    if where == "the path":
+        assert sup.wait(30) == 0, env.sup_log()
+        restored = env.work / "sub" / "d"
+        assert not restored.is_symlink() and (restored / "s.txt").read_text() == "mine"
+    else:
+        assert sup.wait(30) == 8, env.sup_log()
+        errors = [line for line in env.sup_log().splitlines() if line.startswith("ckpt: error:")]
+        assert len(errors) == 1 and "symlink" in errors[0], env.sup_log()
     assert list(outside.iterdir()) == []
+
+
+def _restored_run(env: Env, state: list[str], script: str) -> subprocess.Popen[bytes]:
+    args = [a for p in state for a in ("--state", p)]
+    return env.run([*args, "--every", "1h", "--backoff", "0.05", "--freeze", "sigstop"], [sys.executable, "-c", script])
+
+
+def test_state_is_restored_by_its_path_and_a_path_the_checkpoint_does_not_hold_is_refused(env: Env) -> None:
+    """Declared in another order, each path gets its own copy back (they were matched by
+    position: a.txt got b.txt's bytes); a path the checkpoint holds no copy of is refused
+    before anything is written (important.txt got a.txt's bytes)."""
+    for name, text in (("a.txt", "AAAA"), ("b.txt", "BBBB"), ("important.txt", "IMPORTANT")):
+        (env.work / name).write_text(text)
+    assert env.ckpt("run", "-S", SUBJECT, "-q", "--state", "a.txt", "--state", "b.txt", "--", "true").returncode == 0
+    (env.work / "a.txt").write_text("changed")
+    assert env.ckpt("run", "-S", SUBJECT, "-q", "--state", "b.txt", "--state", "a.txt", "--", "true").returncode == 0
+    assert ((env.work / "a.txt").read_text(), (env.work / "b.txt").read_text()) == ("AAAA", "BBBB")
+    r = env.ckpt("run", "-S", SUBJECT, "-q", "--state", "important.txt", "--", "true")
+    assert r.returncode == 4 and "holds no copy of --state important.txt" in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr  # one line: the error and its hint
+    assert (env.work / "important.txt").read_text() == "IMPORTANT"
+
+
+def test_a_restored_directory_holds_what_its_copy_holds_and_no_leftover(env: Env) -> None:
+    """Files the program made in its state directory after the checkpoint, and the
+    temporary file of a restore killed midway, are gone after a restore."""
+    (env.work / "d").mkdir()
+    (env.work / "d" / "a").write_text("1")
+    (env.work / "top.bin").write_bytes(b"x" * 10)
+    script = (
+        "import os, pathlib, sys, time\n"
+        "if os.environ.get('CKPT_RESTORED'):\n"
+        "    pathlib.Path('seen.txt').write_text(' '.join(sorted(os.listdir('d'))) + '|' + ' '.join(sorted(os.listdir('.'))))\n"
+        "    sys.exit(0)\n"
+        "time.sleep(30)\n"
+    )
+    sup = _restored_run(env, ["d", "top.bin"], script)
+    _wait(lambda: _children(sup.pid), "the program")
+    assert env.ckpt("checkpoint", SUBJECT).returncode == 0
+    (env.work / "d" / "b").write_text("new")
+    (env.work / "d" / "sub").mkdir()
+    (env.work / "d" / "sub" / "c").write_text("new")
+    (env.work / ".top.bin.ckpt-restore-4242").write_bytes(b"half")  # as a restore killed midway leaves it
+    os.kill(_children(sup.pid)[0], signal.SIGKILL)
+    assert sup.wait(30) == 0, env.sup_log()
+    inside, top = (env.work / "seen.txt").read_text().split("|")
+    assert inside == "a" and ".top.bin.ckpt-restore-4242" not in top.split(), (inside, top)
 
 
 def test_doctor_hook_thaws_what_a_dead_supervisor_left_frozen(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -693,3 +749,63 @@ def test_every_auto_shortens_while_failures_rise_and_advise_reads_the_run(env: E
     assert r.returncode == 0, r.stderr
     measured = json.loads(r.stdout)
     assert measured["measured"]["failures"] == 3, measured
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "ZX"
+    except OSError:
+        return True
+
+
+def test_what_is_left_of_a_dead_program_s_group_goes_with_it(env: Env) -> None:
+    """A program that starts a child writing its state and then dies: the child is killed
+    with it, so the restarted program is the only writer (both generations' children wrote on)."""
+    script = (
+        "import os, subprocess, sys, time\n"
+        "loop = 'import time\\nwhile True:\\n    open(\\'s.txt\\', \\'a\\').write(\\'x\\')\\n    time.sleep(0.05)'\n"
+        "kid = subprocess.Popen([sys.executable, '-c', loop])\n"
+        "open('kids.txt', 'a').write(f'{kid.pid}\\n')\n"
+        "time.sleep(0.3)\n"
+        "os._exit(1)\n"
+    )
+    (env.work / "s.txt").write_text("")
+    sup = env.run(["--state", "s.txt", "--freeze", "sigstop", "--backoff", "0.1", "--max-restarts", "1"], [sys.executable, "-c", script])
+    assert sup.wait(60) == 1, env.sup_log()
+    kids = [int(x) for x in (env.work / "kids.txt").read_text().split()]
+    assert len(kids) == 2
+    _wait(lambda: all(_gone(k) for k in kids), "the children's end", timeout=5)
+
+
+def test_when_every_checkpoint_is_bad_supervision_gives_up_instead_of_a_cold_start_on_the_same_files(env: Env) -> None:
+    """The program poisons its state, is checkpointed, and fails from then on: the
+    checkpoint is marked bad, and with none before it ckpt gives up (it looped for ever,
+    "cold starting" on the poisoned file)."""
+    script = (
+        "import pathlib, sys, time\n"
+        "s = pathlib.Path('s.txt')\n"
+        "if s.exists() and s.read_text() == 'poison':\n"
+        "    sys.exit(3)\n"
+        "s.write_text('poison')\n"
+        "pathlib.Path('poisoned').write_text('')\n"
+        "time.sleep(30)\n"
+    )
+    sup = env.run(
+        ["--state", "s.txt", "--freeze", "sigstop", "--backoff", "0.05", "--bad-after", "1", "--every", "1h"],
+        [sys.executable, "-c", script],
+    )
+    _wait(lambda: (env.work / "poisoned").exists(), "the poison")
+    assert env.ckpt("checkpoint", SUBJECT).returncode == 0
+    os.kill(_children(sup.pid)[0], signal.SIGKILL)
+    assert sup.wait(60) == 3, env.sup_log()
+    log = env.sup_log()
+    assert "marked bad" in log and "failed 1 time after" in log and "every checkpoint back to the first is marked bad" in log, log
+    assert log.count("started ") == 2, log  # the cold start and the one restore: no cold start on the poison
+
+
+@pytest.mark.parametrize("sig", ["KILL", "SIGSTOP", "9"])
+def test_on_signal_refuses_a_signal_no_program_can_handle(env: Env, sig: str) -> None:
+    """--on-signal KILL killed the program at every checkpoint request; STOP stopped it."""
+    r = env.ckpt("run", "-S", SUBJECT, "--on-signal", sig, "--", sys.executable, "-c", "open('ran', 'w')")
+    assert r.returncode == 2 and "cannot be handled by a program" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not (env.work / "ran").exists() and env.checkpoints() == []

@@ -72,8 +72,9 @@ declare, and for an adapter asked for what it does not do (`NotSupported`).
 line names the object and the checkpoint, nothing of that checkpoint is committed in DST, and
 the checkpoints copied before it (oldest first) stay there.
 `ckpt run` exits with its program's status (0 when the program exited 0 or `ckpt halt` ended
-it, 128+N when signal N did), and before the program starts 8 for a `--state` path outside the
-allowed root or through a symlink and 9 when the subject is already supervised;
+it, 128+N when signal N did), and before the program starts 4 for a value it cannot use (a
+duration, a `--state` path its checkpoint holds no copy of), 8 for a `--state` path outside
+the allowed root or through a symlink and 9 when the subject is already supervised;
 `ckpt checkpoint` and `ckpt halt` exit 3 when no supervisor runs (docs/processes.md).
 When the reader of stdout goes away early (`ckpt log | head`), every command stops quietly
 and exits 0, as `git log | head` does: nothing it would have printed is an error.

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptcli.errors import InvalidInputError, UnsafePathError
+from ckptcli.errors import CkptError, InvalidInputError, UnsafePathError
 
 if TYPE_CHECKING:
     from ckptcli.checkpoint import Checkpoint
@@ -98,23 +98,48 @@ def check_state_paths(given: list[str], root: Path, cwd: Path) -> list[StatePath
 
 
 def restore_state(ck: Checkpoint, paths: list[StatePath], root: Path) -> int:
-    """Put each declared path's copy in `ck` back (files written to a temporary name in
-    their directory, then renamed over the old ones); a path `ck` has no copy of did not
-    exist when it was taken, and is removed. Returns the files written.
+    """Put each declared path's copy in `ck` back, found by the path the checkpoint recorded
+    for it (its `ext:process` section), never by position: files are written to a temporary
+    name in their directory, then renamed over the old ones; a directory is made to hold
+    exactly what its copy holds; a recorded path `ck` has no copy of did not exist when it
+    was taken, and is removed. Returns the files written.
 
     Raises:
-        UnsafePathError when a directory on the way became a symlink; StoreIOError, CorruptError
-        from the store; the temporary file of a failed write is removed.
+        InvalidInputError (before anything is written) when a declared path is not one the
+        checkpoint recorded; UnsafePathError when a directory on the way became a symlink;
+        StoreIOError, CorruptError from the store; the temporary file of a failed write is
+        removed.
     """
+    recorded = _recorded(ck)
+    unknown = [sp.given for sp in paths if sp.rel not in recorded]
+    if unknown:
+        held = ", ".join(recorded) or "none"
+        raise InvalidInputError(
+            f"checkpoint {ck.hex[:12]} holds no copy of --state {unknown[0]} (the paths it holds: {held})",
+            hint="declare the state paths the subject's checkpoints hold, or run it as a new subject",
+        )
     blobs = ck.blobs()
     written = 0
-    for i, sp in enumerate(paths):
-        entry = blobs.get(blob_name(i))
+    for sp in paths:
+        name = recorded[sp.rel]
+        entry = blobs.get(name)
         if isinstance(entry, dict):
-            written += _put(ck, blob_name(i), entry, root, sp.parts)
+            written += _put(ck, name, entry, root, sp.parts)
         else:
             _remove(root, sp.parts)
     return written
+
+
+def _recorded(ck: Checkpoint) -> dict[str, str]:
+    """Each state path `ck` recorded (relative to its root) -> the blob holding its copy."""
+    try:
+        view = ck.section("ext:process")
+    except CkptError:
+        view = None
+    rels = view.get("state") if isinstance(view, dict) else None
+    if not isinstance(rels, list):
+        return {}
+    return {rel: blob_name(i) for i, rel in enumerate(rels) if isinstance(rel, str)}
 
 
 def _remove(root: Path, parts: tuple[str, ...]) -> None:
@@ -161,15 +186,23 @@ def _open_dir(root: Path, parts: tuple[str, ...], create: bool) -> int:
 
 def _put(ck: Checkpoint, blob_path: str, entry: dict[str, Any], root: Path, parts: tuple[str, ...]) -> int:
     kind = entry.get("type")
+    _replace_other_kind(root, parts, want_dir=kind == "dir")
     if kind == "dir":
-        dfd = _open_dir(root, parts, create=True)
-        os.close(dfd)
-        n = 0
         children = entry.get("entries")
-        for name, child in children.items() if isinstance(children, dict) else ():
-            if isinstance(child, dict) and isinstance(name, str) and name not in ("", ".", "..") and "/" not in name:
-                n += _put(ck, f"{blob_path}/{name}", child, root, (*parts, name))
-        return n
+        keep = {
+            name: child
+            for name, child in (children.items() if isinstance(children, dict) else ())
+            if isinstance(child, dict) and isinstance(name, str) and name not in ("", ".", "..") and "/" not in name
+        }
+        dfd = _open_dir(root, parts, create=True)
+        try:
+            present = os.listdir(dfd)
+        finally:
+            os.close(dfd)
+        for name in present:  # what the program made after the checkpoint (and a killed restore's temporary files)
+            if name not in keep:
+                _remove(root, (*parts, name))
+        return sum(_put(ck, f"{blob_path}/{name}", child, root, (*parts, name)) for name, child in keep.items())
     if kind == "symlink":
         target = entry.get("target")
         if not isinstance(target, str):
@@ -189,6 +222,7 @@ def _put(ck: Checkpoint, blob_path: str, entry: dict[str, Any], root: Path, part
     dfd = _open_dir(root, parts[:-1], create=True)
     tmp = f".{parts[-1]}.ckpt-restore-{os.getpid()}"
     try:
+        _sweep_temporaries(dfd, parts[-1])
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=dfd)
         mode = entry.get("mode")
@@ -209,3 +243,29 @@ def _put(ck: Checkpoint, blob_path: str, entry: dict[str, Any], root: Path, part
     finally:
         os.close(dfd)
     return 1
+
+
+def _replace_other_kind(root: Path, parts: tuple[str, ...], *, want_dir: bool) -> None:
+    """Remove root/parts when it is a directory and a file is to be put there, or the other
+    way round (the program changed the kind of a path since the checkpoint)."""
+    try:
+        dfd = _open_dir(root, parts[:-1], create=False)
+    except UnsafePathError:
+        return  # not there yet: made as it is put
+    try:
+        st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    finally:
+        os.close(dfd)
+    if stat.S_ISDIR(st.st_mode) != want_dir:
+        _remove(root, parts)
+
+
+def _sweep_temporaries(dfd: int, name: str) -> None:
+    """Remove what a restore killed midway left beside `name` (`.NAME.ckpt-restore-PID`)."""
+    prefix = f".{name}.ckpt-restore-"
+    for other in os.listdir(dfd):
+        if other.startswith(prefix) and other[len(prefix) :].isdigit():
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                os.unlink(other, dir_fd=dfd)

@@ -501,7 +501,9 @@ class Supervisor:
         except CkptError as exc:
             self.cfg.log(f"cannot tag checkpoint {hexid[:12]} bad: {exc.message}")
         self._event(pev.BAD, {"checkpoint": hexid, "failures": failures})
-        self.cfg.log(f"checkpoint {hexid[:12]}: the program failed {failures} times after starting from it; marked bad")
+        self.cfg.log(
+            f"checkpoint {hexid[:12]}: the program failed {failures} time{'s' if failures != 1 else ''} after starting from it; marked bad"
+        )
 
     # -- the program ----------------------------------------------------------------------------------
     def _start(self, restore: str | None) -> None:
@@ -767,6 +769,10 @@ class Supervisor:
         assert self.proc is not None
         rc = self.proc.wait()
         uptime = time.monotonic() - self.started_at
+        # what is left of its process group goes with it: a child still writing its state
+        # would be a second writer beside the restarted program
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         code, sig = (rc, None) if rc >= 0 else (None, signal.Signals(-rc).name)
         self._event(pev.EXIT, {"pid": self.proc.pid, "code": code, "signal": sig, "uptime_seconds": round(uptime, 6)})
         status = rc if rc >= 0 else 128 - rc
@@ -791,6 +797,14 @@ class Supervisor:
                 self._mark_bad(origin, self.failures[origin])
                 origin = self._good(origin)
                 self.last = origin
+                if origin is None:
+                    # a "cold start" would run on the very files it keeps failing on
+                    self.cfg.log(
+                        "every checkpoint back to the first is marked bad and the program fails from its state files: giving up "
+                        "(repair the state, or remove the process-bad-* tags with `ckpt tag --delete`, and run again)"
+                    )
+                    self._final("exit")
+                    return status
         self.streak = 0 if uptime >= HEALTHY_SECONDS else self.streak + 1
         lo, hi = self.cfg.backoff
         delay = min(hi, lo * 2 ** max(0, self.streak - 1))

@@ -4,6 +4,7 @@ from its last good checkpoint when it dies (docs/processes.md)."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -131,6 +132,11 @@ def run(
             sig = parse_signal(on_signal)
         except (KeyError, ValueError):
             raise UsageError(f"--on-signal {on_signal!r} is not a signal", hint="give a name (USR1, SIGUSR2) or a number") from None
+        if sig in (signal.SIGKILL, signal.SIGSTOP):
+            raise UsageError(
+                f"--on-signal {on_signal}: {signal.Signals(sig).name} cannot be handled by a program, so it cannot ask it to checkpoint",
+                hint="give a signal the program handles (USR1, USR2, HUP)",
+            )
     cwd = Path.cwd()
     paths = check_state_paths(state or [], state_root if state_root is not None else cwd, cwd)
     st = open_store(store)
