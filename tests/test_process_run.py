@@ -649,6 +649,8 @@ def test_a_supervisor_killed_with_sigkill_leaves_a_record_the_next_run_clears(en
     (stale,) = [c for c in seen if c["name"] == f"supervisor {SUBJECT}"]
     assert stale["status"] == "warn" and f"(pid {sup.pid}) is gone" in stale["detail"], stale
     assert f"its program (pid {orphan}) still runs, unsupervised" in stale["detail"] and f"ckpt halt {SUBJECT}" in stale["hint"]
+    r = env.ckpt("checkpoint", SUBJECT)  # it said "its stale record was cleared", and kept it
+    assert r.returncode == 3 and f"its program (pid {orphan}) still runs" in r.stderr and f"kill -TERM -{orphan}" in r.stderr, r.stderr
     r = env.ckpt("run", "-S", SUBJECT, "--state", "state.bin", "--", *prog)
     assert r.returncode == 9, r.stderr
     assert f"the program of an earlier `ckpt run` of process:sim (pid {orphan}) still runs" in r.stderr

@@ -269,6 +269,13 @@ def ask(store: Store, subject: Subject, command: str, timeout: float) -> str:
     if rec["stale"]:
         done = clear_stale(path, rec)
         more = f" ({'; '.join(done)})" if done else ""
+        if path.exists():  # kept: the program it started still runs, unsupervised
+            kid = rec.get("child")
+            child: dict[str, Any] = kid if isinstance(kid, dict) else {}
+            raise NotFoundError(
+                f"the supervisor of {subject} (pid {rec.get('pid')}) is gone; its program (pid {child.get('pid')}) still runs{more}",
+                hint=f"stop it (kill -TERM -{child.get('pid')}), then: ckpt run --subject {subject} ... -- CMD",
+            )
         raise NotFoundError(
             f"the supervisor of {subject} (pid {rec.get('pid')}) is gone; its stale record was cleared{more}",
             hint=f"start it again: ckpt run --subject {subject} ... -- CMD",
