@@ -811,3 +811,12 @@ def test_on_signal_refuses_a_signal_no_program_can_handle(env: Env, sig: str) ->
     r = env.ckpt("run", "-S", SUBJECT, "--on-signal", sig, "--", sys.executable, "-c", "open('ran', 'w')")
     assert r.returncode == 2 and "cannot be handled by a program" in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert not (env.work / "ran").exists() and env.checkpoints() == []
+
+
+@pytest.mark.parametrize("declared", [".ckpt", ".", "sub/..", ".ckpt/refs"])
+def test_a_state_path_that_holds_the_store_or_lies_in_it_is_refused(env: Env, declared: str) -> None:
+    """`--state .ckpt` copied the store into itself at every checkpoint and restored it over itself."""
+    (env.work / "sub").mkdir(exist_ok=True)
+    r = env.ckpt("run", "-S", SUBJECT, "--state", declared, "--", sys.executable, "-c", "open('ran', 'w')")
+    assert r.returncode == 8 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert not (env.work / "ran").exists() and env.checkpoints() == []

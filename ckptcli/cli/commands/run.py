@@ -14,7 +14,7 @@ import typer
 from ckptcli.cli._common import open_store
 from ckptcli.cli.app import StoreOpt, app
 from ckptcli.cli.output import exit_status, quiet, safe
-from ckptcli.errors import ExitCode, InvalidInputError, UsageError
+from ckptcli.errors import ExitCode, InvalidInputError, UnsafePathError, UsageError
 
 
 @app.command(
@@ -140,6 +140,15 @@ def run(
     cwd = Path.cwd()
     paths = check_state_paths(state or [], state_root if state_root is not None else cwd, cwd)
     st = open_store(store)
+    if st.directory is not None:  # a store inside a state path would be copied into itself, and restored over itself
+        home = Path(os.path.realpath(st.directory))
+        for sp in paths:
+            where = Path(os.path.realpath(sp.path))
+            if where == home or where in home.parents or home in where.parents:
+                raise UnsafePathError(
+                    f"--state {sp.given}: {where} holds the store {home} (or lies inside it)",
+                    hint="declare the program's own files, not the store's",
+                )
     if adaptive:
         from ckptcli.history.advise import AdaptiveSchedule
 
