@@ -372,7 +372,7 @@ class Supervisor:
             )
         if rec is not None:
             for done in clear_stale(path, rec):
-                self.cfg.log(f"an earlier supervisor (pid {rec.get('pid')}) died and left its program frozen: {done}")
+                self.cfg.log(f"an earlier supervisor (pid {rec.get('pid')}) died; cleaned up after it: {done}")
             child = rec.get("child")
             if isinstance(child, dict) and _alive(child.get("pid"), child.get("started")):
                 raise LockError(
