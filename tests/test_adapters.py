@@ -382,6 +382,148 @@ def test_a_broken_third_party_adapter_is_one_line_in_doctor_not_a_crash(tmp_path
     assert cap.returncode == ExitCode.INVALID_INPUT and cap.stderr.decode().count("\n") == 1
 
 
+_MISBEHAVING = """
+import sys
+
+from ckptcli.adapters.base import Adapter, Availability, Capture, Importer
+
+
+class Fmt(Importer):
+    name = "fmt"
+    summary = "a format"
+
+    def run(self, store, source, options, progress=None):
+        return {}
+
+
+class ExitingFmt(Importer):
+    name = "exiting-fmt"
+    summary = "a format whose importer calls sys.exit(0) when it runs"
+
+    def run(self, store, source, options, progress=None):
+        sys.exit(0)
+
+
+class Base(Adapter):
+    kind = "workflow"
+    summary = "misbehaves"
+
+    @classmethod
+    def available(cls):
+        return Availability(True, "needs nothing")
+
+
+class Exits(Base):
+    name = "exits"
+
+    def importers(self):
+        sys.exit(0)
+
+
+class Raises(Base):
+    name = "raises"
+
+    def importers(self):
+        raise RuntimeError("importers exploded")
+
+
+class RunExits(Base):
+    name = "runexits"
+
+    def importers(self):
+        return {"exiting-fmt": ExitingFmt()}
+
+
+class CaptureExits(Base):
+    name = "capexits"
+
+    def capture(self, target, **options):
+        sys.exit(0)
+
+
+class BadOptions(Base):
+    name = "badoptions"
+
+    def importers(self):
+        class Opts(Fmt):
+            name = "opts-fmt"
+
+            @property
+            def options(self):
+                sys.exit(0)
+
+        return {"opts-fmt": Opts()}
+
+
+class BadName(Base):
+    name = "badname"
+
+    def importers(self):
+        return {"badname-fmt": Fmt()}
+"""
+
+
+def _misbehaving(tmp_path: Path) -> Path:
+    """A third-party package whose adapters call sys.exit(0) or raise in their methods, and
+    one registered under a name that is no adapter name."""
+    d = tmp_path / "misbehaving"
+    info = d / "ckpt_misbehaving-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: ckpt-misbehaving\nVersion: 1.0\n")
+    eps = {n: f"ckpt_misbehaving:{c}" for n, c in [("exits", "Exits"), ("raises", "Raises"), ("runexits", "RunExits")]}
+    eps |= {
+        "capexits": "ckpt_misbehaving:CaptureExits",
+        "badoptions": "ckpt_misbehaving:BadOptions",
+        "Bad_Name!": "ckpt_misbehaving:BadName",
+    }
+    (info / "entry_points.txt").write_text("[ckptcli.adapters]\n" + "".join(f"{n} = {v}\n" for n, v in eps.items()))
+    (d / "ckpt_misbehaving.py").write_text(_MISBEHAVING)
+    return d
+
+
+def test_a_third_party_adapter_that_exits_or_raises_in_its_methods_is_one_line_and_a_failure(tmp_path: Path) -> None:
+    env = _env(PLUGIN, _misbehaving(tmp_path))
+    assert run_ckpt("init", cwd=tmp_path, env=env).returncode == 0
+    (tmp_path / "x.json").write_text("{}")
+    fix = "fix or remove the package that registers it"
+    cases = [
+        (("import", "exits:fmt", "x.json"), "the adapter 'exits': importers() failed: it called sys.exit(0); " + fix),
+        (("import", "raises:fmt", "x.json"), "the adapter 'raises': importers() failed: RuntimeError: importers exploded; " + fix),
+        (("import", "exiting-fmt", "x.json"), "the adapter 'runexits': the importer 'exiting-fmt': run() failed: it called sys.exit(0)"),
+        (("import", "badoptions:opts-fmt", "x.json"), "the adapter 'badoptions': reading its importer failed: it called sys.exit(0)"),
+        (("capture", "capexits", "x", "-S", "workflow:w"), "the adapter 'capexits': capture() failed: it called sys.exit(0)"),
+        (
+            ("capture", "Bad_Name!", "x", "-S", "workflow:w"),
+            "the adapter entry point 'Bad_Name!' (ckpt_misbehaving:BadName) is malformed: its name is not lower-case letters",
+        ),
+        (("import", "Bad_Name!:badname-fmt", "x.json"), "the adapter entry point 'Bad_Name!' (ckpt_misbehaving:BadName) is malformed"),
+    ]
+    for args, says in cases:
+        r = run_ckpt(*args, cwd=tmp_path, env=env)
+        err = r.stderr.decode()
+        assert r.returncode == ExitCode.INVALID_INPUT, (args, r.returncode, err)
+        assert err.startswith("ckpt: error: " + says) and err.count("\n") == 1 and "Traceback" not in err, (args, err)
+    assert json.loads(run_ckpt("ls", "--json", cwd=tmp_path, env=env).stdout) == []
+    # the lists skip them, and the working adapters' importers are still there
+    helped = run_ckpt("import", "--help", cwd=tmp_path, env=env)
+    assert helped.returncode == 0 and "dirsnap-json SOURCE" in helped.stdout.decode()
+    assert "badname-fmt" not in helped.stdout.decode() and "opts-fmt" not in helped.stdout.decode()
+    helped = run_ckpt("capture", "--help", cwd=tmp_path, env=env)
+    assert helped.returncode == 0 and "dirsnap TARGET" in helped.stdout.decode() and "Bad_Name!" not in helped.stdout.decode()
+    # doctor: a failed row for each, the malformed name among them
+    r = run_ckpt("doctor", cwd=tmp_path, env=env)
+    out = r.stdout.decode()
+    assert r.returncode == 1 and "Traceback" not in out + r.stderr.decode()
+    rows = {ln.split()[2]: ln for ln in out.splitlines() if ln.startswith(("fail  adapter ", "warn  adapter ", "ok    adapter "))}
+    assert rows["Bad_Name!"].startswith("fail  adapter Bad_Name! ")
+    assert "is malformed: its name is not lower-case letters" in rows["Bad_Name!"]
+    assert not rows["exits"].startswith("ok") and "importers() failed: it called sys.exit(0)" in rows["exits"]
+    assert not rows["badoptions"].startswith("ok") and "reading its importer failed: it called sys.exit(0)" in rows["badoptions"]
+    assert rows["dirsnap"].startswith("ok")
+    assert run_ckpt("doctor", "--adapter", "Bad_Name!", cwd=tmp_path, env=env).returncode == 1
+    assert run_ckpt("doctor", "--adapter", "dirsnap", cwd=tmp_path, env=env).returncode == 0
+
+
 # -- doctor: asked about one adapter or backend ------------------------------------------------------
 def _backend_package(where: Path, scheme: str, module: str, source: str | None) -> Path:
     """A package registering a backend for `scheme` in `module` (absent when `source` is None)."""

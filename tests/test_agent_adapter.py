@@ -235,6 +235,39 @@ def test_redaction_never_leaves_a_planted_secret(value: Any) -> None:
     assert out["data"] == Redactor().redact(value, "/data", Redaction())
 
 
+SECRET_NAMES = (
+    "PGPASSWORD", "DB_PASS", "db-pass", "PASS", "AUTH", "X_AUTH", "SLACK_WEBHOOK", "GITHUB_TOKEN", "MYSECRET", "DB_PWD",
+    "MYSQL_PWD", "GPG_PASSPHRASE", "GOOGLE_CREDENTIALS", "aws_credential", "MYAPIKEY", "api_key", "client_secret", "Cookie",
+)  # fmt: skip
+PLAIN_NAMES = ("PWD", "OLDPWD", "PATH", "HOME", "BYPASS", "COMPASS", "AUTHOR", "MAX_TOKENS", "PASSENGER", "TOKENIZER", "keyword")
+
+
+def test_the_key_rules_hide_names_that_end_in_a_secrets_word_and_not_the_working_directory() -> None:
+    report = Redaction()
+    out = Redactor().redact({name: "value" for name in SECRET_NAMES + PLAIN_NAMES}, "", report)
+    assert [k for k, v in out.items() if v == "[REDACTED:secret-key]"] == list(SECRET_NAMES)
+    assert {k: out[k] for k in PLAIN_NAMES} == {k: "value" for k in PLAIN_NAMES}
+    assert report.paths == [f"/{k}" for k in SECRET_NAMES]
+
+
+def test_the_value_rules_hide_slack_webhooks_authorization_headers_and_short_bearer_tokens() -> None:
+    cases = {
+        "post to https://hooks.slack.com/services/T000/B000/XXXX please": "post to [REDACTED:slack-webhook] please",
+        "Authorization: Bearer tok": "[REDACTED:authorization-header]",
+        "authorization: Basic dXNlcjpwYXNz": "[REDACTED:authorization-header]",
+        "Authorization: Bearer abcdefghijklmnopqrstuvwxyz": "[REDACTED:authorization-header]",
+        "curl -H 'Authorization: token x' http://h\nnext line": "curl -H '[REDACTED:authorization-header]\nnext line",
+        "Bearer abcd1234": "[REDACTED:bearer-token]",
+        "Bearer abc": "Bearer abc",  # too short to be a token
+        "the bearer of bad news": "the bearer of bad news",
+        "Authorization:": "Authorization:",
+    }
+    for text, want in cases.items():
+        report = Redaction()
+        assert Redactor().redact(text, "/s", report) == want, text
+        assert report.count == (0 if want == text else 1), text
+
+
 def test_plain_conversion_round_trips_nested_dataclasses() -> None:
     bot = _bot()
     plain = to_plain(dataclasses.replace(bot, client=None))

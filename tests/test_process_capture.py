@@ -233,6 +233,51 @@ def test_a_secret_on_the_command_line_is_redacted_too(children: Children, tmp_pa
     assert "hunter2" not in json.dumps(d) and "plain-value" not in json.dumps(d)
 
 
+def test_ckpt_capture_process_redacts_the_usual_secret_names_and_headers_and_keeps_the_working_directory(
+    children: Children, tmp_path: Path
+) -> None:
+    # an outside tester's list: each of these was stored in clear, and PWD was hidden as a secret
+    secrets = {
+        "PGPASSWORD": "pgpw-in-clear",
+        "DB_PASS": "dbp-in-clear",
+        "AUTH": "Bearer_eyJabc-in-clear",
+        "SLACK_WEBHOOK": "https://hooks.slack.com/services/T0/B0/hook-in-clear",
+        "GITHUB_TOKEN": "gh-in-clear",
+        "MYSECRET": "mine-in-clear",
+        "DB_PWD": "dbpwd-in-clear",
+    }
+    plain = {"PWD": str(tmp_path), "OLDPWD": "/tmp", "BYPASS": "yes", "MAX_TOKENS": "512"}
+    args = ["-H", "Authorization: Bearer tok", "--note", "Bearer abcdefgh1", "see https://hooks.slack.com/services/T1/B1/argv-hook now"]
+    code = "import sys, time; print('{}', flush=True); time.sleep(300)"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **secrets, **plain}
+    proc, _ = children.start([sys.executable, "-c", code, *args], ready=True, env=env, cwd=tmp_path)
+    store = tmp_path / "store"
+    ckptcli.init_store(store)
+    r = run_ckpt("capture", "process", str(proc.pid), "-S", "process:leaky", "--json", "--store", store)
+    assert r.returncode == 0, r.stderr
+    r = run_ckpt("show", "process:leaky", "--section", "ext:process", "--json", "--store", store)
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(r.stdout)
+    section = shown.get("value", shown)
+    cat = run_ckpt("cat", "process:leaky", "--store", store).stdout.decode()
+    for value in [*secrets.values(), "Bearer tok", "abcdefgh1", "argv-hook"]:
+        assert value not in cat and value not in r.stdout.decode(), value
+    for name in secrets:
+        assert section["environ"][name] == "[REDACTED:secret-key]", name
+    assert {k: section["environ"][k] for k in plain} == plain
+    assert section["argv"][3:] == [
+        "-H", "[REDACTED:authorization-header]", "--note", "[REDACTED:bearer-token]", "see [REDACTED:slack-webhook] now",
+    ]  # fmt: skip
+    red = json.loads(run_ckpt("show", "process:leaky", "--section", "ext:ckpt.redaction", "--json", "--store", store).stdout)
+    redacted = {r["path"]: r["rule"] for r in red.get("value", red)["redacted"]}
+    assert redacted == {
+        **{f"/ext/process/environ/{k}": "secret-key" for k in secrets},
+        "/ext/process/argv/4": "authorization-header",
+        "/ext/process/argv/6": "bearer-token",
+        "/ext/process/argv/7": "slack-webhook",
+    }
+
+
 def test_stat_and_limits_parsers() -> None:
     st = parse_stat("42 (a (weird) name) S 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 3 0 777 0 0")
     assert st["comm"] == "a (weird) name" and st["ppid"] == 1 and st["num_threads"] == 3 and st["starttime"] == 777

@@ -32,23 +32,27 @@ STANDARD = ("memory", "plan", "tools", "events")
 REDACTION_NAMESPACE = "ckpt.redaction"
 PLACEHOLDER = "[REDACTED:{rule}]"
 
-#: Keys whose values are secrets, whatever they look like (matched against the whole key, case-insensitively).
+#: Keys whose values are secrets, whatever they look like (matched against the whole key, case-insensitively):
+#: names that end in a secret's word (PGPASSWORD, GITHUB_TOKEN, MYSECRET, SLACK_WEBHOOK), names that are or end in
+#: PASS or AUTH after a separator (DB_PASS, X-AUTH), and PWD only after one (DB_PWD; not PWD, the working directory).
 DEFAULT_KEY_PATTERNS: dict[str, str] = {
-    "secret-key": r"(?i)^(?:.*[_-])?(?:api[_-]?key|apikey|secret|secret[_-]?key|client[_-]?secret|password|passwd|pwd|passphrase|"
-    r"token|access[_-]?token|refresh[_-]?token|id[_-]?token|auth[_-]?token|authorization|cookie|set-cookie|session[_-]?id|"
-    r"private[_-]?key|access[_-]?key|credentials?)$",
+    "secret-key": r"(?i)^(?:(?:.*[_-])?(?:api[_-]?key|secret[_-]?key|client[_-]?secret|access[_-]?token|refresh[_-]?token|"
+    r"id[_-]?token|auth[_-]?token|authorization|cookie|set-cookie|session[_-]?id|private[_-]?key|access[_-]?key|pass|auth)"
+    r"|.*(?:password|passwd|passphrase|secret|token|apikey|credentials?|webhook)|.*[_-]pwd)$",
 }
 
-#: Strings that look like credentials wherever they appear (searched inside strings).
+#: Strings that look like credentials wherever they appear (searched inside strings, in this order).
 DEFAULT_VALUE_PATTERNS: dict[str, str] = {
     "openai-key": r"\bsk-(?:proj-)?[A-Za-z0-9_-]{20,}",
     "anthropic-key": r"\bsk-ant-[A-Za-z0-9_-]{20,}",
     "aws-access-key": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
     "github-token": r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}",
     "slack-token": r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
+    "slack-webhook": r"(?i)\b(?:https?://)?hooks\.slack\.com/services/[A-Za-z0-9_/-]+",
     "google-api-key": r"\bAIza[0-9A-Za-z_-]{35}\b",
     "jwt": r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}",
-    "bearer-token": r"(?i)\bbearer\s+[A-Za-z0-9._~+/-]{16,}=*",
+    "authorization-header": r"(?i)\b(?:proxy-)?authorization:[ \t]*(?!\[REDACTED:)[^\s][^\r\n]*",
+    "bearer-token": r"(?i)\bbearer\s+[A-Za-z0-9._~+/-]{8,}=*",
     "private-key-block": r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
     "url-password": r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)",
 }

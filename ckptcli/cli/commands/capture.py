@@ -36,7 +36,10 @@ def _adapter_help() -> list[tuple[str, str]]:
             cls = registry.adapter_class(name)
         except CkptError:
             continue  # `ckpt doctor` says why
-        if not cls.supports("capture"):
+        try:
+            if not registry.call(name, "supports()", cls.supports, "capture"):
+                continue
+        except CkptError:
             continue
         rows.append((f"{name} TARGET", f"{cls.summary} (subjects {cls.kind}:NAME)"))
         rows += [(f"  {flag_usage(o)}", o.help) for o in cls.options]
@@ -88,8 +91,8 @@ def capture(
     if name.startswith("-"):
         raise UsageError(f"unexpected option {name!r} before the adapter", hint="ckpt capture ADAPTER TARGET --subject KIND:NAME")
     adapter = registry.adapter(name)
-    if not adapter.supports("capture"):
-        adapter.capture(None)  # raises NotSupported, saying what it offers
+    if not registry.call(name, "supports()", adapter.supports, "capture"):
+        registry.call(name, "capture()", adapter.capture, None)  # raises NotSupported, saying what it offers
     target, options = parse(f"ckpt capture {name}", adapter.options, "TARGET", "the target to capture", words[1:])
     if subject is None:
         raise UsageError("ckpt capture needs --subject", hint=f"e.g. --subject {adapter.kind}:NAME")
@@ -97,7 +100,8 @@ def capture(
 
     cwd_importable()  # a MODULE:NAME target loads from the project's checkout, as `python -m` does
     st = open_store(store)
-    result = adapter.take(st, target, subject=subject, **options)
+    # the adapter's own code: its failure (an exception, sys.exit()) is one line naming it
+    result = registry.call(name, "capture()", adapter.take, st, target, subject=subject, **options)
     if as_json:
         emit_json(
             {

@@ -35,6 +35,10 @@ def _importer_help() -> list[tuple[str, str]]:
 
     rows: list[tuple[str, str]] = []
     for fmt, (owner, imp) in sorted(registry.importers().items()):
+        try:
+            registry.check_importer(owner, imp)
+        except CkptError:
+            continue  # `ckpt import OWNER:FMT` and `ckpt doctor` say why
         via = "" if owner == fmt else f" (adapter {owner})"
         rows.append((f"{fmt} SOURCE", f"{imp.summary}{via}. SOURCE: {imp.source}."))
         for o in imp.options:
@@ -113,16 +117,17 @@ def import_(
         raise UsageError(f"unexpected option {first!r} before the file", hint="ckpt import FILE, or ckpt import KIND SOURCE [OPTIONS]")
     from ckptcli.adapters import registry
 
-    _owner, imp = registry.find_importer(first)
+    owner, imp = registry.find_importer(first)
     src, options = parse(f"ckpt import {first}", imp.options, "SOURCE", imp.source, source[1:])
     if imp.source_is_path:
         api.refuse_url(src, f"{imp.source} to import")
     st = open_store(store)
-    result = imp.run(st, src, options, BarProgress())
+    # the importer's own code: its failure (an exception, sys.exit()) is one line naming it
+    result = registry.call(owner, f"the importer {imp.name!r}: run()", imp.run, st, src, options, BarProgress())
     if as_json:
         emit_json(result)
     else:
-        out().print(imp.describe(result, st.location), markup=False)
+        out().print(registry.call(owner, f"the importer {imp.name!r}: describe()", imp.describe, result, st.location), markup=False)
 
 
 def _is_kind(word: str) -> bool:
