@@ -820,3 +820,18 @@ def test_a_state_path_that_holds_the_store_or_lies_in_it_is_refused(env: Env, de
     r = env.ckpt("run", "-S", SUBJECT, "--state", declared, "--", sys.executable, "-c", "open('ran', 'w')")
     assert r.returncode == 8 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
     assert not (env.work / "ran").exists() and env.checkpoints() == []
+
+
+def test_the_command_line_is_stored_with_its_secrets_redacted(env: Env) -> None:
+    """The program's argv goes into every checkpoint (ext:process) and its process:start
+    event: a secret on it is stored as its placeholder, and the program still gets it."""
+    script = "import sys; open('args.txt', 'w').write(' '.join(sys.argv[1:]))"
+    argv = [sys.executable, "-c", script, "--api-key", "sk-proj-abcdefghijklmnopqrstuvwxyz", "-H", "Authorization: Bearer tok12345"]
+    r = env.ckpt("run", "-S", SUBJECT, "-q", "--", *argv)
+    assert r.returncode == 0, r.stderr
+    assert (env.work / "args.txt").read_text() == " ".join(argv[3:])
+    ((_ns, hexid, _labels),) = env.checkpoints()
+    ck = Checkpoint(env.store(), bytes.fromhex(hexid))
+    stored = json.dumps([ck.section("ext:process"), ck.section("events")])
+    assert "abcdefghijklmnopqrstuvwxyz" not in stored and "tok12345" not in stored, stored
+    assert "[REDACTED:" in stored

@@ -338,6 +338,14 @@ def describe(
     return out
 
 
+def redact_argv(argv: list[str], rules: Redactor | None = None) -> list[str]:
+    """A command line as ckpt stores it: secrets in it replaced by the redactor's rules (the
+    generic adapter's by default), as `describe` does for a running program's."""
+    rules = rules if rules is not None else Redactor()
+    report = Redaction()
+    return _redact_flags(rules.redact(list(argv), "/argv", report), rules, "/argv", report)
+
+
 def _redact_flags(argv: list[str], rules: Redactor, where: str, report: Redaction) -> list[str]:
     """Redact the values of command-line options whose name says they are secret, by the
     redactor's key rules: ``--api-key=VALUE`` and ``--api-key VALUE`` (and ``-password ...``)."""

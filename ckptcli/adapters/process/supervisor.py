@@ -312,7 +312,11 @@ class Supervisor:
     """Runs one program under `ckpt run` until it exits 0, is halted, or exhausts its restarts."""
 
     def __init__(self, cfg: RunConfig) -> None:
+        from ckptcli.adapters.process.procfs import redact_argv
+
         self.cfg = cfg
+        #: the command line as it is stored and recorded: secrets in it redacted
+        self.shown_argv = redact_argv(cfg.argv)
         self.proc: subprocess.Popen[bytes] | None = None
         self.channel: Channel | None = None
         self.started_at = 0.0
@@ -401,7 +405,7 @@ class Supervisor:
             "store": self.cfg.store.location,
             "subject": str(self.cfg.subject),
             "socket": str(sock_path),
-            "argv": self.cfg.argv,
+            "argv": self.shown_argv,
             "child": None,
             "frozen": None,
             "cgroup": str(self.cfg.freezer.path) if isinstance(self.cfg.freezer, CgroupFreezer) else None,
@@ -431,7 +435,7 @@ class Supervisor:
         head = store.head(subject)
         start_from = self._good(head.hex() if head is not None else None)
         base: dict[str, Any] = {
-            "argv": self.cfg.argv,
+            "argv": self.shown_argv,
             "cwd": str(self.cfg.cwd),
             "state": [sp.rel for sp in self.cfg.state],
             "schedule": self._schedule_view(),
@@ -552,7 +556,7 @@ class Supervisor:
         self.started_at = time.monotonic()
         self.next_due = self.started_at + self.cfg.schedule.next_delay()
         self._update_record(child={"pid": self.proc.pid, "pgid": self.proc.pid, "started": _start_time(self.proc.pid)})
-        self._event(pev.START, {"pid": self.proc.pid, "argv": self.cfg.argv, "attempt": self.attempt, "restored": restore})
+        self._event(pev.START, {"pid": self.proc.pid, "argv": self.shown_argv, "attempt": self.attempt, "restored": restore})
         how = f"restored from {restore[:12]}" if restore else "cold start"
         self.cfg.log(f"started {self.cfg.argv[0]} (pid {self.proc.pid}, attempt {self.attempt}, {how})")
 
