@@ -67,7 +67,8 @@ asked about one adapter or backend (`ckpt doctor --adapter NAME`, `--backend SCH
 0 when that works here, 1 when not, and 2 when none of that name is installed.
 `ckpt import KIND SOURCE` and `ckpt capture ADAPTER TARGET` exit 2 for a KIND or ADAPTER that is
 not installed (the line lists those that are), for an option the importer or adapter does not
-declare, and for an adapter asked for what it does not do (`NotSupported`).
+declare, and for an adapter asked for what it does not do (`NotSupported`); 4 when a
+third-party adapter's own code raises or calls `sys.exit()` (one line naming the adapter).
 `ckpt copy` exits 5 when an object or manifest it reads from SRC does not match its hash: the
 line names the object and the checkpoint, nothing of that checkpoint is committed in DST, and
 the checkpoints copied before it (oldest first) stay there.
