@@ -7,7 +7,7 @@
   of a take at least, 22 kill points of each operation on S3, ...);
 - N > 1: N times the full sweeps, for a soak run.
 
-`CKPT_STRESS_SCALE=1 bash scripts/test -m slow` runs every stress test at full size.
+`CKPT_STRESS_SCALE=1 bash scripts/test` runs every stress test at full size.
 """
 
 from __future__ import annotations
