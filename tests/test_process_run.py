@@ -835,3 +835,77 @@ def test_the_command_line_is_stored_with_its_secrets_redacted(env: Env) -> None:
     stored = json.dumps([ck.section("ext:process"), ck.section("events")])
     assert "abcdefghijklmnopqrstuvwxyz" not in stored and "tok12345" not in stored, stored
     assert "[REDACTED:" in stored
+
+
+@pytest.mark.parametrize("mode", [m for m in _modes() if m.id in ("cgroup", "freezer")])
+def test_under_a_cgroup_freeze_a_child_that_left_the_group_goes_with_the_program(env: Env, mode: str) -> None:
+    """A child that called setsid is out of the program's process group but in its cgroup:
+    it is killed when the program dies (it wrote on beside the restarted program)."""
+    script = (
+        "import os, sys, time\n"
+        "if os.environ.get('CKPT_RESTORED') or os.path.exists('started'):\n"
+        "    time.sleep(30)\n"
+        "open('started', 'w')\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    open('kid.txt', 'w').write(str(os.getpid()))\n"
+        "    while True:\n"
+        "        time.sleep(0.05)\n"
+        "time.sleep(0.3)\n"
+        "os._exit(3)\n"
+    )
+    sup = env.run(["--freeze", mode, "--backoff", "0.05", "--every", "1h"], [sys.executable, "-c", script])
+    _wait(lambda: len(env.starts()) >= 2 or "attempt 2" in env.sup_log(), "the restart")
+    kid = int((env.work / "kid.txt").read_text())
+    _wait(lambda: _gone(kid), "the end of the child that left the group", timeout=5)
+    assert env.ckpt("halt", SUBJECT).returncode == 0
+    assert sup.wait(30) == 0
+
+
+def test_a_signal_during_the_backoff_ends_with_128_plus_it(env: Env) -> None:
+    """SIGTERM between two starts exited 0, which a scheduler reads as success."""
+    sup = env.run(["--backoff", "1h"], [sys.executable, "-c", "import sys; sys.exit(5)"])
+    _wait(lambda: "restarting in 3600 s" in env.sup_log(), "the backoff")
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(30) == 128 + signal.SIGTERM, env.sup_log()
+    assert "halted (SIGTERM)" in env.sup_log()
+
+
+def test_a_state_file_turned_into_a_symlink_is_not_checkpointed(env: Env) -> None:
+    """The program replaces its state file with a symlink: the checkpoint is refused with a
+    line (it stored the link, which the next run then refused), and the restore is of the
+    last checkpoint taken before."""
+    (env.work / "state.bin").write_text("v1")
+    (env.work / "state.real").write_text("v2")
+    script = "import time\ntime.sleep(30)\n"
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", "sigstop", "--backoff", "0.05"], [sys.executable, "-c", script])
+    _wait(lambda: _children(sup.pid), "the start")
+    r = env.ckpt("checkpoint", SUBJECT, "--json")
+    assert r.returncode == 0, r.stderr
+    good = json.loads(r.stdout)["id"]
+    os.unlink(env.work / "state.bin")
+    os.symlink("state.real", env.work / "state.bin")
+    r = env.ckpt("checkpoint", SUBJECT)
+    assert r.returncode == 1, r.stderr
+    assert "checkpoint not taken" in env.sup_log() and "symlink" in env.sup_log()
+    os.kill(_children(sup.pid)[0], signal.SIGKILL)
+    _wait(lambda: f"attempt 2, restored from {good[:12]}" in env.sup_log(), "the restart from the good checkpoint")
+    assert not (env.work / "state.bin").is_symlink() and (env.work / "state.bin").read_text() == "v1"
+    assert env.ckpt("halt", SUBJECT).returncode == 0
+    sup.wait(30)
+
+
+def test_many_checkpoint_requests_at_once_are_all_answered(env: Env) -> None:
+    """15 `ckpt checkpoint` at once: a full listen backlog failed some at once with exit 9."""
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", "sigstop"], _sim("--steps", "100000000"))
+    _wait(lambda: env.starts(), "the start")
+    argv = [sys.executable, "-m", "ckptcli", "checkpoint", SUBJECT, "--timeout", "60s"]
+    asks = [subprocess.Popen(argv, cwd=env.work, env=env.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(15)]
+    codes = [(p.wait(90), p.stderr.read().decode() if p.stderr else "") for p in asks]
+    for p in asks:
+        for stream in (p.stdout, p.stderr):
+            if stream is not None:
+                stream.close()
+    assert all(code == 0 for code, _err in codes), codes
+    assert env.ckpt("halt", SUBJECT).returncode == 0
+    sup.wait(30)

@@ -113,6 +113,14 @@ class Freezer:
     def cleanup(self) -> None:
         """Remove what `prepare` made (the cgroup), once the program is gone."""
 
+    def kill_rest(self) -> None:
+        """Kill what is left of the program once its main process is gone: its process
+        group (a child still writing its state would be a second writer beside the
+        restarted program)."""
+        if getattr(self, "pgid", 0) > 0:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pgid, signal.SIGKILL)
+
     @contextlib.contextmanager
     def frozen(self) -> Iterator[None]:
         """Frozen inside the block, thawed after it, whatever happens."""
@@ -212,6 +220,23 @@ class CgroupFreezer(Freezer):
 
     def record(self) -> dict[str, Any]:
         return {"how": self.how, "cgroup": str(self.path), "version": self.version}
+
+    def kill_rest(self) -> None:
+        """The process group, and every process left in the cgroup: a descendant that
+        left the group (setsid) too."""
+        super().kill_rest()
+        self.thaw()
+        for _ in range(100):
+            try:
+                pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+            except OSError:
+                return
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
 
     def cleanup(self) -> None:
         """Thaw, kill what is left in the cgroup (the program's own children), remove it."""

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ckptcli.adapters.process import events as pev
 from ckptcli.adapters.process.control import Channel
 from ckptcli.adapters.process.freeze import CgroupFreezer, FreezeError, Freezer, thaw_record
-from ckptcli.adapters.process.state import StatePath, blob_name, restore_state
+from ckptcli.adapters.process.state import StatePath, blob_name, check_state_paths, restore_state
 from ckptcli.errors import CkptError, InvalidInputError, LockError, NotFoundError, StoreIOError
 from ckptcli.format.manifest import Subject
 from ckptcli.history.events import LABEL_SEQ, Event, make_event
@@ -282,8 +282,16 @@ def ask(store: Store, subject: Subject, command: str, timeout: float) -> str:
         )
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
+    deadline = time.monotonic() + timeout
     try:
-        sock.connect(str(rec.get("socket")))
+        while True:  # a backlog that is full (many asking at once) is waited on, up to the timeout
+            try:
+                sock.connect(str(rec.get("socket")))
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise TimeoutError from None
+                time.sleep(0.01)
         sock.sendall(f"{command}\n".encode("ascii"))
         buf = b""
         while b"\n" not in buf and len(buf) < 4096:
@@ -394,7 +402,7 @@ class Supervisor:
             raise StoreIOError(
                 f"cannot make the supervisor's socket {sock_path}: {exc.strerror}", hint="set CKPT_RUNTIME_DIR to a short path"
             ) from None
-        server.listen(8)
+        server.listen(128)  # many `ckpt checkpoint` at once wait their turn
         server.setblocking(False)
         self.server = server
         self.record_path = path
@@ -746,6 +754,10 @@ class Supervisor:
     def _take(self, reason: str, how: str, consistency: str, pid: int | None) -> str:
         from ckptcli.writer import take
 
+        # the declared paths keep the rules they were checked by at the start: a state file
+        # the program turned into a symlink (or a FIFO) is refused, not stored as a link
+        check_state_paths([sp.given for sp in self.cfg.state], self.cfg.root, self.cfg.cwd)
+
         doc: dict[str, Any] = {k: v for k, v in self.snapshot.items()}
         ext = dict(doc.get("ext") or {})
         view = {**(ext.get("process") or {}), "schedule": self._schedule_view()}  # as it stands now (auto learns)
@@ -780,10 +792,10 @@ class Supervisor:
         assert self.proc is not None
         rc = self.proc.wait()
         uptime = time.monotonic() - self.started_at
-        # what is left of its process group goes with it: a child still writing its state
-        # would be a second writer beside the restarted program
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        # what is left of the program goes with it (its process group; under a cgroup freeze,
+        # every process in the cgroup): a child still writing its state would be a second
+        # writer beside the restarted program
+        self.cfg.freezer.kill_rest()
         code, sig = (rc, None) if rc >= 0 else (None, signal.Signals(-rc).name)
         self._event(pev.EXIT, {"pid": self.proc.pid, "code": code, "signal": sig, "uptime_seconds": round(uptime, 6)})
         status = rc if rc >= 0 else 128 - rc
@@ -863,7 +875,7 @@ class Supervisor:
         program's group; returns 0 for `ckpt halt`, else the program's status."""
         signum = self.halting or signal.SIGTERM
         hexid = self._final("exit") if self._running() else None
-        status = 0
+        status = 128 + signum  # a signal ended supervision (between two starts: no program status to give)
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signum)
@@ -879,5 +891,6 @@ class Supervisor:
             for conn in self.halt_conns:
                 with contextlib.suppress(OSError):
                     conn.sendall(f"ok {hexid or 'none'}\n".encode())
-        self.cfg.log(f"halted ({signal.Signals(signum).name}); last checkpoint {hexid[:12] if hexid else 'none'}")
+        how = "ckpt halt" if self.halt_conns else signal.Signals(signum).name
+        self.cfg.log(f"halted ({how}); last checkpoint {hexid[:12] if hexid else 'none'}")
         return status
