@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
 import statistics
 import time
 from collections import deque
@@ -35,13 +34,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ckptcli._util.timeparse import MAX_SECONDS, SECONDS_HINT
+from ckptcli._util.timeparse import parse_seconds as parse_seconds  # the CLI's durations, where they live
 from ckptcli.errors import CkptError, InvalidInputError
 
 if TYPE_CHECKING:
     from ckptcli.store.repository import Store
 
-#: The longest duration taken as an input (100 years): anything longer is a mistake.
-MAX_SECONDS = 100 * 365.25 * 86400.0
 #: A take measured as 0 (a coarse clock) counts as this long in the formulas.
 MIN_TAKE_SECONDS = 1e-6
 #: How many of the newest take durations a measurement takes the median of.
@@ -49,9 +48,7 @@ TAKE_WINDOW = 20
 #: How many failure times an AdaptiveSchedule keeps at most (the newest).
 MAX_FAILURES_KEPT = 100_000
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_HINT = "give seconds or a number and a unit: 300, 0.5, 5m, 24h, 1d"
-_DURATION = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)$")
+_HINT = SECONDS_HINT
 
 
 class TooLittleData(CkptError):  # noqa: N818 - a verdict about the history, not a fault in ckpt
@@ -82,19 +79,6 @@ def check_seconds(value: object, what: str, *, zero_ok: bool = False) -> float:
     if x > MAX_SECONDS:
         raise InvalidInputError(f"{what} of {value} seconds is over 100 years", hint=_HINT)
     return x
-
-
-def parse_seconds(text: str, what: str, *, zero_ok: bool = False) -> float:
-    """A duration given on the command line: seconds (`300`, `0.25`) or a number and a unit
-    (`5m`, `1.5h`, `24h`, `1d`, `2w`; the units of `ckpt prune --keep-within`).
-
-    Raises:
-        InvalidInputError naming `what` for text that is no duration, or one check_seconds refuses.
-    """
-    m = _DURATION.match(text.strip())
-    if not m:
-        raise InvalidInputError(f"{what}: {text!r} is not a duration", hint=_HINT)
-    return check_seconds(float(m.group(1)) * _UNITS[m.group(2) or "s"], what, zero_ok=zero_ok)
 
 
 def format_seconds(seconds: float) -> str:

@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import select
 import signal
 import socket
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ckptcli._util.timeparse import parse_seconds
 from ckptcli.adapters.process import events as pev
 from ckptcli.adapters.process.control import Channel
 from ckptcli.adapters.process.freeze import CgroupFreezer, FreezeError, Freezer, thaw_record
@@ -53,7 +53,7 @@ __all__ = [
     "ask",
     "find_record",
     "parse_backoff",
-    "parse_duration",
+    "process_subject",
     "runtime_dir",
     "thaw_stale_records",
 ]
@@ -64,28 +64,21 @@ BAD_TAG_PREFIX = "process-bad-"
 HEALTHY_SECONDS = 600.0
 #: how long a program has to exit after the forwarded SIGTERM before it is killed
 GRACE_SECONDS = 30.0
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
-def parse_duration(text: str, what: str) -> float:
-    """A duration: a number of seconds, or with a unit (300ms, 10s, 5m, 2h, 1d).
-
-    Raises: InvalidInputError naming `what`."""
-    found = _DURATION.match(text)
-    if not found:
-        raise InvalidInputError(f"{what} {text!r} is not a duration", hint="give seconds (0.5, 10) or a number with ms, s, m, h or d (5m)")
-    value = float(found[1]) * _UNITS[found[2]]
-    if value <= 0:
-        raise InvalidInputError(f"{what} {text!r} must be more than zero")
-    return value
+def process_subject(text: str) -> Subject:
+    """SUBJECT of `ckpt run`, `ckpt checkpoint`, `ckpt halt`: a `process:NAME`. Raises: InvalidInputError."""
+    subj = Subject.parse(text)
+    if subj.kind != "process":
+        raise InvalidInputError(f"{text}: `ckpt run` supervises processes only", hint=f"write it as process:{subj.name}")
+    return subj
 
 
 def parse_backoff(text: str) -> tuple[float, float]:
     """--backoff MIN[:MAX] (MAX default: MIN × 30, at least MIN). Raises: InvalidInputError."""
     lo_text, sep, hi_text = text.partition(":")
-    lo = parse_duration(lo_text, "--backoff MIN")
-    hi = parse_duration(hi_text, "--backoff MAX") if sep else max(lo, lo * 30)
+    lo = parse_seconds(lo_text, "--backoff MIN")
+    hi = parse_seconds(hi_text, "--backoff MAX") if sep else max(lo, lo * 30)
     if hi < lo:
         raise InvalidInputError(f"--backoff {text!r}: MAX is below MIN")
     return lo, hi

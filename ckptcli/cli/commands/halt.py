@@ -9,7 +9,7 @@ import typer
 from ckptcli.cli._common import open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, out, safe
-from ckptcli.errors import ExitCode, InvalidInputError
+from ckptcli.errors import ExitCode
 
 
 @app.command(epilog=exit_status(ExitCode.FAILURE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LOCKED, ExitCode.NO_STORE))
@@ -29,13 +29,11 @@ def halt(
 
       ckpt halt process:sim --json
     """
-    from ckptcli.adapters.process.supervisor import ask, parse_duration
-    from ckptcli.format.manifest import Subject
+    from ckptcli._util.timeparse import parse_seconds
+    from ckptcli.adapters.process.supervisor import ask, process_subject
 
-    subj = Subject.parse(subject)
-    if subj.kind != "process":
-        raise InvalidInputError(f"{subject}: only a process is supervised by `ckpt run`", hint=f"write it as process:{subj.name}")
-    hexid = ask(open_store(store), subj, "halt", parse_duration(timeout, "--timeout"))
+    subj = process_subject(subject)
+    hexid = ask(open_store(store), subj, "halt", parse_seconds(timeout, "--timeout"))
     if as_json:
         emit_json({"subject": str(subj), "id": None if hexid == "none" else hexid})
     else:

@@ -14,7 +14,7 @@ import typer
 from ckptcli.cli._common import open_store
 from ckptcli.cli.app import StoreOpt, app
 from ckptcli.cli.output import exit_status, quiet, safe
-from ckptcli.errors import ExitCode, InvalidInputError, UnsafePathError, UsageError
+from ckptcli.errors import ExitCode, UnsafePathError, UsageError
 
 
 @app.command(
@@ -106,21 +106,19 @@ def run(
 
       ckpt run -S process:sim --state state.bin --every auto -- python sim.py
     """
+    from ckptcli._util.timeparse import parse_seconds
     from ckptcli.adapters.process import freeze as freezing
     from ckptcli.adapters.process.control import parse_signal
     from ckptcli.adapters.process.procfs import describe as describe_proc
     from ckptcli.adapters.process.state import check_state_paths
-    from ckptcli.adapters.process.supervisor import FixedSchedule, RunConfig, Schedule, Supervisor, parse_backoff, parse_duration
-    from ckptcli.format.manifest import Subject
+    from ckptcli.adapters.process.supervisor import FixedSchedule, RunConfig, Schedule, Supervisor, parse_backoff, process_subject
 
-    subj = Subject.parse(subject)
-    if subj.kind != "process":
-        raise InvalidInputError(f"--subject {subject}: ckpt run supervises processes", hint=f"write it as process:{subj.name}")
+    subj = process_subject(subject)
     if not cmd:
         raise UsageError("no program to run", hint="give it after --: ckpt run --subject process:NAME -- CMD ARGS...")
     adaptive = every.strip().lower() == "auto"
-    interval = 0.0 if adaptive else parse_duration(every, "--every")
-    wait = parse_duration(timeout, "--timeout")
+    interval = 0.0 if adaptive else parse_seconds(every, "--every")
+    wait = parse_seconds(timeout, "--timeout")
     delays = parse_backoff(backoff)
     if bad_after < 1:
         raise UsageError(f"--bad-after {bad_after} must be at least 1")
