@@ -361,25 +361,11 @@ def freeze_modes() -> dict[str, str]:
     """Which freeze modes could work here, probed without changing anything: each of
     "cgroup" (a writable cgroup v2 mount: cgroup.freeze), "freezer" (a writable cgroup v1
     freezer hierarchy) and "sigstop" (always) -> "usable: ..." or "not usable: ..."."""
-    v2: list[str] = []
-    v1: list[str] = []
-    try:
-        with open("/proc/self/mountinfo", "rb") as fh:
-            text = fh.read(1 << 20).decode("utf-8", "replace")
-    except OSError:
-        text = ""
-    for line in text.splitlines():
-        left, sep, right = line.partition(" - ")
-        if not sep:
-            continue
-        fields, rfields = left.split(), right.split()
-        if len(fields) < 5 or len(rfields) < 3:
-            continue
-        where, fstype, super_opts = fields[4].replace("\\040", " "), rfields[0], rfields[2].split(",")
-        if fstype == "cgroup2":
-            v2.append(where)
-        elif fstype == "cgroup" and "freezer" in super_opts:
-            v1.append(where)
+    from ckptcli.adapters.process.freeze import cgroup_mounts
+
+    mounts = cgroup_mounts()
+    v2 = [str(mounts.v2)] if mounts.v2 is not None else []
+    v1 = [str(mounts.v1_freezer)] if mounts.v1_freezer is not None else []
     return {
         "cgroup": _probe_v2(v2),
         "freezer": _probe_dirs(v1, "cgroup v1 freezer", "freezer.state"),
