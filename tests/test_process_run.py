@@ -909,3 +909,77 @@ def test_many_checkpoint_requests_at_once_are_all_answered(env: Env) -> None:
     assert all(code == 0 for code, _err in codes), codes
     assert env.ckpt("halt", SUBJECT).returncode == 0
     sup.wait(30)
+
+
+def test_two_runs_of_one_subject_started_at_once_never_both_run(env: Env) -> None:
+    """The record was checked, then written, with nothing held between: started together,
+    two runs both ran (4 rounds in 20). Now one of each pair exits 9."""
+    script = "import os, time; open('who.txt', 'a').write(f'{os.getpid()}\\n'); time.sleep(1)"
+    for _ in range(8):
+        a = env.run(["--every", "1h"], [sys.executable, "-c", script])
+        b = env.run(["--every", "1h"], [sys.executable, "-c", script])
+        codes = sorted([a.wait(60), b.wait(60)])
+        assert codes == [0, 9], (codes, env.sup_log()[-2000:])
+    assert len((env.work / "who.txt").read_text().split()) == 8
+
+
+def test_a_long_command_line_keeps_the_runtime_record_readable(env: Env) -> None:
+    """An 80 KB command line made the record too big to read, so it was taken for none: a
+    second run started, and checkpoint and halt said no supervisor ran."""
+    long = ["x" * 100] * 800
+    sup = env.run(["--every", "1h"], [sys.executable, "-c", "import time; time.sleep(30)", *long])
+    _wait(lambda: _children(sup.pid), "the program")
+    r = env.ckpt("run", "-S", SUBJECT, "--", sys.executable, "-c", "open('second', 'w')")
+    assert r.returncode == 9 and not (env.work / "second").exists(), r.stderr
+    assert env.ckpt("halt", SUBJECT).returncode == 0
+    assert sup.wait(30) == 0
+
+
+def _stale_record(env: Env, **fields: Any) -> Path:
+    """A record of SUBJECT whose supervisor is gone (as a damaged or planted one may say)."""
+    from ckptcli.adapters.process import supervisor
+
+    st = env.store()
+    path = env.runtime / f"{supervisor._key(st, supervisor.process_subject(SUBJECT))}.json"
+    env.runtime.mkdir(mode=0o700, exist_ok=True)
+    path.write_text(json.dumps({"version": 1, "pid": 999_999_999, "started": 1, "subject": SUBJECT, **fields}))
+    return path
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"socket": "RUNTIME/../victim"},
+        {"cgroup": "WORK/ckpt-victim"},
+        {"frozen": {"how": "cgroup", "cgroup": "WORK/ckpt-link"}},
+        {"frozen": {"how": "sigstop", "pgid": 10**23}},
+        {"frozen": {"how": "sigstop", "pgid": -1}},
+    ],
+    ids=["socket-outside", "cgroup-not-a-cgroup", "frozen-cgroup-through-a-link", "pgid-huge", "pgid-negative"],
+)
+def test_a_stale_record_s_fields_are_not_trusted(env: Env, fields: dict[str, Any]) -> None:
+    """A stale record's paths and numbers are a dead supervisor's, or planted: a socket
+    outside the runtime directory was unlinked, any empty ckpt-* directory removed, a
+    cgroup path followed through a link (cgroup.freeze written there), a huge or negative
+    process group an internal error."""
+    victim = env.runtime.parent / "victim"
+    victim.write_text("keep")
+    (env.work / "ckpt-victim").mkdir()
+    outside = env.work.parent / "outside"
+    outside.mkdir()
+    (env.work / "ckpt-link").symlink_to(outside)
+    text = json.dumps(fields).replace("RUNTIME", str(env.runtime)).replace("WORK", str(env.work))
+    _stale_record(env, **json.loads(text))
+    for verb in ("halt", "checkpoint"):
+        r = env.ckpt(verb, SUBJECT)
+        assert r.returncode == 3 and "internal error" not in r.stderr, r.stderr
+    assert victim.read_text() == "keep" and (env.work / "ckpt-victim").is_dir() and list(outside.iterdir()) == []
+
+
+def test_an_unreadable_record_is_not_taken_for_none(env: Env) -> None:
+    """A record that does not parse (or is too big) refuses a new run (exit 9) naming it."""
+    path = _stale_record(env)
+    path.write_text("{" * 10)
+    r = env.ckpt("run", "-S", SUBJECT, "--", sys.executable, "-c", "open('ran', 'w')")
+    assert r.returncode == 9 and "cannot be read" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not (env.work / "ran").exists()

@@ -8,12 +8,12 @@ checkpoint` or `ckpt halt` of its subject (docs/processes.md, "Freeze modes").
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
-from ckptcli.adapters.process.supervisor import _alive, runtime_dir
+from ckptcli.adapters.process.supervisor import _alive, read_record, runtime_dir
 from ckptcli.checks import OK, WARN, Check, Context
+from ckptcli.errors import LockError
 
 #: records read at most (a runtime directory holds one per running supervisor)
 MAX_RECORDS = 1000
@@ -29,24 +29,19 @@ def check(ctx: Context) -> Iterable[Check]:
         return
     live: list[str] = []
     for path in paths:
-        rec = _record(path)
+        try:
+            rec = read_record(path)
+        except LockError as exc:
+            yield Check(f"supervisor record {path.name}", WARN, exc.message, exc.hint or "")
+            continue
         if rec is None:
             continue
         subject = str(rec.get("subject"))
-        if _alive(rec.get("pid"), rec.get("started")):
+        if not rec["stale"]:
             live.append(f"{subject} (pid {rec.get('pid')})")
             continue
         yield Check(f"supervisor {subject}", WARN, _left(rec), f"`ckpt halt {subject}` (or the next `ckpt run` of it) undoes what it left")
     yield Check("process supervisors", OK, f"{len(live)} running on this host" + (f": {', '.join(live)}" if live else ""))
-
-
-def _record(path: Any) -> dict[str, Any] | None:
-    try:
-        with open(path, "rb") as f:
-            rec = json.loads(f.read(65536))
-    except (OSError, ValueError):
-        return None
-    return rec if isinstance(rec, dict) else None
 
 
 def _left(rec: dict[str, Any]) -> str:

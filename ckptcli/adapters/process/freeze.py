@@ -391,13 +391,32 @@ def thaw_record(frozen: dict[str, Any], alive: Callable[[], bool] | None = None)
     """Thaw what a dead supervisor's runtime record says it left frozen; returns what was
     done, in words ("" when nothing was)."""
     how = frozen.get("how")
-    if how in ("cgroup", "freezer") and isinstance(frozen.get("cgroup"), str):
-        path = Path(frozen["cgroup"])
-        if path.is_dir():
+    if how in ("cgroup", "freezer"):
+        path = ckpt_cgroup(frozen.get("cgroup"))
+        if path is not None:
             thaw_cgroup(path, 2 if how == "cgroup" else 1)
             return f"thawed cgroup {path}"
-    elif how == "sigstop" and isinstance(frozen.get("pgid"), int):
+    elif how == "sigstop" and type(frozen.get("pgid")) is int and 1 < frozen["pgid"] <= PID_MAX:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(frozen["pgid"], signal.SIGCONT)
             return f"sent SIGCONT to process group {frozen['pgid']}"
     return ""
+
+
+#: the largest PID Linux gives (a record's number beyond it is not a process group)
+PID_MAX = 1 << 22
+
+
+def ckpt_cgroup(given: object) -> Path | None:
+    """`given` (from a runtime record, which may be damaged or planted) when it is a cgroup
+    ckpt made: a directory named ckpt-* right inside a cgroup hierarchy this machine
+    mounts (cgroup2, or the v1 freezer), reached through no symlink; else None."""
+    if not isinstance(given, str) or not os.path.isabs(given):
+        return None
+    path = Path(os.path.normpath(given))
+    if not path.name.startswith("ckpt-") or path.is_symlink() or not path.is_dir():
+        return None
+    mounts = cgroup_mounts()
+    roots = [m for m in (mounts.v2, mounts.v1_freezer) if m is not None]
+    real = Path(os.path.realpath(path))
+    return path if real == path and any(root in path.parents for root in roots) else None

@@ -18,9 +18,11 @@ tail, since a checkpoint cannot hold its own duration.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import secrets
 import select
 import signal
 import socket
@@ -34,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ckptcli._util.timeparse import parse_seconds
 from ckptcli.adapters.process import events as pev
 from ckptcli.adapters.process.control import Channel
-from ckptcli.adapters.process.freeze import CgroupFreezer, FreezeError, Freezer, thaw_record
+from ckptcli.adapters.process.freeze import CgroupFreezer, FreezeError, Freezer, ckpt_cgroup, thaw_record
 from ckptcli.adapters.process.state import StatePath, blob_name, check_state_paths, restore_state
 from ckptcli.errors import CkptError, InvalidInputError, LockError, NotFoundError, StoreIOError
 from ckptcli.format.manifest import Subject
@@ -184,23 +186,63 @@ def find_record(store: Store, subject: Subject) -> tuple[Path, dict[str, Any] | 
     when a live supervisor wrote it). A stale record (its supervisor is gone) is returned
     as {"stale": True, ...}."""
     path = runtime_dir() / f"{_key(store, subject)}.json"
+    return path, read_record(path)
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """A runtime record (None when there is none), with "stale" set: its supervisor is gone.
+
+    Raises: LockError for a record that is there but cannot be read (damaged, or more than
+    RECORD_MAX bytes): it is never taken for no record, which would let a second supervisor in."""
     try:
-        with open(path, "rb") as f:
-            rec = json.loads(f.read(65536))
-    except (OSError, ValueError):
-        return path, None
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _unreadable(path, exc.strerror or "cannot open it") from None
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(RECORD_MAX + 1)
+    try:
+        rec = json.loads(data) if len(data) <= RECORD_MAX else None
+    except ValueError:
+        rec = None
     if not isinstance(rec, dict):
-        return path, None
+        raise _unreadable(path, "not a record ckpt wrote")
     rec["stale"] = not _alive(rec.get("pid"), rec.get("started"))
-    return path, rec
+    return rec
+
+
+#: the largest runtime record read (ckpt's own are a few hundred bytes: the argv in it is cut)
+RECORD_MAX = 65536
+
+
+def _unreadable(path: Path, why: str) -> LockError:
+    return LockError(
+        f"the runtime record {path} cannot be read ({why})",
+        hint="if no `ckpt run` of this subject runs on this host, remove it",
+    )
+
+
+def _shown(argv: list[str]) -> list[str]:
+    """The argv as a runtime record keeps it: at most 32 arguments of at most 256 characters."""
+    return [a if len(a) <= 256 else a[:253] + "..." for a in argv[:32]] + (["..."] if len(argv) > 32 else [])
 
 
 def _write_record(path: Path, rec: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(rec, f)
-    os.replace(tmp, path)
+    """Write the record whole: a new temporary file (O_EXCL under a random name: nothing
+    planted at a name is written through), renamed over the record.
+
+    Raises: StoreIOError."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(8)}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(rec, f)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise StoreIOError(f"cannot write the runtime record {path}: {exc.strerror}") from None
 
 
 def clear_stale(path: Path, rec: dict[str, Any]) -> list[str]:
@@ -214,17 +256,15 @@ def clear_stale(path: Path, rec: dict[str, Any]) -> list[str]:
             done.append(what)
     child = rec.get("child")
     if not (isinstance(child, dict) and _alive(child.get("pid"), child.get("started"))):
-        made = rec.get("cgroup")
-        if isinstance(made, str) and os.path.basename(made).startswith("ckpt-"):
+        made = ckpt_cgroup(rec.get("cgroup"))
+        if made is not None:
             with contextlib.suppress(OSError):
                 os.rmdir(made)  # the cgroup it made for the program: empty now, or left alone
                 done.append(f"removed cgroup {made}")
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-        sock = rec.get("socket")
-        if isinstance(sock, str) and sock.startswith(str(path.parent)):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(sock)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path.with_suffix(".sock"))  # its socket is named by the record, never by what the record says
     return done
 
 
@@ -235,10 +275,11 @@ def thaw_stale_records() -> list[str]:
     out = []
     for path in sorted(runtime_dir().glob("*.json")):
         try:
-            rec = json.loads(path.read_bytes()[:65536])
-        except (OSError, ValueError):
+            rec = read_record(path)
+        except LockError as exc:
+            out.append(exc.message)
             continue
-        if not isinstance(rec, dict) or _alive(rec.get("pid"), rec.get("started")):
+        if rec is None or not rec["stale"]:
             continue
         done = clear_stale(path, rec)
         out.append(f"{rec.get('subject')}: its supervisor (pid {rec.get('pid')}) is gone" + (f"; {'; '.join(done)}" if done else ""))
@@ -279,7 +320,7 @@ def ask(store: Store, subject: Subject, command: str, timeout: float) -> str:
     try:
         while True:  # a backlog that is full (many asking at once) is waited on, up to the timeout
             try:
-                sock.connect(str(rec.get("socket")))
+                sock.connect(str(path.with_suffix(".sock")))
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
@@ -340,6 +381,7 @@ class Supervisor:
         self.record_path: Path | None = None
         self.record: dict[str, Any] = {}
         self.server: socket.socket | None = None
+        self.claim_fd: int | None = None
         self.next_due = float("inf")
 
     # -- life ---------------------------------------------------------------------------------------
@@ -369,7 +411,20 @@ class Supervisor:
             self.signals.append(signum)
 
     def _claim(self) -> None:
-        path, rec = find_record(self.cfg.store, self.cfg.subject)
+        path = runtime_dir() / f"{_key(self.cfg.store, self.cfg.subject)}.json"
+        # held while this supervisor lives: two runs started at once cannot both pass the
+        # check of the record below (the kernel drops it when the process dies)
+        try:
+            self.claim_fd = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fcntl.flock(self.claim_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LockError(
+                f"{self.cfg.subject} is already supervised by `ckpt run` with this store",
+                hint=f"ask it: ckpt checkpoint {self.cfg.subject}, or stop it: ckpt halt {self.cfg.subject}",
+            ) from None
+        except OSError as exc:
+            raise StoreIOError(f"cannot lock {path.with_suffix('.lock')}: {exc.strerror}") from None
+        rec = read_record(path)
         if rec is not None and not rec["stale"]:
             raise LockError(
                 f"{self.cfg.subject} is already supervised by `ckpt run` (pid {rec.get('pid')}) with this store",
@@ -406,7 +461,7 @@ class Supervisor:
             "store": self.cfg.store.location,
             "subject": str(self.cfg.subject),
             "socket": str(sock_path),
-            "argv": self.shown_argv,
+            "argv": _shown(self.shown_argv),
             "child": None,
             "frozen": None,
             "cgroup": str(self.cfg.freezer.path) if isinstance(self.cfg.freezer, CgroupFreezer) else None,
@@ -425,10 +480,13 @@ class Supervisor:
         if self.server is not None:
             self.server.close()
             with contextlib.suppress(OSError):
-                os.unlink(self.record["socket"])
+                os.unlink(self.record_path.with_suffix(".sock") if self.record_path is not None else self.record["socket"])
         if self.record_path is not None:
             with contextlib.suppress(OSError):
                 self.record_path.unlink()
+        if self.claim_fd is not None:
+            os.close(self.claim_fd)  # last, the record gone: a run that then claims finds none
+            self.claim_fd = None
 
     def _begin(self) -> None:
         """The events so far (from the subject's latest checkpoint), and the first start."""
