@@ -837,6 +837,19 @@ def test_the_command_line_is_stored_with_its_secrets_redacted(env: Env) -> None:
     assert "[REDACTED:" in stored
 
 
+def test_the_program_s_secrets_stay_out_of_the_reflog(env: Env) -> None:
+    """The reflog entry of each take names the command: `ckpt run -- mysql -psecret` kept the
+    password there (and in lock records), though the checkpoint itself had it redacted."""
+    script = "import sys; open('args.txt', 'w').write(' '.join(sys.argv[1:]))"
+    argv = [sys.executable, "-c", script, "-u", "bob:hunter2-user", "--password", "hunter2-flag", "PGPASSWORD=hunter2-env"]
+    r = env.ckpt("run", "-S", SUBJECT, "-q", "--", *argv)
+    assert r.returncode == 0, r.stderr
+    assert (env.work / "args.txt").read_text() == " ".join(argv[3:])  # the program still got them
+    log = env.ckpt("reflog", SUBJECT, "--json")
+    assert log.returncode == 0 and "ckpt run" in log.stdout, log.stdout + log.stderr
+    assert "hunter2" not in log.stdout and "[REDACTED:" in log.stdout, log.stdout
+
+
 @pytest.mark.parametrize("mode", [m for m in _modes() if m.id in ("cgroup", "freezer")])
 def test_under_a_cgroup_freeze_a_child_that_left_the_group_goes_with_the_program(env: Env, mode: str) -> None:
     """A child that called setsid is out of the program's process group but in its cgroup:

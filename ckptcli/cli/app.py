@@ -368,11 +368,22 @@ def run(argv: list[str] | None = None) -> int:
 
     from ckptcli.store import command  # not reflog: `ckpt --help` has no store to open
 
-    command.set_command(shlex.join(["ckpt", *args]))  # what each ref move and lock records (until the run ends)
+    command.set_command(shlex.join(["ckpt", *_for_records(args)]))  # what each ref move and lock records (until the run ends)
     try:
         return _run(args)
     finally:
         command.set_command(None)
+
+
+def _for_records(args: list[str]) -> list[str]:
+    """The command line as records keep it: a program's command line after `--` (`ckpt
+    run`) with its secrets redacted by the rules its checkpoints are stored with."""
+    if "--" not in args:
+        return args
+    cut = args.index("--") + 1
+    from ckptcli.adapters.process.procfs import redact_argv
+
+    return [*args[:cut], *redact_argv(args[cut:])]
 
 
 def _one_store(args: list[str]) -> None:
