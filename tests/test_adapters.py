@@ -336,6 +336,25 @@ def test_a_third_party_adapter_shows_up_in_doctor_and_import_and_captures(tmp_pa
     _same_files(work, out)
 
 
+def test_capture_takes_labels_and_a_message_as_take_does(tmp_path: Path) -> None:
+    """`ckpt capture` had no --label or -m: an incident capture could not be marked."""
+    env = _env(PLUGIN)
+    assert run_ckpt("init", cwd=tmp_path, env=env).returncode == 0
+    work = _a_directory(tmp_path)
+    cap = run_ckpt(
+        "capture", "dirsnap", work, "--skip", "skip.me", "-S", "workflow:w", "-l", "incident=INC-7", "--label", "adapter=other",
+        "-m", "before the restart", "--json", cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert cap.returncode == 0, cap.stderr
+    took = json.loads(cap.stdout)
+    assert took["labels"] == {"adapter": "dirsnap", "dirsnap.files": "2", "incident": "INC-7"}  # the adapter label is the adapter's
+    shown = json.loads(run_ckpt("show", took["id"], "--json", cwd=tmp_path, env=env).stdout)
+    assert shown["message"] == "before the restart"
+    bad = run_ckpt("capture", "dirsnap", work, "-S", "workflow:w", "-l", "no-equals", cwd=tmp_path, env=env)
+    assert bad.returncode == ExitCode.INVALID_INPUT and bad.stderr.count(b"\n") == 1, bad.stderr
+    assert len(json.loads(run_ckpt("ls", "--json", cwd=tmp_path, env=env).stdout)) == 1  # nothing taken by the refused one
+
+
 def test_bad_input_to_a_third_party_importer_or_capture_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     env = _env(PLUGIN)
     run_ckpt("init", cwd=tmp_path, env=env)

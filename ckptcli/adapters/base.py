@@ -364,7 +364,7 @@ class Adapter(abc.ABC):
             store: the open store.
             target: as `capture` takes it.
             subject: "KIND:NAME"; its kind should be this adapter's.
-            labels: more labels (they win over the adapter's).
+            labels: more labels (they win over the capture's; `adapter` is always this adapter's name).
             message, parents, progress: as ckptcli.take takes them.
             **options: the declared options' values (the defaults fill the rest).
 
@@ -382,7 +382,7 @@ class Adapter(abc.ABC):
                 store,
                 cap.document,
                 subject=subject,
-                labels={"adapter": self.name, **cap.labels, **dict(labels or {})},
+                labels={**cap.labels, **dict(labels or {}), "adapter": self.name},
                 blobs=cap.blobs or None,
                 message=message,
                 parents=parents,

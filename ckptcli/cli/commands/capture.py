@@ -66,6 +66,8 @@ def capture(
             "--subject", "-S", metavar="KIND:NAME", help="What this is a checkpoint of (KIND: the adapter's kind).", show_default=False
         ),
     ] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", "-l", help="KEY=VALUE label; repeatable.", show_default=False)] = None,
+    message: Annotated[str, typer.Option("--message", "-m", help="A note stored with the checkpoint.")] = "",
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -73,7 +75,8 @@ def capture(
 
     The adapter (entry-point group ckptcli.adapters, docs/adapters.md) turns TARGET into
     a state document, blobs and labels; ckpt takes them as one checkpoint of --subject,
-    labelled adapter=NAME. The adapter's options follow TARGET (listed below). An
+    labelled adapter=NAME (--label adds labels; they win over the adapter's, except
+    adapter). The adapter's options follow TARGET (listed below). An
     unknown ADAPTER, or one that does not capture, exits 2; a target it cannot capture
     exits with the adapter's code (3 when it is gone, 4 when it is not what the adapter
     takes). Prints the new checkpoint's id; --json prints {"id", "subject", "adapter",
@@ -84,6 +87,8 @@ def capture(
       ckpt capture generic myapp.agent:BOT --memory notes --plan steps -S agent:bot
 
       ckpt capture process 4242 --subject process:sim --json
+
+      ckpt capture process 4242 -S process:sim -l incident=INC-7 -m "before the restart"
     """
     from ckptcli.adapters import registry
 
@@ -96,12 +101,15 @@ def capture(
     target, options = parse(f"ckpt capture {name}", adapter.options, "TARGET", "the target to capture", words[1:])
     if subject is None:
         raise UsageError("ckpt capture needs --subject", hint=f"e.g. --subject {adapter.kind}:NAME")
+    from ckptcli import api
+
+    labels = api.parse_labels(label)  # before the adapter touches the target
     from ckptcli.schema.migrations import cwd_importable
 
     cwd_importable()  # a MODULE:NAME target loads from the project's checkout, as `python -m` does
     st = open_store(store)
     # the adapter's own code: its failure (an exception, sys.exit()) is one line naming it
-    result = registry.call(name, "capture()", adapter.take, st, target, subject=subject, **options)
+    result = registry.call(name, "capture()", adapter.take, st, target, subject=subject, labels=labels, message=message, **options)
     if as_json:
         emit_json(
             {
