@@ -51,28 +51,32 @@ def one_error(got: Any, code: int, *needles: str) -> str:
     return err
 
 
-class Fetching(MemoryBackend):
-    """memory:// that records how many bytes each read returned."""
+class _Noting:
+    """A mixin for a backend: records the most bytes each read of a path returned (`fetched`)."""
 
     fetched: dict[str, int]
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.fetched = {}
 
     def _note(self, path: str, data: bytes) -> bytes:
         self.fetched[path] = max(self.fetched.get(path, 0), len(data))
         return data
 
     def get(self, path: str) -> bytes:
-        return self._note(path, super().get(path))
+        return self._note(path, super().get(path))  # type: ignore[misc]
 
     def get_range(self, path: str, offset: int, length: int) -> bytes:
-        return self._note(path, super().get_range(path, offset, length))
+        return self._note(path, super().get_range(path, offset, length))  # type: ignore[misc]
 
     def get_versioned(self, path: str, limit: int | None = None) -> tuple[bytes, str]:
-        data, etag = super().get_versioned(path, limit)
+        data, etag = super().get_versioned(path, limit)  # type: ignore[misc]
         return self._note(path, data), etag
+
+
+class Fetching(_Noting, MemoryBackend):
+    """memory:// that records how many bytes each read returned."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.fetched = {}
 
 
 @pytest.fixture
@@ -139,31 +143,20 @@ def test_an_oversized_index_object_on_s3_is_a_finding_of_verify_as_in_a_local_st
         assert f"{shown}: larger than {CAP} bytes" in problem["message"], problem
 
 
-class Planting(FaultyBackend):
-    """Records the most bytes each read returned (`got`) and, as another writer would,
+class Planting(_Noting, FaultyBackend):
+    """Records the most bytes each read returned (`fetched`) and, as another writer would,
     puts `big` at `path` just before the first compare-and-swap read of it."""
 
     def __init__(self, inner: ObjectBackend, path: str, big: bytes) -> None:
         super().__init__(inner)
         self.path, self.big = path, big
-        self.got: dict[str, int] = {}
-
-    def _note(self, path: str, data: bytes) -> bytes:
-        self.got[path] = max(self.got.get(path, 0), len(data))
-        return data
-
-    def get(self, path: str) -> bytes:
-        return self._note(path, super().get(path))
-
-    def get_range(self, path: str, offset: int, length: int) -> bytes:
-        return self._note(path, super().get_range(path, offset, length))
+        self.fetched = {}
 
     def get_versioned(self, path: str, limit: int | None = None) -> tuple[bytes, str]:
         if path == self.path and self.big:
             self.inner.put(path, self.big)
             self.big = b""
-        data, etag = super().get_versioned(path, limit)
-        return self._note(path, data), etag
+        return super().get_versioned(path, limit)
 
 
 def _objects(where: str, request: pytest.FixtureRequest) -> ObjectBackend:
@@ -205,7 +198,7 @@ def test_a_ref_planted_before_a_takes_compare_and_swap_is_read_no_further_than_a
     assert err.value.exit_code == ExitCode.CORRUPT == 5
     assert f"{store.backend.url}/{path}: larger than {CAP} bytes" in err.value.message
     assert [limit for p, limit in planting.limits if p == path] == [CAP + 1]  # asked for no more
-    assert planting.got[path] == CAP + 1
+    assert planting.fetched[path] == CAP + 1
 
 
 @pytest.mark.parametrize("where", ["memory", "s3", "memory-locked"])
@@ -220,7 +213,7 @@ def test_a_reflog_planted_before_a_takes_append_is_read_no_further_than_its_limi
     [warning] = store.warnings
     assert f"{store.backend.url}/{path}: larger than {limits.MAX_REFLOG_SIZE} bytes" in warning, warning
     assert [limit for p, limit in planting.limits if p == path] == [limits.MAX_REFLOG_SIZE + 1]
-    assert planting.got[path] == limits.MAX_REFLOG_SIZE + 1
+    assert planting.fetched[path] == limits.MAX_REFLOG_SIZE + 1
 
 
 def test_ckpt_take_on_s3_reads_a_planted_oversized_ref_or_reflog_no_further_than_ckpt_writes_it(
