@@ -15,6 +15,8 @@ from ckptcli.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
     from ckptcli.api import Checkpoint
+    from ckptcli.history.stateat import StateAt
+    from ckptcli.indoubt import InDoubtList
 
 
 @app.command(
@@ -112,6 +114,13 @@ def restore(
     removed again and what it replaced or deleted is put back. Set-uid, set-gid and
     sticky bits are dropped unless --keep-special-modes.
 
+    Calls in doubt at the checkpoint (a tool call, a workflow step, an activity recorded
+    without its result: it may or may not have happened) are named on stderr, each with
+    its call id, tool, arguments (summarized, secrets redacted) and idempotency key or "no
+    idempotency key"; --json adds "in_doubt": [{"call_id", "tool", "args", "key",
+    "started", "seq", "index"}] (absent when there are none). Reconcile them (retry with
+    the same key, query, or compensate) before resuming (docs/workflows.md).
+
     The state document is streamed from the store (memory stays small whatever its
     size) and appears only once complete; one that decodes to more than
     CKPT_MAX_DECODED_BYTES (default 4 GiB) is refused before anything is written. -o
@@ -143,6 +152,7 @@ def restore(
     if output is not None and not no_state and not to_stdout:  # before anything is written
         api.refuse_output_into_source(ck, output, "the state document")
     result: dict[str, object] = {"id": ck.hex, "dry_run": dry_run, "state": None, "blobs": None}
+    doubt = calls_in_doubt(ck)
     if blobs_dir is not None or in_place:
         result["blobs"] = _restore_blobs(
             ck,
@@ -162,7 +172,49 @@ def restore(
         size = write_output(None if to_stdout else output, lambda fh: ck.write_state(fh, doc_fmt))
         result["state"] = {"path": "-" if to_stdout else str(output), "bytes": size}
     if as_json:
-        emit_json(result)
+        emit_json({**result, **in_doubt_json(doubt)} if doubt else result)
+    elif doubt:
+        sys.stderr.write("".join(f"{line}\n" for line in in_doubt_lines(doubt, ck.hex)))
+
+
+def calls_in_doubt(ck: Checkpoint, at: StateAt | None = None) -> InDoubtList:
+    """The calls in doubt at `ck` (at most MAX_LISTED of them); a tools section the store
+    cannot read is a warning here, not the command's failure."""
+    from ckptcli.errors import CkptError
+    from ckptcli.indoubt import MAX_LISTED, InDoubtList, checkpoint_in_doubt
+
+    try:
+        return checkpoint_in_doubt(ck, at=at, limit=MAX_LISTED)
+    except CkptError as exc:
+        from ckptcli.cli.app import warn
+
+        warn(f"could not look for calls in doubt: {exc.message}")
+        return InDoubtList()
+
+
+def in_doubt_json(doubt: InDoubtList) -> dict[str, object]:
+    """What --json adds: "in_doubt", and "in_doubt_total" when there are more than it lists."""
+    out: dict[str, object] = {"in_doubt": [d.to_dict() for d in doubt]}
+    if doubt.total > len(doubt):
+        out["in_doubt_total"] = doubt.total
+    return out
+
+
+def in_doubt_lines(doubt: InDoubtList, hexid: str | None = None) -> list[str]:
+    """The human lines (escaped for a terminal): a heading, then one line per call (at
+    most MAX_SHOWN); none when no call is in doubt."""
+    from ckptcli.indoubt import MAX_SHOWN
+
+    if not doubt:
+        return []
+    n = doubt.total
+    at = f" at {hexid[:12]}" if hexid else ""
+    calls = "1 call" if n == 1 else f"{n} calls"
+    lines = [f"in doubt{at}: {calls} sent without a recorded result (reconcile before resuming: docs/workflows.md)"]
+    lines += [f"  {safe(d.line(), backslash=False)}" for d in doubt[:MAX_SHOWN]]
+    if n > MAX_SHOWN:
+        lines.append(f"  ... and {n - MAX_SHOWN} more (--json lists {min(n, len(doubt))})")
+    return lines
 
 
 def _check_options(
