@@ -448,3 +448,45 @@ def test_the_agent_adapter_names_the_calls_in_doubt_of_a_restored_agent(store: S
     (d,) = adapter.in_doubt(fresh)
     assert (d.call_id, d.key) == ("b", "k1") and "t0ps3cret" not in d.args
     assert AgentAdapter(memory="goal").in_doubt(fresh) == []
+
+
+# -- the guide's example ------------------------------------------------------------------------------
+def _guide_blocks() -> list[str]:
+    """The Python blocks of the guide's section (docs/workflows.md once merged; its draft until then)."""
+    import re
+
+    for name in ("workflows.md", "workflows-indoubt.md"):
+        path = REPO / "docs" / name
+        if not path.is_file():
+            continue
+        text = path.read_text()
+        start = text.find("## Reconciling in-doubt calls after a restore")
+        if start < 0:
+            continue
+        end = text.find("\n## ", start + 1)
+        return re.findall(r"```python\n(.*?)```", text[start : end if end > 0 else None], re.S)
+    raise AssertionError("no guide section 'Reconciling in-doubt calls after a restore' in docs/")
+
+
+def test_the_guides_example_reconciles_a_refund_killed_midway_exactly_once(tmp_path: Path) -> None:
+    run, reconcile = _guide_blocks()
+    # the first process dies in the middle of the refund (before the provider's answer is recorded)
+    killed = run.replace(
+        "    return REFUNDS.setdefault", "    import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n    return REFUNDS.setdefault", 1
+    )
+    assert killed != run
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    first = subprocess.run([sys.executable, "-c", killed], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == -signal.SIGKILL, first.stderr
+    show = run_ckpt("show", "agent:support-bot", "--json", "--store", tmp_path / "bot-store")
+    assert [(d["tool"], d["key"]) for d in json.loads(show.stdout)["in_doubt"]] == [("payments.refund", "refund-A-1001")]
+    # a second process: the same definitions, the store opened again, then the guide's reconciling
+    second = run.split("store = ckptcli.init_store")[0] + 'store = ckptcli.open_store("bot-store")\n' + reconcile
+    second += "\nprint(json.dumps([REFUNDS, rec.state['tools'][0]['status']]))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", "import json\n" + second], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [{"refund-A-1001": {"refund": "R-1", "amount": 30}}, "ok"]
+    show = run_ckpt("show", "agent:support-bot", "--json", "--store", tmp_path / "bot-store")
+    assert "in_doubt" not in json.loads(show.stdout)

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ckptcli.cli._common import open_checkpoint
+from ckptcli.cli._indoubt import calls_in_doubt, in_doubt_json, in_doubt_lines
 from ckptcli.cli.app import JsonOpt, RefArg, SnapshotOpt, StoreOpt, app
-from ckptcli.cli.commands.restore import calls_in_doubt, in_doubt_json, in_doubt_lines
 from ckptcli.cli.output import emit_json, exit_status, human_size, json_text, out, safe
 from ckptcli.errors import ExitCode
 
