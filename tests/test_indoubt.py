@@ -427,6 +427,28 @@ def test_a_non_idempotent_call_gets_a_checkpoint_that_holds_it_just_before_it_ru
         rec.close()
 
 
+def test_when_the_checkpoint_before_a_non_idempotent_call_fails_the_tool_does_not_run(tmp_path: Path) -> None:
+    import shutil
+
+    from ckptcli.errors import StoreIOError
+
+    store = ckptcli.init_store(tmp_path / "store")
+    ran: list[Any] = []
+    tools = {"payments.refund": non_idempotent(ran.append)}
+    rec = Recorder.open(store, "agent:bot", tmp_path / "j", policy=CheckpointPolicy(before_non_idempotent=True), tools=tools)
+    try:
+        shutil.rmtree(tmp_path / "store" / "tmp")  # the store can no longer write anything
+        (tmp_path / "store" / "tmp").write_text("not a directory")
+        with pytest.raises(StoreIOError):
+            rec.step(lambda ctx, ev: ctx.tool("payments.refund", {"order": "A-1"}, key="k"), "message.append", message="m")
+        assert ran == []
+        (record,) = rec.state["tools"]
+        assert record["status"] == "error" and record["error"].startswith("not run: the checkpoint before it failed: ")
+        assert rec.in_doubt() == []  # never sent: its outcome is known
+    finally:
+        rec.close()
+
+
 def test_without_the_policy_a_non_idempotent_tool_takes_no_checkpoint(store: Store, tmp_path: Path) -> None:
     tools = {"payments.refund": non_idempotent(lambda args: "R-1")}
     rec = Recorder.open(store, "agent:bot", tmp_path / "j", tools=tools)
