@@ -512,3 +512,17 @@ def test_the_guides_example_reconciles_a_refund_killed_midway_exactly_once(tmp_p
     assert json.loads(done.stdout) == [{"refund-A-1001": {"refund": "R-1", "amount": 30}}, "ok"]
     show = run_ckpt("show", "agent:support-bot", "--json", "--store", tmp_path / "bot-store")
     assert "in_doubt" not in json.loads(show.stdout)
+
+
+def test_control_characters_in_a_record_are_escaped_in_the_human_output(store: Store, tmp_path: Path, cli: Any) -> None:
+    evil = {"status": "pending", "call_id": "c\x1b[2J", "tool": "pay\u202e", "key": "k\r\n", "args": {"note\x07": "a\x1b]0;x\x07"}}
+    cid = _take(store, {"memory": {}, "tools": [evil]})
+    for args in (["show", cid], ["restore", cid, "--no-state"]):
+        r = cli(*args, "--store", tmp_path / "store")
+        assert r.code == 0, r.err
+        text = r.out + r.err
+        assert "in doubt" in text
+        assert not any(c in text for c in ("\x1b", "\x07", "\u202e", "\r")), repr(text)
+        assert "c\\x1b[2J" in text and "key k\\r\\n" in text
+    (item,) = json.loads(cli("show", cid, "--json", "--store", tmp_path / "store").out)["in_doubt"]
+    assert (item["call_id"], item["key"]) == ("c\x1b[2J", "k\r\n")  # --json gives them exactly
