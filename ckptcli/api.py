@@ -32,6 +32,7 @@ from ckptcli.document import join_document, read_document, split_document, state
 from ckptcli.document import write_value as write_document
 from ckptcli.format import limits
 from ckptcli.format.manifest import Manifest, Subject
+from ckptcli.indoubt import InDoubt, InDoubtList, checkpoint_in_doubt, in_doubt
 from ckptcli.listing import ListFilter, format_time, info_dict, list_checkpoints, parse_labels
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.repository import Store, store_location
@@ -57,6 +58,8 @@ __all__ = [
     "Checkpoint",
     "CheckpointFile",
     "CopyResult",
+    "InDoubt",
+    "InDoubtList",
     "ListFilter",
     "Manifest",
     "PathLike",
@@ -66,12 +69,14 @@ __all__ = [
     "Subject",
     "TakeResult",
     "VerifyReport",
+    "checkpoint_in_doubt",
     "copy_checkpoints",
     "describe_section",
     "describe_value",
     "export_checkpoint",
     "format_time",
     "import_checkpoint",
+    "in_doubt",
     "info_dict",
     "init_store",
     "join_document",

@@ -16,124 +16,28 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import hashlib
 import os
-import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# the redaction rules live in ckptcli/_util/redact.py (the in-doubt report uses them too); their names stay here
+from ckptcli._util.redact import DEFAULT_KEY_PATTERNS as DEFAULT_KEY_PATTERNS
+from ckptcli._util.redact import DEFAULT_VALUE_PATTERNS as DEFAULT_VALUE_PATTERNS
+from ckptcli._util.redact import PLACEHOLDER as PLACEHOLDER
+from ckptcli._util.redact import Redaction as Redaction
+from ckptcli._util.redact import Redactor as Redactor
+from ckptcli._util.redact import _escape
 from ckptcli.adapters import base as _base
 from ckptcli.errors import InvalidInputError
 
+if typing.TYPE_CHECKING:
+    from ckptcli.indoubt import InDoubt
+
 STANDARD = ("memory", "plan", "tools", "events")
 REDACTION_NAMESPACE = "ckpt.redaction"
-PLACEHOLDER = "[REDACTED:{rule}]"
-
-#: Keys whose values are secrets, whatever they look like (matched against the whole key, case-insensitively):
-#: names that end in a secret's word (PGPASSWORD, GITHUB_TOKEN, MYSECRET, SLACK_WEBHOOK), names that are or end in
-#: PASS or AUTH after a separator (DB_PASS, X-AUTH), and PWD only after one (DB_PWD; not PWD, the working directory).
-DEFAULT_KEY_PATTERNS: dict[str, str] = {
-    "secret-key": r"(?i)^(?:(?:.*[_-])?(?:api[_-]?key|secret[_-]?key|client[_-]?secret|access[_-]?token|refresh[_-]?token|"
-    r"id[_-]?token|auth[_-]?token|authorization|cookie|set-cookie|session[_-]?id|private[_-]?key|access[_-]?key|pass|auth)"
-    r"|.*(?:password|passwd|passphrase|secret|token|apikey|credentials?|webhook)|.*[_-]pwd)$",
-}
-
-#: Strings that look like credentials wherever they appear (searched inside strings, in this order).
-DEFAULT_VALUE_PATTERNS: dict[str, str] = {
-    "openai-key": r"\bsk-(?:proj-)?[A-Za-z0-9_-]{20,}",
-    "anthropic-key": r"\bsk-ant-[A-Za-z0-9_-]{20,}",
-    "aws-access-key": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
-    "github-token": r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}",
-    "slack-token": r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
-    "slack-webhook": r"(?i)\b(?:https?://)?hooks\.slack\.com/services/[A-Za-z0-9_/-]+",
-    "google-api-key": r"\bAIza[0-9A-Za-z_-]{35}\b",
-    "jwt": r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}",
-    "authorization-header": r"(?i)\b(?:proxy-)?authorization:[ \t]*(?!\[REDACTED:)[^\s][^\r\n]*",
-    "bearer-token": r"(?i)\bbearer\s+[A-Za-z0-9._~+/-]{8,}=*",
-    "private-key-block": r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
-    "url-password": r"(?<=://)[^/\s:@]+:[^/\s@]+(?=@)",
-}
-
-
-@dataclass
-class Redaction:
-    """What one pass of redaction replaced: JSON pointers (into the state document) and rule names."""
-
-    paths: list[str] = field(default_factory=list)
-    rules: list[str] = field(default_factory=list)
-
-    def add(self, path: str, rule: str) -> None:
-        self.paths.append(path)
-        self.rules.append(rule)
-
-    @property
-    def count(self) -> int:
-        return len(self.paths)
-
-
-class Redactor:
-    """Replaces secrets in plain data by ``[REDACTED:<rule>]``.
-
-    Args:
-        key_patterns: rule name -> regex matched against map keys; the whole value under a
-            matching key is replaced.
-        value_patterns: rule name -> regex searched in strings; each match is replaced.
-        extra_keys / extra_values: added to the defaults (the usual way to configure).
-    """
-
-    def __init__(
-        self,
-        key_patterns: Mapping[str, str] | None = None,
-        value_patterns: Mapping[str, str] | None = None,
-        *,
-        extra_keys: Mapping[str, str] | None = None,
-        extra_values: Mapping[str, str] | None = None,
-    ) -> None:
-        keys = dict(DEFAULT_KEY_PATTERNS if key_patterns is None else key_patterns) | dict(extra_keys or {})
-        values = dict(DEFAULT_VALUE_PATTERNS if value_patterns is None else value_patterns) | dict(extra_values or {})
-        try:
-            self.keys = {name: re.compile(p) for name, p in keys.items()}
-            self.values = {name: re.compile(p) for name, p in values.items()}
-        except re.error as exc:
-            raise InvalidInputError(f"redaction pattern {exc.pattern!r}: {exc}") from None
-
-    @property
-    def fingerprint(self) -> str:
-        """A short hash of the rules, recorded with each redaction (which rules ran)."""
-        text = "\n".join(f"k {n} {p.pattern}" for n, p in sorted(self.keys.items()))
-        text += "\n".join(f"v {n} {p.pattern}" for n, p in sorted(self.values.items()))
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-    def redact(self, value: Any, path: str, report: Redaction) -> Any:
-        """A copy of `value` with secrets replaced; `path` is its JSON pointer."""
-        if isinstance(value, dict):
-            out = {}
-            for k, v in value.items():
-                sub = f"{path}/{_escape(str(k))}"
-                rule = next((n for n, p in self.keys.items() if isinstance(k, str) and p.search(k)), None)
-                if rule is not None and v not in (None, "", [], {}):
-                    out[k] = PLACEHOLDER.format(rule=rule)
-                    report.add(sub, rule)
-                else:
-                    out[k] = self.redact(v, sub, report)
-            return out
-        if isinstance(value, list):
-            return [self.redact(v, f"{path}/{i}", report) for i, v in enumerate(value)]
-        if isinstance(value, str):
-            for name, pat in self.values.items():
-                if pat.search(value):
-                    value = pat.sub(PLACEHOLDER.format(rule=name), value)
-                    report.add(path, name)
-            return value
-        return value
-
-
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
-
 
 # -- plain data -------------------------------------------------------------------------------
 
@@ -340,6 +244,22 @@ class AgentAdapter:
         if not isinstance(state, dict):
             raise InvalidInputError(f"checkpoint {ck.hex[:12]} holds a {type(state).__name__}, not sections this adapter wrote")
         return self.restore_into(state, into)
+
+    def in_doubt(self, agent: Any) -> list[InDoubt]:
+        """The calls in doubt in `agent`'s tool-call log (the attribute mapped to `tools`,
+        or each list among several): records with status "pending" that no later "ok"
+        record of the same key settles (ckptcli.indoubt). Call it on the agent `restore`
+        gave back and reconcile them before the agent goes on (docs/workflows.md)."""
+        from ckptcli.indoubt import in_doubt
+
+        if self.tools is None:
+            return []
+        if isinstance(self.tools, str):
+            return in_doubt({"tools": to_plain(_get(agent, self.tools), "tools")}, redactor=self.redactor)
+        found: list[InDoubt] = []
+        for name in _names(self.tools):
+            found += in_doubt({"tools": to_plain(_get(agent, name), f"tools ({name})")}, redactor=self.redactor)
+        return found
 
 
 def _names(target: Target) -> list[str]:

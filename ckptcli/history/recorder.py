@@ -43,6 +43,7 @@ from ckptcli.history.events import (
     make_event,
     normalize,
 )
+from ckptcli.indoubt import InDoubt, in_doubt
 from ckptcli.store.backend import write_file_atomic
 
 RECORD_HEAD = PLAIN_HEAD  # its 0.2 name (the record head is the shared journal framing's); kept for one minor release
@@ -54,6 +55,35 @@ if TYPE_CHECKING:
 
 Tool = Callable[[Any], Any]
 StepFunc = Callable[[StepContext, Event], Any]
+
+
+class NonIdempotent:
+    """A tool that must not run twice for one call (a payment, an e-mail): `tools={"pay":
+    non_idempotent(pay)}`. It runs as the function it wraps; CheckpointPolicy(
+    before_non_idempotent=True) takes a checkpoint before each of its calls."""
+
+    idempotent = False
+
+    def __init__(self, fn: Tool) -> None:
+        self.fn = fn
+
+    def __call__(self, args: Any) -> Any:
+        return self.fn(args)
+
+    def __repr__(self) -> str:
+        return f"non_idempotent({self.fn!r})"
+
+
+def non_idempotent(fn: Tool) -> Tool:
+    """`fn` marked as a tool that must not run twice (see NonIdempotent)."""
+    return NonIdempotent(fn)
+
+
+def is_idempotent(fn: object) -> bool:
+    """False for a tool marked non-idempotent: non_idempotent(fn), or any callable whose
+    attribute `idempotent` is False."""
+    return getattr(fn, "idempotent", True) is not False
+
 
 #: The first 8 bytes of a journal file.
 MAGIC = b"CKPTJNL1"
@@ -80,6 +110,12 @@ class CheckpointPolicy:
         risky_tools: before a tool.call of one of these tools, so that the checkpoint's
             live state is the one just before the call.
         auto_min_seconds, auto_max_seconds: the bounds of the interval under "auto".
+        before_non_idempotent: right after a tool.call marked non-idempotent is recorded,
+            before the tool runs (a tool given as non_idempotent(fn), or a tool.call
+            appended with the field idempotent=False), so that the checkpoint holds that
+            call pending: a crash during it leaves that one call in doubt at the latest
+            checkpoint (ckptcli.indoubt), never one the store does not know of. It costs
+            one checkpoint per such call (docs/workflows.md, "Reconciling in-doubt calls").
     """
 
     every_events: int | None = None
@@ -87,6 +123,7 @@ class CheckpointPolicy:
     risky_tools: frozenset[str] = field(default_factory=frozenset)
     auto_min_seconds: float = 1.0
     auto_max_seconds: float = 3600.0
+    before_non_idempotent: bool = False
 
     def __post_init__(self) -> None:
         if self.every_events is not None and (type(self.every_events) is not int or self.every_events < 1):
@@ -147,6 +184,8 @@ class Recovery:
     events: int  # journal events applied after it
     skipped: int  # journal events that checkpoint already held
     dropped_bytes: int  # a torn or damaged end of the journal, cut off
+    #: the calls recorded without a result: the run may have died during them (ckptcli.indoubt)
+    in_doubt: tuple[InDoubt, ...] = ()
 
 
 # -- the journal file ------------------------------------------------------------------------
@@ -468,7 +507,7 @@ class Recorder:
             kept.append(j.raw[i])
             expect += 1
         self._next_seq = expect
-        self.recovery = Recovery(self._base, len(self._tail), skipped, dropped)
+        self.recovery = Recovery(self._base, len(self._tail), skipped, dropped, tuple(in_doubt(self._state)))
         if dropped or skipped or self._base != h["base"]:
             write_journal(self.path, self._header(), kept)
 
@@ -484,6 +523,14 @@ class Recorder:
     @property
     def next_seq(self) -> int:
         return self._next_seq
+
+    def in_doubt(self, limit: int | None = None) -> list[InDoubt]:
+        """The calls of the live state recorded without a result (ckptcli.indoubt): after
+        Recorder.open resumed a run or started from a checkpoint (base=...), the calls
+        that may or may not have happened; reconcile them (record each one's tool.result)
+        before going on."""
+        with self._lock:
+            return in_doubt(self._state, limit=limit)
 
     @property
     def last_seq(self) -> int:
@@ -524,6 +571,8 @@ class Recorder:
             d = self.durability
             if len(self._buffer) >= d.batch_size or d.fsync == "always" or kind in d.flush_on:
                 self.flush()
+            if kind == TOOL_CALL and self.policy.before_non_idempotent and ev.fields.get("idempotent") is False:
+                self._before_effect(ev)
             if kind == ERROR and self._schedule is not None:
                 self._schedule.failed(time.monotonic())
             p = self.policy
@@ -544,6 +593,12 @@ class Recorder:
             self._buffer.clear()
 
     # -- checkpoints ---------------------------------------------------------------------------------
+    def _before_effect(self, call: Event) -> None:
+        """CheckpointPolicy.before_non_idempotent: a checkpoint that holds `call` pending,
+        unless the last one already does."""
+        if self._base_seq < call.seq:
+            self.checkpoint(message=f"before non-idempotent call {call.fields['call_id']} of {call.fields['tool']}")
+
     def _document(self) -> dict[str, Any]:
         # the snapshot's own key order, the tail last: replay gives the same order back
         doc = dict(self._snapshot)
@@ -671,6 +726,13 @@ class _LiveContext(StepContext):
         call = rec.append(TOOL_CALL, call_id=call_id_for(rec.next_seq), tool=name, args=args, **extra, cause=cause)
         call_id = call.fields["call_id"]
         fn = self._tools.get(name)
+        if fn is not None and rec.policy.before_non_idempotent and not is_idempotent(fn):
+            try:
+                rec._before_effect(call)
+            except Exception as exc:  # not run: recorded as failed, so that it is not in doubt
+                error = f"not run: the checkpoint before it failed: {exc}"
+                rec.append(TOOL_RESULT, call_id=call_id, status="error", error=error, cause=cause)
+                raise
         if fn is None:
             error = f"no tool {name!r} was given to the recorder"
         else:

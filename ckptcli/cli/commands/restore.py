@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ckptcli.cli._common import open_checkpoint
+from ckptcli.cli._indoubt import calls_in_doubt, in_doubt_json, in_doubt_lines
 from ckptcli.cli.app import JsonOpt, RefArg, StoreOpt, app, output_path
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet, safe, write_output
 from ckptcli.errors import ExitCode, UsageError
@@ -112,6 +113,13 @@ def restore(
     removed again and what it replaced or deleted is put back. Set-uid, set-gid and
     sticky bits are dropped unless --keep-special-modes.
 
+    Calls in doubt at the checkpoint (a tool call, a workflow step, an activity recorded
+    without its result: it may or may not have happened) are named on stderr, each with
+    its call id, tool, arguments (summarized, secrets redacted) and idempotency key or "no
+    idempotency key"; --json adds "in_doubt": [{"call_id", "tool", "args", "key",
+    "started", "seq", "index"}] (absent when there are none). Reconcile them (retry with
+    the same key, query, or compensate) before resuming (docs/workflows.md).
+
     The state document is streamed from the store (memory stays small whatever its
     size) and appears only once complete; one that decodes to more than
     CKPT_MAX_DECODED_BYTES (default 4 GiB) is refused before anything is written. -o
@@ -143,6 +151,7 @@ def restore(
     if output is not None and not no_state and not to_stdout:  # before anything is written
         api.refuse_output_into_source(ck, output, "the state document")
     result: dict[str, object] = {"id": ck.hex, "dry_run": dry_run, "state": None, "blobs": None}
+    doubt = calls_in_doubt(ck)
     if blobs_dir is not None or in_place:
         result["blobs"] = _restore_blobs(
             ck,
@@ -162,7 +171,9 @@ def restore(
         size = write_output(None if to_stdout else output, lambda fh: ck.write_state(fh, doc_fmt))
         result["state"] = {"path": "-" if to_stdout else str(output), "bytes": size}
     if as_json:
-        emit_json(result)
+        emit_json({**result, **in_doubt_json(doubt)} if doubt else result)
+    elif doubt:
+        sys.stderr.write("".join(f"{line}\n" for line in in_doubt_lines(doubt, ck.hex)))
 
 
 def _check_options(

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ckptcli.cli._common import open_checkpoint
+from ckptcli.cli._indoubt import calls_in_doubt, in_doubt_json, in_doubt_lines
 from ckptcli.cli.app import JsonOpt, RefArg, SnapshotOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, human_size, json_text, out, safe
 from ckptcli.errors import ExitCode
@@ -46,6 +47,12 @@ def show(
     "snapshot at seq B, tail B+1..N"; --json adds "state": {"seq", "snapshot_seq",
     "tail", "events", "applied"}). --snapshot shows the stored sections instead.
 
+    Calls in doubt (a tool call, a workflow step, an activity recorded without its result:
+    it may or may not have happened) are listed under "in doubt" with their call id, tool,
+    arguments (summarized, secrets redacted) and idempotency key; --json adds "in_doubt":
+    [{"call_id", "tool", "args", "key", "started", "seq", "index"}] (absent when there are
+    none). Reconcile them before resuming from this checkpoint (docs/workflows.md).
+
     Examples:
 
       ckpt show latest
@@ -69,10 +76,17 @@ def show(
     at = state_at(ck, snapshot=snapshot, lenient=True)
     if section is not None:
         _show_section(ck, at, section, as_json=as_json, show_all=show_all)
-    elif as_json:
-        emit_json(at.summary())
     else:
-        _print_summary(at.summary())
+        info = at.summary()
+        doubt = calls_in_doubt(ck, at)
+        if doubt:
+            info.update(in_doubt_json(doubt))
+        if as_json:
+            emit_json(info)
+        else:
+            _print_summary(info)
+            for line in in_doubt_lines(doubt):
+                out().print(line, markup=False, highlight=False)
     _warn_after(at.problem)
 
 
