@@ -91,6 +91,7 @@ COMMANDS = (
     "run",
     "checkpoint",
     "halt",
+    "workflow",
     "help",
 )
 

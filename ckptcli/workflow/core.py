@@ -1,0 +1,730 @@
+"""Durable steps for plain Python workflows: running a workflow (`run`), its context
+(`Context.step`, `Context.set`), the `@step` decorator, retries and the in-doubt policy.
+
+How it works (docs/workflows-durable.md is the guide): a workflow is a function
+`fn(ctx, *args)`, subject `workflow:<id>`, recorded through a `Recorder` whose journal
+lives beside the store. Each call of a step gets the next **position** (1, 2, ...) in the
+run; each attempt of it is a `tools` record (`tool.call` with call_id "<pos>.<attempt>"
+and the idempotency key "<id>:<step>:<occurrence>:<attempt>", then `tool.result`).
+Running the workflow again runs the function again from the top: a step whose position
+has a recorded result returns it without being called, the first one without continues
+the run. The recorded run is read from the state alone (`recorded_steps`), so it survives
+checkpoints and crashes alike.
+
+Invariants:
+- A step's `tool.call` is written to the journal before the step runs, its `tool.result`
+  as soon as it returns (`Durability.flush_on`): a step whose call is recorded and whose
+  result is not was interrupted, and is in doubt.
+- A key is never used for two different executions, except to run again an attempt that
+  was in doubt (`on_in_doubt="retry"`, the default): attempts count on per (step name,
+  occurrence) across the whole history, rollbacks included.
+- Steps record standard events only; `workflow:*` events are recorded once per run, per
+  compensation name, per retry, per in-doubt step and per rollback (ckptcli.workflow.events).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import random
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast, overload
+
+from ckptcli.errors import CkptError, ConflictError, ExitCode, InvalidInputError, UsageError
+from ckptcli.history.events import MEMORY_SET, TOOL_CALL, TOOL_RESULT, Reducers, State, make_event
+from ckptcli.workflow import events as wev
+
+if TYPE_CHECKING:
+    from ckptcli.history.recorder import CheckpointPolicy, Durability, Recorder
+    from ckptcli.store.repository import Store
+
+__all__ = [
+    "Compensation",
+    "Context",
+    "InDoubtStep",
+    "NonDeterminismError",
+    "Resolved",
+    "Retry",
+    "StepFailed",
+    "StepInDoubt",
+    "StepInfo",
+    "WorkflowError",
+    "WorkflowFailed",
+    "current_step",
+    "run",
+    "step",
+]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+KIND = "workflow"
+#: Labels of every checkpoint of a durable workflow (the shared `workflow.` labels).
+LABEL_ENGINE = "workflow.engine"
+LABEL_TYPE = "workflow.type"
+ENGINE = "ckpt"
+#: A step's name: what a label value and a key can carry (no ":", which separates a key's parts).
+STEP_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
+#: Where a local store keeps its workflows' journals: <store>/workflows/<id>.journal.
+JOURNAL_DIRNAME = "workflows"
+_CALL_ID_RE = re.compile(r"^([1-9][0-9]*)\.([1-9][0-9]*)$")
+
+
+# -- errors ------------------------------------------------------------------------------------
+class WorkflowError(CkptError):
+    """A durable workflow could not go on (exit 1 from the CLI)."""
+
+    exit_code = ExitCode.FAILURE
+
+
+class NonDeterminismError(WorkflowError):
+    """A re-run called another step at a position than the recorded run did (the workflow
+    function is not deterministic, or its code changed under a run in progress)."""
+
+    exit_code = ExitCode.DIVERGED
+
+    def __init__(self, workflow_id: str, pos: int, recorded: str, called: str) -> None:
+        super().__init__(
+            f"workflow {workflow_id}: step {pos} was {recorded!r} in the recorded run, but this run called {called!r} there",
+            hint="a workflow must call its steps in the same order on every run: keep the old code until the run ends, "
+            "or roll it back (ckpt workflow rollback) to before the change",
+        )
+        self.workflow_id, self.pos, self.recorded, self.called = workflow_id, pos, recorded, called
+
+
+class StepFailed(WorkflowError):  # noqa: N818 - a verdict on the workflow, as ToolFailed
+    """A step raised on its last attempt (live), or had (re-run): `error` is the recorded
+    "Type: message" of its last attempt; live, the exception is the `__cause__`."""
+
+    def __init__(self, name: str, key: str, attempts: int, error: str) -> None:
+        super().__init__(f"step {name} failed after {attempts} attempt{'s' if attempts != 1 else ''} (key {key}): {error}")
+        self.step, self.key, self.attempts, self.error = name, key, attempts, error
+
+
+class StepInDoubt(WorkflowError):  # noqa: N818 - a verdict on the workflow, as ToolFailed
+    """A step begun by an earlier run has no recorded result and the in-doubt policy said
+    "fail": its effect may or may not have happened."""
+
+    def __init__(self, step: InDoubtStep) -> None:
+        super().__init__(
+            f"step {step.name} (position {step.pos}, key {step.key}) was begun and never finished: it is in doubt",
+            hint="check whether its effect happened, then run again with on_in_doubt='retry' (same key) "
+            "or on_in_doubt=a function returning Resolved(result)",
+        )
+        self.step = step
+
+
+class WorkflowFailed(WorkflowError):  # noqa: N818 - a verdict on the workflow, as ToolFailed
+    """The workflow's function raised in an earlier run: its recorded outcome."""
+
+    def __init__(self, workflow_id: str, error: str) -> None:
+        super().__init__(
+            f"workflow {workflow_id} failed: {error}", hint="roll it back (ckpt workflow rollback) to run it again, or use a new id"
+        )
+        self.workflow_id, self.error = workflow_id, error
+
+
+# -- values the caller sees --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Retry:
+    """How a step is retried when it raises: at most `max_attempts` attempts in all, the
+    n-th retry after min(max_delay, initial * factor**(n-1)) seconds, spread by +-jitter
+    (a fraction of the delay). Only exceptions of the `on` types are retried."""
+
+    max_attempts: int = 3
+    initial: float = 1.0
+    factor: float = 2.0
+    max_delay: float = 60.0
+    jitter: float = 0.1
+    on: tuple[type[BaseException], ...] = (Exception,)
+
+    def __post_init__(self) -> None:
+        if type(self.max_attempts) is not int or self.max_attempts < 1:
+            raise InvalidInputError(f"Retry: max_attempts must be an integer >= 1, not {self.max_attempts!r}")
+        for name in ("initial", "factor", "max_delay", "jitter"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or v != v:
+                raise InvalidInputError(f"Retry: {name} must be a number >= 0, not {v!r}")
+        if self.factor < 1:
+            raise InvalidInputError(f"Retry: factor must be >= 1, not {self.factor!r}")
+        if self.jitter > 1:
+            raise InvalidInputError(f"Retry: jitter is a fraction of the delay, between 0 and 1, not {self.jitter!r}")
+
+    def delay(self, retry: int, rand: Callable[[], float] = random.random) -> float:
+        """Seconds before retry number `retry` (1 for the second attempt)."""
+        base = min(float(self.max_delay), float(self.initial) * float(self.factor) ** (retry - 1))
+        return max(0.0, base * (1 + self.jitter * (2 * rand() - 1)))
+
+
+NO_RETRY = Retry(max_attempts=1)
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """The step being run: what `current_step()` and `Context.step_info` give inside it."""
+
+    workflow_id: str
+    name: str
+    pos: int  # its position in the run (1, 2, ...)
+    occurrence: int  # the how-manieth call of a step of this name (1, 2, ...)
+    attempt: int
+    idempotency_key: str  # "<workflow id>:<name>:<occurrence>:<attempt>"
+
+
+@dataclass(frozen=True)
+class InDoubtStep:
+    """A step that an earlier run began and did not finish (a `tools` record still pending)."""
+
+    workflow_id: str
+    name: str
+    pos: int
+    attempt: int
+    key: str
+    call_id: str
+    args: Any  # as recorded
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What an `on_in_doubt` function returns when it knows the step's effect happened:
+    its result, recorded as the step's (the step is not called)."""
+
+    result: Any
+
+
+InDoubtDecision = Literal["retry", "fail"] | Resolved
+InDoubtPolicy = Literal["retry", "fail"] | Callable[[InDoubtStep], InDoubtDecision]
+
+
+@dataclass(frozen=True)
+class Compensation:
+    """What a compensation function gets: the step it undoes (as recorded) and its own key."""
+
+    workflow_id: str
+    step: str
+    pos: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    result: Any
+    step_key: str  # the idempotency key of the step's attempt that succeeded
+    key: str  # the compensation's idempotency key: step_key + ":undo"
+
+
+# -- the recorded run ---------------------------------------------------------------------------------
+@dataclass
+class StepRecord:
+    """The attempts recorded at one position (in the current history: a rollback voids the
+    positions after its checkpoint)."""
+
+    pos: int
+    name: str
+    occurrence: int
+    attempts: list[dict[str, Any]] = field(default_factory=list)  # the `tools` records, oldest first
+
+    @property
+    def last(self) -> dict[str, Any]:
+        return self.attempts[-1]
+
+    @property
+    def status(self) -> str:
+        """Its last attempt's status: "ok", "error" or "pending" (in doubt)."""
+        return str(self.last.get("status"))
+
+
+def parse_key(key: object) -> tuple[str, str, int, int] | None:
+    """(workflow id, step, occurrence, attempt) of a key, or None."""
+    if type(key) is not str:
+        return None
+    parts = key.rsplit(":", 3)
+    if len(parts) != 4 or not parts[2].isdecimal() or not parts[3].isdecimal():
+        return None
+    return parts[0], parts[1], int(parts[2]), int(parts[3])
+
+
+def recorded_steps(state: State) -> tuple[dict[int, StepRecord], dict[tuple[str, int], int]]:
+    """The recorded run in `state`: position -> its StepRecord (what a rollback voided left
+    out), and (step, occurrence) -> the highest attempt number ever used."""
+    rewinds = sorted((s, p) for s, p in (wev.view(state).get("rewinds") or []) if type(s) is int and type(p) is int)
+    steps: dict[int, StepRecord] = {}
+    highest: dict[tuple[str, int], int] = {}
+    r = 0
+    for rec in state.get("tools") or []:
+        if type(rec) is not dict:
+            continue
+        m = _CALL_ID_RE.match(str(rec.get("call_id")))
+        parsed = parse_key(rec.get("key"))
+        if m is None or parsed is None:
+            continue
+        seq = rec["seq"] if type(rec.get("seq")) is int else 0
+        while r < len(rewinds) and rewinds[r][0] < seq:
+            cut = rewinds[r][1]
+            steps = {p: s for p, s in steps.items() if p <= cut}
+            r += 1
+        pos, attempt = int(m.group(1)), int(m.group(2))
+        name, occ = str(rec.get("tool")), parsed[2]
+        highest[(name, occ)] = max(highest.get((name, occ), 0), attempt)
+        got = steps.get(pos)
+        if got is None or got.name != name or got.occurrence != occ:
+            got = steps[pos] = StepRecord(pos, name, occ)
+        got.attempts.append(rec)
+    for _seq, cut in rewinds[r:]:
+        steps = {p: s for p, s in steps.items() if p <= cut}
+    return steps, highest
+
+
+# -- naming --------------------------------------------------------------------------------------------
+def subject_of(workflow_id: object) -> str:
+    """`workflow:<id>`, checked. InvalidInputError (one line) for an id that cannot name a subject."""
+    from ckptcli.format.manifest import NAME_RE
+
+    if type(workflow_id) is not str or not NAME_RE.match(workflow_id):
+        raise InvalidInputError(
+            f"workflow id {workflow_id!r} is not valid",
+            hint="use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit (e.g. order-1042)",
+        )
+    return f"{KIND}:{workflow_id}"
+
+
+def check_step_name(name: object) -> str:
+    if type(name) is not str or not STEP_NAME_RE.match(name):
+        raise InvalidInputError(
+            f"step name {name!r} is not valid", hint="use 1-128 letters, digits, '.', '_' or '-' (no ':'), e.g. charge-card"
+        )
+    return name
+
+
+def _name_of(fn: Callable[..., Any]) -> str:
+    raw = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", str(raw))[:128]
+    return name if STEP_NAME_RE.match(name) else "step"
+
+
+def _ref_of(fn: Callable[..., Any]) -> str | None:
+    """The name `fn` can be imported by in another process, "module:qualname", or None."""
+    module, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qual, str) or "<" in qual or module == "__main__":
+        return None
+    return f"{module}:{qual}"
+
+
+def journal_path(store: Store, workflow_id: str, journal_dir: str | Path | None = None) -> Path:
+    """The journal of workflow `workflow_id`: in `journal_dir`, else <store>/workflows/ for a
+    local store. A store on object storage needs a journal_dir (InvalidInputError)."""
+    from ckptcli.store.backend import LocalBackend
+
+    subject_of(workflow_id)
+    if journal_dir is not None:
+        root = Path(journal_dir)
+    elif isinstance(store.backend, LocalBackend):
+        root = Path(store.location) / JOURNAL_DIRNAME
+    else:
+        raise InvalidInputError(
+            f"the store {store.location} is not a directory of this host: its workflows need a journal directory here",
+            hint="pass journal_dir= (ckpt workflow: --journal-dir) a directory on this host",
+        )
+    return root / f"{workflow_id}.journal"
+
+
+def reducers() -> Reducers:
+    """The reducers a workflow's recorder and readers use (the workflow namespace's own)."""
+    return Reducers(wev.REDUCERS)
+
+
+# -- the step registry (compensations by step name) ----------------------------------------------------
+_COMPENSATIONS: dict[str, Callable[[Compensation], object]] = {}
+
+_CTX: contextvars.ContextVar[Context | None] = contextvars.ContextVar("ckpt_workflow_context", default=None)
+_STEP: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar("ckpt_workflow_step", default=None)
+
+
+def current_step() -> StepInfo | None:
+    """The step running in this thread (its idempotency key, attempt, ...), or None
+    outside a durable step."""
+    return _STEP.get()
+
+
+def registered_compensation(step_name: str) -> Callable[[Compensation], object] | None:
+    return _COMPENSATIONS.get(step_name)
+
+
+# -- the context ----------------------------------------------------------------------------------------
+class Context:
+    """What a workflow function gets as its first argument: `step` runs a durable step,
+    `set` and `get` the workflow's variables, `checkpoint` takes a checkpoint now.
+    One per run; use it from the workflow's thread only."""
+
+    def __init__(self, rec: Recorder, workflow_id: str, on_in_doubt: InDoubtPolicy) -> None:
+        self.workflow_id = workflow_id
+        self._rec = rec
+        self._on_in_doubt = on_in_doubt
+        self._pos = 0
+        self._occ: dict[str, int] = {}
+        self._vars: dict[str, Any] = {}
+        self._steps, self._highest = recorded_steps(rec.state)
+        self._recorded_max = max(self._steps, default=0)
+        self._sagas = dict(wev.view(rec.state).get("compensations") or {})
+        self._memory = dict(rec.state.get("memory") or {})  # the recorded variables, kept here as they are recorded
+
+    # -- variables ---------------------------------------------------------------------------
+    @property
+    def replaying(self) -> bool:
+        """Whether the run is still going over what an earlier run recorded (steps there
+        return their recorded results, `set` records nothing)."""
+        return self._pos < self._recorded_max
+
+    def set(self, name: str, value: Any) -> None:
+        """Set workflow variable `name` (recorded as `memory.set`; while replaying, only
+        here). Raises InvalidInputError for a value a checkpoint cannot hold."""
+        if type(name) is not str or not name:
+            raise InvalidInputError(f"workflow {self.workflow_id}: a variable's name must be a non-empty string, not {name!r}")
+        if self.replaying:
+            ev = make_event(1, 0, MEMORY_SET, {"path": [name], "value": value})  # checked, copied
+            self._vars[name] = ev.fields["value"]
+            return
+        live = self._memory
+        probe = make_event(1, 0, MEMORY_SET, {"path": [name], "value": value})
+        if name not in live or live[name] != probe.fields["value"] or type(live[name]) is not type(probe.fields["value"]):
+            ev = self._rec.append(MEMORY_SET, path=[name], value=value)
+            self._vars[name] = self._memory[name] = ev.fields["value"]
+        else:
+            self._vars[name] = live[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """Workflow variable `name` as set so far in this run (`default` when not set)."""
+        return self._vars.get(name, default)
+
+    @property
+    def vars(self) -> Mapping[str, Any]:
+        """The workflow's variables as set so far in this run (read-only view)."""
+        return dict(self._vars)
+
+    # -- the step running ------------------------------------------------------------------------
+    @property
+    def step_info(self) -> StepInfo | None:
+        """The step running now (None between steps)."""
+        return _STEP.get()
+
+    @property
+    def idempotency_key(self) -> str:
+        """The running step's idempotency key. UsageError between steps."""
+        info = _STEP.get()
+        if info is None:
+            raise UsageError("ctx.idempotency_key is only defined while a step runs", hint="read it inside the step's function")
+        return info.idempotency_key
+
+    def checkpoint(self, message: str = "") -> str | None:
+        """Take a checkpoint now (a point `rollback` can go back to); returns its hex id.
+        While replaying, takes none (the earlier run did) and returns None."""
+        if self.replaying:
+            return None
+        return self._rec.checkpoint(message=message or f"workflow {self.workflow_id}: after step {self._pos}").hex
+
+    # -- steps ------------------------------------------------------------------------------------
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., R],
+        /,
+        *args: Any,
+        retry: Retry | None = None,
+        compensate: Callable[[Compensation], object] | None = None,
+        **kwargs: Any,
+    ) -> R:
+        """Run `fn(*args, **kwargs)` as the durable step `name`; returns its result as
+        recorded (maps, lists, str, bytes, int, float, bool, None). A re-run returns the
+        recorded result without calling `fn`.
+
+        `retry`: how it is retried (default: one attempt). `compensate`: a function that
+        undoes it, `compensate(Compensation)`, run by `rollback` (define it at module
+        level so that another process, `ckpt workflow rollback`, can import it).
+        Inside `fn`, `current_step()` (or `ctx.idempotency_key`) gives its key.
+
+        Raises:
+            StepFailed when the last attempt raised; StepInDoubt (see `on_in_doubt`);
+            NonDeterminismError when the recorded run had another step here;
+            InvalidInputError for a name, arguments or a result a checkpoint cannot hold.
+        """
+        if _STEP.get() is not None:  # a step inside a step is part of it
+            return fn(*args, **kwargs)
+        check_step_name(name)
+        policy = retry or NO_RETRY
+        self._pos += 1
+        pos = self._pos
+        occ = self._occ[name] = self._occ.get(name, 0) + 1
+        if compensate is not None:
+            self._note_compensation(name, compensate)
+        recorded = self._steps.get(pos)
+        if recorded is not None and (recorded.name != name or recorded.occurrence != occ):
+            raise NonDeterminismError(self.workflow_id, pos, recorded.name, name)
+        argv = self._args(name, args, kwargs)
+        tries = 0
+        resume: dict[str, Any] | None = None
+        if recorded is not None:
+            if recorded.status == "ok":
+                return cast(R, recorded.last.get("result"))
+            tries = sum(1 for a in recorded.attempts if a.get("status") == "error")
+            if recorded.status == "pending":
+                decided = self._in_doubt(recorded)
+                if isinstance(decided, Resolved):
+                    return cast(R, decided.result)
+                resume = decided
+                tries += 1
+            elif tries >= policy.max_attempts:
+                last = recorded.last
+                raise StepFailed(name, str(last.get("key")), tries, str(last.get("error")))
+        attempt = self._highest.get((name, occ), 0) + 1 if resume is None else int(str(resume["call_id"]).split(".")[1])
+        while True:
+            key = f"{self.workflow_id}:{name}:{occ}:{attempt}"
+            call_id = f"{pos}.{attempt}"
+            if resume is None:
+                self._rec.append(TOOL_CALL, call_id=call_id, tool=name, args=argv, key=key)
+                self._highest[(name, occ)] = attempt
+                tries += 1
+            resume = None
+            token = _STEP.set(StepInfo(self.workflow_id, name, pos, occ, attempt, key))
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                self._rec.append(TOOL_RESULT, call_id=call_id, status="error", error=error)
+                if not isinstance(exc, policy.on) or tries >= policy.max_attempts:
+                    raise StepFailed(name, key, tries, error) from exc
+                delay = policy.delay(tries)
+                self._rec.append(wev.RETRY, pos=pos, step=name, attempt=attempt, delay_seconds=delay, error=error)
+                time.sleep(delay)
+                attempt += 1
+                continue
+            finally:
+                _STEP.reset(token)
+            try:
+                done = self._rec.append(TOOL_RESULT, call_id=call_id, result=result)
+            except InvalidInputError as exc:
+                self._rec.append(TOOL_RESULT, call_id=call_id, status="error", error=f"its result cannot be recorded: {exc.message}")
+                raise InvalidInputError(
+                    f"workflow {self.workflow_id}: step {name} (key {key}) returned a {type(result).__name__}, which cannot be recorded",
+                    hint="return maps with string keys, lists, str, bytes, int, float, bool or None; the step is recorded as failed",
+                ) from None
+            return cast(R, done.fields.get("result"))
+
+    def _args(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        fields: dict[str, Any] = {"args": list(args)}
+        if kwargs:
+            fields["kwargs"] = kwargs
+        try:
+            return make_event(1, 0, wev.RUN, fields).fields  # checked and copied, as the event will be
+        except InvalidInputError as exc:
+            raise InvalidInputError(
+                f"workflow {self.workflow_id}: the arguments of step {name} cannot be recorded ({exc.message})",
+                hint="pass maps with string keys, lists, str, bytes, int, float, bool or None (or pass the rest through a closure)",
+            ) from None
+
+    def _note_compensation(self, name: str, compensate: Callable[[Compensation], object]) -> None:
+        if not callable(compensate):
+            raise InvalidInputError(f"step {name}: compensate must be a function, not {type(compensate).__name__}")
+        _COMPENSATIONS[name] = compensate
+        ref = _ref_of(compensate)
+        if name not in self._sagas or self._sagas[name] != ref:
+            self._rec.append(wev.SAGA, step=name, compensate=ref)
+            self._sagas[name] = ref
+
+    def _in_doubt(self, recorded: StepRecord) -> dict[str, Any] | Resolved:
+        last = recorded.last
+        info = InDoubtStep(
+            self.workflow_id,
+            recorded.name,
+            recorded.pos,
+            int(str(last.get("call_id")).split(".")[1]),
+            str(last.get("key")),
+            str(last.get("call_id")),
+            last.get("args"),
+        )
+        policy = self._on_in_doubt
+        decision: Any = policy(info) if callable(policy) else policy
+        fields = {"pos": info.pos, "call_id": info.call_id, "key": info.key}
+        if isinstance(decision, Resolved):
+            self._rec.append(wev.IN_DOUBT, **fields, decision="resolved")
+            try:
+                done = self._rec.append(TOOL_RESULT, call_id=info.call_id, result=decision.result)
+            except InvalidInputError as exc:
+                raise InvalidInputError(
+                    f"step {info.name} (key {info.key}): the Resolved result cannot be recorded: {exc.message}"
+                ) from None
+            return Resolved(done.fields.get("result"))
+        if decision == "fail":
+            self._rec.append(wev.IN_DOUBT, **fields, decision="fail")
+            self._rec.flush()
+            raise StepInDoubt(info)
+        if decision != "retry":
+            raise InvalidInputError(
+                f"on_in_doubt gave {decision!r} for step {info.name} (key {info.key})",
+                hint="return 'retry', 'fail' or Resolved(result)",
+            )
+        self._rec.append(wev.IN_DOUBT, **fields, decision="retry")
+        return last
+
+
+# -- the decorator ------------------------------------------------------------------------------------------
+@overload
+def step(fn: Callable[P, R], /) -> Callable[P, R]: ...
+@overload
+def step(
+    *, name: str | None = None, retry: Retry | None = None, compensate: Callable[[Compensation], object] | None = None
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+def step(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    retry: Retry | None = None,
+    compensate: Callable[[Compensation], object] | None = None,
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """Mark a function as a durable step: called inside a running workflow it runs as
+    `ctx.step(name, fn, ...)` (name: the function's qualified name unless given);
+    called anywhere else (or inside another step) it is a plain call.
+
+        @workflow.step(retry=workflow.Retry(max_attempts=5), compensate=refund)
+        def charge(order: str, cents: int) -> dict: ...
+    """
+
+    def wrap(f: Callable[P, R]) -> Callable[P, R]:
+        sname = check_step_name(name) if name is not None else _name_of(f)
+        if compensate is not None:
+            if not callable(compensate):
+                raise InvalidInputError(f"step {sname}: compensate must be a function, not {type(compensate).__name__}")
+            _COMPENSATIONS[sname] = compensate
+
+        @functools.wraps(f)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            ctx = _CTX.get()
+            if ctx is None or _STEP.get() is not None:
+                return f(*args, **kwargs)
+            return ctx.step(sname, f, *args, retry=retry, compensate=compensate, **kwargs)
+
+        call.step_name = sname  # type: ignore[attr-defined]
+        return call
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap
+
+
+# -- running ----------------------------------------------------------------------------------------------
+def run(
+    store: Store,
+    workflow_id: str,
+    fn: Callable[..., R],
+    /,
+    *args: Any,
+    on_in_doubt: InDoubtPolicy = "retry",
+    journal_dir: str | Path | None = None,
+    durability: Durability | None = None,
+    policy: CheckpointPolicy | None = None,
+    type_name: str | None = None,
+) -> R:
+    """Run workflow `fn(ctx, *args)` durably as `workflow:<workflow_id>`, or go on with it
+    after a crash: completed steps return their recorded results, the first unfinished
+    one runs. A workflow that is done returns its recorded result at once (`fn` is not
+    called); one that failed raises WorkflowFailed.
+
+    Args:
+        on_in_doubt: what to do with a step an earlier run began and did not finish:
+            "retry" (default: run it again with the same idempotency key), "fail"
+            (raise StepInDoubt), or a function(InDoubtStep) -> "retry", "fail" or
+            Resolved(result).
+        journal_dir: where the journal is (default <store>/workflows/ for a local store).
+        durability: how events reach the disk (the recorder's; default fsync "batch":
+            each step's call and result are written and fsynced as they happen).
+        policy: when to take checkpoints besides the first, `Context.checkpoint` and the end.
+        type_name: the `workflow.type` label (default: the function's qualified name).
+
+    Raises:
+        InvalidInputError (a workflow id that is not valid, arguments or a result that
+        cannot be recorded); ConflictError (other arguments than the recorded run's, or a
+        rollback that is not finished); LockError (the workflow runs in another process);
+        NonDeterminismError, StepInDoubt, WorkflowFailed; what `fn` raises (after its
+        failure is recorded).
+    """
+    from ckptcli.history.recorder import Recorder
+
+    subject = subject_of(workflow_id)
+    if not callable(fn):
+        raise InvalidInputError(f"workflow {workflow_id}: the workflow must be a function, not {type(fn).__name__}")
+    if not (on_in_doubt in ("retry", "fail") or callable(on_in_doubt)):
+        raise InvalidInputError(f"on_in_doubt must be 'retry', 'fail' or a function, not {on_in_doubt!r}")
+    wtype = type_name if type_name is not None else _name_of(fn)
+    try:
+        run_fields = make_event(1, 0, wev.RUN, {"type": wtype, "args": list(args)}).fields
+    except InvalidInputError as exc:
+        raise InvalidInputError(
+            f"workflow {workflow_id}: its arguments cannot be recorded ({exc.message})",
+            hint="pass maps with string keys, lists, str, bytes, int, float, bool or None",
+        ) from None
+    path = journal_path(store, workflow_id, journal_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rec = Recorder.open(
+        store,
+        subject,
+        path,
+        state={"memory": {}, "tools": [], "ext": {wev.NAMESPACE: {"id": workflow_id, "engine": ENGINE}}},
+        labels={LABEL_ENGINE: ENGINE, LABEL_TYPE: wtype},
+        reducers=reducers(),
+        durability=durability,
+        policy=policy,
+    )
+    try:
+        v = wev.view(rec.state)
+        status = v.get("status")
+        if status == "done":
+            return cast(R, v.get("result"))
+        if status == "failed":
+            err = v.get("error") or {}
+            raise WorkflowFailed(workflow_id, f"{err.get('type')}: {err.get('message')}")
+        if status == "rolling back":
+            raise ConflictError(
+                f"workflow {workflow_id}: a rollback to {str((v.get('rollback') or {}).get('to'))[:12]} is not finished",
+                hint="run the rollback again to finish it (ckpt workflow rollback ID --to REF --run)",
+            )
+        if "args" in v and v["args"] != run_fields["args"]:
+            raise ConflictError(
+                f"workflow {workflow_id} was started with other arguments ({_short(v['args'])}), not {_short(run_fields['args'])}",
+                hint="give the same arguments to go on with it, or use a new workflow id",
+            )
+        rec.append(wev.RUN, type=wtype, args=run_fields["args"], resumed=status is not None)
+        ctx = Context(rec, workflow_id, on_in_doubt)
+        token = _CTX.set(ctx)
+        try:
+            result = fn(ctx, *args)
+        except CkptError as exc:  # ckpt's own stop (a bad value, a diverged re-run, ...) is no outcome
+            if isinstance(exc, StepFailed):
+                _record_failure(rec, exc)
+            raise
+        except Exception as exc:
+            _record_failure(rec, exc)
+            raise
+        finally:
+            _CTX.reset(token)
+        try:
+            done = rec.append(wev.DONE, result=result)
+        except InvalidInputError as exc:
+            raise InvalidInputError(
+                f"workflow {workflow_id} returned a {type(result).__name__}, which cannot be recorded ({exc.message})",
+                hint="return maps with string keys, lists, str, bytes, int, float, bool or None",
+            ) from None
+        rec.checkpoint(message=f"workflow {workflow_id}: done")
+        return cast(R, done.fields.get("result"))
+    finally:
+        rec.close()
+
+
+def _record_failure(rec: Recorder, exc: BaseException) -> None:
+    rec.append(wev.FAILED, error=str(exc), type=type(exc).__name__)
+    rec.checkpoint(message="workflow failed")
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."

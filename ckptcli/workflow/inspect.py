@@ -1,0 +1,456 @@
+"""Reading durable workflows (`status`, `list_workflows`) and rolling one back with its
+compensations (`rollback`): what `ckpt workflow ls|show|rollback` call.
+
+Invariants:
+- Reading takes no lock and writes nothing: the live state is the journal's base
+  checkpoint plus the journal's intact events (formats/events.md "Recovering"), or the
+  workflow's latest checkpoint when it has no journal here.
+- A rollback is recorded before anything runs (`workflow:rollback`, with the positions to
+  compensate, in order); each compensation's start and end are recorded and written
+  before and after it runs, so a rollback killed and run again goes on where it stopped:
+  a compensation that ended is not run again, one that began and did not end is run
+  again with the same key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ckptcli.errors import ConflictError, CorruptError, InvalidInputError, NotFoundError
+from ckptcli.workflow import events as wev
+from ckptcli.workflow.core import (
+    KIND,
+    Compensation,
+    WorkflowError,
+    journal_path,
+    recorded_steps,
+    reducers,
+    registered_compensation,
+    subject_of,
+)
+
+if TYPE_CHECKING:
+    from ckptcli.store.repository import Store
+
+__all__ = [
+    "CompensationFailed",
+    "PlannedCompensation",
+    "RollbackPlan",
+    "StepView",
+    "WorkflowStatus",
+    "list_workflows",
+    "rollback",
+    "status",
+]
+
+
+class CompensationFailed(WorkflowError):  # noqa: N818 - a verdict, as StepFailed
+    """A compensation raised: the rollback stops there (recorded); run it again to go on."""
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One position of the run, as recorded."""
+
+    pos: int
+    name: str
+    occurrence: int
+    status: str  # "ok", "error" or "pending" (in doubt)
+    attempts: int
+    key: str  # the last attempt's idempotency key
+    call_id: str
+    args: Any
+    result: Any = None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        from ckptcli.format.jsonview import to_json as to_json_view
+
+        out: dict[str, Any] = {
+            "pos": self.pos,
+            "step": self.name,
+            "occurrence": self.occurrence,
+            "status": self.status,
+            "attempts": self.attempts,
+            "key": self.key,
+            "call_id": self.call_id,
+            "args": to_json_view(self.args),
+        }
+        if self.status == "ok":
+            out["result"] = to_json_view(self.result)
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(frozen=True)
+class WorkflowStatus:
+    """A workflow as recorded: what `ckpt workflow show` prints."""
+
+    workflow_id: str
+    type: str | None
+    status: str  # "running" (or stopped mid-run), "done", "failed", "rolling back", "rolled back"
+    runs: int
+    steps: list[StepView]
+    variables: dict[str, Any]
+    result: Any
+    error: dict[str, Any] | None
+    checkpoint: str | None  # the checkpoint the live state continues
+    seq: int  # the live position
+    journal: str | None  # the journal read, if any
+    compensations: dict[str, Any] = field(default_factory=dict)
+    rollback: dict[str, Any] | None = None
+
+    @property
+    def in_doubt(self) -> list[StepView]:
+        """The steps begun and not finished (their `tools` record is still pending)."""
+        return [s for s in self.steps if s.status == "pending"]
+
+    def to_json(self) -> dict[str, Any]:
+        from ckptcli.format.jsonview import to_json as to_json_view
+
+        return {
+            "id": self.workflow_id,
+            "subject": f"{KIND}:{self.workflow_id}",
+            "type": self.type,
+            "status": self.status,
+            "runs": self.runs,
+            "steps_done": sum(1 for s in self.steps if s.status == "ok"),
+            "steps": [s.to_json() for s in self.steps],
+            "in_doubt": [{"pos": s.pos, "step": s.name, "key": s.key, "call_id": s.call_id} for s in self.in_doubt],
+            "variables": to_json_view(self.variables),
+            "result": to_json_view(self.result),
+            "error": self.error,
+            "compensations": self.compensations,
+            "rollback": to_json_view(self.rollback) if self.rollback else None,
+            "checkpoint": self.checkpoint,
+            "seq": self.seq,
+            "journal": self.journal,
+        }
+
+
+def live_state(store: Store, workflow_id: str, journal_dir: str | Path | None = None) -> tuple[dict[str, Any], str | None, int, str | None]:
+    """(live state, the checkpoint it continues, the live seq, the journal read or None).
+
+    Raises: NotFoundError when the store holds no such workflow."""
+    from ckptcli.checkpoint import open_checkpoint
+    from ckptcli.history.events import event_from_map
+    from ckptcli.history.recorder import read_journal
+    from ckptcli.history.replay import load_tail
+
+    subject = subject_of(workflow_id)
+    red = reducers()
+    try:
+        path: Path | None = journal_path(store, workflow_id, journal_dir)
+    except InvalidInputError:
+        path = None  # a remote store and no journal_dir: the checkpoints alone
+    if path is not None and path.is_file():
+        j = read_journal(path)
+        if j.header.get("subject") != subject:
+            raise CorruptError(f"journal {path} records {j.header.get('subject')}, not {subject}", hint="move it aside")
+        ck = open_checkpoint(str(j.header["base"]), store)
+        tail = load_tail(ck)
+        state = red.apply_all(tail.snapshot, tail.events)
+        seq = tail.last_seq
+        for i, raw in enumerate(j.records):
+            ev = event_from_map(raw, f"journal {path}: record {i + 1}")
+            if ev.seq <= seq:
+                continue
+            if ev.seq != seq + 1:
+                break
+            state = red.apply(state, ev)
+            seq = ev.seq
+        return state, ck.hex, seq, str(path)
+    try:
+        ck = open_checkpoint(subject, store)
+    except NotFoundError:
+        raise NotFoundError(f"no workflow {workflow_id} in this store", hint="ckpt workflow ls lists the workflows") from None
+    tail = load_tail(ck)
+    return red.apply_all(tail.snapshot, tail.events), ck.hex, tail.last_seq, None
+
+
+def _view_of(workflow_id: str, state: dict[str, Any], ck: str | None, seq: int, journal: str | None) -> WorkflowStatus:
+    v = wev.view(state)
+    steps, _ = recorded_steps(state)
+    views = []
+    for pos in sorted(steps):
+        s = steps[pos]
+        last = s.last
+        views.append(
+            StepView(
+                pos,
+                s.name,
+                s.occurrence,
+                s.status,
+                len(s.attempts),
+                str(last.get("key")),
+                str(last.get("call_id")),
+                last.get("args"),
+                last.get("result"),
+                last.get("error") if type(last.get("error")) is str else None,
+            )
+        )
+    memory = state.get("memory")
+    return WorkflowStatus(
+        workflow_id,
+        v.get("type") if isinstance(v.get("type"), str) else None,
+        str(v.get("status") or "running"),
+        int(v.get("runs") or 0),
+        views,
+        dict(memory) if isinstance(memory, dict) else {},
+        v.get("result"),
+        v.get("error") if isinstance(v.get("error"), dict) else None,
+        ck,
+        seq,
+        journal,
+        dict(v.get("compensations") or {}),
+        v.get("rollback") if isinstance(v.get("rollback"), dict) else None,
+    )
+
+
+def status(store: Store, workflow_id: str, *, journal_dir: str | Path | None = None) -> WorkflowStatus:
+    """Workflow `workflow_id` as recorded (its journal included, if it is on this host).
+
+    Raises: InvalidInputError for an id that is not valid; NotFoundError for no such workflow."""
+    state, ck, seq, journal = live_state(store, workflow_id, journal_dir)
+    return _view_of(workflow_id, state, ck, seq, journal)
+
+
+def list_workflows(store: Store, *, journal_dir: str | Path | None = None) -> list[WorkflowStatus]:
+    """Every durable workflow of the store (subjects `workflow:*` labelled
+    workflow.engine=ckpt), by id."""
+    from ckptcli.listing import ListFilter, list_checkpoints
+    from ckptcli.workflow.core import ENGINE, LABEL_ENGINE
+
+    ids = sorted(
+        {s.subject.name for _cid, s in list_checkpoints(store, ListFilter(labels={LABEL_ENGINE: ENGINE})) if s.subject.kind == KIND}
+    )
+    return [status(store, wid, journal_dir=journal_dir) for wid in ids]
+
+
+# -- rollback -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlannedCompensation:
+    pos: int
+    step: str
+    step_key: str
+    key: str  # the compensation's idempotency key
+    compensate: str | None  # "module:qualname" as recorded, or None
+    #: "to run"; "done" (an earlier, interrupted rollback ran it); "begun" (an earlier one began it: it runs
+    #: again with the same key); "failed" (it raised: it runs again with the same key); "none" (the step
+    #: registered no compensation: nothing to run)
+    status: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pos": self.pos,
+            "step": self.step,
+            "step_key": self.step_key,
+            "key": self.key,
+            "compensate": self.compensate,
+            "status": self.status,
+        }
+
+
+@dataclass(frozen=True)
+class RollbackPlan:
+    """The compensations of the steps completed after checkpoint `to`, newest first; the
+    steps after it still in doubt (not compensated: nobody knows whether they happened);
+    and whether they were run."""
+
+    workflow_id: str
+    to: str
+    to_seq: int
+    pointer: int  # the steps that stay done
+    compensations: list[PlannedCompensation]
+    in_doubt: list[StepView]
+    executed: bool
+    resumed: bool  # an interrupted rollback was taken up again
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.workflow_id,
+            "to": self.to,
+            "to_seq": self.to_seq,
+            "pointer": self.pointer,
+            "compensations": [c.to_json() for c in self.compensations],
+            "in_doubt": [{"pos": s.pos, "step": s.name, "key": s.key} for s in self.in_doubt],
+            "executed": self.executed,
+            "resumed": self.resumed,
+        }
+
+
+def rollback(
+    store: Store,
+    workflow_id: str,
+    to: str,
+    *,
+    execute: bool = False,
+    journal_dir: str | Path | None = None,
+    compensations: Mapping[str, Callable[[Compensation], object]] | None = None,
+) -> RollbackPlan:
+    """Roll workflow `workflow_id` back to checkpoint `to` (any ref of one of its
+    checkpoints): list the compensations of the steps completed after it, newest first;
+    with `execute`, run them, each recorded, exactly once even when the rollback is
+    killed and run again (a compensation that began and did not end is run again with
+    the same key, `Compensation.key`). Afterwards the workflow's variables are the
+    checkpoint's and a re-run (`run`) runs the steps after it again, with new keys.
+
+    A step's compensation is, in this order: `compensations[step name]`, the one
+    registered in this process (`@step(compensate=...)`, `ctx.step(..., compensate=...)`),
+    or the recorded "module:qualname", imported.
+
+    Raises:
+        NotFoundError (no such workflow or checkpoint, or a compensation that cannot be
+        found: nothing is run then); InvalidInputError (a checkpoint of another subject,
+        or past the workflow's end); ConflictError (another rollback is unfinished);
+        LockError (the workflow is running); CompensationFailed.
+    """
+    from ckptcli.checkpoint import open_checkpoint
+    from ckptcli.history.recorder import Recorder
+    from ckptcli.history.replay import load_tail, replay
+
+    subject = subject_of(workflow_id)
+    path = journal_path(store, workflow_id, journal_dir)
+    if not path.is_file():
+        status(store, workflow_id, journal_dir=journal_dir)  # NotFoundError when there is no such workflow
+    ck = open_checkpoint(to, store)
+    if str(ck.manifest.subject) != subject:
+        raise InvalidInputError(
+            f"checkpoint {ck.hex[:12]} is of {ck.manifest.subject}, not {subject}",
+            hint=f"give a checkpoint of {subject} (ckpt log {subject})",
+        )
+    tail = load_tail(ck)
+    to_seq = tail.last_seq
+    if not execute:
+        state, _ck, seq, _j = live_state(store, workflow_id, journal_dir)
+        return _plan(workflow_id, ck.hex, to_seq, seq, state, compensations, execute=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # no journal here (a store on object storage, another host): go on from the latest checkpoint
+    base = None if path.is_file() else open_checkpoint(subject, store).hex
+    rec = Recorder.open(store, subject, path, reducers=reducers(), base=base)
+    try:
+        plan = _plan(workflow_id, ck.hex, to_seq, rec.last_seq, rec.state, compensations, execute=True)
+        todo = [c for c in plan.compensations if c.status not in ("done", "none")]
+        funcs = {c.pos: _find(c, compensations) for c in todo}  # all found before any runs
+        steps, _ = recorded_steps(rec.state)
+        if not plan.resumed:
+            rec.append(wev.ROLLBACK, to=ck.hex, to_seq=to_seq, pointer=plan.pointer, steps=[c.pos for c in plan.compensations])
+            rec.flush()
+        for c in todo:
+            rec.append(wev.COMPENSATE, pos=c.pos, step=c.step, key=c.key, status="start")
+            rec.flush()
+            s = steps[c.pos]
+            got = s.last.get("args")
+            call_args: dict[str, Any] = got if isinstance(got, dict) else {}
+            comp = Compensation(
+                workflow_id,
+                c.step,
+                c.pos,
+                list(call_args.get("args") or []),
+                dict(call_args.get("kwargs") or {}),
+                s.last.get("result"),
+                c.step_key,
+                c.key,
+            )
+            try:
+                funcs[c.pos](comp)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                rec.append(wev.COMPENSATE, pos=c.pos, step=c.step, key=c.key, status="error", error=error)
+                rec.flush()
+                raise CompensationFailed(
+                    f"workflow {workflow_id}: the compensation of step {c.step} (key {c.key}) failed: {error}",
+                    hint="fix what it needs and run the rollback again: it goes on with this compensation",
+                ) from exc
+            rec.append(wev.COMPENSATE, pos=c.pos, step=c.step, key=c.key, status="ok")
+            rec.flush()
+        memory = replay(tail, reducers=reducers()).get("memory")
+        rec.append(wev.ROLLBACK_DONE, to=ck.hex, pointer=plan.pointer, memory=memory if isinstance(memory, dict) else {})
+        rec.checkpoint(message=f"workflow {workflow_id}: rolled back to {ck.hex[:12]}")
+    finally:
+        rec.close()
+    ran = [
+        c if c.status == "none" else PlannedCompensation(c.pos, c.step, c.step_key, c.key, c.compensate, "done") for c in plan.compensations
+    ]
+    return RollbackPlan(plan.workflow_id, plan.to, plan.to_seq, plan.pointer, ran, plan.in_doubt, True, plan.resumed)
+
+
+def _plan(
+    workflow_id: str,
+    to_hex: str,
+    to_seq: int,
+    live_seq: int,
+    state: dict[str, Any],
+    compensations: Mapping[str, Callable[[Compensation], object]] | None,
+    *,
+    execute: bool,
+) -> RollbackPlan:
+    if to_seq > live_seq:
+        raise InvalidInputError(f"checkpoint {to_hex[:12]} is at seq {to_seq}, after workflow {workflow_id}'s end (seq {live_seq})")
+    v = wev.view(state)
+    refs = dict(v.get("compensations") or {})
+    ongoing = v.get("rollback") if v.get("status") == "rolling back" and isinstance(v.get("rollback"), dict) else None
+    if ongoing is not None and ongoing.get("to") != to_hex:
+        raise ConflictError(
+            f"workflow {workflow_id}: a rollback to {str(ongoing.get('to'))[:12]} is not finished",
+            hint=f"finish it first: ckpt workflow rollback {workflow_id} --to {str(ongoing.get('to'))[:12]} --run",
+        )
+    steps, _ = recorded_steps(state)
+    view = _view_of(workflow_id, state, None, live_seq, None)
+    by_pos = {s.pos: s for s in view.steps}
+    if ongoing is not None:
+        pointer = int(ongoing.get("pointer") or 0)
+        order = [int(p) for p in ongoing.get("steps") or []]
+        done = ongoing.get("compensated") or {}
+    else:
+        completed_by = [p for p, s in steps.items() if s.status == "ok" and int(s.last.get("result_seq") or 0) <= to_seq]
+        pointer = 0
+        while pointer + 1 in completed_by:
+            pointer += 1
+        after = [s for p, s in steps.items() if p > pointer and s.status == "ok"]
+        order = [s.pos for s in sorted(after, key=lambda s: int(s.last.get("result_seq") or 0), reverse=True)]
+        done = {}
+    planned = []
+    for pos in order:
+        s = steps.get(pos)
+        if s is None:
+            continue
+        step_key = str(s.last.get("key"))
+        entry = done.get(str(pos)) if isinstance(done, dict) else None
+        st = "to run"
+        if isinstance(entry, dict):
+            st = {"ok": "done", "start": "begun", "error": "failed"}.get(str(entry.get("status")), "to run")
+        ref = refs.get(s.name)
+        planned.append(PlannedCompensation(pos, s.name, step_key, step_key + ":undo", ref if isinstance(ref, str) else None, st))
+    in_doubt = [by_pos[p] for p in sorted(steps) if p > pointer and steps[p].status == "pending"]
+    given = compensations or {}
+    planned = [
+        c
+        if c.status == "done" or c.compensate is not None or c.step in refs or c.step in given or registered_compensation(c.step)
+        else PlannedCompensation(c.pos, c.step, c.step_key, c.key, None, "none")
+        for c in planned
+    ]
+    return RollbackPlan(workflow_id, to_hex, to_seq, pointer, planned, in_doubt, execute, ongoing is not None)
+
+
+def _find(c: PlannedCompensation, given: Mapping[str, Callable[[Compensation], object]] | None) -> Callable[[Compensation], object]:
+    from ckptcli.schema.migrations import import_object
+
+    if given and c.step in given:
+        return given[c.step]
+    found = registered_compensation(c.step)
+    if found is not None:
+        return found
+    if c.compensate is None:
+        raise NotFoundError(
+            f"step {c.step} has a compensation that cannot be imported by name (a function in __main__ or a local one)",
+            hint=f"pass it: rollback(..., compensations={{{c.step!r}: fn}}), or define it at module level in an importable module",
+        )
+    _module, fn = import_object(c.compensate, "compensation")
+    if not callable(fn):
+        raise InvalidInputError(f"compensation {c.compensate!r} of step {c.step} is a {type(fn).__name__}, not a function")
+    return fn  # type: ignore[no-any-return]
