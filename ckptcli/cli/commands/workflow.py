@@ -166,7 +166,7 @@ def _print_plan(plan: RollbackPlan) -> None:
     if not plan.compensations:
         p("  no step completed after it")
     for c in plan.compensations:
-        what = c.compensate or "(registered in the workflow's process)"
+        what = c.compensate or "(not importable by name: pass it to ckptcli.workflow.rollback(compensations=...))"
         if c.status == "none":
             what = "(no compensation)"
         p(f"  {c.pos:>4}  {c.step}  {c.status}  key {c.key}  {what}")
