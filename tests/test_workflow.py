@@ -1,0 +1,485 @@
+"""Durable steps (ckptcli.workflow) in one process: re-runs return recorded results, keys,
+retries, the in-doubt policy, variables, rollback with compensations, bad input, and
+`ckpt workflow`. The crash tests with real processes killed by SIGKILL are in
+tests/test_workflow_kill.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptcli import workflow
+from ckptcli.errors import ConflictError, InvalidInputError, LockError, NotFoundError, UsageError
+from ckptcli.history.recorder import Recorder
+from ckptcli.listing import ListFilter, list_checkpoints
+from ckptcli.store.repository import Store
+from ckptcli.workflow import events as wev
+from ckptcli.workflow.core import journal_path
+
+
+class Crash(BaseException):
+    """Stands for the process dying: not an Exception, so nothing records it."""
+
+
+def _journal_events(store: Store, wid: str) -> list[dict[str, Any]]:
+    from ckptcli.history.recorder import read_journal
+
+    return read_journal(journal_path(store, wid)).records
+
+
+def _all_events(store: Store, wid: str) -> list[dict[str, Any]]:
+    """Every event of the workflow's history: the checkpoints' tails, then the journal."""
+    from ckptcli.checkpoint import open_checkpoint
+    from ckptcli.history.replay import load_tail
+
+    evs: dict[int, dict[str, Any]] = {}
+    for cid, _s in list_checkpoints(store, ListFilter(subject=f"workflow:{wid}")):
+        for ev in load_tail(open_checkpoint(cid.hex(), store)).events:
+            evs[ev.seq] = ev.to_map()
+    for rec in _journal_events(store, wid):
+        evs[rec["seq"]] = rec
+    return [evs[k] for k in sorted(evs)]
+
+
+# -- re-runs ---------------------------------------------------------------------------------------
+def test_a_rerun_returns_recorded_results_and_continues_at_the_first_unfinished_step(store: Store) -> None:
+    calls: list[tuple[str, int]] = []
+    crash_at: list[int] = [3]
+
+    def double(i: int) -> int:
+        calls.append(("double", i))
+        return i * 2
+
+    def flow(ctx: workflow.Context, n: int) -> list[int]:
+        out = []
+        for i in range(n):
+            if i == crash_at[0]:
+                raise Crash
+            out.append(ctx.step("double", double, i))
+        return out
+
+    with pytest.raises(Crash):
+        workflow.run(store, "w", flow, 5)
+    assert calls == [("double", 0), ("double", 1), ("double", 2)]
+    calls.clear()
+    crash_at[0] = -1
+    assert workflow.run(store, "w", flow, 5) == [0, 2, 4, 6, 8]
+    assert calls == [("double", 3), ("double", 4)]  # the three recorded ones were not called
+    calls.clear()
+    assert workflow.run(store, "w", flow, 5) == [0, 2, 4, 6, 8]  # done: the recorded result
+    assert calls == []
+    st = workflow.status(store, "w")
+    assert st.status == "done" and st.runs == 2 and [s.key for s in st.steps] == [f"w:double:{i}:1" for i in range(1, 6)]
+    # each step is a tools record in the shared shape: tool.call with key, then tool.result
+    evs = _all_events(store, "w")
+    calls_ev = [e for e in evs if e["kind"] == "tool.call"]
+    assert [e["key"] for e in calls_ev] == [f"w:double:{i}:1" for i in range(1, 6)]
+    assert all(e["tool"] == "double" and e["args"] == {"args": [i]} for i, e in enumerate(calls_ev))
+    results = [e for e in evs if e["kind"] == "tool.result"]
+    assert [e.get("status", "ok") for e in results] == ["ok"] * 5
+    # the checkpoints carry the shared workflow labels
+    labels = [s.labels for _c, s in list_checkpoints(store, ListFilter(subject="workflow:w"))]
+    assert labels and all(lb["workflow.engine"] == "ckpt" and lb["workflow.type"].endswith("_locals_.flow") for lb in labels)
+
+
+def test_the_decorator_and_the_key_inside_a_step(store: Store) -> None:
+    seen: list[tuple[str, int, int]] = []
+
+    @workflow.step(name="charge")
+    def charge(order: str, cents: int) -> dict[str, Any]:
+        info = workflow.current_step()
+        assert info is not None
+        seen.append((info.idempotency_key, info.attempt, info.occurrence))
+        return {"order": order, "cents": cents, "key": info.idempotency_key}
+
+    def flow(ctx: workflow.Context) -> Any:
+        a = charge("A", 100)
+        b = charge("B", 200)
+        with pytest.raises(UsageError):
+            _ = ctx.idempotency_key  # between steps there is none
+        return [a, b]
+
+    got = workflow.run(store, "pay-1", flow)
+    assert got == [{"order": "A", "cents": 100, "key": "pay-1:charge:1:1"}, {"order": "B", "cents": 200, "key": "pay-1:charge:2:1"}]
+    assert seen == [("pay-1:charge:1:1", 1, 1), ("pay-1:charge:2:1", 1, 2)]
+    # outside a workflow the decorated function is a plain call
+    with pytest.raises(AssertionError):
+        charge("C", 1)  # current_step() is None outside a workflow: the function's own assert
+
+
+def test_variables_replay_and_are_recorded_once(store: Store) -> None:
+    crash = [True]
+
+    def flow(ctx: workflow.Context) -> int:
+        ctx.set("n", 0)
+        for i in range(4):
+            ctx.step("inc", lambda: None)
+            ctx.set("n", ctx.get("n") + 1)
+            if i == 2 and crash[0]:
+                raise Crash
+        return int(ctx.get("n"))
+
+    with pytest.raises(Crash):
+        workflow.run(store, "v", flow)
+    crash[0] = False
+    assert workflow.run(store, "v", flow) == 4
+    st = workflow.status(store, "v")
+    assert st.variables == {"n": 4}
+    sets = [e for e in _all_events(store, "v") if e["kind"] == "memory.set"]
+    assert [e["value"] for e in sets] == [0, 1, 2, 3, 4]  # none recorded twice by the re-run
+
+
+# -- retries and keys ------------------------------------------------------------------------------
+def test_retries_with_backoff_are_recorded_with_a_new_key_each_attempt(store: Store) -> None:
+    keys: list[str] = []
+
+    def flaky() -> str:
+        info = workflow.current_step()
+        assert info is not None
+        keys.append(info.idempotency_key)
+        if len(keys) < 3:
+            raise ConnectionError(f"try {len(keys)}")
+        return "ok"
+
+    def flow(ctx: workflow.Context) -> str:
+        return ctx.step("call", flaky, retry=workflow.Retry(max_attempts=4, initial=0.001, factor=2, max_delay=0.002, jitter=0))
+
+    assert workflow.run(store, "r", flow) == "ok"
+    assert keys == ["r:call:1:1", "r:call:1:2", "r:call:1:3"]
+    evs = _all_events(store, "r")
+    retries = [e for e in evs if e["kind"] == wev.RETRY]
+    assert [(e["attempt"], e["delay_seconds"], e["error"]) for e in retries] == [
+        (1, 0.001, "ConnectionError: try 1"),
+        (2, 0.002, "ConnectionError: try 2"),
+    ]
+    st = workflow.status(store, "r")
+    assert [(s.status, s.attempts, s.key) for s in st.steps] == [("ok", 3, "r:call:1:3")]
+
+
+def test_retry_delays_grow_are_capped_and_jittered() -> None:
+    r = workflow.Retry(max_attempts=9, initial=1.0, factor=3.0, max_delay=5.0, jitter=0.5)
+    assert [r.delay(n, rand=lambda: 0.5) for n in (1, 2, 3, 4)] == [1.0, 3.0, 5.0, 5.0]
+    assert r.delay(1, rand=lambda: 0.0) == 0.5 and r.delay(1, rand=lambda: 1.0) == 1.5
+    for bad in ({"max_attempts": 0}, {"initial": -1}, {"factor": 0.5}, {"jitter": 2}, {"max_delay": float("nan")}):
+        with pytest.raises(InvalidInputError):
+            workflow.Retry(**bad)  # type: ignore[arg-type]
+
+
+def test_a_step_that_keeps_failing_fails_the_workflow_and_a_rerun_says_so(store: Store) -> None:
+    def boom() -> None:
+        raise ValueError("no stock")
+
+    def flow(ctx: workflow.Context) -> None:
+        ctx.step("reserve", boom, retry=workflow.Retry(max_attempts=2, initial=0, jitter=0))
+
+    with pytest.raises(workflow.StepFailed) as got:
+        workflow.run(store, "f", flow)
+    assert got.value.key == "f:reserve:1:2" and got.value.attempts == 2 and "ValueError: no stock" in str(got.value)
+    assert isinstance(got.value.__cause__, ValueError)
+    with pytest.raises(workflow.WorkflowFailed, match="no stock"):
+        workflow.run(store, "f", flow)
+    assert workflow.status(store, "f").status == "failed"
+
+
+def test_the_workflow_catching_a_failed_step_replays_the_same(store: Store) -> None:
+    calls = []
+
+    def boom() -> None:
+        calls.append(1)
+        raise ValueError("declined")
+
+    def flow(ctx: workflow.Context, crash: bool) -> str:
+        try:
+            ctx.step("charge", boom)
+        except workflow.StepFailed as exc:
+            ctx.set("why", exc.error)
+        if crash:
+            raise Crash
+        return "cancelled"
+
+    with pytest.raises(Crash):
+        workflow.run(store, "c", flow, True)
+    with pytest.raises(ConflictError, match="other arguments"):
+        workflow.run(store, "c", flow, False)
+
+
+# -- in doubt ---------------------------------------------------------------------------------------
+def _begin_in_doubt(store: Store, wid: str) -> None:
+    def hang() -> None:
+        raise Crash  # the process died inside the step: its call is recorded, its result is not
+
+    def flow(ctx: workflow.Context) -> Any:
+        ctx.step("first", lambda: 1)
+        return ctx.step("send", hang)
+
+    with pytest.raises(Crash):
+        workflow.run(store, wid, flow)
+
+
+def test_in_doubt_is_reported_with_its_key_and_retried_with_the_same_key_by_default(store: Store) -> None:
+    _begin_in_doubt(store, "d")
+    st = workflow.status(store, "d")
+    assert [(s.name, s.pos, s.key) for s in st.in_doubt] == [("send", 2, "d:send:1:1")]
+    keys = []
+
+    def send() -> str:
+        info = workflow.current_step()
+        assert info is not None
+        keys.append(info.idempotency_key)
+        return "sent"
+
+    def flow(ctx: workflow.Context) -> Any:
+        ctx.step("first", lambda: 1)
+        return ctx.step("send", send)
+
+    assert workflow.run(store, "d", flow) == "sent"
+    assert keys == ["d:send:1:1"]  # the same key: the receiver deduplicates
+    evs = _all_events(store, "d")
+    assert [(e["key"], e["decision"]) for e in evs if e["kind"] == wev.IN_DOUBT] == [("d:send:1:1", "retry")]
+    assert [e["key"] for e in evs if e["kind"] == "tool.call"] == ["d:first:1:1", "d:send:1:1"]  # no second call record
+    assert workflow.status(store, "d").in_doubt == []
+
+
+def test_in_doubt_fail_and_resolved(store: Store) -> None:
+    _begin_in_doubt(store, "e")
+
+    def never() -> str:
+        raise AssertionError("must not be called")
+
+    def flow(ctx: workflow.Context) -> Any:
+        ctx.step("first", lambda: 1)
+        return ctx.step("send", never)
+
+    with pytest.raises(workflow.StepInDoubt, match="e:send:1:1") as got:
+        workflow.run(store, "e", flow, on_in_doubt="fail")
+    assert got.value.step.key == "e:send:1:1" and got.value.step.pos == 2
+    asked: list[workflow.InDoubtStep] = []
+
+    def decide(step: workflow.InDoubtStep) -> workflow.Resolved:
+        asked.append(step)
+        return workflow.Resolved({"status": "already sent"})
+
+    assert workflow.run(store, "e", flow, on_in_doubt=decide) == {"status": "already sent"}
+    assert [(a.name, a.key) for a in asked] == [("send", "e:send:1:1")]
+    with pytest.raises(InvalidInputError):
+        workflow.run(store, "e2", flow, on_in_doubt="maybe")  # type: ignore[arg-type]
+
+
+# -- bad input ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("wid", ["", "has space", "a/b", "x" * 200, "-lead", "wf:colon", 7])
+def test_a_workflow_id_that_is_not_a_valid_subject_is_one_line(store: Store, wid: Any) -> None:
+    with pytest.raises(InvalidInputError) as got:
+        workflow.run(store, wid, lambda ctx: None)
+    assert "\n" not in str(got.value) and "workflow id" in str(got.value)
+    assert not (Path(store.location) / "workflows").exists() or not list((Path(store.location) / "workflows").iterdir())
+
+
+def test_a_result_that_cannot_be_encoded_is_one_line_naming_the_step_and_key(store: Store) -> None:
+    def flow(ctx: workflow.Context) -> Any:
+        return ctx.step("mk", lambda: object())
+
+    with pytest.raises(InvalidInputError) as got:
+        workflow.run(store, "enc", flow)
+    msg = str(got.value)
+    assert "\n" not in msg and "step mk" in msg and "enc:mk:1:1" in msg and "cannot be recorded" in msg
+    st = workflow.status(store, "enc")
+    assert st.steps[0].status == "error" and "cannot be recorded" in (st.steps[0].error or "") and st.status == "running"
+    with pytest.raises(InvalidInputError, match="arguments of step"):
+        workflow.run(store, "enc2", lambda ctx: ctx.step("s", lambda x: x, {1, 2}))
+    with pytest.raises(InvalidInputError, match="its arguments"):
+        workflow.run(store, "enc3", lambda ctx, x: x, {1: object()})
+    with pytest.raises(InvalidInputError, match="step name"):
+        workflow.run(store, "enc4", lambda ctx: ctx.step("a:b", lambda: 1))
+
+
+def test_a_rerun_that_calls_steps_in_another_order_is_a_non_determinism_error(store: Store) -> None:
+    def flow_a(ctx: workflow.Context) -> None:
+        ctx.step("reserve", lambda: 1)
+        ctx.step("charge", lambda: 2)
+        raise Crash
+
+    def flow_b(ctx: workflow.Context) -> None:
+        ctx.step("reserve", lambda: 1)
+        ctx.step("ship", lambda: 3)
+
+    with pytest.raises(Crash):
+        workflow.run(store, "nd", flow_a)
+    with pytest.raises(workflow.NonDeterminismError) as got:
+        workflow.run(store, "nd", flow_b)
+    assert got.value.pos == 2 and got.value.recorded == "charge" and got.value.called == "ship"
+    assert int(got.value.exit_code) == 13 and "\n" not in str(got.value)
+    assert workflow.status(store, "nd").status == "running"  # not recorded as the workflow's failure
+
+
+def test_a_running_workflow_is_locked(store: Store) -> None:
+    def flow(ctx: workflow.Context) -> None:
+        with pytest.raises(LockError):
+            workflow.run(store, "lk", lambda c: None)
+        with pytest.raises(LockError):
+            workflow.rollback(store, "lk", "workflow:lk", execute=True)
+
+    workflow.run(store, "lk", flow)
+
+
+# -- rollback ----------------------------------------------------------------------------------------
+UNDONE: list[tuple[str, str, Any]] = []
+
+
+def undo_book(c: workflow.Compensation) -> None:
+    UNDONE.append((c.step, c.key, c.result))
+
+
+@workflow.step(compensate=undo_book)
+def book(what: str) -> str:
+    return f"booked {what}"
+
+
+def trip(ctx: workflow.Context) -> list[str]:
+    out = [book("flight")]
+    ctx.set("stage", "flight")
+    ctx.checkpoint("after flight")
+    out.append(book("hotel"))
+    out.append(ctx.step("email", lambda: "sent"))  # no compensation
+    out.append(book("car"))
+    ctx.set("stage", "all")
+    return out
+
+
+def test_rollback_lists_then_runs_compensations_in_reverse_order_once(store: Store) -> None:
+    UNDONE.clear()
+    assert workflow.run(store, "trip", trip) == ["booked flight", "booked hotel", "sent", "booked car"]
+    cks = list_checkpoints(store, ListFilter(subject="workflow:trip"))
+    after_flight = next(c.hex() for c, s in cks if s.message == "after flight")
+    plan = workflow.rollback(store, "trip", after_flight)
+    assert not plan.executed and plan.pointer == 1
+    assert [(c.pos, c.step, c.status) for c in plan.compensations] == [(4, "book", "to run"), (3, "email", "none"), (2, "book", "to run")]
+    assert [c.compensate for c in plan.compensations if c.step == "book"] == ["tests.test_workflow:undo_book"] * 2
+    assert UNDONE == []  # a dry run runs nothing
+    done = workflow.rollback(store, "trip", after_flight, execute=True)
+    assert done.executed
+    assert UNDONE == [("book", "trip:book:3:1:undo", "booked car"), ("book", "trip:book:2:1:undo", "booked hotel")]
+    evs = _all_events(store, "trip")
+    comp = [(e["pos"], e["status"]) for e in evs if e["kind"] == wev.COMPENSATE]
+    assert comp == [(4, "start"), (4, "ok"), (2, "start"), (2, "ok")]
+    st = workflow.status(store, "trip")
+    assert st.status == "rolled back" and [s.pos for s in st.steps] == [1] and st.variables == {"stage": "flight"}
+    # run again: the steps after the checkpoint run again, with new keys
+    UNDONE.clear()
+    assert workflow.run(store, "trip", trip)[1] == "booked hotel"
+    assert [s.key for s in workflow.status(store, "trip").steps] == ["trip:book:1:1", "trip:book:2:2", "trip:email:1:2", "trip:book:3:2"]
+    assert UNDONE == []
+
+
+def test_an_interrupted_rollback_goes_on_without_running_a_finished_compensation_again(store: Store) -> None:
+    UNDONE.clear()
+    workflow.run(store, "trip2", trip)
+    first = list_checkpoints(store, ListFilter(subject="workflow:trip2"))[-1][0].hex()  # the initial state
+    n = [0]
+
+    def undo_once_then_die(c: workflow.Compensation) -> None:
+        n[0] += 1
+        UNDONE.append((c.step, c.key, c.result))
+        if n[0] == 2:
+            raise Crash  # killed inside the second compensation
+
+    with pytest.raises(Crash):
+        workflow.rollback(store, "trip2", first, execute=True, compensations={"book": undo_once_then_die})
+    assert workflow.status(store, "trip2").status == "rolling back"
+    with pytest.raises(ConflictError, match="not finished"):
+        workflow.run(store, "trip2", trip)
+    plan = workflow.rollback(store, "trip2", first)
+    assert [(c.step, c.status) for c in plan.compensations] == [("book", "done"), ("email", "none"), ("book", "begun"), ("book", "to run")]
+    with pytest.raises(ConflictError, match="not finished"):
+        workflow.rollback(store, "trip2", "workflow:trip2", execute=True)
+    workflow.rollback(store, "trip2", first, execute=True, compensations={"book": undo_once_then_die})
+    assert [k for _s, k, _r in UNDONE] == ["trip2:book:3:1:undo", "trip2:book:2:1:undo", "trip2:book:2:1:undo", "trip2:book:1:1:undo"]
+    assert workflow.status(store, "trip2").steps == []
+
+
+def test_rollback_bad_input(store: Store) -> None:
+    workflow.run(store, "rb", trip)
+    workflow.run(store, "other", lambda ctx: 1)
+    with pytest.raises(InvalidInputError, match="workflow:other"):
+        workflow.rollback(store, "rb", "workflow:other")
+    with pytest.raises(NotFoundError):
+        workflow.rollback(store, "nope", "workflow:rb")
+    with pytest.raises(NotFoundError):
+        workflow.rollback(store, "rb", "0" * 12)
+
+
+def test_a_compensation_that_cannot_be_found_stops_the_rollback_before_anything_runs(store: Store) -> None:
+    def local_undo(c: workflow.Compensation) -> None:
+        UNDONE.append(("local", c.key, None))
+
+    def flow(ctx: workflow.Context) -> None:
+        ctx.step("a", lambda: 1, compensate=undo_book)
+        ctx.step("b", lambda: 2, compensate=local_undo)
+
+    workflow.run(store, "nf", flow)
+    first = list_checkpoints(store, ListFilter(subject="workflow:nf"))[-1][0].hex()
+    from ckptcli.workflow import core
+
+    core._COMPENSATIONS.pop("b")  # as in another process
+    UNDONE.clear()
+    with pytest.raises(NotFoundError, match="step b"):
+        workflow.rollback(store, "nf", first, execute=True)
+    assert UNDONE == [] and workflow.status(store, "nf").status == "done"
+
+
+# -- the recorder journal and replay ------------------------------------------------------------------
+def test_the_checkpoints_replay_with_the_workflow_reducers(store: Store, cli: Any) -> None:
+    workflow.run(store, "rp", trip)
+    got = cli("replay", "workflow:rp", "--json", "--store", store.location)
+    assert got.code == 0, got.err
+    state = json.loads(got.out)["state"]
+    assert state["ext"]["workflow"]["status"] == "done"
+    with Recorder.open(store, "workflow:rp", journal_path(store, "rp"), reducers=workflow.core.reducers()) as rec:
+        assert wev.view(rec.state)["result"] == ["booked flight", "booked hotel", "sent", "booked car"]
+
+
+# -- the CLI --------------------------------------------------------------------------------------------
+def test_cli_ls_show_rollback(store: Store, cli: Any) -> None:
+    UNDONE.clear()
+    workflow.run(store, "cli-trip", trip)
+    _begin_in_doubt(store, "cli-doubt")
+    s = ["--store", store.location]
+    got = cli("workflow", "ls", *s, "--json")
+    assert got.code == 0, got.err
+    rows = {r["id"]: r for r in json.loads(got.out)}
+    assert rows["cli-trip"]["status"] == "done" and rows["cli-trip"]["steps_done"] == 4 and rows["cli-doubt"]["in_doubt"] == 1
+    got = cli("workflow", "ls", *s)
+    assert got.code == 0 and "cli-trip" in got.out and "cli-doubt" in got.out
+    got = cli("workflow", "show", "cli-doubt", *s, "--json")
+    doc = json.loads(got.out)
+    assert doc["in_doubt"] == [{"pos": 2, "step": "send", "key": "cli-doubt:send:1:1", "call_id": "2.1"}]
+    got = cli("workflow", "show", "cli-doubt", *s)
+    assert got.code == 0 and "in doubt: step send (position 2) key cli-doubt:send:1:1" in got.out
+    got = cli("workflow", "rollback", "cli-trip", "--to", "workflow:cli-trip~1", *s, "--json")
+    assert got.code == 0, got.err
+    plan = json.loads(got.out)
+    assert plan["executed"] is False and [c["pos"] for c in plan["compensations"]] == [4, 3, 2]
+    got = cli("workflow", "rollback", "cli-trip", "--to", "workflow:cli-trip~1", *s, "--run")
+    assert got.code == 0, got.err
+    assert [k for _s, k, _r in UNDONE] == ["cli-trip:book:3:1:undo", "cli-trip:book:2:1:undo"]
+    assert "rolled back to" in got.out
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["workflow", "launch"], 2, "unknown action"),
+        (["workflow", "show"], 2, "needs a workflow ID"),
+        (["workflow", "rollback", "x"], 2, "needs --to"),
+        (["workflow", "ls", "x"], 2, "takes no ID"),
+        (["workflow", "show", "no such"], 4, "workflow id"),
+        (["workflow", "show", "ghost"], 3, "no workflow ghost"),
+        (["workflow", "rollback", "ghost", "--to", "latest"], 3, "ghost"),
+    ],
+)
+def test_cli_bad_input_is_one_line_with_its_exit_code(store: Store, cli: Any, args: list[str], code: int, words: str) -> None:
+    got = cli(*args, "--store", store.location)
+    assert got.code == code, (got.out, got.err)
+    assert got.err.count("\n") == 1 and got.err.startswith("ckpt: error:") and words in got.err
