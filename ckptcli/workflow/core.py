@@ -315,11 +315,13 @@ def journal_path(store: Store, workflow_id: str, journal_dir: str | Path | None 
     """The journal of workflow `workflow_id`: in `journal_dir`, else <store>/workflows/ for a
     local store. A store on object storage needs a journal_dir (InvalidInputError)."""
     from ckptcli.store.backend import LocalBackend
+    from ckptcli.store.repository import store_location
 
     subject_of(workflow_id)
+    where = store_location(store.location)  # a path (a local store however it was opened), or a URL
     if journal_dir is not None:
         root = Path(journal_dir)
-    elif isinstance(store.backend, LocalBackend):
+    elif isinstance(store.backend, LocalBackend) or isinstance(where, Path):
         root = Path(store.location) / JOURNAL_DIRNAME
     else:
         raise InvalidInputError(
