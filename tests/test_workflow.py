@@ -483,3 +483,13 @@ def test_cli_bad_input_is_one_line_with_its_exit_code(store: Store, cli: Any, ar
     got = cli(*args, "--store", store.location)
     assert got.code == code, (got.out, got.err)
     assert got.err.count("\n") == 1 and got.err.startswith("ckpt: error:") and words in got.err
+
+
+# -- the guide's example --------------------------------------------------------------------------------
+def test_the_worked_example_in_the_guide_runs() -> None:
+    import re
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "workflows-durable.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    assert blocks, "docs/workflows-durable.md has no python example"
+    exec(compile(blocks[0], "docs/workflows-durable.md", "exec"), {"__name__": "workflows_durable_example"})
