@@ -243,6 +243,28 @@ def test_in_doubt_is_reported_with_its_key_and_retried_with_the_same_key_by_defa
     assert workflow.status(store, "d").in_doubt == []
 
 
+def test_an_in_doubt_step_run_again_that_fails_is_retried_with_a_new_key(store: Store) -> None:
+    _begin_in_doubt(store, "dr")
+    keys = []
+
+    def send() -> str:
+        info = workflow.current_step()
+        assert info is not None
+        keys.append(info.idempotency_key)
+        if len(keys) == 1:
+            raise TimeoutError("no answer")
+        return "sent"
+
+    def flow(ctx: workflow.Context) -> Any:
+        ctx.step("first", lambda: 1)
+        return ctx.step("send", send, retry=workflow.Retry(max_attempts=2, initial=0, jitter=0))
+
+    assert workflow.run(store, "dr", flow) == "sent"
+    assert keys == ["dr:send:1:1", "dr:send:1:2"]  # the in-doubt attempt again, then a new one
+    st = workflow.status(store, "dr")
+    assert [(s.status, s.attempts, s.key) for s in st.steps][1] == ("ok", 2, "dr:send:1:2")
+
+
 def test_in_doubt_fail_and_resolved(store: Store) -> None:
     _begin_in_doubt(store, "e")
 
@@ -293,6 +315,9 @@ def test_a_result_that_cannot_be_encoded_is_one_line_naming_the_step_and_key(sto
         workflow.run(store, "enc3", lambda ctx, x: x, {1: object()})
     with pytest.raises(InvalidInputError, match="step name"):
         workflow.run(store, "enc4", lambda ctx: ctx.step("a:b", lambda: 1))
+    with pytest.raises(InvalidInputError) as var:
+        workflow.run(store, "enc5", lambda ctx: ctx.set("v", object()))
+    assert "variable 'v' cannot be recorded" in str(var.value) and "event 1" not in str(var.value)
 
 
 def test_a_rerun_that_calls_steps_in_another_order_is_a_non_determinism_error(store: Store) -> None:

@@ -383,12 +383,17 @@ class Context:
         here). Raises InvalidInputError for a value a checkpoint cannot hold."""
         if type(name) is not str or not name:
             raise InvalidInputError(f"workflow {self.workflow_id}: a variable's name must be a non-empty string, not {name!r}")
+        try:
+            probe = make_event(1, 0, MEMORY_SET, {"path": [name], "value": value})  # checked, copied
+        except InvalidInputError as exc:
+            raise InvalidInputError(
+                f"workflow {self.workflow_id}: variable {name!r} cannot be recorded ({_why(exc)})",
+                hint="set maps with string keys, lists, str, bytes, int, float, bool or None",
+            ) from None
         if self.replaying:
-            ev = make_event(1, 0, MEMORY_SET, {"path": [name], "value": value})  # checked, copied
-            self._vars[name] = ev.fields["value"]
+            self._vars[name] = probe.fields["value"]
             return
         live = self._memory
-        probe = make_event(1, 0, MEMORY_SET, {"path": [name], "value": value})
         if name not in live or live[name] != probe.fields["value"] or type(live[name]) is not type(probe.fields["value"]):
             ev = self._rec.append(MEMORY_SET, path=[name], value=value)
             self._vars[name] = self._memory[name] = ev.fields["value"]
@@ -507,7 +512,8 @@ class Context:
             except InvalidInputError as exc:
                 self._rec.append(TOOL_RESULT, call_id=call_id, status="error", error=f"its result cannot be recorded: {exc.message}")
                 raise InvalidInputError(
-                    f"workflow {self.workflow_id}: step {name} (key {key}) returned a {type(result).__name__}, which cannot be recorded",
+                    f"workflow {self.workflow_id}: step {name} (key {key}) returned a value of type {type(result).__name__}, "
+                    f"which cannot be recorded ({_why(exc)})",
                     hint="return maps with string keys, lists, str, bytes, int, float, bool or None; the step is recorded as failed",
                 ) from None
             return cast(R, done.fields.get("result"))
@@ -520,7 +526,7 @@ class Context:
             return make_event(1, 0, wev.RUN, fields).fields  # checked and copied, as the event will be
         except InvalidInputError as exc:
             raise InvalidInputError(
-                f"workflow {self.workflow_id}: the arguments of step {name} cannot be recorded ({exc.message})",
+                f"workflow {self.workflow_id}: the arguments of step {name} cannot be recorded ({_why(exc)})",
                 hint="pass maps with string keys, lists, str, bytes, int, float, bool or None (or pass the rest through a closure)",
             ) from None
 
@@ -553,7 +559,7 @@ class Context:
                 done = self._rec.append(TOOL_RESULT, call_id=info.call_id, result=decision.result)
             except InvalidInputError as exc:
                 raise InvalidInputError(
-                    f"step {info.name} (key {info.key}): the Resolved result cannot be recorded: {exc.message}"
+                    f"step {info.name} (key {info.key}): the Resolved result cannot be recorded ({_why(exc)})"
                 ) from None
             return Resolved(done.fields.get("result"))
         if decision == "fail":
@@ -662,7 +668,7 @@ def run(
         run_fields = make_event(1, 0, wev.RUN, {"type": wtype, "args": list(args)}).fields
     except InvalidInputError as exc:
         raise InvalidInputError(
-            f"workflow {workflow_id}: its arguments cannot be recorded ({exc.message})",
+            f"workflow {workflow_id}: its arguments cannot be recorded ({_why(exc)})",
             hint="pass maps with string keys, lists, str, bytes, int, float, bool or None",
         ) from None
     path = journal_path(store, workflow_id, journal_dir)
@@ -713,13 +719,21 @@ def run(
             done = rec.append(wev.DONE, result=result)
         except InvalidInputError as exc:
             raise InvalidInputError(
-                f"workflow {workflow_id} returned a {type(result).__name__}, which cannot be recorded ({exc.message})",
+                f"workflow {workflow_id} returned a value of type {type(result).__name__}, which cannot be recorded ({_why(exc)})",
                 hint="return maps with string keys, lists, str, bytes, int, float, bool or None",
             ) from None
         rec.checkpoint(message=f"workflow {workflow_id}: done")
         return cast(R, done.fields.get("result"))
     finally:
         rec.close()
+
+
+_EVENT_PREFIX = re.compile(r"^event \d+ \([^)]*\): ")
+
+
+def _why(exc: InvalidInputError) -> str:
+    """What make_event said, without its "event N (kind): " (the event is not the user's)."""
+    return _EVENT_PREFIX.sub("", exc.message)
 
 
 def _record_failure(rec: Recorder, exc: BaseException) -> None:
