@@ -424,6 +424,39 @@ def test_an_interrupted_rollback_goes_on_without_running_a_finished_compensation
     assert workflow.status(store, "trip2").steps == []
 
 
+def test_a_failed_workflow_runs_again_after_a_rollback_to_its_last_checkpoint(store: Store) -> None:
+    fail = [True]
+
+    def maybe() -> str:
+        if fail[0]:
+            raise RuntimeError("x" * 10_000 + "\udcff")  # long, and a lone surrogate: recorded all the same
+        return "fine"
+
+    def flow(ctx: workflow.Context) -> list[str]:
+        return [ctx.step("a", lambda: "a"), ctx.step("b", maybe)]
+
+    with pytest.raises(workflow.StepFailed):
+        workflow.run(store, "again", flow)
+    st = workflow.status(store, "again")
+    assert st.status == "failed" and st.steps[1].error is not None and len(st.steps[1].error) < 4100
+    fail[0] = False
+    plan = workflow.rollback(store, "again", "workflow:again", execute=True)  # nothing to compensate
+    assert plan.pointer == 1 and plan.compensations == []
+    assert workflow.run(store, "again", flow) == ["a", "fine"]
+    assert [s.key for s in workflow.status(store, "again").steps] == ["again:a:1:1", "again:b:1:2"]
+
+
+def test_a_checkpoint_on_a_branch_a_rollback_undid_is_refused(store: Store) -> None:
+    UNDONE.clear()
+    workflow.run(store, "br", trip)
+    cks = {s.message: c.hex() for c, s in reversed(list_checkpoints(store, ListFilter(subject="workflow:br")))}
+    first, done = cks["recorder: initial state"], cks["workflow br: done"]
+    workflow.rollback(store, "br", first, execute=True)
+    with pytest.raises(InvalidInputError, match="a rollback undid") as got:
+        workflow.rollback(store, "br", done)
+    assert "\n" not in str(got.value)
+
+
 def test_rollback_bad_input(store: Store) -> None:
     workflow.run(store, "rb", trip)
     workflow.run(store, "other", lambda ctx: 1)

@@ -123,7 +123,9 @@ class WorkflowFailed(WorkflowError):  # noqa: N818 - a verdict on the workflow, 
 
     def __init__(self, workflow_id: str, error: str) -> None:
         super().__init__(
-            f"workflow {workflow_id} failed: {error}", hint="roll it back (ckpt workflow rollback) to run it again, or use a new id"
+            f"workflow {workflow_id} failed: {error}",
+            hint="to run it again, roll it back to its last checkpoint "
+            f"(ckpt workflow rollback {workflow_id} --to workflow:{workflow_id} --run)",
         )
         self.workflow_id, self.error = workflow_id, error
 
@@ -465,7 +467,8 @@ class Context:
         if compensate is not None:
             self._note_compensation(name, compensate)
         recorded = self._steps.get(pos)
-        if recorded is not None and (recorded.name != name or recorded.occurrence != occ):
+        # (the positions before matched by name, so the occurrences match when the names do)
+        if recorded is not None and recorded.name != name:
             raise NonDeterminismError(self.workflow_id, pos, recorded.name, name)
         argv = self._args(name, args, kwargs)
         tries = 0
@@ -496,7 +499,7 @@ class Context:
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                error = error_text(exc)
                 self._rec.append(TOOL_RESULT, call_id=call_id, status="error", error=error)
                 if not isinstance(exc, policy.on) or tries >= policy.max_attempts:
                     raise StepFailed(name, key, tries, error) from exc
@@ -736,8 +739,25 @@ def _why(exc: InvalidInputError) -> str:
     return _EVENT_PREFIX.sub("", exc.message)
 
 
+#: the most of an exception's text recorded
+MAX_ERROR_CHARS = 4000
+
+
+def error_text(exc: BaseException, with_type: bool = True) -> str:
+    """ "Type: message" (or the message), cut at MAX_ERROR_CHARS, any lone surrogate escaped."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - an exception whose __str__ raises: its type says enough
+        text = f"<{type(exc).__name__} whose text cannot be read>"
+    if with_type:
+        text = f"{type(exc).__name__}: {text}"
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[:MAX_ERROR_CHARS] + f"... ({len(text)} characters)"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _record_failure(rec: Recorder, exc: BaseException) -> None:
-    rec.append(wev.FAILED, error=str(exc), type=type(exc).__name__)
+    rec.append(wev.FAILED, error=error_text(exc, with_type=False), type=type(exc).__name__)
     rec.checkpoint(message="workflow failed")
 
 

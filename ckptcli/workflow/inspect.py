@@ -25,6 +25,7 @@ from ckptcli.workflow.core import (
     KIND,
     Compensation,
     WorkflowError,
+    error_text,
     journal_path,
     recorded_steps,
     reducers,
@@ -325,15 +326,16 @@ def rollback(
         )
     tail = load_tail(ck)
     to_seq = tail.last_seq
+    at = replay(tail, reducers=reducers())  # the workflow at the checkpoint
     if not execute:
         state, _ck, seq, _j = live_state(store, workflow_id, journal_dir)
-        return _plan(workflow_id, ck.hex, to_seq, seq, state, compensations, execute=False)
+        return _plan(workflow_id, ck.hex, to_seq, at, seq, state, compensations, execute=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     # no journal here (a store on object storage, another host): go on from the latest checkpoint
     base = None if path.is_file() else open_checkpoint(subject, store).hex
     rec = Recorder.open(store, subject, path, reducers=reducers(), base=base)
     try:
-        plan = _plan(workflow_id, ck.hex, to_seq, rec.last_seq, rec.state, compensations, execute=True)
+        plan = _plan(workflow_id, ck.hex, to_seq, at, rec.last_seq, rec.state, compensations, execute=True)
         todo = [c for c in plan.compensations if c.status not in ("done", "none")]
         funcs = {c.pos: _find(c, compensations) for c in todo}  # all found before any runs
         steps, _ = recorded_steps(rec.state)
@@ -359,7 +361,7 @@ def rollback(
             try:
                 funcs[c.pos](comp)
             except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                error = error_text(exc)
                 rec.append(wev.COMPENSATE, pos=c.pos, step=c.step, key=c.key, status="error", error=error)
                 rec.flush()
                 raise CompensationFailed(
@@ -368,7 +370,7 @@ def rollback(
                 ) from exc
             rec.append(wev.COMPENSATE, pos=c.pos, step=c.step, key=c.key, status="ok")
             rec.flush()
-        memory = replay(tail, reducers=reducers()).get("memory")
+        memory = at.get("memory")
         rec.append(wev.ROLLBACK_DONE, to=ck.hex, pointer=plan.pointer, memory=memory if isinstance(memory, dict) else {})
         rec.checkpoint(message=f"workflow {workflow_id}: rolled back to {ck.hex[:12]}")
     finally:
@@ -383,6 +385,7 @@ def _plan(
     workflow_id: str,
     to_hex: str,
     to_seq: int,
+    at: dict[str, Any],
     live_seq: int,
     state: dict[str, Any],
     compensations: Mapping[str, Callable[[Compensation], object]] | None,
@@ -407,10 +410,21 @@ def _plan(
         order = [int(p) for p in ongoing.get("steps") or []]
         done = ongoing.get("compensated") or {}
     else:
-        completed_by = [p for p, s in steps.items() if s.status == "ok" and int(s.last.get("result_seq") or 0) <= to_seq]
+        # the steps done at the checkpoint stay done: they must be this history's (a checkpoint
+        # from before an earlier rollback, and after its target, is on a branch it undid)
+        then, _ = recorded_steps(at)
         pointer = 0
-        while pointer + 1 in completed_by:
+        while pointer + 1 in then and then[pointer + 1].status == "ok":
             pointer += 1
+        for p in range(1, pointer + 1):
+            now = steps.get(p)
+            if now is None or now.status != "ok" or now.last.get("key") != then[p].last.get("key"):
+                raise InvalidInputError(
+                    f"checkpoint {to_hex[:12]} is on a branch of workflow {workflow_id} that a rollback undid (its step {p}, "
+                    f"key {then[p].last.get('key')}, was compensated)",
+                    hint=f"roll back to a checkpoint taken since that rollback, or to one at or before step {p - 1} "
+                    f"(ckpt log workflow:{workflow_id})",
+                )
         after = [s for p, s in steps.items() if p > pointer and s.status == "ok"]
         order = [s.pos for s in sorted(after, key=lambda s: int(s.last.get("result_seq") or 0), reverse=True)]
         done = {}
