@@ -513,6 +513,7 @@ def test_cli_ls_show_rollback(store: Store, cli: Any) -> None:
     got = cli("workflow", "show", "cli-doubt", *s, "--json")
     doc = json.loads(got.out)
     assert doc["in_doubt"] == [{"pos": 2, "step": "send", "key": "cli-doubt:send:1:1", "call_id": "2.1"}]
+    assert doc["pointer"] == 1 and doc["steps"][0]["result"] == 1 and doc["status"] == "running"
     got = cli("workflow", "show", "cli-doubt", *s)
     assert got.code == 0 and "in doubt: step send (position 2) key cli-doubt:send:1:1" in got.out
     got = cli("workflow", "rollback", "cli-trip", "--to", "workflow:cli-trip~1", *s, "--json")

@@ -106,6 +106,16 @@ class WorkflowStatus:
     rollback: dict[str, Any] | None = None
 
     @property
+    def pointer(self) -> int:
+        """The execution pointer: the steps done, in order, before the first that is not
+        (a re-run calls that one first)."""
+        done = {s.pos for s in self.steps if s.status == "ok"}
+        n = 0
+        while n + 1 in done:
+            n += 1
+        return n
+
+    @property
     def in_doubt(self) -> list[StepView]:
         """The steps begun and not finished (their `tools` record is still pending)."""
         return [s for s in self.steps if s.status == "pending"]
@@ -120,6 +130,7 @@ class WorkflowStatus:
             "status": self.status,
             "runs": self.runs,
             "steps_done": sum(1 for s in self.steps if s.status == "ok"),
+            "pointer": self.pointer,
             "steps": [s.to_json() for s in self.steps],
             "in_doubt": [{"pos": s.pos, "step": s.name, "key": s.key, "call_id": s.call_id} for s in self.in_doubt],
             "variables": to_json_view(self.variables),

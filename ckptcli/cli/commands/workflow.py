@@ -143,7 +143,7 @@ def _printer() -> Any:
 
 def _print_status(s: WorkflowStatus) -> None:
     p = _printer()
-    p(f"workflow:{s.workflow_id}  {s.status}  type {s.type or '-'}  runs {s.runs}")
+    p(f"workflow:{s.workflow_id}  {s.status}  type {s.type or '-'}  runs {s.runs}  steps done {s.pointer}")
     p(f"checkpoint {short(s.checkpoint) if s.checkpoint else '-'}  seq {s.seq}" + (f"  journal {s.journal}" if s.journal else ""))
     for st in s.steps:
         mark = {"ok": "done", "error": "FAILED", "pending": "IN DOUBT"}.get(st.status, st.status)
