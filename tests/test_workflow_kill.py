@@ -94,6 +94,10 @@ def work(i, acc):
 
 
 def flow(ctx, n):
+    started = os.environ.get("WF_STARTED")
+    if started:  # the run got this far: the end of its start-up
+        with open(started, "a") as fh:
+            fh.write("x\\n")
     acc = 1
     for i in range(n):
         acc = work(i, acc)
@@ -143,24 +147,29 @@ def _lines(path: Path) -> list[list[str]]:
     return [line.split(" ") for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def _kill_until_done(start: Any, kills: int, window: Any, rng: random.Random, after_kill: Any) -> tuple[bytes, int]:
+def _kill_until_done(
+    start: Any, kills: int, window: Any, rng: random.Random, after_kill: Any, watch: Any = lambda since: None
+) -> tuple[bytes, int]:
     """Start the process and SIGKILL it at a random moment in [0, window()), `kills` times
     (`window()` is never longer than what is left of the run, so every kill lands), then
-    let it finish; (its stdout, the kills that landed)."""
+    let it finish; (its stdout, the kills that landed). `watch(began)` is called while
+    waiting (it measures the start-up)."""
     landed = 0
     while True:
         proc = start()
+        began = time.monotonic()
         if landed < kills:
-            try:
-                out, err = proc.communicate(timeout=rng.uniform(0, window()))
-            except subprocess.TimeoutExpired:
+            at = began + rng.uniform(0, window())
+            while time.monotonic() < at and proc.poll() is None:
+                watch(began)
+                time.sleep(0.002)
+            if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 proc.communicate()
                 landed += 1
                 after_kill()
                 continue
-        else:
-            out, err = proc.communicate(timeout=300)
+        out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err.decode()
         return out, landed
 
@@ -181,10 +190,12 @@ def _first_line_after(path: Path, began: float, proc: subprocess.Popen[bytes]) -
 def test_a_20_step_workflow_killed_at_random_moments_runs_each_effect_once(box: Path) -> None:
     seed = int(os.environ.get("CKPT_TEST_SEED") or random.randrange(1 << 30))
     rng = random.Random(seed)
-    env = _env(box, WF_PAUSE="0.02", WF_MIN_PAUSE=str(MIN_PAUSE))
+    started = box / "started.txt"
+    env = _env(box, WF_PAUSE="0.02", WF_MIN_PAUSE=str(MIN_PAUSE), WF_STARTED=str(started))
     began = time.monotonic()
     ref = _worker(box, "ref", env)
-    startup = _first_line_after(box / "effects.txt", began, ref) / 2  # less than any start-up takes
+    # half the shortest start-up seen (until the workflow function is entered): less than any takes
+    startup = [_first_line_after(started, began, ref)]
     ref_out, ref_err = ref.communicate(timeout=300)
     assert ref.returncode == 0, ref_err.decode()
     expected = json.loads(ref_out)
@@ -207,8 +218,16 @@ def test_a_20_step_workflow_killed_at_random_moments_runs_each_effect_once(box: 
             assert s.pos == len(done) + 1 and s.key == f"wf:work:{s.pos}:1", (seed, s)
             in_doubt_seen.append(s.key)
 
-    window = lambda: startup + left[0] * 2 * MIN_PAUSE  # noqa: E731
-    out, landed = _kill_until_done(lambda: _worker(box, "wf", env), stress.count(30, 8), window, rng, check_after_kill)
+    seen = [len(_lines(started))]
+
+    def watch(since: float) -> None:
+        n = len(_lines(started))
+        if n > seen[0]:
+            seen[0] = n
+            startup[0] = min(startup[0], time.monotonic() - since)
+
+    window = lambda: startup[0] / 2 + left[0] * 2 * MIN_PAUSE  # noqa: E731
+    out, landed = _kill_until_done(lambda: _worker(box, "wf", env), stress.count(30, 8), window, rng, check_after_kill, watch)
     assert landed == stress.count(30, 8)
     print(f"{landed} kills; after {len(in_doubt_seen)} of them a step was in doubt (reported with its key); seed {seed}")
     assert json.loads(out) == expected, f"seed {seed}"
