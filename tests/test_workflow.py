@@ -391,6 +391,9 @@ def test_rollback_lists_then_runs_compensations_in_reverse_order_once(store: Sto
     assert comp == [(4, "start"), (4, "ok"), (2, "start"), (2, "ok")]
     st = workflow.status(store, "trip")
     assert st.status == "rolled back" and [s.pos for s in st.steps] == [1] and st.variables == {"stage": "flight"}
+    (_latest_id, latest), *_ = list_checkpoints(store, ListFilter(subject="workflow:trip"))
+    assert latest.message.startswith("workflow trip: rolled back to") and latest.labels["workflow.type"] == "trip"
+    assert latest.labels["workflow.engine"] == "ckpt"
     # run again: the steps after the checkpoint run again, with new keys
     UNDONE.clear()
     assert workflow.run(store, "trip", trip)[1] == "booked hotel"

@@ -22,7 +22,10 @@ from typing import TYPE_CHECKING, Any
 from ckptcli.errors import ConflictError, CorruptError, InvalidInputError, NotFoundError
 from ckptcli.workflow import events as wev
 from ckptcli.workflow.core import (
+    ENGINE,
     KIND,
+    LABEL_ENGINE,
+    LABEL_TYPE,
     Compensation,
     WorkflowError,
     error_text,
@@ -235,7 +238,6 @@ def list_workflows(store: Store, *, journal_dir: str | Path | None = None) -> li
     """Every durable workflow of the store (subjects `workflow:*` labelled
     workflow.engine=ckpt), by id."""
     from ckptcli.listing import ListFilter, list_checkpoints
-    from ckptcli.workflow.core import ENGINE, LABEL_ENGINE
 
     ids = sorted(
         {s.subject.name for _cid, s in list_checkpoints(store, ListFilter(labels={LABEL_ENGINE: ENGINE})) if s.subject.kind == KIND}
@@ -346,6 +348,8 @@ def rollback(
     base = None if path.is_file() else open_checkpoint(subject, store).hex
     rec = Recorder.open(store, subject, path, reducers=reducers(), base=base)
     try:
+        wtype = wev.view(rec.state).get("type")
+        rec.labels.update({LABEL_ENGINE: ENGINE, **({LABEL_TYPE: wtype} if isinstance(wtype, str) and wtype else {})})
         plan = _plan(workflow_id, ck.hex, to_seq, at, rec.last_seq, rec.state, compensations, execute=True)
         todo = [c for c in plan.compensations if c.status not in ("done", "none")]
         funcs = {c.pos: _find(c, compensations) for c in todo}  # all found before any runs
