@@ -1,6 +1,6 @@
 """What a durable step (ckptcli.workflow) costs over calling the function bare.
 
-    python -m bench.workflow [--steps 2000] [--runs 5]
+    python -m bench.workflow [--steps 2000] [--runs 5] [--dir DIR]
 
 A workflow of STEPS steps, each a call of a small function (a dict in, a dict out), is run
 durably on a local store with the journal's fsync policy "batch" (the default: a step's
@@ -37,6 +37,8 @@ from ckptcli.history.events import TOOL_CALL
 from ckptcli.history.recorder import Durability
 
 TARGET_MS = 1.0
+#: where the stores are made (--dir; default: the system's temporary directory)
+DIR: list[str | None] = [None]
 
 
 class _Stop(BaseException):
@@ -68,7 +70,7 @@ def _durable(steps: int, fsync: str, rerun: bool = False, result_with_next_call:
             raise _Stop
         return n
 
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory(dir=DIR[0]) as d:
         store = ckptcli.init_store(Path(d) / "store")
         durability = Durability(fsync=fsync, flush_on=frozenset({TOOL_CALL})) if result_with_next_call else Durability(fsync=fsync)
         if rerun:
@@ -81,7 +83,7 @@ def _durable(steps: int, fsync: str, rerun: bool = False, result_with_next_call:
 def _fsync(times: int = 200) -> float:
     """Seconds one append of a small record and its fsync take on this disk (what the
     journal does per written event under fsync "batch")."""
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory(dir=DIR[0]) as d:
         fd = os.open(Path(d) / "f", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             start = time.perf_counter()
@@ -97,7 +99,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.workflow", description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--dir", help="make the stores in this directory (e.g. /dev/shm: the cost without the disk's)")
     args = ap.parse_args()
+    DIR[0] = args.dir
     n, runs = args.steps, args.runs
     bare = statistics.median(_bare(n) for _ in range(runs))
     rows = [
