@@ -63,7 +63,11 @@ GROUPS = (REDUCERS, RETENTION, EXPIRY, BESIDE_STORE, DOCTOR, MIGRATIONS, BACKEND
 #: it, `ckpt verify` would skip the LangGraph journals without a word. An installed entry
 #: point of the same name replaces the built-in one.
 BUILTIN: dict[str, dict[str, str]] = {
-    REDUCERS: {"langgraph": "ckptcli.adapters.langgraph.events:REDUCERS", "process": "ckptcli.adapters.process.events:REDUCERS"},
+    REDUCERS: {
+        "langgraph": "ckptcli.adapters.langgraph.events:REDUCERS",
+        "process": "ckptcli.adapters.process.events:REDUCERS",
+        "temporal": "ckptcli.adapters.temporal.events:REDUCERS",
+    },
     RETENTION: {"langgraph": "ckptcli.adapters.langgraph.retention:retain"},
     EXPIRY: {"langgraph": "ckptcli.adapters.langgraph.plugins:Expiry"},
     BESIDE_STORE: {"langgraph": "ckptcli.adapters.langgraph.plugins:check_beside"},
@@ -79,6 +83,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "generic": "ckptcli.adapters.generic:GenericAdapter",
         "langgraph": "ckptcli.adapters.langgraph.adapter:LangGraphAdapter",
         "process": "ckptcli.adapters.process.adapter:ProcessAdapter",
+        "temporal": "ckptcli.adapters.temporal.adapter:TemporalAdapter",
     },
 }
 
