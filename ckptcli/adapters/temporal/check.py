@@ -226,3 +226,92 @@ def describe(result: ReplayResult) -> str:
     if result.divergence is None:
         return f"replay check passed: {who} replays on the workflow code without a nondeterminism error"
     return f"diverged: {who}: {result.divergence.line()}"
+
+
+# -- ckpt compat --workflow ---------------------------------------------------------------------
+def compat_results(specs: Sequence[str], paths: Sequence[Any], store: Any, refs: Sequence[str], subject: str | None) -> list[Any]:
+    """`ckpt compat --workflow`: the replay check of each history as a compat verdict
+    (as-is when it replays, incompatible with the divergence otherwise), for its report
+    and JUnit output.
+
+    Args:
+        specs: the workflow classes (`MODULE:Class`, the Replayer picks by type).
+        paths: history files, or directories of `*.json` history files.
+        store: the open store, when `refs` names checkpoints or no path is given; else None.
+        refs: checkpoints of the store; none (and no path): the last checkpoint of every
+            Temporal run in the store (of `subject` only, when given).
+        subject: restricts the store's runs to this subject.
+
+    Returns:
+        ckptcli.schema.compat.CompatResult, one per history.
+
+    Raises:
+        what load_workflows raises (before any history is read); NotFoundError for a
+        path or ref that names nothing.
+    """
+    from ckptcli.adapters.temporal.reader import history_files
+
+    workflows = load_workflows(specs)
+    out: list[Any] = []
+    for p in paths:
+        for f in history_files(str(p)):
+            out.append(_file_result(workflows, f))
+    if store is not None:
+        for ck in _store_checkpoints(store, refs, subject):
+            out.append(_checkpoint_result(workflows, ck))
+    return out
+
+
+def _verdict(name: str, result: ReplayResult | None, error: BaseException | None = None, **where: Any) -> Any:
+    from ckptcli.schema.compat import AS_IS, INCOMPATIBLE, CompatResult
+
+    if result is not None and result.ok:
+        return CompatResult(name, AS_IS, reason="replays on the workflow code", seconds=result.seconds, **where)
+    if result is not None and result.divergence is not None:
+        d = result.divergence
+        problem = "nondeterminism" if d.kind == "nondeterminism" else "replay-failed"
+        return CompatResult(name, INCOMPATIBLE, problem=problem, reason=d.line(), seconds=result.seconds, **where)
+    message = getattr(error, "message", None) or str(error)
+    return CompatResult(name, INCOMPATIBLE, problem="unreadable", reason=message, cause=error, **where)
+
+
+def _file_result(workflows: Sequence[type], path: Any) -> Any:
+    from ckptcli.adapters.temporal.reader import read_events
+    from ckptcli.errors import CkptError
+
+    try:
+        events = [ev.raw for ev in read_events(path, check=True)]
+    except CkptError as exc:
+        return _verdict(str(path), None, exc)
+    return _verdict(str(path), check_history(workflows, events, path.stem), subject=f"workflow:{path.stem}")
+
+
+def _checkpoint_result(workflows: Sequence[type], ck: Any) -> Any:
+    from ckptcli.adapters.temporal.importer import history_events
+    from ckptcli.errors import CkptError
+
+    name = f"{ck.hex[:12]} {ck.manifest.subject}"
+    where = {"checkpoint": ck.hex, "subject": str(ck.manifest.subject)}
+    try:
+        events = list(history_events(ck))
+    except CkptError as exc:
+        return _verdict(name, None, exc, **where)
+    return _verdict(name, check_history(workflows, events, ck.manifest.subject.name), **where)
+
+
+def _store_checkpoints(store: Any, refs: Sequence[str], subject: str | None) -> list[Any]:
+    """The checkpoints `refs` name, else the last one of each Temporal run in the store."""
+    from ckptcli.adapters.temporal.importer import ENGINE_LABEL, RUN_LABEL
+    from ckptcli.checkpoint import Checkpoint
+    from ckptcli.history.events import LABEL_SEQ, labelled_seq
+    from ckptcli.listing import ListFilter, list_checkpoints
+
+    if refs:
+        return [Checkpoint(store, cid) for cid in dict.fromkeys(store.resolve(r) for r in refs)]
+    best: dict[tuple[str, str], tuple[int, bytes]] = {}
+    for cid, summary in list_checkpoints(store, ListFilter(subject=subject, labels={ENGINE_LABEL: "temporal"})):
+        run = (str(summary.subject), summary.labels.get(RUN_LABEL, ""))
+        seq = labelled_seq(summary.labels.get(LABEL_SEQ))
+        if run not in best or seq > best[run][0]:
+            best[run] = (seq, cid)
+    return [Checkpoint(store, cid) for _run, (_seq, cid) in sorted(best.items())]

@@ -18,6 +18,7 @@ The reducers derive the state a person asks about, in ``ext.temporal``:
 - ``timers``: timer id -> ``{"status": started|fired|canceled, "started_event_id", ...}``;
 - ``children``: initiated event id -> a child workflow's id, type, status, result;
 - ``signals``: the signals received, in order: ``{"name", "event_id", "input"}``;
+- ``last_event``: ``{"event_id", "type"}`` of the last event applied (the history's position);
 
 and each activity is also a record of the standard ``tools`` section (formats/events.md):
 ``{"call_id": activity id, "tool": activity type, "args", "status": "pending", "seq",
@@ -395,6 +396,7 @@ def apply(state: State, name: str, event: dict[str, Any], seq: int, ts: int, *, 
         _update(w.map("children"), str(_int(_get(a, "initiatedEventId"))), **changes)
     elif name == "WorkflowExecutionSignaled":
         w.seq("signals").append({"name": _get(a, "signalName"), "event_id": seq, "input": decode_payloads(_get(a, "input"))})
+    t["last_event"] = {"event_id": seq, "type": name}
     return w.state
 
 
