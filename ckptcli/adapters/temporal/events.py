@@ -26,7 +26,8 @@ and each activity is also a record of the standard ``tools`` section (formats/ev
 gives an activity no idempotency key, so the records have no ``key``.
 
 Payloads are decoded when their encoding is ``json/plain`` (``binary/null`` is None);
-any other payload (protobuf, encrypted, binary) is kept as Temporal wrote it.
+any other payload (protobuf, encrypted, binary) is kept as Temporal wrote it, and one over
+16 KiB is only summarised (its size and encoding: the event in the tail keeps it whole).
 
 `apply(state, event, in_place)` is the one derivation: the importer runs it in place over
 the whole history; the reducers run it on a copy of the containers an event touches, so
@@ -173,11 +174,23 @@ def _b64(text: Any) -> bytes | None:
         return None
 
 
+#: a payload whose data is longer (base64 characters) is summarised in the derived state,
+#: not copied: the history event keeps it whole, and the state stays small
+MAX_PAYLOAD = 16 << 10
+
+
 def decode_payload(payload: Any) -> Any:
-    """One payload's value when its encoding is json/plain (binary/null: None); else the
+    """One payload's value when its encoding is json/plain (binary/null: None); a payload
+    over MAX_PAYLOAD, `{"payload_bytes": N, "encoding": E}` (the event keeps it); else the
     payload as written."""
     if type(payload) is not dict:
         return payload
+    data = payload.get("data")
+    if type(data) is str and len(data) > MAX_PAYLOAD:
+        meta = payload.get("metadata")
+        enc = _b64(meta.get("encoding")) if type(meta) is dict else None
+        size = len(data) * 3 // 4 - (2 if data.endswith("==") else 1 if data.endswith("=") else 0)
+        return {"payload_bytes": size, "encoding": enc.decode("utf-8", "replace") if enc else None}
     meta = payload.get("metadata")
     encoding = _b64(meta.get("encoding")) if type(meta) is dict else None
     if encoding == b"binary/null":
