@@ -234,7 +234,8 @@ def test_names_are_listed_without_importing_any_adapter() -> None:
     code = (
         "import sys; from ckptcli.adapters import registry; print(registry.names()); "
         "print(sorted(m for m in sys.modules if m in ('ckptcli.adapters.compat', 'ckptcli.adapters.langgraph.adapter', "
-        "'ckptcli.adapters.generic', 'ckptcli.adapters.langgraph', 'ckptcli.adapters.process', 'ckptcli.adapters.temporal', 'ckpt_dirsnap')))"
+        "'ckptcli.adapters.generic', 'ckptcli.adapters.langgraph', 'ckptcli.adapters.process', 'ckptcli.adapters.temporal', "
+        "'ckpt_dirsnap')))"
     )
     env = {"PYTHONPATH": str(PLUGIN)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, check=True).stdout
@@ -269,7 +270,8 @@ def test_an_adapter_that_does_not_load_or_is_malformed_is_one_line(monkeypatch: 
     assert says in str(caught.value) and "\n" not in str(caught.value)
     (status,) = registry.survey(["thirdparty"])
     assert not status.loaded and not status.ok and says in status.availability.reason
-    assert [s.name for s in registry.survey() if s.loaded] == ["compat", "generic", "langgraph", "process", "temporal"]  # the others still load
+    # the others still load
+    assert [s.name for s in registry.survey() if s.loaded] == ["compat", "generic", "langgraph", "process", "temporal"]
 
 
 class Abstract(Adapter):

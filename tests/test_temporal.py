@@ -81,7 +81,11 @@ def _expected(path: Path) -> dict[str, Any]:
             aid, kind, _args = scheduled[a.scheduled_event_id]
             out["completed"][aid] = (kind, value(a.result))
             del out["pending"][aid]
-        elif which in ("activity_task_failed_event_attributes", "activity_task_timed_out_event_attributes", "activity_task_canceled_event_attributes"):
+        elif which in (
+            "activity_task_failed_event_attributes",
+            "activity_task_timed_out_event_attributes",
+            "activity_task_canceled_event_attributes",
+        ):
             del out["pending"][scheduled[a.scheduled_event_id][0]]
         elif which == "timer_started_event_attributes":
             out["timers"][a.timer_id] = "started"
@@ -234,7 +238,7 @@ def test_a_long_import_is_cut_into_checkpoints_at_completed_workflow_tasks(store
 
 
 # -- the replay check -----------------------------------------------------------------------------
-HELLO = '''
+HELLO = """
 import asyncio
 from dataclasses import dataclass
 from datetime import timedelta
@@ -256,9 +260,9 @@ class SayHello:
     async def run(self, params: SayHelloParams) -> str:
         {before}
         return await workflow.execute_activity("{activity}", params.name, schedule_to_close_timeout=timedelta(seconds=60))
-'''
+"""
 
-SIGNALS = '''
+SIGNALS = """
 import asyncio
 from datetime import timedelta
 
@@ -289,7 +293,7 @@ class Down:
         await workflow.execute_activity("{activity}", "Enchi", schedule_to_close_timeout=timedelta(seconds=30), task_queue=activity_tq)
         self.counter += 1
         self.events.append("act-done")
-'''
+"""
 
 
 def _module(tmp: Path, name: str, text: str) -> Path:
@@ -338,14 +342,21 @@ def test_a_renamed_activity_is_exit_13_naming_the_event_where_the_history_carrie
 @pytest.mark.parametrize(
     ("text", "spec", "code", "says"),
     [
-        ("raise RuntimeError('no config here')\n", "broken:Thing", 4, "workflow 'broken:Thing': importing broken failed: RuntimeError: no config here"),
+        (
+            "raise RuntimeError('no config here')\n",
+            "broken:Thing",
+            4,
+            "workflow 'broken:Thing': importing broken failed: RuntimeError: no config here",
+        ),
         ("import sys\nsys.exit(3)\n", "broken:Thing", 4, "importing broken failed"),
         ("class Thing:\n    pass\n", "broken:Thing", 4, "without @workflow.defn"),
         ("x = 1\n", "nomodule:Thing", 3, "no module named 'nomodule'"),
         ("x = 1\n", "broken", 2, "is not MODULE:WorkflowClass"),
     ],
 )
-def test_a_workflow_module_that_cannot_be_used_is_one_line(store_dir: Path, tmp_path: Path, text: str, spec: str, code: int, says: str) -> None:
+def test_a_workflow_module_that_cannot_be_used_is_one_line(
+    store_dir: Path, tmp_path: Path, text: str, spec: str, code: int, says: str
+) -> None:
     _import(store_dir, COMPLETE)
     _module(tmp_path, "broken", text)
     r = _ckpt(store_dir, "replay", f"workflow:{COMPLETE.stem}", "--check", spec, cwd=tmp_path)
@@ -378,10 +389,15 @@ def test_compat_runs_the_check_over_a_folder_of_histories_with_junit(store_dir: 
     _import(store_dir, ALTERNATE)
     r = _ckpt(store_dir, "compat", "--workflow", "hello:SayHello", "--workflow", "down:Down", "--json", cwd=tmp_path)
     report = json.loads(r.stdout)
-    assert r.returncode == 0 and report["counts"]["as-is"] == 2 and {c["subject"] for c in report["checkpoints"]} == {
-        f"workflow:{COMPLETE.stem}",
-        f"workflow:{ALTERNATE.stem}",
-    }
+    assert (
+        r.returncode == 0
+        and report["counts"]["as-is"] == 2
+        and {c["subject"] for c in report["checkpoints"]}
+        == {
+            f"workflow:{COMPLETE.stem}",
+            f"workflow:{ALTERNATE.stem}",
+        }
+    )
 
 
 # -- hostile input ------------------------------------------------------------------------------------
@@ -451,13 +467,18 @@ def test_a_100_mb_history_imports_in_bounded_memory(store_dir: Path, tmp_path: P
     assert size >= 100 << 20, size
     probe = (
         "import resource, subprocess, sys; "
-        "r = subprocess.run([sys.executable, '-m', 'ckptcli', '--store', sys.argv[1], 'import', 'temporal', sys.argv[2], '--json'], capture_output=True); "
+        "r = subprocess.run([sys.executable, '-m', 'ckptcli', '--store', sys.argv[1], 'import', 'temporal', sys.argv[2], '--json'], "
+        "capture_output=True); "
         "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.stderr.write(r.stderr.decode())"
     )
     r = subprocess.run([sys.executable, "-c", probe, str(store_dir), str(path)], capture_output=True, text=True, timeout=900)
     code, peak_kib = map(int, r.stdout.split())
     assert code == 0, r.stderr
-    base = subprocess.run([sys.executable, "-c", probe.replace("'import', 'temporal', sys.argv[2], '--json'", "'ls'"), str(store_dir), str(path)], capture_output=True, text=True)
+    base = subprocess.run(
+        [sys.executable, "-c", probe.replace("'import', 'temporal', sys.argv[2], '--json'", "'ls'"), str(store_dir), str(path)],
+        capture_output=True,
+        text=True,
+    )
     baseline_kib = int(base.stdout.split()[1])
     # the whole file parsed at once (json.load) would hold several times its size
     print(f"peak RSS {peak_kib} KiB, {baseline_kib} KiB for ckpt ls, history {size} bytes, {n} events")
@@ -465,7 +486,10 @@ def test_a_100_mb_history_imports_in_bounded_memory(store_dir: Path, tmp_path: P
     ck = ckptcli.open_checkpoint("workflow:big", store_path=store_dir)
     assert ck.manifest.labels["events.seq"] == str(n)
     t = _state(store_dir, "workflow:big")["ext"]["temporal"]
-    assert t["status"] == "completed" and t["activities"]["5"]["result"] == {"payload_bytes": len(json.dumps("x" * (24 << 10))), "encoding": "json/plain"}
+    assert t["status"] == "completed" and t["activities"]["5"]["result"] == {
+        "payload_bytes": len(json.dumps("x" * (24 << 10))),
+        "encoding": "json/plain",
+    }
 
 
 def test_the_event_types_are_temporals() -> None:
@@ -473,5 +497,5 @@ def test_the_event_types_are_temporals() -> None:
 
     from ckptcli.adapters.temporal.events import EVENT_TYPES, type_name
 
-    names = [n for n in EventType.keys() if n != "EVENT_TYPE_UNSPECIFIED"]
+    names = [n for n in EventType.keys() if n != "EVENT_TYPE_UNSPECIFIED"]  # noqa: SIM118 - a protobuf enum wrapper
     assert [type_name(n) for n in names] == list(EVENT_TYPES)

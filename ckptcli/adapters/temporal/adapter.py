@@ -86,7 +86,9 @@ class TemporalAdapter(Adapter):
                 missing.append(module)
         if missing:
             return Availability(
-                False, f"{' and '.join(missing)} not installed: {INSTALL_HINT}", {"temporalio": _version("temporalio"), "missing": missing}
+                False,
+                f"{' and '.join(missing)} not installed: {INSTALL_HINT}",
+                {"temporalio": None if "temporalio" in missing else _version("temporalio"), "missing": missing},
             )
         version = _version("temporalio")
         return Availability(True, f"temporalio {version}", {"temporalio": version, "ijson": _version("ijson")})
