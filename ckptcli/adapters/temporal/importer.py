@@ -19,6 +19,7 @@ same subject. Every file is read and checked whole before anything is written.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,19 +52,23 @@ def _subject(workflow_id: str, path: Path) -> Subject:
         ) from None
 
 
-def _header(path: Path) -> dict[str, Any]:
-    """Read and check the whole file; its run id, type, task queue, last event id."""
-    head: dict[str, Any] = {}
-    last = 0
-    for ev in read_events(path, check=True):
-        if ev.seq == 1:
-            t = apply({}, ev.name, ev.raw, ev.seq, ev.ts, in_place=True)["ext"]["temporal"]["workflow"]
-            head = {"run_id": t["run_id"], "type": t["type"], "task_queue": t["task_queue"]}
-        last = ev.seq
-    head["last"] = last
+def _header(store: Store, subject: Subject, path: Path) -> tuple[dict[str, Any], str | None, int]:
+    """Read and check the whole file (the events the store has already are not checked
+    again by temporalio's loader): its run id, type, task queue and last event id, and the
+    run's last checkpoint in the store and its last event id."""
+    with closing(read_events(path, check=True)) as events:
+        first = next(events, None)
+    assert first is not None  # read_events refuses a file without events
+    t = apply({}, first.name, first.raw, first.seq, first.ts, in_place=True)["ext"]["temporal"]["workflow"]
+    head: dict[str, Any] = {"run_id": t["run_id"], "type": t["type"], "task_queue": t["task_queue"]}
     if not head.get("run_id") or type(head["run_id"]) is not str:
         raise InvalidInputError(f"{path}: its WorkflowExecutionStarted event has no run id (originalExecutionRunId)")
-    return head
+    parent, stored = _run_head(store, subject, head["run_id"])
+    last = 0
+    for ev in read_events(path, check=True, check_after=stored):
+        last = ev.seq
+    head["last"] = last
+    return head, parent, stored
 
 
 def _run_head(store: Store, subject: Subject, run_id: str) -> tuple[str | None, int]:
@@ -136,8 +141,7 @@ def import_histories(store: Store, source: str, *, workflow_id: str | None = Non
     plans = []
     for path in files:  # everything read and checked before anything is written
         subject = _subject(workflow_id if workflow_id is not None else path.stem, path)
-        head = _header(path)
-        parent, stored = _run_head(store, subject, head["run_id"])
+        head, parent, stored = _header(store, subject, path)
         if parent is not None and stored <= head["last"]:
             mine = next((ev.raw for ev in read_events(path, check=False) if ev.seq == stored), None)
             if mine != _stored_event(store, parent, stored):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -115,13 +115,17 @@ def _open(path: Path) -> IO[bytes]:
     return f
 
 
-def read_events(path: Path, *, check: bool = True, position: list[int] | None = None) -> Iterator[HistoryEvent]:
+def read_events(
+    path: Path, *, check: bool = True, check_after: int = 0, position: list[int] | None = None
+) -> Generator[HistoryEvent, None, None]:
     """The events of the history file `path`, one at a time (ijson: bounded memory).
 
     Args:
         path: a history file.
         check: check each event with temporalio's protobuf loader too (the first read of a
             file; a second read of a file already checked leaves it out).
+        check_after: leave that check out for the events up to this id (those the store
+            has already, which are not written again).
         position: if given, its one item is kept at the file offset read so far (the
             importer bounds its checkpoints by it).
 
@@ -145,7 +149,7 @@ def read_events(path: Path, *, check: bool = True, position: list[int] | None = 
                 if position is not None:
                     position[0] = f.tell()
                 ev = _event(raw, n, where)
-                if from_json is not None:
+                if from_json is not None and ev.seq > check_after:
                     from_json(raw, ev.seq, where)
                 ts = max(ev.ts, prev_ts)  # ts never decreases (formats/events.md)
                 prev_ts = ts
@@ -230,10 +234,19 @@ def _int_type(value: int) -> str | None:
 
 
 def _loader() -> Any:
-    """The check of one event by temporalio's own loader (its protobuf message)."""
+    """The check of one event by temporalio's protobuf message: protobuf JSON is parsed as
+    it is; an event it refuses goes through temporalio's own loader, which also reads the
+    older JSON (enum values as `Normal`), and is refused if that refuses it too."""
+    from google.protobuf.json_format import ParseDict, ParseError
+    from temporalio.api.history.v1 import HistoryEvent
     from temporalio.client import WorkflowHistory
 
     def check(raw: dict[str, Any], seq: int, where: str) -> None:
+        try:
+            ParseDict(raw, HistoryEvent(), ignore_unknown_fields=True)
+            return
+        except (ParseError, ValueError, TypeError, AttributeError, KeyError):
+            pass
         try:
             WorkflowHistory.from_json("check", {"events": [raw]})
         except Exception as exc:  # noqa: BLE001 - protobuf's ParseError and whatever the loader raises: the input is bad
