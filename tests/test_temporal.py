@@ -499,3 +499,35 @@ def test_the_event_types_are_temporals() -> None:
 
     names = [n for n in EventType.keys() if n != "EVENT_TYPE_UNSPECIFIED"]  # noqa: SIM118 - a protobuf enum wrapper
     assert [type_name(n) for n in names] == list(EVENT_TYPES)
+
+
+def test_the_tui_timeline_steps_through_an_imported_history(store_dir: Path) -> None:
+    import asyncio
+
+    pytest.importorskip("textual", reason="textual is not installed (ckpt tui)")
+    from ckptcli.history.replay import replay
+    from ckptcli.tui.app import CkptApp, open_session
+    from ckptcli.tui.screens.timeline import TimelineScreen
+    from ckptcli.tui.widgets import ValueTree, VirtualList
+
+    _import(store_dir, ALTERNATE)
+    store = ckptcli.open_store(store_dir)
+    ck = ckptcli.open_checkpoint(f"workflow:{ALTERNATE.stem}", store)
+    app = CkptApp(open_session(store), checkpoint=ck.id, view="timeline", blink=False)
+
+    async def main() -> None:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause()
+            screen = pilot.app.screen
+            assert isinstance(screen, TimelineScreen)
+            events = screen.query_one("#events", VirtualList)
+            assert events.count == 14  # the snapshot and the 13 events
+            await pilot.press(*["down"] * 7)
+            await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
+            assert str(screen.query_one("#at").content).startswith("seq 7  temporal:ActivityTaskCompleted")
+            state = screen.query_one("#state", ValueTree)
+            assert state.root.data is not None and state.root.data.value == replay(ck, to_seq=7)
+            assert state.marks[("tools", 0, "status")] == "replace"
+
+    asyncio.run(main())
