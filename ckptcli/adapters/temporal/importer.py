@@ -143,7 +143,8 @@ def import_histories(store: Store, source: str, *, workflow_id: str | None = Non
         subject = _subject(workflow_id if workflow_id is not None else path.stem, path)
         head, parent, stored = _header(store, subject, path)
         if parent is not None and stored <= head["last"]:
-            mine = next((ev.raw for ev in read_events(path, check=False) if ev.seq == stored), None)
+            with closing(read_events(path, check=False)) as events:
+                mine = next((ev.raw for ev in events if ev.seq == stored), None)
             if mine != _stored_event(store, parent, stored):
                 raise InvalidInputError(
                     f"{path}: event {stored} differs from the one stored for run {head['run_id']} of {subject}",
