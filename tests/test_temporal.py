@@ -447,6 +447,16 @@ def test_json_that_is_no_history_is_one_line_exit_4(store_dir: Path, tmp_path: P
     assert code == 4 and says in line, line
 
 
+def test_json_nested_too_deep_is_refused_before_it_takes_memory(store_dir: Path, tmp_path: Path) -> None:
+    # ijson's item builder takes memory quadratic in the depth: 50,000 brackets took 6 GB
+    text = ALTERNATE.read_text()
+    bomb = tmp_path / "bomb.json"
+    assert '"eventId": "7",' in text
+    bomb.write_text(text.replace('"eventId": "7",', '"eventId": "7", "x": ' + "[" * 50_000 + "]" * 50_000 + ",", 1))
+    code, line = _refused(store_dir, bomb)
+    assert code == 7 and "bomb.json: the JSON nests deeper than 256 levels" in line
+
+
 def test_a_missing_source_and_a_directory_without_histories(store_dir: Path, tmp_path: Path) -> None:
     assert _refused(store_dir, tmp_path / "nope.json")[0] == 3
     (tmp_path / "empty").mkdir()

@@ -9,6 +9,7 @@ each event is checked by temporalio's loader (`WorkflowHistory.from_json`, its p
 messages). What is refused, each with one line naming the file and the event:
 
 - JSON that is malformed or ends early: CorruptError (exit 5);
+- JSON nested deeper than 256 levels: LimitExceededError (exit 7);
 - no `events` list, an event that is no map, of an event type Temporal does not have, whose
   fields its protobuf message refuses, event ids not 1, 2, 3, ..., a first event that is no
   WorkflowExecutionStarted: InvalidInputError (exit 4).
@@ -18,14 +19,15 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
 from ckptcli.adapters.temporal.events import EVENT_TYPES, type_name
-from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, UsageError
+from ckptcli.errors import CorruptError, InvalidInputError, LimitExceededError, NotFoundError, UsageError
+from ckptcli.format import limits
 
 __all__ = ["HistoryEvent", "event_time_ns", "history_files", "read_events", "require"]
 
@@ -145,7 +147,8 @@ def read_events(
     n = 0
     with _open(path) as f:
         try:
-            for n, raw in enumerate(ijson.items(f, "events.item", use_float=True), start=1):
+            items = ijson.items(_bounded(ijson.parse(f, use_float=True), where), "events.item")
+            for n, raw in enumerate(items, start=1):
                 if position is not None:
                     position[0] = f.tell()
                 ev = _event(raw, n, where)
@@ -179,6 +182,29 @@ def read_events(
             f'{where}: no history events: not a Temporal history (a JSON object with an "events" list)',
             hint="export one with `temporal workflow show -w ID --output json`",
         )
+
+
+#: how deep a history's JSON may nest: a real event nests about 10 deep (a failure's chain
+#: of causes a little more); ijson's item builder takes memory quadratic in the depth, so
+#: 50,000 brackets would take gigabytes before anything could refuse them
+MAX_DEPTH = limits.MAX_DEPTH
+
+
+def _bounded(events: Iterator[tuple[str, str, Any]], where: str) -> Iterator[tuple[str, str, Any]]:
+    """ijson's parse events, refused (LimitExceededError, exit 7) past MAX_DEPTH."""
+    depth = 0
+    for ev in events:
+        kind = ev[1]
+        if kind == "start_map" or kind == "start_array":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise LimitExceededError(
+                    f"{where}: the JSON nests deeper than {MAX_DEPTH} levels",
+                    hint="a Temporal history nests about 10 deep: the file is not one",
+                )
+        elif kind == "end_map" or kind == "end_array":
+            depth -= 1
+        yield ev
 
 
 def _size(f: IO[bytes]) -> int:
