@@ -74,3 +74,21 @@ def test_an_imported_history_replays_without_temporalio(tmp_path: Path) -> None:
     assert t["status"] == "completed" and [s["input"] for s in t["signals"]] == ["1", "2"]
     r = _ckpt_without_temporalio("--store", store, "replay", f"workflow:{FIXTURE.stem}", "--check", "x:Y")
     assert r.returncode == 2 and "pip install 'ckptcli[temporal]'" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["import", "--help"], ["doctor", "--adapter", "temporal"], ["compat", "--help"]])
+def test_start_up_and_listing_import_neither_temporalio_nor_ijson(argv: list[str]) -> None:
+    """`ckpt --help` must not grow: temporalio (protobuf and a Rust core) is imported only
+    when a history is read or replayed."""
+    code = (
+        "import sys\n"
+        "from ckptcli.cli import entry\n"
+        "sys.argv = ['ckpt', *sys.argv[1:]]\n"
+        "try:\n"
+        "    entry()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "sys.stderr.write(repr(sorted(m for m in sys.modules if m.split('.')[0] in ('temporalio', 'ijson', 'google'))))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
+    assert r.stderr.splitlines()[-1] == "[]", r.stderr
