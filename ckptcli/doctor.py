@@ -347,6 +347,7 @@ COMPONENTS: dict[str, tuple[str, str]] = {
         "pip install langgraph-checkpoint-sqlite",
     ),
     "textual": ("`ckpt tui`", "pip install textual"),
+    "temporalio": ("`ckpt import temporal` and `ckpt replay --check` of Temporal histories", "pip install 'ckptcli[temporal]'"),
 }
 
 

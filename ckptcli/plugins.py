@@ -66,6 +66,7 @@ BUILTIN: dict[str, dict[str, str]] = {
     REDUCERS: {
         "langgraph": "ckptcli.adapters.langgraph.events:REDUCERS",
         "process": "ckptcli.adapters.process.events:REDUCERS",
+        "temporal": "ckptcli.adapters.temporal.events:REDUCERS",
         "workflow": "ckptcli.workflow.events:REDUCERS",
     },
     RETENTION: {"langgraph": "ckptcli.adapters.langgraph.retention:retain"},
@@ -83,6 +84,7 @@ BUILTIN: dict[str, dict[str, str]] = {
         "generic": "ckptcli.adapters.generic:GenericAdapter",
         "langgraph": "ckptcli.adapters.langgraph.adapter:LangGraphAdapter",
         "process": "ckptcli.adapters.process.adapter:ProcessAdapter",
+        "temporal": "ckptcli.adapters.temporal.adapter:TemporalAdapter",
     },
 }
 

@@ -88,6 +88,24 @@ def _empty_dir(tmp: Path) -> Path:
     return d
 
 
+_TEMPORAL_STATE: dict[str, Any] = {
+    "tools": [{"call_id": "1", "tool": "say_hello", "args": "x", "status": "pending", "seq": 5, "ts": 0}],
+    "ext": {
+        "temporal": {
+            "activities": {"5": {"activity_id": "1", "type": "say_hello", "status": "started"}},
+            "timers": {"t1": {"status": "started"}},
+        }
+    },
+}
+
+
+def _temporal_event(name: str) -> dict[str, Any]:
+    """A history event of type `name` whose attributes point at the activity and timer of _TEMPORAL_STATE."""
+    attrs = {"scheduledEventId": "5", "timerId": "t1", "initiatedEventId": "7", "activityId": "1", "activityType": {"name": "say_hello"}}
+    key = name[0].lower() + name[1:] + "EventAttributes"
+    return {"eventId": "9", "eventTime": "2026-01-01T00:00:00Z", "eventType": name, key: attrs}
+
+
 CASES = {
     "generic": AdapterCase(
         "generic",
@@ -120,6 +138,14 @@ CASES = {
             ("process:bad", {"checkpoint": "cd" * 32, "failures": 3}, {}),
         ],
     ),
+    "temporal": AdapterCase(
+        "temporal",
+        # one event of each Temporal event type, on a state that has run an activity and a timer
+        events=[
+            (f"temporal:{name}", {"event": _temporal_event(name)}, _TEMPORAL_STATE)
+            for name in __import__("ckptcli.adapters.temporal.events", fromlist=["EVENT_TYPES"]).EVENT_TYPES
+        ],
+    ),
     "dirsnap": AdapterCase(
         "dirsnap",
         target=_a_directory,
@@ -142,7 +168,7 @@ def third_party(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_builtin_adapters_are_the_cases_and_the_third_party_is_not_builtin() -> None:
-    assert set(plugins.BUILTIN[plugins.ADAPTERS]) == {"generic", "langgraph", "compat", "process"} == set(CASES) - {"dirsnap"}
+    assert set(plugins.BUILTIN[plugins.ADAPTERS]) == {"generic", "langgraph", "compat", "process", "temporal"} == set(CASES) - {"dirsnap"}
     assert "dirsnap" not in registry.names()  # installed only by the fixture below
 
 
@@ -208,11 +234,12 @@ def test_names_are_listed_without_importing_any_adapter() -> None:
     code = (
         "import sys; from ckptcli.adapters import registry; print(registry.names()); "
         "print(sorted(m for m in sys.modules if m in ('ckptcli.adapters.compat', 'ckptcli.adapters.langgraph.adapter', "
-        "'ckptcli.adapters.generic', 'ckptcli.adapters.langgraph', 'ckptcli.adapters.process', 'ckpt_dirsnap')))"
+        "'ckptcli.adapters.generic', 'ckptcli.adapters.langgraph', 'ckptcli.adapters.process', 'ckptcli.adapters.temporal', "
+        "'ckpt_dirsnap')))"
     )
     env = {"PYTHONPATH": str(PLUGIN)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=REPO, check=True).stdout
-    assert out.splitlines() == ["['compat', 'dirsnap', 'generic', 'langgraph', 'process']", "[]"]
+    assert out.splitlines() == ["['compat', 'dirsnap', 'generic', 'langgraph', 'process', 'temporal']", "[]"]
 
 
 def test_an_unknown_adapter_is_a_usage_error_listing_the_installed_ones() -> None:
@@ -243,7 +270,8 @@ def test_an_adapter_that_does_not_load_or_is_malformed_is_one_line(monkeypatch: 
     assert says in str(caught.value) and "\n" not in str(caught.value)
     (status,) = registry.survey(["thirdparty"])
     assert not status.loaded and not status.ok and says in status.availability.reason
-    assert [s.name for s in registry.survey() if s.loaded] == ["compat", "generic", "langgraph", "process"]  # the others still load
+    # the others still load
+    assert [s.name for s in registry.survey() if s.loaded] == ["compat", "generic", "langgraph", "process", "temporal"]
 
 
 class Abstract(Adapter):
@@ -272,7 +300,7 @@ def test_an_importer_is_found_by_format_or_adapter_and_format(third_party: None)
     assert registry.find_importer("dirsnap:dirsnap-json")[0] == "dirsnap"
     with pytest.raises(UsageError) as caught:
         registry.find_importer("nope")
-    assert caught.value.hint is not None and caught.value.hint.startswith("installed importers: dirsnap-json, langgraph;")
+    assert caught.value.hint is not None and caught.value.hint.startswith("installed importers: dirsnap-json, langgraph, temporal;")
 
 
 # -- the third party through a real `ckpt` ------------------------------------------------------
@@ -763,7 +791,7 @@ class ImportersFail(WrongKind):
 def test_an_adapter_whose_importers_fail_hides_no_other_importer(monkeypatch: pytest.MonkeyPatch) -> None:
     _installed(monkeypatch, aaa="tests.test_adapters:ImportersFail")
     assert registry.find_importer("langgraph")[0] == "langgraph"
-    assert sorted(registry.importers()) == ["langgraph"]
+    assert sorted(registry.importers()) == ["langgraph", "temporal"]
     (status,) = registry.survey(["aaa"])
     assert status.loaded and not status.ok and status.availability.reason == "importers() failed: RuntimeError: importers exploded"
 

@@ -71,6 +71,15 @@ def compat(
         str | None,
         typer.Option("--subject", "-S", metavar="KIND:NAME", help="In a store, only this subject (KIND:NAME).", show_default=False),
     ] = None,
+    workflow: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--workflow",
+            metavar="MODULE:CLASS",
+            help="Replay Temporal histories (.json files, or the store's Temporal imports) against this workflow class (repeatable).",
+            show_default=False,
+        ),
+    ] = None,
     junit: Annotated[
         Path | None,
         typer.Option(
@@ -92,6 +101,12 @@ def compat(
     --junit report. MODULE specs are imported from the current directory too, as
     `python -m` does. Exit status 1 when any checkpoint is incompatible.
 
+    --workflow MODULE:CLASS (repeatable) checks Temporal workflow code instead: each
+    history (a .json file as `temporal workflow show --output json` writes it, the .json
+    files of a directory, or the store's Temporal imports: the last checkpoint of each
+    run by default) is replayed against the classes with temporalio's Replayer, offline;
+    one that diverges (a NondeterminismError) is incompatible, naming the event.
+
     Examples:
 
       ckpt compat fixtures/ --migrations myapp.migrations --validator myapp.state:load
@@ -99,11 +114,18 @@ def compat(
       ckpt compat fixtures/ -M myapp.migrations --junit compat.xml
 
       ckpt compat --subject agent:bot --migrations ep:myapp --json
-    """
-    from ckptcli.schema.compat import INCOMPATIBLE, CompatFailed
 
-    check = _check(migrations, target, _validator(validator, adapter), assume_version)
-    report = check.report(_results(check, sources or [], store, subject))
+      ckpt compat histories/ --workflow myapp.workflows:OrderWorkflow --junit replay.xml
+    """
+    from ckptcli.schema.compat import INCOMPATIBLE, CompatFailed, CompatReport
+
+    if workflow:
+        if migrations or validator or adapter or target or assume_version:
+            raise UsageError("--workflow replays Temporal histories; it takes no --migrations, --validator, --target or --assume-version")
+        report = CompatReport(None, _workflow_results(workflow, sources or [], store, subject))
+    else:
+        check = _check(migrations, target, _validator(validator, adapter), assume_version)
+        report = check.report(_results(check, sources or [], store, subject))
     if junit is not None:
         report.write_junit(junit)
     if os.environ.get("CKPT_DEBUG"):
@@ -117,6 +139,27 @@ def compat(
         raise CompatFailed(
             f"{bad} of {len(report.results)} checkpoint(s) incompatible", hint="see above" + (f" and {junit}" if junit else "")
         )
+
+
+def _workflow_results(specs: list[str], sources: list[str], store: str | None, subject: str | None) -> list[CompatResult]:
+    """--workflow: the replay check of Temporal histories (ckptcli/adapters/temporal/check.py):
+    the .json files and directories among `sources`, the store's checkpoints the others
+    name, or the last checkpoint of each Temporal run in the store when none is given."""
+    from ckptcli.adapters.temporal.check import compat_results
+    from ckptcli.api import refuse_url
+    from ckptcli.errors import NotFoundError
+    from ckptcli.schema.migrations import cwd_importable
+
+    cwd_importable()
+    paths = [s for s in sources if is_path(s) or s.endswith(".json")]
+    refs = [s for s in sources if s not in paths]
+    for p in paths:
+        refuse_url(p, "a Temporal history")
+    st = open_store(store) if refs or not paths else None
+    results: list[CompatResult] = compat_results(specs, [Path(p) for p in paths], st, refs, subject)
+    if not results:
+        raise NotFoundError("no Temporal histories found in the store", hint="import one with `ckpt import temporal HISTORY.json`")
+    return results
 
 
 def _validator(validator: str | None, adapter: str | None) -> str | None:

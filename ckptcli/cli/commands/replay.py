@@ -60,7 +60,8 @@ def replay_cmd(
         typer.Option(
             "--check",
             metavar="MODULE:FUNC",
-            help="Re-run this step function over the recorded inputs and report the first divergence.",
+            help="Re-run this step function over the recorded inputs and report the first divergence "
+            "(a Temporal history: replay it against this MODULE:WorkflowClass).",
             show_default=False,
         ),
     ] = None,
@@ -95,6 +96,11 @@ def replay_cmd(
     --significant-digits, --tolerance and --exclude-path (as in `ckpt diff`, the paths
     those of the event's fields: /value/meta/ts) let an event differ in declared noise.
 
+    On a checkpoint imported from a Temporal history (`ckpt import temporal`), --check
+    MODULE:WorkflowClass replays the history with temporalio's own Replayer (offline)
+    against your workflow code: a NondeterminismError is the divergence, exit 13, naming
+    the event where it happened (docs/workflows.md, "The replay check in CI").
+
     --json prints {"id", "base_seq", "seq", "applied", "state"}; with --step, also
     "steps": [{"event", "changes"}] (changes as JSON Patch operations); with --check, the
     report {"ok", "steps", "matched", "unchecked", "partial_step", "from_seq",
@@ -111,6 +117,8 @@ def replay_cmd(
       ckpt replay agent:bot --check myagent.steps:step
 
       ckpt replay agent:bot --check myagent.steps:step --ignore-order --exclude-path '/ts$'
+
+      ckpt replay workflow:order-42 --check myapp.workflows:OrderWorkflow
     """
     from ckptcli.history.replay import load_reducers
 
@@ -124,6 +132,10 @@ def replay_cmd(
         from ckptcli.schema.migrations import cwd_importable
 
         cwd_importable()
+        temporal = _temporal(ref, store)
+        if temporal is not None:
+            _check_temporal(temporal, check, as_json)
+            return
         func = load_step(check)
         tol = tolerance_of(ignore_order, significant_digits, tolerance, exclude_path)
         _check(open_checkpoint(ref, store), func, red, as_json, tol)
@@ -290,6 +302,34 @@ def _check(ck: Any, func: Any, reducers: Any, as_json: bool, tolerance: Any = No
             f"the step function diverged from the recording at seq {report.divergence.seq}",
             hint="see above: the recorded event and the replayed one",
         )
+
+
+def _temporal(ref: str, store: Any) -> Checkpoint | None:
+    """The checkpoint `ref` names when it is a Temporal history's (ckpt import temporal)."""
+    from ckptcli.errors import CkptError
+
+    try:
+        ck = open_checkpoint(ref, store)
+    except CkptError:
+        return None  # the step-function path says what is wrong with the ref
+    return ck if ck.manifest.labels.get("workflow.engine") == "temporal" else None
+
+
+def _check_temporal(ck: Checkpoint, spec: str, as_json: bool) -> None:
+    """--check MODULE:WorkflowClass on a Temporal history: temporalio's Replayer replays it
+    against the workflow code (ckptcli/adapters/temporal/check.py)."""
+    from ckptcli.adapters.temporal.check import check_checkpoint, describe
+    from ckptcli.errors import ReplayDiverged
+
+    result = check_checkpoint(ck, [spec])
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        out().print(safe(describe(result), backslash=False), markup=False)
+    if result.divergence is not None:
+        d = result.divergence
+        where = f"event {d.event_id} ({d.event_type})" if d.event_id is not None else "an event it could not locate"
+        raise ReplayDiverged(f"the workflow {spec} diverged from the history at {where}", hint="see above: what Temporal's replayer said")
 
 
 def _count(n: int, noun: str) -> str:

@@ -1,0 +1,141 @@
+"""The Temporal adapter: import a 10,000-event history and replay it, against temporalio's
+Replayer alone.
+
+    python -m bench.temporal [--events 10000] [--runs 5] [--json PATH]
+
+The history is made from a real one (fixtures/temporal/test_replayer_complete_history.json,
+from temporalio/sdk-python) by repeating its activity pattern through temporalio's own
+protobufs (ckptcli.adapters.temporal.synth): ~1,666 activities, each followed by a workflow
+task. Measured in one process, `--runs` times each, medians:
+
+- import: `ckpt import temporal` into a fresh store (ckptcli.adapters.temporal.importer:
+  the file read twice, checked by temporalio's loader, folded, taken as checkpoints);
+- re-import: the same file again (nothing new: the prefix check and a no-op);
+- replay state: `ckpt replay` of the last checkpoint (the reducers over its tail);
+- replay --check: the history read back from the store and replayed against the workflow
+  code with temporalio's Replayer (what `ckpt replay --check` runs);
+- Replayer alone: `WorkflowHistory.from_json` of the file and the same Replayer, which is
+  the floor: the ratio `replay --check / Replayer alone` is what ckpt adds to it.
+
+Needs the temporal extra (`pip install 'ckptcli[temporal]'`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import fmt_ms, median, table, versions
+
+FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "temporal" / "test_replayer_complete_history.json"
+
+WORKFLOW = """
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio import workflow
+
+REPEATS = {repeats}
+
+
+@dataclass
+class SayHelloParams:
+    name: str
+    should_wait: bool = False
+    should_error: bool = False
+    should_cause_nondeterminism: bool = False
+
+
+@workflow.defn(name="SayHelloWorkflow")
+class Loop:
+    @workflow.run
+    async def run(self, params: SayHelloParams) -> str:
+        result = ""
+        for _ in range(REPEATS):
+            result = await workflow.execute_activity("say_hello", params.name, schedule_to_close_timeout=timedelta(seconds=60))
+        return result
+"""
+
+
+def _timed(fn: Any, *args: Any) -> tuple[float, Any]:
+    t = time.perf_counter()
+    out = fn(*args)
+    return time.perf_counter() - t, out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=10_000)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+
+    from temporalio.client import WorkflowHistory
+    from temporalio.worker import Replayer
+
+    import ckptcli
+    from ckptcli.adapters.temporal import check
+    from ckptcli.adapters.temporal.importer import import_histories
+    from ckptcli.adapters.temporal.synth import synthesize
+    from ckptcli.history.replay import replay
+
+    rows: dict[str, list[float]] = {k: [] for k in ("import", "re-import", "replay state", "replay --check", "Replayer alone")}
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        path = tmp / "wf.json"
+        n = synthesize(FIXTURE, args.events, path)
+        size = path.stat().st_size
+        repeats = (n - 5) // 6
+        (tmp / "bench_loop.py").write_text(textwrap.dedent(WORKFLOW.format(repeats=repeats)))
+        sys.path.insert(0, str(tmp))
+        workflows = check.load_workflows(["bench_loop:Loop"])
+        runtime = check._runtime()
+        for r in range(args.runs):
+            store = ckptcli.init_store(tmp / f"store{r}")
+            secs, result = _timed(import_histories, store, str(path))
+            assert result["events"] == n, result
+            rows["import"].append(secs)
+            secs, again = _timed(import_histories, store, str(path))
+            assert again["events"] == 0
+            rows["re-import"].append(secs)
+            ck = ckptcli.open_checkpoint("workflow:wf", store)
+            secs, state = _timed(replay, ck)
+            assert state["ext"]["temporal"]["status"] == "completed"
+            rows["replay state"].append(secs)
+            secs, verdict = _timed(check.check_checkpoint, ckptcli.open_checkpoint("workflow:wf", store), ["bench_loop:Loop"])
+            assert verdict.ok, verdict.to_dict()
+            rows["replay --check"].append(secs)
+
+            def alone() -> Any:
+                history = WorkflowHistory.from_json("wf", path.read_text())
+                return asyncio.run(Replayer(workflows=workflows, runtime=runtime).replay_workflow(history, raise_on_replay_failure=False))
+
+            secs, res = _timed(alone)
+            assert res.replay_failure is None
+            rows["Replayer alone"].append(secs)
+    med = {k: median(v) for k, v in rows.items()}
+    floor = med["Replayer alone"]
+    print(f"Temporal history of {n} events ({size} bytes), {args.runs} runs, medians")
+    print(
+        table(
+            ["step", "median", "vs Replayer alone"],
+            [[k, fmt_ms(v), f"{v / floor:.2f}x"] for k, v in med.items()],
+        )
+    )
+    print(f"ratio replay --check / Replayer alone: {med['replay --check'] / floor:.2f}")
+    out = {"events": n, "runs": args.runs, "medians_s": med, "ratio_check_vs_replayer": med["replay --check"] / floor}
+    out["versions"] = versions("temporalio", "ijson")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()

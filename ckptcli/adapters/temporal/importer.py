@@ -1,0 +1,290 @@
+"""`ckpt import temporal HISTORY.json`: a Temporal history as checkpoints of
+`workflow:<workflow id>`, and the history read back from them.
+
+The cut: one checkpoint per import of a run's new events, its tail those events (seq =
+event id) and its snapshot the state derived from the events before them; a long import
+is cut into several checkpoints, each at a completed workflow task once it holds 5,000
+events or 4 MiB of the file (and wherever it reaches four times that), so memory stays
+bounded whatever the history's size. Not one checkpoint per workflow task: each
+checkpoint stores its snapshot, so that would cost O(state) per task, O(n^2) for a long
+history, while `ckpt replay --to EVENT_ID` already gives the state at any event.
+
+Importing a longer history of the same run again appends a checkpoint holding only the
+events after the last one stored (its parent the run's last checkpoint); its earlier
+events are checked against the store (the last stored event must be the file's) and not
+written again. Another run of the same workflow id starts a new root checkpoint of the
+same subject. Every file is read and checked whole before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import closing
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ckptcli.adapters.temporal.events import apply, kind_of
+from ckptcli.adapters.temporal.reader import HistoryEvent, history_files, read_events
+from ckptcli.errors import InvalidInputError, UsageError
+from ckptcli.format.manifest import Subject
+from ckptcli.history.events import LABEL_SEQ, labelled_seq
+from ckptcli.progress import NULL, Progress
+
+if TYPE_CHECKING:
+    from ckptcli.checkpoint import Checkpoint
+    from ckptcli.store.repository import Store
+
+__all__ = ["ENGINE_LABEL", "RUN_LABEL", "history_events", "history_json", "import_histories", "is_temporal"]
+
+RUN_LABEL = "workflow.run_id"
+ENGINE_LABEL = "workflow.engine"
+#: a checkpoint is cut at a completed workflow task past these, and anywhere at 4x them
+SOFT_EVENTS, SOFT_BYTES = 5_000, 4 << 20
+
+
+def _subject(workflow_id: str, path: Path) -> Subject:
+    try:
+        return Subject.parse(f"workflow:{workflow_id}")
+    except InvalidInputError as exc:
+        raise InvalidInputError(
+            f"{path}: the workflow id {workflow_id!r} cannot name a subject: {exc.message}",
+            hint="give one that can with --workflow-id",
+        ) from None
+
+
+def _header(store: Store, subject: Subject, path: Path) -> tuple[dict[str, Any], str | None, int]:
+    """Read and check the whole file (the events the store has already are not checked
+    again by temporalio's loader): its run id, type, task queue and last event id, and the
+    run's last checkpoint in the store and its last event id."""
+    with closing(read_events(path, check=True)) as events:
+        first = next(events, None)
+    assert first is not None  # read_events refuses a file without events
+    t = apply({}, first.name, first.raw, first.seq, first.ts, in_place=True)["ext"]["temporal"]["workflow"]
+    head: dict[str, Any] = {"run_id": t["run_id"], "type": t["type"], "task_queue": t["task_queue"]}
+    if not head.get("run_id") or type(head["run_id"]) is not str:
+        raise InvalidInputError(f"{path}: its WorkflowExecutionStarted event has no run id (originalExecutionRunId)")
+    parent, stored = _run_head(store, subject, head["run_id"])
+    last = 0
+    for ev in read_events(path, check=True, check_after=stored):
+        last = ev.seq
+    head["last"] = last
+    return head, parent, stored
+
+
+def _run_head(store: Store, subject: Subject, run_id: str) -> tuple[str | None, int]:
+    """The run's checkpoint with the highest events.seq in the store (hex), and that seq."""
+    from ckptcli.listing import ListFilter, list_checkpoints
+
+    best: tuple[str | None, int] = (None, 0)
+    for cid, summary in list_checkpoints(store, ListFilter(subject=str(subject), labels={RUN_LABEL: run_id, ENGINE_LABEL: "temporal"})):
+        seq = labelled_seq(summary.labels.get(LABEL_SEQ))
+        if seq > best[1]:
+            best = (cid.hex(), seq)
+    return best
+
+
+def _stored_event(store: Store, cid: str, seq: int) -> Any:
+    """The history event `seq` as the checkpoint `cid` keeps it (None when it does not)."""
+    from ckptcli.checkpoint import open_checkpoint
+
+    events = open_checkpoint(cid, store).section("events") if cid else None
+    if not events:
+        return None
+    last = events[-1]
+    return last.get("event") if type(last) is dict and last.get("seq") == seq else None
+
+
+def _copy(state: dict[str, Any]) -> dict[str, Any]:
+    """A copy of the containers `apply(..., in_place=True)` changes (records are replaced, never changed)."""
+    out = dict(state)
+    if type(out.get("tools")) is list:
+        out["tools"] = list(out["tools"])
+    ext = out.get("ext")
+    if type(ext) is dict:
+        ext = out["ext"] = dict(ext)
+        t = ext.get("temporal")
+        if type(t) is dict:
+            t = ext["temporal"] = dict(t)
+            for k, v in t.items():
+                if type(v) is dict:
+                    t[k] = dict(v)
+                elif type(v) is list:
+                    t[k] = list(v)
+    return out
+
+
+def import_histories(store: Store, source: str, *, workflow_id: str | None = None, progress: Progress = NULL) -> dict[str, Any]:
+    """Import the history file (or the directory of them) `source` into `store`.
+
+    Args:
+        store: the open store.
+        source: a history file, or a directory of `*.json` history files.
+        workflow_id: the workflow's id (a history file does not hold it); default: the
+            file's name without `.json`.
+        progress: counts the events written.
+
+    Returns:
+        {"workflows": [{"subject", "run_id", "file", "events", "new_events", "checkpoints"}],
+         "checkpoints", "events", "already_present"}: checkpoints written, events written,
+         events the store had already.
+
+    Raises:
+        NotFoundError, InvalidInputError, CorruptError (reader.py); UsageError for
+        --workflow-id with a directory of several files; InvalidInputError when the file's
+        events up to the last stored one are not the stored ones.
+    """
+    files = history_files(source)
+    if workflow_id is not None and len(files) > 1:
+        raise UsageError(
+            f"--workflow-id names one workflow, and {source} holds {len(files)} history files", hint="name each file ID.json instead"
+        )
+    plans = []
+    for path in files:  # everything read and checked before anything is written
+        subject = _subject(workflow_id if workflow_id is not None else path.stem, path)
+        head, parent, stored = _header(store, subject, path)
+        if parent is not None and stored <= head["last"]:
+            with closing(read_events(path, check=False)) as events:
+                mine = next((ev.raw for ev in events if ev.seq == stored), None)
+            if mine != _stored_event(store, parent, stored):
+                raise InvalidInputError(
+                    f"{path}: event {stored} differs from the one stored for run {head['run_id']} of {subject}",
+                    hint="a history of the same run must extend the one imported before; check the file",
+                )
+        plans.append((path, subject, head, parent, stored))
+    total = sum(max(0, h["last"] - s) for _p, _s, h, _par, s in plans)
+    progress.start("importing Temporal history events", total)
+    rows, checkpoints, written, already = [], 0, 0, 0
+    try:
+        for path, subject, head, parent, stored in plans:
+            n, new = _write(store, path, subject, head, parent, stored, progress)
+            checkpoints += n
+            written += max(0, head["last"] - stored)
+            already += min(stored, head["last"])
+            rows.append(
+                {
+                    "subject": str(subject),
+                    "run_id": head["run_id"],
+                    "file": str(path),
+                    "events": head["last"],
+                    "new_events": max(0, head["last"] - stored),
+                    "checkpoints": new,
+                }
+            )
+    finally:
+        progress.finish()
+    return {"workflows": rows, "checkpoints": checkpoints, "events": written, "already_present": already}
+
+
+def _write(
+    store: Store, path: Path, subject: Subject, head: Mapping[str, Any], parent: str | None, stored: int, progress: Progress
+) -> tuple[int, list[str]]:
+    """Fold the file's events into the state, writing the new ones in checkpoints."""
+    from ckptcli.writer import take
+
+    if head["last"] <= stored:
+        return 0, []
+    labels = {
+        "adapter": "temporal",
+        "workflow.type": str(head["type"] or ""),
+        RUN_LABEL: head["run_id"],
+        "workflow.task_queue": str(head["task_queue"] or ""),
+        ENGINE_LABEL: "temporal",
+    }
+    state: dict[str, Any] = {}
+    snap: dict[str, Any] = {}
+    tail: list[dict[str, Any]] = []
+    made: list[str] = []
+    position = [0]
+    start_pos = 0
+
+    def flush() -> None:
+        nonlocal parent, tail, snap, start_pos
+        first, last = tail[0]["seq"], tail[-1]["seq"]
+        res = take(
+            store,
+            {**snap, "events": tail},
+            subject=subject,
+            labels={**labels, LABEL_SEQ: str(last)},
+            parents=[parent] if parent else [],
+            message=f"Temporal history {path.name}: events {first}..{last}",
+        )
+        parent = res.hex
+        made.append(res.hex)
+        progress.advance(len(tail))
+        tail, start_pos = [], position[0]
+
+    for ev in read_events(path, check=False, position=position):
+        if ev.seq > stored:
+            if not tail:
+                snap = _copy(state)
+            tail.append(_stored(ev))
+        state = apply(state, ev.name, ev.raw, ev.seq, ev.ts, in_place=True)
+        if tail:
+            size, count = position[0] - start_pos, len(tail)
+            at_task = ev.name == "WorkflowTaskCompleted"
+            if (at_task and (count >= SOFT_EVENTS or size >= SOFT_BYTES)) or count >= 4 * SOFT_EVENTS or size >= 4 * SOFT_BYTES:
+                flush()
+        elif ev.seq == stored:
+            start_pos = position[0]
+    if tail:
+        flush()
+    return len(made), made
+
+
+def _stored(ev: HistoryEvent) -> dict[str, Any]:
+    return {"seq": ev.seq, "ts": ev.ts, "kind": kind_of(ev.name), "event": ev.raw}
+
+
+# -- reading back ------------------------------------------------------------------------------
+def is_temporal(ck: Checkpoint) -> bool:
+    """Whether the checkpoint was imported from a Temporal history."""
+    return ck.manifest.labels.get(ENGINE_LABEL) == "temporal" and bool(ck.manifest.labels.get(RUN_LABEL))
+
+
+def history_events(ck: Checkpoint) -> Iterator[dict[str, Any]]:
+    """The history events up to checkpoint `ck`, as Temporal wrote them: the tails of it
+    and of its first parents of the same run, oldest first.
+
+    Raises:
+        InvalidInputError: it is no Temporal checkpoint, or its parents no longer hold the
+        run's first events (pruned; a checkpoint file holds its own tail only).
+    """
+    from ckptcli.checkpoint import Checkpoint
+    from ckptcli.errors import CkptError
+
+    if not is_temporal(ck):
+        raise InvalidInputError(
+            f"checkpoint {ck.hex[:12]} ({ck.manifest.subject}) holds no Temporal history",
+            hint="import one with `ckpt import temporal HISTORY.json`",
+        )
+    run = ck.manifest.labels[RUN_LABEL]
+    chain: list[Checkpoint] = []
+    cur: Checkpoint | None = ck
+    while cur is not None:
+        chain.append(cur)
+        parents = cur.manifest.parents
+        if not parents:
+            break
+        try:
+            nxt = Checkpoint(cur.source, parents[0])
+        except CkptError:
+            break
+        cur = nxt if nxt.manifest.labels.get(RUN_LABEL) == run else None
+    expect = 1
+    for c in reversed(chain):
+        for item in c.section("events") or []:
+            if type(item) is not dict or item.get("seq") != expect or type(item.get("event")) is not dict:
+                raise InvalidInputError(
+                    f"checkpoint {c.hex[:12]}: the run's history does not continue at event {expect} here",
+                    hint="its earlier checkpoints are pruned, or not in this file; import the whole history again",
+                )
+            expect += 1
+            yield item["event"]
+
+
+def history_json(ck: Checkpoint, *, indent: int | None = None) -> str:
+    """The history up to checkpoint `ck` as a JSON document `{"events": [...]}`, each
+    event as the imported file had it (JSON-equal to the file's `events`)."""
+    import json
+
+    return json.dumps({"events": list(history_events(ck))}, indent=indent, ensure_ascii=False)

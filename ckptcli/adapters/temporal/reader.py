@@ -1,0 +1,283 @@
+"""A Temporal history file read event by event, in bounded memory, and checked.
+
+A history is `{"events": [...]}` as `temporal workflow show --output json`, the web UI's
+download or `WorkflowHistory.to_json()` write it (protobuf JSON: `EVENT_TYPE_...` enum
+names, int64 as strings), or the older JSON of tctl and the UI (`eventType`
+`WorkflowExecutionStarted`, enum values as `Normal`), which temporalio's own loader reads
+too. ijson streams the events one at a time, so a 100 MB history is never parsed whole;
+each event is checked by temporalio's loader (`WorkflowHistory.from_json`, its protobuf
+messages). What is refused, each with one line naming the file and the event:
+
+- JSON that is malformed or ends early: CorruptError (exit 5);
+- JSON nested deeper than 256 levels: LimitExceededError (exit 7);
+- no `events` list, an event that is no map, of an event type Temporal does not have, whose
+  fields its protobuf message refuses, event ids not 1, 2, 3, ..., a first event that is no
+  WorkflowExecutionStarted: InvalidInputError (exit 4).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+from ckptcli.adapters.temporal.events import EVENT_TYPES, type_name
+from ckptcli.errors import CorruptError, InvalidInputError, LimitExceededError, NotFoundError, UsageError
+from ckptcli.format import limits
+
+__all__ = ["HistoryEvent", "event_time_ns", "history_files", "read_events", "require"]
+
+INSTALL_HINT = "pip install 'ckptcli[temporal]'"
+
+
+def require() -> None:
+    """Raise a usage error (exit 2) naming the install when temporalio or ijson is missing."""
+    import importlib.util
+
+    missing = [m for m in ("temporalio", "ijson") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageError(
+            f"the temporal adapter needs {' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} not installed",
+            hint=INSTALL_HINT,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEvent:
+    """One event of a history file: its id (the seq), time (ns), type (PascalCase) and
+    the event as the file has it."""
+
+    seq: int
+    ts: int
+    name: str
+    raw: dict[str, Any]
+
+
+def history_files(source: str) -> list[Path]:
+    """The history files SOURCE names: a file, or a directory's `*.json` files (sorted).
+
+    Raises:
+        NotFoundError: no such file or directory, or a directory without .json files.
+        InvalidInputError: SOURCE is neither a regular file nor a directory.
+    """
+    path = Path(source)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise NotFoundError(
+            f"{source}: no such file or directory", hint="give a history file written by `temporal workflow show --output json`"
+        ) from None
+    except OSError as exc:
+        raise InvalidInputError(f"{source}: cannot be read: {exc.strerror}") from None
+    if stat.S_ISDIR(mode):
+        files = sorted(p for p in path.iterdir() if p.suffix == ".json" and p.is_file())
+        if not files:
+            raise NotFoundError(
+                f"{source}: a directory with no .json history files",
+                hint="export one with `temporal workflow show -w ID --output json > ID.json`",
+            )
+        return files
+    if not stat.S_ISREG(mode):
+        raise InvalidInputError(
+            f"{source}: not a regular file", hint="give a history file written by `temporal workflow show --output json`"
+        )
+    return [path]
+
+
+def event_time_ns(text: Any) -> int | None:
+    """An RFC 3339 time (`2022-08-17T16:27:34.000Z`, up to nanoseconds) -> ns since the epoch."""
+    if type(text) is not str or len(text) < 20 or len(text) > 40:
+        return None
+    head, frac, zone = text[:19], "", text[19:]
+    if zone.startswith("."):
+        digits = zone[1:]
+        n = len(digits) - len(digits.lstrip("0123456789"))
+        frac, zone = digits[:n], digits[n:]
+        if not frac or n > 9:
+            return None
+    try:
+        base = datetime.fromisoformat(head + (zone if zone not in ("Z", "z") else "+00:00"))
+    except ValueError:
+        return None
+    if base.tzinfo is None:
+        return None
+    return int(base.timestamp()) * 1_000_000_000 + int(frac.ljust(9, "0") or 0)
+
+
+def _open(path: Path) -> IO[bytes]:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not hang the import
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise InvalidInputError(f"{path}: not a regular file", hint="give a history file written by `temporal workflow show --output json`")
+    return f
+
+
+def read_events(
+    path: Path, *, check: bool = True, check_after: int = 0, position: list[int] | None = None
+) -> Generator[HistoryEvent, None, None]:
+    """The events of the history file `path`, one at a time (ijson: bounded memory).
+
+    Args:
+        path: a history file.
+        check: check each event with temporalio's protobuf loader too (the first read of a
+            file; a second read of a file already checked leaves it out).
+        check_after: leave that check out for the events up to this id (those the store
+            has already, which are not written again).
+        position: if given, its one item is kept at the file offset read so far (the
+            importer bounds its checkpoints by it).
+
+    Yields:
+        HistoryEvent, in order.
+
+    Raises:
+        CorruptError, InvalidInputError (see the module docstring); UsageError when
+        temporalio or ijson is not installed.
+    """
+    require()
+    import ijson
+
+    from_json = _loader() if check else None
+    where = str(path)
+    prev_ts = 0
+    n = 0
+    with _open(path) as f:
+        try:
+            items = ijson.items(_bounded(ijson.parse(f, use_float=True), where), "events.item")
+            for n, raw in enumerate(items, start=1):
+                if position is not None:
+                    position[0] = f.tell()
+                ev = _event(raw, n, where)
+                if from_json is not None and ev.seq > check_after:
+                    from_json(raw, ev.seq, where)
+                ts = max(ev.ts, prev_ts)  # ts never decreases (formats/events.md)
+                prev_ts = ts
+                yield HistoryEvent(ev.seq, ts, ev.name, raw) if ts != ev.ts else ev
+        except ijson.IncompleteJSONError as exc:
+            size = _size(f)
+            if "premature" in str(exc).lower() or "incomplete" in str(exc).lower():
+                raise CorruptError(
+                    f"{where}: the history ends early (truncated JSON, after {n} events of {size} bytes)",
+                    hint="export it again: `temporal workflow show -w ID --output json`",
+                ) from None
+            raise CorruptError(
+                f"{where}: malformed JSON after {n} events: {_first_line(exc)}",
+                hint="export it again: `temporal workflow show -w ID --output json`",
+            ) from None
+        except ijson.JSONError as exc:
+            raise CorruptError(
+                f"{where}: malformed JSON after {n} events: {_first_line(exc)}",
+                hint="export it again: `temporal workflow show -w ID --output json`",
+            ) from None
+        except UnicodeDecodeError:
+            raise CorruptError(
+                f"{where}: not UTF-8 text after {n} events", hint="a history is JSON, as `temporal workflow show --output json` writes it"
+            ) from None
+    if n == 0:
+        raise InvalidInputError(
+            f'{where}: no history events: not a Temporal history (a JSON object with an "events" list)',
+            hint="export one with `temporal workflow show -w ID --output json`",
+        )
+
+
+#: how deep a history's JSON may nest: a real event nests about 10 deep (a failure's chain
+#: of causes a little more); ijson's item builder takes memory quadratic in the depth, so
+#: 50,000 brackets would take gigabytes before anything could refuse them
+MAX_DEPTH = limits.MAX_DEPTH
+
+
+def _bounded(events: Iterator[tuple[str, str, Any]], where: str) -> Iterator[tuple[str, str, Any]]:
+    """ijson's parse events, refused (LimitExceededError, exit 7) past MAX_DEPTH."""
+    depth = 0
+    for ev in events:
+        kind = ev[1]
+        if kind == "start_map" or kind == "start_array":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise LimitExceededError(
+                    f"{where}: the JSON nests deeper than {MAX_DEPTH} levels",
+                    hint="a Temporal history nests about 10 deep: the file is not one",
+                )
+        elif kind == "end_map" or kind == "end_array":
+            depth -= 1
+        yield ev
+
+
+def _size(f: IO[bytes]) -> int:
+    try:
+        return os.fstat(f.fileno()).st_size
+    except OSError:
+        return 0
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
+def _event(raw: Any, n: int, where: str) -> HistoryEvent:
+    """Check the fields ckpt reads itself: a map, its id n, a known type, a time."""
+    if type(raw) is not dict:
+        raise InvalidInputError(f"{where}: events[{n - 1}] is a {type(raw).__name__}, not a history event (a JSON object)")
+    eid = raw.get("eventId", raw.get("event_id"))
+    seq = eid if type(eid) is int else int(eid) if type(eid) is str and eid.isdecimal() and eid.isascii() else None
+    if seq != n:
+        raise InvalidInputError(
+            f"{where}: events[{n - 1}] has event id {eid!r}, not {n}",
+            hint="a history's event ids are 1, 2, 3, ... in order (export the whole history)",
+        )
+    raw_type = raw.get("eventType", raw.get("event_type"))
+    name = type_name(raw_type)
+    if name is None and type(raw_type) is int and 0 < raw_type <= len(EVENT_TYPES):
+        name = _int_type(raw_type)
+    if name is None:
+        raise InvalidInputError(
+            f"{where}: event {n} has an unknown event type {raw_type!r}",
+            hint="a newer Temporal's event type? upgrade temporalio and ckpt; else the file is not a Temporal history",
+        )
+    if n == 1 and name != "WorkflowExecutionStarted":
+        raise InvalidInputError(
+            f"{where}: event 1 is {name}, not WorkflowExecutionStarted", hint="export the whole history, from its first event"
+        )
+    ts = event_time_ns(raw.get("eventTime", raw.get("event_time")))
+    if ts is None:
+        raise InvalidInputError(f"{where}: event {n} ({name}) has no valid eventTime: {raw.get('eventTime')!r}")
+    return HistoryEvent(n, ts, name, raw)
+
+
+def _int_type(value: int) -> str | None:
+    """An event type written as its enum number (temporalio's enum names it)."""
+    from temporalio.api.enums.v1 import EventType
+
+    try:
+        return type_name(EventType.Name(value))  # type: ignore[arg-type]
+    except ValueError:
+        return None
+
+
+def _loader() -> Any:
+    """The check of one event by temporalio's protobuf message: protobuf JSON is parsed as
+    it is; an event it refuses goes through temporalio's own loader, which also reads the
+    older JSON (enum values as `Normal`), and is refused if that refuses it too."""
+    from google.protobuf.json_format import ParseDict, ParseError
+    from temporalio.api.history.v1 import HistoryEvent
+    from temporalio.client import WorkflowHistory
+
+    def check(raw: dict[str, Any], seq: int, where: str) -> None:
+        try:
+            ParseDict(raw, HistoryEvent(), ignore_unknown_fields=True)
+            return
+        except (ParseError, ValueError, TypeError, AttributeError, KeyError):
+            pass
+        try:
+            WorkflowHistory.from_json("check", {"events": [raw]})
+        except Exception as exc:  # noqa: BLE001 - protobuf's ParseError and whatever the loader raises: the input is bad
+            raise InvalidInputError(
+                f"{where}: event {seq} is not a Temporal history event: {_first_line(exc)}", hint="the file is not a history Temporal wrote"
+            ) from None
+
+    return check
