@@ -109,6 +109,26 @@ def _state(store: Path, ref: str) -> dict[str, Any]:
     return state
 
 
+def test_a_failed_activity_is_a_tools_record_in_error_as_the_standard_reducer_writes_it(store_dir: Path, tmp_path: Path) -> None:
+    """A failed activity's tools record said `failed`, a status the standard tool.result
+    never writes (formats/events.md: ok or error), so readers of `tools` missed it."""
+    history = json.loads((FIXTURES / "test_replayer_swallowed_activity_cancellation.json").read_text())
+    done = next(e for e in history["events"] if e["eventType"] == "EVENT_TYPE_ACTIVITY_TASK_COMPLETED")
+    attrs = done.pop("activityTaskCompletedEventAttributes")
+    done["eventType"] = "EVENT_TYPE_ACTIVITY_TASK_FAILED"
+    done["activityTaskFailedEventAttributes"] = {
+        "failure": {"message": "card declined"},
+        "scheduledEventId": attrs["scheduledEventId"],
+        "startedEventId": attrs["startedEventId"],
+    }
+    path = tmp_path / "failed-activity.json"
+    path.write_text(json.dumps(history))
+    _import(store_dir, path)
+    tools = _state(store_dir, "workflow:failed-activity")["tools"]
+    (failed,) = [r for r in tools if r["status"] not in ("ok", "pending")]
+    assert failed["status"] == "error" and "card declined" in json.dumps(failed["error"]), failed
+
+
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 def test_every_fixture_imports_and_its_derived_state_is_what_the_history_says(store_dir: Path, path: Path) -> None:
     result = _import(store_dir, path)
@@ -139,6 +159,9 @@ def test_every_fixture_imports_and_its_derived_state_is_what_the_history_says(st
     assert {r["call_id"]: (r["tool"], r["result"]) for r in tools if r["status"] == "ok"} == want["completed"]
     assert {r["call_id"]: r["tool"] for r in tools if r["status"] == "pending"} == want["pending"]
     assert {r["call_id"]: r["args"] for r in tools} == want["args"]
+    # the statuses the standard tool.result reducer writes (formats/events.md): ok or error
+    assert {r["status"] for r in tools} <= {"pending", "ok", "error"}
+    assert len([r for r in tools if r["status"] == "error"]) == len(want["args"]) - len(want["completed"]) - len(want["pending"])
     # the tail is the history: one temporal:<EventType> event per history event, seq = event id
     raw = json.loads(path.read_text())["events"]
     events = ck.section("events")

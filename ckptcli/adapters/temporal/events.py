@@ -22,7 +22,7 @@ The reducers derive the state a person asks about, in ``ext.temporal``:
 
 and each activity is also a record of the standard ``tools`` section (formats/events.md):
 ``{"call_id": activity id, "tool": activity type, "args", "status": "pending", "seq",
-"ts"}``, then ``status`` ``ok`` with ``result``, or ``failed`` with ``error``. Temporal
+"ts"}``, then ``status`` ``ok`` with ``result``, or ``error`` with ``error`` (as a ``tool.result``). Temporal
 gives an activity no idempotency key, so the records have no ``key``.
 
 Payloads are decoded when their encoding is ``json/plain`` (``binary/null`` is None);
@@ -376,7 +376,7 @@ def apply(state: State, name: str, event: dict[str, Any], seq: int, ts: int, *, 
             w.map("activities"), str(_int(_get(a, "scheduledEventId"))), status=_ACTIVITY_END[name], error=error, closed_event_id=seq
         )
         if rec is not None:
-            w.finish_tool(rec["activity_id"], {"status": "failed", "error": error}, seq, ts)
+            w.finish_tool(rec["activity_id"], {"status": "error", "error": error}, seq, ts)
     elif name == "TimerStarted":
         w.map("timers")[str(_get(a, "timerId"))] = {
             "status": "started",
