@@ -3,9 +3,16 @@ captured or supervised program, and the program part of `ckpt run`'s own recorde
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from ckptcli.adapters.process.procfs import redact_argv
+import ckptcli
+from ckptcli._util.redact import redact_argv
+from tests.conftest import run_ckpt
 
 
 @pytest.mark.parametrize(
@@ -47,3 +54,18 @@ def test_what_is_no_secret_is_kept(argv: list[str]) -> None:
 def test_redacting_twice_changes_nothing_more() -> None:
     once = redact_argv(["curl", "-u", "bob:hunter2", "--token", "abc", "A_TOKEN=x"])
     assert redact_argv(once) == once
+
+
+def test_a_library_process_s_secrets_stay_out_of_its_reflog_entries(tmp_path: Path) -> None:
+    """Records name the command of the process that wrote them: a library caller's whole
+    argv went in as it was (`app.py --db-password=hunter2`), shown by `ckpt reflog` and, in
+    its locks' holder records, to every host that waits for them."""
+    ckptcli.init_store(tmp_path / "store")
+    script = "import sys, ckptcli; ckptcli.take(ckptcli.open_store(sys.argv[1]), {'memory': {'a': 1}}, subject='agent:a')"
+    secrets = ["--db-password=hunter2-a", "--token", "hunter2-b", "-u", "bob:hunter2-c", "OPENAI_API_KEY=hunter2-d"]
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "store"), *secrets], capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    log = run_ckpt("--store", tmp_path / "store", "reflog", "--json")
+    assert log.returncode == 0, log.stderr
+    (entry,) = json.loads(log.stdout)
+    assert "hunter2" not in entry["command"] and entry["command"].count("[REDACTED:") == 4, entry

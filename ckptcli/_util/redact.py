@@ -7,6 +7,7 @@ every layer, so that all of them use the same rules."""
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -117,3 +118,71 @@ class Redactor:
 
 def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
+
+
+def redact_argv(argv: list[str], rules: Redactor | None = None) -> list[str]:
+    """A command line as ckpt stores it: secrets in it replaced by the redactor's rules (the
+    generic adapter's by default), as `describe` does for a running program's."""
+    rules = rules if rules is not None else Redactor()
+    report = Redaction()
+    return redact_argv_flags(rules.redact(list(argv), "/argv", report), rules, "/argv", report)
+
+
+#: options whose value is `user:password` (curl, wget, httpie, ...): what follows the first colon is secret
+_USER_PASSWORD_OPTIONS = frozenset({"u", "user", "proxy-user", "U", "http-user", "auth", "a"})
+#: programs whose `-pVALUE` (the value attached) is a password: the MySQL family
+_ATTACHED_PASSWORD_PROGRAMS = frozenset(
+    {"mysql", "mysqldump", "mysqladmin", "mysqlimport", "mysqlshow", "mysqlcheck", "mysqlpump", "mariadb", "mariadb-dump", "mariadb-admin"}
+)
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def redact_argv_flags(argv: list[str], rules: Redactor, where: str, report: Redaction) -> list[str]:
+    """Redact what a command line passes as a secret, by the redactor's key rules and a few
+    conventions: the value of an option whose name says it is secret (``--api-key=VALUE``,
+    ``--api-key VALUE``, ``-password ...``); the password of ``-u user:password`` and
+    ``--user=user:password``; the value of an environment assignment whose name says it is
+    secret (``env PGPASSWORD=... psql``); and the MySQL family's ``-pPASSWORD``."""
+    out = list(argv)
+    program = os.path.basename(argv[0]) if argv else ""
+
+    def put(i: int, text: str, rule: str) -> None:
+        out[i] = text
+        report.add(f"{where}/{i}", rule)
+
+    def secret_rule(name: str) -> str | None:
+        return next((n for n, p in rules.keys.items() if p.search(name)), None)
+
+    for i, arg in enumerate(argv):
+        if i == 0 or "[REDACTED:" in out[i]:
+            continue
+        if not arg.startswith("-"):
+            if _ASSIGNMENT.match(arg):  # NAME=VALUE, as `env` and shells take them
+                name, _, value = arg.partition("=")
+                rule = secret_rule(name)
+                if rule is not None and value and value != "***":  # *** : masked already (store options)
+                    put(i, f"{name}={PLACEHOLDER.format(rule=rule)}", rule)
+            continue
+        if arg in ("-", "--"):
+            continue
+        name, eq, value = arg.lstrip("-").partition("=")
+        if program in _ATTACHED_PASSWORD_PROGRAMS and arg.startswith("-p") and not arg.startswith("--") and len(arg) > 2:
+            put(i, "-p" + PLACEHOLDER.format(rule="password-option"), "password-option")
+            continue
+        if name in _USER_PASSWORD_OPTIONS:
+            at = i if eq else i + 1
+            text = value if eq else (argv[at] if at < len(argv) else "")
+            user, colon, password = text.partition(":")
+            if colon and password and "/" not in user and "://" not in text and not password.startswith("[REDACTED:"):
+                shown = f"{user}:{PLACEHOLDER.format(rule='user-password')}"
+                put(at, arg[: len(arg) - len(value)] + shown if eq else shown, "user-password")
+            continue
+        rule = secret_rule(name)
+        if rule is None:
+            continue
+        placeholder = PLACEHOLDER.format(rule=rule)
+        if eq and value and not value.startswith("[REDACTED:"):
+            put(i, arg[: len(arg) - len(value)] + placeholder, rule)
+        elif not eq and i + 1 < len(argv) and not argv[i + 1].startswith(("-", "[REDACTED:")):
+            put(i + 1, placeholder, rule)
+    return out

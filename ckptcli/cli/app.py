@@ -382,7 +382,7 @@ def _for_records(args: list[str]) -> list[str]:
     if "--" not in args:
         return args
     cut = args.index("--") + 1
-    from ckptcli.adapters.process.procfs import redact_argv
+    from ckptcli._util.redact import redact_argv
 
     return [*args[:cut], *redact_argv(args[cut:])]
 

@@ -23,16 +23,20 @@ def set_command(command: str | None) -> None:
 
 
 def _redacted(args: list[str]) -> list[str]:
-    """`args` without a secret (a record is kept in the store, and printed by `ckpt reflog`
-    and by whoever waits for a lock)."""
-    if not any("://" in a or a.startswith("--store-option") for a in args):
-        return args
-    from ckptcli.store.backends import redact_args
+    """`args` (a program's name first) without a secret: a record is kept in the store, and
+    printed by `ckpt reflog` and by whoever waits for a lock. URLs and `--store-option`s as
+    the backends redact them; options, `user:password` values and assignments whose names
+    look secret as a captured program's command line is redacted (ckptcli/_util/redact.py)."""
+    from ckptcli._util.redact import redact_argv
 
-    return redact_args(args)
+    if any("://" in a or a.startswith("--store-option") for a in args):
+        from ckptcli.store.backends import redact_args
+
+        args = redact_args(args)
+    return redact_argv(args)
 
 
 def current_command() -> str:
     if _command is not None:
         return _command[:MAX_COMMAND]
-    return " ".join([os.path.basename(sys.argv[0]) if sys.argv else "python", *_redacted(sys.argv[1:])])[:MAX_COMMAND]
+    return shlex.join(_redacted([os.path.basename(sys.argv[0]) if sys.argv else "python", *sys.argv[1:]]))[:MAX_COMMAND]

@@ -354,7 +354,7 @@ class Supervisor:
     """Runs one program under `ckpt run` until it exits 0, is halted, or exhausts its restarts."""
 
     def __init__(self, cfg: RunConfig) -> None:
-        from ckptcli.adapters.process.procfs import redact_argv
+        from ckptcli._util.redact import redact_argv
 
         self.cfg = cfg
         #: the command line as it is stored and recorded: secrets in it redacted
