@@ -16,6 +16,7 @@ import pytest
 
 from ckptcli import api
 from ckptcli.copy import copy_checkpoints
+from ckptcli.errors import ExitCode
 from ckptcli.store.backends import open_backend
 from ckptcli.store.backends.memory import MemoryBackend
 from ckptcli.store.remote import ObjectStoreIO
@@ -304,6 +305,19 @@ def test_bad_s3_options_are_one_line_that_does_not_echo_their_values(s3_bucket: 
         assert option.partition("=")[2] not in err, (option, err)
     env_endpoint = run_ckpt("--store", url, "ls", env={"AWS_ENDPOINT_URL": "notaurl"})
     assert env_endpoint.returncode == 4 and b"AWS_ENDPOINT_URL" in env_endpoint.stderr and b"Traceback" not in env_endpoint.stderr
+
+
+def test_an_endpoint_s_query_is_not_echoed_by_an_error(s3_bucket: S3Bucket) -> None:
+    """An unreachable endpoint's error named it whole: `http://127.0.0.1:1/?token=S3cretPW/...`."""
+    for how in ("option", "env"):
+        endpoint = "http://127.0.0.1:1/?token=S3cretPW9"
+        if how == "option":
+            got = run_ckpt("--store-option", f"endpoint={endpoint}", "--store", f"{s3_bucket.url}/q", "ls")
+        else:
+            got = run_ckpt("--store", f"{s3_bucket.url}/q", "ls", env={"AWS_ENDPOINT_URL": endpoint})
+        err = got.stderr.decode()
+        assert got.returncode in (ExitCode.IO_ERROR, ExitCode.INVALID_INPUT) and err.count("\n") == 1, (how, err)
+        assert "S3cretPW9" not in err and "Traceback" not in err, (how, err)
 
 
 def test_a_key_that_is_no_store_path_is_named_with_what_to_do(s3_bucket: S3Bucket, cli: Any) -> None:

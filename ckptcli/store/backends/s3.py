@@ -224,8 +224,15 @@ def _secrets(config: Mapping[str, Any], env: Mapping[str, str], url: str) -> lis
     """Every configured value that could be a secret, longest first (to scrub messages)."""
     found = [str(v) for k, v in config.items() if any(w in k.lower() for w in _SECRET_WORDS)]
     found += [v for k, v in env.items() if k.startswith(("AWS_", "GOOGLE_", "AZURE_")) and any(w in k.lower() for w in _SECRET_WORDS)]
-    parts = urlsplit(url)
-    found += [p for p in (parts.password, parts.username, parts.query) if p]
+    # the store's URL and every endpoint (an option, AWS_ENDPOINT_URL...): errors echo them
+    urls = [url, *(str(v) for v in config.values() if "://" in str(v))]
+    urls += [v for k, v in env.items() if k.startswith("AWS_ENDPOINT_URL") and "://" in v]
+    for u in urls:
+        try:
+            parts = urlsplit(u)
+            found += [p for p in (parts.password, parts.username, parts.query) if p]
+        except ValueError:
+            continue
     return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
 
 
