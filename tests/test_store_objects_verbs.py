@@ -348,6 +348,12 @@ def test_a_url_where_a_verb_takes_a_local_path_is_one_line(s3_bucket: S3Bucket, 
         ("dump", cid, "work/notes.txt", "-o", f"{target}/notes.txt", "--store", url),
         ("take", f"{target}/state.json", "-S", "agent:bot", "--store", url),
         ("take", "-S", "agent:bot", "--blob", f"work={target}/work", "--store", url),
+        # each of these took the URL for a relative path (./s3:/bucket/...)
+        ("compat", "--junit", f"{target}/j.xml", "--store", url),
+        ("doctor", "--journal-dir", f"{target}/jd", "--store", url),
+        ("run", "-S", "process:p", "--state", f"{target}/x", "--store", url, "--", "true"),
+        ("run", "-S", "process:p", "--state-root", target, "--store", url, "--", "true"),
+        ("workflow", "ls", "--journal-dir", f"{target}/jd", "--store", url),
     ]
     for args in cases:
         err = _one_line(cli(*args), ExitCode.USAGE)

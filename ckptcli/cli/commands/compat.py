@@ -119,6 +119,10 @@ def compat(
     """
     from ckptcli.schema.compat import INCOMPATIBLE, CompatFailed, CompatReport
 
+    if junit is not None:
+        from ckptcli.checkpoint import refuse_url
+
+        refuse_url(junit, "--junit")
     if workflow:
         if migrations or validator or adapter or target or assume_version:
             raise UsageError("--workflow replays Temporal histories; it takes no --migrations, --validator, --target or --assume-version")

@@ -109,6 +109,10 @@ def doctor(
     """
     from ckptcli import doctor as lib
 
+    if journal_dir is not None:
+        from ckptcli.checkpoint import refuse_url
+
+        refuse_url(journal_dir, "--journal-dir")
     report = lib.run(store, journal_dir=journal_dir, adapters=adapter, backends=backend)
     if as_json:
         emit_json(report.to_dict())

@@ -116,6 +116,12 @@ def run(
     subj = process_subject(subject)
     if not cmd:
         raise UsageError("no program to run", hint="give it after --: ckpt run --subject process:NAME -- CMD ARGS...")
+    from ckptcli.checkpoint import refuse_url
+
+    for path in state or []:
+        refuse_url(path, "--state")
+    if state_root is not None:
+        refuse_url(state_root, "--state-root")
     adaptive = every.strip().lower() == "auto"
     interval = 0.0 if adaptive else parse_seconds(every, "--every")
     wait = parse_seconds(timeout, "--timeout")

@@ -62,7 +62,10 @@ def workflow(
       ckpt workflow rollback order-1042 --to 4482dc7acb1a --run
     """
     from ckptcli import workflow as wf
+    from ckptcli.checkpoint import refuse_url
 
+    if journal_dir is not None:
+        refuse_url(journal_dir, "--journal-dir")
     if action not in ACTIONS:
         raise UsageError(
             f"unknown action {action!r}", hint="use ckpt workflow ls, ckpt workflow show ID or ckpt workflow rollback ID --to REF"
