@@ -35,6 +35,7 @@ class ExitCode(enum.IntEnum):
     DIVERGED = 13
     INTERNAL = 70
     INTERRUPTED = 130
+    TERMINATED = 143
 
 
 EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
@@ -57,6 +58,7 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.DIVERGED: "replay --check: the step function diverged from the recorded events",
     ExitCode.INTERNAL: "internal error (a bug: please report it with CKPT_DEBUG=1 output)",
     ExitCode.INTERRUPTED: "interrupted (Ctrl-C); the store is left as it was",
+    ExitCode.TERMINATED: "stopped by SIGTERM (timeout, systemd, Kubernetes), as by Ctrl-C: the store is left as it was",
 }
 
 

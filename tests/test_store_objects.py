@@ -478,3 +478,32 @@ def test_verify_on_object_storage_fetches_the_blocks_of_tree_nodes_ahead(tmp_pat
     assert fetched and all(t.startswith("ckpt-fetch") for _p, _o, t in fetched)  # the walk found them fetched
     assert len({(p, o) for p, o, _t in fetched}) == len(fetched)
     assert verify_store(st, None, read_data=True).ok
+
+
+def test_sigterm_unwinds_a_take_as_ctrl_c_does_and_leaves_no_lock_object(s3_bucket: S3Bucket, tmp_path: Path) -> None:
+    """SIGTERM (timeout, systemd, Kubernetes) killed a take outright, leaving its lock object
+    in the bucket: every other host's prune was refused (exit 9) until the lock went stale."""
+    url = f"{s3_bucket.url}/term"
+    assert run_ckpt("init", url).returncode == 0
+    doc, work = _state(tmp_path, 1)
+    (work / "big.bin").write_bytes(os.urandom(48 << 20))  # several packs: time to stop it mid-upload
+    objects = open_backend(url)
+    cmd = [sys.executable, "-m", "ckptcli", "--store", url, "take", str(doc), "-S", "agent:t", "--blob", f"w={work}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "CKPT_HOST": "host-a"})
+    try:
+        deadline = time.monotonic() + 60
+        while not [p for p in objects.list_paths("locks/")] and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc.poll() is None, "the take ended before it was stopped"
+        proc.send_signal(15)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == ExitCode.TERMINATED, err
+    assert err.decode().count("\n") == 1 and "SIGTERM" in err.decode() and b"Traceback" not in err, err
+    assert objects.list_paths("locks/") == []
+    other = run_ckpt("--store", url, "prune", "--keep-last", "1", env={"CKPT_HOST": "host-b"})
+    assert other.returncode == 0, other.stderr
+    assert run_ckpt("--store", url, "verify").returncode == 0

@@ -12,6 +12,7 @@ import errno
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -346,8 +347,40 @@ def usage_error(exc: Any, args: list[str]) -> int:
 def interrupted() -> int:
     # a take or prune interrupted before its commit point leaves the store as it was;
     # the temporary files it made are removed by its cleanup, or by the next command
+    if _TERMINATED:
+        sys.stderr.write("ckpt: stopped by SIGTERM; nothing was committed by the interrupted step\n")
+        return int(ExitCode.TERMINATED)
     sys.stderr.write("ckpt: interrupted; nothing was committed by the interrupted step\n")
     return int(ExitCode.INTERRUPTED)
+
+
+_TERMINATED: list[int] = []  # a SIGTERM came: the run unwinds as from Ctrl-C, and exits 143
+
+
+def _on_sigterm(signum: int, _frame: object) -> None:
+    """SIGTERM (`timeout`, systemd, Kubernetes) unwinds the command as Ctrl-C does, so its
+    locks are released and its temporary files removed: a lock object on object storage
+    left behind would hold off every other host for 30 minutes."""
+    if not _TERMINATED:
+        _TERMINATED.append(signum)
+        raise KeyboardInterrupt
+
+
+def _catch_sigterm() -> Callable[[], None]:
+    """Install the SIGTERM handler for this run where SIGTERM has its default action (not
+    where the caller ignores or handles it); returns what puts the old one back."""
+    import signal
+    import threading
+
+    _TERMINATED.clear()
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return lambda: None
+    signal.signal(signal.SIGTERM, _on_sigterm)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    return restore
 
 
 def warn(message: str) -> None:
@@ -370,9 +403,11 @@ def run(argv: list[str] | None = None) -> int:
     from ckptcli.store import command  # not reflog: `ckpt --help` has no store to open
 
     command.set_command(shlex.join(["ckpt", *_for_records(args)]))  # what each ref move and lock records (until the run ends)
+    restore = _catch_sigterm()
     try:
         return _run(args)
     finally:
+        restore()
         command.set_command(None)
 
 

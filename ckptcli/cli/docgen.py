@@ -89,7 +89,8 @@ Your own code that ckpt runs (a `bisect --check` predicate, a migration, a reduc
 command the same way whatever it raises, `sys.exit()` and `GeneratorExit` included: one line
 naming the function and what it did (e.g. `the check mychecks:ok called sys.exit(0)`), with
 the code the command documents for it (4 for a check, a reducer or a step function, 1 for a
-migration); only Ctrl-C (KeyboardInterrupt) is the interruption, 130.
+migration); only Ctrl-C (KeyboardInterrupt) is the interruption, 130, and SIGTERM, which
+unwinds the command as Ctrl-C does (its locks released, its temporary files removed), 143.
 """
 
 
