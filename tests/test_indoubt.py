@@ -474,10 +474,10 @@ def test_the_agent_adapter_names_the_calls_in_doubt_of_a_restored_agent(store: S
 
 # -- the guide's example ------------------------------------------------------------------------------
 def _guide_blocks() -> list[str]:
-    """The Python blocks of the guide's section (docs/workflows.md once merged; its draft until then)."""
+    """The Python blocks of the guide's section in docs/workflows.md."""
     import re
 
-    for name in ("workflows.md", "workflows-indoubt.md"):
+    for name in ("workflows.md",):
         path = REPO / "docs" / name
         if not path.is_file():
             continue

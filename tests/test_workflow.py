@@ -551,7 +551,9 @@ def test_cli_bad_input_is_one_line_with_its_exit_code(store: Store, cli: Any, ar
 def test_the_worked_example_in_the_guide_runs() -> None:
     import re
 
-    text = (Path(__file__).resolve().parent.parent / "docs" / "workflows-durable.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
-    assert blocks, "docs/workflows-durable.md has no python example"
-    exec(compile(blocks[0], "docs/workflows-durable.md", "exec"), {"__name__": "workflows_durable_example"})
+    text = (Path(__file__).resolve().parent.parent / "docs" / "workflows.md").read_text()
+    start = text.index("\n## Durable steps for plain Python")
+    section = text[start : text.index("\n## ", start + 1)]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    assert blocks, "docs/workflows.md, Durable steps, has no python example"
+    exec(compile(blocks[0], "docs/workflows.md", "exec"), {"__name__": "workflows_durable_example"})

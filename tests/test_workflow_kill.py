@@ -1,4 +1,4 @@
-"""Durable workflows in real processes killed with SIGKILL (docs/workflows-durable.md):
+"""Durable workflows in real processes killed with SIGKILL (docs/workflows.md):
 
 - a 20-step workflow killed at random moments (tests/stress.py: 30 kills at full size,
   CKPT_STRESS_SCALE=1; a bounded sample by default) and run again until it is done:

@@ -80,7 +80,7 @@ the allowed root or through a symlink and 9 when the subject is already supervis
 `ckpt workflow rollback --run` exits 1 when a compensation raises (it is recorded; running the
 rollback again goes on with it), 9 while the workflow runs and 11 when a rollback to another
 checkpoint is unfinished; the library's `NonDeterminismError` (a re-run that calls another
-step than the recorded run did) carries 13 (docs/workflows-durable.md).
+step than the recorded run did) carries 13 (docs/workflows.md).
 When the reader of stdout goes away early (`ckpt log | head`), every command stops quietly
 and exits 0, as `git log | head` does: nothing it would have printed is an error.
 

@@ -17,7 +17,7 @@
 
 A re-run after a crash returns the recorded results of completed steps without calling
 them and goes on at the first unfinished one; `rollback` runs the compensations of the
-steps after a checkpoint. The guide is docs/workflows-durable.md; what is recorded,
+steps after a checkpoint. The guide is docs/workflows.md; what is recorded,
 ckptcli/workflow/events.py.
 """
 

@@ -1,7 +1,7 @@
 """Durable steps for plain Python workflows: running a workflow (`run`), its context
 (`Context.step`, `Context.set`), the `@step` decorator, retries and the in-doubt policy.
 
-How it works (docs/workflows-durable.md is the guide): a workflow is a function
+How it works (docs/workflows.md is the guide): a workflow is a function
 `fn(ctx, *args)`, subject `workflow:<id>`, recorded through a `Recorder` whose journal
 lives beside the store. Each call of a step gets the next **position** (1, 2, ...) in the
 run; each attempt of it is a `tools` record (`tool.call` with call_id "<pos>.<attempt>"

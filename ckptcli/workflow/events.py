@@ -13,7 +13,7 @@ The steps, the hot path, record standard events only (a custom reducer ends the 
 updates of a run of standard ones); these kinds are recorded once per run, per rollback
 and per compensation.
 
-Kinds and fields (docs/workflows-durable.md "What is recorded"):
+Kinds and fields (docs/workflows.md, "What is recorded"):
 - `workflow:run` {type, args, resumed (bool)}: a run (or a re-run) began.
 - `workflow:saga` {step, compensate}: steps named `step` have the compensation `compensate`
   ("module:qualname", or null when it cannot be imported by name).
