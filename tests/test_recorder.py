@@ -123,6 +123,26 @@ def test_batching_and_flush_on(store: Store, tmp_path: Path) -> None:
         assert _journal_events(j2) == [1]  # close writes the rest
 
 
+def test_write_on_writes_at_once_and_syncs_with_the_next_synced_write(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`write_on` kinds reach the file (a process that dies keeps them) without a sync of
+    their own: a durable step syncs once, its call with its result."""
+    j = tmp_path / "bot.journal"
+    synced: list[int] = []
+    with _open(store, j, durability=Durability(flush_on=frozenset({"tool.result"}), write_on=frozenset({"tool.call"}))) as rec:
+        writer = rec._writer  # the journal's writer: its sync is what a write_on kind must not call
+        assert writer is not None
+        real = writer._sync
+        monkeypatch.setattr(writer, "_sync", lambda fd: (synced.append(fd), real(fd))[1])
+        rec.append("memory.set", path=["i"], value=1)
+        assert _journal_events(j) == [] and synced == []  # batched
+        rec.append("tool.call", call_id="c", tool="t", args={})
+        assert _journal_events(j) == [1, 2] and synced == []  # written, not synced
+        rec.append("tool.result", call_id="c", result=1)
+        assert _journal_events(j) == [1, 2, 3] and len(synced) == 1  # one sync for the three
+
+
 def test_bad_policies_are_refused() -> None:
     for make in (
         lambda: Durability(batch_size=0),

@@ -296,8 +296,9 @@ class JournalWriter:
         self._fd_lock = threading.Lock()
         self.closed = False
 
-    def append(self, data: bytes) -> None:
-        """Write framed records at the end (callers serialize appends).
+    def append(self, data: bytes, *, sync: bool = True) -> None:
+        """Write framed records at the end (callers serialize appends); under fsync
+        "always", `sync=False` leaves them to the next synced append or `sync()`.
 
         Raises:
             StoreIOError: nothing of `data` stays behind (zeroed, or truncated off).
@@ -306,7 +307,7 @@ class JournalWriter:
             start = self.size
             try:
                 pwrite_all(self.fd, data, start)
-                if self.fsync == "always":
+                if self.fsync == "always" and sync:
                     self._sync(self.fd)
             except OSError as exc:
                 with contextlib.suppress(OSError):
@@ -316,7 +317,7 @@ class JournalWriter:
                         os.ftruncate(self.fd, start)
                 raise StoreIOError(f"cannot write {self.what}: {exc.strerror}", hint=self.hint) from None
             self.size = start + len(data)
-            if self.fsync == "always":
+            if self.fsync == "always" and sync:
                 self.synced = self.size
 
     def reserve(self) -> None:

@@ -162,11 +162,15 @@ class Durability:
             a power cut), "batch" (fsync each batch written), "never" (the OS decides; a
             process crash loses nothing written, a power cut may).
         flush_on: kinds written (and synced, unless fsync is "never") at once.
+        write_on: kinds written at once without a sync of their own: a process that dies
+            loses none of them; a power cut may lose those after the last synced write
+            (the next one syncs them too).
     """
 
     batch_size: int = 32
     fsync: str = "batch"
     flush_on: frozenset[str] = frozenset({TOOL_CALL, TOOL_RESULT})
+    write_on: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if type(self.batch_size) is not int or self.batch_size < 1:
@@ -174,6 +178,7 @@ class Durability:
         if self.fsync not in FSYNC_POLICIES:
             raise InvalidInputError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {self.fsync!r}")
         object.__setattr__(self, "flush_on", frozenset(self.flush_on))
+        object.__setattr__(self, "write_on", frozenset(self.write_on))
 
 
 @dataclass(frozen=True)
@@ -571,6 +576,8 @@ class Recorder:
             d = self.durability
             if len(self._buffer) >= d.batch_size or d.fsync == "always" or kind in d.flush_on:
                 self.flush()
+            elif kind in d.write_on:
+                self._write(sync=False)
             if kind == TOOL_CALL and self.policy.before_non_idempotent and ev.fields.get("idempotent") is False:
                 self._before_effect(ev)
             if kind == ERROR and self._schedule is not None:
@@ -585,11 +592,14 @@ class Recorder:
 
     def flush(self) -> None:
         """Write the events not written yet (and fsync them, unless fsync is "never")."""
+        self._write(sync=True)
+
+    def _write(self, *, sync: bool) -> None:
         with self._lock:
             if not self._buffer or self._writer is None:
                 return
             # no partial record stays behind a failure: the next flush writes the batch again
-            self._writer.append(b"".join(self._buffer))
+            self._writer.append(b"".join(self._buffer), sync=sync)
             self._buffer.clear()
 
     # -- checkpoints ---------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from ckptcli.workflow.core import (
     WorkflowError,
     WorkflowFailed,
     current_step,
+    default_durability,
     run,
     step,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowStatus",
     "current_step",
+    "default_durability",
     "list_workflows",
     "rollback",
     "run",

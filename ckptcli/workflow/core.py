@@ -12,9 +12,11 @@ the run. The recorded run is read from the state alone (`recorded_steps`), so it
 checkpoints and crashes alike.
 
 Invariants:
-- A step's `tool.call` is written to the journal before the step runs, its `tool.result`
-  as soon as it returns (`Durability.flush_on`): a step whose call is recorded and whose
-  result is not was interrupted, and is in doubt.
+- A step's `tool.call` is written to the journal before the step runs, and its
+  `tool.result` written and synced as soon as it returns (`default_durability()`: the call is synced
+  with its result, one sync per step): a step whose call is recorded and whose result is
+  not was interrupted, and is in doubt. A power cut can lose the call of the step that was
+  running (never a result); that step then runs again with the same key, as one in doubt.
 - A key is never used for two different executions, except to run again an attempt that
   was in doubt (`on_in_doubt="retry"`, the default): attempts count on per (step name,
   occurrence) across the whole history, rollbacks included.
@@ -624,6 +626,17 @@ def step(
 
 
 # -- running ----------------------------------------------------------------------------------------------
+def default_durability() -> Durability:
+    """How a durable workflow's journal reaches the disk unless `run` is told otherwise:
+    fsync "batch", each step's `tool.call` written (not synced) before the step runs, and
+    its `tool.result` written and synced (the call with it) when it returns: one sync per
+    step. A process that dies loses nothing written; a power cut may lose the call of the
+    step that was running, which then runs again with the same idempotency key."""
+    from ckptcli.history.recorder import Durability
+
+    return Durability(flush_on=frozenset({TOOL_RESULT}), write_on=frozenset({TOOL_CALL}))
+
+
 def run(
     store: Store,
     workflow_id: str,
@@ -647,8 +660,9 @@ def run(
             (raise StepInDoubt), or a function(InDoubtStep) -> "retry", "fail" or
             Resolved(result).
         journal_dir: where the journal is (default <store>/workflows/ for a local store).
-        durability: how events reach the disk (the recorder's; default fsync "batch":
-            each step's call and result are written and fsynced as they happen).
+        durability: how events reach the disk (the recorder's; default `default_durability()`,
+            fsync "batch": a step's call is written before it runs, its result written
+            and synced, with the call, when it returns).
         policy: when to take checkpoints besides the first, `Context.checkpoint` and the end.
         type_name: the `workflow.type` label (default: the function's qualified name).
 
@@ -683,7 +697,7 @@ def run(
         state={"memory": {}, "tools": [], "ext": {wev.NAMESPACE: {"id": workflow_id, "engine": ENGINE}}},
         labels={LABEL_ENGINE: ENGINE, LABEL_TYPE: wtype},
         reducers=reducers(),
-        durability=durability,
+        durability=durability if durability is not None else default_durability(),
         policy=policy,
     )
     try:
