@@ -339,7 +339,7 @@ class ListTree:
         # level k - 1 that no append changes any more, and where its open group starts
         self._inputs: list[list[tuple[int, bytes]]] = []
         self._group_start: list[int] = []
-        self._pending: list[tuple[bytes, bytes]] = []  # (id, content) not yet given to a sink
+        self._pending: list[tuple[int, bytes, bytes]] = []  # (level, id, content) not yet given to a sink
         self._memo: tuple[int, bytes] | None = None
 
     def __len__(self) -> int:
@@ -359,7 +359,7 @@ class ListTree:
             chunk = self.items[self._start : i + 1]
             content = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(chunk)) + array_header(len(chunk)) + b"".join(chunk)
             oid = hashlib.sha256(content).digest()
-            self._pending.append((oid, content))
+            self._pending.append((0, oid, content))
             self._start = i + 1
             self._leaf_bytes = 0
             self._add(1, (len(chunk), oid))
@@ -383,11 +383,16 @@ class ListTree:
         body = array_header(len(chunk)) + b"".join(b"\x92" + _packb(c) + _packb(o) for c, o in chunk)
         content = b"\x94" + _packb(EXT_LIST) + _packb(level) + _packb(subtotal) + body
         oid = hashlib.sha256(content).digest()
-        self._pending.append((oid, content))
+        self._pending.append((level, oid, content))
         return oid, subtotal
 
-    def ev(self, sink: ObjectSink) -> bytes:
-        """The EV of the list as it is now; puts what it needs into `sink`."""
+    def ev(self, sink: ObjectSink, *, encoder_order: bool = False) -> bytes:
+        """The EV of the list as it is now; puts what it needs into `sink`.
+
+        `encoder_order`: put the nodes in the order `Encoder` puts them for the whole
+        list (leaves left to right, then each level above, then the root), so that a
+        pack written from them is byte for byte the pack `Encoder` would write; by
+        default they go in the order they were made."""
         n = len(self.items)
         if self._memo is not None and self._memo[0] == n:
             return self._memo[1]
@@ -404,11 +409,13 @@ class ListTree:
                     children = b"\x92" + (b"\x92" + _packb(n - len(tail)) + _packb(sealed)) + (b"\x92" + _packb(len(tail)) + tail_leaf)
                     content = b"\x94" + _packb(EXT_LIST) + _packb(level + 1) + _packb(n) + children
                     root = hashlib.sha256(content).digest()
-                    self._pending.append((root, content))
+                    self._pending.append((level + 1, root, content))
                 else:
                     root = sealed
             ev = _ext(EXT_LIST, root)
-            for oid, content in self._pending:
+            if encoder_order:
+                self._pending.sort(key=_level_of)  # stable: left to right within a level
+            for _level, oid, content in self._pending:
                 sink.put(oid, content, OBJ_NODE)
             self._pending.clear()
         self._memo = (n, ev)
@@ -417,7 +424,7 @@ class ListTree:
     def _leaf_node(self, chunk: list[bytes]) -> bytes:
         content = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(chunk)) + array_header(len(chunk)) + b"".join(chunk)
         oid = hashlib.sha256(content).digest()
-        self._pending.append((oid, content))
+        self._pending.append((0, oid, content))
         return oid
 
     def _sealed_root(self) -> tuple[bytes, int]:
@@ -437,6 +444,10 @@ class ListTree:
             else:
                 carry = None
             level += 1
+
+
+def _level_of(pending: tuple[int, bytes, bytes]) -> int:
+    return pending[0]
 
 
 _Stored = tuple[bytes, int, "tuple[int, bytes | memoryview] | None"]  # id, raw length, (codec, stored) or None if known
