@@ -379,6 +379,22 @@ def test_a_cached_list_whose_objects_the_index_lost_is_not_used() -> None:
     assert ("tools",) not in sc.lists and ("memory", "messages") in sc.lists
 
 
+def test_an_inline_list_is_checked_by_every_object_it_names() -> None:
+    # 20 items (not a tree): each names an object, one of them only from inside a small map
+    state = {"memory": {"notes": [{"ref": "x" * 200} if i == 7 else "y" * (150 + i) for i in range(20)]}}
+    sink = DictSink()
+    cache = SubjectCache()
+    enc = CachingEncoder(sink, cache)
+    enc.encode_section(state["memory"], "memory")
+    cache.commit(1 << 30)
+    rec = cache.lists[("memory", "notes")]
+    named = rec.witnesses()
+    assert len(named) == 20 and set(named) <= set(sink.objects)
+    gone = named[7]
+    cache.check(lambda oid: oid != gone)
+    assert cache.lists == {}
+
+
 def test_two_stores_and_one_store_opened_twice(tmp_path: Path) -> None:
     one = ckptcli.init_store(tmp_path / "one")
     two = ckptcli.init_store(tmp_path / "two")

@@ -38,7 +38,7 @@ import msgpack
 
 from ckptcli.format import limits
 from ckptcli.format.encode import Encoder, ListTree, _PathError
-from ckptcli.format.ev import EXT_LIST, EXT_MAP, EXT_REF, _packb, array_header, map_header
+from ckptcli.format.ev import EXT_BYTES, EXT_LIST, EXT_MAP, EXT_REF, EXT_STR, _packb, array_header, map_header
 
 __all__ = ["MIN_ITEMS", "CachingEncoder", "ListRecord", "SubjectCache"]
 
@@ -107,12 +107,27 @@ class ListRecord:
         return self.packed[self.first + (self.ends[i - 1] if i else 0) : self.first + self.ends[i]]
 
     def witnesses(self) -> list[bytes]:
-        """Ids of the objects its EV names directly (the tree's root, or the REFs of an
-        inline list's items): if the store has them, it has what they reach."""
-        if self.ev[:3] == b"\xc7\x20" + bytes([EXT_LIST]):
+        """Ids of the objects its EV names (a tree's root; every reference in an inline
+        list): if the store has them, it has what they reach."""
+        if len(self.ev) == 35 and self.ev[:3] == b"\xc7\x20" + bytes([EXT_LIST]):
             return [self.ev[3:]]
-        ref = b"\xc7\x20" + bytes([EXT_REF])
-        return [ev[3:] for ev in self.tree.items if ev[:3] == ref]
+        return named_ids(self.ev)
+
+
+_ID_EXTS = frozenset((EXT_REF, EXT_LIST, EXT_MAP, EXT_BYTES, EXT_STR))
+
+
+def named_ids(ev: bytes) -> list[bytes]:
+    """The ids an EV names: every ext 8 of 32 bytes of a reference type in it (a REF or a
+    tree's root). A byte string that happens to hold the same bytes adds an id that is
+    not one, never leaves one out."""
+    out = []
+    i = ev.find(b"\xc7\x20")
+    while i >= 0:
+        if i + 35 <= len(ev) and ev[i + 2] in _ID_EXTS:
+            out.append(ev[i + 3 : i + 35])
+        i = ev.find(b"\xc7\x20", i + 1)
+    return out
 
 
 class SubjectCache:
@@ -177,15 +192,14 @@ class CachingEncoder(Encoder):
         if path is None:
             return Encoder._enc(self, v, depth)
         t = type(v)
-        if depth < limits.MAX_DEPTH:
-            if t is dict:
-                ev = self._map_on_path(v, depth, path)
-                if ev is not None:
-                    return ev
-            elif (t is list or t is tuple) and len(v) >= MIN_ITEMS:
-                ev = self._cached_list(v, depth, path)
-                if ev is not None:
-                    return ev
+        if t is dict:
+            ev = self._map_on_path(v, depth, path) if depth < limits.MAX_DEPTH else None
+        elif t is list or t is tuple:
+            ev = self._cached_list(v, depth, path) if depth < limits.MAX_DEPTH and len(v) >= MIN_ITEMS else None
+        else:
+            return Encoder._enc(self, v, depth)  # a scalar; or a subclass, which comes back here as its base
+        if ev is not None:
+            return ev
         self._path = None  # below here nothing is cached: Encoder's own way
         try:
             return Encoder._enc(self, v, depth)
