@@ -11,8 +11,9 @@ first (--fill history: one checkpoint per step, as an agent's store holds them; 
 one: a single checkpoint of the whole state), then copied once per build, so every build
 starts from the same store. Each build runs in a process of its own (the other build's
 ckptcli on PYTHONPATH for --old), takes the state once (not counted: a new process's
-first take encodes everything, cache or not), then --takes more, each after appending a
-step, and reports the median, p90 and minimum of those. The rows:
+first take encodes everything, cache or not), then its share of --takes, each after
+appending a step; the builds take turns (--rounds processes each, on fresh copies), and
+the median, p90 and minimum of all their takes are reported. The rows:
 
 - `cached`: this build, `take(...)` (the take cache on, the default);
 - `uncached`: this build, `take(..., cache=False)`: every item encoded and hashed;
@@ -132,11 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.take", description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--steps", default="1000,4000", help="sizes of the history, comma-separated (default 1000,4000)")
     ap.add_argument("--takes", type=int, default=50, help="takes measured per size and build (default 50)")
+    ap.add_argument("--rounds", type=int, default=5, help="the builds take turns this many times, each a process (default 5)")
     ap.add_argument("--fill", choices=["history", "one"], default="history", help="what the store holds before (default history)")
     ap.add_argument("--old", type=Path, help="the root of another build of ckpt (a checkout) to run beside this one")
     ap.add_argument("--dir", type=Path, help="where the stores go (default: the system's temporary directory)")
     ap.add_argument("--no-uncached", action="store_true", help="leave out the row without the cache")
-    ap.add_argument("--profile", action="store_true", help="print a cProfile of the cached takes at the largest size")
+    ap.add_argument("--profile", action="store_true", help="then a cProfile of the cached takes at the largest size (a run of its own)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="cached", help=argparse.SUPPRESS)
@@ -158,23 +160,38 @@ def main(argv: list[str] | None = None) -> int:
             seconds = fill(base, steps, args.fill)
             print(f"[bench] {steps} steps: store filled ({args.fill}) in {seconds:.1f} s", file=sys.stderr, flush=True)
             rows = results["sizes"][str(steps)] = {}
-            for label, build, mode in builds:
-                store_dir = work / f"{label}-{steps}"
+            times: dict[str, list[float]] = {label: [] for label, _b, _m in builds}
+            firsts: dict[str, list[float]] = {label: [] for label, _b, _m in builds}
+            per_round = -(-args.takes // args.rounds)
+            for _round in range(args.rounds):  # the builds take turns, so each sees the same load
+                for label, build, mode in builds:
+                    store_dir = work / f"{label}-{steps}"
+                    shutil.copytree(base, store_dir, symlinks=True)
+                    got = _run_worker(build, store_dir, steps, per_round, mode, False)
+                    shutil.rmtree(store_dir)
+                    times[label] += got["times_s"]
+                    firsts[label].append(got["first_s"])
+                    rows[label] = {"ckptcli": got["ckptcli"]}
+            for label, _b, _m in builds:
+                med, p90, low = _stats(times[label])
+                rows[label].update(median_s=med, p90_s=p90, min_s=low, first_s=_stats(firsts[label])[0], takes=len(times[label]))
+                print(f"[bench] {steps} steps, {label}: median {med * 1e3:.2f} ms ({rows[label]['ckptcli']})", file=sys.stderr, flush=True)
+            if args.profile and steps == max(sizes):  # a run of its own: cProfile slows what it watches
+                store_dir = work / f"profile-{steps}"
                 shutil.copytree(base, store_dir, symlinks=True)
-                profile = args.profile and label == "cached" and steps == max(sizes)
-                got = _run_worker(build, store_dir, steps, args.takes, mode, profile)
+                _run_worker(ROOT, store_dir, steps, args.takes, "cached", True)
                 shutil.rmtree(store_dir)
-                med, p90, low = _stats(got["times_s"])
-                rows[label] = {"median_s": med, "p90_s": p90, "min_s": low, "first_s": got["first_s"], "ckptcli": got["ckptcli"]}
-                print(f"[bench] {steps} steps, {label}: median {med * 1e3:.2f} ms ({got['ckptcli']})", file=sys.stderr, flush=True)
             shutil.rmtree(base)
-    print(f"library take of a growing agent state: {args.takes} takes a row, one step before each; store: {args.fill}, in {results['dir']}")
-    print(f"{'steps':>6}  {'build':<9} {'median':>9} {'p90':>9} {'min':>9} {'first take':>11}")
+    print(
+        f"library take of a growing agent state: {args.takes} takes a row in {args.rounds} rounds, one step before each;"
+        f" store: {args.fill}, in {results['dir']}"
+    )
+    print(f"{'steps':>6}  {'build':<9} {'median':>9} {'p90':>9} {'min':>9} {'first take (median)':>20}")
     for steps, rows in results["sizes"].items():
         for label, r in rows.items():
             print(
                 f"{steps:>6}  {label:<9} {r['median_s'] * 1e3:>6.2f} ms {r['p90_s'] * 1e3:>6.2f} ms {r['min_s'] * 1e3:>6.2f} ms"
-                f" {r['first_s'] * 1e3:>8.1f} ms"
+                f" {r['first_s'] * 1e3:>17.1f} ms"
             )
         if "old" in rows:
             print(f"{'':>6}  cached/old: {rows['cached']['median_s'] / rows['old']['median_s']:.3f}")

@@ -41,7 +41,7 @@ CACHE_SUBJECTS = 16
 #: ...and at most this many bytes of memory (estimated: the lists' msgpack plus
 #: ITEM_OVERHEAD a cached item); a single subject's lists over CACHE_RECORD_BYTES are
 #: not kept.
-CACHE_BYTES = 256 << 20
+CACHE_BYTES = 128 << 20
 CACHE_RECORD_BYTES = 64 << 20
 
 
