@@ -39,8 +39,7 @@ __all__ = ["TakeResult", "drop_take_cache", "origin_of", "take"]
 #: at most this many subjects, least recently taken dropped first...
 CACHE_SUBJECTS = 16
 #: ...and at most this many bytes of memory (estimated: the lists' msgpack plus
-#: ITEM_OVERHEAD a cached item); a single subject's lists over CACHE_RECORD_BYTES are
-#: not kept.
+#: ITEM_OVERHEAD a cached item); a list over CACHE_RECORD_BYTES is not kept.
 CACHE_BYTES = 128 << 20
 CACHE_RECORD_BYTES = 64 << 20
 
