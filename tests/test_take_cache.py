@@ -424,7 +424,11 @@ def test_the_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     # a subject whose lists are over CACHE_RECORD_BYTES keeps none
     monkeypatch.setattr(writer, "CACHE_RECORD_BYTES", 1000)
     take(store, _history(30), subject="agent:c")
-    assert writer._CACHES[store].subjects["agent:c"].lists == {}
+    sc = writer._CACHES[store].subjects["agent:c"]
+    assert sc.lists == {} and sc.too_big == {("memory", "messages"), ("tools",)}  # not packed again
+    res = take(store, _history(31), subject="agent:c")
+    assert states_equal(open_checkpoint(res.id.hex(), store).state(), _history(31))
+    assert sc.lists == {}
     # and the store's total: the least recently taken subjects go first
     monkeypatch.setattr(writer, "CACHE_RECORD_BYTES", 1 << 30)
     monkeypatch.setattr(writer, "CACHE_BYTES", 1)

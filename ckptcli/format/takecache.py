@@ -138,6 +138,9 @@ class SubjectCache:
     def __init__(self) -> None:
         self.lists: dict[Path, ListRecord] = {}
         self.staged: dict[Path, ListRecord] = {}
+        #: lists found too large to keep: not packed again (what packing costs in memory
+        #: is what keeping would)
+        self.too_big: set[Path] = set()
         self.lock = threading.Lock()
         #: what the records were last checked against, for the caller (the writer keeps
         #: a weak reference to the store's object index here)
@@ -157,6 +160,7 @@ class SubjectCache:
         """The take committed its objects: its records are the ones to use next (those of
         lists it did not meet are dropped, and so is one over `max_record_bytes`)."""
         self.lists = {p: r for p, r in self.staged.items() if r.cost <= max_record_bytes}
+        self.too_big.update(p for p in self.staged if p not in self.lists)
         self.staged = {}
 
     def discard(self) -> None:
@@ -234,12 +238,15 @@ class CachingEncoder(Encoder):
 
     def _cached_list(self, v: list[Any] | tuple[Any, ...], depth: int, path: list[str]) -> bytes | None:
         """The EV of a list on a path, reusing what the last take made of it; None when
-        msgpack cannot pack it exactly (then it is not cached)."""
+        msgpack cannot pack it exactly, or it was too large to keep (then it is not
+        cached)."""
+        key = tuple(path)
+        if key in self.cache.too_big:
+            return None
         try:
             packed = _PACK(v)
         except _PACK_ERRORS:
             return None
-        key = tuple(path)
         rec = self.cache.lists.get(key)
         n = len(v)
         head = len(array_header(n))
