@@ -177,6 +177,45 @@ def test_a_cached_take_writes_exactly_what_an_uncached_one_writes(first: list[An
     assert states_equal(open_checkpoint(res.id.hex(), pair.cached).state(), state)
 
 
+class _Recorder:
+    """A sink that remembers what it was given, in order, each object once (as a store)."""
+
+    def __init__(self) -> None:
+        self.known: set[bytes] = set()
+        self.new: list[bytes] = []
+
+    def put(self, oid: bytes, content: bytes, obj_type: int) -> None:
+        if oid not in self.known:
+            self.known.add(oid)
+            self.new.append(oid)
+
+    def take_new(self) -> list[bytes]:
+        out, self.new = self.new, []
+        return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32), chunks=st.lists(st.integers(1, 60), min_size=1, max_size=25))
+def test_a_growing_list_tree_puts_what_encoder_puts_in_its_order(seed: int, chunks: list[int]) -> None:
+    """ListTree.ev(encoder_order=True) after each batch of appends puts exactly the new
+    objects Encoder puts for the whole list, in the same order: deep trees (items of
+    20-300 bytes, up to 1,500 of them), where a group closes above the root."""
+    from ckptcli.format.encode import ListTree
+    from ckptcli.format.ev import EXT_LIST, array_header
+
+    rng = random.Random(seed)
+    items: list[bytes] = []
+    tree = ListTree()
+    plain, grown = _Recorder(), _Recorder()
+    for n in chunks:
+        new = [rng.randbytes(rng.randint(20, 300)) for _ in range(n)]
+        items.extend(new)
+        tree.extend(new)
+        want = Encoder(plain)._container(EXT_LIST, items, array_header)
+        assert tree.ev(grown, encoder_order=True) == want
+        assert grown.take_new() == plain.take_new()
+
+
 def test_a_long_history_with_edits_is_byte_identical_and_restores_exactly(tmp_path: Path) -> None:
     """Real files: 120 steps of a growing history (two lists that become multi-level trees),
     with an edit in place, a deletion and a sliding window along the way."""
@@ -198,6 +237,31 @@ def test_a_long_history_with_edits_is_byte_identical_and_restores_exactly(tmp_pa
     fresh = open_store(tmp_path / "a")
     assert states_equal(open_checkpoint(res.id.hex(), fresh).state(), state)
     assert verify(fresh, read_data=True).ok
+
+
+def test_other_shapes_are_byte_identical_too() -> None:
+    """A whole document that is a list; lists deeper on a path; an item holding a string
+    long enough to be a chunk tree; a list inside items (not on a path: encoded with its
+    item); a store of format version 1."""
+    rng = random.Random(11)
+    big = rng.randbytes(50_000).hex()  # 100,000 characters: a STR tree inside the item
+    for pair in (
+        Pair(),
+        Pair(ckptcli.init_store(f"memory://v1-{uuid.uuid4().hex}", 1), ckptcli.init_store(f"memory://v1-{uuid.uuid4().hex}", 1)),
+    ):
+        doc: list[Any] = [{"i": i, "sub": [i] * (i % 40)} for i in range(40)]
+        pair.take(doc)
+        doc.append({"i": 40, "text": big})
+        pair.take(doc)
+        doc[3]["sub"].append("in place")
+        pair.take(doc)
+        state: dict[str, Any] = {"memory": {"a": {"b": {"log": [f"line {i} " * 20 for i in range(100)]}}, "n": 0}, "plan": []}
+        pair.take(state)
+        for i in range(5):
+            state["memory"]["a"]["b"]["log"].append(f"more {i}")
+            state["memory"]["a"]["b"]["log"][10] = big if i == 2 else f"edit {i}"
+            state["plan"].append({"step": i, "lines": [big[:100]] * 20})
+            pair.take(state)
 
 
 # -- what is reused, what is checked ------------------------------------------------------------

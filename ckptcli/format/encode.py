@@ -389,10 +389,11 @@ class ListTree:
     def ev(self, sink: ObjectSink, *, encoder_order: bool = False) -> bytes:
         """The EV of the list as it is now; puts what it needs into `sink`.
 
-        `encoder_order`: put the nodes in the order `Encoder` puts them for the whole
-        list (leaves left to right, then each level above, then the root), so that a
-        pack written from them is byte for byte the pack `Encoder` would write; by
-        default they go in the order they were made."""
+        `encoder_order`: put exactly the nodes `Encoder` puts for the whole list, in its
+        order (leaves left to right, then each level above, then the root), so that a
+        pack written from them is byte for byte the pack `Encoder` would write. By
+        default they go in the order they were made, and a group closed above the root
+        goes too (a node no tree names until the list grows)."""
         n = len(self.items)
         if self._memo is not None and self._memo[0] == n:
             return self._memo[1]
@@ -400,24 +401,33 @@ class ListTree:
             ev = array_header(n) + b"".join(self.items)
         else:
             tail = self.items[self._start :]
+            top = 0  # the level of the sealed tree's root: every closed group up to it is a node of the tree
+            root_node: tuple[int, bytes, bytes] | None = None  # the root holding the open tail
             if not self._inputs:
                 root = self._leaf_node(tail)
             else:
-                sealed, level = self._sealed_root()
+                sealed, top = self._sealed_root()
                 if tail:
                     tail_leaf = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(tail)) + array_header(len(tail)) + b"".join(tail)
                     children = b"\x92" + (b"\x92" + _packb(n - len(tail)) + _packb(sealed)) + (b"\x92" + _packb(len(tail)) + tail_leaf)
-                    content = b"\x94" + _packb(EXT_LIST) + _packb(level + 1) + _packb(n) + children
+                    content = b"\x94" + _packb(EXT_LIST) + _packb(top + 1) + _packb(n) + children
                     root = hashlib.sha256(content).digest()
-                    self._pending.append((level + 1, root, content))
+                    root_node = (top + 1, root, content)
                 else:
                     root = sealed
             ev = _ext(EXT_LIST, root)
+            later: list[tuple[int, bytes, bytes]] = []
             if encoder_order:
-                self._pending.sort(key=_level_of)  # stable: left to right within a level
+                # a group closed above the sealed root (its own group, closed after a
+                # boundary child) is no node of this tree yet: Encoder makes it once the
+                # level below has more than one node, and so is it put
+                later = [p for p in self._pending if p[0] > top]
+                self._pending = sorted((p for p in self._pending if p[0] <= top), key=_level_of)  # stable: left to right
+            if root_node is not None:
+                self._pending.append(root_node)
             for _level, oid, content in self._pending:
                 sink.put(oid, content, OBJ_NODE)
-            self._pending.clear()
+            self._pending = later
         self._memo = (n, ev)
         return ev
 
