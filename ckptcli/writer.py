@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Mapping
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,12 +27,21 @@ from ckptcli.document import split_document
 from ckptcli.errors import CkptError, InvalidInputError, LatestMovedError
 from ckptcli.format import limits
 from ckptcli.format.manifest import Manifest, Subject, check_name
+from ckptcli.format.takecache import CachingEncoder, SubjectCache
 from ckptcli.format.values import Encoder
 from ckptcli.listing import parse_labels
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.repository import Store, Transaction
 
-__all__ = ["TakeResult", "origin_of", "take"]
+__all__ = ["TakeResult", "drop_take_cache", "origin_of", "take"]
+
+#: Bounds of the take cache (docs/design.md, "The take cache"): per store, the lists of
+#: at most this many subjects, least recently taken dropped first...
+CACHE_SUBJECTS = 16
+#: ...and at most this many bytes of memory (estimated: the lists' msgpack plus
+#: ITEM_OVERHEAD a cached item); a list over CACHE_RECORD_BYTES is not kept.
+CACHE_BYTES = 128 << 20
+CACHE_RECORD_BYTES = 64 << 20
 
 
 @dataclass
@@ -64,6 +77,7 @@ def take(
     progress: Progress = NULL,
     move_latest: bool | None = True,
     reason: str | None = None,
+    cache: bool = True,
 ) -> TakeResult:
     """Take a checkpoint of `state` (and files under `blobs`) into `store`.
 
@@ -85,6 +99,10 @@ def take(
             first parent is the subject's head (a migration of the latest state moves
             it, one of an older state does not). False: latest stays where it is (a
             fork of an earlier point). The reflog records `reason` (default "take").
+        cache: reuse what this process's last take of the subject into this `Store`
+            made of the state's long lists (docs/design.md, "The take cache"): the
+            same checkpoint, byte for byte, encoding only what changed. Every list
+            is checked against an exact copy of what was taken; False encodes all.
     Returns:
         TakeResult with the new id and what it added to the store; `latest_moved`
         says whether the subject's latest now names it.
@@ -107,7 +125,8 @@ def take(
         # latest as this take found it: a reset while it runs is not undone (advance_latest)
         expect = store.latest_state(subj)
         parent_ids = _parent_ids(store, subj, parents, branch)
-        encoded, enc, txn, report = _encode(store, sections, carry, blob_paths, parent_ids, force_read, progress)
+        with _take_cache(store, subj, cache) as subject_cache:
+            encoded, enc, txn, report = _encode(store, sections, carry, blob_paths, parent_ids, force_read, progress, subject_cache)
         manifest = Manifest(
             subject=subj,
             sections=encoded,
@@ -150,14 +169,23 @@ def _encode(
     parent_ids: list[bytes],
     force_read: bool,
     progress: Progress,
+    subject_cache: SubjectCache | None = None,
 ) -> tuple[dict[str, bytes], Encoder, Transaction, CaptureReport]:
     """Encode the sections, the carried ones and the blobs section in one committed
     transaction (aborted on any error); returns (section -> encoded root, the encoder,
-    the transaction, what capturing the files found)."""
+    the transaction, what capturing the files found). With `subject_cache`, the long
+    lists of the sections go through it (its records are checked against the store's
+    index first, and replaced by this take's once it has committed)."""
     txn = store.transaction()
     try:
-        enc = Encoder(txn, cdc=store.config.cdc)
-        encoded = {name: enc.encode_root(value, where=name) for name, value in sections.items()}
+        if subject_cache is not None:
+            _check_cache(subject_cache, txn)
+            cached = CachingEncoder(txn, subject_cache, cdc=store.config.cdc)
+            encoded = {name: cached.encode_section(value, name) for name, value in sections.items()}
+            enc: Encoder = cached
+        else:
+            enc = Encoder(txn, cdc=store.config.cdc)
+            encoded = {name: enc.encode_root(value, where=name) for name, value in sections.items()}
         for name, ev in (carry or {}).items():
             if name in encoded or (name == "blobs" and blob_paths):
                 raise InvalidInputError(f"section {name!r} is both carried over and given")
@@ -179,8 +207,91 @@ def _encode(
         txn.commit()
     except BaseException:
         txn.abort()
+        if subject_cache is not None:
+            subject_cache.discard()
         raise
+    if subject_cache is not None:
+        subject_cache.commit(CACHE_RECORD_BYTES)
     return encoded, enc, txn, report
+
+
+class _StoreCache:
+    """The take caches of one Store object: subject -> SubjectCache, least recently
+    taken first."""
+
+    def __init__(self) -> None:
+        self.subjects: OrderedDict[str, SubjectCache] = OrderedDict()
+        self.lock = threading.Lock()
+
+
+_CACHES: weakref.WeakKeyDictionary[Store, _StoreCache] = weakref.WeakKeyDictionary()
+_CACHES_LOCK = threading.Lock()
+
+
+@contextmanager
+def _take_cache(store: Store, subj: Subject, use: bool) -> Iterator[SubjectCache | None]:
+    """The subject's cache in this store, held for one take; None when not to be used
+    (`use` is False, or another thread's take of the subject holds it)."""
+    if not use:
+        yield None
+        return
+    with _CACHES_LOCK:
+        per_store = _CACHES.get(store)
+        if per_store is None:
+            per_store = _CACHES[store] = _StoreCache()
+    with per_store.lock:
+        name = str(subj)
+        sc = per_store.subjects.get(name)
+        if sc is None:
+            sc = per_store.subjects[name] = SubjectCache()
+        per_store.subjects.move_to_end(name)
+    if not sc.lock.acquire(blocking=False):
+        yield None
+        return
+    try:
+        yield sc
+    finally:
+        sc.lock.release()
+        _bound(per_store)
+
+
+def _bound(per_store: _StoreCache) -> None:
+    """Drop the least recently taken subjects' lists until the store's cache is within
+    CACHE_SUBJECTS and CACHE_BYTES (a subject whose take is under way is skipped)."""
+    with per_store.lock:
+        subjects = per_store.subjects
+        total = sum(sc.cost for sc in subjects.values())
+        for name in list(subjects):
+            if len(subjects) <= CACHE_SUBJECTS and total <= CACHE_BYTES:
+                break
+            sc = subjects[name]
+            if sc.lock.acquire(blocking=False):
+                try:
+                    total -= sc.cost
+                    sc.discard()
+                    del subjects[name]
+                finally:
+                    sc.lock.release()
+
+
+def _check_cache(sc: SubjectCache, txn: Transaction) -> None:
+    """Before a take uses `sc`: if the store's object index was read again from scratch
+    since the cache was filled (a prune, a repair or an upgrade rewrote the index files,
+    in this process or another), nothing of it is used; else each list whose objects the
+    index no longer names goes (`SubjectCache.check`). So a take never names an object
+    the store does not have."""
+    basis = sc.basis() if sc.basis is not None else None
+    if basis is not txn.known:
+        sc.discard()
+        sc.basis = weakref.ref(txn.known)
+    sc.check(txn.known.__contains__)
+
+
+def drop_take_cache(store: Store) -> None:
+    """Forget every take cache of `store` (the next take of each subject encodes its
+    whole state)."""
+    with _CACHES_LOCK:
+        _CACHES.pop(store, None)
 
 
 def _commit(

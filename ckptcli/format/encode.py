@@ -339,7 +339,7 @@ class ListTree:
         # level k - 1 that no append changes any more, and where its open group starts
         self._inputs: list[list[tuple[int, bytes]]] = []
         self._group_start: list[int] = []
-        self._pending: list[tuple[bytes, bytes]] = []  # (id, content) not yet given to a sink
+        self._pending: list[tuple[int, bytes, bytes]] = []  # (level, id, content) not yet given to a sink
         self._memo: tuple[int, bytes] | None = None
 
     def __len__(self) -> int:
@@ -359,7 +359,7 @@ class ListTree:
             chunk = self.items[self._start : i + 1]
             content = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(chunk)) + array_header(len(chunk)) + b"".join(chunk)
             oid = hashlib.sha256(content).digest()
-            self._pending.append((oid, content))
+            self._pending.append((0, oid, content))
             self._start = i + 1
             self._leaf_bytes = 0
             self._add(1, (len(chunk), oid))
@@ -383,11 +383,17 @@ class ListTree:
         body = array_header(len(chunk)) + b"".join(b"\x92" + _packb(c) + _packb(o) for c, o in chunk)
         content = b"\x94" + _packb(EXT_LIST) + _packb(level) + _packb(subtotal) + body
         oid = hashlib.sha256(content).digest()
-        self._pending.append((oid, content))
+        self._pending.append((level, oid, content))
         return oid, subtotal
 
-    def ev(self, sink: ObjectSink) -> bytes:
-        """The EV of the list as it is now; puts what it needs into `sink`."""
+    def ev(self, sink: ObjectSink, *, encoder_order: bool = False) -> bytes:
+        """The EV of the list as it is now; puts what it needs into `sink`.
+
+        `encoder_order`: put exactly the nodes `Encoder` puts for the whole list, in its
+        order (leaves left to right, then each level above, then the root), so that a
+        pack written from them is byte for byte the pack `Encoder` would write. By
+        default they go in the order they were made, and a group closed above the root
+        goes too (a node no tree names until the list grows)."""
         n = len(self.items)
         if self._memo is not None and self._memo[0] == n:
             return self._memo[1]
@@ -395,29 +401,40 @@ class ListTree:
             ev = array_header(n) + b"".join(self.items)
         else:
             tail = self.items[self._start :]
+            top = 0  # the level of the sealed tree's root: every closed group up to it is a node of the tree
+            root_node: tuple[int, bytes, bytes] | None = None  # the root holding the open tail
             if not self._inputs:
                 root = self._leaf_node(tail)
             else:
-                sealed, level = self._sealed_root()
+                sealed, top = self._sealed_root()
                 if tail:
                     tail_leaf = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(tail)) + array_header(len(tail)) + b"".join(tail)
                     children = b"\x92" + (b"\x92" + _packb(n - len(tail)) + _packb(sealed)) + (b"\x92" + _packb(len(tail)) + tail_leaf)
-                    content = b"\x94" + _packb(EXT_LIST) + _packb(level + 1) + _packb(n) + children
+                    content = b"\x94" + _packb(EXT_LIST) + _packb(top + 1) + _packb(n) + children
                     root = hashlib.sha256(content).digest()
-                    self._pending.append((root, content))
+                    root_node = (top + 1, root, content)
                 else:
                     root = sealed
             ev = _ext(EXT_LIST, root)
-            for oid, content in self._pending:
+            later: list[tuple[int, bytes, bytes]] = []
+            if encoder_order:
+                # a group closed above the sealed root (its own group, closed after a
+                # boundary child) is no node of this tree yet: Encoder makes it once the
+                # level below has more than one node, and so is it put
+                later = [p for p in self._pending if p[0] > top]
+                self._pending = sorted((p for p in self._pending if p[0] <= top), key=_level_of)  # stable: left to right
+            if root_node is not None:
+                self._pending.append(root_node)
+            for _level, oid, content in self._pending:
                 sink.put(oid, content, OBJ_NODE)
-            self._pending.clear()
+            self._pending = later
         self._memo = (n, ev)
         return ev
 
     def _leaf_node(self, chunk: list[bytes]) -> bytes:
         content = b"\x94" + _packb(EXT_LIST) + b"\x00" + _packb(len(chunk)) + array_header(len(chunk)) + b"".join(chunk)
         oid = hashlib.sha256(content).digest()
-        self._pending.append((oid, content))
+        self._pending.append((0, oid, content))
         return oid
 
     def _sealed_root(self) -> tuple[bytes, int]:
@@ -437,6 +454,10 @@ class ListTree:
             else:
                 carry = None
             level += 1
+
+
+def _level_of(pending: tuple[int, bytes, bytes]) -> int:
+    return pending[0]
 
 
 _Stored = tuple[bytes, int, "tuple[int, bytes | memoryview] | None"]  # id, raw length, (codec, stored) or None if known
