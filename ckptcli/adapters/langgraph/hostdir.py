@@ -105,7 +105,7 @@ class ToMake:
 def store_for(store: Store | ToMake | str | os.PathLike[str], journal_dir: str | os.PathLike[str] | None) -> Store:
     """The store a constructor was given (opened, or made for a `ToMake`), once its other
     options are checked. InvalidInputError, before anything is made, for a journal_dir
-    beside a local store."""
+    beside a local store or inside one."""
     if isinstance(store, Store):
         return store
     path = store.path if isinstance(store, ToMake) else store
@@ -113,6 +113,8 @@ def store_for(store: Store | ToMake | str | os.PathLike[str], journal_dir: str |
         raise InvalidInputError(
             f"journal_dir is for a store on object storage; the local store {path} keeps its journal in it", hint="leave journal_dir out"
         )
+    if journal_dir is not None:
+        _outside_stores(Path(journal_dir).expanduser())
     if isinstance(store, ToMake):
         from ckptcli.checkpoint import store_or_init
 
