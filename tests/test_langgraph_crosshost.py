@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from ckptcli import api
-from ckptcli.adapters.langgraph.crosshost import ThreadForkWarning
+from ckptcli.adapters.langgraph import ThreadForkWarning
 from ckptcli.adapters.langgraph.hostdir import STORE_URL_FILE
 from ckptcli.adapters.langgraph.saver import CkptSaver
 from ckptcli.errors import InvalidInputError, StoreNotFoundError
