@@ -315,3 +315,25 @@ def test_a_memory_store_journal_never_comes_back_into_another_process(tmp_path: 
     else:  # the dead process's journal directory: not this store's
         assert later.returncode == 1 and "refused:" in later.stdout and "belongs to the store memory://mx" in later.stdout, later.stdout
     assert "dead" not in later.stdout
+
+
+def test_one_host_deleting_pruning_copying_and_going_on_drops_nothing(tmp_path: Path) -> None:
+    """What moves a thread's ref on this host (a delete, a prune, a copy into it) is not
+    another host: the turns that follow are committed, nothing is dropped."""
+    url = f"memory://alone-{uuid.uuid4().hex[:12]}"
+    with CkptSaver.open(url, journal_dir=tmp_path / "J", commit_interval=3600.0, seal_idle=0) as saver:
+        for thread in ("a", "b", "c"):
+            _turn(saver, thread, 0)
+        saver.flush()
+        saver.prune(["a"], strategy="delete")
+        saver.delete_thread("b")
+        saver.copy_thread("c", "d")
+        for thread in ("a", "b", "c", "d"):
+            _turn(saver, thread, 1)
+        saver.flush()
+        saver.prune(["c"])  # keep_latest
+        _turn(saver, "c", 2)
+        saver.flush()
+        assert not any(FORKED in w for w in saver.store.warnings), saver.store.warnings
+    lengths = {t: len(_chain(url, t, tmp_path / f"reader-{t}")[0]) for t in ("a", "b", "c", "d")}
+    assert lengths == {"a": 3, "b": 3, "c": 4, "d": 6}, lengths
