@@ -70,7 +70,8 @@ def test_a_graph_on_an_object_store_reads_as_on_inmemorysaver_and_again_after_re
     assert got == scenario(InMemorySaver())
     # the journal is on this host, one directory per store URL, which names its store
     assert root == default_dir(url) and root.is_relative_to(tmp_path / "state" / "ckpt" / "journals")
-    assert (root / STORE_URL_FILE).read_text().strip() == url
+    named = (root / STORE_URL_FILE).read_text().strip()
+    assert named == url if url.startswith("s3://") else named == f"{url} (in process {os.getpid()}." + named.rsplit(".", 1)[1]
     assert not list((root / "langgraph").glob("*.journal")), "closed: everything is in the object store"
     if url.startswith("memory://"):
         with CkptSaver.open(url, journal_dir=tmp_path / "elsewhere") as again:
@@ -223,7 +224,9 @@ def test_a_second_host_extending_a_thread_another_host_extends_is_refused_not_fo
 def test_the_default_journal_directory_follows_xdg_state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert default_dir("memory://x").parent == tmp_path / "home" / ".local" / "state" / "ckpt" / "journals"
+    journals = tmp_path / "home" / ".local" / "state" / "ckpt" / "journals"
+    assert default_dir("s3://b/x").parent == journals
+    assert default_dir("memory://x").parent.parent == journals  # in this process's own directory there
 
 
 def test_each_host_has_its_own_memory_store_log_and_snapshot_branch(url: str, tmp_path: Path) -> None:

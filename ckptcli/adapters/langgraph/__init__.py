@@ -15,6 +15,7 @@ from typing import Any
 _EXPORTS = {
     "CkptSaver": "saver",
     "CkptStore": "store",
+    "ThreadForkWarning": "crosshost",
     "FSYNC_POLICIES": "saver",
     "JOURNAL_DIR": "saver",
     "ROTATE_BYTES": "saver",
@@ -33,7 +34,7 @@ _EXPORTS = {
     "WANT_DIR": "leases",
     "open_recover_lock": "leases",
 }
-__all__ = ["CkptSaver", "CkptStore"]
+__all__ = ["CkptSaver", "CkptStore", "ThreadForkWarning"]
 
 
 def __getattr__(name: str) -> Any:

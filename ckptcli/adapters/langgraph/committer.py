@@ -125,9 +125,10 @@ class Committer:
                 if len(self.saver._used) > self.saver.resident_threads:
                     self.evict()
                 return
-        if self.saver._remote and batch:
-            batch = self.refuse_forks(batch)
         store = self.saver.store
+        remote = self.saver._remote
+        heads: dict[str, bytes | None] = {}
+        lost: dict[str, list[bytes]] = {}  # remote: threads whose ref another host moved in the middle (crosshost.undo)
         try:
             with store.backend.lock("store", shared=True):
                 before = set(store.backend.list("index"))
@@ -141,6 +142,8 @@ class Committer:
                 except BaseException:
                     txn.abort()
                     raise
+                if remote and batch:  # the check as late as it can be: the objects are in, not the manifests yet
+                    batch, heads = self.refuse_forks(batch)
                 if before - set(store.backend.list("index")):
                     check_batch_after_prune(self.saver.store, self.saver._staging, [(mid, data) for mid, data, _e, _rev in batch])
                 newest: dict[Any, tuple[tuple[int, int], bytes]] = {}  # a thread's latest is its root head
@@ -154,6 +157,11 @@ class Committer:
                     if subj not in newest or order >= newest[subj][0]:
                         newest[subj] = (order, mid)
                 for subj, ((root, created), mid) in newest.items():
+                    if remote:  # by compare-and-swap from the head the check read (crosshost.py)
+                        thread = next(e.key[0] for m, _d, e, _r in batch if m == mid)
+                        if not crosshost.advance(self.saver, thread, mid, created, not root, heads.get(thread)):
+                            lost[thread] = [m for m, _d, e, _r in batch if e.key[0] == thread]
+                        continue
                     store.advance_latest(
                         subj, mid, created, nested=not root, log=False
                     )  # a thread's history is its chain: no reflog entry per commit
@@ -164,6 +172,9 @@ class Committer:
                 self.saver._staging.objects = objects
                 self.saver._staging.inflight = {}
             raise
+        if lost:  # their manifests are removed again, their checkpoints dropped (not committed)
+            batch = [b for b in batch if b[2].key[0] not in lost]
+            crosshost.undo(self.saver, lost)
         fresh = (
             Journal(self.saver._jdir, self.saver.fsync)
             if self.saver._journal.size > min(self.rotate_bytes, self.saver.max_journal_bytes // 2) and not self.saver._closed
@@ -191,13 +202,16 @@ class Committer:
         with self.saver._room:
             self.saver._room.notify_all()
 
-    def refuse_forks(self, batch: list[tuple[bytes, bytes, Entry, int]]) -> list[tuple[bytes, bytes, Entry, int]]:
+    def refuse_forks(
+        self, batch: list[tuple[bytes, bytes, Entry, int]]
+    ) -> tuple[list[tuple[bytes, bytes, Entry, int]], dict[str, bytes | None]]:
         """On a store on object storage: the batch without the checkpoints of threads
-        another host committed to meanwhile (`crosshost.refuse_forks`)."""
+        another host committed to meanwhile (`crosshost.refuse_forks`), and the heads of
+        the batch's threads the check read (what `crosshost.advance` swaps from)."""
         heads = self.saver._store_heads(sorted({e.key[0] for _mid, _data, e, _rev in batch}))
         with self.saver._lock:
             forked = crosshost.refuse_forks(self.saver, heads)
-        return [b for b in batch if b[2].key[0] not in forked] if forked else batch
+        return ([b for b in batch if b[2].key[0] not in forked] if forked else batch), heads
 
     def evict(self) -> None:
         """Drop the least recently used threads beyond `resident_threads` whose checkpoints

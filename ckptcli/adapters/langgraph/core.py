@@ -123,6 +123,7 @@ class SaverCore:
         self._yielding: set[str] = set()  # held threads being handed over to another process (`Committer.hand_over`)
         self._seen: dict[str, bytes] = {}  # lease name -> the token this saver's view of the thread is at
         self._fence: dict[str, set[str]] = {}  # thread -> checkpoints a run here may have read stale
+        self._bases: dict[str, bytes | None] = {}  # remote store: thread -> its `latest` as this saver's view has it (crosshost.py)
         self._claiming = [threading.Lock() for _ in range(16)]  # by thread: one claim at a time
         try:
             for path in self._holder.lease_dir.iterdir():  # before the index: what it holds is at least this
@@ -279,6 +280,8 @@ class SaverCore:
                     self._reload_thread(thread)
                     if write:  # what the run read (nothing, if it read the thread empty) is stale
                         self._fence.setdefault(thread, set()).update(known)  # until a read starts anew (`_owning`)
+                if heads:  # what this saver's commits of the thread must find in the store (crosshost.py)
+                    self._bases[thread] = heads[thread]
                 if fresh:  # read again: a token of its own, so that it is not read again at each take
                     with contextlib.suppress(OSError):
                         new_token = os.urandom(16)

@@ -8,14 +8,22 @@ gives, else one per store URL under the user's state directory,
 ``$XDG_STATE_HOME/ckpt/journals/<16 hex digits>`` (``~/.local/state`` when XDG_STATE_HOME
 is not set), the digits being the start of the SHA-256 of the store's redacted URL. The
 directory names its store in ``store-url`` (the URL without secrets), so that it is never
-replayed into another store. docs/langgraph.md ("A store on object storage") is the
-user's view."""
+replayed into another store, and a directory inside a local store (its own files) is
+refused. A ``memory://`` store lives and dies with its process: its default directory is
+in one of the process's own, ``.../journals/memory-<pid>.<start time>/``, removed when the
+process exits, and its ``store-url`` names the process too, so that a journal of a memory
+store never comes back into another process's store of the same name. docs/langgraph.md ("A store on
+object storage") is the user's view."""
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
+import shutil
 import socket
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,13 +46,51 @@ def is_remote(store: Store) -> bool:
     return not isinstance(store.backend, LocalBackend)
 
 
+def _is_memory(location: str) -> bool:
+    return location.split(":", 1)[0].lower() == "memory"
+
+
+_process_dirs: set[Path] = set()  # removed at exit
+_process_lock = threading.Lock()
+
+
+def _process_tag() -> str:
+    """This process, as no other process (now or later) is: its pid and start time."""
+    try:
+        with open(f"/proc/{os.getpid()}/stat", "rb") as f:
+            started = f.read().rsplit(b")", 1)[1].split()[19].decode()  # field 22: start time, in clock ticks since boot
+    except (OSError, IndexError):
+        started = str(_STARTED)
+    return f"{os.getpid()}.{started}"
+
+
+_STARTED = time.time_ns()  # where /proc is not: when this module was loaded
+
+
+def _memory_dir(base: Path) -> Path:
+    """This process's directory, in `base`, of the journal directories of its memory://
+    stores (removed when the process exits)."""
+    path = base / f"memory-{_process_tag()}"
+    with _process_lock:
+        if path not in _process_dirs:
+            _process_dirs.add(path)
+            atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def _identity(url: str) -> str:
+    """What a journal directory's `store-url` says of the store at `url` (redacted): the
+    URL, and for a memory:// store the process it lives in."""
+    return f"{url} (in process {_process_tag()})" if _is_memory(url) else url
+
+
 def default_dir(location: str) -> Path:
     """The journal directory of the store at URL `location` on this host when the
     application names none (module docstring)."""
     state = os.environ.get("XDG_STATE_HOME") or ""
-    base = Path(state) if os.path.isabs(state) else Path.home() / ".local" / "state"
+    base = (Path(state) if os.path.isabs(state) else Path.home() / ".local" / "state") / "ckpt" / "journals"
     digest = hashlib.sha256(redact(location).encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return base / "ckpt" / "journals" / digest
+    return (_memory_dir(base) if _is_memory(location) else base) / digest
 
 
 @dataclass(frozen=True)
@@ -59,7 +105,7 @@ class ToMake:
 def store_for(store: Store | ToMake | str | os.PathLike[str], journal_dir: str | os.PathLike[str] | None) -> Store:
     """The store a constructor was given (opened, or made for a `ToMake`), once its other
     options are checked. InvalidInputError, before anything is made, for a journal_dir
-    beside a local store."""
+    beside a local store or inside one."""
     if isinstance(store, Store):
         return store
     path = store.path if isinstance(store, ToMake) else store
@@ -67,6 +113,8 @@ def store_for(store: Store | ToMake | str | os.PathLike[str], journal_dir: str |
         raise InvalidInputError(
             f"journal_dir is for a store on object storage; the local store {path} keeps its journal in it", hint="leave journal_dir out"
         )
+    if journal_dir is not None:
+        _outside_stores(Path(journal_dir).expanduser())
     if isinstance(store, ToMake):
         from ckptcli.checkpoint import store_or_init
 
@@ -91,6 +139,9 @@ def local_root(store: Store, journal_dir: str | os.PathLike[str] | None = None, 
         return Path(store.location)
     url = redact(store.location)
     root = Path(journal_dir).expanduser() if journal_dir is not None else default_dir(url)
+    if journal_dir is not None:
+        _outside_stores(root)
+    url = _identity(url)
     if not root.is_dir():
         if not create:
             return None
@@ -104,6 +155,22 @@ def local_root(store: Store, journal_dir: str | os.PathLike[str] | None = None, 
         own_dir(root)
     _claim_for(root, url, create)
     return root
+
+
+def _outside_stores(root: Path) -> None:
+    """InvalidInputError when journal directory `root` is a local store or inside one
+    (its files are that store's: a journal there would be replayed into it)."""
+    try:
+        where = root.resolve()
+    except (OSError, RuntimeError):
+        return  # not there (yet): made below, or said there
+    for d in (where, *where.parents):
+        if (d / layout.CONFIG).is_file() and (d / layout.MANIFESTS).is_dir():
+            raise InvalidInputError(
+                f"journal_dir {root} is {'the' if d == where else 'inside the'} local ckpt store {d}: "
+                "a journal directory belongs to one store on object storage, and this one is another store's",
+                hint="give a directory of its own, outside every store (or leave journal_dir out: one is made per store URL)",
+            )
 
 
 def _claim_for(root: Path, url: str, create: bool) -> None:

@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from ckptcli.adapters.langgraph import crosshost
 from ckptcli.adapters.langgraph.core import SaverCore
 from ckptcli.adapters.langgraph.journal import (
     DAMAGED_SUFFIX,
@@ -82,6 +83,7 @@ class Recovery:
             return
         deletions: list[Deletion] = []
         damaged: list[Path] = []
+        replayed: set[str] = set()  # the threads the journals put checkpoints of
         with self.saver._lock:
             waiting = set(self.saver._orphan_writes)  # this saver's own writes whose put is on its way
         try:
@@ -107,6 +109,7 @@ class Recovery:
                 # a list value continuing one that is not there) is left out: replayed, it
                 # would make a wrong state (writes may come before their put: they stay)
                 after = contents.before_holes
+                replayed.update(str(r["t"]) for r in contents.records if r.get("op") == "p" and isinstance(r.get("t"), str))
                 left_out = 0
                 for i, rec in enumerate(contents.records):
                     where = record_where(path, i)
@@ -128,6 +131,9 @@ class Recovery:
                         f"the other records are recovered and the file is kept as {path.name}{DAMAGED_SUFFIX}"
                     )
             self.drop_stray_writes(waiting, said=bool(damaged))
+            if self.saver._remote and replayed:  # what another host extended meanwhile is not committed (crosshost.py)
+                with self.saver._lock:
+                    crosshost.stale_replays(self.saver, sorted(replayed))
             self.saver.flush()
             for keys, threads, ids in deletions:  # only now: every checkpoint that stays is in the store
                 self.saver._delete_from_store(keys, threads, ids)

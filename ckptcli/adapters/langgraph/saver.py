@@ -139,11 +139,13 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
             (in its ``langgraph/``). Default: one per store URL under
             ``$XDG_STATE_HOME/ckpt/journals/`` (hostdir.py). A put is durable on this
             host once it returns; the next saver opened here with the same directory
-            replays what a dead one left. A local store keeps them in itself.
+            replays what a dead one left (for ``memory://``, which dies with its
+            process, only a saver of the same process). A local store keeps them in
+            itself.
     Raises:
         StoreNotFoundError, CorruptError, StoreIOError from opening the store or
         replaying a journal; InvalidInputError for a bad option (a journal_dir for a
-        local store, or one another store's journals are in).
+        local store, in one, or one another store's journals are in).
     """
 
     def __init__(

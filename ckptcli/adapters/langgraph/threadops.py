@@ -301,6 +301,8 @@ class ThreadOps:
             removed = forget_checkpoints(self.saver.store, ids, siblings=lambda subject: got.get(subject, []))
             with self.saver._lock:
                 self.saver._garbage += len(removed)
+                for thread in threads | {key[0] for key in keys}:  # their refs moved here: the next commit checks
+                    self.saver._bases.pop(thread, None)  # against what the saver knows (crosshost.py)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """`CkptSaver.copy_thread`."""
@@ -416,6 +418,7 @@ class ThreadOps:
                 created, head = max(root or [(c, mid) for mid, _d, _k, c in batch])
                 store.advance_latest(subject, head, created, nested=nested, log=False)
             with self.saver._lock:
+                self.saver._bases.pop(dst, None)  # its ref moved here: the next commit checks against what the saver knows (crosshost.py)
                 if had:
                     self.saver._reload_thread(dst)  # its values and versions as the store has them now
                 else:

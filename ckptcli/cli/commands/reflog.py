@@ -42,10 +42,12 @@ def reflog(
 
     Every change of a ref (a take, a migrate, a reset, a tag, a prune, a repair) is
     appended to the store's reflog (logs/refs/..., formats/reflog.md) with the old and
-    new checkpoint, the time, what moved it (the command line), the host and the pid.
-    NAME@{N} names what NAME pointed at N moves ago (NAME@{0} is now), in every
-    command that takes a checkpoint reference; `ckpt reset SUBJECT 'SUBJECT@{1}'` undoes
-    the last move of its latest.
+    new checkpoint, the time, what moved it (the command line), the host and the pid;
+    not the commits of a LangGraph saver, which move a thread's latest at each one (the
+    thread's history is its chain: `ckpt ls --subject agent:THREAD`). NAME@{N} names
+    what NAME pointed at N moves ago (NAME@{0} is now), in every command that takes a
+    checkpoint reference; `ckpt reset SUBJECT 'SUBJECT@{1}'` undoes the last move of
+    its latest.
 
     The reflog is trimmed by `ckpt prune` (entries older than 90 days, and all but the
     newest 1000 of a ref) or by --expire AGE here, which trims every ref's log (NAME
