@@ -15,6 +15,7 @@ object storage") is the user's view."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -117,9 +118,13 @@ def drop_forked(saver: SaverCore, forked: Iterable[str], heads: dict[str, bytes 
             f"{len(dropped)} checkpoint(s) put here were not committed (they would fork the thread) and are dropped; "
             "serve each thread from one host at a time (route requests by thread id)"
         )
-        if saver.store.on_warning is None and message not in saver.store.warnings:  # a library: nothing else would show it
-            warnings.warn(message, ThreadForkWarning, stacklevel=2)
+        shown = saver.store.on_warning is None and message not in saver.store.warnings  # a library: nothing else would show it
         saver.store.warn(message)
+        if shown:
+            # under -W error (pytest's filterwarnings = error) warn raises: that must not
+            # break the commit it is part of, which may run on the saver's commit thread
+            with contextlib.suppress(ThreadForkWarning):
+                warnings.warn(message, ThreadForkWarning, stacklevel=2)
 
 
 def advance(saver: SaverCore, thread: str, mid: bytes, created: int, nested: bool, head: bytes | None) -> bool:
