@@ -41,17 +41,19 @@ class GcClock:
 
         self.events: list[tuple[int, float, float]] = []
         self.collected: list[int] = []  # what each full collection freed
-        self._t0 = 0.0
+        self.cpu: list[float] = []  # each full collection's CPU time (of the thread it ran on)
+        self._t0 = self._c0 = 0.0
         self._gen = 0
         gc.callbacks.append(self._cb)
 
     def _cb(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            self._t0, self._gen = time.perf_counter(), info["generation"]
+            self._t0, self._gen, self._c0 = time.perf_counter(), info["generation"], time.thread_time()
         else:
             self.events.append((self._gen, self._t0, time.perf_counter()))
             if self._gen == 2:
                 self.collected.append(info["collected"])
+                self.cpu.append(time.thread_time() - self._c0)
 
     def within(self, a: float, b: float, gen: int = 2) -> float:
         return sum(min(e, b) - max(s, a) for g, s, e in self.events if g >= gen and e > a and s < b)
@@ -103,14 +105,16 @@ def child_sync(kind: str, workdir: str, steps: int) -> dict[str, Any]:
     turns = [b - a for a, b in calls]
     net = [b - a - clock.within(a, b) for a, b in calls]
     full = [e - s for g, s, e in clock.events if g == 2]
-    slow = sorted(range(len(turns)), key=lambda i: turns[i])[-max(1, len(turns) // 100) - (6 if os.environ.get("GCPROBE_TOP") else 0) :]
+    top = bool(os.environ.get("GCPROBE_TOP"))  # list the slowest calls too
+    slow = sorted(range(len(turns)), key=lambda i: turns[i])[-max(1, len(turns) // 100) - (6 if top else 0) :]
     return {
         "turn_p50": percentile(turns, 50), "turn_p99": percentile(turns, 99), "net_p99": percentile(net, 99),
         "gc_in_slowest": sum(clock.within(*calls[i]) for i in slow) / max(1e-9, sum(turns[i] for i in slow)),
         "gen0": sum(1 for g, *_ in clock.events if g == 0), "gen1": sum(1 for g, *_ in clock.events if g == 1),
-        "gen2": len(full), "gen2_total": sum(full), "gen2_max": max(full, default=0.0),
-        "top": [[i, round(turns[i] * 1000, 1), round(clock.within(*calls[i]) * 1000, 1)] for i in reversed(slow)] if os.environ.get("GCPROBE_TOP") else [],
-        "tracked_end": tracked, "gen2_collected": sum(clock.collected), "cpu": cpu, "commit_cpu": commit_cpu, "put_p99": percentile(puts, 99),
+        "gen2": len(full), "gen2_total": sum(full), "gen2_cpu": sum(clock.cpu), "gen2_max": max(full, default=0.0),
+        "top": [[i, round(turns[i] * 1000, 1), round(clock.within(*calls[i]) * 1000, 1)] for i in reversed(slow)] if top else [],
+        "tracked_end": tracked, "gen2_collected": sum(clock.collected), "cpu": cpu, "commit_cpu": commit_cpu,
+        "put_p99": percentile(puts, 99),
     }  # fmt: skip
 
 

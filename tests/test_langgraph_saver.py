@@ -635,17 +635,15 @@ def test_a_closed_journal_never_touches_its_old_descriptor(tmp_path: Path) -> No
         os.close(other)
 
 
-def _watched_async_run(tmp_path: Path, **options: Any) -> tuple[dict[str, list[tuple[bool, bool]]], list[Any], list[Any]]:
-    """Three real conversations with ainvoke on a saver whose sync methods note, for each
-    call, whether it ran on the event loop's thread and whether it could have waited there
-    (its lease not held, or the saver's lock busy when it started); and the configs alist
-    and list give for one thread."""
+def test_the_async_api_never_runs_the_saver_on_the_event_loop(tmp_path: Path) -> None:
+    # ainvoke of real conversations: every put, write, read and list ran inline on the
+    # loop (an fdatasync or a long decode stalled every other coroutine); now each runs
+    # on a worker thread, as AsyncSqliteSaver's do, and alist gives what list gives
     import threading
 
     from tests.langgraph_graphs import chat_builder
 
-    seen: dict[str, list[tuple[bool, bool]]] = {}
-    loop_thread: list[int] = []
+    seen: dict[str, set[int]] = {}
 
     class Watched(CkptSaver):
         pass
@@ -653,19 +651,15 @@ def _watched_async_run(tmp_path: Path, **options: Any) -> tuple[dict[str, list[t
     for name in ("put", "put_writes", "get_tuple", "list"):
         real = getattr(CkptSaver, name)
 
-        def watched(self: Any, config: Any, *a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
-            on_loop = threading.get_ident() == loop_thread[0]
-            thread = str(config["configurable"]["thread_id"]) if config is not None else None
-            # on the loop, the call found the lock taken already (by `_inline_ok`, not waited for) and held the lease
-            could_wait = thread not in self._leases or not (on_loop and self._lock._is_owned())
-            seen.setdefault(_name, []).append((on_loop, could_wait))
-            return _real(self, config, *a, **k)
+        def watched(self: Any, *a: Any, _real: Any = real, _name: str = name, **k: Any) -> Any:
+            seen.setdefault(_name, set()).add(threading.get_ident())
+            return _real(self, *a, **k)
 
         setattr(Watched, name, watched)
 
-    async def main() -> tuple[list[Any], list[Any]]:
-        loop_thread.append(threading.get_ident())
-        saver = Watched(api.init_store(tmp_path / ".ckpt"), **options)
+    async def main() -> tuple[int, list[Any], list[Any]]:
+        loop_thread = threading.get_ident()
+        saver = Watched(api.init_store(tmp_path / ".ckpt"))
         try:
             graph = chat_builder(turns=150, words=5).compile(checkpointer=saver)
             await asyncio.gather(
@@ -673,74 +667,14 @@ def _watched_async_run(tmp_path: Path, **options: Any) -> tuple[dict[str, list[t
             )
             cfg = {"configurable": {"thread_id": "t1"}}
             via_async = [t.config async for t in saver.alist(cfg)]  # more than one batch
-            return via_async, [t.config for t in CkptSaver.list(saver, cfg)]  # not watched
+            return loop_thread, via_async, [t.config for t in CkptSaver.list(saver, cfg)]  # not watched
         finally:
             saver.close()
 
-    via_async, via_sync = asyncio.run(main())
-    return seen, via_async, via_sync
-
-
-def test_the_async_api_runs_nothing_that_can_wait_on_the_event_loop(tmp_path: Path) -> None:
-    # ainvoke of real conversations: every put, write, read and list ran inline on the
-    # loop (an fdatasync, a lease or a long decode stalled every other coroutine). Now a
-    # call runs on the loop only when it cannot wait (the thread's lease held, the lock
-    # free, no back-pressure, no per-append sync: `_inline_ok`), as AsyncSqliteSaver
-    # serializes on the loop; anything else on a worker thread. alist gives what list gives
-    seen, via_async, via_sync = _watched_async_run(tmp_path)
+    loop_thread, via_async, via_sync = asyncio.run(main())
     assert len(via_async) > 140 and via_async == via_sync
     assert set(seen) == {"put", "put_writes", "get_tuple", "list"}, seen
-    assert not [(name, c) for name, calls in seen.items() for c in calls if c == (True, True)], "a call that could wait ran on the loop"
-    # the first call of each thread takes its lease: off the loop; then the puts and writes of a
-    # running conversation go on the loop, without a hop to a thread (waiting for the GIL there)
-    assert any(on_loop for on_loop, _ in seen["put"]) and any(not on_loop for on_loop, _ in seen["get_tuple"])
-    assert not any(on_loop for on_loop, _ in seen["list"])
-
-
-def test_with_fsync_always_no_async_call_runs_on_the_event_loop(tmp_path: Path) -> None:
-    # each append waits for an fdatasync then: every call goes to a worker thread
-    seen, via_async, via_sync = _watched_async_run(tmp_path, fsync="always")
-    assert via_async == via_sync
-    assert not [(name, c) for name, calls in seen.items() for c in calls if c[0]], "a call ran on the loop"
-
-
-def test_an_async_put_waits_for_a_busy_saver_off_the_event_loop(tmp_path: Path) -> None:
-    # the saver's lock held elsewhere (the commit thread sealing, say) or the backlog over
-    # its bound: the call waits on a worker thread, and the loop goes on meanwhile
-    import threading
-
-    from langgraph.checkpoint.base import empty_checkpoint
-
-    saver = open_saver(tmp_path / ".ckpt")
-    try:
-        cfg = saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, empty_checkpoint(), {}, {})
-        assert "t" in saver._leases  # held: the next put could run on the loop
-
-        async def main() -> int:
-            ticks = 0
-            held, release = threading.Event(), threading.Event()
-
-            def hold() -> None:
-                with saver._lock:
-                    held.set()
-                    release.wait(10)
-
-            holder = threading.Thread(target=hold)
-            holder.start()
-            held.wait(10)
-            put = asyncio.ensure_future(saver.aput(cfg, empty_checkpoint(), {}, {}))
-            while ticks < 20:  # the loop runs while the put waits for the lock
-                await asyncio.sleep(0.001)
-                ticks += 1
-            assert not put.done()
-            release.set()
-            await put
-            holder.join()
-            return ticks
-
-        assert asyncio.run(main()) == 20
-    finally:
-        saver.close()
+    assert all(loop_thread not in threads for threads in seen.values()), seen
 
 
 def _conversation(saver: CkptSaver, thread: str, turns: int) -> list[Any]:

@@ -569,36 +569,11 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
             current_v = int(str(current).split(".")[0])
         return f"{current_v + 1:016}.{random.getrandbits(32):08x}"
 
-    # The async methods. A call that cannot wait for anything runs on the event loop
-    # itself, as AsyncSqliteSaver serializes a checkpoint on the loop: this saver holds the
-    # thread's lease, its lock is free (taken without waiting), nothing is over the
-    # back-pressure bounds and appends are not synced one by one (`fsync="always"`), so
-    # the call is Python work and one write(2) to the journal in the page cache, ~0.1-1 ms.
-    # Any other call runs its sync twin on a worker thread (as aiosqlite does): a put can
-    # wait for an fdatasync, a lease, the saver's lock or the committer (back-pressure), and a
-    # read can decode a long history; none of that may stall the loop. On the loop, the
-    # call does not wait for the interpreter either: on a worker thread, the loop waited for
-    # it to let go of the GIL (up to `sys.getswitchinterval()`, 5 ms, per switch) whenever
-    # it woke (bench/langgraph_production.py's loop-lag row: docs/performance.md). The sync
-    # methods are thread-safe (the saver's lock); one coroutine's calls stay ordered.
-    def _inline_ok(self, thread: str) -> bool:
-        """Whether a call on `thread` may run on the event loop (comment above). True:
-        the saver's lock is held, and the caller releases it after the call."""
-        if self.fsync == "always" or not self._lock.acquire(blocking=False):
-            return False
-        if thread in self._leases and thread not in self._yielding and not self._closed and not self._over_bound():
-            return True
-        self._lock.release()
-        return False
-
+    # Every async method runs its sync twin on a worker thread (as aiosqlite does for
+    # AsyncSqliteSaver): a put can wait for an fdatasync, a lease or the saver's lock,
+    # and a read can decode a long history; none of that may stall the event loop. The
+    # sync methods are thread-safe (the saver's lock); one coroutine's calls stay ordered.
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        conf = config["configurable"]
-        # the newest checkpoint (what a run starts from) is in memory; an older one may be read back from the store
-        if not get_checkpoint_id(config) and self._inline_ok(str(conf["thread_id"])):
-            try:
-                return self.get_tuple(config)
-            finally:
-                self._lock.release()
         return await asyncio.to_thread(self.get_tuple, config)
 
     async def alist(
@@ -621,19 +596,9 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
     async def aput(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
-        if self._inline_ok(str(config["configurable"]["thread_id"])):
-            try:
-                return self.put(config, checkpoint, metadata, new_versions)
-            finally:
-                self._lock.release()
         return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        if self._inline_ok(str(config["configurable"]["thread_id"])):
-            try:
-                return self.put_writes(config, writes, task_id, task_path)
-            finally:
-                self._lock.release()
         await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
