@@ -93,3 +93,29 @@ def test_committed_history_is_not_kept_decoded(tmp_path: Path) -> None:
     mem = chat_builder(steps, words=8).compile(checkpointer=InMemorySaver())
     mem.invoke({"messages": []}, config)
     assert history == [(normalized(s.values), s.next) for s in mem.get_state_history(config)]
+
+
+def test_the_index_of_committed_checkpoints_is_no_work_for_the_collector(tmp_path: Path) -> None:
+    # the saver's index of the store's checkpoints (`StoreIndex.rows`) kept a `Key` (a
+    # dataclass instance) and a tuple holding it per checkpoint: two objects the collector
+    # walks on each full pass for every checkpoint the store holds, in every turn one lands
+    # in. Its rows are plain tuples of str and int now, which the collector stops tracking
+    from ckptcli.adapters.langgraph.layout import Key
+
+    saver = CkptSaver.open(tmp_path / ".ckpt")
+    try:
+        graph = chat_builder(120, words=8).compile(checkpointer=saver)
+        graph.invoke({"messages": []}, {"configurable": {"thread_id": "t"}})
+        saver.flush()
+        saver._index.keys()  # the catalog read too, as a saver reads it on opening and deleting
+        rows = saver._index.rows["t"]
+        assert len(rows) > 100
+        gc.collect()
+        gc.collect()  # a row's inner tuple is untracked by one pass, the row by the next
+        assert not any(gc.is_tracked(r) for r in rows.values())
+        assert _live(Key) == 0
+        # what reads the rows still gets whole keys
+        keys = saver._index.thread_keys("t")
+        assert len(keys) == len(rows) and all(isinstance(k, Key) and k.thread_id == "t" for rs in keys.values() for *_x, k in rs)
+    finally:
+        saver.close()

@@ -12,27 +12,36 @@ from ckptcli.errors import CkptError, CorruptError, NotFoundError
 from ckptcli.format.manifest import Manifest
 from ckptcli.store.repository import Store
 
-__all__ = ["StoreIndex", "StoreKeys"]
+__all__ = ["Row", "StoreIndex", "StoreKeys", "make_row"]
 
 #: (thread, namespace, checkpoint id) -> [(rev, created, manifest id, key)]
 StoreKeys = dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]]
+#: a checkpoint's row in `StoreIndex.rows`: (rev, created, (thread, namespace, id, parent id, rev)), plain
+#: tuples of str and int, which Python's garbage collector stops tracking once it has seen them (a `Key`
+#: it walks on every full collection of the host process: one per checkpoint of the store)
+Row = tuple[int, int, tuple[str, str, str, str | None, int]]
+
+
+def make_row(rev: int, created: int, k: Key) -> Row:
+    """The row of checkpoint `k` (`Row`)."""
+    return rev, created, (k.thread_id, k.ns, k.checkpoint_id, k.parent_id, k.rev)
 
 
 class StoreIndex:
     """`known`: every manifest of the store seen -> its LangGraph thread (None: not a
     LangGraph checkpoint; None as a whole until the catalog was first read); `rows`:
-    each thread's (rev, created, key) by manifest id."""
+    each thread's rows (`Row`: rev, created, key) by manifest id."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self.known: dict[bytes, str | None] | None = None
-        self.rows: dict[str, dict[bytes, tuple[int, int, Key]]] = {}
+        self.rows: dict[str, dict[bytes, Row]] = {}
 
     def add(self, mid: bytes, rev: int, created: int, k: Key) -> None:
         """Note a checkpoint this saver wrote (without reading it back), once `known` is there."""
         if self.known is not None:
             self.known[mid] = k.thread_id
-            self.rows.setdefault(k.thread_id, {})[mid] = (rev, created, k)
+            self.rows.setdefault(k.thread_id, {})[mid] = make_row(rev, created, k)
 
     def keys(self, thread: str | None = None) -> dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]]:
         """Every LangGraph checkpoint in the store (of `thread`): key -> [(rev, created, manifest id, key)].
@@ -48,7 +57,7 @@ class StoreIndex:
         out: dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]] = {}
         subject = layout.subject_for(thread) if thread is not None else None
         known: dict[bytes, str | None] = {}
-        rows: dict[str, dict[bytes, tuple[int, int, Key]]] = {}
+        rows: dict[str, dict[bytes, Row]] = {}
         for cid, row in catalog.rows(self.store).items():
             known[cid] = None
             if subject is not None and (row[1], row[2]) != (subject.kind, subject.name):
@@ -58,7 +67,7 @@ class StoreIndex:
                 continue
             k, summary = found
             known[cid] = k.thread_id
-            rows.setdefault(k.thread_id, {})[cid] = (k.rev, summary.created_ns, k)
+            rows.setdefault(k.thread_id, {})[cid] = make_row(k.rev, summary.created_ns, k)
             if thread is None or k.thread_id == thread:
                 out.setdefault((k.thread_id, k.ns, k.checkpoint_id), []).append((k.rev, summary.created_ns, cid, k))
         if thread is None:
@@ -95,11 +104,11 @@ class StoreIndex:
             k = layout.key_of(m.subject, m.labels)
             known[cid] = k.thread_id if k is not None else None
             if k is not None:
-                rows.setdefault(k.thread_id, {})[cid] = (k.rev, m.created_ns, k)
+                rows.setdefault(k.thread_id, {})[cid] = make_row(k.rev, m.created_ns, k)
         if damaged:
             more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
             self.store.warn(f"checkpoint {damaged[0][0].hex()[:12]}{more} is left out: {damaged[0][1]}; run `ckpt verify`")
         out: dict[tuple[str, str, str], list[tuple[int, int, bytes, Key]]] = {}
-        for cid, (rev, created, k) in rows.get(thread, {}).items():
-            out.setdefault((k.thread_id, k.ns, k.checkpoint_id), []).append((rev, created, cid, k))
+        for cid, (rev, created, kt) in rows.get(thread, {}).items():
+            out.setdefault(kt[:3], []).append((rev, created, cid, Key(*kt)))
         return out

@@ -272,8 +272,8 @@ class ThreadOps:
             self.saver._index.thread_keys(min(wanted))  # brings `_known_rows` up to date, for every thread
         out: set[bytes] = set()
         for thread in wanted:
-            for cid, (_rev, _created, k) in self.saver._index.rows.get(thread, {}).items():
-                if thread in threads or (k.thread_id, k.ns, k.checkpoint_id) in gone:
+            for cid, (_rev, _created, kt) in self.saver._index.rows.get(thread, {}).items():
+                if thread in threads or kt[:3] in gone:
                     out.add(cid)
         return out
 
