@@ -35,6 +35,11 @@ def set_info_handler(handler: Handler | None) -> None:
     _info = handler
 
 
+def info_handler() -> Handler | None:
+    """The handler of `info` messages, or None."""
+    return _info
+
+
 def info(message: str) -> None:
     """Tell the user something through the handler set (nothing when none is)."""
     if _info is not None:

@@ -215,3 +215,22 @@ def test_a_take_that_latest_passed_over_says_so(capsys: pytest.CaptureFixture[st
     assert "latest of agent:z stays at a newer checkpoint" in capsys.readouterr().err
     take_cmd._report(result, None, as_json=True)
     assert json.loads(capsys.readouterr().out)["latest_moved"] is False
+
+
+def test_an_in_process_run_gives_the_caller_its_notice_handlers_back(tmp_path: Path) -> None:
+    """`app.run` left the CLI's warning handler installed: every store opened later in the
+    process printed its warnings instead of giving them to the caller (a library's
+    ThreadForkWarning was never raised in a test run after a CLI test)."""
+    from ckptcli import notices
+    from ckptcli.cli.app import run
+
+    mine: list[str] = []
+    notices.set_handler(mine.append)
+    try:
+        assert run(["--store", str(tmp_path / "none"), "ls"]) == 10
+        assert notices.handler() == mine.append and notices.info_handler() is None
+        notices.set_handler(None)
+        run(["--version"])
+        assert notices.handler() is None
+    finally:
+        notices.set_handler(None)

@@ -393,6 +393,9 @@ def warn(message: str) -> None:
 
 def run(argv: list[str] | None = None) -> int:
     """Entry point: runs the app and turns every failure into one line and an exit code."""
+    # the CLI's handlers for the run; the caller's come back at its end (a caller that runs
+    # the CLI in-process keeps its own, and stores it opens later do not print)
+    handlers = (notices.handler(), notices.info_handler())
     notices.set_handler(warn)
     from ckptcli.cli.output import notice
 
@@ -409,6 +412,8 @@ def run(argv: list[str] | None = None) -> int:
     finally:
         restore()
         command.set_command(None)
+        notices.set_handler(handlers[0])
+        notices.set_info_handler(handlers[1])
 
 
 def _for_records(args: list[str]) -> list[str]:
