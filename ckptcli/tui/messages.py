@@ -54,3 +54,22 @@ class DiffReady(Message):
 @dataclass
 class DiffFailed(Message):
     error: str
+
+
+@dataclass
+class ViewValue(Message):
+    """Open a value whole in the value viewer; with `changed`, `old` is the value before a
+    change (ckptcli.tui.valuetext.MISSING: it was added), for a line diff of before and after."""
+
+    title: str
+    value: Any
+    old: Any = None
+    changed: bool = False
+
+
+@dataclass
+class JumpDone(Message):
+    """A jump (`]e`: the next error, ...) ended: the row found, or None."""
+
+    what: str
+    row: int | None

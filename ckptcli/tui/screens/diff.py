@@ -10,13 +10,13 @@ from typing import Any, ClassVar
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Header, Static
 
 from ckptcli.errors import CkptError
 from ckptcli.history.render import Line, render_changes
 from ckptcli.history.timeline import Timeline, state_changes
 from ckptcli.tui.messages import DiffFailed, DiffReady
-from ckptcli.tui.screens.base import BaseScreen
+from ckptcli.tui.screens.base import BaseScreen, KeyFooter
 from ckptcli.tui.session import Session
 from ckptcli.tui.widgets import VirtualList, styled_lines
 
@@ -72,7 +72,7 @@ class DiffScreen(BaseScreen):
         yield Header()
         yield Static(self.title_text, id="diff-title", classes="pane-title")
         yield VirtualList(self._render_line, len(self.lines), id="diff")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = self.title_text
