@@ -82,6 +82,7 @@ def test_diff_lines_of_a_changed_value() -> None:
 
 def test_wrap_and_short_labels() -> None:
     assert wrap(["abcdefghij", "xy"], 8) == [(0, "abcdefgh"), (0, "ij"), (1, "xy")]
+    assert wrap(["one two three four"], 9) == [(0, "one two "), (0, "three "), (0, "four")]  # after a space
     assert short_label("0" * 32) == "00000000…" and short_label("6f1c2b9e-7d4a-4c3b-9a1e-2f5d8c7b6a90") == "6f1c2b9e…"
     assert short_label("4711") == "4711" and short_label("deadbeef") == "deadbeef"  # short hex: a word
 

@@ -90,14 +90,25 @@ def diff_lines(old: Any, new: Any) -> list[tuple[str, str]]:
 
 
 def wrap(lines: list[str], width: int) -> list[tuple[int, str]]:
-    """Each line cut into pieces of at most `width` characters: (the line's index, the piece)."""
+    """Each line cut into pieces of at most `width` characters, after a space when there
+    is one in the piece's second half (else inside a word): (the line's index, the piece).
+    The pieces of a line joined give the line."""
     width = max(8, width)
     out: list[tuple[int, str]] = []
     for i, line in enumerate(lines):
-        if len(line) <= width:
+        n = len(line)
+        if n <= width:
             out.append((i, line))
             continue
-        out.extend((i, line[at : at + width]) for at in range(0, len(line), width))
+        at = 0
+        while at < n:
+            end = at + width
+            if end < n:
+                space = line.rfind(" ", at + width // 2, end)
+                if space >= 0:
+                    end = space + 1
+            out.append((i, line[at:end]))
+            at = end
     return out
 
 

@@ -61,7 +61,7 @@ def value_label(key: Any, value: Any, width: int = 60) -> Text:
     if msg is None:
         return Text(label_of(key, value, width))
     role, words = msg
-    t = Text(f"[{key}] " if isinstance(key, int) else f"{key}: ", style="dim")
+    t = Text.assemble((f"[{key}] " if isinstance(key, int) else f"{key}: ", "dim"))
     t.append(role, style=ROLE_STYLES.get(role, "bold magenta"))
     t.append(": " + words)
     return t
@@ -310,7 +310,7 @@ class ValueTree(Tree[Slot]):
     ) -> None:
         """Show `value`; `removed`: path -> old value of what a step removed (drawn struck out);
         `olds`: path -> the value a step replaced (the value viewer shows the diff)."""
-        self.title = label
+        self.title = label.split(" (")[0]  # "memory (map, 12 keys)": the viewer's title says what it is
         self.olds = dict(olds or {})
         self.marks = dict(marks or {})
         self._ancestors = {path[:i] for path in self.marks for i in range(len(path))}

@@ -21,7 +21,7 @@ LIST_KEYS = [
     ("ctrl+u ctrl+d", "half a page up or down"),
     ("Home End  g G", "the first or last row (on the timeline, g asks for a seq)"),
     ("Enter", "open the row (a checkpoint, an event, a value; a more… node of a tree)"),
-    ("v", "the value under the cursor whole (a tree's node, a plan item, a tool call, an event, a change)"),
+    ("v", "the value under the cursor, whole (a node, a plan item, a tool call, an event, a change)"),
     ("Tab", "the next pane; Esc goes back one pane, then one screen"),
 ]
 MOUSE = [

@@ -164,15 +164,17 @@ class HistoryScreen(BaseScreen):
         if n is None:
             detail.update("no checkpoints" + (" match the filter" if self.query_text.strip() else ""), layout=False)
             return
+        # four lines that each fit 80 columns for a plain checkpoint: the id and kind; the
+        # subject, time and relations; schema, refs and labels; the message
         t = Text()
         t.append(n.hex, style="bold yellow")
         t.append(f"  {n.kind}", style=KIND_STYLES.get(n.kind, ""))
-        if n.schema_version is not None:
-            t.append(f"  schema {n.schema_version}", style="dim")
         parents = ", ".join(p.hex()[:12] for p in n.parents) or "none (a root)"
         children = self.history.children.get(n.id, [])
-        t.append(f"\n{n.subject}  {n.time}  parents: {parents}  children: {len(children)}")
+        t.append(f"\n{n.subject}  {n.time[:19].replace('T', ' ')}  parents: {parents}  children: {len(children)}")
         t.append("\n")
+        if n.schema_version is not None:
+            t.append(f"schema {n.schema_version}  ", style="dim")
         refs = self.history.ref_names(n.id)
         if refs:
             t.append_text(refs_text(refs))

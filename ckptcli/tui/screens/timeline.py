@@ -36,6 +36,8 @@ from ckptcli.tui.session import Host, Session
 from ckptcli.tui.valuetext import MISSING
 from ckptcli.tui.widgets import ValueTree, VirtualList, path_text, styled_lines
 
+#: An event list narrower than this leaves out the events' times (the header shows the time at the cursor).
+NARROW_LIST = 56
 #: A state this many reducer applications away is replayed at once, on the UI thread.
 SYNC_COST = 64
 KIND_STYLES = {
@@ -72,7 +74,7 @@ JUMPS: dict[str, tuple[str, Callable[[Event], bool]]] = {
 class TailList(VirtualList):
     """The event list: `g` asks for a seq (Enter on nothing: the first row), as before the vim keys."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("g", "screen.goto", "Go to seq", show=False)]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("g", "screen.goto", "Go to seq")]
 
 
 class TimelineScreen(BaseScreen):
@@ -169,7 +171,8 @@ class TimelineScreen(BaseScreen):
             t.append(row.summary, style="italic")
             return t
         t.append(f"{'#' + str(row.seq):>8} ", style="dim")
-        t.append(row.time[11:23] + " ", style="dim")
+        if self.events.size.width >= NARROW_LIST:  # a narrow list keeps its width for the summary
+            t.append(row.time[11:23] + " ", style="dim")
         t.append("↳ " if row.cause is not None else "▸ ", style="dim" if row.cause is not None else "bold")
         style = KIND_STYLES.get(row.kind, "magenta")
         if row.kind == "tool.result":  # the outcome's colour: green ok, red failed
