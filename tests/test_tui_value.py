@@ -303,8 +303,10 @@ def test_jumps_to_the_next_and_previous_error_tool_call_failure_plan_change(demo
             await settle(pilot)
             return int(events.cursor)
 
-        assert await jump("right_square_bracket", "e") == errors[0]
-        assert await jump("right_square_bracket", "e") == errors[1]
+        assert screen.jump_rows is None
+        assert await jump("right_square_bracket", "e") == errors[0]  # found by reading events from the cursor
+        assert screen.jump_rows is not None and list(screen.jump_rows["e"]) == errors  # the index read meanwhile
+        assert await jump("right_square_bracket", "e") == errors[1]  # looked up
         assert await jump("left_square_bracket", "e") == errors[0]
         assert await jump("home", "right_square_bracket", "f") == failures[0]
         assert await jump("home", "right_square_bracket", "t") == calls[0]
@@ -315,5 +317,8 @@ def test_jumps_to_the_next_and_previous_error_tool_call_failure_plan_change(demo
         at = events.cursor
         await pilot.press("right_square_bracket", "x")  # not a jump: nothing moves
         assert events.cursor == at
+        screen.jump_rows = None  # the same without the index
+        assert await jump("home", "right_square_bracket", "p") == plans[0]
+        assert await jump("left_square_bracket", "p") == plans[-1]
 
     run(path, scenario, checkpoint=ids["recorded"], view="timeline")

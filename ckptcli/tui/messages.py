@@ -73,3 +73,11 @@ class JumpDone(Message):
 
     what: str
     row: int | None
+
+
+@dataclass
+class JumpIndexReady(Message):
+    """The rows of every sort of jump (ckptcli.tui.screens.timeline.JUMPS), read once from the
+    whole tail: later jumps look them up instead of reading events."""
+
+    rows: dict[str, Any]

@@ -12,6 +12,8 @@ and any jump costs at most `Timeline.every` applications.
 from __future__ import annotations
 
 import time
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -30,7 +32,7 @@ from ckptcli.history.change import Change
 from ckptcli.history.events import Event
 from ckptcli.history.render import Line, change_line, describe
 from ckptcli.history.timeline import STOP_CHECK_EVERY, StepView, Stopped, Timeline
-from ckptcli.tui.messages import JumpDone, PrefillDone, SearchDone, StateFailed, StateReady, ViewValue
+from ckptcli.tui.messages import JumpDone, JumpIndexReady, PrefillDone, SearchDone, StateFailed, StateReady, ViewValue
 from ckptcli.tui.screens.base import BaseScreen, KeyFooter, mark_text
 from ckptcli.tui.session import Host, Session
 from ckptcli.tui.valuetext import MISSING
@@ -110,6 +112,8 @@ class TimelineScreen(BaseScreen):
         self.start_row = row
         self.step_changes: dict[int, Change] = {}
         self.jump_direction = 0  # `]` or `[` pressed: the next key says what to jump to
+        self.jump_rows: dict[str, array[int]] | None = None  # JUMPS key -> its rows, once the tail was read
+        self.indexing = False
         self.ck = session.checkpoint(cid)
         # raises NotFoundError (no events section) before the screen is shown
         self.model = Timeline.open(self.ck, reducers=session.reducers)
@@ -153,6 +157,8 @@ class TimelineScreen(BaseScreen):
             self._request(0)
         if not self.prefilled and self.session.prefill:
             self.call_after_refresh(self._prefill)
+        elif self.session.prefill:
+            self.call_after_refresh(self._start_index)
 
     @property
     def events(self) -> VirtualList:
@@ -256,6 +262,7 @@ class TimelineScreen(BaseScreen):
         self.prefilled = True
         self.ckpt_app.settle()
         self.query_one("#tl-title", Static).update(self._title(), layout=False)
+        self._start_index()
 
     def _show_header(self, r: int) -> None:
         try:
@@ -319,6 +326,7 @@ class TimelineScreen(BaseScreen):
             return
         self.workers.cancel_group(self, "replay")
         self.workers.cancel_group(self, "search")
+        self.workers.cancel_group(self, "index")
         self.app.pop_screen()
 
     def action_goto(self) -> None:
@@ -456,8 +464,50 @@ class TimelineScreen(BaseScreen):
             self.jump_to(event.character, direction)
 
     def jump_to(self, key: str, direction: int) -> None:
-        """Move to the next row (`direction` -1: the previous) of the sort JUMPS[key] names."""
-        self._jump(key, self.events.cursor, direction)
+        """Move to the next row (`direction` -1: the previous) of the sort JUMPS[key] names:
+        looked up in the index of the tail's rows once it is read (in the background, after
+        the replay of the tail), else found by reading events from the cursor on."""
+        if self.jump_rows is None:
+            self._start_index()
+            self._jump(key, self.events.cursor, direction)
+            return
+        rows = self.jump_rows[key]
+        at = self.events.cursor
+        found: int | None = None
+        if rows:
+            if direction > 0:
+                i = bisect_right(rows, at)
+                found = rows[i] if i < len(rows) else rows[0]
+            else:
+                i = bisect_left(rows, at) - 1
+                found = rows[i] if i >= 0 else rows[-1]
+        self.on_jump_done(JumpDone(JUMPS[key][0], None if found == at else found))
+
+    def _start_index(self) -> None:
+        if self.jump_rows is None and not self.indexing:
+            self.indexing = True
+            self._index()
+
+    @work(thread=True, exclusive=True, group="index")
+    def _index(self) -> None:
+        worker = get_current_worker()
+        should_stop = self._stopper(worker)
+        tests = [(k, test) for k, (_what, test) in JUMPS.items()]
+        rows: dict[str, array[int]] = {k: array("i") for k in JUMPS}
+        try:
+            for r in range(1, len(self.model)):
+                if r % STOP_CHECK_EVERY == 0 and should_stop():
+                    return
+                ev = self.model.event(r - 1, keep=False)
+                for k, test in tests:
+                    if test(ev):
+                        rows[k].append(r)
+        except CkptError:
+            return  # an event that does not fit: jumps keep reading events
+        self.post_message(JumpIndexReady(rows))
+
+    def on_jump_index_ready(self, message: JumpIndexReady) -> None:
+        self.jump_rows = message.rows
 
     @work(thread=True, exclusive=True, group="search")
     def _jump(self, key: str, start: int, direction: int) -> None:
