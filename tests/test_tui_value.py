@@ -322,3 +322,53 @@ def test_jumps_to_the_next_and_previous_error_tool_call_failure_plan_change(demo
         assert await jump("left_square_bracket", "p") == plans[-1]
 
     run(path, scenario, checkpoint=ids["recorded"], view="timeline")
+
+
+def test_enter_on_a_diff_line_shows_the_change_whole(demo: tuple[Path, dict[str, bytes]]) -> None:
+    from ckptcli.tui.screens.diff import DiffScreen
+    from ckptcli.tui.screens.value import ValueScreen
+
+    path, ids = demo
+
+    async def scenario(pilot: Any) -> None:
+        await pilot.press("home", "m", "end", "d")
+        await settle(pilot)
+        diff = pilot.app.screen
+        assert isinstance(diff, DiffScreen)
+        lst = diff.query_one("#diff", VirtualList)
+        at = next(i for i, (_k, t) in enumerate(diff.lines) if t.startswith("+ orders:"))
+        assert diff.lines[at][1].endswith("(5 keys)")  # cut on its line
+        lst.set_cursor(at)
+        await pilot.press("enter")
+        viewer = pilot.app.screen
+        assert isinstance(viewer, ValueScreen) and viewer.title_text.endswith(": memory.orders")
+        assert viewer.kinds.count("add") == len(viewer.lines) and '+  "4705": "shipped"' in viewer.lines  # whole, all added
+        await pilot.press("escape")
+        assert pilot.app.screen is diff
+        lst.set_cursor(0)  # the header: no value
+        await pilot.press("v")
+        assert pilot.app.screen is diff
+
+    run(path, scenario, checkpoint=ids["recorded"], view="timeline")
+
+
+def test_enter_on_a_checkpoint_diff_line_shows_before_and_after(demo: tuple[Path, dict[str, bytes]]) -> None:
+    from ckptcli.tui.screens.diff import DiffScreen
+    from ckptcli.tui.screens.value import ValueScreen
+
+    path, ids = demo
+
+    async def scenario(pilot: Any) -> None:
+        screen = pilot.app.screen
+        screen.list.set_cursor(next(i for i, n in enumerate(screen.rows) if n.id == ids["fork2"]))
+        await pilot.press("d")  # from its parent, the fork: memory.mood calm -> curious
+        await settle(pilot)
+        diff = pilot.app.screen
+        assert isinstance(diff, DiffScreen)
+        at = next(i for i, (_k, t) in enumerate(diff.lines) if "mood" in t)
+        diff.query_one("#diff", VirtualList).set_cursor(at)
+        await pilot.press("v")
+        viewer = pilot.app.screen
+        assert isinstance(viewer, ValueScreen) and viewer.lines == ["@@ -1 +1 @@", "-calm", "+curious"]
+
+    run(path, scenario)

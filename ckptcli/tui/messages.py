@@ -49,6 +49,8 @@ class DiffReady(Message):
 
     lines: list[Line]
     patch: list[dict[str, Any]]
+    #: line index -> the change it shows (what Enter or v opens in the value viewer)
+    changes: dict[int, Any] | None = None
 
 
 @dataclass
