@@ -19,13 +19,21 @@ checkpoint with a 100,000-event tail, then measures:
   background replay has kept a state every 1,000 events);
 - the in-process UI work of one move (the screen's handler: the state, the changes, the
   tree, and drawing the visible rows), without the terminal;
+- the value viewer (in-process): Enter on a leaf holding a 1 MB string until the viewer's
+  first line is drawn (the string wrapped to the width);
+- jumps (in-process): `]e`, the next error, until the cursor is on it and drawn: once
+  the background scan has indexed the tail's errors, tool calls, failures and plan
+  changes (and how long that scan takes), and before it, when the events from the
+  cursor on are read (the nearest error, and a sort the tail does not have: every
+  event read);
 - memory: the TUI process's RSS (VmRSS, and its peak VmHWM) after opening the tail, after
   scrolling through 10,000 events with PageDown, and after the background replay went
   through all 100,000; and, for comparison, the peak RSS of decoding the whole tail
   (`replay.load_tail`, what `ckpt replay` does).
 
 Prints a table with the targets (first paint < 1 s; a cursor move drawn within 50 ms at
-the median and 100 ms at p95; memory bounded) and PASS/FAIL. Medians over --runs.
+the median and 100 ms at p95; the value viewer on 1 MB and a jump to the next error
+within 200 ms; memory bounded) and PASS/FAIL. Medians over --runs.
 """
 
 from __future__ import annotations
@@ -53,6 +61,10 @@ MOVE_MEDIAN_TARGET = 0.050
 MOVE_P95_TARGET = 0.100
 #: RSS growth allowed from the open timeline to after scrolling 10,000 events
 SCROLL_GROWTH_TARGET_MIB = 64
+#: the value viewer open on a 1 MB string, a jump to the next error
+VIEWER_TARGET = 0.200
+JUMP_TARGET = 0.200
+BIG_VALUE = 1_000_000
 T0 = 1_767_225_600 * 10**9
 SIZE = (120, 40)
 
@@ -246,6 +258,146 @@ async def _inner_moves(pilot: Any, app: Any) -> dict[str, float]:
             times[name].append(time.perf_counter() - t)
             await pilot.pause(0)
     return {f"ui_{k}_median_s": statistics.median(v) for k, v in times.items()} | {f"ui_{k}_max_s": max(v) for k, v in times.items()}
+
+
+def build_big_value(path: Path) -> None:
+    """A store with one checkpoint whose memory holds a 1 MB string (words, one line)."""
+    import ckptcli
+    from ckptcli.api import take
+
+    rng = random.Random(11)
+    words = ["order", "refund", "policy", "customer", "never", "always", "cite", "number", "answer", "politely"]
+    text = ""
+    while len(text) < BIG_VALUE:
+        text += " ".join(rng.choice(words) for _ in range(1000)) + " "
+    take(ckptcli.init_store(path), {"memory": {"prompt": text[:BIG_VALUE]}}, subject="agent:big", message="a 1 MB value")
+
+
+def _is_error(ev: Any) -> bool:
+    """What `]e` jumps to (ckptcli.tui.screens.timeline.JUMPS)."""
+    from ckptcli.tui.screens.timeline import JUMPS
+
+    return bool(JUMPS["e"][1](ev))
+
+
+def _inner_viewer_and_jumps(big: str, tail: str, ref: str, runs: int) -> dict[str, float]:
+    """Runs in a child process: the value viewer on a 1 MB string; jumps on the tail."""
+    import asyncio
+
+    from ckptcli.api import open_store
+    from ckptcli.tui.app import CkptApp, open_session
+    from ckptcli.tui.screens.value import ValueScreen
+    from ckptcli.tui.widgets import ValueTree, VirtualList
+
+    out: dict[str, float] = {}
+
+    async def until(check: Any, timeout: float = 60.0) -> None:
+        give_up = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > give_up:
+                raise TimeoutError(f"bench.tui: waited {timeout:.0f} s for the TUI")
+            await asyncio.sleep(0.0005)
+
+    async def viewer() -> None:
+        st = open_store(Path(big))
+        app = CkptApp(open_session(st, prefill=False), checkpoint=st.resolve("agent:big"), view="checkpoint", blink=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("2")
+            tree = app.screen.query_one("#memory-tree", ValueTree)
+            tree.move_cursor(tree.root.children[0])
+            await pilot.pause()
+            times = []
+            for _ in range(max(runs, 5)):
+                t = time.perf_counter()
+                await pilot.press("enter")
+                await until(lambda: isinstance(app.screen, ValueScreen) and app.screen.query_one("#value", VirtualList).first_render_at)
+                times.append(app.screen.query_one("#value", VirtualList).first_render_at - t)
+                assert len(app.screen.value) == BIG_VALUE
+                await pilot.press("escape")
+                await pilot.pause()
+            out["viewer_median_s"] = statistics.median(times)
+            out["viewer_max_s"] = max(times)
+
+    async def jumps(prefill: bool) -> None:
+        st = open_store(Path(tail))
+        app = CkptApp(open_session(st, prefill=prefill), checkpoint=st.resolve(ref), view="timeline", blink=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            screen = app.screen
+            events = screen.events
+            drawn: dict[int, float] = {}
+            draw = events.render_line
+
+            def spy(y: int) -> Any:
+                index = int(events.scroll_offset.y) + y
+                if index == events.cursor:
+                    drawn.setdefault(index, time.perf_counter())
+                return draw(y)
+
+            events.render_line = spy
+
+            async def jump(keys: tuple[str, ...], target: int, timeout: float = 60.0) -> float:
+                # from the key to the frame that draws the cursor on the row jumped to
+                drawn.clear()
+                t = time.perf_counter()
+                await pilot.press(*keys)
+                await until(lambda: target in drawn, timeout)
+                got = drawn[target] - t
+                await app.workers.wait_for_complete([w for w in app.workers if w.group == "replay"])  # the next starts quiet
+                return got
+
+            if not prefill:
+                # before the index: the events from the cursor on are read (a worker)
+                screen.indexing = True  # no index scan in this app
+                errors = [r for r in range(1, 3000) if _is_error(screen.model.event(r - 1))]
+                out["jump_scan_near_median_s"] = statistics.median([await jump(("right_square_bracket", "e"), r) for r in errors[:10]])
+                t = time.perf_counter()
+                await pilot.press("right_square_bracket", "c")  # a sort the tail does not have: every event read
+                await until(lambda: any("no other" in n.message for n in app._notifications), 600)
+                out["jump_scan_none_s"] = time.perf_counter() - t
+                return
+            # as `ckpt tui` runs: the background replay keeps a state every 1,000 events, then
+            # the scan indexes the tail; jumps then look their row up
+            t = time.perf_counter()
+            await until(lambda: screen.jump_rows is not None, 900)
+            out["prefill_and_index_s"] = time.perf_counter() - t
+            rows = list(screen.jump_rows["e"])
+            picks = [rows[i] for i in range(0, len(rows), max(1, len(rows) // 20))][:20]
+            warm = []
+            for target in picks:
+                events.set_cursor(max(0, target - 1 - (target % 500)))  # somewhere before it
+                await pilot.pause()
+                warm.append(await jump(("right_square_bracket", "e"), next(r for r in rows if r > events.cursor)))
+            events.set_cursor(0)
+            await pilot.pause()
+            warm.append(await jump(("left_square_bracket", "e"), rows[-1]))  # wraps around, to the tail's last error
+            out["jump_indexed_median_s"] = statistics.median(warm)
+            out["jump_indexed_max_s"] = max(warm)
+
+    asyncio.run(viewer())
+    asyncio.run(jumps(prefill=False))
+    asyncio.run(jumps(prefill=True))
+    return out
+
+
+def viewer_and_jumps(workdir: Path, tail: Path, ref: str, runs: int) -> dict[str, Any]:
+    big = workdir / "big-value"
+    if not (big / ".bench-complete").exists():
+        if big.exists():
+            import shutil
+
+            shutil.rmtree(big)
+        build_big_value(big)
+        (big / ".bench-complete").write_text("ok\n")
+    code = (
+        "import json; from bench.tui import _inner_viewer_and_jumps; "
+        f"print(json.dumps(_inner_viewer_and_jumps({str(big)!r}, {str(tail)!r}, {ref!r}, {runs})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
 def inprocess(store: Path, ref: str | None, runs: int) -> dict[str, Any]:
@@ -482,6 +634,8 @@ def main() -> int:
     log("real terminal (tail)")
     r["terminal_tail"] = terminal_tail(tail, ref, runs, events)
     r["whole_tail_peak_rss_kib"] = whole_tail_rss(tail, ref)
+    log("value viewer and jumps (in-process)")
+    r["viewer_jumps"] = viewer_and_jumps(args.workdir, tail, ref, runs)
     report(r)
     if args.json:
         args.json.write_text(json.dumps(r, indent=2))
@@ -498,6 +652,7 @@ def _mib(kib: float) -> str:
 
 def report(r: dict[str, Any]) -> None:
     ips, ipt, ts, tt = r["inprocess_store"], r["inprocess_tail"], r["terminal_store"], r["terminal_tail"]
+    vj = r["viewer_jumps"]
     n, e = f"{r['checkpoints']:,}", f"{r['events']:,}"
     fp = f"< {FIRST_PAINT_TARGET:.0f} s"
     mv = f"< {_ms(MOVE_MEDIAN_TARGET)} / {_ms(MOVE_P95_TARGET)}"
@@ -563,6 +718,25 @@ def report(r: dict[str, Any]) -> None:
             f"{_mib(tt['rss_after_10k_kib'])} / {_mib(tt['rss_after_20k_kib'])}",
             f"+ < {SCROLL_GROWTH_TARGET_MIB} MiB",
             verdict(growth < SCROLL_GROWTH_TARGET_MIB * 1024),
+        ],
+        [
+            f"value viewer on a {BIG_VALUE // 1_000_000} MB string: Enter to first line (median / max)",
+            f"{_ms(vj['viewer_median_s'])} / {_ms(vj['viewer_max_s'])}",
+            f"< {_ms(VIEWER_TARGET)}",
+            verdict(vj["viewer_median_s"] < VIEWER_TARGET),
+        ],
+        [
+            "]e next error, indexed: key to frame (median / max)",
+            f"{_ms(vj['jump_indexed_median_s'])} / {_ms(vj['jump_indexed_max_s'])}",
+            f"< {_ms(JUMP_TARGET)}",
+            verdict(vj["jump_indexed_median_s"] < JUMP_TARGET),
+        ],
+        [f"  the background replay and the scan that indexes the {e} events", _ms(vj["prefill_and_index_s"]), "", ""],
+        [
+            "]e before the index: nearest error / a sort the tail lacks (all read)",
+            f"{_ms(vj['jump_scan_near_median_s'])} / {_ms(vj['jump_scan_none_s'])}",
+            "",
+            "",
         ],
         ["peak RSS of the TUI, whole run", _mib(tt["hwm_end_kib"]), "", ""],
         ["peak RSS of decoding the whole tail (load_tail)", _mib(r["whole_tail_peak_rss_kib"]), "", ""],

@@ -560,6 +560,8 @@ def test_timeline_goto_search_mark_diff_copy(demo: tuple[Path, dict[str, bytes]]
         assert pilot.app.clipboard == ids["recorded"].hex()
         await pilot.press("s")
         assert screen.query_one("#state").has_focus
+        await pilot.press("escape")  # one pane back: the events
+        assert pilot.app.screen is screen and screen.query_one("#events").has_focus
         await pilot.press("escape")  # opened with --timeline: back to the history, at that checkpoint
         history = pilot.app.screen
         assert isinstance(history, HistoryScreen) and history.rows[history.list.cursor].id == ids["recorded"]

@@ -96,3 +96,47 @@ def test_diff_of_two_timeline_points(snap_compare: Any, make_app: Factory) -> No
 
 def test_help(snap_compare: Any, make_app: Factory) -> None:
     assert snap_compare(make_app(), terminal_size=SIZE, run_before=keys("question_mark"))
+
+
+# -- issue 19: the value viewer, the chat view, 80x24 ------------------------------------------------------
+PROMPT = " ".join(f"Rule {i}: answer politely, cite the order number, never promise a refund." for i in range(60))
+
+
+@pytest.fixture(scope="module")
+def prompt_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store with one checkpoint holding a 4,000-character system prompt (fixed time: a fixed id)."""
+    from tests.tui_data import write
+
+    root = tmp_path_factory.mktemp("prompt")
+    store = ckptcli.init_store(root / ".ckpt")
+    write(
+        store,
+        {"memory": {"system_prompt": PROMPT, "turns": 3}, "plan": [], "tools": []},
+        subject="agent:prompted",
+        at=0,
+        message="long prompt",
+    )
+    return root
+
+
+def test_value_viewer_long_text(snap_compare: Any, prompt_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(prompt_root)
+    store = ckptcli.open_store(Path(".ckpt"))
+    app = CkptApp(open_session(store, prefill=False), checkpoint=store.resolve("agent:prompted"), view="checkpoint", blink=False)
+    assert snap_compare(app, terminal_size=SIZE, run_before=keys("2", "down", "enter", "slash", *"rule 17:", "enter"))
+
+
+def test_value_viewer_diff_of_a_changed_value(snap_compare: Any, make_app: Factory) -> None:
+    assert snap_compare(make_app("recorded", "timeline"), terminal_size=SIZE, run_before=keys("g", *"4", "enter", "tab", "down", "enter"))
+
+
+def test_chat_messages_in_the_memory_tree(snap_compare: Any, make_app: Factory) -> None:
+    assert snap_compare(make_app("migrated", "checkpoint"), terminal_size=SIZE, run_before=keys("2", "down", "down", "down", "enter"))
+
+
+def test_history_at_80x24(snap_compare: Any, make_app: Factory) -> None:
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=keys("down", "down", "down"))
+
+
+def test_timeline_at_80x24(snap_compare: Any, make_app: Factory) -> None:
+    assert snap_compare(make_app("recorded", "timeline"), terminal_size=(80, 24), run_before=keys("g", *"21", "enter"))

@@ -22,6 +22,7 @@ from textual import events
 from textual.app import App
 from textual.binding import BindingType
 
+from ckptcli.errors import CkptError
 from ckptcli.history.events import Reducers
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
@@ -66,16 +67,19 @@ class CkptApp(App[None]):
         if self.tune_gc:
             self.set_interval(1.0, self._collect_when_idle)
         self.push_screen(HistoryScreen(self.session, focus=self.start_checkpoint))
-        if self.start_checkpoint is not None and self.start_view == "checkpoint":
-            from ckptcli.tui.screens.checkpoint import CheckpointScreen
+        try:
+            if self.start_checkpoint is not None and self.start_view == "checkpoint":
+                from ckptcli.tui.screens.checkpoint import CheckpointScreen
 
-            self.push_screen(CheckpointScreen(self.session, self.start_checkpoint))
-        elif self.start_checkpoint is not None and self.start_view == "timeline":
-            # straight over the history (Esc goes back to it, at that checkpoint): composing
-            # the checkpoint screen underneath would only delay the first paint
-            from ckptcli.tui.screens.timeline import TimelineScreen
+                self.push_screen(CheckpointScreen(self.session, self.start_checkpoint))
+            elif self.start_checkpoint is not None and self.start_view == "timeline":
+                # straight over the history (Esc goes back to it, at that checkpoint): composing
+                # the checkpoint screen underneath would only delay the first paint
+                from ckptcli.tui.screens.timeline import TimelineScreen
 
-            self.push_screen(TimelineScreen(self.session, self.start_checkpoint))
+                self.push_screen(TimelineScreen(self.session, self.start_checkpoint))
+        except CkptError as exc:  # gone since the command checked it: the history, and why
+            self.notify(str(exc), title="error", severity="error", timeout=8)
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, (events.Key, events.MouseEvent)):

@@ -49,8 +49,37 @@ class DiffReady(Message):
 
     lines: list[Line]
     patch: list[dict[str, Any]]
+    #: line index -> the change it shows (what Enter or v opens in the value viewer)
+    changes: dict[int, Any] | None = None
 
 
 @dataclass
 class DiffFailed(Message):
     error: str
+
+
+@dataclass
+class ViewValue(Message):
+    """Open a value whole in the value viewer; with `changed`, `old` is the value before a
+    change (ckptcli.tui.valuetext.MISSING: it was added), for a line diff of before and after."""
+
+    title: str
+    value: Any
+    old: Any = None
+    changed: bool = False
+
+
+@dataclass
+class JumpDone(Message):
+    """A jump (`]e`: the next error, ...) ended: the row found, or None."""
+
+    what: str
+    row: int | None
+
+
+@dataclass
+class JumpIndexReady(Message):
+    """The rows of every sort of jump (ckptcli.tui.screens.timeline.JUMPS), read once from the
+    whole tail: later jumps look them up instead of reading events."""
+
+    rows: dict[str, Any]

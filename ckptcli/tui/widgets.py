@@ -23,8 +23,10 @@ from textual.widgets.tree import TreeNode
 
 from ckptcli.history.lazylist import LRU
 from ckptcli.history.timeline import PAGE, child_keys, label_of, windows
+from ckptcli.tui.messages import ViewValue
+from ckptcli.tui.valuetext import MISSING, is_bookkeeping_channel, message_row
 
-__all__ = ["LINE_STYLES", "OpenableList", "Slot", "ValueTree", "VirtualList", "styled_lines"]
+__all__ = ["LINE_STYLES", "ROLE_STYLES", "OpenableList", "Slot", "ValueTree", "VirtualList", "path_text", "styled_lines", "value_label"]
 
 RowRenderer = Callable[[int], Text]
 
@@ -40,21 +42,47 @@ class _ActivityAware(Protocol):
 #: the colours `ckpt diff` uses.
 LINE_STYLES = {"header": "bold", "section": "bold cyan", "add": "green", "remove": "red", "change": "yellow", "summary": "dim"}
 OP_STYLES = {"add": "green", "remove": "red", "replace": "yellow"}
+#: The colours of a chat message's role (formats' `message.append`, LangChain's classes).
+ROLE_STYLES = {"user": "bold cyan", "human": "bold cyan", "assistant": "bold green", "ai": "bold green", "tool": "bold yellow"}
+
+
+def path_text(path: tuple[Any, ...]) -> str:
+    """A path as `ckpt diff` writes it: `tools[0].status`."""
+    out = ""
+    for k in path:
+        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+    return out
+
+
+def value_label(key: Any, value: Any, width: int = 60) -> Text:
+    """A tree node's or a list row's text: a chat message as `role: first words…`, anything
+    else as `key: summary` (ckptcli.history.timeline.label_of)."""
+    msg = message_row(value, width)
+    if msg is None:
+        return Text(label_of(key, value, width))
+    role, words = msg
+    t = Text.assemble((f"[{key}] " if isinstance(key, int) else f"{key}: ", "dim"))
+    t.append(role, style=ROLE_STYLES.get(role, "bold magenta"))
+    t.append(": " + words)
+    return t
 
 
 class VirtualList(ScrollView, can_focus=True):
     """A list of `count` rows with a cursor, drawn through the Line API: only the rows
     on screen are asked for (`render_row(index)`), and the last few hundred rendered rows
-    are kept. Arrow keys, PageUp/PageDown, Home/End and the mouse move the cursor;
-    Enter, or a click on the row under the cursor, selects it."""
+    are kept. Arrow keys, PageUp/PageDown, Home/End, the vim keys (j/k, ctrl-d/ctrl-u,
+    g/G) and the mouse move the cursor; Enter, or a click on the row under the cursor,
+    selects it. The cursor stays on screen when the list is resized."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "cursor(-1)", "Up", show=False),
-        Binding("down", "cursor(1)", "Down", show=False),
+        Binding("up,k", "cursor(-1)", "Up", show=False),
+        Binding("down,j", "cursor(1)", "Down", show=False),
         Binding("pageup", "page(-1)", "Page up", show=False),
         Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "jump(0)", "First", show=False),
-        Binding("end", "jump(-1)", "Last", show=False),
+        Binding("ctrl+u", "half_page(-1)", "Half a page up", show=False),
+        Binding("ctrl+d", "half_page(1)", "Half a page down", show=False),
+        Binding("home,g", "jump(0)", "First", show=False),
+        Binding("end,G", "jump(-1)", "Last", show=False),
         Binding("enter", "select", "Open", show=False),
     ]
     COMPONENT_CLASSES: ClassVar[set[str]] = {"virtual-list--cursor"}
@@ -146,8 +174,9 @@ class VirtualList(ScrollView, can_focus=True):
     def watch_cursor(self, old: int, new: int) -> None:
         if not self.is_mounted:
             return
-        self.refresh_line(old - int(self.scroll_offset.y))
-        self.refresh_line(new - int(self.scroll_offset.y))
+        # rows of the list: ScrollView.refresh_line makes them lines of the screen itself
+        self.refresh_line(old)
+        self.refresh_line(new)
         if self.on_highlight is not None:
             # at once, not through the message queue: what the new row shows then makes it
             # into the same frame as the moved cursor (a message would be handled a frame later)
@@ -162,6 +191,9 @@ class VirtualList(ScrollView, can_focus=True):
 
     def action_page(self, direction: int) -> None:
         self.set_cursor(self.cursor + direction * max(1, self.scrollable_content_region.height - 1))
+
+    def action_half_page(self, direction: int) -> None:
+        self.set_cursor(self.cursor + direction * max(1, self.scrollable_content_region.height // 2))
 
     def action_jump(self, index: int) -> None:
         self.set_cursor(self.count - 1 if index < 0 else index, center=True)
@@ -208,8 +240,8 @@ class VirtualList(ScrollView, can_focus=True):
         if strip is None:
             self.rows_rendered += 1
             text = self.render_row(index)
-            if text.style:  # Text.render draws only spans: make the base style one
-                text.stylize(text.style, 0)
+            if text.style:  # Text.render draws only spans: make the base style the first one,
+                text.stylize_before(text.style, 0)  # under the spans of the row's parts
                 text.style = ""
             text.no_wrap = True
             text.overflow = "ellipsis"
@@ -222,6 +254,8 @@ class VirtualList(ScrollView, can_focus=True):
     def on_resize(self, event: events.Resize) -> None:
         self._strips.clear()
         self.virtual_size = Size(event.size.width, self.count)
+        # a smaller list can leave the cursor below its last row: scroll it back into view
+        self.call_after_refresh(self._scroll_to_cursor)
 
 
 class OpenableList(VirtualList):
@@ -239,6 +273,7 @@ class Slot:
     value: Any = None
     more: tuple[int, int] | None = None
     filled: bool = False
+    removed: bool = False  # what a step removed: `value` is the old value
 
 
 class ValueTree(Tree[Slot]):
@@ -248,6 +283,7 @@ class ValueTree(Tree[Slot]):
     coloured and opened, with a few of their neighbours (timeline.windows), so a step's
     changes are in view however long the lists they are in."""
 
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("v", "view", "View value")]
     DEFAULT_CSS = """
     ValueTree {
         background: $surface;
@@ -258,14 +294,24 @@ class ValueTree(Tree[Slot]):
         super().__init__(label, Slot(()), id=id, classes=classes)
         self.show_root = True
         self.guide_depth = 2
+        self.title = label
         self.marks: dict[tuple[Any, ...], str] = {}
+        self.olds: dict[tuple[Any, ...], Any] = {}
         self._ancestors: set[tuple[Any, ...]] = set()
         self._removed: dict[tuple[Any, ...], list[tuple[Any, Any]]] = {}
 
     def show(
-        self, value: Any, label: str, marks: dict[tuple[Any, ...], str] | None = None, removed: dict[tuple[Any, ...], Any] | None = None
+        self,
+        value: Any,
+        label: str,
+        marks: dict[tuple[Any, ...], str] | None = None,
+        removed: dict[tuple[Any, ...], Any] | None = None,
+        olds: dict[tuple[Any, ...], Any] | None = None,
     ) -> None:
-        """Show `value`; `removed`: path -> old value of what a step removed (drawn struck out)."""
+        """Show `value`; `removed`: path -> old value of what a step removed (drawn struck out);
+        `olds`: path -> the value a step replaced (the value viewer shows the diff)."""
+        self.title = label.split(" (")[0]  # "memory (map, 12 keys)": the viewer's title says what it is
+        self.olds = dict(olds or {})
         self.marks = dict(marks or {})
         self._ancestors = {path[:i] for path in self.marks for i in range(len(path))}
         self._removed = {}
@@ -281,7 +327,7 @@ class ValueTree(Tree[Slot]):
         self.cursor_line = 0
 
     def _label(self, key: Any, path: tuple[Any, ...], value: Any) -> Text:
-        text = Text(label_of(key, value))
+        text = value_label(key, value)
         op = self.marks.get(path)
         if op is not None:
             text.stylize(OP_STYLES.get(op, "bold"))
@@ -296,7 +342,7 @@ class ValueTree(Tree[Slot]):
             return
         slot.filled = True
         value = slot.value
-        keys = child_keys(value)
+        keys, folded = self._keys(value)
         focus = [i for i, k in enumerate(keys) if (*slot.path, k) in self._ancestors or (*slot.path, k) in self.marks]
         for start, end in self._spans(len(keys), focus):
             if start < 0:  # a gap
@@ -304,9 +350,28 @@ class ValueTree(Tree[Slot]):
                 continue
             for k in keys[start:end]:
                 self._add(node, slot.path, k, value[k])
+        if folded:
+            label = Text(f"LangGraph bookkeeping: {len(folded)} channel{'s' if len(folded) != 1 else ''} ({', '.join(folded[:3])}…)")
+            label.stylize("dim italic")
+            fold = node.add(label, Slot(slot.path, {k: value[k] for k in folded}))
+            if any((*slot.path, k) in self._ancestors or (*slot.path, k) in self.marks for k in folded):
+                self._fill(fold)
+                fold.expand()
         for key, old in self._removed.get(slot.path, []):
             label = Text(label_of(key, old) + "  (removed)", style="red strike")
-            node.add_leaf(label, Slot((*slot.path, key), old, filled=True))
+            node.add_leaf(label, Slot((*slot.path, key), old, filled=True, removed=True))
+
+    @staticmethod
+    def _keys(value: Any) -> tuple[list[Any], list[str]]:
+        """A container's keys shown, and LangGraph's bookkeeping channels folded under one
+        node (`branch:to:*`, `__start__`...; when the map holds other keys too)."""
+        keys = child_keys(value)
+        if type(value) is not dict:
+            return keys, []
+        folded = [k for k in keys if is_bookkeeping_channel(k)]
+        if not folded or len(folded) == len(keys):
+            return keys, []
+        return [k for k in keys if not is_bookkeeping_channel(k)], folded
 
     @staticmethod
     def _spans(n: int, focus: list[int]) -> list[tuple[int, int]]:
@@ -343,15 +408,39 @@ class ValueTree(Tree[Slot]):
     def on_tree_node_expanded(self, event: Tree.NodeExpanded[Slot]) -> None:
         self._fill(event.node)
 
+    def view(self, node: TreeNode[Slot]) -> None:
+        """Open the node's value in the value viewer (a changed one with its old value)."""
+        slot = node.data
+        if slot is None or slot.more is not None:
+            return
+        title = f"{self.title}: {path_text(slot.path)}" if slot.path else self.title
+        op = self.marks.get(slot.path)
+        if slot.removed:
+            self.post_message(ViewValue(title + " (removed)", MISSING, slot.value, changed=True))
+        elif op == "add":
+            self.post_message(ViewValue(title + " (added)", slot.value, MISSING, changed=True))
+        elif slot.path in self.olds:
+            self.post_message(ViewValue(title + " (changed)", slot.value, self.olds[slot.path], changed=True))
+        else:
+            self.post_message(ViewValue(title, slot.value))
+
+    def action_view(self) -> None:
+        if self.cursor_node is not None:
+            self.view(self.cursor_node)
+
     def on_tree_node_selected(self, event: Tree.NodeSelected[Slot]) -> None:
         slot = event.node.data
         parent = event.node.parent
+        if slot is not None and slot.more is None and not event.node.allow_expand:
+            event.stop()  # Enter on a leaf: its value whole
+            self.view(event.node)
+            return
         if slot is None or slot.more is None or parent is None or parent.data is None:
             return
         event.stop()
         start, end = slot.more
         container = parent.data.value
-        keys = child_keys(container)
+        keys = self._keys(container)[0]
         stop = min(end, start + PAGE)
         index = parent.children.index(event.node)
         event.node.remove()

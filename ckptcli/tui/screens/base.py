@@ -3,12 +3,40 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import Input
+from textual.widgets import Footer, Input
+from textual.widgets._footer import FooterKey
 
 from ckptcli.errors import CkptError
 from ckptcli.history.graph import GLYPHS, Node, Ref
+from ckptcli.tui.messages import ViewValue
 from ckptcli.tui.session import Host, Session
+
+#: The actions the footer always shows, first when the keys do not all fit.
+KEPT_ACTIONS = ("help", "quit")
+
+
+class KeyFooter(Footer):
+    """The footer, compact (less padding) when its keys do not fit the terminal's width;
+    when they do not fit even so, Help and Quit come first, so that a small terminal
+    always shows them."""
+
+    def compose(self) -> ComposeResult:
+        keys = list(super().compose())
+        shown = [k for k in keys if isinstance(k, FooterKey)]
+        width = self.app.size.width
+        # a key takes its key, its description and 3 cells of padding; 1 fewer when compact
+        self.compact = sum(len(k.key_display) + len(k.description) + 3 for k in shown) > width
+        if sum(len(k.key_display) + len(k.description) + 2 for k in shown) <= width:
+            yield from keys
+            return
+        kept = [k for k in shown if k.action in KEPT_ACTIONS]
+        yield from (*kept, *(k for k in keys if k not in kept))
+
+    def on_resize(self) -> None:
+        self.call_later(self.recompose)
+
 
 #: How each kind of checkpoint and ref is coloured.
 KIND_STYLES = {"root": "bold", "take": "", "merge": "bold blue", "fork": "bold magenta", "migration": "bold yellow"}
@@ -35,6 +63,18 @@ class BaseScreen(Screen[None]):
     def error(self, exc: CkptError) -> None:
         """A ckpt error is a notification, never a crash of the TUI."""
         self.notify(str(exc), title="error", severity="error", timeout=8)
+
+    def on_view_value(self, message: ViewValue) -> None:
+        """Enter or v on a value (a tree node, a list row, a change): the value viewer."""
+        message.stop()
+        from ckptcli.tui.screens.value import ValueScreen
+
+        self.app.push_screen(ValueScreen(self.session, message.title, message.value, old=message.old, changed=message.changed))
+
+
+def mark_text(marked: bool) -> Text:
+    """The `A ` of a marked row (a span of its own: its colours stay off the rest of the row)."""
+    return Text.assemble(("A", "bold reverse magenta"), " ") if marked else Text("  ")
 
 
 def refs_text(refs: list[Ref]) -> Text:

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
-from textual.widgets import Footer, Header, Static, TabbedContent, TabPane
+from textual.widgets import Header, Static, TabbedContent, TabPane
 
 from ckptcli._util.units import human_size
 from ckptcli.api import Checkpoint
@@ -28,11 +28,22 @@ from ckptcli.history.timeline import (
     tool_status,
 )
 from ckptcli.listing import format_time
-from ckptcli.tui.screens.base import KIND_STYLES, BaseScreen, refs_text
+from ckptcli.tui.messages import ViewValue
+from ckptcli.tui.screens.base import KIND_STYLES, BaseScreen, KeyFooter, refs_text
 from ckptcli.tui.session import Session
 from ckptcli.tui.widgets import OpenableList, ValueTree, VirtualList
 
 TABS = ("overview", "memory", "plan", "tools", "events", "blobs", "ext")
+#: What each tab's key focuses: the first of these that is shown.
+TAB_FOCUS = {
+    "overview": ("#overview-scroll",),
+    "memory": ("#memory-tree",),
+    "plan": ("#plan-list", "#plan-item"),
+    "tools": ("#tools-list", "#tools-item"),
+    "events": ("#events-list",),
+    "blobs": ("#blobs-list",),
+    "ext": ("#ext-tree",),
+}
 STATUS = {"ok": ("✓", "green"), "error": ("✗", "red"), "pending": ("…", "yellow")}
 
 
@@ -44,6 +55,7 @@ class CheckpointScreen(BaseScreen):
         Binding("t", "timeline", "Timeline"),
         Binding("d", "diff", "Diff parent"),
         Binding("c", "copy_id", "Copy id"),
+        Binding("v", "view", "View value", show=False),
         *(Binding(str(i + 1), f"tab('{name}')", name.capitalize(), show=False) for i, name in enumerate(TABS)),
     ]
     HELP = "Checkpoint: its metadata and sections, one tab each (1-7)"
@@ -70,7 +82,7 @@ class CheckpointScreen(BaseScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         with TabbedContent(initial="overview", id="tabs"):
-            with TabPane("Overview", id="overview"), VerticalScroll():
+            with TabPane("Overview", id="overview"), VerticalScroll(id="overview-scroll"):
                 yield Static("", id="overview-body")
             with TabPane("Memory", id="memory"):
                 yield ValueTree("memory", id="memory-tree")
@@ -90,11 +102,16 @@ class CheckpointScreen(BaseScreen):
                 yield VirtualList(self._blob_row, id="blobs-list")
             with TabPane("Ext", id="ext"):
                 yield ValueTree("ext", id="ext-tree")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.sub_title = f"checkpoint {self.ck.hex[:12]}  {self.ck.manifest.subject}"
         self._load("overview")
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "timeline":  # a checkpoint without an event tail has no timeline: no key for it
+            return "events" in self.ck.manifest.sections
+        return True
 
     # -- loading each tab ----------------------------------------------------------------
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
@@ -148,7 +165,11 @@ class CheckpointScreen(BaseScreen):
         layout = "whole document in memory" if m.layout.get("kind") == LAYOUT_DOCUMENT else "sections"
         t.add_row("layout", f"{layout} ({m.layout.get('format', '?')})")
         for name in m.sections:
-            t.add_row(Text(f"  {name}", style="cyan"), section_shape(self.ck, name))
+            try:
+                shape: str | Text = section_shape(self.ck, name)
+            except CkptError as exc:  # a damaged pack: the manifest above is still worth reading
+                shape = Text(f"unreadable: {exc}", style="red")
+            t.add_row(Text(f"  {name}", style="cyan"), shape)
         self.query_one("#overview-body", Static).update(t)
 
     def _load_memory(self) -> None:
@@ -189,7 +210,7 @@ class CheckpointScreen(BaseScreen):
             return Text()
         i = self._plan_index(row)
         item = self.plan.value(i)
-        t = Text("▶ top " if row == 0 else "      ", style="bold cyan")
+        t = Text.assemble(("▶ top " if row == 0 else "      ", "bold cyan"))
         t.append(f"[{i}] ", style="dim")
         if isinstance(item, dict):
             status = item.get("status")
@@ -214,7 +235,7 @@ class CheckpointScreen(BaseScreen):
         if self.tools is None:
             return Text()
         rec = self.tools.value(i)
-        t = Text(f"{i:>5} ", style="dim")
+        t = Text.assemble((f"{i:>5} ", "dim"))
         if not isinstance(rec, dict):
             t.append(describe(rec, 100))
             return t
@@ -323,22 +344,55 @@ class CheckpointScreen(BaseScreen):
             self.error(exc)
 
     def on_virtual_list_selected(self, event: VirtualList.Selected) -> None:
-        if event.list.id == "events-list":
-            self.action_timeline()
+        try:
+            if event.list.id == "events-list":
+                index = self.event_rows[event.index][0]
+                self.action_timeline(None if index < 0 else index + 1)
+            elif event.list.id == "plan-list" and self.plan is not None:
+                i = self._plan_index(event.index)
+                self.post_message(ViewValue(f"plan[{i}]", self.plan.value(i)))
+            elif event.list.id == "tools-list" and self.tools is not None:
+                self.post_message(ViewValue(f"tools[{event.index}]", self.tools.value(event.index)))
+        except CkptError as exc:
+            self.error(exc)
+
+    def action_view(self) -> None:
+        """v: the value under the cursor whole (a list's row, a tree's node)."""
+        focused = self.focused
+        if isinstance(focused, ValueTree):
+            focused.action_view()
+        elif isinstance(focused, VirtualList) and focused.id in ("plan-list", "tools-list") and focused.count:
+            focused.action_select()
 
     # -- actions ----------------------------------------------------------------------------------
     def action_back(self) -> None:
+        """Esc: from an item's tree back to its list, else back to the history."""
+        focused = self.focused
+        pane = {"plan-item": "#plan-list", "tools-item": "#tools-list"}.get(focused.id or "") if focused is not None else None
+        if pane is not None and self.query_one(pane, VirtualList).display:
+            self.query_one(pane, VirtualList).focus()
+            return
         if len(self.app.screen_stack) > 2:
             self.app.pop_screen()
 
     def action_tab(self, name: str) -> None:
         self.query_one("#tabs", TabbedContent).active = name
+        # the keys then move in the tab's content, not along the tab strip
+        self._focus_tab(name)
 
-    def action_timeline(self) -> None:
+    def _focus_tab(self, name: str) -> None:
+        for selector in TAB_FOCUS.get(name, ()):
+            widget = self.query_one(selector)
+            if widget.display and widget.can_focus:
+                widget.focus()
+                return
+
+    def action_timeline(self, row: int | None = None) -> None:
+        """The timeline, at event row `row` when given (the Events tab's row under the cursor)."""
         from ckptcli.tui.screens.timeline import TimelineScreen
 
         try:
-            self.app.push_screen(TimelineScreen(self.session, self.cid))
+            self.app.push_screen(TimelineScreen(self.session, self.cid, row=row))
         except CkptError as exc:
             self.error(exc)
 

@@ -16,11 +16,13 @@ from ckptcli.history.graph import FORK, GLYPHS, MERGE, MIGRATION, ROOT, TAKE
 from ckptcli.tui.session import APP_BINDINGS
 
 LIST_KEYS = [
-    ("↑ ↓", "move the cursor"),
+    ("↑ ↓  k j", "move the cursor"),
     ("PgUp PgDn", "a page up or down"),
-    ("Home End", "the first or last row"),
-    ("Enter", "open the row (a checkpoint; a more… node of a tree)"),
-    ("Tab", "the next pane"),
+    ("ctrl+u ctrl+d", "half a page up or down"),
+    ("Home End  g G", "the first or last row (on the timeline, g asks for a seq)"),
+    ("Enter", "open the row (a checkpoint, an event, a value; a more… node of a tree)"),
+    ("v", "the value under the cursor, whole (a node, a plan item, a tool call, an event, a change)"),
+    ("Tab", "the next pane; Esc goes back one pane, then one screen"),
 ]
 MOUSE = [
     ("click", "move the cursor to a row; click it again to open it"),
@@ -31,7 +33,16 @@ MOUSE = [
 
 
 def _key_name(binding: Binding) -> str:
-    names = {"slash": "/", "question_mark": "?", "space": "Space", "escape": "Esc", "enter": "Enter", "f1": "F1"}
+    names = {
+        "slash": "/",
+        "question_mark": "?",
+        "space": "Space",
+        "escape": "Esc",
+        "enter": "Enter",
+        "f1": "F1",
+        "right_square_bracket": "]",
+        "left_square_bracket": "[",
+    }
     return " ".join(names.get(k, k) for k in binding.key.split(","))
 
 
@@ -48,7 +59,8 @@ def help_text() -> Text:
     from ckptcli.tui.screens.checkpoint import CheckpointScreen
     from ckptcli.tui.screens.diff import DiffScreen
     from ckptcli.tui.screens.history import HistoryScreen
-    from ckptcli.tui.screens.timeline import TimelineScreen
+    from ckptcli.tui.screens.timeline import JUMPS, TimelineScreen
+    from ckptcli.tui.screens.value import ValueScreen
 
     sections: list[tuple[str, list[tuple[str, str]]]] = [
         ("Everywhere", key_rows(APP_BINDINGS)),
@@ -56,7 +68,9 @@ def help_text() -> Text:
         (HistoryScreen.HELP, bindings_of(HistoryScreen)),
         (CheckpointScreen.HELP, bindings_of(CheckpointScreen)),
         (TimelineScreen.HELP, bindings_of(TimelineScreen)),
+        ("Timeline jumps: ] then a key, the next one; [ then the key, the previous one", [(k, what) for k, (what, _) in JUMPS.items()]),
         (DiffScreen.HELP, bindings_of(DiffScreen)),
+        (ValueScreen.HELP, bindings_of(ValueScreen)),
         ("Mouse", MOUSE),
         (
             "Graph",

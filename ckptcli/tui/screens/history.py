@@ -5,19 +5,24 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Header, Input, OptionList, Static
+from textual.widgets import Header, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ckptcli.errors import CkptError
-from ckptcli.history.graph import GLYPHS, Node
-from ckptcli.tui.screens.base import KIND_STYLES, BaseScreen, refs_text
+from ckptcli.errors import CkptError, NotFoundError
+from ckptcli.history.graph import GLYPHS, History, Node
+from ckptcli.store.repository import Store
+from ckptcli.tui.screens.base import KIND_STYLES, BaseScreen, KeyFooter, mark_text, refs_text
 from ckptcli.tui.session import Session
+from ckptcli.tui.valuetext import short_label
 from ckptcli.tui.widgets import OpenableList, VirtualList
 
 ALL = "*"
+#: Narrower than this, the subjects sidebar starts folded (`b` shows it).
+NARROW = 100
 
 
 class HistoryScreen(BaseScreen):
@@ -34,11 +39,15 @@ class HistoryScreen(BaseScreen):
         Binding("n", "find(1)", "Next match", show=False),
         Binding("N", "find(-1)", "Previous match", show=False),
         Binding("s", "subjects", "Subjects"),
+        Binding("b", "sidebar", "Sidebar"),
+        Binding("r", "refresh", "Refresh"),
         Binding("escape", "clear", "Clear", show=False),
     ]
     HELP = "History: every checkpoint of the store, newest first"
     DEFAULT_CSS = """
     HistoryScreen #left { width: 30; border-right: solid $primary-background; }
+    HistoryScreen.-narrow #left { width: 24; }
+    HistoryScreen.-folded #left { display: none; }
     HistoryScreen #subjects { height: 1fr; border: none; }
     HistoryScreen #checkpoints { height: 1fr; }
     HistoryScreen #detail { height: 4; padding: 0 1; background: $boost; }
@@ -56,6 +65,7 @@ class HistoryScreen(BaseScreen):
         self.lane_width = 0
         self.mark: bytes | None = None
         self.focus_id = focus
+        self.folded: bool | None = None  # None: by the terminal's width until `b` is pressed
 
     # -- layout --------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -70,7 +80,7 @@ class HistoryScreen(BaseScreen):
                 yield OpenableList(self._render_row, on_highlight=self._on_cursor, id="checkpoints")
                 yield Static("", id="detail")
                 yield self.make_input("search: words; Enter finds the next match, n / N the next and previous", "search")
-        yield Footer()
+        yield KeyFooter()
 
     def _subject_options(self) -> list[Option]:
         subjects = self.history.subjects()
@@ -79,6 +89,7 @@ class HistoryScreen(BaseScreen):
         return out
 
     def on_mount(self) -> None:
+        self._fit_width(self.app.size.width)
         self._load_rows()
         target = 0
         if self.focus_id is not None:
@@ -91,6 +102,15 @@ class HistoryScreen(BaseScreen):
     @property
     def list(self) -> VirtualList:
         return self.query_one("#checkpoints", VirtualList)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit_width(event.size.width)
+
+    def _fit_width(self, width: int) -> None:
+        """A narrow terminal folds the subjects sidebar (unless `b` said otherwise)."""
+        narrow = width < NARROW
+        self.set_class(narrow, "-narrow")
+        self.set_class(narrow if self.folded is None else self.folded, "-folded")
 
     def _load_rows(self, keep: bytes | None = None) -> None:
         rows = self.history.rows(self.subject)
@@ -108,8 +128,7 @@ class HistoryScreen(BaseScreen):
 
     def _render_row(self, i: int) -> Text:
         n = self.rows[i]
-        t = Text()
-        t.append("A " if n.id == self.mark else "  ", style="bold reverse magenta" if n.id == self.mark else "")
+        t = mark_text(n.id == self.mark)
         glyph = GLYPHS.get(n.kind, "●")
         graph = self.lanes[i] if self.lanes else glyph
         # the lanes dim, the checkpoint's own glyph in the colour of its kind
@@ -128,9 +147,10 @@ class HistoryScreen(BaseScreen):
             t.append(" ")
         if n.kind not in ("take", "root"):
             t.append(f"{n.kind} ", style=KIND_STYLES.get(n.kind, ""))
-        if n.labels:
-            t.append(" ".join(f"{k}={v}" for k, v in n.labels.items()) + " ", style="green")
         t.append(n.message)
+        if n.labels:
+            # after the message, machine labels (hex ids, UUIDs) shortened: the detail pane has them whole
+            t.append("  " + " ".join(f"{k}={short_label(v)}" for k, v in n.labels.items()), style="green")
         return t
 
     def _current(self) -> Node | None:
@@ -144,15 +164,17 @@ class HistoryScreen(BaseScreen):
         if n is None:
             detail.update("no checkpoints" + (" match the filter" if self.query_text.strip() else ""), layout=False)
             return
+        # four lines that each fit 80 columns for a plain checkpoint: the id and kind; the
+        # subject, time and relations; schema, refs and labels; the message
         t = Text()
         t.append(n.hex, style="bold yellow")
         t.append(f"  {n.kind}", style=KIND_STYLES.get(n.kind, ""))
-        if n.schema_version is not None:
-            t.append(f"  schema {n.schema_version}", style="dim")
         parents = ", ".join(p.hex()[:12] for p in n.parents) or "none (a root)"
         children = self.history.children.get(n.id, [])
-        t.append(f"\n{n.subject}  {n.time}  parents: {parents}  children: {len(children)}")
+        t.append(f"\n{n.subject}  {n.time[:19].replace('T', ' ')}  parents: {parents}  children: {len(children)}")
         t.append("\n")
+        if n.schema_version is not None:
+            t.append(f"schema {n.schema_version}  ", style="dim")
         refs = self.history.ref_names(n.id)
         if refs:
             t.append_text(refs_text(refs))
@@ -178,6 +200,8 @@ class HistoryScreen(BaseScreen):
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.list.focus()
+        if self.folded is None and self.has_class("-narrow"):
+            self.add_class("-folded")  # a narrow terminal: the sidebar closes once a subject is chosen
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "filter":
@@ -213,6 +237,8 @@ class HistoryScreen(BaseScreen):
 
         try:
             self.app.push_screen(TimelineScreen(self.session, n.id))
+        except NotFoundError as exc:  # no event tail: nothing went wrong
+            self.notify(str(exc), severity="warning", timeout=4)
         except CkptError as exc:
             self.error(exc)
 
@@ -267,10 +293,53 @@ class HistoryScreen(BaseScreen):
             self.list.set_cursor(found, center=True)
 
     def action_subjects(self) -> None:
+        self.remove_class("-folded")
         self.query_one("#subjects", OptionList).focus()
 
+    def action_sidebar(self) -> None:
+        """Show or fold the subjects sidebar."""
+        self.folded = not self.has_class("-folded")
+        self.set_class(self.folded, "-folded")
+        if self.folded:
+            self.list.focus()
+
+    def action_refresh(self) -> None:
+        """Read the store's checkpoints and refs again: what another process took or pruned."""
+        if not isinstance(self.session.source, Store):
+            self.notify("a checkpoint file does not change", timeout=3)
+            return
+        current = self._current()
+        before = len(self.history)
+        try:
+            self.history = self.session.history = History.from_store(self.session.source)
+        except CkptError as exc:
+            self.error(exc)
+            return
+        subjects = self.query_one("#subjects", OptionList)
+        highlighted = subjects.highlighted
+        subjects.clear_options()
+        subjects.add_options(self._subject_options())
+        if self.subject is not None and self.subject not in {s.name for s in self.history.subjects()}:
+            self.subject = None
+        ids = [o.id for o in subjects.options]
+        subjects.highlighted = ids.index(self.subject or ALL) if (self.subject or ALL) in ids else highlighted
+        at = self.list.cursor
+        self._load_rows(keep=current.id if current else None)
+        if current is not None and current.id not in self.history.nodes:
+            self.list.set_cursor(min(at, len(self.rows) - 1))  # pruned: the row that took its place
+        self._show_detail()
+        gained = len(self.history) - before
+        self.notify(f"{len(self.history):,} checkpoints ({gained:+,})", title="refreshed", timeout=3)
+
     def action_clear(self) -> None:
-        """Escape: close an open input, else clear the filter, else the mark."""
+        """Escape: close an open input, else leave the subjects for the list, else clear
+        the filter, else the mark."""
+        subjects = self.query_one("#subjects", OptionList)
+        if subjects.has_focus:
+            self.list.focus()
+            if self.folded is None and self.has_class("-narrow"):
+                self.add_class("-folded")
+            return
         for box in self.query(Input):
             if not box.has_class("hidden"):
                 box.add_class("hidden")

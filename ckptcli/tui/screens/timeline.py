@@ -12,6 +12,8 @@ and any jump costs at most `Timeline.every` applications.
 from __future__ import annotations
 
 import time
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -20,18 +22,24 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Header, Input, Static
+from textual.events import Key
+from textual.widgets import Header, Input, Static
 from textual.worker import Worker, get_current_worker
 
 from ckptcli.errors import CkptError
 from ckptcli.format.jsonview import to_json
+from ckptcli.history.change import Change
+from ckptcli.history.events import Event
 from ckptcli.history.render import Line, change_line, describe
-from ckptcli.history.timeline import StepView, Stopped, Timeline
-from ckptcli.tui.messages import PrefillDone, SearchDone, StateFailed, StateReady
-from ckptcli.tui.screens.base import BaseScreen
+from ckptcli.history.timeline import STOP_CHECK_EVERY, StepView, Stopped, Timeline
+from ckptcli.tui.messages import JumpDone, JumpIndexReady, PrefillDone, SearchDone, StateFailed, StateReady, ViewValue
+from ckptcli.tui.screens.base import BaseScreen, KeyFooter, mark_text
 from ckptcli.tui.session import Host, Session
-from ckptcli.tui.widgets import ValueTree, VirtualList, styled_lines
+from ckptcli.tui.valuetext import MISSING
+from ckptcli.tui.widgets import ValueTree, VirtualList, path_text, styled_lines
 
+#: An event list narrower than this leaves out the events' times (the header shows the time at the cursor).
+NARROW_LIST = 56
 #: A state this many reducer applications away is replayed at once, on the UI thread.
 SYNC_COST = 64
 KIND_STYLES = {
@@ -47,6 +55,28 @@ KIND_STYLES = {
     "checkpoint": "bold magenta",
     "error": "bold red",
 }
+TOOL_OUTCOMES = {"ok": "green", "error": "bold red", "failed": "bold red", "pending": "yellow"}
+
+
+def _failed(ev: Event) -> bool:
+    return ev.kind == "tool.result" and ev.fields.get("status") in ("error", "failed")
+
+
+#: What `]` and `[` jump to (the next or previous row of that sort), by the key after them.
+JUMPS: dict[str, tuple[str, Callable[[Event], bool]]] = {
+    "e": ("error", lambda ev: ev.kind == "error" or _failed(ev)),
+    "t": ("tool call", lambda ev: ev.kind == "tool.call"),
+    "f": ("tool failure", _failed),
+    "p": ("plan change", lambda ev: ev.kind.startswith("plan.")),
+    "m": ("message", lambda ev: ev.kind == "message.append"),
+    "c": ("checkpoint", lambda ev: ev.kind == "checkpoint"),
+}
+
+
+class TailList(VirtualList):
+    """The event list: `g` asks for a seq (Enter on nothing: the first row), as before the vim keys."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("g", "screen.goto", "Go to seq")]
 
 
 class TimelineScreen(BaseScreen):
@@ -62,6 +92,9 @@ class TimelineScreen(BaseScreen):
         Binding("N", "find(-1)", "Previous match", show=False),
         Binding("c", "copy_id", "Copy id"),
         Binding("s", "focus_state", "State", show=False),
+        Binding("v", "view", "View value", show=False),
+        Binding("right_square_bracket", "jump(1)", "Next …", show=False),
+        Binding("left_square_bracket", "jump(-1)", "Previous …", show=False),
     ]
     HELP = "Timeline: the event tail; the state at the cursor, what its step changed"
     DEFAULT_CSS = """
@@ -72,9 +105,15 @@ class TimelineScreen(BaseScreen):
     TimelineScreen Input { height: 3; }
     """
 
-    def __init__(self, session: Session, cid: bytes) -> None:
+    def __init__(self, session: Session, cid: bytes, *, row: int | None = None) -> None:
+        """`row`: the row to open at (the Events tab's row), else the snapshot's."""
         super().__init__(session)
         self.cid = cid
+        self.start_row = row
+        self.step_changes: dict[int, Change] = {}
+        self.jump_direction = 0  # `]` or `[` pressed: the next key says what to jump to
+        self.jump_rows: dict[str, array[int]] | None = None  # JUMPS key -> its rows, once the tail was read
+        self.indexing = False
         self.ck = session.checkpoint(cid)
         # raises NotFoundError (no events section) before the screen is shown
         self.model = Timeline.open(self.ck, reducers=session.reducers)
@@ -89,7 +128,7 @@ class TimelineScreen(BaseScreen):
         with Horizontal():
             with Vertical(id="tl-left"):
                 yield Static(self._title(), id="tl-title", classes="pane-title")
-                yield VirtualList(self._render_row, len(self.model), on_highlight=self._request, id="events")
+                yield TailList(self._render_row, len(self.model), on_highlight=self._request, id="events")
                 yield self.make_input("go to seq: a number", "goto")
                 yield self.make_input("search: a kind or text in the events (#42: seq 42)", "tsearch")
             with Vertical(id="tl-right"):
@@ -97,7 +136,7 @@ class TimelineScreen(BaseScreen):
                 yield VirtualList(self._render_step, id="step")
                 yield Static("state", id="state-title", classes="pane-title")
                 yield ValueTree("state", id="state")
-        yield Footer()
+        yield KeyFooter()
 
     def _title(self) -> str:
         n = len(self.model) - 1
@@ -111,9 +150,15 @@ class TimelineScreen(BaseScreen):
     def on_mount(self) -> None:
         self.sub_title = f"timeline of {self.ck.hex[:12]}  {self.ck.manifest.subject}"
         self.events.focus()
-        self._request(0)
+        start = min(self.start_row or 0, len(self.model) - 1)
+        if start:
+            self.events.set_cursor(start, center=True)  # the highlight calls _request
+        else:
+            self._request(0)
         if not self.prefilled and self.session.prefill:
             self.call_after_refresh(self._prefill)
+        elif self.session.prefill:
+            self.call_after_refresh(self._start_index)
 
     @property
     def events(self) -> VirtualList:
@@ -121,7 +166,7 @@ class TimelineScreen(BaseScreen):
 
     # -- rows ------------------------------------------------------------------------------------
     def _render_row(self, r: int) -> Text:
-        t = Text("A " if r == self.mark else "  ", style="bold reverse magenta" if r == self.mark else "")
+        t = mark_text(r == self.mark)
         try:
             row = self.model.row(r)
         except CkptError as exc:
@@ -132,9 +177,13 @@ class TimelineScreen(BaseScreen):
             t.append(row.summary, style="italic")
             return t
         t.append(f"{'#' + str(row.seq):>8} ", style="dim")
-        t.append(row.time[11:23] + " ", style="dim")
+        if self.events.size.width >= NARROW_LIST:  # a narrow list keeps its width for the summary
+            t.append(row.time[11:23] + " ", style="dim")
         t.append("↳ " if row.cause is not None else "▸ ", style="dim" if row.cause is not None else "bold")
-        t.append(f"{row.kind:<15}", style=KIND_STYLES.get(row.kind, "magenta"))
+        style = KIND_STYLES.get(row.kind, "magenta")
+        if row.kind == "tool.result":  # the outcome's colour: green ok, red failed
+            style = TOOL_OUTCOMES.get(str(self.model.event(r - 1).fields.get("status", "ok")), style)
+        t.append(f"{row.kind:<15}", style=style)
         t.append(" " + row.summary)
         return t
 
@@ -213,6 +262,7 @@ class TimelineScreen(BaseScreen):
         self.prefilled = True
         self.ckpt_app.settle()
         self.query_one("#tl-title", Static).update(self._title(), layout=False)
+        self._start_index()
 
     def _show_header(self, r: int) -> None:
         try:
@@ -243,30 +293,40 @@ class TimelineScreen(BaseScreen):
     def _show_step(self, step: StepView) -> None:
         r = step.row
         lines: list[Line] = []
+        self.step_changes = {}
         if r == 0:
             lines.append(("summary", "the snapshot: the state before the first event of the tail"))
         else:
             ev = self.model.event(r - 1)
             fields = {k: v for k, v in ev.fields.items()}
             lines.append(("header", f"{ev.kind} {describe(to_json(fields), 200)}"))
-            lines.extend(change_line(c) for c in step.changes)
+            for c in step.changes:
+                self.step_changes[len(lines)] = c
+                lines.append(change_line(c))
             if not step.changes:
                 lines.append(("summary", "(no change to the state)"))
         self._set_step_lines(lines)
         removed = {c.path: c.old for c in step.changes if c.op == "remove"}
         marks = {c.path: c.op for c in step.changes if c.op != "remove"}
+        olds = {c.path: c.old for c in step.changes if c.op == "replace"}
         label = "state at the snapshot" if r == 0 else f"state at seq {self.model.seq(r):,}"
-        self.query_one("#state", ValueTree).show(step.after, label, marks, removed)
+        self.query_one("#state", ValueTree).show(step.after, label, marks, removed, olds)
 
     # -- actions --------------------------------------------------------------------------------------
     def action_back(self) -> None:
+        """Esc: close an open input, else from the step or the state back to the events,
+        else back to the screen below."""
         for box in self.query(Input):
             if not box.has_class("hidden"):
                 box.add_class("hidden")
                 self.events.focus()
                 return
+        if not self.events.has_focus:
+            self.events.focus()
+            return
         self.workers.cancel_group(self, "replay")
         self.workers.cancel_group(self, "search")
+        self.workers.cancel_group(self, "index")
         self.app.pop_screen()
 
     def action_goto(self) -> None:
@@ -287,11 +347,22 @@ class TimelineScreen(BaseScreen):
         value = event.value.strip()
         if event.input.id == "goto":
             text = value.lstrip("#")
-            if not (text.isdecimal() and text.isascii()):
+            if text and not (text.isdecimal() and text.isascii()):
                 self.notify(f"{value!r} is not a seq number", severity="warning")
                 return
+            if not text:  # g Enter: the first row
+                self.events.set_cursor(0, center=True)
+                return
+            seq = int(text)
+            if not self.model.base_seq <= seq <= self.model.last_seq:
+                self.notify(
+                    f"seq {seq:,} is not in this tail: it holds seq {self.model.base_seq:,} (the snapshot) to {self.model.last_seq:,}",
+                    severity="warning",
+                    timeout=5,
+                )
+                return
             try:
-                self.events.set_cursor(self.model.row_for_seq(int(text)), center=True)
+                self.events.set_cursor(self.model.row_for_seq(seq), center=True)
             except CkptError as exc:
                 self.error(exc)
         elif event.input.id == "tsearch":
@@ -338,3 +409,126 @@ class TimelineScreen(BaseScreen):
 
     def action_focus_state(self) -> None:
         self.query_one("#state", ValueTree).focus()
+
+    # -- the value viewer ---------------------------------------------------------------------------
+    def on_virtual_list_selected(self, event: VirtualList.Selected) -> None:
+        if event.list.id == "events":
+            self._view_event(event.index)
+        elif event.list.id == "step":
+            self._view_step_line(event.index)
+
+    def _view_event(self, r: int) -> None:
+        try:
+            if r == 0:
+                self.post_message(ViewValue(f"the snapshot of {self.ck.hex[:12]}", self.model.snapshot))
+                return
+            ev = self.model.event(r - 1)
+        except CkptError as exc:
+            self.error(exc)
+            return
+        self.post_message(ViewValue(f"event seq {ev.seq:,} ({ev.kind})", {"seq": ev.seq, "ts": ev.ts, "kind": ev.kind, **ev.fields}))
+
+    def _view_step_line(self, i: int) -> None:
+        c = self.step_changes.get(i)
+        if c is None:
+            if i == 0 and self.shown_row > 0:
+                self._view_event(self.shown_row)
+            return
+        old = MISSING if c.op == "add" else c.old
+        new = MISSING if c.op == "remove" else c.new
+        self.post_message(ViewValue(f"seq {self.model.seq(self.shown_row):,}: {path_text(c.path)}", new, old, changed=True))
+
+    def action_view(self) -> None:
+        """v: the value under the cursor whole: the event, a change, a node of the state."""
+        focused = self.focused
+        if isinstance(focused, ValueTree):
+            focused.action_view()
+        elif focused is self.events:
+            self._view_event(self.events.cursor)
+        elif isinstance(focused, VirtualList) and focused.id == "step":
+            self._view_step_line(focused.cursor)
+
+    # -- jumps: ]e [e (error), ]t (tool call), ]f (tool failure), ]p (plan change), ]m, ]c ----------------
+    def action_jump(self, direction: int) -> None:
+        self.jump_direction = direction
+        keys = "  ".join(f"{k} {what}" for k, (what, _) in JUMPS.items())
+        self.notify(f"{'next' if direction > 0 else 'previous'}: {keys}", timeout=2)
+
+    def on_key(self, event: Key) -> None:
+        if not self.jump_direction:
+            return
+        direction, self.jump_direction = self.jump_direction, 0
+        if event.character in JUMPS:
+            event.stop()
+            event.prevent_default()
+            self.jump_to(event.character, direction)
+
+    def jump_to(self, key: str, direction: int) -> None:
+        """Move to the next row (`direction` -1: the previous) of the sort JUMPS[key] names:
+        looked up in the index of the tail's rows once it is read (in the background, after
+        the replay of the tail), else found by reading events from the cursor on."""
+        if self.jump_rows is None:
+            self._start_index()
+            self._jump(key, self.events.cursor, direction)
+            return
+        rows = self.jump_rows[key]
+        at = self.events.cursor
+        found: int | None = None
+        if rows:
+            if direction > 0:
+                i = bisect_right(rows, at)
+                found = rows[i] if i < len(rows) else rows[0]
+            else:
+                i = bisect_left(rows, at) - 1
+                found = rows[i] if i >= 0 else rows[-1]
+        self.on_jump_done(JumpDone(JUMPS[key][0], None if found == at else found))
+
+    def _start_index(self) -> None:
+        if self.jump_rows is None and not self.indexing:
+            self.indexing = True
+            self._index()
+
+    @work(thread=True, exclusive=True, group="index")
+    def _index(self) -> None:
+        worker = get_current_worker()
+        should_stop = self._stopper(worker)
+        tests = [(k, test) for k, (_what, test) in JUMPS.items()]
+        rows: dict[str, array[int]] = {k: array("i") for k in JUMPS}
+        try:
+            for r in range(1, len(self.model)):
+                if r % STOP_CHECK_EVERY == 0 and should_stop():
+                    return
+                ev = self.model.event(r - 1, keep=False)
+                for k, test in tests:
+                    if test(ev):
+                        rows[k].append(r)
+        except CkptError:
+            return  # an event that does not fit: jumps keep reading events
+        self.post_message(JumpIndexReady(rows))
+
+    def on_jump_index_ready(self, message: JumpIndexReady) -> None:
+        self.jump_rows = message.rows
+
+    @work(thread=True, exclusive=True, group="search")
+    def _jump(self, key: str, start: int, direction: int) -> None:
+        worker = get_current_worker()
+        what, test = JUMPS[key]
+        should_stop = self._stopper(worker)
+        n = len(self.model)
+        try:
+            for step in range(1, n):
+                if step % STOP_CHECK_EVERY == 0 and should_stop():
+                    return
+                r = (start + direction * step) % n
+                if r and test(self.model.event(r - 1, keep=False)):
+                    self.post_message(JumpDone(what, r))
+                    return
+        except CkptError:
+            pass
+        self.post_message(JumpDone(what, None))
+
+    def on_jump_done(self, message: JumpDone) -> None:
+        if message.row is None:
+            self.notify(f"no other {message.what} in this tail", severity="warning", timeout=3)
+        else:
+            self.events.set_cursor(message.row, center=True)
