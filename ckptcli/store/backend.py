@@ -33,13 +33,36 @@ from ckptcli.store.locking import note_holder as note_holder
 from ckptcli.store.oserror import io_error as io_error
 
 
-def too_large(where: str, cap: int) -> CorruptError:
-    """A file read whole (a record file: `layout.read_cap`) that is larger than ckpt ever
-    writes it: damaged or planted, refused before it is read into memory."""
+def too_large(where: str, cap: int, path: str = "") -> CorruptError:
+    """A file read whole (a record file, a reflog, a pack: `layout.versioned_cap`) that is
+    larger than ckpt ever writes it: damaged or planted, refused before it is read into
+    memory. `path`: its store path, which chooses the hint (what repairs that kind of
+    file; never the command that is reading it, such as `ckpt verify`)."""
     return CorruptError(
         f"{where}: larger than {cap} bytes, more than ckpt writes in such a file (damaged, or put there by something else)",
-        hint="run `ckpt verify`; remove that file if nothing else needs it",
+        hint=oversized_hint(path),
     )
+
+
+def oversized_hint(path: str) -> str:
+    """What to do about the oversized store file at `path` (too_large)."""
+    if path.startswith("refs/latest/"):
+        return "`ckpt repair refs` replaces it"
+    if path.startswith(("refs/tags/", "refs/branches/")):
+        kind, _, name = path[len("refs/") :].partition("/")
+        verb = "tag" if kind == "tags" else "branch"
+        return f"delete it (`ckpt {verb} -d {name}`) and set it again"
+    if path.startswith("logs/"):
+        return "remove that file (a reflog is history only: nothing else needs it)"
+    if path.startswith("packs/"):
+        return "move that file out of the store (ckpt writes no pack that large), then run `ckpt repair index`"
+    if path.startswith("index/"):
+        return "`ckpt repair index` rebuilds the index from the packs"
+    if path.startswith("cache/"):
+        return "remove that file (a cache, rebuilt when needed)"
+    if path == "config":
+        return "restore the store's config file from a backup or a copy of the store"
+    return "remove that file if nothing else needs it"
 
 
 def output_error(exc: OSError, shown: str, path: Path | None = None) -> StoreIOError:
@@ -133,6 +156,13 @@ class Backend(ABC):
         token that changes whenever the file is replaced; (None, None) when there is no
         file. Only where `ref_cas`. Raises: StoreIOError; CorruptError for a file larger
         than ckpt writes it (`layout.versioned_cap`), refused before it is read whole."""
+        raise NotImplementedError(f"{type(self).__name__} has no compare-and-swap")
+
+    def version(self, path: str) -> str | None:
+        """Args: path. Returns: the version `read_versioned` would give for the file,
+        from its metadata alone (no byte of it read: for a file too large to read, which
+        a compare-and-swap then replaces); None when there is no file. Only where
+        `ref_cas`. Raises: StoreIOError."""
         raise NotImplementedError(f"{type(self).__name__} has no compare-and-swap")
 
     def write_if_match(self, path: str, data: bytes, version: str | None) -> bool:
@@ -452,7 +482,7 @@ class LocalBackend(LocalLocks, Backend):
                 with os.fdopen(fd, "rb", closefd=False) as fh:
                     data = fh.read() if cap is None else fh.read(cap + 1)
                 if cap is not None and len(data) > cap:
-                    raise too_large(str(self._p(path)), cap)
+                    raise too_large(str(self._p(path)), cap, path)
                 return data
             finally:
                 os.close(fd)

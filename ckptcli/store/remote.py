@@ -121,7 +121,7 @@ class ObjectStoreIO(Backend):
             return self.objects.get(path)
         data = self.objects.get_range(path, 0, cap + 1)
         if len(data) > cap:
-            raise too_large(f"{self.url}/{path}", cap)
+            raise too_large(f"{self.url}/{path}", cap, path)
         return data
 
     def read_view(self, path: str) -> bytes | memoryview:
@@ -264,8 +264,14 @@ class ObjectStoreIO(Backend):
         except NotFoundError:
             return None, None
         if cap is not None and len(data) > cap:
-            raise too_large(f"{self.url}/{path}", cap)
+            raise too_large(f"{self.url}/{path}", cap, path)
         return data, etag
+
+    def version(self, path: str) -> str | None:
+        try:
+            return self.objects.stat(path).etag
+        except NotFoundError:
+            return None
 
     def write_if_match(self, path: str, data: bytes, version: str | None) -> bool:
         return self.objects.put_if_match(path, bytes(data), version) is not None
