@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from ckptcli.format import limits
 from ckptcli.store import layout
 from ckptcli.store.backends.s3 import S3Backend
 from tests.conftest import run_ckpt
+from tests.helpers_faults import child_env
 from tests.s3_server import S3Bucket, fixture_s3_bucket, fixture_s3_env, fixture_s3_server  # noqa: F401 - pytest fixtures
 
 CAP = layout.RECORD_FILE_MAX
@@ -120,3 +122,68 @@ def test_verify_without_json_points_to_json_not_to_itself(tmp_path: Path) -> Non
     assert f"damaged reflog {LOG}" in got.stdout.decode(), got.stdout
     err = _lines(got)[-1]
     assert "`ckpt verify" not in err and "--json" in err, err
+
+
+# -- packs larger than ckpt writes are refused after a stat, in bounded memory -------------------
+
+_RSS_CHILD = r"""
+import sys
+from ckptcli.cli.app import run
+code = run(sys.argv[1:])
+# VmHWM: this program's peak (ru_maxrss would carry the forking parent's over the exec)
+hwm = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")][0]
+print("maxrss-kib", hwm, file=sys.stderr)
+sys.exit(code)
+"""
+
+_PACKS = ("packs/bb/" + "bb" * 32, "packs/" + "bb" * 32)
+
+
+def _peak(*args: str) -> tuple[subprocess.CompletedProcess[str], int]:
+    """`ckpt ARGS` in a child process, and its peak resident memory in MiB."""
+    got = subprocess.run([sys.executable, "-c", _RSS_CHILD, *args], capture_output=True, text=True, env=child_env({}), timeout=600)
+    assert "Traceback" not in got.stderr, got.stderr
+    return got, int(got.stderr.split("maxrss-kib ")[1].split()[0]) // 1024
+
+
+@pytest.mark.parametrize("where", ["s3", "local"])
+def test_planted_packs_larger_than_ckpt_writes_are_refused_without_being_read(
+    where: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Two planted packs, one byte larger than the largest pack ckpt writes on S3 (so the
+    moto server is not asked to hold more), 400 MB (sparse) on a local store:
+    `verify --read-data` names the one at a pack's path as a damaged pack and `repair
+    index` as a damaged pack it leaves out, each without reading it (peak memory far
+    below one such pack; the old code read both whole)."""
+    url, _doc = _store(where, request, tmp_path)
+    size = layout.PACK_FILE_MAX + 1 if where == "s3" else 400_000_000
+    for path in _PACKS:
+        _plant(url, path, size)
+    got, peak = _peak("--store", url, "verify", "--read-data", "--json")
+    assert got.returncode == ExitCode.CORRUPT, got.stderr
+    problems = {p["name"]: p for p in json.loads(got.stdout)["problems"]}
+    assert problems[_PACKS[0]]["kind"] == "pack" and problems[_PACKS[1]]["kind"] == "pack", problems
+    assert "not where ckpt keeps a pack" in problems[_PACKS[1]]["message"], problems
+    assert f"larger than {layout.PACK_FILE_MAX} bytes" in problems[_PACKS[0]]["message"], problems
+    assert peak < 200, peak  # MiB; a planted pack alone is 136 MiB (S3) or 381 MiB (local)
+    got, peak = _peak("--store", url, "repair", "index", "--json")
+    damaged = json.loads(got.stdout)["damaged_packs"]
+    assert f"larger than {layout.PACK_FILE_MAX} bytes" in damaged[_PACKS[0]], damaged
+    assert "not where ckpt keeps a pack" in damaged[_PACKS[1]], damaged
+    assert peak < 200, peak
+    if where == "local":  # named, never removed; gone, the store is clean
+        for path in _PACKS:
+            assert (Path(url) / path).stat().st_size == size
+            (Path(url) / path).unlink()
+        assert run_ckpt("--store", url, "verify", "--read-data").returncode == 0
+
+
+def test_no_backend_writes_packs_larger_than_the_limit() -> None:
+    """PACK_FILE_MAX covers every pack a writer can finish: its target at most
+    PACK_TARGET_MAX on every backend."""
+    from ckptcli.store.backend import Backend
+    from ckptcli.store.remote import ObjectStoreIO
+
+    assert Backend.pack_target <= layout.PACK_TARGET_MAX and ObjectStoreIO.pack_target <= layout.PACK_TARGET_MAX
+    spec = (Path(__file__).parent.parent / "formats" / "v1.md").read_text()
+    assert f"{layout.PACK_FILE_MAX:,} bytes" in spec  # the Limits table says the same

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError
-from ckptcli.store.layout import TMP, versioned_cap
+from ckptcli.store.layout import PACK_TARGET_MAX, TMP, versioned_cap
 from ckptcli.store.locking import LOCK_NOTICE_AFTER as LOCK_NOTICE_AFTER  # 0.2 names here, kept for one minor release
 from ckptcli.store.locking import WRITERS_DIR as WRITERS_DIR
 from ckptcli.store.locking import LocalLocks
@@ -100,7 +100,7 @@ class Backend(ABC):
     #: a pack being written is finished once it holds this many bytes: large on a local
     #: disk (fewer files); smaller on object storage, where a reader's ranged GETs cost
     #: per request and some servers read the whole object for each
-    pack_target: int = 64 * 1024 * 1024
+    pack_target: int = PACK_TARGET_MAX
 
     @abstractmethod
     def read(self, path: str) -> bytes:
@@ -479,6 +479,8 @@ class LocalBackend(LocalLocks, Backend):
         try:
             fd = self._open_regular(path)
             try:
+                if cap is not None and os.fstat(fd).st_size > cap:  # refused before a byte is read
+                    raise too_large(str(self._p(path)), cap, path)
                 with os.fdopen(fd, "rb", closefd=False) as fh:
                     data = fh.read() if cap is None else fh.read(cap + 1)
                 if cap is not None and len(data) > cap:
