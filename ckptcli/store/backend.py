@@ -21,11 +21,11 @@ from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import IO
 
-from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError
+from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError, UnsafePathError
 from ckptcli.store.layout import PACK_TARGET_MAX, TMP, versioned_cap
 from ckptcli.store.locking import LOCK_NOTICE_AFTER as LOCK_NOTICE_AFTER  # 0.2 names here, kept for one minor release
 from ckptcli.store.locking import WRITERS_DIR as WRITERS_DIR
-from ckptcli.store.locking import LocalLocks
+from ckptcli.store.locking import LocalLocks, no_links
 from ckptcli.store.locking import Mark as Mark
 from ckptcli.store.locking import WriterMark as WriterMark
 from ckptcli.store.locking import lock_holder as lock_holder
@@ -549,8 +549,9 @@ class LocalBackend(LocalLocks, Backend):
         together = len(items) > 1 and _find_syncfs() is not None
         try:
             for path, data in items:
+                dest = no_links(self.root, path)
                 temp, fh = self.open_temp()
-                temps.append((temp, self._p(path)))
+                temps.append((temp, dest))
                 try:
                     fh.write(data)
                     fh.flush()
@@ -581,7 +582,7 @@ class LocalBackend(LocalLocks, Backend):
 
     def write_hint(self, path: str, data: bytes) -> None:
         # temp + rename, no fsync: the page cache outlives a killed process
-        dest = self._p(path)
+        dest = no_links(self.root, path)
         temp, fh = self.open_temp()
         try:
             with fh:
@@ -594,13 +595,8 @@ class LocalBackend(LocalLocks, Backend):
             raise io_error(exc, "write", dest) from None
 
     def append(self, path: str, data: bytes) -> None:
-        dest = self._p(path)
+        dest = no_links(self.root, path)  # O_NOFOLLOW guards the file; a linked directory above it would lead out
         try:
-            at = self.root
-            for part in Path(path).parts[:-1]:  # O_NOFOLLOW guards the file; a linked directory above it would lead out
-                at = at / part
-                if at.is_symlink():
-                    raise CorruptError(f"{at} is a symbolic link", hint="something other than ckpt put it in the store; remove it")
             created = not dest.exists()
             if created:
                 self._make_dirs(dest.parent)
@@ -626,6 +622,7 @@ class LocalBackend(LocalLocks, Backend):
     def open_temp(self) -> tuple[str, IO[bytes]]:
         # a random name created exclusively (create_temp): a file or link planted in
         # tmp/ is never written through, another name is taken
+        no_links(self.root, f"{TMP}/x")
         try:
             name, fd = create_temp(self.root / TMP, prefix=f"{os.getpid()}-", mode=0o666)
         except OSError as exc:
@@ -633,7 +630,11 @@ class LocalBackend(LocalLocks, Backend):
         return f"{TMP}/{name}", os.fdopen(fd, "wb")
 
     def commit_temp(self, temp: str, handle: IO[bytes], path: str) -> None:
-        dest = self._p(path)
+        try:
+            dest = no_links(self.root, path)
+        except UnsafePathError:
+            self.discard_temp(temp, handle)
+            raise
         try:
             handle.flush()
             os.fsync(handle.fileno())
@@ -687,7 +688,7 @@ class LocalBackend(LocalLocks, Backend):
 
     def delete(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            self._p(path).unlink()
+            no_links(self.root, path).unlink()
 
     def size(self, path: str) -> int:
         try:
