@@ -13,6 +13,7 @@ import builtins
 import contextlib
 import fcntl
 import json
+import math
 import os
 import secrets
 import socket
@@ -23,12 +24,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ckptcli import notices
-from ckptcli.errors import LockError, UnsafePathError
+from ckptcli.errors import LockError, UnsafePathError, UsageError
 from ckptcli.store.command import current_command
 from ckptcli.store.layout import CACHE, INDEX, LOCKS, LOGS, MANIFESTS, PACKS, REFS, TMP, WRITERS, lock_path
 from ckptcli.store.oserror import io_error
 
-__all__ = ["LOCK_NOTICE_AFTER", "LocalLocks", "Mark", "WriterMark", "lock_holder", "no_linked_dirs", "no_links", "note_holder"]
+__all__ = [
+    "LOCK_NOTICE_AFTER",
+    "LocalLocks",
+    "Mark",
+    "WriterMark",
+    "check_lock_wait",
+    "lock_holder",
+    "no_linked_dirs",
+    "no_links",
+    "note_holder",
+]
 
 WRITERS_DIR = WRITERS
 
@@ -54,6 +65,18 @@ def no_links(root: Path, path: str) -> Path:
                 "replace it with a directory holding what it points to",
             )
     return root / path
+
+
+def check_lock_wait(seconds: float, option: str = "--lock-wait") -> float:
+    """`seconds` as given to `option` (how long a command waits for the store lock), once
+    it is a finite number of seconds, 0 or more (nan would wait forever, a negative
+    number is no wait a user means). Raises: UsageError naming the option (exit 2)."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise UsageError(
+            f"{option} {seconds}: not a number of seconds of 0 or more",
+            hint=f"give how long to wait for the store lock, e.g. {option} 300 (0: do not wait)",
+        )
+    return seconds
 
 
 def no_linked_dirs(root: Path) -> None:

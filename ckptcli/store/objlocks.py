@@ -165,8 +165,15 @@ class LockInfo:
         return out
 
 
+#: an age beyond this is no clock skew ckpt can have caused: shown as such, not as a
+#: number of hours hundreds of digits long (a planted `refreshed: 1e308`)
+_FAR = 100 * 365.25 * 86400
+
+
 def _age(seconds: float) -> str:
     s = max(0.0, seconds)
+    if s >= _FAR:
+        return "more than 100 years (not a time ckpt wrote)"
     if s < 120:
         return f"{s:.0f} s"
     if s < 7200:

@@ -138,6 +138,7 @@ def prune(
 
     from ckptcli._util.timeparse import parse_duration
     from ckptcli.format.manifest import Subject
+    from ckptcli.store.locking import check_lock_wait
     from ckptcli.store.prune import Policy
     from ckptcli.store.prune import prune as run_prune
 
@@ -156,6 +157,7 @@ def prune(
         reflog_expire_s=parse_duration(reflog_expire),
     )
     policy.check()
+    check_lock_wait(lock_wait)
     st = open_store(store)
     subjects = [str(Subject.parse(s)) for s in subject] if subject else None
     report = run_prune(
