@@ -187,3 +187,18 @@ def test_no_backend_writes_packs_larger_than_the_limit() -> None:
     assert Backend.pack_target <= layout.PACK_TARGET_MAX and ObjectStoreIO.pack_target <= layout.PACK_TARGET_MAX
     spec = (Path(__file__).parent.parent / "formats" / "v1.md").read_text()
     assert f"{layout.PACK_FILE_MAX:,} bytes" in spec  # the Limits table says the same
+
+
+@pytest.mark.parametrize("where", ["s3", "local"])
+def test_an_oversized_tag_is_deleted_and_set_again_as_its_error_says(where: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    url, _doc = _store(where, request, tmp_path)
+    assert run_ckpt("--store", url, "tag", "t1", "agent:p").returncode == 0
+    _plant(url, layout.tag_ref("t1"), CAP + 1)
+    got = run_ckpt("--store", url, "tag", "t1", "agent:p", "--force")
+    assert got.returncode == ExitCode.CORRUPT, got.stderr
+    [err] = _lines(got)
+    assert "refs/tags/t1: larger than" in err and "`ckpt tag -d t1`" in err, err
+    got = run_ckpt("--store", url, "tag", "-d", "t1")
+    assert got.returncode == 0, got.stderr
+    assert run_ckpt("--store", url, "tag", "t1", "agent:p").returncode == 0
+    assert run_ckpt("--store", url, "verify").returncode == 0

@@ -547,9 +547,9 @@ class LocalBackend(LocalLocks, Backend):
         # manifests of the LangGraph saver paid one commit per manifest)
         temps: builtins.list[tuple[str, Path]] = []
         together = len(items) > 1 and _find_syncfs() is not None
+        dests = [no_links(self.root, path) for path, _data in items]  # all refused before any is written
         try:
-            for path, data in items:
-                dest = no_links(self.root, path)
+            for dest, (_path, data) in zip(dests, items, strict=True):
                 temp, fh = self.open_temp()
                 temps.append((temp, dest))
                 try:
