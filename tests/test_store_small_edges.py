@@ -84,3 +84,25 @@ def test_a_lock_refreshed_at_an_impossible_time_is_shown_as_such(refreshed: floa
 
 def _has_dry_run() -> bool:
     return "--dry-run" in run_ckpt("unlock", "--help").stdout.decode()
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+@pytest.mark.parametrize("wait", [float("nan"), -1.0, float("inf")])
+def test_the_library_refuses_a_lock_wait_that_is_no_number_of_seconds(where: str, wait: float, tmp_path: Path) -> None:
+    """The same through the API (prune(lock_wait=nan) waited forever): InvalidInputError
+    from the lock itself, on a local store (flock) and on object storage (lock objects)."""
+    import uuid
+
+    from ckptcli import api
+    from ckptcli.errors import InvalidInputError
+    from ckptcli.store.backends.memory import MemoryBackend
+    from ckptcli.store.prune import Policy, prune
+
+    name = f"waits-{uuid.uuid4().hex}"
+    st = api.init_store(tmp_path / "s" if where == "local" else f"memory://{name}")
+    try:
+        with pytest.raises(InvalidInputError, match="not a number of seconds of 0 or more"):
+            prune(st, Policy(keep_last=1), lock_wait=wait)
+    finally:
+        st.close()
+        MemoryBackend.forget(name)

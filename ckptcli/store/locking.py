@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ckptcli import notices
-from ckptcli.errors import LockError, UnsafePathError, UsageError
+from ckptcli.errors import InvalidInputError, LockError, UnsafePathError, UsageError
 from ckptcli.store.command import current_command
 from ckptcli.store.layout import CACHE, INDEX, LOCKS, LOGS, MANIFESTS, PACKS, REFS, TMP, WRITERS, lock_path
 from ckptcli.store.oserror import io_error
@@ -77,6 +77,13 @@ def check_lock_wait(seconds: float, option: str = "--lock-wait") -> float:
             hint=f"give how long to wait for the store lock, e.g. {option} 300 (0: do not wait)",
         )
     return seconds
+
+
+def waitable(seconds: float) -> None:
+    """A library caller's lock wait (API: `prune(lock_wait=...)`): nan would wait forever.
+    Raises: InvalidInputError (exit 4)."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidInputError(f"a lock wait of {seconds} s: not a number of seconds of 0 or more", hint="give 0 or more (0: do not wait)")
 
 
 def no_linked_dirs(root: Path) -> None:
@@ -223,6 +230,7 @@ class LocalLocks:
 
     @contextlib.contextmanager
     def lock(self, name: str, *, shared: bool, wait: float = 30.0) -> Iterator[None]:
+        waitable(wait)
         if name == "store":  # every writer holds it: refused before anything is written
             no_linked_dirs(self.root)
         path = no_links(self.root, lock_path(name))

@@ -50,6 +50,7 @@ from ckptcli.errors import CkptError, CorruptError, LockError, NotFoundError, Un
 from ckptcli.store.backends.base import ObjectBackend
 from ckptcli.store.command import current_command
 from ckptcli.store.layout import LOCKS, lock_object_path
+from ckptcli.store.locking import waitable
 
 __all__ = [
     "CHECK_AFTER",
@@ -427,6 +428,7 @@ def acquire(
     names (default: `current_command()`); stale_after, refresh_every, check_after: see
     the module's constants. Returns: the HeldLock (use it as a context manager). Raises:
     LockError naming the holder when the wait runs out, StoreIOError."""
+    waitable(wait)
     env = env or LockEnv()
     kind = "exclusive" if exclusive else "shared"
     start = time.monotonic()
