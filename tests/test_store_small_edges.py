@@ -45,7 +45,7 @@ def test_tag_and_branch_list_the_locked_exit_code_in_their_help(command: str) ->
     assert re.search(r"^\s+9\s+the store is locked", got.stdout.decode(), re.MULTILINE), got.stdout.decode()
 
 
-@pytest.mark.parametrize("value", ["nan", "-1", "inf", "-inf"])
+@pytest.mark.parametrize("value", ["nan", "-1", "-inf", "-0.5"])
 @pytest.mark.parametrize("command", [["prune", "--keep-last", "1"], ["repair", "refs"], ["repair", "index"]])
 def test_a_lock_wait_that_is_no_number_of_seconds_is_refused(command: list[str], value: str, tmp_path: Path) -> None:
     """nan waited forever ("up to nan s"), -1 was taken as 0: each is one line, exit 2,
@@ -87,7 +87,7 @@ def _has_dry_run() -> bool:
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])
-@pytest.mark.parametrize("wait", [float("nan"), -1.0, float("inf")])
+@pytest.mark.parametrize("wait", [float("nan"), -1.0, float("-inf")])
 def test_the_library_refuses_a_lock_wait_that_is_no_number_of_seconds(where: str, wait: float, tmp_path: Path) -> None:
     """The same through the API (prune(lock_wait=nan) waited forever): InvalidInputError
     from the lock itself, on a local store (flock) and on object storage (lock objects)."""

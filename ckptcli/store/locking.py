@@ -69,9 +69,10 @@ def no_links(root: Path, path: str) -> Path:
 
 def check_lock_wait(seconds: float, option: str = "--lock-wait") -> float:
     """`seconds` as given to `option` (how long a command waits for the store lock), once
-    it is a finite number of seconds, 0 or more (nan would wait forever, a negative
-    number is no wait a user means). Raises: UsageError naming the option (exit 2)."""
-    if not math.isfinite(seconds) or seconds < 0:
+    it is a number of seconds, 0 or more (`inf`: as long as it takes); nan, which waited
+    forever, and a negative number, which was taken as 0, are refused.
+    Raises: UsageError naming the option (exit 2)."""
+    if math.isnan(seconds) or seconds < 0:
         raise UsageError(
             f"{option} {seconds}: not a number of seconds of 0 or more",
             hint=f"give how long to wait for the store lock, e.g. {option} 300 (0: do not wait)",
@@ -80,9 +81,10 @@ def check_lock_wait(seconds: float, option: str = "--lock-wait") -> float:
 
 
 def waitable(seconds: float) -> None:
-    """A library caller's lock wait (API: `prune(lock_wait=...)`): nan would wait forever.
+    """A library caller's lock wait (API: `prune(lock_wait=...)`): 0 or more (`inf`: as
+    long as it takes); not nan, which would wait forever whatever was meant.
     Raises: InvalidInputError (exit 4)."""
-    if not math.isfinite(seconds) or seconds < 0:
+    if math.isnan(seconds) or seconds < 0:
         raise InvalidInputError(f"a lock wait of {seconds} s: not a number of seconds of 0 or more", hint="give 0 or more (0: do not wait)")
 
 
