@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from ckptcli.store.prune import PruneReport
 
 
-@app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.LOCKED, ExitCode.CORRUPT, ExitCode.NO_STORE, ExitCode.IO_ERROR))
+@app.command(
+    epilog=exit_status(ExitCode.USAGE, ExitCode.LOCKED, ExitCode.CORRUPT, ExitCode.UNSAFE_PATH, ExitCode.NO_STORE, ExitCode.IO_ERROR)
+)
 def prune(
     keep_last: Annotated[int, typer.Option("--keep-last", metavar="N", help="Keep the N newest checkpoints of each subject.")] = 0,
     keep_hourly: Annotated[

@@ -22,7 +22,9 @@ class What(StrEnum):
     CHECKPOINTS = "checkpoints"
 
 
-@app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.CORRUPT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
+@app.command(
+    epilog=exit_status(ExitCode.USAGE, ExitCode.CORRUPT, ExitCode.UNSAFE_PATH, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR)
+)
 def repair(
     what: Annotated[
         What,
