@@ -264,7 +264,8 @@ def check_locks(ctx: Context) -> Iterable[Check]:
                 f"lock {name}",
                 WARN,
                 f"held exclusively by {who}: {what} wait for it",
-                "let it finish; commands wait --lock-wait seconds; never delete the lock file (a lock goes with its process)",
+                "let it finish (takes wait up to 30 s for it; prune, repair and migrate --format up to their --lock-wait); "
+                "never delete the lock file (a lock goes with its process)",
             )
         elif state == "shared":
             yield Check(f"lock {name}", OK, f"in use, shared (e.g. {who})", "")
@@ -296,7 +297,8 @@ def _object_locks(objects: Any) -> Iterable[Check]:
                 f"lock {name}",
                 WARN,
                 f"held exclusively by {exclusive[0].holder(now)}: other commands wait for it",
-                "let it finish; commands wait --lock-wait seconds; `ckpt unlock --remove-all` only when no ckpt command runs",
+                "let it finish (takes wait up to 30 s for it; prune, repair and migrate --format up to their --lock-wait); "
+                "`ckpt unlock --remove-all` only when no ckpt command runs",
             )
         else:
             yield Check(f"lock {name}", OK, f"in use, shared by {len(held)}: " + _some([r.holder(now) for r in held]), "")

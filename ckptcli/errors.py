@@ -47,7 +47,7 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.CORRUPT: "damaged data: hash mismatch, truncated or malformed file",
     ExitCode.UNSUPPORTED_VERSION: "written by a newer ckpt, or not a ckpt file",
     ExitCode.LIMIT_EXCEEDED: "a size, depth or count limit was exceeded",
-    ExitCode.UNSAFE_PATH: "a path inside a checkpoint would escape the target directory",
+    ExitCode.UNSAFE_PATH: "a path inside a checkpoint would escape the target directory, or a store directory is a link",
     ExitCode.LOCKED: "the store is locked by another process",
     ExitCode.NO_STORE: "no store found (run `ckpt init`, or pass --store), or no such bucket",
     ExitCode.CONFLICT: (

@@ -21,11 +21,11 @@ from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import IO
 
-from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError
-from ckptcli.store.layout import TMP, versioned_cap
+from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError, UnsafePathError
+from ckptcli.store.layout import PACK_TARGET_MAX, TMP, versioned_cap
 from ckptcli.store.locking import LOCK_NOTICE_AFTER as LOCK_NOTICE_AFTER  # 0.2 names here, kept for one minor release
 from ckptcli.store.locking import WRITERS_DIR as WRITERS_DIR
-from ckptcli.store.locking import LocalLocks
+from ckptcli.store.locking import LocalLocks, no_links
 from ckptcli.store.locking import Mark as Mark
 from ckptcli.store.locking import WriterMark as WriterMark
 from ckptcli.store.locking import lock_holder as lock_holder
@@ -33,13 +33,36 @@ from ckptcli.store.locking import note_holder as note_holder
 from ckptcli.store.oserror import io_error as io_error
 
 
-def too_large(where: str, cap: int) -> CorruptError:
-    """A file read whole (a record file: `layout.read_cap`) that is larger than ckpt ever
-    writes it: damaged or planted, refused before it is read into memory."""
+def too_large(where: str, cap: int, path: str = "") -> CorruptError:
+    """A file read whole (a record file, a reflog, a pack: `layout.versioned_cap`) that is
+    larger than ckpt ever writes it: damaged or planted, refused before it is read into
+    memory. `path`: its store path, which chooses the hint (what repairs that kind of
+    file; never the command that is reading it, such as `ckpt verify`)."""
     return CorruptError(
         f"{where}: larger than {cap} bytes, more than ckpt writes in such a file (damaged, or put there by something else)",
-        hint="run `ckpt verify`; remove that file if nothing else needs it",
+        hint=oversized_hint(path),
     )
+
+
+def oversized_hint(path: str) -> str:
+    """What to do about the oversized store file at `path` (too_large)."""
+    if path.startswith("refs/latest/"):
+        return "`ckpt repair refs` replaces it"
+    if path.startswith(("refs/tags/", "refs/branches/")):
+        kind, _, name = path[len("refs/") :].partition("/")
+        verb = "tag" if kind == "tags" else "branch"
+        return f"delete it (`ckpt {verb} -d {name}`) and set it again"
+    if path.startswith("logs/"):
+        return "remove that file (a reflog is history only: nothing else needs it)"
+    if path.startswith("packs/"):
+        return "move that file out of the store (ckpt writes no pack that large), then run `ckpt repair index`"
+    if path.startswith("index/"):
+        return "`ckpt repair index` rebuilds the index from the packs"
+    if path.startswith("cache/"):
+        return "remove that file (a cache, rebuilt when needed)"
+    if path == "config":
+        return "restore the store's config file from a backup or a copy of the store"
+    return "remove that file if nothing else needs it"
 
 
 def output_error(exc: OSError, shown: str, path: Path | None = None) -> StoreIOError:
@@ -77,7 +100,7 @@ class Backend(ABC):
     #: a pack being written is finished once it holds this many bytes: large on a local
     #: disk (fewer files); smaller on object storage, where a reader's ranged GETs cost
     #: per request and some servers read the whole object for each
-    pack_target: int = 64 * 1024 * 1024
+    pack_target: int = PACK_TARGET_MAX
 
     @abstractmethod
     def read(self, path: str) -> bytes:
@@ -133,6 +156,13 @@ class Backend(ABC):
         token that changes whenever the file is replaced; (None, None) when there is no
         file. Only where `ref_cas`. Raises: StoreIOError; CorruptError for a file larger
         than ckpt writes it (`layout.versioned_cap`), refused before it is read whole."""
+        raise NotImplementedError(f"{type(self).__name__} has no compare-and-swap")
+
+    def version(self, path: str) -> str | None:
+        """Args: path. Returns: the version `read_versioned` would give for the file,
+        from its metadata alone (no byte of it read: for a file too large to read, which
+        a compare-and-swap then replaces); None when there is no file. Only where
+        `ref_cas`. Raises: StoreIOError."""
         raise NotImplementedError(f"{type(self).__name__} has no compare-and-swap")
 
     def write_if_match(self, path: str, data: bytes, version: str | None) -> bool:
@@ -449,10 +479,12 @@ class LocalBackend(LocalLocks, Backend):
         try:
             fd = self._open_regular(path)
             try:
+                if cap is not None and os.fstat(fd).st_size > cap:  # refused before a byte is read
+                    raise too_large(str(self._p(path)), cap, path)
                 with os.fdopen(fd, "rb", closefd=False) as fh:
                     data = fh.read() if cap is None else fh.read(cap + 1)
                 if cap is not None and len(data) > cap:
-                    raise too_large(str(self._p(path)), cap)
+                    raise too_large(str(self._p(path)), cap, path)
                 return data
             finally:
                 os.close(fd)
@@ -515,10 +547,11 @@ class LocalBackend(LocalLocks, Backend):
         # manifests of the LangGraph saver paid one commit per manifest)
         temps: builtins.list[tuple[str, Path]] = []
         together = len(items) > 1 and _find_syncfs() is not None
+        dests = [no_links(self.root, path) for path, _data in items]  # all refused before any is written
         try:
-            for path, data in items:
+            for dest, (_path, data) in zip(dests, items, strict=True):
                 temp, fh = self.open_temp()
-                temps.append((temp, self._p(path)))
+                temps.append((temp, dest))
                 try:
                     fh.write(data)
                     fh.flush()
@@ -549,7 +582,7 @@ class LocalBackend(LocalLocks, Backend):
 
     def write_hint(self, path: str, data: bytes) -> None:
         # temp + rename, no fsync: the page cache outlives a killed process
-        dest = self._p(path)
+        dest = no_links(self.root, path)
         temp, fh = self.open_temp()
         try:
             with fh:
@@ -562,13 +595,8 @@ class LocalBackend(LocalLocks, Backend):
             raise io_error(exc, "write", dest) from None
 
     def append(self, path: str, data: bytes) -> None:
-        dest = self._p(path)
+        dest = no_links(self.root, path)  # O_NOFOLLOW guards the file; a linked directory above it would lead out
         try:
-            at = self.root
-            for part in Path(path).parts[:-1]:  # O_NOFOLLOW guards the file; a linked directory above it would lead out
-                at = at / part
-                if at.is_symlink():
-                    raise CorruptError(f"{at} is a symbolic link", hint="something other than ckpt put it in the store; remove it")
             created = not dest.exists()
             if created:
                 self._make_dirs(dest.parent)
@@ -594,6 +622,7 @@ class LocalBackend(LocalLocks, Backend):
     def open_temp(self) -> tuple[str, IO[bytes]]:
         # a random name created exclusively (create_temp): a file or link planted in
         # tmp/ is never written through, another name is taken
+        no_links(self.root, f"{TMP}/x")
         try:
             name, fd = create_temp(self.root / TMP, prefix=f"{os.getpid()}-", mode=0o666)
         except OSError as exc:
@@ -601,7 +630,11 @@ class LocalBackend(LocalLocks, Backend):
         return f"{TMP}/{name}", os.fdopen(fd, "wb")
 
     def commit_temp(self, temp: str, handle: IO[bytes], path: str) -> None:
-        dest = self._p(path)
+        try:
+            dest = no_links(self.root, path)
+        except UnsafePathError:
+            self.discard_temp(temp, handle)
+            raise
         try:
             handle.flush()
             os.fsync(handle.fileno())
@@ -655,7 +688,7 @@ class LocalBackend(LocalLocks, Backend):
 
     def delete(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
-            self._p(path).unlink()
+            no_links(self.root, path).unlink()
 
     def size(self, path: str) -> int:
         try:

@@ -33,6 +33,8 @@ __all__ = [
     "MANIFESTS",
     "MEMORY_STORE_DIR",
     "PACKS",
+    "PACK_FILE_MAX",
+    "PACK_TARGET_MAX",
     "RECOVER_LOCK",
     "REFS",
     "STORE_DIRNAME",
@@ -85,12 +87,24 @@ RECORD_FILE_MAX = framing.RECORD_HEAD_SIZE + limits.MAX_RECORD_SIZE + framing.CH
 _RECORD_DIRS = (INDEX, MANIFESTS, REFS, f"{CACHE}/heads")
 
 
+#: the most bytes of objects a writer puts in one pack before it finishes it (the largest
+#: `Backend.pack_target`; 64 MiB since the first ckpt)
+PACK_TARGET_MAX = 64 * 1024 * 1024
+#: the largest pack ckpt writes: its header, objects up to PACK_TARGET_MAX less one byte,
+#: the object that crosses it (stored: at most MAX_OBJECT_SIZE + 1024, index.py), its table
+#: (a record file) and the table's 4-byte length. A larger pack (formats/v1.md, "Limits")
+#: is refused before it is read whole (`ckpt verify --read-data`, `ckpt repair index`)
+PACK_FILE_MAX = framing.HEADER_SIZE + PACK_TARGET_MAX - 1 + limits.MAX_OBJECT_SIZE + 1024 + RECORD_FILE_MAX + 4
+
+
 def read_cap(path: str) -> int | None:
     """The most bytes the file at `path` can hold when ckpt wrote it, where a reader reads
-    it whole (a record file: RECORD_FILE_MAX); None where no cap applies (packs are read
-    by ranges, reflogs line by line)."""
+    it whole (a record file: RECORD_FILE_MAX; a pack: PACK_FILE_MAX); None where no cap
+    applies (reflogs: versioned_cap)."""
     if path in (CONFIG, CATALOG) or path.startswith(tuple(d + "/" for d in _RECORD_DIRS)):
         return RECORD_FILE_MAX
+    if path.startswith(PACKS + "/"):
+        return PACK_FILE_MAX
     return None
 
 

@@ -13,23 +13,87 @@ import builtins
 import contextlib
 import fcntl
 import json
+import math
 import os
 import secrets
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ckptcli import notices
-from ckptcli.errors import LockError
+from ckptcli.errors import InvalidInputError, LockError, UnsafePathError, UsageError
 from ckptcli.store.command import current_command
-from ckptcli.store.layout import WRITERS, lock_path
+from ckptcli.store.layout import CACHE, INDEX, LOCKS, LOGS, MANIFESTS, PACKS, REFS, TMP, WRITERS, lock_path
 from ckptcli.store.oserror import io_error
 
-__all__ = ["LOCK_NOTICE_AFTER", "LocalLocks", "Mark", "WriterMark", "lock_holder", "note_holder"]
+__all__ = [
+    "LOCK_NOTICE_AFTER",
+    "LocalLocks",
+    "Mark",
+    "WriterMark",
+    "check_lock_wait",
+    "lock_holder",
+    "no_linked_dirs",
+    "no_links",
+    "note_holder",
+]
 
 WRITERS_DIR = WRITERS
+
+
+def no_links(root: Path, path: str) -> Path:
+    """`root / path`, for a write (or removal) there, once no directory of `path` below
+    `root` is a symbolic link: a store's directories (refs, manifests, locks, tmp, ...)
+    are never links, and one planted there would lead the write out of the store. The
+    file itself is not checked here: writers replace it (a rename) or open it with
+    O_NOFOLLOW. A directory that does not exist yet is made by the writer.
+    Raises: UnsafePathError naming the link."""
+    at = root
+    for part in path.split("/")[:-1]:
+        at = at / part
+        try:
+            mode = os.lstat(at).st_mode
+        except OSError:
+            break  # not there (the writer makes it), or the write itself says what is wrong
+        if stat.S_ISLNK(mode):
+            raise UnsafePathError(
+                f"{at} is a symbolic link; ckpt writes nothing through it (it would write outside the store)",
+                hint="a store's directories are never links (something other than ckpt made it): "
+                "replace it with a directory holding what it points to",
+            )
+    return root / path
+
+
+def check_lock_wait(seconds: float, option: str = "--lock-wait") -> float:
+    """`seconds` as given to `option` (how long a command waits for the store lock), once
+    it is a number of seconds, 0 or more (`inf`: as long as it takes); nan, which waited
+    forever, and a negative number, which was taken as 0, are refused.
+    Raises: UsageError naming the option (exit 2)."""
+    if math.isnan(seconds) or seconds < 0:
+        raise UsageError(
+            f"{option} {seconds}: not a number of seconds of 0 or more",
+            hint=f"give how long to wait for the store lock, e.g. {option} 300 (0: do not wait)",
+        )
+    return seconds
+
+
+def waitable(seconds: float) -> None:
+    """A library caller's lock wait (API: `prune(lock_wait=...)`): 0 or more (`inf`: as
+    long as it takes); not nan, which would wait forever whatever was meant.
+    Raises: InvalidInputError (exit 4)."""
+    if math.isnan(seconds) or seconds < 0:
+        raise InvalidInputError(f"a lock wait of {seconds} s: not a number of seconds of 0 or more", hint="give 0 or more (0: do not wait)")
+
+
+def no_linked_dirs(root: Path) -> None:
+    """Refuse a store (UnsafePathError, as `no_links`) where one of the directories of its
+    layout is a symbolic link: checked as a writer takes the store lock, before it writes
+    anything (each write checks its own path as well)."""
+    for directory in (PACKS, INDEX, MANIFESTS, REFS, LOGS, LOCKS, TMP, CACHE):
+        no_links(root, f"{directory}/x")
 
 
 class Mark(Protocol):
@@ -124,7 +188,7 @@ class LocalLocks:
             os.close(fd)
 
     def mark_writer(self, kind: str) -> WriterMark:
-        d = self._p(WRITERS_DIR)
+        d = no_links(self.root, f"{WRITERS_DIR}/x").parent
         try:
             os.makedirs(d, exist_ok=True)
             path = d / f"{kind}-{os.getpid()}-{secrets.token_hex(8)}.lock"
@@ -161,14 +225,17 @@ class LocalLocks:
                 live.append(name)  # held: its writer is alive
             else:
                 with contextlib.suppress(OSError):
-                    os.unlink(d / name)  # its writer died without closing it
+                    os.unlink(no_links(self.root, f"{WRITERS_DIR}/{name}"))  # its writer died without closing it
             finally:
                 os.close(fd)
         return live
 
     @contextlib.contextmanager
     def lock(self, name: str, *, shared: bool, wait: float = 30.0) -> Iterator[None]:
-        path = self._p(lock_path(name))
+        waitable(wait)
+        if name == "store":  # every writer holds it: refused before anything is written
+            no_linked_dirs(self.root)
+        path = no_links(self.root, lock_path(name))
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as exc:

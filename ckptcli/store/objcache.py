@@ -14,7 +14,10 @@ import hashlib
 import os
 import re
 import secrets
+import stat
 from pathlib import Path
+
+from ckptcli.errors import UnsafePathError
 
 __all__ = ["ObjectCache", "default_cache"]
 
@@ -32,9 +35,26 @@ class ObjectCache:
     def cacheable(name: str) -> bool:
         return bool(_NAME.fullmatch(name))
 
+    def _shard(self, name: str) -> Path:
+        """The directory of `name` (root/<2 hex>), refused if it is a symbolic link: the
+        cache writes (and removes) files in it, never anywhere it would lead. The root
+        itself may be a link (a cache directory kept elsewhere). Raises: UnsafePathError."""
+        d = self.root / name[:2]
+        try:
+            linked = stat.S_ISLNK(os.lstat(d).st_mode)
+        except OSError:
+            linked = False  # not there yet: made below, a directory
+        if linked:
+            raise UnsafePathError(
+                f"{d} is a symbolic link; ckpt writes nothing through it (it would write outside its object cache)",
+                hint="remove it (any file of the cache may be deleted), or set CKPT_CACHE_DIR to another directory",
+            )
+        return d
+
     def get(self, name: str) -> bytes | None:
-        """The object named `name` if a good copy is cached, else None."""
-        path = self.root / name[:2] / name
+        """The object named `name` if a good copy is cached, else None.
+        Raises: UnsafePathError (`_shard`)."""
+        path = self._shard(name) / name
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
@@ -53,10 +73,11 @@ class ObjectCache:
         return data
 
     def put(self, name: str, data: bytes) -> None:
-        """Keep `data` (whose SHA-256 is `name`); a cache that cannot be written is skipped."""
+        """Keep `data` (whose SHA-256 is `name`); a cache that cannot be written is skipped.
+        Raises: UnsafePathError (`_shard`)."""
         if len(data) > _MAX or hashlib.sha256(data).hexdigest() != name:
             return
-        d = self.root / name[:2]
+        d = self._shard(name)
         temp = d / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
             d.mkdir(parents=True, exist_ok=True)

@@ -50,6 +50,7 @@ from ckptcli.errors import CkptError, CorruptError, LockError, NotFoundError, Un
 from ckptcli.store.backends.base import ObjectBackend
 from ckptcli.store.command import current_command
 from ckptcli.store.layout import LOCKS, lock_object_path
+from ckptcli.store.locking import waitable
 
 __all__ = [
     "CHECK_AFTER",
@@ -165,8 +166,15 @@ class LockInfo:
         return out
 
 
+#: an age beyond this is no clock skew ckpt can have caused: shown as such, not as a
+#: number of hours hundreds of digits long (a planted `refreshed: 1e308`)
+_FAR = 100 * 365.25 * 86400
+
+
 def _age(seconds: float) -> str:
     s = max(0.0, seconds)
+    if s >= _FAR:
+        return "more than 100 years (not a time ckpt wrote)"
     if s < 120:
         return f"{s:.0f} s"
     if s < 7200:
@@ -420,6 +428,7 @@ def acquire(
     names (default: `current_command()`); stale_after, refresh_every, check_after: see
     the module's constants. Returns: the HeldLock (use it as a context manager). Raises:
     LockError naming the holder when the wait runs out, StoreIOError."""
+    waitable(wait)
     env = env or LockEnv()
     kind = "exclusive" if exclusive else "shared"
     start = time.monotonic()

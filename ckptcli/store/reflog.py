@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ckptcli.errors import CkptError, ConflictError
+from ckptcli.errors import CkptError, ConflictError, NotFoundError
 from ckptcli.store import layout
 from ckptcli.store.backend import Backend
 from ckptcli.store.command import MAX_COMMAND as MAX_COMMAND
@@ -208,12 +208,20 @@ def read(backend: Backend, ref_path: str, warn: Callable[[str], None]) -> list[E
 def read_all(backend: Backend, warn: Callable[[str], None], prefix: str = "refs") -> list[Entry]:
     """Every entry of every log under `prefix`, newest first: the logs merged by time,
     each log's entries in its own (append) order even where its clock stepped back, so
-    numbering each ref's moves in this order gives the N of NAME@{N}."""
+    numbering each ref's moves in this order gives the N of NAME@{N}. A log that cannot
+    be read (larger than a reflog can be, say) is left out with a warning naming it."""
     try:
         paths = backend.list(f"{LOG_ROOT}/{prefix}")
     except CkptError:
         return []
-    logs = [list(reversed(read(backend, p[len(LOG_ROOT) + 1 :], warn))) for p in paths]
+    logs = []
+    for p in paths:
+        try:
+            logs.append(list(reversed(read(backend, p[len(LOG_ROOT) + 1 :], warn))))
+        except NotFoundError:
+            continue  # removed since the listing
+        except CkptError as exc:  # one unreadable log (too large, not a file): the others are shown
+            warn(f"{exc.message}; its entries are left out" + (f"; {exc.hint}" if exc.hint else ""))
     return list(heapq.merge(*logs, key=lambda e: e.time_ns, reverse=True))
 
 

@@ -105,7 +105,7 @@ class Refs:
         (a LangGraph thread's latest), whose history is the chain itself. `reset`: the
         time of its last deliberate move (read_ref_state), kept in the ref itself; by
         default the ref's own is carried over (every move keeps a `ckpt reset` on record)."""
-        self._swap(path, lambda _seen: _Move(target, reason, log, reset), lock=False)
+        self._swap(path, lambda _seen: _Move(target, reason, log, reset), lock=False, replace=True)
 
     def log_move(self, path: str, old: bytes | None, new: bytes | None, reason: str, time_ns: int | None = None) -> None:
         """Append a move of the ref at `path` to its reflog (`time_ns`: the ref's new
@@ -126,7 +126,7 @@ class Refs:
         lock (`ref_lock`) and, where refs move by compare-and-swap, the store lock
         exclusively (see the module's docstring). Returns: its old target (None if it was
         damaged or missing)."""
-        return self._swap(path, lambda _seen: _Move(None, reason), lock=False)[0].target
+        return self._swap(path, lambda _seen: _Move(None, reason), lock=False, replace=True)[0].target
 
     def ref_lock(self, wait: float = 30.0) -> contextlib.AbstractContextManager[None]:
         """The refs lock, exclusive (waiting up to `wait` seconds), where refs move under
@@ -134,9 +134,13 @@ class Refs:
         of write_ref and remove_ref, and of reflog.expire."""
         return contextlib.nullcontext() if self.backend.ref_cas else self.backend.lock("refs", shared=False, wait=wait)
 
-    def _see(self, path: str) -> _Seen:
+    def _see(self, path: str, replace: bool = False) -> _Seen:
         """The ref at `path` as it is now, with its version where refs move by
-        compare-and-swap. A damaged ref is seen as existing, with no target."""
+        compare-and-swap. A damaged ref is seen as existing, with no target. One that
+        cannot be read at all (larger than a ref can be) has no version to swap against
+        where refs move by compare-and-swap: it raises, unless `replace` (a caller that
+        overwrites whatever is there: write_ref, remove_ref, delete_ref), which then
+        takes the version from the object's metadata (`Backend.version`), never its bytes."""
         version: str | None = None
         try:
             if self.backend.ref_cas:
@@ -147,7 +151,10 @@ class Refs:
             data = None
         except CkptError:
             if self.backend.ref_cas:
-                raise  # no version: nothing can be swapped
+                if not replace:
+                    raise  # no version: nothing can be swapped
+                version = self.backend.version(path)
+                return _Seen(None, None, None, version is not None, version)
             return _Seen(None, None, None, True)  # its old value is unknown
         if data is None:
             return _Seen(None, None, None, False, version)
@@ -156,14 +163,16 @@ class Refs:
         except CkptError:
             return _Seen(None, None, None, True, version)
 
-    def _swap(self, path: str, decide: Callable[[_Seen], _Move | None], *, lock: bool = True) -> tuple[_Seen, _Move | None]:
+    def _swap(
+        self, path: str, decide: Callable[[_Seen], _Move | None], *, lock: bool = True, replace: bool = False
+    ) -> tuple[_Seen, _Move | None]:
         """Change the ref at `path` as `decide` says given the ref as it is (None: leave
         it). Under the refs lock (taken unless `lock` is False: the caller holds it), the
         reflog entry first; by compare-and-swap where the backend has it, the entry after
         the move, and on a conflict (another writer moved the ref since it was read) read
         and decided again, up to reflog.CAS_TRIES times, with a random pause between.
-        Returns: (the ref as last seen, what was done). Raises: what `decide` raises;
-        ConflictError when every try lost."""
+        `replace`: as for `_see`. Returns: (the ref as last seen, what was done). Raises:
+        what `decide` raises; ConflictError when every try lost."""
         if not self.backend.ref_cas:
             with self.backend.lock("refs", shared=False) if lock else contextlib.nullcontext():
                 seen = self._see(path)
@@ -176,7 +185,7 @@ class Refs:
                         self.backend.write_atomic(path, self._encode(seen, move, time.time_ns()))
                 return seen, move
         for attempt in range(reflog.CAS_TRIES):
-            seen = self._see(path)
+            seen = self._see(path, replace)
             move = decide(seen)
             if move is None:
                 return seen, None
@@ -225,7 +234,11 @@ class Refs:
         """When the ref at `path` was last moved (or deliberately kept) by this ckpt, from
         its reflog, or last reset (the ref's own `reset`, which survives a lost reflog);
         None when it has neither (a store an older ckpt wrote)."""
-        entries = reflog.read(self.backend, path, self.warn)
+        try:
+            entries = reflog.read(self.backend, path, self.warn)
+        except CkptError as exc:  # unreadable (too large, say): as if there were none; verify names it
+            self.warn(f"{exc.message}; its entries are not used")
+            entries = []
         when = entries[-1].time_ns if entries else None
         try:
             reset = self.read_ref_state(path)[1]  # a reset is in the ref too: the reflog may be gone
@@ -436,7 +449,7 @@ class Refs:
             return _Move(None, reason)
 
         with exclusive:
-            return self._swap(path, decide)[0].target
+            return self._swap(path, decide, replace=True)[0].target
 
     # -- resolving names -----------------------------------------------------------
     def resolve(self, ref: str) -> bytes:

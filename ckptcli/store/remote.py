@@ -43,7 +43,7 @@ from ckptcli.store.backend import Backend, Mark, too_large
 from ckptcli.store.backends import redact
 from ckptcli.store.backends.base import ObjectBackend
 from ckptcli.store.backends.paths import path_problem
-from ckptcli.store.layout import CACHE, INDEX, LOCKS, LOGS, MANIFESTS, PACKS, REFS, versioned_cap
+from ckptcli.store.layout import CACHE, INDEX, LOCKS, LOGS, MANIFESTS, PACK_FILE_MAX, PACKS, REFS, versioned_cap
 from ckptcli.store.objcache import ObjectCache
 
 __all__ = ["ObjectMark", "ObjectStoreIO"]
@@ -119,15 +119,29 @@ class ObjectStoreIO(Backend):
         cap = versioned_cap(path)
         if cap is None:
             return self.objects.get(path)
+        if path.startswith(PACKS + "/"):
+            return bytes(self._get_pack(path, cap))
         data = self.objects.get_range(path, 0, cap + 1)
         if len(data) > cap:
-            raise too_large(f"{self.url}/{path}", cap)
+            raise too_large(f"{self.url}/{path}", cap, path)
+        return data
+
+    def _get_pack(self, path: str, cap: int) -> bytes | memoryview:
+        """A pack whole, as a view where the backend gives one: its size asked first (a
+        pack can be large: one larger than ckpt writes is refused before any byte of it
+        is fetched), then one ranged read of at most `cap` + 1 bytes (an object replaced
+        in between is refused after that many)."""
+        if self.objects.stat(path).size > cap:
+            raise too_large(f"{self.url}/{path}", cap, path)
+        data = self.objects.get_range_view(path, 0, cap + 1)
+        if len(data) > cap:
+            raise too_large(f"{self.url}/{path}", cap, path)
         return data
 
     def read_view(self, path: str) -> bytes | memoryview:
         if not path.startswith(PACKS + "/"):
             return self.read(path)
-        return self.objects.get_view(path)
+        return self._get_pack(path, PACK_FILE_MAX)
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         if not path.startswith(PACKS + "/") or length <= 0 or length > _BLOCK:
@@ -264,8 +278,14 @@ class ObjectStoreIO(Backend):
         except NotFoundError:
             return None, None
         if cap is not None and len(data) > cap:
-            raise too_large(f"{self.url}/{path}", cap)
+            raise too_large(f"{self.url}/{path}", cap, path)
         return data, etag
+
+    def version(self, path: str) -> str | None:
+        try:
+            return self.objects.stat(path).etag
+        except NotFoundError:
+            return None
 
     def write_if_match(self, path: str, data: bytes, version: str | None) -> bool:
         return self.objects.put_if_match(path, bytes(data), version) is not None

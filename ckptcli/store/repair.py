@@ -78,6 +78,9 @@ def repair_index(store: Store, *, dry_run: bool = False, lock_wait: float = 300.
                 except ValueError:
                     rep.damaged_packs[path] = "the file name is not a pack id"
                     continue
+                if path != pack_path(pack_id):  # never read: a pack ckpt wrote is not there
+                    rep.damaged_packs[path] = f"not where ckpt keeps a pack ({pack_path(pack_id)}); ckpt wrote no such file"
+                    continue
                 try:
                     data = store.backend.read(path)
                     table = read_pack(data, path)

@@ -159,7 +159,17 @@ class StoreChecker:
 
     def packs(self) -> None:
         """Packs no index names (read through their own tables), and indexed packs that are missing."""
-        self.pack_files = {p.rsplit("/", 1)[-1]: p for p in self.backend.list(layout.PACKS)}
+        self.pack_files = {}
+        for p in self.backend.list(layout.PACKS):
+            name = p.rsplit("/", 1)[-1]
+            if p != f"{layout.PACKS}/{name[:2]}/{name}":  # never read: a pack ckpt wrote is not there
+                self.problem(
+                    "pack",
+                    p,
+                    f"not where ckpt keeps a pack ({layout.PACKS}/<first 2 hex digits>/<pack id>); ckpt wrote no such file: remove it",
+                )
+                continue
+            self.pack_files[name] = p
         unindexed_tables: dict[bytes, list[tuple[bytes, IndexEntry]]] = {}
         for hexname, path in self.pack_files.items():
             try:

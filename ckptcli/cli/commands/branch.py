@@ -12,7 +12,11 @@ from ckptcli.cli.output import exit_status
 from ckptcli.errors import ExitCode
 
 
-@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE))
+@app.command(
+    epilog=exit_status(
+        ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.CORRUPT, ExitCode.UNSAFE_PATH, ExitCode.LOCKED, ExitCode.NO_STORE
+    )
+)
 def branch(
     name: Annotated[str | None, typer.Argument(help="Branch name.", show_default=False)] = None,
     ref: Annotated[str, typer.Argument(help="Checkpoint the branch points at.")] = "latest",

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from ckptcli.store.prune import PruneReport
 
 
-@app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.LOCKED, ExitCode.CORRUPT, ExitCode.NO_STORE, ExitCode.IO_ERROR))
+@app.command(
+    epilog=exit_status(ExitCode.USAGE, ExitCode.LOCKED, ExitCode.CORRUPT, ExitCode.UNSAFE_PATH, ExitCode.NO_STORE, ExitCode.IO_ERROR)
+)
 def prune(
     keep_last: Annotated[int, typer.Option("--keep-last", metavar="N", help="Keep the N newest checkpoints of each subject.")] = 0,
     keep_hourly: Annotated[
@@ -138,6 +140,7 @@ def prune(
 
     from ckptcli._util.timeparse import parse_duration
     from ckptcli.format.manifest import Subject
+    from ckptcli.store.locking import check_lock_wait
     from ckptcli.store.prune import Policy
     from ckptcli.store.prune import prune as run_prune
 
@@ -156,6 +159,7 @@ def prune(
         reflog_expire_s=parse_duration(reflog_expire),
     )
     policy.check()
+    check_lock_wait(lock_wait)
     st = open_store(store)
     subjects = [str(Subject.parse(s)) for s in subject] if subject else None
     report = run_prune(

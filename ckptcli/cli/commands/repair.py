@@ -22,7 +22,9 @@ class What(StrEnum):
     CHECKPOINTS = "checkpoints"
 
 
-@app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.CORRUPT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
+@app.command(
+    epilog=exit_status(ExitCode.USAGE, ExitCode.CORRUPT, ExitCode.UNSAFE_PATH, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR)
+)
 def repair(
     what: Annotated[
         What,
@@ -99,6 +101,7 @@ def repair(
       ckpt repair checkpoints --force --json
     """
     from ckptcli.store import repair as lib
+    from ckptcli.store.locking import check_lock_wait
 
     if what is not What.CHECKPOINTS:
         for given, name in ((force, "--force"), (drop, "--drop"), (forget, "--forget")):
@@ -109,6 +112,7 @@ def repair(
             "--drop and --forget exclude each other",
             hint="--drop removes damaged checkpoints; --forget removes the originals of repaired ones",
         )
+    check_lock_wait(lock_wait)
     st = open_store(store)
     st.on_warning = None  # the damage it would warn about is what this reports
     if what is What.CHECKPOINTS:

@@ -12,7 +12,17 @@ from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import ExitCode, UsageError
 
 
-@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CONFLICT))
+@app.command(
+    epilog=exit_status(
+        ExitCode.NOT_FOUND,
+        ExitCode.INVALID_INPUT,
+        ExitCode.CORRUPT,
+        ExitCode.UNSAFE_PATH,
+        ExitCode.LOCKED,
+        ExitCode.NO_STORE,
+        ExitCode.CONFLICT,
+    )
+)
 def tag(
     name: Annotated[str | None, typer.Argument(help="Tag name.", show_default=False)] = None,
     ref: Annotated[str, typer.Argument(help="Checkpoint to tag.")] = "latest",

@@ -65,4 +65,5 @@ def verify(
         status = "no problems found" if report.ok else f"{len(report.problems)} problem(s) found"
         c.print(f"checked {report.checkpoints} checkpoint(s), {report.objects} object(s){what}: {status}", markup=False)
     if not report.ok:
-        raise VerifyFailed(f"verify found {len(report.problems)} problem(s)", hint="see above; `ckpt verify --json` lists them")
+        where = "they are listed in the JSON on stdout" if as_json else "see above (with --json, as JSON)"
+        raise VerifyFailed(f"verify found {len(report.problems)} problem(s)", hint=where)

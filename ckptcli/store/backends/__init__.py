@@ -147,6 +147,12 @@ def _check_url(text: str, scheme: str) -> None:
             f"{shown}: a store URL carries no user info (user:password@)",
             hint="put credentials in the environment (e.g. AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or in --store-option",
         )
+    if scheme in EXTRAS and not parts.netloc:  # (no user info or query left to hide: the text as given)
+        bucket = "container" if scheme == "az" else "bucket"
+        raise UsageError(
+            f"{text}: names no {bucket} (an object-storage URL is written {scheme}://{bucket.upper()}/PREFIX)",
+            hint=f"write the {bucket} after {scheme}://, e.g. {scheme}://team-{bucket}/agents",
+        )
     prefix = parts.path.removeprefix("/").removesuffix("/")
     for part in prefix.split("/") if prefix else ():
         if part in ("", ".", ".."):

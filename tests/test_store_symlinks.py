@@ -1,0 +1,114 @@
+"""Symbolic links planted where a store (or the object cache of remote stores) keeps a
+directory: ckpt writes nothing through them. The command that would write is refused in
+one line naming the link, with the UNSAFE_PATH exit code (docs/exit-codes.md), and not a
+byte changes where the link leads."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ckptcli.errors import ExitCode
+from ckptcli.store import layout
+from tests.conftest import run_ckpt
+from tests.s3_server import S3Bucket, fixture_s3_bucket, fixture_s3_env, fixture_s3_server  # noqa: F401 - pytest fixtures
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under `root` (not following links) and the SHA-256 of its bytes."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+        elif p.is_dir() and not p.is_symlink():
+            out[str(p.relative_to(root)) + "/"] = ""
+    return out
+
+
+def _one_line(got: object, *needles: str) -> str:
+    err = got.stderr.decode()  # type: ignore[attr-defined]
+    assert got.returncode == ExitCode.UNSAFE_PATH == 8, (got.returncode, err)  # type: ignore[attr-defined]
+    assert err.startswith("ckpt: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[Path, Path]:
+    """A local store with two checkpoints of agent:a (so every directory of the layout
+    holds something), and a state document for the next take."""
+    root = tmp_path / "store"
+    assert run_ckpt("init", root).returncode == 0
+    doc = tmp_path / "doc.json"
+    for turn in (1, 2):
+        doc.write_text(f'{{"memory": {{"turn": {turn}, "notes": ["{"x" * 200}"]}}}}')
+        got = run_ckpt("--store", root, "take", doc, "-S", "agent:a")
+        assert got.returncode == 0, got.stderr
+    assert run_ckpt("--store", root, "tag", "t1", "agent:a").returncode == 0
+    doc.write_text('{"memory": {"turn": 3}}')
+    return root, doc
+
+
+@pytest.mark.parametrize(
+    "directory", [layout.REFS, layout.MANIFESTS, layout.LOCKS, layout.LOGS, layout.PACKS, layout.INDEX, layout.TMP, layout.CACHE]
+)
+def test_a_take_writes_nothing_through_a_linked_store_directory(store: tuple[Path, Path], directory: str, tmp_path: Path) -> None:
+    root, doc = store
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (root / directory).mkdir(exist_ok=True)
+    shutil.move(root / directory, outside / directory)
+    (root / directory).symlink_to(outside / directory, target_is_directory=True)
+    before_out, before_in = _tree(outside), _tree(root)
+    _one_line(run_ckpt("--store", root, "take", doc, "-S", "agent:a"), f"{root / directory} is a symbolic link")
+    assert _tree(outside) == before_out  # not a byte written where the link leads
+    assert _tree(root) == before_in  # nor anything in the store itself
+
+
+@pytest.mark.parametrize("directory", ["refs/latest", "refs/tags", "logs/refs", "packs"])
+def test_a_linked_directory_deeper_in_the_store_is_refused_too(store: tuple[Path, Path], directory: str, tmp_path: Path) -> None:
+    """One level down (refs/latest, a pack's fan-out directory): refused at the write."""
+    root, doc = store
+    if directory == "packs":
+        directory = str(next((root / "packs").iterdir()).relative_to(root))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.move(root / directory, outside / "moved")
+    (root / directory).symlink_to(outside / "moved", target_is_directory=True)
+    before = _tree(outside)
+    for args in (["take", doc, "-S", "agent:a"], ["tag", "t2", "agent:a"], ["prune", "--keep-last", "1"]):
+        got = run_ckpt("--store", root, *args)
+        if got.returncode != 0:  # a command that writes nothing there may succeed
+            _one_line(got, "is a symbolic link")
+        assert _tree(outside) == before, args
+
+
+def test_the_object_cache_writes_nothing_through_a_linked_shard(s3_bucket: S3Bucket, tmp_path: Path) -> None:
+    """CKPT_CACHE_DIR/XX (the directory of cached objects whose names start XX) planted as
+    links: a command on a remote store that would cache an object there is refused."""
+    url = f"{s3_bucket.url}/c"
+    cache = tmp_path / "cache"
+    env = {"CKPT_CACHE_DIR": str(cache)}
+    assert run_ckpt("init", url, env=env).returncode == 0
+    doc = tmp_path / "doc.json"
+    doc.write_text('{"memory": {"turn": 1}}')
+    assert run_ckpt("--store", url, "take", doc, "-S", "agent:a", env=env).returncode == 0
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for i in range(256):
+        (cache / f"{i:02x}").symlink_to(outside, target_is_directory=True)
+    _one_line(run_ckpt("--store", url, "show", "agent:a", env=env), str(cache), "is a symbolic link", "CKPT_CACHE_DIR")
+    got = run_ckpt("--store", url, "verify", env=env)  # each manifest it cannot read is a problem it names
+    assert got.returncode == ExitCode.CORRUPT and "is a symbolic link" in got.stdout.decode(), (got.stdout, got.stderr)
+    assert list(outside.iterdir()) == []
+    # a cache without links works again
+    shutil.rmtree(cache)
+    got = run_ckpt("--store", url, "verify", env=env)
+    assert got.returncode == 0, got.stderr
+    assert any(p.is_file() for p in cache.rglob("*"))
