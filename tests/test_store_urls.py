@@ -184,3 +184,17 @@ def test_init_refuses_a_prefix_inside_a_store_and_the_outer_store_keeps_working(
     pruned = run_ckpt("--store", outer, "prune", "--keep-last", "1")
     assert pruned.returncode == 0, pruned.stderr
     assert run_ckpt("--store", outer, "verify").returncode == 0
+
+
+def test_a_path_given_as_a_string_opens_the_local_store_with_its_file_locks(tmp_path: Path) -> None:
+    """Store.open("dir") and Store.init("dir") took a plain string for a URL and worked on
+    the directory through the object-storage backend, with lock objects that the CLI's
+    file locks (and every Store.open(Path)) never see: a prune and a take could run at once."""
+    from ckptcli.store.backend import LocalBackend
+    from ckptcli.store.repository import Store
+
+    made = Store.init(str(tmp_path / "s"))
+    assert isinstance(made.backend, LocalBackend) and made.directory == tmp_path / "s"
+    for given in (str(tmp_path / "s"), f"file://{tmp_path / 's'}", tmp_path / "s"):
+        opened = Store.open(given)
+        assert isinstance(opened.backend, LocalBackend) and opened.directory == tmp_path / "s", given

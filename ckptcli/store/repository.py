@@ -294,6 +294,7 @@ class Store(Refs):
                 f"format version {version} is not one this ckpt writes", hint=f"use one of {sorted(limits.READABLE_VERSIONS)}"
             )
         config = StoreConfig(version, secrets.token_bytes(16), time.time_ns(), (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX))
+        path = store_location(path)  # a path given as a string is a local directory, with its file locks
         if isinstance(path, str):
             io = _remote(path, options)
             try:
@@ -324,7 +325,7 @@ class Store(Refs):
     def open(cls, path: Path | str | None = None, options: Mapping[str, str] | None = None) -> Store:
         """Open the store at `path` (a store directory, a directory holding `.ckpt/`, or
         a URL: `store_location` tells them apart), or the one `find_store` finds."""
-        where = path if path is not None else find_store()
+        where = store_location(path) if path is not None else find_store()
         if isinstance(where, str):
             io = _remote(where, options)
             try:
