@@ -46,7 +46,7 @@ def test_tag_and_branch_list_the_locked_exit_code_in_their_help(command: str) ->
 
 
 @pytest.mark.parametrize("value", ["nan", "-1", "-inf", "-0.5"])
-@pytest.mark.parametrize("command", [["prune", "--keep-last", "1"], ["repair", "refs"], ["repair", "index"]])
+@pytest.mark.parametrize("command", [["prune", "--keep-last", "1"], ["repair", "refs"], ["repair", "index"], ["migrate", "--format"]])
 def test_a_lock_wait_that_is_no_number_of_seconds_is_refused(command: list[str], value: str, tmp_path: Path) -> None:
     """nan waited forever ("up to nan s"), -1 was taken as 0: each is one line, exit 2,
     before the store is opened (no store here at all)."""

@@ -124,7 +124,9 @@ def migrate(
     if format_:
         if migrations or to or assume_version or message or branch or move_latest:
             raise UsageError("--format upgrades the container format; it takes no schema options", hint="run the two migrations separately")
-        _format(ref, store, dry_run, lock_wait, as_json)
+        from ckptcli.store.locking import check_lock_wait
+
+        _format(ref, store, dry_run, check_lock_wait(lock_wait), as_json)
         return
     if ref is None:
         raise UsageError("which checkpoint?", hint="give a REF (and --migrations SPEC), or use --format or --list")

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     epilog=exit_status(
         ExitCode.NOT_FOUND,
         ExitCode.INVALID_INPUT,
+        ExitCode.CORRUPT,
         ExitCode.LIMIT_EXCEEDED,
+        ExitCode.UNSAFE_PATH,
         ExitCode.CONFLICT,
         ExitCode.LOCKED,
         ExitCode.NO_STORE,
