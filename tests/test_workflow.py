@@ -206,6 +206,29 @@ def test_the_workflow_catching_a_failed_step_replays_the_same(store: Store) -> N
         workflow.run(store, "c", flow, False)
 
 
+def test_a_finished_workflow_run_with_other_arguments_is_a_conflict_too(store: Store) -> None:
+    calls: list[int] = []
+
+    def flow(ctx: workflow.Context, n: int) -> int:
+        return ctx.step("double", lambda: calls.append(n) or n * 2)
+
+    assert workflow.run(store, "fin", flow, 2) == 4
+    with pytest.raises(ConflictError, match=r"other arguments \(\[2\]\), not \[3\]") as got:
+        workflow.run(store, "fin", flow, 3)
+    assert got.value.exit_code == 11 and "\n" not in str(got.value)
+    assert workflow.run(store, "fin", flow, 2) == 4 and calls == [2]  # the same arguments: its recorded result
+
+    def fails(ctx: workflow.Context, n: int) -> None:
+        raise ValueError(n)
+
+    with pytest.raises(ValueError):
+        workflow.run(store, "fin-failed", fails, 1)
+    with pytest.raises(ConflictError, match="other arguments"):
+        workflow.run(store, "fin-failed", fails, 2)
+    with pytest.raises(workflow.WorkflowFailed):
+        workflow.run(store, "fin-failed", fails, 1)
+
+
 # -- in doubt ---------------------------------------------------------------------------------------
 def _begin_in_doubt(store: Store, wid: str) -> None:
     def hang() -> None:
@@ -303,12 +326,13 @@ def test_a_result_that_cannot_be_encoded_is_one_line_naming_the_step_and_key(sto
     def flow(ctx: workflow.Context) -> Any:
         return ctx.step("mk", lambda: object())
 
-    with pytest.raises(InvalidInputError) as got:
+    with pytest.raises(workflow.StepFailed) as got:
         workflow.run(store, "enc", flow)
     msg = str(got.value)
-    assert "\n" not in msg and "step mk" in msg and "enc:mk:1:1" in msg and "cannot be recorded" in msg
+    assert "\n" not in msg and "step mk" in msg and "enc:mk:1:1" in msg and "cannot be recorded" in msg and "type object" in msg
+    assert isinstance(got.value.__cause__, InvalidInputError)
     st = workflow.status(store, "enc")
-    assert st.steps[0].status == "error" and "cannot be recorded" in (st.steps[0].error or "") and st.status == "running"
+    assert st.steps[0].status == "error" and "cannot be recorded" in (st.steps[0].error or "") and st.status == "failed"
     with pytest.raises(InvalidInputError, match="arguments of step"):
         workflow.run(store, "enc2", lambda ctx: ctx.step("s", lambda x: x, {1, 2}))
     with pytest.raises(InvalidInputError, match="its arguments"):
@@ -318,6 +342,48 @@ def test_a_result_that_cannot_be_encoded_is_one_line_naming_the_step_and_key(sto
     with pytest.raises(InvalidInputError) as var:
         workflow.run(store, "enc5", lambda ctx: ctx.set("v", object()))
     assert "variable 'v' cannot be recorded" in str(var.value) and "event 1" not in str(var.value)
+
+
+def test_a_step_whose_result_cannot_be_recorded_fails_as_a_step_that_raised(store: Store) -> None:
+    """One rule for a failed step, whether it raised or returned what cannot be recorded:
+    StepFailed live (the workflow recorded failed when it lets it through), WorkflowFailed
+    on the re-run; and a workflow that catches it gets StepFailed there on every run."""
+    calls: list[str] = []
+
+    def tup() -> Any:
+        calls.append("tup")
+        return (1, 2)
+
+    def boom() -> Any:
+        calls.append("boom")
+        raise ValueError("no")
+
+    for wid, fn in (("t-tuple", tup), ("t-raise", boom)):
+        with pytest.raises(workflow.StepFailed) as live:
+            workflow.run(store, wid, lambda ctx, fn=fn: ctx.step("s", fn, retry=workflow.Retry(max_attempts=3, initial=0)))
+        assert live.value.attempts == (1 if fn is tup else 3) and live.value.exit_code == 1
+        with pytest.raises(workflow.WorkflowFailed) as again:
+            workflow.run(store, wid, lambda ctx, fn=fn: ctx.step("s", fn, retry=workflow.Retry(max_attempts=3, initial=0)))
+        assert "StepFailed" in again.value.error and workflow.status(store, wid).status == "failed"
+    assert calls == ["tup", "boom", "boom", "boom"]  # the tuple is not retried (the same code returns one again)
+
+    seen: list[str] = []
+
+    def catching(ctx: workflow.Context, crash: bool) -> str:
+        try:
+            ctx.step("s", tup, retry=workflow.Retry(max_attempts=3, initial=0))
+        except workflow.StepFailed as exc:
+            seen.append(type(exc).__name__)
+        ctx.step("after", lambda: 1)
+        if crash:
+            raise Crash
+        return "went on"
+
+    with pytest.raises(Crash):
+        workflow.run(store, "t-catch", catching, True)
+    with pytest.raises(Crash):
+        workflow.run(store, "t-catch", catching, True)
+    assert seen == ["StepFailed", "StepFailed"] and calls.count("tup") == 2  # the re-run did not call it again
 
 
 def test_a_rerun_that_calls_steps_in_another_order_is_a_non_determinism_error(store: Store) -> None:
@@ -527,6 +593,68 @@ def test_cli_ls_show_rollback(store: Store, cli: Any) -> None:
     assert got.code == 0, got.err
     assert [k for _s, k, _r in UNDONE] == ["cli-trip:book:3:1:undo", "cli-trip:book:2:1:undo"]
     assert "rolled back to" in got.out
+
+
+def test_cli_rollback_imports_a_compensation_from_the_current_directory(store: Store, tmp_path: Path) -> None:
+    """The real `ckpt` script (whose sys.path has its own directory, not the current one),
+    run in the project's directory with no PYTHONPATH to it, finds `wfproj_mod:undo` there."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "wfproj_mod.py").write_text(
+        textwrap.dedent(
+            """\
+            from pathlib import Path
+            from ckptcli import workflow
+
+            def undo(c):
+                with open(Path(__file__).with_name("undone.txt"), "a") as f:
+                    f.write(c.key + "\\n")
+
+            @workflow.step(compensate=undo)
+            def book(i):
+                return {"i": i}
+
+            def flow(ctx, n):
+                ctx.checkpoint("start")
+                for i in range(n):
+                    book(i)
+                return "done"
+            """
+        )
+    )
+    import ckptcli
+
+    env = {k: v for k, v in os.environ.items() if k != "CKPT_STORE"}
+    env["PYTHONPATH"] = str(Path(ckptcli.__file__).resolve().parent.parent)  # the ckptcli under test; not proj
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import ckptcli, wfproj_mod; from ckptcli import workflow; "
+            f"print(workflow.run(ckptcli.open_store({store.location!r}), 'proj', wfproj_mod.flow, 2))",
+        ],
+        cwd=proj,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert made.returncode == 0 and made.stdout.strip() == b"done", made.stderr
+    ckpt = Path(sys.executable).with_name("ckpt")
+    assert ckpt.exists(), f"the console script {ckpt} is not installed (bash scripts/setup)"
+    got = subprocess.run(
+        [str(ckpt), "workflow", "rollback", "proj", "--to", "workflow:proj~1", "--run", "--store", store.location],
+        cwd=proj,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert got.returncode == 0, got.stderr
+    assert (proj / "undone.txt").read_text().splitlines() == ["proj:book:2:1:undo", "proj:book:1:1:undo"]
 
 
 @pytest.mark.parametrize(

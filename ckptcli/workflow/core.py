@@ -73,6 +73,9 @@ ENGINE = "ckpt"
 STEP_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
 #: Where a local store keeps its workflows' journals: <store>/workflows/<id>.journal.
 JOURNAL_DIRNAME = "workflows"
+#: How the recorded error of a step whose result could not be recorded begins (the step failed).
+UNRECORDABLE = "its result cannot be recorded"
+UNRECORDABLE_HINT = "return maps with string keys, lists, str, bytes, int, float, bool or None (a list, not a tuple or a set)"
 _CALL_ID_RE = re.compile(r"^([1-9][0-9]*)\.([1-9][0-9]*)$")
 
 
@@ -99,11 +102,12 @@ class NonDeterminismError(WorkflowError):
 
 
 class StepFailed(WorkflowError):  # noqa: N818 - a verdict on the workflow, as ToolFailed
-    """A step raised on its last attempt (live), or had (re-run): `error` is the recorded
-    "Type: message" of its last attempt; live, the exception is the `__cause__`."""
+    """A step raised on its last attempt, or returned a value that cannot be recorded
+    (live), or had (re-run): `error` is the recorded "Type: message" of its last attempt
+    (or "its result cannot be recorded: ..."); live, the exception is the `__cause__`."""
 
-    def __init__(self, name: str, key: str, attempts: int, error: str) -> None:
-        super().__init__(f"step {name} failed after {attempts} attempt{'s' if attempts != 1 else ''} (key {key}): {error}")
+    def __init__(self, name: str, key: str, attempts: int, error: str, hint: str | None = None) -> None:
+        super().__init__(f"step {name} failed after {attempts} attempt{'s' if attempts != 1 else ''} (key {key}): {error}", hint=hint)
         self.step, self.key, self.attempts, self.error = name, key, attempts, error
 
 
@@ -455,9 +459,10 @@ class Context:
         Inside `fn`, `current_step()` (or `ctx.idempotency_key`) gives its key.
 
         Raises:
-            StepFailed when the last attempt raised; StepInDoubt (see `on_in_doubt`);
+            StepFailed when the last attempt raised or returned a value that cannot be
+            recorded (not retried; the InvalidInputError is its cause); StepInDoubt (see `on_in_doubt`);
             NonDeterminismError when the recorded run had another step here;
-            InvalidInputError for a name, arguments or a result a checkpoint cannot hold.
+            InvalidInputError for a name or arguments a checkpoint cannot hold.
         """
         if _STEP.get() is not None:  # a step inside a step is part of it
             return fn(*args, **kwargs)
@@ -485,9 +490,12 @@ class Context:
                     return cast(R, decided.result)
                 resume = decided
                 tries += 1
-            elif tries >= policy.max_attempts:
+            elif tries >= policy.max_attempts or str(recorded.last.get("error")).startswith(UNRECORDABLE):
                 last = recorded.last
-                raise StepFailed(name, str(last.get("key")), tries, str(last.get("error")))
+                unrecordable = str(last.get("error")).startswith(UNRECORDABLE)
+                raise StepFailed(
+                    name, str(last.get("key")), tries, str(last.get("error")), hint=UNRECORDABLE_HINT if unrecordable else None
+                )
         attempt = self._highest.get((name, occ), 0) + 1 if resume is None else int(str(resume["call_id"]).split(".")[1])
         while True:
             key = f"{self.workflow_id}:{name}:{occ}:{attempt}"
@@ -515,12 +523,11 @@ class Context:
             try:
                 done = self._rec.append(TOOL_RESULT, call_id=call_id, result=result)
             except InvalidInputError as exc:
-                self._rec.append(TOOL_RESULT, call_id=call_id, status="error", error=f"its result cannot be recorded: {exc.message}")
-                raise InvalidInputError(
-                    f"workflow {self.workflow_id}: step {name} (key {key}) returned a value of type {type(result).__name__}, "
-                    f"which cannot be recorded ({_why(exc)})",
-                    hint="return maps with string keys, lists, str, bytes, int, float, bool or None; the step is recorded as failed",
-                ) from None
+                # its effect happened and its result is lost: the step failed, as if it had
+                # raised (never retried: the same code returns the same kind of value)
+                error = f"{UNRECORDABLE}: a value of type {type(result).__name__} ({_why(exc)})"
+                self._rec.append(TOOL_RESULT, call_id=call_id, status="error", error=error)
+                raise StepFailed(name, key, tries, error, hint=UNRECORDABLE_HINT) from exc
             return cast(R, done.fields.get("result"))
 
     def _args(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -651,8 +658,9 @@ def run(
 ) -> R:
     """Run workflow `fn(ctx, *args)` durably as `workflow:<workflow_id>`, or go on with it
     after a crash: completed steps return their recorded results, the first unfinished
-    one runs. A workflow that is done returns its recorded result at once (`fn` is not
-    called); one that failed raises WorkflowFailed.
+    one runs. Given other arguments than its first run's, it raises ConflictError,
+    whatever the workflow's state; with the same, a workflow that is done returns its
+    recorded result at once (`fn` is not called), and one that failed raises WorkflowFailed.
 
     Args:
         on_in_doubt: what to do with a step an earlier run began and did not finish:
@@ -667,9 +675,9 @@ def run(
         type_name: the `workflow.type` label (default: the function's qualified name).
 
     Raises:
-        InvalidInputError (a workflow id that is not valid, arguments or a result that
-        cannot be recorded); ConflictError (other arguments than the recorded run's, or a
-        rollback that is not finished); LockError (the workflow runs in another process);
+        InvalidInputError (a workflow id that is not valid, arguments or the workflow's
+        result that cannot be recorded); ConflictError (other arguments than the recorded
+        run's, done or not, or a rollback that is not finished); LockError (the workflow runs in another process);
         NonDeterminismError, StepInDoubt, WorkflowFailed; what `fn` raises (after its
         failure is recorded).
     """
@@ -703,6 +711,13 @@ def run(
     try:
         v = wev.view(rec.state)
         status = v.get("status")
+        # other arguments than the recorded run's are refused whatever its status: a done
+        # workflow's result (or a failed one's error) belongs to the arguments it was run with
+        if "args" in v and v["args"] != run_fields["args"]:
+            raise ConflictError(
+                f"workflow {workflow_id} was started with other arguments ({_short(v['args'])}), not {_short(run_fields['args'])}",
+                hint="give the same arguments to go on with it (or get its result), or use a new workflow id",
+            )
         if status == "done":
             return cast(R, v.get("result"))
         if status == "failed":
@@ -712,11 +727,6 @@ def run(
             raise ConflictError(
                 f"workflow {workflow_id}: a rollback to {str((v.get('rollback') or {}).get('to'))[:12]} is not finished",
                 hint="run the rollback again to finish it (ckpt workflow rollback ID --to REF --run)",
-            )
-        if "args" in v and v["args"] != run_fields["args"]:
-            raise ConflictError(
-                f"workflow {workflow_id} was started with other arguments ({_short(v['args'])}), not {_short(run_fields['args'])}",
-                hint="give the same arguments to go on with it, or use a new workflow id",
             )
         rec.append(wev.RUN, type=wtype, args=run_fields["args"], resumed=status is not None)
         ctx = Context(rec, workflow_id, on_in_doubt)

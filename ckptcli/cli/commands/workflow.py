@@ -94,6 +94,9 @@ def workflow(
         raise UsageError(
             "ckpt workflow rollback needs --to REF", hint=f"e.g. ckpt workflow rollback {workflow_id} --to workflow:{workflow_id}~1"
         )
+    from ckptcli.schema.migrations import cwd_importable
+
+    cwd_importable()  # a compensation recorded as module:function loads from the project's directory, as replay --check's code does
     plan = wf.rollback(open_store(store), workflow_id, to, execute=run, journal_dir=journal_dir)
     if as_json:
         emit_json(plan.to_json())
