@@ -206,6 +206,33 @@ def test_the_workflow_catching_a_failed_step_replays_the_same(store: Store) -> N
         workflow.run(store, "c", flow, False)
 
 
+def test_a_step_failed_on_an_error_it_does_not_retry_fails_again_on_the_rerun(store: Store) -> None:
+    """Retry(on=...) leaves other errors unretried: a re-run that reaches the step (the
+    workflow caught StepFailed and went on) raises StepFailed there again, as the first
+    run did, and does not call it again with a new key."""
+    keys: list[str] = []
+
+    def charge() -> None:
+        keys.append(workflow.current_step().idempotency_key)  # type: ignore[union-attr]
+        raise KeyError("card")
+
+    def flow(ctx: workflow.Context) -> str:
+        try:
+            ctx.step("charge", charge, retry=workflow.Retry(max_attempts=3, initial=0, on=(TimeoutError,)))
+        except workflow.StepFailed as exc:
+            ctx.set("why", exc.error)
+        ctx.step("notify", lambda: 1)
+        raise Crash  # the process dies after the step that follows
+
+    with pytest.raises(Crash):
+        workflow.run(store, "nr", flow)
+    with pytest.raises(Crash):
+        workflow.run(store, "nr", flow)
+    assert keys == ["nr:charge:1:1"]
+    st = workflow.status(store, "nr")
+    assert [(s.name, s.status, s.attempts) for s in st.steps] == [("charge", "error", 1), ("notify", "ok", 1)]
+
+
 def test_a_finished_workflow_run_with_other_arguments_is_a_conflict_too(store: Store) -> None:
     calls: list[int] = []
 

@@ -490,9 +490,12 @@ class Context:
                     return cast(R, decided.result)
                 resume = decided
                 tries += 1
-            elif tries >= policy.max_attempts or str(recorded.last.get("error")).startswith(UNRECORDABLE):
+            elif (
+                tries >= policy.max_attempts
+                or (unrecordable := str(recorded.last.get("error")).startswith(UNRECORDABLE))
+                or pos < self._recorded_max  # the run went on past it: it was given up (an error not retried)
+            ):
                 last = recorded.last
-                unrecordable = str(last.get("error")).startswith(UNRECORDABLE)
                 raise StepFailed(
                     name, str(last.get("key")), tries, str(last.get("error")), hint=UNRECORDABLE_HINT if unrecordable else None
                 )
