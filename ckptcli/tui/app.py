@@ -26,6 +26,7 @@ from ckptcli.errors import CkptError
 from ckptcli.history.events import Reducers
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
+from ckptcli.tui.messages import ViewValue
 from ckptcli.tui.session import APP_BINDINGS, Session, View, open_session
 
 __all__ = ["INPUT_WINDOW", "CkptApp", "Session", "View", "open_session", "run"]
@@ -60,6 +61,14 @@ class CkptApp(App[None]):
         self.blink = blink
         self.sub_title = session.where
         self.last_input = 0.0
+
+    def on_view_value(self, message: ViewValue) -> None:
+        """Enter or v on a value (a tree node, a list row, a change), bubbled up from any
+        screen: the value viewer (here, not in the screens' base, which the viewer is one of)."""
+        message.stop()
+        from ckptcli.tui.screens.value import ValueScreen
+
+        self.push_screen(ValueScreen(self.session, message.title, message.value, old=message.old, changed=message.changed))
 
     def on_mount(self) -> None:
         from ckptcli.tui.screens.history import HistoryScreen

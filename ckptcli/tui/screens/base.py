@@ -10,7 +10,6 @@ from textual.widgets._footer import FooterKey
 
 from ckptcli.errors import CkptError
 from ckptcli.history.graph import GLYPHS, Node, Ref
-from ckptcli.tui.messages import ViewValue
 from ckptcli.tui.session import Host, Session
 
 #: The actions the footer always shows, first when the keys do not all fit.
@@ -63,13 +62,6 @@ class BaseScreen(Screen[None]):
     def error(self, exc: CkptError) -> None:
         """A ckpt error is a notification, never a crash of the TUI."""
         self.notify(str(exc), title="error", severity="error", timeout=8)
-
-    def on_view_value(self, message: ViewValue) -> None:
-        """Enter or v on a value (a tree node, a list row, a change): the value viewer."""
-        message.stop()
-        from ckptcli.tui.screens.value import ValueScreen
-
-        self.app.push_screen(ValueScreen(self.session, message.title, message.value, old=message.old, changed=message.changed))
 
 
 def mark_text(marked: bool) -> Text:
