@@ -12,14 +12,16 @@ __all__ = ["MAX_COMMAND", "current_command", "set_command"]
 
 MAX_COMMAND = 500  # characters of the command line kept in a reflog entry
 
-_command: str | None = None
+_command: str | None = None  # as given to set_command
+_shown: str | None = None  # _command redacted, made when a record first needs it
 
 
 def set_command(command: str | None) -> None:
-    """What records name as the command (None: this process's argv); a URL's user info
-    and the values of secret-looking `--store-option`s in it are replaced by ***."""
-    global _command
-    _command = None if command is None else shlex.join(_redacted(shlex.split(command)))
+    """What records name as the command (None: this process's argv); its secrets are
+    left out when a record first asks for it (`ckpt --help` writes no record, and does
+    not load the redaction rules)."""
+    global _command, _shown
+    _command, _shown = command, None
 
 
 def _redacted(args: list[str]) -> list[str]:
@@ -37,6 +39,9 @@ def _redacted(args: list[str]) -> list[str]:
 
 
 def current_command() -> str:
+    global _shown
     if _command is not None:
-        return _command[:MAX_COMMAND]
+        if _shown is None:
+            _shown = shlex.join(_redacted(shlex.split(_command)))
+        return _shown[:MAX_COMMAND]
     return shlex.join(_redacted([os.path.basename(sys.argv[0]) if sys.argv else "python", *sys.argv[1:]]))[:MAX_COMMAND]
