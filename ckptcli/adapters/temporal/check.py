@@ -9,6 +9,13 @@ failed otherwise while replaying. The result names the event where it happened: 
 Temporal's message names (`HistoryEvent(id: 5, ActivityTaskScheduled)`), else the first
 event of the workflow task whose commands no longer match, found by replaying shorter
 prefixes of the history (at most log2 of its workflow tasks more replays).
+
+The user's workflow code is bounded and kept quiet: each replay runs in a thread of its
+own, given up after `timeout` seconds (LimitExceededError, exit 7); a BaseException its
+run method raises (sys.exit()) is the user's code failing (InvalidInputError, exit 4), not
+a divergence nor a hang; a class of another workflow type than the history's is refused
+before any replay (exit 4); what the module prints goes to stderr and temporalio's
+loggers (a traceback per failed activation) are silenced while it runs.
 """
 
 from __future__ import annotations
@@ -229,7 +236,9 @@ def _replay(
         worker.start()
         worker.join(timeout)
     executor.shutdown(wait=False, cancel_futures=True)
-    if executor.escaped is not None and user_failure(executor.escaped):
+    if executor.escaped is not None:
+        if not user_failure(executor.escaped):
+            raise executor.escaped  # Ctrl-C stays the interruption (exit 130)
         raise _Escaped(executor.escaped)
     if worker.is_alive():
         raise LimitExceededError(
@@ -240,7 +249,7 @@ def _replay(
         exc = box["raised"]
         if not user_failure(exc):
             raise exc
-        if isinstance(exc, Exception) and not isinstance(exc, (asyncio.CancelledError,)):
+        if isinstance(exc, Exception):
             raise exc
         raise _Escaped(exc)
     failure: BaseException | None = box["result"].replay_failure
