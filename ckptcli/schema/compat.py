@@ -14,6 +14,7 @@ problem kind `adapter-rejected` and the reasons' wording are output, and stay.
 
 from __future__ import annotations
 
+import re
 import time
 import warnings
 import xml.etree.ElementTree as ET
@@ -129,14 +130,14 @@ class CompatReport:
         root = ET.Element("testsuites", attrs)
         suite = ET.SubElement(root, "testsuite", attrs)
         props = ET.SubElement(suite, "properties")
-        ET.SubElement(props, "property", {"name": "target_schema_version", "value": "" if self.target is None else str(self.target)})
+        ET.SubElement(props, "property", {"name": "target_schema_version", "value": "" if self.target is None else _xml(str(self.target))})
         for r in self.results:
-            case = ET.SubElement(suite, "testcase", {"classname": "ckpt.compat", "name": r.name, "time": f"{r.seconds:.3f}"})
+            case = ET.SubElement(suite, "testcase", {"classname": "ckpt.compat", "name": _xml(r.name), "time": f"{r.seconds:.3f}"})
             if r.ok:
-                ET.SubElement(case, "system-out").text = describe(r)
+                ET.SubElement(case, "system-out").text = _xml(describe(r))
             else:
-                failure = ET.SubElement(case, "failure", {"type": r.problem or "incompatible", "message": r.reason})
-                failure.text = describe(r)
+                failure = ET.SubElement(case, "failure", {"type": _xml(r.problem or "incompatible"), "message": _xml(r.reason)})
+                failure.text = _xml(describe(r))
         ET.indent(root)
         data: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
         return data + b"\n"
@@ -146,6 +147,17 @@ class CompatReport:
             path.write_bytes(self.junit())
         except OSError as exc:
             raise StoreIOError(f"cannot write the JUnit report {path}: {exc.strerror}") from None
+
+
+# what XML 1.0 cannot hold (control characters but tab and newlines, surrogates, U+FFFE/U+FFFF)
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml(text: str) -> str:
+    """`text` with each character XML 1.0 cannot hold written as its escape (`\\x1b`,
+    `\\udcff`), so that a file name or message with control characters still makes a
+    well-formed JUnit report (ElementTree escapes <, & and quotes itself)."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
 
 
 def describe(r: CompatResult) -> str:

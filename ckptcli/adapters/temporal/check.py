@@ -9,21 +9,45 @@ failed otherwise while replaying. The result names the event where it happened: 
 Temporal's message names (`HistoryEvent(id: 5, ActivityTaskScheduled)`), else the first
 event of the workflow task whose commands no longer match, found by replaying shorter
 prefixes of the history (at most log2 of its workflow tasks more replays).
+
+The user's workflow code is bounded and kept quiet: each replay runs in a thread of its
+own, given up after `timeout` seconds (LimitExceededError, exit 7); a BaseException its
+run method raises (sys.exit()) is the user's code failing (InvalidInputError, exit 4), not
+a divergence nor a hang; a class of another workflow type than the history's is refused
+before any replay (exit 4); what the module prints goes to stderr and temporalio's
+loggers (a traceback per failed activation) are silenced while it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
+import logging
 import re
-from collections.abc import Sequence
+import sys
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ckptcli.adapters.temporal.events import attributes, type_name
 from ckptcli.adapters.temporal.reader import require
-from ckptcli.errors import InvalidInputError, UsageError
+from ckptcli.errors import InvalidInputError, LimitExceededError, UsageError, how_it_failed, user_failure
 
-__all__ = ["Divergence", "ReplayResult", "check_checkpoint", "check_history", "describe", "load_workflows"]
+DEFAULT_TIMEOUT = 60.0
+"""Seconds one replay of a history may take before the check gives up (`--timeout`)."""
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "Divergence",
+    "ReplayResult",
+    "check_checkpoint",
+    "check_history",
+    "describe",
+    "load_workflows",
+    "replay_timeout",
+]
 
 _EVENT_RE = re.compile(r"HistoryEvent\(id: (\d+), (\w+)\)")
 _MESSAGE_RE = re.compile(r'message: "((?:[^"\\]|\\.)*)"')
@@ -75,6 +99,21 @@ class ReplayResult:
         }
 
 
+def replay_timeout(seconds: float | None) -> float:
+    """`--timeout` of the replay check: the seconds one replay may take (default 60).
+
+    Raises:
+        UsageError: not a finite number above 0.
+    """
+    import math
+
+    if seconds is None:
+        return DEFAULT_TIMEOUT
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise UsageError(f"--timeout {seconds:g} is not a number of seconds above 0", hint="e.g. --timeout 120")
+    return float(seconds)
+
+
 def load_workflows(specs: Sequence[str]) -> list[type]:
     """`MODULE:Class` specs -> the workflow classes (the current directory importable is
     the caller's business).
@@ -91,9 +130,11 @@ def load_workflows(specs: Sequence[str]) -> list[type]:
 
     out = []
     for spec in specs:
-        if ":" not in spec:
+        module_name, sep, attr = spec.partition(":")
+        if not sep or not attr or ":" in attr or any(not p.isidentifier() for p in module_name.split(".")):
             raise UsageError(f"--check {spec!r} is not MODULE:WorkflowClass", hint="e.g. myapp.workflows:OrderWorkflow")
-        _module, cls = import_object(spec, "workflow")
+        with _user_stdout():
+            _module, cls = import_object(spec, "workflow")
         if not isinstance(cls, type) or _Definition.from_class(cls) is None:
             raise InvalidInputError(
                 f"workflow {spec!r} is a {type(cls).__name__ if not isinstance(cls, type) else 'class'} without @workflow.defn",
@@ -117,14 +158,101 @@ def _runtime() -> Any:
     return _RUNTIME
 
 
-def _replay(workflows: Sequence[type], events: Sequence[dict[str, Any]], workflow_id: str) -> BaseException | None:
+@contextlib.contextmanager
+def _user_stdout(keep_quiet: Callable[[], bool] = lambda: False) -> Any:
+    """While the user's workflow module is imported or run: what it prints goes to stderr
+    (stdout carries ckpt's report, `--json` included), and temporalio's loggers (which
+    print each failed activation with its traceback) are silenced; they stay silenced
+    when `keep_quiet()` says so at the end (a replay given up on still runs and logs)."""
+    quiet = logging.getLogger("temporalio")
+    hush = logging.NullHandler()
+    was = quiet.propagate
+    quiet.addHandler(hush)
+    quiet.propagate = False
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if not keep_quiet():
+            quiet.propagate = was
+            quiet.removeHandler(hush)
+
+
+class _Escaped(Exception):  # noqa: N818 - a carrier, not a fault
+    """The user's workflow code raised a BaseException temporalio does not catch
+    (sys.exit(), GeneratorExit, ...): the command fails with exit 4, not a divergence."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(how_it_failed(exc))
+        self.exc = exc
+
+
+class _Executor(concurrent.futures.ThreadPoolExecutor):
+    """The Replayer's workflow-task threads: a BaseException the workflow code raises
+    (sys.exit(), GeneratorExit), which temporalio does not catch and which would stop its
+    event loop half-way (a replay that never ends), is kept here and handed to temporalio
+    as an ordinary exception (a failed workflow task)."""
+
+    def __init__(self) -> None:
+        super().__init__(thread_name_prefix="ckpt-temporal-workflow")
+        self.escaped: BaseException | None = None
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        def guarded() -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except Exception:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - sys.exit() in the workflow code, kept for the caller
+                if self.escaped is None:
+                    self.escaped = exc
+                raise RuntimeError(f"the workflow code {how_it_failed(exc)}") from None
+
+        return super().submit(guarded)
+
+
+def _replay(
+    workflows: Sequence[type], events: Sequence[dict[str, Any]], workflow_id: str, timeout: float = DEFAULT_TIMEOUT
+) -> BaseException | None:
+    """One replay with temporalio's Replayer, in a thread of its own so that it is bounded
+    by `timeout` seconds whatever the workflow code does (a loop temporalio's deadlock
+    detector cannot interrupt, a BaseException that escapes its worker)."""
     from temporalio.client import WorkflowHistory
     from temporalio.worker import Replayer
 
     history = WorkflowHistory.from_json(workflow_id, {"events": list(events)})
-    replayer = Replayer(workflows=list(workflows), runtime=_runtime())
-    result = asyncio.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
-    failure: BaseException | None = result.replay_failure
+    executor = _Executor()
+    replayer = Replayer(workflows=list(workflows), runtime=_runtime(), workflow_task_executor=executor)
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = asyncio.run(replayer.replay_workflow(history, raise_on_replay_failure=False))
+        except BaseException as exc:  # noqa: BLE001 - carried to the caller's thread
+            box["raised"] = exc
+
+    worker = threading.Thread(target=run, name="ckpt-temporal-replay", daemon=True)
+    with _user_stdout(worker.is_alive):
+        worker.start()
+        worker.join(timeout)
+    executor.shutdown(wait=False, cancel_futures=True)
+    if executor.escaped is not None:
+        if not user_failure(executor.escaped):
+            raise executor.escaped  # Ctrl-C stays the interruption (exit 130)
+        raise _Escaped(executor.escaped)
+    if worker.is_alive():
+        raise LimitExceededError(
+            f"the replay of {workflow_id} did not finish within {timeout:g} s (the workflow code loops or blocks?)",
+            hint="fix the workflow code, or give a longer --timeout",
+        )
+    if "raised" in box:
+        exc = box["raised"]
+        if not user_failure(exc):
+            raise exc
+        if isinstance(exc, Exception):
+            raise exc
+        raise _Escaped(exc)
+    failure: BaseException | None = box["result"].replay_failure
     return failure
 
 
@@ -135,7 +263,25 @@ def _reason(exc: BaseException) -> str:
     return " ".join(reason.split())[:500]
 
 
-def check_history(workflows: Sequence[type], events: Sequence[dict[str, Any]], workflow_id: str) -> ReplayResult:
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _types(workflows: Sequence[type]) -> dict[str | None, type]:
+    """The workflow type each class registers (None: a dynamic workflow, any type)."""
+    from temporalio.workflow import _Definition
+
+    out: dict[str | None, type] = {}
+    for cls in workflows:
+        defn = _Definition.from_class(cls)
+        if defn is not None:
+            out.setdefault(defn.name, cls)
+    return out
+
+
+def check_history(
+    workflows: Sequence[type], events: Sequence[dict[str, Any]], workflow_id: str, timeout: float = DEFAULT_TIMEOUT
+) -> ReplayResult:
     """Replay `events` (a history as Temporal wrote it) against `workflows`.
 
     Args:
@@ -146,8 +292,12 @@ def check_history(workflows: Sequence[type], events: Sequence[dict[str, Any]], w
     Returns:
         ReplayResult; its divergence names the event where the replay failed, or is None.
 
+        timeout: seconds each replay may take.
+
     Raises:
-        UsageError: temporalio is not installed.
+        UsageError: temporalio is not installed. InvalidInputError: no class registers the
+        history's workflow type, or the workflow code raised what temporalio does not catch
+        (sys.exit(), GeneratorExit). LimitExceededError: a replay took over `timeout` s.
     """
     import time
 
@@ -159,12 +309,26 @@ def check_history(workflows: Sequence[type], events: Sequence[dict[str, Any]], w
     wtype = start.get("workflowType", {}).get("name", "") if type(start.get("workflowType")) is dict else ""
     run_id = str(start.get("originalExecutionRunId") or "")
     out = ReplayResult(workflow_id, run_id, str(wtype), len(events))
-    failure = _replay(workflows, events, workflow_id)
-    if failure is not None:
-        kind = "nondeterminism" if isinstance(failure, NondeterminismError) else "workflow task failed"
-        reason = _reason(failure)
-        eid, etype = _locate(workflows, events, workflow_id, reason)
-        out.divergence = Divergence(eid, etype, kind, reason)
+    types = _types(workflows)
+    if wtype not in types and None not in types:
+        given = ", ".join(f"{_class_name(c)} registers {t!r}" for t, c in types.items())
+        raise InvalidInputError(
+            f"the history {workflow_id} is of workflow type {str(wtype)!r}, and no class given registers it ({given})",
+            hint=f"name the class whose @workflow.defn name is {str(wtype)!r}",
+        )
+    try:
+        failure = _replay(workflows, events, workflow_id, timeout)
+        if failure is not None:
+            kind = "nondeterminism" if isinstance(failure, NondeterminismError) else "workflow task failed"
+            reason = _reason(failure)
+            eid, etype = _locate(workflows, events, workflow_id, reason, timeout)
+            out.divergence = Divergence(eid, etype, kind, reason)
+    except _Escaped as exc:
+        cls = types.get(str(wtype)) or types.get(None)
+        who = _class_name(cls) if cls is not None else "the workflow code"
+        raise InvalidInputError(
+            f"the workflow {who} {exc} while replaying {workflow_id}", hint="a workflow's run method must return or raise an exception"
+        ) from None
     out.seconds = time.perf_counter() - began
     return out
 
@@ -173,7 +337,9 @@ def _name(ev: dict[str, Any]) -> str:
     return type_name(ev.get("eventType")) or str(ev.get("eventType"))
 
 
-def _locate(workflows: Sequence[type], events: Sequence[dict[str, Any]], workflow_id: str, reason: str) -> tuple[int | None, str | None]:
+def _locate(
+    workflows: Sequence[type], events: Sequence[dict[str, Any]], workflow_id: str, reason: str, timeout: float = DEFAULT_TIMEOUT
+) -> tuple[int | None, str | None]:
     """The event the failure is at: named by Temporal's message, else found by replaying prefixes."""
     named = _EVENT_RE.search(reason)
     if named:
@@ -185,7 +351,7 @@ def _locate(workflows: Sequence[type], events: Sequence[dict[str, Any]], workflo
     first_bad = None
     while lo <= hi:
         mid = (lo + hi) // 2
-        if _replay(workflows, events[: cuts[mid]], workflow_id) is not None:
+        if _replay(workflows, events[: cuts[mid]], workflow_id, timeout) is not None:
             first_bad, hi = mid, mid - 1
         else:
             lo = mid + 1
@@ -204,7 +370,7 @@ def _locate(workflows: Sequence[type], events: Sequence[dict[str, Any]], workflo
     return (pick + 1, _name(events[pick])) if pick is not None else (None, None)
 
 
-def check_checkpoint(ck: Any, specs: Sequence[str]) -> ReplayResult:
+def check_checkpoint(ck: Any, specs: Sequence[str], timeout: float = DEFAULT_TIMEOUT) -> ReplayResult:
     """The replay check of the history up to checkpoint `ck` (a Temporal import) against
     the workflow classes `specs` (`MODULE:Class`).
 
@@ -215,7 +381,7 @@ def check_checkpoint(ck: Any, specs: Sequence[str]) -> ReplayResult:
 
     workflows = load_workflows(specs)
     events = list(history_events(ck))
-    result = check_history(workflows, events, ck.manifest.subject.name)
+    result = check_history(workflows, events, ck.manifest.subject.name, timeout)
     result.extra = {"id": ck.hex, "subject": str(ck.manifest.subject)}
     return result
 
@@ -229,7 +395,9 @@ def describe(result: ReplayResult) -> str:
 
 
 # -- ckpt compat --workflow ---------------------------------------------------------------------
-def compat_results(specs: Sequence[str], paths: Sequence[Any], store: Any, refs: Sequence[str], subject: str | None) -> list[Any]:
+def compat_results(
+    specs: Sequence[str], paths: Sequence[Any], store: Any, refs: Sequence[str], subject: str | None, timeout: float = DEFAULT_TIMEOUT
+) -> list[Any]:
     """`ckpt compat --workflow`: the replay check of each history as a compat verdict
     (as-is when it replays, incompatible with the divergence otherwise), for its report
     and JUnit output.
@@ -241,6 +409,7 @@ def compat_results(specs: Sequence[str], paths: Sequence[Any], store: Any, refs:
         refs: checkpoints of the store; none (and no path): the last checkpoint of every
             Temporal run in the store (of `subject` only, when given).
         subject: restricts the store's runs to this subject.
+        timeout: seconds each replay may take.
 
     Returns:
         ckptcli.schema.compat.CompatResult, one per history.
@@ -255,10 +424,10 @@ def compat_results(specs: Sequence[str], paths: Sequence[Any], store: Any, refs:
     out: list[Any] = []
     for p in paths:
         for f in history_files(str(p)):
-            out.append(_file_result(workflows, f))
+            out.append(_file_result(workflows, f, timeout))
     if store is not None:
         for ck in _store_checkpoints(store, refs, subject):
-            out.append(_checkpoint_result(workflows, ck))
+            out.append(_checkpoint_result(workflows, ck, timeout))
     return out
 
 
@@ -275,7 +444,7 @@ def _verdict(name: str, result: ReplayResult | None, error: BaseException | None
     return CompatResult(name, INCOMPATIBLE, problem="unreadable", reason=message, cause=error, **where)
 
 
-def _file_result(workflows: Sequence[type], path: Any) -> Any:
+def _file_result(workflows: Sequence[type], path: Any, timeout: float) -> Any:
     from ckptcli.adapters.temporal.reader import read_events
     from ckptcli.errors import CkptError
 
@@ -283,10 +452,10 @@ def _file_result(workflows: Sequence[type], path: Any) -> Any:
         events = [ev.raw for ev in read_events(path, check=True)]
     except CkptError as exc:
         return _verdict(str(path), None, exc)
-    return _verdict(str(path), check_history(workflows, events, path.stem), subject=f"workflow:{path.stem}")
+    return _verdict(str(path), check_history(workflows, events, path.stem, timeout), subject=f"workflow:{path.stem}")
 
 
-def _checkpoint_result(workflows: Sequence[type], ck: Any) -> Any:
+def _checkpoint_result(workflows: Sequence[type], ck: Any, timeout: float) -> Any:
     from ckptcli.adapters.temporal.importer import history_events
     from ckptcli.errors import CkptError
 
@@ -296,7 +465,7 @@ def _checkpoint_result(workflows: Sequence[type], ck: Any) -> Any:
         events = list(history_events(ck))
     except CkptError as exc:
         return _verdict(name, None, exc, **where)
-    return _verdict(name, check_history(workflows, events, ck.manifest.subject.name), **where)
+    return _verdict(name, check_history(workflows, events, ck.manifest.subject.name, timeout), **where)
 
 
 def _store_checkpoints(store: Any, refs: Sequence[str], subject: str | None) -> list[Any]:

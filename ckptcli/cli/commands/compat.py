@@ -80,6 +80,15 @@ def compat(
             show_default=False,
         ),
     ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            help="With --workflow: give up (exit 7) when one replay takes longer (default 60).",
+            show_default=False,
+        ),
+    ] = None,
     junit: Annotated[
         Path | None,
         typer.Option(
@@ -126,7 +135,9 @@ def compat(
     if workflow:
         if migrations or validator or adapter or target or assume_version:
             raise UsageError("--workflow replays Temporal histories; it takes no --migrations, --validator, --target or --assume-version")
-        report = CompatReport(None, _workflow_results(workflow, sources or [], store, subject))
+        report = CompatReport(None, _workflow_results(workflow, sources or [], store, subject, timeout))
+    elif timeout is not None:
+        raise UsageError("--timeout bounds the replay of Temporal histories", hint="give it with --workflow")
     else:
         check = _check(migrations, target, _validator(validator, adapter), assume_version)
         report = check.report(_results(check, sources or [], store, subject))
@@ -145,22 +156,25 @@ def compat(
         )
 
 
-def _workflow_results(specs: list[str], sources: list[str], store: str | None, subject: str | None) -> list[CompatResult]:
+def _workflow_results(
+    specs: list[str], sources: list[str], store: str | None, subject: str | None, timeout: float | None = None
+) -> list[CompatResult]:
     """--workflow: the replay check of Temporal histories (ckptcli/adapters/temporal/check.py):
     the .json files and directories among `sources`, the store's checkpoints the others
     name, or the last checkpoint of each Temporal run in the store when none is given."""
-    from ckptcli.adapters.temporal.check import compat_results
+    from ckptcli.adapters.temporal.check import compat_results, replay_timeout
     from ckptcli.api import refuse_url
     from ckptcli.errors import NotFoundError
     from ckptcli.schema.migrations import cwd_importable
 
+    seconds = replay_timeout(timeout)
     cwd_importable()
     paths = [s for s in sources if is_path(s) or s.endswith(".json")]
     refs = [s for s in sources if s not in paths]
     for p in paths:
         refuse_url(p, "a Temporal history")
     st = open_store(store) if refs or not paths else None
-    results: list[CompatResult] = compat_results(specs, [Path(p) for p in paths], st, refs, subject)
+    results: list[CompatResult] = compat_results(specs, [Path(p) for p in paths], st, refs, subject, seconds)
     if not results:
         raise NotFoundError("no Temporal histories found in the store", hint="import one with `ckpt import temporal HISTORY.json`")
     return results

@@ -65,6 +65,15 @@ def replay_cmd(
             show_default=False,
         ),
     ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            help="With --check on a Temporal history: give up (exit 7) when one replay takes longer (default 60).",
+            show_default=False,
+        ),
+    ] = None,
     reducers: ReducersOpt = None,
     ignore_order: IgnoreOrderOpt = False,
     significant_digits: SignificantDigitsOpt = None,
@@ -134,7 +143,7 @@ def replay_cmd(
         cwd_importable()
         temporal = _temporal(ref, store)
         if temporal is not None:
-            _check_temporal(temporal, check, as_json)
+            _check_temporal(temporal, check, as_json, timeout)
             return
         func = load_step(check)
         tol = tolerance_of(ignore_order, significant_digits, tolerance, exclude_path)
@@ -315,13 +324,13 @@ def _temporal(ref: str, store: Any) -> Checkpoint | None:
     return ck if ck.manifest.labels.get("workflow.engine") == "temporal" else None
 
 
-def _check_temporal(ck: Checkpoint, spec: str, as_json: bool) -> None:
+def _check_temporal(ck: Checkpoint, spec: str, as_json: bool, timeout: float | None = None) -> None:
     """--check MODULE:WorkflowClass on a Temporal history: temporalio's Replayer replays it
     against the workflow code (ckptcli/adapters/temporal/check.py)."""
-    from ckptcli.adapters.temporal.check import check_checkpoint, describe
+    from ckptcli.adapters.temporal.check import check_checkpoint, describe, replay_timeout
     from ckptcli.errors import ReplayDiverged
 
-    result = check_checkpoint(ck, [spec])
+    result = check_checkpoint(ck, [spec], replay_timeout(timeout))
     if as_json:
         emit_json(result.to_dict())
     else:
