@@ -15,7 +15,7 @@ recorded results (the process died after the last step).
 Each figure is the median of RUNS runs; the overhead is the durable time per step minus
 the bare time per step. The first line gives this disk's append + fsync of a small record,
 which a step under the default pays once (its result) and "call synced too" twice.
-Target (issue 18): <= 1 ms per step with fsync batch.
+Target: <= 1 ms per step with fsync batch.
 
 A measurement, not a test: the figures depend on the machine and, for fsync, its disk.
 """
