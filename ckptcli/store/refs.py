@@ -39,6 +39,14 @@ from ckptcli.store.backend import Backend
 __all__ = ["Refs"]
 
 _KEEP = object()  # write_ref: the ref's own `reset` stays
+_ANY = object()  # advance_latest: from whatever the ref names
+
+
+class RefMovedError(ConflictError):
+    """advance_latest(only_from=...): the ref no longer names what the caller's check read
+    (another writer moved it since); nothing was moved."""
+
+
 _DIGITS = re.compile(r"[0-9]+")  # N in REF~N and NAME@{N}: ASCII digits only
 
 
@@ -320,6 +328,7 @@ class Refs:
         reason: str = "take",
         log: bool = True,
         expect: tuple[bytes | None, int | None] | None = None,
+        only_from: object = _ANY,
     ) -> bool:
         """Point the subject's latest at `cid` unless a newer checkpoint got there first
         (`nested`: `cid` is a nested run's, which ranks below every other; head_order).
@@ -327,10 +336,15 @@ class Refs:
         (latest_state); when the ref was reset since (it names another checkpoint and
         its `reset` changed), latest stays where the reset put it and LatestMovedError
         is raised: a take that was running must not undo a `ckpt reset`.
+        `only_from`: move only from exactly this value (bytes, or None for no ref), which
+        the caller checked before it wrote `cid` (the LangGraph saver across hosts);
+        a ref that names anything else but `cid` raises RefMovedError, nothing moved.
         Returns: whether latest names `cid` now."""
 
         def decide(seen: _Seen) -> _Move | None:
             cur, reset = seen.target, seen.reset  # a damaged ref is replaced (the take chose its parent around it)
+            if only_from is not _ANY and cur != only_from and cur != cid:
+                raise RefMovedError(f"{subject}: latest moved to {cur.hex()[:12] if cur else 'nothing'} since it was checked")
             if expect is not None and cur is not None and cur != expect[0] and cur != cid and reset != expect[1]:
                 # moved on purpose while the caller ran: `cid` stays, unreferenced, and the
                 # ref's reset moves past it (so neither verify, repair refs nor the next

@@ -25,7 +25,6 @@ from ckptcli.adapters.langgraph.core import SaverCore
 from ckptcli.adapters.langgraph.journal import frame
 from ckptcli.adapters.langgraph.resident import Entry
 from ckptcli.errors import CkptError
-from ckptcli.format.manifest import head_order
 
 __all__ = [
     "ThreadForkWarning",
@@ -43,10 +42,6 @@ class ThreadForkWarning(UserWarning):
     """Checkpoints of a thread put on this host were dropped, not committed: another host
     committed to the thread meanwhile and they would have forked it. Given to Python's
     `warnings` (shown on stderr once per thread by default) besides `store.warnings`."""
-
-
-class _MovedError(Exception):
-    """`advance`: the ref is no longer where the check found it."""
 
 
 def store_heads(saver: SaverCore, threads: Iterable[str]) -> dict[str, bytes | None]:
@@ -134,28 +129,16 @@ def advance(saver: SaverCore, thread: str, mid: bytes, created: int, nested: boo
     check read: False, and nothing moved, when another host moved the ref since (the
     new checkpoints fork the thread: `undo`). No reflog entry: a thread's history is
     its chain of checkpoints. The base of the thread becomes the ref as left."""
-    store = saver.store
-    subj = layout.subject_for(thread)
-    from ckptcli.store.refs import _Move  # the store's compare-and-swap of a ref (`Refs._swap`)
-
-    def decide(seen: Any) -> Any:
-        cur = seen.target
-        if cur != head and cur != mid:
-            raise _MovedError
-        if cur is not None and cur != mid:
-            try:
-                m = store.manifest(cur)
-                if head_order(m.labels, m.created_ns) > (0 if nested else 1, created):
-                    return None
-            except CkptError:
-                pass  # a damaged target is replaced
-        return _Move(mid, "langgraph", False)
+    from ckptcli.store.refs import RefMovedError
 
     try:
-        seen, move = store._swap(store.latest_ref(subj), decide)
-    except _MovedError:
+        moved = saver.store.advance_latest(
+            layout.subject_for(thread), mid, created, nested=nested, reason="langgraph", log=False, only_from=head
+        )
+    except RefMovedError:
         return False
-    saver._bases[thread] = mid if move is not None else seen.target
+    # not moved: the ref is still `head`, which ranks above `mid`
+    saver._bases[thread] = mid if moved else head
     return True
 
 
