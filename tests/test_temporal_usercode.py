@@ -91,7 +91,7 @@ def test_a_run_method_that_loops_is_bounded_and_quiet(store_dir: Path, tmp_path:
     r = _bounded(store_dir, "compat", "histories", "--workflow", "wfloop:W", "--json", cwd=tmp_path)
     assert r.returncode == 1 and "incompatible" in _one_line(r)
     assert "deadlock" in json.loads(r.stdout)["checkpoints"][0]["reason"]
-    for bad in ("0", "nan", "-1"):
+    for bad in ("0", "nan", "-1", "1e10", "1e308"):  # the last two were an internal error (OverflowError)
         r = _bounded(store_dir, "replay", SUBJECT, "--check", "wfloop:W", "--timeout", bad, cwd=tmp_path)
         assert r.returncode == 2 and "--timeout" in _one_line(r)
 

@@ -103,14 +103,17 @@ def replay_timeout(seconds: float | None) -> float:
     """`--timeout` of the replay check: the seconds one replay may take (default 60).
 
     Raises:
-        UsageError: not a finite number above 0.
+        UsageError: not a finite number above 0, or above ckpt's longest duration (100 years:
+        a wait that long overflows the platform's time).
     """
     import math
 
+    from ckptcli._util.timeparse import MAX_SECONDS
+
     if seconds is None:
         return DEFAULT_TIMEOUT
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise UsageError(f"--timeout {seconds:g} is not a number of seconds above 0", hint="e.g. --timeout 120")
+    if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_SECONDS:
+        raise UsageError(f"--timeout {seconds:g} is not a number of seconds above 0 (at most 100 years)", hint="e.g. --timeout 120")
     return float(seconds)
 
 
