@@ -432,3 +432,81 @@ def test_a_waiting_exclusive_taker_holds_new_shared_takers_off(backend: MemoryBa
     assert got and got[0].record.exclusive
     got[0].release()
     acquire(backend, False, wait=0).release()  # and after it, takes go on
+
+
+class _InterruptAfterCreate(MemoryBackend):
+    """A Ctrl-C or SIGTERM that lands once a lock object's create request wrote it and
+    before the request returned: no caller holds the lock yet."""
+
+    armed = True
+
+    def put_if_match(self, path: str, data: bytes, etag: str | None) -> ObjectInfo | None:
+        return _interrupt_after_create(MemoryBackend.put_if_match, self, path, data, etag)
+
+
+def _interrupt_after_create(
+    put: Callable[..., ObjectInfo | None], self: MemoryBackend, path: str, data: bytes, etag: str | None
+) -> ObjectInfo | None:
+    info = put(self, path, data, etag)
+    if etag is None and path.startswith("locks/") and _InterruptAfterCreate.armed:
+        _InterruptAfterCreate.armed = False
+        raise KeyboardInterrupt
+    return info
+
+
+def test_an_interrupt_just_after_a_lock_object_is_written_leaves_nothing_once_released(
+    backend: MemoryBackend, request: pytest.FixtureRequest
+) -> None:
+    """A SIGTERM that landed as the lock object was written left it in the bucket: every
+    other host's prune was refused until the lock went stale (30 minutes)."""
+    _InterruptAfterCreate.armed = True
+    racy = _InterruptAfterCreate(f"objlocks-{request.node.name}")
+    with pytest.raises(KeyboardInterrupt):
+        acquire(racy, True, wait=0)
+    assert len(list_locks(backend)) == 1  # written, and no one holds it
+    objlocks.release_pending()
+    assert list_locks(backend) == []
+    assert objlocks.pending_locks() == set()
+
+
+def test_an_interrupted_release_is_finished_by_release_pending(backend: MemoryBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    held = acquire(backend, False, wait=0)
+    original, once = held._thread.join, [True]
+
+    def interrupted_join(timeout: float | None = None) -> None:
+        original(timeout)
+        if once.pop() if once else False:
+            raise KeyboardInterrupt  # a Ctrl-C as the refresh thread stops
+
+    monkeypatch.setattr(held._thread, "join", interrupted_join)
+    with pytest.raises(KeyboardInterrupt):
+        held.release()
+    assert len(list_locks(backend)) == 1
+    objlocks.release_pending()
+    assert list_locks(backend) == []
+    held.release()  # and a later release does nothing
+
+
+def test_a_cli_run_removes_the_lock_object_an_interrupt_stranded_and_keeps_the_callers_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from ckptcli.cli.app import run
+    from ckptcli.errors import ExitCode
+
+    name = "objlocks-cli-interrupt"
+    MemoryBackend.forget(name)
+    try:
+        assert run(["init", f"memory://{name}"]) == 0
+        mine = acquire(MemoryBackend(name), False, wait=0, name="refs")  # the caller's lock, held across the run
+        doc = tmp_path / "s.json"
+        doc.write_text('{"memory": {"k": 1}}')
+        _InterruptAfterCreate.armed = True
+        put = MemoryBackend.put_if_match
+        monkeypatch.setattr(MemoryBackend, "put_if_match", lambda self, *a: _interrupt_after_create(put, self, *a))
+        code = run(["--store", f"memory://{name}", "take", str(doc), "-S", "agent:x"])
+        assert code == ExitCode.INTERRUPTED
+        assert [i.path for i in list_locks(MemoryBackend(name))] == [mine.path]
+        mine.release()
+        assert list_locks(MemoryBackend(name)) == []
+    finally:
+        MemoryBackend.forget(name)

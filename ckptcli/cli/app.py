@@ -383,6 +383,15 @@ def _catch_sigterm() -> Callable[[], None]:
     return restore
 
 
+def _release_pending(before: set[tuple[int, str]]) -> None:
+    """Remove the lock objects this run wrote and still has: an interrupt can land between
+    a lock object's create request and the code that would release it (the caller's own
+    locks, held from before the run, stay)."""
+    locks = sys.modules.get("ckptcli.store.objlocks")
+    if locks is not None:
+        locks.release_pending(keep=before)
+
+
 def warn(message: str) -> None:
     """A library warning (ckptcli.notices): one line on stderr."""
     from ckptcli.cli.output import safe
@@ -407,9 +416,12 @@ def run(argv: list[str] | None = None) -> int:
 
     command.set_command(shlex.join(["ckpt", *_for_records(args)]))  # what each ref move and lock records (until the run ends)
     restore = _catch_sigterm()
+    locks = sys.modules.get("ckptcli.store.objlocks")
+    before = locks.pending_locks() if locks is not None else set()
     try:
         return _run(args)
     finally:
+        _release_pending(before)
         restore()
         command.set_command(None)
         notices.set_handler(handlers[0])

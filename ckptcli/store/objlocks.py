@@ -67,6 +67,8 @@ __all__ = [
     "decode_lock",
     "encode_lock",
     "list_locks",
+    "pending_locks",
+    "release_pending",
     "remove_locks",
 ]
 
@@ -82,6 +84,53 @@ _ID = re.compile(r"[0-9a-f]{32}")
 _KINDS = ("shared", "exclusive")
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,31}")  # a lock's name: "store", "refs", "writers"
 _MAX_TEXT = 512  # characters of host, user and command kept in a record
+
+
+# Every lock object this process may have written and not yet removed, from just before its
+# create request until its delete ended: an interrupt (Ctrl-C, SIGTERM) can land after a
+# request wrote the object and before any caller holds it, where no `finally` can see it.
+_PENDING: dict[tuple[int, str], tuple[ObjectBackend, HeldLock | None]] = {}
+_PENDING_MUTEX = threading.Lock()
+_AT_EXIT: list[bool] = []
+
+
+def _pending_add(backend: ObjectBackend, path: str, held: HeldLock | None = None) -> None:
+    with _PENDING_MUTEX:
+        _PENDING[(id(backend), path)] = (backend, held)
+        if not _AT_EXIT:
+            import atexit
+
+            _AT_EXIT.append(True)
+            atexit.register(release_pending)
+
+
+def _pending_drop(backend: ObjectBackend, path: str) -> None:
+    with _PENDING_MUTEX:
+        _PENDING.pop((id(backend), path), None)
+
+
+def pending_locks() -> set[tuple[int, str]]:
+    """The keys of the lock objects this process may still have in a store (for
+    `release_pending(keep=...)`)."""
+    with _PENDING_MUTEX:
+        return set(_PENDING)
+
+
+def release_pending(*, keep: set[tuple[int, str]] | None = None) -> None:
+    """Remove the lock objects this process wrote and still has (but never those in
+    `keep`): what the CLI does as a run ends, and an atexit hook
+    at interpreter exit, so that an interrupt that landed between a lock's create request
+    and its holder leaves no object that holds off every other host. Best effort: a
+    failure leaves the object to go stale."""
+    with _PENDING_MUTEX:
+        items = [(k, v) for k, v in _PENDING.items() if keep is None or k not in keep]
+    for (_, path), (backend, held) in items:
+        if held is not None:
+            held.release()
+            continue
+        with contextlib.suppress(CkptError, OSError):
+            backend.delete(path)
+        _pending_drop(backend, path)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -313,9 +362,11 @@ class HeldLock:
         self._lost = ""  # why the lock is no longer ours
         self.refresh_error = ""  # the last refresh's failure, "" after a good one
         self._released = False
+        self._deleted = False  # the object's delete ended (release is then a no-op)
         self._mutex = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(refresh_every,), name=f"ckpt-lock-{record.id[:8]}", daemon=True)
+        _pending_add(backend, self.path, self)
         self._thread.start()
 
     @property
@@ -385,15 +436,20 @@ class HeldLock:
         """Stop refreshing and delete the object; idempotent. A failed delete is a warning:
         the object goes stale after STALE_AFTER and `ckpt unlock` removes it."""
         with self._mutex:
-            if self._released:
+            if self._deleted:
                 return
             self._released = True
         self._stop.set()
-        self._thread.join()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        if self._deleted:
+            return  # an interrupted release finished by `release_pending`, or the other way round
         try:
-            self.backend.delete(self.path)
+            self.backend.delete(self.path)  # a second delete of a removed object does nothing
         except (CkptError, OSError) as exc:
             _warn(f"could not remove the lock {self.backend.url}/{self.path} ({exc}); `ckpt unlock` removes it once stale")
+        self._deleted = True
+        _pending_drop(self.backend, self.path)
 
     def __enter__(self) -> HeldLock:
         return self
@@ -443,6 +499,7 @@ def acquire(
         except BaseException:
             with contextlib.suppress(CkptError, OSError):
                 backend.delete(lock_object_path(record.id))
+                _pending_drop(backend, lock_object_path(record.id))
             raise
         if not blockers:
             return HeldLock(backend, record, etag, env, refresh_every=refresh_every, check_after=check_after)
@@ -454,6 +511,7 @@ def acquire(
         waited = time.monotonic() - start
         if not waiting_on_shared or waited >= wait:
             backend.delete(lock_object_path(record.id))
+            _pending_drop(backend, lock_object_path(record.id))
             mine = None
         blocker = blockers[0]
         held_by = blocker.record.holder(env.clock()) if blocker.record else f"a lock this ckpt cannot read ({blocker.why})"
@@ -488,9 +546,12 @@ def _create(backend: ObjectBackend, env: LockEnv, kind: str, command: str, name:
             command=command[:_MAX_TEXT],
             name=name,
         )
-        info = backend.put_if_match(lock_object_path(record.id), encode_lock(record), None)
+        path = lock_object_path(record.id)
+        _pending_add(backend, path)  # before the request: an interrupt may land once it wrote
+        info = backend.put_if_match(path, encode_lock(record), None)
         if info is not None:
             return record, info.etag
+        _pending_drop(backend, path)  # the name was taken: that object is not ours
     raise LockError(f"the store at {backend.url}: could not create a lock object under a fresh name", hint="try again")
 
 
