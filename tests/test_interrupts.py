@@ -211,7 +211,7 @@ def test_ctrl_c_while_the_interpreter_shuts_down_changes_nothing(tmp_path: Path)
     script = (
         "import atexit, os, signal, sys\n"
         "import ckptcli.cli.app as app\n"
-        "app.run = lambda argv=None: 0\n"
+        "app.run = lambda argv=None, **kw: 0\n"
         "atexit.register(lambda: os.kill(os.getpid(), signal.SIGINT))\n"
         "sys.argv = ['ckpt', 'ls']\n"
         "from ckptcli.cli import entry\n"
@@ -219,3 +219,19 @@ def test_ctrl_c_while_the_interpreter_shuts_down_changes_nothing(tmp_path: Path)
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=tmp_path, timeout=120, preexec_fn=_ctrl_c_deliverable)
     assert (proc.returncode, proc.stderr) == (0, b"")
+
+
+def test_sigterm_after_the_command_is_over_changes_nothing(tmp_path: Path) -> None:
+    """The run gave SIGTERM its default action back as it ended: a SIGTERM that landed
+    after the command printed its report (a prune's, here `--version`'s) killed the process
+    with no line and exit -15 instead of the command's own exit code."""
+    script = (
+        "import atexit, os, signal, sys\n"
+        "atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))\n"
+        "sys.argv = ['ckpt', '--version']\n"
+        "from ckptcli.cli import entry\n"
+        "entry()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=tmp_path, timeout=120)
+    assert (proc.returncode, proc.stderr) == (0, b""), proc
+    assert proc.stdout.startswith(b"ckpt "), proc.stdout

@@ -510,3 +510,23 @@ def test_a_cli_run_removes_the_lock_object_an_interrupt_stranded_and_keeps_the_c
         assert list_locks(MemoryBackend(name)) == []
     finally:
         MemoryBackend.forget(name)
+
+
+def test_an_interrupt_before_the_refresh_thread_starts_is_cleaned_up_without_an_error(
+    backend: MemoryBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """release_pending joined a refresh thread that never started: RuntimeError, a traceback
+    and exit 1 instead of the one line and exit 143 of a SIGTERM."""
+    start, once = threading.Thread.start, [True]
+
+    def interrupted_start(self: threading.Thread) -> None:
+        if self.name.startswith("ckpt-lock-") and once and once.pop():
+            raise KeyboardInterrupt
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted_start)
+    with pytest.raises(KeyboardInterrupt):
+        acquire(backend, False, wait=0)
+    assert len(list_locks(backend)) == 1
+    objlocks.release_pending()
+    assert list_locks(backend) == []

@@ -320,7 +320,7 @@ def _register(argv: list[str] | None = None) -> None:
 def load(argv: list[str]) -> Loaded:
     """Import the commands argv needs (ckptcli.cli.boot calls this with Ctrl-C held back)."""
     _register(argv)
-    return interrupted, run
+    return interrupted, lambda: run(final=True)
 
 
 def fail(exc: CkptError) -> int:
@@ -366,9 +366,11 @@ def _on_sigterm(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
 
-def _catch_sigterm() -> Callable[[], None]:
+def _catch_sigterm(final: bool = False) -> Callable[[], None]:
     """Install the SIGTERM handler for this run where SIGTERM has its default action (not
-    where the caller ignores or handles it); returns what puts the old one back."""
+    where the caller ignores or handles it); returns what puts the old one back, or, when
+    the process ends with the run (`final`), ignores SIGTERM: the command is over and its
+    report printed, and the default action would end it with no line and no exit code."""
     import signal
     import threading
 
@@ -378,7 +380,7 @@ def _catch_sigterm() -> Callable[[], None]:
     signal.signal(signal.SIGTERM, _on_sigterm)
 
     def restore() -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN if final else signal.SIG_DFL)
 
     return restore
 
@@ -400,8 +402,10 @@ def warn(message: str) -> None:
     sys.stderr.flush()
 
 
-def run(argv: list[str] | None = None) -> int:
-    """Entry point: runs the app and turns every failure into one line and an exit code."""
+def run(argv: list[str] | None = None, *, final: bool = False) -> int:
+    """Entry point: runs the app and turns every failure into one line and an exit code.
+    final: the process exits with the run (the console script), so a SIGTERM after it is
+    ignored rather than given its default action back."""
     # the CLI's handlers for the run; the caller's come back at its end (a caller that runs
     # the CLI in-process keeps its own, and stores it opens later do not print)
     handlers = (notices.handler(), notices.info_handler())
@@ -415,7 +419,7 @@ def run(argv: list[str] | None = None) -> int:
     from ckptcli.store import command  # not reflog: `ckpt --help` has no store to open
 
     command.set_command(shlex.join(["ckpt", *_for_records(args)]))  # what each ref move and lock records (until the run ends)
-    restore = _catch_sigterm()
+    restore = _catch_sigterm(final)
     locks = sys.modules.get("ckptcli.store.objlocks")
     before = locks.pending_locks() if locks is not None else set()
     try:

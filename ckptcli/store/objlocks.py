@@ -125,11 +125,11 @@ def release_pending(*, keep: set[tuple[int, str]] | None = None) -> None:
     with _PENDING_MUTEX:
         items = [(k, v) for k, v in _PENDING.items() if keep is None or k not in keep]
     for (_, path), (backend, held) in items:
-        if held is not None:
-            held.release()
-            continue
-        with contextlib.suppress(CkptError, OSError):
-            backend.delete(path)
+        with contextlib.suppress(Exception):  # best effort, at the end of a run or at exit
+            if held is not None:
+                held.release()
+            else:
+                backend.delete(path)
         _pending_drop(backend, path)
 
 
@@ -440,8 +440,8 @@ class HeldLock:
                 return
             self._released = True
         self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
+        if self._thread.ident is not None and self._thread is not threading.current_thread():
+            self._thread.join()  # (not started when an interrupt landed in __init__)
         if self._deleted:
             return  # an interrupted release finished by `release_pending`, or the other way round
         try:
