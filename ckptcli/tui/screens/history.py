@@ -69,7 +69,7 @@ def step_of(history: History, subject: str, step: int) -> Node:
 
 
 def go_to(history: History, text: str, subject: str | None, store: Store | None) -> Node:
-    """What `g` goes to: `N`, step N of `subject`; `SUBJECT N`, step N of the subject named
+    """What `:` goes to: `N`, step N of `subject`; `SUBJECT N`, step N of the subject named
     (match_subject); anything else a reference (tag, branch, id prefix, KIND:NAME, latest,
     REF~N, as the commands take them) or, failing that, the newest checkpoint of the subject
     it names. Raises NotFoundError."""
@@ -79,7 +79,7 @@ def go_to(history: History, text: str, subject: str | None, store: Store | None)
         if len(words) > 1:
             subject = match_subject(history, " ".join(words[:-1]))
         if subject is None:
-            raise NotFoundError("no subject to count steps in", hint="give one: g SUBJECT STEP")
+            raise NotFoundError("no subject to count steps in", hint="give one: SUBJECT STEP")
         return step_of(history, subject, step)
     ref_error: CkptError | None = None
     try:
@@ -102,13 +102,6 @@ def go_to(history: History, text: str, subject: str | None, store: Store | None)
         ) from None
 
 
-class HistoryList(OpenableList):
-    """The history's rows: `g` asks where to go (a step, a subject's step, a reference;
-    Enter on nothing: the first row), as on the timeline."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("g", "screen.goto", "Go to", show=False)]
-
-
 class HistoryScreen(BaseScreen):
     """Every checkpoint of the store, newest first, with the graph of its parents."""
 
@@ -117,7 +110,7 @@ class HistoryScreen(BaseScreen):
         Binding("t", "timeline", "Timeline"),
         Binding("space", "mark", "Mark A"),
         Binding("m", "mark", "Mark A", show=False),
-        Binding("g", "goto", "Go to", show=False),
+        Binding("colon", "goto", "Go to", show=False),
         Binding("d", "diff", "Diff"),
         Binding("c", "copy_id", "Copy id"),
         Binding("f", "filter", "Filter"),
@@ -163,9 +156,9 @@ class HistoryScreen(BaseScreen):
             with Vertical(id="right"):
                 yield Static("", id="title", classes="pane-title")
                 yield self.make_input("filter: words that must all appear (id, subject, label k=v, tag:NAME, message, kind)", "filter")
-                yield HistoryList(self._render_row, on_highlight=self._on_cursor, id="checkpoints")
+                yield OpenableList(self._render_row, on_highlight=self._on_cursor, id="checkpoints")
                 yield Static("", id="detail")
-                yield self.make_input("go to: STEP, SUBJECT STEP, a tag, branch or id (Enter on nothing: the first row)", "goto")
+                yield self.make_input("go to: STEP, SUBJECT STEP, a tag, branch or id", "goto")
                 yield self.make_input("search: words; Enter finds the next match, n / N the next and previous", "search")
         yield KeyFooter()
 
@@ -307,9 +300,8 @@ class HistoryScreen(BaseScreen):
             self.go(event.value)
 
     def go(self, text: str) -> None:
-        """`g TEXT` Enter: to a step, a subject's step, a reference (go_to); nothing: the first row."""
+        """`:TEXT` Enter: to a step, a subject's step, a reference (go_to)."""
         if not text.strip():
-            self.list.set_cursor(0, center=True)
             return
         current = self._current()
         subject = self.subject or (current.subject if current is not None else None)
