@@ -38,6 +38,7 @@ def _key_name(binding: Binding) -> str:
         "slash": "/",
         "question_mark": "?",
         "space": "Space",
+        "colon": ":",
         "escape": "Esc",
         "enter": "Enter",
         "f1": "F1",
