@@ -432,6 +432,20 @@ def test_the_checkpoint_screen_diffs_with_the_mark_of_the_history(demo: tuple[Pa
 
 
 # -- the palette ---------------------------------------------------------------------------------------
+async def first_hit(pilot: Any, text: str) -> None:
+    """Wait until the palette's search (a task of its own) shows `text` first."""
+    from textual.command import CommandList
+
+    for _ in range(200):
+        await pilot.pause()
+        found = pilot.app.screen.query(CommandList)
+        if found and found.first().option_count and text in str(found.first().get_option_at_index(0).prompt):
+            found.first().highlighted = 0
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the palette never offered {text!r}")
+
+
 def test_the_palette_offers_ckpt_commands_and_runs_them(demo: tuple[Path, dict[str, bytes]]) -> None:
     from textual.command import CommandPalette
 
@@ -442,14 +456,14 @@ def test_the_palette_offers_ckpt_commands_and_runs_them(demo: tuple[Path, dict[s
         await pilot.pause()
         assert isinstance(pilot.app.screen, CommandPalette)
         await pilot.press(*"tag known")
-        await pilot.pause(0.5)
+        await first_hit(pilot, "Go to tag known-good")
         await pilot.press("enter")
         await settle(pilot)
         screen = pilot.app.screen
         assert isinstance(screen, HistoryScreen) and screen.point() == (ids["good"], None)  # went to the tag
         await pilot.press("ctrl+p")
         await pilot.press(*"export")
-        await pilot.pause(0.5)
+        await first_hit(pilot, "Export to a file")
         await pilot.press("enter")
         await pilot.pause()
         assert isinstance(pilot.app.screen, ConfirmScreen) and pilot.app.screen.act.title == "Export"
