@@ -269,11 +269,12 @@ def test_fork_from_the_history_asks_for_the_seq_the_end_of_the_tail_given(demo: 
         await pilot.press("enter")
         await settle(pilot)
         assert not messages(pilot.app, "error")
+        store = ckptcli.open_store(path)
+        forks = [n for n in History.from_store(store).order if n.labels.get("fork.of") == ids["recorded"].hex() and n.id != ids["fork"]]
+        assert len(forks) == 1 and forks[0].labels["fork.at"] == "7"
+        assert pilot.app.screen.point() == (forks[0].id, None)  # the cursor on the new fork
 
     run(path, scenario)
-    store = ckptcli.open_store(path)
-    forks = [n for n in History.from_store(store).order if n.labels.get("fork.of") == ids["recorded"].hex() and n.id != ids["fork"]]
-    assert len(forks) == 1 and forks[0].labels["fork.at"] == "7"
 
 
 def test_fork_errors_are_notifications(demo: tuple[Path, dict[str, bytes]]) -> None:

@@ -66,6 +66,8 @@ class Action:
     fields: list[Field] = field(default_factory=list)
     #: it writes to the store (the history is read again after it)
     changes_store: bool = False
+    #: the checkpoint it wrote, once run (a fork: the history's cursor goes to it)
+    made: bytes | None = None
 
     @property
     def inputs(self) -> list[Field]:
@@ -141,6 +143,7 @@ def fork_action(session: Session, cid: bytes, at: int | None = None, *, first: i
     seq is fixed (the timeline's cursor); without it, the modal asks for it (`last`, the
     end of the tail, as its value)."""
     short = cid.hex()[:12]
+    action: Action
 
     def seq_of(v: Values) -> int | None:
         if at is not None:
@@ -182,12 +185,14 @@ def fork_action(session: Session, cid: bytes, at: int | None = None, *, first: i
         if branch is not None:
             check_name(branch, "branch name")
         result = fork(store, cid.hex(), seq, branch=branch, reducers=session.reducers)
+        action.made = result.id
         on = f" on branch {branch}" if branch else ""
         return f"forked {short} at seq {seq} -> {result.hex[:12]}{on}; the original is unchanged"
 
     fields = [] if at is not None else [Field("at", "at seq", str(last) if last is not None else "", placeholder="the seq to fork after")]
     fields.append(Field("branch", "branch (optional)", placeholder="a branch to point at the fork; empty: none", required=False))
-    return Action("Fork", describe, command, run, fields, changes_store=True)
+    action = Action("Fork", describe, command, run, fields, changes_store=True)
+    return action
 
 
 # -- restore -----------------------------------------------------------------------------------------
@@ -340,6 +345,9 @@ def _succeeded(app: Any, action: Action, result: str, cmd: str, done: Callable[[
             reload = getattr(s, "reload", None)
             if callable(reload):
                 reload()
+            show = getattr(s, "show_checkpoint", None)
+            if action.made is not None and callable(show):
+                show(action.made)  # the history's cursor on the new fork
     try:
         app.copy_to_clipboard(cmd)
         copied = " (copied)"
