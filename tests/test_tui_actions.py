@@ -571,3 +571,15 @@ def test_opened_at_the_agent_its_step_needs_no_subject(steps: tuple[Store, list[
         assert isinstance(diff, DiffScreen) and diff.title_text == f"diff {xs[40].hex()[:12]} → {xs[41].hex()[:12]}"
 
     run(store, scenario, checkpoint=xs[-1], view="checkpoint")
+
+
+def test_the_action_keys_are_letters_in_an_input(demo: tuple[Path, dict[str, bytes]]) -> None:
+    """B, T, R, E typed into the filter are the filter's letters, not actions."""
+    path, _ids = demo
+
+    async def scenario(pilot: Any) -> None:
+        await pilot.press("f", "T", "R", "E", "B")
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, HistoryScreen) and pilot.app.screen.query_one("#filter").value == "TREB"  # type: ignore[attr-defined]
+
+    run(path, scenario)
