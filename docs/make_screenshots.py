@@ -33,6 +33,12 @@ SHOTS: dict[str, tuple[str | None, View, Sequence[str]]] = {
     "tui-timeline.svg": ("recorded", "timeline", ("g", "4", "enter")),
     "tui-diff.svg": (None, "history", ("down", "down", "down", "space", "home", "d")),
     "tui-help.svg": (None, "history", ("question_mark",)),
+    # a changed value, whole, as a line diff: seq 7 popped the plan item (Tab: the step pane)
+    "tui-value.svg": ("recorded", "timeline", ("g", "7", "enter", "tab", "down", "enter")),
+    # the fork at the timeline's cursor, confirmed: what will happen and the ckpt command
+    "tui-confirm.svg": ("recorded", "timeline", ("g", "2", "0", "enter", "B", *"retry-20")),
+    # ckpt's commands in the ctrl+p palette
+    "tui-palette.svg": (None, "history", ("ctrl+p",)),
 }
 
 

@@ -20,13 +20,15 @@ from typing import ClassVar
 
 from textual import events
 from textual.app import App
-from textual.binding import BindingType
+from textual.binding import Binding, BindingType
 
 from ckptcli.errors import CkptError
 from ckptcli.history.events import Reducers
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
+from ckptcli.tui.actions import ACTION_KEYS
 from ckptcli.tui.messages import ViewValue
+from ckptcli.tui.palette import CkptCommands
 from ckptcli.tui.session import APP_BINDINGS, Session, View, open_session
 
 __all__ = ["INPUT_WINDOW", "CkptApp", "Session", "View", "open_session", "run"]
@@ -39,7 +41,11 @@ class CkptApp(App[None]):
     """Browse a store's history, inspect checkpoints, scrub through event tails, diff."""
 
     TITLE = "ckpt"
-    BINDINGS: ClassVar[list[BindingType]] = APP_BINDINGS
+    COMMANDS = App.COMMANDS | {CkptCommands}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *APP_BINDINGS,
+        *(Binding(k, f"act('{kind}')", what, show=False) for k, kind, what in ACTION_KEYS),
+    ]
     CSS = """
     Screen { layout: vertical; }
     .pane-title { background: $boost; color: $text-muted; height: 1; padding: 0 1; }
@@ -126,6 +132,19 @@ class CkptApp(App[None]):
         gc.unfreeze()
         gc.collect()
         gc.freeze()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "act":  # fork, tag, restore, export: where a checkpoint is under the cursor
+            from ckptcli.tui.actions import available
+
+            return available(self.screen)
+        return True
+
+    def action_act(self, kind: str) -> None:
+        """B, T, R, E: fork, tag, restore or export what the screen has under its cursor (confirmed first)."""
+        from ckptcli.tui.actions import run_on
+
+        run_on(self.screen, kind)
 
     def action_help(self) -> None:
         from ckptcli.tui.screens.help import HelpScreen

@@ -53,7 +53,7 @@ class CheckpointScreen(BaseScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Back"),
         Binding("t", "timeline", "Timeline"),
-        Binding("d", "diff", "Diff parent"),
+        Binding("d", "diff", "Diff mark/parent"),
         Binding("c", "copy_id", "Copy id"),
         Binding("v", "view", "View value", show=False),
         *(Binding(str(i + 1), f"tab('{name}')", name.capitalize(), show=False) for i, name in enumerate(TABS)),
@@ -396,14 +396,30 @@ class CheckpointScreen(BaseScreen):
         except CkptError as exc:
             self.error(exc)
 
+    def _marked(self) -> bytes | None:
+        """The checkpoint marked A in the history below (Space or m there), if another."""
+        for s in self.app.screen_stack:
+            mark = getattr(s, "mark", None)
+            if isinstance(mark, bytes) and mark != self.cid and mark in self.session.history.nodes:
+                return mark
+        return None
+
     def action_diff(self) -> None:
-        parents = [p for p in self.ck.manifest.parents if p in self.session.history.nodes]
-        if not parents:
-            self.notify("this checkpoint has no parent here to compare with", severity="warning")
-            return
+        """d: what changed from the checkpoint marked in the history to this one, else from its first parent."""
+        a = self._marked()
+        if a is None:
+            parents = [p for p in self.ck.manifest.parents if p in self.session.history.nodes]
+            if not parents:
+                self.notify("this checkpoint has no parent here to compare with (mark one in the history: m)", severity="warning")
+                return
+            a = parents[0]
         from ckptcli.tui.screens.diff import DiffScreen
 
-        self.app.push_screen(DiffScreen.of_checkpoints(self.session, parents[0], self.cid))
+        self.app.push_screen(DiffScreen.of_checkpoints(self.session, a, self.cid))
+
+    def point(self) -> tuple[bytes, int | None] | None:
+        """This checkpoint (the actions: fork, tag, restore, export)."""
+        return (self.cid, None)
 
     def action_copy_id(self) -> None:
         self.ckpt_app.copy_id(self.ck.hex)

@@ -48,9 +48,11 @@ class DiffScreen(BaseScreen):
     DiffScreen #diff { height: 1fr; }
     """
 
-    def __init__(self, session: Session, title: str, compute: Compute) -> None:
+    def __init__(self, session: Session, title: str, compute: Compute, command: str | None = None) -> None:
+        """`command`: the ckpt command that prints the same diff (said in a notification)."""
         super().__init__(session)
         self.title_text = title
+        self.command = command
         self.compute = compute
         self.stat = False
         self.lines: list[Line] = [("summary", "comparing…")]
@@ -67,7 +69,10 @@ class DiffScreen(BaseScreen):
             lines = render(result, stat=stat)
             return lines, result.patch(), changes_by_line(lines, [c for c in result.changes if not c.structural])
 
-        return cls(session, f"diff {a.hex()[:12]} → {b.hex()[:12]}", compute)
+        from ckptcli.tui.actions import cli_command, store_args
+
+        command = cli_command(["diff", a.hex()[:12], b.hex()[:12], *store_args(session)]) if not session.is_file else None
+        return cls(session, f"diff {a.hex()[:12]} → {b.hex()[:12]}", compute, command)
 
     @classmethod
     def of_points(cls, session: Session, model: Timeline, a: int, b: int) -> DiffScreen:
@@ -93,6 +98,8 @@ class DiffScreen(BaseScreen):
         self.sub_title = self.title_text
         self.query_one("#diff", VirtualList).focus()
         self._run(self.stat)
+        if self.command is not None:
+            self.notify(f"$ {self.command}", title="diff", timeout=6)
 
     def _render_line(self, i: int) -> Any:
         return styled_lines(self.lines)(i)

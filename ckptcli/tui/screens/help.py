@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ckptcli.history.graph import FORK, GLYPHS, MERGE, MIGRATION, ROOT, TAKE
+from ckptcli.tui.actions import ACTION_KEYS
 from ckptcli.tui.session import APP_BINDINGS
 
 LIST_KEYS = [
@@ -37,6 +38,7 @@ def _key_name(binding: Binding) -> str:
         "slash": "/",
         "question_mark": "?",
         "space": "Space",
+        "colon": ":",
         "escape": "Esc",
         "enter": "Enter",
         "f1": "F1",
@@ -64,6 +66,10 @@ def help_text() -> Text:
 
     sections: list[tuple[str, list[tuple[str, str]]]] = [
         ("Everywhere", key_rows(APP_BINDINGS)),
+        (
+            "Actions, on the checkpoint or event under the cursor (confirmed first; the ckpt command is said and copied; also in ctrl+p)",
+            [(k, what) for k, _kind, what in ACTION_KEYS],
+        ),
         ("Lists", LIST_KEYS),
         (HistoryScreen.HELP, bindings_of(HistoryScreen)),
         (CheckpointScreen.HELP, bindings_of(CheckpointScreen)),

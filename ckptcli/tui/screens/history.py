@@ -21,8 +21,85 @@ from ckptcli.tui.valuetext import short_label
 from ckptcli.tui.widgets import OpenableList, VirtualList
 
 ALL = "*"
+#: The labels that say a checkpoint's step (your own `step=41`; the LangGraph saver's).
+STEP_LABELS = ("step", "langgraph.step")
 #: Narrower than this, the subjects sidebar starts folded (`b` shows it).
 NARROW = 100
+
+
+def match_subject(history: History, words: str) -> str:
+    """The subject `words` names: its whole name, the name after its kind (`x` for
+    agent:x), the start of that name, or a part of the whole name that only one subject
+    has. Raises NotFoundError (none, or several: they are named)."""
+    names = [s.name for s in history.subjects()]
+    w = words.strip().lower()
+    for test in (
+        lambda n: n.lower() == w,
+        lambda n: n.partition(":")[2].lower() == w,
+        lambda n: n.partition(":")[2].lower().startswith(w),
+        lambda n: w in n.lower(),
+    ):
+        found = [n for n in names if test(n)]
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+            raise NotFoundError(f"{words!r} names several subjects: {shown}", hint="type more of the name")
+    raise NotFoundError(f"no subject is named like {words!r}", hint="s lists the subjects")
+
+
+def step_of(history: History, subject: str, step: int) -> Node:
+    """Step `step` of a subject: the checkpoint labelled step=N (or langgraph.step=N; the
+    newest if several are), or, for a subject none of whose checkpoints has such a label,
+    its checkpoint number N counting its oldest as 0. Raises NotFoundError."""
+    rows = history.rows(subject)
+    labelled = [n for n in rows if any(k in n.labels for k in STEP_LABELS)]
+    if labelled:
+        for n in labelled:  # newest first
+            if any(n.labels.get(k) == str(step) for k in STEP_LABELS):
+                return n
+        raise NotFoundError(
+            f"no checkpoint of {subject} is labelled step {step}", hint="its checkpoints carry a step label: / step= finds them"
+        )
+    if not 0 <= step < len(rows):
+        raise NotFoundError(
+            f"{subject} has {len(rows):,} checkpoint{'s' if len(rows) != 1 else ''}: steps 0 to {len(rows) - 1:,} (its oldest is 0)"
+        )
+    return rows[len(rows) - 1 - step]
+
+
+def go_to(history: History, text: str, subject: str | None, store: Store | None) -> Node:
+    """What `:` goes to: `N`, step N of `subject`; `SUBJECT N`, step N of the subject named
+    (match_subject); anything else a reference (tag, branch, id prefix, KIND:NAME, latest,
+    REF~N, as the commands take them) or, failing that, the newest checkpoint of the subject
+    it names. Raises NotFoundError."""
+    words = text.split()
+    if words and words[-1].lstrip("#").isdecimal() and words[-1].isascii():
+        step = int(words[-1].lstrip("#"))
+        if len(words) > 1:
+            subject = match_subject(history, " ".join(words[:-1]))
+        if subject is None:
+            raise NotFoundError("no subject to count steps in", hint="give one: SUBJECT STEP")
+        return step_of(history, subject, step)
+    ref_error: CkptError | None = None
+    try:
+        if store is not None:
+            cid = store.resolve(text)
+        else:
+            cid = next(n.id for n in history.order if n.hex.startswith(text.lower()))
+        node = history.nodes.get(cid)
+        if node is not None:
+            return node
+    except (CkptError, StopIteration) as exc:
+        ref_error = exc if isinstance(exc, CkptError) else None
+    try:
+        return history.rows(match_subject(history, text))[0]
+    except NotFoundError:
+        if ref_error is not None:
+            raise ref_error from None
+        raise NotFoundError(
+            f"{text!r} is not a checkpoint here", hint="a tag, branch, id prefix, KIND:NAME, or STEP / SUBJECT STEP"
+        ) from None
 
 
 class HistoryScreen(BaseScreen):
@@ -32,6 +109,8 @@ class HistoryScreen(BaseScreen):
         Binding("enter", "open", "Open"),
         Binding("t", "timeline", "Timeline"),
         Binding("space", "mark", "Mark A"),
+        Binding("m", "mark", "Mark A", show=False),
+        Binding("colon", "goto", "Go to", show=False),
         Binding("d", "diff", "Diff"),
         Binding("c", "copy_id", "Copy id"),
         Binding("f", "filter", "Filter"),
@@ -79,6 +158,7 @@ class HistoryScreen(BaseScreen):
                 yield self.make_input("filter: words that must all appear (id, subject, label k=v, tag:NAME, message, kind)", "filter")
                 yield OpenableList(self._render_row, on_highlight=self._on_cursor, id="checkpoints")
                 yield Static("", id="detail")
+                yield self.make_input("go to: STEP, SUBJECT STEP, a tag, branch or id", "goto")
                 yield self.make_input("search: words; Enter finds the next match, n / N the next and previous", "search")
         yield KeyFooter()
 
@@ -212,10 +292,50 @@ class HistoryScreen(BaseScreen):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.input.add_class("hidden")
+        self.list.focus()
         if event.input.id == "search":
             self.search_text = event.value
             self.action_find(1)
-        self.list.focus()
+        elif event.input.id == "goto":
+            self.go(event.value)
+
+    def go(self, text: str) -> None:
+        """`:TEXT` Enter: to a step, a subject's step, a reference (go_to)."""
+        if not text.strip():
+            return
+        current = self._current()
+        subject = self.subject or (current.subject if current is not None else None)
+        store = self.session.source if isinstance(self.session.source, Store) else None
+        try:
+            node = go_to(self.history, text.strip(), subject, store)
+        except CkptError as exc:
+            self.notify(str(exc), severity="warning", timeout=5)
+            return
+        self.show_checkpoint(node.id)
+
+    def show_checkpoint(self, cid: bytes) -> bool:
+        """Put the cursor on checkpoint `cid`: the filter is cleared, and the subject
+        shown is its own or all, when they hide it. False if the store has no such checkpoint."""
+        if cid not in self.history.nodes:
+            return False
+        if all(n.id != cid for n in self.rows) and self.query_text:
+            self.query_text = ""
+            with self.prevent(Input.Changed):
+                self.query_one("#filter", Input).value = ""
+            self._load_rows()
+        if all(n.id != cid for n in self.rows):
+            self.subject = None
+            with self.prevent(OptionList.OptionHighlighted):
+                self.query_one("#subjects", OptionList).highlighted = 0
+            self._load_rows()
+        self.list.set_cursor(next(i for i, n in enumerate(self.rows) if n.id == cid), center=True)
+        self._show_detail()
+        return True
+
+    def point(self) -> tuple[bytes, int | None] | None:
+        """The checkpoint under the cursor (the actions: fork, tag, restore, export)."""
+        n = self._current()
+        return None if n is None else (n.id, None)
 
     # -- actions -------------------------------------------------------------------------------
     def action_open(self) -> None:
@@ -271,6 +391,12 @@ class HistoryScreen(BaseScreen):
         if n is not None:
             self.ckpt_app.copy_id(n.hex)
 
+    def action_goto(self) -> None:
+        box = self.query_one("#goto", Input)
+        box.value = ""
+        box.remove_class("hidden")
+        box.focus()
+
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
         box.remove_class("hidden")
@@ -305,8 +431,13 @@ class HistoryScreen(BaseScreen):
 
     def action_refresh(self) -> None:
         """Read the store's checkpoints and refs again: what another process took or pruned."""
+        self.reload(quiet=False)
+
+    def reload(self, *, quiet: bool = True) -> None:
+        """Read the store again (an action wrote to it; `r`, not `quiet`, says what changed)."""
         if not isinstance(self.session.source, Store):
-            self.notify("a checkpoint file does not change", timeout=3)
+            if not quiet:
+                self.notify("a checkpoint file does not change", timeout=3)
             return
         current = self._current()
         before = len(self.history)
@@ -329,7 +460,8 @@ class HistoryScreen(BaseScreen):
             self.list.set_cursor(min(at, len(self.rows) - 1))  # pruned: the row that took its place
         self._show_detail()
         gained = len(self.history) - before
-        self.notify(f"{len(self.history):,} checkpoints ({gained:+,})", title="refreshed", timeout=3)
+        if not quiet:
+            self.notify(f"{len(self.history):,} checkpoints ({gained:+,})", title="refreshed", timeout=3)
 
     def action_clear(self) -> None:
         """Escape: close an open input, else leave the subjects for the list, else clear

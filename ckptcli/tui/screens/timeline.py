@@ -407,6 +407,10 @@ class TimelineScreen(BaseScreen):
     def action_copy_id(self) -> None:
         self.ckpt_app.copy_id(self.ck.hex)
 
+    def point(self) -> tuple[bytes, int | None]:
+        """The checkpoint and the seq at the cursor (ckptcli.tui.actions: B forks after that event)."""
+        return (self.cid, self.model.seq(self.events.cursor))
+
     def action_focus_state(self) -> None:
         self.query_one("#state", ValueTree).focus()
 

@@ -1,0 +1,585 @@
+"""`ckpt tui`: actions where you look (B fork, T tag, R restore, E export; d diffs with the
+mark), each confirmed in a modal, done through the library functions the CLI commands
+call, and said with the equivalent command; the ctrl+p palette's ckpt commands; and `:`
+in the history (a step, a subject's step, a reference), for the keystroke count of
+docs/tui.md."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ckptcli
+from ckptcli.api import Checkpoint, take
+from ckptcli.errors import NotFoundError
+from ckptcli.history.graph import History
+from ckptcli.store.repository import Store
+from ckptcli.store.single import CheckpointFile
+from ckptcli.tui.app import CkptApp, View, open_session
+from ckptcli.tui.screens.checkpoint import CheckpointScreen
+from ckptcli.tui.screens.confirm import ConfirmScreen
+from ckptcli.tui.screens.diff import DiffScreen
+from ckptcli.tui.screens.history import HistoryScreen, go_to, match_subject, step_of
+from ckptcli.tui.screens.timeline import TimelineScreen
+from ckptcli.tui.widgets import VirtualList
+from tests.tui_data import T0, build_demo_store, export_demo, write
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    """A fresh demo store per test: the actions change it."""
+    path = tmp_path / "store" / ".ckpt"
+    return path, build_demo_store(path)
+
+
+def run(source: Path | Store | CheckpointFile, scenario: Any, *, checkpoint: bytes | None = None, view: View = "history") -> CkptApp:
+    src = source if isinstance(source, (Store, CheckpointFile)) else ckptcli.open_store(source)
+    app = CkptApp(open_session(src, prefill=False), checkpoint=checkpoint, view=view, blink=False)
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.pause()
+            await scenario(pilot)
+
+    asyncio.run(main())
+    return app
+
+
+async def settle(pilot: Any) -> None:
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def messages(app: Any, severity: str | None = None) -> list[str]:
+    return [n.message for n in app._notifications if severity is None or n.severity == severity]
+
+
+async def go_history_to(pilot: Any, cid: bytes) -> HistoryScreen:
+    screen = pilot.app.screen
+    assert isinstance(screen, HistoryScreen)
+    assert screen.show_checkpoint(cid)
+    await pilot.pause()
+    return screen
+
+
+async def confirm_with(pilot: Any, key: str, typed: str | None = None, *, clear: bool = False) -> ConfirmScreen:
+    """Press the action's key; in its modal, type `typed` into the first field (after
+    clearing it, with `clear`); return the modal (Enter or Esc is the caller's)."""
+    await pilot.press(key)
+    await pilot.pause()
+    modal = pilot.app.screen
+    assert isinstance(modal, ConfirmScreen), type(modal)
+    if typed is not None:
+        box = modal.query("Input").first()
+        if clear:
+            box.value = ""
+        await pilot.press(*typed)
+        await pilot.pause()
+    return modal
+
+
+# -- tag -----------------------------------------------------------------------------------------------
+def test_tag_from_the_history_is_confirmed_writes_the_tag_and_says_the_command(demo: tuple[Path, dict[str, bytes]]) -> None:
+    path, ids = demo
+
+    async def scenario(pilot: Any) -> None:
+        await go_history_to(pilot, ids["triage"])
+        modal = await confirm_with(pilot, "T", "triaged")
+        what = str(modal.query_one("#confirm-what").render())
+        assert "'triaged'" in what and ids["triage"].hex()[:12] in what  # what will happen, before it does
+        assert ckptcli.open_store(path).refs().get("tags/triaged") is None
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(pilot.app.screen, HistoryScreen)
+        # the store really changed, and the history shows it
+        assert ckptcli.open_store(path).refs()["tags/triaged"] == ids["triage"]
+        assert any(r.name == "triaged" for r in pilot.app.screen.history.ref_names(ids["triage"]))
+        cmd = f"ckpt tag triaged {ids['triage'].hex()[:12]} --store {pilot.app.session.where}"
+        assert any(cmd in m for m in messages(pilot.app)), messages(pilot.app)
+        assert pilot.app.clipboard == cmd
+
+    run(path, scenario)
+
+
+def test_the_command_said_does_the_same_when_run(demo: tuple[Path, dict[str, bytes]], tmp_path: Path) -> None:
+    """The notification's command is the real one: run through the CLI, it tags too."""
+    path, ids = demo
+    said: list[str] = []
+
+    async def scenario(pilot: Any) -> None:
+        await go_history_to(pilot, ids["root"])
+        await confirm_with(pilot, "T", "first-one")
+        await pilot.press("enter")
+        await settle(pilot)
+        said.append(pilot.app.clipboard)
+
+    run(path, scenario)
+    args = shlex.split(said[0].replace("first-one", "again", 1))[1:]
+    got = subprocess.run([sys.executable, "-m", "ckptcli", *args, "--json"], capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    assert ckptcli.open_store(path).refs()["tags/again"] == ids["root"]
+
+
+def test_esc_cancels_and_nothing_changes(demo: tuple[Path, dict[str, bytes]]) -> None:
+    path, ids = demo
+    before = ckptcli.open_store(path).refs()
+
+    async def scenario(pilot: Any) -> None:
+        await go_history_to(pilot, ids["triage"])
+        for key, typed in (("T", "never"), ("B", None), ("E", None)):
+            await confirm_with(pilot, key, typed)
+            await pilot.press("escape")
+            await settle(pilot)
+            assert isinstance(pilot.app.screen, HistoryScreen)
+        assert not messages(pilot.app, "error")
+
+    run(path, scenario)
+    store = ckptcli.open_store(path)
+    assert store.refs() == before and len(History.from_store(store)) == len(ids)
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [("bad name", "tag name"), ("../up", "tag name"), ("known-good", "tag 'known-good' already points at")],
+)
+def test_a_bad_tag_is_a_notification_and_nothing_changes(demo: tuple[Path, dict[str, bytes]], name: str, error: str) -> None:
+    path, ids = demo
+    before = ckptcli.open_store(path).refs()
+
+    async def scenario(pilot: Any) -> None:
+        await go_history_to(pilot, ids["triage"])
+        await confirm_with(pilot, "T", name)
+        await pilot.press("enter")
+        await settle(pilot)
+        errors = messages(pilot.app, "error")
+        assert len(errors) == 1 and error in errors[0] and "\n" not in errors[0] and "Traceback" not in errors[0], errors
+        assert isinstance(pilot.app.screen, HistoryScreen)  # still running
+
+    run(path, scenario)
+    assert ckptcli.open_store(path).refs() == before
+
+
+@contextlib.contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """`path` read-only: its modes (a user), or a read-only bind mount of it (root, whom
+    modes do not stop); skipped where neither can be had."""
+    if os.geteuid() != 0:
+        modes = {p: p.stat().st_mode for p in [path, *path.rglob("*")]}
+        for p in modes:
+            p.chmod(modes[p] & ~0o222)
+        try:
+            yield
+        finally:
+            for p, m in modes.items():
+                p.chmod(m)
+        return
+    bind = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True)
+    if bind.returncode != 0:
+        pytest.skip(f"cannot make a read-only store here: {bind.stderr.decode().strip()}")
+    try:
+        ro = subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], capture_output=True)
+        if ro.returncode != 0:
+            pytest.skip(f"cannot make a read-only store here: {ro.stderr.decode().strip()}")
+        yield
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_a_read_only_store_is_a_notification(demo: tuple[Path, dict[str, bytes]]) -> None:
+    path, ids = demo
+
+    async def scenario(pilot: Any) -> None:
+        await go_history_to(pilot, ids["triage"])
+        for key, typed in (("T", "ro"), ("B", None)):
+            await confirm_with(pilot, key, typed)
+            await pilot.press("enter")
+            await settle(pilot)
+        errors = messages(pilot.app, "error")
+        assert len(errors) == 2 and all("\n" not in e and "Traceback" not in e for e in errors), errors
+        assert isinstance(pilot.app.screen, HistoryScreen)
+
+    store = ckptcli.open_store(path)
+    n = len(History.from_store(store))
+    with read_only(path):
+        run(store, scenario)
+    assert "tags/ro" not in ckptcli.open_store(path).refs() and len(History.from_store(ckptcli.open_store(path))) == n
+
+
+def test_tag_on_a_checkpoint_file_says_it_has_no_history(demo: tuple[Path, dict[str, bytes]], tmp_path: Path) -> None:
+    path, ids = demo
+    f = export_demo(ckptcli.open_store(path), ids["merge"], tmp_path / "merge.ckpt")
+
+    async def scenario(pilot: Any) -> None:
+        assert isinstance(pilot.app.screen, CheckpointScreen)
+        await pilot.press("T")
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, CheckpointScreen)  # no modal: it cannot be done
+        assert any("a checkpoint file has no history to tag" in m for m in messages(pilot.app, "error"))
+
+    run(CheckpointFile(f), scenario)
+
+
+# -- fork ----------------------------------------------------------------------------------------------
+def test_fork_at_the_timeline_cursor_writes_a_fork_there_on_a_branch(demo: tuple[Path, dict[str, bytes]]) -> None:
+    path, ids = demo
+
+    async def scenario(pilot: Any) -> None:
+        screen = pilot.app.screen
+        assert isinstance(screen, TimelineScreen)
+        screen.events.set_cursor(12)
+        await pilot.pause()
+        seq = screen.model.seq(12)
+        modal = await confirm_with(pilot, "B", "retry-12")
+        assert f"seq {seq}" in str(modal.query_one("#confirm-what").render())
+        await pilot.press("enter")
+        await settle(pilot)
+        assert any(f"ckpt fork {ids['recorded'].hex()[:12]} --at {seq} --branch retry-12" in m for m in messages(pilot.app))
+        store = ckptcli.open_store(path)
+        fork_id = store.refs()["branches/retry-12"]
+        m = store.manifest(fork_id)
+        assert m.parents == [ids["recorded"]] and m.labels["fork.at"] == str(seq) and m.labels["fork.of"] == ids["recorded"].hex()
+        # its state is the timeline's state at the cursor
+        state = Checkpoint(store, fork_id).state()
+        assert state["memory"] == screen.model.state(12)["memory"] and state["events"] == []
+        assert fork_id in pilot.app.session.history.nodes  # the history was read again
+
+    run(path, scenario, checkpoint=ids["recorded"], view="timeline")
+
+
+def test_fork_from_the_history_asks_for_the_seq_the_end_of_the_tail_given(demo: tuple[Path, dict[str, bytes]]) -> None:
+    path, ids = demo
+
+    async def scenario(pilot: Any) -> None:
+        await go_history_to(pilot, ids["recorded"])
+        modal = await confirm_with(pilot, "B")
+        assert modal.values() == {"at": "40", "branch": ""}
+        box = modal.query_one("#field-at")
+        box.value = "7"  # type: ignore[attr-defined]
+        await pilot.pause()
+        await pilot.press("enter")
+        await settle(pilot)
+        assert not messages(pilot.app, "error")
+        store = ckptcli.open_store(path)
+        forks = [n for n in History.from_store(store).order if n.labels.get("fork.of") == ids["recorded"].hex() and n.id != ids["fork"]]
+        assert len(forks) == 1 and forks[0].labels["fork.at"] == "7"
+        assert pilot.app.screen.point() == (forks[0].id, None)  # the cursor on the new fork
+
+    run(path, scenario)
+
+
+def test_fork_errors_are_notifications(demo: tuple[Path, dict[str, bytes]]) -> None:
+    """A seq outside the tail, a bad branch name; a checkpoint with no tail at all."""
+    path, ids = demo
+    store = ckptcli.open_store(path)
+    bare = take(store, {"memory": {"a": 1}}, subject="agent:bare").id
+    n = len(History.from_store(store))
+
+    async def scenario(pilot: Any) -> None:
+        pilot.app.screen.reload()
+        await go_history_to(pilot, ids["recorded"])
+        modal = await confirm_with(pilot, "B")
+        modal.query_one("#field-at").value = "999"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await settle(pilot)
+        modal = await confirm_with(pilot, "B")
+        modal.query_one("#field-branch").value = "no good"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await settle(pilot)
+        await go_history_to(pilot, bare)
+        await pilot.press("B")
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, HistoryScreen)
+        errors = messages(pilot.app, "error")
+        assert len(errors) == 3 and all("\n" not in e for e in errors), errors
+        assert "999" in errors[0] and "branch name" in errors[1] and "no event tail" in errors[2]
+
+    run(path, scenario)
+    assert len(History.from_store(ckptcli.open_store(path))) == n
+
+
+# -- restore -------------------------------------------------------------------------------------------
+def with_files(path: Path) -> bytes:
+    """A checkpoint with blobs (a small directory) in the store at `path`."""
+    files = {
+        "type": "dir",
+        "mode": 0o755,
+        "mtime_ns": T0,
+        "entries": {
+            "report.csv": {"type": "file", "size": 10, "mode": 0o644, "mtime_ns": T0, "data": b"a,120\nb,8\n"},
+            "logs": {
+                "type": "dir",
+                "mode": 0o755,
+                "mtime_ns": T0,
+                "entries": {"run.log": {"type": "file", "size": 3, "mode": 0o600, "mtime_ns": T0, "data": b"ok\n"}},
+            },
+        },
+    }
+    return write(ckptcli.open_store(path), {"memory": {"rows": 200}}, subject="workflow:files", at=50, blobs={"out": files})
+
+
+def test_restore_writes_the_state_and_the_blobs_into_a_new_directory(demo: tuple[Path, dict[str, bytes]], tmp_path: Path) -> None:
+    path, _ids = demo
+    cid = with_files(path)
+    target = tmp_path / "restored"
+
+    async def scenario(pilot: Any) -> None:
+        await go_history_to(pilot, cid)
+        await confirm_with(pilot, "R", str(target))
+        await pilot.press("enter")
+        await settle(pilot)
+        want = f"ckpt restore {cid.hex()[:12]} -o {target / 'state.json'} --blobs {target}"
+        assert any(want in m for m in messages(pilot.app)), messages(pilot.app)
+
+    run(path, scenario)
+    state = json.loads((target / "state.json").read_text())
+    assert state["memory"] == {"rows": 200}
+    assert (target / "out" / "report.csv").read_bytes() == b"a,120\nb,8\n"
+    assert (target / "out" / "logs" / "run.log").read_bytes() == b"ok\n"
+
+
+def test_restore_refuses_a_directory_that_is_not_empty(demo: tuple[Path, dict[str, bytes]], tmp_path: Path) -> None:
+    path, ids = demo
+    target = tmp_path / "busy"
+    target.mkdir()
+    (target / "mine.txt").write_text("keep me")
+
+    async def scenario(pilot: Any) -> None:
+        await go_history_to(pilot, ids["merge"])
+        modal = await confirm_with(pilot, "R", str(target))
+        assert "is not empty" in str(modal.query_one("#confirm-what").render())  # said before Enter
+        await pilot.press("enter")
+        await settle(pilot)
+        errors = messages(pilot.app, "error")
+        assert len(errors) == 1 and f"{target} is not empty" in errors[0], errors
+
+    run(path, scenario)
+    assert sorted(p.name for p in target.iterdir()) == ["mine.txt"] and (target / "mine.txt").read_text() == "keep me"
+
+
+def test_restore_into_the_store_is_refused(demo: tuple[Path, dict[str, bytes]]) -> None:
+    path, ids = demo
+
+    async def scenario(pilot: Any) -> None:
+        await go_history_to(pilot, ids["merge"])
+        await confirm_with(pilot, "R", str(path / "inside"))
+        await pilot.press("enter")
+        await settle(pilot)
+        errors = messages(pilot.app, "error")
+        assert len(errors) == 1 and "inside the store" in errors[0], errors
+
+    run(path, scenario)
+    assert not (path / "inside").exists()
+
+
+# -- export --------------------------------------------------------------------------------------------
+def test_export_from_the_checkpoint_screen_reads_back(demo: tuple[Path, dict[str, bytes]], tmp_path: Path) -> None:
+    path, ids = demo
+    out = tmp_path / "out" / "bot.ckpt"
+    out.parent.mkdir()
+
+    async def scenario(pilot: Any) -> None:
+        assert isinstance(pilot.app.screen, CheckpointScreen)
+        await confirm_with(pilot, "E", str(out), clear=True)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert any(f"ckpt export {ids['recorded'].hex()[:12]} -o {out}" in m for m in messages(pilot.app)), messages(pilot.app)
+
+    run(path, scenario, checkpoint=ids["recorded"], view="checkpoint")
+    f = CheckpointFile(out)
+    assert f.id == ids["recorded"]
+    assert Checkpoint(f, f.id).state() == Checkpoint(ckptcli.open_store(path), ids["recorded"]).state()
+
+
+def test_export_to_a_directory_is_a_notification(demo: tuple[Path, dict[str, bytes]], tmp_path: Path) -> None:
+    path, ids = demo
+
+    async def scenario(pilot: Any) -> None:
+        await go_history_to(pilot, ids["root"])
+        await confirm_with(pilot, "E", str(tmp_path), clear=True)
+        await pilot.press("enter")
+        await settle(pilot)
+        errors = messages(pilot.app, "error")
+        assert len(errors) == 1 and f"{tmp_path} is a directory" in errors[0], errors
+
+    run(path, scenario)
+
+
+# -- diff with the mark --------------------------------------------------------------------------------
+def test_the_checkpoint_screen_diffs_with_the_mark_of_the_history(demo: tuple[Path, dict[str, bytes]]) -> None:
+    path, ids = demo
+
+    async def scenario(pilot: Any) -> None:
+        await go_history_to(pilot, ids["root"])
+        await pilot.press("m")  # m marks, as on the timeline
+        await go_history_to(pilot, ids["good"])
+        await pilot.press("enter", "d")
+        await settle(pilot)
+        diff = pilot.app.screen
+        assert isinstance(diff, DiffScreen)
+        assert diff.title_text == f"diff {ids['root'].hex()[:12]} → {ids['good'].hex()[:12]}"
+        assert any(f"ckpt diff {ids['root'].hex()[:12]} {ids['good'].hex()[:12]}" in m for m in messages(pilot.app))
+
+    run(path, scenario)
+
+
+# -- the palette ---------------------------------------------------------------------------------------
+async def first_hit(pilot: Any, text: str) -> None:
+    """Wait until the palette's search (a task of its own) shows `text` first."""
+    from textual.command import CommandList
+
+    for _ in range(200):
+        await pilot.pause()
+        found = pilot.app.screen.query(CommandList)
+        if found and found.first().option_count and text in str(found.first().get_option_at_index(0).prompt):
+            found.first().highlighted = 0
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the palette never offered {text!r}")
+
+
+def test_the_palette_offers_ckpt_commands_and_runs_them(demo: tuple[Path, dict[str, bytes]]) -> None:
+    from textual.command import CommandPalette
+
+    path, ids = demo
+
+    async def scenario(pilot: Any) -> None:
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, CommandPalette)
+        await pilot.press(*"tag known")
+        await first_hit(pilot, "Go to tag known-good")
+        await pilot.press("enter")
+        await settle(pilot)
+        screen = pilot.app.screen
+        assert isinstance(screen, HistoryScreen) and screen.point() == (ids["good"], None)  # went to the tag
+        await pilot.press("ctrl+p")
+        await pilot.press(*"export")
+        await first_hit(pilot, "Export to a file")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, ConfirmScreen) and pilot.app.screen.act.title == "Export"
+        await pilot.press("escape")
+
+    run(path, scenario)
+
+
+def test_the_palette_lists_what_the_screen_can_do() -> None:
+    from ckptcli.tui.palette import COMMANDS, offered
+
+    class Timeline:
+        def action_diff(self) -> None: ...
+        def action_mark(self) -> None: ...
+        def point(self) -> None: ...
+
+    names = [c.name for c in offered(Timeline())]
+    assert "Fork here" in names and "Diff with the mark" in names and "Help" in names
+    assert "Refresh" not in names  # the screen has no refresh
+    assert {c.name for c in COMMANDS} >= {"Tag", "Restore to a directory", "Export to a file", "Open the timeline", "Refresh", "Follow"}
+
+
+# -- : in the history: steps, subjects, references -----------------------------------------------------
+@pytest.fixture
+def steps(tmp_path: Path) -> tuple[Store, list[bytes], list[bytes]]:
+    """agent:x, 60 checkpoints without labels; agent:y, 60 labelled step=N (and langgraph's)."""
+    store = ckptcli.init_store(tmp_path / ".ckpt")
+    xs: list[bytes] = []
+    ys: list[bytes] = []
+    for i in range(60):
+        xs.append(take(store, {"memory": {"step": i, "notes": ["n"] * (i % 3)}}, subject="agent:x", parents=[x.hex() for x in xs[-1:]]).id)
+        ys.append(take(store, {"memory": {"step": i}}, subject="agent:yak", parents=[y.hex() for y in ys[-1:]], labels={"step": str(i)}).id)
+    return store, xs, ys
+
+
+def test_go_to_a_step_a_subjects_step_or_a_reference(steps: tuple[Store, list[bytes], list[bytes]]) -> None:
+    store, xs, ys = steps
+    h = History.from_store(store)
+    assert step_of(h, "agent:x", 0).id == xs[0] and step_of(h, "agent:x", 41).id == xs[41]
+    assert step_of(h, "agent:yak", 41).id == ys[41]
+    assert go_to(h, "41", "agent:x", store).id == xs[41]
+    assert go_to(h, "x 41", "agent:yak", store).id == xs[41] and go_to(h, "ya 41", None, store).id == ys[41]
+    assert go_to(h, "y", None, store).id == ys[-1]  # a subject alone: its newest
+    assert go_to(h, xs[3].hex()[:10], None, store).id == xs[3] and go_to(h, "agent:x~2", None, store).id == xs[-3]
+    assert match_subject(h, "agent:x") == "agent:x"
+    with pytest.raises(NotFoundError, match="steps 0 to 59"):
+        step_of(h, "agent:x", 60)
+    with pytest.raises(NotFoundError, match="labelled step 99"):
+        step_of(h, "agent:yak", 99)
+    with pytest.raises(NotFoundError, match="several subjects"):
+        match_subject(h, "agent")
+    with pytest.raises(NotFoundError):
+        go_to(h, "nothing-like-this", None, store)
+
+
+@pytest.mark.parametrize(("typed", "subject"), [("x 41", "x"), ("y 41", "yak"), ("ya 41", "yak")])
+def test_step_40_to_41_of_an_agent_in_few_keys(steps: tuple[Store, list[bytes], list[bytes]], typed: str, subject: str) -> None:
+    """docs/tui.md's count: from launch, :, the subject and the step, Enter, d: the diff of
+    step 40 to step 41, with or without step labels, among other agents."""
+    store, xs, ys = steps
+    ids = xs if subject == "x" else ys
+    keys = [":", *typed, "enter", "d"]
+    assert len(keys) <= 8
+
+    async def scenario(pilot: Any) -> None:
+        await pilot.press(*keys)
+        await settle(pilot)
+        diff = pilot.app.screen
+        assert isinstance(diff, DiffScreen)
+        assert diff.title_text == f"diff {ids[40].hex()[:12]} → {ids[41].hex()[:12]}"
+        text = "\n".join(t for _k, t in diff.lines)
+        assert "step" in text and "40" in text and "41" in text
+
+    run(store, scenario)
+
+
+def test_colon_with_a_subject_under_the_cursor_needs_only_the_step(steps: tuple[Store, list[bytes], list[bytes]]) -> None:
+    store, xs, _ys = steps
+
+    async def scenario(pilot: Any) -> None:
+        screen = await go_history_to(pilot, xs[-1])
+        await pilot.press(":", "4", "1", "enter")
+        await pilot.pause()
+        assert screen.point() == (xs[41], None)
+        await pilot.press(":", "9", "9", "enter")  # out of range: said, the cursor stays
+        await pilot.pause()
+        assert screen.point() == (xs[41], None) and any("steps 0 to 59" in m for m in messages(pilot.app, "warning"))
+        await pilot.press("g")  # g stays the vim key: the first row
+        await pilot.pause()
+        assert screen.query_one("#checkpoints", VirtualList).cursor == 0
+
+    run(store, scenario)
+
+
+def test_opened_at_the_agent_its_step_needs_no_subject(steps: tuple[Store, list[bytes], list[bytes]]) -> None:
+    """`ckpt tui agent:x` opens at X's latest: Esc, : 4 1 Enter, d (6 keys, whatever X's name)."""
+    store, xs, _ys = steps
+
+    async def scenario(pilot: Any) -> None:
+        assert isinstance(pilot.app.screen, CheckpointScreen)
+        await pilot.press("escape", ":", "4", "1", "enter", "d")
+        await settle(pilot)
+        diff = pilot.app.screen
+        assert isinstance(diff, DiffScreen) and diff.title_text == f"diff {xs[40].hex()[:12]} → {xs[41].hex()[:12]}"
+
+    run(store, scenario, checkpoint=xs[-1], view="checkpoint")
+
+
+def test_the_action_keys_are_letters_in_an_input(demo: tuple[Path, dict[str, bytes]]) -> None:
+    """B, T, R, E typed into the filter are the filter's letters, not actions."""
+    path, _ids = demo
+
+    async def scenario(pilot: Any) -> None:
+        await pilot.press("f", "T", "R", "E", "B")
+        await pilot.pause()
+        assert isinstance(pilot.app.screen, HistoryScreen) and pilot.app.screen.query_one("#filter").value == "TREB"  # type: ignore[attr-defined]
+
+    run(path, scenario)
