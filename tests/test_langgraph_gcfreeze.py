@@ -38,10 +38,19 @@ if case == "disabled":
 out["before"] = gc.get_freeze_count()
 kept = [[i] for i in range(5000)]  # objects (lists: always tracked) alive before the first put: frozen with the rest
 opts = {} if case != "off" else {"gc_freeze": False}
+config = {"configurable": {"thread_id": "t"}}
+if case == "closed":  # a put on a closed saver is refused, and takes no hold
+    closed = CkptSaver.open(work + "/c")
+    closed.close()
+    try:
+        from langgraph.checkpoint.base import empty_checkpoint
+        closed.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, empty_checkpoint(), {}, {})
+    except Exception as exc:
+        out["refused"] = type(exc).__name__
+    out["closed_freeze"], out["closed_holders"] = gc.get_freeze_count(), gcfreeze.holders()
 saver = CkptSaver.open(work + "/a", **opts)
 graph = chat_builder(4, words=8).compile(checkpointer=saver)
 out["after_open"] = gc.get_freeze_count()
-config = {"configurable": {"thread_id": "t"}}
 graph.invoke({"messages": []}, config)
 out["after_put"] = gc.get_freeze_count()
 out["kept_walked"] = any(o is kept[0] for o in gc.get_objects())  # the collector's generations
@@ -100,6 +109,13 @@ def test_a_process_that_manages_its_collector_is_left_alone(tmp_path: Path) -> N
     disabled = _run("disabled", tmp_path / "disabled")
     assert disabled["after_put"] == 0 and disabled["kept_walked"] is True and disabled["holders"] == 0
     assert disabled["messages"] == 4
+
+
+def test_a_put_on_a_closed_saver_takes_no_hold(tmp_path: Path) -> None:
+    out = _run("closed", tmp_path)
+    assert out["refused"] == "UsageError" and out["closed_freeze"] == 0 and out["closed_holders"] == 0
+    # the next saver's first put freezes as usual, and its close unfreezes
+    assert out["after_put"] > 0 and out["after_close"] == 0 and out["holders_end"] == 0
 
 
 def test_a_bad_gc_freeze_option_is_refused(tmp_path: Path) -> None:

@@ -323,12 +323,13 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         ns = conf.get("checkpoint_ns", "") or ""
         parent_id = conf.get("checkpoint_id")
         cid = checkpoint["id"]
+        if self._gc_pending:  # the first put: the collector's hold (its one full collection runs without the saver's lock)
+            self._gc_pending = False
+            if gcfreeze.hold(self) and self._closed:  # (two puts racing here count once; `_stop_thread` lets go)
+                gcfreeze.release(self)
         self._wait_for_room()
         with self._owning(thread, True, parent_id, (ns, cid)):
             self._check()
-            if self._gc_pending:
-                self._gc_pending = False
-                gcfreeze.hold(self)  # once per saver (two puts racing here count it once); let go in `_stop_thread`
             values = checkpoint["channel_values"]
             skeleton = self.serde.dumps_typed({k: v for k, v in checkpoint.items() if k != "channel_values"})
             md = self.serde.dumps_typed(get_checkpoint_metadata(config, metadata))
