@@ -157,7 +157,8 @@ b.add_conditional_edges("turn", route, ["turn", END])
 async def main():
     if saver_name == "ckpt":
         from ckptcli.adapters.langgraph.saver import CkptSaver
-        saver = CkptSaver.open(workdir + "/store")
+        import os
+        saver = CkptSaver.open(workdir + "/store", **json.loads(os.environ.get("GCPROBE_CKPT_OPTIONS", "{{}}")))
     else:
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
         cm = AsyncSqliteSaver.from_conn_string(workdir + "/db.sqlite")
