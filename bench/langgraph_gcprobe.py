@@ -16,6 +16,11 @@ loop lag with the same collection counts.
 A variant is NAME=SAVER[@CHECKOUT][,ENV=VALUE...]: SAVER is ckpt or sqlite (async-sqlite
 with --async); CHECKOUT a source tree whose ckptcli is imported instead of this one's (two
 builds interleaved, as bench/compare.py does); ENV=VALUE pairs are set in its processes.
+GCPROBE_FREEZE=1 in a variant's environment runs `gc.collect(); gc.freeze()` once the
+graph is compiled (what CkptSaver's `gc_freeze` does at its first put, for a saver without
+it), GCPROBE_FREEZE=open before the saver is opened; GCPROBE_CKPT_OPTIONS='{"gc_freeze":
+false}' opens CkptSaver with those options. tracked_end counts what a full collection walks
+at the end, frozen_end what it skips (gc.freeze).
 """
 
 from __future__ import annotations
@@ -74,6 +79,9 @@ def child_sync(kind: str, workdir: str, steps: int) -> dict[str, Any]:
 
     from bench.langgraph_production import THREAD, _open, _timed, build_graph, human
 
+    if os.environ.get("GCPROBE_FREEZE") == "open":
+        gc.collect()
+        gc.freeze()
     opts = json.loads(os.environ.get("GCPROBE_CKPT_OPTIONS", "{}"))
     if kind == "ckpt" and opts:  # CkptSaver's options, for a variant (module docstring)
         from ckptcli.adapters.langgraph.saver import CkptSaver
@@ -83,6 +91,9 @@ def child_sync(kind: str, workdir: str, steps: int) -> dict[str, Any]:
     else:
         saver, close = _open(kind, Path(workdir))
     graph = build_graph().compile(checkpointer=saver)
+    if os.environ.get("GCPROBE_FREEZE") == "1":  # what the process's own gc.freeze() after loading would do (a variant)
+        gc.collect()
+        gc.freeze()
     clock = GcClock()
     puts = _timed(saver)
     cfg = {"configurable": {"thread_id": THREAD}}
@@ -100,7 +111,8 @@ def child_sync(kind: str, workdir: str, steps: int) -> dict[str, Any]:
             calls.append((t0, time.perf_counter()))
     cpu = time.process_time() - cpu0
     commit_cpu = _thread_cpu(saver._thread.native_id) if kind == "ckpt" else 0.0
-    tracked = len(gc.get_objects())
+    tracked = len(gc.get_objects())  # the objects a full collection walks (the frozen ones are not listed)
+    frozen = gc.get_freeze_count()
     close()
     turns = [b - a for a, b in calls]
     net = [b - a - clock.within(a, b) for a, b in calls]
@@ -113,7 +125,7 @@ def child_sync(kind: str, workdir: str, steps: int) -> dict[str, Any]:
         "gen0": sum(1 for g, *_ in clock.events if g == 0), "gen1": sum(1 for g, *_ in clock.events if g == 1),
         "gen2": len(full), "gen2_total": sum(full), "gen2_cpu": sum(clock.cpu), "gen2_max": max(full, default=0.0),
         "top": [[i, round(turns[i] * 1000, 1), round(clock.within(*calls[i]) * 1000, 1)] for i in reversed(slow)] if top else [],
-        "tracked_end": tracked, "gen2_collected": sum(clock.collected), "cpu": cpu, "commit_cpu": commit_cpu,
+        "tracked_end": tracked, "frozen_end": frozen, "gen2_collected": sum(clock.collected), "cpu": cpu, "commit_cpu": commit_cpu,
         "put_p99": percentile(puts, 99),
     }  # fmt: skip
 
@@ -145,7 +157,8 @@ b.add_conditional_edges("turn", route, ["turn", END])
 async def main():
     if saver_name == "ckpt":
         from ckptcli.adapters.langgraph.saver import CkptSaver
-        saver = CkptSaver.open(workdir + "/store")
+        import os
+        saver = CkptSaver.open(workdir + "/store", **json.loads(os.environ.get("GCPROBE_CKPT_OPTIONS", "{{}}")))
     else:
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
         cm = AsyncSqliteSaver.from_conn_string(workdir + "/db.sqlite")

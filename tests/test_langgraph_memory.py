@@ -42,13 +42,15 @@ def _turn_with_subgraph() -> Any:
 
 
 def _live(cls: type) -> int:
+    # gc.get_objects() does not list frozen objects: the savers here leave the collector
+    # alone (gc_freeze=False), so every live object is counted
     gc.collect()
     return sum(1 for o in gc.get_objects() if isinstance(o, cls))
 
 
 def test_messages_of_finished_subgraph_runs_are_not_kept(tmp_path: Path) -> None:
     before = _live(BaseMessage)  # other tests' leftovers
-    saver = CkptSaver.open(tmp_path / ".ckpt")
+    saver = CkptSaver.open(tmp_path / ".ckpt", gc_freeze=False)
     try:
         graph = _turn_with_subgraph().compile(checkpointer=saver)
         config = {"configurable": {"thread_id": "t"}}
@@ -66,7 +68,7 @@ def test_messages_of_finished_subgraph_runs_are_not_kept(tmp_path: Path) -> None
         got = normalized(graph.get_state(config).values)
     finally:
         saver.close()
-    reopened = CkptSaver.open(tmp_path / ".ckpt")
+    reopened = CkptSaver.open(tmp_path / ".ckpt", gc_freeze=False)
     try:
         again = _turn_with_subgraph().compile(checkpointer=reopened)
         assert normalized(again.get_state(config).values) == got
@@ -77,7 +79,7 @@ def test_messages_of_finished_subgraph_runs_are_not_kept(tmp_path: Path) -> None
 
 def test_committed_history_is_not_kept_decoded(tmp_path: Path) -> None:
     before = _live(Write)
-    saver = CkptSaver.open(tmp_path / ".ckpt")
+    saver = CkptSaver.open(tmp_path / ".ckpt", gc_freeze=False)
     try:
         steps = 200
         graph = chat_builder(steps, words=8).compile(checkpointer=saver)
@@ -102,7 +104,7 @@ def test_the_index_of_committed_checkpoints_is_no_work_for_the_collector(tmp_pat
     # in. Its rows are plain tuples of str and int now, which the collector stops tracking
     from ckptcli.adapters.langgraph.layout import Key
 
-    saver = CkptSaver.open(tmp_path / ".ckpt")
+    saver = CkptSaver.open(tmp_path / ".ckpt", gc_freeze=False)
     try:
         graph = chat_builder(120, words=8).compile(checkpointer=saver)
         graph.invoke({"messages": []}, {"configurable": {"thread_id": "t"}})

@@ -40,7 +40,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ckptcli.adapters.langgraph import crosshost
+from ckptcli.adapters.langgraph import crosshost, gcfreeze
 from ckptcli.adapters.langgraph.committer import Committer
 from ckptcli.adapters.langgraph.core import Copies, CopyRows, Keys, SaverCore
 from ckptcli.adapters.langgraph.encoding import fingerprint
@@ -142,6 +142,14 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
             replays what a dead one left (for ``memory://``, which dies with its
             process, only a saver of the same process). A local store keeps them in
             itself.
+        gc_freeze: True (the default): from its first put until it is closed, the
+            saver keeps the objects alive at that put (the process's modules, LangGraph's
+            and pydantic's, the compiled graphs) out of the cyclic garbage collector's
+            full passes with `gc.freeze()`, which otherwise walk them all (50-100 ms) in
+            the turn they fall into; the first put of the process runs one full
+            collection before, the last saver to close runs `gc.unfreeze()`. Left alone
+            in a process that disabled the collector or froze objects itself
+            (gcfreeze.py). False: the collector is not touched.
     Raises:
         StoreNotFoundError, CorruptError, StoreIOError from opening the store or
         replaying a journal; InvalidInputError for a bad option (a journal_dir for a
@@ -164,6 +172,7 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         max_backlog: int = 256,
         max_journal_bytes: int = 64 * 1024 * 1024,
         journal_dir: str | os.PathLike[str] | None = None,
+        gc_freeze: bool = True,
     ) -> None:
         super().__init__(serde=serde)
         self.ttl = TTL.parse(ttl) if ttl is not None else None
@@ -175,6 +184,9 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         self.backlog_waits = 0  # puts that waited for the committer (back-pressure), for tests and benchmarks
         if trust_identity not in (True, False, "unchecked"):
             raise InvalidInputError(f"trust_identity must be True, False or 'unchecked', not {trust_identity!r}")
+        if type(gc_freeze) is not bool:
+            raise InvalidInputError(f"gc_freeze must be True or False, not {gc_freeze!r}")
+        self._gc_pending = gc_freeze  # the hold on the collector is taken at the first put (gcfreeze.py)
         # every option is checked before the store is opened (or made, for `open`)
         self.store = store_for(store, journal_dir)
         try:
@@ -288,6 +300,7 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
+        gcfreeze.release(self)  # (the process's collector as it was, once no saver holds it)
         with contextlib.suppress(Exception):
             atexit.unregister(self._atexit)
         return True
@@ -310,6 +323,10 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         ns = conf.get("checkpoint_ns", "") or ""
         parent_id = conf.get("checkpoint_id")
         cid = checkpoint["id"]
+        if self._gc_pending:  # the first put: the collector's hold (its one full collection runs without the saver's lock)
+            self._gc_pending = False
+            if gcfreeze.hold(self) and self._closed:  # (two puts racing here count once; `_stop_thread` lets go)
+                gcfreeze.release(self)
         self._wait_for_room()
         with self._owning(thread, True, parent_id, (ns, cid)):
             self._check()
