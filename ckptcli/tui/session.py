@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
 from textual.binding import Binding, BindingType
@@ -54,6 +55,10 @@ class Session:
     reducers: Reducers = field(default_factory=Reducers)
     #: build the timeline's kept states in the background after it opens
     prefill: bool = True
+    #: timelines follow the run (`ckpt tui --follow`, F): new events and checkpoints are appended
+    follow: bool = False
+    #: the recorder's journal a followed timeline tails (None: looked for beside the store)
+    journal: Path | None = None
     _checkpoints: LRU[bytes, Checkpoint] = field(default_factory=lambda: LRU(32))
 
     def checkpoint(self, cid: bytes) -> Checkpoint:
@@ -82,6 +87,13 @@ class Session:
         return loc if rel.startswith("..") else rel
 
 
-def open_session(source: Store | CheckpointFile, *, reducers: Reducers | None = None, prefill: bool = True) -> Session:
+def open_session(
+    source: Store | CheckpointFile,
+    *,
+    reducers: Reducers | None = None,
+    prefill: bool = True,
+    follow: bool = False,
+    journal: Path | None = None,
+) -> Session:
     history = History.from_file(source) if isinstance(source, CheckpointFile) else History.from_store(source)
-    return Session(source, history, reducers or Reducers(), prefill)
+    return Session(source, history, reducers or Reducers(), prefill, follow, journal)

@@ -23,6 +23,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.events import Key
+from textual.message import Message
+from textual.timer import Timer
 from textual.widgets import Header, Input, Static
 from textual.worker import Worker, get_current_worker
 
@@ -32,6 +34,7 @@ from ckptcli.history.change import Change
 from ckptcli.history.events import Event
 from ckptcli.history.render import Line, change_line, describe
 from ckptcli.history.timeline import STOP_CHECK_EVERY, StepView, Stopped, Timeline
+from ckptcli.tui.follow import POLL_SECONDS, Follow, FollowUpdate, LiveEvents, find_journal, journal_places
 from ckptcli.tui.messages import JumpDone, JumpIndexReady, PrefillDone, SearchDone, StateFailed, StateReady, ViewValue
 from ckptcli.tui.screens.base import BaseScreen, KeyFooter, mark_text
 from ckptcli.tui.session import Host, Session
@@ -93,6 +96,7 @@ class TimelineScreen(BaseScreen):
         Binding("c", "copy_id", "Copy id"),
         Binding("s", "focus_state", "State", show=False),
         Binding("v", "view", "View value", show=False),
+        Binding("F", "follow", "Follow"),
         Binding("right_square_bracket", "jump(1)", "Next …", show=False),
         Binding("left_square_bracket", "jump(-1)", "Previous …", show=False),
     ]
@@ -105,8 +109,9 @@ class TimelineScreen(BaseScreen):
     TimelineScreen Input { height: 3; }
     """
 
-    def __init__(self, session: Session, cid: bytes, *, row: int | None = None) -> None:
-        """`row`: the row to open at (the Events tab's row), else the snapshot's."""
+    def __init__(self, session: Session, cid: bytes, *, row: int | None = None, follow: bool | None = None) -> None:
+        """`row`: the row to open at (the Events tab's row), else the snapshot's; `follow`:
+        tail the run (default: the session's `--follow`), the cursor on the last row."""
         super().__init__(session)
         self.cid = cid
         self.start_row = row
@@ -122,6 +127,13 @@ class TimelineScreen(BaseScreen):
         self.shown_row = -1
         self.step_lines: list[Line] = []
         self.prefilled = len(self.model) <= self.model.every
+        self.follow_at_start = session.follow if follow is None else follow
+        self.follower: Follow | None = None
+        self.follow_timer: Timer | None = None
+        self.polling = False
+        self.indexed_upto = 0  # rows the jump index was built from (rows appended later are added)
+        #: checkpoints taken while following: (their last seq, hex id), oldest first
+        self.live_checkpoints: list[tuple[int, str]] = []
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -145,6 +157,8 @@ class TimelineScreen(BaseScreen):
         title = f"{n:,} events, seq {self.model.base_seq + 1:,}..{self.model.last_seq:,}"
         if n > self.model.every:
             title += f"; a state kept every {self.model.every:,}" + ("" if self.prefilled else " (replaying in the background)")
+        if self.follower is not None:
+            title += "; following"
         return title
 
     def on_mount(self) -> None:
@@ -159,6 +173,8 @@ class TimelineScreen(BaseScreen):
             self.call_after_refresh(self._prefill)
         elif self.session.prefill:
             self.call_after_refresh(self._start_index)
+        if self.follow_at_start:
+            self.start_follow(cursor_to_end=self.start_row is None)
 
     @property
     def events(self) -> VirtualList:
@@ -494,8 +510,9 @@ class TimelineScreen(BaseScreen):
         should_stop = self._stopper(worker)
         tests = [(k, test) for k, (_what, test) in JUMPS.items()]
         rows: dict[str, array[int]] = {k: array("i") for k in JUMPS}
+        n = len(self.model)
         try:
-            for r in range(1, len(self.model)):
+            for r in range(1, n):
                 if r % STOP_CHECK_EVERY == 0 and should_stop():
                     return
                 ev = self.model.event(r - 1, keep=False)
@@ -504,10 +521,28 @@ class TimelineScreen(BaseScreen):
                         rows[k].append(r)
         except CkptError:
             return  # an event that does not fit: jumps keep reading events
+        self.indexed_upto = n
         self.post_message(JumpIndexReady(rows))
 
     def on_jump_index_ready(self, message: JumpIndexReady) -> None:
         self.jump_rows = message.rows
+        self._index_rows(self.indexed_upto, len(self.model))  # rows a follow appended meanwhile
+
+    def _index_rows(self, start: int, end: int) -> None:
+        """Add rows start..end-1 (appended while following) to the jump index."""
+        if self.jump_rows is None:
+            return
+        try:
+            for r in range(max(start, 1), end):
+                ev = self.model.event(r - 1)
+                for k, (_what, test) in JUMPS.items():
+                    if test(ev):
+                        self.jump_rows[k].append(r)
+        except CkptError:
+            self.jump_rows = None  # jumps read events again
+            self.indexing = False
+            return
+        self.indexed_upto = end
 
     @work(thread=True, exclusive=True, group="search")
     def _jump(self, key: str, start: int, direction: int) -> None:
@@ -532,3 +567,90 @@ class TimelineScreen(BaseScreen):
             self.notify(f"no other {message.what} in this tail", severity="warning", timeout=3)
         else:
             self.events.set_cursor(message.row, center=True)
+
+    # -- following the run: F, ckpt tui --follow ------------------------------------------------------
+    def action_follow(self) -> None:
+        if self.follower is None:
+            self.start_follow(cursor_to_end=True)
+        else:
+            self.stop_follow()
+
+    def start_follow(self, *, cursor_to_end: bool) -> None:
+        """Tail the run from this timeline's last event on: the checkpoints taken after it
+        and the recorder's journal (the session's, else one found beside the store), polled
+        every POLL_SECONDS in a worker; new events are rows appended at the end."""
+        if not isinstance(self.model.events, LiveEvents):
+            self.model.events = LiveEvents(self.model.events)
+        from ckptcli.store.repository import Store
+
+        store = self.session.source if isinstance(self.session.source, Store) else None
+        subject = str(self.ck.manifest.subject)
+        journal = self.session.journal
+        if journal is None and store is not None:
+            journal = find_journal(subject, journal_places(store))
+        try:
+            last = self.model.last_seq
+        except CkptError as exc:
+            self.error(exc)
+            return
+        self.follower = Follow(store, subject, last, {self.cid}, journal)
+        self.follow_timer = self.set_interval(POLL_SECONDS, self._tick)
+        self.query_one("#tl-title", Static).update(self._title(), layout=False)
+        where = f"journal {journal}" if journal is not None else "its checkpoints (no journal of it found beside the store)"
+        self.notify(f"following {subject}: {where}; F stops", timeout=4)
+        if cursor_to_end:
+            self.events.set_cursor(len(self.model) - 1)
+
+    def stop_follow(self) -> None:
+        if self.follow_timer is not None:
+            self.follow_timer.stop()
+        self.follow_timer = None
+        self.follower = None
+        self.workers.cancel_group(self, "follow")
+        self.polling = False
+        self.query_one("#tl-title", Static).update(self._title(), layout=False)
+        self.notify("stopped following", timeout=2)
+
+    def _tick(self) -> None:
+        if self.follower is not None and not self.polling:
+            self.polling = True
+            self._poll(self.follower)
+
+    @work(thread=True, group="follow")
+    def _poll(self, follower: Follow) -> None:
+        try:
+            update = follower.poll()
+        except Exception as exc:  # noqa: BLE001 - a journal or store that cannot be read: said, not a crash
+            update = FollowUpdate([], [])
+            self.app.call_from_thread(self.notify, f"following: {exc}", severity="warning", timeout=4)
+        self.post_message(update if update is not None else FollowUpdate([], []))
+
+    def on_follow_update(self, message: FollowUpdate) -> None:
+        self.polling = False
+        if self.follower is None or not (message.events or message.checkpoints):
+            return
+        events = self.events
+        before = len(self.model)
+        at_end = events.cursor >= before - 1
+        if message.events:
+            assert isinstance(self.model.events, LiveEvents)
+            self.model.events.append(message.events)
+        after = len(self.model)
+        for hex_id, seq in message.checkpoints:
+            self.live_checkpoints.append((seq, hex_id))
+        if after != before:
+            self._index_rows(before, after)
+            events.extend(after)
+            if at_end:  # the cursor was at the end: it follows
+                events.set_cursor(after - 1)
+        self.query_one("#tl-title", Static).update(self._title(), layout=False)
+        self.post_message(RowsAppended(before, after))
+
+
+class RowsAppended(Message):
+    """Rows were appended to a followed timeline (the overview strip redraws)."""
+
+    def __init__(self, before: int, after: int) -> None:
+        super().__init__()
+        self.before = before
+        self.after = after
