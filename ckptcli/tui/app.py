@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import time
+from pathlib import Path
 from typing import ClassVar
 
 from textual import events
@@ -140,7 +141,15 @@ class CkptApp(App[None]):
 
 
 def run(
-    source: Store | CheckpointFile, *, checkpoint: bytes | None = None, view: View = "history", reducers: Reducers | None = None
+    source: Store | CheckpointFile,
+    *,
+    checkpoint: bytes | None = None,
+    view: View = "history",
+    reducers: Reducers | None = None,
+    follow: bool = False,
+    journal: Path | None = None,
 ) -> None:
-    """Run the TUI in this terminal until the user quits."""
-    CkptApp(open_session(source, reducers=reducers), checkpoint=checkpoint, view=view, tune_gc=True).run()
+    """Run the TUI in this terminal until the user quits (`follow`: timelines tail the run,
+    `journal` the recorder's journal to tail)."""
+    session = open_session(source, reducers=reducers, follow=follow, journal=journal)
+    CkptApp(session, checkpoint=checkpoint, view=view, tune_gc=True).run()
