@@ -1,0 +1,346 @@
+"""`ckpt tui --follow` (and F): a timeline tails a running agent's recorder, its journal and
+the checkpoints it takes, as a log reader tails a log. The recorder is real (in this
+process for the Pilot tests, in another process for the real-terminal one); nothing here
+asserts a time but "before the (generous) timeout": the latency is measured in bench/tui.py."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import select
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ckptcli
+from ckptcli.history.recorder import CheckpointPolicy, Durability, Recorder
+from ckptcli.tui.app import CkptApp, open_session
+from ckptcli.tui.follow import JournalReader, find_journal
+from ckptcli.tui.screens.timeline import TimelineScreen
+
+REPO = Path(__file__).resolve().parents[1]
+#: waits for what another process does are bounded by this, for a loaded machine: the tests
+#: wait for an outcome, they do not time it
+PATIENCE = 60.0
+SUBJECT = "agent:live"
+
+
+def recorder(tmp_path: Path) -> tuple[Path, Path, Recorder]:
+    store_dir = tmp_path / ".ckpt"
+    store = ckptcli.init_store(store_dir)
+    journal = tmp_path / "live.journal"
+    rec = Recorder.open(
+        store, SUBJECT, journal, policy=CheckpointPolicy(), durability=Durability(batch_size=1, fsync="never", flush_on=frozenset())
+    )
+    return store_dir, journal, rec
+
+
+def note(rec: Recorder, text: str) -> None:
+    rec.append("memory.set", path=["note"], value=text)
+
+
+def test_the_journal_is_read_as_it_grows_new_bytes_only_and_again_after_a_checkpoint(tmp_path: Path) -> None:
+    _store_dir, journal, rec = recorder(tmp_path)
+    try:
+        reader = JournalReader(journal)
+        assert reader.poll() == [] and reader.header is not None and reader.header["subject"] == SUBJECT
+        for i in range(3):
+            note(rec, f"n{i}")
+        got = reader.poll()
+        assert [r["seq"] for r in got] == [1, 2, 3] and got[-1]["value"] == "n2"
+        size = journal.stat().st_size
+        read = reader.bytes_read
+        assert reader.poll() == [] and reader.bytes_read == read  # nothing new: nothing read
+        note(rec, "n3")
+        assert [r["value"] for r in reader.poll()] == ["n3"]
+        assert reader.bytes_read - read == journal.stat().st_size - size  # the new bytes, only those
+        # a half-written record is left for the next poll
+        with open(journal, "ab") as fh:
+            fh.write(b"\x00\x00")
+        assert reader.poll() == []
+        # a checkpoint replaces the journal: read from its new header on
+        took = rec.checkpoint(message="mid-run")
+        note(rec, "n4")
+        got = reader.poll()
+        assert reader.header is not None and reader.header["base"] == took.hex
+        assert [r["seq"] for r in got] == [5]
+    finally:
+        rec.close()
+    assert find_journal(SUBJECT, [tmp_path]) == journal
+    assert find_journal("agent:other", [tmp_path]) is None
+
+
+def run_app(store_dir: Path, scenario: Any, *, follow: bool = True, size: tuple[int, int] = (120, 30)) -> CkptApp:
+    store = ckptcli.open_store(store_dir)
+    cid = store.resolve(SUBJECT)
+    app = CkptApp(open_session(store, prefill=False, follow=follow), checkpoint=cid, view="timeline", blink=False)
+
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            await scenario(pilot)
+
+    asyncio.run(main())
+    return app
+
+
+async def until(pilot: Any, check: Any, what: str) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not check():
+        assert time.monotonic() < deadline, f"not within {PATIENCE} s: {what}"
+        await pilot.pause(0.05)
+
+
+def test_a_followed_timeline_appends_events_and_checkpoints_and_the_cursor_stays_unless_at_the_end(tmp_path: Path) -> None:
+    store_dir, _journal, rec = recorder(tmp_path)
+    for i in range(5):
+        note(rec, f"before {i}")
+    rec.checkpoint(message="five")
+    note(rec, "in the journal")
+
+    async def scenario(pilot: Any) -> None:
+        screen = pilot.app.screen
+        assert isinstance(screen, TimelineScreen) and screen.follower is not None
+        events = screen.events
+        # the opened checkpoint holds seq 1-5; the journal's seq 6 is appended, the cursor at the end follows it
+        await until(pilot, lambda: len(screen.model) == 7 and events.cursor == 6, "seq 6 from the journal, the cursor on it")
+        assert screen.model.seq(6) == 6 and "following" in str(screen.query_one("#tl-title").render())
+        note(rec, "seven")
+        await until(pilot, lambda: events.cursor == 7, "the cursor follows seq 7")
+        # the user moves up: new events are appended below, the cursor stays
+        await pilot.press("up", "up")
+        assert events.cursor == 5
+        rec.checkpoint(message="eight")  # a checkpoint: the journal is replaced
+        note(rec, "after the checkpoint")
+        note(rec, "and another")
+        await until(pilot, lambda: len(screen.model) == 10, "seq 8 and 9, across the checkpoint")
+        assert events.cursor == 5 and screen.shown_row == 5
+        assert [screen.model.event(r - 1).fields["value"] for r in (8, 9)] == ["after the checkpoint", "and another"]
+        assert any(seq == 7 for seq, _hex in screen.live_checkpoints)
+        # the states of the appended rows are replayed like the others
+        await pilot.press("G")
+        await until(pilot, lambda: screen.query_one("#state").root.data.value is not None, "a state")
+        await until(pilot, lambda: screen.shown_row == 9, "the last row")
+        state = screen.model.state(9)
+        assert state["memory"]["note"] == "and another"
+        # F stops following: nothing more is appended
+        await pilot.press("F")
+        assert screen.follower is None
+        note(rec, "not followed")
+        await pilot.pause(0.6)
+        assert len(screen.model) == 10
+
+    try:
+        run_app(store_dir, scenario)
+    finally:
+        rec.close()
+
+
+def test_f_starts_following_inside_the_timeline(tmp_path: Path) -> None:
+    store_dir, _journal, rec = recorder(tmp_path)
+    note(rec, "one")
+    rec.checkpoint()
+
+    async def scenario(pilot: Any) -> None:
+        screen = pilot.app.screen
+        assert isinstance(screen, TimelineScreen) and screen.follower is None
+        note(rec, "two")
+        await pilot.pause(0.6)
+        assert len(screen.model) == 2  # not followed: the checkpoint's tail only
+        await pilot.press("F")
+        await until(pilot, lambda: len(screen.model) == 3 and screen.events.cursor == 2, "seq 2 once F is pressed")
+
+    try:
+        run_app(store_dir, scenario, follow=False)
+    finally:
+        rec.close()
+
+
+# -- a real terminal ------------------------------------------------------------------------------------
+AGENT = textwrap.dedent(
+    """
+    import sys
+    import ckptcli
+    from ckptcli.history.recorder import Durability, Recorder
+
+    store = ckptcli.open_store(sys.argv[1])
+    rec = Recorder.open(store, "agent:live", sys.argv[2], durability=Durability(batch_size=1, fsync="never"))
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cmd, _, arg = line.strip().partition(" ")
+        if cmd == "note":
+            rec.append("memory.set", path=["note"], value=arg)
+        elif cmd == "checkpoint":
+            rec.checkpoint(message=arg)
+        print("ok", flush=True)
+    rec.close()
+    """
+)
+
+
+class Agent:
+    """A real recorder in another process, told what to record through its stdin."""
+
+    def __init__(self, store_dir: Path, journal: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", AGENT, str(store_dir), str(journal)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+
+    def do(self, line: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "ok"
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+class Screen:
+    """`ckpt tui ARGS` in a pseudo-terminal: what it draws, read as it comes."""
+
+    def __init__(self, args: list[str], cwd: Path) -> None:
+        import fcntl
+        import pty
+        import struct
+        import termios
+
+        try:
+            master, slave = pty.openpty()
+        except OSError as exc:  # pragma: no cover - no pseudo-terminals here
+            pytest.skip(f"no pty: {exc}")
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
+        env = {**os.environ, "TERM": "xterm-256color", "PYTHONPATH": str(REPO)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ckptcli", "tui", *args],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        os.close(slave)
+        self.fd = master
+        self.seen = b""
+        self.since_key = b""  # everything drawn since the last key
+
+    def read(self, timeout: float) -> None:
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if ready:
+            try:
+                got = os.read(self.fd, 1 << 20)
+            except OSError:
+                return
+            self.seen += got
+            self.since_key += got
+
+    def wait_for(self, *patterns: bytes) -> None:
+        """Read until each of `patterns` is drawn (in any order: a frame draws the lines
+        from the top) since the last wait; what was read up to them is dropped."""
+        rxs = [re.compile(p) for p in patterns]
+        deadline = time.monotonic() + PATIENCE
+        while True:
+            found = [rx.search(self.seen) for rx in rxs]
+            if all(found):
+                self.seen = self.seen[max(m.end() for m in found if m is not None) :]
+                return
+            assert self.proc.poll() is None, f"ckpt tui exited {self.proc.returncode}: {self.seen[-500:]!r}"
+            missing = [p for p, m in zip(patterns, found, strict=True) if m is None]
+            assert time.monotonic() < deadline, f"{missing!r} not drawn within {PATIENCE} s; last output: {self.seen[-500:]!r}"
+            self.read(0.2)
+
+    def key(self, data: bytes) -> None:
+        self.seen = self.since_key = b""
+        os.write(self.fd, data)
+
+    def close(self) -> None:
+        try:
+            os.write(self.fd, b"q")
+            deadline = time.monotonic() + 10
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                self.read(0.1)
+        except OSError:
+            pass
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            os.close(self.fd)
+
+
+def test_ckpt_tui_follow_in_a_real_terminal_shows_what_a_running_agent_records(tmp_path: Path) -> None:
+    """A real `ckpt tui agent:live --follow` in a pty and a real recorder in another process:
+    each new event is drawn (its row, and the header of the cursor, which was at the end and
+    follows it); once the user moved up, new events are drawn below and the cursor stays."""
+    pytest.importorskip("pty")
+    store_dir = tmp_path / ".ckpt"
+    ckptcli.init_store(store_dir)
+    journal = tmp_path / "live.journal"  # beside the store: found without --journal
+    agent = Agent(store_dir, journal)
+    screen: Screen | None = None
+    try:
+        for i in range(3):
+            agent.do(f"note first-{i}")
+        screen = Screen(["agent:live", "--follow", "--store", str(store_dir)], cwd=tmp_path)
+        screen.wait_for(rb"; following", rb"seq 3  memory\.set")  # the journal's events, the cursor at the end
+        for i in range(4, 7):
+            agent.do(f"note live-{i}")
+            screen.wait_for(rb"live-%d" % i, rb"seq %d  memory\.set" % i)  # its row; the cursor followed it
+        agent.do("checkpoint six")  # the journal is replaced: what follows is read from the new one
+        agent.do("note after-checkpoint-7")
+        screen.wait_for(rb"after-checkpoint-7", rb"seq 7  memory\.set")
+        # the user moves up two rows: the cursor is no longer at the end
+        screen.key(b"\x1b[A")
+        screen.wait_for(rb"seq 6  memory\.set")
+        screen.key(b"\x1b[A")
+        screen.wait_for(rb"seq 5  memory\.set")
+        for i in range(8, 10):
+            agent.do(f"note below-{i}")
+            screen.wait_for(rb"below-%d" % i)
+        assert re.search(rb"seq (6|7|8|9)  memory", screen.since_key) is None  # the header still says seq 5
+        # the cursor stayed on seq 5: Down shows seq 6
+        screen.key(b"\x1b[B")
+        screen.wait_for(rb"seq 6  memory\.set")
+    finally:
+        agent.close()
+        if screen is not None:
+            screen.close()
+
+
+def test_the_command_refuses_a_journal_without_follow_and_a_file_that_is_no_journal(tmp_path: Path) -> None:
+    store_dir, journal, rec = recorder(tmp_path)
+    rec.close()
+    other = tmp_path / "notes.txt"
+    other.write_text("not a journal")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "ckptcli", "tui", *args, "--store", str(store_dir)], capture_output=True, text=True, cwd=REPO
+        )
+
+    r = cli("--journal", str(journal))
+    assert r.returncode == 2 and "--journal is the journal --follow tails" in r.stderr and r.stderr.count("\n") == 1
+    r = cli("--follow", "--journal", str(other))
+    assert r.returncode == 5 and "is not a ckpt journal" in r.stderr and "Traceback" not in r.stderr
+    r = cli("--follow", "--journal", str(journal))
+    assert r.returncode == 2 and "terminal" in r.stderr  # everything checked; only the terminal is missing
