@@ -76,9 +76,11 @@ def test_the_journal_is_read_as_it_grows_new_bytes_only_and_again_after_a_checkp
     assert find_journal("agent:other", [tmp_path]) is None
 
 
-def run_app(store_dir: Path, scenario: Any, *, follow: bool = True, size: tuple[int, int] = (120, 30)) -> CkptApp:
+def run_app(
+    store_dir: Path, scenario: Any, *, follow: bool = True, size: tuple[int, int] = (120, 30), start: bytes | None = None
+) -> CkptApp:
     store = ckptcli.open_store(store_dir)
-    cid = store.resolve(SUBJECT)
+    cid = store.resolve(SUBJECT) if start is None else start
     app = CkptApp(open_session(store, prefill=False, follow=follow), checkpoint=cid, view="timeline", blink=False)
 
     async def main() -> None:
@@ -344,3 +346,62 @@ def test_the_command_refuses_a_journal_without_follow_and_a_file_that_is_no_jour
     assert r.returncode == 5 and "is not a ckpt journal" in r.stderr and "Traceback" not in r.stderr
     r = cli("--follow", "--journal", str(journal))
     assert r.returncode == 2 and "terminal" in r.stderr  # everything checked; only the terminal is missing
+
+
+# -- g SEQ across a subject's checkpoints -------------------------------------------------------------------
+def test_goto_a_seq_of_another_checkpoint_opens_the_one_that_holds_it(tmp_path: Path) -> None:
+    """A recorder's run (checkpoints holding seq 1-3, 4-6, 7-9) and a fork of the second
+    (seq 7-8): `g SEQ` opens the checkpoint that holds it, its own line first (ancestors,
+    then descendants, newest first), at that seq; `g 99`: none holds it, said so."""
+    store_dir, _journal, rec = recorder(tmp_path)
+    ids = []
+    for c in range(3):
+        for i in range(3):
+            note(rec, f"c{c} n{i}")
+        ids.append(rec.checkpoint(message=f"part {c}").id)
+    rec.close()
+    # a fork of the second checkpoint: its own seq 7 and 8
+    fork = Recorder.open(ckptcli.open_store(store_dir), SUBJECT, tmp_path / "fork.journal", base=ids[1].hex())
+    note(fork, "fork 7")
+    note(fork, "fork 8")
+    fork_id = fork.checkpoint(message="the fork").id
+    fork.close()
+
+    async def goto(pilot: Any, seq: int) -> TimelineScreen:
+        await pilot.press("g", *str(seq), "enter")
+        await pilot.pause()
+        screen = pilot.app.screen
+        assert isinstance(screen, TimelineScreen)
+        return screen
+
+    async def scenario(pilot: Any) -> None:
+        screen = pilot.app.screen
+        assert isinstance(screen, TimelineScreen) and screen.cid == ids[2]
+        screen = await goto(pilot, 5)
+        assert screen.cid == ids[1] and screen.model.seq(screen.events.cursor) == 5
+        assert any("seq 5 is in checkpoint" in n for n in [n.message for n in pilot.app._notifications])
+        screen = await goto(pilot, 2)
+        assert screen.cid == ids[0] and screen.model.seq(screen.events.cursor) == 2
+        # two lines hold seq 8 after the first checkpoint: the newest, the fork's
+        screen = await goto(pilot, 8)
+        assert screen.cid == fork_id and screen.model.seq(screen.events.cursor) == 8
+        screen = await goto(pilot, 5)  # on the fork: its parent's (an ancestor first)
+        assert screen.cid == ids[1]
+        screen.app.switch_screen(TimelineScreen(screen.session, fork_id))
+        await pilot.pause()
+        screen = await goto(pilot, 9)  # the fork has no seq 9: the main line's
+        assert screen.cid == ids[2] and screen.model.seq(screen.events.cursor) == 9
+        screen = await goto(pilot, 8)  # in its own tail now
+        assert screen.cid == ids[2] and screen.model.seq(screen.events.cursor) == 8
+        screen = await goto(pilot, 99)
+        assert screen.cid == ids[2] and screen.model.seq(screen.events.cursor) == 8  # the cursor stays
+        assert any(
+            "seq 99 is not in this tail" in n and "nor in any other checkpoint of agent:live" in n
+            for n in [n.message for n in pilot.app._notifications]
+        )
+        # Esc goes back to the history (the timeline was replaced, not stacked)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(pilot.app.screen, TimelineScreen)
+
+    run_app(store_dir, scenario, follow=False, start=ids[2])

@@ -109,9 +109,12 @@ class TimelineScreen(BaseScreen):
     TimelineScreen Input { height: 3; }
     """
 
-    def __init__(self, session: Session, cid: bytes, *, row: int | None = None, follow: bool | None = None) -> None:
-        """`row`: the row to open at (the Events tab's row), else the snapshot's; `follow`:
-        tail the run (default: the session's `--follow`), the cursor on the last row."""
+    def __init__(
+        self, session: Session, cid: bytes, *, row: int | None = None, seq: int | None = None, follow: bool | None = None
+    ) -> None:
+        """`row`: the row to open at (the Events tab's row), else the snapshot's; `seq`: the
+        row of that seq; `follow`: tail the run (default: the session's `--follow`), the
+        cursor on the last row."""
         super().__init__(session)
         self.cid = cid
         self.start_row = row
@@ -127,6 +130,8 @@ class TimelineScreen(BaseScreen):
         self.shown_row = -1
         self.step_lines: list[Line] = []
         self.prefilled = len(self.model) <= self.model.every
+        if seq is not None:
+            self.start_row = self.model.row_for_seq(seq)
         self.follow_at_start = session.follow if follow is None else follow
         self.follower: Follow | None = None
         self.follow_timer: Timer | None = None
@@ -351,6 +356,33 @@ class TimelineScreen(BaseScreen):
         box.remove_class("hidden")
         box.focus()
 
+    def goto_elsewhere(self, seq: int) -> None:
+        """`g SEQ` outside this tail: the subject's checkpoint whose tail holds it is opened
+        at that seq, in place of this timeline (Session.holder_of_seq); when none holds it,
+        a notification says so and the cursor stays."""
+        subject = str(self.ck.manifest.subject)
+        holder = self.session.holder_of_seq(subject, seq, self.cid)
+        if holder is None:
+            self.notify(
+                f"seq {seq:,} is not in this tail (seq {self.model.base_seq:,} (the snapshot) to {self.model.last_seq:,}) "
+                f"nor in any other checkpoint of {subject}",
+                severity="warning",
+                timeout=6,
+            )
+            return
+        try:
+            screen = TimelineScreen(self.session, holder, seq=seq)
+        except CkptError as exc:
+            self.error(exc)
+            return
+        self.workers.cancel_group(self, "replay")
+        self.workers.cancel_group(self, "search")
+        self.workers.cancel_group(self, "index")
+        if self.follower is not None:
+            self.stop_follow()
+        self.app.switch_screen(screen)
+        self.app.notify(f"seq {seq:,} is in checkpoint {holder.hex()[:12]}: its timeline", timeout=4)
+
     def action_search(self) -> None:
         box = self.query_one("#tsearch", Input)
         box.value = self.search_text
@@ -371,11 +403,7 @@ class TimelineScreen(BaseScreen):
                 return
             seq = int(text)
             if not self.model.base_seq <= seq <= self.model.last_seq:
-                self.notify(
-                    f"seq {seq:,} is not in this tail: it holds seq {self.model.base_seq:,} (the snapshot) to {self.model.last_seq:,}",
-                    severity="warning",
-                    timeout=5,
-                )
+                self.goto_elsewhere(seq)
                 return
             try:
                 self.events.set_cursor(self.model.row_for_seq(seq), center=True)
