@@ -405,3 +405,67 @@ def test_goto_a_seq_of_another_checkpoint_opens_the_one_that_holds_it(tmp_path: 
         assert not isinstance(pilot.app.screen, TimelineScreen)
 
     run_app(store_dir, scenario, follow=False, start=ids[2])
+
+
+# -- the overview strip -----------------------------------------------------------------------------------------
+def bursty_tail(tmp_path: Path, n: int = 400) -> tuple[Path, bytes]:
+    """A tail of `n` demo events (errors, checkpoint events): the first half 1.5 s apart, the
+    second a burst 10 ms apart."""
+    from tests.tui_data import demo_events, write
+
+    store_dir = tmp_path / ".ckpt"
+    store = ckptcli.init_store(store_dir)
+    evs = demo_events(1, n, 10**18)
+    t = 10**18
+    for i, ev in enumerate(evs):
+        ev["ts"] = t
+        t += 1_500_000_000 if i < n // 2 else 10_000_000
+    snap: dict[str, Any] = {"memory": {"messages": []}, "plan": [], "tools": []}
+    return store_dir, write(store, {**snap, "events": evs}, subject="agent:burst", at=0)  # a fixed id (the snapshot test)
+
+
+def test_the_overview_strip_shows_density_errors_checkpoints_and_the_cursor_and_a_click_jumps(tmp_path: Path) -> None:
+    from ckptcli.tui.overview import BARS, OverviewStrip
+
+    store_dir, cid = bursty_tail(tmp_path)
+
+    async def scenario(pilot: Any) -> None:
+        screen = pilot.app.screen
+        assert isinstance(screen, TimelineScreen)
+        strip = screen.query_one("#overview", OverviewStrip)
+        await until(pilot, lambda: strip.active, "the strip drawn after the first frame")
+        text = strip.render()
+        width = strip.size.width
+        assert len(text.plain) == width
+        bars = [c for c in text.plain if c in BARS]
+        # the burst (second half) is taller than the slow first half
+        assert BARS.index(text.plain[width - 2]) > BARS.index(text.plain[1])
+        assert len(bars) >= width // 2
+        # errors and checkpoints appear once the jump index exists (started by ]e)
+        assert not any("red" in str(span.style) for span in text.spans)
+        await pilot.press("right_square_bracket", "e")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        text = strip.render()
+        assert any("red" in str(span.style) for span in text.spans)
+        assert "┃" in text.plain
+        # the cursor's cell is reversed
+        cursor_cells = [span for span in text.spans if "reverse" in str(span.style)]
+        assert len(cursor_cells) == 1
+        x = cursor_cells[0].start
+        assert strip.cell_row(x) is not None and strip.cell_row(x) <= screen.events.cursor
+        # a click on the last cell moves the cursor there
+        await pilot.click("#overview", offset=(width - 1, 0))
+        await pilot.pause()
+        last = strip.cell_row(width - 1)
+        assert last is not None and screen.events.cursor == last > 300
+
+    store = ckptcli.open_store(store_dir)
+    app = CkptApp(open_session(store, prefill=False), checkpoint=cid, view="timeline", blink=False)
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 30)) as pilot:
+            await pilot.pause()
+            await scenario(pilot)
+
+    asyncio.run(main())

@@ -15,7 +15,7 @@ import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import work
@@ -23,7 +23,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.events import Key
-from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import Header, Input, Static
 from textual.worker import Worker, get_current_worker
@@ -34,12 +33,15 @@ from ckptcli.history.change import Change
 from ckptcli.history.events import Event
 from ckptcli.history.render import Line, change_line, describe
 from ckptcli.history.timeline import STOP_CHECK_EVERY, StepView, Stopped, Timeline
-from ckptcli.tui.follow import POLL_SECONDS, Follow, FollowUpdate, LiveEvents, find_journal, journal_places
 from ckptcli.tui.messages import JumpDone, JumpIndexReady, PrefillDone, SearchDone, StateFailed, StateReady, ViewValue
+from ckptcli.tui.overview import OverviewStrip
 from ckptcli.tui.screens.base import BaseScreen, KeyFooter, mark_text
 from ckptcli.tui.session import Host, Session
 from ckptcli.tui.valuetext import MISSING
 from ckptcli.tui.widgets import ValueTree, VirtualList, path_text, styled_lines
+
+if TYPE_CHECKING:
+    from ckptcli.tui.follow import Follow, FollowUpdate
 
 #: An event list narrower than this leaves out the events' times (the header shows the time at the cursor).
 NARROW_LIST = 56
@@ -109,9 +111,7 @@ class TimelineScreen(BaseScreen):
     TimelineScreen Input { height: 3; }
     """
 
-    def __init__(
-        self, session: Session, cid: bytes, *, row: int | None = None, seq: int | None = None, follow: bool | None = None
-    ) -> None:
+    def __init__(self, session: Session, cid: bytes, *, row: int | None = None, seq: int | None = None, follow: bool | None = None) -> None:
         """`row`: the row to open at (the Events tab's row), else the snapshot's; `seq`: the
         row of that seq; `follow`: tail the run (default: the session's `--follow`), the
         cursor on the last row."""
@@ -145,6 +145,7 @@ class TimelineScreen(BaseScreen):
         with Horizontal():
             with Vertical(id="tl-left"):
                 yield Static(self._title(), id="tl-title", classes="pane-title")
+                yield OverviewStrip(self._row_time, id="overview")
                 yield TailList(self._render_row, len(self.model), on_highlight=self._request, id="events")
                 yield self.make_input("go to seq: a number", "goto")
                 yield self.make_input("search: a kind or text in the events (#42: seq 42)", "tsearch")
@@ -180,6 +181,39 @@ class TimelineScreen(BaseScreen):
             self.call_after_refresh(self._start_index)
         if self.follow_at_start:
             self.start_follow(cursor_to_end=self.start_row is None)
+        self.strip.update_run(len(self.model), self.events.cursor)
+        self.call_after_refresh(self.strip.activate)  # its reads wait for the first frame
+
+    @property
+    def strip(self) -> OverviewStrip:
+        return self.query_one("#overview", OverviewStrip)
+
+    def _row_time(self, r: int) -> int | None:
+        """The time of row r's event (the overview strip's cells), None for the snapshot or one unreadable."""
+        if r <= 0:
+            return None
+        try:
+            return self.model.event(r - 1, keep=False).ts
+        except CkptError:
+            return None
+
+    def _update_strip(self) -> None:
+        """The strip after the rows, the jump index or the checkpoints taken changed."""
+        errors = checkpoints = None
+        if self.jump_rows is not None:
+            errors = self.jump_rows["e"]
+            live = []
+            for seq, _hex in self.live_checkpoints:
+                try:
+                    live.append(self.model.row_for_seq(seq))
+                except CkptError:
+                    continue
+            checkpoints = sorted({*self.jump_rows["c"], *live})
+        self.strip.update_run(len(self.model), self.events.cursor, errors, checkpoints)
+
+    def on_overview_strip_jump(self, message: OverviewStrip.Jump) -> None:
+        self.events.focus()
+        self.events.set_cursor(message.row, center=True)
 
     @property
     def events(self) -> VirtualList:
@@ -214,6 +248,8 @@ class TimelineScreen(BaseScreen):
     # -- the state at the cursor ---------------------------------------------------------------------
     def _request(self, r: int) -> None:
         self.shown_row = r
+        for strip in self.query("#overview").results(OverviewStrip):
+            strip.move_cursor(r)
         self._show_header(r)
         # a step needs the states before and after its event: the one before decides the cost
         if self.model.cost(max(r - 1, 0)) <= SYNC_COST:
@@ -555,6 +591,7 @@ class TimelineScreen(BaseScreen):
     def on_jump_index_ready(self, message: JumpIndexReady) -> None:
         self.jump_rows = message.rows
         self._index_rows(self.indexed_upto, len(self.model))  # rows a follow appended meanwhile
+        self._update_strip()
 
     def _index_rows(self, start: int, end: int) -> None:
         """Add rows start..end-1 (appended while following) to the jump index."""
@@ -607,6 +644,8 @@ class TimelineScreen(BaseScreen):
         """Tail the run from this timeline's last event on: the checkpoints taken after it
         and the recorder's journal (the session's, else one found beside the store), polled
         every POLL_SECONDS in a worker; new events are rows appended at the end."""
+        from ckptcli.tui.follow import POLL_SECONDS, Follow, LiveEvents, find_journal, journal_places  # not on the first paint's path
+
         if not isinstance(self.model.events, LiveEvents):
             self.model.events = LiveEvents(self.model.events)
         from ckptcli.store.repository import Store
@@ -646,6 +685,8 @@ class TimelineScreen(BaseScreen):
 
     @work(thread=True, group="follow")
     def _poll(self, follower: Follow) -> None:
+        from ckptcli.tui.follow import FollowUpdate
+
         try:
             update = follower.poll()
         except Exception as exc:  # noqa: BLE001 - a journal or store that cannot be read: said, not a crash
@@ -661,6 +702,8 @@ class TimelineScreen(BaseScreen):
         before = len(self.model)
         at_end = events.cursor >= before - 1
         if message.events:
+            from ckptcli.tui.follow import LiveEvents
+
             assert isinstance(self.model.events, LiveEvents)
             self.model.events.append(message.events)
         after = len(self.model)
@@ -672,13 +715,4 @@ class TimelineScreen(BaseScreen):
             if at_end:  # the cursor was at the end: it follows
                 events.set_cursor(after - 1)
         self.query_one("#tl-title", Static).update(self._title(), layout=False)
-        self.post_message(RowsAppended(before, after))
-
-
-class RowsAppended(Message):
-    """Rows were appended to a followed timeline (the overview strip redraws)."""
-
-    def __init__(self, before: int, after: int) -> None:
-        super().__init__()
-        self.before = before
-        self.after = after
+        self._update_strip()
