@@ -125,6 +125,7 @@ def test_a_followed_timeline_appends_events_and_checkpoints_and_the_cursor_stays
         assert events.cursor == 5 and screen.shown_row == 5
         assert [screen.model.event(r - 1).fields["value"] for r in (8, 9)] == ["after the checkpoint", "and another"]
         assert any(seq == 7 for seq, _hex in screen.live_checkpoints)
+        assert "checkpoint " in str(screen.query_one("#tl-title").render()) and "at seq 7" in str(screen.query_one("#tl-title").render())
         # the states of the appended rows are replayed like the others
         await pilot.press("G")
         await until(pilot, lambda: screen.query_one("#state").root.data.value is not None, "a state")

@@ -165,6 +165,9 @@ class TimelineScreen(BaseScreen):
             title += f"; a state kept every {self.model.every:,}" + ("" if self.prefilled else " (replaying in the background)")
         if self.follower is not None:
             title += "; following"
+            if self.live_checkpoints:
+                seq, hex_id = self.live_checkpoints[-1]
+                title += f" (checkpoint {hex_id[:8]} at seq {seq:,})"
         return title
 
     def on_mount(self) -> None:
