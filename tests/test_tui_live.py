@@ -470,3 +470,33 @@ def test_the_overview_strip_shows_density_errors_checkpoints_and_the_cursor_and_
             await scenario(pilot)
 
     asyncio.run(main())
+
+
+def test_with_follow_the_history_shows_the_checkpoints_a_running_agent_takes(tmp_path: Path) -> None:
+    from ckptcli.tui.screens.history import HistoryScreen
+
+    store_dir, _journal, rec = recorder(tmp_path)
+    note(rec, "one")
+    rec.checkpoint(message="first")
+
+    async def scenario(pilot: Any) -> None:
+        screen = pilot.app.screen
+        assert isinstance(screen, HistoryScreen)
+        before = len(screen.history)
+        note(rec, "two")
+        took = rec.checkpoint(message="taken while the history is shown")
+        await until(pilot, lambda: took.id in screen.history.nodes, "the new checkpoint in the history")
+        assert len(screen.history) == before + 1
+
+    store = ckptcli.open_store(store_dir)
+    app = CkptApp(open_session(store, prefill=False, follow=True), blink=False)
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 30)) as pilot:
+            await pilot.pause()
+            await scenario(pilot)
+
+    try:
+        asyncio.run(main())
+    finally:
+        rec.close()
