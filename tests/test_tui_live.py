@@ -500,3 +500,35 @@ def test_with_follow_the_history_shows_the_checkpoints_a_running_agent_takes(tmp
         asyncio.run(main())
     finally:
         rec.close()
+
+
+def test_following_a_store_on_object_storage_reads_its_ref_every_eighth_poll(tmp_path: Path) -> None:
+    """A `latest` ref on object storage is a request: read every REMOTE_REF_EVERY polls, the
+    checkpoints taken found all the same."""
+    from ckptcli.history.recorder import Recorder
+    from ckptcli.tui.follow import REMOTE_REF_EVERY, Follow
+
+    store = ckptcli.init_store(f"memory://ckpt-tuilive-{os.getpid()}")
+    assert store.directory is None
+    rec = Recorder.open(store, SUBJECT, tmp_path / "remote.journal", durability=Durability(batch_size=1, fsync="never"))
+    try:
+        reads = 0
+        read_ref = store.read_ref
+
+        def counting(path: str) -> bytes | None:
+            nonlocal reads
+            reads += 1
+            return read_ref(path)
+
+        store.read_ref = counting  # type: ignore[method-assign]
+        follow = Follow(store, SUBJECT, rec.last_seq, {bytes.fromhex(rec.base)}, None)
+        for _ in range(REMOTE_REF_EVERY * 3):
+            assert follow.poll() is None
+        assert reads == 3
+        note(rec, "one")
+        rec.checkpoint(message="remote")
+        got = [follow.poll() for _ in range(REMOTE_REF_EVERY)]
+        found = [u for u in got if u is not None]
+        assert len(found) == 1 and [e["value"] for e in found[0].events] == ["one"] and len(found[0].checkpoints) == 1
+    finally:
+        rec.close()

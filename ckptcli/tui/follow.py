@@ -3,7 +3,7 @@ to its journal (formats/events.md, "The journal file") and the checkpoints it ta
 as new rows at the end of a timeline.
 
 Invariants: a poll costs a stat of the journal and a read of the subject's `latest` ref
-when nothing changed, and reads only the bytes appended since the last poll when
+(on object storage, a request: every REMOTE_REF_EVERY-th poll) when nothing changed, and reads only the bytes appended since the last poll when
 something did (a journal replaced after a checkpoint is read again from its header);
 rows are only ever appended, in seq order without gaps (the events a replaced journal no
 longer holds are read from the checkpoints that hold them), so a row's index never
@@ -31,6 +31,8 @@ __all__ = ["POLL_SECONDS", "Follow", "FollowUpdate", "JournalReader", "LiveEvent
 
 #: How often a followed timeline looks for new events (a stat and a ref read when idle).
 POLL_SECONDS = 0.25
+#: A store on object storage has its `latest` ref read every this many polls (a request each).
+REMOTE_REF_EVERY = 8
 #: At most this many checkpoints are walked back from a new `latest` to the followed run.
 MAX_WALK = 256
 #: Files looked at per directory when looking for a subject's journal.
@@ -203,12 +205,15 @@ class Follow:
         self.head: bytes | None = None
         self.journal = JournalReader(journal) if journal is not None else None
         self.pending: list[dict[str, Any]] = []  # journal events after a gap (their checkpoint not read yet)
+        self.polls = 0
 
     def poll(self) -> FollowUpdate | None:
         """New events and checkpoints since the last poll, None when there are none."""
         events: list[dict[str, Any]] = []
         checkpoints: list[tuple[str, int]] = []
-        if self.store is not None:
+        self.polls += 1
+        remote = self.store is not None and self.store.directory is None
+        if self.store is not None and (not remote or self.polls % REMOTE_REF_EVERY == 1 or self.pending):
             try:
                 head = self.store.read_ref(self.store.latest_ref(self.subject))
             except CkptError:
