@@ -532,3 +532,31 @@ def test_following_a_store_on_object_storage_reads_its_ref_every_eighth_poll(tmp
         assert len(found) == 1 and [e["value"] for e in found[0].events] == ["one"] and len(found[0].checkpoints) == 1
     finally:
         rec.close()
+
+
+def test_a_journal_of_another_line_is_not_appended(tmp_path: Path) -> None:
+    """A fork of an earlier checkpoint records the same seqs into its own journal: following
+    the main line with that journal appends none of them (its base is not on the line)."""
+    from ckptcli.tui.follow import Follow
+
+    store_dir, _journal, rec = recorder(tmp_path)
+    note(rec, "main 1")
+    first = rec.checkpoint(message="first").id
+    note(rec, "main 2")
+    second = rec.checkpoint(message="second").id
+    rec.close()
+    fork = Recorder.open(
+        ckptcli.open_store(store_dir), SUBJECT, tmp_path / "fork.journal", base=first.hex(), durability=Durability(batch_size=1)
+    )
+    try:
+        note(fork, "fork 2")
+        note(fork, "fork 3")
+        store = ckptcli.open_store(store_dir)
+        follow = Follow(store, SUBJECT, 2, {second}, tmp_path / "fork.journal")
+        assert follow.poll() is None and follow.journal is not None and follow.journal.header is not None  # read, not appended
+        # the same journal followed from the checkpoint it continues: its events are appended
+        follow = Follow(None, SUBJECT, 1, {first}, tmp_path / "fork.journal")
+        got = follow.poll()
+        assert got is not None and [e["value"] for e in got.events] == ["fork 2", "fork 3"]
+    finally:
+        fork.close()

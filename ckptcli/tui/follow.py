@@ -3,11 +3,13 @@ to its journal (formats/events.md, "The journal file") and the checkpoints it ta
 as new rows at the end of a timeline.
 
 Invariants: a poll costs a stat of the journal and a read of the subject's `latest` ref
-(on object storage, a request: every REMOTE_REF_EVERY-th poll) when nothing changed, and reads only the bytes appended since the last poll when
-something did (a journal replaced after a checkpoint is read again from its header);
-rows are only ever appended, in seq order without gaps (the events a replaced journal no
-longer holds are read from the checkpoints that hold them), so a row's index never
-changes and a cursor stays where it is. No Textual here but the message a poll posts.
+(on object storage, a request: every REMOTE_REF_EVERY-th poll) when nothing changed, and
+reads only the bytes appended since the last poll when something did (a journal replaced
+after a checkpoint is read again from its header); rows are only ever appended, in seq
+order without gaps (the events a replaced journal no longer holds are read from the
+checkpoints that hold them), and only from a journal that continues a checkpoint of the
+followed line (not a fork's beside it), so a row's index never changes and a cursor
+stays where it is. No Textual here but the message a poll posts.
 """
 
 from __future__ import annotations
@@ -189,6 +191,8 @@ class FollowUpdate(Message):
 
     events: list[dict[str, Any]]
     checkpoints: list[tuple[str, int]] = field(default_factory=list)
+    #: the Follow that polled (an update of one stopped since is dropped)
+    follower: Any = None
 
 
 class Follow:
@@ -223,6 +227,7 @@ class Follow:
                 self._from_checkpoints(head, events, checkpoints)
         if self.journal is not None:
             self.pending += self.journal.poll()
+        if self.journal is not None and self._continues_us(self.journal.header):
             kept: list[dict[str, Any]] = []
             for raw in self.pending:
                 seq = raw.get("seq")
@@ -236,7 +241,16 @@ class Follow:
             self.pending = kept
         if not events and not checkpoints:
             return None
-        return FollowUpdate(events, checkpoints)
+        return FollowUpdate(events, checkpoints, self)
+
+    def _continues_us(self, header: dict[str, Any] | None) -> bool:
+        """Whether the journal continues a checkpoint of the followed line (a fork's journal
+        beside it has events of the same seqs that are not this line's: never appended)."""
+        base = header.get("base") if header is not None else None
+        try:
+            return type(base) is str and bytes.fromhex(base) in self.seen
+        except ValueError:
+            return False
 
     def _from_checkpoints(self, head: bytes, events: list[dict[str, Any]], checkpoints: list[tuple[str, int]]) -> None:
         """The events of the checkpoints from the followed ones to `head` (first parents)."""

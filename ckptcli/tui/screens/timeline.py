@@ -693,13 +693,15 @@ class TimelineScreen(BaseScreen):
         try:
             update = follower.poll()
         except Exception as exc:  # noqa: BLE001 - a journal or store that cannot be read: said, not a crash
-            update = FollowUpdate([], [])
+            update = FollowUpdate([], [], follower)
             self.app.call_from_thread(self.notify, f"following: {exc}", severity="warning", timeout=4)
-        self.post_message(update if update is not None else FollowUpdate([], []))
+        self.post_message(update if update is not None else FollowUpdate([], [], follower))
 
     def on_follow_update(self, message: FollowUpdate) -> None:
+        if self.follower is None or message.follower is not self.follower:
+            return  # a poll of a follow stopped since
         self.polling = False
-        if self.follower is None or not (message.events or message.checkpoints):
+        if not (message.events or message.checkpoints):
             return
         events = self.events
         before = len(self.model)
