@@ -560,3 +560,25 @@ def test_a_journal_of_another_line_is_not_appended(tmp_path: Path) -> None:
         assert got is not None and [e["value"] for e in got.events] == ["fork 2", "fork 3"]
     finally:
         fork.close()
+
+
+def test_a_journal_that_appears_after_following_started_is_found(tmp_path: Path) -> None:
+    """No journal beside the store when F is pressed (the agent's journal is elsewhere for
+    now): the polls look again, find it once it is there, and follow it."""
+    store_dir, journal, rec = recorder(tmp_path)
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    journal.rename(aside / journal.name)  # the recorder keeps writing to it (its descriptor)
+
+    async def scenario(pilot: Any) -> None:
+        screen = pilot.app.screen
+        assert isinstance(screen, TimelineScreen) and screen.follower is not None and screen.follower.journal is None
+        note(rec, "written before it is found")
+        (aside / journal.name).rename(journal)
+        await until(pilot, lambda: len(screen.model) == 2, "the event, once the journal is found")
+        assert any("following the journal" in n.message for n in pilot.app._notifications)
+
+    try:
+        run_app(store_dir, scenario)
+    finally:
+        rec.close()

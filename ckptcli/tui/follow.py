@@ -39,6 +39,8 @@ REMOTE_REF_EVERY = 8
 MAX_WALK = 256
 #: Files looked at per directory when looking for a subject's journal.
 MAX_SCAN = 2000
+#: While no journal is found, look again every this many polls (an agent started later).
+FIND_EVERY = 20
 
 
 def _ext_int(code: int, data: bytes) -> Any:
@@ -138,10 +140,10 @@ def journal_header(path: Path) -> dict[str, Any] | None:
     """The header of the recorder journal at `path`, None for anything else (read: 64 KiB at most)."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read(64 * 1024)
+            if fh.read(len(MAGIC)) != MAGIC:  # most files: 8 bytes read
+                return None
+            data = MAGIC + fh.read(64 * 1024)
     except OSError:
-        return None
-    if data[: len(MAGIC)] != MAGIC:
         return None
     for _start, value, _end in intact_records(data, len(MAGIC), None, MAX_RECORD, _ext_int):
         return value if type(value.get("subject")) is str else None
@@ -193,13 +195,19 @@ class FollowUpdate(Message):
     checkpoints: list[tuple[str, int]] = field(default_factory=list)
     #: the Follow that polled (an update of one stopped since is dropped)
     follower: Any = None
+    #: the journal this poll found (looked for beside the store), to say so
+    found: Path | None = None
 
 
 class Follow:
     """What follows one subject's run from a timeline's last seq on: the checkpoints taken
     after it (through the subject's `latest` ref) and the recorder's journal."""
 
-    def __init__(self, store: Store | None, subject: str, last_seq: int, seen: set[bytes], journal: Path | None) -> None:
+    def __init__(
+        self, store: Store | None, subject: str, last_seq: int, seen: set[bytes], journal: Path | None, places: list[Path] | None = None
+    ) -> None:
+        """`journal`: the recorder's journal; without one, it is looked for in `places`
+        (find_journal, in the polls' thread), again every FIND_EVERY polls while none is."""
         from ckptcli.format.manifest import Subject
 
         self.store = store
@@ -208,6 +216,7 @@ class Follow:
         self.seen = set(seen)  # checkpoints whose events are rows already
         self.head: bytes | None = None
         self.journal = JournalReader(journal) if journal is not None else None
+        self.places = places or []
         self.pending: list[dict[str, Any]] = []  # journal events after a gap (their checkpoint not read yet)
         self.polls = 0
 
@@ -216,6 +225,11 @@ class Follow:
         events: list[dict[str, Any]] = []
         checkpoints: list[tuple[str, int]] = []
         self.polls += 1
+        found = None
+        if self.journal is None and self.places and self.polls % FIND_EVERY == 1:
+            found = find_journal(str(self.subject), self.places)
+            if found is not None:
+                self.journal = JournalReader(found)
         remote = self.store is not None and self.store.directory is None
         if self.store is not None and (not remote or self.polls % REMOTE_REF_EVERY == 1 or self.pending):
             try:
@@ -239,9 +253,9 @@ class Follow:
                 else:
                     kept.append(raw)  # a gap: in a checkpoint the next poll reads
             self.pending = kept
-        if not events and not checkpoints:
+        if not events and not checkpoints and found is None:
             return None
-        return FollowUpdate(events, checkpoints, self)
+        return FollowUpdate(events, checkpoints, self, found)
 
     def _continues_us(self, header: dict[str, Any] | None) -> bool:
         """Whether the journal continues a checkpoint of the followed line (a fork's journal

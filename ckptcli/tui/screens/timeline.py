@@ -647,7 +647,7 @@ class TimelineScreen(BaseScreen):
         """Tail the run from this timeline's last event on: the checkpoints taken after it
         and the recorder's journal (the session's, else one found beside the store), polled
         every POLL_SECONDS in a worker; new events are rows appended at the end."""
-        from ckptcli.tui.follow import POLL_SECONDS, Follow, LiveEvents, find_journal, journal_places  # not on the first paint's path
+        from ckptcli.tui.follow import POLL_SECONDS, Follow, LiveEvents, journal_places  # not on the first paint's path
 
         if not isinstance(self.model.events, LiveEvents):
             self.model.events = LiveEvents(self.model.events)
@@ -656,17 +656,16 @@ class TimelineScreen(BaseScreen):
         store = self.session.source if isinstance(self.session.source, Store) else None
         subject = str(self.ck.manifest.subject)
         journal = self.session.journal
-        if journal is None and store is not None:
-            journal = find_journal(subject, journal_places(store))
         try:
             last = self.model.last_seq
         except CkptError as exc:
             self.error(exc)
             return
-        self.follower = Follow(store, subject, last, {self.cid}, journal)
+        places = journal_places(store) if journal is None and store is not None else None  # looked in by the polls
+        self.follower = Follow(store, subject, last, {self.cid}, journal, places)
         self.follow_timer = self.set_interval(POLL_SECONDS, self._tick)
         self.query_one("#tl-title", Static).update(self._title(), layout=False)
-        where = f"journal {journal}" if journal is not None else "its checkpoints (no journal of it found beside the store)"
+        where = f"journal {journal}" if journal is not None else "its checkpoints, and its journal once found beside the store"
         self.notify(f"following {subject}: {where}; F stops", timeout=4)
         if cursor_to_end:
             self.events.set_cursor(len(self.model) - 1)
@@ -701,6 +700,8 @@ class TimelineScreen(BaseScreen):
         if self.follower is None or message.follower is not self.follower:
             return  # a poll of a follow stopped since
         self.polling = False
+        if message.found is not None:
+            self.notify(f"following the journal {message.found}", timeout=3)
         if not (message.events or message.checkpoints):
             return
         events = self.events
