@@ -26,6 +26,12 @@ checkpoint with a 100,000-event tail, then measures:
   changes (and how long that scan takes), and before it, when the events from the
   cursor on are read (the nearest error, and a sort the tail does not have: every
   event read);
+- following a running agent (real terminal): `ckpt tui agent:live --follow` in a
+  pseudo-terminal while a recorder in this process appends events (one at a time, at
+  random moments of the TUI's poll interval); the time from the append's return (the
+  event is in the journal) until its row's text arrives from the terminal;
+- the overview strip (in-process): drawing it over the 100,000-event tail (one event read
+  per cell) once the first frame is out;
 - memory: the TUI process's RSS (VmRSS, and its peak VmHWM) after opening the tail, after
   scrolling through 10,000 events with PageDown, and after the background replay went
   through all 100,000; and, for comparison, the peak RSS of decoding the whole tail
@@ -33,7 +39,9 @@ checkpoint with a 100,000-event tail, then measures:
 
 Prints a table with the targets (first paint < 1 s; a cursor move drawn within 50 ms at
 the median and 100 ms at p95; the value viewer on 1 MB and a jump to the next error
-within 200 ms; memory bounded) and PASS/FAIL. Medians over --runs.
+within 200 ms; a followed event on screen within 1 s; memory bounded) and PASS/FAIL.
+Medians over --runs. `--only follow` (or paint, terminal, viewer: comma-separated)
+measures only those parts.
 """
 
 from __future__ import annotations
@@ -64,6 +72,9 @@ SCROLL_GROWTH_TARGET_MIB = 64
 #: the value viewer open on a 1 MB string, a jump to the next error
 VIEWER_TARGET = 0.200
 JUMP_TARGET = 0.200
+#: a recorded event on the screen of `ckpt tui --follow`
+FOLLOW_TARGET = 1.0
+FOLLOW_EVENTS = 40
 BIG_VALUE = 1_000_000
 T0 = 1_767_225_600 * 10**9
 SIZE = (120, 40)
@@ -614,28 +625,124 @@ def whole_tail_rss(tail: Path, ref: str) -> int:
     return int(out.stdout.strip())
 
 
+def terminal_follow(workdir: Path) -> dict[str, Any]:
+    """`ckpt tui agent:live --follow` in a pty; a recorder in this process appends events:
+    from each append's return until its row is drawn."""
+    import shutil
+
+    import ckptcli
+    from ckptcli.history.recorder import Durability, Recorder
+
+    where = workdir / "follow"
+    if where.exists():
+        shutil.rmtree(where)
+    where.mkdir(parents=True)
+    store = ckptcli.init_store(where / ".ckpt")
+    rng = random.Random(5)
+    rec = Recorder.open(store, "agent:live", where / "live.journal", durability=Durability(batch_size=1, fsync="never"))
+    try:
+        for i in range(3):
+            rec.append("memory.set", path=["note"], value=f"start {i}")
+        term = Terminal(["tui", "agent:live", "--follow", "--store", str(where / ".ckpt")])
+        try:
+            term.wait_for(b"; following")
+            term.wait_idle(0.5)
+            latencies = []
+            for i in range(FOLLOW_EVENTS):
+                time.sleep(rng.uniform(0.05, 0.5))  # anywhere in the poll interval
+                term.buffer = b""
+                rec.append("memory.set", path=["note"], value=f"ev{i:05d}")
+                t = time.perf_counter()
+                latencies.append(term.wait_for(b"ev%05d" % i, timeout=60) - t)
+            cpu = _cpu_seconds(term.pid)
+            time.sleep(5.0)
+            idle_cpu = (_cpu_seconds(term.pid) - cpu) / 5.0
+        finally:
+            term.close()
+    finally:
+        rec.close()
+    return {
+        "follow_median_s": statistics.median(latencies),
+        "follow_p95_s": _p95(latencies),
+        "follow_max_s": max(latencies),
+        "follow_idle_cpu": idle_cpu,
+    }
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _inner_strip(tail: str, ref: str) -> dict[str, float]:
+    """Runs in a child process: the overview strip of the tail, drawn after the first frame."""
+    import asyncio
+
+    from ckptcli.api import open_store
+    from ckptcli.tui.app import CkptApp, open_session
+    from ckptcli.tui.overview import OverviewStrip
+
+    out: dict[str, float] = {}
+
+    async def main() -> None:
+        st = open_store(Path(tail))
+        app = CkptApp(open_session(st, prefill=False), checkpoint=st.resolve(ref), view="timeline", blink=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            strip = app.screen.query_one("#overview", OverviewStrip)
+            times = []
+            for _ in range(3):
+                strip._bars = None  # its cells read again
+                t = time.perf_counter()
+                strip.render()
+                times.append(time.perf_counter() - t)
+            out["strip_cold_s"] = times[0]
+            out["strip_median_s"] = statistics.median(times)
+
+    asyncio.run(main())
+    return out
+
+
+def strip(tail: Path, ref: str) -> dict[str, Any]:
+    code = f"import json; from bench.tui import _inner_strip; print(json.dumps(_inner_strip({str(tail)!r}, {ref!r})))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.tui", description=__doc__.splitlines()[0])
     ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR, help=f"where the data is built and kept (default {DEFAULT_WORKDIR})")
     ap.add_argument("--runs", type=int, default=5, help="runs of each first-paint measurement (default 5)")
     ap.add_argument("--quick", action="store_true", help="1,000 checkpoints and 10,000 events, 1 run: checks the harness")
     ap.add_argument("--json", type=Path, help="write every figure to this file")
+    ap.add_argument("--only", help="measure only these parts, comma-separated: paint, terminal, viewer, follow")
     args = ap.parse_args()
+    only = set(args.only.split(",")) if args.only else {"paint", "terminal", "viewer", "follow"}
     checkpoints, events, runs = (1_000, 10_000, 1) if args.quick else (CHECKPOINTS, EVENTS, args.runs)
     store, tail = prepare(args.workdir, checkpoints, events)
     ref = "agent:long"
-    log("first paint in-process (store)")
     r: dict[str, Any] = {"checkpoints": checkpoints, "events": events, "runs": runs}
-    r["inprocess_store"] = inprocess(store, None, runs)
-    log("first paint in-process (tail)")
-    r["inprocess_tail"] = inprocess(tail, ref, runs)
-    log("real terminal (store)")
-    r["terminal_store"] = terminal_store(store, runs, checkpoints)
-    log("real terminal (tail)")
-    r["terminal_tail"] = terminal_tail(tail, ref, runs, events)
-    r["whole_tail_peak_rss_kib"] = whole_tail_rss(tail, ref)
-    log("value viewer and jumps (in-process)")
-    r["viewer_jumps"] = viewer_and_jumps(args.workdir, tail, ref, runs)
+    if "paint" in only:
+        log("first paint in-process (store)")
+        r["inprocess_store"] = inprocess(store, None, runs)
+        log("first paint in-process (tail)")
+        r["inprocess_tail"] = inprocess(tail, ref, runs)
+    if "terminal" in only:
+        log("real terminal (store)")
+        r["terminal_store"] = terminal_store(store, runs, checkpoints)
+        log("real terminal (tail)")
+        r["terminal_tail"] = terminal_tail(tail, ref, runs, events)
+        r["whole_tail_peak_rss_kib"] = whole_tail_rss(tail, ref)
+    if "viewer" in only:
+        log("value viewer and jumps (in-process)")
+        r["viewer_jumps"] = viewer_and_jumps(args.workdir, tail, ref, runs)
+    if "follow" in only:
+        log("following a running agent (real terminal), the overview strip (in-process)")
+        r["follow"] = terminal_follow(args.workdir)
+        r["strip"] = strip(tail, ref)
     report(r)
     if args.json:
         args.json.write_text(json.dumps(r, indent=2))
@@ -651,9 +758,54 @@ def _mib(kib: float) -> str:
 
 
 def report(r: dict[str, Any]) -> None:
-    ips, ipt, ts, tt = r["inprocess_store"], r["inprocess_tail"], r["terminal_store"], r["terminal_tail"]
-    vj = r["viewer_jumps"]
     n, e = f"{r['checkpoints']:,}", f"{r['events']:,}"
+    rows: list[list[str]] = []
+    if "inprocess_store" in r:
+        rows += _paint_rows(r, n, e)
+    if "terminal_store" in r:
+        rows += _terminal_rows(r, n, e)
+    if "viewer_jumps" in r:
+        rows += _viewer_rows(r, e)
+    if "follow" in r:
+        f, st = r["follow"], r["strip"]
+        rows += [
+            [
+                "--follow: event recorded to its row on screen (median / p95 / max)",
+                f"{_ms(f['follow_median_s'])} / {_ms(f['follow_p95_s'])} / {_ms(f['follow_max_s'])}",
+                f"< {FOLLOW_TARGET:.0f} s",
+                verdict(f["follow_max_s"] < FOLLOW_TARGET),
+            ],
+            ["--follow: CPU of the idle TUI polling", f"{f['follow_idle_cpu'] * 100:.1f} %", "", ""],
+            [
+                f"overview strip over the {e}-event tail: first draw / again",
+                f"{_ms(st['strip_cold_s'])} / {_ms(st['strip_median_s'])}",
+                "",
+                "",
+            ],
+        ]
+    print(f"ckpt tui at scale: {n} checkpoints, a {e}-event tail; medians of {r['runs']} runs; terminal {SIZE[0]}x{SIZE[1]}\n")
+    print(table(["measure", "value", "target", "result"], rows))
+
+
+def _paint_rows(r: dict[str, Any], n: str, e: str) -> list[list[str]]:
+    ips, ipt = r["inprocess_store"], r["inprocess_tail"]
+    fp = f"< {FIRST_PAINT_TARGET:.0f} s"
+    return [
+        [f"first paint, store of {n} (in-process)", _ms(ips["first_paint_s"]), fp, verdict(ips["first_paint_s"] < FIRST_PAINT_TARGET)],
+        ["  of which imports / the rest", f"{_ms(ips['imports_s'])} / {_ms(ips['after_imports_s'])}", "", ""],
+        [f"first paint, {e}-event tail (in-process)", _ms(ipt["first_paint_s"]), fp, verdict(ipt["first_paint_s"] < FIRST_PAINT_TARGET)],
+        ["  of which imports / the rest", f"{_ms(ipt['imports_s'])} / {_ms(ipt['after_imports_s'])}", "", ""],
+        [
+            "timeline: UI work of Down / PageDown (in-process)",
+            f"{_ms(ipt['ui_down_median_s'])} / {_ms(ipt['ui_pagedown_median_s'])}",
+            "",
+            "",
+        ],
+    ]
+
+
+def _terminal_rows(r: dict[str, Any], n: str, e: str) -> list[list[str]]:
+    ts, tt = r["terminal_store"], r["terminal_tail"]
     fp = f"< {FIRST_PAINT_TARGET:.0f} s"
     mv = f"< {_ms(MOVE_MEDIAN_TARGET)} / {_ms(MOVE_P95_TARGET)}"
 
@@ -662,11 +814,7 @@ def report(r: dict[str, Any]) -> None:
 
     growth = tt["rss_after_20k_kib"] - tt["rss_all_kept_kib"]
     rows = [
-        [f"first paint, store of {n} (in-process)", _ms(ips["first_paint_s"]), fp, verdict(ips["first_paint_s"] < FIRST_PAINT_TARGET)],
-        ["  of which imports / the rest", f"{_ms(ips['imports_s'])} / {_ms(ips['after_imports_s'])}", "", ""],
         [f"first paint, store of {n} (terminal)", _ms(ts["first_paint_s"]), fp, verdict(ts["first_paint_s"] < FIRST_PAINT_TARGET)],
-        [f"first paint, {e}-event tail (in-process)", _ms(ipt["first_paint_s"]), fp, verdict(ipt["first_paint_s"] < FIRST_PAINT_TARGET)],
-        ["  of which imports / the rest", f"{_ms(ipt['imports_s'])} / {_ms(ipt['after_imports_s'])}", "", ""],
         [f"first paint, {e}-event tail (terminal)", _ms(tt["first_paint_s"]), fp, verdict(tt["first_paint_s"] < FIRST_PAINT_TARGET)],
         [
             "history: Down, key to frame (median / max)",
@@ -686,12 +834,6 @@ def report(r: dict[str, Any]) -> None:
             f"{_ms(tt['down_busy_median_s'])} / {_ms(tt['down_busy_p95_s'])}",
             mv,
             move_ok("down_busy"),
-        ],
-        [
-            "timeline: UI work of Down / PageDown (in-process)",
-            f"{_ms(ipt['ui_down_median_s'])} / {_ms(ipt['ui_pagedown_median_s'])}",
-            "",
-            "",
         ],
         [
             "timeline: End at once, row drawn",
@@ -719,6 +861,15 @@ def report(r: dict[str, Any]) -> None:
             f"+ < {SCROLL_GROWTH_TARGET_MIB} MiB",
             verdict(growth < SCROLL_GROWTH_TARGET_MIB * 1024),
         ],
+        ["peak RSS of the TUI, whole run", _mib(tt["hwm_end_kib"]), "", ""],
+        ["peak RSS of decoding the whole tail (load_tail)", _mib(r["whole_tail_peak_rss_kib"]), "", ""],
+    ]
+    return rows
+
+
+def _viewer_rows(r: dict[str, Any], e: str) -> list[list[str]]:
+    vj = r["viewer_jumps"]
+    return [
         [
             f"value viewer on a {BIG_VALUE // 1_000_000} MB string: Enter to first line (median / max)",
             f"{_ms(vj['viewer_median_s'])} / {_ms(vj['viewer_max_s'])}",
@@ -738,11 +889,7 @@ def report(r: dict[str, Any]) -> None:
             "",
             "",
         ],
-        ["peak RSS of the TUI, whole run", _mib(tt["hwm_end_kib"]), "", ""],
-        ["peak RSS of decoding the whole tail (load_tail)", _mib(r["whole_tail_peak_rss_kib"]), "", ""],
     ]
-    print(f"ckpt tui at scale: {n} checkpoints, a {e}-event tail; medians of {r['runs']} runs; terminal {SIZE[0]}x{SIZE[1]}\n")
-    print(table(["measure", "value", "target", "result"], rows))
 
 
 if __name__ == "__main__":

@@ -140,3 +140,15 @@ def test_history_at_80x24(snap_compare: Any, make_app: Factory) -> None:
 
 def test_timeline_at_80x24(snap_compare: Any, make_app: Factory) -> None:
     assert snap_compare(make_app("recorded", "timeline"), terminal_size=(80, 24), run_before=keys("g", *"21", "enter"))
+
+
+def test_timeline_overview_strip(snap_compare: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The strip above the events: the slow first half low, the burst of the second half
+    tall, errors red, checkpoints `┃`, the cursor's cell reversed (after `]e`, which builds
+    the jump index the marks come from)."""
+    from tests.test_tui_live import bursty_tail
+
+    _store_dir, cid = bursty_tail(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    app = CkptApp(open_session(ckptcli.open_store(Path(".ckpt")), prefill=False), checkpoint=cid, view="timeline", blink=False)
+    assert snap_compare(app, terminal_size=SIZE, run_before=keys("right_square_bracket", "e"))

@@ -15,7 +15,9 @@ render) and ckptcli.api; this package only draws it.
 from __future__ import annotations
 
 import gc
+import os
 import time
+from pathlib import Path
 from typing import ClassVar
 
 from textual import events
@@ -67,6 +69,7 @@ class CkptApp(App[None]):
         self.blink = blink
         self.sub_title = session.where
         self.last_input = 0.0
+        self._refs_seen: tuple[tuple[str, int], ...] = ()  # --follow: the latest refs' directories, as last seen
 
     def on_view_value(self, message: ViewValue) -> None:
         """Enter or v on a value (a tree node, a list row, a change), bubbled up from any
@@ -81,6 +84,9 @@ class CkptApp(App[None]):
 
         if self.tune_gc:
             self.set_interval(1.0, self._collect_when_idle)
+        if self.session.follow and isinstance(self.session.source, Store) and self.session.source.directory is not None:
+            self._refs_seen = self._refs_signature()
+            self.set_interval(1.0, self._follow_history)
         self.push_screen(HistoryScreen(self.session, focus=self.start_checkpoint))
         try:
             if self.start_checkpoint is not None and self.start_view == "checkpoint":
@@ -146,6 +152,31 @@ class CkptApp(App[None]):
 
         run_on(self.screen, kind)
 
+    def _refs_signature(self) -> tuple[tuple[str, int], ...]:
+        """When each directory of `latest` refs last changed (a take moves a ref by renaming
+        a file into it): a few stats, read every second while following."""
+        assert isinstance(self.session.source, Store) and self.session.source.directory is not None
+        root = self.session.source.directory / "refs" / "latest"
+        out: list[tuple[str, int]] = []
+        try:
+            out.append(("", root.stat().st_mtime_ns))
+            out += [(e.name, e.stat().st_mtime_ns) for e in os.scandir(root) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            pass
+        return tuple(sorted(out))
+
+    def _follow_history(self) -> None:
+        """`--follow`: the history shows the checkpoints taken since (its `r`) once a
+        subject's latest moved, when it is the screen shown (else when it is next shown)."""
+        from ckptcli.tui.screens.history import HistoryScreen
+
+        if not isinstance(self.screen, HistoryScreen):
+            return
+        now = self._refs_signature()
+        if now != self._refs_seen:
+            self._refs_seen = now
+            self.screen.action_refresh()
+
     def action_help(self) -> None:
         from ckptcli.tui.screens.help import HelpScreen
 
@@ -159,7 +190,15 @@ class CkptApp(App[None]):
 
 
 def run(
-    source: Store | CheckpointFile, *, checkpoint: bytes | None = None, view: View = "history", reducers: Reducers | None = None
+    source: Store | CheckpointFile,
+    *,
+    checkpoint: bytes | None = None,
+    view: View = "history",
+    reducers: Reducers | None = None,
+    follow: bool = False,
+    journal: Path | None = None,
 ) -> None:
-    """Run the TUI in this terminal until the user quits."""
-    CkptApp(open_session(source, reducers=reducers), checkpoint=checkpoint, view=view, tune_gc=True).run()
+    """Run the TUI in this terminal until the user quits (`follow`: timelines tail the run,
+    `journal` the recorder's journal to tail)."""
+    session = open_session(source, reducers=reducers, follow=follow, journal=journal)
+    CkptApp(session, checkpoint=checkpoint, view=view, tune_gc=True).run()

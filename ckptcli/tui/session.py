@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from textual.binding import Binding, BindingType
 
 from ckptcli.api import Checkpoint
-from ckptcli.history.events import Reducers
+from ckptcli.errors import CkptError
+from ckptcli.history.events import LABEL_SEQ, Reducers, labelled_seq
 from ckptcli.history.graph import History
 from ckptcli.history.lazylist import LRU
 from ckptcli.store.repository import Store
@@ -54,6 +56,10 @@ class Session:
     reducers: Reducers = field(default_factory=Reducers)
     #: build the timeline's kept states in the background after it opens
     prefill: bool = True
+    #: timelines follow the run (`ckpt tui --follow`, F): new events and checkpoints are appended
+    follow: bool = False
+    #: the recorder's journal a followed timeline tails (None: looked for beside the store)
+    journal: Path | None = None
     _checkpoints: LRU[bytes, Checkpoint] = field(default_factory=lambda: LRU(32))
 
     def checkpoint(self, cid: bytes) -> Checkpoint:
@@ -63,6 +69,74 @@ class Session:
             ck = Checkpoint(self.source, cid)
             self._checkpoints.put(cid, ck)
         return ck
+
+    def tail_range(self, cid: bytes) -> tuple[int, int] | None:
+        """(the seq before the first event, the last seq) of a checkpoint's event tail, read
+        from the tail's first and last events alone; None without a tail, or unreadable."""
+        from ckptcli.history.lazylist import LazyList
+        from ckptcli.history.timeline import events_root
+
+        try:
+            ck = self.checkpoint(cid)
+            tail = LazyList(ck.source, events_root(ck), f"checkpoint {ck.hex[:12]}: events")
+            n = len(tail)
+            if not n:
+                at = labelled_seq(ck.manifest.labels.get(LABEL_SEQ))
+                return at, at
+            first, last = tail.value(0).get("seq"), tail.value(n - 1).get("seq")
+        except CkptError:
+            return None
+        if type(first) is not int or type(last) is not int:
+            return None
+        return first - 1, last
+
+    def holder_of_seq(self, subject: str, seq: int, near: bytes, *, limit: int = 64) -> bytes | None:
+        """The checkpoint of `subject` whose event tail holds `seq` (its first event <= seq
+        <= its last), preferring `near`'s line: its ancestors (first parents), then its
+        descendants newest first, then the others newest first. Checkpoints labelled `events.seq` (a
+        recorder's: their last seq) are picked by their labels and their parent's, and at
+        most `limit` tails are read to confirm; None when no checkpoint holds it."""
+        nodes = self.history.rows(subject)
+        by_id = {n.id: n for n in nodes}
+
+        def last(cid: bytes) -> int | None:
+            n = by_id.get(cid)
+            label = n.labels.get(LABEL_SEQ) if n is not None else None
+            return labelled_seq(label) if label is not None else None
+
+        ancestors: dict[bytes, int] = {}
+        cid: bytes | None = near
+        while cid is not None and cid in by_id and cid not in ancestors:
+            ancestors[cid] = len(ancestors)
+            parents = by_id[cid].parents
+            cid = parents[0] if parents else None
+
+        below: set[bytes] = set()
+        todo = [near]
+        while todo:
+            for child in self.history.children.get(todo.pop(), []):
+                if child not in below and child in by_id:
+                    below.add(child)
+                    todo.append(child)
+
+        def plausible(n: Any) -> bool:
+            hi = last(n.id)
+            if hi is None:
+                return True  # unlabelled: its tail says
+            if hi < seq:
+                return False
+            lo = last(n.parents[0]) if n.parents else None
+            return lo is None or lo < seq
+
+        order = sorted(
+            (n for n in nodes if plausible(n)),
+            key=lambda n: (0, ancestors[n.id]) if n.id in ancestors else ((1, 0) if n.id in below else (2, -n.created_ns)),
+        )
+        for n in order[:limit]:
+            got = self.tail_range(n.id)
+            if got is not None and got[0] < seq <= got[1]:
+                return n.id
+        return None
 
     @property
     def is_file(self) -> bool:
@@ -82,6 +156,13 @@ class Session:
         return loc if rel.startswith("..") else rel
 
 
-def open_session(source: Store | CheckpointFile, *, reducers: Reducers | None = None, prefill: bool = True) -> Session:
+def open_session(
+    source: Store | CheckpointFile,
+    *,
+    reducers: Reducers | None = None,
+    prefill: bool = True,
+    follow: bool = False,
+    journal: Path | None = None,
+) -> Session:
     history = History.from_file(source) if isinstance(source, CheckpointFile) else History.from_store(source)
-    return Session(source, history, reducers or Reducers(), prefill)
+    return Session(source, history, reducers or Reducers(), prefill, follow, journal)

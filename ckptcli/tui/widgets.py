@@ -158,6 +158,15 @@ class VirtualList(ScrollView, can_focus=True):
         self.set_cursor(cursor)
         self.refresh()
 
+    def extend(self, count: int) -> None:
+        """Rows were appended (a followed timeline): `count` of them now. The cursor and
+        the scroll position stay where they are."""
+        if count == self.count:
+            return
+        self.count = count
+        self.virtual_size = Size(self.size.width, count)
+        self.refresh()
+
     def refresh_rows(self) -> None:
         """Draw every row again (their content changed)."""
         self._strips.clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -34,6 +35,25 @@ def tui_cmd(
     timeline: Annotated[
         bool, typer.Option("--timeline", help="Open the checkpoint's event timeline (needs a checkpoint: a file or a REF).")
     ] = False,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-F",
+            help="Follow a running agent: open the checkpoint's timeline (default: the latest) and append the events its "
+            "recorder writes and the checkpoints it takes as they come, as tail -f does.",
+        ),
+    ] = False,
+    journal: Annotated[
+        Path | None,
+        typer.Option(
+            "--journal",
+            metavar="FILE",
+            help="The recorder's journal to follow (default: the subject's journal found beside the store, in it, "
+            "or in the current directory).",
+            show_default=False,
+        ),
+    ] = None,
     reducers: ReducersOpt = None,
     store: StoreOpt = None,
 ) -> None:
@@ -64,9 +84,14 @@ def tui_cmd(
       ckpt tui agent:bot --timeline
 
       ckpt tui latest --reducers myagent.reducers:REDUCERS
+
+      ckpt tui agent:bot --follow
+
+      ckpt tui agent:bot --follow --journal bot.journal
     """
     from ckptcli import api
     from ckptcli.errors import UsageError
+    from ckptcli.store.repository import Store
 
     source, checkpoint = open_source(target, store, directory=True)
     from ckptcli.history.replay import load_reducers
@@ -74,8 +99,18 @@ def tui_cmd(
     red = load_reducers(reducers or [])
     # everything the first screen reads is read here, so that a missing manifest or a
     # tail that breaks formats/events.md is one line and its exit code, not a crash in the app
+    if journal is not None and not follow:
+        raise UsageError("--journal is the journal --follow tails", hint="add --follow: ckpt tui agent:bot --follow --journal bot.journal")
+    if follow and checkpoint is None:
+        if not isinstance(source, Store):
+            raise UsageError("--follow needs a store", hint="follow a running agent in its store: ckpt tui agent:bot --follow")
+        checkpoint = source.resolve("latest")
+    if journal is not None:
+        from ckptcli.history.recorder import read_journal
+
+        read_journal(journal)  # a file that is no journal: one line and its exit code, now
     opened = api.Checkpoint(source, checkpoint) if checkpoint is not None else None
-    if timeline:
+    if timeline or follow:
         if opened is None:
             raise UsageError("--timeline needs a checkpoint", hint="give a checkpoint file or a reference: ckpt tui latest --timeline")
         _check_tail(opened)
@@ -89,8 +124,10 @@ def tui_cmd(
     run(
         source,
         checkpoint=checkpoint,
-        view="timeline" if timeline else ("checkpoint" if checkpoint is not None else "history"),
+        view="timeline" if timeline or follow else ("checkpoint" if checkpoint is not None else "history"),
         reducers=red,
+        follow=follow,
+        journal=journal,
     )
 
 

@@ -15,7 +15,7 @@ import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import work
@@ -23,6 +23,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.events import Key
+from textual.timer import Timer
 from textual.widgets import Header, Input, Static
 from textual.worker import Worker, get_current_worker
 
@@ -33,10 +34,14 @@ from ckptcli.history.events import Event
 from ckptcli.history.render import Line, change_line, describe
 from ckptcli.history.timeline import STOP_CHECK_EVERY, StepView, Stopped, Timeline
 from ckptcli.tui.messages import JumpDone, JumpIndexReady, PrefillDone, SearchDone, StateFailed, StateReady, ViewValue
+from ckptcli.tui.overview import OverviewStrip
 from ckptcli.tui.screens.base import BaseScreen, KeyFooter, mark_text
 from ckptcli.tui.session import Host, Session
 from ckptcli.tui.valuetext import MISSING
 from ckptcli.tui.widgets import ValueTree, VirtualList, path_text, styled_lines
+
+if TYPE_CHECKING:
+    from ckptcli.tui.follow import Follow, FollowUpdate
 
 #: An event list narrower than this leaves out the events' times (the header shows the time at the cursor).
 NARROW_LIST = 56
@@ -93,6 +98,7 @@ class TimelineScreen(BaseScreen):
         Binding("c", "copy_id", "Copy id"),
         Binding("s", "focus_state", "State", show=False),
         Binding("v", "view", "View value", show=False),
+        Binding("F", "follow", "Follow"),
         Binding("right_square_bracket", "jump(1)", "Next …", show=False),
         Binding("left_square_bracket", "jump(-1)", "Previous …", show=False),
     ]
@@ -105,8 +111,10 @@ class TimelineScreen(BaseScreen):
     TimelineScreen Input { height: 3; }
     """
 
-    def __init__(self, session: Session, cid: bytes, *, row: int | None = None) -> None:
-        """`row`: the row to open at (the Events tab's row), else the snapshot's."""
+    def __init__(self, session: Session, cid: bytes, *, row: int | None = None, seq: int | None = None, follow: bool | None = None) -> None:
+        """`row`: the row to open at (the Events tab's row), else the snapshot's; `seq`: the
+        row of that seq; `follow`: tail the run (default: the session's `--follow`), the
+        cursor on the last row."""
         super().__init__(session)
         self.cid = cid
         self.start_row = row
@@ -122,12 +130,22 @@ class TimelineScreen(BaseScreen):
         self.shown_row = -1
         self.step_lines: list[Line] = []
         self.prefilled = len(self.model) <= self.model.every
+        if seq is not None:
+            self.start_row = self.model.row_for_seq(seq)
+        self.follow_at_start = session.follow if follow is None else follow
+        self.follower: Follow | None = None
+        self.follow_timer: Timer | None = None
+        self.polling = False
+        self.indexed_upto = 0  # rows the jump index was built from (rows appended later are added)
+        #: checkpoints taken while following: (their last seq, hex id), oldest first
+        self.live_checkpoints: list[tuple[int, str]] = []
 
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal():
             with Vertical(id="tl-left"):
                 yield Static(self._title(), id="tl-title", classes="pane-title")
+                yield OverviewStrip(self._row_time, id="overview")
                 yield TailList(self._render_row, len(self.model), on_highlight=self._request, id="events")
                 yield self.make_input("go to seq: a number", "goto")
                 yield self.make_input("search: a kind or text in the events (#42: seq 42)", "tsearch")
@@ -145,6 +163,11 @@ class TimelineScreen(BaseScreen):
         title = f"{n:,} events, seq {self.model.base_seq + 1:,}..{self.model.last_seq:,}"
         if n > self.model.every:
             title += f"; a state kept every {self.model.every:,}" + ("" if self.prefilled else " (replaying in the background)")
+        if self.follower is not None:
+            title += "; following"
+            if self.live_checkpoints:
+                seq, hex_id = self.live_checkpoints[-1]
+                title += f" (checkpoint {hex_id[:8]} at seq {seq:,})"
         return title
 
     def on_mount(self) -> None:
@@ -159,6 +182,41 @@ class TimelineScreen(BaseScreen):
             self.call_after_refresh(self._prefill)
         elif self.session.prefill:
             self.call_after_refresh(self._start_index)
+        if self.follow_at_start:
+            self.start_follow(cursor_to_end=self.start_row is None)
+        self.strip.update_run(len(self.model), self.events.cursor)
+        self.call_after_refresh(self.strip.activate)  # its reads wait for the first frame
+
+    @property
+    def strip(self) -> OverviewStrip:
+        return self.query_one("#overview", OverviewStrip)
+
+    def _row_time(self, r: int) -> int | None:
+        """The time of row r's event (the overview strip's cells), None for the snapshot or one unreadable."""
+        if r <= 0:
+            return None
+        try:
+            return self.model.event(r - 1, keep=False).ts
+        except CkptError:
+            return None
+
+    def _update_strip(self) -> None:
+        """The strip after the rows, the jump index or the checkpoints taken changed."""
+        errors = checkpoints = None
+        if self.jump_rows is not None:
+            errors = self.jump_rows["e"]
+            live = []
+            for seq, _hex in self.live_checkpoints:
+                try:
+                    live.append(self.model.row_for_seq(seq))
+                except CkptError:
+                    continue
+            checkpoints = sorted({*self.jump_rows["c"], *live})
+        self.strip.update_run(len(self.model), self.events.cursor, errors, checkpoints)
+
+    def on_overview_strip_jump(self, message: OverviewStrip.Jump) -> None:
+        self.events.focus()
+        self.events.set_cursor(message.row, center=True)
 
     @property
     def events(self) -> VirtualList:
@@ -193,6 +251,8 @@ class TimelineScreen(BaseScreen):
     # -- the state at the cursor ---------------------------------------------------------------------
     def _request(self, r: int) -> None:
         self.shown_row = r
+        for strip in self.query("#overview").results(OverviewStrip):
+            strip.move_cursor(r)
         self._show_header(r)
         # a step needs the states before and after its event: the one before decides the cost
         if self.model.cost(max(r - 1, 0)) <= SYNC_COST:
@@ -335,6 +395,33 @@ class TimelineScreen(BaseScreen):
         box.remove_class("hidden")
         box.focus()
 
+    def goto_elsewhere(self, seq: int) -> None:
+        """`g SEQ` outside this tail: the subject's checkpoint whose tail holds it is opened
+        at that seq, in place of this timeline (Session.holder_of_seq); when none holds it,
+        a notification says so and the cursor stays."""
+        subject = str(self.ck.manifest.subject)
+        holder = self.session.holder_of_seq(subject, seq, self.cid)
+        if holder is None:
+            self.notify(
+                f"seq {seq:,} is not in this tail (seq {self.model.base_seq:,} (the snapshot) to {self.model.last_seq:,}) "
+                f"nor in any other checkpoint of {subject}",
+                severity="warning",
+                timeout=6,
+            )
+            return
+        try:
+            screen = TimelineScreen(self.session, holder, seq=seq)
+        except CkptError as exc:
+            self.error(exc)
+            return
+        self.workers.cancel_group(self, "replay")
+        self.workers.cancel_group(self, "search")
+        self.workers.cancel_group(self, "index")
+        if self.follower is not None:
+            self.stop_follow()
+        self.app.switch_screen(screen)
+        self.app.notify(f"seq {seq:,} is in checkpoint {holder.hex()[:12]}: its timeline", timeout=4)
+
     def action_search(self) -> None:
         box = self.query_one("#tsearch", Input)
         box.value = self.search_text
@@ -355,11 +442,7 @@ class TimelineScreen(BaseScreen):
                 return
             seq = int(text)
             if not self.model.base_seq <= seq <= self.model.last_seq:
-                self.notify(
-                    f"seq {seq:,} is not in this tail: it holds seq {self.model.base_seq:,} (the snapshot) to {self.model.last_seq:,}",
-                    severity="warning",
-                    timeout=5,
-                )
+                self.goto_elsewhere(seq)
                 return
             try:
                 self.events.set_cursor(self.model.row_for_seq(seq), center=True)
@@ -498,8 +581,9 @@ class TimelineScreen(BaseScreen):
         should_stop = self._stopper(worker)
         tests = [(k, test) for k, (_what, test) in JUMPS.items()]
         rows: dict[str, array[int]] = {k: array("i") for k in JUMPS}
+        n = len(self.model)
         try:
-            for r in range(1, len(self.model)):
+            for r in range(1, n):
                 if r % STOP_CHECK_EVERY == 0 and should_stop():
                     return
                 ev = self.model.event(r - 1, keep=False)
@@ -508,10 +592,29 @@ class TimelineScreen(BaseScreen):
                         rows[k].append(r)
         except CkptError:
             return  # an event that does not fit: jumps keep reading events
+        self.indexed_upto = n
         self.post_message(JumpIndexReady(rows))
 
     def on_jump_index_ready(self, message: JumpIndexReady) -> None:
         self.jump_rows = message.rows
+        self._index_rows(self.indexed_upto, len(self.model))  # rows a follow appended meanwhile
+        self._update_strip()
+
+    def _index_rows(self, start: int, end: int) -> None:
+        """Add rows start..end-1 (appended while following) to the jump index."""
+        if self.jump_rows is None:
+            return
+        try:
+            for r in range(max(start, 1), end):
+                ev = self.model.event(r - 1)
+                for k, (_what, test) in JUMPS.items():
+                    if test(ev):
+                        self.jump_rows[k].append(r)
+        except CkptError:
+            self.jump_rows = None  # jumps read events again
+            self.indexing = False
+            return
+        self.indexed_upto = end
 
     @work(thread=True, exclusive=True, group="search")
     def _jump(self, key: str, start: int, direction: int) -> None:
@@ -536,3 +639,90 @@ class TimelineScreen(BaseScreen):
             self.notify(f"no other {message.what} in this tail", severity="warning", timeout=3)
         else:
             self.events.set_cursor(message.row, center=True)
+
+    # -- following the run: F, ckpt tui --follow ------------------------------------------------------
+    def action_follow(self) -> None:
+        if self.follower is None:
+            self.start_follow(cursor_to_end=True)
+        else:
+            self.stop_follow()
+
+    def start_follow(self, *, cursor_to_end: bool) -> None:
+        """Tail the run from this timeline's last event on: the checkpoints taken after it
+        and the recorder's journal (the session's, else one found beside the store), polled
+        every POLL_SECONDS in a worker; new events are rows appended at the end."""
+        from ckptcli.tui.follow import POLL_SECONDS, Follow, LiveEvents, journal_places  # not on the first paint's path
+
+        if not isinstance(self.model.events, LiveEvents):
+            self.model.events = LiveEvents(self.model.events)
+        from ckptcli.store.repository import Store
+
+        store = self.session.source if isinstance(self.session.source, Store) else None
+        subject = str(self.ck.manifest.subject)
+        journal = self.session.journal
+        try:
+            last = self.model.last_seq
+        except CkptError as exc:
+            self.error(exc)
+            return
+        places = journal_places(store) if journal is None and store is not None else None  # looked in by the polls
+        self.follower = Follow(store, subject, last, {self.cid}, journal, places)
+        self.follow_timer = self.set_interval(POLL_SECONDS, self._tick)
+        self.query_one("#tl-title", Static).update(self._title(), layout=False)
+        where = f"journal {journal}" if journal is not None else "its checkpoints, and its journal once found beside the store"
+        self.notify(f"following {subject}: {where}; F stops", timeout=4)
+        if cursor_to_end:
+            self.events.set_cursor(len(self.model) - 1)
+
+    def stop_follow(self) -> None:
+        if self.follow_timer is not None:
+            self.follow_timer.stop()
+        self.follow_timer = None
+        self.follower = None
+        self.workers.cancel_group(self, "follow")
+        self.polling = False
+        self.query_one("#tl-title", Static).update(self._title(), layout=False)
+        self.notify("stopped following", timeout=2)
+
+    def _tick(self) -> None:
+        if self.follower is not None and not self.polling:
+            self.polling = True
+            self._poll(self.follower)
+
+    @work(thread=True, group="follow")
+    def _poll(self, follower: Follow) -> None:
+        from ckptcli.tui.follow import FollowUpdate
+
+        try:
+            update = follower.poll()
+        except Exception as exc:  # noqa: BLE001 - a journal or store that cannot be read: said, not a crash
+            update = FollowUpdate([], [], follower)
+            self.app.call_from_thread(self.notify, f"following: {exc}", severity="warning", timeout=4)
+        self.post_message(update if update is not None else FollowUpdate([], [], follower))
+
+    def on_follow_update(self, message: FollowUpdate) -> None:
+        if self.follower is None or message.follower is not self.follower:
+            return  # a poll of a follow stopped since
+        self.polling = False
+        if message.found is not None:
+            self.notify(f"following the journal {message.found}", timeout=3)
+        if not (message.events or message.checkpoints):
+            return
+        events = self.events
+        before = len(self.model)
+        at_end = events.cursor >= before - 1
+        if message.events:
+            from ckptcli.tui.follow import LiveEvents
+
+            assert isinstance(self.model.events, LiveEvents)
+            self.model.events.append(message.events)
+        after = len(self.model)
+        for hex_id, seq in message.checkpoints:
+            self.live_checkpoints.append((seq, hex_id))
+        if after != before:
+            self._index_rows(before, after)
+            events.extend(after)
+            if at_end:  # the cursor was at the end: it follows
+                events.set_cursor(after - 1)
+        self.query_one("#tl-title", Static).update(self._title(), layout=False)
+        self._update_strip()
