@@ -43,7 +43,7 @@ from ckptcli.errors import (
 )
 from ckptcli.format.values import Decoder, LazyBytes
 from ckptcli.progress import NULL, Progress
-from ckptcli.store.backend import create_temp
+from ckptcli.store.backend import create_temp, syncfs
 
 # the tree's names stay importable from here (ckptcli.blobs held them all before 0.3)
 __all__ = [
@@ -151,8 +151,12 @@ class _Writer:
         self.created: list[tuple[_Parts, str]] = []
         self.aside: list[tuple[_Parts, str, str]] = []  # (directory, name kept aside, its own name)
         self.modes: list[tuple[_Parts, int]] = []  # existing directories whose mode was set
+        #: every file written and every directory written into, for durable=True where
+        #: there is no syncfs: (directory, name), name "" for the directory itself
+        self.to_sync: list[tuple[_Parts, str]] = []
 
     def write_entries(self, dir_fd: int, entries: dict[str, Any], parts: _Parts, fresh: bool) -> None:
+        self.to_sync.append((parts, ""))
         for name, entry in entries.items():
             kind = entry["type"]
             if (*parts, name) in self.protect:
@@ -270,6 +274,7 @@ class _Writer:
             raise
         if not fresh:
             self.created.append((parts, name))
+        self.to_sync.append((parts, name))
         self.report.files += 1
         mtime = entry.get("mtime_ns")
         if isinstance(mtime, int):
@@ -308,6 +313,30 @@ class _Writer:
                 finally:
                     os.close(fd)
         return left
+
+    def sync(self, root_fd: int, path: Path, done: set[int]) -> None:
+        """Make what was written durable: one syncfs(2) of the target's file system (once
+        per file system: `done` holds the devices synced), else an fsync of each file
+        written and each directory written into. Raises OSError."""
+        dev = os.fstat(root_fd).st_dev
+        if dev in done:
+            return
+        if syncfs(path):
+            done.add(dev)
+            return
+        for parts, name in self.to_sync:
+            fd = _open_dir(root_fd, parts)
+            try:
+                if not name:
+                    os.fsync(fd)
+                    continue
+                ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                try:
+                    os.fsync(ffd)
+                finally:
+                    os.close(ffd)
+            finally:
+                os.close(fd)
 
     def drop_aside(self, root_fd: int) -> None:
         """After success: remove what was replaced."""
@@ -388,6 +417,7 @@ def restore_blobs(
     include: list[str] | None = None,
     dry_run: bool = False,
     protect: list[Path] | None = None,
+    durable: bool = False,
 ) -> int:
     """Write blob entries under `target` (created if missing); returns bytes written.
 
@@ -407,6 +437,14 @@ def restore_blobs(
     these globs (make_matcher) are written, and deleted. `dry_run`: nothing is written;
     `report.written`/`report.deleted` say what would be. Nothing at or below a path in
     `protect` (the store restored from) is written or deleted.
+
+    Durability (docs/design.md, "Restore: what it promises"): by default the files are
+    in the page cache when this returns, as after `tar -x` or `restic restore`: another
+    process, or this one after a crash of its own, sees all of them, but a power cut or
+    kernel crash soon after may lose some. `durable`: before returning, and before what
+    was replaced or deleted is dropped, everything written is on disk: one syncfs(2) of
+    each target's file system (Linux), else an fsync of every file written and every
+    directory written into.
     """
     rep = report if report is not None else RestoreReport()
     chosen, match = _choose(blobs, names, include, where)
@@ -432,7 +470,7 @@ def restore_blobs(
         return total
     progress.start("restoring blobs", total)
     try:
-        _write_targets(targets, overwrite)
+        _write_targets(targets, overwrite, durable)
     except BaseException as exc:
         _undo_failed(targets, exc)
         raise
@@ -445,9 +483,10 @@ def restore_blobs(
     return total
 
 
-def _write_targets(targets: list[_Target], overwrite: bool) -> None:
-    """Open every target and check it for conflicts, then write them all, then drop
-    what was kept aside (all targets are checked before the first is written)."""
+def _write_targets(targets: list[_Target], overwrite: bool, durable: bool = False) -> None:
+    """Open every target and check it for conflicts, then write them all, then (durable)
+    sync them, then drop what was kept aside (all targets are checked before the first
+    is written)."""
     for t in targets:
         _open_target(t)
         if not t.fresh:
@@ -455,6 +494,11 @@ def _write_targets(targets: list[_Target], overwrite: bool) -> None:
     for t in targets:
         assert t.writer is not None
         t.writer.write_entries(t.root_fd, t.entries, (), t.fresh)
+    if durable:
+        synced: set[int] = set()
+        for t in targets:
+            assert t.writer is not None
+            t.writer.sync(t.root_fd, t.path, synced)
     for t in targets:
         assert t.writer is not None
         t.writer.drop_aside(t.root_fd)
