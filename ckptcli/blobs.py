@@ -8,14 +8,19 @@ through directory file descriptors with O_NOFOLLOW, so neither a hostile name
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import shutil
 import stat
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckptcli._util.threads import executor
 from ckptcli._util.units import human_size
 from ckptcli.blobfs import _DIR_FLAGS, _check_conflicts, _conflict, _dir_aside, _keep_aside, _open_dir, _Parts, _rel, _remove
 from ckptcli.blobtree import (
@@ -111,6 +116,30 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
+#: files whose content is written at once, each on a thread of its own (FILE_WRITERS
+#: threads): a large file's pieces are still read, decompressed and checked on the chunk
+#: pool, while the writes (and the waits for them) of two files overlap
+FILE_WRITERS = 2
+#: files smaller than this are written on the walking thread (a hand-off costs more)
+SMALL_FILE = 1024 * 1024
+
+
+class _AbandonedError(Exception):
+    """A writer thread's file is no longer wanted (the restore failed elsewhere)."""
+
+
+@dataclass
+class _Pending:
+    """A file whose content is being written on a writer thread; the rest (mode, rename
+    into place, mtime) is done by `_Writer.settle` on the walking thread, in order."""
+
+    future: Future[None]
+    dir_fd: int
+    tmp: str
+    fd: int
+    finish: Callable[[], None]
+
+
 class _Writer:
     """Writes a validated blob tree, remembering enough to undo it.
 
@@ -154,17 +183,76 @@ class _Writer:
         #: every file written and every directory written into, for durable=True where
         #: there is no syncfs: (directory, name), name "" for the directory itself
         self.to_sync: list[tuple[_Parts, str]] = []
+        #: files being written on writer threads, oldest first (settled before their
+        #: directory's descriptor is closed)
+        self.pending: collections.deque[_Pending] = collections.deque()
+        self._progress_lock = threading.Lock()
+        self._stop = threading.Event()  # set by abandon: writer threads stop at the next piece
+
+    def _advance(self, n: int) -> None:
+        with self._progress_lock:  # writer threads report too; a caller's Progress need not be thread-safe
+            self.progress.advance(n)
+
+    def _content(self, fd: int, data: Any) -> None:
+        """Write a file's content (on any thread)."""
+        if isinstance(data, LazyBytes):
+            for piece in self.decoder.iter_bytes(data.oid):
+                if self._stop.is_set():
+                    raise _AbandonedError
+                _write_all(fd, piece)
+                self._advance(len(piece))
+        else:
+            _write_all(fd, data)
+            self._advance(len(data))
+
+    def settle(self, keep: int = 0) -> None:
+        """Finish the oldest pending files until `keep` remain: wait for the content, then
+        mode, rename and mtime, in the order the files were started."""
+        while len(self.pending) > keep:
+            p = self.pending[0]
+            try:
+                p.future.result()
+            except BaseException:
+                self.abandon()
+                raise
+            self.pending.popleft()
+            p.finish()
+
+    def abandon(self) -> None:
+        """After a failure: wait for every pending file's writer, close and remove its
+        temporary file (nothing of it was renamed into place yet)."""
+        if self.pending:
+            self._stop.set()
+        while self.pending:
+            p = self.pending.popleft()
+            p.future.cancel()
+            with contextlib.suppress(BaseException):
+                p.future.exception()
+            with contextlib.suppress(OSError):
+                os.close(p.fd)
+            with contextlib.suppress(OSError):
+                os.unlink(p.tmp, dir_fd=p.dir_fd)
 
     def write_entries(self, dir_fd: int, entries: dict[str, Any], parts: _Parts, fresh: bool) -> None:
+        """Write `entries` into the directory `dir_fd`; every file of it is settled
+        (complete, in place) when this returns, before the caller closes `dir_fd`."""
+        try:
+            self._write_entries(dir_fd, entries, parts, fresh)
+            self.settle()
+        except BaseException:
+            self.abandon()  # while every directory of a pending file is still open
+            raise
+
+    def _write_entries(self, dir_fd: int, entries: dict[str, Any], parts: _Parts, fresh: bool) -> None:
         self.to_sync.append((parts, ""))
         for name, entry in entries.items():
             kind = entry["type"]
             if (*parts, name) in self.protect:
                 continue
-            self.current = _rel(parts, name)
+            self.current = rel = _rel(parts, name)
             if kind == "file":
                 self._file(dir_fd, name, entry, entries, parts, fresh)
-                self.report.written.append(self.shown + self.current)
+                self.report.written.append(self.shown + rel)
             elif kind == "dir":
                 self._dir(dir_fd, name, entry, entries, parts, fresh)
             elif kind == "symlink":
@@ -252,16 +340,41 @@ class _Writer:
 
     def _file(self, dir_fd: int, name: str, entry: dict[str, Any], entries: dict[str, Any], parts: _Parts, fresh: bool) -> None:
         tmp, fd = create_temp(dir_fd, avoid=entries)
+        data = entry["data"]
+        current = self.current
+
+        def finish() -> None:
+            self.current = current
+            self._place(dir_fd, name, tmp, fd, entry, entries, parts, fresh)
+
+        if isinstance(data, LazyBytes) and int(entry.get("size", 0)) >= SMALL_FILE:
+            # a big file: its content on a writer thread, while the next is started
+            self.settle(keep=FILE_WRITERS - 1)
+            self.current = current
+            try:
+                future = executor("ckpt-restore", FILE_WRITERS).submit(self._content, fd, data)
+            except BaseException:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dir_fd)
+                raise
+            self.pending.append(_Pending(future, dir_fd, tmp, fd, finish))
+            return
+        try:
+            self._content(fd, data)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        finish()
+
+    def _place(
+        self, dir_fd: int, name: str, tmp: str, fd: int, entry: dict[str, Any], entries: dict[str, Any], parts: _Parts, fresh: bool
+    ) -> None:
+        """The content of `tmp` (open as `fd`) is written: its mode, then renamed to `name`."""
         try:
             try:
-                data = entry["data"]
-                if isinstance(data, LazyBytes):
-                    for piece in self.decoder.iter_bytes(data.oid):
-                        _write_all(fd, piece)
-                        self.progress.advance(len(piece))
-                else:
-                    _write_all(fd, data)
-                    self.progress.advance(len(data))
                 os.fchmod(fd, self._mode(entry, 0o644))
             finally:
                 os.close(fd)

@@ -120,7 +120,9 @@ def test_durable_syncs_before_dropping_what_it_replaced(
     assert (out / "w" / "a.bin").read_bytes() == files["a.bin"]
 
 
-def test_cli_durable_reaches_the_sync(taken: tuple[Path, dict[str, bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any) -> None:
+def test_cli_durable_reaches_the_sync(
+    taken: tuple[Path, dict[str, bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any
+) -> None:
     store, _files = taken
     calls = _syncfs_calls(monkeypatch, True)
     r = cli("restore", "latest", "--no-state", "--blobs", tmp_path / "o1", "--store", store)
