@@ -59,6 +59,13 @@ class PackWriter:
         self.io_after = io_after
         self.pending: collections.deque[tuple[int, Future[None]]] = collections.deque()
         self.queued = 0
+        # writes for the I/O thread, handed over _IO_BATCH bytes at a time: one hand-off
+        # (and one wake-up of that thread) per ~16 objects rather than per object
+        self.batch: list[bytes | memoryview] = []
+        self.batch_bytes = 0
+        #: the first write that failed on the I/O thread: the pack is then never committed
+        #: (a batch stops at its failed write, so the file may end cleanly where it broke)
+        self.failed: BaseException | None = None
         self.temp, self.fh = backend.open_temp()
         # version 1 names a pack by the SHA-256 of every byte; version 2 by its header,
         # object ids and trailer, with an XXH3-64 of each object's stored bytes in the
@@ -77,10 +84,31 @@ class PackWriter:
         if self.io is None:
             self._write_now(data)
             return
-        self.pending.append((len(data), self.io.submit(self._write_now, data)))
-        self.queued += len(data)
+        self.batch.append(data)
+        self.batch_bytes += len(data)
+        if self.batch_bytes >= _IO_BATCH:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Queue the batched writes for the I/O thread (at most _IO_AHEAD bytes queued)."""
+        if not self.batch or self.io is None:
+            return
+        batch, n = self.batch, self.batch_bytes
+        self.batch, self.batch_bytes = [], 0
+        self.pending.append((n, self.io.submit(self._write_many, batch)))
+        self.queued += n
         while self.queued > _IO_AHEAD:
             self._wait_one()
+
+    def _write_many(self, batch: list[bytes | memoryview]) -> None:
+        if self.failed is not None:
+            raise self.failed
+        try:
+            for data in batch:
+                self._write_now(data)
+        except BaseException as exc:
+            self.failed = exc
+            raise
 
     def _wait_one(self) -> None:
         n, fut = self.pending.popleft()
@@ -116,6 +144,7 @@ class PackWriter:
         table = framing.encode_record(framing.KIND_PACK_TRAILER, {"objects": objects}, self.version)
         self._write(table)
         self._write(_U32.pack(len(table)))
+        self._hand_over()
         v2_id = None if self.hasher is not None else framing.pack_id_v2(self.header, [r[0] for r in self.rows], table)
 
         def pack_id() -> bytes:
@@ -135,6 +164,9 @@ class PackWriter:
         return wait
 
     def _commit(self, pack_id: bytes) -> tuple[bytes, list[list[Any]]]:
+        if self.failed is not None:
+            self.backend.discard_temp(self.temp, self.fh)
+            raise self.failed
         self.backend.commit_temp(self.temp, self.fh, pack_path(pack_id))
         return pack_id, self.rows
 
@@ -143,6 +175,7 @@ class PackWriter:
             self._wait_one()
 
     def abort(self) -> None:
+        self.batch, self.batch_bytes = [], 0
         for _n, fut in self.pending:
             with contextlib.suppress(Exception):
                 fut.result()
@@ -151,6 +184,7 @@ class PackWriter:
 
 
 _IO_AHEAD = 16 << 20  # bytes of pack writes queued for the I/O thread
+_IO_BATCH = 1 << 20  # bytes of pack writes handed to the I/O thread at once
 
 
 def _io_pool() -> ThreadPoolExecutor:
