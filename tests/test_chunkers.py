@@ -16,6 +16,7 @@ from ckptcli.api import init_store, open_store, take
 from ckptcli.errors import CorruptError, InvalidInputError
 from ckptcli.format import framing
 from ckptcli.format.chunker import CHUNKERS, DEFAULT_CHUNKER, LEGACY_CHUNKER, chunk_bytes, cutter, iter_chunks
+from ckptcli.format.chunker import PARAMS as STORE_PARAMS
 from ckptcli.store import layout
 from ckptcli.store.repository import Store, StoreConfig, read_config
 from tests.conftest import run_ckpt
@@ -28,7 +29,7 @@ def _random(n: int, seed: int) -> bytes:
 
 
 def _chunk_ids(data: bytes, algorithm: str) -> set[bytes]:
-    return {hashlib.sha256(c).digest() for c in chunk_bytes(data, PARAMS, algorithm)}
+    return {hashlib.sha256(c).digest() for c in chunk_bytes(data, STORE_PARAMS[algorithm], algorithm)}
 
 
 def test_a_new_store_records_the_new_chunker_and_the_option_keeps_the_old(tmp_path: Path) -> None:
@@ -39,6 +40,8 @@ def test_a_new_store_records_the_new_chunker_and_the_option_keeps_the_old(tmp_pa
     assert open_store(tmp_path / "old").config.chunker == LEGACY_CHUNKER == old.config.chunker
     body = framing.decode_record((tmp_path / "old" / layout.CONFIG).read_bytes(), framing.KIND_CONFIG, "config")[1]
     assert body["chunker"] == {"algorithm": "fastcdc", "min": 16384, "avg": 65536, "max": 262144}
+    body = framing.decode_record((tmp_path / "new" / layout.CONFIG).read_bytes(), framing.KIND_CONFIG, "config")[1]
+    assert body["chunker"] == {"algorithm": "fastcdc2020", "min": 16384, "avg": 32768, "max": 262144}
 
 
 @pytest.mark.parametrize("algorithm", CHUNKERS)
@@ -110,7 +113,7 @@ def test_an_unknown_chunker_leaves_the_store_readable_and_a_take_refused(tmp_pat
 def test_impossible_sizes_for_the_new_chunker_are_damage(tmp_path: Path) -> None:
     store = init_store(tmp_path / "s")
     cfg = store.config
-    bad = StoreConfig(cfg.version, cfg.store_id, cfg.created_ns, (65536, 65536, 262144), DEFAULT_CHUNKER)
+    bad = StoreConfig(cfg.version, cfg.store_id, cfg.created_ns, (2 << 20, 2 << 20, 4 << 20), DEFAULT_CHUNKER)
     store.backend.write_atomic(layout.CONFIG, bad.encode())
     with pytest.raises(CorruptError, match="outside what fastcdc2020 cuts"):
         Store.open(tmp_path / "s")

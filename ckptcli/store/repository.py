@@ -34,6 +34,7 @@ from ckptcli.errors import (
 )
 from ckptcli.format import framing, limits
 from ckptcli.format.chunker import CHUNKERS, DEFAULT_CHUNKER, LEGACY_CHUNKER
+from ckptcli.format.chunker import PARAMS as CHUNKER_PARAMS
 from ckptcli.format.chunker import check_params as check_chunker
 from ckptcli.format.manifest import Manifest
 from ckptcli.store import layout
@@ -311,7 +312,7 @@ class Store(Refs):
         chunker = chunker or DEFAULT_CHUNKER
         if chunker not in CHUNKERS:
             raise InvalidInputError(f"unknown chunker {chunker!r}", hint=f"use one of {', '.join(CHUNKERS)}")
-        config = StoreConfig(version, secrets.token_bytes(16), time.time_ns(), (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX), chunker)
+        config = StoreConfig(version, secrets.token_bytes(16), time.time_ns(), CHUNKER_PARAMS[chunker], chunker)
         path = store_location(path)  # a path given as a string is a local directory, with its file locks
         if isinstance(path, str):
             io = _remote(path, options)
