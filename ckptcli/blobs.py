@@ -339,18 +339,20 @@ class _Writer:
         self.report.dirs += 1
 
     def _file(self, dir_fd: int, name: str, entry: dict[str, Any], entries: dict[str, Any], parts: _Parts, fresh: bool) -> None:
-        tmp, fd = create_temp(dir_fd, avoid=entries)
         data = entry["data"]
         current = self.current
+        big = isinstance(data, LazyBytes) and int(entry.get("size", 0)) >= SMALL_FILE
+        if big:
+            self.settle(keep=FILE_WRITERS - 1)  # before this file's temporary exists
+            self.current = current
+        tmp, fd = create_temp(dir_fd, avoid=entries)
 
         def finish() -> None:
             self.current = current
             self._place(dir_fd, name, tmp, fd, entry, entries, parts, fresh)
 
-        if isinstance(data, LazyBytes) and int(entry.get("size", 0)) >= SMALL_FILE:
-            # a big file: its content on a writer thread, while the next is started
-            self.settle(keep=FILE_WRITERS - 1)
-            self.current = current
+        if big:
+            # its content on a writer thread, while the walk goes on to the next file
             try:
                 future = executor("ckpt-restore", FILE_WRITERS).submit(self._content, fd, data)
             except BaseException:
@@ -443,7 +445,7 @@ class _Writer:
                 if not name:
                     os.fsync(fd)
                     continue
-                ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
                 try:
                     os.fsync(ffd)
                 finally:
