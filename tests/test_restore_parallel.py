@@ -84,14 +84,19 @@ def test_a_damaged_big_file_undoes_a_fresh_target(taken: tuple[Path, Path, dict[
     assert not (tmp_path / "out").exists()
 
 
-def test_a_damaged_big_file_puts_back_what_the_target_held(taken: tuple[Path, Path, dict[str, bytes]], tmp_path: Path) -> None:
+@pytest.mark.parametrize("damaged", ["big0.bin", "big4.bin"])
+def test_a_damaged_big_file_puts_back_what_the_target_held(
+    taken: tuple[Path, Path, dict[str, bytes]], tmp_path: Path, damaged: str
+) -> None:
+    """big0 fails while big2 waits for a writer slot; big4 once the walk has moved on
+    into sub/: either way no temporary file stays and the old files are back."""
     store, _src, files = taken
     out = tmp_path / "out"
     (out / "w" / "sub").mkdir(parents=True)
     for rel in ("big0.bin", "big4.bin", "small2.txt", "sub/big.bin"):
         (out / "w" / rel).write_bytes(b"old " + rel.encode())
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    _damage_a_chunk_of(store, files["big4.bin"])
+    _damage_a_chunk_of(store, files[damaged])
     with pytest.raises(CorruptError):
         open_checkpoint("latest", store_path=store).restore_blobs(out, overwrite=True)
     after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
