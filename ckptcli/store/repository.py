@@ -274,7 +274,7 @@ def read_config(backend: Backend, where: str) -> StoreConfig:
     if algorithm in CHUNKERS and (problem := check_chunker(algorithm, cdc)):
         raise CorruptError(f"{where}: store config has {problem}")
     # A chunker this ckpt does not know (a newer one's) leaves the store readable; a take
-    # into it refuses (Store.chunker), as cutting with another would share no chunks.
+    # into it is refused (Encoder), as cutting with another would share no chunks.
     return config
 
 
