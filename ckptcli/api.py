@@ -105,10 +105,11 @@ def open_store(path: PathLike | None = None) -> Store:
     return Store.open(store_location(path) if path is not None else None)
 
 
-def init_store(path: PathLike, version: int = limits.FORMAT_VERSION) -> Store:
+def init_store(path: PathLike, version: int = limits.FORMAT_VERSION, *, chunker: str | None = None) -> Store:
     """Create an empty store at `path` (a directory, or a URL such as s3://bucket/prefix),
-    writing format `version` (the newest by default)."""
-    return Store.init(store_location(path), version)
+    writing format `version` (the newest by default), its data cut by `chunker`
+    (ckptcli.format.chunker.CHUNKERS; the newest by default)."""
+    return Store.init(store_location(path), version, chunker=chunker)
 
 
 # -- verify ----------------------------------------------------------------------------------

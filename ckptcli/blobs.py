@@ -8,14 +8,19 @@ through directory file descriptors with O_NOFOLLOW, so neither a hostile name
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import shutil
 import stat
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ckptcli._util.threads import executor
 from ckptcli._util.units import human_size
 from ckptcli.blobfs import _DIR_FLAGS, _check_conflicts, _conflict, _dir_aside, _keep_aside, _open_dir, _Parts, _rel, _remove
 from ckptcli.blobtree import (
@@ -43,7 +48,7 @@ from ckptcli.errors import (
 )
 from ckptcli.format.values import Decoder, LazyBytes
 from ckptcli.progress import NULL, Progress
-from ckptcli.store.backend import create_temp
+from ckptcli.store.backend import create_temp, syncfs
 
 # the tree's names stay importable from here (ckptcli.blobs held them all before 0.3)
 __all__ = [
@@ -111,6 +116,30 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
+#: files whose content is written at once, each on a thread of its own (FILE_WRITERS
+#: threads): a large file's pieces are still read, decompressed and checked on the chunk
+#: pool, while the writes (and the waits for them) of two files overlap
+FILE_WRITERS = 2
+#: files smaller than this are written on the walking thread (a hand-off costs more)
+SMALL_FILE = 1024 * 1024
+
+
+class _AbandonedError(Exception):
+    """A writer thread's file is no longer wanted (the restore failed elsewhere)."""
+
+
+@dataclass
+class _Pending:
+    """A file whose content is being written on a writer thread; the rest (mode, rename
+    into place, mtime) is done by `_Writer.settle` on the walking thread, in order."""
+
+    future: Future[None]
+    dir_fd: int
+    tmp: str
+    fd: int
+    finish: Callable[[], None]
+
+
 class _Writer:
     """Writes a validated blob tree, remembering enough to undo it.
 
@@ -151,16 +180,79 @@ class _Writer:
         self.created: list[tuple[_Parts, str]] = []
         self.aside: list[tuple[_Parts, str, str]] = []  # (directory, name kept aside, its own name)
         self.modes: list[tuple[_Parts, int]] = []  # existing directories whose mode was set
+        #: every file written and every directory written into, for durable=True where
+        #: there is no syncfs: (directory, name), name "" for the directory itself
+        self.to_sync: list[tuple[_Parts, str]] = []
+        #: files being written on writer threads, oldest first (settled before their
+        #: directory's descriptor is closed)
+        self.pending: collections.deque[_Pending] = collections.deque()
+        self._progress_lock = threading.Lock()
+        self._stop = threading.Event()  # set by abandon: writer threads stop at the next piece
+
+    def _advance(self, n: int) -> None:
+        with self._progress_lock:  # writer threads report too; a caller's Progress need not be thread-safe
+            self.progress.advance(n)
+
+    def _content(self, fd: int, data: Any) -> None:
+        """Write a file's content (on any thread)."""
+        if isinstance(data, LazyBytes):
+            for piece in self.decoder.iter_bytes(data.oid):
+                if self._stop.is_set():
+                    raise _AbandonedError
+                _write_all(fd, piece)
+                self._advance(len(piece))
+        else:
+            _write_all(fd, data)
+            self._advance(len(data))
+
+    def settle(self, keep: int = 0) -> None:
+        """Finish the oldest pending files until `keep` remain: wait for the content, then
+        mode, rename and mtime, in the order the files were started."""
+        while len(self.pending) > keep:
+            p = self.pending[0]
+            try:
+                p.future.result()
+            except BaseException:
+                self.abandon()
+                raise
+            self.pending.popleft()
+            p.finish()
+
+    def abandon(self) -> None:
+        """After a failure: wait for every pending file's writer, close and remove its
+        temporary file (nothing of it was renamed into place yet)."""
+        if self.pending:
+            self._stop.set()
+        while self.pending:
+            p = self.pending.popleft()
+            p.future.cancel()
+            with contextlib.suppress(BaseException):
+                p.future.exception()
+            with contextlib.suppress(OSError):
+                os.close(p.fd)
+            with contextlib.suppress(OSError):
+                os.unlink(p.tmp, dir_fd=p.dir_fd)
 
     def write_entries(self, dir_fd: int, entries: dict[str, Any], parts: _Parts, fresh: bool) -> None:
+        """Write `entries` into the directory `dir_fd`; every file of it is settled
+        (complete, in place) when this returns, before the caller closes `dir_fd`."""
+        try:
+            self._write_entries(dir_fd, entries, parts, fresh)
+            self.settle()
+        except BaseException:
+            self.abandon()  # while every directory of a pending file is still open
+            raise
+
+    def _write_entries(self, dir_fd: int, entries: dict[str, Any], parts: _Parts, fresh: bool) -> None:
+        self.to_sync.append((parts, ""))
         for name, entry in entries.items():
             kind = entry["type"]
             if (*parts, name) in self.protect:
                 continue
-            self.current = _rel(parts, name)
+            self.current = rel = _rel(parts, name)
             if kind == "file":
                 self._file(dir_fd, name, entry, entries, parts, fresh)
-                self.report.written.append(self.shown + self.current)
+                self.report.written.append(self.shown + rel)
             elif kind == "dir":
                 self._dir(dir_fd, name, entry, entries, parts, fresh)
             elif kind == "symlink":
@@ -247,17 +339,44 @@ class _Writer:
         self.report.dirs += 1
 
     def _file(self, dir_fd: int, name: str, entry: dict[str, Any], entries: dict[str, Any], parts: _Parts, fresh: bool) -> None:
+        data = entry["data"]
+        current = self.current
+        big = isinstance(data, LazyBytes) and int(entry.get("size", 0)) >= SMALL_FILE
+        if big:
+            self.settle(keep=FILE_WRITERS - 1)  # before this file's temporary exists
+            self.current = current
         tmp, fd = create_temp(dir_fd, avoid=entries)
+
+        def finish() -> None:
+            self.current = current
+            self._place(dir_fd, name, tmp, fd, entry, entries, parts, fresh)
+
+        if big:
+            # its content on a writer thread, while the walk goes on to the next file
+            try:
+                future = executor("ckpt-restore", FILE_WRITERS).submit(self._content, fd, data)
+            except BaseException:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dir_fd)
+                raise
+            self.pending.append(_Pending(future, dir_fd, tmp, fd, finish))
+            return
+        try:
+            self._content(fd, data)
+        except BaseException:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+        finish()
+
+    def _place(
+        self, dir_fd: int, name: str, tmp: str, fd: int, entry: dict[str, Any], entries: dict[str, Any], parts: _Parts, fresh: bool
+    ) -> None:
+        """The content of `tmp` (open as `fd`) is written: its mode, then renamed to `name`."""
         try:
             try:
-                data = entry["data"]
-                if isinstance(data, LazyBytes):
-                    for piece in self.decoder.iter_bytes(data.oid):
-                        _write_all(fd, piece)
-                        self.progress.advance(len(piece))
-                else:
-                    _write_all(fd, data)
-                    self.progress.advance(len(data))
                 os.fchmod(fd, self._mode(entry, 0o644))
             finally:
                 os.close(fd)
@@ -270,6 +389,7 @@ class _Writer:
             raise
         if not fresh:
             self.created.append((parts, name))
+        self.to_sync.append((parts, name))
         self.report.files += 1
         mtime = entry.get("mtime_ns")
         if isinstance(mtime, int):
@@ -308,6 +428,30 @@ class _Writer:
                 finally:
                     os.close(fd)
         return left
+
+    def sync(self, root_fd: int, path: Path, done: set[int]) -> None:
+        """Make what was written durable: one syncfs(2) of the target's file system (once
+        per file system: `done` holds the devices synced), else an fsync of each file
+        written and each directory written into. Raises OSError."""
+        dev = os.fstat(root_fd).st_dev
+        if dev in done:
+            return
+        if syncfs(path):
+            done.add(dev)
+            return
+        for parts, name in self.to_sync:
+            fd = _open_dir(root_fd, parts)
+            try:
+                if not name:
+                    os.fsync(fd)
+                    continue
+                ffd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+                try:
+                    os.fsync(ffd)
+                finally:
+                    os.close(ffd)
+            finally:
+                os.close(fd)
 
     def drop_aside(self, root_fd: int) -> None:
         """After success: remove what was replaced."""
@@ -388,6 +532,7 @@ def restore_blobs(
     include: list[str] | None = None,
     dry_run: bool = False,
     protect: list[Path] | None = None,
+    durable: bool = False,
 ) -> int:
     """Write blob entries under `target` (created if missing); returns bytes written.
 
@@ -407,6 +552,14 @@ def restore_blobs(
     these globs (make_matcher) are written, and deleted. `dry_run`: nothing is written;
     `report.written`/`report.deleted` say what would be. Nothing at or below a path in
     `protect` (the store restored from) is written or deleted.
+
+    Durability (docs/design.md, "Restore: what it promises"): by default the files are
+    in the page cache when this returns, as after `tar -x` or `restic restore`: another
+    process, or this one after a crash of its own, sees all of them, but a power cut or
+    kernel crash soon after may lose some. `durable`: before returning, and before what
+    was replaced or deleted is dropped, everything written is on disk: one syncfs(2) of
+    each target's file system (Linux), else an fsync of every file written and every
+    directory written into.
     """
     rep = report if report is not None else RestoreReport()
     chosen, match = _choose(blobs, names, include, where)
@@ -432,7 +585,7 @@ def restore_blobs(
         return total
     progress.start("restoring blobs", total)
     try:
-        _write_targets(targets, overwrite)
+        _write_targets(targets, overwrite, durable)
     except BaseException as exc:
         _undo_failed(targets, exc)
         raise
@@ -445,9 +598,10 @@ def restore_blobs(
     return total
 
 
-def _write_targets(targets: list[_Target], overwrite: bool) -> None:
-    """Open every target and check it for conflicts, then write them all, then drop
-    what was kept aside (all targets are checked before the first is written)."""
+def _write_targets(targets: list[_Target], overwrite: bool, durable: bool = False) -> None:
+    """Open every target and check it for conflicts, then write them all, then (durable)
+    sync them, then drop what was kept aside (all targets are checked before the first
+    is written)."""
     for t in targets:
         _open_target(t)
         if not t.fresh:
@@ -455,6 +609,11 @@ def _write_targets(targets: list[_Target], overwrite: bool) -> None:
     for t in targets:
         assert t.writer is not None
         t.writer.write_entries(t.root_fd, t.entries, (), t.fresh)
+    if durable:
+        synced: set[int] = set()
+        for t in targets:
+            assert t.writer is not None
+            t.writer.sync(t.root_fd, t.path, synced)
     for t in targets:
         assert t.writer is not None
         t.writer.drop_aside(t.root_fd)

@@ -120,6 +120,7 @@ class Checkpoint:
         delete: bool = False,
         include: list[str] | None = None,
         dry_run: bool = False,
+        durable: bool = False,
     ) -> int:
         """Write the blobs (all, or `names`) under `target`; returns the bytes written.
         All or nothing, set-uid/set-gid/sticky bits dropped unless `keep_special_modes`
@@ -128,7 +129,9 @@ class Checkpoint:
         `in_place` (no `target`): each blob back to the path it was taken from, replacing
         what is there. `delete`: also remove what the target holds that the checkpoint
         does not. `include`: only paths matching these globs. `dry_run`: write nothing,
-        `report` says what would change.
+        `report` says what would change. `durable`: everything written is on disk before
+        this returns (one syncfs of the target's file system; without it the files are
+        in the page cache, as after tar or restic restore).
 
         Raises:
             UnsafePathError, CorruptError before anything is written (blobs.validate);
@@ -165,6 +168,7 @@ class Checkpoint:
             delete=delete,
             include=include,
             dry_run=dry_run,
+            durable=durable,
             protect=[self.source.directory] if isinstance(self.source, Store) and self.source.directory is not None else None,
         )
 

@@ -488,6 +488,7 @@ DEPENDENCIES = (
     "msgpack",
     "zstandard",
     "fastcdc",
+    "pyfastcdc",
     "xxhash",
     "typer",
     "rich",

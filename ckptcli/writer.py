@@ -180,11 +180,11 @@ def _encode(
     try:
         if subject_cache is not None:
             _check_cache(subject_cache, txn)
-            cached = CachingEncoder(txn, subject_cache, cdc=store.config.cdc)
+            cached = CachingEncoder(txn, subject_cache, cdc=store.config.cdc, chunker=store.config.chunker)
             encoded = {name: cached.encode_section(value, name) for name, value in sections.items()}
             enc: Encoder = cached
         else:
-            enc = Encoder(txn, cdc=store.config.cdc)
+            enc = Encoder(txn, cdc=store.config.cdc, chunker=store.config.chunker)
             encoded = {name: enc.encode_root(value, where=name) for name, value in sections.items()}
         for name, ev in (carry or {}).items():
             if name in encoded or (name == "blobs" and blob_paths):

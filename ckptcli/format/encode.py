@@ -19,6 +19,7 @@ from typing import IO, Any, cast
 
 from ckptcli.errors import CkptError, InvalidInputError, LimitExceededError
 from ckptcli.format import limits
+from ckptcli.format.chunker import CHUNKERS, LEGACY_CHUNKER
 from ckptcli.format.ev import (
     EXT_BIGINT,
     EXT_BYTES,
@@ -77,9 +78,16 @@ def _format_path(parts: list[str], keep: int = 6) -> str:
 class Encoder:
     """Turns Python values into EVs, writing every object it makes to `sink`."""
 
-    def __init__(self, sink: ObjectSink, *, cdc: tuple[int, int, int] | None = None) -> None:
+    def __init__(self, sink: ObjectSink, *, cdc: tuple[int, int, int] | None = None, chunker: str | None = None) -> None:
         self.sink = sink
         self.cdc = cdc or (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX)
+        #: the chunker's name (ckptcli.format.chunker): a store's config says which
+        self.chunker = chunker or LEGACY_CHUNKER
+        if self.chunker not in CHUNKERS:
+            raise InvalidInputError(
+                f"the store's chunker {self.chunker!r} is not one this ckpt knows ({', '.join(CHUNKERS)})",
+                hint="take into this store with the newer ckpt that made it; reading it works with this one",
+            )
         #: Bytes of leaf data this encoder saw (logical size), for stats.
         self.logical_bytes = 0
 
@@ -260,7 +268,7 @@ class Encoder:
     def _chunk_tree(self, kind: int, data: bytes) -> bytes:
         from ckptcli.format.chunker import chunk_bytes
 
-        entries = [(len(piece), self._put_data(piece)) for piece in chunk_bytes(data, self.cdc)]
+        entries = [(len(piece), self._put_data(piece)) for piece in chunk_bytes(data, self.cdc, self.chunker)]
         return self._upper_levels(kind, entries, 1)[0]
 
     def encode_stream(self, stream: IO[bytes], on_bytes: Callable[[int], None] | None = None) -> tuple[bytes, int]:
@@ -289,7 +297,7 @@ class Encoder:
                     entries.append((n, oid))
 
         try:
-            for pieces in iter_windows(stream, self.cdc):
+            for pieces in iter_windows(stream, self.cdc, algorithm=self.chunker):
                 got = sum(len(p) for p in pieces)
                 size += got
                 if on_bytes:

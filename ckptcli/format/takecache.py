@@ -175,8 +175,8 @@ class CachingEncoder(Encoder):
     long lists on the map-key paths of each section (see the module docstring). Encode
     sections with `encode_section`; everything else is `Encoder`'s."""
 
-    def __init__(self, sink: Any, cache: SubjectCache, *, cdc: tuple[int, int, int] | None = None) -> None:
-        super().__init__(sink, cdc=cdc)
+    def __init__(self, sink: Any, cache: SubjectCache, *, cdc: tuple[int, int, int] | None = None, chunker: str | None = None) -> None:
+        super().__init__(sink, cdc=cdc, chunker=chunker)
         self.cache = cache
         self._path: list[str] | None = None
         #: items encoded, and items reused, by this encoder (for tests and benchmarks)

@@ -59,6 +59,13 @@ class PackWriter:
         self.io_after = io_after
         self.pending: collections.deque[tuple[int, Future[None]]] = collections.deque()
         self.queued = 0
+        # writes for the I/O thread, handed over _IO_BATCH bytes at a time: one hand-off
+        # (and one wake-up of that thread) per ~16 objects rather than per object
+        self.batch: list[bytes | memoryview] = []
+        self.batch_bytes = 0
+        #: the first write that failed on the I/O thread: the pack is then never committed
+        #: (a batch stops at its failed write, so the file may end cleanly where it broke)
+        self.failed: BaseException | None = None
         self.temp, self.fh = backend.open_temp()
         # version 1 names a pack by the SHA-256 of every byte; version 2 by its header,
         # object ids and trailer, with an XXH3-64 of each object's stored bytes in the
@@ -77,10 +84,31 @@ class PackWriter:
         if self.io is None:
             self._write_now(data)
             return
-        self.pending.append((len(data), self.io.submit(self._write_now, data)))
-        self.queued += len(data)
+        self.batch.append(data)
+        self.batch_bytes += len(data)
+        if self.batch_bytes >= _IO_BATCH:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Queue the batched writes for the I/O thread (at most _IO_AHEAD bytes queued)."""
+        if not self.batch or self.io is None:
+            return
+        batch, n = self.batch, self.batch_bytes
+        self.batch, self.batch_bytes = [], 0
+        self.pending.append((n, self.io.submit(self._write_many, batch)))
+        self.queued += n
         while self.queued > _IO_AHEAD:
             self._wait_one()
+
+    def _write_many(self, batch: list[bytes | memoryview]) -> None:
+        if self.failed is not None:
+            raise self.failed
+        try:
+            for data in batch:
+                self._write_now(data)
+        except BaseException as exc:
+            self.failed = exc
+            raise
 
     def _wait_one(self) -> None:
         n, fut = self.pending.popleft()
@@ -116,6 +144,7 @@ class PackWriter:
         table = framing.encode_record(framing.KIND_PACK_TRAILER, {"objects": objects}, self.version)
         self._write(table)
         self._write(_U32.pack(len(table)))
+        self._hand_over()
         v2_id = None if self.hasher is not None else framing.pack_id_v2(self.header, [r[0] for r in self.rows], table)
 
         def pack_id() -> bytes:
@@ -135,6 +164,9 @@ class PackWriter:
         return wait
 
     def _commit(self, pack_id: bytes) -> tuple[bytes, list[list[Any]]]:
+        if self.failed is not None:
+            self.backend.discard_temp(self.temp, self.fh)
+            raise self.failed
         self.backend.commit_temp(self.temp, self.fh, pack_path(pack_id))
         return pack_id, self.rows
 
@@ -143,6 +175,7 @@ class PackWriter:
             self._wait_one()
 
     def abort(self) -> None:
+        self.batch, self.batch_bytes = [], 0
         for _n, fut in self.pending:
             with contextlib.suppress(Exception):
                 fut.result()
@@ -151,6 +184,7 @@ class PackWriter:
 
 
 _IO_AHEAD = 16 << 20  # bytes of pack writes queued for the I/O thread
+_IO_BATCH = 1 << 20  # bytes of pack writes handed to the I/O thread at once
 
 
 def _io_pool() -> ThreadPoolExecutor:
@@ -185,7 +219,38 @@ class PackTable:
         return framing.pack_id_v2(self.header, [r[0] for r in self.rows], self.trailer)
 
 
-def read_pack(data: bytes | memoryview, where: str, name: bytes | None = None) -> PackTable:
+#: stored bytes of a pack's objects checked as one task when read_pack is given a pool
+SLICE_BYTES = 4 * 1024 * 1024
+
+#: (type, offset, stored length, raw length, codec, check or None) of one object
+_Obj = tuple[int, int, int, int, int, int | None]
+
+
+def _check_objects(data: bytes | memoryview, objs: list[_Obj], where: str) -> list[list[Any] | str]:
+    """Each object's index row, or what is wrong with it: its stored bytes against their
+    check (version 2), then decompressed (zstd only: stored-as-is bytes are hashed where
+    they lie, never copied) and hashed for its id. hashlib and zstandard release the GIL."""
+    view = memoryview(data)
+    out: list[list[Any] | str] = []
+    sha256, decompress, check = hashlib.sha256, framing.decompress, framing.stored_check
+    for typ, offset, slen, rlen, codec, want in objs:
+        stored = view[offset : offset + slen]
+        try:
+            if want is not None and check(stored) != want:
+                raise CorruptError(
+                    f"{where}: the object at offset {offset} does not match its check in the trailer (its stored bytes are damaged)"
+                )
+            if codec == framing.CODEC_NONE and slen == rlen and rlen <= limits.MAX_OBJECT_SIZE:
+                oid = sha256(stored).digest()
+            else:
+                oid = sha256(decompress(codec, stored, rlen, limits.MAX_OBJECT_SIZE, f"{where} at offset {offset}")).digest()
+            out.append([oid, typ, offset, slen, rlen, codec])
+        except CkptError as exc:
+            out.append(exc.message)
+    return out
+
+
+def read_pack(data: bytes | memoryview, where: str, name: bytes | None = None, pool: ThreadPoolExecutor | None = None) -> PackTable:
     """Take a whole pack apart: every object is checked against the trailer (version 2)
     and decompressed and hashed to recover its id. Structural damage (header, trailer,
     lengths) raises CorruptError; a damaged object is listed in `errors`.
@@ -193,7 +258,10 @@ def read_pack(data: bytes | memoryview, where: str, name: bytes | None = None) -
     `name`: the pack's id as its file name gives it. A header version this ckpt does not
     read is then damage unless the name still matches the bytes (a store whose config
     this ckpt reads holds no pack of a newer version; formats/v2.md, "Stores of both
-    versions")."""
+    versions").
+
+    `pool`: the objects are checked there, SLICE_BYTES of stored bytes a task, so that
+    one pack keeps every core busy (the result is the same as without)."""
     if len(data) < framing.HEADER_SIZE + 4:
         raise CorruptError(f"{where}: truncated")
     intact = None if name is None else (lambda: hashlib.sha256(data).digest() == name)
@@ -212,25 +280,35 @@ def read_pack(data: bytes | memoryview, where: str, name: bytes | None = None) -
     width = 4 if version == 1 else 5
     table = PackTable(version, [], {}, trailer, bytes(data[: framing.HEADER_SIZE]))
     offset = framing.HEADER_SIZE
+    objs: list[_Obj] = []
     for obj in objects:
         if not (isinstance(obj, list) and len(obj) == width and all(type(x) is int and x >= 0 for x in obj)):
             raise CorruptError(f"{where}: malformed trailer entry (version {version} entries have {width} elements)")
         typ, slen, rlen, codec = obj[:4]
         if offset + slen > start:
             raise CorruptError(f"{where}: trailer names more bytes than the pack holds")
-        stored = data[offset : offset + slen]
-        try:
-            if version >= 2 and framing.stored_check(stored) != obj[4]:
-                raise CorruptError(
-                    f"{where}: the object at offset {offset} does not match its check in the trailer (its stored bytes are damaged)"
-                )
-            raw = framing.decompress(codec, stored, rlen, limits.MAX_OBJECT_SIZE, f"{where} at offset {offset}")
-            table.rows.append([hashlib.sha256(raw).digest(), typ, offset, slen, rlen, codec])
-        except CkptError as exc:
-            table.errors[offset] = exc.message
+        objs.append((typ, offset, slen, rlen, codec, obj[4] if version >= 2 else None))
         offset += slen
     if offset != start:
         raise CorruptError(f"{where}: {start - offset} bytes between the last object and the trailer")
+    if pool is None or len(objs) < 2:
+        results = _check_objects(data, objs, where)
+    else:
+        slices: list[list[_Obj]] = [[]]
+        size = 0
+        for o in objs:
+            if size >= SLICE_BYTES:
+                slices.append([])
+                size = 0
+            slices[-1].append(o)
+            size += o[2]
+        futures = [pool.submit(_check_objects, data, s, where) for s in slices]
+        results = [r for fut in futures for r in fut.result()]
+    for o, res in zip(objs, results, strict=True):
+        if isinstance(res, str):
+            table.errors[o[1]] = res
+        else:
+            table.rows.append(res)
     return table
 
 
@@ -264,16 +342,21 @@ def stored_bytes(backend: Backend, pack_id: bytes) -> int | None:
 
 
 def check_pack_data(
-    data: bytes | memoryview, hexname: str, path: str, entries: Iterable[tuple[bytes, IndexEntry]]
+    data: bytes | memoryview,
+    hexname: str,
+    path: str,
+    entries: Iterable[tuple[bytes, IndexEntry]],
+    pool: ThreadPoolExecutor | None = None,
 ) -> tuple[str | None, dict[bytes, str]]:
     """`ckpt verify --read-data` of one whole pack named `hexname`: (what is wrong with
     the pack as a file, or None; object id -> what is wrong with it) for the objects
-    `entries` say it holds."""
+    `entries` say it holds. `pool`: where a version-2 pack's objects are checked, a
+    slice at a time (read_pack)."""
     damaged = None
     is_v2 = data[:8] == framing.MAGIC_PREFIX + framing.KIND_PACK and int.from_bytes(data[8:10], "big") >= 2
     if is_v2:
         try:
-            table = read_pack(data, path, bytes.fromhex(hexname))
+            table = read_pack(data, path, bytes.fromhex(hexname), pool)
         except CkptError as exc:
             damaged = exc.message  # the objects are checked one by one below
         else:

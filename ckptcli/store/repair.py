@@ -423,7 +423,7 @@ def _rewrite(
     txn = store.transaction()
     try:
         if blobs_kept is not None:
-            enc = Encoder(txn, cdc=store.config.cdc)
+            enc = Encoder(txn, cdc=store.config.cdc, chunker=store.config.chunker)
             sections["blobs"] = enc.encode_root({name: Encoded(ev) for name, ev in blobs_kept.items()}, where="blobs")
         txn.commit()
     except BaseException:

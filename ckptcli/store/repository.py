@@ -33,6 +33,9 @@ from ckptcli.errors import (
     StoreNotFoundError,
 )
 from ckptcli.format import framing, limits
+from ckptcli.format.chunker import CHUNKERS, DEFAULT_CHUNKER, LEGACY_CHUNKER
+from ckptcli.format.chunker import PARAMS as CHUNKER_PARAMS
+from ckptcli.format.chunker import check_params as check_chunker
 from ckptcli.format.manifest import Manifest
 from ckptcli.store import layout
 from ckptcli.store.backend import Backend, LocalBackend
@@ -54,6 +57,9 @@ class StoreConfig:
     store_id: bytes
     created_ns: int
     cdc: tuple[int, int, int]
+    #: the chunker's name (ckptcli.format.chunker.CHUNKERS): writers cut blob files and
+    #: long strings with it, so that equal data chunks equally in this store
+    chunker: str = LEGACY_CHUNKER
 
     def to_body(self) -> dict[str, Any]:
         mn, avg, mx = self.cdc
@@ -61,7 +67,7 @@ class StoreConfig:
             "version": self.version,
             "id": self.store_id,
             "created": self.created_ns,
-            "chunker": {"algorithm": "fastcdc", "min": mn, "avg": avg, "max": mx},
+            "chunker": {"algorithm": self.chunker, "min": mn, "avg": avg, "max": mx},
         }
 
     def encode(self) -> bytes:
@@ -255,13 +261,20 @@ def read_config(backend: Backend, where: str) -> StoreConfig:
         if not isinstance(body["id"], bytes):
             raise TypeError("id")
         cdc = (int(ch["min"]), int(ch["avg"]), int(ch["max"]))
-        config = StoreConfig(int(body["version"]), body["id"], int(body["created"]), cdc)
+        algorithm = ch.get("algorithm", LEGACY_CHUNKER)
+        if not isinstance(algorithm, str):
+            raise TypeError("algorithm")
+        config = StoreConfig(int(body["version"]), body["id"], int(body["created"]), cdc, algorithm)
     except (KeyError, TypeError, ValueError):
         raise CorruptError(f"{where}: store config is malformed") from None
     if config.version != record_version:
         raise CorruptError(f"{where}: store config says version {config.version} in a version-{record_version} record")
     if not (256 <= cdc[0] <= cdc[1] <= cdc[2] <= 4 * 1024 * 1024):
         raise CorruptError(f"{where}: store config has impossible chunker sizes {cdc}")
+    if algorithm in CHUNKERS and (problem := check_chunker(algorithm, cdc)):
+        raise CorruptError(f"{where}: store config has {problem}")
+    # A chunker this ckpt does not know (a newer one's) leaves the store readable; a take
+    # into it is refused (Encoder), as cutting with another would share no chunks.
     return config
 
 
@@ -285,15 +298,21 @@ class Store(Refs):
 
     # -- opening -----------------------------------------------------------------
     @classmethod
-    def init(cls, path: Path | str, version: int = limits.FORMAT_VERSION, options: Mapping[str, str] | None = None) -> Store:
+    def init(
+        cls, path: Path | str, version: int = limits.FORMAT_VERSION, options: Mapping[str, str] | None = None, *, chunker: str | None = None
+    ) -> Store:
         """Create a store at `path` (a directory) or at a URL (`s3://bucket/prefix`...,
-        ckptcli.store.backends). Raises: ConflictError (one is there), InvalidInputError,
-        StoreIOError."""
+        ckptcli.store.backends). `chunker`: the content-defined chunker its writers use
+        (ckptcli.format.chunker.CHUNKERS; default DEFAULT_CHUNKER). Raises: ConflictError
+        (one is there), InvalidInputError, StoreIOError."""
         if version not in limits.READABLE_VERSIONS:
             raise InvalidInputError(
                 f"format version {version} is not one this ckpt writes", hint=f"use one of {sorted(limits.READABLE_VERSIONS)}"
             )
-        config = StoreConfig(version, secrets.token_bytes(16), time.time_ns(), (limits.CDC_MIN, limits.CDC_AVG, limits.CDC_MAX))
+        chunker = chunker or DEFAULT_CHUNKER
+        if chunker not in CHUNKERS:
+            raise InvalidInputError(f"unknown chunker {chunker!r}", hint=f"use one of {', '.join(CHUNKERS)}")
+        config = StoreConfig(version, secrets.token_bytes(16), time.time_ns(), CHUNKER_PARAMS[chunker], chunker)
         path = store_location(path)  # a path given as a string is a local directory, with its file locks
         if isinstance(path, str):
             io = _remote(path, options)

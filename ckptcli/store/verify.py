@@ -23,6 +23,7 @@ from typing import Any
 from ckptcli import plugins
 from ckptcli.errors import CkptError, CorruptError
 from ckptcli.format import framing, limits
+from ckptcli.format.ev import _pool, _workers
 from ckptcli.format.manifest import Manifest, is_nested
 from ckptcli.format.values import OBJ_NODE, ObjectSource
 from ckptcli.format.walk import WalkResult, walk_checkpoint
@@ -318,9 +319,12 @@ class StoreChecker:
                 data = self.backend.read_view(path)
             except CkptError as exc:
                 return hexname, path, 0, exc.message, {}
-            damaged, found = check_pack_data(data, hexname, path, by_pack.get(bytes.fromhex(hexname), []))
+            damaged, found = check_pack_data(data, hexname, path, by_pack.get(bytes.fromhex(hexname), []), chunk_pool)
             return hexname, path, len(data), damaged, found
 
+        # Packs are read on `workers` threads; the objects of each are checked on the chunk
+        # pool a slice at a time, so the last pack alone still keeps every core busy.
+        chunk_pool = _pool() if _workers() > 1 else None
         workers = max(min(4, os.cpu_count() or 1), self.backend.fetch_threads)  # packs read at once
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ckpt-verify") as pool:
             for hexname, path, nbytes, damaged, found in pool.map(lambda item: check_pack(*item), self.pack_files.items()):

@@ -28,6 +28,16 @@ def init(
             show_default=False,
         ),
     ] = None,
+    chunker: Annotated[
+        str | None,
+        typer.Option(
+            "--chunker",
+            metavar="NAME",
+            help="Content-defined chunker of blob files and long strings: fastcdc2020 (default) or fastcdc, the one of stores "
+            'made before there was a choice (data taken into stores of different chunkers shares no chunks: docs/design.md, "Chunkers").',
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create an empty store.
@@ -41,6 +51,8 @@ def init(
       CKPT_STORE=/srv/ckpt ckpt init   # the same (so is: ckpt --store /srv/ckpt init)
 
       ckpt init --format-version 1 shared/.ckpt   # for hosts still on ckpt 0.1
+
+      ckpt init --chunker fastcdc /srv/ckpt2   # chunks as stores made before there was a choice
 
       ckpt init s3://team-bucket/agents   # on object storage (the s3 extra: docs/storage.md)
     """
@@ -56,9 +68,9 @@ def init(
         raise UsageError(f"init {path} and --store {given} name two different stores", hint="give one of them")
     env = os.environ.get("CKPT_STORE")
     target = store_location(path if path is not None else str(given) if given is not None else env if env else str(Path.cwd() / ".ckpt"))
-    store = init_store(target, format_version if format_version is not None else limits.FORMAT_VERSION)
+    store = init_store(target, format_version if format_version is not None else limits.FORMAT_VERSION, chunker=chunker)
     shown = store.location
     if as_json:
-        emit_json({"store": shown, "id": store.config.store_id.hex(), "format_version": store.version})
+        emit_json({"store": shown, "id": store.config.store_id.hex(), "format_version": store.version, "chunker": store.config.chunker})
     else:
         out().print(f"Initialized empty ckpt store in {shown}", markup=False)

@@ -89,6 +89,14 @@ def restore(
     force: Annotated[
         bool, typer.Option("--force", help="Restore blobs even when they declare more bytes than the target's file system has free.")
     ] = False,
+    durable: Annotated[
+        bool,
+        typer.Option(
+            "--durable",
+            help="Return only once the restored blobs are on disk (one syncfs of the target's file system; by default they may "
+            "still be in the page cache, as after tar or restic restore).",
+        ),
+    ] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -113,6 +121,13 @@ def restore(
     removed again and what it replaced or deleted is put back. Set-uid, set-gid and
     sticky bits are dropped unless --keep-special-modes.
 
+    Durability: when restore returns, every file it wrote is complete and in place for
+    any process to read, but by default the data may still be in the page cache (as
+    after tar -x or restic restore): a power cut or kernel crash soon after can lose
+    some of it. --durable returns only once it is on disk (one syncfs of the target's
+    file system, else an fsync of each file and directory written), and only then
+    drops what --overwrite or --delete replaced.
+
     Calls in doubt at the checkpoint (a tool call, a workflow step, an activity recorded
     without its result: it may or may not have happened) are named on stderr, each with
     its call id, tool, arguments (summarized, secrets redacted) and idempotency key or "no
@@ -136,11 +151,13 @@ def restore(
 
       ckpt restore latest --no-state --blobs out --include 'src/*.py' --json
 
+      ckpt restore latest --no-state --in-place --durable   # on disk before it returns
+
       ckpt restore exported.ckpt --format msgpack -o state.msgpack
     """
     from ckptcli import api
 
-    _check_options(blobs_dir, in_place, blob, include, delete, dry_run)
+    _check_options(blobs_dir, in_place, blob, include, delete, dry_run, durable)
     to_stdout = not no_state and (output is None or str(output) == "-")
     if as_json and to_stdout and not dry_run:
         raise UsageError(
@@ -165,6 +182,7 @@ def restore(
             delete=delete,
             include=include or None,
             dry_run=dry_run,
+            durable=durable,
         )
     if not no_state and not dry_run:
         doc_fmt = fmt or ("msgpack" if ck.manifest.layout.get("format") == "msgpack" else "json")
@@ -177,11 +195,17 @@ def restore(
 
 
 def _check_options(
-    blobs_dir: Path | None, in_place: bool, blob: list[str] | None, include: list[str] | None, delete: bool, dry_run: bool
+    blobs_dir: Path | None,
+    in_place: bool,
+    blob: list[str] | None,
+    include: list[str] | None,
+    delete: bool,
+    dry_run: bool,
+    durable: bool = False,
 ) -> None:
     """The blob options need a place for the blobs, and one only."""
     if blobs_dir is None and not in_place:
-        for given, name in ((blob, "--blob"), (include, "--include"), (delete, "--delete"), (dry_run, "--dry-run")):
+        for given, name in ((blob, "--blob"), (include, "--include"), (delete, "--delete"), (dry_run, "--dry-run"), (durable, "--durable")):
             if given:
                 raise UsageError(f"{name} needs --blobs DIR or --in-place", hint="say where the blobs go (did you mean --blobs?)")
     if blobs_dir is not None and in_place:
@@ -201,6 +225,7 @@ def _restore_blobs(
     delete: bool,
     include: list[str] | None,
     dry_run: bool,
+    durable: bool = False,
 ) -> dict[str, object]:
     """Restore the blobs (or, with dry_run, list what that would write and delete) and say so
     on stderr; returns the report of --json."""
@@ -219,6 +244,7 @@ def _restore_blobs(
         delete=delete,
         include=include,
         dry_run=dry_run,
+        durable=durable,
     )
     where = "in place" if in_place else f"into {blobs_dir}"
     if dry_run:
