@@ -72,6 +72,16 @@ def test_a_run_method_that_calls_sys_exit_is_one_line_exit_4_not_a_hang(store_di
     assert r.returncode == 4 and "wfexit:W called sys.exit(5)" in line, line
 
 
+def test_a_run_method_that_raises_generator_exit_is_exit_4_not_a_divergence(store_dir: Path, tmp_path: Path) -> None:
+    """GeneratorExit ended the workflow's asyncio task silently: the replay read as code
+    that issued no command, a divergence (exit 13), where the docs say exit 4."""
+    _module(tmp_path, "wfgenexit", RUN.format(name="SayHelloWorkflow", body="raise GeneratorExit()"))
+    for args in (("replay", SUBJECT, "--check", "wfgenexit:W"), ("compat", "histories", "--workflow", "wfgenexit:W")):
+        r = _bounded(store_dir, *args, "--json", cwd=tmp_path)
+        line = _one_line(r)
+        assert r.returncode == 4 and "wfgenexit:W raised GeneratorExit while replaying" in line and r.stdout == b"", line
+
+
 def test_a_run_method_that_raises_is_the_divergence_in_one_line(store_dir: Path, tmp_path: Path) -> None:
     _module(tmp_path, "wfraise", RUN.format(name="SayHelloWorkflow", body="raise RuntimeError('in run')"))
     r = _bounded(store_dir, "replay", SUBJECT, "--check", "wfraise:W", cwd=tmp_path)

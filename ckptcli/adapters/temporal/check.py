@@ -185,8 +185,8 @@ class _Escaped(Exception):  # noqa: N818 - a carrier, not a fault
     """The user's workflow code raised a BaseException temporalio does not catch
     (sys.exit(), GeneratorExit, ...): the command fails with exit 4, not a divergence."""
 
-    def __init__(self, exc: BaseException) -> None:
-        super().__init__(how_it_failed(exc))
+    def __init__(self, exc: BaseException, how: str | None = None) -> None:
+        super().__init__(how or how_it_failed(exc))
         self.exc = exc
 
 
@@ -214,6 +214,36 @@ class _Executor(concurrent.futures.ThreadPoolExecutor):
         return super().submit(guarded)
 
 
+#: the mark of a BaseException the workflow's run raised, in the failure temporalio reports
+_ESCAPED_MARK = "ckpt: the workflow code escaped: "
+
+
+def _guard() -> Any:
+    """A temporalio interceptor around the workflow's run: a BaseException it raises that
+    is no Exception nor a cancellation (GeneratorExit, SystemExit, KeyboardInterrupt
+    raised by the code itself) would end its asyncio task silently, and the replay would
+    read as a divergence (the code issued no command); it is turned into a failed task
+    whose message carries _ESCAPED_MARK and how the code failed."""
+    import asyncio
+
+    from temporalio.worker import ExecuteWorkflowInput, Interceptor, WorkflowInboundInterceptor
+
+    class Inbound(WorkflowInboundInterceptor):
+        async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+            try:
+                return await super().execute_workflow(input)
+            except (Exception, asyncio.CancelledError):
+                raise
+            except BaseException as exc:  # noqa: BLE001 - the user's code's, reported as exit 4
+                raise RuntimeError(_ESCAPED_MARK + how_it_failed(exc)) from None
+
+    class Guard(Interceptor):
+        def workflow_interceptor_class(self, input: Any) -> Any:
+            return Inbound
+
+    return Guard()
+
+
 def _replay(
     workflows: Sequence[type], events: Sequence[dict[str, Any]], workflow_id: str, timeout: float = DEFAULT_TIMEOUT
 ) -> BaseException | None:
@@ -225,7 +255,7 @@ def _replay(
 
     history = WorkflowHistory.from_json(workflow_id, {"events": list(events)})
     executor = _Executor()
-    replayer = Replayer(workflows=list(workflows), runtime=_runtime(), workflow_task_executor=executor)
+    replayer = Replayer(workflows=list(workflows), runtime=_runtime(), workflow_task_executor=executor, interceptors=[_guard()])
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -256,6 +286,9 @@ def _replay(
             raise exc
         raise _Escaped(exc)
     failure: BaseException | None = box["result"].replay_failure
+    if failure is not None and _ESCAPED_MARK in str(failure):
+        how = str(failure).split(_ESCAPED_MARK, 1)[1]
+        raise _Escaped(failure, how[: how.find('"')] if '"' in how else how)
     return failure
 
 
