@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,64 @@ def test_a_run_method_that_raises_generator_exit_is_exit_4_not_a_divergence(stor
         r = _bounded(store_dir, *args, "--json", cwd=tmp_path)
         line = _one_line(r)
         assert r.returncode == 4 and "wfgenexit:W raised GeneratorExit while replaying" in line and r.stdout == b"", line
+
+
+UNRESTRICTED = """
+import os, time
+from temporalio import workflow
+
+
+@workflow.defn(name="SayHelloWorkflow")
+class W:
+    @workflow.run
+    async def run(self, params) -> str:
+        with workflow.unsafe.sandbox_unrestricted():
+            {body}
+        raise RuntimeError("after")
+"""
+
+
+def test_os_exit_in_run_is_exit_4_not_a_silent_pass(store_dir: Path, tmp_path: Path) -> None:
+    """os._exit(0) in run ended ckpt itself with status 0 and no report: a pass in CI."""
+    _module(tmp_path, "wfosexit", UNRESTRICTED.format(body="os._exit(0)"))
+    for args in (("replay", SUBJECT, "--check", "wfosexit:W"), ("compat", "histories", "--workflow", "wfosexit:W")):
+        r = _bounded(store_dir, *args, cwd=tmp_path)
+        line = _one_line(r)
+        assert r.returncode == 4 and "wfosexit:W ended the process (exit status 0" in line, line
+
+
+def test_raw_writes_to_fd_1_in_run_reach_stderr_not_the_json(store_dir: Path, tmp_path: Path) -> None:
+    _module(tmp_path, "wfraw", UNRESTRICTED.format(body="os.write(1, b'RAW ON FD 1')"))
+    r = _bounded(store_dir, "replay", SUBJECT, "--check", "wfraw:W", "--json", cwd=tmp_path)
+    assert r.returncode == 13 and b"RAW ON FD 1" in r.stderr, r.stderr.decode()
+    assert json.loads(r.stdout)["divergence"]["reason"] == "after"
+
+
+def test_code_blocked_in_c_is_killed_at_the_timeout_and_ctrl_c_is_130(store_dir: Path, tmp_path: Path) -> None:
+    """A replay blocked in C (time.sleep in sandbox_unrestricted) ran on in ckpt's thread:
+    the timeout line came on time, but the process exited only when the sleep ended, and a
+    Ctrl-C was reported as a divergence (exit 13) once it had."""
+    import signal
+
+    _module(tmp_path, "wfsleep", UNRESTRICTED.format(body="time.sleep(1000)"))
+    r = _bounded(store_dir, "replay", SUBJECT, "--check", "wfsleep:W", "--timeout", "3", cwd=tmp_path, limit=60)
+    line = _one_line(r)
+    assert r.returncode == 7 and "did not finish within 3 s" in line, line
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ckptcli", "--store", str(store_dir), "replay", SUBJECT, "--check", "wfsleep:W"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    time.sleep(8)  # the replay has started and blocks (no assertion on time: a late signal still must give 130)
+    proc.send_signal(signal.SIGINT)
+    try:
+        _out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("ckpt did not end within 60 s of Ctrl-C")
+    assert proc.returncode == 130, err.decode()
 
 
 def test_a_run_method_that_raises_is_the_divergence_in_one_line(store_dir: Path, tmp_path: Path) -> None:

@@ -247,9 +247,73 @@ def _guard() -> Any:
 def _replay(
     workflows: Sequence[type], events: Sequence[dict[str, Any]], workflow_id: str, timeout: float = DEFAULT_TIMEOUT
 ) -> BaseException | None:
-    """One replay with temporalio's Replayer, in a thread of its own so that it is bounded
-    by `timeout` seconds whatever the workflow code does (a loop temporalio's deadlock
-    detector cannot interrupt, a BaseException that escapes its worker)."""
+    """One replay with temporalio's Replayer, in a process of its own (child.py): killed
+    after `timeout` seconds whatever the workflow code does (code blocked in C included),
+    or at Ctrl-C (KeyboardInterrupt, exit 130); `os._exit()` in the code ends that
+    process, not ckpt (exit 4); what the code writes to fd 1 reaches stderr.
+
+    Returns:
+        the replay's failure (NondeterminismError, or a RuntimeError with temporalio's
+        message), or None when it replayed.
+    """
+    import json
+    import os
+    import subprocess
+
+    from temporalio.workflow import NondeterminismError
+
+    from ckptcli.errors import CkptError, ExitCode
+
+    job = {
+        "path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
+        "specs": [_class_name(c) for c in workflows],
+        "workflow_id": workflow_id,
+        "events": list(events),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ckptcli.adapters.temporal.child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=False
+    )
+    try:
+        out, _err = proc.communicate(json.dumps(job).encode(), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise LimitExceededError(
+            f"the replay of {workflow_id} did not finish within {timeout:g} s (the workflow code loops or blocks?)",
+            hint="fix the workflow code, or give a longer --timeout",
+        ) from None
+    except BaseException:  # Ctrl-C, SIGTERM: the replay goes with the command
+        proc.kill()
+        proc.wait()
+        raise
+    try:
+        verdict = json.loads(out) if out else None
+    except ValueError:
+        verdict = None
+    if type(verdict) is not dict:
+        status = proc.returncode
+        how = f"was killed by signal {-status}" if status < 0 else f"ended the process (exit status {status}, os._exit?)"
+        raise _Escaped(RuntimeError(how), how)
+    if "escaped" in verdict:
+        raise _Escaped(RuntimeError(verdict["escaped"]), str(verdict["escaped"]))
+    if "error" in verdict:
+        err = CkptError(str(verdict["error"]))
+        code = verdict.get("exit")
+        err.exit_code = ExitCode(code) if type(code) is int and code in ExitCode._value2member_map_ else ExitCode.FAILURE
+        raise err
+    failure = verdict.get("failure")
+    if not failure:
+        return None
+    text = str(failure.get("text", ""))
+    return NondeterminismError(text) if failure.get("nondeterminism") else RuntimeError(text)
+
+
+def _replay_here(
+    workflows: Sequence[type], events: Sequence[dict[str, Any]], workflow_id: str, timeout: float = DEFAULT_TIMEOUT
+) -> BaseException | None:
+    """One replay with temporalio's Replayer in this process (child.py runs it), in a
+    thread of its own so that it is bounded by `timeout` seconds (a loop temporalio's
+    deadlock detector cannot interrupt, a BaseException that escapes its worker)."""
     from temporalio.client import WorkflowHistory
     from temporalio.worker import Replayer
 
@@ -267,7 +331,7 @@ def _replay(
     worker = threading.Thread(target=run, name="ckpt-temporal-replay", daemon=True)
     with _user_stdout(worker.is_alive):
         worker.start()
-        worker.join(timeout)
+        worker.join(None if timeout == float("inf") else timeout)
     executor.shutdown(wait=False, cancel_futures=True)
     if executor.escaped is not None:
         if not user_failure(executor.escaped):
