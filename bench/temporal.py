@@ -15,7 +15,12 @@ task. Measured in one process, `--runs` times each, medians:
 - replay --check: the history read back from the store and replayed against the workflow
   code with temporalio's Replayer (what `ckpt replay --check` runs);
 - Replayer alone: `WorkflowHistory.from_json` of the file and the same Replayer, which is
-  the floor: the ratio `replay --check / Replayer alone` is what ckpt adds to it.
+  the floor: the ratio `replay --check / Replayer alone` is what ckpt adds to it;
+- one replay in a child / in process: the check runs each replay in a child process
+  (check._replay: killable at --timeout, safe from os._exit); the same replay in this
+  process (check._replay_here) shows what the child costs per history; the same two on
+  the 11-event fixture (which the bench's workflow fails on after its first activity: a
+  replay all the same) show that cost alone.
 
 With `--memory`, instead: the peak memory (max RSS) of `ckpt import temporal` and of
 `ckpt show --section ext:temporal` of the last checkpoint, each a child process measured
@@ -168,7 +173,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from ckptcli.adapters.temporal.synth import synthesize
     from ckptcli.history.replay import replay
 
-    rows: dict[str, list[float]] = {k: [] for k in ("import", "re-import", "replay state", "replay --check", "Replayer alone")}
+    steps = (
+        "import",
+        "re-import",
+        "replay state",
+        "replay --check",
+        "Replayer alone",
+        "one replay in a child",
+        "one replay in process",
+        "11 events in a child",
+        "11 events in process",
+    )
+    rows: dict[str, list[float]] = {k: [] for k in steps}
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
         path = tmp / "wf.json"
@@ -202,6 +218,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             secs, res = _timed(alone)
             assert res.replay_failure is None
             rows["Replayer alone"].append(secs)
+            events = json.loads(path.read_text())["events"]
+            secs, failure = _timed(check._replay, workflows, events, "wf")
+            assert failure is None
+            rows["one replay in a child"].append(secs)
+            secs, failure = _timed(check._replay_here, workflows, events, "wf")
+            assert failure is None
+            rows["one replay in process"].append(secs)
+            small = json.loads(FIXTURE.read_text())["events"]  # the per-history cost, on a short history
+            secs, failure = _timed(check._replay, workflows, small, "small")
+            rows["11 events in a child"].append(secs)
+            secs, failure = _timed(check._replay_here, workflows, small, "small")
+            rows["11 events in process"].append(secs)
     med = {k: median(v) for k, v in rows.items()}
     floor = med["Replayer alone"]
     print(f"Temporal history of {n} events ({size} bytes), {args.runs} runs, medians")
@@ -212,6 +240,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
     )
     print(f"ratio replay --check / Replayer alone: {med['replay --check'] / floor:.2f}")
+    print(f"the child process costs {fmt_ms(med['11 events in a child'] - med['11 events in process'])} per replay (11 events)")
     out = {"events": n, "runs": args.runs, "medians_s": med, "ratio_check_vs_replayer": med["replay --check"] / floor}
     out["versions"] = versions("temporalio", "ijson")
     if args.json:
