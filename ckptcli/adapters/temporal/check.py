@@ -10,12 +10,14 @@ Temporal's message names (`HistoryEvent(id: 5, ActivityTaskScheduled)`), else th
 event of the workflow task whose commands no longer match, found by replaying shorter
 prefixes of the history (at most log2 of its workflow tasks more replays).
 
-The user's workflow code is bounded and kept quiet: each replay runs in a thread of its
-own, given up after `timeout` seconds (LimitExceededError, exit 7); a BaseException its
-run method raises (sys.exit()) is the user's code failing (InvalidInputError, exit 4), not
-a divergence nor a hang; a class of another workflow type than the history's is refused
-before any replay (exit 4); what the module prints goes to stderr and temporalio's
-loggers (a traceback per failed activation) are silenced while it runs.
+The user's workflow code is bounded and kept quiet: each replay runs in a process of its
+own (child.py), killed after `timeout` seconds (LimitExceededError, exit 7) or at Ctrl-C
+(exit 130); a BaseException its run method raises (sys.exit(), GeneratorExit) and
+`os._exit()` are the user's code failing (InvalidInputError, exit 4), not a divergence
+nor a hang nor a silent pass; a class of another workflow type than the history's is
+refused before any replay (exit 4); what the module prints, and what the code writes to
+file descriptor 1, goes to stderr, and temporalio's loggers (a traceback per failed
+activation) are silenced while it runs.
 """
 
 from __future__ import annotations
