@@ -214,3 +214,21 @@ def test_a_spec_that_is_no_module_and_class_gets_the_workflow_hint(store_dir: Pa
     line = _one_line(r)
     assert r.returncode == 2 and "is not MODULE:WorkflowClass" in line and "myapp.workflows:OrderWorkflow" in line, line
     assert "migrations" not in line
+
+
+def test_only_a_class_another_process_can_import_is_replayed_in_a_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library caller's class defined in a function (or in __main__) cannot be imported by
+    the child by its module:Class name: it is replayed in the caller's process instead."""
+    from ckptcli.adapters.temporal import check
+
+    _module(tmp_path, "wfimportable", RUN.format(name="SayHelloWorkflow", body="return 'x'"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (cls,) = check.load_workflows(["wfimportable:W"])
+
+    class Local:
+        pass
+
+    assert check._importable(cls) and not check._importable(Local)
+    Local.__module__ = "__main__"
+    Local.__qualname__ = "Local"
+    assert not check._importable(Local)

@@ -254,6 +254,10 @@ def _replay(
     or at Ctrl-C (KeyboardInterrupt, exit 130); `os._exit()` in the code ends that
     process, not ckpt (exit 4); what the code writes to fd 1 reaches stderr.
 
+    A class the child could not import by its `module:Class` name (defined in `__main__`,
+    or inside a function: a library caller's) is replayed in this process instead, as
+    `_replay_here` does: bounded by a thread, not killable.
+
     Returns:
         the replay's failure (NondeterminismError, or a RuntimeError with temporalio's
         message), or None when it replayed.
@@ -261,6 +265,9 @@ def _replay(
     import json
     import os
     import subprocess
+
+    if not all(map(_importable, workflows)):
+        return _replay_here(workflows, events, workflow_id, timeout)
 
     from temporalio.workflow import NondeterminismError
 
@@ -308,6 +315,17 @@ def _replay(
         return None
     text = str(failure.get("text", ""))
     return NondeterminismError(text) if failure.get("nondeterminism") else RuntimeError(text)
+
+
+def _importable(cls: type) -> bool:
+    """Whether another process can import `cls` as `module:Class` (`_class_name`)."""
+    module = sys.modules.get(cls.__module__)
+    return (
+        cls.__module__ != "__main__"
+        and getattr(module, "__file__", None) is not None
+        and "." not in cls.__qualname__
+        and getattr(module, cls.__qualname__, None) is cls
+    )
 
 
 def _replay_here(
