@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,74 @@ def test_a_run_method_that_calls_sys_exit_is_one_line_exit_4_not_a_hang(store_di
     r = _bounded(store_dir, "compat", "histories", "--workflow", "wfexit:W", cwd=tmp_path)
     line = _one_line(r)
     assert r.returncode == 4 and "wfexit:W called sys.exit(5)" in line, line
+
+
+def test_a_run_method_that_raises_generator_exit_is_exit_4_not_a_divergence(store_dir: Path, tmp_path: Path) -> None:
+    """GeneratorExit ended the workflow's asyncio task silently: the replay read as code
+    that issued no command, a divergence (exit 13), where the docs say exit 4."""
+    _module(tmp_path, "wfgenexit", RUN.format(name="SayHelloWorkflow", body="raise GeneratorExit()"))
+    for args in (("replay", SUBJECT, "--check", "wfgenexit:W"), ("compat", "histories", "--workflow", "wfgenexit:W")):
+        r = _bounded(store_dir, *args, "--json", cwd=tmp_path)
+        line = _one_line(r)
+        assert r.returncode == 4 and "wfgenexit:W raised GeneratorExit while replaying" in line and r.stdout == b"", line
+
+
+UNRESTRICTED = """
+import os, time
+from temporalio import workflow
+
+
+@workflow.defn(name="SayHelloWorkflow")
+class W:
+    @workflow.run
+    async def run(self, params) -> str:
+        with workflow.unsafe.sandbox_unrestricted():
+            {body}
+        raise RuntimeError("after")
+"""
+
+
+def test_os_exit_in_run_is_exit_4_not_a_silent_pass(store_dir: Path, tmp_path: Path) -> None:
+    """os._exit(0) in run ended ckpt itself with status 0 and no report: a pass in CI."""
+    _module(tmp_path, "wfosexit", UNRESTRICTED.format(body="os._exit(0)"))
+    for args in (("replay", SUBJECT, "--check", "wfosexit:W"), ("compat", "histories", "--workflow", "wfosexit:W")):
+        r = _bounded(store_dir, *args, cwd=tmp_path)
+        line = _one_line(r)
+        assert r.returncode == 4 and "wfosexit:W ended the process (exit status 0" in line, line
+
+
+def test_raw_writes_to_fd_1_in_run_reach_stderr_not_the_json(store_dir: Path, tmp_path: Path) -> None:
+    _module(tmp_path, "wfraw", UNRESTRICTED.format(body="os.write(1, b'RAW ON FD 1')"))
+    r = _bounded(store_dir, "replay", SUBJECT, "--check", "wfraw:W", "--json", cwd=tmp_path)
+    assert r.returncode == 13 and b"RAW ON FD 1" in r.stderr, r.stderr.decode()
+    assert json.loads(r.stdout)["divergence"]["reason"] == "after"
+
+
+def test_code_blocked_in_c_is_killed_at_the_timeout_and_ctrl_c_is_130(store_dir: Path, tmp_path: Path) -> None:
+    """A replay blocked in C (time.sleep in sandbox_unrestricted) ran on in ckpt's thread:
+    the timeout line came on time, but the process exited only when the sleep ended, and a
+    Ctrl-C was reported as a divergence (exit 13) once it had."""
+    import signal
+
+    _module(tmp_path, "wfsleep", UNRESTRICTED.format(body="time.sleep(1000)"))
+    r = _bounded(store_dir, "replay", SUBJECT, "--check", "wfsleep:W", "--timeout", "3", cwd=tmp_path, limit=60)
+    line = _one_line(r)
+    assert r.returncode == 7 and "did not finish within 3 s" in line, line
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ckptcli", "--store", str(store_dir), "replay", SUBJECT, "--check", "wfsleep:W"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    time.sleep(8)  # the replay has started and blocks (no assertion on time: a late signal still must give 130)
+    proc.send_signal(signal.SIGINT)
+    try:
+        _out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("ckpt did not end within 60 s of Ctrl-C")
+    assert proc.returncode == 130, err.decode()
 
 
 def test_a_run_method_that_raises_is_the_divergence_in_one_line(store_dir: Path, tmp_path: Path) -> None:
@@ -145,3 +214,21 @@ def test_a_spec_that_is_no_module_and_class_gets_the_workflow_hint(store_dir: Pa
     line = _one_line(r)
     assert r.returncode == 2 and "is not MODULE:WorkflowClass" in line and "myapp.workflows:OrderWorkflow" in line, line
     assert "migrations" not in line
+
+
+def test_only_a_class_another_process_can_import_is_replayed_in_a_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library caller's class defined in a function (or in __main__) cannot be imported by
+    the child by its module:Class name: it is replayed in the caller's process instead."""
+    from ckptcli.adapters.temporal import check
+
+    _module(tmp_path, "wfimportable", RUN.format(name="SayHelloWorkflow", body="return 'x'"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (cls,) = check.load_workflows(["wfimportable:W"])
+
+    class Local:
+        pass
+
+    assert check._importable(cls) and not check._importable(Local)
+    Local.__module__ = "__main__"
+    Local.__qualname__ = "Local"
+    assert not check._importable(Local)

@@ -10,12 +10,14 @@ Temporal's message names (`HistoryEvent(id: 5, ActivityTaskScheduled)`), else th
 event of the workflow task whose commands no longer match, found by replaying shorter
 prefixes of the history (at most log2 of its workflow tasks more replays).
 
-The user's workflow code is bounded and kept quiet: each replay runs in a thread of its
-own, given up after `timeout` seconds (LimitExceededError, exit 7); a BaseException its
-run method raises (sys.exit()) is the user's code failing (InvalidInputError, exit 4), not
-a divergence nor a hang; a class of another workflow type than the history's is refused
-before any replay (exit 4); what the module prints goes to stderr and temporalio's
-loggers (a traceback per failed activation) are silenced while it runs.
+The user's workflow code is bounded and kept quiet: each replay runs in a process of its
+own (child.py), killed after `timeout` seconds (LimitExceededError, exit 7) or at Ctrl-C
+(exit 130); a BaseException its run method raises (sys.exit(), GeneratorExit) and
+`os._exit()` are the user's code failing (InvalidInputError, exit 4), not a divergence
+nor a hang nor a silent pass; a class of another workflow type than the history's is
+refused before any replay (exit 4); what the module prints, and what the code writes to
+file descriptor 1, goes to stderr, and temporalio's loggers (a traceback per failed
+activation) are silenced while it runs.
 """
 
 from __future__ import annotations
@@ -185,8 +187,8 @@ class _Escaped(Exception):  # noqa: N818 - a carrier, not a fault
     """The user's workflow code raised a BaseException temporalio does not catch
     (sys.exit(), GeneratorExit, ...): the command fails with exit 4, not a divergence."""
 
-    def __init__(self, exc: BaseException) -> None:
-        super().__init__(how_it_failed(exc))
+    def __init__(self, exc: BaseException, how: str | None = None) -> None:
+        super().__init__(how or how_it_failed(exc))
         self.exc = exc
 
 
@@ -214,18 +216,130 @@ class _Executor(concurrent.futures.ThreadPoolExecutor):
         return super().submit(guarded)
 
 
+#: the mark of a BaseException the workflow's run raised, in the failure temporalio reports
+_ESCAPED_MARK = "ckpt: the workflow code escaped: "
+
+
+def _guard() -> Any:
+    """A temporalio interceptor around the workflow's run: a BaseException it raises that
+    is no Exception nor a cancellation (GeneratorExit, SystemExit, KeyboardInterrupt
+    raised by the code itself) would end its asyncio task silently, and the replay would
+    read as a divergence (the code issued no command); it is turned into a failed task
+    whose message carries _ESCAPED_MARK and how the code failed."""
+    import asyncio
+
+    from temporalio.worker import ExecuteWorkflowInput, Interceptor, WorkflowInboundInterceptor
+
+    class Inbound(WorkflowInboundInterceptor):
+        async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+            try:
+                return await super().execute_workflow(input)
+            except (Exception, asyncio.CancelledError):
+                raise
+            except BaseException as exc:  # noqa: BLE001 - the user's code's, reported as exit 4
+                raise RuntimeError(_ESCAPED_MARK + how_it_failed(exc)) from None
+
+    class Guard(Interceptor):
+        def workflow_interceptor_class(self, input: Any) -> Any:
+            return Inbound
+
+    return Guard()
+
+
 def _replay(
     workflows: Sequence[type], events: Sequence[dict[str, Any]], workflow_id: str, timeout: float = DEFAULT_TIMEOUT
 ) -> BaseException | None:
-    """One replay with temporalio's Replayer, in a thread of its own so that it is bounded
-    by `timeout` seconds whatever the workflow code does (a loop temporalio's deadlock
-    detector cannot interrupt, a BaseException that escapes its worker)."""
+    """One replay with temporalio's Replayer, in a process of its own (child.py): killed
+    after `timeout` seconds whatever the workflow code does (code blocked in C included),
+    or at Ctrl-C (KeyboardInterrupt, exit 130); `os._exit()` in the code ends that
+    process, not ckpt (exit 4); what the code writes to fd 1 reaches stderr.
+
+    A class the child could not import by its `module:Class` name (defined in `__main__`,
+    or inside a function: a library caller's) is replayed in this process instead, as
+    `_replay_here` does: bounded by a thread, not killable.
+
+    Returns:
+        the replay's failure (NondeterminismError, or a RuntimeError with temporalio's
+        message), or None when it replayed.
+    """
+    import json
+    import os
+    import subprocess
+
+    if not all(map(_importable, workflows)):
+        return _replay_here(workflows, events, workflow_id, timeout)
+
+    from temporalio.workflow import NondeterminismError
+
+    from ckptcli.errors import CkptError, ExitCode
+
+    job = {
+        "path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
+        "specs": [_class_name(c) for c in workflows],
+        "workflow_id": workflow_id,
+        "events": list(events),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ckptcli.adapters.temporal.child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=False
+    )
+    try:
+        out, _err = proc.communicate(json.dumps(job).encode(), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise LimitExceededError(
+            f"the replay of {workflow_id} did not finish within {timeout:g} s (the workflow code loops or blocks?)",
+            hint="fix the workflow code, or give a longer --timeout",
+        ) from None
+    except BaseException:  # Ctrl-C, SIGTERM: the replay goes with the command
+        proc.kill()
+        proc.wait()
+        raise
+    try:
+        verdict = json.loads(out) if out else None
+    except ValueError:
+        verdict = None
+    if type(verdict) is not dict:
+        status = proc.returncode
+        how = f"was killed by signal {-status}" if status < 0 else f"ended the process (exit status {status}, os._exit?)"
+        raise _Escaped(RuntimeError(how), how)
+    if "escaped" in verdict:
+        raise _Escaped(RuntimeError(verdict["escaped"]), str(verdict["escaped"]))
+    if "error" in verdict:
+        err = CkptError(str(verdict["error"]))
+        code = verdict.get("exit")
+        err.exit_code = ExitCode(code) if type(code) is int and code in ExitCode._value2member_map_ else ExitCode.FAILURE
+        raise err
+    failure = verdict.get("failure")
+    if not failure:
+        return None
+    text = str(failure.get("text", ""))
+    return NondeterminismError(text) if failure.get("nondeterminism") else RuntimeError(text)
+
+
+def _importable(cls: type) -> bool:
+    """Whether another process can import `cls` as `module:Class` (`_class_name`)."""
+    module = sys.modules.get(cls.__module__)
+    return (
+        cls.__module__ != "__main__"
+        and getattr(module, "__file__", None) is not None
+        and "." not in cls.__qualname__
+        and getattr(module, cls.__qualname__, None) is cls
+    )
+
+
+def _replay_here(
+    workflows: Sequence[type], events: Sequence[dict[str, Any]], workflow_id: str, timeout: float = DEFAULT_TIMEOUT
+) -> BaseException | None:
+    """One replay with temporalio's Replayer in this process (child.py runs it), in a
+    thread of its own so that it is bounded by `timeout` seconds (a loop temporalio's
+    deadlock detector cannot interrupt, a BaseException that escapes its worker)."""
     from temporalio.client import WorkflowHistory
     from temporalio.worker import Replayer
 
     history = WorkflowHistory.from_json(workflow_id, {"events": list(events)})
     executor = _Executor()
-    replayer = Replayer(workflows=list(workflows), runtime=_runtime(), workflow_task_executor=executor)
+    replayer = Replayer(workflows=list(workflows), runtime=_runtime(), workflow_task_executor=executor, interceptors=[_guard()])
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -237,7 +351,7 @@ def _replay(
     worker = threading.Thread(target=run, name="ckpt-temporal-replay", daemon=True)
     with _user_stdout(worker.is_alive):
         worker.start()
-        worker.join(timeout)
+        worker.join(None if timeout == float("inf") else timeout)
     executor.shutdown(wait=False, cancel_futures=True)
     if executor.escaped is not None:
         if not user_failure(executor.escaped):
@@ -256,6 +370,9 @@ def _replay(
             raise exc
         raise _Escaped(exc)
     failure: BaseException | None = box["result"].replay_failure
+    if failure is not None and _ESCAPED_MARK in str(failure):
+        how = str(failure).split(_ESCAPED_MARK, 1)[1]
+        raise _Escaped(failure, how[: how.find('"')] if '"' in how else how)
     return failure
 
 

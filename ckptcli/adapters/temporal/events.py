@@ -17,8 +17,21 @@ The reducers derive the state a person asks about, in ``ext.temporal``:
   (pending) or completed (with ``result``), failed, timed_out, canceled (with ``error``);
 - ``timers``: timer id -> ``{"status": started|fired|canceled, "started_event_id", ...}``;
 - ``children``: initiated event id -> a child workflow's id, type, status, result;
-- ``signals``: the signals received, in order: ``{"name", "event_id", "input"}``;
+- ``signals``: the newest KEEP signals received, in order: ``{"name", "event_id",
+  "input"}``; ``signals_received``: how many were received in all;
 - ``last_event``: ``{"event_id", "type"}`` of the last event applied (the history's position);
+- ``left_out``: kind (``signals``, ``activities``, ``timers``, ``children``) -> how many of
+  its oldest closed records the state no longer holds (see below);
+- ``closed``: kind -> the keys of its closed records that the state holds, in the order
+  they closed (the bookkeeping of that bound);
+
+The state is bounded: it holds every open record (a pending activity, a running timer or
+child), and of the closed ones (and of the signals) the newest KEEP of each kind; an older
+one is dropped, with its ``tools`` record, and counted in ``left_out``. Each record names
+its events by id (``scheduled_event_id``, ``closed_event_id``, ``event_id``), and the
+history in the tail keeps every event whole, so nothing is lost; what the state does not
+grow with is the length of the history (a 200,000-signal history holds 1,000 signals, not
+200,000 decoded inputs held in memory while it is imported and read).
 
 and each activity is also a record of the standard ``tools`` section (formats/events.md):
 ``{"call_id": activity id, "tool": activity type, "args", "status": "pending", "seq",
@@ -45,9 +58,12 @@ from typing import Any
 
 from ckptcli.history.events import Event, State
 
-__all__ = ["EVENT_TYPES", "KIND_PREFIX", "REDUCERS", "apply", "attributes", "decode_payloads", "kind_of", "type_name"]
+__all__ = ["EVENT_TYPES", "KEEP", "KIND_PREFIX", "REDUCERS", "apply", "attributes", "decode_payloads", "kind_of", "type_name"]
 
 KIND_PREFIX = "temporal:"
+
+#: how many closed records of each kind (and signals) the derived state keeps: the newest
+KEEP = 1000
 
 #: every history event type of Temporal's API (temporal.api.enums.v1.EventType, without
 #: UNSPECIFIED), as the PascalCase name of its kind; tests/test_temporal.py keeps it equal
@@ -268,6 +284,40 @@ class _Target:
         self.state["tools"] = v
         return v
 
+    def closed(self, kind: str, key: str) -> None:
+        """Note that `kind`'s record `key` closed; past KEEP closed records of the kind,
+        drop the oldest (an activity's `tools` record with it) and count it in `left_out`."""
+        book = self.map("closed")
+        order = book.get(kind)
+        order = (list(order) if self.copy else order) if type(order) is list else []
+        book[kind] = order
+        order.append(key)
+        if len(order) <= KEEP:
+            return
+        old = order.pop(0)
+        records = self.map(kind)
+        rec = records.get(old)
+        if type(rec) is dict and rec.get("closed_event_id") is not None:
+            del records[old]
+            if kind == "activities":
+                self.drop_tool(rec.get("scheduled_event_id"))
+        self.count_left_out(kind)
+
+    def count_left_out(self, kind: str, more: int = 1) -> None:
+        left = self.map("left_out")
+        n = left.get(kind)
+        left[kind] = (n if type(n) is int else 0) + more
+
+    def drop_tool(self, seq: Any) -> None:
+        """Remove the closed `tools` record of the call scheduled at `seq`."""
+        tools = self.state.get("tools")
+        if type(tools) is not list:
+            return
+        for i, rec in enumerate(tools):
+            if type(rec) is dict and rec.get("seq") == seq and rec.get("status") != "pending":
+                del self.tools()[i]
+                return
+
     def finish_tool(self, call_id: Any, changes: dict[str, Any], seq: int, ts: int) -> None:
         """Complete the last pending record of `call_id` in `tools` (none: nothing)."""
         tools = self.state.get("tools")
@@ -290,6 +340,20 @@ def _update(records: dict[str, Any], key: str, **changes: Any) -> dict[str, Any]
         return None
     new = {**old, **changes}
     records[key] = new
+    return new
+
+
+def _close(w: _Target, kind: str, key: str, **changes: Any) -> dict[str, Any] | None:
+    """`_update` of a record that closes (it gets a `closed_event_id`), noted as closed the
+    first time (`_Target.closed`)."""
+    records = w.map(kind)
+    old = records.get(key)
+    if type(old) is not dict:
+        return None
+    new = {**old, **changes}
+    records[key] = new
+    if old.get("closed_event_id") is None:
+        w.closed(kind, key)
     return new
 
 
@@ -367,25 +431,28 @@ def apply(state: State, name: str, event: dict[str, Any], seq: int, ts: int, *, 
             _update(w.map("activities"), key, status="cancel_requested")
     elif name == "ActivityTaskCompleted":
         result = decode_payloads(_get(a, "result"))
-        rec = _update(w.map("activities"), str(_int(_get(a, "scheduledEventId"))), status="completed", result=result, closed_event_id=seq)
+        rec = _close(w, "activities", str(_int(_get(a, "scheduledEventId"))), status="completed", result=result, closed_event_id=seq)
         if rec is not None:
             w.finish_tool(rec["activity_id"], {"status": "ok", "result": result}, seq, ts)
     elif name in _ACTIVITY_END:
         error = _failure(a) or name
-        rec = _update(
-            w.map("activities"), str(_int(_get(a, "scheduledEventId"))), status=_ACTIVITY_END[name], error=error, closed_event_id=seq
-        )
+        rec = _close(w, "activities", str(_int(_get(a, "scheduledEventId"))), status=_ACTIVITY_END[name], error=error, closed_event_id=seq)
         if rec is not None:
             w.finish_tool(rec["activity_id"], {"status": "error", "error": error}, seq, ts)
     elif name == "TimerStarted":
-        w.map("timers")[str(_get(a, "timerId"))] = {
+        timer = str(_get(a, "timerId"))
+        book = t.get("closed")
+        if type(book) is dict and type(book.get("timers")) is list and timer in book["timers"]:  # a timer id used again
+            book = w.map("closed")
+            book["timers"] = [k for k in book["timers"] if k != timer]
+        w.map("timers")[timer] = {
             "status": "started",
             "started_event_id": seq,
             "start_to_fire_timeout": _get(a, "startToFireTimeout"),
         }
     elif name in ("TimerFired", "TimerCanceled"):
         status = "fired" if name == "TimerFired" else "canceled"
-        _update(w.map("timers"), str(_get(a, "timerId")), status=status, closed_event_id=seq)
+        _close(w, "timers", str(_get(a, "timerId")), status=status, closed_event_id=seq)
     elif name == "StartChildWorkflowExecutionInitiated":
         w.map("children")[str(seq)] = {
             "workflow_id": _get(a, "workflowId"),
@@ -395,7 +462,7 @@ def apply(state: State, name: str, event: dict[str, Any], seq: int, ts: int, *, 
             "input": decode_payloads(_get(a, "input")),
         }
     elif name == "StartChildWorkflowExecutionFailed":
-        _update(w.map("children"), str(_int(_get(a, "initiatedEventId"))), status="start_failed", closed_event_id=seq)
+        _close(w, "children", str(_int(_get(a, "initiatedEventId"))), status="start_failed", closed_event_id=seq)
     elif name == "ChildWorkflowExecutionStarted":
         execution = _get(a, "workflowExecution")
         run = _get(execution, "runId") if type(execution) is dict else None
@@ -406,9 +473,15 @@ def apply(state: State, name: str, event: dict[str, Any], seq: int, ts: int, *, 
             changes["result"] = decode_payloads(_get(a, "result"))
         elif name == "ChildWorkflowExecutionFailed":
             changes["error"] = _failure(a)
-        _update(w.map("children"), str(_int(_get(a, "initiatedEventId"))), **changes)
+        _close(w, "children", str(_int(_get(a, "initiatedEventId"))), **changes)
     elif name == "WorkflowExecutionSignaled":
-        w.seq("signals").append({"name": _get(a, "signalName"), "event_id": seq, "input": decode_payloads(_get(a, "input"))})
+        signals = w.seq("signals")
+        n = t.get("signals_received")
+        t["signals_received"] = (n if type(n) is int else len(signals)) + 1
+        signals.append({"name": _get(a, "signalName"), "event_id": seq, "input": decode_payloads(_get(a, "input"))})
+        if len(signals) > KEEP:
+            w.count_left_out("signals", len(signals) - KEEP)
+            del signals[: len(signals) - KEEP]
     t["last_event"] = {"event_id": seq, "type": name}
     return w.state
 

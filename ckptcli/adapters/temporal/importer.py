@@ -3,9 +3,11 @@
 
 The cut: one checkpoint per import of a run's new events, its tail those events (seq =
 event id) and its snapshot the state derived from the events before them; a long import
-is cut into several checkpoints, each at a completed workflow task once it holds 5,000
-events or 4 MiB of the file (and wherever it reaches four times that), so memory stays
-bounded whatever the history's size. Not one checkpoint per workflow task: each
+is cut into several checkpoints, each at a completed workflow task once it holds 2,500
+events or 2 MiB of the file (and wherever it reaches twice that), so memory stays
+bounded whatever the history's size: the tail held is at most 5,000 events or 4 MiB of
+the file, and the derived state is bounded (events.py: the newest KEEP closed records of
+each kind), so neither grows with the history. Not one checkpoint per workflow task: each
 checkpoint stores its snapshot, so that would cost O(state) per task, O(n^2) for a long
 history, while `ckpt replay --to EVENT_ID` already gives the state at any event.
 
@@ -38,8 +40,10 @@ __all__ = ["ENGINE_LABEL", "RUN_LABEL", "history_events", "history_json", "impor
 
 RUN_LABEL = "workflow.run_id"
 ENGINE_LABEL = "workflow.engine"
-#: a checkpoint is cut at a completed workflow task past these, and anywhere at 4x them
-SOFT_EVENTS, SOFT_BYTES = 5_000, 4 << 20
+#: a checkpoint is cut at a completed workflow task past these, and anywhere at HARD times
+#: them (a run of signals has no workflow task to cut at)
+SOFT_EVENTS, SOFT_BYTES = 2_500, 2 << 20
+HARD = 2
 
 
 def _subject(workflow_id: str, path: Path) -> Subject:
@@ -95,7 +99,10 @@ def _stored_event(store: Store, cid: str, seq: int) -> Any:
 
 
 def _copy(state: dict[str, Any]) -> dict[str, Any]:
-    """A copy of the containers `apply(..., in_place=True)` changes (records are replaced, never changed)."""
+    """A copy of the containers `apply(..., in_place=True)` changes (records are replaced,
+    never changed): the next checkpoint's snapshot. The state is bounded (events.py: the
+    newest KEEP closed records of each kind), so this copy is too, whatever the history's
+    length."""
     out = dict(state)
     if type(out.get("tools")) is list:
         out["tools"] = list(out["tools"])
@@ -107,7 +114,7 @@ def _copy(state: dict[str, Any]) -> dict[str, Any]:
             t = ext["temporal"] = dict(t)
             for k, v in t.items():
                 if type(v) is dict:
-                    t[k] = dict(v)
+                    t[k] = {kk: list(vv) if type(vv) is list else vv for kk, vv in v.items()}  # `closed`: lists
                 elif type(v) is list:
                     t[k] = list(v)
     return out
@@ -125,15 +132,19 @@ def import_histories(store: Store, source: str, *, workflow_id: str | None = Non
 
     Returns:
         {"workflows": [{"subject", "run_id", "file", "events", "new_events", "checkpoints"}],
-         "checkpoints", "events", "already_present"}: checkpoints written, events written,
-         events the store had already.
+         "checkpoints", "events", "already_present", "skipped"}: checkpoints written,
+         events written, events the store had already, and the directory's entries
+         skipped ("PATH: skipped: why", each also a warning of the store).
 
     Raises:
         NotFoundError, InvalidInputError, CorruptError (reader.py); UsageError for
         --workflow-id with a directory of several files; InvalidInputError when the file's
         events up to the last stored one are not the stored ones.
     """
-    files = history_files(source)
+    skipped: list[str] = []
+    files = history_files(source, skipped)
+    for line in skipped:
+        store.warn(line)
     if workflow_id is not None and len(files) > 1:
         raise UsageError(
             f"--workflow-id names one workflow, and {source} holds {len(files)} history files", hint="name each file ID.json instead"
@@ -172,7 +183,7 @@ def import_histories(store: Store, source: str, *, workflow_id: str | None = Non
             )
     finally:
         progress.finish()
-    return {"workflows": rows, "checkpoints": checkpoints, "events": written, "already_present": already}
+    return {"workflows": rows, "checkpoints": checkpoints, "events": written, "already_present": already, "skipped": skipped}
 
 
 def _write(
@@ -207,6 +218,7 @@ def _write(
             labels={**labels, LABEL_SEQ: str(last)},
             parents=[parent] if parent else [],
             message=f"Temporal history {path.name}: events {first}..{last}",
+            cache=False,  # the tail is new each time, and the snapshot's lists are short (bounded)
         )
         parent = res.hex
         made.append(res.hex)
@@ -222,7 +234,7 @@ def _write(
         if tail:
             size, count = position[0] - start_pos, len(tail)
             at_task = ev.name == "WorkflowTaskCompleted"
-            if (at_task and (count >= SOFT_EVENTS or size >= SOFT_BYTES)) or count >= 4 * SOFT_EVENTS or size >= 4 * SOFT_BYTES:
+            if (at_task and (count >= SOFT_EVENTS or size >= SOFT_BYTES)) or count >= HARD * SOFT_EVENTS or size >= HARD * SOFT_BYTES:
                 flush()
         elif ev.seq == stored:
             start_pos = position[0]

@@ -57,12 +57,19 @@ class HistoryEvent:
     raw: dict[str, Any]
 
 
-def history_files(source: str) -> list[Path]:
+def history_files(source: str, skipped: list[str] | None = None) -> list[Path]:
     """The history files SOURCE names: a file, or a directory's `*.json` files (sorted).
+
+    Of a directory, only its regular files are read (a symbolic link to one in the same
+    directory too); an entry named `*.json` that is none (a subdirectory, a FIFO, a
+    socket, a device, a dangling link) is skipped, and said so in `skipped` ("NAME: why"),
+    when given.
 
     Raises:
         NotFoundError: no such file or directory, or a directory without .json files.
-        InvalidInputError: SOURCE is neither a regular file nor a directory.
+        InvalidInputError: SOURCE is neither a regular file nor a directory; an entry of
+        the directory is a symbolic link to a file outside it (refused: the import reads
+        the directory, not what it points at).
     """
     path = Path(source)
     try:
@@ -74,7 +81,7 @@ def history_files(source: str) -> list[Path]:
     except OSError as exc:
         raise InvalidInputError(f"{source}: cannot be read: {exc.strerror}") from None
     if stat.S_ISDIR(mode):
-        files = sorted(p for p in path.iterdir() if p.suffix == ".json" and p.is_file())
+        files = _directory(path, skipped)
         if not files:
             raise NotFoundError(
                 f"{source}: a directory with no .json history files",
@@ -86,6 +93,33 @@ def history_files(source: str) -> list[Path]:
             f"{source}: not a regular file", hint="give a history file written by `temporal workflow show --output json`"
         )
     return [path]
+
+
+def _directory(path: Path, skipped: list[str] | None) -> list[Path]:
+    """The regular `*.json` files of the directory `path`, sorted (see history_files)."""
+    home = path.resolve()
+    files = []
+    for p in sorted(path.iterdir()):
+        if p.suffix != ".json":
+            continue
+        try:
+            st = p.stat()  # follows a link
+        except OSError:
+            if skipped is not None:
+                skipped.append(f"{p}: skipped: a dangling symbolic link" if p.is_symlink() else f"{p}: skipped: cannot be read")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            what = "a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+            if skipped is not None:
+                skipped.append(f"{p}: skipped: {what}")
+            continue
+        if p.is_symlink() and p.resolve().parent != home:
+            raise InvalidInputError(
+                f"{p}: a symbolic link to {p.resolve()}, outside {path}: refused",
+                hint="copy the history into the directory, or name the file itself",
+            )
+        files.append(p)
+    return files
 
 
 def event_time_ns(text: Any) -> int | None:
@@ -157,18 +191,23 @@ def read_events(
                 ts = max(ev.ts, prev_ts)  # ts never decreases (formats/events.md)
                 prev_ts = ts
                 yield HistoryEvent(ev.seq, ts, ev.name, raw) if ts != ev.ts else ev
-        except ijson.IncompleteJSONError as exc:
+        except ijson.JSONError as exc:
+            if "integer overflow" in str(exc):  # valid JSON, but a number no int64 field of Temporal's holds
+                raise InvalidInputError(
+                    f"{where}: event {n + 1} holds an integer beyond 64 bits, which no field of a Temporal history can",
+                    hint="the file is not a history Temporal wrote; export it again: `temporal workflow show -w ID --output json`",
+                ) from None
+            if not isinstance(exc, ijson.IncompleteJSONError):
+                raise CorruptError(
+                    f"{where}: malformed JSON after {n} events: {_first_line(exc)}",
+                    hint="export it again: `temporal workflow show -w ID --output json`",
+                ) from None
             size = _size(f)
             if "premature" in str(exc).lower() or "incomplete" in str(exc).lower():
                 raise CorruptError(
                     f"{where}: the history ends early (truncated JSON, after {n} events of {size} bytes)",
                     hint="export it again: `temporal workflow show -w ID --output json`",
                 ) from None
-            raise CorruptError(
-                f"{where}: malformed JSON after {n} events: {_first_line(exc)}",
-                hint="export it again: `temporal workflow show -w ID --output json`",
-            ) from None
-        except ijson.JSONError as exc:
             raise CorruptError(
                 f"{where}: malformed JSON after {n} events: {_first_line(exc)}",
                 hint="export it again: `temporal workflow show -w ID --output json`",

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["synthesize"]
+__all__ = ["synthesize", "synthesize_signals"]
 
 _PATTERN = (
     "activity_task_scheduled_event_attributes",
@@ -83,6 +83,51 @@ def synthesize(source: Path, events: int, out: Path, *, result_bytes: int = 0) -
             ev.event_id = last_wtc + (proto.event_id - (start + 6))
             if ev.HasField("workflow_execution_completed_event_attributes"):
                 ev.workflow_execution_completed_event_attributes.workflow_task_completed_event_id = last_wtc
+            emit(ev)
+        f.write("\n]}\n")
+    return n
+
+
+def synthesize_signals(source: Path, signals: int, out: Path, *, payload_bytes: int = 400) -> int:
+    """Write to `out` a signal-heavy history: the first workflow task of the history
+    `source` (its first four events), then `signals` WorkflowExecutionSignaled events, each
+    with a json/plain string input of about `payload_bytes` bytes (signal names `sig-0` to
+    `sig-9` in turn, input `"<i>:xxx..."`). The run is left running.
+
+    Returns:
+        the number of events written.
+    """
+    from google.protobuf.json_format import MessageToDict
+    from temporalio.api.common.v1 import Payload
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.api.history.v1 import HistoryEvent
+    from temporalio.client import WorkflowHistory
+
+    head = list(WorkflowHistory.from_json("synth", source.read_text()).events)[:4]
+    n = 0
+    with out.open("w", encoding="utf-8") as f:
+        f.write('{"events": [')
+
+        def emit(ev: HistoryEvent) -> None:
+            nonlocal n
+            f.write(("," if n else "") + "\n" + json.dumps(MessageToDict(ev), separators=(",", ":")))
+            n += 1
+
+        for ev in head:
+            emit(ev)
+        proto = HistoryEvent()
+        proto.CopyFrom(head[-1])
+        proto.ClearField("workflow_task_completed_event_attributes")
+        proto.event_type = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        for i in range(signals):
+            ev = HistoryEvent()
+            ev.CopyFrom(proto)
+            ev.event_id = len(head) + i + 1
+            a = ev.workflow_execution_signaled_event_attributes
+            a.signal_name = f"sig-{i % 10}"
+            a.identity = "synth"
+            text = f"{i}:" + "x" * max(0, payload_bytes - len(str(i)) - 3)
+            a.input.payloads.append(Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(text).encode()))
             emit(ev)
         f.write("\n]}\n")
     return n

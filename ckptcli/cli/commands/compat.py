@@ -85,7 +85,7 @@ def compat(
         typer.Option(
             "--timeout",
             metavar="SECONDS",
-            help="With --workflow: give up (exit 7) when one replay takes longer (default 60).",
+            help="With --workflow: kill a replay (exit 7) that takes longer (default 60; each runs in a process of its own).",
             show_default=False,
         ),
     ] = None,

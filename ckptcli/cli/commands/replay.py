@@ -70,7 +70,8 @@ def replay_cmd(
         typer.Option(
             "--timeout",
             metavar="SECONDS",
-            help="With --check on a Temporal history: give up (exit 7) when one replay takes longer (default 60).",
+            help="With --check on a Temporal history: kill a replay (exit 7) that takes longer "
+            "(default 60; each runs in a process of its own).",
             show_default=False,
         ),
     ] = None,
