@@ -354,14 +354,17 @@ def test_a_checkpoint_the_program_keeps_failing_on_is_marked_bad_and_the_one_bef
     """B is taken before the program poisons its state, C after; killed, it fails twice
     starting from C (--bad-after 2): C is tagged bad, `process:bad` is recorded, and the
     next start is from B."""
-    marker = env.work / "poisoned-once"
-    prog = _sim("--steps", "100000000", "--poison-at", "400", "--marker", str(marker))
+    marker, trigger = env.work / "poisoned-once", env.work / "poison-now"
+    # poisoned on the test's word, not at a step: on a loaded machine the program ran past
+    # any fixed step before the first `ckpt checkpoint` was taken
+    prog = _sim("--steps", "100000000", "--poison-when", str(trigger), "--marker", str(marker))
     sup = env.run(["--state", "state.bin", "--every", "1h", "--backoff", "0.05:0.05", "--bad-after", "2", "--freeze", "sigstop"], prog)
     _wait(lambda: env.starts(), "the program's start")
     r = env.ckpt("checkpoint", SUBJECT, "--json")
     assert r.returncode == 0, r.stderr
     good = json.loads(r.stdout)["id"]
-    assert sim.validate(env.copy_of(good))[2] == 0, "the first checkpoint came after the poison: raise --poison-at"
+    assert sim.validate(env.copy_of(good))[2] == 0, "the first checkpoint came after the poison"
+    trigger.touch()
     _wait(marker.exists, "the poison")
     r = env.ckpt("checkpoint", SUBJECT, "--json")
     assert r.returncode == 0, r.stderr

@@ -19,7 +19,7 @@ header's and calls the copy torn. A frozen program (or one that has quiesced) wr
 nothing while it is copied, so its copy never tears.
 
 Usage: sim.py STATE OUT LOG [--steps N] [--pace S] [--cooperate|--ignore-requests]
-              [--poison-at STEP --marker PATH]
+              [--poison-at STEP | --poison-when TRIGGER] [--marker PATH]
 
 On start it appends to LOG `start pid=P restored=ID step=S t=NS` (ID: CKPT_RESTORED or
 none; S: the step its state file holds, 0 for a new one), or `torn REASON` (and exits 3)
@@ -127,6 +127,7 @@ def main(argv: list[str]) -> int:
 
     steps, pace = int(opt("--steps", "1000")), float(opt("--pace", "0.002"))
     poison_at, marker = int(opt("--poison-at", "0")), opt("--marker", "")
+    trigger = opt("--poison-when", "")  # poison at the first step once this file exists
     ctl = None
     if "--cooperate" in opts or "--ignore-requests" in opts:
         import ckptcli.process
@@ -149,7 +150,8 @@ def main(argv: list[str]) -> int:
     while step < steps:
         step += 1
         values = advance(values, step)
-        if poison_at and step == poison_at and marker and not os.path.exists(marker):
+        due = (poison_at and step == poison_at) or (trigger and os.path.exists(trigger))
+        if due and marker and not os.path.exists(marker):
             flags |= FLAG_POISON
             open(marker, "w").close()
         sf.write(step, values, flags)
