@@ -264,6 +264,7 @@ class _Writer:
                 self.report.symlinks += 1
                 self.report.written.append(self.shown + self.current)
         if self.delete and not fresh and (parts or self.root_delete):
+            self.settle()  # the temporary files of files still being written are not extras
             self._delete_extras(dir_fd, entries, parts)
 
     def blob_path(self, rel: str) -> str:

@@ -102,3 +102,25 @@ def test_a_damaged_big_file_puts_back_what_the_target_held(
     after = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before  # no temporary file left, every old file back
     assert sorted(os.listdir(out / "w")) == ["big0.bin", "big4.bin", "small2.txt", "sub"]
+
+
+def test_restore_with_delete_of_big_files_over_changed_ones_replaces_them_and_removes_extras(
+    taken: tuple[Path, Path, dict[str, bytes]], tmp_path: Path
+) -> None:
+    """The delete pass took the temporary file of a big file still being written for an
+    extra: it moved it aside, the rename into place failed (exit 12), and the undo left the
+    2 MiB temporary file in the target (the README's own rollback command)."""
+    store, src, files = taken
+    out = tmp_path / "out"
+    open_checkpoint("latest", store_path=store).restore_blobs(out)
+    w = out / "w"
+    for rel in ("big0.bin", "big4.bin", "sub/big.bin"):
+        (w / rel).write_bytes(b"changed\n")
+    (w / "new.txt").write_text("extra\n")
+    (w / "sub" / "extra.bin").write_bytes(b"x" * 10)
+    report = RestoreReport()
+    open_checkpoint("latest", store_path=store).restore_blobs(out, overwrite=True, delete=True, report=report)
+    assert _listing(w) == _listing(src)
+    for rel, data in files.items():
+        assert (w / rel).read_bytes() == data, rel
+    assert sorted(report.deleted) == ["w/new.txt", "w/sub/extra.bin"]
