@@ -274,6 +274,7 @@ class Store(Refs):
         self.location = location
         self._index: ObjectIndex | None = None
         self._index_files: set[str] = set()
+        self._index_dir_seen: tuple[int, int, int] | None = None  # _index_dir_state when last listed
         self._indexed_packs: set[bytes] = set()  # packs a readable index file names
         self._tables_read: set[bytes] = set()  # packs whose own table was read instead
         self.damaged_index: dict[str, str] = {}  # index file -> what is wrong with it
@@ -403,15 +404,23 @@ class Store(Refs):
             self.refresh_index()
         return self._index
 
-    def refresh_index(self) -> None:
+    def refresh_index(self, *, force: bool = False) -> None:
         """Read index files written since the last look (other processes' takes). If any
         file read before has gone, a prune has rewritten the index: read it all again,
         so that nothing is deduplicated against an object the prune removed.
 
+        Only the files not seen before are read: the cost is one listing of names plus
+        O(new). On a local store the listing itself is skipped while the index
+        directory is as it was when last listed, and that was long enough ago to be sure
+        (`_index_dir_state`); `force` lists anyway.
+
         A damaged index file is skipped (one warning): the objects it named are found
         through their packs' own tables when they are first missed (`read_stored`)."""
-        names = self.backend.list(layout.INDEX)
-        if self._index_files - set(names):
+        state = self._index_dir_state()
+        if not force and state is not None and state == self._index_dir_seen and self._index is not None:
+            return
+        listed = self._index_names()
+        if not self._index_files.issubset(listed):
             self._index, self._index_files = ObjectIndex(), set()
             self._indexed_packs, self._tables_read, self.damaged_index = set(), set(), {}
             # a prune or a format upgrade rewrote the index; an upgrade also moved the
@@ -420,9 +429,8 @@ class Store(Refs):
         idx = self._index if self._index is not None else ObjectIndex()
         self._index = idx
         damaged: list[str] = []
-        for name in names:
-            if name in self._index_files:
-                continue
+        new = sorted(listed - self._index_files)
+        for name in new:
             try:
                 files = [(pack_id, list(parse_entry_rows(rows, pack_id, name))) for pack_id, rows in self.read_index_file(name)]
             except NotFoundError:
@@ -434,15 +442,50 @@ class Store(Refs):
                 continue
             for pack_id, entries in files:
                 self._indexed_packs.add(pack_id)
-                for oid, entry in entries:
-                    idx.setdefault(oid, entry)
+                idx.add_many(entries, settle=False)
             self._index_files.add(name)
+        idx.settle()
+        self._index_dir_seen = state
         if damaged:
             more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
             self.warn(
                 f"index file {damaged[0]}{more} is damaged ({self.damaged_index[damaged[0]]}); "
                 "objects are found through the pack tables instead; run `ckpt repair index`"
             )
+
+    def _index_names(self) -> set[str]:
+        """The paths of the index files (`index/<name>`): on a local store one scan of
+        the directory (anything there but a directory is taken for an index file, and
+        one that is not is damage, said once), else the backend's listing."""
+        if not isinstance(self.backend, LocalBackend):
+            return set(self.backend.list(layout.INDEX))
+        try:
+            with os.scandir(os.path.join(self.location, layout.INDEX)) as it:
+                return {f"{layout.INDEX}/{e.name}" for e in it if not e.is_dir()}
+        except FileNotFoundError:
+            return set()
+        except OSError:
+            return set(self.backend.list(layout.INDEX))  # says what is wrong, as before
+
+    #: how old (ns) the index directory's last change must be before its unchanged
+    #: state is trusted to mean "no file added or removed": file-system timestamps come
+    #: from a clock that lags by up to a tick, and some file systems keep whole seconds
+    INDEX_DIR_SETTLED_NS = 3_000_000_000
+
+    def _index_dir_state(self) -> tuple[int, int, int] | None:
+        """The local index directory's (inode, mtime, ctime), when it changed long enough
+        ago (INDEX_DIR_SETTLED_NS) that a later change must show as a newer time; None
+        when not local, unknown or too recent (then the directory is listed)."""
+        if not isinstance(self.backend, LocalBackend):
+            return None
+        now = time.time_ns()
+        try:
+            st = os.stat(os.path.join(self.location, layout.INDEX))
+        except OSError:
+            return None
+        if max(st.st_mtime_ns, st.st_ctime_ns) > now - self.INDEX_DIR_SETTLED_NS:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
 
     def find_in_packs(self, oid: bytes | None = None) -> None:
         """Read the own tables of packs no readable index names, adding their objects to
@@ -481,6 +524,7 @@ class Store(Refs):
         """Forget the cached index (after a prune rewrote it); read again on next use."""
         self._index, self._index_files = None, set()
         self._indexed_packs, self._tables_read, self.damaged_index = set(), set(), {}
+        self._index_dir_seen = None
 
     def forget_manifest(self, cid: bytes) -> None:
         self._manifest_cache.pop(cid, None)
@@ -490,8 +534,7 @@ class Store(Refs):
         self._index_files.add(name)
         for pack_id, rows in packs:
             self._indexed_packs.add(pack_id)
-            for oid, entry in parse_entry_rows(rows, pack_id, "new index"):
-                idx.setdefault(oid, entry)
+            idx.add_many(parse_entry_rows(rows, pack_id, "new index"))
 
     def has(self, oid: bytes) -> bool:
         return oid in self.index()
@@ -501,7 +544,7 @@ class Store(Refs):
         if entry is None:
             # written since the index was read, by another process or host: the index
             # files not seen yet name it (a listing and the new files, nothing more)
-            self.refresh_index()
+            self.refresh_index(force=True)
             entry = self.index().get(oid)
         if entry is None:
             self.find_in_packs(oid)
