@@ -2,7 +2,10 @@
 on a store of 10,000 checkpoints reads one file instead of decoding 10,000 manifests.
 
 It lives at `cache/catalog` (formats/v1.md, "Store layout": readers of the format
-ignore `cache/`). Manifests are immutable and named by their hash, so an entry never
+ignore `cache/`). Beside it, `cache/catalog-subjects/<sha256 of KIND:NAME>` holds one
+subject's rows and the state of manifests/ they were read at (`subject_rows`): while
+that directory is unchanged and settled (`Store.settled_state`), `ls` of one subject
+reads that file alone, whatever the size of the store. Manifests are immutable and named by their hash, so an entry never
 goes stale; entries whose manifest is gone (pruned) are dropped, new manifests are
 read and added. A catalog that is missing, damaged or of another version is ignored
 and rebuilt; it is never the only copy of anything.
@@ -11,18 +14,21 @@ and rebuilt; it is never the only copy of anything.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ckptcli.errors import CkptError
 from ckptcli.format import framing
 from ckptcli.format.manifest import Manifest, Subject
-from ckptcli.store.layout import CATALOG
+from ckptcli.store.layout import CACHE, CATALOG, MANIFESTS
 
 if TYPE_CHECKING:
     from ckptcli.store.repository import Store
 
 CATALOG_PATH = CATALOG
 CATALOG_VERSION = 2
+SUBJECTS_DIR = f"{CACHE}/catalog-subjects"
+SUBJECT_VERSION = 1
 
 
 class Summary(NamedTuple):
@@ -94,19 +100,55 @@ def _load(store: Store) -> dict[bytes, list[Any]]:
         rows = body["entries"]
         # the fields ls filters and sorts on are checked here; a row that fails is dropped
         # and rebuilt from its manifest
-        return {
-            r[0]: r
-            for r in rows
-            if type(r) is list
-            and len(r) == 8
-            and type(r[0]) is bytes
-            and type(r[1]) is str
-            and type(r[2]) is str
-            and type(r[4]) is int
-            and type(r[5]) is dict
-        }
+        return {r[0]: r for r in rows if _good_row(r)}
     except (CkptError, KeyError, TypeError, ValueError):
         return {}  # missing or unusable: rebuilt from the manifests
+
+
+def _subject_path(subject: Subject) -> str:
+    return f"{SUBJECTS_DIR}/{hashlib.sha256(str(subject).encode()).hexdigest()}"
+
+
+def _good_row(r: Any) -> bool:
+    return (
+        type(r) is list
+        and len(r) == 8
+        and type(r[0]) is bytes
+        and type(r[1]) is str
+        and type(r[2]) is str
+        and type(r[4]) is int
+        and type(r[5]) is dict
+    )
+
+
+def subject_rows(store: Store, subject: Subject, save: bool = True) -> list[list[Any]]:
+    """The raw catalog rows of one subject's checkpoints (as `rows`, filtered). While
+    the store's manifests/ directory is as it was when this subject's rows were last
+    saved, and settled (`Store.settled_state`), they are read from its own file,
+    `cache/catalog-subjects/<sha256 of KIND:NAME>`, and nothing else: no listing of the
+    manifests, no other subject's rows. Otherwise they come from `rows` and are saved
+    for next time (unless not `save`)."""
+    state = store.settled_state(MANIFESTS)
+    path = _subject_path(subject)
+    if state is not None:
+        try:
+            _v, body = framing.decode_record(store.backend.read(path), framing.KIND_CACHE, path)
+            if (
+                body.get("version") == SUBJECT_VERSION
+                and body.get("state") == list(state)
+                and body.get("subject") == str(subject)
+                and type(body.get("entries")) is list
+                and all(_good_row(r) for r in body["entries"])
+            ):
+                return list(body["entries"])
+        except (CkptError, AttributeError, KeyError, TypeError, ValueError):
+            pass  # missing or unusable: read from the catalog
+    found = [r for r in rows(store, save=save).values() if r[1] == subject.kind and r[2] == subject.name]
+    if save and state is not None and state == store.settled_state(MANIFESTS):  # unchanged while it was read
+        body = {"version": SUBJECT_VERSION, "state": list(state), "subject": str(subject), "entries": found}
+        with contextlib.suppress(CkptError, OSError):
+            store.backend.write_atomic(path, framing.encode_record(framing.KIND_CACHE, body, store.version))
+    return found
 
 
 def rows(store: Store, save: bool = True) -> dict[bytes, list[Any]]:

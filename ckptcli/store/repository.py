@@ -473,14 +473,19 @@ class Store(Refs):
     INDEX_DIR_SETTLED_NS = 3_000_000_000
 
     def _index_dir_state(self) -> tuple[int, int, int] | None:
-        """The local index directory's (inode, mtime, ctime), when it changed long enough
-        ago (INDEX_DIR_SETTLED_NS) that a later change must show as a newer time; None
-        when not local, unknown or too recent (then the directory is listed)."""
+        return self.settled_state(layout.INDEX)
+
+    def settled_state(self, directory: str) -> tuple[int, int, int] | None:
+        """A local store directory's (inode, mtime, ctime), when it changed long enough
+        ago (INDEX_DIR_SETTLED_NS) that any later change (a file added, renamed in or
+        removed) must show as a newer time; None when the store is not local, the
+        directory cannot be read, or it changed too recently to tell (then callers list
+        it). Two equal states mean the directory holds the same names."""
         if not isinstance(self.backend, LocalBackend):
             return None
         now = time.time_ns()
         try:
-            st = os.stat(os.path.join(self.location, layout.INDEX))
+            st = os.stat(os.path.join(self.location, directory))
         except OSError:
             return None
         if max(st.st_mtime_ns, st.st_ctime_ns) > now - self.INDEX_DIR_SETTLED_NS:
