@@ -11,21 +11,26 @@ The stores are built through the library (`Encoder`, `Transaction`, `Manifest`,
 a measurement), and kept under --workdir between runs (a file `built` says a store is
 complete; delete the directory to build again). Each checkpoint is one step of one of
 --subjects agents: a section holding the step, a ~200-byte note of its own and a ~1 KiB
-context its agent shares with its other steps (two new objects a step, one shared), so a
-store of N checkpoints holds about 2N objects. A batch of --batch checkpoints shares one
-pack and one index file, as after a repack: a store whose every take left its own index
-file is measured at 10,000 takes by bench.take.
+context its agent shares with its other steps: one new object a step (the section, the
+note inline in it) and one shared object an agent (the context), so a store of N
+checkpoints holds N + --subjects objects. A batch of --batch checkpoints shares one pack
+and one index file, as after a repack (a store whose every take left its own index file
+is bench.take's).
 
 Measured on a fresh `Store` each run (median of --runs):
 
-- `open+resolve`: `Store.open`, `resolve` of a subject's latest, its manifest, its root
-  object read (which needs the object index);
+- `open + resolve + manifest`: `Store.open`, `resolve` of a subject's latest, its manifest;
+  `+ read root`: and its root object read, which needs the object index;
+- `index load`: once from every index file (cache/index-snapshot deleted first), then
+  (median) as the runs above found it: from the snapshot a store of more than 64 index
+  files keeps, and the index files written since;
 - `ls subject`: `list_checkpoints` of one subject (the catalog, cache/catalog, is built
   once while the store is built, as the first `ckpt ls` would);
 - `take (first)`: the first `ckptcli.take` in a fresh process's `Store` (loads the index);
   `take (next)`: the median of the following takes into the same `Store`;
-- `prune --dry-run` keep-last 1 per subject (a real prune rewrites the store, which would
-  spoil the cached store; --real-prune does it on a copy at the sizes given);
+- `prune --dry-run` keep-last 1 (a real prune rewrites the store: --real-prune does it,
+  on the copy the takes went to); it reads every manifest, so it is left out above
+  --prune-max checkpoints (default 100,000: minutes at 1,000,000);
 - `verify`: structure of one subject's latest (`ckpt verify SUBJECT`), and of every
   checkpoint with --full-verify;
 - `index bytes/object`: tracemalloc's count of what the loaded index holds, divided by its
@@ -167,7 +172,7 @@ def _timed(fn: Any, runs: int) -> float:
     return _median(times)
 
 
-def measure(path: Path, info: dict[str, Any], runs: int, takes: int, full_verify: bool, real_prune: bool) -> dict[str, Any]:
+def measure(path: Path, info: dict[str, Any], runs: int, takes: int, full_verify: bool, real_prune: bool, prune_max: int) -> dict[str, Any]:
     import ckptcli
     from ckptcli.format.ev import EXT_REF, unpack_ev, walk_references
     from ckptcli.listing import ListFilter, list_checkpoints
@@ -177,6 +182,24 @@ def measure(path: Path, info: dict[str, Any], runs: int, takes: int, full_verify
 
     subject = "agent:s7"
     out: dict[str, Any] = {"checkpoints": info["checkpoints"], "objects": info["objects"]}
+    # the index read from every index file (no snapshot yet), once; a store of more than
+    # 64 index files leaves cache/index-snapshot behind, which the runs below read
+    snapshot = path / "cache" / "index-snapshot"
+    snapshot.unlink(missing_ok=True)
+    gc.collect()
+    t0 = time.perf_counter()
+    st = Store.open(path)
+    st.index()
+    out["index_load_files_s"] = time.perf_counter() - t0
+    st.close()
+    out["snapshot"] = snapshot.exists()
+
+    def open_only() -> None:
+        st = Store.open(path)
+        st.manifest(st.resolve(subject))
+        st.close()
+
+    out["open_resolve_only_s"] = _timed(open_only, runs)
 
     def open_resolve() -> None:
         st = Store.open(path)
@@ -241,13 +264,13 @@ def measure(path: Path, info: dict[str, Any], runs: int, takes: int, full_verify
         out["take_next_s"] = _median(times)
         st.close()
 
-        st = Store.open(work)
-        t0 = time.perf_counter()
-        rep = prune(st, Policy(keep_last=1), dry_run=not real_prune)
-        out["prune_s"] = time.perf_counter() - t0
-        out["prune_real"] = real_prune
-        out["prune_removed"] = len(getattr(rep, "removed", []) or [])
-        st.close()
+        if info["checkpoints"] <= prune_max:
+            st = Store.open(work)
+            t0 = time.perf_counter()
+            prune(st, Policy(keep_last=1), dry_run=not real_prune)
+            out["prune_s"] = time.perf_counter() - t0
+            out["prune_real"] = real_prune
+            st.close()
 
         st = Store.open(path)
         t0 = time.perf_counter()
@@ -266,11 +289,13 @@ def measure(path: Path, info: dict[str, Any], runs: int, takes: int, full_verify
 
 
 ROWS = [
+    ("open_resolve_only_s", "open + resolve + manifest", "ms"),
     ("open_resolve_s", "open + resolve + read root", "ms"),
     ("ls_subject_s", "ls of one subject", "ms"),
     ("take_first_s", "take, first in a Store", "ms"),
     ("take_next_s", "take, next (median)", "ms"),
-    ("index_load_s", "index load", "ms"),
+    ("index_load_files_s", "index load, every index file", "ms"),
+    ("index_load_s", "index load (snapshot if any)", "ms"),
     ("prune_s", "prune keep-last 1", "ms"),
     ("verify_subject_s", "verify (structure), one subject", "ms"),
     ("verify_all_s", "verify (structure), all", "ms"),
@@ -342,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--takes", type=int, default=20, help="takes after the first (default 20)")
     ap.add_argument("--full-verify", action="store_true", help="also verify every checkpoint (slow at 1,000,000)")
     ap.add_argument("--real-prune", action="store_true", help="a real prune (on a copy) instead of --dry-run")
+    ap.add_argument("--prune-max", type=int, default=100_000, help="no prune in stores larger than this (default 100,000)")
     ap.add_argument("--png", type=Path, default=ROOT / "docs" / "img" / "scale.png")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--json", type=Path)
@@ -352,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in sizes:
         path, info = ensure(args.workdir, n, args.subjects, args.batch)
         print(f"[bench] {n:,} checkpoints, {info['objects']:,} objects: measuring", file=sys.stderr, flush=True)
-        results.append(measure(path, info, args.runs, args.takes, args.full_verify, args.real_prune))
+        results.append(measure(path, info, args.runs, args.takes, args.full_verify, args.real_prune, args.prune_max))
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     print(report(results))
     if args.json:

@@ -177,3 +177,68 @@ def test_a_prune_elsewhere_is_seen_by_the_next_refresh(tmp_path: Path) -> None:
     again = ckptcli.take(reader, _state(1), subject="agent:a")
     assert again.new_objects >= 1 and first.id != again.id
     assert ckptcli.verify(Store.open(tmp_path / "s")).ok
+
+
+def _reads_of_index_files(monkeypatch: pytest.MonkeyPatch, st: Store) -> list[str]:
+    read: list[str] = []
+    real = st.read_index_file
+    monkeypatch.setattr(st, "read_index_file", lambda name: read.append(name) or real(name))
+    return read
+
+
+def test_a_snapshot_of_the_index_spares_the_next_process_every_index_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Store, "INDEX_DIR_SETTLED_NS", 0)
+    monkeypatch.setattr(Store, "SNAPSHOT_MIN_FILES", 4)
+    st = ckptcli.init_store(tmp_path / "s")
+    taken = [ckptcli.take(st, _state(i), subject="agent:a") for i in range(6)]
+    time.sleep(0.05)
+    first = Store.open(tmp_path / "s")
+    read = _reads_of_index_files(monkeypatch, first)
+    assert not (tmp_path / "s" / "cache" / "index-snapshot").exists()
+    assert len(first.index()) > 0 and len(read) == 6  # every index file, then the snapshot
+    assert (tmp_path / "s" / "cache" / "index-snapshot").is_file()
+    whole = dict(first.index().items())
+    second = Store.open(tmp_path / "s")
+    read = _reads_of_index_files(monkeypatch, second)
+    assert dict(second.index().items()) == whole and read == []  # one file, not six
+    assert ckptcli.open_checkpoint(taken[0].hex, second).state() == _state(0)
+    # a take since: the snapshot and that one index file
+    new = ckptcli.take(st, _state(50), subject="agent:a")
+    time.sleep(0.05)
+    third = Store.open(tmp_path / "s")
+    read = _reads_of_index_files(monkeypatch, third)
+    assert len(third.index()) == len(whole) + new.new_objects and len(read) == 1
+    # a prune since: the files it was read from are gone, so it is not believed
+    prune(Store.open(tmp_path / "s"), Policy(keep_last=1), subjects=["agent:a"])
+    time.sleep(0.05)
+    after = Store.open(tmp_path / "s")
+    survivors = set(after.index())
+    assert survivors < set(whole) | set(third.index())
+    assert ckptcli.verify(after).ok and ckptcli.open_checkpoint(new.hex, after).state() == _state(50)
+
+
+@pytest.mark.parametrize("damage", ["flipped", "truncated", "another version"])
+def test_a_damaged_snapshot_is_read_around(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+    monkeypatch.setattr(Store, "INDEX_DIR_SETTLED_NS", 0)
+    monkeypatch.setattr(Store, "SNAPSHOT_MIN_FILES", 2)
+    st = ckptcli.init_store(tmp_path / "s")
+    for i in range(3):
+        ckptcli.take(st, _state(i), subject="agent:a")
+    time.sleep(0.05)
+    whole = dict(Store.open(tmp_path / "s").index().items())
+    snap = tmp_path / "s" / "cache" / "index-snapshot"
+    data = bytearray(snap.read_bytes())
+    if damage == "flipped":
+        data[len(data) // 2] ^= 0x40
+    elif damage == "truncated":
+        del data[len(data) // 2 :]
+    else:
+        from ckptcli.format import framing
+
+        _v, body = framing.decode_record(bytes(data), framing.KIND_CACHE, "snapshot")
+        body["version"] = 99
+        data = bytearray(framing.encode_record(framing.KIND_CACHE, body, st.version))
+    snap.write_bytes(bytes(data))
+    reader = Store.open(tmp_path / "s")
+    read = _reads_of_index_files(monkeypatch, reader)
+    assert dict(reader.index().items()) == whole and len(read) == 3 and reader.warnings == []

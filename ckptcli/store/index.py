@@ -18,7 +18,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from ckptcli.errors import CorruptError, LimitExceededError
+from ckptcli.errors import CkptError, CorruptError, LimitExceededError
 from ckptcli.format import framing, limits
 from ckptcli.store import layout
 from ckptcli.store.backend import Backend
@@ -27,7 +27,9 @@ __all__ = [
     "IndexEntry",
     "ObjectIndex",
     "decode_index",
+    "decode_snapshot",
     "encode_index",
+    "encode_snapshot",
     "parse_entry_rows",
     "read_index_file",
     "write_index",
@@ -97,7 +99,10 @@ class ObjectIndex:
 
     def _entry(self, rec: bytes | memoryview, at: int = 0) -> IndexEntry:
         pack, off, slen, rlen, tc = _REC.unpack_from(rec, at)
-        return IndexEntry(self._packs[pack], tc & 1, off, slen, rlen, tc >> 1)
+        try:
+            return IndexEntry(self._packs[pack], tc & 1, off, slen, rlen, tc >> 1)
+        except IndexError:  # only a snapshot (its checksum holding) could say so
+            raise CorruptError(f"{SNAPSHOT}: names pack number {pack} of {len(self._packs)}", hint=f"delete {SNAPSHOT}") from None
 
     def get(self, oid: bytes, default: IndexEntry | None = None) -> IndexEntry | None:
         rec = self._pending.get(oid)
@@ -273,6 +278,50 @@ class ObjectIndex:
             + 120 * len(self._pending)
             + 200 * len(self._odd)
         )
+
+
+#: a copy of a store's whole object index, written by a process that read many index
+#: files, so that the next one reads one file (docs/design.md, "The object index in memory")
+SNAPSHOT = layout.INDEX_SNAPSHOT
+SNAPSHOT_VERSION = 1
+
+
+def encode_snapshot(idx: ObjectIndex, files: Iterable[str], version: int) -> bytes | None:
+    """The bytes of `cache/index-snapshot` for `idx`, read from the index files `files`
+    (paths `index/<hex>`); None when some entry fits no record (then no snapshot)."""
+    if idx._odd:
+        return None
+    idx.merge()
+    body = {
+        "version": SNAPSHOT_VERSION,
+        "files": b"".join(sorted(bytes.fromhex(f.rsplit("/", 1)[-1]) for f in files)),
+        "packs": b"".join(idx._packs),
+        "keys": idx._keys,
+        "vals": idx._vals,
+    }
+    return framing.encode_record(framing.KIND_CACHE, body, version)
+
+
+def decode_snapshot(data: bytes) -> tuple[ObjectIndex, set[str]] | None:
+    """(the index, the index files it was read from) of a snapshot; None when it is
+    damaged, of another version or malformed (it is a cache: then the files are read)."""
+    try:
+        _v, body = framing.decode_record(data, framing.KIND_CACHE, SNAPSHOT)
+        files, packs, keys, vals = body["files"], body["packs"], body["keys"], body["vals"]
+        if body.get("version") != SNAPSHOT_VERSION or not all(type(x) is bytes for x in (files, packs, keys, vals)):
+            return None
+    except (CkptError, AttributeError, KeyError, TypeError):
+        return None
+    n = len(keys) // 32
+    if len(files) % 32 or len(packs) % 32 or len(keys) % 32 or len(vals) != n * _REC.size:
+        return None
+    idx = ObjectIndex()
+    idx._packs = [packs[i : i + 32] for i in range(0, len(packs), 32)]
+    idx._pack_no = {p: i for i, p in enumerate(idx._packs)}
+    idx._keys, idx._vals = keys, vals
+    idx._rebucket()
+    names = {f"{layout.INDEX}/{files[i : i + 32].hex()}" for i in range(0, len(files), 32)}
+    return idx, names
 
 
 def parse_entry_rows(rows: Any, pack_id: bytes, where: str) -> Iterator[tuple[bytes, IndexEntry]]:

@@ -37,7 +37,16 @@ from ckptcli.format.manifest import Manifest
 from ckptcli.store import layout
 from ckptcli.store.backend import Backend, LocalBackend
 from ckptcli.store.backends import ENV_OPTIONS, cli_options, open_backend, parse_location, parse_store_options, redact
-from ckptcli.store.index import IndexEntry, ObjectIndex, parse_entry_rows, read_index_file, write_index
+from ckptcli.store.index import (
+    IndexEntry,
+    ObjectIndex,
+    decode_snapshot,
+    encode_snapshot,
+    parse_entry_rows,
+    read_index_file,
+    write_index,
+)
+from ckptcli.store.layout import INDEX_SNAPSHOT
 from ckptcli.store.layout import STORE_DIRNAME as STORE_DIRNAME
 from ckptcli.store.layout import pack_path as pack_path
 from ckptcli.store.objcache import default_cache
@@ -426,6 +435,9 @@ class Store(Refs):
             # a prune or a format upgrade rewrote the index; an upgrade also moved the
             # config to a newer version, which is the one to write from now on
             self.config = read_config(self.backend, f"{self.location}/{layout.CONFIG}")
+        fresh = not self._index_files and not self._index
+        if fresh and len(listed) >= self.SNAPSHOT_MIN_FILES:
+            self._load_snapshot(listed)
         idx = self._index if self._index is not None else ObjectIndex()
         self._index = idx
         damaged: list[str] = []
@@ -446,12 +458,43 @@ class Store(Refs):
             self._index_files.add(name)
         idx.settle()
         self._index_dir_seen = state
+        if len(new) >= self.SNAPSHOT_MIN_FILES and not self.damaged_index and state is not None:
+            self._save_snapshot(state)
         if damaged:
             more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
             self.warn(
                 f"index file {damaged[0]}{more} is damaged ({self.damaged_index[damaged[0]]}); "
                 "objects are found through the pack tables instead; run `ckpt repair index`"
             )
+
+    #: a process that reads this many index files at once leaves a snapshot of the whole
+    #: index (cache/index-snapshot) for the next one, which reads it and the files since
+    SNAPSHOT_MIN_FILES = 64
+
+    def _load_snapshot(self, listed: set[str]) -> None:
+        """Start the index from cache/index-snapshot when it is sound and every index
+        file it was read from is still there (else a prune rewrote the index since)."""
+        try:
+            data = self.backend.read(INDEX_SNAPSHOT)
+        except CkptError:
+            return
+        got = decode_snapshot(data)
+        if got is None or not got[1] <= listed:
+            return
+        self._index, self._index_files = got
+        self._indexed_packs = set(got[0]._packs)
+
+    def _save_snapshot(self, state: tuple[int, int, int]) -> None:
+        """Write cache/index-snapshot (best effort: a read-only store has none), when the
+        index directory is still as it was listed: the snapshot names exactly the files
+        it holds."""
+        if self._index is None:
+            return
+        data = encode_snapshot(self._index, self._index_files, self.version)
+        if data is None or self._index_dir_state() != state:
+            return
+        with contextlib.suppress(CkptError, OSError):
+            self.backend.write_atomic(INDEX_SNAPSHOT, data)
 
     def _index_names(self) -> set[str]:
         """The paths of the index files (`index/<name>`): on a local store one scan of
