@@ -26,7 +26,8 @@ Measured on a fresh `Store` each run (median of --runs):
   files keeps, and the index files written since;
 - `ls subject`: `list_checkpoints` of one subject (the catalog, cache/catalog, is built
   once while the store is built, as the first `ckpt ls` would);
-- `take (first)`: the first `ckptcli.take` in a fresh process's `Store` (loads the index);
+- `take (first)`: the first `ckptcli.take` in a fresh process's `Store` (loads the index),
+  on a copy of the store (above --prune-max, on the store itself);
   `take (next)`: the median of the following takes into the same `Store`;
 - `prune --dry-run` keep-last 1 (a real prune rewrites the store: --real-prune does it,
   on the copy the takes went to); it reads every manifest, so it is left out above
@@ -242,11 +243,15 @@ def measure(path: Path, info: dict[str, Any], runs: int, takes: int, full_verify
     del idx
     st.close()
 
-    # takes go to a copy: the cached store stays as built
-    work = path.parent / f"{path.name}-take"
-    if work.exists():
-        shutil.rmtree(work)
-    shutil.copytree(path, work, ignore=shutil.ignore_patterns("built"))
+    # takes go to a copy, so that the cached store stays as built; above --prune-max
+    # (copying a million files takes minutes) to the store itself, which then holds a
+    # few more checkpoints of one subject
+    copy = info["checkpoints"] <= prune_max
+    work = path.parent / f"{path.name}-take" if copy else path
+    if copy:
+        if work.exists():
+            shutil.rmtree(work)
+        shutil.copytree(path, work, ignore=shutil.ignore_patterns("built"))
     try:
         st = ckptcli.open_store(work)
         rng = random.Random(1)
@@ -284,7 +289,8 @@ def measure(path: Path, info: dict[str, Any], runs: int, takes: int, full_verify
             out["verify_all_s"] = time.perf_counter() - t0
             st.close()
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if copy:
+            shutil.rmtree(work, ignore_errors=True)
     return out
 
 
