@@ -328,15 +328,28 @@ def parse_entry_rows(rows: Any, pack_id: bytes, where: str) -> Iterator[tuple[by
     """The entries of one pack's rows, each checked (CorruptError, LimitExceededError)."""
     if not isinstance(rows, list):
         raise CorruptError(f"{where}: entry table is not a list")
+    max_raw, max_stored, make = limits.MAX_OBJECT_SIZE, limits.MAX_OBJECT_SIZE + 1024, IndexEntry._make
     for row in rows:
         if not (isinstance(row, list) and len(row) == 6 and isinstance(row[0], bytes) and len(row[0]) == 32):
             raise CorruptError(f"{where}: malformed entry")
         oid, typ, off, slen, rlen, codec = row
-        if not all(type(x) is int and x >= 0 for x in (typ, off, slen, rlen, codec)) or typ > 1 or codec > 1:
+        # (one check a field, not a generator: a million rows are read when a store opens)
+        if not (
+            type(typ) is int
+            and type(off) is int
+            and type(slen) is int
+            and type(rlen) is int
+            and type(codec) is int
+            and 0 <= typ <= 1
+            and 0 <= codec <= 1
+            and off >= 0
+            and slen >= 0
+            and rlen >= 0
+        ):
             raise CorruptError(f"{where}: malformed entry for object {oid.hex()[:12]}")
-        if rlen > limits.MAX_OBJECT_SIZE or slen > limits.MAX_OBJECT_SIZE + 1024:
+        if rlen > max_raw or slen > max_stored:
             raise LimitExceededError(f"{where}: object {oid.hex()[:12]} declares {rlen} bytes, over the limit of {limits.MAX_OBJECT_SIZE}")
-        yield oid, IndexEntry(pack_id, typ, off, slen, rlen, codec)
+        yield oid, make((pack_id, typ, off, slen, rlen, codec))
 
 
 def encode_index(packs: PackRows, version: int) -> bytes:
