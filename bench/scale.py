@@ -24,9 +24,11 @@ Measured on a fresh `Store` each run (median of --runs):
 - `index load`: once from every index file (cache/index-snapshot deleted first), then
   (median) as the runs above found it: from the snapshot a store of more than 64 index
   files keeps, and the index files written since;
-- `ls subject`: `list_checkpoints` of one subject (the catalog, cache/catalog, is built
-  once while the store is built, as the first `ckpt ls` would);
-- `take (first)`: the first `ckptcli.take` in a fresh process's `Store` (loads the index),
+- `ls subject`: `list_checkpoints` of one of the --subjects agents (1% of the store at
+  100 subjects; the catalog, cache/catalog, is built once while the store is built, as
+  the first `ckpt ls` would), and of the subject the takes below made (--takes + 1
+  checkpoints, whatever the store's size), once the manifests directory settled;
+- `take (first)`: the first `ckptcli.take` of a new subject in a fresh `Store` (loads the index),
   on a copy of the store (above --prune-max, on the store itself);
   `take (next)`: the median of the following takes into the same `Store`;
 - `prune --dry-run` keep-last 1 (a real prune rewrites the store: --real-prune does it,
@@ -58,6 +60,7 @@ from typing import Any
 HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
 BUILD_VERSION = 1  # bump when the builder changes what it writes
+PROBE = "agent:probe"  # the subject the takes go to: its history is short at every size
 
 
 def _rss() -> int:
@@ -257,17 +260,30 @@ def measure(path: Path, info: dict[str, Any], runs: int, takes: int, full_verify
         rng = random.Random(1)
         state = {"memory": {"step": -1, "note": _text(rng, 200), "context": _text(rng, 1024)}}
         t0 = time.perf_counter()
-        ckptcli.take(st, state, subject=subject)
+        ckptcli.take(st, state, subject=PROBE)
         out["take_first_s"] = time.perf_counter() - t0
         times = []
         for i in range(takes):
             state["memory"]["step"] = i
             state["memory"]["note"] = f"{i} " + _text(rng, 200)
             t0 = time.perf_counter()
-            ckptcli.take(st, state, subject=subject)
+            ckptcli.take(st, state, subject=PROBE)
             times.append(time.perf_counter() - t0)
         out["take_next_s"] = _median(times)
         st.close()
+
+        # ls of the new subject: its few checkpoints among all the others, once the
+        # manifests directory has settled (the first run reads the catalog, the others
+        # the subject's own rows)
+        time.sleep(Store.INDEX_DIR_SETTLED_NS / 1e9 + 0.5)
+
+        def ls_probe() -> None:
+            st = Store.open(work)
+            got = list_checkpoints(st, ListFilter(subject=PROBE))
+            assert len(got) >= takes + 1
+            st.close()
+
+        out["ls_probe_s"] = _timed(ls_probe, runs)
 
         if info["checkpoints"] <= prune_max:
             st = Store.open(work)
@@ -297,7 +313,8 @@ def measure(path: Path, info: dict[str, Any], runs: int, takes: int, full_verify
 ROWS = [
     ("open_resolve_only_s", "open + resolve + manifest", "ms"),
     ("open_resolve_s", "open + resolve + read root", "ms"),
-    ("ls_subject_s", "ls of one subject", "ms"),
+    ("ls_subject_s", "ls of one subject (1% of the store)", "ms"),
+    ("ls_probe_s", "ls of one subject (--takes + 1)", "ms"),
     ("take_first_s", "take, first in a Store", "ms"),
     ("take_next_s", "take, next (median)", "ms"),
     ("index_load_files_s", "index load, every index file", "ms"),
@@ -327,7 +344,7 @@ def report(results: list[dict[str, Any]]) -> str:
                 cells.append(f"{v:>12.1f} B")
         lines.append(f"{label:<34}" + "".join(cells))
     base = results[0]
-    for key in ("ls_subject_s", "take_next_s", "open_resolve_s"):
+    for key in ("ls_probe_s", "ls_subject_s", "take_next_s", "open_resolve_s"):
         ratios = ", ".join(f"{r[key] / base[key]:.2f}x at {r['checkpoints']:,}" for r in results[1:] if key in r and base.get(key))
         if ratios:
             lines.append(f"{key}: vs {base['checkpoints']:,}: {ratios}")
