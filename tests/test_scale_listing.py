@@ -105,3 +105,23 @@ def test_a_damaged_subject_file_is_read_around(tmp_path: Path, damage: str) -> N
     path.write_bytes(data)
     _tick()
     assert _ids(Store.open(tmp_path / "s"), "agent:a") == made["agent:a"][::-1]
+
+
+def test_a_catalog_bigger_than_a_record_may_be_is_kept_in_parts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one record holds at most MAX_RECORD_SIZE (64 MiB: about 700,000 rows); a catalog
+    # written whole past it was refused on every read, so every `ls` read every manifest
+    from ckptcli.format import limits
+
+    _st, made = _fill(tmp_path / "s")
+    monkeypatch.setattr(limits, "MAX_RECORD_SIZE", 1200)  # a small record cap: 12 rows are past it
+    monkeypatch.setattr(catalog, "PART_ROWS", 4, raising=False)
+    assert len(catalog.rows(Store.open(tmp_path / "s"))) == 12
+    again = Store.open(tmp_path / "s")
+    seen = _reads(monkeypatch, again)
+    assert len(catalog.rows(again)) == 12
+    assert not [r for r in seen if r.startswith("read manifests")], seen  # the catalog answered, no manifest read
+    assert _ids(again, "agent:a") == made["agent:a"][::-1]
+    # a part of another catalog (a writer raced this one) is not believed: rebuilt, same answer
+    parts = tmp_path / "s" / catalog.PARTS_DIR
+    (parts / "1").write_bytes((parts / "0").read_bytes())
+    assert sorted(catalog.rows(Store.open(tmp_path / "s"))) == sorted(bytes.fromhex(c) for c in made["agent:a"] + made["agent:b"])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import secrets
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ckptcli.errors import CkptError
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 CATALOG_PATH = CATALOG
 CATALOG_VERSION = 2
 SUBJECTS_DIR = f"{CACHE}/catalog-subjects"
+PARTS_DIR = f"{CACHE}/catalog-parts"
+#: rows a catalog record holds at most (about 12 MB): a bigger catalog is written in parts
+PART_ROWS = 100_000
 SUBJECT_VERSION = 1
 
 
@@ -98,10 +102,18 @@ def _load(store: Store) -> dict[bytes, list[Any]]:
         if body.get("version") != CATALOG_VERSION:
             return {}
         rows = body["entries"]
+        if "parts" in body:  # a big catalog: its rows are in its parts (_save)
+            rows = list(rows)
+            for i in range(int(body["parts"])):
+                path = f"{PARTS_DIR}/{i}"
+                _v, part = framing.decode_record(store.backend.read(path), framing.KIND_CACHE, path)
+                if part.get("version") != CATALOG_VERSION or part.get("token") != body["token"] or part.get("part") != i:
+                    return {}  # a part of another catalog (one written meanwhile): rebuilt
+                rows.extend(part["entries"])
         # the fields ls filters and sorts on are checked here; a row that fails is dropped
         # and rebuilt from its manifest
         return {r[0]: r for r in rows if _good_row(r)}
-    except (CkptError, KeyError, TypeError, ValueError):
+    except (CkptError, AttributeError, KeyError, TypeError, ValueError):
         return {}  # missing or unusable: rebuilt from the manifests
 
 
@@ -175,7 +187,23 @@ def rows(store: Store, save: bool = True) -> dict[bytes, list[Any]]:
         more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
         store.warn(f"checkpoint {damaged[0][0].hex()[:12]}{more} is left out: {damaged[0][1]}; run `ckpt verify`")
     if save and (changed or len(out) != len(cached)):
-        body = {"version": CATALOG_VERSION, "entries": list(out.values())}
         with contextlib.suppress(CkptError, OSError):  # a read-only store simply has no catalog
-            store.backend.write_atomic(CATALOG_PATH, framing.encode_record(framing.KIND_CACHE, body, store.version))
+            _save(store, list(out.values()))
     return out
+
+
+def _save(store: Store, entries: list[list[Any]]) -> None:
+    """Write the catalog: one record, or, above PART_ROWS rows (a record holds at most
+    64 MiB), parts of PART_ROWS rows each (cache/catalog-parts/<i>, written first) and a
+    record naming how many, all sharing a random token, so that parts of another
+    catalog are never taken for its own."""
+    if len(entries) <= PART_ROWS:
+        body: dict[str, Any] = {"version": CATALOG_VERSION, "entries": entries}
+    else:
+        token = secrets.token_bytes(8)
+        chunks = [entries[i : i + PART_ROWS] for i in range(0, len(entries), PART_ROWS)]
+        for i, chunk in enumerate(chunks):
+            part = {"version": CATALOG_VERSION, "token": token, "part": i, "entries": chunk}
+            store.backend.write_atomic(f"{PARTS_DIR}/{i}", framing.encode_record(framing.KIND_CACHE, part, store.version))
+        body = {"version": CATALOG_VERSION, "token": token, "parts": len(chunks), "entries": []}
+    store.backend.write_atomic(CATALOG_PATH, framing.encode_record(framing.KIND_CACHE, body, store.version))
