@@ -18,7 +18,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from ckptcli.errors import CkptError, CorruptError, LimitExceededError
+from ckptcli.errors import CorruptError, LimitExceededError
 from ckptcli.format import framing, limits
 from ckptcli.store import layout
 from ckptcli.store.backend import Backend
@@ -281,45 +281,59 @@ class ObjectIndex:
 
 
 #: a copy of a store's whole object index, written by a process that read many index
-#: files, so that the next one reads one file (docs/design.md, "The object index in memory")
+#: files, so that the next one reads one file (docs/design.md, "The object index in memory").
+#: Its bytes: MAGIC, then _SNAP_HEAD (version, index files, packs, objects, bucket bits),
+#: the index files' ids (32 bytes each), the pack ids (32 each), the object ids (32
+#: each, sorted), their records (_REC each), the bucket table (4 bytes each, big-endian),
+#: then the SHA-256 of all that. Not compressed: it is read at every opening of a big store.
 SNAPSHOT = layout.INDEX_SNAPSHOT
 SNAPSHOT_VERSION = 1
+_SNAP_MAGIC = b"CKPTIXS\n"
+_SNAP_HEAD = struct.Struct(">IIIIB")
 
 
-def encode_snapshot(idx: ObjectIndex, files: Iterable[str], version: int) -> bytes | None:
+def encode_snapshot(idx: ObjectIndex, files: Iterable[str]) -> bytes | None:
     """The bytes of `cache/index-snapshot` for `idx`, read from the index files `files`
     (paths `index/<hex>`); None when some entry fits no record (then no snapshot)."""
     if idx._odd:
         return None
     idx.merge()
-    body = {
-        "version": SNAPSHOT_VERSION,
-        "files": b"".join(sorted(bytes.fromhex(f.rsplit("/", 1)[-1]) for f in files)),
-        "packs": b"".join(idx._packs),
-        "keys": idx._keys,
-        "vals": idx._vals,
-    }
-    return framing.encode_record(framing.KIND_CACHE, body, version)
+    ids = sorted(bytes.fromhex(f.rsplit("/", 1)[-1]) for f in files)
+    starts = array("I", idx._starts)
+    if sys.byteorder == "little":
+        starts.byteswap()
+    n = len(idx._keys) // 32
+    head = _SNAP_MAGIC + _SNAP_HEAD.pack(SNAPSHOT_VERSION, len(ids), len(idx._packs), n, idx._bits)
+    out = b"".join([head, *ids, *idx._packs, idx._keys, idx._vals, starts.tobytes()])
+    return out + hashlib.sha256(out).digest()
 
 
 def decode_snapshot(data: bytes) -> tuple[ObjectIndex, set[str]] | None:
     """(the index, the index files it was read from) of a snapshot; None when it is
     damaged, of another version or malformed (it is a cache: then the files are read)."""
-    try:
-        _v, body = framing.decode_record(data, framing.KIND_CACHE, SNAPSHOT)
-        files, packs, keys, vals = body["files"], body["packs"], body["keys"], body["vals"]
-        if body.get("version") != SNAPSHOT_VERSION or not all(type(x) is bytes for x in (files, packs, keys, vals)):
-            return None
-    except (CkptError, AttributeError, KeyError, TypeError):
+    at = len(_SNAP_MAGIC) + _SNAP_HEAD.size
+    if len(data) < at + 32 or not data.startswith(_SNAP_MAGIC):
         return None
-    n = len(keys) // 32
-    if len(files) % 32 or len(packs) % 32 or len(keys) % 32 or len(vals) != n * _REC.size:
+    version, nfiles, npacks, n, bits = _SNAP_HEAD.unpack_from(data, len(_SNAP_MAGIC))
+    if version != SNAPSHOT_VERSION or bits > 16:
+        return None
+    sizes = (32 * nfiles, 32 * npacks, 32 * n, _REC.size * n, 4 * ((1 << bits) + 1))
+    if len(data) != at + sum(sizes) + 32 or hashlib.sha256(memoryview(data)[:-32]).digest() != data[-32:]:
+        return None
+    parts = []
+    for size in sizes:
+        parts.append(data[at : at + size])
+        at += size
+    files, packs, keys, vals, table = parts
+    starts = array("I", table)
+    if sys.byteorder == "little":
+        starts.byteswap()
+    if starts[0] != 0 or starts[-1] != n:
         return None
     idx = ObjectIndex()
     idx._packs = [packs[i : i + 32] for i in range(0, len(packs), 32)]
     idx._pack_no = {p: i for i, p in enumerate(idx._packs)}
-    idx._keys, idx._vals = keys, vals
-    idx._rebucket()
+    idx._keys, idx._vals, idx._bits, idx._starts = keys, vals, bits, starts
     names = {f"{layout.INDEX}/{files[i : i + 32].hex()}" for i in range(0, len(files), 32)}
     return idx, names
 

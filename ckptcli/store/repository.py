@@ -490,7 +490,7 @@ class Store(Refs):
         it holds."""
         if self._index is None:
             return
-        data = encode_snapshot(self._index, self._index_files, self.version)
+        data = encode_snapshot(self._index, self._index_files)
         if data is None or self._index_dir_state() != state:
             return
         with contextlib.suppress(CkptError, OSError):
