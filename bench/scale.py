@@ -36,8 +36,9 @@ Measured on a fresh `Store` each run (median of --runs):
   --prune-max checkpoints (default 100,000: minutes at 1,000,000);
 - `verify`: structure of the takes' subject (`ckpt verify agent:probe`), and of every
   checkpoint with --full-verify;
-- `index bytes/object`: tracemalloc's count of what the loaded index holds, divided by its
-  objects; and the RSS growth of loading it.
+- `index bytes/object`: tracemalloc's count of what loading the index left allocated,
+  divided by its objects (the RSS growth is in the JSON: the allocator reuses freed
+  memory, so it says little).
 
 It prints a table and, when matplotlib is installed, plots every cost against the store's
 size on log axes (docs/img/scale.png, or --png). A measurement, not a test.
@@ -326,7 +327,6 @@ ROWS = [
     ("verify_subject_s", "verify (structure), one subject", "ms"),
     ("verify_all_s", "verify (structure), all", "ms"),
     ("index_bytes_per_object", "index bytes/object (traced)", "B"),
-    ("index_rss_per_object", "index bytes/object (RSS)", "B"),
 ]
 
 
