@@ -114,12 +114,17 @@ def _state(i: int) -> dict[str, Any]:
 def _scans(monkeypatch: pytest.MonkeyPatch, st: Store) -> list[str]:
     """Every listing of the index directory `st` makes from now on."""
     seen: list[str] = []
-    real_scandir, real_list = os.scandir, st.backend.list
+    real_scandir, real_listdir, real_list = os.scandir, os.listdir, st.backend.list
 
     def scandir(path: Any = ".") -> Any:
         if str(path).rstrip("/").endswith("/index"):
             seen.append(str(path))
         return real_scandir(path)
+
+    def listdir(path: Any = ".") -> Any:
+        if str(path).rstrip("/").endswith("/index"):
+            seen.append(str(path))
+        return real_listdir(path)
 
     def listing(prefix: str) -> list[str]:
         if prefix.startswith("index"):
@@ -127,6 +132,7 @@ def _scans(monkeypatch: pytest.MonkeyPatch, st: Store) -> list[str]:
         return real_list(prefix)
 
     monkeypatch.setattr(repository.os, "scandir", scandir)
+    monkeypatch.setattr(repository.os, "listdir", listdir)
     monkeypatch.setattr(st.backend, "list", listing)
     return seen
 
@@ -239,3 +245,12 @@ def test_a_damaged_snapshot_is_read_around(tmp_path: Path, monkeypatch: pytest.M
     reader = Store.open(tmp_path / "s")
     read = _reads_of_index_files(monkeypatch, reader)
     assert dict(reader.index().items()) == whole and len(read) == 3 and reader.warnings == []
+
+
+def test_a_directory_in_the_index_directory_is_not_an_index_file(tmp_path: Path) -> None:
+    st = ckptcli.init_store(tmp_path / "s")
+    taken = ckptcli.take(st, _state(1), subject="agent:a")
+    (tmp_path / "s" / "index" / "stray").mkdir()
+    reader = Store.open(tmp_path / "s")
+    assert len(reader.index()) > 0 and reader.warnings == [] and not reader.damaged_index
+    assert ckptcli.open_checkpoint(taken.hex, reader).state() == _state(1)

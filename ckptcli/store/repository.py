@@ -442,7 +442,10 @@ class Store(Refs):
         self._index = idx
         damaged: list[str] = []
         new = sorted(listed - self._index_files)
+        local = isinstance(self.backend, LocalBackend)
         for name in new:
+            if local and os.path.isdir(os.path.join(self.location, name)):
+                continue  # not an index file (a listing of files leaves it out too)
             try:
                 files = [(pack_id, list(parse_entry_rows(rows, pack_id, name))) for pack_id, rows in self.read_index_file(name)]
             except NotFoundError:
@@ -497,14 +500,15 @@ class Store(Refs):
             self.backend.write_atomic(INDEX_SNAPSHOT, data)
 
     def _index_names(self) -> set[str]:
-        """The paths of the index files (`index/<name>`): on a local store one scan of
-        the directory (anything there but a directory is taken for an index file, and
-        one that is not is damage, said once), else the backend's listing."""
+        """The paths of the index files (`index/<name>`): on a local store the names in
+        the directory (refresh_index skips a directory among them; anything else there is
+        taken for an index file, and one that is not is damage, said once), else the
+        backend's listing."""
         if not isinstance(self.backend, LocalBackend):
             return set(self.backend.list(layout.INDEX))
         try:
-            with os.scandir(os.path.join(self.location, layout.INDEX)) as it:
-                return {f"{layout.INDEX}/{e.name}" for e in it if not e.is_dir()}
+            # (C all the way: ~0.1 µs a name; a directory among them is skipped when read)
+            return set(map(f"{layout.INDEX}/".__add__, os.listdir(os.path.join(self.location, layout.INDEX))))
         except FileNotFoundError:
             return set()
         except OSError:
