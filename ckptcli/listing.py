@@ -68,7 +68,9 @@ def list_checkpoints(store: Store, flt: ListFilter | None = None) -> list[tuple[
     subj = Subject.parse(f.subject) if f.subject else None
     # filter and sort the catalog's raw rows (see catalog.Summary.row), build objects last
     chosen = []
-    for row in catalog.rows(store).values():
+    # one subject: its own rows (catalog.subject_rows), not a pass over every checkpoint
+    found = catalog.subject_rows(store, subj) if subj else catalog.rows(store).values()
+    for row in found:
         if subj and (row[1] != subj.kind or row[2] != subj.name):
             continue
         if f.labels and any(row[5].get(k) != v for k, v in f.labels.items()):

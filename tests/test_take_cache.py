@@ -438,7 +438,7 @@ def test_a_cached_list_whose_objects_the_index_lost_is_not_used() -> None:
     root = sc.lists[("tools",)].witnesses()[0]
     index = pair.cached.index()
     assert root in index
-    dict.pop(index, root)  # as if gone
+    index.pop(root)  # as if gone
     sc.check(index.__contains__)
     assert ("tools",) not in sc.lists and ("memory", "messages") in sc.lists
 

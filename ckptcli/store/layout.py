@@ -25,6 +25,7 @@ __all__ = [
     "CONFIG",
     "CREATED_DIRS",
     "INDEX",
+    "INDEX_SNAPSHOT",
     "JOURNAL_DIR",
     "LEASE_DIR",
     "LOCAL_DIRS",
@@ -75,6 +76,7 @@ LOCKS = "locks"  # locks/<name>.lock: local coordination; locks/<32 hex>: a lock
 TMP = "tmp"  # in-flight writes, renamed into place
 CACHE = "cache"  # rebuildable, ignored by readers of the format
 CATALOG = f"{CACHE}/catalog"
+INDEX_SNAPSHOT = f"{CACHE}/index-snapshot"  # the whole object index, one file (store/index.py)
 WRITERS = f"{LOCKS}/writers"  # one file per live writer process (`Backend.live_writers`)
 
 CREATED_DIRS = (PACKS, INDEX, MANIFESTS, REFS, LOCKS, TMP)  # what `Store.init` makes

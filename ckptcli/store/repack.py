@@ -20,7 +20,7 @@ from ckptcli.errors import CkptError
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
 from ckptcli.store import layout
-from ckptcli.store.index import IndexEntry, write_index
+from ckptcli.store.index import IndexEntry, ObjectIndex, write_index
 from ckptcli.store.layout import pack_path
 from ckptcli.store.pack import PackWriter, pack_version, stored_bytes
 from ckptcli.store.repository import Store
@@ -163,7 +163,7 @@ def _drop_orphans(
             rep.bytes_freed += store.backend.size(pack_path(pid))
 
 
-def _merge_small(index: dict[bytes, IndexEntry], needed: set[bytes] | dict[bytes, Any], sorting: _Sorting, rep: GcReport) -> None:
+def _merge_small(index: ObjectIndex, needed: set[bytes] | dict[bytes, Any], sorting: _Sorting, rep: GcReport) -> None:
     """Many small packs (one per small take) are merged: fewer files, fewer blocks."""
     for pack_id in sorting.small:
         rows = sorting.keep_rows.pop(pack_id)

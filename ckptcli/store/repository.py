@@ -40,7 +40,16 @@ from ckptcli.format.manifest import Manifest
 from ckptcli.store import layout
 from ckptcli.store.backend import Backend, LocalBackend
 from ckptcli.store.backends import ENV_OPTIONS, cli_options, open_backend, parse_location, parse_store_options, redact
-from ckptcli.store.index import IndexEntry, ObjectIndex, parse_entry_rows, read_index_file, write_index
+from ckptcli.store.index import (
+    IndexEntry,
+    ObjectIndex,
+    decode_snapshot,
+    encode_snapshot,
+    parse_entry_rows,
+    read_index_file,
+    write_index,
+)
+from ckptcli.store.layout import INDEX_SNAPSHOT
 from ckptcli.store.layout import STORE_DIRNAME as STORE_DIRNAME
 from ckptcli.store.layout import pack_path as pack_path
 from ckptcli.store.objcache import default_cache
@@ -287,6 +296,7 @@ class Store(Refs):
         self.location = location
         self._index: ObjectIndex | None = None
         self._index_files: set[str] = set()
+        self._index_dir_seen: tuple[int, int, int] | None = None  # _index_dir_state when last listed
         self._indexed_packs: set[bytes] = set()  # packs a readable index file names
         self._tables_read: set[bytes] = set()  # packs whose own table was read instead
         self.damaged_index: dict[str, str] = {}  # index file -> what is wrong with it
@@ -422,26 +432,39 @@ class Store(Refs):
             self.refresh_index()
         return self._index
 
-    def refresh_index(self) -> None:
+    def refresh_index(self, *, force: bool = False) -> None:
         """Read index files written since the last look (other processes' takes). If any
         file read before has gone, a prune has rewritten the index: read it all again,
         so that nothing is deduplicated against an object the prune removed.
 
+        Only the files not seen before are read: the cost is one listing of names plus
+        O(new). On a local store the listing itself is skipped while the index
+        directory is as it was when last listed, and that was long enough ago to be sure
+        (`_index_dir_state`); `force` lists anyway.
+
         A damaged index file is skipped (one warning): the objects it named are found
         through their packs' own tables when they are first missed (`read_stored`)."""
-        names = self.backend.list(layout.INDEX)
-        if self._index_files - set(names):
+        state = self._index_dir_state()
+        if not force and state is not None and state == self._index_dir_seen and self._index is not None:
+            return
+        listed = self._index_names()
+        if not self._index_files.issubset(listed):
             self._index, self._index_files = ObjectIndex(), set()
             self._indexed_packs, self._tables_read, self.damaged_index = set(), set(), {}
             # a prune or a format upgrade rewrote the index; an upgrade also moved the
             # config to a newer version, which is the one to write from now on
             self.config = read_config(self.backend, f"{self.location}/{layout.CONFIG}")
+        fresh = not self._index_files and not self._index
+        if fresh and len(listed) >= self.SNAPSHOT_MIN_FILES:
+            self._load_snapshot(listed)
         idx = self._index if self._index is not None else ObjectIndex()
         self._index = idx
         damaged: list[str] = []
-        for name in names:
-            if name in self._index_files:
-                continue
+        new = sorted(listed - self._index_files)
+        local = isinstance(self.backend, LocalBackend)
+        for name in new:
+            if local and os.path.isdir(os.path.join(self.location, name)):
+                continue  # not an index file (a listing of files leaves it out too)
             try:
                 files = [(pack_id, list(parse_entry_rows(rows, pack_id, name))) for pack_id, rows in self.read_index_file(name)]
             except NotFoundError:
@@ -453,15 +476,87 @@ class Store(Refs):
                 continue
             for pack_id, entries in files:
                 self._indexed_packs.add(pack_id)
-                for oid, entry in entries:
-                    idx.setdefault(oid, entry)
+                idx.add_many(entries, settle=False)
             self._index_files.add(name)
+        idx.settle()
+        self._index_dir_seen = state
+        if len(new) >= self.SNAPSHOT_MIN_FILES and not self.damaged_index and state is not None:
+            self._save_snapshot(state)
         if damaged:
             more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
             self.warn(
                 f"index file {damaged[0]}{more} is damaged ({self.damaged_index[damaged[0]]}); "
                 "objects are found through the pack tables instead; run `ckpt repair index`"
             )
+
+    #: a process that reads this many index files at once leaves a snapshot of the whole
+    #: index (cache/index-snapshot) for the next one, which reads it and the files since
+    SNAPSHOT_MIN_FILES = 64
+
+    def _load_snapshot(self, listed: set[str]) -> None:
+        """Start the index from cache/index-snapshot when it is sound and every index
+        file it was read from is still there (else a prune rewrote the index since)."""
+        try:
+            data = self.backend.read(INDEX_SNAPSHOT)
+        except CkptError:
+            return
+        got = decode_snapshot(data)
+        if got is None or not got[1] <= listed:
+            return
+        self._index, self._index_files = got
+        self._indexed_packs = set(got[0]._packs)
+
+    def _save_snapshot(self, state: tuple[int, int, int]) -> None:
+        """Write cache/index-snapshot (best effort: a read-only store has none), when the
+        index directory is still as it was listed: the snapshot names exactly the files
+        it holds."""
+        if self._index is None:
+            return
+        data = encode_snapshot(self._index, self._index_files)
+        if data is None or self._index_dir_state() != state:
+            return
+        with contextlib.suppress(CkptError, OSError):
+            self.backend.write_atomic(INDEX_SNAPSHOT, data)
+
+    def _index_names(self) -> set[str]:
+        """The paths of the index files (`index/<name>`): on a local store the names in
+        the directory (refresh_index skips a directory among them; anything else there is
+        taken for an index file, and one that is not is damage, said once), else the
+        backend's listing."""
+        if not isinstance(self.backend, LocalBackend):
+            return set(self.backend.list(layout.INDEX))
+        try:
+            # (C all the way: ~0.1 µs a name; a directory among them is skipped when read)
+            return set(map(f"{layout.INDEX}/".__add__, os.listdir(os.path.join(self.location, layout.INDEX))))
+        except FileNotFoundError:
+            return set()
+        except OSError:
+            return set(self.backend.list(layout.INDEX))  # says what is wrong, as before
+
+    #: how old (ns) the index directory's last change must be before its unchanged
+    #: state is trusted to mean "no file added or removed": file-system timestamps come
+    #: from a clock that lags by up to a tick, and some file systems keep whole seconds
+    INDEX_DIR_SETTLED_NS = 3_000_000_000
+
+    def _index_dir_state(self) -> tuple[int, int, int] | None:
+        return self.settled_state(layout.INDEX)
+
+    def settled_state(self, directory: str) -> tuple[int, int, int] | None:
+        """A local store directory's (inode, mtime, ctime), when it changed long enough
+        ago (INDEX_DIR_SETTLED_NS) that any later change (a file added, renamed in or
+        removed) must show as a newer time; None when the store is not local, the
+        directory cannot be read, or it changed too recently to tell (then callers list
+        it). Two equal states mean the directory holds the same names."""
+        if not isinstance(self.backend, LocalBackend):
+            return None
+        now = time.time_ns()
+        try:
+            st = os.stat(os.path.join(self.location, directory))
+        except OSError:
+            return None
+        if max(st.st_mtime_ns, st.st_ctime_ns) > now - self.INDEX_DIR_SETTLED_NS:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
 
     def find_in_packs(self, oid: bytes | None = None) -> None:
         """Read the own tables of packs no readable index names, adding their objects to
@@ -500,6 +595,7 @@ class Store(Refs):
         """Forget the cached index (after a prune rewrote it); read again on next use."""
         self._index, self._index_files = None, set()
         self._indexed_packs, self._tables_read, self.damaged_index = set(), set(), {}
+        self._index_dir_seen = None
 
     def forget_manifest(self, cid: bytes) -> None:
         self._manifest_cache.pop(cid, None)
@@ -509,8 +605,7 @@ class Store(Refs):
         self._index_files.add(name)
         for pack_id, rows in packs:
             self._indexed_packs.add(pack_id)
-            for oid, entry in parse_entry_rows(rows, pack_id, "new index"):
-                idx.setdefault(oid, entry)
+            idx.add_many(parse_entry_rows(rows, pack_id, "new index"))
 
     def has(self, oid: bytes) -> bool:
         return oid in self.index()
@@ -520,7 +615,7 @@ class Store(Refs):
         if entry is None:
             # written since the index was read, by another process or host: the index
             # files not seen yet name it (a listing and the new files, nothing more)
-            self.refresh_index()
+            self.refresh_index(force=True)
             entry = self.index().get(oid)
         if entry is None:
             self.find_in_packs(oid)
