@@ -104,22 +104,26 @@ def test_a_damaged_big_file_puts_back_what_the_target_held(
     assert sorted(os.listdir(out / "w")) == ["big0.bin", "big4.bin", "small2.txt", "sub"]
 
 
-def test_restore_with_delete_of_big_files_over_changed_ones_replaces_them_and_removes_extras(
-    taken: tuple[Path, Path, dict[str, bytes]], tmp_path: Path
-) -> None:
+def test_restore_with_delete_of_big_files_over_changed_ones_replaces_them_and_removes_extras(tmp_path: Path) -> None:
     """The delete pass took the temporary file of a big file still being written for an
     extra: it moved it aside, the rename into place failed (exit 12), and the undo left the
     2 MiB temporary file in the target (the README's own rollback command)."""
-    store, src, files = taken
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    files = {"a.txt": b"a\n", "blob.bin": random.Random(3).randbytes(2 * SMALL_FILE), "sub/z.bin": random.Random(4).randbytes(SMALL_FILE)}
+    for rel, data in files.items():
+        (src / rel).write_bytes(data)
+    store = init_store(tmp_path / "store")
+    take(store, {}, subject="process:p", blobs={"w": src})
     out = tmp_path / "out"
-    open_checkpoint("latest", store_path=store).restore_blobs(out)
+    open_checkpoint("latest", store_path=tmp_path / "store").restore_blobs(out)
     w = out / "w"
-    for rel in ("big0.bin", "big4.bin", "sub/big.bin"):
+    for rel in ("blob.bin", "sub/z.bin"):
         (w / rel).write_bytes(b"changed\n")
     (w / "new.txt").write_text("extra\n")
     (w / "sub" / "extra.bin").write_bytes(b"x" * 10)
     report = RestoreReport()
-    open_checkpoint("latest", store_path=store).restore_blobs(out, overwrite=True, delete=True, report=report)
+    open_checkpoint("latest", store_path=tmp_path / "store").restore_blobs(out, overwrite=True, delete=True, report=report)
     assert _listing(w) == _listing(src)
     for rel, data in files.items():
         assert (w / rel).read_bytes() == data, rel
