@@ -235,3 +235,16 @@ def test_sigterm_after_the_command_is_over_changes_nothing(tmp_path: Path) -> No
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, cwd=tmp_path, timeout=120)
     assert (proc.returncode, proc.stderr) == (0, b""), proc
     assert proc.stdout.startswith(b"ckpt "), proc.stdout
+
+
+def test_ctrl_c_while_an_error_is_reported_is_one_line_and_130(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    """A Ctrl-C or SIGTERM that landed while ckpt printed an error (loading rich for it)
+    escaped as a 70-line traceback and death by signal."""
+    import ckptcli.cli.app as app
+
+    def interrupted_while_printing(exc: Exception) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(app, "fail", interrupted_while_printing)
+    assert app.run(["--store", str(tmp_path / "none"), "ls"]) == 130
+    assert capsys.readouterr().err == "ckpt: interrupted; nothing was committed by the interrupted step\n"

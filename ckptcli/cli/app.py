@@ -423,7 +423,10 @@ def run(argv: list[str] | None = None, *, final: bool = False) -> int:
     locks = sys.modules.get("ckptcli.store.objlocks")
     before = locks.pending_locks() if locks is not None else set()
     try:
-        return _run(args)
+        try:
+            return _run(args)
+        except KeyboardInterrupt:  # one that landed while a failure was being reported
+            return interrupted()
     finally:
         _release_pending(before)
         restore()
