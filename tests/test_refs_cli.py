@@ -381,3 +381,26 @@ def test_verify_names_a_damaged_reflog_entry_and_notes_a_torn_one(cli: Any, st: 
     r = cli("verify", "--json", "--store", st)
     assert r.code == 0 and any("cut short" in n for n in json.loads(r.out)["notes"]), r.out
     assert [x["new"] for x in json.loads(cli("reflog", "agent:bot", "--json", "--store", st).out)] == [b, a]
+
+
+def test_a_tag_or_branch_cannot_hide_a_checkpoint_id(st: Path) -> None:
+    """`ckpt tag <another checkpoint's full id> REF` was accepted, and from then on that id
+    meant the tagged checkpoint (show, restore); a prefix did the same, and `latest` as a
+    branch name could never be reached."""
+    a = _take(st, {"n": 1})
+    b = _take(st, {"n": 2})
+    for name in (a, a[:12], a[:4].upper()):
+        r = run_ckpt("--store", str(st), "tag", name, b)
+        assert r.returncode == ExitCode.INVALID_INPUT, r.stderr
+        assert r.stderr.count(b"\n") == 1 and b"checkpoint" in r.stderr, r.stderr
+    r = run_ckpt("--store", str(st), "fork", a, "--at", "0", "--branch", "latest")
+    assert r.returncode == ExitCode.INVALID_INPUT and b"'latest' cannot be used" in r.stderr, r.stderr
+    assert open_store(st).refs(prefix="refs/tags") == {} and open_store(st).refs(prefix="refs/branches") == {}
+    # a full id is that checkpoint even where an old store has a tag of that name
+    from ckptcli.store.refs import _Move
+
+    store = open_store(st)
+    store._swap(f"refs/tags/{a}", lambda _seen: _Move(bytes.fromhex(b), "planted"))
+    assert store.resolve(a).hex() == a and store.resolve(f"tags/{a}@{{0}}").hex() == b
+    r = run_ckpt("--store", str(st), "tag", "v1", b)
+    assert r.returncode == 0, r.stderr

@@ -52,6 +52,17 @@ def check_name(value: str, what: str) -> str:
     return value
 
 
+def check_ref_name(value: str, what: str) -> str:
+    """A tag or branch name: a valid name that can be reached as one. `latest` means the
+    newest checkpoint, and a 64-hex-digit name is a checkpoint id, whatever refs exist."""
+    check_name(value, what)
+    if value == "latest":
+        raise InvalidInputError(f"{what} 'latest' cannot be used: `latest` means the store's newest checkpoint", hint="choose another name")
+    if len(value) == 64 and all(c in "0123456789abcdefABCDEF" for c in value):
+        raise InvalidInputError(f"{what} {value[:12]}... reads as a checkpoint id", hint="choose a name that is not a checkpoint id")
+    return value
+
+
 @dataclass(frozen=True)
 class Subject:
     kind: str

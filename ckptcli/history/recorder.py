@@ -329,13 +329,13 @@ class Recorder:
             NotFoundError when its checkpoint is no longer in the store; what replaying it
             raises (e.g. NotFoundError for a custom kind without its reducer).
         """
-        from ckptcli.format.manifest import Subject, check_name
+        from ckptcli.format.manifest import Subject, check_ref_name
 
         rec = cls()
         rec.store = store
         rec.subject = str(Subject.parse(subject))
         rec.path = Path(journal)
-        rec.branch = check_name(branch, "branch name") if branch is not None else None
+        rec.branch = check_ref_name(branch, "branch name") if branch is not None else None
         rec.labels = dict(labels or {})
         rec.reducers = reducers or Reducers()
         rec.tools = dict(tools or {})

@@ -32,7 +32,7 @@ from ckptcli.errors import (
     NotFoundError,
 )
 from ckptcli.format import framing
-from ckptcli.format.manifest import NAME_RE, Manifest, Subject, check_name, head_order
+from ckptcli.format.manifest import NAME_RE, Manifest, Subject, check_name, check_ref_name, head_order
 from ckptcli.store import layout, reflog
 from ckptcli.store.backend import Backend
 
@@ -434,12 +434,25 @@ class Refs:
                 rank, best = (head_order(m.labels, m.created_ns), cid), (m.created_ns, cid)
         return best
 
+    def _check_new_name(self, name: str, what: str) -> None:
+        """Refuse a tag or branch name that would hide a checkpoint: `latest`, a full id, or
+        a prefix of an id in the store (a tag or branch wins over an id prefix)."""
+        check_ref_name(name, what)
+        low = name.lower()
+        if len(low) >= 4 and all(c in "0123456789abcdef" for c in low):
+            hit = next((c for c in self.manifest_ids() if c.hex().startswith(low)), None)
+            if hit is not None:
+                raise InvalidInputError(
+                    f"{what} {name!r} reads as the id of checkpoint {hit.hex()[:12]}: it would hide it",
+                    hint="choose a name that is not a checkpoint id or its prefix",
+                )
+
     def set_branch(self, name: str, cid: bytes, reason: str = "branch") -> None:
-        check_name(name, "branch name")
+        self._check_new_name(name, "branch name")
         self._swap(layout.branch_ref(name), lambda _seen: _Move(cid, reason))
 
     def set_tag(self, name: str, cid: bytes, *, force: bool = False, reason: str = "tag") -> None:
-        check_name(name, "tag name")
+        self._check_new_name(name, "tag name")
         path = layout.tag_ref(name)
 
         def decide(seen: _Seen) -> _Move:
@@ -593,12 +606,14 @@ class Refs:
                 self.warn(f"{ref} has no latest ref; its newest checkpoint was found from the manifests; run `ckpt repair refs`")
                 return newest[1]
             return head
+        low = ref.lower()
+        if len(low) == 64 and all(c in "0123456789abcdef" for c in low) and self.backend.exists(f"{layout.MANIFESTS}/{low}"):
+            return bytes.fromhex(low)  # a full id is that checkpoint, whatever refs exist
         for ns in ("tags", "branches"):
             if NAME_RE.match(ref):
                 named = self.read_ref(layout.ref_path(f"{ns}/{ref}"))
                 if named is not None:
                     return named
-        low = ref.lower()
         if len(low) >= 4 and all(c in "0123456789abcdef" for c in low):
             if len(low) == 64 and self.backend.exists(f"{layout.MANIFESTS}/{low}"):
                 return bytes.fromhex(low)

@@ -174,7 +174,7 @@ def fork_action(session: Session, cid: bytes, at: int | None = None, *, first: i
         return out
 
     def run(v: Values) -> str:
-        from ckptcli.format.manifest import check_name
+        from ckptcli.format.manifest import check_ref_name
         from ckptcli.history.replay import fork
 
         store = _need_store(session, "fork")
@@ -183,7 +183,7 @@ def fork_action(session: Session, cid: bytes, at: int | None = None, *, first: i
             raise InvalidInputError(f"{v.get('at', '')!r} is not a seq number", hint="give the seq of the event to fork after")
         branch = v.get("branch", "").strip() or None
         if branch is not None:
-            check_name(branch, "branch name")
+            check_ref_name(branch, "branch name")
         result = fork(store, cid.hex(), seq, branch=branch, reducers=session.reducers)
         action.made = result.id
         on = f" on branch {branch}" if branch else ""

@@ -65,11 +65,11 @@ def fork_cmd(
 
       ckpt fork agent:bot --at 42 --move-latest   # carry on from the fork
     """
-    from ckptcli.format.manifest import check_name
+    from ckptcli.format.manifest import check_ref_name
     from ckptcli.history.replay import fork, load_reducers
 
     if branch is not None:
-        check_name(branch, "branch name")
+        check_ref_name(branch, "branch name")
     red = load_reducers(reducers or [])
     result = fork(open_store(store), ref, at, branch=branch, message=message, reducers=red, move_latest=move_latest)
     parent = result.manifest.parents[0].hex()

@@ -131,7 +131,7 @@ def _blobs(items: list[str]) -> dict[str, Path]:
 
 def _check_names(subject: str, label: list[str] | None, blobs: dict[str, Path], branch: str | None) -> None:
     from ckptcli import api
-    from ckptcli.format.manifest import Subject, check_name
+    from ckptcli.format.manifest import Subject, check_name, check_ref_name
 
     Subject.parse(subject)
     api.parse_labels(label)
@@ -139,7 +139,7 @@ def _check_names(subject: str, label: list[str] | None, blobs: dict[str, Path], 
         check_name(name, "blob name")
         api.refuse_url(path, f"--blob {name}=")
     if branch is not None:
-        check_name(branch, "branch name")
+        check_ref_name(branch, "branch name")
 
 
 def _read_state(document: str | None, fmt: str) -> tuple[Any, str]:
