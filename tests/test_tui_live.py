@@ -338,13 +338,17 @@ def test_the_command_refuses_a_journal_without_follow_and_a_file_that_is_no_jour
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "ckptcli", "tui", *args, "--store", str(store_dir)], capture_output=True, text=True, cwd=REPO
+            [sys.executable, "-m", "ckptcli", "tui", *args, "--store", str(store_dir)], capture_output=True, text=True, cwd=REPO, timeout=60
         )
 
     r = cli("--journal", str(journal))
     assert r.returncode == 2 and "--journal is the journal --follow tails" in r.stderr and r.stderr.count("\n") == 1
     r = cli("--follow", "--journal", str(other))
     assert r.returncode == 5 and "is not a ckpt journal" in r.stderr and "Traceback" not in r.stderr
+    fifo = tmp_path / "fifo.journal"
+    os.mkfifo(fifo)  # it hung in open(), waiting for a writer, before anything was drawn
+    r = cli("--follow", "--journal", str(fifo))
+    assert r.returncode == 5 and "not a regular file" in r.stderr and r.stderr.count("\n") == 1, r.stderr
     r = cli("--follow", "--journal", str(journal))
     assert r.returncode == 2 and "terminal" in r.stderr  # everything checked; only the terminal is missing
 

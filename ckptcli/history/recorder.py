@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
 import time
 import uuid
@@ -237,9 +238,18 @@ def read_journal(path: Path) -> JournalContents:
         StoreIOError when it cannot be read.
     """
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO given or planted must not hang
     except OSError as exc:
         raise StoreIOError(f"cannot read journal {path}: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CorruptError(f"{path} is not a ckpt journal (not a regular file)", hint="give the recorder's journal file")
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read()
+    except OSError as exc:
+        raise StoreIOError(f"cannot read journal {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
     if data[: len(MAGIC)] != MAGIC:
         raise CorruptError(f"{path} is not a ckpt journal (no {MAGIC.decode()} header)", hint="give the recorder another journal path")
     pos = len(MAGIC)
