@@ -7,7 +7,6 @@ diffs in the background, so nothing here depends on timing."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import select
 import subprocess
@@ -22,9 +21,8 @@ import pytest
 import ckptcli
 from ckptcli.api import open_checkpoint, take
 from ckptcli.history.replay import replay
-from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
-from ckptcli.tui.app import CkptApp, View, open_session
+from ckptcli.tui.app import CkptApp
 from ckptcli.tui.screens.checkpoint import CheckpointScreen
 from ckptcli.tui.screens.diff import DiffScreen
 from ckptcli.tui.screens.help import HelpScreen
@@ -33,6 +31,7 @@ from ckptcli.tui.screens.timeline import TimelineScreen
 from ckptcli.tui.widgets import ValueTree, VirtualList
 from tests.conftest import REPO
 from tests.tui_data import build_demo_store, demo_events, export_demo
+from tests.tui_pilot import run, settle
 
 Scenario = Callable[[Any], Awaitable[None]]
 SIZE = (120, 36)
@@ -56,32 +55,6 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes
     ids["broken"] = take(store, {**snap, "events": broken}, subject="agent:broken").id
     ids["wide"] = take(store, {"memory": {f"key{i:03}": i for i in range(250)}}, subject="agent:wide").id
     return path, ids
-
-
-def run(
-    path: Path | Store | CheckpointFile,
-    scenario: Scenario,
-    *,
-    checkpoint: bytes | None = None,
-    view: View = "history",
-    prefill: bool = False,
-) -> CkptApp:
-    source = path if isinstance(path, (Store, CheckpointFile)) else ckptcli.open_store(path)
-    app = CkptApp(open_session(source, prefill=prefill), checkpoint=checkpoint, view=view, blink=False)
-
-    async def main() -> None:
-        async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause()
-            await scenario(pilot)
-
-    asyncio.run(main())
-    return app
-
-
-async def settle(pilot: Any) -> None:
-    """Let the workers finish and their messages land."""
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 def text(widget: Any) -> str:

@@ -25,7 +25,6 @@ from ckptcli.errors import NotFoundError
 from ckptcli.history.graph import History
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
-from ckptcli.tui.app import CkptApp, View, open_session
 from ckptcli.tui.screens.checkpoint import CheckpointScreen
 from ckptcli.tui.screens.confirm import ConfirmScreen
 from ckptcli.tui.screens.diff import DiffScreen
@@ -33,6 +32,7 @@ from ckptcli.tui.screens.history import HistoryScreen, go_to, match_subject, ste
 from ckptcli.tui.screens.timeline import TimelineScreen
 from ckptcli.tui.widgets import VirtualList
 from tests.tui_data import T0, build_demo_store, export_demo, write
+from tests.tui_pilot import run, settle
 
 
 @pytest.fixture
@@ -40,24 +40,6 @@ def demo(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
     """A fresh demo store per test: the actions change it."""
     path = tmp_path / "store" / ".ckpt"
     return path, build_demo_store(path)
-
-
-def run(source: Path | Store | CheckpointFile, scenario: Any, *, checkpoint: bytes | None = None, view: View = "history") -> CkptApp:
-    src = source if isinstance(source, (Store, CheckpointFile)) else ckptcli.open_store(source)
-    app = CkptApp(open_session(src, prefill=False), checkpoint=checkpoint, view=view, blink=False)
-
-    async def main() -> None:
-        async with app.run_test(size=(120, 36)) as pilot:
-            await pilot.pause()
-            await scenario(pilot)
-
-    asyncio.run(main())
-    return app
-
-
-async def settle(pilot: Any) -> None:
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 def messages(app: Any, severity: str | None = None) -> list[str]:

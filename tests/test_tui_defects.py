@@ -19,13 +19,13 @@ from rich.text import Text
 import ckptcli
 from ckptcli.api import take
 from ckptcli.store.layout import manifest_path, pack_path
-from ckptcli.store.repository import Store
-from ckptcli.tui.app import CkptApp, Session, View, open_session
+from ckptcli.tui.app import CkptApp, Session, open_session
 from ckptcli.tui.screens.checkpoint import CheckpointScreen
 from ckptcli.tui.screens.history import HistoryScreen
 from ckptcli.tui.screens.timeline import TimelineScreen
 from ckptcli.tui.widgets import VirtualList
 from tests.tui_data import build_demo_store, demo_events
+from tests.tui_pilot import run
 
 
 @pytest.fixture(scope="module")
@@ -41,31 +41,6 @@ def long(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     store = ckptcli.init_store(path)
     snap: dict[str, Any] = {"memory": {"messages": []}, "plan": [], "tools": []}
     return path, take(store, {**snap, "events": demo_events(1, 1500, 10**18)}, subject="agent:long").id
-
-
-def run(
-    source: Path | Store,
-    scenario: Any,
-    *,
-    checkpoint: bytes | None = None,
-    view: View = "history",
-    size: tuple[int, int] = (120, 36),
-) -> CkptApp:
-    store = source if isinstance(source, Store) else ckptcli.open_store(source)
-    app = CkptApp(open_session(store, prefill=False), checkpoint=checkpoint, view=view, blink=False)
-
-    async def main() -> None:
-        async with app.run_test(size=size) as pilot:
-            await pilot.pause()
-            await scenario(pilot)
-
-    asyncio.run(main())
-    return app
-
-
-async def settle(pilot: Any) -> None:
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 def notes(app: Any) -> list[str]:

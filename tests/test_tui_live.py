@@ -23,6 +23,7 @@ from ckptcli.history.recorder import CheckpointPolicy, Durability, Recorder
 from ckptcli.tui.app import CkptApp, open_session
 from ckptcli.tui.follow import JournalReader, find_journal
 from ckptcli.tui.screens.timeline import TimelineScreen
+from tests.tui_pilot import run as pilot_run
 
 REPO = Path(__file__).resolve().parents[1]
 #: waits for what another process does are bounded by this, for a loaded machine: the tests
@@ -81,15 +82,7 @@ def run_app(
 ) -> CkptApp:
     store = ckptcli.open_store(store_dir)
     cid = store.resolve(SUBJECT) if start is None else start
-    app = CkptApp(open_session(store, prefill=False, follow=follow), checkpoint=cid, view="timeline", blink=False)
-
-    async def main() -> None:
-        async with app.run_test(size=size) as pilot:
-            await pilot.pause()
-            await scenario(pilot)
-
-    asyncio.run(main())
-    return app
+    return pilot_run(store, scenario, checkpoint=cid, view="timeline", size=size, follow=follow)
 
 
 async def until(pilot: Any, check: Any, what: str) -> None:

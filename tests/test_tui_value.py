@@ -5,7 +5,6 @@ vim keys, and the jumps to the next error, tool call, tool failure or plan chang
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +12,11 @@ import pytest
 
 import ckptcli
 from ckptcli.api import take
-from ckptcli.store.repository import Store
-from ckptcli.tui.app import CkptApp, View, open_session
 from ckptcli.tui.screens.timeline import TimelineScreen
 from ckptcli.tui.valuetext import MISSING, diff_lines, hex_dump, message_row, short_label, value_lines, wrap
 from ckptcli.tui.widgets import ValueTree, VirtualList
 from tests.tui_data import build_demo_store
+from tests.tui_pilot import run, settle
 
 PROMPT = " ".join(f"Rule {i}: answer politely, cite the order number, never promise a refund." for i in range(60))
 
@@ -27,24 +25,6 @@ PROMPT = " ".join(f"Rule {i}: answer politely, cite the order number, never prom
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
     path = tmp_path_factory.mktemp("demo") / ".ckpt"
     return path, build_demo_store(path)
-
-
-def run(source: Path | Store, scenario: Any, *, checkpoint: bytes | None = None, view: View = "history") -> CkptApp:
-    store = source if isinstance(source, Store) else ckptcli.open_store(source)
-    app = CkptApp(open_session(store, prefill=False), checkpoint=checkpoint, view=view, blink=False)
-
-    async def main() -> None:
-        async with app.run_test(size=(120, 36)) as pilot:
-            await pilot.pause()
-            await scenario(pilot)
-
-    asyncio.run(main())
-    return app
-
-
-async def settle(pilot: Any) -> None:
-    await pilot.app.workers.wait_for_complete()
-    await pilot.pause()
 
 
 async def node_at(pilot: Any, tree: ValueTree, path: tuple[Any, ...]) -> Any:
