@@ -404,3 +404,18 @@ def test_a_tag_or_branch_cannot_hide_a_checkpoint_id(st: Path) -> None:
     assert store.resolve(a).hex() == a and store.resolve(f"tags/{a}@{{0}}").hex() == b
     r = run_ckpt("--store", str(st), "tag", "v1", b)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_tag_that_a_later_checkpoint_id_starts_with_is_ambiguous_not_the_tag(st: Path) -> None:
+    """A tag made before a checkpoint whose id starts with its name came in (a copy, an
+    import, another host) silently won: `show` and `restore` of the id `ls` printed acted
+    on the tagged checkpoint."""
+    a = _take(st, {"n": 1})
+    store = open_store(st)
+    from ckptcli.store.refs import _Move
+
+    b = _take(st, {"n": 2})
+    store._swap(f"refs/tags/{b[:12]}", lambda _seen: _Move(bytes.fromhex(a), "made before b came in"))
+    r = run_ckpt("--store", str(st), "show", b[:12])
+    assert r.returncode == ExitCode.INVALID_INPUT and b"ambiguous" in r.stderr and r.stderr.count(b"\n") == 1, r.stderr
+    assert open_store(st).resolve(b).hex() == b and open_store(st).resolve(f"tags/{b[:12]}@{{0}}").hex() == a

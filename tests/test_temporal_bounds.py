@@ -28,6 +28,7 @@ from temporalio.converter import DataConverter
 import ckptcli
 from ckptcli.adapters.temporal.events import KEEP
 from ckptcli.adapters.temporal.synth import synthesize_signals
+from ckptcli.errors import ExitCode
 from tests.test_temporal import COMPLETE, _ckpt, _import, _state
 
 
@@ -151,3 +152,21 @@ def test_an_integer_beyond_64_bits_is_bad_input_not_corrupt_json(store_dir: Path
     lines = r.stderr.decode().splitlines()
     assert r.returncode == 4 and len(lines) == 1, lines
     assert lines[0].startswith(f"ckpt: error: {path}: event 5 holds an integer beyond 64 bits"), lines
+
+
+def test_a_deeply_nested_file_is_refused_without_taking_gigabytes(tmp_path: Path) -> None:
+    """20,000 brackets (40 KB) took 1 GB before the depth limit refused them (100 KB: 6 GB):
+    ijson built every parse event of a 64 KiB read, each with a prefix as long as its
+    depth, before the first one reached the limit."""
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"events": ' + "[" * 20_000 + "]" * 20_000 + "}")
+    ckptcli.init_store(tmp_path / "d")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env.pop("CKPT_STORE", None)
+    r = subprocess.run([sys.executable, "-c", RSS_PROBE, str(tmp_path / "d"), str(deep)], capture_output=True, env=env, timeout=600)
+    lines = r.stderr.decode().splitlines()
+    assert r.returncode == ExitCode.LIMIT_EXCEEDED and "nests deeper than" in lines[0] and len(lines) == 2, lines
+    small = tmp_path / "small.json"
+    synthesize_signals(COMPLETE, 10, small)
+    growth_mib = (int(lines[1]) - _peak_kib(tmp_path / "s", small)) / 1024
+    assert growth_mib < 200, growth_mib

@@ -609,10 +609,19 @@ class Refs:
         low = ref.lower()
         if len(low) == 64 and all(c in "0123456789abcdef" for c in low) and self.backend.exists(f"{layout.MANIFESTS}/{low}"):
             return bytes.fromhex(low)  # a full id is that checkpoint, whatever refs exist
+        hexlike = len(low) >= 4 and all(c in "0123456789abcdef" for c in low)
         for ns in ("tags", "branches"):
             if NAME_RE.match(ref):
                 named = self.read_ref(layout.ref_path(f"{ns}/{ref}"))
                 if named is not None:
+                    if hexlike and (other := next((c for c in self.manifest_ids() if c.hex().startswith(low) and c != named), None)):
+                        # a checkpoint that came later (a copy, an import, another host) starts
+                        # with the name: neither is chosen silently
+                        raise InvalidInputError(
+                            f"{ref!r} is ambiguous: the {ns[:-1]} {ref} points at {named.hex()[:12]}, and checkpoint "
+                            f"{other.hex()[:12]} starts with it",
+                            hint=f"give more characters of the id, or {ns}/{ref}@{{0}} for the {ns[:-1]}",
+                        )
                     return named
         if len(low) >= 4 and all(c in "0123456789abcdef" for c in low):
             if len(low) == 64 and self.backend.exists(f"{layout.MANIFESTS}/{low}"):

@@ -181,7 +181,10 @@ def read_events(
     n = 0
     with _open(path) as f:
         try:
-            items = ijson.items(_bounded(ijson.parse(f, use_float=True), where), "events.item")
+            # small reads: ijson builds every parse event of a read (each with its prefix, as
+            # long as the depth) before the first reaches _bounded, so 64 KiB of brackets
+            # took gigabytes; 4 KiB bounds that to tens of MiB
+            items = ijson.items(_bounded(ijson.parse(f, use_float=True, buf_size=PARSE_READ), where), "events.item")
             for n, raw in enumerate(items, start=1):
                 if position is not None:
                     position[0] = f.tell()
@@ -227,6 +230,7 @@ def read_events(
 #: of causes a little more); ijson's item builder takes memory quadratic in the depth, so
 #: 50,000 brackets would take gigabytes before anything could refuse them
 MAX_DEPTH = limits.MAX_DEPTH
+PARSE_READ = 4096  # bytes ijson parses at a time (read_events)
 
 
 def _bounded(events: Iterator[tuple[str, str, Any]], where: str) -> Iterator[tuple[str, str, Any]]:
