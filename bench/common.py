@@ -111,7 +111,7 @@ def iter_steps(n: int, seed: int = 1) -> Iterator[tuple[int, dict[str, Any], dic
 
 
 def json_size(value: Any) -> int:
-    """Bytes of compact UTF-8 JSON: how big a value "is" in the sense of the issue."""
+    """Bytes of compact UTF-8 JSON: how big a value "is" for the targets."""
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
 
 

@@ -12,7 +12,7 @@ Both are measured side by side in one run, alternately, `--runs` times:
   counted against it).
 
 Before timing, both must report exactly the 10 changed leaves. The table gives medians
-and the ratio DeepDiff / ckpt; the target (issue 4) is a ratio of at least 20.
+and the ratio DeepDiff / ckpt; the target is a ratio of at least 20.
 Needs the bench extra (`bash bench/setup`, or `pip install deepdiff`).
 """
 

@@ -8,7 +8,7 @@ the --grow size.
     python -m bench.history                       # 1,000 steps, growth to 4,000
     python -m bench.history --steps 200 --grow 800 --graph-steps 50 --json out.json
 
-Targets (from the issue): at 1,000 steps ckpt stores at most 1% of SqliteSaver's bytes,
+Targets: at 1,000 steps ckpt stores at most 1% of SqliteSaver's bytes,
 and 4x the steps grows ckpt's store at most 4.5x (for other sizes: 1.125 x the step ratio).
 See bench/README.md for what is measured and how to read it.
 """

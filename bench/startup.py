@@ -4,7 +4,7 @@
 
 Each command is run as a real process `--runs` times; the table gives medians and the
 ratio to the interpreter's own start-up (`python -c pass`, measured in the same run),
-which is the floor no Python CLI can go under. Targets (issue 3): `--help` <= 150 ms,
+which is the floor no Python CLI can go under. Targets: `--help` <= 150 ms,
 `ls` on 10,000 checkpoints <= 400 ms.
 """
 
