@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -323,4 +324,5 @@ def test_fuzz_with_atheris(tmp_path: Path) -> None:
     )
     err = proc.stderr.decode(errors="replace")
     assert proc.returncode == 0, err[-4000:]
-    assert f"Done {2000 * SCALE} runs" in err
+    done = re.search(r"Done (\d+) runs", err)  # libFuzzer may finish a few past -runs (2029 of 2000 was seen)
+    assert done is not None and int(done.group(1)) >= 2000 * SCALE, err[-2000:]

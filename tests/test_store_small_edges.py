@@ -78,7 +78,8 @@ def test_a_lock_refreshed_at_an_impossible_time_is_shown_as_such(refreshed: floa
         got = run_ckpt("--store", url, *args)
         shown = got.stdout.decode() + got.stderr.decode()
         assert "Traceback" not in shown, shown
-        assert not re.search(r"\d{12}", shown.replace("e" * 32, "")), shown  # no absurd number of hours
+        about_locks = "\n".join(line for line in shown.splitlines() if "lock" in line and "journals/" not in line)
+        assert not re.search(r"\d{12}", about_locks.replace("e" * 32, "")), shown  # no absurd number of hours
         assert "more than 100 years (not a time ckpt wrote)" in shown, shown
 
 
