@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,6 @@ def synthesize(source: Path, events: int, out: Path, *, result_bytes: int = 0) -
     Returns:
         the number of events written.
     """
-    from google.protobuf.json_format import MessageToDict
     from temporalio.api.history.v1 import HistoryEvent
     from temporalio.client import WorkflowHistory
 
@@ -51,17 +51,9 @@ def synthesize(source: Path, events: int, out: Path, *, result_bytes: int = 0) -
     start = next(i for i in range(len(kinds)) if tuple(kinds[i : i + 6]) == _PATTERN)
     head, pattern, tail = evs[:start], evs[start : start + 6], evs[start + 6 :]
     repeats = max(1, (events - len(head) - len(tail)) // 6)
-    n = 0
-    with out.open("w", encoding="utf-8") as f:
-        f.write('{"events": [')
 
-        def emit(ev: HistoryEvent) -> None:
-            nonlocal n
-            f.write(("," if n else "") + "\n" + json.dumps(MessageToDict(ev), separators=(",", ":")))
-            n += 1
-
-        for ev in head:
-            emit(ev)
+    def events_out() -> Iterator[HistoryEvent]:
+        yield from head
         for r in range(repeats):
             base = len(head) + 6 * r
             for k, proto in enumerate(pattern):
@@ -75,7 +67,7 @@ def synthesize(source: Path, events: int, out: Path, *, result_bytes: int = 0) -
                     p = ev.activity_task_completed_event_attributes.result.payloads[0]
                     p.data = json.dumps("x" * result_bytes).encode()
                     p.metadata["encoding"] = b"json/plain"
-                emit(ev)
+                yield ev
         last_wtc = len(head) + 6 * repeats
         for proto in tail:
             ev = HistoryEvent()
@@ -83,9 +75,9 @@ def synthesize(source: Path, events: int, out: Path, *, result_bytes: int = 0) -
             ev.event_id = last_wtc + (proto.event_id - (start + 6))
             if ev.HasField("workflow_execution_completed_event_attributes"):
                 ev.workflow_execution_completed_event_attributes.workflow_task_completed_event_id = last_wtc
-            emit(ev)
-        f.write("\n]}\n")
-    return n
+            yield ev
+
+    return _write_history(out, events_out())
 
 
 def synthesize_signals(source: Path, signals: int, out: Path, *, payload_bytes: int = 400) -> int:
@@ -97,24 +89,15 @@ def synthesize_signals(source: Path, signals: int, out: Path, *, payload_bytes: 
     Returns:
         the number of events written.
     """
-    from google.protobuf.json_format import MessageToDict
     from temporalio.api.common.v1 import Payload
     from temporalio.api.enums.v1 import EventType
     from temporalio.api.history.v1 import HistoryEvent
     from temporalio.client import WorkflowHistory
 
     head = list(WorkflowHistory.from_json("synth", source.read_text()).events)[:4]
-    n = 0
-    with out.open("w", encoding="utf-8") as f:
-        f.write('{"events": [')
 
-        def emit(ev: HistoryEvent) -> None:
-            nonlocal n
-            f.write(("," if n else "") + "\n" + json.dumps(MessageToDict(ev), separators=(",", ":")))
-            n += 1
-
-        for ev in head:
-            emit(ev)
+    def events_out() -> Iterator[HistoryEvent]:
+        yield from head
         proto = HistoryEvent()
         proto.CopyFrom(head[-1])
         proto.ClearField("workflow_task_completed_event_attributes")
@@ -128,7 +111,22 @@ def synthesize_signals(source: Path, signals: int, out: Path, *, payload_bytes: 
             a.identity = "synth"
             text = f"{i}:" + "x" * max(0, payload_bytes - len(str(i)) - 3)
             a.input.payloads.append(Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(text).encode()))
-            emit(ev)
+            yield ev
+
+    return _write_history(out, events_out())
+
+
+def _write_history(out: Path, events: Iterable[Any]) -> int:
+    """Write `events` (HistoryEvent protobufs) to `out` as a history JSON, one event at a
+    time (protobuf JSON, as `WorkflowHistory.to_json()` writes each); returns how many."""
+    from google.protobuf.json_format import MessageToDict
+
+    n = 0
+    with out.open("w", encoding="utf-8") as f:
+        f.write('{"events": [')
+        for ev in events:
+            f.write(("," if n else "") + "\n" + json.dumps(MessageToDict(ev), separators=(",", ":")))
+            n += 1
         f.write("\n]}\n")
     return n
 
