@@ -25,6 +25,7 @@ import hashlib
 import os
 import secrets
 import stat
+import struct
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -44,9 +45,12 @@ PARTS_DIR = f"{CACHE}/catalog-parts"
 #: rows a catalog record holds at most (about 12 MB): a bigger catalog is written in parts
 PART_ROWS = 100_000
 SUBJECT_VERSION = 2
-#: a manifest file's [inode, size, mtime_ns, ctime_ns] (`_stamp`); None: not known, or
-#: changed too recently to tell a later change from it
-Stamp = list[int] | None
+#: a manifest file's inode, size, mtime_ns and ctime_ns, packed (`_stamp`); NO_STAMP: not
+#: known, or changed too recently to tell a later change from it (32 bytes a row: packed,
+#: they cost a catalog of 10,000 rows one bytes string to decode, not 10,000 lists)
+_STAMP = struct.Struct("<QQqq")
+NO_STAMP = bytes(_STAMP.size)
+Stamp = bytes
 
 
 class Summary(NamedTuple):
@@ -118,19 +122,20 @@ def _load(store: Store) -> dict[bytes, tuple[list[Any], Stamp]]:
             return {}
         rows, stamps = body["entries"], body["stamps"]
         if "parts" in body:  # a big catalog: its rows are in its parts (_save)
-            rows, stamps = list(rows), list(stamps)
+            rows = list(rows)
             for i in range(int(body["parts"])):
                 path = f"{PARTS_DIR}/{i}"
                 _v, part = framing.decode_record(store.backend.read(path), framing.KIND_CACHE, path)
                 if part.get("version") != CATALOG_VERSION or part.get("token") != body["token"] or part.get("part") != i:
                     return {}  # a part of another catalog (one written meanwhile): rebuilt
                 rows.extend(part["entries"])
-                stamps.extend(part["stamps"])
-        if type(rows) is not list or type(stamps) is not list or len(rows) != len(stamps):
+                stamps += part["stamps"]
+        n = _STAMP.size
+        if type(rows) is not list or type(stamps) is not bytes or len(stamps) != n * len(rows):
             return {}
         # the fields ls filters and sorts on are checked here; a row that fails is dropped
         # and rebuilt from its manifest
-        return {r[0]: (r, st) for r, st in zip(rows, stamps, strict=True) if _good_row(r) and _good_stamp(st)}
+        return {r[0]: (r, stamps[i * n : i * n + n]) for i, r in enumerate(rows) if _good_row(r)}
     except (CkptError, AttributeError, KeyError, TypeError, ValueError):
         return {}  # missing or unusable: rebuilt from the manifests
 
@@ -151,10 +156,6 @@ def _good_row(r: Any) -> bool:
     )
 
 
-def _good_stamp(st: Any) -> bool:
-    return st is None or (type(st) is list and len(st) == 4 and all(type(x) is int for x in st))
-
-
 def _manifests_dir(store: Store) -> str | None:
     """The manifests directory of a local store (whose files can be stat-ed), else None."""
     if isinstance(store.backend, LocalBackend):
@@ -163,11 +164,12 @@ def _manifests_dir(store: Store) -> str | None:
 
 
 def _stamp(st: os.stat_result, settled_before_ns: int) -> Stamp:
-    """A regular file's [inode, size, mtime_ns, ctime_ns]; None when it changed after
-    `settled_before_ns` (a rewrite in the same clock tick could leave the same times)."""
+    """A regular file's inode, size, mtime_ns and ctime_ns, packed; NO_STAMP when it
+    changed after `settled_before_ns` (a rewrite in the same clock tick could leave the
+    same times)."""
     if not stat.S_ISREG(st.st_mode) or max(st.st_mtime_ns, st.st_ctime_ns) > settled_before_ns:
-        return None
-    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        return NO_STAMP
+    return _STAMP.pack(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _settled_before(store: Store) -> int:
@@ -176,35 +178,43 @@ def _settled_before(store: Store) -> int:
 
 def _listing(store: Store) -> tuple[dict[bytes, Stamp], bool]:
     """Every manifest's id (its file's name), with its file's stamp; and whether the
-    stamps are known (a local store). Elsewhere every stamp is None."""
+    stamps are known (a local store). Elsewhere every stamp is NO_STAMP."""
     directory = _manifests_dir(store)
     if directory is None:
-        return dict.fromkeys(store.manifest_ids()), False
+        return dict.fromkeys(store.manifest_ids(), NO_STAMP), False
     before = _settled_before(store)
     out: dict[bytes, Stamp] = {}
+    # one stat a manifest (about 3 µs: 30 ms for 10,000), relative to the directory
+    pack, is_reg, fromhex, lstat = _STAMP.pack, stat.S_ISREG, bytes.fromhex, os.stat
     try:
-        with os.scandir(directory) as entries:
-            for e in entries:
-                if len(e.name) != 64:
-                    continue
-                try:
-                    cid = bytes.fromhex(e.name)
-                    st = e.stat(follow_symlinks=False)
-                except (ValueError, OSError):
-                    continue  # not a manifest's name, or gone meanwhile (a prune)
-                if stat.S_ISREG(st.st_mode):
-                    out[cid] = _stamp(st, before)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
         return {}, True
     except OSError:
-        return dict.fromkeys(store.manifest_ids()), False  # raises the backend's error, or lists
+        return dict.fromkeys(store.manifest_ids(), NO_STAMP), True  # raises the backend's error, or all are read
+    try:
+        for name in os.listdir(fd):
+            if len(name) != 64:
+                continue
+            try:
+                cid = fromhex(name)
+                st = lstat(name, dir_fd=fd, follow_symlinks=False)
+            except (ValueError, OSError):
+                continue  # not a manifest's name, or gone meanwhile (a prune)
+            if is_reg(st.st_mode):
+                m, c = st.st_mtime_ns, st.st_ctime_ns
+                out[cid] = pack(st.st_ino, st.st_size, m, c) if m <= before and c <= before else NO_STAMP
+    except OSError:
+        return dict.fromkeys(store.manifest_ids(), NO_STAMP), True
+    finally:
+        os.close(fd)
     return out, True
 
 
 def _same_files(directory: str, stamps: list[Any], before: int) -> bool:
     """Whether each [hex id, stamp] names a manifest file that is still that file."""
     for item in stamps:
-        if type(item) is not list or len(item) != 2 or type(item[0]) is not str or len(item[0]) != 64 or item[1] is None:
+        if type(item) is not list or len(item) != 2 or type(item[0]) is not str or len(item[0]) != 64 or item[1] == NO_STAMP:
             return False
         try:
             st = os.stat(os.path.join(directory, item[0]), follow_symlinks=False)
@@ -250,7 +260,7 @@ def subject_rows(store: Store, subject: Subject, save: bool = True) -> list[list
         # the files the answer rests on: this subject's manifests, and the damaged ones
         # (left out: one repaired in place must show again)
         files = [[r[0].hex(), stamps[r[0]], True] for r in found] + [[cid.hex(), st, False] for cid, st in damaged]
-        if all(f[1] is not None for f in files):
+        if all(f[1] != NO_STAMP for f in files):
             body = {"version": SUBJECT_VERSION, "state": list(state), "subject": str(subject), "entries": found, "files": files}
             with contextlib.suppress(CkptError, OSError):
                 store.backend.write_atomic(path, framing.encode_record(framing.KIND_CACHE, body, store.version))
@@ -277,7 +287,7 @@ def _rows(store: Store, save: bool) -> tuple[dict[bytes, list[Any]], dict[bytes,
         hit = cached.get(cid)
         # a cached row stands for the manifest file it was read from, when that file is
         # still there, settled and unchanged (local), or there at all (elsewhere)
-        if hit is not None and (hit[1] == now and now is not None if local else True):
+        if hit is not None and (not local or (hit[1] == now and now != NO_STAMP)):
             row = hit[0]
         else:
             try:
@@ -293,11 +303,11 @@ def _rows(store: Store, save: bool) -> tuple[dict[bytes, list[Any]], dict[bytes,
         store.warn(f"checkpoint {damaged[0][0].hex()[:12]}{more} is left out: {damaged[0][1]}; run `ckpt verify`")
     if save and (changed or len(out) != len(cached)):
         with contextlib.suppress(CkptError, OSError):  # a read-only store simply has no catalog
-            _save(store, list(out.values()), [stamps[cid] for cid in out])
+            _save(store, list(out.values()), b"".join(stamps[cid] for cid in out))
     return out, stamps, [(cid, st) for cid, _msg, st in damaged]
 
 
-def _save(store: Store, entries: list[list[Any]], stamps: list[Stamp]) -> None:
+def _save(store: Store, entries: list[list[Any]], stamps: bytes) -> None:
     """Write the catalog: one record, or, above PART_ROWS rows (a record holds at most
     64 MiB), parts of PART_ROWS rows each (cache/catalog-parts/<i>, written first) and a
     record naming how many, all sharing a random token, so that parts of another
@@ -307,9 +317,10 @@ def _save(store: Store, entries: list[list[Any]], stamps: list[Stamp]) -> None:
     else:
         token = secrets.token_bytes(8)
         for i, start in enumerate(range(0, len(entries), PART_ROWS)):
-            chunk, chunk_stamps = entries[start : start + PART_ROWS], stamps[start : start + PART_ROWS]
+            n = _STAMP.size
+            chunk, chunk_stamps = entries[start : start + PART_ROWS], stamps[start * n : (start + PART_ROWS) * n]
             part = {"version": CATALOG_VERSION, "token": token, "part": i, "entries": chunk, "stamps": chunk_stamps}
             store.backend.write_atomic(f"{PARTS_DIR}/{i}", framing.encode_record(framing.KIND_CACHE, part, store.version))
         parts = (len(entries) + PART_ROWS - 1) // PART_ROWS
-        body = {"version": CATALOG_VERSION, "token": token, "parts": parts, "entries": [], "stamps": []}
+        body = {"version": CATALOG_VERSION, "token": token, "parts": parts, "entries": [], "stamps": b""}
     store.backend.write_atomic(CATALOG_PATH, framing.encode_record(framing.KIND_CACHE, body, store.version))
