@@ -295,7 +295,9 @@ def _rows(store: Store, save: bool) -> tuple[dict[bytes, list[Any]], dict[bytes,
             except CkptError as exc:
                 damaged.append((cid, exc.message, now))  # left out, and said so
                 continue
-            changed = True
+            # a file still too fresh to stamp is read again by each ls until it settles;
+            # the catalog is written again only when it learns something
+            changed = changed or hit is None or hit[1] != now or hit[0] != row
         out[cid] = row
         stamps[cid] = now
     if damaged:
