@@ -184,7 +184,7 @@ def _listing(store: Store) -> tuple[dict[bytes, Stamp], bool]:
         return dict.fromkeys(store.manifest_ids(), NO_STAMP), False
     before = _settled_before(store)
     out: dict[bytes, Stamp] = {}
-    # one stat a manifest (about 3 µs: 30 ms for 10,000), relative to the directory
+    # one stat a manifest (about 4 µs: 40 ms of CPU for 10,000), relative to the directory
     pack, is_reg, fromhex, lstat = _STAMP.pack, stat.S_ISREG, bytes.fromhex, os.stat
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
