@@ -486,13 +486,37 @@ def free_space(path: Path) -> int:
 
 
 def check_free_space(target: Path, need: int) -> None:
-    """LimitExceededError when writing `need` bytes under `target` would not leave the margin free."""
+    """LimitExceededError when writing `need` bytes under `target` would not leave the
+    margin free; StoreIOError, naming the operating system's error, when `target` cannot
+    be made there at all (a file system such as /proc reports 0 bytes free: the space is
+    not what is wrong)."""
     try:
         free = free_space(target)
     except OSError:
         return  # unknown (e.g. no permission to stat): the writes themselves will tell
     margin = max(FREE_SPACE_MARGIN, int(need * FREE_SPACE_MARGIN_FRACTION))
     if need + margin > free:
+        # before blaming the space: can the target be made there? Its first missing
+        # directory is made and removed again (restore would make it anyway), nothing else
+        real = Path(os.path.realpath(target))
+        first, parent = None, real
+        while not os.path.lexists(parent) and parent != parent.parent:
+            first, parent = parent, parent.parent
+        if first is None and not real.is_dir():
+            raise StoreIOError(f"cannot restore into {target}: it is not a directory", hint="give a directory, or a path to create")
+        if first is not None:
+            try:
+                os.mkdir(first)
+            except FileExistsError:
+                pass  # made meanwhile
+            except OSError as exc:
+                raise StoreIOError(
+                    f"cannot create the directory {first} to restore into: {exc.strerror or exc}",
+                    hint="give a directory on a file system you can write to",
+                ) from None
+            else:
+                with contextlib.suppress(OSError):
+                    os.rmdir(first)
         raise LimitExceededError(
             f"the blobs to restore hold {human_size(need)} ({need} bytes) but {target} has only {human_size(free)} free",
             hint="free some space, restore fewer blobs (--blob), or pass --force if the checkpoint is genuine",

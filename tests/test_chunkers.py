@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ckptcli.api import init_store, open_store, take
-from ckptcli.errors import CorruptError, InvalidInputError
+from ckptcli.errors import CorruptError, InvalidInputError, UsageError
 from ckptcli.format import framing
 from ckptcli.format.chunker import CHUNKERS, DEFAULT_CHUNKER, LEGACY_CHUNKER, chunk_bytes, cutter, iter_chunks
 from ckptcli.format.chunker import PARAMS as STORE_PARAMS
@@ -124,7 +124,7 @@ def test_init_refuses_an_unknown_chunker_before_creating_anything(tmp_path: Path
         init_store(tmp_path / "s", chunker="rabin")
     assert not (tmp_path / "s").exists()
     r = run_ckpt("init", "--chunker", "rabin", tmp_path / "s2")
-    assert r.returncode == InvalidInputError.exit_code and b"unknown chunker" in r.stderr
+    assert r.returncode == UsageError.exit_code and b"'rabin' is not a chunker" in r.stderr  # the CLI: a bad option
     assert not (tmp_path / "s2").exists()
     r = run_ckpt("init", "--chunker", "fastcdc", tmp_path / "s3", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["chunker"] == "fastcdc"

@@ -387,8 +387,12 @@ def test_history_of_a_checkpoint_file(demo: tuple[Store, dict[str, bytes]], tmp_
         f.close()
 
 
-def test_history_opens_from_the_catalog_without_reading_manifests(demo: tuple[Store, dict[str, bytes]]) -> None:
+def test_history_opens_from_the_catalog_without_reading_manifests(
+    demo: tuple[Store, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     store, _ids = demo
+    # the catalog vouches for a manifest file once it has settled (the default waits 3 s)
+    monkeypatch.setattr(Store, "INDEX_DIR_SETTLED_NS", 0)
     History.from_store(store)  # brings the catalog up to date
     fresh = ckptcli.open_store(store.location)
     History.from_store(fresh)

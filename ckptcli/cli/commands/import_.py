@@ -104,6 +104,8 @@ def import_(
     from ckptcli import api
 
     first = source[0]
+    if not first:  # Path("") is the current directory: never what was meant
+        raise UsageError("the file to import is empty", hint="give a checkpoint file, or KIND SOURCE")
     if len(source) == 1 and not first.startswith("-") and (Path(first).is_file() or not _is_kind(first)):
         api.refuse_url(first, "the checkpoint file to import")
         st = open_store(store)
@@ -120,6 +122,8 @@ def import_(
     owner, imp = registry.find_importer(first)
     src, options = parse(f"ckpt import {first}", imp.options, "SOURCE", imp.source, source[1:])
     if imp.source_is_path:
+        if not src:
+            raise UsageError(f"ckpt import {first}: SOURCE is empty", hint=f"give {imp.source}")
         api.refuse_url(src, f"{imp.source} to import")
     st = open_store(store)
     # the importer's own code: its failure (an exception, sys.exit()) is one line naming it

@@ -58,6 +58,11 @@ def init(
     """
     from ckptcli.api import init_store
     from ckptcli.format import limits
+    from ckptcli.format.chunker import CHUNKERS
+
+    if chunker is not None and chunker not in CHUNKERS:  # "" too: not the default, a mistake
+        what = "is empty" if not chunker else f"{chunker!r} is not a chunker"
+        raise UsageError(f"--chunker {what}", hint=f"use one of {', '.join(CHUNKERS)}, or leave it out for the default")
 
     # the store every other command would use: PATH, else --store before the verb, else
     # CKPT_STORE, else ./.ckpt

@@ -63,7 +63,14 @@ SHRINK_ORDER = ("message", "all-labels", "labels", "parent", "refs", "subject") 
 
 @app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT))
 def ls(
-    source: Annotated[str | None, typer.Argument(help="A checkpoint file to list instead of the store.", show_default=False)] = None,
+    source: Annotated[
+        str | None,
+        typer.Argument(
+            help="One checkpoint to show alone: a checkpoint file, or a checkpoint of the store (id or prefix, tag, branch, "
+            "KIND:NAME for its latest, latest, REF~N). Every checkpoint of a subject: --subject.",
+            show_default=False,
+        ),
+    ] = None,
     subject: Annotated[str | None, typer.Option("--subject", "-S", help="Only this subject (KIND:NAME).", show_default=False)] = None,
     label: Annotated[
         list[str] | None, typer.Option("--label", "-l", help="Only checkpoints with KEY=VALUE; repeatable.", show_default=False)
@@ -92,11 +99,17 @@ def ls(
     the column all-labels shows them. --json prints every field of every checkpoint,
     with "refs".
 
+    With an argument, ls shows that one checkpoint, with the same columns (REFS too, for
+    a checkpoint of the store): `ckpt ls agent:bot` is the subject's latest, `ckpt ls -S
+    agent:bot` every checkpoint of the subject.
+
     Examples:
 
       ckpt ls
 
       ckpt ls --subject agent:bot --since 2d --limit 20
+
+      ckpt ls agent:bot        # the subject's latest alone
 
       ckpt ls --columns id,created,parent,all-labels
 
@@ -114,8 +127,12 @@ def ls(
         raise UsageError(f"--columns: no column {unknown[0] if unknown else columns!r}", hint=f"choose among {', '.join(COLUMNS)}")
     rows: list[Row]
     if source is not None:
+        from ckptcli.store.repository import Store
+
         ck = open_checkpoint(source, store)
-        rows = [(ck.id, ck.manifest, [])]
+        # a checkpoint of the store: the refs naming it, as in the list (a file has none)
+        refs = listing.refs_by_target(ck.source).get(ck.id, []) if isinstance(ck.source, Store) else []
+        rows = [(ck.id, ck.manifest, refs)]
     else:
         flt = listing.ListFilter(
             subject=subject,

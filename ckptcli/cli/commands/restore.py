@@ -48,7 +48,12 @@ def restore(
     blobs_dir: Annotated[
         Path | None,
         typer.Option(
-            "--blobs", "-B", help="Restore blobs into this directory (created if missing), each under its name.", show_default=False
+            "--blobs",
+            "-B",
+            parser=blobs_path,
+            metavar="DIR",
+            help="Restore blobs into this directory (created if missing), each under its name.",
+            show_default=False,
         ),
     ] = None,
     in_place: Annotated[
@@ -192,6 +197,14 @@ def restore(
         emit_json({**result, **in_doubt_json(doubt)} if doubt else result)
     elif doubt:
         sys.stderr.write("".join(f"{line}\n" for line in in_doubt_lines(doubt, ck.hex)))
+
+
+def blobs_path(text: str) -> Path:
+    """The parser of --blobs: an empty path is refused (Path("") is ".", and the blobs
+    would land in the current directory, which nobody named)."""
+    if not text:
+        raise typer.BadParameter("the directory is empty: give a directory, e.g. --blobs ./restored")
+    return Path(text)
 
 
 def _check_options(
