@@ -4,15 +4,17 @@ and hashes only the items that changed (docs/design.md, "The take cache").
 A `SubjectCache` holds, for each list of at least `MIN_ITEMS` items reached from a
 section root through map keys only (a *path*: `memory.messages`, `tools`), a `ListRecord`:
 the items as plain msgpack (the snapshot every later take is checked against), each
-item's EV and logical size, and the `ListTree` of the item EVs. `CachingEncoder`, an
-`Encoder`, uses it:
+item's EV and logical size, and the `ListTree` of the item EVs; and the packer its takes
+pack with, whose buffer stays from one take to the next. `CachingEncoder`, an `Encoder`,
+uses it:
 
 - it packs the list with msgpack's C packer (`strict_types`: exact types, so `1`,
   `1.0` and `True` differ, and so do `0.0` and `-0.0`, and map keys keep their order)
-  and compares the bytes with the snapshot. Equal bytes are an equal value, whatever the
-  caller did to it in place, so nothing else is read: the EV is the one the snapshot
-  gave. Snapshot bytes followed by more items are an append: only the new items are
-  encoded, and the `ListTree` grows by them in O(new items + log n).
+  and compares the bytes with the snapshot, in the packer's buffer (no copy). Equal
+  bytes are an equal value, whatever the caller did to it in place, so nothing else is
+  read: the EV is the one the snapshot gave. Snapshot bytes followed by more items are
+  an append: only the new items are encoded, the snapshot is extended by their bytes,
+  and the `ListTree` grows by them in O(new items + log n).
 - any other change (an item edited in place, one deleted or moved) packs each item on
   its own; an item whose bytes are those of an old item (at the same position, else
   anywhere) takes that item's EV; the others are encoded; the tree is built again from
