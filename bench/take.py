@@ -13,7 +13,9 @@ starts from the same store. Each build runs in a process of its own (the other b
 ckptcli on PYTHONPATH for --old), takes the state once (not counted: a new process's
 first take encodes everything, cache or not), then its share of --takes, each after
 appending a step; the builds take turns (--rounds processes each, on fresh copies), and
-the median, p90 and minimum of all their takes are reported. The rows:
+the median, p90 and minimum of all their takes are reported, with the median CPU time of
+a take (the process's user + system time, which other load on the machine moves less
+than the wall time). The rows:
 
 - `cached`: this build, `take(...)` (the take cache on, the default);
 - `uncached`: this build, `take(..., cache=False)`: every item encoded and hashed;
@@ -77,14 +79,17 @@ def worker(store_dir: Path, steps: int, takes: int, mode: str, profile: bool) ->
 
         prof = cProfile.Profile()
     times = []
+    cpu = []
     for _ in range(takes):
         _step(state, next(it))
         t0 = time.perf_counter()
+        c0 = time.process_time()
         if prof is not None:
             prof.enable()
         ckptcli.take(store, state, subject=SUBJECT, **kwargs)
         if prof is not None:
             prof.disable()
+        cpu.append(time.process_time() - c0)
         times.append(time.perf_counter() - t0)
     if prof is not None:
         import pstats
@@ -92,7 +97,7 @@ def worker(store_dir: Path, steps: int, takes: int, mode: str, profile: bool) ->
         print(f"cProfile of {takes} takes at {steps} steps ({mode}), by cumulative time:", file=sys.stderr)
         pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
     store.close()
-    return {"first_s": first, "times_s": times, "ckptcli": ckptcli.__file__}
+    return {"first_s": first, "times_s": times, "cpu_s": cpu, "ckptcli": ckptcli.__file__}
 
 
 def fill(store_dir: Path, steps: int, how: str) -> float:
@@ -161,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[bench] {steps} steps: store filled ({args.fill}) in {seconds:.1f} s", file=sys.stderr, flush=True)
             rows = results["sizes"][str(steps)] = {}
             times: dict[str, list[float]] = {label: [] for label, _b, _m in builds}
+            cpus: dict[str, list[float]] = {label: [] for label, _b, _m in builds}
             firsts: dict[str, list[float]] = {label: [] for label, _b, _m in builds}
             per_round = -(-args.takes // args.rounds)
             for _round in range(args.rounds):  # the builds take turns, so each sees the same load
@@ -170,11 +176,19 @@ def main(argv: list[str] | None = None) -> int:
                     got = _run_worker(build, store_dir, steps, per_round, mode, False)
                     shutil.rmtree(store_dir)
                     times[label] += got["times_s"]
+                    cpus[label] += got["cpu_s"]
                     firsts[label].append(got["first_s"])
                     rows[label] = {"ckptcli": got["ckptcli"]}
             for label, _b, _m in builds:
                 med, p90, low = _stats(times[label])
-                rows[label].update(median_s=med, p90_s=p90, min_s=low, first_s=_stats(firsts[label])[0], takes=len(times[label]))
+                rows[label].update(
+                    median_s=med,
+                    p90_s=p90,
+                    min_s=low,
+                    cpu_median_s=_stats(cpus[label])[0],
+                    first_s=_stats(firsts[label])[0],
+                    takes=len(times[label]),
+                )
                 print(f"[bench] {steps} steps, {label}: median {med * 1e3:.2f} ms ({rows[label]['ckptcli']})", file=sys.stderr, flush=True)
             if args.profile and steps == max(sizes):  # a run of its own: cProfile slows what it watches
                 store_dir = work / f"profile-{steps}"
@@ -186,15 +200,16 @@ def main(argv: list[str] | None = None) -> int:
         f"library take of a growing agent state: {args.takes} takes a row in {args.rounds} rounds, one step before each;"
         f" store: {args.fill}, in {results['dir']}"
     )
-    print(f"{'steps':>6}  {'build':<9} {'median':>9} {'p90':>9} {'min':>9} {'first take (median)':>20}")
+    print(f"{'steps':>6}  {'build':<9} {'median':>9} {'p90':>9} {'min':>9} {'CPU median':>11} {'first take (median)':>20}")
     for steps, rows in results["sizes"].items():
         for label, r in rows.items():
             print(
                 f"{steps:>6}  {label:<9} {r['median_s'] * 1e3:>6.2f} ms {r['p90_s'] * 1e3:>6.2f} ms {r['min_s'] * 1e3:>6.2f} ms"
-                f" {r['first_s'] * 1e3:>17.1f} ms"
+                f" {r['cpu_median_s'] * 1e3:>8.2f} ms {r['first_s'] * 1e3:>17.1f} ms"
             )
         if "old" in rows:
-            print(f"{'':>6}  cached/old: {rows['cached']['median_s'] / rows['old']['median_s']:.3f}")
+            c, o = rows["cached"], rows["old"]
+            print(f"{'':>6}  cached/old: {c['median_s'] / o['median_s']:.3f} (CPU: {c['cpu_median_s'] / o['cpu_median_s']:.3f})")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0

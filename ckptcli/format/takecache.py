@@ -4,15 +4,17 @@ and hashes only the items that changed (docs/design.md, "The take cache").
 A `SubjectCache` holds, for each list of at least `MIN_ITEMS` items reached from a
 section root through map keys only (a *path*: `memory.messages`, `tools`), a `ListRecord`:
 the items as plain msgpack (the snapshot every later take is checked against), each
-item's EV and logical size, and the `ListTree` of the item EVs. `CachingEncoder`, an
-`Encoder`, uses it:
+item's EV and logical size, and the `ListTree` of the item EVs; and the packer its takes
+pack with, whose buffer stays from one take to the next. `CachingEncoder`, an `Encoder`,
+uses it:
 
 - it packs the list with msgpack's C packer (`strict_types`: exact types, so `1`,
   `1.0` and `True` differ, and so do `0.0` and `-0.0`, and map keys keep their order)
-  and compares the bytes with the snapshot. Equal bytes are an equal value, whatever the
-  caller did to it in place, so nothing else is read: the EV is the one the snapshot
-  gave. Snapshot bytes followed by more items are an append: only the new items are
-  encoded, and the `ListTree` grows by them in O(new items + log n).
+  and compares the bytes with the snapshot, in the packer's buffer (no copy). Equal
+  bytes are an equal value, whatever the caller did to it in place, so nothing else is
+  read: the EV is the one the snapshot gave. Snapshot bytes followed by more items are
+  an append: only the new items are encoded, the snapshot is extended by their bytes,
+  and the `ListTree` grows by them in O(new items + log n).
 - any other change (an item edited in place, one deleted or moved) packs each item on
   its own; an item whose bytes are those of an old item (at the same position, else
   anywhere) takes that item's EV; the others are encoded; the tree is built again from
@@ -66,23 +68,30 @@ def _tuple_as_list(obj: Any) -> Any:
 
 _PACK: Callable[[Any], bytes] = msgpack.Packer(use_bin_type=True, autoreset=True, strict_types=True, default=_tuple_as_list).pack
 
+
+def _packer() -> msgpack.Packer:
+    """A packer as `_PACK`'s, whose buffer the caller reads (`getbuffer`) and resets."""
+    return msgpack.Packer(use_bin_type=True, autoreset=False, strict_types=True, default=_tuple_as_list)
+
+
 # everything msgpack raises for a value it cannot pack (a lone surrogate: UnicodeEncodeError)
 _PACK_ERRORS = (_UncacheableError, TypeError, ValueError, OverflowError, RecursionError, MemoryError)
 
 
 class ListRecord:
-    """What a take made of one list: `packed` is the list as msgpack, its items starting
-    at `first` (after the array header), item i ending at `first + ends[i]`;
-    `logical[i]` is item i's logical size; `tree` holds the item EVs (`tree.items`) and
-    the nodes of the tree above them; `ev` is the list's EV."""
+    """What a take made of one list: `packed` is its items as msgpack (without the
+    list's header), item i ending at `ends[i]`; `logical[i]` is item i's logical size and
+    `total` their sum; `tree` holds the item EVs (`tree.items`) and the nodes of the tree
+    above them; `ev` is the list's EV. `packed` is a bytearray: an append extends it in
+    place, in O(new items)."""
 
-    __slots__ = ("ends", "ev", "first", "logical", "packed", "tree")
+    __slots__ = ("ends", "ev", "logical", "packed", "total", "tree")
 
-    def __init__(self, packed: bytes, first: int, ends: list[int], logical: list[int], tree: ListTree) -> None:
+    def __init__(self, packed: bytearray, ends: list[int], logical: list[int], tree: ListTree) -> None:
         self.packed = packed
-        self.first = first
         self.ends = ends
         self.logical = logical
+        self.total = sum(logical)
         self.tree = tree
         self.ev = b""
 
@@ -94,17 +103,13 @@ class ListRecord:
         """Bytes of memory it holds, roughly."""
         return len(self.packed) + ITEM_OVERHEAD * len(self.ends)
 
-    def items_begin(self, packed: bytes, at: int) -> bool:
-        """Whether `packed`, from offset `at`, starts with this record's items."""
-        return packed.startswith(memoryview(self.packed)[self.first :], at)
-
     def item_is(self, i: int, packed: bytes) -> bool:
         """Whether item `i` packed to exactly `packed`."""
         start = self.ends[i - 1] if i else 0
-        return self.ends[i] - start == len(packed) and self.packed.startswith(packed, self.first + start)
+        return self.ends[i] - start == len(packed) and self.packed.startswith(packed, start)
 
     def item_bytes(self, i: int) -> bytes:
-        return self.packed[self.first + (self.ends[i - 1] if i else 0) : self.first + self.ends[i]]
+        return bytes(self.packed[(self.ends[i - 1] if i else 0) : self.ends[i]])
 
     def witnesses(self) -> list[bytes]:
         """Ids of the objects its EV names (a tree's root; every reference in an inline
@@ -141,6 +146,10 @@ class SubjectCache:
         #: lists found too large to keep: not packed again (what packing costs in memory
         #: is what keeping would)
         self.too_big: set[Path] = set()
+        #: packs the lists of this subject's takes (one take at a time: under `lock`);
+        #: its buffer, kept between takes, holds at least `peak` bytes
+        self.packer = _packer()
+        self.peak = 0
         self.lock = threading.Lock()
         #: what the records were last checked against, for the caller (the writer keeps
         #: a weak reference to the store's object index here)
@@ -148,7 +157,7 @@ class SubjectCache:
 
     @property
     def cost(self) -> int:
-        return sum(r.cost for r in self.lists.values())
+        return sum(r.cost for r in self.lists.values()) + self.peak
 
     def check(self, known: Callable[[bytes], bool]) -> None:
         """Drop every record whose objects the store no longer has (`known(id)`)."""
@@ -162,12 +171,15 @@ class SubjectCache:
         self.lists = {p: r for p, r in self.staged.items() if r.cost <= max_record_bytes}
         self.too_big.update(p for p in self.staged if p not in self.lists)
         self.staged = {}
+        if self.peak > max_record_bytes:  # the packer's buffer grew for a list not kept: let it go
+            self.packer, self.peak = _packer(), 0
 
     def discard(self) -> None:
         """The take failed: its objects are not in the store, and the trees it grew in
         place name them, so nothing of this subject is reused."""
         self.lists = {}
         self.staged = {}
+        self.packer, self.peak = _packer(), 0
 
 
 class CachingEncoder(Encoder):
@@ -241,30 +253,36 @@ class CachingEncoder(Encoder):
         msgpack cannot pack it exactly, or it was too large to keep (then it is not
         cached)."""
         key = tuple(path)
-        if key in self.cache.too_big:
+        cache = self.cache
+        if key in cache.too_big:
             return None
+        packer = cache.packer  # its buffer is kept between takes: no fresh pages to fault in
         try:
-            packed = _PACK(v)
+            packer.pack(v)
         except _PACK_ERRORS:
+            packer.reset()
             return None
-        rec = self.cache.lists.get(key)
+        rec = cache.lists.get(key)
         n = len(v)
-        head = len(array_header(n))
         self._path = None  # the items themselves are encoded Encoder's way
         try:
-            if rec is None:
-                rec = self._build(v, packed, head, depth, None)
-            elif packed == rec.packed:
-                self.reused_items += n  # unchanged
-            elif n > len(rec) and rec.items_begin(packed, head):
-                self._append(rec, v, packed, head, depth)
-            else:
-                rec = self._build(v, packed, head, depth, rec)
+            # the bytearray on the left: its == compares the buffers with memcmp
+            with packer.getbuffer() as whole, whole[len(array_header(n)) :] as items:
+                cache.peak = max(cache.peak, len(whole))
+                if rec is None:
+                    rec = self._build(v, items, depth, None)
+                elif rec.packed == items:
+                    self.reused_items += n  # unchanged
+                elif n > len(rec) and rec.packed == items[: len(rec.packed)]:
+                    self._append(rec, v, items, depth)
+                else:
+                    rec = self._build(v, items, depth, rec)
         finally:
             self._path = path
+            packer.reset()
         rec.ev = rec.tree.ev(self.sink, encoder_order=True)
-        self.logical_bytes += sum(rec.logical)
-        self.cache.staged[key] = rec
+        self.logical_bytes += rec.total
+        cache.staged[key] = rec
         return rec.ev
 
     def _item(self, x: Any, i: int, depth: int) -> tuple[bytes, int]:
@@ -280,9 +298,9 @@ class CachingEncoder(Encoder):
         self.logical_bytes = before
         return ev, size
 
-    def _append(self, rec: ListRecord, v: list[Any] | tuple[Any, ...], packed: bytes, head: int, depth: int) -> None:
-        """`v` (packed to `packed`, its items from `head`) is the record's items and more:
-        encode the new ones and grow the record by them."""
+    def _append(self, rec: ListRecord, v: list[Any] | tuple[Any, ...], items: memoryview, depth: int) -> None:
+        """`v` (its items packed to `items`) is the record's items and more: encode the
+        new ones and grow the record by them."""
         old = len(rec)
         self.reused_items += old
         end = rec.ends[-1] if old else 0
@@ -292,13 +310,13 @@ class CachingEncoder(Encoder):
             ev, size = self._item(x, i, depth)
             rec.ends.append(end)
             rec.logical.append(size)
+            rec.total += size
             rec.tree.append(ev)
-        rec.packed = packed
-        rec.first = head
+        rec.packed += items[len(rec.packed) :]
 
-    def _build(self, v: list[Any] | tuple[Any, ...], packed: bytes, head: int, depth: int, old: ListRecord | None) -> ListRecord:
-        """A new record of `v` (packed to `packed`, its items from `head`), taking the EV
-        of each item that packs as one of `old`'s."""
+    def _build(self, v: list[Any] | tuple[Any, ...], items: memoryview, depth: int, old: ListRecord | None) -> ListRecord:
+        """A new record of `v` (its items packed to `items`), taking the EV of each item
+        that packs as one of `old`'s."""
         evs: list[bytes] = []
         logical: list[int] = []
         ends: list[int] = []
@@ -333,4 +351,4 @@ class CachingEncoder(Encoder):
         else:
             tree = ListTree()
             tree.extend(evs)
-        return ListRecord(packed, head, ends, logical, tree)
+        return ListRecord(bytearray(items), ends, logical, tree)

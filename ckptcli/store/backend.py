@@ -25,7 +25,7 @@ from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, Store
 from ckptcli.store.layout import PACK_TARGET_MAX, TMP, versioned_cap
 from ckptcli.store.locking import LOCK_NOTICE_AFTER as LOCK_NOTICE_AFTER  # 0.2 names here, kept for one minor release
 from ckptcli.store.locking import WRITERS_DIR as WRITERS_DIR
-from ckptcli.store.locking import LocalLocks, no_links
+from ckptcli.store.locking import LocalLocks, check_no_links, no_links
 from ckptcli.store.locking import Mark as Mark
 from ckptcli.store.locking import WriterMark as WriterMark
 from ckptcli.store.locking import lock_holder as lock_holder
@@ -235,7 +235,7 @@ class Backend(ABC):
         exclusively). Returns: their names."""
 
 
-def fsync_dir(path: Path, *, strict: bool = False) -> None:
+def fsync_dir(path: str | Path, *, strict: bool = False) -> None:
     """fsync a directory, so that a rename or a new file in it is durable. Not every
     file system lets a directory be synced: unless `strict`, an OSError is ignored."""
     try:
@@ -297,7 +297,7 @@ def temp_name(token: str, suffix: str = ".tmp", prefix: str = ".ckpt-") -> str:
 
 
 def create_temp(
-    directory: Path | int,
+    directory: str | Path | int,
     *,
     suffix: str = ".tmp",
     prefix: str = ".ckpt-",
@@ -452,6 +452,7 @@ def _write_to(fd: int, write: Callable[[IO[bytes]], None], shown: str) -> None:
 class LocalBackend(LocalLocks, Backend):
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._top = os.fspath(root)  # the root as a string: the per-take calls build no Path objects
         # raw descriptors of recently read packs (closed in close() or when collected)
         self._fds: dict[str, int] = {}
         self._fd_lock = threading.Lock()
@@ -459,30 +460,38 @@ class LocalBackend(LocalLocks, Backend):
     def _p(self, path: str) -> Path:
         return self.root / path
 
+    def _s(self, path: str) -> str:
+        """`_p` as a string."""
+        return os.path.join(self._top, path)
+
     def _open_regular(self, path: str) -> int:
         """A read descriptor of the store file `path`, which must be a regular file: a
         FIFO or device planted in the store is refused at once, never read (a FIFO
         would block forever)."""
-        fd = os.open(self._p(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return self._open_regular_stat(path)[0]
+
+    def _open_regular_stat(self, path: str) -> tuple[int, os.stat_result]:
+        """`_open_regular`, and the file's status."""
+        fd = os.open(self._s(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
                 raise CorruptError(
                     f"{self._p(path)} is not a regular file", hint="something other than ckpt put it in the store; remove it"
                 )
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        return fd, st
 
     def read(self, path: str) -> bytes:
         cap = versioned_cap(path)
         try:
-            fd = self._open_regular(path)
+            fd, st = self._open_regular_stat(path)
             try:
-                if cap is not None and os.fstat(fd).st_size > cap:  # refused before a byte is read
+                if cap is not None and st.st_size > cap:  # refused before a byte is read
                     raise too_large(str(self._p(path)), cap, path)
-                with os.fdopen(fd, "rb", closefd=False) as fh:
-                    data = fh.read() if cap is None else fh.read(cap + 1)
+                data = _read_to_end(fd, st.st_size, cap)
                 if cap is not None and len(data) > cap:
                     raise too_large(str(self._p(path)), cap, path)
                 return data
@@ -531,13 +540,15 @@ class LocalBackend(LocalLocks, Backend):
         self.close()
 
     def write_atomic(self, path: str, data: bytes) -> None:
-        temp, fh = self.open_temp()
+        # open_temp + commit_temp on the raw descriptor (no file object): every take writes
+        # four or five small files this way
+        temp, fd = self._temp_fd()
         try:
-            fh.write(data)
+            _write_all(fd, data)
         except OSError as exc:
-            self.discard_temp(temp, fh)
+            self._discard_fd(temp, fd)
             raise io_error(exc, "write", self._p(path)) from None
-        self.commit_temp(temp, fh, path)
+        self.commit_temp(temp, fd, path)
 
     def write_atomic_many(self, items: Sequence[tuple[str, bytes]]) -> None:
         # every temp file written, made durable, then all renamed, then each directory
@@ -582,24 +593,26 @@ class LocalBackend(LocalLocks, Backend):
 
     def write_hint(self, path: str, data: bytes) -> None:
         # temp + rename, no fsync: the page cache outlives a killed process
-        dest = no_links(self.root, path)
-        temp, fh = self.open_temp()
+        dest = check_no_links(self._top, path)
+        temp, fd = self._temp_fd()
         try:
-            with fh:
-                fh.write(data)
-            self._make_dirs(dest.parent)
-            os.replace(self._p(temp), dest)
+            try:
+                _write_all(fd, data)
+            finally:
+                os.close(fd)
+            self._make_dirs(os.path.dirname(dest))
+            os.replace(self._s(temp), dest)
         except OSError as exc:
             with contextlib.suppress(OSError):
-                os.unlink(self._p(temp))
+                os.unlink(self._s(temp))
             raise io_error(exc, "write", dest) from None
 
     def append(self, path: str, data: bytes) -> None:
-        dest = no_links(self.root, path)  # O_NOFOLLOW guards the file; a linked directory above it would lead out
+        dest = check_no_links(self._top, path)  # O_NOFOLLOW guards the file; a linked directory above it would lead out
         try:
-            created = not dest.exists()
+            created = not os.path.exists(dest)
             if created:
-                self._make_dirs(dest.parent)
+                self._make_dirs(os.path.dirname(dest))
             fd = os.open(
                 dest, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666
             )  # less the umask, as every store file
@@ -615,47 +628,83 @@ class LocalBackend(LocalLocks, Backend):
             finally:
                 os.close(fd)
             if created:
-                fsync_dir(dest.parent, strict=True)
+                fsync_dir(os.path.dirname(dest), strict=True)
         except OSError as exc:
             raise io_error(exc, "append to", dest) from None
 
     def open_temp(self) -> tuple[str, IO[bytes]]:
+        temp, fd = self._temp_fd()
+        return temp, os.fdopen(fd, "wb")
+
+    def _temp_fd(self) -> tuple[str, int]:
+        """A new temporary file: (its store path, a descriptor open for writing)."""
         # a random name created exclusively (create_temp): a file or link planted in
         # tmp/ is never written through, another name is taken
-        no_links(self.root, f"{TMP}/x")
+        check_no_links(self._top, f"{TMP}/x")
+        tmp = self._s(TMP)
         try:
-            name, fd = create_temp(self.root / TMP, prefix=f"{os.getpid()}-", mode=0o666)
+            name, fd = create_temp(tmp, prefix=f"{os.getpid()}-", mode=0o666)
         except OSError as exc:
             raise io_error(exc, "create a temporary file in", self.root / TMP) from None
-        return f"{TMP}/{name}", os.fdopen(fd, "wb")
+        return f"{TMP}/{name}", fd
 
-    def commit_temp(self, temp: str, handle: IO[bytes], path: str) -> None:
-        try:
-            dest = no_links(self.root, path)
-        except UnsafePathError:
-            self.discard_temp(temp, handle)
-            raise
+    def commit_temp(self, temp: str, handle: IO[bytes] | int, path: str) -> None:
+        # `handle` may be a raw descriptor too (write_atomic's)
+        if isinstance(handle, int):
+            self._commit_fd(temp, handle, path)
+            return
         try:
             handle.flush()
-            os.fsync(handle.fileno())
-            handle.close()
-            self._make_dirs(dest.parent)
-            os.replace(self._p(temp), dest)
-            fsync_dir(dest.parent, strict=True)
         except OSError as exc:
             self.discard_temp(temp, handle)
+            raise io_error(exc, "write", self._p(path)) from None
+        self._commit_fd(temp, handle.fileno(), path, handle)
+
+    def _commit_fd(self, temp: str, fd: int, path: str, handle: IO[bytes] | None = None) -> None:
+        """Make the temporary file `temp` (written through `fd`, or through `handle`
+        whose descriptor `fd` is; closed here either way) durable and rename it to
+        `path`; then sync its directory."""
+        try:
+            dest = check_no_links(self._top, path)
+        except UnsafePathError:
+            self._discard_fd(temp, fd, handle)
+            raise
+        try:
+            os.fsync(fd)
+            if handle is not None:
+                handle.close()
+            else:
+                os.close(fd)
+            fd, handle = -1, None
+            parent = os.path.dirname(dest)
+            self._make_dirs(parent)
+            os.replace(self._s(temp), dest)
+            fsync_dir(parent, strict=True)
+        except OSError as exc:
+            self._discard_fd(temp, fd, handle)
             raise io_error(exc, "write", dest) from None
 
-    def _make_dirs(self, d: Path) -> None:
+    def _discard_fd(self, temp: str, fd: int, handle: IO[bytes] | None = None) -> None:
+        """Close and remove the temporary file `temp` (`fd`, or `handle` when given)."""
+        with contextlib.suppress(OSError):
+            if handle is not None:
+                handle.close()
+            elif fd >= 0:
+                os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(self._s(temp))
+
+    def _make_dirs(self, d: str | Path) -> None:
         """Create missing directories, fsyncing each parent so the new entry is durable."""
-        if d.is_dir():
+        if not d or os.path.isdir(d):  # "": the working directory, a relative root's parent
             return
-        self._make_dirs(d.parent)
+        parent = os.path.dirname(d)
+        self._make_dirs(parent)
         try:
-            d.mkdir()
+            os.mkdir(d)
         except FileExistsError:
             return
-        fsync_dir(d.parent, strict=True)
+        fsync_dir(parent, strict=True)
 
     def discard_temp(self, temp: str, handle: IO[bytes]) -> None:
         with contextlib.suppress(OSError):
@@ -684,7 +733,14 @@ class LocalBackend(LocalLocks, Backend):
             raise io_error(exc, "list", self._p(directory)) from None
 
     def exists(self, path: str) -> bool:
-        return self._p(path).is_file()
+        try:
+            return stat.S_ISREG(os.stat(self._s(path)).st_mode)
+        except OSError as exc:
+            if exc.errno in _ABSENT:
+                return False
+            raise
+        except ValueError:
+            return False
 
     def delete(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -695,6 +751,36 @@ class LocalBackend(LocalLocks, Backend):
             return self._p(path).stat().st_size
         except FileNotFoundError:
             raise NotFoundError(f"{self._p(path)} does not exist") from None
+
+
+#: what Path.is_file takes for "no such file" (the errors pathlib ignores)
+_ABSENT = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _read_to_end(fd: int, size: int, cap: int | None) -> bytes:
+    """The file at `fd` from its offset to its end, or its first `cap` + 1 bytes at most
+    (the caller refuses more than `cap`); `size`: its size as fstat said (it may have
+    grown since). Never a buffer of `cap` bytes for a small file."""
+    parts: builtins.list[bytes] = []
+    got = 0
+    want = size + 1
+    while True:
+        n = want if cap is None else min(want, cap + 1 - got)
+        if n <= 0:
+            break
+        chunk = os.read(fd, n)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+        want = 1 << 16
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _after_last_newline(fd: int, size: int) -> int:

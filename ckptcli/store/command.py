@@ -14,6 +14,7 @@ MAX_COMMAND = 500  # characters of the command line kept in a reflog entry
 
 _command: str | None = None  # as given to set_command
 _shown: str | None = None  # _command redacted, made when a record first needs it
+_argv: tuple[tuple[str, ...], str] | None = None  # (sys.argv, it redacted): each take's records need it
 
 
 def set_command(command: str | None) -> None:
@@ -44,4 +45,8 @@ def current_command() -> str:
         if _shown is None:
             _shown = shlex.join(_redacted(shlex.split(_command)))
         return _shown[:MAX_COMMAND]
-    return shlex.join(_redacted([os.path.basename(sys.argv[0]) if sys.argv else "python", *sys.argv[1:]]))[:MAX_COMMAND]
+    global _argv
+    argv = tuple(sys.argv)
+    if _argv is None or _argv[0] != argv:
+        _argv = (argv, shlex.join(_redacted([os.path.basename(argv[0]) if argv else "python", *argv[1:]]))[:MAX_COMMAND])
+    return _argv[1]

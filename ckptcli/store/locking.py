@@ -35,6 +35,7 @@ __all__ = [
     "Mark",
     "WriterMark",
     "check_lock_wait",
+    "check_no_links",
     "lock_holder",
     "no_linked_dirs",
     "no_links",
@@ -51,9 +52,16 @@ def no_links(root: Path, path: str) -> Path:
     file itself is not checked here: writers replace it (a rename) or open it with
     O_NOFOLLOW. A directory that does not exist yet is made by the writer.
     Raises: UnsafePathError naming the link."""
+    check_no_links(os.fspath(root), path)
+    return root / path
+
+
+def check_no_links(root: str, path: str) -> str:
+    """`no_links` on plain strings (no Path objects: every take calls it several times);
+    returns the path joined to `root`."""
     at = root
     for part in path.split("/")[:-1]:
-        at = at / part
+        at = os.path.join(at, part)
         try:
             mode = os.lstat(at).st_mode
         except OSError:
@@ -64,7 +72,7 @@ def no_links(root: Path, path: str) -> Path:
                 hint="a store's directories are never links (something other than ckpt made it): "
                 "replace it with a directory holding what it points to",
             )
-    return root / path
+    return os.path.join(root, path)
 
 
 def check_lock_wait(seconds: float, option: str = "--lock-wait") -> float:
@@ -92,8 +100,9 @@ def no_linked_dirs(root: Path) -> None:
     """Refuse a store (UnsafePathError, as `no_links`) where one of the directories of its
     layout is a symbolic link: checked as a writer takes the store lock, before it writes
     anything (each write checks its own path as well)."""
+    top = os.fspath(root)
     for directory in (PACKS, INDEX, MANIFESTS, REFS, LOGS, LOCKS, TMP, CACHE):
-        no_links(root, f"{directory}/x")
+        check_no_links(top, f"{directory}/x")
 
 
 class Mark(Protocol):
@@ -235,7 +244,7 @@ class LocalLocks:
         waitable(wait)
         if name == "store":  # every writer holds it: refused before anything is written
             no_linked_dirs(self.root)
-        path = no_links(self.root, lock_path(name))
+        path = check_no_links(os.fspath(self.root), lock_path(name))
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as exc:
