@@ -1,0 +1,143 @@
+"""The big-state take: several large blob files are read and chunked at once
+(Encoder.encode_streams), and the store is the same whatever the threads' timing."""
+
+from __future__ import annotations
+
+import errno
+import json
+import random
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from ckptcli.api import init_store, open_checkpoint, open_store, take
+from ckptcli.errors import StoreIOError
+from ckptcli.format import chunker, encode
+from ckptcli.store import layout
+
+_iter_windows = chunker.iter_windows
+
+
+def _tree(root: Path) -> Path:
+    """Large files of random bytes and of text (some sharing a stretch of bytes, so
+    that files read at the same time hold the same chunks), and small ones between."""
+    rng = random.Random(5)
+    shared = rng.randbytes(1 << 20)
+    (root / "sub" / "deeper").mkdir(parents=True)
+    (root / "a.bin").write_bytes(rng.randbytes(2 << 20) + shared)
+    lines = [json.dumps({"seq": i, "text": " ".join(rng.choices(["alpha", "beta", "tool", "call"], k=12))}) + "\n" for i in range(800)]
+    (root / "b.jsonl").write_text("".join(rng.choices(lines, k=40_000)))
+    (root / "small.txt").write_text("a small file, stored inline\n")
+    (root / "sub" / "c.bin").write_bytes(shared + rng.randbytes(1 << 20) + shared)
+    (root / "sub" / "medium.bin").write_bytes(rng.randbytes(300_000))
+    (root / "sub" / "deeper" / "d.bin").write_bytes(rng.randbytes((1 << 20) + 12345))
+    (root / "sub" / "deeper" / "e.bin").write_bytes(shared)
+    (root / "z.bin").write_bytes(rng.randbytes(3 << 20))
+    return root
+
+
+def _store_files(path: Path) -> dict[str, bytes]:
+    """Every pack and index file of a store, by path: the same takes give the same bytes."""
+    out = {}
+    for sub in (layout.PACKS, layout.INDEX):
+        for f in sorted((path / sub).rglob("*")):
+            if f.is_file():
+                out[str(f.relative_to(path))] = f.read_bytes()
+    return out
+
+
+def _windows(delays: random.Random | None) -> Any:
+    """iter_windows in 1 MiB windows (several per file), each handed over after a random
+    pause when `delays` is given: the threads then finish in a different order each run."""
+
+    def windows(stream: IO[bytes], params: tuple[int, int, int], window: int = chunker.WINDOW, algorithm: str = "") -> Iterator[Any]:
+        for pieces in _iter_windows(stream, params, 1 << 20, algorithm):
+            if delays is not None:
+                time.sleep(delays.random() * 0.004)
+            yield pieces
+
+    return windows
+
+
+def _take(tmp_path: Path, name: str, src: Path) -> tuple[dict[str, bytes], bytes, Any]:
+    store = init_store(tmp_path / name)
+    result = take(store, {"step": 1}, subject="process:big", blobs={"state": src})
+    return _store_files(tmp_path / name), result.manifest.sections["blobs"], result
+
+
+def test_the_same_tree_gives_the_same_store_whatever_the_threads_timing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = _tree(tmp_path / "src")
+    # one file after another, on this thread (the take before files were read at once)
+    monkeypatch.setattr(chunker, "iter_windows", _windows(None))
+    monkeypatch.setattr(encode, "READ_AHEAD_MIN", 1 << 62)
+    files, blobs, first = _take(tmp_path, "sequential", src)
+    assert first.new_objects > 100 and any(k.startswith(layout.PACKS) for k in files)
+    monkeypatch.setattr(encode, "READ_AHEAD_MIN", 1 << 20)
+    for seed in range(3):
+        monkeypatch.setattr(chunker, "iter_windows", _windows(random.Random(seed)))
+        got_files, got_blobs, result = _take(tmp_path, f"at-once-{seed}", src)
+        assert got_blobs == blobs
+        assert got_files == files  # byte for byte: objects in the same order in the same packs
+        assert (result.new_objects, result.new_bytes) == (first.new_objects, first.new_bytes)
+        assert result.capture.files == first.capture.files == 8 and result.capture.bytes == first.capture.bytes
+
+
+def test_several_large_files_are_read_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader of the first large file waits (up to 20 s) for the second one's reader
+    to start: one file after another, it never would."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.bin").write_bytes(random.Random(1).randbytes(2 << 20))
+    (src / "b.bin").write_bytes(random.Random(2).randbytes(2 << 20))
+    b_started = threading.Event()
+    seen: dict[str, bool] = {}
+
+    def windows(stream: IO[bytes], params: tuple[int, int, int], window: int = chunker.WINDOW, algorithm: str = "") -> Iterator[Any]:
+        name = Path(str(getattr(stream, "name", ""))).name
+        if name == "b.bin":
+            b_started.set()
+        elif name == "a.bin":
+            seen["b started while a was read"] = b_started.wait(20)
+        yield from _iter_windows(stream, params, window, algorithm)
+
+    monkeypatch.setattr(chunker, "iter_windows", windows)
+    store = init_store(tmp_path / "s")
+    result = take(store, {}, subject="process:big", blobs={"state": src})
+    assert seen == {"b started while a was read": True}
+    assert result.capture.files == 2 and result.new_bytes > 4 << 20
+    out = tmp_path / "out"
+    open_checkpoint(result.hex, open_store(tmp_path / "s")).restore_blobs(out)
+    assert (out / "state" / "a.bin").read_bytes() == (src / "a.bin").read_bytes()
+    assert (out / "state" / "b.bin").read_bytes() == (src / "b.bin").read_bytes()
+
+
+def test_a_file_that_fails_to_read_fails_the_take_naming_it_and_stores_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The error of a file read ahead surfaces when its turn comes, naming it; the files
+    read beside it are stopped and the transaction leaves nothing in the index."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i, name in enumerate(["a.bin", "b.bin", "c.bin", "d.bin"]):
+        (src / name).write_bytes(random.Random(i).randbytes(3 << 20))
+
+    def windows(stream: IO[bytes], params: tuple[int, int, int], window: int = chunker.WINDOW, algorithm: str = "") -> Iterator[Any]:
+        for n, pieces in enumerate(_iter_windows(stream, params, 1 << 20, algorithm)):
+            if n == 1 and str(getattr(stream, "name", "")).endswith("b.bin"):
+                raise OSError(errno.EIO, "Input/output error")
+            yield pieces
+
+    monkeypatch.setattr(chunker, "iter_windows", windows)
+    store = init_store(tmp_path / "s")
+    take(store, {"step": 0}, subject="process:big")
+    before = len(open_store(tmp_path / "s").index())
+    with pytest.raises(StoreIOError) as err:
+        take(store, {"step": 1}, subject="process:big", blobs={"state": src})
+    assert err.value.message == f"cannot read {src / 'b.bin'}: Input/output error"
+    assert len(open_store(tmp_path / "s").index()) == before
+    # nothing of it is left running: the next take of the same files works
+    monkeypatch.setattr(chunker, "iter_windows", _iter_windows)
+    result = take(store, {"step": 2}, subject="process:big", blobs={"state": src})
+    assert result.capture.files == 4 and result.new_bytes > 12 << 20
