@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
-import queue
 import threading
 from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -334,8 +333,9 @@ class Encoder:
         the next ones; smaller streams are read here when their turn comes), and their
         windows go to the chunk pool as soon as they are cut. The reads and the chunker
         (which releases the GIL) of several files so run at once, while this thread only
-        stores what the pool made of them. At most _WINDOWS_IN_FLIGHT windows of each
-        stream wait to be stored. An error of a stream (OSError from open or read) is
+        stores what the pool made of them. A stream read ahead cuts _AHEAD_WINDOWS
+        windows and waits for its turn; the one being stored keeps _WINDOWS_IN_FLIGHT in
+        flight, as encode_stream does. An error of a stream (OSError from open or read) is
         raised when its turn comes, and the streams read ahead are then stopped.
         """
         if not self._parallel():
@@ -382,7 +382,7 @@ class Encoder:
         entries: list[tuple[int, bytes]] = []
         try:
             while True:
-                item = reader.queue.get()
+                item = reader.take()
                 if isinstance(item, _StreamEnd):
                     return self._stream_ev(entries, item.held, item.size)
                 if isinstance(item, BaseException):
@@ -571,6 +571,8 @@ Opener = Callable[[], AbstractContextManager[IO[bytes]]]
 READ_AHEAD_MIN = 1024 * 1024
 #: streams read at once by encode_streams: the one being stored and the next ones
 STREAMS_AT_ONCE = 3
+#: windows a stream read ahead may have cut before its turn comes (then _WINDOWS_IN_FLIGHT)
+_AHEAD_WINDOWS = 1
 
 
 class _StreamEnd:
@@ -592,26 +594,43 @@ _Handed: TypeAlias = "tuple[Future[list[_Stored]] | None, int] | _StreamEnd | Ba
 class _ReadAhead:
     """One stream read and chunked on a thread of its own (encode_streams), exactly as
     encode_stream reads it: each window's chunks go to the chunk pool as one task as
-    soon as they are cut, and the task's future into `queue`, which holds at most
-    _WINDOWS_IN_FLIGHT of them (the thread waits there, holding one window more)."""
+    soon as they are cut, and the task's future is handed over. The thread waits while
+    `limit` items wait to be taken (holding one window more): _AHEAD_WINDOWS while
+    another stream is being stored, _WINDOWS_IN_FLIGHT once this one is (`take`), so
+    memory stays bounded by the window size whatever the number of streams."""
 
     def __init__(
         self, opener: Opener, cdc: tuple[int, int, int], chunker: str, known: Callable[[bytes], bool], stop: threading.Event
     ) -> None:
-        self.queue: queue.Queue[_Handed] = queue.Queue(maxsize=_WINDOWS_IN_FLIGHT)
+        self.items: collections.deque[_Handed] = collections.deque()
+        self.cond = threading.Condition()
+        self.limit = _AHEAD_WINDOWS
         self.stop = stop
         self.closed = False
         self.done = _read_pool().submit(self._run, opener, cdc, chunker, known)
 
     def _hand(self, item: _Handed) -> bool:
         """Hand an item over; False when the consumer has stopped (the thread then ends)."""
-        while not (self.closed or self.stop.is_set()):
-            try:
-                self.queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
+        with self.cond:
+            while len(self.items) >= self.limit and not (self.closed or self.stop.is_set()):
+                self.cond.wait(0.5)
+            if self.closed or self.stop.is_set():
+                return False
+            self.items.append(item)
+            self.cond.notify_all()
+            return True
+
+    def take(self) -> _Handed:
+        """The next item, waiting for it (this stream is now the one being stored)."""
+        with self.cond:
+            if self.limit != _WINDOWS_IN_FLIGHT:
+                self.limit = _WINDOWS_IN_FLIGHT
+                self.cond.notify_all()
+            while not self.items:
+                self.cond.wait()
+            item = self.items.popleft()
+            self.cond.notify_all()
+            return item
 
     def _run(self, opener: Opener, cdc: tuple[int, int, int], chunker: str, known: Callable[[bytes], bool]) -> None:
         from ckptcli.format.chunker import iter_windows
@@ -639,16 +658,15 @@ class _ReadAhead:
 
     def close(self) -> None:
         """Stop the thread if it still reads, wait for it, and drop what it handed over."""
-        self.closed = True
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
         with contextlib.suppress(BaseException):
             self.done.result()
-        while True:
-            try:
-                item = self.queue.get_nowait()
-            except queue.Empty:
-                return
+        for item in self.items:
             if isinstance(item, tuple) and item[0] is not None:
                 item[0].cancel()
+        self.items.clear()
 
 
 def _read_pool() -> ThreadPoolExecutor:
