@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import errno
+import io
 import json
 import random
 import threading
@@ -54,8 +55,10 @@ def _windows(delays: random.Random | None) -> Any:
     """iter_windows in 1 MiB windows (several per file), each handed over after a random
     pause when `delays` is given: the threads then finish in a different order each run."""
 
-    def windows(stream: IO[bytes], params: tuple[int, int, int], window: int = chunker.WINDOW, algorithm: str = "") -> Iterator[Any]:
-        for pieces in _iter_windows(stream, params, 1 << 20, algorithm):
+    def windows(
+        stream: IO[bytes], params: tuple[int, int, int], window: int = chunker.WINDOW, algorithm: str = "", buffers: Any = None
+    ) -> Iterator[Any]:
+        for pieces in _iter_windows(stream, params, 1 << 20, algorithm, buffers):
             if delays is not None:
                 time.sleep(delays.random() * 0.004)
             yield pieces
@@ -77,6 +80,7 @@ def test_the_same_tree_gives_the_same_store_whatever_the_threads_timing(tmp_path
     files, blobs, first = _take(tmp_path, "sequential", src)
     assert first.new_objects > 100 and any(k.startswith(layout.PACKS) for k in files)
     monkeypatch.setattr(encode, "READ_AHEAD_MIN", 1 << 20)
+    monkeypatch.setattr(encode, "WINDOW", 1 << 20)  # the window buffers are read into again and again
     for seed in range(3):
         monkeypatch.setattr(chunker, "iter_windows", _windows(random.Random(seed)))
         got_files, got_blobs, result = _take(tmp_path, f"at-once-{seed}", src)
@@ -96,13 +100,15 @@ def test_several_large_files_are_read_at_once(tmp_path: Path, monkeypatch: pytes
     b_started = threading.Event()
     seen: dict[str, bool] = {}
 
-    def windows(stream: IO[bytes], params: tuple[int, int, int], window: int = chunker.WINDOW, algorithm: str = "") -> Iterator[Any]:
+    def windows(
+        stream: IO[bytes], params: tuple[int, int, int], window: int = chunker.WINDOW, algorithm: str = "", buffers: Any = None
+    ) -> Iterator[Any]:
         name = Path(str(getattr(stream, "name", ""))).name
         if name == "b.bin":
             b_started.set()
         elif name == "a.bin":
             seen["b started while a was read"] = b_started.wait(20)
-        yield from _iter_windows(stream, params, window, algorithm)
+        yield from _iter_windows(stream, params, window, algorithm, buffers)
 
     monkeypatch.setattr(chunker, "iter_windows", windows)
     store = init_store(tmp_path / "s")
@@ -123,8 +129,10 @@ def test_a_file_that_fails_to_read_fails_the_take_naming_it_and_stores_nothing(t
     for i, name in enumerate(["a.bin", "b.bin", "c.bin", "d.bin"]):
         (src / name).write_bytes(random.Random(i).randbytes(3 << 20))
 
-    def windows(stream: IO[bytes], params: tuple[int, int, int], window: int = chunker.WINDOW, algorithm: str = "") -> Iterator[Any]:
-        for n, pieces in enumerate(_iter_windows(stream, params, 1 << 20, algorithm)):
+    def windows(
+        stream: IO[bytes], params: tuple[int, int, int], window: int = chunker.WINDOW, algorithm: str = "", buffers: Any = None
+    ) -> Iterator[Any]:
+        for n, pieces in enumerate(_iter_windows(stream, params, 1 << 20, algorithm, buffers)):
             if n == 1 and str(getattr(stream, "name", "")).endswith("b.bin"):
                 raise OSError(errno.EIO, "Input/output error")
             yield pieces
@@ -141,3 +149,19 @@ def test_a_file_that_fails_to_read_fails_the_take_naming_it_and_stores_nothing(t
     monkeypatch.setattr(chunker, "iter_windows", _iter_windows)
     result = take(store, {"step": 2}, subject="process:big", blobs={"state": src})
     assert result.capture.files == 4 and result.new_bytes > 12 << 20
+
+
+def test_a_window_buffer_is_read_into_again_only_once_no_view_of_it_is_held() -> None:
+    data = random.Random(9).randbytes(9 << 20)
+    params = chunker.PARAMS[chunker.DEFAULT_CHUNKER]
+    whole = chunker.chunk_bytes(data, params, chunker.DEFAULT_CHUNKER)
+    # every view held: no buffer is free, so each window gets one of its own
+    buffers = chunker.WindowBuffers(1 << 20, 3)
+    held = [c for w in _iter_windows(io.BytesIO(data), params, 1 << 20, chunker.DEFAULT_CHUNKER, buffers) for c in w]
+    assert [bytes(c) for c in held] == whole
+    assert len(buffers.bufs) == 3
+    # views dropped as the windows go by: the same buffers serve the whole stream
+    buffers = chunker.WindowBuffers(1 << 20, 3)
+    got = [bytes(c) for w in _iter_windows(io.BytesIO(data), params, 1 << 20, chunker.DEFAULT_CHUNKER, buffers) for c in w]
+    assert got == whole
+    assert len(buffers.bufs) <= 2
