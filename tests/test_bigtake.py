@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
 import json
 import random
@@ -165,3 +166,32 @@ def test_a_window_buffer_is_read_into_again_only_once_no_view_of_it_is_held() ->
     got = [bytes(c) for w in _iter_windows(io.BytesIO(data), params, 1 << 20, chunker.DEFAULT_CHUNKER, buffers) for c in w]
     assert got == whole
     assert len(buffers.bufs) <= 2
+
+
+def test_after_a_chunk_zstd_cannot_shrink_the_next_is_tried_on_a_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random bytes cost one whole-chunk zstd attempt per window, then 4 KiB samples; text
+    after them in the same window is still compressed whole, and every chunk's id is the
+    SHA-256 of its bytes."""
+    from ckptcli.format import framing
+
+    rng = random.Random(3)
+    text = "".join(json.dumps({"seq": i, "kind": rng.choice(["a", "b"]), "n": i * 7}) + "\n" for i in range(60_000)).encode()
+    data = rng.randbytes(1 << 20) + text[: 2 << 20]
+    pieces = chunker.chunk_bytes(data, chunker.PARAMS[chunker.DEFAULT_CHUNKER], chunker.DEFAULT_CHUNKER)
+    sizes: list[int] = []
+    real = framing.compress
+
+    def counting(raw: Any, level: int = 3) -> Any:
+        sizes.append(len(raw))
+        return real(raw, level)
+
+    monkeypatch.setattr(framing, "compress", counting)
+    out = encode._hash_and_compress([memoryview(p) for p in pieces], lambda oid: False)
+    assert [oid for oid, _n, _s in out] == [hashlib.sha256(p).digest() for p in pieces]
+    random_chunks = [i for i, p in enumerate(pieces) if sum(len(q) for q in pieces[: i + 1]) <= 1 << 20]
+    assert len(random_chunks) > 10
+    assert all((out[i][2] or (None,))[0] == framing.CODEC_NONE for i in random_chunks)
+    assert sizes[1 : len(random_chunks)] == [encode._SAMPLE] * (len(random_chunks) - 1)  # one whole attempt, then samples
+    text_chunks = [s for _oid, n, s in out[len(random_chunks) + 1 :] if s is not None]
+    assert text_chunks and all(codec == framing.CODEC_ZSTD for codec, _stored in text_chunks)
+    assert sum(len(stored) for _c, stored in text_chunks) < sum(n for _o, n, _s in out[len(random_chunks) + 1 :]) // 2
