@@ -563,11 +563,7 @@ def _hash_and_compress(pieces: list[memoryview], known: Callable[[bytes], bool])
     middle, and stored as it is unless the sample shrinks by a tenth: zstd spends
     ~20 us on each 44 KiB chunk of random bytes to find it cannot shrink it, the sample
     ~5 us. Text never pays for the test (its chunks shrink, so no sample is taken).
-    The choice depends only on the window's bytes, so the same data is stored the same way.
-
-    Chunks of streams (blob files) are compressed at zstd level _DATA_LEVEL: on JSON-lines
-    text it costs ~26% less CPU than level 3 (limits.ZSTD_LEVEL, which values keep) for
-    ~7% more stored bytes (0.275 of the text instead of 0.256). Any level reads back the same."""
+    The choice depends only on the window's bytes, so the same data is stored the same way."""
     from ckptcli.format.framing import CODEC_NONE, CODEC_ZSTD, compress
 
     sha256 = hashlib.sha256
@@ -581,18 +577,16 @@ def _hash_and_compress(pieces: list[memoryview], known: Callable[[bytes], bool])
             continue
         if incompressible and n >= 2 * _SAMPLE:
             mid = (n - _SAMPLE) // 2
-            codec, packed = compress(piece[mid : mid + _SAMPLE], _DATA_LEVEL)
+            codec, packed = compress(piece[mid : mid + _SAMPLE])
             if codec != CODEC_ZSTD or len(packed) > _SAMPLE * 9 // 10:
                 out.append((oid, n, (CODEC_NONE, piece)))
                 continue
-        stored = compress(piece, _DATA_LEVEL)
+        stored = compress(piece)
         incompressible = stored[0] == CODEC_NONE
         out.append((oid, n, stored))
     return out
 
 
-#: the zstd level of the chunks of streams (_hash_and_compress)
-_DATA_LEVEL = 1
 #: bytes of a chunk tried first when the one before it did not shrink (_hash_and_compress)
 _SAMPLE = 4096
 
