@@ -45,6 +45,9 @@ RESTIC_ENV = {"RESTIC_PASSWORD": "bench-only-password", "RESTIC_PROGRESS_FPS": "
 class Run:
     seconds: float
     max_rss_kib: int
+    #: user + system CPU seconds of the process (and the children it waited for): what
+    #: the work costs, which the load of a shared machine moves far less than wall time
+    cpu_seconds: float = 0.0
 
 
 def run(cmd: list[str] | str, *, env: dict[str, str] | None = None, shell: bool = False, cwd: Path | None = None) -> Run:
@@ -60,7 +63,7 @@ def run(cmd: list[str] | str, *, env: dict[str, str] | None = None, shell: bool 
         p.stderr.close()
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"command failed ({os.waitstatus_to_exitcode(status)}): {cmd}\n{err[-2000:]}")
-    return Run(elapsed, usage.ru_maxrss)
+    return Run(elapsed, usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
 
 
 # -- data -------------------------------------------------------------------------------
@@ -217,6 +220,7 @@ def measure(mib: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
 
     med = {k: median([r.seconds for r in v]) for k, v in res.items()}
     rss = {k: max(r.max_rss_kib for r in v) for k, v in res.items()}
+    cpu = {k: median([r.cpu_seconds for r in v]) for k, v in res.items()}
     checks = [
         ("full take / restic backup", med["full: ckpt take"] / med["full: restic backup"], 0.5),
         ("full take / tar|zstd", med["full: ckpt take"] / med["full: tar | zstd -3 -T0"], 1.3),
@@ -234,14 +238,26 @@ def measure(mib: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
         ("restore / restic restore", med["restore: ckpt restore"] / med["restore: restic restore"], 0.5),
         ("restore --durable / restic restore", med["restore: ckpt restore --durable"] / med["restore: restic restore"], None),
     ]
-    return {"mib": mib, "runs": runs, "total_bytes": total, "medians_s": med, "peak_rss_kib": rss, "added": added, "checks": checks}
+    return {
+        "mib": mib,
+        "runs": runs,
+        "total_bytes": total,
+        "medians_s": med,
+        "cpu_s": cpu,
+        "peak_rss_kib": rss,
+        "added": added,
+        "checks": checks,
+    }
 
 
 def report(r: dict[str, Any]) -> None:
     med, rss, total = r["medians_s"], r["peak_rss_kib"], r["total_bytes"]
-    rows = [[k, f"{med[k]:.2f} s", f"{total / med[k] / 2**20:.0f} MiB/s", f"{rss[k] / 1024:.0f} MiB"] for k in med]
+    cpu = r.get("cpu_s", {})
+    rows = [
+        [k, f"{med[k]:.2f} s", f"{cpu.get(k, 0.0):.2f} s", f"{total / med[k] / 2**20:.0f} MiB/s", f"{rss[k] / 1024:.0f} MiB"] for k in med
+    ]
     print(f"big state: {fmt_bytes(total)} in 8 files (half random, half JSON lines); median of {r['runs']} runs\n")
-    print(table(["operation", "median", "throughput", "peak RSS"], rows))
+    print(table(["operation", "median", "CPU (user+sys)", "throughput", "peak RSS"], rows))
     print()
     print(
         table(

@@ -15,10 +15,11 @@ from __future__ import annotations
 import fnmatch
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError, UnsafePathError
 from ckptcli.format.values import Encoded, Encoder, LazyBytes, bytes_ev
@@ -96,6 +97,23 @@ def _reusable(parent: Any, st: os.stat_result) -> Any:
     return data
 
 
+@dataclass
+class _FileRead:
+    """A file `capture` reads: its entry (filled in once read) and its stat when found."""
+
+    path: Path
+    st: os.stat_result
+    entry: dict[str, Any]
+    after: os.stat_result | None = None
+
+    @contextmanager
+    def open(self) -> Iterator[IO[bytes]]:
+        """The open file; its fstat after the last read is kept (on the reading thread)."""
+        with open(self.path, "rb") as fh:
+            yield fh
+            self.after = os.fstat(fh.fileno())
+
+
 def capture(
     path: Path,
     encoder: Encoder,
@@ -108,8 +126,38 @@ def capture(
     `parent` is the same entry in the parent checkpoint (decoded with lazy bytes): a
     file whose size, mtime, ctime and inode match it is not read again, its data is
     referenced as it is (the objects are in the store already).
+
+    The tree is walked first; then the files to read go through `encoder.encode_streams`
+    in tree order, which reads several large files at once and stores their objects in
+    that order, so the same tree always gives the same objects in the same order.
     """
     rep = report if report is not None else CaptureReport()
+    reads: list[_FileRead] = []
+    entry = _walk(path, progress, rep, parent, reads)
+    streams = encoder.encode_streams([(r.open, r.st.st_size) for r in reads], progress.advance)
+    try:
+        for r in reads:
+            try:
+                ev, size = next(streams)
+            except OSError as exc:
+                raise StoreIOError(f"cannot read {r.path}: {exc.strerror}") from None
+            r.entry["size"] = size
+            r.entry["data"] = Encoded(ev)
+            rep.bytes += size
+            after, st = r.after, r.st
+            if after is None or size != st.st_size or after.st_size != st.st_size or after.st_mtime_ns != st.st_mtime_ns:
+                rep.changed.append(
+                    f"{r.path} (changed while it was read: {st.st_size} bytes when opened, "
+                    f"{after.st_size if after else '?'} after; {size} bytes stored)"
+                )
+    finally:
+        streams.close()
+    return entry
+
+
+def _walk(path: Path, progress: Progress, rep: CaptureReport, parent: Any, reads: list[_FileRead]) -> dict[str, Any]:
+    """The blob entry of `path`, with the files that must be read added to `reads`
+    (their entries get their size and data once read)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -117,35 +165,25 @@ def capture(
     except OSError as exc:
         raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
     if stat.S_ISREG(st.st_mode):
-        reused = _reusable(parent, st)
-        if reused is not None:
-            data: Any = Encoded(bytes_ev(reused))
-            size = st.st_size
-            rep.reused_files += 1
-            progress.advance(size)
-        else:
-            try:
-                with open(path, "rb") as fh:
-                    ev, size = encoder.encode_stream(fh, progress.advance)
-                    after = os.fstat(fh.fileno())
-            except OSError as exc:
-                raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
-            data = Encoded(ev)
-            if size != st.st_size or after.st_size != st.st_size or after.st_mtime_ns != st.st_mtime_ns:
-                rep.changed.append(
-                    f"{path} (changed while it was read: {st.st_size} bytes when opened, {after.st_size} after; {size} bytes stored)"
-                )
-        rep.files += 1
-        rep.bytes += size
-        return {
+        entry: dict[str, Any] = {
             "type": "file",
-            "size": size,
+            "size": st.st_size,
             "mode": stat.S_IMODE(st.st_mode),
             "mtime_ns": st.st_mtime_ns,
             "ctime_ns": st.st_ctime_ns,
             "ino": st.st_ino,
-            "data": data,
+            "data": None,
         }
+        rep.files += 1
+        reused = _reusable(parent, st)
+        if reused is not None:
+            entry["data"] = Encoded(bytes_ev(reused))
+            rep.reused_files += 1
+            rep.bytes += st.st_size
+            progress.advance(st.st_size)
+        else:
+            reads.append(_FileRead(path, st, entry))
+        return entry
     if stat.S_ISDIR(st.st_mode):
         entries: dict[str, Any] = {}
         try:
@@ -164,7 +202,7 @@ def capture(
                     hint="rename it; restore could not write it back",
                 )
             sub_parent = parent_entries.get(name) if isinstance(parent_entries, dict) else None
-            entries[name] = capture(path / name, encoder, progress, rep, sub_parent)
+            entries[name] = _walk(path / name, progress, rep, sub_parent, reads)
         rep.dirs += 1
         return {"type": "dir", "mode": stat.S_IMODE(st.st_mode), "mtime_ns": st.st_mtime_ns, "entries": entries}
     if stat.S_ISLNK(st.st_mode):

@@ -25,6 +25,8 @@ with memory bounded by the window size.
 from __future__ import annotations
 
 import functools
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
@@ -103,7 +105,11 @@ def iter_chunks(
 
 
 def iter_windows(
-    stream: IO[bytes], params: tuple[int, int, int], window: int = WINDOW, algorithm: str = LEGACY_CHUNKER
+    stream: IO[bytes],
+    params: tuple[int, int, int],
+    window: int = WINDOW,
+    algorithm: str = LEGACY_CHUNKER,
+    buffers: WindowBuffers | None = None,
 ) -> Iterator[list[memoryview]]:
     """The chunks of a stream, a window's worth (~`window` bytes) at a time.
 
@@ -111,22 +117,24 @@ def iter_windows(
     piece left at the end of a window (cut only because the window ended) is carried
     over and chunked again together with the start of the next window; everything
     after that first chunk is chunked in place. The chunks are zero-copy views of
-    buffers that are never written again, valid for as long as a caller holds them.
+    buffers that are never written again while a view of them is held, valid for as
+    long as a caller holds them. `buffers`: where the windows are read into (a fresh
+    buffer per window without).
     """
     mx = params[2]
     window = max(window, 4 * mx)
     cdc = cutter(params, algorithm)
+    pool = buffers if buffers is not None and buffers.size == window else WindowBuffers(window, 0)
     carry = b""
     while True:
-        data = _read(stream, window)
-        eof = len(data) < window
-        view = memoryview(data)
+        view = pool.read(stream)
+        eof = len(view) < window
         out: list[memoryview] = []
         start = 0
         if carry:
             # The first chunk starts at the carry and is at most mx long; it cannot end
             # inside the carry, whose bytes held no boundary the first time round.
-            head = carry + data[:mx]
+            head = carry + bytes(view[:mx])
             first = next(iter(cdc(head)))[1]
             out.append(memoryview(head)[:first])
             start = first - len(carry)
@@ -136,10 +144,56 @@ def iter_windows(
             last_off, _ = pieces.pop()
             carry = bytes(view[start + last_off :])
         out.extend(view[start + off : start + off + length] for off, length in pieces)
+        del view
         if out:
             yield out
         if eof:
             return
+
+
+class WindowBuffers:
+    """Buffers of `size` bytes that windows are read into (iter_windows), each one read
+    into again once nothing holds a view of it: the page faults of a fresh 8 MiB buffer
+    per window cost more than the read itself. Up to `keep` buffers are kept (beyond
+    that a window gets a buffer of its own), and shared by the threads of one take.
+
+    A buffer is free when its only references are this pool's (CPython's reference
+    count: every memoryview of it, however sliced, holds one through its exporter)."""
+
+    def __init__(self, size: int, keep: int) -> None:
+        self.size = size
+        self.keep = keep
+        self.bufs: list[bytearray] = []
+        self.lock = threading.Lock()
+
+    def _get(self) -> bytearray | None:
+        """A free buffer; None when all `keep` are in use."""
+        with self.lock:
+            for buf in self.bufs:
+                # references: the list, `buf` and getrefcount's argument
+                if sys.getrefcount(buf) == 3:
+                    return buf
+            if len(self.bufs) >= self.keep:
+                return None
+            buf = bytearray(self.size)
+            self.bufs.append(buf)
+            return buf
+
+    def read(self, stream: IO[bytes]) -> memoryview:
+        """The next up to `size` bytes of `stream`, fewer only at its end (a pipe may
+        return less at a time)."""
+        buf = self._get()
+        readinto = getattr(stream, "readinto", None)
+        if buf is None or readinto is None:
+            return memoryview(_read(stream, self.size))
+        view = memoryview(buf)
+        got = 0
+        while got < self.size:
+            n = readinto(view[got:])
+            if not n:
+                break
+            got += n
+        return view[:got]
 
 
 def _read(stream: IO[bytes], n: int) -> bytes:

@@ -12,14 +12,17 @@ module (imported by name, no attribute hop per value).
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future
-from typing import IO, Any, cast
+import threading
+from collections.abc import Callable, Generator, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from typing import IO, Any, TypeAlias, cast
 
 from ckptcli.errors import CkptError, InvalidInputError, LimitExceededError
 from ckptcli.format import limits
-from ckptcli.format.chunker import CHUNKERS, LEGACY_CHUNKER
+from ckptcli.format.chunker import CHUNKERS, LEGACY_CHUNKER, WINDOW, WindowBuffers
 from ckptcli.format.ev import (
     EXT_BIGINT,
     EXT_BYTES,
@@ -283,7 +286,7 @@ class Encoder:
         """
         from ckptcli.format.chunker import iter_windows
 
-        parallel = hasattr(self.sink, "put_stored") and hasattr(self.sink, "has") and _workers() > 1
+        parallel = self._parallel()
         entries: list[tuple[int, bytes]] = []
         held: list[memoryview] = []
         pending: collections.deque[Future[list[_Stored]]] = collections.deque()
@@ -291,10 +294,7 @@ class Encoder:
 
         def drain(keep: int) -> None:
             while len(pending) > keep:
-                for oid, n, stored in pending.popleft().result():
-                    if stored is not None:
-                        self.sink.put_stored(oid, OBJ_DATA, stored[0], stored[1], n)  # type: ignore[attr-defined]
-                    entries.append((n, oid))
+                self._store_window(pending.popleft().result(), entries)
 
         try:
             for pieces in iter_windows(stream, self.cdc, algorithm=self.chunker):
@@ -315,6 +315,88 @@ class Encoder:
         finally:
             for fut in pending:
                 fut.cancel()
+        return self._stream_ev(entries, held, size)
+
+    def encode_streams(
+        self, streams: Sequence[tuple[Opener, int]], on_bytes: Callable[[int], None] | None = None
+    ) -> Generator[tuple[bytes, int], None, None]:
+        """encode_stream of each stream in turn: yields (EV, size) of each, in order.
+
+        `streams`: (open, expected size) of each; `open()` gives a context manager of the
+        stream, entered and left on the thread that reads it (a file's fstat after its
+        last read belongs in its exit). The store gets the same objects in the same order
+        as from encode_stream of one stream after the other, whatever the threads' timing:
+        only this thread puts objects into the sink.
+
+        Streams expected to hold READ_AHEAD_MIN bytes or more are each read and chunked on
+        a thread of their own, up to STREAMS_AT_ONCE at a time (the one being stored and
+        the next ones; smaller streams are read here when their turn comes), and their
+        windows go to the chunk pool as soon as they are cut. The reads and the chunker
+        (which releases the GIL) of several files so run at once, while this thread only
+        stores what the pool made of them. A stream read ahead cuts _AHEAD_WINDOWS
+        windows and waits for its turn; the one being stored keeps _WINDOWS_IN_FLIGHT in
+        flight, as encode_stream does. An error of a stream (OSError from open or read) is
+        raised when its turn comes, and the streams read ahead are then stopped.
+        """
+        if not self._parallel():
+            for opener, _size in streams:
+                with opener() as fh:
+                    result = self.encode_stream(fh, on_bytes)
+                yield result
+            return
+        readers: dict[int, _ReadAhead] = {}
+        stop = threading.Event()
+        buffers = WindowBuffers(WINDOW, _BUFFERS)
+        upcoming = (i for i, (_o, expected) in enumerate(streams) if expected >= READ_AHEAD_MIN)
+        nxt = next(upcoming, None)
+        try:
+            for i, (opener, _size) in enumerate(streams):
+                while nxt is not None and len(readers) < STREAMS_AT_ONCE:
+                    readers[nxt] = _ReadAhead(streams[nxt][0], self.cdc, self.chunker, self.sink.has, stop, buffers)  # type: ignore[attr-defined]
+                    nxt = next(upcoming, None)
+                reader = readers.pop(i, None)
+                if reader is None:
+                    with opener() as fh:
+                        result = self.encode_stream(fh, on_bytes)
+                else:
+                    result = self._store_stream(reader, on_bytes)
+                yield result
+        finally:
+            stop.set()
+            for reader in readers.values():
+                reader.close()
+
+    # -- the stream pipeline ---------------------------------------------------
+    def _parallel(self) -> bool:
+        return hasattr(self.sink, "put_stored") and hasattr(self.sink, "has") and _workers() > 1
+
+    def _store_window(self, results: list[_Stored], entries: list[tuple[int, bytes]]) -> None:
+        """Put one window's hashed and compressed chunks into the sink, in order."""
+        put = self.sink.put_stored  # type: ignore[attr-defined]
+        for oid, n, stored in results:
+            if stored is not None:
+                put(oid, OBJ_DATA, stored[0], stored[1], n)
+            entries.append((n, oid))
+
+    def _store_stream(self, reader: _ReadAhead, on_bytes: Callable[[int], None] | None) -> tuple[bytes, int]:
+        """Store the windows a read-ahead thread hands over, in order (encode_streams)."""
+        entries: list[tuple[int, bytes]] = []
+        try:
+            while True:
+                item = reader.take()
+                if isinstance(item, _StreamEnd):
+                    return self._stream_ev(entries, item.held, item.size)
+                if isinstance(item, BaseException):
+                    raise item
+                fut, got = item
+                if on_bytes:
+                    on_bytes(got)
+                if fut is not None:
+                    self._store_window(fut.result(), entries)
+        finally:
+            reader.close()
+
+    def _stream_ev(self, entries: list[tuple[int, bytes]], held: list[memoryview], size: int) -> tuple[bytes, int]:
         self.logical_bytes += size
         if not entries:
             return _packb(b"".join(held)), size
@@ -473,11 +555,159 @@ _WINDOWS_IN_FLIGHT = 3  # read windows (8 MiB each) hashed/compressed ahead of t
 
 
 def _hash_and_compress(pieces: list[memoryview], known: Callable[[bytes], bool]) -> list[_Stored]:
-    from ckptcli.format.framing import compress
+    """The id, length and stored form of each chunk of a window (None: the store has it,
+    so it need not be compressed).
 
+    After a chunk that zstd could not shrink (random bytes: weights, compressed or
+    encrypted files), the next one is first tried on a _SAMPLE-byte sample from its
+    middle, and stored as it is unless the sample shrinks by a tenth: zstd spends
+    ~20 us on each 44 KiB chunk of random bytes to find it cannot shrink it, the sample
+    ~5 us. Text never pays for the test (its chunks shrink, so no sample is taken).
+    The choice depends only on the window's bytes, so the same data is stored the same way."""
+    from ckptcli.format.framing import CODEC_NONE, CODEC_ZSTD, compress
+
+    sha256 = hashlib.sha256
     out: list[_Stored] = []
+    incompressible = False
     for piece in pieces:
-        oid = hashlib.sha256(piece).digest()
-        # an object the store already has need not be compressed
-        out.append((oid, len(piece), None if known(oid) else compress(piece)))
+        oid = sha256(piece).digest()
+        n = len(piece)
+        if known(oid):  # an object the store already has need not be compressed
+            out.append((oid, n, None))
+            continue
+        if incompressible and n >= 2 * _SAMPLE:
+            mid = (n - _SAMPLE) // 2
+            codec, packed = compress(piece[mid : mid + _SAMPLE])
+            if codec != CODEC_ZSTD or len(packed) > _SAMPLE * 9 // 10:
+                out.append((oid, n, (CODEC_NONE, piece)))
+                continue
+        stored = compress(piece)
+        incompressible = stored[0] == CODEC_NONE
+        out.append((oid, n, stored))
     return out
+
+
+#: bytes of a chunk tried first when the one before it did not shrink (_hash_and_compress)
+_SAMPLE = 4096
+
+
+#: a stream as encode_streams opens it: entered and left on the thread that reads it
+Opener = Callable[[], AbstractContextManager[IO[bytes]]]
+#: streams of at least this many bytes are read on a thread of their own (encode_streams);
+#: smaller ones cost less to read than a hand-off between threads
+READ_AHEAD_MIN = 1024 * 1024
+#: streams read at once by encode_streams: the one being stored and the next ones
+STREAMS_AT_ONCE = 3
+#: windows a stream read ahead may have cut before its turn comes (then _WINDOWS_IN_FLIGHT)
+_AHEAD_WINDOWS = 1
+#: window buffers encode_streams reads into again (chunker.WindowBuffers): about as many
+#: as its windows in flight and those whose raw chunks wait for the pack writer
+_BUFFERS = 10
+
+
+class _StreamEnd:
+    """The last item a read-ahead thread hands over: the stream's size, and its pieces
+    when it stayed within CHUNK_THRESHOLD (inline; none went to the pool)."""
+
+    __slots__ = ("held", "size")
+
+    def __init__(self, held: list[memoryview], size: int) -> None:
+        self.held = held
+        self.size = size
+
+
+#: what a read-ahead thread hands over: (the window's task or None while the stream is
+#: still within CHUNK_THRESHOLD, the bytes it covers), then a _StreamEnd or an exception
+_Handed: TypeAlias = "tuple[Future[list[_Stored]] | None, int] | _StreamEnd | BaseException"
+
+
+class _ReadAhead:
+    """One stream read and chunked on a thread of its own (encode_streams), exactly as
+    encode_stream reads it: each window's chunks go to the chunk pool as one task as
+    soon as they are cut, and the task's future is handed over. The thread waits while
+    `limit` items wait to be taken (holding one window more): _AHEAD_WINDOWS while
+    another stream is being stored, _WINDOWS_IN_FLIGHT once this one is (`take`), so
+    memory stays bounded by the window size whatever the number of streams."""
+
+    def __init__(
+        self,
+        opener: Opener,
+        cdc: tuple[int, int, int],
+        chunker: str,
+        known: Callable[[bytes], bool],
+        stop: threading.Event,
+        buffers: WindowBuffers,
+    ) -> None:
+        self.buffers = buffers
+        self.items: collections.deque[_Handed] = collections.deque()
+        self.cond = threading.Condition()
+        self.limit = _AHEAD_WINDOWS
+        self.stop = stop
+        self.closed = False
+        self.done = _read_pool().submit(self._run, opener, cdc, chunker, known)
+
+    def _hand(self, item: _Handed) -> bool:
+        """Hand an item over; False when the consumer has stopped (the thread then ends)."""
+        with self.cond:
+            while len(self.items) >= self.limit and not (self.closed or self.stop.is_set()):
+                self.cond.wait(0.5)
+            if self.closed or self.stop.is_set():
+                return False
+            self.items.append(item)
+            self.cond.notify_all()
+            return True
+
+    def take(self) -> _Handed:
+        """The next item, waiting for it (this stream is now the one being stored)."""
+        with self.cond:
+            if self.limit != _WINDOWS_IN_FLIGHT:
+                self.limit = _WINDOWS_IN_FLIGHT
+                self.cond.notify_all()
+            while not self.items:
+                self.cond.wait()
+            item = self.items.popleft()
+            self.cond.notify_all()
+            return item
+
+    def _run(self, opener: Opener, cdc: tuple[int, int, int], chunker: str, known: Callable[[bytes], bool]) -> None:
+        from ckptcli.format.chunker import iter_windows
+
+        held: list[memoryview] = []
+        size = 0
+        try:
+            with opener() as fh:
+                for pieces in iter_windows(fh, cdc, algorithm=chunker, buffers=self.buffers):
+                    got = sum(len(p) for p in pieces)
+                    size += got
+                    held.extend(pieces)
+                    if size <= limits.CHUNK_THRESHOLD:
+                        if not self._hand((None, got)):
+                            return
+                        continue
+                    fut = _pool().submit(_hash_and_compress, held, known)
+                    held = []
+                    if not self._hand((fut, got)):
+                        fut.cancel()
+                        return
+            self._hand(_StreamEnd(held, size))
+        except BaseException as exc:  # noqa: BLE001 - raised on the consumer's thread when its turn comes
+            self._hand(exc)
+
+    def close(self) -> None:
+        """Stop the thread if it still reads, wait for it, and drop what it handed over."""
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        with contextlib.suppress(BaseException):
+            self.done.result()
+        for item in self.items:
+            if isinstance(item, tuple) and item[0] is not None:
+                item[0].cancel()
+        self.items.clear()
+
+
+def _read_pool() -> ThreadPoolExecutor:
+    """The threads that read and chunk the streams of encode_streams."""
+    from ckptcli._util.threads import executor
+
+    return executor("ckpt-read", STREAMS_AT_ONCE)
