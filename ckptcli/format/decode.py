@@ -260,12 +260,13 @@ class Decoder:
         self, oid: bytes, kind: int, task: Callable[[ObjectSource, list[tuple[int, int, bytes]]], _T], size: int, ahead: int
     ) -> Iterator[tuple[int, _T]]:
         """(content bytes, `task(source, batch)`) for consecutive batches of the (offset,
-        size, id) pieces of a BYTES/STR tree, in order: each task run on the thread pool
-        (about `size` bytes, at most _BATCH_PIECES pieces a task, up to `ahead` bytes
-        ahead of the consumer), or here, piece by piece, without a pool or for one piece.
-        One task per ~44 KiB piece cost a future, a hand-off and a wake-up each, and the
-        threads waited on the GIL for every one. When this ends (also by an error, or the
-        consumer stopping early) every task has finished or was cancelled."""
+        size, id) pieces of a BYTES/STR tree, in order. Each task runs on the thread pool
+        (from _FIRST_BATCH bytes, doubling up to `size`; at most _BATCH_PIECES pieces;
+        up to `ahead` bytes ahead of the consumer), or here, piece by piece, without a
+        pool or for one piece. One task per ~44 KiB piece cost a future, a hand-off and
+        a wake-up each, and the threads waited on the GIL for every one. When this ends
+        (also by an error, or the consumer stopping early) every task has finished or
+        was cancelled."""
         pieces = self.iter_pieces(oid, kind)
         head = list(itertools.islice(pieces, 2))
         offset = 0
@@ -284,6 +285,9 @@ class Decoder:
         in_flight = 0
         batch: list[tuple[int, int, bytes]] = []
         batch_bytes = 0
+        # the first batches are small, so that a file of a few hundred KiB is still
+        # spread over every thread of the pool; then they grow to `size`
+        limit = min(size, _FIRST_BATCH)
         try:
             for n, child in itertools.chain(head, pieces):
                 if prefetch is not None:
@@ -291,11 +295,12 @@ class Decoder:
                 batch.append((offset, n, child))
                 offset += n
                 batch_bytes += n
-                if batch_bytes < size and len(batch) < _BATCH_PIECES:
+                if batch_bytes < limit and len(batch) < _BATCH_PIECES:
                     continue
                 pending.append((batch_bytes, _pool().submit(task, self.source, batch)))
                 in_flight += batch_bytes
                 batch, batch_bytes = [], 0
+                limit = min(size, 2 * limit)
                 while pending and in_flight >= ahead:
                     done, fut = pending[0]
                     result = fut.result()
@@ -327,8 +332,9 @@ _READ_AHEAD = 2 * 1024 * 1024
 #: write_into: content bytes a pool task reads, checks and writes, and bytes ahead
 _WRITE_BATCH = 1024 * 1024
 _WRITE_AHEAD = 8 * 1024 * 1024
-#: pieces of one task at most (a tree of tiny pieces)
+#: pieces of one task at most (a tree of tiny pieces), and content bytes of the first task
 _BATCH_PIECES = 256
+_FIRST_BATCH = 128 * 1024
 
 
 def _fetch(source: ObjectSource, size: int, oid: bytes) -> bytes:
