@@ -305,9 +305,11 @@ class StoreChecker:
         self.bad = _structure_problems(walked, self.entries, "no index names it")
 
     def read_data(self, progress: Progress) -> None:
-        """Every pack read whole (`pack.check_pack_data`). Packs are checked on a thread
-        pool (hashlib and zstandard release the GIL), at most two packs in memory per
-        worker; results are merged here, in order."""
+        """Every byte of every pack read and checked (`pack.check_pack_data`; on a local
+        disk `pack.check_pack_at`, which reads a version-2 pack piecewise). Packs are
+        checked on a thread pool (hashlib and zstandard release the GIL), each held
+        whole by its worker on object storage, none held whole on a local disk; results
+        are merged here, in order."""
         total = sum(self.backend.size(p) for p in self.pack_files.values())
         progress.start("reading data", total)
         by_pack: dict[bytes, list[tuple[bytes, IndexEntry]]] = defaultdict(list)
