@@ -116,9 +116,10 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
-#: files whose content is written at once, each on a thread of its own (FILE_WRITERS
-#: threads): a large file's pieces are still read, decompressed and checked on the chunk
-#: pool, while the writes (and the waits for them) of two files overlap
+#: files whose content is written at once, each fed from a thread of its own
+#: (FILE_WRITERS threads): a large file's pieces are read, decompressed, checked and
+#: written on the chunk pool (Decoder.write_into), and the next file's pieces are queued
+#: there while the last of this one's are written, so the pool never waits between files
 FILE_WRITERS = 2
 #: files smaller than this are written on the walking thread (a hand-off costs more)
 SMALL_FILE = 1024 * 1024
@@ -196,11 +197,14 @@ class _Writer:
     def _content(self, fd: int, data: Any) -> None:
         """Write a file's content (on any thread)."""
         if isinstance(data, LazyBytes):
-            for piece in self.decoder.iter_bytes(data.oid):
+
+            def advance(n: int) -> None:
                 if self._stop.is_set():
                     raise _AbandonedError
-                _write_all(fd, piece)
-                self._advance(len(piece))
+                self._advance(n)
+
+            # checked pieces are written by the pool threads that checked them (pwrite)
+            self.decoder.write_into(data.oid, fd, advance=advance)
         else:
             _write_all(fd, data)
             self._advance(len(data))

@@ -269,14 +269,14 @@ def test_a_failed_restore_puts_back_what_delete_removed(cli: Any, store: Store, 
     (ws / "src" / "extra.py").write_bytes(b"mine\n")  # deleted before zbig.bin is written
     (ws / "src" / "main.py").write_bytes(b"edited\n")
     before = tree(ws)
-    real = Decoder.iter_bytes
+    real = Decoder.write_into  # what restore writes a file's content with
 
-    def failing(self: Decoder, oid: bytes) -> Any:
+    def failing(self: Decoder, oid: bytes, *args: Any, **kwargs: Any) -> Any:
         if oid == big.oid:
             raise CorruptError("object damaged (injected)")
-        return real(self, oid)
+        return real(self, oid, *args, **kwargs)
 
-    monkeypatch.setattr(Decoder, "iter_bytes", failing)
+    monkeypatch.setattr(Decoder, "write_into", failing)
     r = cli("restore", ck.hex, "--store", store.location, "--no-state", "--in-place", "--delete")
     assert r.code == ExitCode.CORRUPT, r
     assert "the restore was undone" in r.err

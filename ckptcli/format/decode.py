@@ -8,11 +8,14 @@ checked against what its parent says of it before it is used.
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
 import itertools
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ckptcli.errors import CorruptError, LimitExceededError
 from ckptcli.format import limits
@@ -34,6 +37,8 @@ from ckptcli.format.ev import (
 )
 
 __all__ = ["Budget", "Decoder"]
+
+_T = TypeVar("_T")
 
 
 def _held_bytes() -> int:
@@ -223,46 +228,113 @@ class Decoder:
         """The (size, data id) list of a BYTES/STR tree, reading only its nodes."""
         return list(self.iter_pieces(oid, kind, want_level, want_total))
 
-    def iter_bytes(self, oid: bytes, kind: int = EXT_BYTES, window: int = 32) -> Iterator[bytes]:
+    def iter_bytes(self, oid: bytes, kind: int = EXT_BYTES) -> Iterator[bytes]:
         """Stream the pieces of a BYTES/STR tree in order, each hash- and size-checked.
-        Data objects are read, decompressed and checked on the thread pool, `window`
-        (and at most _BYTES_IN_FLIGHT) ahead of the consumer (hashlib and zstandard
-        release the GIL); nodes are read as needed, in the caller's thread."""
+        Data objects are read, decompressed and checked on the thread pool (hashlib and
+        zstandard release the GIL), _READ_BATCH bytes a task, up to _READ_AHEAD ahead of
+        the consumer; nodes are read as needed, in the caller's thread."""
+        for _n, batch in self._batches(oid, kind, _fetch_many, _READ_BATCH, _READ_AHEAD):
+            yield from batch
+
+    def write_into(self, oid: bytes, fd: int, kind: int = EXT_BYTES, advance: Callable[[int], None] | None = None) -> int:
+        """Write the content of a BYTES/STR tree into the file `fd`, at offsets 0 to its
+        size (pwrite); returns the size. Each piece is hash- and size-checked before it
+        is written, so only checked content is ever written.
+
+        The pieces are read, decompressed, checked and written on the thread pool,
+        _WRITE_BATCH bytes a task, up to _WRITE_AHEAD ahead of this thread: each piece
+        is written by the thread that checked it, while it is still in that core's
+        cache (handed to another thread to write, the kernel's copy into the page cache
+        read it back from memory, several times slower on a loaded machine). `advance(n)`
+        is called in this thread, in order, as each task's n bytes are written; it may
+        raise to stop. Whether it returns or raises, no task writes to `fd` any more
+        then, so the caller may close it."""
+        offset = 0
+        for n, _written in self._batches(oid, kind, functools.partial(_fetch_write, fd), _WRITE_BATCH, _WRITE_AHEAD):
+            offset += n
+            if advance is not None:
+                advance(n)
+        return offset
+
+    def _batches(
+        self, oid: bytes, kind: int, task: Callable[[ObjectSource, list[tuple[int, int, bytes]]], _T], size: int, ahead: int
+    ) -> Iterator[tuple[int, _T]]:
+        """(content bytes, `task(source, batch)`) for consecutive batches of the (offset,
+        size, id) pieces of a BYTES/STR tree, in order. Each task runs on the thread pool
+        (from _FIRST_BATCH bytes, doubling up to `size`; at most _BATCH_PIECES pieces;
+        up to `ahead` bytes ahead of the consumer), or here, piece by piece, without a
+        pool or for one piece. One task per ~44 KiB piece cost a future, a hand-off and
+        a wake-up each, and the threads waited on the GIL for every one. When this ends
+        (also by an error, or the consumer stopping early) every task has finished or
+        was cancelled."""
         pieces = self.iter_pieces(oid, kind)
         head = list(itertools.islice(pieces, 2))
+        offset = 0
         if _workers() <= 1 or len(head) < 2:
-            for size, child in itertools.chain(head, pieces):
-                yield _fetch(self.source, size, child)
+            for n, child in itertools.chain(head, pieces):
+                yield n, task(self.source, [(offset, n, child)])
+                offset += n
             return
-        pending: collections.deque[tuple[int, Future[bytes]]] = collections.deque()
-        in_flight = 0
         # a store on object storage fetches what is announced on threads of its own: there
         # the pieces are announced up to _BYTES_IN_FLIGHT ahead, so that several requests
-        # are in flight while this thread writes
+        # are in flight while the consumer writes
         prefetch = getattr(self.source, "prefetch", None)
         if prefetch is not None:
-            window = max(window, _FAR_WINDOW)
+            ahead = max(ahead, _BYTES_IN_FLIGHT)
+        pending: collections.deque[tuple[int, Future[_T]]] = collections.deque()
+        in_flight = 0
+        batch: list[tuple[int, int, bytes]] = []
+        batch_bytes = 0
+        # the first batches are small, so that a file of a few hundred KiB is still
+        # spread over every thread of the pool; then they grow to `size`
+        limit = min(size, _FIRST_BATCH)
         try:
-            for size, child in itertools.chain(head, pieces):
+            for n, child in itertools.chain(head, pieces):
                 if prefetch is not None:
                     prefetch(child)
-                pending.append((size, _pool().submit(_fetch, self.source, size, child)))
-                in_flight += size
-                while pending and (len(pending) >= window or in_flight >= _BYTES_IN_FLIGHT):
-                    done, fut = pending.popleft()
+                batch.append((offset, n, child))
+                offset += n
+                batch_bytes += n
+                if batch_bytes < limit and len(batch) < _BATCH_PIECES:
+                    continue
+                pending.append((batch_bytes, _pool().submit(task, self.source, batch)))
+                in_flight += batch_bytes
+                batch, batch_bytes = [], 0
+                limit = min(size, 2 * limit)
+                while pending and in_flight >= ahead:
+                    done, fut = pending[0]
+                    result = fut.result()
+                    pending.popleft()
                     in_flight -= done
-                    yield fut.result()
+                    yield done, result
+            if batch:
+                pending.append((batch_bytes, _pool().submit(task, self.source, batch)))
             while pending:
-                yield pending.popleft()[1].result()
+                done, fut = pending[0]
+                result = fut.result()
+                pending.popleft()
+                yield done, result
         finally:
-            for _size, fut in pending:
+            for _n, fut in pending:
                 fut.cancel()
+            for _n, fut in pending:  # those already running: wait (write_into's callers close the file next)
+                if not fut.cancelled():
+                    with contextlib.suppress(BaseException):
+                        fut.exception()
 
 
-#: Bytes of data objects iter_bytes reads ahead of its consumer.
+#: Bytes of data objects read ahead of the consumer from a source that prefetches
+#: (object storage: many requests in flight while the consumer writes).
 _BYTES_IN_FLIGHT = 64 * 1024 * 1024
-#: Pieces iter_bytes reads ahead from a source that prefetches (about 64 MiB of 64 KiB chunks).
-_FAR_WINDOW = 1024
+#: iter_bytes: content bytes a pool task reads and checks, and bytes ahead of the consumer
+_READ_BATCH = 512 * 1024
+_READ_AHEAD = 2 * 1024 * 1024
+#: write_into: content bytes a pool task reads, checks and writes, and bytes ahead
+_WRITE_BATCH = 1024 * 1024
+_WRITE_AHEAD = 8 * 1024 * 1024
+#: pieces of one task at most (a tree of tiny pieces), and content bytes of the first task
+_BATCH_PIECES = 256
+_FIRST_BATCH = 128 * 1024
 
 
 def _fetch(source: ObjectSource, size: int, oid: bytes) -> bytes:
@@ -270,6 +342,21 @@ def _fetch(source: ObjectSource, size: int, oid: bytes) -> bytes:
     if len(piece) != size:
         raise CorruptError(f"object {oid.hex()[:12]}: {len(piece)} bytes, its parent says {size}")
     return piece
+
+
+def _fetch_many(source: ObjectSource, pieces: list[tuple[int, int, bytes]]) -> list[bytes]:
+    return [_fetch(source, size, oid) for _offset, size, oid in pieces]
+
+
+def _fetch_write(fd: int, source: ObjectSource, pieces: list[tuple[int, int, bytes]]) -> int:
+    """Read and check each (offset, size, id) piece, then write it into `fd` at its offset."""
+    for offset, size, oid in pieces:
+        view = memoryview(_fetch(source, size, oid))
+        at = offset
+        while view:
+            n = os.pwrite(fd, view, at)
+            view, at = view[n:], at + n
+    return len(pieces)
 
 
 def _check_key(k: Any) -> str:

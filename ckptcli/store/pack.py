@@ -29,9 +29,11 @@ from ckptcli.store.layout import pack_path
 __all__ = [
     "PackTable",
     "PackWriter",
+    "check_pack_at",
     "check_pack_data",
     "pack_version",
     "read_pack",
+    "read_pack_at",
     "read_pack_table",
     "stored_bytes",
 ]
@@ -221,21 +223,27 @@ class PackTable:
 
 #: stored bytes of a pack's objects checked as one task when read_pack is given a pool
 SLICE_BYTES = 4 * 1024 * 1024
+#: bytes read_pack_at reads at once, inside a slice: the objects are checked straight
+#: after they are read, while they are still in the reading core's cache
+READ_BYTES = 256 * 1024
 
 #: (type, offset, stored length, raw length, codec, check or None) of one object
 _Obj = tuple[int, int, int, int, int, int | None]
 
 
-def _check_objects(data: bytes | memoryview, objs: list[_Obj], where: str) -> list[list[Any] | str]:
+def _check_objects(data: bytes | memoryview, objs: list[_Obj], where: str, base: int = 0) -> list[list[Any] | str]:
     """Each object's index row, or what is wrong with it: its stored bytes against their
     check (version 2), then decompressed (zstd only: stored-as-is bytes are hashed where
-    they lie, never copied) and hashed for its id. hashlib and zstandard release the GIL."""
+    they lie, never copied) and hashed for its id. hashlib and zstandard release the GIL.
+    `data` holds the pack's bytes from offset `base` on."""
     view = memoryview(data)
     out: list[list[Any] | str] = []
     sha256, decompress, check = hashlib.sha256, framing.decompress, framing.stored_check
     for typ, offset, slen, rlen, codec, want in objs:
-        stored = view[offset : offset + slen]
+        stored = view[offset - base : offset - base + slen]
         try:
+            if len(stored) != slen:
+                raise CorruptError(f"{where}: truncated at the object at offset {offset} (the file shrank while it was read)")
             if want is not None and check(stored) != want:
                 raise CorruptError(
                     f"{where}: the object at offset {offset} does not match its check in the trailer (its stored bytes are damaged)"
@@ -248,6 +256,70 @@ def _check_objects(data: bytes | memoryview, objs: list[_Obj], where: str) -> li
         except CkptError as exc:
             out.append(exc.message)
     return out
+
+
+def _read_and_check(read: Callable[[int, int], bytes], objs: list[_Obj], where: str) -> list[list[Any] | str]:
+    """`_check_objects` of objects read with `read(offset, length)`, READ_BYTES (or one
+    larger object) at a time, each run checked as soon as it is read."""
+    out: list[list[Any] | str] = []
+    i = 0
+    while i < len(objs):
+        base = objs[i][1]
+        j = i + 1
+        while j < len(objs) and objs[j][1] + objs[j][2] - base <= READ_BYTES:
+            j += 1
+        last = objs[j - 1]
+        out += _check_objects(read(base, last[1] + last[2] - base), objs[i:j], where, base)
+        i = j
+    return out
+
+
+def _layout(header: bytes | memoryview, trailer: bytes, trailer_at: int, where: str, version: int) -> tuple[PackTable, list[_Obj]]:
+    """The pack's table (no rows yet) and its objects, from the header and the trailer
+    record found at `trailer_at`: structural damage raises CorruptError."""
+    tversion, body = framing.decode_record(trailer, framing.KIND_PACK_TRAILER, f"{where} (trailer)")
+    if tversion != version:
+        raise CorruptError(f"{where}: a version-{tversion} trailer in a version-{version} pack")
+    objects = body.get("objects")
+    if not isinstance(objects, list):
+        raise CorruptError(f"{where}: trailer has no object list")
+    width = 4 if version == 1 else 5
+    table = PackTable(version, [], {}, trailer, bytes(header[: framing.HEADER_SIZE]))
+    offset = framing.HEADER_SIZE
+    objs: list[_Obj] = []
+    for obj in objects:
+        if not (isinstance(obj, list) and len(obj) == width and all(type(x) is int and x >= 0 for x in obj)):
+            raise CorruptError(f"{where}: malformed trailer entry (version {version} entries have {width} elements)")
+        typ, slen, rlen, codec = obj[:4]
+        if offset + slen > trailer_at:
+            raise CorruptError(f"{where}: trailer names more bytes than the pack holds")
+        objs.append((typ, offset, slen, rlen, codec, obj[4] if version >= 2 else None))
+        offset += slen
+    if offset != trailer_at:
+        raise CorruptError(f"{where}: {trailer_at - offset} bytes between the last object and the trailer")
+    return table, objs
+
+
+def _slices(objs: list[_Obj]) -> list[list[_Obj]]:
+    """`objs` cut into runs of about SLICE_BYTES of stored bytes."""
+    slices: list[list[_Obj]] = [[]]
+    size = 0
+    for o in objs:
+        if size >= SLICE_BYTES:
+            slices.append([])
+            size = 0
+        slices[-1].append(o)
+        size += o[2]
+    return slices
+
+
+def _fill(table: PackTable, objs: list[_Obj], results: list[list[Any] | str]) -> PackTable:
+    for o, res in zip(objs, results, strict=True):
+        if isinstance(res, str):
+            table.errors[o[1]] = res
+        else:
+            table.rows.append(res)
+    return table
 
 
 def read_pack(data: bytes | memoryview, where: str, name: bytes | None = None, pool: ThreadPoolExecutor | None = None) -> PackTable:
@@ -270,46 +342,40 @@ def read_pack(data: bytes | memoryview, where: str, name: bytes | None = None, p
     start = len(data) - 4 - tlen
     if start < framing.HEADER_SIZE:
         raise CorruptError(f"{where}: trailer length {tlen} does not fit")
-    trailer = bytes(data[start : len(data) - 4])
-    tversion, body = framing.decode_record(trailer, framing.KIND_PACK_TRAILER, f"{where} (trailer)")
-    if tversion != version:
-        raise CorruptError(f"{where}: a version-{tversion} trailer in a version-{version} pack")
-    objects = body.get("objects")
-    if not isinstance(objects, list):
-        raise CorruptError(f"{where}: trailer has no object list")
-    width = 4 if version == 1 else 5
-    table = PackTable(version, [], {}, trailer, bytes(data[: framing.HEADER_SIZE]))
-    offset = framing.HEADER_SIZE
-    objs: list[_Obj] = []
-    for obj in objects:
-        if not (isinstance(obj, list) and len(obj) == width and all(type(x) is int and x >= 0 for x in obj)):
-            raise CorruptError(f"{where}: malformed trailer entry (version {version} entries have {width} elements)")
-        typ, slen, rlen, codec = obj[:4]
-        if offset + slen > start:
-            raise CorruptError(f"{where}: trailer names more bytes than the pack holds")
-        objs.append((typ, offset, slen, rlen, codec, obj[4] if version >= 2 else None))
-        offset += slen
-    if offset != start:
-        raise CorruptError(f"{where}: {start - offset} bytes between the last object and the trailer")
+    table, objs = _layout(data, bytes(data[start : len(data) - 4]), start, where, version)
     if pool is None or len(objs) < 2:
-        results = _check_objects(data, objs, where)
-    else:
-        slices: list[list[_Obj]] = [[]]
-        size = 0
-        for o in objs:
-            if size >= SLICE_BYTES:
-                slices.append([])
-                size = 0
-            slices[-1].append(o)
-            size += o[2]
-        futures = [pool.submit(_check_objects, data, s, where) for s in slices]
-        results = [r for fut in futures for r in fut.result()]
-    for o, res in zip(objs, results, strict=True):
-        if isinstance(res, str):
-            table.errors[o[1]] = res
-        else:
-            table.rows.append(res)
-    return table
+        return _fill(table, objs, _check_objects(data, objs, where))
+    futures = [pool.submit(_check_objects, data, s, where) for s in _slices(objs)]
+    return _fill(table, objs, [r for fut in futures for r in fut.result()])
+
+
+def read_pack_at(
+    read: Callable[[int, int], bytes], size: int, where: str, name: bytes | None = None, pool: ThreadPoolExecutor | None = None
+) -> PackTable:
+    """`read_pack` of a pack of `size` bytes that is read piecewise, `read(offset,
+    length)`: the same table and errors, without ever holding the pack. Only its header
+    and trailer are read here; its objects are read by the tasks that check them
+    (SLICE_BYTES a task on `pool`), READ_BYTES at a time, each run checked while it is
+    still in the reading core's cache. A pack whose header version needs its whole
+    bytes to be believed (`read_pack`'s `name`) is read whole for that."""
+    if size < framing.HEADER_SIZE + 4:
+        return read_pack(read(0, size), where, name, pool)
+    header = read(0, framing.HEADER_SIZE)
+    intact = None if name is None else (lambda: hashlib.sha256(read(0, size)).digest() == name)
+    version = framing.check_header(header, framing.KIND_PACK, where, intact=intact)
+    (tlen,) = _U32.unpack(read(size - 4, 4))
+    start = size - 4 - tlen
+    if start < framing.HEADER_SIZE:
+        raise CorruptError(f"{where}: trailer length {tlen} does not fit")
+    table, objs = _layout(header, read(start, tlen), start, where, version)
+    if pool is None or len(objs) < 2:
+        return _fill(table, objs, _read_and_check(read, objs, where))
+    futures = [pool.submit(_read_and_check, read, s, where) for s in _slices(objs)]
+    try:
+        return _fill(table, objs, [r for fut in futures for r in fut.result()])
+    finally:
+        for fut in futures:
+            fut.cancel()
 
 
 def read_pack_table(data: bytes | memoryview, where: str, name: bytes | None = None) -> list[Any]:
@@ -385,6 +451,30 @@ def check_pack_data(
         except CkptError as exc:
             found[oid] = exc.message
     return damaged, found
+
+
+def check_pack_at(
+    read: Callable[[int, int], bytes],
+    size: int,
+    hexname: str,
+    path: str,
+    entries: Iterable[tuple[bytes, IndexEntry]],
+    pool: ThreadPoolExecutor | None = None,
+) -> tuple[str | None, dict[bytes, str]]:
+    """`check_pack_data` of a pack of `size` bytes read piecewise, `read(offset, length)`:
+    the same result. A version-2 pack whose header and trailer hold is never held whole
+    (`read_pack_at`: each byte is read once, by the task that checks it); a version-1
+    pack (named by the hash of every byte) or one whose structure is damaged (its
+    objects are then checked one by one) is read whole and given to check_pack_data."""
+    head = read(0, min(size, framing.HEADER_SIZE))
+    if head[:8] == framing.MAGIC_PREFIX + framing.KIND_PACK and int.from_bytes(head[8:10], "big") >= 2:
+        try:
+            table = read_pack_at(read, size, path, bytes.fromhex(hexname), pool)
+        except CkptError:
+            pass  # check_pack_data says what is wrong, and checks each object
+        else:
+            return _check_v2(table, hexname, entries)
+    return check_pack_data(read(0, size), hexname, path, entries, pool)
 
 
 def _check_v2(table: PackTable, hexname: str, entries: Iterable[tuple[bytes, IndexEntry]]) -> tuple[str | None, dict[bytes, str]]:

@@ -29,11 +29,11 @@ from ckptcli.format.values import OBJ_NODE, ObjectSource
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
 from ckptcli.store import layout, reflog
-from ckptcli.store.backend import LocalBackend
+from ckptcli.store.backend import LocalBackend, too_large
 from ckptcli.store.index import IndexEntry, parse_entry_rows
-from ckptcli.store.layout import manifest_path, pack_path
+from ckptcli.store.layout import manifest_path, pack_path, versioned_cap
 from ckptcli.store.pack import PackTable as PackTable
-from ckptcli.store.pack import check_pack_data, read_pack_table
+from ckptcli.store.pack import check_pack_at, check_pack_data, read_pack_table
 from ckptcli.store.pack import read_pack as read_pack
 from ckptcli.store.repair import dangling_heads
 from ckptcli.store.repository import Store
@@ -305,9 +305,11 @@ class StoreChecker:
         self.bad = _structure_problems(walked, self.entries, "no index names it")
 
     def read_data(self, progress: Progress) -> None:
-        """Every pack read whole (`pack.check_pack_data`). Packs are checked on a thread
-        pool (hashlib and zstandard release the GIL), at most two packs in memory per
-        worker; results are merged here, in order."""
+        """Every byte of every pack read and checked (`pack.check_pack_data`; on a local
+        disk `pack.check_pack_at`, which reads a version-2 pack piecewise). Packs are
+        checked on a thread pool (hashlib and zstandard release the GIL), each held
+        whole by its worker on object storage, none held whole on a local disk; results
+        are merged here, in order."""
         total = sum(self.backend.size(p) for p in self.pack_files.values())
         progress.start("reading data", total)
         by_pack: dict[bytes, list[tuple[bytes, IndexEntry]]] = defaultdict(list)
@@ -315,16 +317,22 @@ class StoreChecker:
             by_pack[entry.pack].append((oid, entry))
 
         def check_pack(hexname: str, path: str) -> tuple[str, str, int, str | None, dict[bytes, str]]:
+            entries = by_pack.get(bytes.fromhex(hexname), [])
             try:
+                if local is not None:
+                    return hexname, path, *_check_local_pack(local, path, hexname, entries, chunk_pool)
                 data = self.backend.read_view(path)
             except CkptError as exc:
                 return hexname, path, 0, exc.message, {}
-            damaged, found = check_pack_data(data, hexname, path, by_pack.get(bytes.fromhex(hexname), []), chunk_pool)
+            damaged, found = check_pack_data(data, hexname, path, entries, chunk_pool)
             return hexname, path, len(data), damaged, found
 
         # Packs are read on `workers` threads; the objects of each are checked on the chunk
-        # pool a slice at a time, so the last pack alone still keeps every core busy.
+        # pool a slice at a time, so the last pack alone still keeps every core busy. On a
+        # local disk the slices read their own bytes (`pack.check_pack_at`), so a pack is
+        # never held whole and each byte is checked straight after it is read.
         chunk_pool = _pool() if _workers() > 1 else None
+        local = self.backend if isinstance(self.backend, LocalBackend) else None
         workers = max(min(4, os.cpu_count() or 1), self.backend.fetch_threads)  # packs read at once
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ckpt-verify") as pool:
             for hexname, path, nbytes, damaged, found in pool.map(lambda item: check_pack(*item), self.pack_files.items()):
@@ -353,6 +361,24 @@ class StoreChecker:
                 p = self.problem("object", oid.hex(), msg)
                 p.checkpoints = sorted(needing.get(oid, []))
         return self.rep
+
+
+def _check_local_pack(
+    backend: LocalBackend, path: str, hexname: str, entries: list[tuple[bytes, IndexEntry]], pool: ThreadPoolExecutor | None
+) -> tuple[int, str | None, dict[bytes, str]]:
+    """(bytes checked, what is wrong with the pack, object id -> what is wrong with it) of
+    a pack on a local disk, read piecewise. A pack larger than ckpt writes is refused
+    before a byte of it is read, as `Backend.read` refuses it."""
+    size = backend.size(path)
+    cap = versioned_cap(path)
+    if cap is not None and size > cap:
+        raise too_large(str(backend.root / path), cap, path)
+
+    def read(offset: int, length: int) -> bytes:
+        return backend.read_range(path, offset, length)
+
+    damaged, found = check_pack_at(read, size, hexname, path, entries, pool)
+    return size, damaged, found
 
 
 def _structure_problems(walked: WalkResult, entries: dict[bytes, IndexEntry], missing: str) -> dict[bytes, str]:
