@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -191,14 +192,22 @@ def test_a_take_waiting_for_the_lock_says_who_holds_it(st: Path) -> None:
     store = open_store(st)
     doc = st.parent / "doc.json"
     doc.write_text('{"memory": 1}')
+    lines: queue.Queue[bytes] = queue.Queue()
     with store.backend.lock("store", shared=False):
         proc = subprocess.Popen(
             [sys.executable, "-m", "ckptcli", "take", str(doc), "--store", str(st)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
-        time.sleep(2.0)
-    _out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err.decode()
-    text = err.decode()
+        assert proc.stderr is not None
+        reader = threading.Thread(target=lambda: [lines.put(line) for line in iter(proc.stderr.readline, b"")], daemon=True)
+        reader.start()
+        # the lock is let go once the take has said it waits (however long a loaded machine takes to start it)
+        first = lines.get(timeout=120)
+        assert proc.poll() is None, first
+    assert proc.wait(timeout=60) == 0
+    reader.join(timeout=10)
+    proc.stdout.close()  # type: ignore[union-attr]
+    proc.stderr.close()
+    text = (first + b"".join(lines.get() for _ in range(lines.qsize()))).decode()
     assert f"pid {os.getpid()}" in text and text.count("waiting for the store lock") == 1, text
 
 
