@@ -455,6 +455,25 @@ def test_the_palette_offers_ckpt_commands_and_runs_them(demo: tuple[Path, dict[s
     run(path, scenario)
 
 
+def test_the_palette_goes_to_a_tag_from_a_timeline_opened_alone(demo: tuple[Path, dict[str, bytes]]) -> None:
+    """`ckpt tui REF --timeline` opens the timeline without a history below it (its first
+    paint); "Go to tag" then puts the history in its place, at the tag."""
+    path, ids = demo
+
+    async def scenario(pilot: Any) -> None:
+        assert isinstance(pilot.app.screen, TimelineScreen) and len(pilot.app.screen_stack) == 2
+        await pilot.press("ctrl+p")
+        await pilot.press(*"tag known")
+        await first_hit(pilot, "Go to tag known-good")
+        await pilot.press("enter")
+        await settle(pilot)
+        screen = pilot.app.screen
+        assert isinstance(screen, HistoryScreen) and screen.point() == (ids["good"], None)
+        assert len(pilot.app.screen_stack) == 2
+
+    run(path, scenario, checkpoint=ids["recorded"], view="timeline")
+
+
 def test_the_palette_lists_what_the_screen_can_do() -> None:
     from ckptcli.tui.palette import COMMANDS, offered
 

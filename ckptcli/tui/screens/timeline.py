@@ -387,7 +387,7 @@ class TimelineScreen(BaseScreen):
         self.workers.cancel_group(self, "replay")
         self.workers.cancel_group(self, "search")
         self.workers.cancel_group(self, "index")
-        self.app.pop_screen()
+        self.leave(self.cid)
 
     def action_goto(self) -> None:
         box = self.query_one("#goto", Input)
