@@ -238,6 +238,52 @@ def test_fork_at_the_timeline_cursor_writes_a_fork_there_on_a_branch(demo: tuple
     run(path, scenario, checkpoint=ids["recorded"], view="timeline")
 
 
+def test_the_fork_command_printed_names_the_reducers_the_fork_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tail of custom kinds, replayed with `--reducers tally_mod:REDUCERS`: the command the
+    fork prints carries them, and runs as printed (without them the fork cannot replay)."""
+    (tmp_path / "tally_mod.py").write_text(
+        "def add(state, event):\n"
+        "    return {**state, 'ext': {'tally': state.get('ext', {}).get('tally', 0) + event.fields['n']}}\n"
+        "REDUCERS = {'tally:add': add}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tally_mod", raising=False)
+    from ckptcli.history.replay import load_reducers
+    from ckptcli.tui.app import CkptApp
+    from ckptcli.tui.session import open_session
+
+    store = ckptcli.init_store(tmp_path / ".ckpt")
+    events = [{"seq": i, "ts": T0 + i, "kind": "tally:add", "n": i} for i in range(1, 6)]
+    cid = take(store, {"memory": {}, "ext": {"tally": 0}, "events": events}, subject="agent:tally").id
+    specs = ["tally_mod:REDUCERS"]
+    app = CkptApp(open_session(store, reducers=load_reducers(specs), reducer_specs=specs), checkpoint=cid, view="timeline", blink=False)
+    printed: list[str] = []
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.pause()
+            screen = pilot.app.screen
+            assert isinstance(screen, TimelineScreen)
+            screen.events.set_cursor(3)
+            await pilot.pause()
+            await confirm_with(pilot, "B", "three")
+            await pilot.press("enter")
+            await settle(pilot)
+            printed.extend(m for m in messages(pilot.app) if "$ ckpt fork" in m)
+
+    asyncio.run(main())
+    assert printed, messages(app)
+    cmd = printed[0].split("$ ", 1)[1].split(" (copied)")[0].strip()
+    assert "--reducers tally_mod:REDUCERS" in cmd, cmd
+    args = shlex.split(cmd)[1:]
+    args[args.index("--branch") + 1] = "three-again"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    got = subprocess.run([sys.executable, "-m", "ckptcli", *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert got.returncode == 0, got.stderr
+    again = ckptcli.open_store(tmp_path / ".ckpt")
+    assert Checkpoint(again, again.refs()["branches/three-again"]).state()["ext"] == {"tally": 1 + 2 + 3}
+
+
 def test_fork_from_the_history_asks_for_the_seq_the_end_of_the_tail_given(demo: tuple[Path, dict[str, bytes]]) -> None:
     path, ids = demo
 

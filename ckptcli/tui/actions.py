@@ -157,6 +157,8 @@ def fork_action(session: Session, cid: bytes, at: int | None = None, *, first: i
         branch = v.get("branch", "").strip()
         if branch:
             args += ["--branch", branch]
+        for spec in session.reducer_specs:  # the fork replays with them, as the TUI does
+            args += ["--reducers", spec]
         return [*args, *store_args(session)]
 
     def describe(v: Values) -> str:

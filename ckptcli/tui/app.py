@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -209,8 +210,10 @@ def run(
     reducers: Reducers | None = None,
     follow: bool = False,
     journal: Path | None = None,
+    reducer_specs: Sequence[str] = (),
 ) -> None:
     """Run the TUI in this terminal until the user quits (`follow`: timelines tail the run,
-    `journal` the recorder's journal to tail)."""
-    session = open_session(source, reducers=reducers, follow=follow, journal=journal)
+    `journal` the recorder's journal to tail; `reducers` loaded from `reducer_specs`, the
+    `--reducers` the printed commands repeat)."""
+    session = open_session(source, reducers=reducers, follow=follow, journal=journal, reducer_specs=reducer_specs)
     CkptApp(session, checkpoint=checkpoint, view=view, tune_gc=True).run()
