@@ -132,6 +132,7 @@ def tui_cmd(
         checkpoint=checkpoint,
         view="timeline" if timeline or follow else ("checkpoint" if checkpoint is not None else "history"),
         reducers=red,
+        reducer_specs=reducers or [],
         follow=follow,
         journal=journal,
     )
