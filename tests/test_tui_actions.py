@@ -588,6 +588,53 @@ def test_step_40_to_41_of_an_agent_in_few_keys(steps: tuple[Store, list[bytes], 
     run(store, scenario)
 
 
+def test_step_40_to_41_in_7_keys_whatever_the_subjects_names(tmp_path: Path) -> None:
+    """Subjects that need 3+ letters to tell apart (agent:sup, agent:super, agent:supervisor):
+    from plain `ckpt tui`, `:`, the hint the sidebar shows beside the subject, ` 41`, Enter,
+    `d` is the diff of step 40 to 41: 7 keys (8 with a two-character hint, past 36 subjects)."""
+    from textual.widgets import OptionList
+
+    store = ckptcli.init_store(tmp_path / ".ckpt")
+    names = ["agent:sup", "agent:super", "agent:supervisor"]
+    ids: dict[str, list[bytes]] = {n: [] for n in names}
+    for i in range(45):
+        for n in names:
+            chain = ids[n]
+            chain.append(take(store, {"memory": {"step": i, "who": n}}, subject=n, parents=[c.hex() for c in chain[-1:]]).id)
+
+    for subject in ("agent:super", "agent:sup"):
+
+        async def scenario(pilot: Any, subject: str = subject) -> None:
+            screen = pilot.app.screen
+            assert isinstance(screen, HistoryScreen)
+            sidebar = screen.query_one("#subjects", OptionList)
+            shown = {o.id: str(o.prompt) for o in (sidebar.get_option_at_index(i) for i in range(sidebar.option_count))}
+            hint = shown[subject].split()[0]  # as the sidebar shows it
+            assert len(hint) == 1 and shown[subject] == f"{hint} {subject}  45"
+            keys = [":", *hint, "space", "4", "1", "enter", "d"]
+            assert len(keys) == 7
+            await pilot.press(*keys)
+            await settle(pilot)
+            diff = pilot.app.screen
+            assert isinstance(diff, DiffScreen)
+            assert diff.title_text == f"diff {ids[subject][40].hex()[:12]} → {ids[subject][41].hex()[:12]}"
+            text = "\n".join(t for _k, t in diff.lines)
+            assert "40" in text and "41" in text
+
+        run(store, scenario)
+
+
+def test_subject_hints_are_short_and_never_a_subjects_own_name() -> None:
+    from ckptcli.tui.screens.history import subject_hints
+
+    few = subject_hints(["agent:a", "agent:b", "agent:zed"])
+    assert sorted(few.values()) == ["c", "d", "e"]  # a and b name agent:a and agent:b themselves
+    many = subject_hints([f"agent:s{i:02d}" for i in range(36)])
+    assert all(len(h) == 1 for h in many.values()) and len(set(many.values())) == 36
+    more = subject_hints([f"agent:s{i:02d}" for i in range(37)])
+    assert all(len(h) == 2 for h in more.values()) and len(set(more.values())) == 37
+
+
 def test_colon_with_a_subject_under_the_cursor_needs_only_the_step(steps: tuple[Store, list[bytes], list[bytes]]) -> None:
     store, xs, _ys = steps
 
