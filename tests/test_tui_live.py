@@ -347,6 +347,53 @@ def test_the_command_refuses_a_journal_without_follow_and_a_file_that_is_no_jour
 
 
 # -- g SEQ across a subject's checkpoints -------------------------------------------------------------------
+def test_goto_across_checkpoints_looks_in_a_worker_and_the_keys_stay_live(tmp_path: Path) -> None:
+    """`g SEQ` outside the tail reads other checkpoints' tails (up to 64): not on the app's
+    thread. While the look-up is held, Down still moves the cursor; once it is let go, the
+    checkpoint that holds the seq opens at it."""
+    import threading
+
+    store_dir, _journal, rec = recorder(tmp_path)
+    ids = []
+    for c in range(2):
+        for i in range(3):
+            note(rec, f"c{c} n{i}")
+        ids.append(rec.checkpoint(message=f"part {c}").id)
+    rec.close()
+    go_on = threading.Event()
+    threads: list[int] = []
+
+    async def scenario(pilot: Any) -> None:
+        screen = pilot.app.screen
+        assert isinstance(screen, TimelineScreen) and screen.cid == ids[1]
+        session = screen.session
+        real = session.holder_of_seq
+
+        def held(*args: Any, **kwargs: Any) -> Any:
+            threads.append(threading.get_ident())
+            go_on.wait(30)  # the old code waited here on the app's thread: no key was handled meanwhile
+            return real(*args, **kwargs)
+
+        session.holder_of_seq = held  # type: ignore[method-assign]
+        await pilot.press("home")
+        await pilot.press("g", "2", "enter")
+        await until(pilot, lambda: bool(threads), "the look-up to start")
+        await pilot.press("down", "down")
+        await pilot.pause()
+        assert pilot.app.screen is screen and screen.events.cursor == 2 and not go_on.is_set()
+        go_on.set()
+        await pilot.app.workers.wait_for_complete([w for w in pilot.app.workers if w.group == "goto"])
+        await pilot.pause()
+        opened = pilot.app.screen
+        assert isinstance(opened, TimelineScreen) and opened.cid == ids[0] and opened.model.seq(opened.events.cursor) == 2
+        assert threads[0] != threading.get_ident()  # a worker's thread, not the app's
+
+    try:
+        run_app(store_dir, scenario, follow=False, start=ids[1])
+    finally:
+        go_on.set()
+
+
 def test_goto_a_seq_of_another_checkpoint_opens_the_one_that_holds_it(tmp_path: Path) -> None:
     """A recorder's run (checkpoints holding seq 1-3, 4-6, 7-9) and a fork of the second
     (seq 7-8): `g SEQ` opens the checkpoint that holds it, its own line first (ancestors,
@@ -367,6 +414,7 @@ def test_goto_a_seq_of_another_checkpoint_opens_the_one_that_holds_it(tmp_path: 
 
     async def goto(pilot: Any, seq: int) -> TimelineScreen:
         await pilot.press("g", *str(seq), "enter")
+        await pilot.app.workers.wait_for_complete([w for w in pilot.app.workers if w.group == "goto"])
         await pilot.pause()
         screen = pilot.app.screen
         assert isinstance(screen, TimelineScreen)

@@ -33,7 +33,16 @@ from ckptcli.history.change import Change
 from ckptcli.history.events import Event
 from ckptcli.history.render import Line, change_line, describe
 from ckptcli.history.timeline import STOP_CHECK_EVERY, StepView, Stopped, Timeline
-from ckptcli.tui.messages import JumpDone, JumpIndexReady, PrefillDone, SearchDone, StateFailed, StateReady, ViewValue
+from ckptcli.tui.messages import (
+    HolderFound,
+    JumpDone,
+    JumpIndexReady,
+    PrefillDone,
+    SearchDone,
+    StateFailed,
+    StateReady,
+    ViewValue,
+)
 from ckptcli.tui.overview import OverviewStrip
 from ckptcli.tui.screens.base import BaseScreen, KeyFooter, mark_text
 from ckptcli.tui.session import Host, Session
@@ -387,6 +396,7 @@ class TimelineScreen(BaseScreen):
         self.workers.cancel_group(self, "replay")
         self.workers.cancel_group(self, "search")
         self.workers.cancel_group(self, "index")
+        self.workers.cancel_group(self, "goto")
         self.leave(self.cid)
 
     def action_goto(self) -> None:
@@ -397,10 +407,33 @@ class TimelineScreen(BaseScreen):
 
     def goto_elsewhere(self, seq: int) -> None:
         """`g SEQ` outside this tail: the subject's checkpoint whose tail holds it is opened
-        at that seq, in place of this timeline (Session.holder_of_seq); when none holds it,
-        a notification says so and the cursor stays."""
+        at that seq, in place of this timeline (Session.holder_of_seq, which may read up to
+        64 tails: in a worker, the keys stay live meanwhile); when none holds it, a
+        notification says so and the cursor stays."""
+        self._find_holder(seq)
+
+    @work(thread=True, exclusive=True, group="goto")
+    def _find_holder(self, seq: int) -> None:
+        worker = get_current_worker()
+        try:
+            holder = self.session.holder_of_seq(str(self.ck.manifest.subject), seq, self.cid)
+        except CkptError as exc:
+            self.post_message(HolderFound(seq, None, str(exc)))
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug: said in a notification, not a crash of the worker's app
+            self.post_message(HolderFound(seq, None, f"internal error: {type(exc).__name__}: {exc}"))
+            return
+        if not worker.is_cancelled:
+            self.post_message(HolderFound(seq, holder))
+
+    def on_holder_found(self, message: HolderFound) -> None:
+        seq, holder = message.seq, message.holder
+        if message.error is not None:
+            self.notify(f"g {seq}: {message.error}", title="error", severity="error", timeout=8)
+            return
+        if self.app.screen is not self:
+            return  # left meanwhile (Esc, a viewer on top): not replaced under the user's feet
         subject = str(self.ck.manifest.subject)
-        holder = self.session.holder_of_seq(subject, seq, self.cid)
         if holder is None:
             self.notify(
                 f"seq {seq:,} is not in this tail (seq {self.model.base_seq:,} (the snapshot) to {self.model.last_seq:,}) "
