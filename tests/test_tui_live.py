@@ -579,6 +579,48 @@ def test_following_a_store_on_object_storage_reads_its_ref_every_eighth_poll(tmp
         rec.close()
 
 
+def test_following_says_when_the_journal_is_truncated_and_follows_the_new_run_written_there(tmp_path: Path) -> None:
+    """The followed journal is emptied in place (`: > live.journal`): a notification says so
+    (it stalled silently); a new run then recorded at the same path (its own first
+    checkpoint, its seqs from 1 again) is followed in that run's timeline, said too."""
+    store_dir, journal, rec = recorder(tmp_path)
+    for i in range(3):
+        note(rec, f"old {i}")
+
+    def said(pilot: Any, text: str) -> bool:
+        return any(text in n.message for n in pilot.app._notifications)
+
+    async def scenario(pilot: Any) -> None:
+        nonlocal rec
+        screen = pilot.app.screen
+        assert isinstance(screen, TimelineScreen) and screen.follower is not None
+        await until(pilot, lambda: len(screen.model) == 4, "the journal's three events")
+        rec.close()
+        journal.write_bytes(b"")  # truncated in place
+        await until(pilot, lambda: said(pilot, "was truncated"), "a notification that the journal was truncated")
+        rec = Recorder.open(
+            ckptcli.open_store(store_dir),
+            SUBJECT,
+            journal,
+            state={"memory": {"run": 2}, "plan": [], "tools": []},
+            durability=Durability(batch_size=1, fsync="never", flush_on=frozenset()),
+        )
+        note(rec, "new 1")
+        await until(pilot, lambda: said(pilot, "replaced by another run"), "a notification that another run writes the journal")
+        await until(pilot, lambda: pilot.app.screen is not screen, "the new run's timeline")
+        new = pilot.app.screen
+        assert isinstance(new, TimelineScreen) and new.cid.hex() == rec.base
+        await until(pilot, lambda: new.follower is not None, "the new run's timeline following")
+        note(rec, "new 2")
+        await until(pilot, lambda: len(new.model) == 3, "the new run's events, followed")
+        assert [new.model.event(r - 1).fields["value"] for r in (1, 2)] == ["new 1", "new 2"]
+
+    try:
+        run_app(store_dir, scenario)
+    finally:
+        rec.close()
+
+
 def test_a_journal_of_another_line_is_not_appended(tmp_path: Path) -> None:
     """A fork of an earlier checkpoint records the same seqs into its own journal: following
     the main line with that journal appends none of them (its base is not on the line)."""

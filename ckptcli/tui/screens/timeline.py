@@ -15,6 +15,7 @@ import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
@@ -120,11 +121,21 @@ class TimelineScreen(BaseScreen):
     TimelineScreen Input { height: 3; }
     """
 
-    def __init__(self, session: Session, cid: bytes, *, row: int | None = None, seq: int | None = None, follow: bool | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        cid: bytes,
+        *,
+        row: int | None = None,
+        seq: int | None = None,
+        follow: bool | None = None,
+        journal: Path | None = None,
+    ) -> None:
         """`row`: the row to open at (the Events tab's row), else the snapshot's; `seq`: the
         row of that seq; `follow`: tail the run (default: the session's `--follow`), the
-        cursor on the last row."""
+        cursor on the last row; `journal`: the journal to follow (default: the session's)."""
         super().__init__(session)
+        self.journal = journal
         self.cid = cid
         self.start_row = row
         self.step_changes: dict[int, Change] = {}
@@ -692,7 +703,7 @@ class TimelineScreen(BaseScreen):
 
         store = self.session.source if isinstance(self.session.source, Store) else None
         subject = str(self.ck.manifest.subject)
-        journal = self.session.journal
+        journal = self.journal or self.session.journal
         try:
             last = self.model.last_seq
         except CkptError as exc:
@@ -707,7 +718,24 @@ class TimelineScreen(BaseScreen):
         if cursor_to_end:
             self.events.set_cursor(len(self.model) - 1)
 
-    def stop_follow(self) -> None:
+    def _follow_new_run(self, cid: bytes) -> None:
+        """The followed journal records another run now, from checkpoint `cid`: its timeline,
+        following that journal, in place of this one (rows are only ever appended: another
+        run's events are not this tail's)."""
+        journal = self.follower.journal.path if self.follower is not None and self.follower.journal is not None else None
+        try:
+            screen = TimelineScreen(self.session, cid, follow=True, journal=journal)
+        except CkptError as exc:
+            self.error(exc)
+            return
+        self.stop_follow(quiet=True)
+        self.workers.cancel_group(self, "replay")
+        self.workers.cancel_group(self, "search")
+        self.workers.cancel_group(self, "index")
+        if self.app.screen is self:
+            self.app.switch_screen(screen)
+
+    def stop_follow(self, *, quiet: bool = False) -> None:
         if self.follow_timer is not None:
             self.follow_timer.stop()
         self.follow_timer = None
@@ -715,7 +743,8 @@ class TimelineScreen(BaseScreen):
         self.workers.cancel_group(self, "follow")
         self.polling = False
         self.query_one("#tl-title", Static).update(self._title(), layout=False)
-        self.notify("stopped following", timeout=2)
+        if not quiet:
+            self.notify("stopped following", timeout=2)
 
     def _tick(self) -> None:
         if self.follower is not None and not self.polling:
@@ -739,6 +768,11 @@ class TimelineScreen(BaseScreen):
         self.polling = False
         if message.found is not None:
             self.notify(f"following the journal {message.found}", timeout=3)
+        if message.said is not None:
+            self.notify(message.said, title="following", severity="warning", timeout=8)
+        if message.new_run is not None:
+            self._follow_new_run(message.new_run)
+            return
         if not (message.events or message.checkpoints):
             return
         events = self.events
