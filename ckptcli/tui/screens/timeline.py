@@ -361,9 +361,12 @@ class TimelineScreen(BaseScreen):
         self.query_one("#step", VirtualList).set_count(len(lines))
 
     def _show_pending(self, r: int) -> None:
-        seq = self.model.seq(r)
+        try:
+            to = f"seq {self.model.seq(r):,}"
+        except CkptError:  # the row's own event breaks the spec: the replay says why
+            to = f"row {r:,}"
         self._set_step_lines(
-            [("summary", f"replaying to seq {seq:,} ({self.model.cost(max(r - 1, 0)) + 1:,} events from the nearest kept state)…")]
+            [("summary", f"replaying to {to} ({self.model.cost(max(r - 1, 0)) + 1:,} events from the nearest kept state)…")]
         )
 
     def _show_failure(self, r: int, error: str) -> None:
