@@ -1,6 +1,6 @@
 """`ckpt tui` at scale: a store of 10,000 checkpoints and a checkpoint with a 100,000-event tail.
 
-    python -m bench.tui [--workdir DIR] [--runs 5] [--json PATH] [--quick]
+    python -m bench.tui [--workdir DIR] [--runs 5] [--json PATH] [--quick] [--only PARTS] [--against DIR]
 
 Builds (once, cached in --workdir, default /tmp/ckpt-bench-tui) a store of 10,000
 checkpoints (10 subjects of 1,000, tags, forks, migrations) and a store holding one
@@ -41,7 +41,10 @@ Prints a table with the targets (first paint < 1 s; a cursor move drawn within 5
 the median and 100 ms at p95; the value viewer on 1 MB and a jump to the next error
 within 200 ms; a followed event on screen within 1 s; memory bounded) and PASS/FAIL.
 Medians over --runs. `--only follow` (or paint, terminal, viewer: comma-separated)
-measures only those parts.
+measures only those parts. `--against DIR` also times the tail's first paint in a real
+terminal against the checkout in DIR (`git worktree add --detach /tmp/old main`), the two
+taking turns, with each one's CPU time until its first frame (`--only none --against DIR`:
+that alone).
 """
 
 from __future__ import annotations
@@ -426,7 +429,8 @@ def inprocess(store: Path, ref: str | None, runs: int) -> dict[str, Any]:
 class Terminal:
     """`ckpt ARGS` running in a pseudo-terminal of SIZE; reads what it draws."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], tree: Path | None = None) -> None:
+        """`tree`: run the ckptcli of that checkout (another worktree: --against), else this one's."""
         import fcntl
         import pty
         import struct
@@ -435,9 +439,17 @@ class Terminal:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", SIZE[1], SIZE[0], 0, 0))
         env = {**os.environ, "TERM": "xterm-256color"}
+        if tree is not None:  # `-m` puts the working directory first on sys.path: that checkout's ckptcli
+            env["PYTHONPATH"] = str(tree)
         self.start = time.perf_counter()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ckptcli", *args], stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True
+            [sys.executable, "-m", "ckptcli", *args],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            start_new_session=True,
+            cwd=tree,
         )
         os.close(slave)
         self.pid, self.fd = self.proc.pid, master
@@ -599,6 +611,26 @@ def terminal_tail(tail: Path, ref: str, runs: int, events: int) -> dict[str, Any
     return out
 
 
+def paint_against(tail: Path, ref: str, runs: int, other: Path) -> dict[str, Any]:
+    """First paint of the tail in a real terminal, this checkout and `other` (a worktree of
+    another commit) taking turns, so that both see the same load; and each one's CPU time
+    until then (user + sys of the process, which load moves less than wall time)."""
+    here = Path(__file__).resolve().parent.parent
+    args = ["tui", "--store", str(tail), ref, "--timeline"]
+    got: dict[str, list[tuple[float, float]]] = {"this": [], "other": []}
+    for _ in range(runs):
+        for name, tree in (("other", other), ("this", here)):
+            term = Terminal(args, tree)
+            try:
+                wall = term.wait_for(b"events, seq 1..") - term.start
+                got[name].append((wall, _cpu_seconds(term.pid)))
+            finally:
+                term.close()
+    return {
+        f"{name}_{k}": statistics.median(v[i] for v in values) for name, values in got.items() for i, k in enumerate(("paint_s", "cpu_s"))
+    }
+
+
 def at_seq(seq: int) -> re.Pattern[bytes]:
     """The timeline's header for the row at `seq`: "seq N  kind"."""
     return re.compile(rb"seq %d  [a-z]" % seq)
@@ -719,6 +751,12 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="1,000 checkpoints and 10,000 events, 1 run: checks the harness")
     ap.add_argument("--json", type=Path, help="write every figure to this file")
     ap.add_argument("--only", help="measure only these parts, comma-separated: paint, terminal, viewer, follow")
+    ap.add_argument(
+        "--against",
+        type=Path,
+        metavar="DIR",
+        help="also time the tail's first paint in a real terminal against the checkout in DIR (e.g. a worktree of main), taking turns",
+    )
     args = ap.parse_args()
     only = set(args.only.split(",")) if args.only else {"paint", "terminal", "viewer", "follow"}
     checkpoints, events, runs = (1_000, 10_000, 1) if args.quick else (CHECKPOINTS, EVENTS, args.runs)
@@ -739,6 +777,9 @@ def main() -> int:
     if "viewer" in only:
         log("value viewer and jumps (in-process)")
         r["viewer_jumps"] = viewer_and_jumps(args.workdir, tail, ref, runs)
+    if args.against is not None:
+        log(f"first paint of the tail: this checkout and {args.against}, taking turns")
+        r["against"] = {"dir": str(args.against), **paint_against(tail, ref, runs, args.against)}
     if "follow" in only:
         log("following a running agent (real terminal), the overview strip (in-process)")
         r["follow"] = terminal_follow(args.workdir)
@@ -766,6 +807,22 @@ def report(r: dict[str, Any]) -> None:
         rows += _terminal_rows(r, n, e)
     if "viewer_jumps" in r:
         rows += _viewer_rows(r, e)
+    if "against" in r:
+        a = r["against"]
+        rows += [
+            [
+                f"first paint, {e}-event tail (terminal): this / {a['dir']}",
+                f"{_ms(a['this_paint_s'])} / {_ms(a['other_paint_s'])} ({a['this_paint_s'] / a['other_paint_s']:.2f}x)",
+                f"< {FIRST_PAINT_TARGET:.0f} s",
+                verdict(a["this_paint_s"] < FIRST_PAINT_TARGET),
+            ],
+            [
+                "  CPU until then (user + sys)",
+                f"{_ms(a['this_cpu_s'])} / {_ms(a['other_cpu_s'])} ({a['this_cpu_s'] / a['other_cpu_s']:.2f}x)",
+                "",
+                "",
+            ],
+        ]
     if "follow" in r:
         f, st = r["follow"], r["strip"]
         rows += [

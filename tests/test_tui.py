@@ -43,6 +43,15 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, byte
     return path, build_demo_store(path)
 
 
+def test_the_demo_stores_files_restore_whole(demo: tuple[Path, dict[str, bytes]], tmp_path: Path) -> None:
+    """Each file of the demo's blobs holds the bytes its size declares (restore checks it)."""
+    path, ids = demo
+    from ckptcli.api import Checkpoint
+
+    Checkpoint(ckptcli.open_store(path), ids["merge"]).restore_blobs(tmp_path / "out")
+    assert (tmp_path / "out" / "out" / "report.csv").stat().st_size == 24
+
+
 @pytest.fixture(scope="module")
 def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
     """A 1,500-event tail, a tail with an event that does not fit, a 250-key memory."""
@@ -665,6 +674,35 @@ def test_the_commands_errors_come_before_textual(
     assert r.code == 2 and "terminal" in r.err  # everything checked; only the terminal is missing
     r = cli("tui", "latest", "--store", path, "--reducers", "nope")
     assert r.code == 2 and "MODULE:NAME" in r.err
+
+
+def test_a_long_tails_middle_is_checked_as_it_is_drawn_not_before_starting(cli: Any, tmp_path: Path) -> None:
+    """Of a tail longer than 1,000 events the command checks the first and last 500 (a bad
+    one there: its exit code, before anything is drawn); one in the middle is shown in red
+    on its row when it is drawn, and the timeline says why there is no state after it."""
+    store = ckptcli.init_store(tmp_path / ".ckpt")
+    snap: dict[str, Any] = {"memory": {"messages": []}, "plan": [], "tools": []}
+    events = demo_events(1, 1500, 10**18)
+    middle = dict(events[700])
+    del middle["ts"]
+    first = dict(events[10])
+    del first["ts"]
+    bad_middle = take(store, {**snap, "events": [*events[:700], middle, *events[701:]]}, subject="agent:middle").id
+    bad_first = take(store, {**snap, "events": [*events[:10], first, *events[11:]]}, subject="agent:first").id
+    r = cli("tui", bad_first.hex()[:12], "--store", tmp_path / ".ckpt", "--timeline")
+    assert r.code == 4 and "has no 'ts'" in r.err and r.err.count("\n") == 1
+    r = cli("tui", bad_middle.hex()[:12], "--store", tmp_path / ".ckpt", "--timeline")
+    assert r.code == 2 and "terminal" in r.err  # checked as far as it is before starting: only the terminal is missing
+
+    async def scenario(pilot: Any) -> None:
+        screen = pilot.app.screen
+        screen.events.set_cursor(701, center=True)
+        await settle(pilot)
+        shown = rows(screen.events)
+        assert any("event 700" in line and "has no 'ts'" in line for line in shown), shown
+        assert "no state here" in "\n".join(t for _k, t in screen.step_lines)
+
+    run(store, scenario, checkpoint=bad_middle, view="timeline")
 
 
 def test_the_command_draws_in_a_real_terminal_and_quits_on_q(demo: tuple[Path, dict[str, bytes]]) -> None:

@@ -238,6 +238,52 @@ def test_fork_at_the_timeline_cursor_writes_a_fork_there_on_a_branch(demo: tuple
     run(path, scenario, checkpoint=ids["recorded"], view="timeline")
 
 
+def test_the_fork_command_printed_names_the_reducers_the_fork_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tail of custom kinds, replayed with `--reducers tally_mod:REDUCERS`: the command the
+    fork prints carries them, and runs as printed (without them the fork cannot replay)."""
+    (tmp_path / "tally_mod.py").write_text(
+        "def add(state, event):\n"
+        "    return {**state, 'ext': {'tally': state.get('ext', {}).get('tally', 0) + event.fields['n']}}\n"
+        "REDUCERS = {'tally:add': add}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tally_mod", raising=False)
+    from ckptcli.history.replay import load_reducers
+    from ckptcli.tui.app import CkptApp
+    from ckptcli.tui.session import open_session
+
+    store = ckptcli.init_store(tmp_path / ".ckpt")
+    events = [{"seq": i, "ts": T0 + i, "kind": "tally:add", "n": i} for i in range(1, 6)]
+    cid = take(store, {"memory": {}, "ext": {"tally": 0}, "events": events}, subject="agent:tally").id
+    specs = ["tally_mod:REDUCERS"]
+    app = CkptApp(open_session(store, reducers=load_reducers(specs), reducer_specs=specs), checkpoint=cid, view="timeline", blink=False)
+    printed: list[str] = []
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 36)) as pilot:
+            await pilot.pause()
+            screen = pilot.app.screen
+            assert isinstance(screen, TimelineScreen)
+            screen.events.set_cursor(3)
+            await pilot.pause()
+            await confirm_with(pilot, "B", "three")
+            await pilot.press("enter")
+            await settle(pilot)
+            printed.extend(m for m in messages(pilot.app) if "$ ckpt fork" in m)
+
+    asyncio.run(main())
+    assert printed, messages(app)
+    cmd = printed[0].split("$ ", 1)[1].split(" (copied)")[0].strip()
+    assert "--reducers tally_mod:REDUCERS" in cmd, cmd
+    args = shlex.split(cmd)[1:]
+    args[args.index("--branch") + 1] = "three-again"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    got = subprocess.run([sys.executable, "-m", "ckptcli", *args], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert got.returncode == 0, got.stderr
+    again = ckptcli.open_store(tmp_path / ".ckpt")
+    assert Checkpoint(again, again.refs()["branches/three-again"]).state()["ext"] == {"tally": 1 + 2 + 3}
+
+
 def test_fork_from_the_history_asks_for_the_seq_the_end_of_the_tail_given(demo: tuple[Path, dict[str, bytes]]) -> None:
     path, ids = demo
 
@@ -455,6 +501,25 @@ def test_the_palette_offers_ckpt_commands_and_runs_them(demo: tuple[Path, dict[s
     run(path, scenario)
 
 
+def test_the_palette_goes_to_a_tag_from_a_timeline_opened_alone(demo: tuple[Path, dict[str, bytes]]) -> None:
+    """`ckpt tui REF --timeline` opens the timeline without a history below it (its first
+    paint); "Go to tag" then puts the history in its place, at the tag."""
+    path, ids = demo
+
+    async def scenario(pilot: Any) -> None:
+        assert isinstance(pilot.app.screen, TimelineScreen) and len(pilot.app.screen_stack) == 2
+        await pilot.press("ctrl+p")
+        await pilot.press(*"tag known")
+        await first_hit(pilot, "Go to tag known-good")
+        await pilot.press("enter")
+        await settle(pilot)
+        screen = pilot.app.screen
+        assert isinstance(screen, HistoryScreen) and screen.point() == (ids["good"], None)
+        assert len(pilot.app.screen_stack) == 2
+
+    run(path, scenario, checkpoint=ids["recorded"], view="timeline")
+
+
 def test_the_palette_lists_what_the_screen_can_do() -> None:
     from ckptcli.tui.palette import COMMANDS, offered
 
@@ -521,6 +586,53 @@ def test_step_40_to_41_of_an_agent_in_few_keys(steps: tuple[Store, list[bytes], 
         assert "step" in text and "40" in text and "41" in text
 
     run(store, scenario)
+
+
+def test_step_40_to_41_in_7_keys_whatever_the_subjects_names(tmp_path: Path) -> None:
+    """Subjects that need 3+ letters to tell apart (agent:sup, agent:super, agent:supervisor):
+    from plain `ckpt tui`, `:`, the hint the sidebar shows beside the subject, ` 41`, Enter,
+    `d` is the diff of step 40 to 41: 7 keys (8 with a two-character hint, past 36 subjects)."""
+    from textual.widgets import OptionList
+
+    store = ckptcli.init_store(tmp_path / ".ckpt")
+    names = ["agent:sup", "agent:super", "agent:supervisor"]
+    ids: dict[str, list[bytes]] = {n: [] for n in names}
+    for i in range(45):
+        for n in names:
+            chain = ids[n]
+            chain.append(take(store, {"memory": {"step": i, "who": n}}, subject=n, parents=[c.hex() for c in chain[-1:]]).id)
+
+    for subject in ("agent:super", "agent:sup"):
+
+        async def scenario(pilot: Any, subject: str = subject) -> None:
+            screen = pilot.app.screen
+            assert isinstance(screen, HistoryScreen)
+            sidebar = screen.query_one("#subjects", OptionList)
+            shown = {o.id: str(o.prompt) for o in (sidebar.get_option_at_index(i) for i in range(sidebar.option_count))}
+            hint = shown[subject].split()[0]  # as the sidebar shows it
+            assert len(hint) == 1 and shown[subject] == f"{hint} {subject}  45"
+            keys = [":", *hint, "space", "4", "1", "enter", "d"]
+            assert len(keys) == 7
+            await pilot.press(*keys)
+            await settle(pilot)
+            diff = pilot.app.screen
+            assert isinstance(diff, DiffScreen)
+            assert diff.title_text == f"diff {ids[subject][40].hex()[:12]} → {ids[subject][41].hex()[:12]}"
+            text = "\n".join(t for _k, t in diff.lines)
+            assert "40" in text and "41" in text
+
+        run(store, scenario)
+
+
+def test_subject_hints_are_short_and_never_a_subjects_own_name() -> None:
+    from ckptcli.tui.screens.history import subject_hints
+
+    few = subject_hints(["agent:a", "agent:b", "agent:zed"])
+    assert sorted(few.values()) == ["c", "d", "e"]  # a and b name agent:a and agent:b themselves
+    many = subject_hints([f"agent:s{i:02d}" for i in range(36)])
+    assert all(len(h) == 1 for h in many.values()) and len(set(many.values())) == 36
+    more = subject_hints([f"agent:s{i:02d}" for i in range(37)])
+    assert all(len(h) == 2 for h in more.values()) and len(set(more.values())) == 37
 
 
 def test_colon_with_a_subject_under_the_cursor_needs_only_the_step(steps: tuple[Store, list[bytes], list[bytes]]) -> None:

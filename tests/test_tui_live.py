@@ -347,6 +347,53 @@ def test_the_command_refuses_a_journal_without_follow_and_a_file_that_is_no_jour
 
 
 # -- g SEQ across a subject's checkpoints -------------------------------------------------------------------
+def test_goto_across_checkpoints_looks_in_a_worker_and_the_keys_stay_live(tmp_path: Path) -> None:
+    """`g SEQ` outside the tail reads other checkpoints' tails (up to 64): not on the app's
+    thread. While the look-up is held, Down still moves the cursor; once it is let go, the
+    checkpoint that holds the seq opens at it."""
+    import threading
+
+    store_dir, _journal, rec = recorder(tmp_path)
+    ids = []
+    for c in range(2):
+        for i in range(3):
+            note(rec, f"c{c} n{i}")
+        ids.append(rec.checkpoint(message=f"part {c}").id)
+    rec.close()
+    go_on = threading.Event()
+    threads: list[int] = []
+
+    async def scenario(pilot: Any) -> None:
+        screen = pilot.app.screen
+        assert isinstance(screen, TimelineScreen) and screen.cid == ids[1]
+        session = screen.session
+        real = session.holder_of_seq
+
+        def held(*args: Any, **kwargs: Any) -> Any:
+            threads.append(threading.get_ident())
+            go_on.wait(30)  # the old code waited here on the app's thread: no key was handled meanwhile
+            return real(*args, **kwargs)
+
+        session.holder_of_seq = held  # type: ignore[method-assign]
+        await pilot.press("home")
+        await pilot.press("g", "2", "enter")
+        await until(pilot, lambda: bool(threads), "the look-up to start")
+        await pilot.press("down", "down")
+        await pilot.pause()
+        assert pilot.app.screen is screen and screen.events.cursor == 2 and not go_on.is_set()
+        go_on.set()
+        await pilot.app.workers.wait_for_complete([w for w in pilot.app.workers if w.group == "goto"])
+        await pilot.pause()
+        opened = pilot.app.screen
+        assert isinstance(opened, TimelineScreen) and opened.cid == ids[0] and opened.model.seq(opened.events.cursor) == 2
+        assert threads[0] != threading.get_ident()  # a worker's thread, not the app's
+
+    try:
+        run_app(store_dir, scenario, follow=False, start=ids[1])
+    finally:
+        go_on.set()
+
+
 def test_goto_a_seq_of_another_checkpoint_opens_the_one_that_holds_it(tmp_path: Path) -> None:
     """A recorder's run (checkpoints holding seq 1-3, 4-6, 7-9) and a fork of the second
     (seq 7-8): `g SEQ` opens the checkpoint that holds it, its own line first (ancestors,
@@ -367,6 +414,7 @@ def test_goto_a_seq_of_another_checkpoint_opens_the_one_that_holds_it(tmp_path: 
 
     async def goto(pilot: Any, seq: int) -> TimelineScreen:
         await pilot.press("g", *str(seq), "enter")
+        await pilot.app.workers.wait_for_complete([w for w in pilot.app.workers if w.group == "goto"])
         await pilot.pause()
         screen = pilot.app.screen
         assert isinstance(screen, TimelineScreen)
@@ -527,6 +575,48 @@ def test_following_a_store_on_object_storage_reads_its_ref_every_eighth_poll(tmp
         got = [follow.poll() for _ in range(REMOTE_REF_EVERY)]
         found = [u for u in got if u is not None]
         assert len(found) == 1 and [e["value"] for e in found[0].events] == ["one"] and len(found[0].checkpoints) == 1
+    finally:
+        rec.close()
+
+
+def test_following_says_when_the_journal_is_truncated_and_follows_the_new_run_written_there(tmp_path: Path) -> None:
+    """The followed journal is emptied in place (`: > live.journal`): a notification says so
+    (it stalled silently); a new run then recorded at the same path (its own first
+    checkpoint, its seqs from 1 again) is followed in that run's timeline, said too."""
+    store_dir, journal, rec = recorder(tmp_path)
+    for i in range(3):
+        note(rec, f"old {i}")
+
+    def said(pilot: Any, text: str) -> bool:
+        return any(text in n.message for n in pilot.app._notifications)
+
+    async def scenario(pilot: Any) -> None:
+        nonlocal rec
+        screen = pilot.app.screen
+        assert isinstance(screen, TimelineScreen) and screen.follower is not None
+        await until(pilot, lambda: len(screen.model) == 4, "the journal's three events")
+        rec.close()
+        journal.write_bytes(b"")  # truncated in place
+        await until(pilot, lambda: said(pilot, "was truncated"), "a notification that the journal was truncated")
+        rec = Recorder.open(
+            ckptcli.open_store(store_dir),
+            SUBJECT,
+            journal,
+            state={"memory": {"run": 2}, "plan": [], "tools": []},
+            durability=Durability(batch_size=1, fsync="never", flush_on=frozenset()),
+        )
+        note(rec, "new 1")
+        await until(pilot, lambda: said(pilot, "replaced by another run"), "a notification that another run writes the journal")
+        await until(pilot, lambda: pilot.app.screen is not screen, "the new run's timeline")
+        new = pilot.app.screen
+        assert isinstance(new, TimelineScreen) and new.cid.hex() == rec.base
+        await until(pilot, lambda: new.follower is not None, "the new run's timeline following")
+        note(rec, "new 2")
+        await until(pilot, lambda: len(new.model) == 3, "the new run's events, followed")
+        assert [new.model.event(r - 1).fields["value"] for r in (1, 2)] == ["new 1", "new 2"]
+
+    try:
+        run_app(store_dir, scenario)
     finally:
         rec.close()
 

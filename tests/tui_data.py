@@ -196,7 +196,7 @@ def build_demo_store(path: Path, *, tail: int = 40) -> dict[str, bytes]:
         "mode": 0o755,
         "mtime_ns": T0,
         "entries": {
-            "report.csv": {"type": "file", "size": 24, "mode": 0o644, "mtime_ns": T0, "data": b"table,rows\na,120\nb,80\n\n"[:24]},
+            "report.csv": {"type": "file", "size": 24, "mode": 0o644, "mtime_ns": T0, "data": b"table,rows\na,1200\nb,800\n"},
             "latest": {"type": "symlink", "target": "report.csv"},
             "logs": {
                 "type": "dir",

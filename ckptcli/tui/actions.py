@@ -157,6 +157,8 @@ def fork_action(session: Session, cid: bytes, at: int | None = None, *, first: i
         branch = v.get("branch", "").strip()
         if branch:
             args += ["--branch", branch]
+        for spec in session.reducer_specs:  # the fork replays with them, as the TUI does
+            args += ["--reducers", spec]
         return [*args, *store_args(session)]
 
     def describe(v: Values) -> str:
@@ -341,13 +343,24 @@ def _failed(app: Any, action: Action, error: str) -> None:
 
 def _succeeded(app: Any, action: Action, result: str, cmd: str, done: Callable[[str], None] | None) -> None:
     if action.changes_store:  # the history shows the new tag, branch or fork (HistoryScreen.reload)
+        reloaded = False
         for s in app.screen_stack:
             reload = getattr(s, "reload", None)
             if callable(reload):
                 reload()
+                reloaded = True
             show = getattr(s, "show_checkpoint", None)
             if action.made is not None and callable(show):
                 show(action.made)  # the history's cursor on the new fork
+        session = getattr(app, "session", None)
+        if not reloaded and session is not None and isinstance(session.source, Store):
+            # no history screen yet (a timeline opened alone): the one made later reads the store as it is now
+            from ckptcli.history.graph import History
+
+            try:
+                session.history = History.from_store(session.source)
+            except CkptError as exc:
+                app.notify(str(exc), title="error", severity="error", timeout=8)
     try:
         app.copy_to_clipboard(cmd)
         copied = " (copied)"

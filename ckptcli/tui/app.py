@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -87,20 +88,32 @@ class CkptApp(App[None]):
         if self.session.follow and isinstance(self.session.source, Store) and self.session.source.directory is not None:
             self._refs_seen = self._refs_signature()
             self.set_interval(1.0, self._follow_history)
-        self.push_screen(HistoryScreen(self.session, focus=self.start_checkpoint))
-        try:
-            if self.start_checkpoint is not None and self.start_view == "checkpoint":
-                from ckptcli.tui.screens.checkpoint import CheckpointScreen
+        if self.start_checkpoint is not None and self.start_view == "timeline":
+            # alone: the history is made when Esc leaves the timeline (BaseScreen.leave), at
+            # its checkpoint; composing it (or the checkpoint screen) underneath would only
+            # delay the first paint
+            from ckptcli.tui.screens.timeline import TimelineScreen
 
-                self.push_screen(CheckpointScreen(self.session, self.start_checkpoint))
-            elif self.start_checkpoint is not None and self.start_view == "timeline":
-                # straight over the history (Esc goes back to it, at that checkpoint): composing
-                # the checkpoint screen underneath would only delay the first paint
-                from ckptcli.tui.screens.timeline import TimelineScreen
-
+            try:
                 self.push_screen(TimelineScreen(self.session, self.start_checkpoint))
-        except CkptError as exc:  # gone since the command checked it: the history, and why
-            self.notify(str(exc), title="error", severity="error", timeout=8)
+                return
+            except CkptError as exc:  # gone since the command checked it: the history, and why
+                self.notify(str(exc), title="error", severity="error", timeout=8)
+        self.push_screen(HistoryScreen(self.session, focus=self.start_checkpoint))
+        if self.start_checkpoint is not None and self.start_view == "checkpoint":
+            from ckptcli.tui.screens.checkpoint import CheckpointScreen
+
+            try:
+                self.push_screen(CheckpointScreen(self.session, self.start_checkpoint))
+            except CkptError as exc:  # gone since the command checked it: the history, and why
+                self.notify(str(exc), title="error", severity="error", timeout=8)
+
+    def on_ready(self) -> None:
+        """The first frame is drawn: `ckpt tui` turned the garbage collector off until now
+        (ckptcli/cli/commands/tui.py); what is alive is frozen out of its way, and it is on again."""
+        if not gc.isenabled():
+            gc.freeze()
+            gc.enable()
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, (events.Key, events.MouseEvent)):
@@ -197,8 +210,10 @@ def run(
     reducers: Reducers | None = None,
     follow: bool = False,
     journal: Path | None = None,
+    reducer_specs: Sequence[str] = (),
 ) -> None:
     """Run the TUI in this terminal until the user quits (`follow`: timelines tail the run,
-    `journal` the recorder's journal to tail)."""
-    session = open_session(source, reducers=reducers, follow=follow, journal=journal)
+    `journal` the recorder's journal to tail; `reducers` loaded from `reducer_specs`, the
+    `--reducers` the printed commands repeat)."""
+    session = open_session(source, reducers=reducers, follow=follow, journal=journal, reducer_specs=reducer_specs)
     CkptApp(session, checkpoint=checkpoint, view=view, tune_gc=True).run()

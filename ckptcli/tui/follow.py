@@ -93,6 +93,9 @@ class JournalReader:
         self.offset = 0
         self.header: dict[str, Any] | None = None
         self.bytes_read = 0  # for tests and bench/tui.py: what polls cost
+        self._head = b""  # the journal's bytes up to its header's end: a rewrite in place changes them
+        #: the journal was truncated or replaced since it was first read (Follow says so, then clears it)
+        self.restarted = False
 
     def poll(self) -> list[dict[str, Any]]:
         try:
@@ -107,8 +110,13 @@ class JournalReader:
             return []
         try:
             st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != self.ident or st.st_size < self.offset:
-                self.ident, self.offset, self.header = (st.st_dev, st.st_ino), 0, None
+            rewritten = (self.offset > 0 and (st.st_dev, st.st_ino) == self.ident and st.st_size >= self.offset) and os.pread(
+                fd, len(self._head), 0
+            ) != self._head  # truncated, then written again past where it was read
+            if (st.st_dev, st.st_ino) != self.ident or st.st_size < self.offset or rewritten:
+                if self.ident is not None:
+                    self.restarted = True
+                self.ident, self.offset, self.header, self._head = (st.st_dev, st.st_ino), 0, None, b""
             if st.st_size <= self.offset:
                 return []
             data = os.pread(fd, st.st_size - self.offset, self.offset)
@@ -125,6 +133,7 @@ class JournalReader:
             pos = end
             if self.header is None:
                 self.header = value
+                self._head = data[:end]
             else:
                 out.append(value)
         if self.offset == 0:
@@ -197,6 +206,10 @@ class FollowUpdate(Message):
     follower: Any = None
     #: the journal this poll found (looked for beside the store), to say so
     found: Path | None = None
+    #: what to say about the journal (truncated, or replaced by another run's)
+    said: str | None = None
+    #: the journal now records another run, from this checkpoint: the timeline to follow it in
+    new_run: bytes | None = None
 
 
 class Follow:
@@ -219,6 +232,7 @@ class Follow:
         self.places = places or []
         self.pending: list[dict[str, Any]] = []  # journal events after a gap (their checkpoint not read yet)
         self.polls = 0
+        self.said_empty = False  # the journal was found truncated, and that was said
 
     def poll(self) -> FollowUpdate | None:
         """New events and checkpoints since the last poll, None when there are none."""
@@ -239,8 +253,11 @@ class Follow:
             if head is not None and head != self.head:
                 self.head = head
                 self._from_checkpoints(head, events, checkpoints)
+        said: str | None = None
+        new_run: bytes | None = None
         if self.journal is not None:
             self.pending += self.journal.poll()
+            said, new_run = self._restarted(events, checkpoints)
         if self.journal is not None and self._continues_us(self.journal.header):
             kept: list[dict[str, Any]] = []
             for raw in self.pending:
@@ -253,9 +270,41 @@ class Follow:
                 else:
                     kept.append(raw)  # a gap: in a checkpoint the next poll reads
             self.pending = kept
-        if not events and not checkpoints and found is None:
+        if not events and not checkpoints and found is None and said is None:
             return None
-        return FollowUpdate(events, checkpoints, self, found)
+        return FollowUpdate(events, checkpoints, self, found, said, new_run)
+
+    def _restarted(self, events: list[dict[str, Any]], checkpoints: list[tuple[str, int]]) -> tuple[str | None, bytes | None]:
+        """After the journal was truncated or replaced: what to say, and the checkpoint a
+        new run starts from. A journal replaced by the next of this run (the recorder took
+        a checkpoint) continues it: said nothing, its checkpoints read now if the ref was
+        not. A journal emptied says so once; one of another run (a new state, or a base
+        not after what is followed) is that run's, followed from its base checkpoint."""
+        reader = self.journal
+        assert reader is not None
+        if not reader.restarted:
+            return None, None
+        header = reader.header
+        if header is None:  # emptied (a replacement is atomic: it comes with its header)
+            if self.said_empty:
+                return None, None
+            self.said_empty = True
+            return f"the journal {reader.path} was truncated: waiting for its recorder to write it again", None
+        reader.restarted = self.said_empty = False
+        if self._continues_us(header):
+            return None, None
+        base = header.get("base")
+        try:
+            cid = bytes.fromhex(base) if type(base) is str else None
+        except ValueError:
+            cid = None
+        if cid is not None and self.store is not None:
+            self._from_checkpoints(cid, events, checkpoints)  # this run's next checkpoint, before the ref moved
+            if self._continues_us(header):
+                return None, None
+        self.pending = []  # another run's events: not this timeline's rows
+        where = f"from checkpoint {cid.hex()[:12]}" if cid is not None else "from a state of its own"
+        return f"the journal {reader.path} was replaced by another run ({where}): following it", cid
 
     def _continues_us(self, header: dict[str, Any] | None) -> bool:
         """Whether the journal continues a checkpoint of the followed line (a fork's journal

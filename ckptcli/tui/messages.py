@@ -83,3 +83,13 @@ class JumpIndexReady(Message):
     whole tail: later jumps look them up instead of reading events."""
 
     rows: dict[str, Any]
+
+
+@dataclass
+class HolderFound(Message):
+    """`g SEQ` outside the tail: the checkpoint of the subject whose tail holds `seq`, looked
+    for in a worker (Session.holder_of_seq); None when none does, `error` when it failed."""
+
+    seq: int
+    holder: bytes | None
+    error: str | None = None

@@ -87,12 +87,11 @@ class CkptCommands(Provider):
 
     def _go(self, cid: bytes) -> None:
         """To the history, its cursor on `cid`."""
-        app = self.app
-        while len(app.screen_stack) > 1 and not callable(getattr(app.screen, "show_checkpoint", None)):
-            app.pop_screen()
-        show = getattr(app.screen, "show_checkpoint", None)
-        if callable(show):
-            show(cid)
+        from ckptcli.tui.screens.base import to_history
+
+        session = getattr(self.app, "session", None)
+        if session is not None:
+            to_history(self.app, session, cid)
 
     async def discover(self) -> Hits:
         for c in offered(self.screen):

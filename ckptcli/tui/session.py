@@ -7,6 +7,7 @@ Screens import this module, never ckptcli.tui.app (the app imports the screens).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -60,6 +61,8 @@ class Session:
     follow: bool = False
     #: the recorder's journal a followed timeline tails (None: looked for beside the store)
     journal: Path | None = None
+    #: the `--reducers MODULE:NAME` the reducers were loaded from (the commands the actions print repeat them)
+    reducer_specs: tuple[str, ...] = ()
     _checkpoints: LRU[bytes, Checkpoint] = field(default_factory=lambda: LRU(32))
 
     def checkpoint(self, cid: bytes) -> Checkpoint:
@@ -163,6 +166,9 @@ def open_session(
     prefill: bool = True,
     follow: bool = False,
     journal: Path | None = None,
+    reducer_specs: Sequence[str] = (),
 ) -> Session:
+    """`reducers`: loaded from `reducer_specs` (ckptcli.history.replay.load_reducers), which the
+    printed commands repeat."""
     history = History.from_file(source) if isinstance(source, CheckpointFile) else History.from_store(source)
-    return Session(source, history, reducers or Reducers(), prefill, follow, journal)
+    return Session(source, history, reducers or Reducers(), prefill, follow, journal, tuple(reducer_specs))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 from textual.widgets._footer import FooterKey
@@ -21,12 +23,18 @@ class KeyFooter(Footer):
     when they do not fit even so, Help and Quit come first, so that a small terminal
     always shows them."""
 
+    composed_width = -1  # the width the keys were laid out for
+
     def compose(self) -> ComposeResult:
         keys = list(super().compose())
         shown = [k for k in keys if isinstance(k, FooterKey)]
         width = self.app.size.width
+        if shown:
+            self.composed_width = width
         # a key takes its key, its description and 3 cells of padding; 1 fewer when compact
         self.compact = sum(len(k.key_display) + len(k.description) + 3 for k in shown) > width
+        for k in shown:  # made compact now, the keys are styled once as they mount (not each again)
+            k.set_class(self.compact, "-compact", update=False)
         if sum(len(k.key_display) + len(k.description) + 2 for k in shown) <= width:
             yield from keys
             return
@@ -34,7 +42,8 @@ class KeyFooter(Footer):
         yield from (*kept, *(k for k in keys if k not in kept))
 
     def on_resize(self) -> None:
-        self.call_later(self.recompose)
+        if self.app.size.width != self.composed_width:  # not the resize of its first layout
+            self.call_later(self.recompose)
 
 
 #: How each kind of checkpoint and ref is coloured.
@@ -59,9 +68,37 @@ class BaseScreen(Screen[None]):
         box.cursor_blink = getattr(self.app, "blink", True)
         return box
 
+    def leave(self, focus: bytes | None = None) -> None:
+        """Back to the screen below; the bottom screen (the timeline `ckpt tui --timeline`
+        opens alone, for its first paint) gives its place to the history, its cursor on
+        `focus`."""
+        if len(self.app.screen_stack) > 2:
+            self.app.pop_screen()
+        else:
+            self.app.switch_screen(history_screen(self.session, focus))
+
     def error(self, exc: CkptError) -> None:
         """A ckpt error is a notification, never a crash of the TUI."""
         self.notify(str(exc), title="error", severity="error", timeout=8)
+
+
+def history_screen(session: Session, focus: bytes | None) -> Screen[None]:
+    """The history screen, its cursor on `focus` (imported here: the screens import this module)."""
+    from ckptcli.tui.screens.history import HistoryScreen
+
+    return HistoryScreen(session, focus=focus)
+
+
+def to_history(app: App[Any], session: Session, cid: bytes) -> None:
+    """Close the screens above the history and put its cursor on `cid`; a stack without a
+    history (the timeline opened alone) gets one in place of its bottom screen."""
+    while len(app.screen_stack) > 2 and not callable(getattr(app.screen, "show_checkpoint", None)):
+        app.pop_screen()
+    show = getattr(app.screen, "show_checkpoint", None)
+    if callable(show):
+        show(cid)
+    elif len(app.screen_stack) == 2:
+        app.switch_screen(history_screen(session, cid))
 
 
 def mark_text(marked: bool) -> Text:

@@ -27,15 +27,47 @@ STEP_LABELS = ("step", "langgraph.step")
 NARROW = 100
 
 
+#: The characters of the subjects' hints, in the order they are given.
+HINT_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def subject_hints(names: list[str]) -> dict[str, str]:
+    """A short hint for each subject, which `:` takes in place of its name (`:b 41`): one
+    character while there are enough of HINT_CHARS (36 subjects, fewer when some subject
+    is named like one), else two (1,296), else three. Given in the subjects' name order,
+    so a hint stays with its subject while others take checkpoints; none equals a
+    subject's name or the name after its kind (those name the subject themselves)."""
+    taken = {n.lower() for n in names} | {n.partition(":")[2].lower() for n in names}
+    out: dict[str, str] = {}
+    size = 1
+    while True:
+        pool = [h for h in _hint_strings(size) if h not in taken]
+        if len(pool) >= len(names):
+            break
+        size += 1
+    for name, hint in zip(sorted(names), pool, strict=False):
+        out[name] = hint
+    return out
+
+
+def _hint_strings(size: int) -> list[str]:
+    if size == 1:
+        return list(HINT_CHARS)
+    return [a + b for a in HINT_CHARS for b in _hint_strings(size - 1)]
+
+
 def match_subject(history: History, words: str) -> str:
     """The subject `words` names: its whole name, the name after its kind (`x` for
-    agent:x), the start of that name, or a part of the whole name that only one subject
-    has. Raises NotFoundError (none, or several: they are named)."""
+    agent:x), its hint in the sidebar (subject_hints), the start of the name after its
+    kind, or a part of the whole name that only one subject has. Raises NotFoundError
+    (none, or several: they are named)."""
     names = [s.name for s in history.subjects()]
     w = words.strip().lower()
+    hints = subject_hints(names)
     for test in (
         lambda n: n.lower() == w,
         lambda n: n.partition(":")[2].lower() == w,
+        lambda n: hints.get(n) == w,
         lambda n: n.partition(":")[2].lower().startswith(w),
         lambda n: w in n.lower(),
     ):
@@ -164,8 +196,14 @@ class HistoryScreen(BaseScreen):
 
     def _subject_options(self) -> list[Option]:
         subjects = self.history.subjects()
+        hints = subject_hints([s.name for s in subjects])
+        width = max((len(h) for h in hints.values()), default=1)
         out = [Option(Text.assemble(("all subjects", "bold"), f"  {len(self.history):,}"), id=ALL)]
-        out.extend(Option(Text.assemble(s.name, (f"  {s.count:,}", "dim")), id=s.name) for s in subjects)
+        # each subject's hint first: `:HINT STEP` goes to its step (match_subject)
+        out.extend(
+            Option(Text.assemble((f"{hints[s.name]:<{width}} ", "bold magenta"), s.name, (f"  {s.count:,}", "dim")), id=s.name)
+            for s in subjects
+        )
         return out
 
     def on_mount(self) -> None:

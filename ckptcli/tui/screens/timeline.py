@@ -15,6 +15,7 @@ import time
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
@@ -33,7 +34,16 @@ from ckptcli.history.change import Change
 from ckptcli.history.events import Event
 from ckptcli.history.render import Line, change_line, describe
 from ckptcli.history.timeline import STOP_CHECK_EVERY, StepView, Stopped, Timeline
-from ckptcli.tui.messages import JumpDone, JumpIndexReady, PrefillDone, SearchDone, StateFailed, StateReady, ViewValue
+from ckptcli.tui.messages import (
+    HolderFound,
+    JumpDone,
+    JumpIndexReady,
+    PrefillDone,
+    SearchDone,
+    StateFailed,
+    StateReady,
+    ViewValue,
+)
 from ckptcli.tui.overview import OverviewStrip
 from ckptcli.tui.screens.base import BaseScreen, KeyFooter, mark_text
 from ckptcli.tui.session import Host, Session
@@ -111,11 +121,21 @@ class TimelineScreen(BaseScreen):
     TimelineScreen Input { height: 3; }
     """
 
-    def __init__(self, session: Session, cid: bytes, *, row: int | None = None, seq: int | None = None, follow: bool | None = None) -> None:
+    def __init__(
+        self,
+        session: Session,
+        cid: bytes,
+        *,
+        row: int | None = None,
+        seq: int | None = None,
+        follow: bool | None = None,
+        journal: Path | None = None,
+    ) -> None:
         """`row`: the row to open at (the Events tab's row), else the snapshot's; `seq`: the
         row of that seq; `follow`: tail the run (default: the session's `--follow`), the
-        cursor on the last row."""
+        cursor on the last row; `journal`: the journal to follow (default: the session's)."""
         super().__init__(session)
+        self.journal = journal
         self.cid = cid
         self.start_row = row
         self.step_changes: dict[int, Change] = {}
@@ -341,9 +361,12 @@ class TimelineScreen(BaseScreen):
         self.query_one("#step", VirtualList).set_count(len(lines))
 
     def _show_pending(self, r: int) -> None:
-        seq = self.model.seq(r)
+        try:
+            to = f"seq {self.model.seq(r):,}"
+        except CkptError:  # the row's own event breaks the spec: the replay says why
+            to = f"row {r:,}"
         self._set_step_lines(
-            [("summary", f"replaying to seq {seq:,} ({self.model.cost(max(r - 1, 0)) + 1:,} events from the nearest kept state)…")]
+            [("summary", f"replaying to {to} ({self.model.cost(max(r - 1, 0)) + 1:,} events from the nearest kept state)…")]
         )
 
     def _show_failure(self, r: int, error: str) -> None:
@@ -387,7 +410,8 @@ class TimelineScreen(BaseScreen):
         self.workers.cancel_group(self, "replay")
         self.workers.cancel_group(self, "search")
         self.workers.cancel_group(self, "index")
-        self.app.pop_screen()
+        self.workers.cancel_group(self, "goto")
+        self.leave(self.cid)
 
     def action_goto(self) -> None:
         box = self.query_one("#goto", Input)
@@ -397,10 +421,33 @@ class TimelineScreen(BaseScreen):
 
     def goto_elsewhere(self, seq: int) -> None:
         """`g SEQ` outside this tail: the subject's checkpoint whose tail holds it is opened
-        at that seq, in place of this timeline (Session.holder_of_seq); when none holds it,
-        a notification says so and the cursor stays."""
+        at that seq, in place of this timeline (Session.holder_of_seq, which may read up to
+        64 tails: in a worker, the keys stay live meanwhile); when none holds it, a
+        notification says so and the cursor stays."""
+        self._find_holder(seq)
+
+    @work(thread=True, exclusive=True, group="goto")
+    def _find_holder(self, seq: int) -> None:
+        worker = get_current_worker()
+        try:
+            holder = self.session.holder_of_seq(str(self.ck.manifest.subject), seq, self.cid)
+        except CkptError as exc:
+            self.post_message(HolderFound(seq, None, str(exc)))
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug: said in a notification, not a crash of the worker's app
+            self.post_message(HolderFound(seq, None, f"internal error: {type(exc).__name__}: {exc}"))
+            return
+        if not worker.is_cancelled:
+            self.post_message(HolderFound(seq, holder))
+
+    def on_holder_found(self, message: HolderFound) -> None:
+        seq, holder = message.seq, message.holder
+        if message.error is not None:
+            self.notify(f"g {seq}: {message.error}", title="error", severity="error", timeout=8)
+            return
+        if self.app.screen is not self:
+            return  # left meanwhile (Esc, a viewer on top): not replaced under the user's feet
         subject = str(self.ck.manifest.subject)
-        holder = self.session.holder_of_seq(subject, seq, self.cid)
         if holder is None:
             self.notify(
                 f"seq {seq:,} is not in this tail (seq {self.model.base_seq:,} (the snapshot) to {self.model.last_seq:,}) "
@@ -659,7 +706,7 @@ class TimelineScreen(BaseScreen):
 
         store = self.session.source if isinstance(self.session.source, Store) else None
         subject = str(self.ck.manifest.subject)
-        journal = self.session.journal
+        journal = self.journal or self.session.journal
         try:
             last = self.model.last_seq
         except CkptError as exc:
@@ -674,7 +721,24 @@ class TimelineScreen(BaseScreen):
         if cursor_to_end:
             self.events.set_cursor(len(self.model) - 1)
 
-    def stop_follow(self) -> None:
+    def _follow_new_run(self, cid: bytes) -> None:
+        """The followed journal records another run now, from checkpoint `cid`: its timeline,
+        following that journal, in place of this one (rows are only ever appended: another
+        run's events are not this tail's)."""
+        journal = self.follower.journal.path if self.follower is not None and self.follower.journal is not None else None
+        try:
+            screen = TimelineScreen(self.session, cid, follow=True, journal=journal)
+        except CkptError as exc:
+            self.error(exc)
+            return
+        self.stop_follow(quiet=True)
+        self.workers.cancel_group(self, "replay")
+        self.workers.cancel_group(self, "search")
+        self.workers.cancel_group(self, "index")
+        if self.app.screen is self:
+            self.app.switch_screen(screen)
+
+    def stop_follow(self, *, quiet: bool = False) -> None:
         if self.follow_timer is not None:
             self.follow_timer.stop()
         self.follow_timer = None
@@ -682,7 +746,8 @@ class TimelineScreen(BaseScreen):
         self.workers.cancel_group(self, "follow")
         self.polling = False
         self.query_one("#tl-title", Static).update(self._title(), layout=False)
-        self.notify("stopped following", timeout=2)
+        if not quiet:
+            self.notify("stopped following", timeout=2)
 
     def _tick(self) -> None:
         if self.follower is not None and not self.polling:
@@ -706,6 +771,11 @@ class TimelineScreen(BaseScreen):
         self.polling = False
         if message.found is not None:
             self.notify(f"following the journal {message.found}", timeout=3)
+        if message.said is not None:
+            self.notify(message.said, title="following", severity="warning", timeout=8)
+        if message.new_run is not None:
+            self._follow_new_run(message.new_run)
+            return
         if not (message.events or message.checkpoints):
             return
         events = self.events
