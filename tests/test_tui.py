@@ -514,6 +514,7 @@ def test_timeline_goto_search_mark_diff_copy(demo: tuple[Path, dict[str, bytes]]
         screen = pilot.app.screen
         events = screen.query_one("#events", VirtualList)
         await pilot.press("g", *"20", "enter")
+        await settle(pilot)  # a loaded machine may still be loading the tail's rows
         assert events.cursor == 20 and events.has_focus
         await pilot.press("g", *"x", "enter")
         assert events.cursor == 20 and any("not a seq number" in n.message for n in pilot.app._notifications)
