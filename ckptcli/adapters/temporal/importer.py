@@ -20,6 +20,8 @@ same subject. Every file is read and checked whole before anything is written.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 from collections.abc import Iterator, Mapping
 from contextlib import closing
 from pathlib import Path
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptcli.adapters.temporal.events import apply, kind_of
 from ckptcli.adapters.temporal.reader import HistoryEvent, history_files, read_events
-from ckptcli.errors import InvalidInputError, UsageError
+from ckptcli.errors import InvalidInputError, LockError, UsageError
 from ckptcli.format.manifest import Subject
 from ckptcli.history.events import LABEL_SEQ, labelled_seq
 from ckptcli.progress import NULL, Progress
@@ -44,6 +46,8 @@ ENGINE_LABEL = "workflow.engine"
 #: them (a run of signals has no workflow task to cut at)
 SOFT_EVENTS, SOFT_BYTES = 2_500, 2 << 20
 HARD = 2
+#: how long an import waits for another import of the same workflow to end (seconds)
+LOCK_WAIT = 600.0
 
 
 def _subject(workflow_id: str, path: Path) -> Subject:
@@ -120,7 +124,9 @@ def _copy(state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def import_histories(store: Store, source: str, *, workflow_id: str | None = None, progress: Progress = NULL) -> dict[str, Any]:
+def import_histories(
+    store: Store, source: str, *, workflow_id: str | None = None, progress: Progress = NULL, lock_wait: float = LOCK_WAIT
+) -> dict[str, Any]:
     """Import the history file (or the directory of them) `source` into `store`.
 
     Args:
@@ -129,6 +135,8 @@ def import_histories(store: Store, source: str, *, workflow_id: str | None = Non
         workflow_id: the workflow's id (a history file does not hold it); default: the
             file's name without `.json`.
         progress: counts the events written.
+        lock_wait: how long to wait (seconds) while another process imports into one of
+            the same subjects (each subject's import lock is held for the whole import).
 
     Returns:
         {"workflows": [{"subject", "run_id", "file", "events", "new_events", "checkpoints"}],
@@ -139,7 +147,8 @@ def import_histories(store: Store, source: str, *, workflow_id: str | None = Non
     Raises:
         NotFoundError, InvalidInputError, CorruptError (reader.py); UsageError for
         --workflow-id with a directory of several files; InvalidInputError when the file's
-        events up to the last stored one are not the stored ones.
+        events up to the last stored one are not the stored ones; LockError (exit 9) when
+        another process still imports into one of the subjects after `lock_wait`.
     """
     skipped: list[str] = []
     files = history_files(source, skipped)
@@ -149,9 +158,41 @@ def import_histories(store: Store, source: str, *, workflow_id: str | None = Non
         raise UsageError(
             f"--workflow-id names one workflow, and {source} holds {len(files)} history files", hint="name each file ID.json instead"
         )
+    subjects = [_subject(workflow_id if workflow_id is not None else path.stem, path) for path in files]
+    with contextlib.ExitStack() as held:
+        for subject in sorted(set(subjects), key=str):  # one order: two imports never wait for each other's
+            held.enter_context(_subject_lock(store, subject, lock_wait))
+        return _import_locked(store, files, subjects, skipped, progress)
+
+
+def _subject_lock(store: Store, subject: Subject, wait: float) -> contextlib.AbstractContextManager[None]:
+    """The import lock of `subject` (locks/import-<hash>.lock, or a lock object on object
+    storage): held from the reading of the run's checkpoints until the last is written, so
+    two imports of the same workflow at once are one after the other (the second finds the
+    first's events stored and appends only what is new), never two copies of the run."""
+    name = "import-" + hashlib.sha256(str(subject).encode()).hexdigest()[:32]
+
+    @contextlib.contextmanager
+    def hold() -> Iterator[None]:
+        try:
+            lock = store.backend.lock(name, shared=False, wait=wait)
+            lock.__enter__()
+        except LockError as exc:
+            raise LockError(
+                f"{subject} is being imported by another process ({exc.message.rpartition(' by ')[2] or 'another ckpt'})",
+                hint="wait for it to finish and import again: only the events it has not stored are added",
+            ) from None
+        try:
+            yield
+        finally:
+            lock.__exit__(None, None, None)
+
+    return hold()
+
+
+def _import_locked(store: Store, files: list[Path], subjects: list[Subject], skipped: list[str], progress: Progress) -> dict[str, Any]:
     plans = []
-    for path in files:  # everything read and checked before anything is written
-        subject = _subject(workflow_id if workflow_id is not None else path.stem, path)
+    for path, subject in zip(files, subjects, strict=True):  # everything read and checked before anything is written
         head, parent, stored = _header(store, subject, path)
         if parent is not None and stored <= head["last"]:
             with closing(read_events(path, check=False)) as events:
