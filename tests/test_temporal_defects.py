@@ -10,6 +10,7 @@ real histories (docs/workflows.md, "Importing a history"):
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -17,8 +18,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.conftest import run_ckpt
 
 pytest.importorskip("temporalio", reason="temporalio is not installed: pip install 'ckptcli[temporal]'")
 pytest.importorskip("ijson", reason="ijson is not installed: pip install 'ckptcli[temporal]'")
@@ -108,3 +112,64 @@ def test_an_import_refused_while_another_holds_the_run_says_so(store_dir: Path, 
     assert a.returncode == 0, err.decode()
     again = import_histories(st, str(path), lock_wait=0)  # free now: nothing new to add
     assert again["events"] == 0 and again["checkpoints"] == 0
+
+
+# -- errors deep in an event name the file and the event --------------------------------------------
+def _refused(store: Path, path: Path) -> tuple[int, str]:
+    r = run_ckpt("--store", store, "import", "temporal", path)
+    lines = r.stderr.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ckpt: error: ") and "Traceback" not in lines[0], r.stderr.decode()
+    assert "; " in lines[0] and "export it again" in lines[0], lines  # what to do
+    assert ckptcli.list_checkpoints(ckptcli.open_store(store)) == []  # nothing written
+    return r.returncode, lines[0]
+
+
+def test_a_nesting_bomb_names_the_file_the_event_and_what_to_do(store_dir: Path, tmp_path: Path) -> None:
+    text = ALTERNATE.read_text()
+    bomb = "[" * 5_000 + "]" * 5_000
+    after_type = tmp_path / "after.json"
+    anchor = '"eventType": "EVENT_TYPE_ACTIVITY_TASK_COMPLETED",'
+    assert text.count(anchor) == 1
+    after_type.write_text(text.replace(anchor, anchor + ' "x": ' + bomb + ",", 1))
+    code, line = _refused(store_dir, after_type)
+    assert code == 7 and "after.json: event 7 (ActivityTaskCompleted) nests deeper than 256 levels" in line, line
+    before_type = tmp_path / "before.json"
+    before_type.write_text(text.replace('"eventId": "7",', '"eventId": "7", "x": ' + bomb + ",", 1))
+    code, line = _refused(store_dir, before_type)
+    assert code == 7 and "before.json: event 7 (its type not read yet) nests deeper than 256 levels" in line, line
+    outside = tmp_path / "outside.json"
+    outside.write_text('{"x": ' + bomb + ', "events": []}')
+    code, line = _refused(store_dir, outside)
+    assert code == 7 and "outside.json: the JSON outside the events list nests deeper" in line, line
+
+
+def _with_payload(tmp: Path, name: str, raw: bytes) -> tuple[Path, dict[str, Any]]:
+    """ALTERNATE with the result of its activity (event 7) a json/plain payload of `raw`."""
+    history = json.loads(ALTERNATE.read_text())
+    payload = history["events"][6]["activityTaskCompletedEventAttributes"]["result"]["payloads"][0]
+    payload["data"] = base64.b64encode(raw).decode()
+    path = tmp / f"{name}.json"
+    path.write_text(json.dumps(history))
+    return path, payload
+
+
+@pytest.mark.parametrize("depth", [1_000, 6_000])
+def test_a_payload_nested_too_deep_is_kept_as_written(store_dir: Path, tmp_path: Path, depth: int) -> None:
+    # was `input nests too deeply to process` (exit 7), naming neither the file nor the event
+    path, payload = _with_payload(tmp_path, "deep", b"[" * depth + b"]" * depth)
+    r = run_ckpt("--store", store_dir, "import", "temporal", path, "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    r = run_ckpt("--store", store_dir, "replay", "workflow:deep", "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    activity = json.loads(r.stdout)["state"]["ext"]["temporal"]["activities"]["5"]
+    assert activity["status"] == "completed" and activity["result"] == payload  # undecoded, as Temporal wrote it
+
+
+def test_a_payload_with_a_lone_surrogate_is_kept_as_written(store_dir: Path, tmp_path: Path) -> None:
+    # valid JSON that no checkpoint can hold decoded (a lone surrogate): the payload as written
+    path, payload = _with_payload(tmp_path, "sur", b'"\\ud800"')
+    r = run_ckpt("--store", store_dir, "import", "temporal", path, "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    r = run_ckpt("--store", store_dir, "replay", "workflow:sur", "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    assert json.loads(r.stdout)["state"]["ext"]["temporal"]["activities"]["5"]["result"] == payload

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptcli.adapters.temporal.events import apply, kind_of
 from ckptcli.adapters.temporal.reader import HistoryEvent, history_files, read_events
-from ckptcli.errors import InvalidInputError, LockError, UsageError
+from ckptcli.errors import InvalidInputError, LimitExceededError, LockError, UsageError
 from ckptcli.format.manifest import Subject
 from ckptcli.history.events import LABEL_SEQ, labelled_seq
 from ckptcli.progress import NULL, Progress
@@ -252,15 +252,21 @@ def _write(
     def flush() -> None:
         nonlocal parent, tail, snap, start_pos
         first, last = tail[0]["seq"], tail[-1]["seq"]
-        res = take(
-            store,
-            {**snap, "events": tail},
-            subject=subject,
-            labels={**labels, LABEL_SEQ: str(last)},
-            parents=[parent] if parent else [],
-            message=f"Temporal history {path.name}: events {first}..{last}",
-            cache=False,  # the tail is new each time, and the snapshot's lists are short (bounded)
-        )
+        try:
+            res = take(
+                store,
+                {**snap, "events": tail},
+                subject=subject,
+                labels={**labels, LABEL_SEQ: str(last)},
+                parents=[parent] if parent else [],
+                message=f"Temporal history {path.name}: events {first}..{last}",
+                cache=False,  # the tail is new each time, and the snapshot's lists are short (bounded)
+            )
+        except (InvalidInputError, LimitExceededError) as exc:  # what the reader's checks did not foresee: said with its place
+            raise type(exc)(
+                f"{path}: events {first}..{last} cannot be stored: {exc.message}",
+                hint=exc.hint or "the file is not a history Temporal wrote; export it again: `temporal workflow show -w ID --output json`",
+            ) from None
         parent = res.hex
         made.append(res.hex)
         progress.advance(len(tail))
@@ -271,7 +277,7 @@ def _write(
             if not tail:
                 snap = _copy(state)
             tail.append(_stored(ev))
-        state = apply(state, ev.name, ev.raw, ev.seq, ev.ts, in_place=True)
+        state = _apply(state, ev, path)
         if tail:
             size, count = position[0] - start_pos, len(tail)
             at_task = ev.name == "WorkflowTaskCompleted"
@@ -282,6 +288,17 @@ def _write(
     if tail:
         flush()
     return len(made), made
+
+
+def _apply(state: dict[str, Any], ev: HistoryEvent, path: Path) -> dict[str, Any]:
+    """apply() in place, a failure of it one line naming the file and the event."""
+    try:
+        return apply(state, ev.name, ev.raw, ev.seq, ev.ts, in_place=True)
+    except RecursionError:
+        raise LimitExceededError(
+            f"{path}: event {ev.seq} ({ev.name}) nests too deeply to derive the workflow's state from it",
+            hint="the file is not a history Temporal wrote; export it again: `temporal workflow show -w ID --output json`",
+        ) from None
 
 
 def _stored(ev: HistoryEvent) -> dict[str, Any]:

@@ -234,20 +234,52 @@ PARSE_READ = 4096  # bytes ijson parses at a time (read_events)
 
 
 def _bounded(events: Iterator[tuple[str, str, Any]], where: str) -> Iterator[tuple[str, str, Any]]:
-    """ijson's parse events, refused (LimitExceededError, exit 7) past MAX_DEPTH."""
+    """ijson's parse events, refused (LimitExceededError, exit 7) past MAX_DEPTH, naming
+    the event the bomb is in (its id and type when read before it)."""
     depth = 0
+    index = 0  # events read whole so far
+    eid: Any = None
+    etype: Any = None
     for ev in events:
-        kind = ev[1]
+        prefix, kind = ev[0], ev[1]
         if kind == "start_map" or kind == "start_array":
             depth += 1
             if depth > MAX_DEPTH:
                 raise LimitExceededError(
-                    f"{where}: the JSON nests deeper than {MAX_DEPTH} levels",
-                    hint="a Temporal history nests about 10 deep: the file is not one",
+                    f"{where}: {_bomb_place(prefix, index, eid, etype)} nests deeper than {MAX_DEPTH} levels",
+                    hint="a Temporal history nests about 10 deep: the file is not one Temporal wrote; "
+                    "export it again: `temporal workflow show -w ID --output json`",
                 )
         elif kind == "end_map" or kind == "end_array":
             depth -= 1
+            if depth == 2 and kind == "end_map" and prefix == "events.item":
+                index += 1
+                eid = etype = None
+        elif depth == 3 and prefix in _ID_PREFIXES:
+            eid = ev[2]
+        elif depth == 3 and prefix in _TYPE_PREFIXES:
+            etype = ev[2]
         yield ev
+
+
+_ID_PREFIXES = frozenset(("events.item.eventId", "events.item.event_id"))
+_TYPE_PREFIXES = frozenset(("events.item.eventType", "events.item.event_type"))
+
+
+def _bomb_place(prefix: str, index: int, eid: Any, etype: Any) -> str:
+    """Where JSON nested too deep is: "event 7 (ActivityTaskCompleted)", "events[6] (...)"."""
+    if not prefix.startswith("events.item"):
+        return "the JSON outside the events list" if prefix.partition(".")[0] != "events" else "the events list"
+    return describe_event(index, eid, etype)
+
+
+def describe_event(index: int, eid: Any, etype: Any) -> str:
+    """An event for an error line, from what is known of it: its id (when it has one that
+    is its place: ids are 1, 2, 3, ...), else its place in the list; its type when read."""
+    name = type_name(etype) if etype is not None else None
+    kind = f" ({name})" if name else f" (type {etype!r})" if etype is not None else " (its type not read yet)"
+    seq = eid if type(eid) is int else int(eid) if type(eid) is str and eid.isdecimal() and eid.isascii() and len(eid) < 20 else None
+    return f"event {seq}{kind}" if seq == index + 1 else f"events[{index}]{kind}"
 
 
 def _size(f: IO[bytes]) -> int:
