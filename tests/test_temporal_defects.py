@@ -173,3 +173,81 @@ def test_a_payload_with_a_lone_surrogate_is_kept_as_written(store_dir: Path, tmp
     r = run_ckpt("--store", store_dir, "replay", "workflow:sur", "--json")
     assert r.returncode == 0, r.stderr.decode()
     assert json.loads(r.stdout)["state"]["ext"]["temporal"]["activities"]["5"]["result"] == payload
+
+
+# -- one large payload -------------------------------------------------------------------------------
+PROBE = (
+    "import resource, subprocess, sys; "
+    "r = subprocess.run([sys.executable, '-m', 'ckptcli', '--store', sys.argv[1], 'import', 'temporal', sys.argv[2], '--json'], "
+    "capture_output=True); "
+    "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.stderr.write(r.stderr.decode())"
+)
+
+
+def _peak_kib(store: Path, path: Path) -> int:
+    """The max RSS (KiB) of `ckpt import temporal PATH` in a process of its own (Linux: KiB)."""
+    ckptcli.init_store(store)
+    r = subprocess.run([sys.executable, "-c", PROBE, str(store), str(path)], capture_output=True, text=True, timeout=1800, env=_env())
+    code, kib = map(int, r.stdout.split())
+    assert code == 0, r.stderr
+    return kib
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss in KiB")
+def test_one_large_payload_is_not_held_in_memory_and_the_history_comes_back_whole(tmp_path: Path) -> None:
+    """A 32 MB payload (43 MB of base64) was held several times (the string, its check,
+    the encoder's copies: about 6x its size) and ijson took minutes over it. What the
+    import takes beyond a small history's is now the chunker's windows, whatever the
+    payload's size (about 19 MB here and for 50 MB alike)."""
+    from ckptcli.adapters.temporal.importer import history_json
+    from ckptcli.adapters.temporal.synth import synthesize
+
+    big = tmp_path / "big.json"
+    synthesize(COMPLETE, 10, big, result_bytes=32_000_000)
+    payload = 32_000_002  # the JSON string of 32,000,000 x
+    peak = _peak_kib(tmp_path / "s1", big)
+    small = _peak_kib(tmp_path / "s2", COMPLETE)  # the same import of a small history: temporalio, the store
+    grew = (peak - small) * 1024
+    print(f"peak RSS {peak} KiB, {small} KiB for the small history: {grew / 1e6:.1f} MB for a payload of {payload / 1e6:.0f} MB")
+    assert grew < 28 << 20, (peak, small)  # less than the payload itself
+    ck = ckptcli.open_checkpoint("workflow:big", store_path=tmp_path / "s1")
+    assert json.loads(history_json(ck)) == json.loads(big.read_text())  # the history, whole
+    r = run_ckpt("--store", tmp_path / "s1", "replay", "workflow:big", "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    result = json.loads(r.stdout)["state"]["ext"]["temporal"]["activities"]["5"]["result"]
+    assert result == {"payload_bytes": payload, "encoding": "json/plain"}
+    assert run_ckpt("--store", tmp_path / "s1", "verify").returncode == 0
+
+
+def test_a_long_string_is_stored_as_the_same_objects_as_the_string_itself(store_dir: Path, tmp_path: Path) -> None:
+    """Stored from the file in pieces, a long string is the very STR tree (its EV, its
+    objects) that encoding the str in memory gives: the store is what it always was."""
+    import ijson
+
+    from ckptcli.adapters.temporal.longstr import LONG, Diverter, put_back, store_long
+    from ckptcli.format.encode import Encoder
+
+    text = "".join(chr(0x41 + (i * 7919) % 26) for i in range(3 * LONG + 12345)) + "é" * 1000
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"events": [{"data": text, "short": "x"}]}, ensure_ascii=False), encoding="utf-8")
+    with path.open("rb") as f:
+        d = Diverter(f, str(path))
+        event = next(ijson.items(d, "events.item"))
+        assert event["data"] != text and event["short"] == "x" and len(d.placeholders) == 1  # not read into memory
+        put_back(event, d.placeholders)
+    ls = event["data"]
+    assert ls == text and ls.chars == len(text)
+    st = Store.open(store_dir)
+    got = store_long(st, ls)
+
+    class Sink:
+        def __init__(self) -> None:
+            self.objects: dict[bytes, bytes] = {}
+
+        def put(self, oid: bytes, content: bytes, obj_type: int) -> None:
+            self.objects[oid] = content
+
+    sink = Sink()
+    want = Encoder(sink, cdc=st.config.cdc, chunker=st.config.chunker).encode(text)
+    assert got.ev == want
+    assert all(st.has(oid) for oid in sink.objects)

@@ -58,6 +58,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ckptcli.adapters.temporal.longstr import LongString
 from ckptcli.history.events import Event, State
 
 __all__ = ["EVENT_TYPES", "KEEP", "KIND_PREFIX", "REDUCERS", "apply", "attributes", "decode_payloads", "kind_of", "type_name"]
@@ -204,10 +205,14 @@ def decode_payload(payload: Any) -> Any:
     if type(payload) is not dict:
         return payload
     data = payload.get("data")
-    if type(data) is str and len(data) > MAX_PAYLOAD:
+    if type(data) is LongString or (type(data) is str and len(data) > MAX_PAYLOAD):
         meta = payload.get("metadata")
         enc = _b64(meta.get("encoding")) if type(meta) is dict else None
-        size = len(data) * 3 // 4 - (2 if data.endswith("==") else 1 if data.endswith("=") else 0)
+        if isinstance(data, LongString):
+            chars, tail = data.chars, data.tail
+        else:
+            chars, tail = len(data), data[-2:]
+        size = chars * 3 // 4 - (2 if tail.endswith("==") else 1 if tail.endswith("=") else 0)
         return {"payload_bytes": size, "encoding": enc.decode("utf-8", "replace") if enc else None}
     meta = payload.get("metadata")
     encoding = _b64(meta.get("encoding")) if type(meta) is dict else None

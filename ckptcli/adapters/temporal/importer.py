@@ -16,6 +16,11 @@ events after the last one stored (its parent the run's last checkpoint); its ear
 events are checked against the store (the last stored event must be the file's) and not
 written again. Another run of the same workflow id starts a new root checkpoint of the
 same subject. Every file is read and checked whole before anything is written.
+
+Two imports into the same subject at once are one after the other: each holds the
+subject's import lock (`_subject_lock`) from reading the run's checkpoints until its last
+is written. A JSON string over longstr.LONG bytes (a large payload) is never read into
+memory: the events hold a longstr.LongString, stored from the file in pieces at the take.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckptcli.adapters.temporal.events import apply, kind_of
+from ckptcli.adapters.temporal.longstr import encode_longs
 from ckptcli.adapters.temporal.reader import HistoryEvent, history_files, read_events
 from ckptcli.errors import InvalidInputError, LimitExceededError, LockError, UsageError
 from ckptcli.format.manifest import Subject
@@ -64,7 +70,7 @@ def _header(store: Store, subject: Subject, path: Path) -> tuple[dict[str, Any],
     """Read and check the whole file (the events the store has already are not checked
     again by temporalio's loader): its run id, type, task queue and last event id, and the
     run's last checkpoint in the store and its last event id."""
-    with closing(read_events(path, check=True)) as events:
+    with closing(read_events(path, check=True, divert=True)) as events:
         first = next(events, None)
     assert first is not None  # read_events refuses a file without events
     t = apply({}, first.name, first.raw, first.seq, first.ts, in_place=True)["ext"]["temporal"]["workflow"]
@@ -73,7 +79,7 @@ def _header(store: Store, subject: Subject, path: Path) -> tuple[dict[str, Any],
         raise InvalidInputError(f"{path}: its WorkflowExecutionStarted event has no run id (originalExecutionRunId)")
     parent, stored = _run_head(store, subject, head["run_id"])
     last = 0
-    for ev in read_events(path, check=True, check_after=stored):
+    for ev in read_events(path, check=True, check_after=stored, divert=True):
         last = ev.seq
     head["last"] = last
     return head, parent, stored
@@ -195,7 +201,7 @@ def _import_locked(store: Store, files: list[Path], subjects: list[Subject], ski
     for path, subject in zip(files, subjects, strict=True):  # everything read and checked before anything is written
         head, parent, stored = _header(store, subject, path)
         if parent is not None and stored <= head["last"]:
-            with closing(read_events(path, check=False)) as events:
+            with closing(read_events(path, check=False, divert=True)) as events:
                 mine = next((ev.raw for ev in events if ev.seq == stored), None)
             if mine != _stored_event(store, parent, stored):
                 raise InvalidInputError(
@@ -253,15 +259,18 @@ def _write(
         nonlocal parent, tail, snap, start_pos
         first, last = tail[0]["seq"], tail[-1]["seq"]
         try:
-            res = take(
-                store,
-                {**snap, "events": tail},
-                subject=subject,
-                labels={**labels, LABEL_SEQ: str(last)},
-                parents=[parent] if parent else [],
-                message=f"Temporal history {path.name}: events {first}..{last}",
-                cache=False,  # the tail is new each time, and the snapshot's lists are short (bounded)
-            )
+            with store.backend.lock("store", shared=True):  # no prune between the long strings' objects and the take
+                for item in tail:
+                    encode_longs(store, item)
+                res = take(
+                    store,
+                    {**snap, "events": tail},
+                    subject=subject,
+                    labels={**labels, LABEL_SEQ: str(last)},
+                    parents=[parent] if parent else [],
+                    message=f"Temporal history {path.name}: events {first}..{last}",
+                    cache=False,  # the tail is new each time, and the snapshot's lists are short (bounded)
+                )
         except (InvalidInputError, LimitExceededError) as exc:  # what the reader's checks did not foresee: said with its place
             raise type(exc)(
                 f"{path}: events {first}..{last} cannot be stored: {exc.message}",
@@ -272,7 +281,7 @@ def _write(
         progress.advance(len(tail))
         tail, start_pos = [], position[0]
 
-    for ev in read_events(path, check=False, position=position):
+    for ev in read_events(path, check=False, position=position, divert=True):
         if ev.seq > stored:
             if not tail:
                 snap = _copy(state)

@@ -4,12 +4,13 @@ A history is `{"events": [...]}` as `temporal workflow show --output json`, the 
 download or `WorkflowHistory.to_json()` write it (protobuf JSON: `EVENT_TYPE_...` enum
 names, int64 as strings), or the older JSON of tctl and the UI (`eventType`
 `WorkflowExecutionStarted`, enum values as `Normal`), which temporalio's own loader reads
-too. ijson streams the events one at a time, so a 100 MB history is never parsed whole;
+too. ijson streams the events one at a time, so a 100 MB history is never parsed whole
+(and, for the importer, a string over 1 MiB is not read into memory at all: longstr.py);
 each event is checked by temporalio's loader (`WorkflowHistory.from_json`, its protobuf
 messages). What is refused, each with one line naming the file and the event:
 
 - JSON that is malformed or ends early: CorruptError (exit 5);
-- JSON nested deeper than 256 levels: LimitExceededError (exit 7);
+- JSON nested deeper than 256 levels: LimitExceededError (exit 7), naming the event;
 - no `events` list, an event that is no map, of an event type Temporal does not have, whose
   fields its protobuf message refuses, event ids not 1, 2, 3, ..., a first event that is no
   WorkflowExecutionStarted: InvalidInputError (exit 4).
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ckptcli.adapters.temporal.events import EVENT_TYPES, type_name
+from ckptcli.adapters.temporal.longstr import Diverter, put_back
 from ckptcli.errors import CorruptError, InvalidInputError, LimitExceededError, NotFoundError, UsageError
 from ckptcli.format import limits
 
@@ -152,7 +154,7 @@ def _open(path: Path) -> IO[bytes]:
 
 
 def read_events(
-    path: Path, *, check: bool = True, check_after: int = 0, position: list[int] | None = None
+    path: Path, *, check: bool = True, check_after: int = 0, position: list[int] | None = None, divert: bool = False
 ) -> Generator[HistoryEvent, None, None]:
     """The events of the history file `path`, one at a time (ijson: bounded memory).
 
@@ -164,6 +166,8 @@ def read_events(
             has already, which are not written again).
         position: if given, its one item is kept at the file offset read so far (the
             importer bounds its checkpoints by it).
+        divert: a string over longstr.LONG bytes (a large payload) is not read into
+            memory: the event holds a longstr.LongString in its place (the importer's).
 
     Yields:
         HistoryEvent, in order.
@@ -180,17 +184,20 @@ def read_events(
     prev_ts = 0
     n = 0
     with _open(path) as f:
+        source: Any = Diverter(f, where) if divert else f
         try:
             # small reads: ijson builds every parse event of a read (each with its prefix, as
             # long as the depth) before the first reaches _bounded, so 64 KiB of brackets
             # took gigabytes; 4 KiB bounds that to tens of MiB
-            items = ijson.items(_bounded(ijson.parse(f, use_float=True, buf_size=PARSE_READ), where), "events.item")
+            items = ijson.items(_bounded(ijson.parse(source, use_float=True, buf_size=PARSE_READ), where), "events.item")
             for n, raw in enumerate(items, start=1):
                 if position is not None:
-                    position[0] = f.tell()
+                    position[0] = source.tell()
                 ev = _event(raw, n, where)
                 if from_json is not None and ev.seq > check_after:
-                    from_json(raw, ev.seq, where)
+                    from_json(raw, ev.seq, where)  # a long string is checked as its placeholder (a string, and base64)
+                if divert and source.placeholders:
+                    put_back(raw, source.placeholders)
                 ts = max(ev.ts, prev_ts)  # ts never decreases (formats/events.md)
                 prev_ts = ts
                 yield HistoryEvent(ev.seq, ts, ev.name, raw) if ts != ev.ts else ev
