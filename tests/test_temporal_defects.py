@@ -251,3 +251,19 @@ def test_a_long_string_is_stored_as_the_same_objects_as_the_string_itself(store_
     want = Encoder(sink, cdc=st.config.cdc, chunker=st.config.chunker).encode(text)
     assert got.ev == want
     assert all(st.has(oid) for oid in sink.objects)
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"), [(b"\x01", "malformed JSON: a control character in a string"), (b"\xff", "not UTF-8 text in a string")]
+)
+def test_a_fault_inside_a_large_payload_names_the_file_and_the_event(store_dir: Path, tmp_path: Path, bad: bytes, says: str) -> None:
+    from ckptcli.adapters.temporal.synth import synthesize
+
+    good = tmp_path / "good.json"
+    synthesize(COMPLETE, 10, good, result_bytes=3_000_000)  # over 1 MiB: passed over, not parsed
+    raw = good.read_bytes()
+    at = raw.index(b'"', raw.index(b'"data"', raw.index(b"ACTIVITY_TASK_COMPLETED")) + 6) + 1 + 2_000_000
+    path = tmp_path / "bad.json"
+    path.write_bytes(raw[:at] + bad + raw[at + 1 :])
+    code, line = _refused(store_dir, path)
+    assert code == 5 and f"bad.json: event 7 (ActivityTaskCompleted): {says}" in line, line

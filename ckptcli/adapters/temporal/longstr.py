@@ -130,6 +130,8 @@ class Diverter:
             return b""
         want = n if n > 0 else READ
         while len(self.out) < want and not self.eof:
+            if self.long and self.out:  # ijson takes what comes before a long string first: then it is in
+                break  # the event that holds it when the string is passed over (and a fault in it is that event's)
             self._step()
         data = bytes(self.out[:want])
         del self.out[:want]

@@ -189,7 +189,8 @@ def read_events(
             # small reads: ijson builds every parse event of a read (each with its prefix, as
             # long as the depth) before the first reaches _bounded, so 64 KiB of brackets
             # took gigabytes; 4 KiB bounds that to tens of MiB
-            items = ijson.items(_bounded(ijson.parse(source, use_float=True, buf_size=PARSE_READ), where), "events.item")
+            seen: dict[str, Any] = {}  # the id and type of the event being read, once read
+            items = ijson.items(_bounded(ijson.parse(source, use_float=True, buf_size=PARSE_READ), where, seen), "events.item")
             for n, raw in enumerate(items, start=1):
                 if position is not None:
                     position[0] = source.tell()
@@ -222,6 +223,11 @@ def read_events(
                 f"{where}: malformed JSON after {n} events: {_first_line(exc)}",
                 hint="export it again: `temporal workflow show -w ID --output json`",
             ) from None
+        except CorruptError as exc:  # a long string the importer passes over (longstr.py): where in the file
+            raise CorruptError(
+                f"{where}: {describe_event(n, seen.get('id'), seen.get('type'))}: {exc.message.removeprefix(where + ': ')}",
+                hint="export it again: `temporal workflow show -w ID --output json`",
+            ) from None
         except UnicodeDecodeError:
             raise CorruptError(
                 f"{where}: not UTF-8 text after {n} events", hint="a history is JSON, as `temporal workflow show --output json` writes it"
@@ -240,7 +246,7 @@ MAX_DEPTH = limits.MAX_DEPTH
 PARSE_READ = 4096  # bytes ijson parses at a time (read_events)
 
 
-def _bounded(events: Iterator[tuple[str, str, Any]], where: str) -> Iterator[tuple[str, str, Any]]:
+def _bounded(events: Iterator[tuple[str, str, Any]], where: str, seen: dict[str, Any] | None = None) -> Iterator[tuple[str, str, Any]]:
     """ijson's parse events, refused (LimitExceededError, exit 7) past MAX_DEPTH, naming
     the event the bomb is in (its id and type when read before it)."""
     depth = 0
@@ -262,10 +268,16 @@ def _bounded(events: Iterator[tuple[str, str, Any]], where: str) -> Iterator[tup
             if depth == 2 and kind == "end_map" and prefix == "events.item":
                 index += 1
                 eid = etype = None
+                if seen is not None:
+                    seen.clear()
         elif depth == 3 and prefix in _ID_PREFIXES:
             eid = ev[2]
+            if seen is not None:
+                seen["id"] = eid
         elif depth == 3 and prefix in _TYPE_PREFIXES:
             etype = ev[2]
+            if seen is not None:
+                seen["type"] = etype
         yield ev
 
 
