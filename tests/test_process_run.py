@@ -694,7 +694,8 @@ def test_halt_during_the_backoff_ends_supervision(env: Env) -> None:
     _wait(lambda: "restarting in 3600 s" in env.sup_log(), "the backoff")
     r = env.ckpt("halt", SUBJECT, "--json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == {"subject": SUBJECT, "id": None}
+    said = json.loads(r.stdout)
+    assert said["subject"] == SUBJECT and [said["id"]] == [hexid for _ns, hexid, _labels in env.checkpoints()]  # the exit, stored
     assert sup.wait(30) == 0
     assert "Traceback" not in env.sup_log() and "internal error" not in env.sup_log()
 
@@ -999,3 +1000,70 @@ def test_an_unreadable_record_is_not_taken_for_none(env: Env) -> None:
     r = env.ckpt("run", "-S", SUBJECT, "--", sys.executable, "-c", "open('ran', 'w')")
     assert r.returncode == 9 and "cannot be read" in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert not (env.work / "ran").exists()
+
+
+def _events(env: Env, hexid: str) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = Checkpoint(env.store(), bytes.fromhex(hexid)).section("events") or []
+    return events
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "halt"])
+def test_a_halt_during_the_backoff_stores_the_exit_and_the_restart(env: Env, how: str) -> None:
+    """The process:exit and process:restart of a program that died were lost when
+    supervision was halted during the backoff: nothing stored them."""
+    (env.work / "state.bin").write_text("v1")
+    flag = env.work / "die"
+    script = f"import os, sys, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.01)\nsys.exit(5)\n"
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", "sigstop", "--backoff", "1h"], [sys.executable, "-c", script])
+    _wait(lambda: _children(sup.pid), "the start")
+    r = env.ckpt("checkpoint", SUBJECT, "--json")
+    assert r.returncode == 0, r.stderr
+    good = json.loads(r.stdout)["id"]
+    (env.work / "state.bin").write_text("what the dying program left")
+    flag.write_text("")
+    _wait(lambda: "restarting in 3600 s" in env.sup_log(), "the backoff")
+    if how == "halt":
+        r = env.ckpt("halt", SUBJECT, "--json")
+        assert r.returncode == 0, r.stderr
+        assert sup.wait(30) == 0
+    else:
+        sup.send_signal(getattr(signal, how))
+        assert sup.wait(30) == 128 + getattr(signal, how), env.sup_log()
+    cks = env.checkpoints()
+    last = cks[-1]
+    assert len(cks) == 2 and last[2]["process.reason"] == "halt" and last[2]["process.state_from"] == good, cks
+    kinds = [e["kind"] for e in _events(env, last[1])]
+    assert kinds[-2:] == ["process:exit", "process:restart"], kinds
+    assert [e["code"] for e in _events(env, last[1]) if e["kind"] == "process:exit"] == [5]
+    # it holds the copy the next start restores (the good checkpoint's), not the dead program's files
+    assert env.copy_of(last[1]) == env.copy_of(good) == b"v1"
+    # and the next run carries on from it: its seq continues, and it starts from that copy
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--backoff", "1h"], [sys.executable, "-c", "import time; time.sleep(60)"])
+    _wait(lambda: f"attempt 1, restored from {last[1][:12]}" in env.sup_log(), "the next run's start")
+    assert (env.work / "state.bin").read_text() == "v1"
+    assert env.ckpt("halt", SUBJECT).returncode == 0
+    sup.wait(30)
+
+
+def test_a_halt_in_the_backoff_before_any_checkpoint_stores_the_events_and_is_no_start_point(env: Env) -> None:
+    sup = env.run(["--backoff", "1h"], [sys.executable, "-c", "import sys; sys.exit(5)"])
+    _wait(lambda: "restarting in 3600 s" in env.sup_log(), "the backoff")
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(30) == 128 + signal.SIGTERM, env.sup_log()
+    cks = env.checkpoints()
+    assert len(cks) == 1 and cks[0][2]["process.state_from"] == "none", cks
+    assert [e["kind"] for e in _events(env, cks[0][1])] == ["process:start", "process:exit", "process:restart"]
+    # the next run starts cold (there is no copy to restore), its events continue the seq
+    sup = env.run(["--backoff", "1h"], [sys.executable, "-c", "import time; time.sleep(60)"])
+    _wait(lambda: env.sup_log().count("attempt 1, cold start") == 2, "the next run's cold start")
+    assert env.ckpt("halt", SUBJECT).returncode == 0
+    sup.wait(30)
+
+
+def test_giving_up_after_max_restarts_stores_the_last_exit(env: Env) -> None:
+    sup = env.run(["--max-restarts", "1", "--backoff", "0.01"], [sys.executable, "-c", "import sys; sys.exit(7)"])
+    assert sup.wait(60) == 7
+    cks = env.checkpoints()
+    assert len(cks) == 1, cks
+    kinds = [e["kind"] for e in _events(env, cks[0][1])]
+    assert kinds == ["process:start", "process:exit", "process:restart", "process:start", "process:exit"], kinds

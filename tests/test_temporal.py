@@ -490,7 +490,7 @@ def test_json_nested_too_deep_is_refused_before_it_takes_memory(store_dir: Path,
     assert '"eventId": "7",' in text
     bomb.write_text(text.replace('"eventId": "7",', '"eventId": "7", "x": ' + "[" * 50_000 + "]" * 50_000 + ",", 1))
     code, line = _refused(store_dir, bomb)
-    assert code == 7 and "bomb.json: the JSON nests deeper than 256 levels" in line
+    assert code == 7 and "bomb.json: event 7 (its type not read yet) nests deeper than 256 levels" in line, line
 
 
 def test_a_missing_source_and_a_directory_without_histories(store_dir: Path, tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast, overlo
 from ckptcli.errors import CkptError, ConflictError, ExitCode, InvalidInputError, UsageError
 from ckptcli.history.events import MEMORY_SET, TOOL_CALL, TOOL_RESULT, Reducers, State, make_event
 from ckptcli.workflow import events as wev
+from ckptcli.workflow import sigint
 
 if TYPE_CHECKING:
     from ckptcli.history.recorder import CheckpointPolicy, Durability, Recorder
@@ -701,16 +702,31 @@ def run(
         ) from None
     path = journal_path(store, workflow_id, journal_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    rec = Recorder.open(
-        store,
-        subject,
-        path,
-        state={"memory": {}, "tools": [], "ext": {wev.NAMESPACE: {"id": workflow_id, "engine": ENGINE}}},
-        labels={LABEL_ENGINE: ENGINE, LABEL_TYPE: wtype},
-        reducers=reducers(),
-        durability=durability if durability is not None else default_durability(),
-        policy=policy,
-    )
+    with sigint.handling():  # Ctrl-C lands in the workflow's code, not inside ckpt's recording
+        with sigint.holding():
+            opened = Recorder.open(
+                store,
+                subject,
+                path,
+                state={"memory": {}, "tools": [], "ext": {wev.NAMESPACE: {"id": workflow_id, "engine": ENGINE}}},
+                labels={LABEL_ENGINE: ENGINE, LABEL_TYPE: wtype},
+                reducers=reducers(),
+                durability=durability if durability is not None else default_durability(),
+                policy=policy,
+            )
+        return _run(cast("Recorder", sigint.Held(opened)), workflow_id, wtype, run_fields, on_in_doubt, fn, args)
+
+
+def _run(
+    rec: Recorder,
+    workflow_id: str,
+    wtype: str,
+    run_fields: dict[str, Any],
+    on_in_doubt: InDoubtPolicy,
+    fn: Callable[..., R],
+    args: tuple[Any, ...],
+) -> R:
+    """run()'s body, with the recorder open (each of its calls a recording section)."""
     try:
         v = wev.view(rec.state)
         status = v.get("status")

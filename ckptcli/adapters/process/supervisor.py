@@ -62,6 +62,9 @@ __all__ = [
 
 #: tags that mark a checkpoint bad: `process-bad-<first 16 hex digits>`
 BAD_TAG_PREFIX = "process-bad-"
+#: the label of a checkpoint taken when supervision ended between two starts: the
+#: checkpoint whose copy of the state it carries, or "none" (it holds none: not a start point)
+LABEL_STATE_FROM = "process.state_from"
 #: a program that ran this long before dying resets the backoff
 HEALTHY_SECONDS = 600.0
 #: how long a program has to exit after the forwarded SIGTERM before it is killed
@@ -365,6 +368,7 @@ class Supervisor:
         self.attempt = 0
         self.restored: str | None = None  # the checkpoint the running start was restored from
         self.last: str | None = None  # the newest good checkpoint (taken or restored)
+        self.restart_from: str | None = None  # during a backoff: the checkpoint the next start restores
         self.took_since_start = False
         self.failures: dict[str | None, int] = {}
         self.streak = 0
@@ -557,13 +561,21 @@ class Supervisor:
     def _good(self, hexid: str | None) -> str | None:
         """`hexid`, or the nearest first-parent ancestor of it that is not marked bad."""
         bad = self._bad_ids()
-        while hexid is not None and hexid in bad:
+        while hexid is not None and (hexid in bad or self._no_copy(hexid)):
             try:
                 parents = self.cfg.store.manifest(bytes.fromhex(hexid)).parents
             except CkptError:
                 return None
             hexid = parents[0].hex() if parents else None
         return hexid
+
+    def _no_copy(self, hexid: str) -> bool:
+        """Whether the checkpoint holds events only, no copy of the state to start from
+        (taken when supervision ended between two starts before any checkpoint: _record_events)."""
+        try:
+            return self.cfg.store.manifest(bytes.fromhex(hexid)).labels.get(LABEL_STATE_FROM) == "none"
+        except CkptError:
+            return False
 
     def _mark_bad(self, hexid: str, failures: int) -> None:
         try:
@@ -862,7 +874,7 @@ class Supervisor:
         self.restarts += 1
         if self.cfg.max_restarts is not None and self.restarts > self.cfg.max_restarts:
             self.cfg.log(f"gave up after {self.cfg.max_restarts} restarts (--max-restarts)")
-            self._final("exit")
+            self._record_events("exit", self.last if self.took_since_start else self.restored)
             return status
         origin = self.last if self.took_since_start else self.restored
         if not self.took_since_start and origin is not None:
@@ -877,14 +889,16 @@ class Supervisor:
                         "every checkpoint back to the first is marked bad and the program fails from its state files: giving up "
                         "(repair the state, or remove the process-bad-* tags with `ckpt tag --delete`, and run again)"
                     )
-                    self._final("exit")
+                    self._record_events("exit", None)
                     return status
         self.streak = 0 if uptime >= HEALTHY_SECONDS else self.streak + 1
         lo, hi = self.cfg.backoff
         delay = min(hi, lo * 2 ** max(0, self.streak - 1))
         self._event(pev.RESTART, {"attempt": self.attempt + 1, "delay_seconds": round(delay, 6), "from": origin})
         self.cfg.log(f"restarting in {delay:g} s from {origin[:12] if origin else 'a cold start'}")
+        self.restart_from = origin
         self._backoff(delay)
+        self.restart_from = None
         self._start(origin)
         return None
 
@@ -921,11 +935,66 @@ class Supervisor:
         self.cfg.log(f"checkpoint {hexid[:12]} ({reason}, the program's final state, {time.monotonic() - t0:.3f} s)")
         return hexid
 
+    def _record_events(self, reason: str, origin: str | None) -> str | None:
+        """Store the events not stored yet (the program's exit, the restart it was waiting
+        for) when supervision ends while no program runs. The checkpoint holds the copy of
+        the state the next start would restore, the blobs of `origin` carried over (the
+        files a dead program left are never checkpointed); without one (no good checkpoint
+        yet) it holds no copy and is labelled `process.state_from=none`, and no start is
+        made from it (_good). Returns its hex (None: nothing to store, or it failed, said
+        in the log)."""
+        from ckptcli.checkpoint import Checkpoint
+        from ckptcli.writer import take
+
+        if not self.tail:
+            return None
+        carry: dict[str, bytes] = {}
+        consistency = "none"
+        try:
+            if origin is not None:
+                ck = Checkpoint(self.cfg.store, bytes.fromhex(origin))
+                if "blobs" in ck.manifest.sections:
+                    carry["blobs"] = ck.section_ev("blobs")
+                consistency = ck.manifest.labels.get("process.consistency", "none")
+            doc: dict[str, Any] = dict(self.snapshot)
+            ext = dict(doc.get("ext") or {})
+            ext["process"] = {**(ext.get("process") or {}), "schedule": self._schedule_view()}
+            doc["ext"] = ext
+            doc["events"] = [ev.to_map() for ev in self.tail]
+            labels = {
+                LABEL_SEQ: str(self.seq),
+                "process.consistency": consistency,
+                "process.how": "none",
+                "process.reason": reason,
+                LABEL_STATE_FROM: origin or "none",
+            }
+            result = take(
+                self.cfg.store,
+                doc,
+                subject=self.cfg.subject,
+                labels=labels,
+                parents=[self.last] if self.last else [],
+                carry=carry,
+                message=f"ckpt run: the events before the {reason} (the state of {origin[:12] if origin else 'no checkpoint'})",
+            )
+        except CkptError as exc:
+            self.cfg.log(f"the last events (exit, restart) not stored: {exc}")
+            return None
+        self.snapshot = self.live
+        self.tail = []
+        self.last = result.hex if origin is not None else self.last
+        of = origin[:12] if origin else "none"
+        self.cfg.log(f"checkpoint {result.hex[:12]} ({reason}: the events since the last checkpoint; the state of {of})")
+        return result.hex
+
     def _halt(self) -> int:
         """Halted (ckpt halt, SIGTERM, SIGINT): a final checkpoint, then the signal to the
         program's group; returns 0 for `ckpt halt`, else the program's status."""
         signum = self.halting or signal.SIGTERM
-        hexid = self._final("exit") if self._running() else None
+        if self._running():
+            hexid = self._final("exit")
+        else:  # between two starts: what happened since the last checkpoint (the exit, the restart) is kept
+            hexid = self._record_events("halt", self.restart_from if self.restart_from is not None else self.last)
         status = 128 + signum  # a signal ended supervision (between two starts: no program status to give)
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):

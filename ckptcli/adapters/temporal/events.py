@@ -39,8 +39,10 @@ and each activity is also a record of the standard ``tools`` section (formats/ev
 gives an activity no idempotency key, so the records have no ``key``.
 
 Payloads are decoded when their encoding is ``json/plain`` (``binary/null`` is None);
-any other payload (protobuf, encrypted, binary) is kept as Temporal wrote it, and one over
-16 KiB is only summarised (its size and encoding: the event in the tail keeps it whole).
+any other payload (protobuf, encrypted, binary), and a JSON one that cannot be stored as
+decoded (nested over MAX_PAYLOAD_DEPTH deep, a lone surrogate, an integer over 8192 bits),
+is kept as Temporal wrote it, and one over 16 KiB is only summarised (its size and
+encoding: the event in the tail keeps it whole).
 
 `apply(state, event, in_place)` is the one derivation: the importer runs it in place over
 the whole history; the reducers run it on a copy of the containers an event touches, so
@@ -56,6 +58,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from ckptcli.adapters.temporal.longstr import LongString
 from ckptcli.history.events import Event, State
 
 __all__ = ["EVENT_TYPES", "KEEP", "KIND_PREFIX", "REDUCERS", "apply", "attributes", "decode_payloads", "kind_of", "type_name"]
@@ -202,10 +205,14 @@ def decode_payload(payload: Any) -> Any:
     if type(payload) is not dict:
         return payload
     data = payload.get("data")
-    if type(data) is str and len(data) > MAX_PAYLOAD:
+    if type(data) is LongString or (type(data) is str and len(data) > MAX_PAYLOAD):
         meta = payload.get("metadata")
         enc = _b64(meta.get("encoding")) if type(meta) is dict else None
-        size = len(data) * 3 // 4 - (2 if data.endswith("==") else 1 if data.endswith("=") else 0)
+        if isinstance(data, LongString):
+            chars, tail = data.chars, data.tail
+        else:
+            chars, tail = len(data), data[-2:]
+        size = chars * 3 // 4 - (2 if tail.endswith("==") else 1 if tail.endswith("=") else 0)
         return {"payload_bytes": size, "encoding": enc.decode("utf-8", "replace") if enc else None}
     meta = payload.get("metadata")
     encoding = _b64(meta.get("encoding")) if type(meta) is dict else None
@@ -215,10 +222,42 @@ def decode_payload(payload: Any) -> Any:
         data = _b64(payload.get("data", ""))
         if data is not None:
             try:
-                return json.loads(data)
-            except ValueError:
-                pass
+                value = json.loads(data)
+            except (ValueError, RecursionError):  # not JSON, or nested past Python's recursion limit
+                return payload
+            if _storable(value, MAX_PAYLOAD_DEPTH):
+                return value
     return payload
+
+
+#: how deep a decoded payload may nest in the derived state (it sits about 6 deep there, and
+#: a checkpoint nests at most 256 deep): one nested deeper is kept as written, undecoded
+MAX_PAYLOAD_DEPTH = 200
+
+
+def _storable(value: Any, depth: int) -> bool:
+    """Whether a decoded JSON value can be stored as it is: nested at most `depth` deep,
+    its strings valid Unicode (JSON may spell a lone surrogate, `"\\ud800"`), its
+    integers within 8192 bits. A payload that is not is kept as written (its base64)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        t = type(v)
+        if t is dict or t is list:
+            if d > depth:
+                return False
+            stack.extend((x, d + 1) for x in (v.values() if t is dict else v))
+            if t is dict:
+                stack.extend((k, d) for k in v)
+        elif t is str:
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:
+                    return False
+        elif t is int and v.bit_length() > 8192:
+            return False
+    return True
 
 
 def decode_payloads(value: Any) -> Any:

@@ -16,18 +16,26 @@ events after the last one stored (its parent the run's last checkpoint); its ear
 events are checked against the store (the last stored event must be the file's) and not
 written again. Another run of the same workflow id starts a new root checkpoint of the
 same subject. Every file is read and checked whole before anything is written.
+
+Two imports into the same subject at once are one after the other: each holds the
+subject's import lock (`_subject_lock`) from reading the run's checkpoints until its last
+is written. A JSON string over longstr.LONG bytes (a large payload) is never read into
+memory: the events hold a longstr.LongString, stored from the file in pieces at the take.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 from collections.abc import Iterator, Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ckptcli.adapters.temporal.events import apply, kind_of
+from ckptcli.adapters.temporal.longstr import encode_longs
 from ckptcli.adapters.temporal.reader import HistoryEvent, history_files, read_events
-from ckptcli.errors import InvalidInputError, UsageError
+from ckptcli.errors import InvalidInputError, LimitExceededError, LockError, UsageError
 from ckptcli.format.manifest import Subject
 from ckptcli.history.events import LABEL_SEQ, labelled_seq
 from ckptcli.progress import NULL, Progress
@@ -44,6 +52,8 @@ ENGINE_LABEL = "workflow.engine"
 #: them (a run of signals has no workflow task to cut at)
 SOFT_EVENTS, SOFT_BYTES = 2_500, 2 << 20
 HARD = 2
+#: how long an import waits for another import of the same workflow to end (seconds)
+LOCK_WAIT = 600.0
 
 
 def _subject(workflow_id: str, path: Path) -> Subject:
@@ -60,7 +70,7 @@ def _header(store: Store, subject: Subject, path: Path) -> tuple[dict[str, Any],
     """Read and check the whole file (the events the store has already are not checked
     again by temporalio's loader): its run id, type, task queue and last event id, and the
     run's last checkpoint in the store and its last event id."""
-    with closing(read_events(path, check=True)) as events:
+    with closing(read_events(path, check=True, divert=True)) as events:
         first = next(events, None)
     assert first is not None  # read_events refuses a file without events
     t = apply({}, first.name, first.raw, first.seq, first.ts, in_place=True)["ext"]["temporal"]["workflow"]
@@ -69,7 +79,7 @@ def _header(store: Store, subject: Subject, path: Path) -> tuple[dict[str, Any],
         raise InvalidInputError(f"{path}: its WorkflowExecutionStarted event has no run id (originalExecutionRunId)")
     parent, stored = _run_head(store, subject, head["run_id"])
     last = 0
-    for ev in read_events(path, check=True, check_after=stored):
+    for ev in read_events(path, check=True, check_after=stored, divert=True):
         last = ev.seq
     head["last"] = last
     return head, parent, stored
@@ -120,7 +130,9 @@ def _copy(state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def import_histories(store: Store, source: str, *, workflow_id: str | None = None, progress: Progress = NULL) -> dict[str, Any]:
+def import_histories(
+    store: Store, source: str, *, workflow_id: str | None = None, progress: Progress = NULL, lock_wait: float = LOCK_WAIT
+) -> dict[str, Any]:
     """Import the history file (or the directory of them) `source` into `store`.
 
     Args:
@@ -129,6 +141,8 @@ def import_histories(store: Store, source: str, *, workflow_id: str | None = Non
         workflow_id: the workflow's id (a history file does not hold it); default: the
             file's name without `.json`.
         progress: counts the events written.
+        lock_wait: how long to wait (seconds) while another process imports into one of
+            the same subjects (each subject's import lock is held for the whole import).
 
     Returns:
         {"workflows": [{"subject", "run_id", "file", "events", "new_events", "checkpoints"}],
@@ -139,7 +153,8 @@ def import_histories(store: Store, source: str, *, workflow_id: str | None = Non
     Raises:
         NotFoundError, InvalidInputError, CorruptError (reader.py); UsageError for
         --workflow-id with a directory of several files; InvalidInputError when the file's
-        events up to the last stored one are not the stored ones.
+        events up to the last stored one are not the stored ones; LockError (exit 9) when
+        another process still imports into one of the subjects after `lock_wait`.
     """
     skipped: list[str] = []
     files = history_files(source, skipped)
@@ -149,12 +164,44 @@ def import_histories(store: Store, source: str, *, workflow_id: str | None = Non
         raise UsageError(
             f"--workflow-id names one workflow, and {source} holds {len(files)} history files", hint="name each file ID.json instead"
         )
+    subjects = [_subject(workflow_id if workflow_id is not None else path.stem, path) for path in files]
+    with contextlib.ExitStack() as held:
+        for subject in sorted(set(subjects), key=str):  # one order: two imports never wait for each other's
+            held.enter_context(_subject_lock(store, subject, lock_wait))
+        return _import_locked(store, files, subjects, skipped, progress)
+
+
+def _subject_lock(store: Store, subject: Subject, wait: float) -> contextlib.AbstractContextManager[None]:
+    """The import lock of `subject` (locks/import-<hash>.lock, or a lock object on object
+    storage): held from the reading of the run's checkpoints until the last is written, so
+    two imports of the same workflow at once are one after the other (the second finds the
+    first's events stored and appends only what is new), never two copies of the run."""
+    name = "import-" + hashlib.sha256(str(subject).encode()).hexdigest()[:32]
+
+    @contextlib.contextmanager
+    def hold() -> Iterator[None]:
+        try:
+            lock = store.backend.lock(name, shared=False, wait=wait)
+            lock.__enter__()
+        except LockError as exc:
+            raise LockError(
+                f"{subject} is being imported by another process ({exc.message.rpartition(' by ')[2] or 'another ckpt'})",
+                hint="wait for it to finish and import again: only the events it has not stored are added",
+            ) from None
+        try:
+            yield
+        finally:
+            lock.__exit__(None, None, None)
+
+    return hold()
+
+
+def _import_locked(store: Store, files: list[Path], subjects: list[Subject], skipped: list[str], progress: Progress) -> dict[str, Any]:
     plans = []
-    for path in files:  # everything read and checked before anything is written
-        subject = _subject(workflow_id if workflow_id is not None else path.stem, path)
+    for path, subject in zip(files, subjects, strict=True):  # everything read and checked before anything is written
         head, parent, stored = _header(store, subject, path)
         if parent is not None and stored <= head["last"]:
-            with closing(read_events(path, check=False)) as events:
+            with closing(read_events(path, check=False, divert=True)) as events:
                 mine = next((ev.raw for ev in events if ev.seq == stored), None)
             if mine != _stored_event(store, parent, stored):
                 raise InvalidInputError(
@@ -211,26 +258,35 @@ def _write(
     def flush() -> None:
         nonlocal parent, tail, snap, start_pos
         first, last = tail[0]["seq"], tail[-1]["seq"]
-        res = take(
-            store,
-            {**snap, "events": tail},
-            subject=subject,
-            labels={**labels, LABEL_SEQ: str(last)},
-            parents=[parent] if parent else [],
-            message=f"Temporal history {path.name}: events {first}..{last}",
-            cache=False,  # the tail is new each time, and the snapshot's lists are short (bounded)
-        )
+        try:
+            with store.backend.lock("store", shared=True):  # no prune between the long strings' objects and the take
+                for item in tail:
+                    encode_longs(store, item)
+                res = take(
+                    store,
+                    {**snap, "events": tail},
+                    subject=subject,
+                    labels={**labels, LABEL_SEQ: str(last)},
+                    parents=[parent] if parent else [],
+                    message=f"Temporal history {path.name}: events {first}..{last}",
+                    cache=False,  # the tail is new each time, and the snapshot's lists are short (bounded)
+                )
+        except (InvalidInputError, LimitExceededError) as exc:  # what the reader's checks did not foresee: said with its place
+            raise type(exc)(
+                f"{path}: events {first}..{last} cannot be stored: {exc.message}",
+                hint=exc.hint or "the file is not a history Temporal wrote; export it again: `temporal workflow show -w ID --output json`",
+            ) from None
         parent = res.hex
         made.append(res.hex)
         progress.advance(len(tail))
         tail, start_pos = [], position[0]
 
-    for ev in read_events(path, check=False, position=position):
+    for ev in read_events(path, check=False, position=position, divert=True):
         if ev.seq > stored:
             if not tail:
                 snap = _copy(state)
             tail.append(_stored(ev))
-        state = apply(state, ev.name, ev.raw, ev.seq, ev.ts, in_place=True)
+        state = _apply(state, ev, path)
         if tail:
             size, count = position[0] - start_pos, len(tail)
             at_task = ev.name == "WorkflowTaskCompleted"
@@ -241,6 +297,17 @@ def _write(
     if tail:
         flush()
     return len(made), made
+
+
+def _apply(state: dict[str, Any], ev: HistoryEvent, path: Path) -> dict[str, Any]:
+    """apply() in place, a failure of it one line naming the file and the event."""
+    try:
+        return apply(state, ev.name, ev.raw, ev.seq, ev.ts, in_place=True)
+    except RecursionError:
+        raise LimitExceededError(
+            f"{path}: event {ev.seq} ({ev.name}) nests too deeply to derive the workflow's state from it",
+            hint="the file is not a history Temporal wrote; export it again: `temporal workflow show -w ID --output json`",
+        ) from None
 
 
 def _stored(ev: HistoryEvent) -> dict[str, Any]:

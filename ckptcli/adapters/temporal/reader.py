@@ -4,12 +4,13 @@ A history is `{"events": [...]}` as `temporal workflow show --output json`, the 
 download or `WorkflowHistory.to_json()` write it (protobuf JSON: `EVENT_TYPE_...` enum
 names, int64 as strings), or the older JSON of tctl and the UI (`eventType`
 `WorkflowExecutionStarted`, enum values as `Normal`), which temporalio's own loader reads
-too. ijson streams the events one at a time, so a 100 MB history is never parsed whole;
+too. ijson streams the events one at a time, so a 100 MB history is never parsed whole
+(and, for the importer, a string over 1 MiB is not read into memory at all: longstr.py);
 each event is checked by temporalio's loader (`WorkflowHistory.from_json`, its protobuf
 messages). What is refused, each with one line naming the file and the event:
 
 - JSON that is malformed or ends early: CorruptError (exit 5);
-- JSON nested deeper than 256 levels: LimitExceededError (exit 7);
+- JSON nested deeper than 256 levels: LimitExceededError (exit 7), naming the event;
 - no `events` list, an event that is no map, of an event type Temporal does not have, whose
   fields its protobuf message refuses, event ids not 1, 2, 3, ..., a first event that is no
   WorkflowExecutionStarted: InvalidInputError (exit 4).
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ckptcli.adapters.temporal.events import EVENT_TYPES, type_name
+from ckptcli.adapters.temporal.longstr import Diverter, put_back
 from ckptcli.errors import CorruptError, InvalidInputError, LimitExceededError, NotFoundError, UsageError
 from ckptcli.format import limits
 
@@ -152,7 +154,7 @@ def _open(path: Path) -> IO[bytes]:
 
 
 def read_events(
-    path: Path, *, check: bool = True, check_after: int = 0, position: list[int] | None = None
+    path: Path, *, check: bool = True, check_after: int = 0, position: list[int] | None = None, divert: bool = False
 ) -> Generator[HistoryEvent, None, None]:
     """The events of the history file `path`, one at a time (ijson: bounded memory).
 
@@ -164,6 +166,8 @@ def read_events(
             has already, which are not written again).
         position: if given, its one item is kept at the file offset read so far (the
             importer bounds its checkpoints by it).
+        divert: a string over longstr.LONG bytes (a large payload) is not read into
+            memory: the event holds a longstr.LongString in its place (the importer's).
 
     Yields:
         HistoryEvent, in order.
@@ -180,17 +184,21 @@ def read_events(
     prev_ts = 0
     n = 0
     with _open(path) as f:
+        source: Any = Diverter(f, where) if divert else f
         try:
             # small reads: ijson builds every parse event of a read (each with its prefix, as
             # long as the depth) before the first reaches _bounded, so 64 KiB of brackets
             # took gigabytes; 4 KiB bounds that to tens of MiB
-            items = ijson.items(_bounded(ijson.parse(f, use_float=True, buf_size=PARSE_READ), where), "events.item")
+            seen: dict[str, Any] = {}  # the id and type of the event being read, once read
+            items = ijson.items(_bounded(ijson.parse(source, use_float=True, buf_size=PARSE_READ), where, seen), "events.item")
             for n, raw in enumerate(items, start=1):
                 if position is not None:
-                    position[0] = f.tell()
+                    position[0] = source.tell()
                 ev = _event(raw, n, where)
                 if from_json is not None and ev.seq > check_after:
-                    from_json(raw, ev.seq, where)
+                    from_json(raw, ev.seq, where)  # a long string is checked as its placeholder (a string, and base64)
+                if divert and source.placeholders:
+                    put_back(raw, source.placeholders)
                 ts = max(ev.ts, prev_ts)  # ts never decreases (formats/events.md)
                 prev_ts = ts
                 yield HistoryEvent(ev.seq, ts, ev.name, raw) if ts != ev.ts else ev
@@ -215,6 +223,11 @@ def read_events(
                 f"{where}: malformed JSON after {n} events: {_first_line(exc)}",
                 hint="export it again: `temporal workflow show -w ID --output json`",
             ) from None
+        except CorruptError as exc:  # a long string the importer passes over (longstr.py): where in the file
+            raise CorruptError(
+                f"{where}: {describe_event(n, seen.get('id'), seen.get('type'))}: {exc.message.removeprefix(where + ': ')}",
+                hint="export it again: `temporal workflow show -w ID --output json`",
+            ) from None
         except UnicodeDecodeError:
             raise CorruptError(
                 f"{where}: not UTF-8 text after {n} events", hint="a history is JSON, as `temporal workflow show --output json` writes it"
@@ -233,21 +246,59 @@ MAX_DEPTH = limits.MAX_DEPTH
 PARSE_READ = 4096  # bytes ijson parses at a time (read_events)
 
 
-def _bounded(events: Iterator[tuple[str, str, Any]], where: str) -> Iterator[tuple[str, str, Any]]:
-    """ijson's parse events, refused (LimitExceededError, exit 7) past MAX_DEPTH."""
+def _bounded(events: Iterator[tuple[str, str, Any]], where: str, seen: dict[str, Any] | None = None) -> Iterator[tuple[str, str, Any]]:
+    """ijson's parse events, refused (LimitExceededError, exit 7) past MAX_DEPTH, naming
+    the event the bomb is in (its id and type when read before it)."""
     depth = 0
+    index = 0  # events read whole so far
+    eid: Any = None
+    etype: Any = None
     for ev in events:
-        kind = ev[1]
+        prefix, kind = ev[0], ev[1]
         if kind == "start_map" or kind == "start_array":
             depth += 1
             if depth > MAX_DEPTH:
                 raise LimitExceededError(
-                    f"{where}: the JSON nests deeper than {MAX_DEPTH} levels",
-                    hint="a Temporal history nests about 10 deep: the file is not one",
+                    f"{where}: {_bomb_place(prefix, index, eid, etype)} nests deeper than {MAX_DEPTH} levels",
+                    hint="a Temporal history nests about 10 deep: the file is not one Temporal wrote; "
+                    "export it again: `temporal workflow show -w ID --output json`",
                 )
         elif kind == "end_map" or kind == "end_array":
             depth -= 1
+            if depth == 2 and kind == "end_map" and prefix == "events.item":
+                index += 1
+                eid = etype = None
+                if seen is not None:
+                    seen.clear()
+        elif depth == 3 and prefix in _ID_PREFIXES:
+            eid = ev[2]
+            if seen is not None:
+                seen["id"] = eid
+        elif depth == 3 and prefix in _TYPE_PREFIXES:
+            etype = ev[2]
+            if seen is not None:
+                seen["type"] = etype
         yield ev
+
+
+_ID_PREFIXES = frozenset(("events.item.eventId", "events.item.event_id"))
+_TYPE_PREFIXES = frozenset(("events.item.eventType", "events.item.event_type"))
+
+
+def _bomb_place(prefix: str, index: int, eid: Any, etype: Any) -> str:
+    """Where JSON nested too deep is: "event 7 (ActivityTaskCompleted)", "events[6] (...)"."""
+    if not prefix.startswith("events.item"):
+        return "the JSON outside the events list" if prefix.partition(".")[0] != "events" else "the events list"
+    return describe_event(index, eid, etype)
+
+
+def describe_event(index: int, eid: Any, etype: Any) -> str:
+    """An event for an error line, from what is known of it: its id (when it has one that
+    is its place: ids are 1, 2, 3, ...), else its place in the list; its type when read."""
+    name = type_name(etype) if etype is not None else None
+    kind = f" ({name})" if name else f" (type {etype!r})" if etype is not None else " (its type not read yet)"
+    seq = eid if type(eid) is int else int(eid) if type(eid) is str and eid.isdecimal() and eid.isascii() and len(eid) < 20 else None
+    return f"event {seq}{kind}" if seq == index + 1 else f"events[{index}]{kind}"
 
 
 def _size(f: IO[bytes]) -> int:

@@ -1,0 +1,324 @@
+"""Long JSON strings of a history file kept in the file, not in memory (the importer's).
+
+A payload of 50 MB is a JSON string of 67 MB (base64). Handed to ijson it was held several
+times over (ijson's buffer, the str, temporalio's check decoding it, the encoder's UTF-8
+copy and chunks: 400 MB for one such event), and ijson, fed 4 KiB at a time (reader.py),
+took minutes over one token that long. `Diverter` is the file object ijson reads instead:
+a string longer than LONG bytes with no escape in it reaches ijson as a short placeholder,
+and the reader puts a `LongString` in its place in the event: where the string lies in
+the file, checked (UTF-8, no control character) as it was passed over. The importer stores
+it read back from the file in pieces (`pieces`), as the same STR tree a str of it gives, so
+the history exported again is the same. A long string with an escape in it (Temporal's
+base64 has none) is handed to ijson as before.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+import secrets
+from collections.abc import Iterator
+from typing import IO, TYPE_CHECKING, Any
+
+from ckptcli.errors import CorruptError, InvalidInputError
+
+if TYPE_CHECKING:
+    from ckptcli.store.repository import Store
+
+__all__ = ["LONG", "Diverter", "LongString", "encode_longs", "put_back", "store_long"]
+
+#: a JSON string longer than this (bytes of its content in the file) is kept in the file
+LONG = 1 << 20
+READ = 64 << 10  # bytes read from the file at a time
+_CONTROL = re.compile(rb"[\x00-\x1f]")
+
+
+class LongString:
+    """A string of the history file, `start`..`end` its content's offsets (no quotes, no
+    escapes: its bytes are its UTF-8). `chars` its length in characters; `head`, `tail`
+    its first and last few characters."""
+
+    __slots__ = ("chars", "end", "head", "path", "start", "tail")
+
+    def __init__(self, path: str, start: int, end: int, chars: int, head: str, tail: str) -> None:
+        self.path, self.start, self.end, self.chars, self.head, self.tail = path, start, end, chars, head, tail
+
+    @property
+    def size(self) -> int:
+        """Its UTF-8 bytes."""
+        return self.end - self.start
+
+    def pieces(self, size: int = 1 << 20) -> Iterator[bytes]:
+        """Its UTF-8 bytes, read from the file `size` at a time."""
+        fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            at = self.start
+            while at < self.end:
+                piece = os.pread(fd, min(size, self.end - at), at)
+                if not piece:
+                    raise CorruptError(f"{self.path}: the file got shorter while it was imported")
+                at += len(piece)
+                yield piece
+        finally:
+            os.close(fd)
+
+    def read(self) -> str:
+        """The whole string (memory: its size; for a comparison of one event, rarely)."""
+        return b"".join(self.pieces()).decode("utf-8")
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LongString):
+            return other.read() == self.read()
+        if isinstance(other, str):
+            if len(other) != self.chars:
+                return False
+            at = 0
+            for piece in self.pieces():
+                text = piece.decode("utf-8", "surrogateescape")
+                if other[at : at + len(text)] != text:
+                    return False
+                at += len(text)
+            return True
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.path, self.start, self.end))
+
+    def __repr__(self) -> str:
+        return f"LongString({self.size} bytes at {self.start} of {self.path})"
+
+
+class Diverter:
+    """The history file as ijson reads it, each long string replaced by a placeholder
+    (`placeholders`: placeholder -> LongString, until `take` takes them)."""
+
+    def __init__(self, f: IO[bytes], path: str) -> None:
+        self.f = f
+        self.path = path
+        self.nonce = secrets.token_hex(8)  # 16 hex digits: no string of the file is a placeholder by chance
+        self.placeholders: dict[str, LongString] = {}
+        self.out = bytearray()
+        self.pos = 0  # file offset of the next byte to scan
+        self.buf = b""  # the bytes read last
+        self.i = 0  # the next byte of buf to scan (at file offset pos)
+        self.inside = False  # in a string
+        self.escaped = False  # the string so far holds an escape (never diverted)
+        self.esc_next = False  # the next byte is escaped
+        self.start = 0  # offset of the string's content
+        self.held = bytearray()  # the string's content so far, while it may still be short
+        self.long = False  # the string is being passed over (longer than LONG)
+        self.decoder = codecs.getincrementaldecoder("utf-8")()
+        self.chars = 0
+        self.head = ""
+        self.tail = ""
+        self.eof = False
+        self.count = 0
+        self.given = 0
+
+    def tell(self) -> int:
+        """The bytes handed to ijson so far (a long string counts as its placeholder: what
+        the importer holds of it in memory, by which it cuts its checkpoints)."""
+        return self.given
+
+    def take(self) -> dict[str, LongString]:
+        out, self.placeholders = self.placeholders, {}
+        return out
+
+    def read(self, n: int = -1) -> bytes:
+        if n == 0:  # ijson's look at the type of what the file gives
+            return b""
+        want = n if n > 0 else READ
+        while len(self.out) < want and not self.eof:
+            if self.long and self.out:  # ijson takes what comes before a long string first: then it is in
+                break  # the event that holds it when the string is passed over (and a fault in it is that event's)
+            self._step()
+        data = bytes(self.out[:want])
+        del self.out[:want]
+        self.given += len(data)
+        return data
+
+    def _more(self) -> bool:
+        if self.i >= len(self.buf):
+            self.buf, self.i = self.f.read(READ), 0
+            if not self.buf:
+                self.eof = True
+                if self.long:  # the file ended inside it: ijson sees a string that never ends
+                    self.out += b"x"
+                return False
+        return True
+
+    def _step(self) -> None:
+        if not self._more():
+            return
+        buf, i = self.buf, self.i
+        if not self.inside:
+            q = buf.find(b'"', i)
+            if q < 0:
+                self.out += buf[i:] if i else buf
+                self.pos += len(buf) - i
+                self.i = len(buf)
+                return
+            self.out += buf[i : q + 1]
+            self.pos += q + 1 - i
+            self.i = q + 1
+            self.inside, self.escaped, self.esc_next, self.long = True, False, False, False
+            self.start = self.pos
+            self.held = bytearray()
+            return
+        # inside a string: up to its closing quote, or the end of what is read
+        j = i
+        end = -1
+        if self.esc_next:
+            j, self.esc_next = i + 1, False
+        while True:
+            q = buf.find(b'"', j)
+            b = buf.find(b"\\", j, q if q >= 0 else len(buf))
+            if b >= 0:
+                self.escaped = True
+                if b + 1 >= len(buf):
+                    self.esc_next = True
+                    j = len(buf)
+                    break
+                j = b + 2
+                continue
+            end = q
+            break
+        stop = end if end >= 0 else len(buf)
+        part = buf[i:stop]
+        if self.long:
+            self._pass_over(part)
+        else:
+            self.held += part
+            if not self.escaped and len(self.held) > LONG:
+                self.long = True
+                held, self.held = bytes(self.held), bytearray()
+                self._pass_over(held)
+            elif self.escaped and len(self.held) > LONG:  # handed to ijson as it is, in pieces
+                self.out += self.held
+                self.held = bytearray()
+        self.pos += len(part)
+        if end < 0:
+            self.i = len(buf)
+            return
+        self.i = end + 1
+        self.pos += 1
+        self.inside = False
+        if self.long:
+            self._finish_long()
+        else:
+            self.out += self.held
+            self.out += b'"'
+            self.held = bytearray()
+
+    def _pass_over(self, part: bytes) -> None:
+        if _CONTROL.search(part):
+            raise CorruptError(f"{self.path}: malformed JSON: a control character in a string at byte {self.pos}")
+        try:
+            text = self.decoder.decode(part)
+        except UnicodeDecodeError:
+            raise CorruptError(f"{self.path}: not UTF-8 text in a string at byte {self.pos}") from None
+        if not self.head:
+            self.head = text[:8]
+        self.tail = (self.tail + text[-8:])[-8:]
+        self.chars += len(text)
+
+    def _finish_long(self) -> None:
+        try:
+            self.decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            raise CorruptError(f"{self.path}: not UTF-8 text in a string ending at byte {self.pos}") from None
+        self.count += 1
+        name = f"ckptlong{self.nonce}{self.count:08d}"
+        self.placeholders[name] = LongString(self.path, self.start, self.pos - 1, self.chars, self.head, self.tail)
+        self.out += name.encode() + b'"'
+        self.long = False
+        self.decoder.reset()
+        self.chars, self.head, self.tail = 0, "", ""
+
+
+def put_back(value: object, found: dict[str, LongString]) -> object:
+    """`value` (an event as ijson built it) with each placeholder of `found` replaced by
+    its LongString, in place (maps and lists); those used are taken out of `found`."""
+    stack: list[object] = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is dict:
+            for k, x in v.items():
+                if k in found:
+                    raise InvalidInputError(f"{found[k].path}: a map key of {found[k].size} bytes: no history has one")
+                if type(x) is str and x in found:
+                    v[k] = found.pop(x)
+                elif type(x) is dict or type(x) is list:
+                    stack.append(x)
+        elif type(v) is list:
+            for j, x in enumerate(v):
+                if type(x) is str and x in found:
+                    v[j] = found.pop(x)
+                elif type(x) is dict or type(x) is list:
+                    stack.append(x)
+    return value
+
+
+class _Reader:
+    """A LongString as a file object (read(n)) for the chunker."""
+
+    def __init__(self, ls: LongString) -> None:
+        self.fd = os.open(ls.path, os.O_RDONLY | os.O_CLOEXEC)
+        self.at, self.end, self.path = ls.start, ls.end, ls.path
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.end - self.at if n < 0 else min(n, self.end - self.at)
+        data = os.pread(self.fd, n, self.at) if n > 0 else b""
+        if len(data) < n:
+            raise CorruptError(f"{self.path}: the file got shorter while it was imported")
+        self.at += len(data)
+        return data
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def store_long(store: Store, ls: LongString) -> Any:
+    """Write `ls` into `store` (committed), read from its file in pieces, as the STR tree
+    the encoder makes of a str of it (the same objects, the same EV); returns that EV as
+    an `Encoded`, to place in the value a take encodes. The caller holds the store's shared
+    lock until that take commits (no prune removes the objects before they are referenced)."""
+    from ckptcli.format.chunker import iter_windows
+    from ckptcli.format.encode import Encoder
+    from ckptcli.format.ev import EXT_STR, Encoded, _ext
+
+    txn = store.transaction()
+    reader = _Reader(ls)
+    try:
+        enc = Encoder(txn, cdc=store.config.cdc, chunker=store.config.chunker)
+        entries: list[tuple[int, bytes]] = []
+        for pieces in iter_windows(reader, enc.cdc, algorithm=enc.chunker):  # type: ignore[arg-type]
+            entries.extend((len(p), enc._put_data(bytes(p))) for p in pieces)
+        root = enc._upper_levels(EXT_STR, entries, 1)[0]
+        txn.commit()
+    except BaseException:
+        txn.abort()
+        raise
+    finally:
+        reader.close()
+    return Encoded(_ext(EXT_STR, root))
+
+
+def encode_longs(store: Store, value: Any) -> None:
+    """Replace every LongString in `value` (maps and lists, in place) by store_long's EV."""
+    stack: list[Any] = [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is dict:
+            for k, x in v.items():
+                if type(x) is LongString:
+                    v[k] = store_long(store, x)
+                elif type(x) is dict or type(x) is list:
+                    stack.append(x)
+        elif type(v) is list:
+            for j, x in enumerate(v):
+                if type(x) is LongString:
+                    v[j] = store_long(store, x)
+                elif type(x) is dict or type(x) is list:
+                    stack.append(x)
