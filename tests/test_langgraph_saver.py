@@ -768,3 +768,52 @@ def test_a_thread_deleted_then_used_again_keeps_its_new_turns_after_a_crash(tmp_
         assert tup is not None and tup.checkpoint["channel_values"]["messages"] == new
     finally:
         again.close()
+
+
+def test_the_async_api_does_not_queue_behind_the_loops_default_executor(tmp_path: Path) -> None:
+    # each async method ran in `asyncio.to_thread`, the loop's default executor, which
+    # LangGraph's synchronous nodes and the application's own blocking calls share: with
+    # its workers busy, a conversation's aput waited for them (here for ever). The saver
+    # now has worker threads of its own, at most two, shut down by close
+    import concurrent.futures
+    import threading
+
+    from tests.langgraph_graphs import chat_builder
+
+    release = threading.Event()
+
+    async def main() -> tuple[list[Any], set[str]]:
+        loop = asyncio.get_running_loop()
+        busy = concurrent.futures.ThreadPoolExecutor(1)
+        loop.set_default_executor(busy)
+        blocker = loop.run_in_executor(None, release.wait, 60)  # the one default worker is taken
+        saver = CkptSaver(api.init_store(tmp_path / ".ckpt"))
+        names: set[str] = set()
+        try:
+            graph = chat_builder(turns=4, words=5).compile(checkpointer=saver)
+            cfg = {"configurable": {"thread_id": "t"}}
+            tup = await asyncio.wait_for(saver.aget_tuple(cfg), 30)
+            assert tup is None
+            cp = empty_checkpoint()
+            put = await asyncio.wait_for(saver.aput({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, cp, {}, {}), 30)
+            await asyncio.wait_for(saver.aput_writes(put, [("messages", [chat_message(1, 5)])], "task-1"), 30)
+            names = {t.name for t in threading.enumerate()}
+            got = [t.config async for t in saver.alist(cfg)]
+            assert [c["configurable"]["checkpoint_id"] for c in got] == [cp["id"]]
+            release.set()
+            await blocker
+            await asyncio.wait_for(graph.ainvoke({"messages": []}, {"configurable": {"thread_id": "g"}}), 60)
+        finally:
+            release.set()
+            saver.close()
+            busy.shutdown(wait=True)
+        return got, names
+
+    _got, names = asyncio.run(main())
+    workers = {n for n in names if n.startswith("ckpt-langgraph-async")}
+    assert 1 <= len(workers) <= 2, names
+    for _ in range(200):  # close let them go: they end once idle
+        if not any(t.name.startswith("ckpt-langgraph-async") for t in threading.enumerate()):
+            break
+        threading.Event().wait(0.05)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("ckpt-langgraph-async")]
