@@ -2,21 +2,24 @@
 
 An async server runs every request on one thread, the event loop's. Each time that
 thread comes back from `epoll` it must take the interpreter (the GIL) back; while
-another thread runs Python, it waits until that thread lets go: at a blocking call, or
-after the switch interval (`sys.getswitchinterval()`, 5 ms), when the interpreter forces
-a switch. A short release does not do: `time.sleep(0)` or a fast system call returns
-before the waiting thread has woken up, and the releasing thread takes the interpreter
-back. So a thread that runs Python with only fast calls in between (the saver's commit
-thread sealing and packing checkpoints, a worker running one put after another) makes
-every wake-up of the loop wait the full 5 ms: the loop lag of bench/langgraph_async.py.
+another thread runs Python, it waits until that thread lets go: at a blocking call, a
+sleep, or after the switch interval (`sys.getswitchinterval()`, 5 ms), when the
+interpreter forces a switch. So every stretch of Python another thread runs without
+letting go is a wait of up to 5 ms for every request of the server: the loop lag of
+bench/langgraph_async.py. The saver's threads keep those stretches short:
 
-- `Breather`: a pause long enough for a waiting thread to take the interpreter
-  (`BREATHE_FOR`) after every `BREATHE_AFTER` of CPU time; the commit thread's loops
-  call it after each checkpoint or object.
-- `AsyncWorkers`: the saver's own worker threads for its async methods (not the
-  loop's default executor, which LangGraph's synchronous nodes use): at most `WORKERS`
-  of them run the saver's Python at once, whatever the number of concurrent calls, and
-  each breathes after a call that ran `BREATHE_AFTER` or more.
+- `Breather`: called after each item of a long loop (sealing checkpoints, packing
+  objects), it lets the interpreter go (`time.sleep(0)`) once the thread has run
+  `BREATHE_AFTER` of CPU time since it last did. The commit thread's loops call it; some
+  of them (sealing every idle checkpoint, or all of them under back-pressure) let go
+  only at the end before.
+- `AsyncWorkers`: the saver's own worker threads for its async methods, not the loop's
+  default executor: at most `WORKERS` of them run the saver's Python at once, whatever
+  the number of concurrent calls (`asyncio.to_thread` starts a worker per concurrent
+  call, up to six on two cores, and they hand the interpreter to each other while the
+  loop waits), and no saver call waits behind LangGraph's synchronous nodes or the
+  application's blocking calls, which share the default executor. Each worker lets go
+  after a call that ran `BREATHE_AFTER` or more.
 """
 
 from __future__ import annotations
@@ -30,20 +33,19 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["BREATHE_AFTER", "BREATHE_FOR", "WORKERS", "AsyncWorkers", "Breather"]
+__all__ = ["BREATHE_AFTER", "WORKERS", "AsyncWorkers", "Breather"]
 
-BREATHE_AFTER = 0.0005  # seconds of a thread's CPU time between two pauses
-BREATHE_FOR = 0.0001  # a pause: a real sleep (with the timer's slack, ~0.15 ms)
+BREATHE_AFTER = 0.00025  # seconds of a thread's CPU time between two releases of the interpreter
 WORKERS = 2  # the saver's async worker threads: two, so that one waiting (for a lease, for room) does not stop the other
 
 T = TypeVar("T")
 
 
 class Breather:
-    """Call it in a long loop of Python work: every `BREATHE_AFTER` of this thread's CPU
-    time it sleeps `BREATHE_FOR`, which lets a thread waiting for the interpreter in.
-    The cost: at most a sixth of the thread's time, less when its work is mostly I/O
-    (system calls count as CPU time; their waits do not)."""
+    """Call it after each item of a long loop of Python work: once this thread has run
+    `BREATHE_AFTER` of CPU time since it last let the interpreter go here, it does
+    (`time.sleep(0)`: a thread waiting for the interpreter takes it; a system call and
+    no wait when none does)."""
 
     __slots__ = ("since",)
 
@@ -53,19 +55,19 @@ class Breather:
     def __call__(self) -> None:
         now = time.thread_time()
         if now - self.since >= BREATHE_AFTER:
-            time.sleep(BREATHE_FOR)
+            time.sleep(0)
             self.since = time.thread_time()
 
 
 def _breathing(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """`fn(*args, **kwargs)` on a worker, then a pause if it ran `BREATHE_AFTER` or more
-    (before the worker takes its next call: the loop gets the interpreter in between)."""
+    """`fn(*args, **kwargs)` on a worker, then the interpreter let go if it ran
+    `BREATHE_AFTER` or more (a worker with calls queued would go on to the next one)."""
     t0 = time.thread_time()
     try:
         return fn(*args, **kwargs)
     finally:
         if time.thread_time() - t0 >= BREATHE_AFTER:
-            time.sleep(BREATHE_FOR)
+            time.sleep(0)
 
 
 class AsyncWorkers:
