@@ -15,6 +15,7 @@ store_index, holder, core, committer, recovery, threadops."""
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import itertools
@@ -43,7 +44,7 @@ from ckptcli.adapters.langgraph import crosshost, gcfreeze
 from ckptcli.adapters.langgraph.committer import Committer
 from ckptcli.adapters.langgraph.core import Copies, CopyRows, Keys, SaverCore
 from ckptcli.adapters.langgraph.encoding import fingerprint
-from ckptcli.adapters.langgraph.gil import AsyncWorkers
+from ckptcli.adapters.langgraph.gil import breathing
 from ckptcli.adapters.langgraph.hostdir import ToMake, is_remote, local_root, store_for
 from ckptcli.adapters.langgraph.journal import JOURNAL_DIR as JOURNAL_DIR
 from ckptcli.adapters.langgraph.journal import Journal
@@ -205,7 +206,6 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         self._init_memory(trust_identity)
         self._init_leases(lease_timeout)
         self._committer = Committer(self, ROTATE_BYTES)
-        self._async = AsyncWorkers("ckpt-langgraph-async")
         self._recovery = Recovery(self)
         self._ops = ThreadOps(self, _COLLECT_MIN)
         self._start()
@@ -270,7 +270,6 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         the next one to open the store replays its journal.)"""
         if not self._stop_thread():
             return
-        self._async.close()
         try:
             self.flush()
         finally:
@@ -287,7 +286,6 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         the next saver to open the store replays it)."""
         if not self._stop_thread():
             return
-        self._async.close()
         with self._lock:
             self._journal.close(delete=self._journal.empty)
             self._release_leases(everything=True)
@@ -591,16 +589,14 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
             current_v = int(str(current).split(".")[0])
         return f"{current_v + 1:016}.{random.getrandbits(32):08x}"
 
-    # Every async method runs its sync twin on one of the saver's two worker threads
-    # (gil.py), as aiosqlite does for AsyncSqliteSaver on its own thread: a put can wait
-    # for an fdatasync, a lease or the saver's lock, and a read can decode a long history;
-    # none of that may stall the event loop. Not `asyncio.to_thread`: its pool has a
-    # worker per concurrent call (up to six on two cores), each running the saver's Python
-    # and taking turns on the interpreter with the loop's thread, and LangGraph's
-    # synchronous nodes queue in it too. The sync methods are thread-safe (the saver's
-    # lock); one coroutine's calls stay ordered.
+    # Every async method runs its sync twin on a worker thread (as aiosqlite does for
+    # AsyncSqliteSaver): a put can wait for an fdatasync, a lease or the saver's lock, and
+    # a read can decode a long history; none of that may stall the event loop. The worker
+    # lets the interpreter go after a call that ran long enough to make the loop wait
+    # (`gil.breathing`). The sync methods are thread-safe (the saver's lock); one
+    # coroutine's calls stay ordered.
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._async.run(self.get_tuple, config)
+        return await asyncio.to_thread(breathing, self.get_tuple, config)
 
     async def alist(
         self,
@@ -610,10 +606,10 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        it = await self._async.run(self.list, config, filter=filter, before=before, limit=limit)
+        it = await asyncio.to_thread(breathing, self.list, config, filter=filter, before=before, limit=limit)
         while True:
             # a batch per hop: the thread switch costs ~50 us, a tuple far less
-            batch = await self._async.run(lambda: list(itertools.islice(it, _ALIST_BATCH)))
+            batch = await asyncio.to_thread(breathing, lambda: list(itertools.islice(it, _ALIST_BATCH)))
             for item in batch:
                 yield item
             if len(batch) < _ALIST_BATCH:
@@ -622,19 +618,19 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
     async def aput(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
-        return await self._async.run(self.put, config, checkpoint, metadata, new_versions)
+        return await asyncio.to_thread(breathing, self.put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        await self._async.run(self.put_writes, config, writes, task_id, task_path)
+        await asyncio.to_thread(breathing, self.put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await self._async.run(self.delete_thread, thread_id)
+        await asyncio.to_thread(breathing, self.delete_thread, thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self._async.run(self.delete_for_runs, run_ids)
+        await asyncio.to_thread(breathing, self.delete_for_runs, run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._async.run(self.copy_thread, source_thread_id, target_thread_id)
+        await asyncio.to_thread(breathing, self.copy_thread, source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self._async.run(self.prune, thread_ids, strategy=strategy)
+        await asyncio.to_thread(breathing, self.prune, thread_ids, strategy=strategy)
