@@ -14,6 +14,7 @@ from typing import Any
 
 from ckptcli.adapters.langgraph import crosshost, layout
 from ckptcli.adapters.langgraph.core import SaverCore
+from ckptcli.adapters.langgraph.gil import Breather
 from ckptcli.adapters.langgraph.journal import Journal, frame
 from ckptcli.adapters.langgraph.leases import request_lease
 from ckptcli.adapters.langgraph.resident import COMMITTED, LEAF, SEALED, Entry, StagedSource, Staging, evict, trim
@@ -78,7 +79,7 @@ class Committer:
                             return
                         self.saver._pressed = False
                         if pressed:  # puts wait for room: everything goes now
-                            self.saver._seal_all()
+                            self.seal_all()
                         else:
                             self.seal_idle()
                     self.saver._commit_locked()
@@ -92,6 +93,7 @@ class Committer:
         burst, and the journal sync and the commit of this tick would never come."""
         with self.saver._lock:
             todo, self.saver._ready = self.saver._ready, []
+        breathe = Breather()
         for i, e in enumerate(todo):
             with self.saver._lock:
                 if self.saver._closed:
@@ -99,18 +101,29 @@ class Committer:
                     return
                 if e.state == LEAF and self.saver._entries.get(e.key) is e:
                     self.saver._seal(e)
-            time.sleep(0)
+            breathe()
+
+    def seal_all(self) -> None:
+        """Seal every checkpoint not sealed yet (caller holds the lock), pausing as
+        `seal_ready` does (the lock stays held: puts wait, an event loop does not)."""
+        breathe = Breather()
+        for e in sorted(self.saver._uncommitted(), key=lambda e: e.seq):
+            if e.state == LEAF:
+                self.saver._seal(e)
+                breathe()
 
     def seal_idle(self) -> None:
         """Seal what has a child and got no write for a commit interval, and what has
         been idle for `seal_idle` seconds (so that `ckpt ls` shows it)."""
         now = time.monotonic()
+        breathe = Breather()
         for e in sorted(self.saver._uncommitted(), key=lambda e: e.seq):
             if e.state != LEAF:
                 continue
             quiet = now - e.touched
             if (e.has_child and quiet >= self.saver.commit_interval) or (self.saver.seal_idle and quiet >= self.saver.seal_idle):
                 self.saver._seal(e)
+                breathe()
 
     def commit_locked(self) -> None:
         """Commit what is sealed (the caller holds the commit mutex): one pack and index
@@ -133,11 +146,11 @@ class Committer:
             with store.backend.lock("store", shared=True):
                 before = set(store.backend.list("index"))
                 txn = store.transaction()
+                breathe = Breather()
                 try:
-                    for i, (oid, (typ, content)) in enumerate(objects.items()):
+                    for oid, (typ, content) in objects.items():
                         txn.put(oid, content, typ)
-                        if i % 32 == 31:
-                            time.sleep(0)  # let a put waiting for the interpreter in (this loop is Python)
+                        breathe()  # let an event loop or a put waiting for the interpreter in (this loop is Python)
                     txn.commit()
                 except BaseException:
                     txn.abort()

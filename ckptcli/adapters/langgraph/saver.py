@@ -44,6 +44,7 @@ from ckptcli.adapters.langgraph import crosshost, gcfreeze
 from ckptcli.adapters.langgraph.committer import Committer
 from ckptcli.adapters.langgraph.core import Copies, CopyRows, Keys, SaverCore
 from ckptcli.adapters.langgraph.encoding import fingerprint
+from ckptcli.adapters.langgraph.gil import breathing
 from ckptcli.adapters.langgraph.hostdir import ToMake, is_remote, local_root, store_for
 from ckptcli.adapters.langgraph.journal import JOURNAL_DIR as JOURNAL_DIR
 from ckptcli.adapters.langgraph.journal import Journal
@@ -589,11 +590,13 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         return f"{current_v + 1:016}.{random.getrandbits(32):08x}"
 
     # Every async method runs its sync twin on a worker thread (as aiosqlite does for
-    # AsyncSqliteSaver): a put can wait for an fdatasync, a lease or the saver's lock,
-    # and a read can decode a long history; none of that may stall the event loop. The
-    # sync methods are thread-safe (the saver's lock); one coroutine's calls stay ordered.
+    # AsyncSqliteSaver): a put can wait for an fdatasync, a lease or the saver's lock, and
+    # a read can decode a long history; none of that may stall the event loop. The worker
+    # lets the interpreter go after a call that ran long enough to make the loop wait
+    # (`gil.breathing`). The sync methods are thread-safe (the saver's lock); one
+    # coroutine's calls stay ordered.
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
+        return await asyncio.to_thread(breathing, self.get_tuple, config)
 
     async def alist(
         self,
@@ -603,10 +606,10 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        it = await asyncio.to_thread(self.list, config, filter=filter, before=before, limit=limit)
+        it = await asyncio.to_thread(breathing, self.list, config, filter=filter, before=before, limit=limit)
         while True:
             # a batch per hop: the thread switch costs ~50 us, a tuple far less
-            batch = await asyncio.to_thread(lambda: list(itertools.islice(it, _ALIST_BATCH)))
+            batch = await asyncio.to_thread(breathing, lambda: list(itertools.islice(it, _ALIST_BATCH)))
             for item in batch:
                 yield item
             if len(batch) < _ALIST_BATCH:
@@ -615,19 +618,19 @@ class CkptSaver(SaverCore, BaseCheckpointSaver[str]):
     async def aput(
         self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata, new_versions: ChannelVersions
     ) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+        return await asyncio.to_thread(breathing, self.put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = "") -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+        await asyncio.to_thread(breathing, self.put_writes, config, writes, task_id, task_path)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
+        await asyncio.to_thread(breathing, self.delete_thread, thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
+        await asyncio.to_thread(breathing, self.delete_for_runs, run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+        await asyncio.to_thread(breathing, self.copy_thread, source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+        await asyncio.to_thread(breathing, self.prune, thread_ids, strategy=strategy)
