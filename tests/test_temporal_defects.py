@@ -267,3 +267,77 @@ def test_a_fault_inside_a_large_payload_names_the_file_and_the_event(store_dir: 
     path.write_bytes(raw[:at] + bad + raw[at + 1 :])
     code, line = _refused(store_dir, path)
     assert code == 5 and f"bad.json: event 7 (ActivityTaskCompleted): {says}" in line, line
+
+
+def test_a_long_string_with_escapes_is_decoded_in_one_pass_not_by_ijson(tmp_path: Path) -> None:
+    """ijson (yajl) parses a token spanning its reads again from its start at each read:
+    a few MB of a string with escapes took minutes. The Diverter decodes such a string
+    itself (json, one pass) and hands ijson a placeholder; the event gets the same str
+    ijson would give (a lone surrogate escape as "?")."""
+    import ijson
+
+    from ckptcli.adapters.temporal.longstr import LONG, Diverter, put_back
+
+    text = 'A\n"\\é\u0001' * (LONG // 3) + "\U0001f600"
+    raw = json.dumps({"events": [{"data": text, "lone": "x\\ud800y" * (LONG // 4), "short": "x"}]}).encode()
+    raw = raw.replace(b"x\\\\ud800y", b"x\\ud800y")  # json.dumps escaped the backslash: a real escape in the file
+    path = tmp_path / "s.json"
+    path.write_bytes(raw)
+    with path.open("rb") as f:
+        d = Diverter(f, str(path))
+        event = next(ijson.items(d, "events.item"))
+        assert d.tell() < 4096, d.tell()  # ijson was given placeholders, not the strings
+        put_back(event, d.placeholders)
+    with path.open("rb") as f:
+        want = next(ijson.items(f, "events.item"))
+    assert event == want and event["data"] == text and event["lone"] == "x?y" * (LONG // 4)
+
+
+def test_a_long_string_with_a_bad_escape_is_refused_naming_where(store_dir: Path, tmp_path: Path) -> None:
+    from ckptcli.adapters.temporal.synth import synthesize
+
+    good = tmp_path / "good.json"
+    synthesize(COMPLETE, 10, good, result_bytes=3_000_000)
+    raw = good.read_bytes()
+    at = raw.index(b'"', raw.index(b'"data"', raw.index(b"ACTIVITY_TASK_COMPLETED")) + 6) + 1 + 2_000_000
+    path = tmp_path / "bad.json"
+    path.write_bytes(raw[:at] + b"\\q" + raw[at + 2 :])
+    code, line = _refused(store_dir, path)
+    assert code == 5 and "bad.json: event 7 (ActivityTaskCompleted): malformed JSON in a string" in line, line
+
+
+def test_an_escape_past_the_first_mib_of_a_long_string_is_decoded(tmp_path: Path) -> None:
+    """A string passed over as long (its first LONG bytes had no escape) and holding an
+    escape later is read back and decoded: never kept with its escapes as text."""
+    import ijson
+
+    from ckptcli.adapters.temporal.longstr import LONG, Diverter, put_back
+
+    text = "B" * (LONG + 70_000) + '\n"tab\there\\' + "C" * 1000
+    path = tmp_path / "late.json"
+    path.write_text(json.dumps({"events": [{"data": text, "short": "x"}, {"data": "B" * (LONG + 10)}]}))
+    with path.open("rb") as f:
+        d = Diverter(f, str(path))
+        events = list(ijson.items(d, "events.item"))
+        for event in events:
+            put_back(event, d.placeholders)
+    assert events[0]["data"] == text and isinstance(events[0]["data"], str)
+    assert events[1]["data"] == "B" * (LONG + 10) and not isinstance(events[1]["data"], str)  # still passed over
+
+
+def test_a_number_of_millions_of_digits_is_refused_before_it_is_parsed(store_dir: Path, tmp_path: Path) -> None:
+    """ijson makes an int of a number token in time quadratic in its digits (minutes for
+    20 million): such a number is refused as the file is read, naming the event."""
+    raw = COMPLETE.read_bytes()
+    path = tmp_path / "hugenum.json"
+    path.write_bytes(raw.replace(b'"attempt":1', b'"attempt":' + b"9" * 20_000_000, 1))
+    code, line = _refused(store_dir, path)
+    assert code == 4 and "hugenum.json: events[0]" in line and "a number of more than 400 digits at byte 815" in line, line
+
+
+def test_an_event_id_of_thousands_of_digits_is_bad_input_not_an_internal_error(store_dir: Path, tmp_path: Path) -> None:
+    raw = COMPLETE.read_bytes()
+    path = tmp_path / "eid.json"
+    path.write_bytes(raw.replace(b'"eventId":"1"', b'"eventId":"' + b"1" * 4301 + b'"', 1))
+    code, line = _refused(store_dir, path)
+    assert code == 4 and "eid.json" in line and "internal error" not in line, line

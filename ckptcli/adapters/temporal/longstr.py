@@ -9,12 +9,14 @@ and the reader puts a `LongString` in its place in the event: where the string l
 the file, checked (UTF-8, no control character) as it was passed over. The importer stores
 it read back from the file in pieces (`pieces`), as the same STR tree a str of it gives, so
 the history exported again is the same. A long string with an escape in it (Temporal's
-base64 has none) is handed to ijson as before.
+base64 has none) is decoded by `json` in one pass (ijson took time quadratic in its length)
+and reaches the event as a str.
 """
 
 from __future__ import annotations
 
 import codecs
+import json
 import os
 import re
 import secrets
@@ -32,6 +34,9 @@ __all__ = ["LONG", "Diverter", "LongString", "encode_longs", "put_back", "store_
 LONG = 1 << 20
 READ = 64 << 10  # bytes read from the file at a time
 _CONTROL = re.compile(rb"[\x00-\x1f]")
+#: digits a number of a history may have (an int64 has 19; a float's digits rarely reach 30)
+MAX_DIGITS = 400
+_LONG_NUMBER = re.compile(rb"[0-9]{%d}" % (MAX_DIGITS + 1))
 
 
 class LongString:
@@ -97,13 +102,13 @@ class Diverter:
         self.f = f
         self.path = path
         self.nonce = secrets.token_hex(8)  # 16 hex digits: no string of the file is a placeholder by chance
-        self.placeholders: dict[str, LongString] = {}
+        self.placeholders: dict[str, LongString | str] = {}  # a str: a long string with escapes, decoded
         self.out = bytearray()
         self.pos = 0  # file offset of the next byte to scan
         self.buf = b""  # the bytes read last
         self.i = 0  # the next byte of buf to scan (at file offset pos)
         self.inside = False  # in a string
-        self.escaped = False  # the string so far holds an escape (never diverted)
+        self.escaped = False  # the string so far holds an escape (decoded by json, not passed over)
         self.esc_next = False  # the next byte is escaped
         self.start = 0  # offset of the string's content
         self.held = bytearray()  # the string's content so far, while it may still be short
@@ -121,7 +126,7 @@ class Diverter:
         the importer holds of it in memory, by which it cuts its checkpoints)."""
         return self.given
 
-    def take(self) -> dict[str, LongString]:
+    def take(self) -> dict[str, LongString | str]:
         out, self.placeholders = self.placeholders, {}
         return out
 
@@ -154,6 +159,7 @@ class Diverter:
         buf, i = self.buf, self.i
         if not self.inside:
             q = buf.find(b'"', i)
+            self._check_numbers(buf, i, len(buf) if q < 0 else q)
             if q < 0:
                 self.out += buf[i:] if i else buf
                 self.pos += len(buf) - i
@@ -194,9 +200,6 @@ class Diverter:
                 self.long = True
                 held, self.held = bytes(self.held), bytearray()
                 self._pass_over(held)
-            elif self.escaped and len(self.held) > LONG:  # handed to ijson as it is, in pieces
-                self.out += self.held
-                self.held = bytearray()
         self.pos += len(part)
         if end < 0:
             self.i = len(buf)
@@ -204,12 +207,60 @@ class Diverter:
         self.i = end + 1
         self.pos += 1
         self.inside = False
-        if self.long:
+        if self.long and self.escaped:  # an escape after its first LONG bytes: decoded after all
+            self._decode_escaped(self._read_back(self.start, self.pos - 1))
+        elif self.long:
             self._finish_long()
+        elif self.escaped and len(self.held) > LONG:
+            held, self.held = bytes(self.held), bytearray()
+            self._decode_escaped(held)
         else:
             self.out += self.held
             self.out += b'"'
             self.held = bytearray()
+
+    def _check_numbers(self, buf: bytes, i: int, j: int) -> None:
+        """Refuse a number of more digits than any field of a history holds, before ijson
+        turns it into an int (time quadratic in its digits: minutes for millions). Outside
+        strings, between buf[i:j]."""
+        m = _LONG_NUMBER.search(buf, i, j)
+        if m is not None:
+            raise InvalidInputError(
+                f"{self.path}: a number of more than {MAX_DIGITS} digits at byte {self.pos + m.start() - i}:"
+                " no field of a Temporal history holds one"
+            )
+
+    def _read_back(self, start: int, end: int) -> bytes:
+        """The file's bytes start..end, read again (a string passed over, then found to
+        hold an escape)."""
+        self.long = False
+        self.decoder.reset()
+        self.chars, self.head, self.tail = 0, "", ""
+        data = os.pread(self.f.fileno(), end - start, start)
+        if len(data) != end - start:
+            raise CorruptError(f"{self.path}: the file got shorter while it was imported")
+        return data
+
+    def _decode_escaped(self, held: bytes) -> None:
+        """A long string with escapes, decoded here in one linear pass and handed to ijson
+        as a placeholder: ijson (yajl) parses a token that spans its reads again from its
+        start at every read, quadratic in the token's length (minutes for a few MB)."""
+        try:
+            text = held.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptError(f"{self.path}: not UTF-8 text in a string at byte {self.start + exc.start}") from None
+        try:
+            value = json.loads('"' + text + '"')
+        except ValueError as exc:
+            raise CorruptError(f"{self.path}: malformed JSON in a string starting at byte {self.start}: {exc}") from None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate escape: as ijson reads it, "?"
+            value = value.encode("utf-8", "replace").decode("utf-8")
+        self.count += 1
+        name = f"ckptlong{self.nonce}{self.count:08d}"
+        self.placeholders[name] = value
+        self.out += name.encode() + b'"'
 
     def _pass_over(self, part: bytes) -> None:
         if _CONTROL.search(part):
@@ -237,7 +288,7 @@ class Diverter:
         self.chars, self.head, self.tail = 0, "", ""
 
 
-def put_back(value: object, found: dict[str, LongString]) -> object:
+def put_back(value: object, found: dict[str, LongString | str]) -> object:
     """`value` (an event as ijson built it) with each placeholder of `found` replaced by
     its LongString, in place (maps and lists); those used are taken out of `found`."""
     stack: list[object] = [value]
@@ -246,7 +297,9 @@ def put_back(value: object, found: dict[str, LongString]) -> object:
         if type(v) is dict:
             for k, x in v.items():
                 if k in found:
-                    raise InvalidInputError(f"{found[k].path}: a map key of {found[k].size} bytes: no history has one")
+                    x = found[k]
+                    where = f"{x.path}: " if isinstance(x, LongString) else ""
+                    raise InvalidInputError(f"{where}a map key of more than {LONG} bytes: no history has one")
                 if type(x) is str and x in found:
                     v[k] = found.pop(x)
                 elif type(x) is dict or type(x) is list:

@@ -223,6 +223,11 @@ def read_events(
                 f"{where}: malformed JSON after {n} events: {_first_line(exc)}",
                 hint="export it again: `temporal workflow show -w ID --output json`",
             ) from None
+        except InvalidInputError as exc:  # a number too long to be a history's (longstr.py): where in the file
+            raise InvalidInputError(
+                f"{where}: {describe_event(n, seen.get('id'), seen.get('type'))}: {exc.message.removeprefix(where + ': ')}",
+                hint="the file is not a history Temporal wrote; export it again: `temporal workflow show -w ID --output json`",
+            ) from None
         except CorruptError as exc:  # a long string the importer passes over (longstr.py): where in the file
             raise CorruptError(
                 f"{where}: {describe_event(n, seen.get('id'), seen.get('type'))}: {exc.message.removeprefix(where + ': ')}",
@@ -318,7 +323,9 @@ def _event(raw: Any, n: int, where: str) -> HistoryEvent:
     if type(raw) is not dict:
         raise InvalidInputError(f"{where}: events[{n - 1}] is a {type(raw).__name__}, not a history event (a JSON object)")
     eid = raw.get("eventId", raw.get("event_id"))
-    seq = eid if type(eid) is int else int(eid) if type(eid) is str and eid.isdecimal() and eid.isascii() else None
+    seq = (
+        eid if type(eid) is int else int(eid) if type(eid) is str and eid.isdecimal() and eid.isascii() and len(eid) <= 20 else None
+    )  # 20 digits hold every int64; more is no event id (and int() of 4,301 digits raises)
     if seq != n:
         raise InvalidInputError(
             f"{where}: events[{n - 1}] has event id {eid!r}, not {n}",
