@@ -428,3 +428,36 @@ def test_a_tag_that_a_later_checkpoint_id_starts_with_is_ambiguous_not_the_tag(s
     r = run_ckpt("--store", str(st), "show", b[:12])
     assert r.returncode == ExitCode.INVALID_INPUT and b"ambiguous" in r.stderr and r.stderr.count(b"\n") == 1, r.stderr
     assert open_store(st).resolve(b).hex() == b and open_store(st).resolve(f"tags/{b[:12]}@{{0}}").hex() == a
+
+
+def test_advance_latest_many_moves_each_ref_as_advance_latest_does_with_one_durable_write(st: Path) -> None:
+    """The LangGraph saver moves every thread's latest of a commit at once: one refs lock,
+    one write_atomic_many (one file-system sync), and each ref ends where advance_latest
+    one at a time would put it (a newer checkpoint already named stays)."""
+    from ckptcli.format.manifest import Subject
+
+    store = open_store(st)
+    a1, b1, c1 = (bytes.fromhex(_take(st, {"m": i}, subject=f"agent:{s}")) for i, s in enumerate("abc"))
+    a2 = bytes.fromhex(_take(st, {"m": 10}, subject="agent:x"))  # newer than a1: moves agent:a
+    b0 = b1  # agent:b to itself: still named
+    old = store.manifest(c1)
+    store = open_store(st)
+    calls: list[int] = []
+    real = store.backend.write_atomic_many
+
+    def counted(items: Any) -> None:
+        calls.append(len(items))
+        real(items)
+
+    store.backend.write_atomic_many = counted  # type: ignore[method-assign]
+    moved = store.advance_latest_many(
+        [
+            (Subject.parse("agent:a"), a2, store.manifest(a2).created_ns, False),
+            (Subject.parse("agent:b"), b0, store.manifest(b0).created_ns, False),
+            (Subject.parse("agent:c"), a1, old.created_ns - 1, False),  # older than c's latest: c stays
+        ],
+        log=False,
+    )
+    assert moved == [True, True, False] and calls == [2]
+    fresh = open_store(st)
+    assert [fresh.resolve(f"agent:{s}") for s in "abc"] == [a2, b1, c1]

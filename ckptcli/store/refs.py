@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -340,6 +340,52 @@ class Refs:
         the caller checked before it wrote `cid` (the LangGraph saver across hosts);
         a ref that names anything else but `cid` raises RefMovedError, nothing moved.
         Returns: whether latest names `cid` now."""
+        decide = self._latest_decision(subject, cid, created_ns, nested, reason, log, expect, only_from)
+        move = self._swap(self.latest_ref(subject), decide)[1]
+        if move is None:
+            return False
+        if move.target is not None and move.target != cid:
+            raise LatestMovedError(subject, move.target, cid)
+        return True
+
+    def advance_latest_many(
+        self, moves: Sequence[tuple[Subject, bytes, int, bool]], *, reason: str = "take", log: bool = True
+    ) -> list[bool]:
+        """Several subjects' latest moved as advance_latest moves each (no `expect`, no
+        `only_from`), for `moves` of (subject, cid, created_ns, nested), one subject once.
+        Where refs move under the refs lock (no compare-and-swap), all of them under one
+        hold of it and made durable together (Backend.write_atomic_many: one file-system
+        sync instead of one per ref; the LangGraph saver moves every thread of a commit).
+        After a crash each ref is its old or its new value. Returns: for each move,
+        whether latest names its cid now."""
+        if self.backend.ref_cas or len(moves) < 2:
+            return [self.advance_latest(s, c, t, nested=n, reason=reason, log=log) for s, c, t, n in moves]
+        done: list[bool] = []
+        writes: list[tuple[str, bytes]] = []
+        with self.backend.lock("refs", shared=False):
+            for subject, cid, created_ns, nested in moves:
+                path = self.latest_ref(subject)
+                seen = self._see(path)
+                move = self._latest_decision(subject, cid, created_ns, nested, reason, log, None, _ANY)(seen)
+                if move is not None and move.target is not None:
+                    self._log(path, seen, move, None)
+                    writes.append((path, self._encode(seen, move, time.time_ns())))
+                done.append(move is not None and move.target == cid)
+            self.backend.write_atomic_many(writes)
+        return done
+
+    def _latest_decision(
+        self,
+        subject: Subject,
+        cid: bytes,
+        created_ns: int,
+        nested: bool,
+        reason: str,
+        log: bool,
+        expect: tuple[bytes | None, int | None] | None,
+        only_from: object,
+    ) -> Callable[[_Seen], _Move | None]:
+        """What advance_latest does with the ref as it finds it (its docstring)."""
 
         def decide(seen: _Seen) -> _Move | None:
             cur, reset = seen.target, seen.reset  # a damaged ref is replaced (the take chose its parent around it)
@@ -361,12 +407,7 @@ class Refs:
                     pass  # a damaged target is replaced
             return _Move(cid, reason, log)
 
-        move = self._swap(self.latest_ref(subject), decide)[1]
-        if move is None:
-            return False
-        if move.target is not None and move.target != cid:
-            raise LatestMovedError(subject, move.target, cid)
-        return True
+        return decide
 
     def head_hint_path(self, subject: Subject) -> str:
         return layout.head_hint_path(subject.kind, subject.name)

@@ -169,14 +169,14 @@ class Committer:
                     order = (0 if e.key[1] else 1, e.created_ns)
                     if subj not in newest or order >= newest[subj][0]:
                         newest[subj] = (order, mid)
-                for subj, ((root, created), mid) in newest.items():
-                    if remote:  # by compare-and-swap from the head the check read (crosshost.py)
+                if remote:
+                    for (root, created), mid in newest.values():  # by compare-and-swap from the head the check read (crosshost.py)
                         thread = next(e.key[0] for m, _d, e, _r in batch if m == mid)
                         if not crosshost.advance(self.saver, thread, mid, created, not root, heads.get(thread)):
                             lost[thread] = [m for m, _d, e, _r in batch if e.key[0] == thread]
-                        continue
-                    store.advance_latest(
-                        subj, mid, created, nested=not root, log=False
+                else:  # every thread's ref of the commit under one refs lock, made durable together
+                    store.advance_latest_many(
+                        [(subj, mid, created, not root) for subj, ((root, created), mid) in newest.items()], log=False
                     )  # a thread's history is its chain: no reflog entry per commit
         except BaseException:
             with self.saver._lock:
