@@ -187,6 +187,9 @@ class _Writer:
         #: files being written on writer threads, oldest first (settled before their
         #: directory's descriptor is closed)
         self.pending: collections.deque[_Pending] = collections.deque()
+        #: the temporary file being made, from before it exists until a pending entry or
+        #: its rename takes it over: abandon removes it (an interrupt may land in between)
+        self.making: list[tuple[int, str]] = []
         self._progress_lock = threading.Lock()
         self._stop = threading.Event()  # set by abandon: writer threads stop at the next piece
 
@@ -236,6 +239,13 @@ class _Writer:
                 os.close(p.fd)
             with contextlib.suppress(OSError):
                 os.unlink(p.tmp, dir_fd=p.dir_fd)
+        for dir_fd, name in self.making:  # gone already when its rename ran
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dir_fd)
+        self.making.clear()
+
+    def _note_temp(self, dir_fd: int, name: str) -> None:
+        self.making[:] = [(dir_fd, name)] if name else []  # "": that name was another's, not made
 
     def write_entries(self, dir_fd: int, entries: dict[str, Any], parts: _Parts, fresh: bool) -> None:
         """Write `entries` into the directory `dir_fd`; every file of it is settled
@@ -350,7 +360,8 @@ class _Writer:
         if big:
             self.settle(keep=FILE_WRITERS - 1)  # before this file's temporary exists
             self.current = current
-        tmp, fd = create_temp(dir_fd, avoid=entries)
+        self.making.clear()
+        tmp, fd = create_temp(dir_fd, avoid=entries, on_name=lambda n: self._note_temp(dir_fd, n))
 
         def finish() -> None:
             self.current = current
@@ -366,6 +377,7 @@ class _Writer:
                     os.unlink(tmp, dir_fd=dir_fd)
                 raise
             self.pending.append(_Pending(future, dir_fd, tmp, fd, finish))
+            self.making.clear()
             return
         try:
             self._content(fd, data)
@@ -375,6 +387,7 @@ class _Writer:
                 os.unlink(tmp, dir_fd=dir_fd)
             raise
         finish()
+        self.making.clear()
 
     def _place(
         self, dir_fd: int, name: str, tmp: str, fd: int, entry: dict[str, Any], entries: dict[str, Any], parts: _Parts, fresh: bool

@@ -282,3 +282,36 @@ def test_a_failed_restore_puts_back_what_delete_removed(cli: Any, store: Store, 
     assert "the restore was undone" in r.err
     assert tree(ws) == before, "what --delete moved aside (or the restore replaced) was not put back"
     assert sorted(p.name for p in (ws / "src").iterdir()) == ["extra.py", "main.py"]
+
+
+@pytest.mark.parametrize("at", [1, 3, 6])
+def test_an_interrupt_right_after_a_temporary_file_is_made_leaves_none_behind(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: int
+) -> None:
+    """Ctrl-C (or SIGTERM, which unwinds as it does) can land after create_temp made a
+    file and before the writer holds its name: the restore still removes it, and an
+    --overwrite target holds what it held before."""
+    import ckptcli.blobs
+    from ckptcli.store.backend import create_temp
+
+    files = {f"small/d{i:02d}/f{j}.txt": os.urandom(300) for i in range(4) for j in range(2)}
+    ws = make_tree(tmp_path / "ws", {**files, "big.bin": os.urandom(1_500_000)})
+    ck = api.open_checkpoint(api.take(store, {"memory": {}}, subject="agent:t", blobs={"ws": ws}).hex, store)
+    for rel in files:
+        (ws / rel).write_bytes(b"older\n")
+    before = tree(ws)
+    made = [0]
+
+    def interrupted(*args: Any, **kwargs: Any) -> tuple[str, int]:
+        got = create_temp(*args, **kwargs)
+        made[0] += 1
+        if made[0] == at:
+            raise KeyboardInterrupt
+        return got
+
+    monkeypatch.setattr(ckptcli.blobs, "create_temp", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ck.restore_blobs(ws.parent, overwrite=True)
+    assert made[0] == at
+    assert tree(ws) == before
+    assert not [p for p in ws.rglob(".ckpt-*")], "a temporary file was left in the target"

@@ -304,9 +304,13 @@ def create_temp(
     mode: int = 0o600,
     flags: int = os.O_WRONLY,
     avoid: Container[str] = (),
+    on_name: Callable[[str], None] | None = None,
 ) -> tuple[str, int]:
     """Create a new, empty file under an unpredictable name in `directory` (a path or a
-    directory descriptor).
+    directory descriptor). `on_name` is told each name before the file is created under
+    it, and "" when that name was taken (not this call's file): a caller that must remove
+    the file after an interrupt knows it even when the interrupt lands between the
+    creation and this function's return.
 
     The name is `prefix` + 16 random hex digits + `suffix`, never one in `avoid` (the
     names a restore is about to write there). The file is opened with
@@ -324,13 +328,19 @@ def create_temp(
         name = temp_name(secrets.token_hex(8), suffix, prefix)
         if name in avoid:
             continue
+        if on_name is not None:
+            on_name(name)
         try:
             if isinstance(directory, int):
                 return name, os.open(name, flags, mode, dir_fd=directory)
             return name, os.open(os.path.join(directory, name), flags, mode)
         except FileExistsError:
+            if on_name is not None:
+                on_name("")
             continue
         except OSError as exc:
+            if on_name is not None:
+                on_name("")
             if exc.errno != errno.ELOOP:  # a symlink at the name, on systems that say so
                 raise
     raise FileExistsError(errno.EEXIST, f"no free temporary name after {TEMP_TRIES} random tries")
