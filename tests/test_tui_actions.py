@@ -677,3 +677,26 @@ def test_the_action_keys_are_letters_in_an_input(demo: tuple[Path, dict[str, byt
         assert isinstance(pilot.app.screen, HistoryScreen) and pilot.app.screen.query_one("#filter").value == "TREB"  # type: ignore[attr-defined]
 
     run(path, scenario)
+
+
+def test_a_refresh_that_moves_the_subjects_hints_says_so(tmp_path: Path) -> None:
+    """Hints follow the subjects' name order: a subject taken or pruned by another process
+    moves the later ones. `r` says which moved, so `:HINT` is not typed from memory onto
+    another subject."""
+    store = ckptcli.init_store(tmp_path / ".ckpt")
+    for n in ("agent:m", "agent:p"):
+        take(store, {"memory": {"who": n}}, subject=n)
+
+    async def scenario(pilot: Any) -> None:
+        screen = pilot.app.screen
+        assert isinstance(screen, HistoryScreen)
+        await pilot.press("r")
+        await settle(pilot)
+        assert not any("hints moved" in n.message for n in pilot.app._notifications)
+        take(ckptcli.open_store(tmp_path / ".ckpt"), {"memory": {}}, subject="agent:c")  # sorts first: m and p move
+        await pilot.press("r")
+        await settle(pilot)
+        said = [n.message for n in pilot.app._notifications if "hints moved" in n.message]
+        assert len(said) == 1 and "agent:m is" in said[0] and "agent:p is" in said[0], said
+
+    run(store, scenario)

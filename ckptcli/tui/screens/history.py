@@ -479,6 +479,7 @@ class HistoryScreen(BaseScreen):
             return
         current = self._current()
         before = len(self.history)
+        hints_before = subject_hints([s.name for s in self.history.subjects()])
         try:
             self.history = self.session.history = History.from_store(self.session.source)
         except CkptError as exc:
@@ -500,6 +501,11 @@ class HistoryScreen(BaseScreen):
         gained = len(self.history) - before
         if not quiet:
             self.notify(f"{len(self.history):,} checkpoints ({gained:+,})", title="refreshed", timeout=3)
+        hints = subject_hints([s.name for s in self.history.subjects()])
+        moved = [f"{name} is {hints[name]}" for name, h in hints_before.items() if name in hints and hints[name] != h]
+        if moved:  # a subject came or went: `:HINT` typed from memory would go elsewhere
+            more = f" and {len(moved) - 3} more" if len(moved) > 3 else ""
+            self.notify(f"subjects came or went, so hints moved: {', '.join(moved[:3])}{more}", severity="warning", timeout=8)
 
     def action_clear(self) -> None:
         """Escape: close an open input, else leave the subjects for the list, else clear
