@@ -341,3 +341,16 @@ def test_an_event_id_of_thousands_of_digits_is_bad_input_not_an_internal_error(s
     path.write_bytes(raw.replace(b'"eventId":"1"', b'"eventId":"' + b"1" * 4301 + b'"', 1))
     code, line = _refused(store_dir, path)
     assert code == 4 and "eid.json" in line and "internal error" not in line, line
+
+
+def test_the_size_ls_shows_counts_a_payload_stored_from_the_file(store_dir: Path, tmp_path: Path) -> None:
+    """A long string stored from the file in pieces counts in the checkpoint's logical
+    bytes (`ckpt ls` SIZE) as the same string encoded in memory does."""
+    from ckptcli.adapters.temporal.synth import synthesize
+
+    big = tmp_path / "big.json"
+    synthesize(COMPLETE, 10, big, result_bytes=3_000_000)  # over 1 MiB: stored from the file
+    r = run_ckpt("--store", store_dir, "import", "temporal", big)
+    assert r.returncode == 0, r.stderr.decode()
+    m = Store.open(store_dir).manifest(ckptcli.open_checkpoint("workflow:big", store_path=store_dir).id)
+    assert m.stats["logical_bytes"] > 4_000_000, m.stats  # the base64 of 3 MB, at least

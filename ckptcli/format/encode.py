@@ -159,6 +159,7 @@ class Encoder:
                 return _ext(EXT_BYTES, self._chunk_tree(EXT_BYTES, data))
             return _packb(data)
         if t is Encoded:
+            self.logical_bytes += v.size
             return cast(bytes, v.ev)
         if t is list or t is tuple:
             if depth >= limits.MAX_DEPTH:

@@ -54,9 +54,12 @@ class Ext(NamedTuple):
 
 
 class Encoded(NamedTuple):
-    """A value already encoded (its EV bytes), placed inside a value being encoded."""
+    """A value already encoded (its EV bytes), placed inside a value being encoded;
+    `size`: the bytes it stands for (its strings' and bytes'), counted in the encoder's
+    logical_bytes (the SIZE `ckpt ls` shows) where the caller knows them."""
 
     ev: bytes
+    size: int = 0
 
 
 def bytes_ev(data: bytes | LazyBytes) -> bytes:

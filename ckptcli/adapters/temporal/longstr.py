@@ -355,7 +355,7 @@ def store_long(store: Store, ls: LongString) -> Any:
         raise
     finally:
         reader.close()
-    return Encoded(_ext(EXT_STR, root))
+    return Encoded(_ext(EXT_STR, root), ls.size)
 
 
 def encode_longs(store: Store, value: Any) -> None:
