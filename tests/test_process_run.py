@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -199,14 +199,34 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _wait(cond: Any, what: str, timeout: float = 30.0) -> Any:
+def _wait(cond: Any, what: str, timeout: float = 30.0, detail: Callable[[], str] | None = None) -> Any:
+    """cond()'s first true value; on timeout an AssertionError naming `what` (and `detail()`:
+    what the run said, so a failure under load can be told from the outside)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = cond()
         if got:
             return got
         time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f"\n{detail()}" if detail is not None else ""))
+
+
+def _supervised(env: Env, sup: subprocess.Popen[bytes]) -> int:
+    """The pid of the program `sup` runs now: the one that wrote the newest start line,
+    once it is sup's child (the pid the run counts restarts by, never a guess among children)."""
+
+    def current() -> int | None:
+        starts = env.starts()
+        pid = int(starts[-1]["pid"]) if starts else None
+        return pid if pid is not None and pid in _children(sup.pid) and not _gone(pid) else None
+
+    return int(_wait(current, "the program", detail=lambda: _what_the_run_said(env, sup)))
+
+
+def _what_the_run_said(env: Env, sup: subprocess.Popen[bytes]) -> str:
+    return f"supervisor {sup.pid} (exit {sup.poll()}), children {_children(sup.pid)}\nsup.log:\n{env.sup_log()}\nlog.txt:\n" + "\n".join(
+        env.log_lines()[-20:]
+    )
 
 
 def _sim(*extra: str) -> list[str]:
@@ -742,9 +762,9 @@ def test_every_auto_shortens_while_failures_rise_and_advise_reads_the_run(env: E
     proc = view["proc"]
     assert proc["pid"] == int(env.starts()[-1]["pid"]) and "sim.py" in " ".join(proc["argv"]), proc
     for k in range(3):
-        kid = _wait(lambda: _children(sup.pid), "the program")[0]
+        kid = _supervised(env, sup)
         os.kill(kid, signal.SIGKILL)
-        _wait(lambda n=k: len(env.starts()) >= n + 2, f"restart {k + 1}")  # type: ignore[misc]
+        _wait(lambda n=k: len(env.starts()) >= n + 2, f"restart {k + 1}", detail=lambda: _what_the_run_said(env, sup))  # type: ignore[misc]
     os.kill(sup.pid, signal.SIGUSR1)
     last = _wait(lambda: [c for c in env.checkpoints() if c[1] != first], "the checkpoint after the failures")[-1][1]
     after = _process_section(env, last)["schedule"]
