@@ -700,3 +700,39 @@ def test_a_refresh_that_moves_the_subjects_hints_says_so(tmp_path: Path) -> None
         assert len(said) == 1 and "agent:m is" in said[0] and "agent:p is" in said[0], said
 
     run(store, scenario)
+
+
+def test_at_80_columns_colon_shows_the_hints_so_the_step_is_still_7_keys(tmp_path: Path) -> None:
+    """Narrower than 100 columns the sidebar starts folded; `:` shows it (with the hints)
+    while the go-to input is open and folds it again after: `:`, hint, Space, `41`, Enter,
+    `d` is 7 keys at 80x24 too."""
+    from textual.widgets import OptionList
+
+    store = ckptcli.init_store(tmp_path / ".ckpt")
+    names = ["agent:sup", "agent:super", "agent:supervisor"]
+    ids: dict[str, list[bytes]] = {n: [] for n in names}
+    for i in range(42):
+        for n in names:
+            chain = ids[n]
+            chain.append(take(store, {"memory": {"step": i, "who": n}}, subject=n, parents=[c.hex() for c in chain[-1:]]).id)
+
+    async def scenario(pilot: Any) -> None:
+        screen = pilot.app.screen
+        assert isinstance(screen, HistoryScreen) and screen.has_class("-folded")
+        await pilot.press(":")
+        await settle(pilot)
+        assert not screen.has_class("-folded")  # the hints are on screen
+        sidebar = screen.query_one("#subjects", OptionList)
+        shown = {o.id: str(o.prompt) for o in (sidebar.get_option_at_index(i) for i in range(sidebar.option_count))}
+        hint = shown["agent:super"].split()[0]
+        keys = [*hint, "space", "4", "1", "enter"]
+        await pilot.press(*keys)
+        await settle(pilot)
+        assert screen.has_class("-folded")  # folded again once the input closed
+        await pilot.press("d")
+        await settle(pilot)
+        diff = pilot.app.screen
+        assert isinstance(diff, DiffScreen) and 1 + len(keys) + 1 == 7
+        assert diff.title_text == f"diff {ids['agent:super'][40].hex()[:12]} → {ids['agent:super'][41].hex()[:12]}"
+
+    run(store, scenario, size=(80, 24))

@@ -177,6 +177,7 @@ class HistoryScreen(BaseScreen):
         self.mark: bytes | None = None
         self.focus_id = focus
         self.folded: bool | None = None  # None: by the terminal's width until `b` is pressed
+        self.hints_shown = False  # the folded sidebar shown while `:` is open
 
     # -- layout --------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -335,6 +336,7 @@ class HistoryScreen(BaseScreen):
             self.search_text = event.value
             self.action_find(1)
         elif event.input.id == "goto":
+            self._fold_after_goto()
             self.go(event.value)
 
     def go(self, text: str) -> None:
@@ -434,6 +436,14 @@ class HistoryScreen(BaseScreen):
         box.value = ""
         box.remove_class("hidden")
         box.focus()
+        if self.has_class("-folded"):  # the subjects' hints in view while `:` is open (no `b` first)
+            self.remove_class("-folded")
+            self.hints_shown = True
+
+    def _fold_after_goto(self) -> None:
+        if self.hints_shown:
+            self.hints_shown = False
+            self.add_class("-folded")
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -521,6 +531,8 @@ class HistoryScreen(BaseScreen):
                 box.add_class("hidden")
                 if box.id == "filter":
                     box.value = ""
+                if box.id == "goto":
+                    self._fold_after_goto()
                 self.list.focus()
                 return
         if self.query_text:
