@@ -588,19 +588,24 @@ def test_step_40_to_41_of_an_agent_in_few_keys(steps: tuple[Store, list[bytes], 
     run(store, scenario)
 
 
+def _sup_subjects(tmp_path: Path, steps: int) -> tuple[Store, dict[str, list[bytes]]]:
+    """agent:sup, agent:super and agent:supervisor (3+ letters to tell apart), each a chain
+    of `steps` checkpoints whose memory holds the step; returns the store and their ids."""
+    store = ckptcli.init_store(tmp_path / ".ckpt")
+    ids: dict[str, list[bytes]] = {n: [] for n in ("agent:sup", "agent:super", "agent:supervisor")}
+    for i in range(steps):
+        for n, chain in ids.items():
+            chain.append(take(store, {"memory": {"step": i, "who": n}}, subject=n, parents=[c.hex() for c in chain[-1:]]).id)
+    return store, ids
+
+
 def test_step_40_to_41_in_7_keys_whatever_the_subjects_names(tmp_path: Path) -> None:
     """Subjects that need 3+ letters to tell apart (agent:sup, agent:super, agent:supervisor):
     from plain `ckpt tui`, `:`, the hint the sidebar shows beside the subject, ` 41`, Enter,
     `d` is the diff of step 40 to 41: 7 keys (8 with a two-character hint, past 36 subjects)."""
     from textual.widgets import OptionList
 
-    store = ckptcli.init_store(tmp_path / ".ckpt")
-    names = ["agent:sup", "agent:super", "agent:supervisor"]
-    ids: dict[str, list[bytes]] = {n: [] for n in names}
-    for i in range(45):
-        for n in names:
-            chain = ids[n]
-            chain.append(take(store, {"memory": {"step": i, "who": n}}, subject=n, parents=[c.hex() for c in chain[-1:]]).id)
+    store, ids = _sup_subjects(tmp_path, 45)
 
     for subject in ("agent:super", "agent:sup"):
 
@@ -708,13 +713,7 @@ def test_at_80_columns_colon_shows_the_hints_so_the_step_is_still_7_keys(tmp_pat
     `d` is 7 keys at 80x24 too."""
     from textual.widgets import OptionList
 
-    store = ckptcli.init_store(tmp_path / ".ckpt")
-    names = ["agent:sup", "agent:super", "agent:supervisor"]
-    ids: dict[str, list[bytes]] = {n: [] for n in names}
-    for i in range(42):
-        for n in names:
-            chain = ids[n]
-            chain.append(take(store, {"memory": {"step": i, "who": n}}, subject=n, parents=[c.hex() for c in chain[-1:]]).id)
+    store, ids = _sup_subjects(tmp_path, 42)
 
     async def scenario(pilot: Any) -> None:
         screen = pilot.app.screen
