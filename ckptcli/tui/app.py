@@ -24,6 +24,7 @@ from typing import ClassVar
 from textual import events
 from textual.app import App
 from textual.binding import Binding, BindingType
+from textual.screen import Screen
 
 from ckptcli.errors import CkptError
 from ckptcli.history.events import Reducers
@@ -79,6 +80,13 @@ class CkptApp(App[None]):
         from ckptcli.tui.screens.value import ValueScreen
 
         self.push_screen(ValueScreen(self.session, message.title, message.value, old=message.old, changed=message.changed))
+
+    def history_screen(self, session: Session, focus: bytes | None) -> Screen[None]:
+        """The history screen, its cursor on `focus` (for screens.base, which the history's
+        module imports)."""
+        from ckptcli.tui.screens.history import HistoryScreen
+
+        return HistoryScreen(session, focus=focus)
 
     def on_mount(self) -> None:
         from ckptcli.tui.screens.history import HistoryScreen

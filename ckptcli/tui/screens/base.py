@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -75,18 +75,17 @@ class BaseScreen(Screen[None]):
         if len(self.app.screen_stack) > 2:
             self.app.pop_screen()
         else:
-            self.app.switch_screen(history_screen(self.session, focus))
+            self.app.switch_screen(history_screen(self.app, self.session, focus))
 
     def error(self, exc: CkptError) -> None:
         """A ckpt error is a notification, never a crash of the TUI."""
         self.notify(str(exc), title="error", severity="error", timeout=8)
 
 
-def history_screen(session: Session, focus: bytes | None) -> Screen[None]:
-    """The history screen, its cursor on `focus` (imported here: the screens import this module)."""
-    from ckptcli.tui.screens.history import HistoryScreen
-
-    return HistoryScreen(session, focus=focus)
+def history_screen(app: App[Any], session: Session, focus: bytes | None) -> Screen[None]:
+    """The history screen, its cursor on `focus`, made by the app (CkptApp.history_screen:
+    the history's module imports this one, which must not import it back)."""
+    return cast("Screen[None]", cast(Any, app).history_screen(session, focus))
 
 
 def to_history(app: App[Any], session: Session, cid: bytes) -> None:
@@ -98,7 +97,7 @@ def to_history(app: App[Any], session: Session, cid: bytes) -> None:
     if callable(show):
         show(cid)
     elif len(app.screen_stack) == 2:
-        app.switch_screen(history_screen(session, cid))
+        app.switch_screen(history_screen(app, session, cid))
 
 
 def mark_text(marked: bool) -> Text:
