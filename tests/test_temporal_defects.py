@@ -354,3 +354,23 @@ def test_the_size_ls_shows_counts_a_payload_stored_from_the_file(store_dir: Path
     assert r.returncode == 0, r.stderr.decode()
     m = Store.open(store_dir).manifest(ckptcli.open_checkpoint("workflow:big", store_path=store_dir).id)
     assert m.stats["logical_bytes"] > 4_000_000, m.stats  # the base64 of 3 MB, at least
+
+
+def test_every_reader_of_a_history_has_the_importers_guards(tmp_path: Path) -> None:
+    """`replay --check` and `compat` read histories without passing long strings over
+    (they need every value): they get the same refusal of a number too long to be a
+    history's, and long strings decoded in one pass, as plain str."""
+    from ckptcli.adapters.temporal.longstr import LONG
+    from ckptcli.adapters.temporal.reader import read_events
+    from ckptcli.errors import InvalidInputError
+
+    raw = COMPLETE.read_bytes()
+    hugenum = tmp_path / "hugenum.json"
+    hugenum.write_bytes(raw.replace(b'"attempt":1', b'"attempt":' + b"9" * 5_000, 1))
+    with pytest.raises(InvalidInputError, match="a number of more than 400 digits"):
+        list(read_events(hugenum, check=False))
+    text = 'x\\"y' * (LONG // 2)
+    long = tmp_path / "long.json"
+    long.write_bytes(raw.replace(b'"taskQueue":{"name":"', b'"note":"' + text.encode() + b'","taskQueue":{"name":"', 1))
+    first = next(iter(read_events(long, check=False))).raw
+    assert first["workflowExecutionStartedEventAttributes"]["note"] == 'x"y' * (LONG // 2)

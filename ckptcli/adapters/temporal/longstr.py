@@ -98,9 +98,12 @@ class Diverter:
     """The history file as ijson reads it, each long string replaced by a placeholder
     (`placeholders`: placeholder -> LongString, until `take` takes them)."""
 
-    def __init__(self, f: IO[bytes], path: str) -> None:
+    def __init__(self, f: IO[bytes], path: str, *, pass_over: bool = True) -> None:
         self.f = f
         self.path = path
+        #: False: a long string is decoded here too (a str, never a LongString), for readers
+        #: that need every value in memory (replay); numbers are checked either way
+        self.pass_over = pass_over
         self.nonce = secrets.token_hex(8)  # 16 hex digits: no string of the file is a placeholder by chance
         self.placeholders: dict[str, LongString | str] = {}  # a str: a long string with escapes, decoded
         self.out = bytearray()
@@ -196,7 +199,7 @@ class Diverter:
             self._pass_over(part)
         else:
             self.held += part
-            if not self.escaped and len(self.held) > LONG:
+            if not self.escaped and self.pass_over and len(self.held) > LONG:
                 self.long = True
                 held, self.held = bytes(self.held), bytearray()
                 self._pass_over(held)
@@ -211,7 +214,7 @@ class Diverter:
             self._decode_escaped(self._read_back(self.start, self.pos - 1))
         elif self.long:
             self._finish_long()
-        elif self.escaped and len(self.held) > LONG:
+        elif len(self.held) > LONG:  # escapes in it, or not passed over: decoded here in one pass
             held, self.held = bytes(self.held), bytearray()
             self._decode_escaped(held)
         else:

@@ -184,7 +184,9 @@ def read_events(
     prev_ts = 0
     n = 0
     with _open(path) as f:
-        source: Any = Diverter(f, where) if divert else f
+        # every reader goes through the Diverter: its checks of numbers and its one-pass
+        # decoding of long strings spare ijson work quadratic in a token's length
+        source = Diverter(f, where, pass_over=divert)
         try:
             # small reads: ijson builds every parse event of a read (each with its prefix, as
             # long as the depth) before the first reaches _bounded, so 64 KiB of brackets
@@ -197,7 +199,7 @@ def read_events(
                 ev = _event(raw, n, where)
                 if from_json is not None and ev.seq > check_after:
                     from_json(raw, ev.seq, where)  # a long string is checked as its placeholder (a string, and base64)
-                if divert and source.placeholders:
+                if source.placeholders:
                     put_back(raw, source.placeholders)
                 ts = max(ev.ts, prev_ts)  # ts never decreases (formats/events.md)
                 prev_ts = ts
