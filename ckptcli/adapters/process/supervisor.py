@@ -44,6 +44,7 @@ from ckptcli.history.events import LABEL_SEQ, Event, make_event
 from ckptcli.process import ENV_CONTROL_FD, ENV_RESTORED
 
 if TYPE_CHECKING:
+    from ckptcli.format.values import Encoded
     from ckptcli.store.repository import Store
 
 __all__ = [
@@ -841,7 +842,7 @@ class Supervisor:
         view: dict[str, Any] | None = None,
         labels: dict[str, str] | None = None,
         blobs: dict[str, Path] | None = None,
-        carry: dict[str, bytes] | None = None,
+        carry: dict[str, bytes | Encoded] | None = None,
     ) -> str:
         """Take a checkpoint of the state document as it stands (the snapshot, `ext.process`
         with the schedule now and `view`, the events not stored yet as its tail) with the
@@ -964,17 +965,20 @@ class Supervisor:
         yet) it holds no copy and is labelled `process.state_from=none`, and no start is
         made from it (_good). Returns its hex (None: nothing to store, or it failed, said
         in the log)."""
-        from ckptcli.checkpoint import Checkpoint
+        from ckptcli.checkpoint import Checkpoint, describe_section
+        from ckptcli.format.values import Encoded
 
         if not self.tail:
             return None
-        carry: dict[str, bytes] = {}
+        carry: dict[str, bytes | Encoded] = {}
         consistency = "none"
         try:
             if origin is not None:
                 ck = Checkpoint(self.cfg.store, bytes.fromhex(origin))
                 if "blobs" in ck.manifest.sections:
-                    carry["blobs"] = ck.section_ev("blobs")
+                    # with the size of its files (what `ckpt show` says it holds), counted in
+                    # this checkpoint's SIZE: its tree is read once here, never by `ckpt ls`
+                    carry["blobs"] = Encoded(ck.section_ev("blobs"), describe_section(ck, "blobs")["bytes"])
                 consistency = ck.manifest.labels.get("process.consistency", "none")
             hexid = self._store(
                 reason,
