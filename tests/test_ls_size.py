@@ -13,8 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ import pytest
 
 from ckptcli.store.repository import Store
 from tests.conftest import run_ckpt
+from tests.helpers_run import ended, runtime_env, supervise, wait_line
 
 STATE = 3_000_000  # bytes of the state file
 FIXTURE_STORE = Path(__file__).resolve().parent.parent / "fixtures" / "v2" / "store"
@@ -82,61 +81,23 @@ def test_a_take_of_files_unchanged_since_the_parent_counts_them(tmp_path: Path) 
 @pytest.fixture
 def run_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     Store.init(tmp_path / ".ckpt")
-    runtime = tempfile.mkdtemp(prefix="ckrt-", dir="/tmp")  # private (0700), and short: a socket path
-    try:
-        yield {**os.environ, "CKPT_RUNTIME_DIR": runtime, "NO_COLOR": "1"}
-    finally:
-        shutil.rmtree(runtime, ignore_errors=True)
-
-
-def _supervise(work: Path, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "ckptcli", "run", "-S", "process:p", *args],
-        cwd=work,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-
-
-def _until(sup: subprocess.Popen[str], text: str) -> None:
-    assert sup.stderr is not None
-    seen = ""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = sup.stderr.readline()
-        if not line:
-            break
-        seen += line
-        if text in line:
-            return
-    raise AssertionError(f"no line with {text!r} from ckpt run:\n{seen}")
+    with runtime_env() as env:
+        yield env
 
 
 def _ckpt(work: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ckptcli", *args], cwd=work, env=env, capture_output=True, text=True, timeout=120)
 
 
-def _end(sup: subprocess.Popen[str], sig: int) -> None:
-    sup.send_signal(sig)
-    try:
-        sup.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(sup.pid, signal.SIGKILL)
-        raise
-
-
 def test_the_supervisors_exit_checkpoint_of_an_unchanged_state_counts_it(tmp_path: Path, run_env: dict[str, str]) -> None:
     """The exit checkpoint re-uses the last one's copy of a state file that did not change."""
     (tmp_path / "state.bin").write_bytes(os.urandom(STATE))
     sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
-    sup = _supervise(tmp_path, run_env, "--state", "state.bin", "--every", "1h", "--freeze", "sigstop", "--", *sleeper)
-    _until(sup, "started ")
+    sup = supervise(tmp_path, run_env, "--state", "state.bin", "--every", "1h", "--freeze", "sigstop", "--", *sleeper)
+    wait_line(sup, "started ")
     r = _ckpt(tmp_path, run_env, "checkpoint", "process:p", "--json")
     assert r.returncode == 0, r.stderr
-    _end(sup, signal.SIGTERM)
+    ended(sup, signal.SIGTERM)
     rows = _ls(tmp_path / ".ckpt")
     assert [r["labels"]["process.reason"] for r in rows] == ["exit", "manual"], rows
     for row in rows:
@@ -151,14 +112,14 @@ def test_the_checkpoint_that_carries_the_restored_state_counts_it(tmp_path: Path
     flag = tmp_path / "die"
     script = f"import os, sys, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.01)\nsys.exit(5)\n"
     args = ["--state", "state.bin", "--every", "1h", "--freeze", "sigstop", "--backoff", "1h"]
-    sup = _supervise(tmp_path, run_env, *args, "--", sys.executable, "-c", script)
-    _until(sup, "started ")
+    sup = supervise(tmp_path, run_env, *args, "--", sys.executable, "-c", script)
+    wait_line(sup, "started ")
     r = _ckpt(tmp_path, run_env, "checkpoint", "process:p", "--json")
     assert r.returncode == 0, r.stderr
     good = json.loads(r.stdout)["id"]
     flag.write_text("")
-    _until(sup, "restarting in 3600 s")
-    _end(sup, signal.SIGINT)
+    wait_line(sup, "restarting in 3600 s")
+    ended(sup, signal.SIGINT)
     last = _ls(tmp_path / ".ckpt")[0]
     assert last["labels"]["process.state_from"] == good, last
     _check(tmp_path / ".ckpt", last["id"])
