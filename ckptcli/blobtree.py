@@ -74,6 +74,8 @@ class CaptureReport:
     reused_files: int = 0
     dirs: int = 0
     bytes: int = 0
+    #: of `bytes`, those of the files not read again
+    reused_bytes: int = 0
     skipped: list[str] = field(default_factory=list)
     #: files whose size or mtime changed while they were read: what was stored may be a
     #: mix of old and new content (a log still being appended to, a file being rewritten)
@@ -177,8 +179,9 @@ def _walk(path: Path, progress: Progress, rep: CaptureReport, parent: Any, reads
         rep.files += 1
         reused = _reusable(parent, st)
         if reused is not None:
-            entry["data"] = Encoded(bytes_ev(reused))
+            entry["data"] = Encoded(bytes_ev(reused), st.st_size)  # in the checkpoint's logical size, though not read
             rep.reused_files += 1
+            rep.reused_bytes += st.st_size
             rep.bytes += st.st_size
             progress.advance(st.st_size)
         else:

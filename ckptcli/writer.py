@@ -28,7 +28,7 @@ from ckptcli.errors import CkptError, InvalidInputError, LatestMovedError
 from ckptcli.format import limits
 from ckptcli.format.manifest import Manifest, Subject, check_name
 from ckptcli.format.takecache import CachingEncoder, SubjectCache
-from ckptcli.format.values import Encoder
+from ckptcli.format.values import Encoded, Encoder
 from ckptcli.listing import parse_labels
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.repository import Store, Transaction
@@ -73,7 +73,7 @@ def take(
     producer: dict[str, str] | None = None,
     doc_format: str = "python",
     force_read: bool = False,
-    carry: Mapping[str, bytes] | None = None,
+    carry: Mapping[str, bytes | Encoded] | None = None,
     progress: Progress = NULL,
     move_latest: bool | None = True,
     reason: str | None = None,
@@ -93,7 +93,9 @@ def take(
         carry: section name -> encoded root (EV bytes) taken verbatim from another
             checkpoint of this store, e.g. `Checkpoint.section_ev("blobs")`, so a
             derived checkpoint (a migration, a fork) shares it without re-encoding.
-            Every object it references must already be in the store.
+            Every object it references must already be in the store. An
+            `Encoded(ev, size)` counts `size` (the bytes of its strings, byte strings
+            and files) in the checkpoint's logical size (stats, the SIZE of `ckpt ls`).
         move_latest: whether the subject's `latest` moves to the new checkpoint (as
             far as it is the newest: see Store.advance_latest). None: only when its
             first parent is the subject's head (a migration of the latest state moves
@@ -125,8 +127,10 @@ def take(
         # latest as this take found it: a reset while it runs is not undone (advance_latest)
         expect = store.latest_state(subj)
         parent_ids = _parent_ids(store, subj, parents, branch)
+        carried = {k: v.ev if isinstance(v, Encoded) else v for k, v in (carry or {}).items()}
+        carried_bytes = sum(v.size for v in (carry or {}).values() if isinstance(v, Encoded))
         with _take_cache(store, subj, cache) as subject_cache:
-            encoded, enc, txn, report = _encode(store, sections, carry, blob_paths, parent_ids, force_read, progress, subject_cache)
+            encoded, enc, txn, report = _encode(store, sections, carried, blob_paths, parent_ids, force_read, progress, subject_cache)
         manifest = Manifest(
             subject=subj,
             sections=encoded,
@@ -138,7 +142,14 @@ def take(
             schema_version=schema_version,
             config_hash=config_hash,
             deps={"ckptcli": __version__, "python": platform.python_version()},
-            stats={"logical_bytes": enc.logical_bytes, "new_objects": txn.new_objects, "new_bytes": txn.new_stored_bytes},
+            stats={
+                "logical_bytes": enc.logical_bytes + carried_bytes,
+                # of logical_bytes, what this take neither read nor encoded (files unchanged
+                # since the parent, carried sections); its presence says they are counted
+                "reused_bytes": report.reused_bytes + carried_bytes,
+                "new_objects": txn.new_objects,
+                "new_bytes": txn.new_stored_bytes,
+            },
             format_version=store.version,
         )
         if move_latest is None:

@@ -233,13 +233,13 @@ def test_a_longer_history_of_the_same_run_appends_only_its_new_events(store_dir:
     # the same file again: nothing new
     again = _import(store_dir, short)
     assert (again["events"], again["checkpoints"], again["already_present"]) == (0, 0, 13)
-    # a file of the same run whose stored events differ is refused, nothing written
+    # a file of the same run whose stored events differ is a conflict (exit 11), nothing written
     changed = json.loads(ALTERNATE.read_text())
     changed["events"][12]["eventTime"] = "2030-01-01T00:00:00Z"
     changed["events"].append({**changed["events"][12], "eventId": "14"})
     short.write_text(json.dumps(changed))
     r = _ckpt(store_dir, "import", "temporal", short)
-    assert r.returncode == 4 and b"event 13 differs from the one stored" in r.stderr and r.stderr.count(b"\n") == 1
+    assert r.returncode == 11 and b"event 13 differs from the one stored" in r.stderr and r.stderr.count(b"\n") == 1
     assert ckptcli.open_checkpoint("workflow:wf", store_path=store_dir).hex == ck.hex
 
 

@@ -344,6 +344,16 @@ def usage_error(exc: Any, args: list[str]) -> int:
     return int(ExitCode.USAGE)
 
 
+class ProgramStatus(Exception):  # noqa: N818 - a status passed on, not a fault
+    """Raised by a command whose exit status is its program's (`ckpt run`): returned as it
+    is, with no line of ckpt's own; a 130 there is the program's (a SIGINT ckpt forwarded,
+    after its final checkpoint), not a Ctrl-C that interrupted ckpt."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
 def interrupted() -> int:
     # a take or prune interrupted before its commit point leaves the store as it was;
     # the temporary files it made are removed by its cleanup, or by the next command
@@ -537,6 +547,8 @@ def _run(args: list[str]) -> int:
 
             sys.stderr.write("".join(traceback.format_exception(exc.__cause__)))
         return fail(exc)
+    except ProgramStatus as exc:
+        return exc.status
     except no_args_help as exc:
         exc.show()
         return 0

@@ -44,6 +44,7 @@ from ckptcli.history.events import LABEL_SEQ, Event, make_event
 from ckptcli.process import ENV_CONTROL_FD, ENV_RESTORED
 
 if TYPE_CHECKING:
+    from ckptcli.format.values import Encoded
     from ckptcli.store.repository import Store
 
 __all__ = [
@@ -815,38 +816,59 @@ class Supervisor:
             self._update_record(frozen=None)
 
     def _take(self, reason: str, how: str, consistency: str, pid: int | None) -> str:
-        from ckptcli.writer import take
-
         # the declared paths keep the rules they were checked by at the start: a state file
         # the program turned into a symlink (or a FIFO) is refused, not stored as a link
         check_state_paths([sp.given for sp in self.cfg.state], self.cfg.root, self.cfg.cwd)
 
-        doc: dict[str, Any] = {k: v for k, v in self.snapshot.items()}
-        ext = dict(doc.get("ext") or {})
-        view = {**(ext.get("process") or {}), "schedule": self._schedule_view()}  # as it stands now (auto learns)
+        view: dict[str, Any] = {}
         if self.cfg.describe is not None and pid is not None:
             try:
                 view["proc"] = self.cfg.describe(pid)
             except CkptError as exc:
                 view["proc"] = {"error": exc.message}
-        ext["process"] = view
+        blobs = {blob_name(i): sp.path for i, sp in enumerate(self.cfg.state) if os.path.lexists(sp.path)}
+        hexid = self._store(reason, how, consistency, f"ckpt run: {reason} checkpoint ({how})", view=view, blobs=blobs)
+        self.last = hexid
+        self.took_since_start = True
+        return hexid
+
+    def _store(
+        self,
+        reason: str,
+        how: str,
+        consistency: str,
+        message: str,
+        *,
+        view: dict[str, Any] | None = None,
+        labels: dict[str, str] | None = None,
+        blobs: dict[str, Path] | None = None,
+        carry: dict[str, bytes | Encoded] | None = None,
+    ) -> str:
+        """Take a checkpoint of the state document as it stands (the snapshot, `ext.process`
+        with the schedule now and `view`, the events not stored yet as its tail) with the
+        state files `blobs` or the sections `carry`; the tail then starts again. Returns its
+        hex. Raises: CkptError (nothing is stored then, and the tail is kept)."""
+        from ckptcli.writer import take
+
+        doc: dict[str, Any] = dict(self.snapshot)
+        ext = dict(doc.get("ext") or {})
+        # as it stands now (auto learns)
+        ext["process"] = {**(ext.get("process") or {}), "schedule": self._schedule_view(), **(view or {})}
         doc["ext"] = ext
         doc["events"] = [ev.to_map() for ev in self.tail]
-        blobs = {blob_name(i): sp.path for i, sp in enumerate(self.cfg.state) if os.path.lexists(sp.path)}
-        labels = {LABEL_SEQ: str(self.seq), "process.consistency": consistency, "process.how": how, "process.reason": reason}
+        fixed = {LABEL_SEQ: str(self.seq), "process.consistency": consistency, "process.how": how, "process.reason": reason}
         result = take(
             self.cfg.store,
             doc,
             subject=self.cfg.subject,
-            labels=labels,
+            labels={**fixed, **(labels or {})},
             parents=[self.last] if self.last else [],
             blobs=blobs,
-            message=f"ckpt run: {reason} checkpoint ({how})",
+            carry=carry,
+            message=message,
         )
         self.snapshot = self.live
         self.tail = []
-        self.last = result.hex
-        self.took_since_start = True
         return result.hex
 
     # -- exits and restarts ---------------------------------------------------------------------------
@@ -943,49 +965,36 @@ class Supervisor:
         yet) it holds no copy and is labelled `process.state_from=none`, and no start is
         made from it (_good). Returns its hex (None: nothing to store, or it failed, said
         in the log)."""
-        from ckptcli.checkpoint import Checkpoint
-        from ckptcli.writer import take
+        from ckptcli.checkpoint import Checkpoint, describe_section
+        from ckptcli.format.values import Encoded
 
         if not self.tail:
             return None
-        carry: dict[str, bytes] = {}
+        carry: dict[str, bytes | Encoded] = {}
         consistency = "none"
         try:
             if origin is not None:
                 ck = Checkpoint(self.cfg.store, bytes.fromhex(origin))
                 if "blobs" in ck.manifest.sections:
-                    carry["blobs"] = ck.section_ev("blobs")
+                    # with the size of its files (what `ckpt show` says it holds), counted in
+                    # this checkpoint's SIZE: its tree is read once here, never by `ckpt ls`
+                    carry["blobs"] = Encoded(ck.section_ev("blobs"), describe_section(ck, "blobs")["bytes"])
                 consistency = ck.manifest.labels.get("process.consistency", "none")
-            doc: dict[str, Any] = dict(self.snapshot)
-            ext = dict(doc.get("ext") or {})
-            ext["process"] = {**(ext.get("process") or {}), "schedule": self._schedule_view()}
-            doc["ext"] = ext
-            doc["events"] = [ev.to_map() for ev in self.tail]
-            labels = {
-                LABEL_SEQ: str(self.seq),
-                "process.consistency": consistency,
-                "process.how": "none",
-                "process.reason": reason,
-                LABEL_STATE_FROM: origin or "none",
-            }
-            result = take(
-                self.cfg.store,
-                doc,
-                subject=self.cfg.subject,
-                labels=labels,
-                parents=[self.last] if self.last else [],
+            hexid = self._store(
+                reason,
+                "none",
+                consistency,
+                f"ckpt run: the events before the {reason} (the state of {origin[:12] if origin else 'no checkpoint'})",
+                labels={LABEL_STATE_FROM: origin or "none"},
                 carry=carry,
-                message=f"ckpt run: the events before the {reason} (the state of {origin[:12] if origin else 'no checkpoint'})",
             )
         except CkptError as exc:
             self.cfg.log(f"the last events (exit, restart) not stored: {exc}")
             return None
-        self.snapshot = self.live
-        self.tail = []
-        self.last = result.hex if origin is not None else self.last
+        self.last = hexid if origin is not None else self.last
         of = origin[:12] if origin else "none"
-        self.cfg.log(f"checkpoint {result.hex[:12]} ({reason}: the events since the last checkpoint; the state of {of})")
-        return result.hex
+        self.cfg.log(f"checkpoint {hexid[:12]} ({reason}: the events since the last checkpoint; the state of {of})")
+        return hexid
 
     def _halt(self) -> int:
         """Halted (ckpt halt, SIGTERM, SIGINT): a final checkpoint, then the signal to the

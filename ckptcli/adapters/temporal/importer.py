@@ -13,9 +13,9 @@ history, while `ckpt replay --to EVENT_ID` already gives the state at any event.
 
 Importing a longer history of the same run again appends a checkpoint holding only the
 events after the last one stored (its parent the run's last checkpoint); its earlier
-events are checked against the store (the last stored event must be the file's) and not
-written again. Another run of the same workflow id starts a new root checkpoint of the
-same subject. Every file is read and checked whole before anything is written.
+events are checked against the store, every one (each must be the stored one: another
+history of the same run is a conflict, refused) and not written again. Another run of
+the same workflow id starts a new root checkpoint of the same subject. Every file is read and checked whole before anything is written.
 
 Two imports into the same subject at once are one after the other: each holds the
 subject's import lock (`_subject_lock`) from reading the run's checkpoints until its last
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ckptcli.adapters.temporal.events import apply, kind_of
 from ckptcli.adapters.temporal.longstr import encode_longs
 from ckptcli.adapters.temporal.reader import HistoryEvent, history_files, read_events
-from ckptcli.errors import InvalidInputError, LimitExceededError, LockError, UsageError
+from ckptcli.errors import ConflictError, InvalidInputError, LimitExceededError, LockError, UsageError
 from ckptcli.format.manifest import Subject
 from ckptcli.history.events import LABEL_SEQ, labelled_seq
 from ckptcli.progress import NULL, Progress
@@ -68,8 +68,10 @@ def _subject(workflow_id: str, path: Path) -> Subject:
 
 def _header(store: Store, subject: Subject, path: Path) -> tuple[dict[str, Any], str | None, int]:
     """Read and check the whole file (the events the store has already are not checked
-    again by temporalio's loader): its run id, type, task queue and last event id, and the
-    run's last checkpoint in the store and its last event id."""
+    again by temporalio's loader, but compared with the stored ones): its run id, type,
+    task queue and last event id, and the run's last checkpoint in the store and its last
+    event id. Raises: ConflictError when an event the store has of the run differs (another
+    history of the same run), naming the first."""
     with closing(read_events(path, check=True, divert=True)) as events:
         first = next(events, None)
     assert first is not None  # read_events refuses a file without events
@@ -79,10 +81,26 @@ def _header(store: Store, subject: Subject, path: Path) -> tuple[dict[str, Any],
         raise InvalidInputError(f"{path}: its WorkflowExecutionStarted event has no run id (originalExecutionRunId)")
     parent, stored = _run_head(store, subject, head["run_id"])
     last = 0
-    for ev in read_events(path, check=True, check_after=stored, divert=True):
-        last = ev.seq
+    # the events the store has of this run must be the file's (the pass that checks the file)
+    with closing(_stored_events(store, parent) if parent else _no_events()) as kept:
+        at = next(kept, None)
+        for ev in read_events(path, check=True, check_after=stored, divert=True):
+            last = ev.seq
+            while at is not None and at[0] < ev.seq:
+                at = next(kept, None)
+            if at is not None and at[0] == ev.seq <= stored and ev.raw != at[1]:
+                raise ConflictError(
+                    f"{path}: event {ev.seq} differs from the one stored for run {head['run_id']} of {subject}: "
+                    "another history of the same run was imported before",
+                    hint="a history of the same run must extend the one imported before; check the file, "
+                    "or import it as another workflow with --workflow-id",
+                )
     head["last"] = last
     return head, parent, stored
+
+
+def _no_events() -> Generator[tuple[int, Any], None, None]:
+    yield from ()
 
 
 def _run_head(store: Store, subject: Subject, run_id: str) -> tuple[str | None, int]:
@@ -97,15 +115,28 @@ def _run_head(store: Store, subject: Subject, run_id: str) -> tuple[str | None, 
     return best
 
 
-def _stored_event(store: Store, cid: str, seq: int) -> Any:
-    """The history event `seq` as the checkpoint `cid` keeps it (None when it does not)."""
-    from ckptcli.checkpoint import open_checkpoint
+def _stored_events(store: Store, cid: str) -> Generator[tuple[int, Any], None, None]:
+    """(event id, event) of the run's events the store keeps up to checkpoint `cid`, oldest
+    first: the tails of it and of its first parents of the same run (where an earlier part
+    is pruned, from the oldest one left). One tail is held at a time."""
+    from ckptcli.checkpoint import Checkpoint
+    from ckptcli.errors import CkptError
 
-    events = open_checkpoint(cid, store).section("events") if cid else None
-    if not events:
-        return None
-    last = events[-1]
-    return last.get("event") if type(last) is dict and last.get("seq") == seq else None
+    ck = Checkpoint(store, bytes.fromhex(cid))
+    run = ck.manifest.labels.get(RUN_LABEL)
+    chain = [ck]
+    while chain[-1].manifest.parents:
+        try:
+            nxt = Checkpoint(store, chain[-1].manifest.parents[0])
+        except CkptError:
+            break  # pruned: the events before it are not kept
+        if nxt.manifest.labels.get(RUN_LABEL) != run:
+            break
+        chain.append(nxt)
+    for c in reversed(chain):
+        for item in c.section("events") or []:
+            if type(item) is dict and type(item.get("seq")) is int:
+                yield item["seq"], item.get("event")
 
 
 def _copy(state: dict[str, Any]) -> dict[str, Any]:
@@ -152,8 +183,9 @@ def import_histories(
 
     Raises:
         NotFoundError, InvalidInputError, CorruptError (reader.py); UsageError for
-        --workflow-id with a directory of several files; InvalidInputError when the file's
-        events up to the last stored one are not the stored ones; LockError (exit 9) when
+        --workflow-id with a directory of several files; ConflictError (exit 11) when the
+        file's events up to the last stored one (or its own last) are not the stored ones:
+        another history of the same run, nothing written; LockError (exit 9) when
         another process still imports into one of the subjects after `lock_wait`.
     """
     skipped: list[str] = []
@@ -200,14 +232,6 @@ def _import_locked(store: Store, files: list[Path], subjects: list[Subject], ski
     plans = []
     for path, subject in zip(files, subjects, strict=True):  # everything read and checked before anything is written
         head, parent, stored = _header(store, subject, path)
-        if parent is not None and stored <= head["last"]:
-            with closing(read_events(path, check=False, divert=True)) as events:
-                mine = next((ev.raw for ev in events if ev.seq == stored), None)
-            if mine != _stored_event(store, parent, stored):
-                raise InvalidInputError(
-                    f"{path}: event {stored} differs from the one stored for run {head['run_id']} of {subject}",
-                    hint="a history of the same run must extend the one imported before; check the file",
-                )
         plans.append((path, subject, head, parent, stored))
     total = sum(max(0, h["last"] - s) for _p, _s, h, _par, s in plans)
     progress.start("importing Temporal history events", total)

@@ -57,6 +57,7 @@ def _importer_help() -> list[tuple[str, str]]:
         ExitCode.CORRUPT,
         ExitCode.UNSUPPORTED_VERSION,
         ExitCode.LIMIT_EXCEEDED,
+        ExitCode.CONFLICT,
         ExitCode.IO_ERROR,
     ),
 )

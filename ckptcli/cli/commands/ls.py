@@ -43,6 +43,17 @@ def _created(m: Any) -> str:
     return format_time(m.created_ns)[:19].replace("T", " ")
 
 
+def _size(m: Any) -> str:
+    """SIZE: the logical size the take recorded (stats.logical_bytes), the files it did
+    not read again (unchanged since the parent) and the sections it carries from another
+    checkpoint included. A checkpoint taken before they were counted (no reused_bytes in
+    its stats) that has a parent may hold more than it says: "+" (at least this much)."""
+    n = m.stats.get("logical_bytes")
+    if type(n) is not int:
+        return "-"
+    return human_size(n) + ("+" if m.parents and "reused_bytes" not in m.stats else "")
+
+
 # name -> (header, cell)
 COLUMNS: dict[str, tuple[str, Callable[[bytes, Any, list[str]], str]]] = {
     "id": ("ID", lambda cid, m, r: short(cid.hex())),
@@ -50,7 +61,7 @@ COLUMNS: dict[str, tuple[str, Callable[[bytes, Any, list[str]], str]]] = {
     "subject": ("SUBJECT", lambda cid, m, r: str(m.subject)),
     "parent": ("PARENT", lambda cid, m, r: ",".join(short(p.hex()) for p in m.parents) or "-"),
     "refs": ("REFS", lambda cid, m, r: _refs(r)),
-    "size": ("SIZE", lambda cid, m, r: human_size(m.stats["logical_bytes"]) if "logical_bytes" in m.stats else "-"),
+    "size": ("SIZE", lambda cid, m, r: _size(m)),
     "added": ("ADDED", lambda cid, m, r: human_size(m.stats["new_bytes"]) if "new_bytes" in m.stats else "-"),
     "schema": ("SCHEMA", lambda cid, m, r: "-" if m.schema_version is None else str(m.schema_version)),
     "labels": ("LABELS", lambda cid, m, r: _labels(m, machine=False)),
@@ -94,7 +105,9 @@ def ls(
     On a terminal the table fits its width (long cells end in ...) and a list longer
     than the screen goes through $PAGER (default: less -FRX); piped, every cell is
     whole and nothing is paged. REFS are the refs naming a checkpoint (latest, tag:NAME,
-    branch:NAME); SIZE is the size of the strings, bytes and files in its state. LABELS leaves out labels programs write for
+    branch:NAME); SIZE is the size of the strings, bytes and files in its state, those it shares with the checkpoint it
+    was taken after or carries from another included (what `ckpt show` lists); "+" after it: at least that, a checkpoint
+    taken by a ckpt that did not count them. LABELS leaves out labels programs write for
     themselves (ckpt.*, langgraph.*, recorder.*, events.*, fork.*: "+N" says how many);
     the column all-labels shows them. --json prints every field of every checkpoint,
     with "refs".

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli._common import open_store
-from ckptcli.cli.app import StoreOpt, app
+from ckptcli.cli.app import ProgramStatus, StoreOpt, app
 from ckptcli.cli.output import exit_status, quiet, safe
 from ckptcli.errors import ExitCode, UnsafePathError, UsageError
 
@@ -186,4 +186,6 @@ def run(
     )
     status = Supervisor(cfg).run()
     if status:
-        raise typer.Exit(status)
+        # the program's status, said as it is: a 130 (SIGINT) is no interruption of ckpt's,
+        # whose final checkpoint the log named
+        raise ProgramStatus(status)

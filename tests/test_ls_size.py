@@ -1,0 +1,142 @@
+"""The SIZE `ckpt ls` shows is the checkpoint's logical size, what `ckpt show` says it
+holds: the files a take did not read again (unchanged since the parent) and the blobs a
+supervisor's exit checkpoint carries from the checkpoint it restores from are counted.
+They were not: an 80 MiB state showed 1.4 KiB. The size is recorded at the take (ls reads
+no blob tree); a checkpoint taken before that says "+" (at least). Real files, the real
+CLI and real `ckpt run` supervisors in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptcli.store.repository import Store
+from tests.conftest import run_ckpt
+from tests.helpers_run import ended, runtime_env, supervise, wait_line
+
+STATE = 3_000_000  # bytes of the state file
+FIXTURE_STORE = Path(__file__).resolve().parent.parent / "fixtures" / "v2" / "store"
+
+
+def _ls(store: Path) -> list[dict[str, Any]]:
+    r = run_ckpt("--store", store, "ls", "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    rows: list[dict[str, Any]] = json.loads(r.stdout)
+    return rows
+
+
+def _sizes(store: Path) -> dict[str, str]:
+    """Checkpoint id (12 digits) -> its SIZE cell."""
+    r = run_ckpt("--store", store, "ls", "--columns", "id,size")
+    assert r.returncode == 0, r.stderr.decode()
+    return dict(line.split(None, 1) for line in r.stdout.decode().splitlines()[1:])
+
+
+def _shown(store: Path, hexid: str) -> dict[str, Any]:
+    """What `ckpt show` says the checkpoint holds: section -> its description."""
+    r = run_ckpt("--store", store, "show", hexid, "--snapshot", "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    sections: dict[str, Any] = json.loads(r.stdout)["sections"]
+    return sections
+
+
+def _check(store: Path, hexid: str) -> None:
+    """SIZE counts the state file, says no "+", and is what `ckpt show` lists (its blobs'
+    files, and the rest within a few KiB: show counts 8 bytes a number, a take none)."""
+    assert _sizes(store)[hexid[:12]] == "2.9 MiB", _sizes(store)
+    (row,) = [r for r in _ls(store) if r["id"] == hexid]
+    logical = row["stats"]["logical_bytes"]
+    shown = _shown(store, hexid)
+    assert shown["blobs"]["bytes"] == STATE and logical >= STATE, (row, shown)
+    assert abs(logical - sum(d["bytes"] for d in shown.values())) < 16_384, (row, shown)
+
+
+def test_a_take_of_files_unchanged_since_the_parent_counts_them(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    assert run_ckpt("init", store).returncode == 0
+    (tmp_path / "state.bin").write_bytes(os.urandom(STATE))
+    (tmp_path / "doc.json").write_text('{"memory": {"step": 1}}')
+    ids = []
+    for _ in range(2):
+        r = run_ckpt(
+            "--store", store, "take", tmp_path / "doc.json", "-S", "agent:a", "--blob", f"state={tmp_path / 'state.bin'}", "--json"
+        )
+        assert r.returncode == 0, r.stderr.decode()
+        ids.append(json.loads(r.stdout)["id"])
+    for hexid in ids:
+        _check(store, hexid)
+    second = next(r for r in _ls(store) if r["id"] == ids[1])
+    assert second["stats"]["reused_bytes"] == STATE and second["stats"]["new_bytes"] < 10_000, second  # not read again
+
+
+@pytest.fixture
+def run_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    Store.init(tmp_path / ".ckpt")
+    with runtime_env() as env:
+        yield env
+
+
+def _ckpt(work: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ckptcli", *args], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_the_supervisors_exit_checkpoint_of_an_unchanged_state_counts_it(tmp_path: Path, run_env: dict[str, str]) -> None:
+    """The exit checkpoint re-uses the last one's copy of a state file that did not change."""
+    (tmp_path / "state.bin").write_bytes(os.urandom(STATE))
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    sup = supervise(tmp_path, run_env, "--state", "state.bin", "--every", "1h", "--freeze", "sigstop", "--", *sleeper)
+    wait_line(sup, "started ")
+    r = _ckpt(tmp_path, run_env, "checkpoint", "process:p", "--json")
+    assert r.returncode == 0, r.stderr
+    ended(sup, signal.SIGTERM)
+    rows = _ls(tmp_path / ".ckpt")
+    assert [r["labels"]["process.reason"] for r in rows] == ["exit", "manual"], rows
+    for row in rows:
+        _check(tmp_path / ".ckpt", row["id"])
+    assert rows[0]["stats"]["reused_bytes"] == STATE, rows[0]  # the exit checkpoint read nothing again
+
+
+def test_the_checkpoint_that_carries_the_restored_state_counts_it(tmp_path: Path, run_env: dict[str, str]) -> None:
+    """Halted in the backoff after a crash: the checkpoint of the exit and the restart
+    carries the blobs of the checkpoint the next start restores (process.state_from)."""
+    (tmp_path / "state.bin").write_bytes(os.urandom(STATE))
+    flag = tmp_path / "die"
+    script = f"import os, sys, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.01)\nsys.exit(5)\n"
+    args = ["--state", "state.bin", "--every", "1h", "--freeze", "sigstop", "--backoff", "1h"]
+    sup = supervise(tmp_path, run_env, *args, "--", sys.executable, "-c", script)
+    wait_line(sup, "started ")
+    r = _ckpt(tmp_path, run_env, "checkpoint", "process:p", "--json")
+    assert r.returncode == 0, r.stderr
+    good = json.loads(r.stdout)["id"]
+    flag.write_text("")
+    wait_line(sup, "restarting in 3600 s")
+    ended(sup, signal.SIGINT)
+    last = _ls(tmp_path / ".ckpt")[0]
+    assert last["labels"]["process.state_from"] == good, last
+    _check(tmp_path / ".ckpt", last["id"])
+    _check(tmp_path / ".ckpt", good)
+    assert last["stats"]["reused_bytes"] >= STATE, last  # carried, not read
+
+
+def test_a_checkpoint_taken_before_the_size_was_recorded_says_at_least(tmp_path: Path) -> None:
+    """The fixture store was written by an older ckpt (no reused_bytes): a checkpoint with
+    a parent may hold files or sections it did not count, so its SIZE ends in "+"; a root
+    checkpoint's is whole."""
+    store = tmp_path / "store"
+    shutil.copytree(FIXTURE_STORE, store)
+    rows = {r["id"][:12]: r for r in _ls(store)}
+    sizes = _sizes(store)
+    assert set(sizes) == set(rows)
+    for short, row in rows.items():
+        assert "reused_bytes" not in row["stats"]
+        assert sizes[short].endswith("+") == bool(row["parents"]), (short, sizes[short], row["parents"])
+    assert any(row["parents"] for row in rows.values()) and any(not row["parents"] for row in rows.values())
