@@ -16,7 +16,7 @@ from ckptcli.blobtree import FileInfo, check_origin, find_entry, list_files, val
 from ckptcli.document import Section, join_document, write_document
 from ckptcli.errors import CkptError, ConflictError, CorruptError, InvalidInputError, NotFoundError, StoreNotFoundError, UsageError
 from ckptcli.format import framing, limits
-from ckptcli.format.values import Budget, Decoder, LazyBytes
+from ckptcli.format.values import Budget, Decoder, Encoded, LazyBytes
 from ckptcli.listing import info_dict
 from ckptcli.progress import NULL, Progress
 from ckptcli.store.backends import known_schemes, parse_location, redact
@@ -66,6 +66,12 @@ class Checkpoint:
         if ev is None:
             raise NotFoundError(f"checkpoint {self.hex[:12]} has no section {name!r}")
         return ev
+
+    def carried(self, name: str) -> Encoded:
+        """A section to carry into another take (`take(carry=...)`) with its size (what
+        `ckpt show` says it holds), so the new checkpoint's SIZE counts it: the section's
+        tree is read once here, never by `ckpt ls`."""
+        return Encoded(self.section_ev(name), describe_section(self, name)["bytes"])
 
     def section(self, name: str, *, lazy_bytes: bool = False) -> Any:
         ev = self.manifest.sections.get(name)

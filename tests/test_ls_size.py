@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from ckptcli.store.repository import Store
-from tests.conftest import run_ckpt
+from tests.conftest import REPO, run_ckpt
 from tests.helpers_run import ended, runtime_env, supervise, wait_line
 
 STATE = 3_000_000  # bytes of the state file
@@ -140,3 +140,36 @@ def test_a_checkpoint_taken_before_the_size_was_recorded_says_at_least(tmp_path:
         assert "reused_bytes" not in row["stats"]
         assert sizes[short].endswith("+") == bool(row["parents"]), (short, sizes[short], row["parents"])
     assert any(row["parents"] for row in rows.values()) and any(not row["parents"] for row in rows.values())
+
+
+def test_a_fork_and_a_migration_count_the_blobs_they_share(tmp_path: Path) -> None:
+    """`ckpt fork` and `ckpt migrate` carry the old checkpoint's blobs without reading them
+    again: the new checkpoint's SIZE counts them, as `ckpt show` does."""
+    from ckptcli.api import open_checkpoint, open_store, take
+    from ckptcli.history.recorder import Recorder
+    from tests.replay_example import agent
+
+    store = tmp_path / "s"
+    assert run_ckpt("init", store).returncode == 0
+    st = open_store(store)
+    rec = Recorder.open(st, "agent:support-bot", tmp_path / "bot.journal", tools=agent.TOOLS)
+    for text in ("where is A-1", "and where is A-2"):
+        rec.step(agent.step, "message.append", message={"role": "user", "content": text}, sender="user")
+    recorded = rec.checkpoint()
+    rec.close()
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "state.bin").write_bytes(os.urandom(STATE))
+    doc = {name: open_checkpoint(recorded.hex, st).section(name) for name in open_checkpoint(recorded.hex, st).section_names()}
+    doc["memory"] = {**doc["memory"], "notes": "refund promised"}  # what the example migration 1->2 renames
+    with_blobs = take(st, doc, subject="agent:support-bot", parents=[recorded.hex], schema_version=1, blobs={"state": files}).hex
+    forked = run_ckpt("--store", store, "fork", with_blobs, "--at", "1", "--json")
+    assert forked.returncode == 0, forked.stderr.decode()
+    migrated = run_ckpt(
+        "--store", store, "migrate", with_blobs, "--migrations", "tests.schema_example.migrations", "--to", "2", "--json", cwd=REPO
+    )
+    assert migrated.returncode == 0, migrated.stderr.decode()
+    for hexid in (json.loads(forked.stdout)["id"], json.loads(migrated.stdout)["id"]):
+        (row,) = [r for r in _ls(store) if r["id"] == hexid]
+        assert row["stats"]["logical_bytes"] >= STATE and row["stats"]["reused_bytes"] >= STATE, row
+        assert _sizes(store)[hexid[:12]] == "2.9 MiB", _sizes(store)

@@ -604,7 +604,7 @@ def fork(
         schema_version=m.schema_version,
         config_hash=m.config_hash,
         doc_format=str(m.layout.get("format", "python")),
-        carry={"blobs": m.sections["blobs"]} if "blobs" in m.sections else None,
+        carry={"blobs": ck.carried("blobs")} if "blobs" in m.sections else None,
         branch=branch,
         move_latest=move_latest,
         reason=f"fork: {ck.hex[:12]} at seq {at_seq}",

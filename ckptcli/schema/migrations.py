@@ -462,7 +462,7 @@ def migrate_checkpoint(
             f"checkpoint {ck.hex[:12]} is already at schema version {target}; nothing to migrate", checkpoint=ck.hex, version=target
         )
     m = ck.manifest
-    carry = {"blobs": m.sections["blobs"]} if "blobs" in m.sections else None
+    carry = {"blobs": ck.carried("blobs")} if "blobs" in m.sections else None
     try:
         return take(
             store,

@@ -965,8 +965,7 @@ class Supervisor:
         yet) it holds no copy and is labelled `process.state_from=none`, and no start is
         made from it (_good). Returns its hex (None: nothing to store, or it failed, said
         in the log)."""
-        from ckptcli.checkpoint import Checkpoint, describe_section
-        from ckptcli.format.values import Encoded
+        from ckptcli.checkpoint import Checkpoint
 
         if not self.tail:
             return None
@@ -976,9 +975,7 @@ class Supervisor:
             if origin is not None:
                 ck = Checkpoint(self.cfg.store, bytes.fromhex(origin))
                 if "blobs" in ck.manifest.sections:
-                    # with the size of its files (what `ckpt show` says it holds), counted in
-                    # this checkpoint's SIZE: its tree is read once here, never by `ckpt ls`
-                    carry["blobs"] = Encoded(ck.section_ev("blobs"), describe_section(ck, "blobs")["bytes"])
+                    carry["blobs"] = ck.carried("blobs")
                 consistency = ck.manifest.labels.get("process.consistency", "none")
             hexid = self._store(
                 reason,
