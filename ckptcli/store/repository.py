@@ -41,12 +41,14 @@ from ckptcli.store import layout
 from ckptcli.store.backend import Backend, LocalBackend
 from ckptcli.store.backends import ENV_OPTIONS, cli_options, open_backend, parse_location, parse_store_options, redact
 from ckptcli.store.index import (
+    Columns,
     IndexEntry,
     ObjectIndex,
     decode_snapshot,
     encode_snapshot,
     parse_entry_rows,
     read_index_file,
+    row_columns,
     write_index,
 )
 from ckptcli.store.layout import INDEX_SNAPSHOT
@@ -287,6 +289,16 @@ def read_config(backend: Backend, where: str) -> StoreConfig:
     return config
 
 
+def _parse_rows(pack_id: bytes, rows: Any, name: str) -> tuple[bytes, Columns | None, list[tuple[bytes, IndexEntry]]]:
+    """One pack's rows of the index file `name`, checked: as columns (index.row_columns) when
+    they are plainly well-formed, else row by row (parse_entry_rows, which raises
+    CorruptError or LimitExceededError naming the row that is wrong)."""
+    columns = row_columns(rows)
+    if columns is not None:
+        return pack_id, columns, []
+    return pack_id, None, list(parse_entry_rows(rows, pack_id, name))
+
+
 class Store(Refs):
     """A ckpt store on a backend. Use `Store.open(path)` or `Store.init(path)`."""
 
@@ -466,7 +478,7 @@ class Store(Refs):
             if local and os.path.isdir(os.path.join(self.location, name)):
                 continue  # not an index file (a listing of files leaves it out too)
             try:
-                files = [(pack_id, list(parse_entry_rows(rows, pack_id, name))) for pack_id, rows in self.read_index_file(name)]
+                files = [_parse_rows(pack_id, rows, name) for pack_id, rows in self.read_index_file(name)]
             except NotFoundError:
                 continue  # removed since the listing (a prune): its replacement is listed too
             except CkptError as exc:
@@ -474,9 +486,12 @@ class Store(Refs):
                 damaged.append(name)
                 self._index_files.add(name)
                 continue
-            for pack_id, entries in files:
+            for pack_id, columns, entries in files:
                 self._indexed_packs.add(pack_id)
-                idx.add_many(entries, settle=False)
+                if columns is not None:
+                    idx.add_columns(pack_id, columns, settle=False)
+                else:
+                    idx.add_many(entries, settle=False)
             self._index_files.add(name)
         idx.settle()
         self._index_dir_seen = state
