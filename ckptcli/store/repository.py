@@ -467,13 +467,14 @@ class Store(Refs):
             # config to a newer version, which is the one to write from now on
             self.config = read_config(self.backend, f"{self.location}/{layout.CONFIG}")
         fresh = not self._index_files and not self._index
-        if fresh and len(listed) >= self.SNAPSHOT_MIN_FILES:
+        local = isinstance(self.backend, LocalBackend)
+        if fresh and (local or len(listed) >= self.SNAPSHOT_MIN_FILES):  # (on a local disk, a missing snapshot costs one open)
             self._load_snapshot(listed)
         idx = self._index if self._index is not None else ObjectIndex()
         self._index = idx
         damaged: list[str] = []
         new = sorted(listed - self._index_files)
-        local = isinstance(self.backend, LocalBackend)
+        rows_read = 0
         for name in new:
             if local and os.path.isdir(os.path.join(self.location, name)):
                 continue  # not an index file (a listing of files leaves it out too)
@@ -490,12 +491,15 @@ class Store(Refs):
                 self._indexed_packs.add(pack_id)
                 if columns is not None:
                     idx.add_columns(pack_id, columns, settle=False)
+                    rows_read += len(columns[0])
                 else:
                     idx.add_many(entries, settle=False)
+                    rows_read += len(entries)
             self._index_files.add(name)
         idx.settle()
         self._index_dir_seen = state
-        if len(new) >= self.SNAPSHOT_MIN_FILES and not self.damaged_index and state is not None:
+        many = len(new) >= self.SNAPSHOT_MIN_FILES or (rows_read >= self.SNAPSHOT_MIN_ROWS and 4 * rows_read >= len(idx))
+        if many and not self.damaged_index and state is not None:
             self._save_snapshot(state)
         if damaged:
             more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
@@ -507,6 +511,10 @@ class Store(Refs):
     #: a process that reads this many index files at once leaves a snapshot of the whole
     #: index (cache/index-snapshot) for the next one, which reads it and the files since
     SNAPSHOT_MIN_FILES = 64
+    #: ... and so does one that reads this many entry rows, a quarter of the index or more
+    #: (one take of a big state: its index file is read by every restore and verify after
+    #: it, where the snapshot costs a checksum and a few slices, ~15 times less)
+    SNAPSHOT_MIN_ROWS = 8192
 
     def _load_snapshot(self, listed: set[str]) -> None:
         """Start the index from cache/index-snapshot when it is sound and every index
@@ -531,7 +539,8 @@ class Store(Refs):
         if data is None or self._index_dir_state() != state:
             return
         with contextlib.suppress(CkptError, OSError):
-            self.backend.write_atomic(INDEX_SNAPSHOT, data)
+            # a cache, checked by its checksum when read: written whole, not made durable
+            self.backend.write_hint(INDEX_SNAPSHOT, data)
 
     def _index_names(self) -> set[str]:
         """The paths of the index files (`index/<name>`): on a local store the names in
