@@ -15,43 +15,80 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ckptcli.checkpoint import (
-    Checkpoint,
-    PathLike,
-    Source,
-    describe_section,
-    describe_value,
-    names_a_file,
-    open_checkpoint,
-    refuse_output_into_source,
-    refuse_url,
-    store_or_init,
-)
-from ckptcli.copy import CopyResult, copy_checkpoints
-from ckptcli.document import join_document, read_document, split_document, states_equal
-from ckptcli.document import write_value as write_document
 from ckptcli.format import limits
-from ckptcli.format.manifest import Manifest, Subject
-from ckptcli.indoubt import InDoubt, InDoubtList, checkpoint_in_doubt, in_doubt
-from ckptcli.listing import ListFilter, format_time, info_dict, list_checkpoints, parse_labels
 from ckptcli.progress import NULL, Progress
-from ckptcli.store.repository import Store, store_location
-from ckptcli.store.single import CheckpointFile
-from ckptcli.transfer import export_checkpoint, import_checkpoint
-from ckptcli.writer import TakeResult, origin_of, take
 
 if TYPE_CHECKING:
+    from ckptcli.checkpoint import (
+        Checkpoint,
+        PathLike,
+        Source,
+        describe_section,
+        describe_value,
+        names_a_file,
+        open_checkpoint,
+        refuse_output_into_source,
+        refuse_url,
+        store_or_init,
+    )
+    from ckptcli.copy import CopyResult, copy_checkpoints
+    from ckptcli.document import join_document, read_document, split_document, states_equal
+    from ckptcli.document import write_value as write_document
+    from ckptcli.format.manifest import Manifest, Subject
+    from ckptcli.indoubt import InDoubt, InDoubtList, checkpoint_in_doubt, in_doubt
+    from ckptcli.listing import ListFilter, format_time, info_dict, list_checkpoints, parse_labels
+    from ckptcli.store.repository import Store
+    from ckptcli.store.single import CheckpointFile
     from ckptcli.store.verify import Problem, VerifyReport
+    from ckptcli.transfer import export_checkpoint, import_checkpoint
+    from ckptcli.writer import TakeResult, origin_of, take
 
-_LAZY = {"Problem", "VerifyReport"}  # the verifier is imported when first used, not by every take
+# Each name is imported from its module when first used, not when this module is: a
+# command imports only what it calls (`ckpt restore` neither the writer nor copy nor
+# transfer), and start-up is paid per verb. name -> (module, its name there)
+_LAZY: dict[str, tuple[str, str]] = {
+    **{
+        n: ("ckptcli.checkpoint", n)
+        for n in (
+            "Checkpoint",
+            "PathLike",
+            "Source",
+            "describe_section",
+            "describe_value",
+            "names_a_file",
+            "open_checkpoint",
+            "refuse_output_into_source",
+            "refuse_url",
+            "store_or_init",
+        )
+    },
+    **{n: ("ckptcli.copy", n) for n in ("CopyResult", "copy_checkpoints")},
+    **{n: ("ckptcli.document", n) for n in ("join_document", "read_document", "split_document", "states_equal")},
+    "write_document": ("ckptcli.document", "write_value"),
+    **{n: ("ckptcli.format.manifest", n) for n in ("Manifest", "Subject")},
+    **{n: ("ckptcli.indoubt", n) for n in ("InDoubt", "InDoubtList", "checkpoint_in_doubt", "in_doubt")},
+    **{n: ("ckptcli.listing", n) for n in ("ListFilter", "format_time", "info_dict", "list_checkpoints", "parse_labels")},
+    **{n: ("ckptcli.store.repository", n) for n in ("Store", "store_location")},
+    "CheckpointFile": ("ckptcli.store.single", "CheckpointFile"),
+    **{n: ("ckptcli.store.verify", n) for n in ("Problem", "VerifyReport")},
+    **{n: ("ckptcli.transfer", n) for n in ("export_checkpoint", "import_checkpoint")},
+    **{n: ("ckptcli.writer", n) for n in ("TakeResult", "origin_of", "take")},
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from ckptcli.store import verify as _verify
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return getattr(_verify, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where[0]), where[1])
+    globals()[name] = value  # once: later uses are plain attribute lookups
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
 
 
 __all__ = [
@@ -102,6 +139,8 @@ __all__ = [
 def open_store(path: PathLike | None = None) -> Store:
     """Open the store at `path` (a store directory or a directory holding `.ckpt/`),
     or find one as git does: CKPT_STORE, then `.ckpt/` in cwd or any parent."""
+    from ckptcli.store.repository import Store, store_location
+
     return Store.open(store_location(path) if path is not None else None)
 
 
@@ -109,6 +148,8 @@ def init_store(path: PathLike, version: int = limits.FORMAT_VERSION, *, chunker:
     """Create an empty store at `path` (a directory, or a URL such as s3://bucket/prefix),
     writing format `version` (the newest by default), its data cut by `chunker`
     (ckptcli.format.chunker.CHUNKERS; the newest by default)."""
+    from ckptcli.store.repository import Store, store_location
+
     return Store.init(store_location(path), version, chunker=chunker)
 
 
@@ -125,6 +166,7 @@ def verify(
     """Check checkpoints (all when `refs` is None). Structure always: every manifest,
     index, ref and node object parses and every referenced object exists. With
     `read_data`, every pack and every object is re-hashed too."""
+    from ckptcli.store.single import CheckpointFile
     from ckptcli.store.verify import verify_file, verify_store
 
     if isinstance(source, CheckpointFile):

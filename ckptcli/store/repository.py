@@ -41,12 +41,14 @@ from ckptcli.store import layout
 from ckptcli.store.backend import Backend, LocalBackend
 from ckptcli.store.backends import ENV_OPTIONS, cli_options, open_backend, parse_location, parse_store_options, redact
 from ckptcli.store.index import (
+    Columns,
     IndexEntry,
     ObjectIndex,
     decode_snapshot,
     encode_snapshot,
     parse_entry_rows,
     read_index_file,
+    row_columns,
     write_index,
 )
 from ckptcli.store.layout import INDEX_SNAPSHOT
@@ -287,6 +289,16 @@ def read_config(backend: Backend, where: str) -> StoreConfig:
     return config
 
 
+def _parse_rows(pack_id: bytes, rows: Any, name: str) -> tuple[bytes, Columns | None, list[tuple[bytes, IndexEntry]]]:
+    """One pack's rows of the index file `name`, checked: as columns (index.row_columns) when
+    they are plainly well-formed, else row by row (parse_entry_rows, which raises
+    CorruptError or LimitExceededError naming the row that is wrong)."""
+    columns = row_columns(rows)
+    if columns is not None:
+        return pack_id, columns, []
+    return pack_id, None, list(parse_entry_rows(rows, pack_id, name))
+
+
 class Store(Refs):
     """A ckpt store on a backend. Use `Store.open(path)` or `Store.init(path)`."""
 
@@ -455,18 +467,19 @@ class Store(Refs):
             # config to a newer version, which is the one to write from now on
             self.config = read_config(self.backend, f"{self.location}/{layout.CONFIG}")
         fresh = not self._index_files and not self._index
-        if fresh and len(listed) >= self.SNAPSHOT_MIN_FILES:
+        local = isinstance(self.backend, LocalBackend)
+        if fresh and (local or len(listed) >= self.SNAPSHOT_MIN_FILES):  # (on a local disk, a missing snapshot costs one open)
             self._load_snapshot(listed)
         idx = self._index if self._index is not None else ObjectIndex()
         self._index = idx
         damaged: list[str] = []
         new = sorted(listed - self._index_files)
-        local = isinstance(self.backend, LocalBackend)
+        rows_read = 0
         for name in new:
             if local and os.path.isdir(os.path.join(self.location, name)):
                 continue  # not an index file (a listing of files leaves it out too)
             try:
-                files = [(pack_id, list(parse_entry_rows(rows, pack_id, name))) for pack_id, rows in self.read_index_file(name)]
+                files = [_parse_rows(pack_id, rows, name) for pack_id, rows in self.read_index_file(name)]
             except NotFoundError:
                 continue  # removed since the listing (a prune): its replacement is listed too
             except CkptError as exc:
@@ -474,13 +487,19 @@ class Store(Refs):
                 damaged.append(name)
                 self._index_files.add(name)
                 continue
-            for pack_id, entries in files:
+            for pack_id, columns, entries in files:
                 self._indexed_packs.add(pack_id)
-                idx.add_many(entries, settle=False)
+                if columns is not None:
+                    idx.add_columns(pack_id, columns, settle=False)
+                    rows_read += len(columns[0])
+                else:
+                    idx.add_many(entries, settle=False)
+                    rows_read += len(entries)
             self._index_files.add(name)
         idx.settle()
         self._index_dir_seen = state
-        if len(new) >= self.SNAPSHOT_MIN_FILES and not self.damaged_index and state is not None:
+        many = len(new) >= self.SNAPSHOT_MIN_FILES or (rows_read >= self.SNAPSHOT_MIN_ROWS and 4 * rows_read >= len(idx))
+        if many and not self.damaged_index and state is not None:
             self._save_snapshot(state)
         if damaged:
             more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
@@ -492,6 +511,10 @@ class Store(Refs):
     #: a process that reads this many index files at once leaves a snapshot of the whole
     #: index (cache/index-snapshot) for the next one, which reads it and the files since
     SNAPSHOT_MIN_FILES = 64
+    #: ... and so does one that reads this many entry rows, a quarter of the index or more
+    #: (one take of a big state: its index file is read by every restore and verify after
+    #: it, where the snapshot costs a checksum and a few slices, ~15 times less)
+    SNAPSHOT_MIN_ROWS = 8192
 
     def _load_snapshot(self, listed: set[str]) -> None:
         """Start the index from cache/index-snapshot when it is sound and every index
@@ -516,7 +539,8 @@ class Store(Refs):
         if data is None or self._index_dir_state() != state:
             return
         with contextlib.suppress(CkptError, OSError):
-            self.backend.write_atomic(INDEX_SNAPSHOT, data)
+            # a cache, checked by its checksum when read: written whole, not made durable
+            self.backend.write_hint(INDEX_SNAPSHOT, data)
 
     def _index_names(self) -> set[str]:
         """The paths of the index files (`index/<name>`): on a local store the names in
