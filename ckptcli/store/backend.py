@@ -459,12 +459,35 @@ def _write_to(fd: int, write: Callable[[IO[bytes]], None], shown: str) -> None:
         raise output_error(exc, shown) from None
 
 
+class _Handle:
+    """An open pack of LocalBackend.read_range, shared by the threads reading it: closed
+    once it is dropped (evicted, or the backend closed) and no read uses it."""
+
+    __slots__ = ("dropped", "fd", "users")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.users = 0
+        self.dropped = False
+
+    def drop(self) -> None:
+        self.dropped = True
+        if not self.users:
+            self.close()
+
+    def close(self) -> None:
+        try:  # noqa: SIM105 - no contextlib: LocalBackend.__del__ may run at interpreter shutdown, modules half gone
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
 class LocalBackend(LocalLocks, Backend):
     def __init__(self, root: Path) -> None:
         self.root = root
         self._top = os.fspath(root)  # the root as a string: the per-take calls build no Path objects
         # raw descriptors of recently read packs (closed in close() or when collected)
-        self._fds: dict[str, int] = {}
+        self._fds: dict[str, _Handle] = {}
         self._fd_lock = threading.Lock()
 
     def _p(self, path: str) -> Path:
@@ -514,18 +537,25 @@ class LocalBackend(LocalLocks, Backend):
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         try:
-            # restore and verify read from several threads: the pread happens under the
-            # lock too, or an evicted descriptor's number could be reused by another file
-            # between lookup and read (reads are short; decompressing and hashing, the
-            # expensive part, happen outside)
+            # restore and verify read from several threads: the lock is held only to find
+            # (or open) the descriptor and count its users, not across the pread (the
+            # threads waited on it, and on each other's wake-ups, for every object); a
+            # descriptor evicted meanwhile is closed by its last user, so its number is
+            # never reused by another file under a read
             with self._fd_lock:
-                fd = self._fds.get(path)
-                if fd is None:
+                handle = self._fds.get(path)
+                if handle is None:
                     if len(self._fds) >= 64:
                         self._evict()
-                    fd = self._open_regular(path)
-                    self._fds[path] = fd
-                return os.pread(fd, length, offset)
+                    handle = self._fds[path] = _Handle(self._open_regular(path))
+                handle.users += 1
+            try:
+                return os.pread(handle.fd, length, offset)
+            finally:
+                with self._fd_lock:
+                    handle.users -= 1
+                    if handle.dropped and not handle.users:
+                        handle.close()
         except FileNotFoundError:
             raise NotFoundError(f"{self._p(path)} does not exist") from None
         except OSError as exc:
@@ -534,17 +564,13 @@ class LocalBackend(LocalLocks, Backend):
     def _evict(self) -> None:
         # called with _fd_lock held: the oldest half goes
         for path in list(self._fds)[: len(self._fds) // 2]:
-            with contextlib.suppress(OSError):
-                os.close(self._fds.pop(path))
+            self._fds.pop(path).drop()
 
     def close(self) -> None:
         with self._fd_lock:
-            fds, self._fds = self._fds, {}
-        for fd in fds.values():
-            try:  # noqa: SIM105 - no contextlib: __del__ may run at interpreter shutdown, modules half gone
-                os.close(fd)
-            except OSError:
-                pass
+            handles, self._fds = list(self._fds.values()), {}
+            for handle in handles:
+                handle.drop()
 
     def __del__(self) -> None:
         self.close()
