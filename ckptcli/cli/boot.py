@@ -48,4 +48,27 @@ def start(load: Callable[[list[str]], Loaded]) -> None:
         # the command is over: a Ctrl-C now, while the interpreter shuts down (joining
         # threads, flushing), would only print "Exception ignored" or kill the process
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    sys.exit(code)
+    _exit(code)
+
+
+def _exit(code: int) -> None:
+    """End the process as the interpreter's exit does, in its order, but without tearing
+    down every module and object after: first wait for the threads that are not daemons
+    (and run threading's exit calls: thread pools finish their work), then the atexit
+    calls, then flush stdout and stderr. The teardown that is skipped frees memory the
+    kernel frees anyway and took ~20 ms at the end of every command, a sixth of a `ckpt
+    ls`. Every file ckpt writes is closed (and synced where it must be) before the command
+    returns, so nothing waits for that teardown."""
+    import atexit
+    import os
+    import threading
+
+    threading._shutdown()  # type: ignore[attr-defined]  # what Py_FinalizeEx calls first
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass  # a reader that closed the pipe ends a command quietly (cli.app._stdout_closed)
+    os._exit(code)
