@@ -158,3 +158,4 @@ def test_start_writeback_is_a_harmless_hint(tmp_path: Path) -> None:
     fh2.close()
     LocalBackend(tmp_path).start_writeback(fh2, 0, 10)
     assert path.read_bytes() == b"x" * 100_000
+

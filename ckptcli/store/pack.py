@@ -16,7 +16,7 @@ import errno
 import hashlib
 import os
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -158,6 +158,35 @@ class PackWriter:
         self._write(stored)
         self.rows.append([oid, obj_type, offset, len(stored), raw_len, codec])
         return offset
+
+    def add_many(self, items: Sequence[tuple[bytes, int, bytes | memoryview, int, int]], start: int, obj_type: int, target: int) -> int:
+        """`add` of items[start:] (each (id, codec, stored bytes, raw length, the stored
+        bytes' framing.stored_check), all of `obj_type`), one after another, until the
+        pack holds `target` bytes or more; returns the index of the first item not
+        added. The same pack as `add` of each: one call a window of chunks instead of
+        one a chunk (take's main thread), and the checks were taken where the bytes
+        were made."""
+        rows, checks = self.rows, self.checks
+        v2 = self.hasher is None
+        i, n = start, len(items)
+        while i < n:
+            oid, codec, stored, raw_len, check = items[i]
+            i += 1
+            slen = len(stored)
+            if v2:
+                checks.append(check)
+            rows.append([oid, obj_type, self.size, slen, raw_len, codec])
+            if self.io is not None:  # `_write` of a big pack, inline
+                self.size += slen
+                self.batch.append(stored)
+                self.batch_bytes += slen
+                if self.batch_bytes >= _IO_BATCH:
+                    self._hand_over()
+            else:
+                self._write(stored)
+            if self.size >= target:
+                break
+        return i
 
     def finish(self) -> Callable[[], tuple[bytes, list[list[Any]]]]:
         """Write the trailer and commit the pack; returns a call that waits for the
