@@ -101,6 +101,8 @@ class Backend(ABC):
     #: disk (fewer files); smaller on object storage, where a reader's ranged GETs cost
     #: per request and some servers read the whole object for each
     pack_target: int = PACK_TARGET_MAX
+    #: whether `start_writeback` does anything (a local disk): pack writers then call it
+    starts_writeback: bool = False
 
     @abstractmethod
     def read(self, path: str) -> bytes:
@@ -683,8 +685,10 @@ class LocalBackend(LocalLocks, Backend):
         temp, fd = self._temp_fd()
         return temp, os.fdopen(fd, "wb")
 
+    starts_writeback = True
+
     def start_writeback(self, handle: IO[bytes], offset: int, length: int) -> None:
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):  # a handle closed meanwhile: nothing to hint
             start_writeback(handle.fileno(), offset, length)
 
     def _temp_fd(self) -> tuple[str, int]:

@@ -114,8 +114,8 @@ class PackWriter:
     def _write_many(self, batch: list[bytes | memoryview]) -> None:
         """Write a batch on the I/O thread: in one writev(2) where the handle is a file
         (one system call, and one wait for the GIL, per batch rather than per object),
-        then start the writeback of each _WRITEBACK bytes written, so that the fsync
-        that commits the pack has less left to write."""
+        then have the writeback of each _WRITEBACK bytes written started, so that the
+        fsync that commits the pack has less left to write."""
         if self.failed is not None:
             raise self.failed
         try:
@@ -131,9 +131,11 @@ class PackWriter:
             if self.hasher is not None:
                 for data in batch:
                     self.hasher.update(data)
-            if self.written - self.writeback_from >= _WRITEBACK:
-                self.backend.start_writeback(self.fh, self.writeback_from, self.written - self.writeback_from)
-                self.writeback_from = self.written
+            if self.written - self.writeback_from >= _WRITEBACK and self.backend.starts_writeback:
+                # on the thread that commits packs (idle meanwhile), before this pack's
+                # commit: submitting the writeback costs ~0.5 ms of kernel time an 8 MiB
+                start, self.writeback_from = self.writeback_from, self.written
+                _sync_pool(self.backend).submit(self.backend.start_writeback, self.fh, start, self.written - start)
         except BaseException as exc:
             self.failed = exc
             raise
