@@ -188,3 +188,26 @@ def test_a_window_put_at_once_makes_the_packs_of_one_put_a_chunk(tmp_path: Path,
     assert len([f for f in (tmp_path / "many" / layout.PACKS).rglob("*") if f.is_file()]) >= 4
     assert (many.new_objects, many.new_bytes, many.manifest.sections) == (one.new_objects, one.new_bytes, one.manifest.sections)
     assert verify(open_store(tmp_path / "many"), read_data=True).ok
+
+
+def test_a_window_that_fails_to_be_put_leaves_none_of_its_chunks_marked_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As with put_stored, a chunk counts as stored only once it is in a pack: a window
+    whose pack cannot be made leaves the transaction without any of its chunks."""
+    import hashlib
+
+    from ckptcli.errors import StoreIOError
+
+    store = init_store(tmp_path / "store")
+    txn = store.transaction()
+    chunks = [random.Random(i).randbytes(5000) for i in range(5)]
+    items = [(hashlib.sha256(c).digest(), len(c), (0, c, 0)) for c in chunks]
+
+    def refuse(self: LocalBackend) -> Any:
+        raise StoreIOError("cannot create a temporary file in tmp: No space left on device")
+
+    monkeypatch.setattr(LocalBackend, "open_temp", refuse)
+    with pytest.raises(StoreIOError):
+        txn.put_stored_many(1, items)
+    assert not any(txn.has(oid) for oid, _n, _s in items)
+    assert txn.new_objects == 0
+    txn.abort()

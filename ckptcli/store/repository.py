@@ -136,16 +136,21 @@ class Transaction:
             fresh.append((oid, stored[0], stored[1], raw_len, stored[2]))
         target = self.store.backend.pack_target
         i = 0
-        while i < len(fresh):
-            if self.pack is None:
-                self.pack = PackWriter(self.store.backend, self.store.version)
-            k = self.pack.add_many(fresh, i, obj_type, target)
-            self.new_objects += k - i
-            self.new_stored_bytes += sum(len(f[2]) for f in fresh[i:k])
-            i = k
-            if self.pack.size >= target:
-                self.packs.append(self.pack.finish())
-                self.pack = None
+        try:
+            while i < len(fresh):
+                if self.pack is None:
+                    self.pack = PackWriter(self.store.backend, self.store.version)
+                k = self.pack.add_many(fresh, i, obj_type, target)
+                self.new_objects += k - i
+                self.new_stored_bytes += sum(len(f[2]) for f in fresh[i:k])
+                i = k
+                if self.pack.size >= target:
+                    self.packs.append(self.pack.finish())
+                    self.pack = None
+        except BaseException:
+            for f in fresh[i:]:  # not in any pack: as put_stored, only what was added is new
+                new.pop(f[0], None)
+            raise
 
     def commit(self) -> bytes | None:
         """Finish packs and write their index; returns the index id (None if nothing new)."""
