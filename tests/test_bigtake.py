@@ -193,5 +193,7 @@ def test_after_a_chunk_zstd_cannot_shrink_the_next_is_tried_on_a_sample(monkeypa
     assert all((out[i][2] or (None,))[0] == framing.CODEC_NONE for i in random_chunks)
     assert sizes[1 : len(random_chunks)] == [encode._SAMPLE] * (len(random_chunks) - 1)  # one whole attempt, then samples
     text_chunks = [s for _oid, n, s in out[len(random_chunks) + 1 :] if s is not None]
-    assert text_chunks and all(codec == framing.CODEC_ZSTD for codec, _stored in text_chunks)
-    assert sum(len(stored) for _c, stored in text_chunks) < sum(n for _o, n, _s in out[len(random_chunks) + 1 :]) // 2
+    assert text_chunks and all(codec == framing.CODEC_ZSTD for codec, _stored, _check in text_chunks)
+    assert sum(len(stored) for _c, stored, _check in text_chunks) < sum(n for _o, n, _s in out[len(random_chunks) + 1 :]) // 2
+    # each stored form comes with the check a version-2 pack records of it
+    assert all(s[2] == framing.stored_check(s[1]) for _oid, _n, s in out if s is not None)

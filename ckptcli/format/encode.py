@@ -260,9 +260,9 @@ class Encoder:
                 if i == n - 1 or i + 1 - start >= limits.TREE_MAX_FANOUT or _is_boundary(oid[1:2]):
                     chunk = entries[start : i + 1]
                     subtotal = sum(c for c, _ in chunk)
-                    body = array_header(len(chunk)) + b"".join(b"\x92" + _packb(c) + _packb(o) for c, o in chunk)
-                    content = b"\x94" + _packb(kind) + _packb(level) + _packb(subtotal) + body
-                    parents.append((subtotal, self._put_node(content)))
+                    # [kind, level, subtotal, [[count, id], ...]]: msgpack packs the
+                    # (count, id) pairs as the 2-arrays they are, in one call
+                    parents.append((subtotal, self._put_node(_packb([kind, level, subtotal, chunk]))))
                     start = i + 1
             if level >= limits.MAX_TREE_LEVEL:  # pragma: no cover - needs > 128**15 entries
                 raise LimitExceededError("value is too large for a chunk tree")
@@ -372,12 +372,17 @@ class Encoder:
         return hasattr(self.sink, "put_stored") and hasattr(self.sink, "has") and _workers() > 1
 
     def _store_window(self, results: list[_Stored], entries: list[tuple[int, bytes]]) -> None:
-        """Put one window's hashed and compressed chunks into the sink, in order."""
-        put = self.sink.put_stored  # type: ignore[attr-defined]
-        for oid, n, stored in results:
-            if stored is not None:
-                put(oid, OBJ_DATA, stored[0], stored[1], n)
-            entries.append((n, oid))
+        """Put one window's hashed and compressed chunks into the sink, in order (in one
+        call where the sink takes a window at once: a store transaction)."""
+        many = getattr(self.sink, "put_stored_many", None)
+        if many is not None:
+            many(OBJ_DATA, results)
+        else:
+            put = self.sink.put_stored  # type: ignore[attr-defined]
+            for oid, n, stored in results:
+                if stored is not None:
+                    put(oid, OBJ_DATA, stored[0], stored[1], n)
+        entries.extend([(n, oid) for oid, n, _stored in results])
 
     def _store_stream(self, reader: _ReadAhead, on_bytes: Callable[[int], None] | None) -> tuple[bytes, int]:
         """Store the windows a read-ahead thread hands over, in order (encode_streams)."""
@@ -551,7 +556,8 @@ def _level_of(pending: tuple[int, bytes, bytes]) -> int:
     return pending[0]
 
 
-_Stored = tuple[bytes, int, "tuple[int, bytes | memoryview] | None"]  # id, raw length, (codec, stored) or None if known
+#: id, raw length, and (codec, stored bytes, their check) or None when the store has it
+_Stored = tuple[bytes, int, "tuple[int, bytes | memoryview, int] | None"]
 _WINDOWS_IN_FLIGHT = 3  # read windows (8 MiB each) hashed/compressed ahead of the writer
 
 
@@ -564,8 +570,12 @@ def _hash_and_compress(pieces: list[memoryview], known: Callable[[bytes], bool])
     middle, and stored as it is unless the sample shrinks by a tenth: zstd spends
     ~20 us on each 44 KiB chunk of random bytes to find it cannot shrink it, the sample
     ~5 us. Text never pays for the test (its chunks shrink, so no sample is taken).
-    The choice depends only on the window's bytes, so the same data is stored the same way."""
-    from ckptcli.format.framing import CODEC_NONE, CODEC_ZSTD, compress
+    The choice depends only on the window's bytes, so the same data is stored the same way.
+
+    The check of the stored bytes a version-2 pack records (framing.stored_check) is
+    taken here too, while those bytes are still in this core's cache, rather than on
+    the thread that adds them to the pack."""
+    from ckptcli.format.framing import CODEC_NONE, CODEC_ZSTD, compress, stored_check
 
     sha256 = hashlib.sha256
     out: list[_Stored] = []
@@ -580,11 +590,11 @@ def _hash_and_compress(pieces: list[memoryview], known: Callable[[bytes], bool])
             mid = (n - _SAMPLE) // 2
             codec, packed = compress(piece[mid : mid + _SAMPLE])
             if codec != CODEC_ZSTD or len(packed) > _SAMPLE * 9 // 10:
-                out.append((oid, n, (CODEC_NONE, piece)))
+                out.append((oid, n, (CODEC_NONE, piece, stored_check(piece))))
                 continue
-        stored = compress(piece)
-        incompressible = stored[0] == CODEC_NONE
-        out.append((oid, n, stored))
+        codec, stored = compress(piece)
+        incompressible = codec == CODEC_NONE
+        out.append((oid, n, (codec, stored, stored_check(stored))))
     return out
 
 

@@ -101,6 +101,8 @@ class Backend(ABC):
     #: disk (fewer files); smaller on object storage, where a reader's ranged GETs cost
     #: per request and some servers read the whole object for each
     pack_target: int = PACK_TARGET_MAX
+    #: whether `start_writeback` does anything (a local disk): pack writers then call it
+    starts_writeback: bool = False
 
     @abstractmethod
     def read(self, path: str) -> bytes:
@@ -115,6 +117,13 @@ class Backend(ABC):
         buffer the backend received them into (no copy), for a caller that only slices
         and hashes them (`ckpt verify --read-data` reading whole packs). Raises: as `read`."""
         return self.read(path)
+
+    def start_writeback(self, handle: IO[bytes], offset: int, length: int) -> None:
+        """Args: a handle from `open_temp`, a range of it written already. A hint: a
+        local disk starts writing that range back now (not waiting for it), so that the
+        fsync of `commit_temp` finds less to write; durability is still that fsync's.
+        Elsewhere (a temporary file to upload from) it does nothing. Raises nothing."""
+        return
 
     def prefetch(self, path: str, offset: int, length: int) -> None:
         """Args: path, offset, length: a range `read_range` will be asked for soon.
@@ -250,6 +259,36 @@ def fsync_dir(path: str | Path, *, strict: bool = False) -> None:
 
 
 _SYNCFS: list[Callable[[int], int] | None] = []  # found on first use (ctypes costs start-up time)
+_SYNC_RANGE: list[Callable[[int, int, int, int], int] | None] = []
+#: sync_file_range(2)'s flag: start writing back the dirty pages of the range, do not wait
+SYNC_FILE_RANGE_WRITE = 2
+
+
+def _find_sync_range() -> Callable[[int, int, int, int], int] | None:
+    """libc's sync_file_range(2) (Linux), or None where there is none."""
+    if not _SYNC_RANGE:
+        fn: Callable[[int, int, int, int], int] | None = None
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                f = ctypes.CDLL(None, use_errno=True).sync_file_range
+                f.argtypes, f.restype = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint], ctypes.c_int
+                fn = f
+            except (OSError, AttributeError):
+                fn = None
+        _SYNC_RANGE.append(fn)
+    return _SYNC_RANGE[0]
+
+
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Start writing back the dirty pages of a range of a file (sync_file_range(2) with
+    SYNC_FILE_RANGE_WRITE), without waiting for them: a hint that makes a later fsync
+    shorter; it does not make anything durable. Nothing where there is no such call,
+    and an error is ignored (the fsync reports what matters)."""
+    fn = _find_sync_range()
+    if fn is not None and length > 0:
+        fn(fd, offset, length, SYNC_FILE_RANGE_WRITE)
 
 
 def _find_syncfs() -> Callable[[int], int] | None:
@@ -671,6 +710,12 @@ class LocalBackend(LocalLocks, Backend):
     def open_temp(self) -> tuple[str, IO[bytes]]:
         temp, fd = self._temp_fd()
         return temp, os.fdopen(fd, "wb")
+
+    starts_writeback = True
+
+    def start_writeback(self, handle: IO[bytes], offset: int, length: int) -> None:
+        with contextlib.suppress(OSError, ValueError):  # a handle closed meanwhile: nothing to hint
+            start_writeback(handle.fileno(), offset, length)
 
     def _temp_fd(self) -> tuple[str, int]:
         """A new temporary file: (its store path, a descriptor open for writing)."""

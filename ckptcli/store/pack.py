@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import hashlib
+import os
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -69,6 +71,11 @@ class PackWriter:
         #: (a batch stops at its failed write, so the file may end cleanly where it broke)
         self.failed: BaseException | None = None
         self.temp, self.fh = backend.open_temp()
+        # the I/O thread's writes: their descriptor (None: through the handle, object by
+        # object), where in the file they are, and where writeback was last started
+        self.fd: int | None = None
+        self.written = 0
+        self.writeback_from = 0
         # version 1 names a pack by the SHA-256 of every byte; version 2 by its header,
         # object ids and trailer, with an XXH3-64 of each object's stored bytes in the
         # trailer, so the pack's bytes are not hashed with SHA-256 a second time
@@ -83,6 +90,8 @@ class PackWriter:
         self.size += len(data)
         if self.io is None and self.io_after is not None and self.size > self.io_after:
             self.io = _io_pool()  # a big pack: hand the rest of it to the I/O thread
+            self.written = self.writeback_from = self.size - len(data)
+            self.fd = _descriptor(self.fh)
         if self.io is None:
             self._write_now(data)
             return
@@ -103,11 +112,30 @@ class PackWriter:
             self._wait_one()
 
     def _write_many(self, batch: list[bytes | memoryview]) -> None:
+        """Write a batch on the I/O thread: in one writev(2) where the handle is a file
+        (one system call, and one wait for the GIL, per batch rather than per object),
+        then have the writeback of each _WRITEBACK bytes written started, so that the
+        fsync that commits the pack has less left to write."""
         if self.failed is not None:
             raise self.failed
         try:
-            for data in batch:
-                self._write_now(data)
+            if self.fd is None:
+                for data in batch:
+                    self._write_now(data)
+                return
+            try:
+                self.fh.flush()  # what was written through the handle before the I/O thread took over
+                self.written += _writev_all(self.fd, batch)
+            except OSError as exc:
+                raise io_error(exc, "write", self.temp) from None
+            if self.hasher is not None:
+                for data in batch:
+                    self.hasher.update(data)
+            if self.written - self.writeback_from >= _WRITEBACK and self.backend.starts_writeback:
+                # on the thread that commits packs (idle meanwhile), before this pack's
+                # commit: submitting the writeback costs ~0.5 ms of kernel time an 8 MiB
+                start, self.writeback_from = self.writeback_from, self.written
+                _sync_pool(self.backend).submit(self.backend.start_writeback, self.fh, start, self.written - start)
         except BaseException as exc:
             self.failed = exc
             raise
@@ -132,6 +160,35 @@ class PackWriter:
         self._write(stored)
         self.rows.append([oid, obj_type, offset, len(stored), raw_len, codec])
         return offset
+
+    def add_many(self, items: Sequence[tuple[bytes, int, bytes | memoryview, int, int]], start: int, obj_type: int, target: int) -> int:
+        """`add` of items[start:] (each (id, codec, stored bytes, raw length, the stored
+        bytes' framing.stored_check), all of `obj_type`), one after another, until the
+        pack holds `target` bytes or more; returns the index of the first item not
+        added. The same pack as `add` of each: one call a window of chunks instead of
+        one a chunk (take's main thread), and the checks were taken where the bytes
+        were made."""
+        rows, checks = self.rows, self.checks
+        v2 = self.hasher is None
+        i, n = start, len(items)
+        while i < n:
+            oid, codec, stored, raw_len, check = items[i]
+            i += 1
+            slen = len(stored)
+            if v2:
+                checks.append(check)
+            rows.append([oid, obj_type, self.size, slen, raw_len, codec])
+            if self.io is not None:  # `_write` of a big pack, inline
+                self.size += slen
+                self.batch.append(stored)
+                self.batch_bytes += slen
+                if self.batch_bytes >= _IO_BATCH:
+                    self._hand_over()
+            else:
+                self._write(stored)
+            if self.size >= target:
+                break
+        return i
 
     def finish(self) -> Callable[[], tuple[bytes, list[list[Any]]]]:
         """Write the trailer and commit the pack; returns a call that waits for the
@@ -187,6 +244,45 @@ class PackWriter:
 
 _IO_AHEAD = 16 << 20  # bytes of pack writes queued for the I/O thread
 _IO_BATCH = 1 << 20  # bytes of pack writes handed to the I/O thread at once
+_WRITEBACK = 8 << 20  # bytes written by the I/O thread between two starts of writeback
+#: buffers one writev(2) takes at most (Linux's IOV_MAX)
+_IOV_MAX = 1024
+
+
+def _descriptor(fh: Any) -> int | None:
+    """The descriptor of a pack's handle, for the I/O thread's writev; None when it has
+    none (then it writes through the handle)."""
+    try:
+        fd = fh.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+    return fd if isinstance(fd, int) and hasattr(os, "writev") else None
+
+
+def _writev_all(fd: int, bufs: list[bytes | memoryview]) -> int:
+    """Write every buffer, in order, with as few writev(2) calls as it takes (a call may
+    write only part: the rest is written by the next); returns the bytes written."""
+    total = 0
+    i = 0
+    while i < len(bufs):
+        part = bufs[i : i + _IOV_MAX]
+        want = sum(len(b) for b in part)
+        n = os.writev(fd, part)
+        total += n
+        if n == want:
+            i += len(part)
+            continue
+        if n <= 0:
+            raise OSError(errno.EIO, "write made no progress")
+        # a short write: skip what went out, and go on from the middle of the buffer it stopped in
+        bufs = bufs[i:]
+        i = 0
+        while n >= len(bufs[i]):
+            n -= len(bufs[i])
+            i += 1
+        bufs = [memoryview(bufs[i])[n:], *bufs[i + 1 :]]
+        i = 0
+    return total
 
 
 def _io_pool() -> ThreadPoolExecutor:

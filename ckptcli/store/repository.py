@@ -16,7 +16,7 @@ import os
 import secrets
 import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,6 +124,35 @@ class Transaction:
         if self.pack.size >= self.store.backend.pack_target:
             self.packs.append(self.pack.finish())
             self.pack = None
+
+    def put_stored_many(self, obj_type: int, items: Sequence[tuple[bytes, int, tuple[int, bytes | memoryview, int] | None]]) -> None:
+        """`put_stored` of each (id, raw length, (codec, stored bytes, their
+        framing.stored_check), or None for an object known to be stored already) in
+        turn, in one call (a window of chunks)."""
+        known, new = self.known, self.new
+        fresh: list[tuple[bytes, int, bytes | memoryview, int, int]] = []
+        for oid, raw_len, stored in items:
+            if stored is None or oid in known or oid in new:
+                continue
+            new[oid] = obj_type
+            fresh.append((oid, stored[0], stored[1], raw_len, stored[2]))
+        target = self.store.backend.pack_target
+        i = 0
+        try:
+            while i < len(fresh):
+                if self.pack is None:
+                    self.pack = PackWriter(self.store.backend, self.store.version)
+                k = self.pack.add_many(fresh, i, obj_type, target)
+                self.new_objects += k - i
+                self.new_stored_bytes += sum(len(f[2]) for f in fresh[i:k])
+                i = k
+                if self.pack.size >= target:
+                    self.packs.append(self.pack.finish())
+                    self.pack = None
+        except BaseException:
+            for f in fresh[i:]:  # not in any pack: as put_stored, only what was added is new
+                new.pop(f[0], None)
+            raise
 
     def commit(self) -> bytes | None:
         """Finish packs and write their index; returns the index id (None if nothing new)."""
