@@ -658,7 +658,11 @@ class Store(Refs):
         self._index_files.add(name)
         for pack_id, rows in packs:
             self._indexed_packs.add(pack_id)
-            idx.add_many(parse_entry_rows(rows, pack_id, "new index"))
+            columns = row_columns(rows)  # a column at a time: a big take's 16k rows cost ~40 ms row by row
+            if columns is not None:
+                idx.add_columns(pack_id, columns)
+            else:
+                idx.add_many(parse_entry_rows(rows, pack_id, "new index"))
 
     def has(self, oid: bytes) -> bool:
         return oid in self.index()
