@@ -20,7 +20,12 @@ GCPROBE_FREEZE=1 in a variant's environment runs `gc.collect(); gc.freeze()` onc
 graph is compiled (what CkptSaver's `gc_freeze` does at its first put, for a saver without
 it), GCPROBE_FREEZE=open before the saver is opened; GCPROBE_CKPT_OPTIONS='{"gc_freeze":
 false}' opens CkptSaver with those options. tracked_end counts what a full collection walks
-at the end, frozen_end what it skips (gc.freeze).
+at the end, frozen_end what it skips (gc.freeze). With --async: ticks (how many the
+ticker got in: fewer, longer turns of the loop), tick_loop_cpu_p99 (the loop thread's own
+CPU time within a tick: its own work, where the rest of a late tick is waiting for the
+interpreter or a core), executor_queue_p50 (jobs waiting for the loop's default executor,
+where LangGraph runs synchronous nodes and CkptSaver its calls), backlog_waits (puts that
+waited for ckpt's committer) and manifests (files the commits wrote).
 """
 
 from __future__ import annotations
@@ -165,13 +170,16 @@ async def main():
         saver = await cm.__aenter__()
     graph = b.compile(checkpointer=saver)
     clock = GcClock()
-    lags, done = [], False
+    lags, loop_cpu, queued, done = [], [], [], False
     async def ticker():
         while not done:
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             await asyncio.sleep(0.001)
             e = time.perf_counter()
             lags.append((e - t - 0.001, clock.within(t, e, 0)))
+            loop_cpu.append(time.thread_time() - c)  # the loop's own work within the tick (the rest: waiting)
+            ex = asyncio.get_running_loop()._default_executor
+            queued.append(ex._work_queue.qsize() if ex is not None else 0)  # jobs waiting for the default executor
     tick = asyncio.create_task(ticker())
     t0 = time.perf_counter()
     await asyncio.gather(*(graph.ainvoke({{"messages": []}}, {{"configurable": {{"thread_id": f"t{{i}}"}}, "recursion_limit": steps * 3}})
@@ -180,12 +188,16 @@ async def main():
     done = True
     await tick
     commit_cpu = _thread_cpu(saver._thread.native_id) if saver_name == "ckpt" else 0.0
+    waits = saver.backlog_waits if saver_name == "ckpt" else 0
     if saver_name == "ckpt":
         saver.close()
     else:
         await cm.__aexit__(None, None, None)
     ev = clock.events
+    import os
+    manifests = len(os.listdir(workdir + "/store/manifests")) if saver_name == "ckpt" else 0
     print(json.dumps({{"lags": [l for l, _ in lags], "gc": [g for _, g in lags], "wall": wall, "commit_cpu": commit_cpu,
+                      "loop_cpu": loop_cpu, "queued": queued, "backlog_waits": waits, "manifests": manifests,
                       "gen": [sum(1 for g, *_ in ev if g == i) for i in range(3)],
                       "gen2_total": sum(e - s for g, s, e in ev if g == 2)}}))
 asyncio.run(main())
@@ -208,6 +220,8 @@ def child_async(kind: str, threads: int, steps: int, build: str = "", env: dict[
         "p50": median(lags), "p99": percentile(lags, 99), "max": max(lags), "wall": d["wall"],
         "gc_in_top1pct": sum(gcs[i] for i in top) / max(1e-9, sum(lags[i] for i in top)),
         "gen0": d["gen"][0], "gen1": d["gen"][1], "gen2": d["gen"][2], "gen2_total": d["gen2_total"], "commit_cpu": d["commit_cpu"],
+        "ticks": len(lags), "tick_loop_cpu_p99": percentile(d["loop_cpu"], 99),
+        "executor_queue_p50": median(d["queued"]), "backlog_waits": d["backlog_waits"], "manifests": d["manifests"],
     }  # fmt: skip
 
 

@@ -131,3 +131,39 @@ def test_bad_bounds_are_refused(tmp_path: Path, option: str, bad: Any) -> None:
     with pytest.raises(InvalidInputError, match=option):
         CkptSaver.open(tmp_path / ".ckpt", **{option: bad})
     assert not list((tmp_path / ".ckpt" / JOURNAL_DIR).glob("*.journal"))
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_back_pressure_commits_no_head_twice(tmp_path: Path, threads: int) -> None:
+    # a put over the bound made the commit thread seal every checkpoint, each thread's
+    # newest too, whose pending writes (the next step's tasks) come after it: every
+    # such commit wrote those heads a second manifest (a revision) later, work that the
+    # commit thread, already behind, had to do on top (a quarter of the manifests of
+    # bench/langgraph_async.py). The heads now wait for their writes; the rest is
+    # committed, which makes the room the puts wait for
+    steps = 60 * SCALE
+    builder = chat_builder(steps)
+    saver = Watched.open(tmp_path / ".ckpt", commit_interval=3600, max_backlog=16)
+    graph = builder.compile(checkpointer=saver)
+    for i in range(threads):  # one after the other: the backlog is the threads' heads and what is behind them
+        graph.invoke({"messages": []}, {"configurable": {"thread_id": f"t{i}"}, "recursion_limit": steps * 3}, durability="sync")
+    assert saver.backlog_waits > 0 and max(saver.seen_backlog) <= 16
+    states = [_state(saver, builder, f"t{i}") for i in range(threads)]
+    saver.close()
+    checkpoints = sum(n for _values, n in states)
+    manifests = len(list((tmp_path / ".ckpt" / "manifests").iterdir()))
+    assert manifests == checkpoints  # each written once
+    with CkptSaver.open(tmp_path / ".ckpt") as again:
+        assert [_state(again, builder, f"t{i}") for i in range(threads)] == states
+
+
+def test_back_pressure_seals_the_heads_when_they_alone_fill_the_bound(tmp_path: Path) -> None:
+    # so many threads that their heads alone are half the bound: leaving them out would
+    # not make room (the puts would wait for ever); they are sealed as before
+    builder = chat_builder(3)
+    with Watched.open(tmp_path / ".ckpt", commit_interval=3600, max_backlog=8) as saver:
+        graph = builder.compile(checkpointer=saver)
+        for i in range(12):
+            graph.invoke({"messages": []}, {"configurable": {"thread_id": f"t{i}"}}, durability="sync")
+        assert saver.backlog_waits > 0 and max(saver.seen_backlog) <= 8
+        assert [len(_state(saver, builder, f"t{i}")[0]) for i in range(12)] == [3] * 12

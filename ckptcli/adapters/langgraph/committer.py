@@ -78,8 +78,8 @@ class Committer:
                         if self.saver._closed:
                             return
                         self.saver._pressed = False
-                        if pressed:  # puts wait for room: everything goes now
-                            self.seal_all()
+                        if pressed:  # puts wait for room: everything goes now, but the heads in use
+                            self.seal_pressed()
                         else:
                             self.seal_idle()
                     self.saver._commit_locked()
@@ -110,6 +110,30 @@ class Committer:
         for e in sorted(self.saver._uncommitted(), key=lambda e: e.seq):
             if e.state == LEAF:
                 self.saver._seal(e)
+                breathe()
+
+    def seal_pressed(self) -> None:
+        """Under back-pressure (puts wait for room; caller holds the lock): seal every
+        checkpoint not sealed yet but the heads in use, the checkpoints without a child
+        put or written to within the commit interval. A head's pending writes (the next
+        step's tasks) come after it: sealed now, it would be written again as a revision
+        once they do, a second manifest for the commit thread, which is behind already
+        (a sixth of the manifests of bench/langgraph_async.py's 50 conversations). What
+        is left makes room: the heads are one per thread and namespace in use. Unless they
+        alone are half of `max_backlog`, or the journal is what is over its bound: then
+        everything is sealed (`seal_all`), so that a commit always makes room."""
+        sv = self.saver
+        todo = sorted(sv._uncommitted(), key=lambda e: e.seq)
+        now = time.monotonic()
+        busy = [e for e in todo if e.state == LEAF and not e.has_child and now - e.touched < sv.commit_interval]
+        if len(busy) * 2 >= sv.max_backlog or sv._journal.size > sv.max_journal_bytes:
+            self.seal_all()
+            return
+        skip = {id(e) for e in busy}
+        breathe = Breather()
+        for e in todo:
+            if e.state == LEAF and id(e) not in skip:
+                sv._seal(e)
                 breathe()
 
     def seal_idle(self) -> None:
