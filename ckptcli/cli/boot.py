@@ -48,7 +48,23 @@ def start(load: Callable[[list[str]], Loaded]) -> None:
         # the command is over: a Ctrl-C now, while the interpreter shuts down (joining
         # threads, flushing), would only print "Exception ignored" or kill the process
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _exit(code)
+    if _own_process():
+        _exit(code)
+    sys.exit(code)
+
+
+def _own_process() -> bool:
+    """Whether this process is the `ckpt` command itself (the console script, or `python
+    -m ckptcli`), whose end nothing else waits for; a program that calls `entry()` itself
+    gets SystemExit, as from sys.exit, and its own code after it runs."""
+    import os
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name == "ckptcli.__main__":
+        return True
+    path = getattr(main, "__file__", None)
+    return isinstance(path, str) and os.path.basename(path).split(".")[0] in ("ckpt", "ckpt-script")
 
 
 def _exit(code: int) -> None:
