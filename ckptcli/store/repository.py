@@ -660,9 +660,10 @@ class Store(Refs):
             self._indexed_packs.add(pack_id)
             columns = row_columns(rows)  # a column at a time: a big take's 16k rows cost ~40 ms row by row
             if columns is not None:
-                idx.add_columns(pack_id, columns)
+                idx.add_columns(pack_id, columns, settle=False)
             else:
-                idx.add_many(parse_entry_rows(rows, pack_id, "new index"))
+                idx.add_many(parse_entry_rows(rows, pack_id, "new index"), settle=False)
+        idx.settle()  # once for the packs of the take, not once a pack
 
     def has(self, oid: bytes) -> bool:
         return oid in self.index()
