@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_ckpt
 
 PROGRAM = textwrap.dedent(
@@ -102,3 +104,42 @@ def test_a_program_that_calls_the_entry_point_gets_system_exit(tmp_path: Path) -
     )
     p = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, timeout=120)
     assert p.returncode == 0 and p.stderr == b"after: 0" and p.stdout.strip() == b"[]", p
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("args", [["ls"], ["ls", "--json"], ["show", "agent:a", "--json"], ["export", "agent:a", "-o", "-"]])
+def test_output_that_cannot_be_written_is_one_line_and_exit_12(tmp_path: Path, args: list[str]) -> None:
+    """stdout on a full disk: the output, written during the command or at its end, is
+    not lost silently (it was "internal error: OSError", exit 70, or Python's own
+    "Exception ignored", exit 120)."""
+    store = _store_with_one(tmp_path)
+    with open("/dev/full", "wb") as full:
+        p = subprocess.run(
+            [sys.executable, "-m", "ckptcli", "--store", str(store), *args], stdout=full, stderr=subprocess.PIPE, timeout=120
+        )
+    err = p.stderr.decode()
+    assert p.returncode == 12 and err.count("\n") == 1, err
+    assert err.startswith("ckpt: error: cannot write the output to stdout: No space left on device"), err
+
+
+@pytest.mark.parametrize("args", [["ls"], ["show", "agent:a", "--json"]])
+def test_a_closed_stdout_is_one_line_and_exit_12(tmp_path: Path, args: list[str]) -> None:
+    """Started with descriptor 1 closed (`ckpt ls >&-`): was "internal error:
+    AttributeError", exit 70."""
+    store = _store_with_one(tmp_path)
+    cmd = [sys.executable, "-m", "ckptcli", "--store", str(store), *args]
+    p = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", *cmd], stderr=subprocess.PIPE, timeout=120)
+    err = p.stderr.decode()
+    assert (
+        p.returncode == 12
+        and err == "ckpt: error: cannot write the output to stdout: stdout is closed; send it to a file or a pipe that can take it\n"
+    ), err
+
+
+def _store_with_one(tmp_path: Path) -> Path:
+    store = tmp_path / "s"
+    assert run_ckpt("init", store).returncode == 0
+    doc = tmp_path / "doc.json"
+    doc.write_text('{"memory": {"notes": "' + "x" * 100_000 + '"}}')
+    assert run_ckpt("--store", store, "take", doc, "-S", "agent:a").returncode == 0
+    return store

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib
+import io
 import os
 import sys
 from collections.abc import Callable
@@ -502,6 +503,26 @@ def _store_option_pairs(args: list[str]) -> None:
         parse_store_options(pairs, None)  # InvalidInputError naming the pair by its position, never its text
 
 
+class ClosedStdout(io.TextIOBase):
+    """stdout when ckpt was started with descriptor 1 closed: writing fails (EBADF), as
+    writing to a closed file does; a command that prints nothing runs as usual."""
+
+    def write(self, s: str) -> int:
+        raise OSError(errno.EBADF, "stdout is closed")
+
+    def isatty(self) -> bool:
+        return False
+
+
+def output_failed(exc: OSError) -> int:
+    """The command's output could not be written to stdout: one line, exit 12."""
+    reason = exc.strerror or str(exc)
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"ckpt: error: cannot write the output to stdout: {reason}; send it to a file or a pipe that can take it\n")
+        sys.stderr.flush()
+    return int(ExitCode.IO_ERROR)
+
+
 def _stdout_closed(streams: tuple[Any, Any]) -> int:
     """Stdout was closed early (`ckpt log | head`): not an error worth a message; exit 0,
     as `git log | head` does (docs/exit-codes.md). What is still buffered goes nowhere."""
@@ -525,6 +546,8 @@ def _run(args: list[str]) -> int:
     if (backends := sys.modules.get("ckptcli.store.backends")) is not None:  # not imported by `ckpt --help`
         backends.set_cli_options([])
     output.reset()
+    if sys.stdout is None:  # started with descriptor 1 closed (`ckpt ls >&-`): a write fails, as to a closed file
+        sys.stdout = ClosedStdout()
     streams = (sys.stdout, sys.stderr)  # typer wraps them when stdout is closed early
     try:
         _one_store(args)
@@ -560,6 +583,12 @@ def _run(args: list[str]) -> int:
         return interrupted()
     except BrokenPipeError:
         return _stdout_closed(streams)
+    except OSError as exc:
+        if exc.filename is not None:  # a file of the command's own that was not reported as one: a bug
+            raise
+        # a write to stdout (a full disk, a closed descriptor): every file ckpt writes
+        # itself reports its errors with its name (StoreIOError, output_error)
+        return output_failed(exc)
     except SystemExit as exc:
         # typer's main turns an EPIPE into sys.exit(1), and rich's console does too (each
         # after an OSError): a closed pipe ends every command alike, quietly with 0

@@ -85,6 +85,12 @@ def _exit(code: int) -> None:
         try:
             if stream is not None:
                 stream.flush()
-        except (OSError, ValueError):
+        except BrokenPipeError:
             pass  # a reader that closed the pipe ends a command quietly (cli.app._stdout_closed)
+        except (OSError, ValueError) as exc:
+            # the output still buffered cannot be written (a full disk): said, not lost silently
+            app = sys.modules.get("ckptcli.cli.app")
+            if stream is sys.stdout and isinstance(exc, OSError) and app is not None:
+                failed = app.output_failed(exc)
+                code = code or failed
     os._exit(code)

@@ -84,7 +84,11 @@ rollback again goes on with it), 9 while the workflow runs and 11 when a rollbac
 checkpoint is unfinished; the library's `NonDeterminismError` (a re-run that calls another
 step than the recorded run did) carries 13 (docs/workflows.md).
 When the reader of stdout goes away early (`ckpt log | head`), every command stops quietly
-and exits 0, as `git log | head` does: nothing it would have printed is an error.
+and exits 0, as `git log | head` does: nothing it would have printed is an error. When
+stdout cannot be written at all (a full disk, `ckpt ls > /dev/full`, or ckpt started
+with it closed, `ckpt ls >&-`), the command ends with one line,
+`ckpt: error: cannot write the output to stdout: <why>; ...`, and exit 12 (`IO_ERROR`):
+what it did (a take, a restore) is done, its output is what was lost.
 
 Your own code that ckpt runs (a `bisect --check` predicate, a migration, a reducer, a
 `compat --validator`, a `replay --check` step function, the modules they are in) fails the
