@@ -503,6 +503,11 @@ def _store_option_pairs(args: list[str]) -> None:
         parse_store_options(pairs, None)  # InvalidInputError naming the pair by its position, never its text
 
 
+#: errors of a write to stdout that are the place it goes, not ckpt: a full disk or quota,
+#: a file grown past its limit, a failing device, a closed descriptor
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF})
+
+
 class ClosedStdout(io.TextIOBase):
     """stdout when ckpt was started with descriptor 1 closed: writing fails (EBADF), as
     writing to a closed file does; a command that prints nothing runs as usual."""
@@ -584,8 +589,8 @@ def _run(args: list[str]) -> int:
     except BrokenPipeError:
         return _stdout_closed(streams)
     except OSError as exc:
-        if exc.filename is not None:  # a file of the command's own that was not reported as one: a bug
-            raise
+        if exc.filename is not None or exc.errno not in _OUTPUT_ERRNOS:  # not a failed write of the output: a bug
+            return _internal(exc)
         # a write to stdout (a full disk, a closed descriptor): every file ckpt writes
         # itself reports its errors with its name (StoreIOError, output_error)
         return output_failed(exc)
@@ -601,11 +606,16 @@ def _run(args: list[str]) -> int:
     except MemoryError:
         sys.stderr.write("ckpt: error: out of memory; the input is too large or hostile (see CKPT_MAX_HELD_BYTES)\n")
         return int(ExitCode.LIMIT_EXCEEDED)
-    except Exception as exc:
-        if os.environ.get("CKPT_DEBUG"):
-            raise
-        sys.stderr.write(f"ckpt: internal error: {type(exc).__name__}: {exc} (set CKPT_DEBUG=1 for the traceback, and please report it)\n")
-        return int(ExitCode.INTERNAL)
+    except Exception as exc:  # noqa: BLE001 - every failure ends in one line; _internal raises it with CKPT_DEBUG
+        return _internal(exc)
+
+
+def _internal(exc: Exception) -> int:
+    """A failure ckpt did not expect (a bug): one line, exit 70; CKPT_DEBUG=1 raises it."""
+    if os.environ.get("CKPT_DEBUG"):
+        raise exc
+    sys.stderr.write(f"ckpt: internal error: {type(exc).__name__}: {exc} (set CKPT_DEBUG=1 for the traceback, and please report it)\n")
+    return int(ExitCode.INTERNAL)
 
 
 def entry() -> None:
