@@ -666,7 +666,9 @@ def _undo_failed(targets: list[_Target], exc: BaseException) -> None:
     what was undone to the hint of a CkptError raised while writing (the caller re-raises)."""
     failed = next((t for t in reversed(targets) if t.writer is not None and t.writer.current), targets[-1])
     touched = [t for t in reversed(targets) if (t.writer is not None and t.writer.current) or t.first_new is not None]
-    undone = "; ".join(_undo(t.writer, t.root_fd, t.first_new, t.path) for t in touched) or "nothing was written"
+    # in place, a target is the directory that held one blob: its path is what was restored
+    undone = "; ".join(_undo(t.writer, t.root_fd, t.first_new, t.path / next(iter(t.top)) if len(t.top) == 1 else t.path) for t in touched)
+    undone = undone or "nothing was written"
     fw = failed.writer
     if isinstance(exc, OSError):
         what = f"{fw.current} in {failed.path}" if fw is not None and fw.current else str(failed.path)
