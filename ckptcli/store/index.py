@@ -26,6 +26,7 @@ from ckptcli.store import layout
 from ckptcli.store.backend import Backend
 
 __all__ = [
+    "SNAPSHOT_HEAD_SIZE",
     "IndexEntry",
     "ObjectIndex",
     "decode_index",
@@ -35,6 +36,7 @@ __all__ = [
     "parse_entry_rows",
     "read_index_file",
     "row_columns",
+    "snapshot_size",
     "write_index",
 ]
 
@@ -342,6 +344,30 @@ def encode_snapshot(idx: ObjectIndex, files: Iterable[str]) -> bytes | None:
     head = _SNAP_MAGIC + _SNAP_HEAD.pack(SNAPSHOT_VERSION, len(ids), len(idx._packs), n, idx._bits)
     out = b"".join([head, *ids, *idx._packs, idx._keys, idx._vals, starts.tobytes()])
     return out + hashlib.sha256(out).digest()
+
+
+#: the bytes of a snapshot's magic and head, which say how long it is (snapshot_size)
+SNAPSHOT_HEAD_SIZE = len(_SNAP_MAGIC) + _SNAP_HEAD.size
+#: the fewest bytes an entry row takes in an index file (a 32-byte id as a msgpack bin,
+#: five integers, the array's header): how many rows the index files can hold at most
+_MIN_ROW_BYTES = 40
+
+
+def snapshot_size(head: bytes, index_files: int) -> int | None:
+    """The length a snapshot whose first SNAPSHOT_HEAD_SIZE bytes are `head` has, when
+    it is plausible for a store with `index_files` index files: it names no more files
+    than that, and no more objects than their rows could hold (each file at most a record
+    file's size), so reading it costs no more memory than reading those files would.
+    None otherwise (a damaged or planted file: it is not read further)."""
+    if len(head) < SNAPSHOT_HEAD_SIZE or not head.startswith(_SNAP_MAGIC):
+        return None
+    version, nfiles, npacks, n, bits = _SNAP_HEAD.unpack_from(head, len(_SNAP_MAGIC))
+    if version != SNAPSHOT_VERSION or bits > 16 or nfiles > index_files:
+        return None
+    if n > nfiles * (layout.RECORD_FILE_MAX // _MIN_ROW_BYTES) or npacks > n + nfiles:
+        return None
+    size: int = SNAPSHOT_HEAD_SIZE + 32 * nfiles + 32 * npacks + 32 * n + _REC.size * n + 4 * ((1 << bits) + 1) + 32
+    return size
 
 
 def decode_snapshot(data: bytes) -> tuple[ObjectIndex, set[str]] | None:

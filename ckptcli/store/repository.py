@@ -42,6 +42,7 @@ from ckptcli.store import layout
 from ckptcli.store.backend import Backend, LocalBackend
 from ckptcli.store.backends import ENV_OPTIONS, cli_options, open_backend, parse_location, parse_store_options, redact
 from ckptcli.store.index import (
+    SNAPSHOT_HEAD_SIZE,
     Columns,
     IndexEntry,
     ObjectIndex,
@@ -50,6 +51,7 @@ from ckptcli.store.index import (
     parse_entry_rows,
     read_index_file,
     row_columns,
+    snapshot_size,
     write_index,
 )
 from ckptcli.store.layout import INDEX_SNAPSHOT
@@ -558,8 +560,15 @@ class Store(Refs):
         """Start the index from cache/index-snapshot when it is sound and every index
         file it was read from is still there (else a prune rewrote the index since)."""
         try:
-            data = self.backend.read(INDEX_SNAPSHOT)
+            # its head first: a file it does not describe (planted, grown, a sparse
+            # gigabyte) is never read whole, and one a byte longer than it says is refused
+            size = snapshot_size(self.backend.read_range(INDEX_SNAPSHOT, 0, SNAPSHOT_HEAD_SIZE), len(listed))
+            if size is None:
+                return
+            data = self.backend.read_range(INDEX_SNAPSHOT, 0, size + 1)
         except CkptError:
+            return
+        if len(data) != size:
             return
         got = decode_snapshot(data)
         if got is None or not got[1] <= listed:
