@@ -143,3 +143,13 @@ def _store_with_one(tmp_path: Path) -> Path:
     doc.write_text('{"memory": {"notes": "' + "x" * 100_000 + '"}}')
     assert run_ckpt("--store", store, "take", doc, "-S", "agent:a").returncode == 0
     return store
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_an_error_keeps_its_exit_code_when_stderr_cannot_be_written(tmp_path: Path) -> None:
+    """`2>/dev/full`: the one line cannot be written, the exit code still says what went
+    wrong (it was 1, from the failed write of the message)."""
+    store = _store_with_one(tmp_path)
+    with open("/dev/full", "wb") as full:
+        p = subprocess.run([sys.executable, "-m", "ckptcli", "--store", str(store), "show", "nonexist"], stderr=full, timeout=120)
+    assert p.returncode == 3

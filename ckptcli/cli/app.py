@@ -327,7 +327,8 @@ def load(argv: list[str]) -> Loaded:
 def fail(exc: CkptError) -> int:
     from ckptcli.cli.output import err, safe
 
-    err().print(f"ckpt: error: {safe(exc, backslash=False)}", markup=False, highlight=False)
+    with contextlib.suppress(OSError, ValueError):  # stderr that cannot be written (`2>/dev/full`): the code still says it
+        err().print(f"ckpt: error: {safe(exc, backslash=False)}", markup=False, highlight=False)
     return int(exc.exit_code)
 
 

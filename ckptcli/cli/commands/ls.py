@@ -106,8 +106,8 @@ def ls(
     than the screen goes through $PAGER (default: less -FRX); piped, every cell is
     whole and nothing is paged. REFS are the refs naming a checkpoint (latest, tag:NAME,
     branch:NAME); SIZE is the size of the strings, bytes and files in its state, those it shares with the checkpoint it
-    was taken after or carries from another included (what `ckpt show` lists); "+" after it: at least that, a checkpoint
-    taken by a ckpt that did not count them. LABELS leaves out labels programs write for
+    was taken after or carries from another included (numbers and structure are not counted: a state of numbers alone
+    is 0 B); "+" after it: at least that, a checkpoint taken by a ckpt that did not count them. LABELS leaves out labels programs write for
     themselves (ckpt.*, langgraph.*, recorder.*, events.*, fork.*: "+N" says how many);
     the column all-labels shows them. --json prints every field of every checkpoint,
     with "refs".
