@@ -178,14 +178,7 @@ class PackWriter:
             if v2:
                 checks.append(check)
             rows.append([oid, obj_type, self.size, slen, raw_len, codec])
-            if self.io is not None:  # `_write` of a big pack, inline
-                self.size += slen
-                self.batch.append(stored)
-                self.batch_bytes += slen
-                if self.batch_bytes >= _IO_BATCH:
-                    self._hand_over()
-            else:
-                self._write(stored)
+            self._write(stored)
             if self.size >= target:
                 break
         return i
