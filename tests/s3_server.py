@@ -80,9 +80,29 @@ class S3Bucket:
 #: the server's process: moto's ThreadedMotoServer on 127.0.0.1, a free port, printed
 #: once; it stops when its stdin closes
 _SERVER = """
-import logging, sys
+import logging, sys, threading
+from moto.s3.responses import S3Response
 from moto.server import ThreadedMotoServer
 logging.getLogger("werkzeug").setLevel(logging.ERROR)
+# S3 checks a conditional write (If-Match, If-None-Match) and stores the object in one
+# step; moto checks, then stores, so two racing writers can both pass the check. One
+# write at a time here makes the check atomic, as it is on S3.
+_writes = threading.Lock()
+_put_object = S3Response.put_object
+def _one_at_a_time(self):
+    with _writes:
+        return _put_object(self)
+S3Response.put_object = _one_at_a_time
+# a key under race-window/ is stored 50 ms after its condition was checked, so that a test
+# can show the writes above are one at a time (test_backend_s3.py)
+import time
+from moto.s3.models import S3Backend
+_store = S3Backend.put_object
+def _slow_store(self, bucket_name, key_name, *args, **kwargs):
+    if key_name.startswith("race-window/"):
+        time.sleep(0.05)
+    return _store(self, bucket_name, key_name, *args, **kwargs)
+S3Backend.put_object = _slow_store
 server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
 server.start()
 host, port = server.get_host_and_port()

@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -189,6 +191,36 @@ def test_s3_conditional_writes_answer_412_on_the_server(s3_bucket: S3Bucket) -> 
     assert b.put_if_match("manifests/m1", b"b-wins", etag) is not None
     assert a.put_if_match("manifests/m1", b"a-late", etag) is None
     assert a.get("manifests/m1") == b"b-wins"
+
+
+def test_racing_conditional_writes_on_the_test_server_have_one_winner(s3_bucket: S3Bucket) -> None:
+    """S3 checks a condition and stores the object in one step; the loopback server must
+    too (tests/s3_server.py), or the race tests of refs on S3 pass or fail by chance. The
+    server stores a key under race-window/ 50 ms after checking its condition: eight hosts
+    at once, put_if_absent and a compare-and-swap from one etag, one winner each time."""
+    hosts = [S3Backend.from_url(s3_bucket.url, {}) for _ in range(8)]
+    for r in range(3):
+        gate = threading.Barrier(len(hosts))
+
+        def absent(b: S3Backend, i: int, r: int = r, gate: threading.Barrier = gate) -> bool:
+            gate.wait(timeout=60)
+            return b.put_if_absent(f"race-window/r{r}", b"x%d" % i)
+
+        with ThreadPoolExecutor(len(hosts)) as pool:
+            won = list(pool.map(absent, hosts, range(len(hosts))))
+        assert won.count(True) == 1, (r, won)
+        _, etag = hosts[0].get_versioned(f"race-window/r{r}")
+        gate = threading.Barrier(len(hosts))
+
+        def swap(b: S3Backend, i: int, r: int = r, gate: threading.Barrier = gate, etag: str = etag) -> bool:
+            gate.wait(timeout=60)
+            return b.put_if_match(f"race-window/r{r}", b"y%d" % i, etag) is not None
+
+        with ThreadPoolExecutor(len(hosts)) as pool:
+            won = list(pool.map(swap, hosts, range(len(hosts))))
+        assert won.count(True) == 1, (r, won)
+    for b in hosts:
+        b.close()
 
 
 def test_fsspec_backend_is_not_conditional_and_rejects_unknown_protocol() -> None:
