@@ -19,6 +19,9 @@ checkpoint with a 100,000-event tail, then measures:
   background replay has kept a state every 1,000 events);
 - the in-process UI work of one move (the screen's handler: the state, the changes, the
   tree, and drawing the visible rows), without the terminal;
+- Down and PageDown driven by Textual's Pilot (`--only keys`; no terminal): the time from
+  the key to the next frame the app composes, keys 0.2 s apart, in a fresh process per
+  run; with `--against DIR`, that checkout too, the two taking turns;
 - the value viewer (in-process): Enter on a leaf holding a 1 MB string until the viewer's
   first line is drawn (the string wrapped to the width);
 - jumps (in-process): `]e`, the next error, until the cursor is on it and drawn: once
@@ -195,11 +198,14 @@ def build_tail(path: Path, n: int) -> None:
     take(store, {**snapshot, "events": events}, subject="agent:long", labels={"events.seq": str(n)}, message=f"{n:,} events")
 
 
-def prepare(workdir: Path, checkpoints: int, events: int) -> tuple[Path, Path]:
+def prepare(workdir: Path, checkpoints: int, events: int, *, store_too: bool = True) -> tuple[Path, Path]:
+    """The store and the tail, built once into `workdir`; the store only with `store_too`."""
     workdir.mkdir(parents=True, exist_ok=True)
     store = workdir / f"store-{checkpoints}"
     tail = workdir / f"tail-{events}"
     for path, build, n in ((store, build_store, checkpoints), (tail, build_tail, events)):
+        if path == store and not store_too:
+            continue
         stamp = path / ".bench-complete"
         if not stamp.exists():
             if path.exists():
@@ -631,6 +637,86 @@ def paint_against(tail: Path, ref: str, runs: int, other: Path) -> dict[str, Any
     }
 
 
+#: The key-to-frame measurement, run with `python -c` in the checkout being measured (its
+#: own ckptcli, whatever its bench/ holds): the real app driven by its Pilot on the tail.
+_KEYS_SCRIPT = """
+import asyncio, json, statistics, sys, time
+from pathlib import Path
+from textual.events import Key
+from ckptcli.api import open_store
+from ckptcli.tui.app import CkptApp, open_session
+from ckptcli.tui.widgets import VirtualList
+
+tail, ref, presses, gap = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+st = open_store(Path(tail))
+app = CkptApp(open_session(st, prefill=False), checkpoint=st.resolve(ref), view="timeline", blink=False)
+frames = []
+display = app._display
+
+def spy(screen, update):
+    if update is not None:
+        frames.append(time.perf_counter())
+    return display(screen, update)
+
+app._display = spy
+out = {}
+
+async def main():
+    async with app.run_test(size=(120, 40)) as pilot:
+        lst = None
+        while lst is None or lst.first_render_at is None:
+            try:
+                lst = app.screen.query_one("#events", VirtualList)
+            except Exception:
+                lst = None
+            await asyncio.sleep(0.001)
+        await pilot.pause()
+        for key in ("down", "pagedown"):
+            walls, cpus = [], []
+            for i in range(presses + 3):
+                await asyncio.sleep(gap)
+                n = len(frames)
+                t, c = time.perf_counter(), time.process_time()
+                app.post_message(Key(key, None))
+                while len(frames) == n:
+                    await asyncio.sleep(0)
+                if i >= 3:  # the first few warm the caches
+                    walls.append(frames[n] - t)
+                    cpus.append(time.process_time() - c)
+            out[key + "_median_s"] = statistics.median(walls)
+            out[key + "_cpu_median_s"] = statistics.median(cpus)
+
+asyncio.run(main())
+print(json.dumps(out))
+"""
+
+
+def keys_against(tail: Path, ref: str, runs: int, other: Path | None, presses: int = 40, gap: float = 0.2) -> dict[str, Any]:
+    """Down and PageDown on the tail's timeline, driven by Textual's Pilot in a fresh
+    process per run (no terminal): the time from a key to the next frame the app
+    composes (`App._display` called with an update), and the process's CPU time in
+    between; keys `gap` seconds apart, as a person presses them. With `other` (a
+    worktree of another commit), that checkout too, the two taking turns."""
+    here = Path(__file__).resolve().parent.parent
+    trees = [("this", here)] + ([("other", other)] if other is not None else [])
+    got: dict[str, list[dict[str, float]]] = {name: [] for name, _ in trees}
+    for _ in range(runs):
+        for name, tree in reversed(trees):
+            done = subprocess.run(
+                [sys.executable, "-c", _KEYS_SCRIPT, str(tail), ref, str(presses), str(gap)],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=tree,
+            )
+            got[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    out: dict[str, Any] = {"dir": str(other) if other is not None else None}
+    for name, results in got.items():
+        for k in results[0]:
+            out[f"{name}_{k}"] = statistics.median(r[k] for r in results)
+    return out
+
+
 def at_seq(seq: int) -> re.Pattern[bytes]:
     """The timeline's header for the row at `seq`: "seq N  kind"."""
     return re.compile(rb"seq %d  [a-z]" % seq)
@@ -750,7 +836,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5, help="runs of each first-paint measurement (default 5)")
     ap.add_argument("--quick", action="store_true", help="1,000 checkpoints and 10,000 events, 1 run: checks the harness")
     ap.add_argument("--json", type=Path, help="write every figure to this file")
-    ap.add_argument("--only", help="measure only these parts, comma-separated: paint, terminal, viewer, follow")
+    ap.add_argument("--only", help="measure only these parts, comma-separated: paint, terminal, viewer, follow, keys")
     ap.add_argument(
         "--against",
         type=Path,
@@ -758,9 +844,9 @@ def main() -> int:
         help="also time the tail's first paint in a real terminal against the checkout in DIR (e.g. a worktree of main), taking turns",
     )
     args = ap.parse_args()
-    only = set(args.only.split(",")) if args.only else {"paint", "terminal", "viewer", "follow"}
+    only = set(args.only.split(",")) if args.only else {"paint", "terminal", "viewer", "follow", "keys"}
     checkpoints, events, runs = (1_000, 10_000, 1) if args.quick else (CHECKPOINTS, EVENTS, args.runs)
-    store, tail = prepare(args.workdir, checkpoints, events)
+    store, tail = prepare(args.workdir, checkpoints, events, store_too=bool(only - {"keys", "none"}))
     ref = "agent:long"
     r: dict[str, Any] = {"checkpoints": checkpoints, "events": events, "runs": runs}
     if "paint" in only:
@@ -777,9 +863,13 @@ def main() -> int:
     if "viewer" in only:
         log("value viewer and jumps (in-process)")
         r["viewer_jumps"] = viewer_and_jumps(args.workdir, tail, ref, runs)
-    if args.against is not None:
+    if args.against is not None and only - {"keys"}:  # --only keys --against DIR: the keys alone
         log(f"first paint of the tail: this checkout and {args.against}, taking turns")
         r["against"] = {"dir": str(args.against), **paint_against(tail, ref, runs, args.against)}
+    if "keys" in only:
+        against = f": this checkout and {args.against}, taking turns" if args.against else ""
+        log("Down and PageDown on the timeline, key to frame (in-process, Pilot)" + against)
+        r["keys"] = keys_against(tail, ref, runs, args.against)
     if "follow" in only:
         log("following a running agent (real terminal), the overview strip (in-process)")
         r["follow"] = terminal_follow(args.workdir)
@@ -823,6 +913,8 @@ def report(r: dict[str, Any]) -> None:
                 "",
             ],
         ]
+    if "keys" in r:
+        rows += _keys_rows(r["keys"])
     if "follow" in r:
         f, st = r["follow"], r["strip"]
         rows += [
@@ -842,6 +934,17 @@ def report(r: dict[str, Any]) -> None:
         ]
     print(f"ckpt tui at scale: {n} checkpoints, a {e}-event tail; medians of {r['runs']} runs; terminal {SIZE[0]}x{SIZE[1]}\n")
     print(table(["measure", "value", "target", "result"], rows))
+
+
+def _keys_rows(k: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for key, name in (("down", "Down"), ("pagedown", "PageDown")):
+        value = f"{_ms(k[f'this_{key}_median_s'])} (CPU {_ms(k[f'this_{key}_cpu_median_s'])})"
+        if k["dir"] is not None:
+            wall, other = k[f"this_{key}_median_s"], k[f"other_{key}_median_s"]
+            value += f" / {k['dir']}: {_ms(other)} (CPU {_ms(k[f'other_{key}_cpu_median_s'])}), {wall / other:.2f}x"
+        rows.append([f"timeline, {name}: key to frame (in-process, Pilot), median", value, f"< {_ms(MOVE_MEDIAN_TARGET)}", ""])
+    return rows
 
 
 def _paint_rows(r: dict[str, Any], n: str, e: str) -> list[list[str]]:

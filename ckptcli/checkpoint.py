@@ -68,10 +68,10 @@ class Checkpoint:
         return ev
 
     def carried(self, name: str) -> Encoded:
-        """A section to carry into another take (`take(carry=...)`) with its size (what
-        `ckpt show` says it holds), so the new checkpoint's SIZE counts it: the section's
-        tree is read once here, never by `ckpt ls`."""
-        return Encoded(self.section_ev(name), describe_section(self, name)["bytes"])
+        """A section to carry into another take (`take(carry=...)`) with its logical size
+        (logical_size), so the new checkpoint's SIZE counts it as a take of the same value
+        does: the section's tree is read once here, never by `ckpt ls`."""
+        return Encoded(self.section_ev(name), logical_size(self.section(name, lazy_bytes=True), name))
 
     def section(self, name: str, *, lazy_bytes: bool = False) -> Any:
         ev = self.manifest.sections.get(name)
@@ -232,6 +232,31 @@ def describe_value(value: Any, name: str = "") -> dict[str, Any]:
     else:
         desc["bytes"] = _value_bytes(value)
     return desc
+
+
+def logical_size(value: Any, name: str = "") -> int:
+    """A section's share of its checkpoint's logical size (stats.logical_bytes, the SIZE
+    of `ckpt ls`), as a take counts it: the bytes of its strings (UTF-8) and byte strings;
+    of the blobs section, the bytes of its files. Map keys, numbers and structure count
+    nothing, nor does a blob listing's own strings (names, types, link targets, origins).
+    Not `ckpt show`'s bytes (describe_value), which counts keys, and 8 a number."""
+    if name == "blobs" and isinstance(value, dict):
+        return _count_blob_files(value)[1]
+    total = 0
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            total += len(v.encode("utf-8", "surrogatepass"))
+        elif isinstance(v, bytes):
+            total += len(v)
+        elif isinstance(v, LazyBytes):
+            total += v.size
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+    return total
 
 
 def _type_name(v: Any) -> str:

@@ -207,6 +207,7 @@ def _encode(
             previous = {} if force_read or not parent_ids else _parent_blobs(store, parent_ids[0])
             total = sum(tree_size(p) for p in blob_paths.values())
             progress.start("reading blobs", total)
+            before = enc.logical_bytes
             try:
                 entries = {name: capture(p, enc, progress, report, previous.get(name)) for name, p in blob_paths.items()}
             finally:
@@ -215,6 +216,10 @@ def _encode(
                 if entries[name].get("type") != "skipped":
                     entries[name]["origin"] = origin_of(p)  # where `restore --in-place` puts it back
             encoded["blobs"] = enc.encode_root(entries, where="blobs")
+            # the blobs count the bytes of their files, not the strings of their listing
+            # (names, types, link targets, origins): what a fork or a migration that
+            # carries them counts (Checkpoint.carried), the SIZE of `ckpt ls`
+            enc.logical_bytes = before + report.bytes
         txn.commit()
     except BaseException:
         txn.abort()

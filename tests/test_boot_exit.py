@@ -153,3 +153,85 @@ def test_an_error_keeps_its_exit_code_when_stderr_cannot_be_written(tmp_path: Pa
     with open("/dev/full", "wb") as full:
         p = subprocess.run([sys.executable, "-m", "ckptcli", "--store", str(store), "show", "nonexist"], stderr=full, timeout=120)
     assert p.returncode == 3
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_take_that_succeeded_exits_0_when_stderr_cannot_be_written(tmp_path: Path) -> None:
+    """`ckpt take ... 2>/dev/full`: the checkpoint is stored and its id printed; the
+    "took ..." line that could not be written is no failure (it exited 12)."""
+    store = _store_with_one(tmp_path)
+    with open("/dev/full", "wb") as full:
+        p = subprocess.run(
+            [sys.executable, "-m", "ckptcli", "--store", str(store), "take", "-", "-S", "agent:b"],
+            input=b'{"memory": {"b": 1}}',
+            stdout=subprocess.PIPE,
+            stderr=full,
+            timeout=120,
+        )
+    assert p.returncode == 0
+    ls = run_ckpt("--store", store, "ls", "--json", "agent:b")
+    assert ls.returncode == 0 and p.stdout.decode().strip() in ls.stdout.decode()
+
+
+class _FullStderr:
+    """stderr on a full disk: every write and flush fails, as with `2>/dev/full`."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def write(self, s: str) -> int:
+        self.writes += 1
+        raise OSError(28, "No space left on device")
+
+    def flush(self) -> None:
+        raise OSError(28, "No space left on device")
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _run_with_full_stderr(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, int]:
+    """Run `ckpt ARGS` in this process with a stderr that cannot be written; returns (exit
+    code, stdout, how many writes to stderr were tried)."""
+    from ckptcli.cli.app import run
+
+    full = _FullStderr()
+    capsys.readouterr()
+    with monkeypatch.context() as m:
+        m.setattr(sys, "stderr", full)
+        code = run([str(a) for a in args])
+    return code, capsys.readouterr().out, full.writes
+
+
+def test_every_command_that_succeeded_exits_0_when_stderr_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The notes a command prints on stderr after its work (take's "took ...", export's
+    "exported ...", restore's "restored ... of blobs", a library notice) are diagnostics:
+    one that cannot be written does not make the command fail (each exited 12)."""
+    store = _store_with_one(tmp_path)
+    blob = tmp_path / "blob.bin"
+    blob.write_bytes(b"b" * 1000)
+    s = ["--store", store]
+    take = ["take", tmp_path / "doc.json", "-S", "agent:c", "--blob", f"f={blob}"]
+
+    code, out, writes = _run_with_full_stderr(monkeypatch, capsys, *s, *take)
+    assert (code, writes > 0) == (0, True) and len(out.strip()) == 64, out
+    code, out, writes = _run_with_full_stderr(monkeypatch, capsys, *s, "export", "agent:c", "-o", tmp_path / "c.ckpt")
+    assert (code, writes > 0) == (0, True) and (tmp_path / "c.ckpt").stat().st_size > 0
+    restore = ["restore", "agent:c", "--blobs", tmp_path / "r", "-o", tmp_path / "r.json"]
+    code, out, writes = _run_with_full_stderr(monkeypatch, capsys, *s, *restore)
+    assert (code, writes > 0) == (0, True) and (tmp_path / "r" / "f").read_bytes() == blob.read_bytes()
+
+
+def test_an_error_or_a_bad_option_keeps_its_code_when_stderr_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A failure still fails with its own code (3: not found; 2: a bad option, which
+    exited 1 from the failed write of its message)."""
+    store = _store_with_one(tmp_path)
+    assert _run_with_full_stderr(monkeypatch, capsys, "--store", store, "show", "nonexist")[0] == 3
+    assert _run_with_full_stderr(monkeypatch, capsys, "--store", store, "ls", "--no-such-option")[0] == 2

@@ -1,6 +1,7 @@
-"""The SIZE `ckpt ls` shows is the checkpoint's logical size, what `ckpt show` says it
-holds: the files a take did not read again (unchanged since the parent) and the blobs a
-supervisor's exit checkpoint carries from the checkpoint it restores from are counted.
+"""The SIZE `ckpt ls` shows is the checkpoint's logical size, the strings and bytes of
+its state and the contents of its files, whichever command wrote it: the files a take
+did not read again (unchanged since the parent) and the blobs a supervisor's exit
+checkpoint carries from the checkpoint it restores from are counted.
 They were not: an 80 MiB state showed 1.4 KiB. The size is recorded at the take (ls reads
 no blob tree); a checkpoint taken before that says "+" (at least). Real files, the real
 CLI and real `ckpt run` supervisors in subprocesses."""
@@ -173,3 +174,54 @@ def test_a_fork_and_a_migration_count_the_blobs_they_share(tmp_path: Path) -> No
         (row,) = [r for r in _ls(store) if r["id"] == hexid]
         assert row["stats"]["logical_bytes"] >= STATE and row["stats"]["reused_bytes"] >= STATE, row
         assert _sizes(store)[hexid[:12]] == "2.9 MiB", _sizes(store)
+
+
+def test_a_fork_a_migration_and_an_import_of_a_take_with_blobs_show_its_size(tmp_path: Path) -> None:
+    """SIZE is the bytes of the strings and byte strings of the state document and of the
+    files of its blobs (docs: `ckpt ls --help`), the same whichever command wrote the
+    checkpoint: the take counted the blob listing's own strings too (its "dir" and
+    "file" types, the path it was taken from), the fork and the migration that carry the
+    blobs did not, so a fork of the same data showed a size some bytes off its source's."""
+    store = tmp_path / "s"
+    assert run_ckpt("init", store).returncode == 0
+    work = tmp_path / "a-workspace-with-a-long-name"
+    (work / "sub").mkdir(parents=True)
+    (work / "a.txt").write_bytes(b"x" * 1000)
+    (work / "sub" / "b.bin").write_bytes(b"y" * 234)
+    os.symlink("a.txt", work / "link")
+    (tmp_path / "doc.json").write_text(json.dumps({"memory": {"notes": "n" * 50, "user": "Ada Lovelace", "step": 3}, "events": []}))
+    r = run_ckpt("--store", store, "take", tmp_path / "doc.json", "-S", "agent:a", "--schema-version", "1", "--blob", f"w={work}", "--json")
+    assert r.returncode == 0, r.stderr.decode()
+    source = json.loads(r.stdout)["id"]
+    forked = run_ckpt("--store", store, "fork", source, "--at", "0", "--json")
+    assert forked.returncode == 0, forked.stderr.decode()
+    migrated = run_ckpt(
+        "--store", store, "migrate", source, "--migrations", "tests.schema_example.migrations", "--to", "2", "--json", cwd=REPO
+    )
+    assert migrated.returncode == 0, migrated.stderr.decode()
+    other = tmp_path / "other"
+    assert run_ckpt("init", other).returncode == 0
+    assert run_ckpt("--store", store, "export", source, "-o", tmp_path / "a.ckpt").returncode == 0
+    imported = run_ckpt("--store", other, "import", tmp_path / "a.ckpt")
+    assert imported.returncode == 0, imported.stderr.decode()
+
+    expected = 50 + len("Ada Lovelace") + 1000 + 234  # the strings of the document, the bytes of the files
+    rows = {r["id"]: r["stats"]["logical_bytes"] for r in _ls(store)}
+    assert rows[source] == expected, rows
+    assert rows[json.loads(forked.stdout)["id"]] == expected, rows
+    assert rows[json.loads(migrated.stdout)["id"]] == expected, rows
+    assert [r["stats"]["logical_bytes"] for r in _ls(other)] == [expected]
+
+
+def test_a_carried_section_counts_what_a_take_of_it_counts(tmp_path: Path) -> None:
+    """`take(carry={"memory": ck.carried("memory")})` counts the section as a take of the
+    same value does, its strings and byte strings (it counted `ckpt show`'s bytes: each
+    key, and 8 a number)."""
+    from ckptcli.api import open_checkpoint, take
+
+    st = Store.init(tmp_path / "s")
+    memory = {"notes": "n" * 50, "step": 3, "ratio": 0.5, "raw": b"\x00" * 20, "items": ["a", "bc", {"k": "def"}]}
+    first = take(st, {"memory": memory, "plan": []}, subject="agent:a")
+    second = take(st, {"plan": []}, subject="agent:a", carry={"memory": open_checkpoint(first.hex, st).carried("memory")})
+    assert st.manifest(first.id).stats["logical_bytes"] == 50 + 20 + 1 + 2 + 3
+    assert st.manifest(second.id).stats["logical_bytes"] == st.manifest(first.id).stats["logical_bytes"]

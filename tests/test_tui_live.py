@@ -517,6 +517,99 @@ def test_the_overview_strip_shows_density_errors_checkpoints_and_the_cursor_and_
     asyncio.run(main())
 
 
+def _timeline_app(tmp_path: Path, n: int = 2_000) -> CkptApp:
+    store_dir, cid = bursty_tail(tmp_path, n)
+    return CkptApp(open_session(ckptcli.open_store(store_dir), prefill=False), checkpoint=cid, view="timeline", blink=False)
+
+
+def test_a_page_of_the_timeline_is_drawn_ahead_so_pagedown_draws_no_row_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once a move is on the screen, the list draws the page below and the page above into
+    its row cache: the frame of a PageDown (or PageUp) then draws no row of the list again
+    but, at most, the cursor's (it drew each of the page's rows: a page of new rows)."""
+    from ckptcli.tui.widgets import VirtualList
+
+    in_frame: list[int] = []  # rows drawn while the screen asked for the list's lines
+    framing = [False]
+    render_line = VirtualList.render_line
+
+    def drawing(self: VirtualList, y: int) -> Any:
+        framing[0] = True
+        try:
+            return render_line(self, y)
+        finally:
+            framing[0] = False
+
+    monkeypatch.setattr(VirtualList, "render_line", drawing)
+    app = _timeline_app(tmp_path)
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 30)) as pilot:
+            screen = app.screen
+            assert isinstance(screen, TimelineScreen)
+            events = screen.query_one("#events", VirtualList)
+            render_row = events.render_row
+
+            def counting(r: int) -> Any:
+                if framing[0]:
+                    in_frame.append(r)
+                return render_row(r)
+
+            events.render_row = counting
+            await pilot.press("down")
+            height = events.scrollable_content_region.height
+            for key, moved in (("pagedown", height - 1), ("pagedown", height - 1), ("pagedown", height - 1), ("pageup", 1 - height)):
+                before = events.cursor
+                await until(pilot, lambda: not getattr(events, "_ahead_pending", False), "the rows drawn ahead")
+                in_frame.clear()
+                await pilot.press(key)
+                await pilot.pause()
+                assert events.cursor == before + moved
+                assert len(in_frame) <= 1, (key, in_frame, height)
+
+    asyncio.run(main())
+
+
+def test_the_overview_strip_is_drawn_again_only_when_the_cursor_changes_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cell of the strip holds many rows of a long tail: a move within it leaves the
+    strip as it is drawn (it was drawn again at every move); a move to another cell
+    draws it with that cell reversed."""
+    from ckptcli.tui.overview import OverviewStrip
+
+    drawn: list[int] = []
+    render = OverviewStrip.render
+
+    def counting(self: OverviewStrip) -> Any:
+        drawn.append(self.cursor)
+        return render(self)
+
+    monkeypatch.setattr(OverviewStrip, "render", counting)
+    app = _timeline_app(tmp_path)
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 30)) as pilot:
+            screen = app.screen
+            assert isinstance(screen, TimelineScreen)
+            strip = screen.query_one("#overview", OverviewStrip)
+            await until(pilot, lambda: strip.active and strip._bars is not None, "the strip drawn")
+            await pilot.pause()
+            rows_per_cell = strip._bars[2][2] - strip._bars[2][1] if strip._bars else 0
+            assert rows_per_cell > 3, strip._bars
+            screen.events.set_cursor(strip._bars[2][1] if strip._bars else 0)  # the first row of the second cell
+            await pilot.pause()
+            before = len(drawn)
+            for _ in range(rows_per_cell - 1):  # within the cell
+                await pilot.press("down")
+            await pilot.pause()
+            assert len(drawn) == before, drawn[before:]
+            await pilot.press("down")  # into the next cell
+            await pilot.pause()
+            assert len(drawn) > before and drawn[-1] == screen.events.cursor
+            cursor_cells = [span.start for span in strip.render().spans if "reverse" in str(span.style)]
+            assert cursor_cells == [2], cursor_cells
+
+    asyncio.run(main())
+
+
 def test_with_follow_the_history_shows_the_checkpoints_a_running_agent_takes(tmp_path: Path) -> None:
     from ckptcli.tui.screens.history import HistoryScreen
 

@@ -327,8 +327,8 @@ def load(argv: list[str]) -> Loaded:
 def fail(exc: CkptError) -> int:
     from ckptcli.cli.output import err, safe
 
-    with contextlib.suppress(OSError, ValueError):  # stderr that cannot be written (`2>/dev/full`): the code still says it
-        err().print(f"ckpt: error: {safe(exc, backslash=False)}", markup=False, highlight=False)
+    # a line that cannot be written (`2>/dev/full`) is dropped (Diagnostics): the code still says it
+    err().print(f"ckpt: error: {safe(exc, backslash=False)}", markup=False, highlight=False)
     return int(exc.exit_code)
 
 
@@ -426,6 +426,8 @@ def run(argv: list[str] | None = None, *, final: bool = False) -> int:
 
     notices.set_info_handler(notice)
     args = argv if argv is not None else sys.argv[1:]
+    stderr = sys.stderr
+    sys.stderr = Diagnostics(stderr)  # type: ignore[assignment]  # a line that cannot be written fails nothing
     import shlex
 
     from ckptcli.store import command  # not reflog: `ckpt --help` has no store to open
@@ -442,6 +444,7 @@ def run(argv: list[str] | None = None, *, final: bool = False) -> int:
     finally:
         _release_pending(before)
         restore()
+        sys.stderr = stderr
         command.set_command(None)
         notices.set_handler(handlers[0])
         notices.set_info_handler(handlers[1])
@@ -518,6 +521,41 @@ class ClosedStdout(io.TextIOBase):
 
     def isatty(self) -> bool:
         return False
+
+
+class Diagnostics:
+    """stderr while a command runs: where its notes, warnings, progress bars and error
+    line go, and nothing else (the output of every command is on stdout). A write that
+    fails (`2>/dev/full`, descriptor 2 closed, a reader of stderr gone) is dropped: a
+    command whose work is done and whose output is written does not fail because a line
+    about it could not be shown, and a failing one keeps its own exit code (docs/exit-codes.md).
+    Everything but writing is the wrapped stream's (isatty, fileno, encoding)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream  # None: ckpt was started with descriptor 2 closed
+
+    def write(self, s: str) -> int:
+        with contextlib.suppress(OSError, ValueError):
+            if self._stream is not None:
+                self._stream.write(s)
+        return len(s)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            if self._stream is not None:
+                self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream is not None and bool(self._stream.isatty())
+
+    def __getattr__(self, name: str) -> Any:
+        if self._stream is None:
+            raise AttributeError(name)
+        return getattr(self._stream, name)
 
 
 def output_failed(exc: OSError) -> int:

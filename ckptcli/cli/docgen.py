@@ -88,7 +88,11 @@ and exits 0, as `git log | head` does: nothing it would have printed is an error
 stdout cannot be written at all (a full disk, `ckpt ls > /dev/full`, or ckpt started
 with it closed, `ckpt ls >&-`), the command ends with one line,
 `ckpt: error: cannot write the output to stdout: <why>; ...`, and exit 12 (`IO_ERROR`):
-what it did (a take, a restore) is done, its output is what was lost.
+what it did (a take, a restore) is done, its output is what was lost. stderr carries only
+ckpt's notes, warnings, progress and error line: when it cannot be written (`2>/dev/full`,
+`2>&-`) those lines are lost and nothing else, so a command that did its work and wrote its
+output exits 0 (`ckpt take ... 2>/dev/full` prints the id and exits 0), and one that failed
+exits with its own code.
 
 Your own code that ckpt runs (a `bisect --check` predicate, a migration, a reducer, a
 `compat --validator`, a `replay --check` step function, the modules they are in) fails the

@@ -118,6 +118,10 @@ class Backend(ABC):
         and hashes them (`ckpt verify --read-data` reading whole packs). Raises: as `read`."""
         return self.read(path)
 
+    def check_bucket(self) -> None:  # noqa: B027 - a directory has no bucket
+        """Asked when the store's config is missing: raises NoBucketError when the URL's
+        bucket (or container) does not exist (ObjectBackend.check_bucket); nothing here."""
+
     def start_writeback(self, handle: IO[bytes], offset: int, length: int) -> None:
         """Args: a handle from `open_temp`, a range of it written already. A hint: a
         local disk starts writing that range back now (not waiting for it), so that the

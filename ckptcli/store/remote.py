@@ -102,6 +102,9 @@ class ObjectStoreIO(Backend):
         self._listed: set[str] = set()  # the prefixes listed so far
         self._ahead: set[tuple[str, int]] = set()  # blocks fetched ahead, not read yet
 
+    def check_bucket(self) -> None:
+        self.objects.check_bucket()
+
     # -- reads ------------------------------------------------------------------------
     def read(self, path: str) -> bytes:
         directory, _, name = path.rpartition("/")

@@ -293,6 +293,7 @@ def read_config(backend: Backend, where: str) -> StoreConfig:
             raise StoreNotFoundError(
                 f"{root} is not a ckpt store", hint="run `ckpt init` to create one, or check --store / CKPT_STORE"
             ) from None
+        backend.check_bucket()  # NoBucketError: the bucket itself is missing, not just the store
         raise StoreNotFoundError(
             f"{root} is not a ckpt store (no {layout.CONFIG} object there)",
             hint=f"run `ckpt init {root}` to create one, or check the URL, its bucket and prefix (a store's prefix holds "

@@ -12,7 +12,7 @@ from the timeline's jump index (each cell a binary search), drawn once it exists
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -106,9 +106,21 @@ class OverviewStrip(Widget):
         self.refresh()
 
     def move_cursor(self, cursor: int) -> None:
+        """The cursor moved: the strip is drawn again only when it moved to another cell
+        (a cell holds many rows: on a long run a PageDown stays in its cell)."""
         if cursor != self.cursor:
-            self.cursor = cursor
-            self.refresh()
+            before, self.cursor = self.cursor, cursor
+            cell = self._cell(cursor)
+            if cell is None or cell != self._cell(before):
+                self.refresh()
+
+    def _cell(self, row: int) -> int | None:
+        """The cell holding `row` as last drawn; None before the strip was laid out."""
+        got = self._bars
+        if got is None or got[0] != self.rows:
+            return None  # not drawn for these rows yet: any move draws it
+        bounds = got[2]
+        return min(max(bisect_right(bounds, row) - 1, 0), len(bounds) - 2)
 
     def _layout(self, width: int) -> tuple[list[int], str]:
         got = self._bars

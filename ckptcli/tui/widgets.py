@@ -29,6 +29,8 @@ from ckptcli.tui.valuetext import MISSING, is_bookkeeping_channel, message_row
 __all__ = ["LINE_STYLES", "ROLE_STYLES", "OpenableList", "Slot", "ValueTree", "VirtualList", "path_text", "styled_lines", "value_label"]
 
 RowRenderer = Callable[[int], Text]
+#: Rows VirtualList draws ahead of the screen at a time (about a millisecond each).
+AHEAD_BATCH = 8
 
 
 @runtime_checkable
@@ -145,6 +147,7 @@ class VirtualList(ScrollView, can_focus=True):
         self._styles: dict[tuple[bool, str], tuple[Style, Style]] = {}
         self.first_render_at: float | None = None  # when a row was first drawn (bench/tui.py)
         self.rows_rendered = 0
+        self._ahead_pending = False  # a _draw_ahead is asked for
 
     def on_mount(self) -> None:
         self.virtual_size = Size(self.size.width, self.count)
@@ -194,6 +197,7 @@ class VirtualList(ScrollView, can_focus=True):
             self.post_message(self.Highlighted(self, new))
         if isinstance(self.app, _ActivityAware):
             self.app.note_activity()
+        self._ask_ahead()
 
     def action_cursor(self, delta: int) -> None:
         self.set_cursor(self.cursor + delta)
@@ -243,7 +247,10 @@ class VirtualList(ScrollView, can_focus=True):
         base, cursor = self._row_styles()
         if not 0 <= index < self.count:
             return Strip.blank(width, base)
-        style = cursor if index == self.cursor else base
+        return self._strip(index, width, cursor if index == self.cursor else base)
+
+    def _strip(self, index: int, width: int, style: Style) -> Strip:
+        """Row `index` drawn `width` cells wide in `style`, from the cache when it was drawn so."""
         key = (index, width, style)
         strip = self._strips.get(key)
         if strip is None:
@@ -259,6 +266,42 @@ class VirtualList(ScrollView, can_focus=True):
             strip = Strip(text.render(self.app.console), text.cell_len).crop_extend(0, width, style).apply_style(style)
             self._strips.put(key, strip)
         return strip
+
+    def _draw_ahead(self) -> None:
+        """Once a move is on the screen, draw the page below it and the page above into the
+        row cache, AHEAD_BATCH rows at a time, each batch after the messages that came
+        meanwhile (a key pressed goes first): a PageDown or PageUp then finds its rows
+        drawn (and the row it moves the cursor to, in the cursor's style), and its frame
+        has only the rest of the screen to do (bench/tui.py). Only rows not in the cache
+        are drawn: after a move by one row, a few."""
+        self._ahead_pending = False
+        if not self.is_mounted or not self.count:
+            return
+        height = self.scrollable_content_region.height
+        width = self.scrollable_content_region.width
+        top = int(self.scroll_offset.y)
+        base, cursor = self._row_styles()
+        page = max(1, height - 1)  # what PageDown and PageUp move the cursor by (action_page)
+        wanted = [
+            (self.cursor, base),  # the cursor's row once the cursor has left it
+            (self.cursor + page, cursor),
+            (self.cursor - page, cursor),
+            *((i, base) for i in range(top + height, top + 2 * height)),
+            *((i, base) for i in range(top - 1, top - height - 1, -1)),
+        ]
+        drawn = 0
+        for index, style in wanted:
+            if 0 <= index < self.count and (index, width, style) not in self._strips:
+                self._strip(index, width, style)
+                drawn += 1
+                if drawn == AHEAD_BATCH:  # let a key that came meanwhile go first
+                    self._ask_ahead()
+                    return
+
+    def _ask_ahead(self) -> None:
+        if not self._ahead_pending:
+            self._ahead_pending = True
+            self.call_after_refresh(self._draw_ahead)
 
     def on_resize(self, event: events.Resize) -> None:
         self._strips.clear()

@@ -44,7 +44,7 @@ def _created(m: Any) -> str:
 
 
 def _size(m: Any) -> str:
-    """SIZE: the logical size the take recorded (stats.logical_bytes), the files it did
+    """SIZE: the logical size the take recorded (stats.logical_bytes: checkpoint.logical_size), the files it did
     not read again (unchanged since the parent) and the sections it carries from another
     checkpoint included. A checkpoint taken before they were counted (no reused_bytes in
     its stats) that has a parent may hold more than it says: "+" (at least this much)."""
@@ -105,12 +105,14 @@ def ls(
     On a terminal the table fits its width (long cells end in ...) and a list longer
     than the screen goes through $PAGER (default: less -FRX); piped, every cell is
     whole and nothing is paged. REFS are the refs naming a checkpoint (latest, tag:NAME,
-    branch:NAME); SIZE is the size of the strings, bytes and files in its state, those it shares with the checkpoint it
-    was taken after or carries from another included (numbers and structure are not counted: a state of numbers alone
-    is 0 B); "+" after it: at least that, a checkpoint taken by a ckpt that did not count them. LABELS leaves out labels programs write for
-    themselves (ckpt.*, langgraph.*, recorder.*, events.*, fork.*: "+N" says how many);
-    the column all-labels shows them. --json prints every field of every checkpoint,
-    with "refs".
+    branch:NAME); SIZE is the size of the strings and bytes of its state and of the
+    contents of its files, those it shares with the checkpoint it was taken after or
+    carries from another included (map keys, numbers, structure and the names of its
+    files are not counted: a state of numbers alone is 0 B); "+" after it: at least
+    that, a checkpoint taken by a ckpt that did not count them. LABELS leaves out labels
+    programs write for themselves (ckpt.*, langgraph.*, recorder.*, events.*, fork.*:
+    "+N" says how many); the column all-labels shows them. --json prints every field of
+    every checkpoint, with "refs".
 
     With an argument, ls shows that one checkpoint, with the same columns (REFS too, for
     a checkpoint of the store): `ckpt ls agent:bot` is the subject's latest, `ckpt ls -S

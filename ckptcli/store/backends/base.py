@@ -153,5 +153,12 @@ class ObjectBackend(ABC):
         """Args: a prefix. Returns: the paths `list(prefix)` yields."""
         return [info.path for info in self.list(prefix)]
 
+    def check_bucket(self) -> None:  # noqa: B027 - most backends have no bucket to check
+        """Asked when the store's config is not at its URL, to tell a missing bucket (or
+        container) from a prefix that holds no store. Raises: NoBucketError when the
+        bucket the URL names does not exist. A backend without buckets does nothing, and
+        so does one that cannot tell (no permission to list, say): the caller then
+        reports no store there."""
+
     def close(self) -> None:  # noqa: B027 - most backends hold nothing to release
         """Releases connections and handles; the backend is not used afterwards."""

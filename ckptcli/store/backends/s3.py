@@ -322,15 +322,32 @@ class S3Backend(ObjectBackend):
 
     def _error(self, path: str, verb: str, exc: BaseException) -> CkptError:
         text = str(exc)
-        if "NoSuchBucket" in text or "ContainerNotFound" in text:
-            bucket = _bucket(urlsplit(self.url))
-            return NoBucketError(
-                _scrub(f"{self.url}: no such bucket {bucket!r}", self._secrets),
-                hint="create the bucket first (ckpt does not create buckets), or check the URL and the endpoint",
-            )
+        # the code in the reply's body, when it came whole; else the status of a listing:
+        # a bucket that exists answers a listing of any prefix, even an empty one, with 200
+        if "NoSuchBucket" in text or "ContainerNotFound" in text or (verb == "list" and _STATUS_404.search(text)):
+            return self._no_bucket()
         if isinstance(exc, FileNotFoundError):
             return NotFoundError(f"{self._where(path)}: no such object")
         return StoreIOError(_scrub(f"{self._where(path)}: {verb} failed: {_reason(text)}", self._secrets))
+
+    def _no_bucket(self) -> NoBucketError:
+        bucket = _bucket(urlsplit(self.url))
+        return NoBucketError(
+            _scrub(f"{self.url}: no such bucket {bucket!r}", self._secrets),
+            hint="create the bucket first (ckpt does not create buckets), or check the URL and the endpoint",
+        )
+
+    def check_bucket(self) -> None:
+        """One listing of the store's prefix (its first page): a missing bucket answers
+        it with 404 (NoBucketError); any other failure (no permission to list) says
+        nothing of the bucket, and is left to the caller's own report."""
+        try:
+            with self._calling("", "list"):
+                next(iter(self._obs.list(self._store, prefix=None, chunk_size=1)), None)
+        except NoBucketError:
+            raise
+        except CkptError:
+            pass
 
     def _check(self, path: str) -> str:
         return check_path(path, self.url)
@@ -550,6 +567,7 @@ class S3Backend(ObjectBackend):
 
 _EXTRA = {"s3": "s3", "gs": "gcs", "az": "azure"}
 _ENDPOINT_HINT = {"s3": "AWS_ENDPOINT_URL", "gs": "the GOOGLE_* variables", "az": "the AZURE_STORAGE_* variables"}
+_STATUS_404 = re.compile(r"status code: 404\b|\b404 Not Found\b")  # obstore's words for the reply's status
 _BAD_PARTS = {"..": 0, ".": 1, "": 2}  # the parts object_store refuses, in the order their keys sort
 _BAD_KEY = re.compile(r'Path "((?:[^"\\]|\\.)*)"')
 
