@@ -167,3 +167,29 @@ def test_back_pressure_seals_the_heads_when_they_alone_fill_the_bound(tmp_path: 
             graph.invoke({"messages": []}, {"configurable": {"thread_id": f"t{i}"}}, durability="sync")
         assert saver.backlog_waits > 0 and max(saver.seen_backlog) <= 8
         assert [len(_state(saver, builder, f"t{i}")[0]) for i in range(12)] == [3] * 12
+
+
+def test_a_commit_asks_no_exists_per_manifest(tmp_path: Path) -> None:
+    # a system call per manifest is a wait for the interpreter on the commit thread (beside
+    # an event loop's workers): the manifests are written as they are, and one there already
+    # (a commit tried again) is replaced by the same bytes
+    saver = CkptSaver.open(tmp_path / ".ckpt", commit_interval=3600)
+    graph = chat_builder(12).compile(checkpointer=saver)
+    graph.invoke({"messages": []}, {"configurable": {"thread_id": "t"}, "recursion_limit": 40}, durability="sync")
+    asked: list[str] = []
+    real = saver.store.backend.exists
+
+    def exists(path: str) -> bool:
+        asked.append(path)
+        return real(path)
+
+    saver.store.backend.exists = exists  # type: ignore[method-assign]
+    saver.flush()
+    put = sum(1 for _ in saver.list({"configurable": {"thread_id": "t"}}))
+    saver.close()
+    assert put > 12 and not [p for p in asked if p.startswith("manifests/")], asked
+    reopened = CkptSaver.open(tmp_path / ".ckpt")
+    try:
+        assert sum(1 for _ in reopened.list({"configurable": {"thread_id": "t"}})) == put
+    finally:
+        reopened.close()

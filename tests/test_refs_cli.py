@@ -461,3 +461,37 @@ def test_advance_latest_many_moves_each_ref_as_advance_latest_does_with_one_dura
     assert moved == [True, True, False] and calls == [2]
     fresh = open_store(st)
     assert [fresh.resolve(f"agent:{s}") for s in "abc"] == [a2, b1, c1]
+
+
+def test_advance_latest_many_reads_back_no_manifest_it_moved_a_ref_to_itself(st: Path) -> None:
+    """The saver's commit thread moves every thread's latest at each commit: whether the
+    ref's target is newer is known from the move that put it there (a manifest never
+    changes), not read from its manifest again; a target moved elsewhere is read."""
+    from ckptcli.format.manifest import Subject
+
+    a1, b1, a2, b2, a3 = (bytes.fromhex(_take(st, {"m": i}, subject=f"agent:x{i}")) for i in range(5))
+    store = open_store(st)
+    created = {c: store.manifest(c).created_ns for c in (a1, b1, a2, b2, a3)}
+    a, b = Subject.parse("agent:a"), Subject.parse("agent:b")
+    store = open_store(st)  # nothing cached
+    read: list[bytes] = []
+    real = store.manifest
+
+    def counted(cid: bytes) -> Any:
+        read.append(cid)
+        return real(cid)
+
+    def advance(*moves: tuple[Subject, bytes]) -> list[bool]:
+        return store.advance_latest_many([(s, c, created[c], False) for s, c in moves], log=False)
+
+    def latest(subject: str) -> bytes:
+        return open_store(st).resolve(subject)
+
+    store.manifest = counted  # type: ignore[method-assign]
+    assert advance((a, a2), (b, b1)) == [True, True] and read == []  # no refs yet: nothing to compare
+    # older than a2, which agent:a names: it stays, decided without reading a2's manifest
+    assert advance((a, a1), (b, b2)) == [False, True] and read == [] and latest("agent:a") == a2
+    assert advance((a, a3), (b, b1)) == [True, False] and read == [] and (latest("agent:a"), latest("agent:b")) == (a3, b2)
+    with store.ref_lock():  # another writer moves agent:a back to a1: its target is read, as before
+        store.write_ref(store.latest_ref(a), a1, log=False)
+    assert advance((a, a2), (b, b2)) == [True, True] and read == [a1] and latest("agent:a") == a2

@@ -77,6 +77,8 @@ class Refs:
 
     backend: Backend
     location: str
+    #: head_order of the checkpoints advance_latest_many moved refs to (the refs' targets: one per subject)
+    _head_orders: dict[bytes, tuple[int, int]]
 
     if TYPE_CHECKING:  # provided by Store
 
@@ -154,7 +156,7 @@ class Refs:
             if self.backend.ref_cas:
                 data, version = self.backend.read_versioned(path)
             else:
-                data = self.backend.read(path) if self.backend.exists(path) else None
+                data = self.backend.read(path)  # (one missing is NotFoundError: no `exists` first)
         except NotFoundError:
             data = None
         except CkptError:
@@ -370,6 +372,10 @@ class Refs:
                 if move is not None and move.target is not None:
                     self._log(path, seen, move, None)
                     writes.append((path, self._encode(seen, move, time.time_ns())))
+                    if move.target == cid and seen.target != cid:  # known for the next move: the ref's target, one per subject
+                        if seen.target is not None:
+                            self._head_orders.pop(seen.target, None)
+                        self._head_orders[cid] = (0 if nested else 1, created_ns)
                 done.append(move is not None and move.target == cid)
             self.backend.write_atomic_many(writes)
         return done
@@ -400,14 +406,24 @@ class Refs:
                 return _Move(cur, why, log=False, reset=time.time_ns(), kept=True)
             if cur is not None and cur != cid:
                 try:
-                    m = self.manifest(cur)
-                    if head_order(m.labels, m.created_ns) > (0 if nested else 1, created_ns):
+                    if self._head_order(cur) > (0 if nested else 1, created_ns):
                         return None
                 except CkptError:
                     pass  # a damaged target is replaced
             return _Move(cid, reason, log)
 
         return decide
+
+    def _head_order(self, cid: bytes) -> tuple[int, int]:
+        """`head_order` of checkpoint `cid`, from its manifest, or from what this store
+        object wrote there itself (`advance_latest_many`: a writer that moves many refs at
+        every commit reads none of their targets back). A manifest never changes (its id
+        is its hash): what is known of it stays true."""
+        order = self._head_orders.get(cid)
+        if order is None:
+            m = self.manifest(cid)
+            order = head_order(m.labels, m.created_ns)
+        return order
 
     def head_hint_path(self, subject: Subject) -> str:
         return layout.head_hint_path(subject.kind, subject.name)

@@ -360,6 +360,7 @@ class Store(Refs):
         self._unmerged: list[tuple[bytes, list[list[Any]]]] = []
         self._unmerged_lock = threading.Lock()
         self._manifest_cache: dict[bytes, Manifest] = {}
+        self._head_orders: dict[bytes, tuple[int, int]] = {}  # (refs.py: `_head_order`)
         self.warnings: list[str] = []
         self.on_warning: notices.Handler | None = notices.handler()
         if isinstance(backend, ObjectStoreIO):

@@ -185,9 +185,11 @@ class Committer:
                     check_batch_after_prune(self.saver.store, self.saver._staging, [(mid, data) for mid, data, _e, _rev in batch])
                 newest: dict[Any, tuple[tuple[int, int], bytes]] = {}  # a thread's latest is its root head
                 # the manifests of the batch made durable together (one file-system sync,
-                # not one per manifest: write_atomic_many), before the refs name them
-                todo = [(f"manifests/{mid.hex()}", data) for mid, data, _e, _rev in batch]
-                store.backend.write_atomic_many([(n, d) for n, d in todo if not store.backend.exists(n)])
+                # not one per manifest: write_atomic_many), before the refs name them. No
+                # `exists` asked first (a system call per manifest, each a wait for the
+                # interpreter beside an event loop's workers): one already there (a commit
+                # tried again after a failure) is replaced by the same bytes, its id's
+                store.backend.write_atomic_many([(f"manifests/{mid.hex()}", data) for mid, data, _e, _rev in batch])
                 for mid, _data, e, _rev in batch:
                     subj = layout.subject_for(e.key[0])
                     order = (0 if e.key[1] else 1, e.created_ns)

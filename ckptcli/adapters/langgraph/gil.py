@@ -19,7 +19,10 @@ bench/langgraph_async.py. The saver's threads keep those stretches short:
 
 Not done, measured (bench/langgraph_gcprobe.py --async, interleaved, a loaded machine):
 the saver's own two worker threads instead of `asyncio.to_thread`'s pool (no better, as
-one thread per saver before it), and a shorter switch interval (2 ms: no better).
+one thread per saver before it), a shorter switch interval (2 ms: no better), and a
+longer `BREATHE_AFTER` (2 ms, for the commit thread's loops or for every thread's; a
+one-off probe of the same workload: a commit beside busy threads took less than half
+the time, the loop lag was no better; docs/performance.md).
 """
 
 from __future__ import annotations
