@@ -80,13 +80,23 @@ def test_a_saver_stopped_in_mid_burst_replays_to_the_same_state(tmp_path: Path) 
     builder = support_builder()
     graph = builder.compile(checkpointer=saver)
     cfg = {"configurable": {"thread_id": "support"}}
-    for n in range(6 * SCALE):
+
+    def turn(n: int) -> None:
         out = graph.invoke(ask("A-1001", n), cfg, durability="sync")
         while "__interrupt__" in out:
             out = graph.invoke(Command(resume="yes"), cfg, durability="sync")
+
+    for n in range(6 * SCALE):
+        turn(n)
+    assert saver.backlog_waits > 0
+    # one more turn, whose puts stay in the journal: no bound to press the commit thread
+    # (commit_interval is an hour), after any commit under way has ended
+    saver.max_backlog = 1 << 30
+    with saver._commit_mutex:
+        pass
+    turn(6 * SCALE)
     before = _state(saver, builder, "support")
     history = [s.config["configurable"]["checkpoint_id"] for s in graph.get_state_history(cfg)]
-    assert saver.backlog_waits > 0
     assert saver._open  # the last puts are not committed: the journal has them
     saver.abandon()
     with CkptSaver.open(tmp_path / ".ckpt") as again:
