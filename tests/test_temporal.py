@@ -248,7 +248,9 @@ def test_a_long_import_is_cut_into_checkpoints_at_completed_workflow_tasks(store
     from ckptcli.adapters.temporal.synth import synthesize
 
     path = tmp_path / "long.json"
-    n = synthesize(COMPLETE, 12_000, path)
+    # past SOFT_EVENTS (2,500) twice, so three checkpoints, and past KEEP (1,000) closed
+    # activities (six events each), so older ones are counted
+    n = synthesize(COMPLETE, 7_000, path)
     result = _import(store_dir, path)
     assert result["events"] == n and result["checkpoints"] >= 2
     heads = []
@@ -260,16 +262,18 @@ def test_a_long_import_is_cut_into_checkpoints_at_completed_workflow_tasks(store
     assert heads[:-1] == ["temporal:WorkflowTaskCompleted"] * (len(heads) - 1)
     ck = ckptcli.open_checkpoint("workflow:long", store_path=store_dir)
     assert json.loads(history_json(ck)) == json.loads(path.read_text())
-    t = _state(store_dir, "workflow:long")["ext"]["temporal"]
+    state = _state(store_dir, "workflow:long")
+    t = state["ext"]["temporal"]
     assert t["status"] == "completed" and t["pointer"]["event_id"] == n - 1
     # the state is bounded: the newest KEEP closed activities (and their tools records), the older ones counted
     from ckptcli.adapters.temporal.events import KEEP
 
     total = (n - 5) // 6
+    assert total > KEEP, (total, KEEP)  # the history crosses the bound
     newest = [str(i) for i in range(total - KEEP + 1, total + 1)]
     assert sorted(a["activity_id"] for a in t["activities"].values()) == sorted(newest)
     assert t["left_out"] == {"activities": total - KEEP}
-    tools = _state(store_dir, "workflow:long")["tools"]
+    tools = state["tools"]
     assert [r["call_id"] for r in tools] == newest and {r["status"] for r in tools} == {"ok"}
 
 

@@ -58,13 +58,17 @@ def test_a_signal_heavy_history_keeps_the_newest_signals_and_counts_them_all(sto
     want = _signals(path)
     result = _import(store_dir, path)
     assert result["events"] == len(want) + 4
-    t = _state(store_dir, "workflow:sig")["ext"]["temporal"]
+    made = result["workflows"][0]["checkpoints"]
+    # the replayed state of each checkpoint of the import (the subject's latest is the last)
+    states = {cid: _state(store_dir, cid)["ext"]["temporal"] for cid in made}
+    assert ckptcli.open_checkpoint("workflow:sig", store_path=store_dir).id.hex() == made[-1]
+    t = states[made[-1]]
     assert [(s["name"], s["event_id"], s["input"]) for s in t["signals"]] == want[-KEEP:]
     assert t["signals_received"] == len(want) and t["left_out"] == {"signals": len(want) - KEEP}
     # each checkpoint of the import is at the state its own reading of the history gives
-    for cid in result["workflows"][0]["checkpoints"]:
+    for cid in made:
         seq = int(ckptcli.open_checkpoint(cid, store_path=store_dir).manifest.labels["events.seq"])
-        got = _state(store_dir, cid)["ext"]["temporal"]
+        got = states[cid]
         upto = [s for s in want if s[1] <= seq]
         assert got["signals_received"] == len(upto) and [s["event_id"] for s in got["signals"]] == [s[1] for s in upto[-KEEP:]]
     # `ckpt show` tells the signals received

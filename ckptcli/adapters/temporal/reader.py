@@ -368,7 +368,6 @@ def _loader() -> Any:
     older JSON (enum values as `Normal`), and is refused if that refuses it too."""
     from google.protobuf.json_format import ParseDict, ParseError
     from temporalio.api.history.v1 import HistoryEvent
-    from temporalio.client import WorkflowHistory
 
     def check(raw: dict[str, Any], seq: int, where: str) -> None:
         try:
@@ -376,6 +375,10 @@ def _loader() -> Any:
             return
         except (ParseError, ValueError, TypeError, AttributeError, KeyError):
             pass
+        # imported here, for the rare event protobuf JSON refuses: temporalio.client costs
+        # every `ckpt import temporal` a quarter of a second to import
+        from temporalio.client import WorkflowHistory
+
         try:
             WorkflowHistory.from_json("check", {"events": [raw]})
         except Exception as exc:  # noqa: BLE001 - protobuf's ParseError and whatever the loader raises: the input is bad
