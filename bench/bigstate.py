@@ -140,6 +140,8 @@ def check_tools() -> None:
 def measure(mib: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
     """The big-state pairs, `runs` times each on fresh stores and repositories."""
     check_tools()
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="ckpt-bench-big-", dir=workdir))
     res: dict[str, list[Run]] = {}
     added: dict[str, list[int]] = {"ckpt": [], "restic": [], "ckpt cache": []}
@@ -288,6 +290,8 @@ def _store_bytes(store: Path) -> int:
 def measure_memory(mib: int, workdir: Path | None = None) -> dict[str, Any]:
     """Peak RSS of a full take and a restore of `mib` MiB, ckpt and restic (one run)."""
     check_tools()
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="ckpt-bench-mem-", dir=workdir))
     try:
         print(f"[bench] memory: making {mib} MiB of state", file=sys.stderr, flush=True)
