@@ -122,10 +122,11 @@ def test_output_that_cannot_be_written_is_one_line_and_exit_12(tmp_path: Path, a
     assert err.startswith("ckpt: error: cannot write the output to stdout: No space left on device"), err
 
 
-@pytest.mark.parametrize("args", [["ls"], ["show", "agent:a", "--json"]])
+@pytest.mark.parametrize("args", [["ls"], ["show", "agent:a", "--json"], ["export", "agent:a", "-o", "-"], ["restore", "agent:a"]])
 def test_a_closed_stdout_is_one_line_and_exit_12(tmp_path: Path, args: list[str]) -> None:
     """Started with descriptor 1 closed (`ckpt ls >&-`): was "internal error:
-    AttributeError", exit 70."""
+    AttributeError", exit 70 (and for the commands that write bytes, `export -o -`,
+    `restore` to stdout, `cat`, `dump`, until stdout's `buffer` failed as it does)."""
     store = _store_with_one(tmp_path)
     cmd = [sys.executable, "-m", "ckptcli", "--store", str(store), *args]
     p = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", *cmd], stderr=subprocess.PIPE, timeout=120)

@@ -522,6 +522,22 @@ class ClosedStdout(io.TextIOBase):
     def isatty(self) -> bool:
         return False
 
+    @property
+    def buffer(self) -> io.RawIOBase:
+        """The bytes side (`export -o -`, `cat`, `restore` to stdout): closed as well."""
+        return _ClosedBytes()
+
+
+class _ClosedBytes(io.RawIOBase):
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: Any) -> int:
+        raise OSError(errno.EBADF, "stdout is closed")
+
+    def flush(self) -> None:
+        pass
+
 
 class Diagnostics:
     """stderr while a command runs: where its notes, warnings, progress bars and error
