@@ -87,6 +87,31 @@ def test_a_linked_directory_deeper_in_the_store_is_refused_too(store: tuple[Path
         assert _tree(outside) == before, args
 
 
+@pytest.mark.parametrize("directory", ["refs/tags", "refs/branches", "packs"])
+def test_prune_refuses_a_store_where_a_listed_directory_is_a_link(store: tuple[Path, Path], directory: str, tmp_path: Path) -> None:
+    """A linked refs/tags was left out of the listing of refs (a read of one tag followed
+    it): prune removed the checkpoint the tag names, though tagged checkpoints always
+    stay; a linked pack directory was left out of the packs prune keeps. Listing a store
+    directory that holds a link is refused as writing through one is."""
+    root, _doc = store
+    assert run_ckpt("--store", root, "branch", "b1", "t1").returncode == 0
+    if directory == "packs":
+        directory = str(next((root / "packs").iterdir()).relative_to(root))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.move(root / directory, outside / "moved")
+    (root / directory).symlink_to(outside / "moved", target_is_directory=True)
+
+    def kept() -> dict[str, str]:  # the lock file records who held it last
+        return {k: v for k, v in _tree(root).items() if not k.startswith("locks/")}
+
+    before = kept()
+    _one_line(run_ckpt("--store", root, "prune", "--keep-last", "1"), f"{root / directory} is a symbolic link")
+    assert kept() == before  # nothing removed
+    if directory.startswith("refs/"):  # what a dry run would keep is read from the refs too
+        _one_line(run_ckpt("--store", root, "prune", "--keep-last", "1", "--dry-run"), "is a symbolic link")
+
+
 def test_the_object_cache_writes_nothing_through_a_linked_shard(s3_bucket: S3Bucket, tmp_path: Path) -> None:
     """CKPT_CACHE_DIR/XX (the directory of cached objects whose names start XX) planted as
     links: a command on a remote store that would cache an object there is refused."""

@@ -818,10 +818,16 @@ class LocalBackend(LocalLocks, Backend):
             os.unlink(self._p(temp))
 
     def list(self, prefix: str) -> list[str]:
+        """Every file under `prefix`. A directory there that is a symbolic link is refused
+        (UnsafePathError, as a write through it is), not left out: a listing that missed
+        refs/tags or a pack directory would let prune remove what they keep."""
         base = self._p(prefix)
         out: list[str] = []
         try:
-            for dirpath, _dirs, files in os.walk(base):
+            for dirpath, dirs, files in os.walk(base):
+                for d in dirs:
+                    if os.path.islink(os.path.join(dirpath, d)):
+                        check_no_links(self._top, os.path.relpath(os.path.join(dirpath, d, "x"), self.root).replace(os.sep, "/"))
                 rel = os.path.relpath(dirpath, self.root)
                 for f in files:
                     out.append(f"{rel}/{f}" if rel != "." else f)
