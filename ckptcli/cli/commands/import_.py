@@ -4,7 +4,7 @@ adapter's importer (`ckpt import KIND SOURCE [options]`, ckptcli/adapters/regist
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from typer._click.core import Context
@@ -15,7 +15,7 @@ from ckptcli.cli._adapter_flags import flag_usage, parse
 from ckptcli.cli._common import open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, out
-from ckptcli.errors import CkptError, ExitCode, UsageError
+from ckptcli.errors import CkptError, ExitCode, StoreIOError, UsageError
 
 
 class _ImportCommand(TyperCommand):
@@ -66,7 +66,8 @@ def import_(
         list[str],
         typer.Argument(
             metavar="FILE | KIND SOURCE [OPTIONS]",
-            help="A checkpoint file made by `ckpt export`; or an importer's KIND (e.g. `langgraph`), its SOURCE and its options.",
+            help="A checkpoint file made by `ckpt export` (`-`: read from stdin); or an importer's KIND (e.g. `langgraph`), "
+            "its SOURCE and its options.",
             show_default=False,
         ),
     ],
@@ -98,6 +99,8 @@ def import_(
 
       ckpt import agent.ckpt --store /srv/ckpt --json
 
+      ckpt export latest -o - | ssh host ckpt import -     (FILE - is stdin)
+
       ckpt import langgraph checkpoints.sqlite
 
       ckpt import langgraph checkpoints.sqlite --thread support-42 && ckpt ls
@@ -105,6 +108,14 @@ def import_(
     from ckptcli import api
 
     first = source[0]
+    if source == ["-"]:
+        st = open_store(store)
+        cid = _import_stdin(st)
+        if as_json:
+            emit_json({"id": cid.hex()})
+        else:
+            out().print(cid.hex(), markup=False)
+        return
     if not first:  # Path("") is the current directory: never what was meant
         raise UsageError("the file to import is empty", hint="give a checkpoint file, or KIND SOURCE")
     if len(source) == 1 and not first.startswith("-") and (Path(first).is_file() or not _is_kind(first)):
@@ -133,6 +144,38 @@ def import_(
         emit_json(result)
     else:
         out().print(registry.call(owner, f"the importer {imp.name!r}: describe()", imp.describe, result, st.location), markup=False)
+
+
+def _import_stdin(st: Any) -> bytes:
+    """`ckpt import -`: the checkpoint file on stdin, copied to a temporary file first (the
+    file is checked whole before anything is kept, and read where its index says), which
+    is removed after; errors name stdin, not the temporary file."""
+    import shutil
+    import sys
+    import tempfile
+
+    from ckptcli import api
+
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None or sys.stdin.isatty():
+        raise UsageError(
+            "`ckpt import -` reads a checkpoint file from stdin, which is a terminal" if stream is not None else "stdin is closed",
+            hint="pipe one in: ckpt export latest -o - | ckpt import -",
+        )
+    with tempfile.NamedTemporaryFile(prefix="ckpt-import-", suffix=".ckpt") as tmp:
+        try:
+            shutil.copyfileobj(stream, tmp, 1024 * 1024)
+            tmp.flush()
+        except OSError as exc:
+            raise StoreIOError(
+                f"cannot copy stdin to a temporary file in {tempfile.gettempdir()}: {exc.strerror or exc}",
+                hint="free space there, or set TMPDIR to a directory with room for the checkpoint file",
+            ) from None
+        try:
+            return api.import_checkpoint(st, tmp.name, progress=BarProgress())
+        except CkptError as exc:
+            exc.message = exc.message.replace(tmp.name, "stdin")
+            raise
 
 
 def _is_kind(word: str) -> bool:
