@@ -69,16 +69,23 @@ def test_a_take_writes_nothing_through_a_linked_store_directory(store: tuple[Pat
     assert _tree(root) == before_in  # nor anything in the store itself
 
 
+def _moved_out(root: Path, directory: str, outside: Path) -> str:
+    """Move `directory` of the store (`packs`: its first fan-out directory) to
+    `outside/moved` and leave a link to it in its place; returns the directory's path."""
+    if directory == "packs":
+        directory = str(next((root / "packs").iterdir()).relative_to(root))
+    outside.mkdir()
+    shutil.move(root / directory, outside / "moved")
+    (root / directory).symlink_to(outside / "moved", target_is_directory=True)
+    return directory
+
+
 @pytest.mark.parametrize("directory", ["refs/latest", "refs/tags", "logs/refs", "packs"])
 def test_a_linked_directory_deeper_in_the_store_is_refused_too(store: tuple[Path, Path], directory: str, tmp_path: Path) -> None:
     """One level down (refs/latest, a pack's fan-out directory): refused at the write."""
     root, doc = store
-    if directory == "packs":
-        directory = str(next((root / "packs").iterdir()).relative_to(root))
     outside = tmp_path / "outside"
-    outside.mkdir()
-    shutil.move(root / directory, outside / "moved")
-    (root / directory).symlink_to(outside / "moved", target_is_directory=True)
+    directory = _moved_out(root, directory, outside)
     before = _tree(outside)
     for args in (["take", doc, "-S", "agent:a"], ["tag", "t2", "agent:a"], ["prune", "--keep-last", "1"]):
         got = run_ckpt("--store", root, *args)
@@ -95,12 +102,7 @@ def test_prune_refuses_a_store_where_a_listed_directory_is_a_link(store: tuple[P
     directory that holds a link is refused as writing through one is."""
     root, _doc = store
     assert run_ckpt("--store", root, "branch", "b1", "t1").returncode == 0
-    if directory == "packs":
-        directory = str(next((root / "packs").iterdir()).relative_to(root))
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    shutil.move(root / directory, outside / "moved")
-    (root / directory).symlink_to(outside / "moved", target_is_directory=True)
+    directory = _moved_out(root, directory, tmp_path / "outside")
 
     def kept() -> dict[str, str]:  # the lock file records who held it last
         return {k: v for k, v in _tree(root).items() if not k.startswith("locks/")}
