@@ -108,20 +108,14 @@ def import_(
     from ckptcli import api
 
     first = source[0]
-    if source == ["-"]:
-        st = open_store(store)
-        cid = _import_stdin(st)
-        if as_json:
-            emit_json({"id": cid.hex()})
-        else:
-            out().print(cid.hex(), markup=False)
-        return
     if not first:  # Path("") is the current directory: never what was meant
         raise UsageError("the file to import is empty", hint="give a checkpoint file, or KIND SOURCE")
-    if len(source) == 1 and not first.startswith("-") and (Path(first).is_file() or not _is_kind(first)):
-        api.refuse_url(first, "the checkpoint file to import")
+    stdin = source == ["-"]
+    if stdin or (len(source) == 1 and not first.startswith("-") and (Path(first).is_file() or not _is_kind(first))):
+        if not stdin:
+            api.refuse_url(first, "the checkpoint file to import")
         st = open_store(store)
-        cid = api.import_checkpoint(st, first, progress=BarProgress())
+        cid = _import_stdin(st) if stdin else api.import_checkpoint(st, first, progress=BarProgress())
         if as_json:
             emit_json({"id": cid.hex()})
         else:
