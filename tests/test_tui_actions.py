@@ -567,6 +567,28 @@ def test_go_to_a_step_a_subjects_step_or_a_reference(steps: tuple[Store, list[by
         go_to(h, "nothing-like-this", None, store)
 
 
+def test_an_id_prefix_of_only_digits_goes_to_that_checkpoint(tmp_path: Path) -> None:
+    """An id prefix can be all digits (CI drew "6086029089"): it is a step only where the
+    subject has that step; otherwise it is the checkpoint it names."""
+    store = ckptcli.init_store(tmp_path / ".ckpt")
+    target = None
+    for i in range(2000):
+        cid = take(store, {"memory": {"i": i}}, subject="agent:digits").id
+        if cid.hex()[:8].isdecimal():
+            target = cid
+            break
+    assert target is not None, "no id with 8 leading decimal digits in 2,000 takes"
+    h = History.from_store(store)
+    prefix = target.hex()[:8]
+    assert go_to(h, prefix, None, store).id == target
+    assert go_to(h, prefix, "agent:digits", store).id == target  # far past its last step
+    assert go_to(h, "0", "agent:digits", store).id == h.rows("agent:digits")[-1].id  # a step still
+    with pytest.raises(NotFoundError, match="steps 0 to"):
+        go_to(h, "#" + prefix, "agent:digits", store)  # # always means a step
+    with pytest.raises(NotFoundError, match="no subject to count steps in"):
+        go_to(h, "99999999", None, store)  # no such id either: the step's error
+
+
 @pytest.mark.parametrize(("typed", "subject"), [("x 41", "x"), ("y 41", "yak"), ("ya 41", "yak")])
 def test_step_40_to_41_of_an_agent_in_few_keys(steps: tuple[Store, list[bytes], list[bytes]], typed: str, subject: str) -> None:
     """docs/tui.md's count: from launch, :, the subject and the step, Enter, d: the diff of

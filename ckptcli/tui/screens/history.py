@@ -100,6 +100,19 @@ def step_of(history: History, subject: str, step: int) -> Node:
     return rows[len(rows) - 1 - step]
 
 
+def _reference(history: History, text: str, store: Store | None) -> Node:
+    """The checkpoint of this history that `text` resolves to as a reference. Raises
+    CkptError (or StopIteration without a store) when there is none."""
+    if store is not None:
+        cid = store.resolve(text)
+    else:
+        cid = next(n.id for n in history.order if n.hex.startswith(text.lower()))
+    node = history.nodes.get(cid)
+    if node is None:
+        raise NotFoundError(f"{text!r} is not in this history")
+    return node
+
+
 def go_to(history: History, text: str, subject: str | None, store: Store | None) -> Node:
     """What `:` goes to: `N`, step N of `subject`; `SUBJECT N`, step N of the subject named
     (match_subject); anything else a reference (tag, branch, id prefix, KIND:NAME, latest,
@@ -110,18 +123,22 @@ def go_to(history: History, text: str, subject: str | None, store: Store | None)
         step = int(words[-1].lstrip("#"))
         if len(words) > 1:
             subject = match_subject(history, " ".join(words[:-1]))
-        if subject is None:
-            raise NotFoundError("no subject to count steps in", hint="give one: SUBJECT STEP")
-        return step_of(history, subject, step)
+        try:
+            if subject is None:
+                raise NotFoundError("no subject to count steps in", hint="give one: SUBJECT STEP")
+            return step_of(history, subject, step)
+        except NotFoundError:
+            # One word of digits may also be an id prefix ("#N" is always a step).
+            if len(words) > 1 or text.startswith("#"):
+                raise
+            try:
+                return _reference(history, text, store)
+            except (CkptError, StopIteration):
+                pass
+            raise
     ref_error: CkptError | None = None
     try:
-        if store is not None:
-            cid = store.resolve(text)
-        else:
-            cid = next(n.id for n in history.order if n.hex.startswith(text.lower()))
-        node = history.nodes.get(cid)
-        if node is not None:
-            return node
+        return _reference(history, text, store)
     except (CkptError, StopIteration) as exc:
         ref_error = exc if isinstance(exc, CkptError) else None
     try:
