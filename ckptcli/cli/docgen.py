@@ -84,7 +84,10 @@ rollback again goes on with it), 9 while the workflow runs and 11 when a rollbac
 checkpoint is unfinished; the library's `NonDeterminismError` (a re-run that calls another
 step than the recorded run did) carries 13 (docs/workflows.md).
 When the reader of stdout goes away early (`ckpt log | head`), every command stops quietly
-and exits 0, as `git log | head` does: nothing it would have printed is an error. When
+and exits 0, as `git log | head` does: nothing it would have printed is an error. The one
+exception is `ckpt export -o -`, whose output is of use only whole (a checkpoint file
+piped to `ssh host ckpt import -`): a reader gone before its end is one line and exit 12,
+so a cut transfer does not look successful. When
 stdout cannot be written at all (a full disk, `ckpt ls > /dev/full`, or ckpt started
 with it closed, `ckpt ls >&-`), the command ends with one line,
 `ckpt: error: cannot write the output to stdout: <why>; ...`, and exit 12 (`IO_ERROR`):
