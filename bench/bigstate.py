@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import dir_size, fmt_bytes, median, table, verdict
+from bench.common import workdir as made
 
 VENV_BIN = Path(sys.executable).parent
 CKPT = str(VENV_BIN / "ckpt")
@@ -140,9 +141,7 @@ def check_tools() -> None:
 def measure(mib: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
     """The big-state pairs, `runs` times each on fresh stores and repositories."""
     check_tools()
-    if workdir is not None:
-        workdir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-big-", dir=workdir))
+    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-big-", dir=made(workdir)))
     res: dict[str, list[Run]] = {}
     added: dict[str, list[int]] = {"ckpt": [], "restic": [], "ckpt cache": []}
 
@@ -290,9 +289,7 @@ def _store_bytes(store: Path) -> int:
 def measure_memory(mib: int, workdir: Path | None = None) -> dict[str, Any]:
     """Peak RSS of a full take and a restore of `mib` MiB, ckpt and restic (one run)."""
     check_tools()
-    if workdir is not None:
-        workdir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-mem-", dir=workdir))
+    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-mem-", dir=made(workdir)))
     try:
         print(f"[bench] memory: making {mib} MiB of state", file=sys.stderr, flush=True)
         data = work / "state"

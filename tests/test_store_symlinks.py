@@ -6,6 +6,7 @@ byte changes where the link leads."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -139,3 +140,49 @@ def test_the_object_cache_writes_nothing_through_a_linked_shard(s3_bucket: S3Buc
     got = run_ckpt("--store", url, "verify", env=env)
     assert got.returncode == 0, got.stderr
     assert any(p.is_file() for p in cache.rglob("*"))
+
+
+@pytest.mark.parametrize("lock", ["store.lock", "refs.lock"])
+@pytest.mark.parametrize("points_to", ["file", "nothing", "itself"])
+def test_a_lock_file_that_is_a_link_is_refused_naming_it(store: tuple[Path, Path], tmp_path: Path, lock: str, points_to: str) -> None:
+    """locks/store.lock (or refs.lock) replaced by a link, to a file, to nothing or to
+    itself: the command that takes the lock is refused as for a linked directory (it was
+    exit 12, "Too many levels of symbolic links"), and the file it leads to is untouched."""
+    root, doc = store
+    path = root / layout.LOCKS / lock
+    path.unlink()
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"not a lock")
+    path.symlink_to({"file": outside, "nothing": tmp_path / "nowhere", "itself": lock}[points_to])
+    before = _tree(root)
+    take = run_ckpt("--store", root, "take", doc, "-S", "agent:a")
+    tag = run_ckpt("--store", root, "tag", "t2", "agent:a")
+    for got in (take, tag) if lock == "refs.lock" else (take, run_ckpt("--store", root, "prune", "--keep-last", "1")):
+        _one_line(got, f"{path} is a symbolic link", "remove it")
+    assert outside.read_bytes() == b"not a lock" and not (tmp_path / "nowhere").exists()
+    assert _tree(root) == before
+
+
+def test_a_linked_manifest_is_refused_by_show_reported_by_verify_and_not_hidden_by_ls(store: tuple[Path, Path], tmp_path: Path) -> None:
+    """A manifest replaced by a link to a valid manifest elsewhere: show followed it, while
+    ls and verify left it out silently. The store treats it one way everywhere: every read
+    of it is refused naming the link (exit 8), verify counts it as a problem, and ls says
+    on stderr it leaves it out, as it does a damaged manifest."""
+    root, _doc = store
+    listed = run_ckpt("--store", root, "ls", "--json")
+    cid = json.loads(listed.stdout)[0]["id"]
+    path = root / layout.MANIFESTS / cid
+    outside = tmp_path / "elsewhere"
+    shutil.move(path, outside)
+    path.symlink_to(outside)
+    for ref in (cid, cid[:12], "agent:a"):
+        _one_line(run_ckpt("--store", root, "show", ref), f"{path} is a symbolic link")
+    verify = run_ckpt("--store", root, "verify", "--json")
+    assert verify.returncode == ExitCode.CORRUPT, verify.stderr
+    problems = json.loads(verify.stdout)["problems"]
+    assert [(p["kind"], p["name"]) for p in problems] == [("manifest", f"{layout.MANIFESTS}/{cid}")], problems
+    assert "is a symbolic link" in problems[0]["message"]
+    ls = run_ckpt("--store", root, "ls", "--json")
+    assert ls.returncode == 0 and cid not in ls.stdout.decode()
+    err = ls.stderr.decode()
+    assert err.count("\n") == 1 and f"checkpoint {cid[:12]} is left out: {path} is a symbolic link" in err, err

@@ -661,15 +661,21 @@ def _run(args: list[str]) -> int:
     except MemoryError:
         sys.stderr.write("ckpt: error: out of memory; the input is too large or hostile (see CKPT_MAX_HELD_BYTES)\n")
         return int(ExitCode.LIMIT_EXCEEDED)
-    except Exception as exc:  # noqa: BLE001 - every failure ends in one line; _internal raises it with CKPT_DEBUG
+    except Exception as exc:  # noqa: BLE001 - every failure ends in one line (after its traceback with CKPT_DEBUG)
         return _internal(exc)
 
 
 def _internal(exc: Exception) -> int:
-    """A failure ckpt did not expect (a bug): one line, exit 70; CKPT_DEBUG=1 raises it."""
+    """A failure ckpt did not expect (a bug): one line, exit 70; CKPT_DEBUG=1 prints its
+    traceback first (still exit 70, as documented: raised out of the run, Python's own
+    handler ended the process with 1)."""
     if os.environ.get("CKPT_DEBUG"):
-        raise exc
-    sys.stderr.write(f"ckpt: internal error: {type(exc).__name__}: {exc} (set CKPT_DEBUG=1 for the traceback, and please report it)\n")
+        import traceback
+
+        sys.stderr.write("".join(traceback.format_exception(exc)))
+        sys.stderr.write(f"ckpt: internal error: {type(exc).__name__}: {exc} (please report it with the traceback above)\n")
+    else:
+        sys.stderr.write(f"ckpt: internal error: {type(exc).__name__}: {exc} (set CKPT_DEBUG=1 for the traceback, and please report it)\n")
     return int(ExitCode.INTERNAL)
 
 

@@ -25,7 +25,7 @@ from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, Store
 from ckptcli.store.layout import PACK_TARGET_MAX, TMP, versioned_cap
 from ckptcli.store.locking import LOCK_NOTICE_AFTER as LOCK_NOTICE_AFTER  # 0.2 names here, kept for one minor release
 from ckptcli.store.locking import WRITERS_DIR as WRITERS_DIR
-from ckptcli.store.locking import LocalLocks, check_no_links, no_links
+from ckptcli.store.locking import LocalLocks, check_no_links, linked_file, no_links, open_unlinked
 from ckptcli.store.locking import Mark as Mark
 from ckptcli.store.locking import WriterMark as WriterMark
 from ckptcli.store.locking import lock_holder as lock_holder
@@ -548,8 +548,10 @@ class LocalBackend(LocalLocks, Backend):
         return self._open_regular_stat(path)[0]
 
     def _open_regular_stat(self, path: str) -> tuple[int, os.stat_result]:
-        """`_open_regular`, and the file's status."""
-        fd = os.open(self._s(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        """`_open_regular`, and the file's status. A symbolic link there is refused
+        (UnsafePathError naming it), never followed: a planted link to a manifest
+        elsewhere would be shown, or restored, as if the store held it."""
+        fd = open_unlinked(self._s(path), os.O_RDONLY | os.O_NONBLOCK)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -836,16 +838,19 @@ class LocalBackend(LocalLocks, Backend):
         return sorted(p.replace(os.sep, "/") for p in out)
 
     def list_names(self, directory: str) -> builtins.list[str]:
+        # a link is listed, as `list` lists it (never hidden: its read is refused, so
+        # verify names it and ls says it leaves it out); a subdirectory is not
         try:
-            return [e.name for e in os.scandir(self._p(directory)) if e.is_file(follow_symlinks=False)]
+            return [e.name for e in os.scandir(self._p(directory)) if e.is_file(follow_symlinks=False) or e.is_symlink()]
         except FileNotFoundError:
             return []
         except OSError as exc:
             raise io_error(exc, "list", self._p(directory)) from None
 
     def exists(self, path: str) -> bool:
+        # a link there is no file of the store (never followed): a writer replaces it
         try:
-            return stat.S_ISREG(os.stat(self._s(path)).st_mode)
+            return stat.S_ISREG(os.stat(self._s(path), follow_symlinks=False).st_mode)
         except OSError as exc:
             if exc.errno in _ABSENT:
                 return False
@@ -859,9 +864,12 @@ class LocalBackend(LocalLocks, Backend):
 
     def size(self, path: str) -> int:
         try:
-            return self._p(path).stat().st_size
+            st = os.stat(self._s(path), follow_symlinks=False)
         except FileNotFoundError:
             raise NotFoundError(f"{self._p(path)} does not exist") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise linked_file(self._p(path))
+        return st.st_size
 
 
 #: what Path.is_file takes for "no such file" (the errors pathlib ignores)

@@ -204,6 +204,8 @@ def _listing(store: Store) -> tuple[dict[bytes, Stamp], bool]:
             if is_reg(st.st_mode):
                 m, c = st.st_mtime_ns, st.st_ctime_ns
                 out[cid] = pack(st.st_ino, st.st_size, m, c) if m <= before and c <= before else NO_STAMP
+            elif stat.S_ISLNK(st.st_mode):
+                out[cid] = NO_STAMP  # read every time, and refused: left out with a warning, not hidden
     except OSError:
         return dict.fromkeys(store.manifest_ids(), NO_STAMP), True
     finally:
