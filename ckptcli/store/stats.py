@@ -56,7 +56,7 @@ class SubjectStats:
     added_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return _with_old_name(dict(self.__dict__))
 
 
 @dataclass
@@ -92,7 +92,14 @@ class StoreStats:
         out["dedup_ratio"] = round(self.dedup_ratio, 3)
         out["compression_ratio"] = round(self.compression_ratio, 3)
         out["per_subject"] = {k: v.to_dict() for k, v in sorted(self.per_subject.items())}
-        return out
+        return _with_old_name(out)
+
+
+def _with_old_name(out: dict[str, Any]) -> dict[str, Any]:
+    """`standalone_bytes` also under the name ckpt 0.2 gave it, `logical_bytes`, for the
+    scripts that read it (docs/cli.md, `ckpt stats`): the same figure, deprecated."""
+    out["logical_bytes"] = out["standalone_bytes"]
+    return out
 
 
 def store_stats(store: Store, progress: Progress = NULL) -> StoreStats:

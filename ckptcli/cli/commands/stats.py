@@ -23,7 +23,8 @@ def stats(
     and map keys included, once per checkpoint that needs them: it is not the sum of
     `ckpt ls`'s SIZE, which counts only the strings, byte strings and files a take
     recorded. The dedup ratio is standalone / unique, the compression ratio unique /
-    stored (--json: standalone_bytes, unique_bytes, stored_bytes).
+    stored (--json: standalone_bytes, unique_bytes, stored_bytes; logical_bytes, the
+    same figure under its old name, is deprecated and goes in a later release).
 
     Every checkpoint's tree nodes are read (as `ckpt verify` reads them); the data
     itself is not. A checkpoint whose objects cannot all be read is counted with what
