@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -186,3 +187,83 @@ def test_a_linked_manifest_is_refused_by_show_reported_by_verify_and_not_hidden_
     assert ls.returncode == 0 and cid not in ls.stdout.decode()
     err = ls.stderr.decode()
     assert err.count("\n") == 1 and f"checkpoint {cid[:12]} is left out: {path} is a symbolic link" in err, err
+
+
+def _plant_ref(root: Path, ref: str, tmp_path: Path, kind: str) -> Path:
+    """Replace the ref file `ref` of the store by a link to a copy of it outside (`link`)
+    or by a FIFO (`fifo`); returns its path."""
+    path = root / ref
+    if kind == "link":
+        outside = tmp_path / "outside.ref"
+        shutil.move(path, outside)
+        path.symlink_to(outside)
+    else:
+        path.unlink()
+        os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+@pytest.mark.parametrize("ref", ["refs/tags/t1", "refs/branches/b1"])
+def test_a_linked_or_planted_tag_or_branch_is_never_hidden_and_prune_keeps_what_it_names(
+    store: tuple[Path, Path], tmp_path: Path, ref: str, kind: str
+) -> None:
+    """A tag file that was a link (or a FIFO) was read as no tag at all: `ckpt tag` did
+    not list it, `verify` found no problem, and `prune --keep-last 1` removed the
+    checkpoint it protects. Now its read is refused naming it: prune removes nothing,
+    verify fails, the listing of tags warns, and a write to it is refused."""
+    root, doc = store
+    assert run_ckpt("--store", root, "branch", "b1", "t1").returncode == 0
+    assert run_ckpt("--store", root, "take", doc, "-S", "agent:a").returncode == 0  # t1 is no longer the newest
+    path = _plant_ref(root, ref, tmp_path, kind)
+
+    def kept() -> dict[str, str]:  # the lock file records who held it last
+        return {k: v for k, v in _tree(root).items() if not k.startswith("locks/")}
+
+    before = kept()
+    pruned = run_ckpt("--store", root, "prune", "--keep-last", "1")
+    assert pruned.returncode != 0 and str(path) in pruned.stderr.decode(), pruned.stderr
+    assert kept() == before  # nothing removed
+    name = ref.rsplit("/", 1)[1]
+    shown = run_ckpt("--store", root, "show", name)
+    assert shown.returncode != 0 and str(path) in shown.stderr.decode(), shown.stderr
+    verify = run_ckpt("--store", root, "verify")
+    assert verify.returncode != 0 and name in (verify.stdout + verify.stderr).decode(), verify
+    listing = run_ckpt("--store", root, "tag" if "tags" in ref else "branch")
+    assert str(path) in listing.stderr.decode() or listing.returncode != 0, listing
+    moved = run_ckpt("--store", root, "tag" if "tags" in ref else "branch", name, "agent:a")
+    if kind == "link":  # never written through, nor replaced unseen
+        assert moved.returncode != 0 and str(path) in moved.stderr.decode(), moved.stderr
+        assert path.is_symlink()
+    else:  # a FIFO is never read or written into: refused naming it, or replaced as a damaged ref is
+        assert (moved.returncode != 0 and str(path) in moved.stderr.decode()) or path.is_file(), moved.stderr
+
+
+def test_a_linked_latest_ref_is_refused_not_replaced(store: tuple[Path, Path], tmp_path: Path) -> None:
+    """A subject's latest ref that was a link read as "no latest ref": take replaced it,
+    verify called it an interrupted take. Now both name the link."""
+    root, doc = store
+    path = _plant_ref(root, "refs/latest/agent/a", tmp_path, "link")
+    _one_line(run_ckpt("--store", root, "take", doc, "-S", "agent:a"), f"{path} is a symbolic link")
+    assert path.is_symlink()
+    verify = run_ckpt("--store", root, "verify")
+    assert verify.returncode != 0 and "symbolic link" in (verify.stdout + verify.stderr).decode(), verify
+
+
+@pytest.mark.parametrize("directory", ["manifests", "index", "packs"])
+def test_a_read_never_follows_a_linked_store_directory(store: tuple[Path, Path], directory: str, tmp_path: Path) -> None:
+    """A linked manifests/, index/ or pack fan-out directory was read through by ls, show,
+    restore and export, and verify found no problem: every read through one is refused,
+    as every write is."""
+    root, _doc = store
+    directory = _moved_out(root, directory, tmp_path / "outside")
+    reads = [
+        ["show", "agent:a"],
+        ["restore", "agent:a", "-o", str(tmp_path / "out.json")],
+        ["export", "agent:a", "-o", str(tmp_path / "x.ckpt")],
+    ]
+    if not directory.startswith("packs/"):  # a listing reads no pack
+        reads.append(["ls"])
+    for args in [*reads, ["verify"], ["verify", "--read-data"], ["stats"]]:
+        _one_line(run_ckpt("--store", root, *args), f"{root / directory} is a symbolic link", "reads nothing through it")
+    assert not (tmp_path / "out.json").exists() and not (tmp_path / "x.ckpt").exists()

@@ -532,6 +532,8 @@ class LocalBackend(LocalLocks, Backend):
         self._top = os.fspath(root)  # the root as a string: the per-take calls build no Path objects
         # raw descriptors of recently read packs (closed in close() or when collected)
         self._fds: dict[str, _Handle] = {}
+        # directories of the store found to be no links, and none above them (`_below`)
+        self._unlinked: set[str] = set()
         self._fd_lock = threading.Lock()
 
     def _p(self, path: str) -> Path:
@@ -547,11 +549,35 @@ class LocalBackend(LocalLocks, Backend):
         would block forever)."""
         return self._open_regular_stat(path)[0]
 
+    def check_top_dirs(self, names: Container[str]) -> None:
+        """Refuse the store (UnsafePathError naming it) when one of its directories
+        `names` (manifests/, index/, packs/, refs/...) is a symbolic link: every read
+        and listing below it would leave the store. One listing of the root, when the
+        store is opened."""
+        try:
+            entries = list(os.scandir(self._top))
+        except OSError:
+            return  # the reads that follow say what is wrong
+        for e in entries:
+            if e.name in names and e.is_symlink():
+                check_no_links(self._top, f"{e.name}/x", reading=True)
+
+    def _below(self, path: str) -> str:
+        """`_s(path)`, once no directory between the root and `path` is a symbolic link
+        (UnsafePathError naming it): a read never follows a linked manifests/, index/ or
+        pack directory out of the store, as a write never does. Each directory is checked
+        once for the life of the backend."""
+        parent = path.rpartition("/")[0]
+        if parent not in self._unlinked:
+            check_no_links(self._top, path, reading=True)
+            self._unlinked.add(parent)
+        return self._s(path)
+
     def _open_regular_stat(self, path: str) -> tuple[int, os.stat_result]:
         """`_open_regular`, and the file's status. A symbolic link there is refused
         (UnsafePathError naming it), never followed: a planted link to a manifest
         elsewhere would be shown, or restored, as if the store held it."""
-        fd = open_unlinked(self._s(path), os.O_RDONLY | os.O_NONBLOCK)
+        fd = open_unlinked(self._below(path), os.O_RDONLY | os.O_NONBLOCK)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -825,11 +851,13 @@ class LocalBackend(LocalLocks, Backend):
         refs/tags or a pack directory would let prune remove what they keep."""
         base = self._p(prefix)
         out: list[str] = []
+        self._below(f"{prefix.rstrip('/')}/x")  # the directory listed itself, and those above it
         try:
             for dirpath, dirs, files in os.walk(base):
                 for d in dirs:
                     if os.path.islink(os.path.join(dirpath, d)):
-                        check_no_links(self._top, os.path.relpath(os.path.join(dirpath, d, "x"), self.root).replace(os.sep, "/"))
+                        rel_d = os.path.relpath(os.path.join(dirpath, d, "x"), self.root).replace(os.sep, "/")
+                        check_no_links(self._top, rel_d, reading=True)
                 rel = os.path.relpath(dirpath, self.root)
                 for f in files:
                     out.append(f"{rel}/{f}" if rel != "." else f)
@@ -840,6 +868,7 @@ class LocalBackend(LocalLocks, Backend):
     def list_names(self, directory: str) -> builtins.list[str]:
         # a link is listed, as `list` lists it (never hidden: its read is refused, so
         # verify names it and ls says it leaves it out); a subdirectory is not
+        self._below(f"{directory.rstrip('/')}/x")
         try:
             return [e.name for e in os.scandir(self._p(directory)) if e.is_file(follow_symlinks=False) or e.is_symlink()]
         except FileNotFoundError:

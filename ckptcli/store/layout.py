@@ -80,6 +80,8 @@ INDEX_SNAPSHOT = f"{CACHE}/index-snapshot"  # the whole object index, one file (
 WRITERS = f"{LOCKS}/writers"  # one file per live writer process (`Backend.live_writers`)
 
 CREATED_DIRS = (PACKS, INDEX, MANIFESTS, REFS, LOCKS, TMP)  # what `Store.init` makes
+#: the directories a store may hold; none of them may be a symbolic link (`LocalBackend.check_top_dirs`)
+STORE_DIRS = frozenset((PACKS, INDEX, MANIFESTS, REFS, LOGS, LOCKS, TMP, CACHE))
 LOCAL_DIRS = (TMP, LOCKS)  # absent from a copied store; made again on open
 
 

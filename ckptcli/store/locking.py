@@ -59,9 +59,9 @@ def no_links(root: Path, path: str) -> Path:
     return root / path
 
 
-def check_no_links(root: str, path: str) -> str:
+def check_no_links(root: str, path: str, *, reading: bool = False) -> str:
     """`no_links` on plain strings (no Path objects: every take calls it several times);
-    returns the path joined to `root`."""
+    returns the path joined to `root`. `reading`: the error says read, not write."""
     at = root
     for part in path.split("/")[:-1]:
         at = os.path.join(at, part)
@@ -71,7 +71,8 @@ def check_no_links(root: str, path: str) -> str:
             break  # not there (the writer makes it), or the write itself says what is wrong
         if stat.S_ISLNK(mode):
             raise UnsafePathError(
-                f"{at} is a symbolic link; ckpt writes nothing through it (it would write outside the store)",
+                f"{at} is a symbolic link; ckpt {'reads' if reading else 'writes'} nothing through it "
+                f"(it would {'read' if reading else 'write'} outside the store)",
                 hint="a store's directories are never links (something other than ckpt made it): "
                 "replace it with a directory holding what it points to",
             )
