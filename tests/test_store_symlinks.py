@@ -267,3 +267,18 @@ def test_a_read_never_follows_a_linked_store_directory(store: tuple[Path, Path],
     for args in [*reads, ["verify"], ["verify", "--read-data"], ["stats"]]:
         _one_line(run_ckpt("--store", root, *args), f"{root / directory} is a symbolic link", "reads nothing through it")
     assert not (tmp_path / "out.json").exists() and not (tmp_path / "x.ckpt").exists()
+
+
+def test_a_fifo_in_place_of_a_manifest_is_reported_not_hidden(store: tuple[Path, Path]) -> None:
+    """A FIFO planted where a manifest was: ls showed nothing and verify found no problem
+    (the listing of manifests/ skipped what is no regular file). Now verify names it and
+    ls says it leaves it out; nothing blocks on the FIFO."""
+    root, _doc = store
+    cid = json.loads(run_ckpt("--store", root, "ls", "--json").stdout)[0]["id"]
+    path = root / layout.MANIFESTS / cid
+    path.unlink()
+    os.mkfifo(path)
+    verify = run_ckpt("--store", root, "verify")
+    assert verify.returncode == ExitCode.CORRUPT and cid[:12] in (verify.stdout + verify.stderr).decode(), verify
+    ls = run_ckpt("--store", root, "ls")
+    assert ls.returncode == 0 and cid[:12] in ls.stderr.decode() and "left out" in ls.stderr.decode(), ls

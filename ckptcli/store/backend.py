@@ -866,11 +866,11 @@ class LocalBackend(LocalLocks, Backend):
         return sorted(p.replace(os.sep, "/") for p in out)
 
     def list_names(self, directory: str) -> builtins.list[str]:
-        # a link is listed, as `list` lists it (never hidden: its read is refused, so
-        # verify names it and ls says it leaves it out); a subdirectory is not
+        # a link, a FIFO or a device is listed, as `list` lists them (never hidden: its read
+        # is refused, so verify names it and ls says it leaves it out); a subdirectory is not
         self._below(f"{directory.rstrip('/')}/x")
         try:
-            return [e.name for e in os.scandir(self._p(directory)) if e.is_file(follow_symlinks=False) or e.is_symlink()]
+            return [e.name for e in os.scandir(self._p(directory)) if not e.is_dir(follow_symlinks=False)]
         except FileNotFoundError:
             return []
         except OSError as exc:
