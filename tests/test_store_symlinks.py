@@ -282,3 +282,17 @@ def test_a_fifo_in_place_of_a_manifest_is_reported_not_hidden(store: tuple[Path,
     assert verify.returncode == ExitCode.CORRUPT and cid[:12] in (verify.stdout + verify.stderr).decode(), verify
     ls = run_ckpt("--store", root, "ls")
     assert ls.returncode == 0 and cid[:12] in ls.stderr.decode() and "left out" in ls.stderr.decode(), ls
+
+
+def test_verify_read_data_reports_a_linked_pack_as_verify_does(store: tuple[Path, Path], tmp_path: Path) -> None:
+    """`verify` named a pack file that is a link as a problem (exit 5), while `verify
+    --read-data` stopped at it with exit 8 and reported nothing (it sized every pack first)."""
+    root, _doc = store
+    pack = next(p for p in (root / layout.PACKS).rglob("*") if p.is_file())
+    shutil.move(pack, tmp_path / "pack")
+    pack.symlink_to(tmp_path / "pack")
+    for args in (["verify"], ["verify", "--read-data"]):
+        got = run_ckpt("--store", root, *args, "--json")
+        assert got.returncode == ExitCode.CORRUPT, (args, got.stderr)
+        problems = json.loads(got.stdout)["problems"]
+        assert any("is a symbolic link" in p["message"] for p in problems), (args, problems)
