@@ -238,7 +238,7 @@ def test_an_error_or_a_bad_option_keeps_its_code_when_stderr_cannot_be_written(
     assert _run_with_full_stderr(monkeypatch, capsys, "--store", store, "ls", "--no-such-option")[0] == 2
 
 
-@pytest.mark.parametrize("debug", ["", "1"])
+@pytest.mark.parametrize("debug", ["", "1", "0", "false", "yes"])
 def test_an_internal_error_exits_70_with_or_without_ckpt_debug(tmp_path: Path, debug: str) -> None:
     """An exception ckpt did not expect (a bug) is exit 70 (docs/exit-codes.md); with
     CKPT_DEBUG=1 it also prints the traceback (it was exit 1: the exception was raised
@@ -258,7 +258,7 @@ def test_an_internal_error_exits_70_with_or_without_ckpt_debug(tmp_path: Path, d
     err = p.stderr.decode()
     assert p.returncode == 70, err
     line = "ckpt: internal error: RuntimeError: planted bug"
-    if debug:
+    if debug in ("1", "yes"):  # CKPT_DEBUG=0 or false is off (any value turned it on)
         assert err.startswith("Traceback (most recent call last):") and "in boom" in err, err
         assert err.endswith(f"{line} (please report it with the traceback above)\n"), err
     else:

@@ -59,7 +59,8 @@ codes it uses. Any code not listed here also means failure.
 {rows}
 
 On any failure ckpt prints exactly one line on stderr, `ckpt: error: <what is wrong>; <what to do>`,
-and never a traceback (set `CKPT_DEBUG=1` to see one for an internal error, code 70).
+and never a traceback (set `CKPT_DEBUG=1` to see one for an internal error, code 70;
+`CKPT_DEBUG=0`, `false`, `no` or `off` is the same as unset).
 `ckpt diff --exit-code` (like `git diff --exit-code`) and `ckpt verify` use 1 and 5 as documented
 in their help; `ckpt doctor` exits 1 when one of its checks fails (warnings alone exit 0), and 10 when it finds no
 store or cannot reach it (none here, a missing bucket, an endpoint that does not answer);
