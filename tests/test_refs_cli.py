@@ -392,6 +392,17 @@ def test_verify_names_a_damaged_reflog_entry_and_notes_a_torn_one(cli: Any, st: 
     assert [x["new"] for x in json.loads(cli("reflog", "agent:bot", "--json", "--store", st).out)] == [b, a]
 
 
+def test_a_tag_or_branch_named_like_a_checkpoint_file_is_refused(st: Path) -> None:
+    """`ckpt tag rel.ckpt REF` was accepted, and then every verb read `rel.ckpt` as a
+    checkpoint file that does not exist (exit 3): the tag could never be used."""
+    a = _take(st, {"n": 1})
+    for args in (["tag", "rel.ckpt", a], ["branch", "x.ckpt", a], ["fork", a, "--at", "0", "--branch", "y.ckpt"]):
+        r = run_ckpt("--store", str(st), *args)
+        assert r.returncode == ExitCode.INVALID_INPUT, (args, r.stderr)
+        assert r.stderr.count(b"\n") == 1 and b".ckpt" in r.stderr and b"checkpoint file" in r.stderr, r.stderr
+    assert open_store(st).refs(prefix="refs/tags") == {} and open_store(st).refs(prefix="refs/branches") == {}
+
+
 def test_a_tag_or_branch_cannot_hide_a_checkpoint_id(st: Path) -> None:
     """`ckpt tag <another checkpoint's full id> REF` was accepted, and from then on that id
     meant the tagged checkpoint (show, restore); a prefix did the same, and `latest` as a
