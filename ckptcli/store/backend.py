@@ -231,8 +231,10 @@ class Backend(ABC):
 
     def lock_state(self, name: str) -> tuple[str, str | None]:
         """Whether lock `name` is held now, without waiting and without writing: ("free",
-        None), ("shared" or "exclusive", who holds it as `lock_holder` says, or None), or
-        ("unknown", None) where a backend cannot tell (`ckpt doctor`)."""
+        None), ("shared" or "exclusive", who holds it as `lock_holder` says, or None),
+        ("linked", the lock file's path) where the lock file is a symbolic link (every
+        command that takes it is refused), or ("unknown", None) where a backend cannot
+        tell (`ckpt doctor`)."""
         return "unknown", None
 
     @abstractmethod

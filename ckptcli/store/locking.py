@@ -211,11 +211,14 @@ class LocalLocks:
             os.close(fd)
 
     def lock_state(self, name: str) -> tuple[str, str | None]:
+        path = self._p(lock_path(name))
         try:
-            fd = os.open(self._p(lock_path(name)), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return "free", None  # never taken
-        except OSError:
+        except OSError as exc:
+            if exc.errno == errno.ELOOP and os.path.islink(path):
+                return "linked", os.fspath(path)  # every command that takes it is refused
             return "unknown", None
         try:
             # shared refused: an exclusive holder; then exclusive refused: shared holders
