@@ -506,3 +506,15 @@ def test_advance_latest_many_reads_back_no_manifest_it_moved_a_ref_to_itself(st:
     with store.ref_lock():  # another writer moves agent:a back to a1: its target is read, as before
         store.write_ref(store.latest_ref(a), a1, log=False)
     assert advance((a, a2), (b, b2)) == [True, True] and read == [a1] and latest("agent:a") == a2
+
+
+def test_a_checkpoint_file_given_as_the_store_is_not_told_to_run_init(st: Path, tmp_path: Path) -> None:
+    """`ckpt --store agent.ckpt show latest` advised `ckpt init` (over a file): it says the
+    file is no store and how a checkpoint file is read."""
+    _take(st, {"n": 1})
+    f = tmp_path / "agent.ckpt"
+    assert run_ckpt("--store", str(st), "export", "latest", "-o", str(f)).returncode == 0
+    r = run_ckpt("--store", str(f), "show", "latest")
+    assert r.returncode == ExitCode.NO_STORE, r.stderr
+    assert r.stderr.count(b"\n") == 1 and b"is a file, not a ckpt store" in r.stderr and b"ckpt init" not in r.stderr, r.stderr
+    assert run_ckpt("show", str(f)).returncode == 0  # as the hint says
