@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError, UnsafePathError
-from ckptcli.store.layout import PACK_TARGET_MAX, TMP, versioned_cap
+from ckptcli.store.layout import PACK_TARGET_MAX, STORE_DIRS, TMP, versioned_cap
 from ckptcli.store.locking import LOCK_NOTICE_AFTER as LOCK_NOTICE_AFTER  # 0.2 names here, kept for one minor release
 from ckptcli.store.locking import WRITERS_DIR as WRITERS_DIR
 from ckptcli.store.locking import LocalLocks, check_no_links, linked_file, no_links, open_unlinked
@@ -551,17 +551,17 @@ class LocalBackend(LocalLocks, Backend):
         would block forever)."""
         return self._open_regular_stat(path)[0]
 
-    def check_top_dirs(self, names: Container[str]) -> None:
+    def check_top_dirs(self) -> None:
         """Refuse the store (UnsafePathError naming it) when one of its directories
-        `names` (manifests/, index/, packs/, refs/...) is a symbolic link: every read
-        and listing below it would leave the store. One listing of the root, when the
-        store is opened."""
+        (layout.STORE_DIRS: manifests/, index/, packs/, refs/...) is a symbolic link:
+        every read and listing below it would leave the store. One listing of the root,
+        when the store is opened."""
         try:
             entries = list(os.scandir(self._top))
         except OSError:
             return  # the reads that follow say what is wrong
         for e in entries:
-            if e.name in names and e.is_symlink():
+            if e.name in STORE_DIRS and e.is_symlink():
                 check_no_links(self._top, f"{e.name}/x", reading=True)
 
     def _below(self, path: str) -> str:

@@ -431,7 +431,7 @@ class Store(Refs):
                 raise
         root = resolve_store_path(where) if path is not None else where
         backend = LocalBackend(root)
-        backend.check_top_dirs(layout.STORE_DIRS)
+        backend.check_top_dirs()
         config = read_config(backend, str(root / layout.CONFIG))
         for sub in layout.LOCAL_DIRS:
             # absent in a copied or version-controlled store; read-only stores can do without
