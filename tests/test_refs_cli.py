@@ -396,7 +396,7 @@ def test_a_tag_or_branch_named_like_a_checkpoint_file_is_refused(st: Path) -> No
     """`ckpt tag rel.ckpt REF` was accepted, and then every verb read `rel.ckpt` as a
     checkpoint file that does not exist (exit 3): the tag could never be used."""
     a = _take(st, {"n": 1})
-    for args in (["tag", "rel.ckpt", a], ["branch", "x.ckpt", a], ["fork", a, "--at", "0", "--branch", "y.ckpt"]):
+    for args in (["tag", "rel.ckpt", a], ["tag", "rel.CKPT", a], ["branch", "x.ckpt", a], ["fork", a, "--at", "0", "--branch", "y.ckpt"]):
         r = run_ckpt("--store", str(st), *args)
         assert r.returncode == ExitCode.INVALID_INPUT, (args, r.stderr)
         assert r.stderr.count(b"\n") == 1 and b".ckpt" in r.stderr and b"checkpoint file" in r.stderr, r.stderr
