@@ -496,6 +496,7 @@ DEPENDENCIES = (
     "zstandard",
     "fastcdc",
     "pyfastcdc",
+    "blake3",
     "xxhash",
     "typer",
     "rich",
