@@ -38,8 +38,9 @@ _HEAD = struct.Struct("<8sI")  # magic, number of entries
 _ENTRY = 64  # BLAKE3 (32 bytes), SHA-256 (32 bytes)
 _SUM = 16  # BLAKE3 of everything before it, first 16 bytes: a torn or damaged file is ignored
 
-#: entries a cache file holds at most (64 MiB; ~44 GiB of files at the default chunk size)
-MAX_ENTRIES = 1 << 20
+#: entries a cache file holds at most (32 MiB; ~22 GiB of files at the default chunk size;
+#: ~90 MiB of memory while a take reads it and records as many again)
+MAX_ENTRIES = 1 << 19
 #: entries kept from earlier takes whatever the size of this one's files
 MIN_KEEP = 1 << 16
 #: of the chunks found in the cache, about one in this many is hashed with SHA-256 too
