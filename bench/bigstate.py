@@ -6,7 +6,9 @@ Data: --mib of mixed state in 8 files, half random bytes (incompressible), half 
 text (compressible). Then ~1% of the bytes are changed in place by 120 scattered edits
 of ~45 KB across three of the files, for the incremental case.
 
-Each row is a median over --runs runs, every run on a fresh repository/store; ckpt and
+Each row is a median over --runs runs, every run on a fresh repository/store (so ckpt's
+full take starts with an empty digest cache, and the incremental take uses the pairs the
+full take recorded, as restic's uses its parent snapshot); ckpt and
 restic alternate which goes first, and dirty pages are written back (sync) before each
 timed step, so neither pays for the other's or the copy's writeback. Peak RSS comes from
 wait4() of each process. The page cache is warm for every tool alike.
