@@ -65,7 +65,7 @@ def main() -> int:
     for name, value, target in big["checks"]:
         if target is not None:
             summary.append([name, f"{value:.3f}", f"<= {target}", verdict(value <= target)])
-    for name in ("ckpt take", "ckpt restore"):
+    for name in ("ckpt take", "ckpt restore", "ckpt take, incremental"):
         kib = mem["peak_rss_kib"][name]
         summary.append([f"peak RSS, {name} of {mem_mib} MiB", f"{kib / 1024:.0f} MiB", "<= 300 MiB", verdict(kib <= MEMORY_TARGET_KIB)])
     if args.history:

@@ -289,13 +289,14 @@ def _store_bytes(store: Path) -> int:
 
 
 def measure_memory(mib: int, workdir: Path | None = None) -> dict[str, Any]:
-    """Peak RSS of a full take and a restore of `mib` MiB, ckpt and restic (one run)."""
+    """Peak RSS of a full take, a restore and an incremental take of `mib` MiB, ckpt and
+    restic (one run)."""
     check_tools()
     work = Path(tempfile.mkdtemp(prefix="ckpt-bench-mem-", dir=made(workdir)))
     try:
         print(f"[bench] memory: making {mib} MiB of state", file=sys.stderr, flush=True)
         data = work / "state"
-        make_state(data, mib)
+        files = make_state(data, mib)
         store, repo = work / "store", work / "repo"
         run([CKPT, "init", str(store)])
         run(["restic", "--repo", str(repo), "--quiet", "init"], env=RESTIC_ENV)
@@ -308,6 +309,11 @@ def measure_memory(mib: int, workdir: Path | None = None) -> dict[str, Any]:
         out["restic restore"] = run(
             ["restic", "--repo", str(repo), "--quiet", "restore", "latest", "--target", str(work / "out-r")], env=RESTIC_ENV
         )
+        # and an incremental take, which reads the digest cache the full take left
+        edit_in_place(sorted(files))
+        os.sync()
+        out["ckpt take, incremental"] = ckpt_take(store, data)
+        out["restic backup, incremental"] = restic_backup(repo, data)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"mib": mib, "seconds": {k: v.seconds for k, v in out.items()}, "peak_rss_kib": {k: v.max_rss_kib for k, v in out.items()}}
