@@ -144,6 +144,7 @@ def measure(mib: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
     """The big-state pairs, `runs` times each on fresh stores and repositories."""
     check_tools()
     work = Path(tempfile.mkdtemp(prefix="ckpt-bench-big-", dir=made(workdir)))
+    os.environ["CKPT_CACHE_DIR"] = str(work / "user-cache")  # ckpt's caches of the user (the digest cache): this run's own
     res: dict[str, list[Run]] = {}
     added: dict[str, list[int]] = {"ckpt": [], "restic": [], "ckpt cache": []}
 
@@ -293,6 +294,7 @@ def measure_memory(mib: int, workdir: Path | None = None) -> dict[str, Any]:
     restic (one run)."""
     check_tools()
     work = Path(tempfile.mkdtemp(prefix="ckpt-bench-mem-", dir=made(workdir)))
+    os.environ["CKPT_CACHE_DIR"] = str(work / "user-cache")
     try:
         print(f"[bench] memory: making {mib} MiB of state", file=sys.stderr, flush=True)
         data = work / "state"

@@ -9,8 +9,6 @@ is committed when encoding fails. Format: formats/v2.md; refs and the reflog: do
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import os
 import platform
 import threading
@@ -28,17 +26,13 @@ from ckptcli.checkpoint import Checkpoint, PathLike
 from ckptcli.document import split_document
 from ckptcli.errors import CkptError, InvalidInputError, LatestMovedError
 from ckptcli.format import limits
-from ckptcli.format.digests import HEAD_SIZE as DIGEST_HEAD_SIZE
 from ckptcli.format.digests import MAX_ENTRIES, MIN_KEEP, DigestMismatchError, Digests
-from ckptcli.format.digests import decode_file as decode_digest_file
-from ckptcli.format.digests import encode_file as encode_digest_file
-from ckptcli.format.digests import file_size as digest_file_size
 from ckptcli.format.manifest import Manifest, Subject, check_name
 from ckptcli.format.takecache import CachingEncoder, SubjectCache
 from ckptcli.format.values import Encoded, Encoder
 from ckptcli.listing import parse_labels
 from ckptcli.progress import NULL, Progress
-from ckptcli.store import layout as store_layout
+from ckptcli.store.digestcache import DigestFile
 from ckptcli.store.repository import Store, Transaction
 
 __all__ = ["TakeResult", "drop_take_cache", "origin_of", "take"]
@@ -148,7 +142,7 @@ def take(
                 digests.drop()
                 store.warn(
                     f"the digest cache {digests.path} named a chunk by a SHA-256 that is not its own; "
-                    "it was removed and the files were read again without it"
+                    "it was removed and the files were read again without it (a cache: nothing of the store was lost)"
                 )
                 encoded, enc, txn, report = _encode(store, sections, carried, blob_paths, parent_ids, force_read, progress, subject_cache)
         manifest = Manifest(
@@ -258,38 +252,25 @@ def _encode(
 
 
 class _DigestFile:
-    """A subject's digest cache in a store (`cache/digests/<32 hex>`,
-    ckptcli.format.digests): read on the first chunk a take hashes (a take that reads no
-    file never reads it), written back after the take committed. Best effort both
-    ways: a cache that cannot be read, or is not whole and sound, is an empty one; one
-    that cannot be written (a read-only store) is not."""
+    """A subject's digest cache (ckptcli.format.digests, kept in the user's cache
+    directory: ckptcli.store.digestcache), read on the first chunk a take hashes (a take
+    that reads no file never reads it), written back after the take committed. Best
+    effort both ways: a cache that cannot be read, or is not whole and sound, is an
+    empty one; one that cannot be written is not written."""
 
     def __init__(self, store: Store, subj: Subject) -> None:
-        self.store = store
-        self.path = f"{store_layout.DIGESTS}/{hashlib.sha256(str(subj).encode()).hexdigest()[:32]}"
-        self.digests = Digests(loader=self._load)
-
-    def _load(self) -> dict[bytes, bytes]:
-        read = self.store.backend.read_range
-        try:
-            size = digest_file_size(read(self.path, 0, DIGEST_HEAD_SIZE))
-            got = decode_digest_file(read(self.path, 0, size + 1)) if size is not None else None
-        except CkptError:
-            return {}
-        return got or {}
+        self.file = DigestFile(str(store.location), str(subj))
+        self.path = self.file.path
+        self.digests = Digests(loader=self.file.load)
 
     def save(self, chunks: int) -> None:
         """Write this take's pairs and the earlier ones, about twice the chunks of the
         files it captured (`chunks`) and at least MIN_KEEP, at most MAX_ENTRIES."""
-        if not self.digests.seen:
-            return
-        keep = min(MAX_ENTRIES, max(MIN_KEEP, 2 * chunks))
-        with contextlib.suppress(CkptError, OSError):
-            self.store.backend.write_hint(self.path, encode_digest_file(self.digests.pairs(keep)))
+        if self.digests.seen:
+            self.file.save(self.digests.pairs(min(MAX_ENTRIES, max(MIN_KEEP, 2 * chunks))))
 
     def drop(self) -> None:
-        with contextlib.suppress(CkptError, OSError):
-            self.store.backend.delete(self.path)
+        self.file.drop()
 
 
 class _StoreCache:

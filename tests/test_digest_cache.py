@@ -1,7 +1,8 @@
-"""The digest cache (ckptcli/format/digests.py): a take of files that changed in a few
-places hashes only the chunks that changed with SHA-256, and stores exactly what a take
-without the cache stores; a damaged, planted or lying cache file never changes what is
-stored."""
+"""The digest cache (ckptcli/format/digests.py, kept by ckptcli/store/digestcache.py): a
+take of files that changed in a few places hashes only the chunks that changed with
+SHA-256, and stores exactly what a take without the cache stores; a damaged, planted or
+lying cache file never changes what is stored, and nothing in the store is ever read as
+one."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import hashlib
 import os
 import random
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -17,12 +19,20 @@ import ckptcli
 import ckptcli.format.digests as digests_mod
 import ckptcli.writer as writer_mod
 from ckptcli.api import open_checkpoint, take
-from ckptcli.format.digests import MAX_ENTRIES, Digests, decode_file, encode_file, file_size
-from ckptcli.store import layout
+from ckptcli.format.digests import MAX_ENTRIES, DigestMismatchError, Digests, decode_file, encode_file, file_size
+from ckptcli.format.encode import _hash_and_compress
+from ckptcli.store import digestcache
 from ckptcli.store.repository import Store
 from ckptcli.store.verify import verify_store
 
 SUBJECT = "process:files"
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own user cache directory (the digest cache lives there)."""
+    monkeypatch.setenv("CKPT_CACHE_DIR", str(tmp_path / "user-cache"))
+    return tmp_path / "user-cache"
 
 
 def _files(root: Path, seed: int = 3) -> Path:
@@ -48,8 +58,11 @@ def _edit(root: Path, seed: int = 5) -> None:
 
 
 def _cache_files(root: Path) -> list[Path]:
-    d = root / layout.DIGESTS
-    return sorted(d.iterdir()) if d.is_dir() else []
+    """The digest cache files of the store at `root` (of any subject)."""
+    d = digestcache.digest_dir()
+    assert d is not None
+    names = {digestcache.DigestFile(str(Store.open(root).location), s).path for s in (SUBJECT, "process:other")}
+    return sorted(p for p in d.iterdir() if p in names) if d.is_dir() else []
 
 
 class _Recorder:
@@ -82,8 +95,8 @@ def _twin_takes(tmp_path: Path, *, poison: object = None) -> tuple[Store, Store,
     take(store, {"n": 1}, subject=SUBJECT, blobs={"state": data})
     assert len(_cache_files(root)) == 1
     _edit(data)
-    shutil.copytree(root, tmp_path / "plain")
-    shutil.rmtree(tmp_path / "plain" / layout.DIGESTS)
+    shutil.copytree(root, tmp_path / "plain")  # another store: no digest cache of its own
+    assert not _cache_files(tmp_path / "plain")
     if callable(poison):
         poison(root)
     a = take(Store.open(root), {"n": 2}, subject=SUBJECT, blobs={"state": data}).hex
@@ -176,7 +189,7 @@ def test_one_lying_entry_is_caught_when_it_is_checked(tmp_path: Path, monkeypatc
     assert not verify_store(store, None, read_data=True).problems
 
 
-@pytest.mark.parametrize("plant", ["damaged", "link to a file outside", "directory", "huge head"])
+@pytest.mark.parametrize("plant", ["damaged", "link to a file outside", "directory", "huge head", "fifo", "linked directory"])
 def test_a_damaged_or_planted_cache_file_is_ignored_and_nothing_is_written_through_it(tmp_path: Path, plant: str) -> None:
     data = _files(tmp_path / "data")
     root = tmp_path / "s"
@@ -184,7 +197,7 @@ def test_a_damaged_or_planted_cache_file_is_ignored_and_nothing_is_written_throu
     take(store, {"n": 1}, subject=SUBJECT, blobs={"state": data})
     (path,) = _cache_files(root)
     outside = tmp_path / "outside"
-    outside.write_bytes(b"not the store's")
+    outside.write_bytes(b"not the cache's")
     if plant == "damaged":
         path.write_bytes(path.read_bytes()[:-3])
     elif plant == "link to a file outside":
@@ -193,15 +206,110 @@ def test_a_damaged_or_planted_cache_file_is_ignored_and_nothing_is_written_throu
     elif plant == "directory":
         path.unlink()
         path.mkdir()
-    else:
+    elif plant == "fifo":
+        path.unlink()
+        os.mkfifo(path)
+    elif plant == "huge head":
         path.write_bytes(b"CKPTDGS1" + (MAX_ENTRIES).to_bytes(4, "little") + b"\0" * 64)
+    else:  # the cache's directory itself a link to a directory elsewhere
+        elsewhere = tmp_path / "elsewhere"
+        path.parent.rename(elsewhere)
+        path.parent.symlink_to(elsewhere)
+    before = sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) if plant == "linked directory" else None
     _edit(data)
     cid = take(Store.open(root), {"n": 2}, subject=SUBJECT, blobs={"state": data}).hex
-    assert outside.read_bytes() == b"not the store's"
+    assert outside.read_bytes() == b"not the cache's"
+    if before is not None:
+        assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == before
     out = tmp_path / "out"
     open_checkpoint(cid, Store.open(root)).restore_blobs(out)
     assert (out / "state" / "weights.bin").read_bytes() == (data / "weights.bin").read_bytes()
     assert not verify_store(Store.open(root), None, read_data=True).problems
+
+
+def test_the_cache_is_the_users_own_never_the_stores(tmp_path: Path, _own_cache_dir: Path) -> None:
+    """A store's files are written by whoever can write the store: nothing there is ever
+    read as a digest cache. The user's file is 0600 in a 0700 directory."""
+    data = _files(tmp_path / "data")
+    root = tmp_path / "s"
+    store = ckptcli.init_store(root)
+    take(store, {"n": 1}, subject=SUBJECT, blobs={"state": data})
+    (path,) = _cache_files(root)
+    assert path.parent == _own_cache_dir / "digests"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert not [p for p in root.rglob("*") if "digest" in p.name]
+    # the cache written by an earlier build, planted in the store with every pair lying: not read
+    pairs = list((decode_file(path.read_bytes()) or {}).items())
+    planted = root / "cache" / "digests"
+    planted.mkdir(parents=True)
+    for name in (path.name, "0" * 32):
+        (planted / name).write_bytes(encode_file([(k, hashlib.sha256(b"lie").digest()) for k, _v in pairs]))
+    path.unlink()
+    _edit(data)
+    cid = take(Store.open(root), {"n": 2}, subject=SUBJECT, blobs={"state": data}).hex
+    out = tmp_path / "out"
+    open_checkpoint(cid, Store.open(root)).restore_blobs(out)
+    assert (out / "state" / "events.jsonl").read_bytes() == (data / "events.jsonl").read_bytes()
+
+
+def test_no_cache_when_the_cache_directory_is_set_empty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CKPT_CACHE_DIR", "")
+    rec = _Recorder(monkeypatch)
+    data = _files(tmp_path / "data")
+    store = ckptcli.init_store(tmp_path / "s")
+    take(store, {"n": 1}, subject=SUBJECT, blobs={"state": data})
+    _edit(data)
+    take(store, {"n": 2}, subject=SUBJECT, blobs={"state": data})
+    assert [d.hits for d in rec.made] == [0, 0]
+
+
+def test_a_chunk_found_by_its_blake3_that_the_store_lacks_is_hashed_before_it_is_stored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pair that names an object the store does not have would store the chunk under
+    that id: its SHA-256 is taken first, whatever the sampling draws."""
+    monkeypatch.setattr(digests_mod, "_VERIFY_FRACTION", 0.0)
+    from blake3 import blake3
+
+    honest, lying = os.urandom(20_000), os.urandom(20_000)
+    d = Digests({blake3(honest).digest(): hashlib.sha256(honest).digest(), blake3(lying).digest(): os.urandom(32)})
+    # the first hit (the honest pair) is checked; the lie comes second, not drawn, and the
+    # store does not have the id it gives
+    with pytest.raises(DigestMismatchError):
+        _hash_and_compress([memoryview(honest), memoryview(lying)], lambda oid: False, d)
+    # a store that has the honest chunk: it is not stored again, so not hashed again
+    d2 = Digests({blake3(honest).digest(): hashlib.sha256(honest).digest()})
+    out = _hash_and_compress([memoryview(honest), memoryview(honest)], lambda oid: True, d2)
+    assert [oid for oid, _n, _s in out] == [hashlib.sha256(honest).digest()] * 2 and d2.checked == 1
+
+
+def test_the_cache_directory_keeps_the_most_recent_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(digestcache, "MAX_FILES", 5)
+    for i in range(8):
+        f = digestcache.DigestFile(f"/store/{i}", SUBJECT)
+        f.save([(bytes([i]) * 32, bytes([i]) * 32)])
+        assert f.path is not None
+        os.utime(f.path, ns=(i * 10**9, i * 10**9))
+    f.save([(b"x" * 32, b"y" * 32)])  # the 8th again, the newest: the oldest go
+    d = digestcache.digest_dir()
+    assert d is not None
+    kept = {p.name for p in d.iterdir()}
+    assert len(kept) == 5
+    assert {digestcache.DigestFile(f"/store/{i}", SUBJECT).path.name for i in (4, 5, 6, 7)} <= kept  # type: ignore[union-attr]
+
+
+def test_a_file_read_by_range_and_then_replaced_is_read_anew(tmp_path: Path) -> None:
+    """LocalBackend keeps the descriptors read_range opened: a file it replaces or removes
+    itself is read from the new file after, not the old one."""
+    store = ckptcli.init_store(tmp_path / "s")
+    backend = store.backend
+    backend.write_hint("cache/probe", b"first")
+    assert backend.read_range("cache/probe", 0, 100) == b"first"
+    backend.write_hint("cache/probe", b"second")
+    assert backend.read_range("cache/probe", 0, 100) == b"second"
+    backend.write_atomic("cache/probe", b"third")
+    assert backend.read_range("cache/probe", 0, 100) == b"third"
+    backend.delete("cache/probe")
+    with pytest.raises(ckptcli.errors.NotFoundError):
+        backend.read_range("cache/probe", 0, 100)
 
 
 def test_force_read_neither_reads_nor_writes_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -225,8 +333,8 @@ def test_the_cache_keeps_the_pairs_of_files_a_take_did_not_read() -> None:
     old = {bytes([i]) * 32: bytes([i + 1]) * 32 for i in range(10)}
     d = Digests(old)
     piece = b"x" * 5000
-    oid = d.id_of(piece)
-    assert oid == hashlib.sha256(piece).digest()
+    oid, hashed = d.id_of(piece)
+    assert oid == hashlib.sha256(piece).digest() and hashed
     pairs = d.pairs(keep=5)
     assert pairs[0][1] == oid and len(pairs) == 5 and all(k in old for k, _ in pairs[1:])
     assert len(d.pairs(keep=100)) == 11

@@ -8,13 +8,12 @@ BLAKE3 first; when an earlier take recorded that BLAKE3 digest, the chunk's id i
 SHA-256 it recorded, else the chunk is hashed with SHA-256 as always.
 
 Equal BLAKE3 digests mean equal bytes (a collision is as hard to find as one of
-SHA-256), so the mapping is a fact about the bytes, the same for every store; the file
-that keeps it (`cache/digests/<subject>` of the store, see `encode_file`) is a cache
-like the store's others: rebuildable, never part of the format. It is trusted as the
-parent checkpoint is (whoever can write the store can already make a take reuse the
-wrong data through a planted parent), and checked besides: the first chunk a take
-finds in it, and one in VERIFY_EVERY after that at random, is hashed with SHA-256 as
-well, and any difference abandons the cache (`DigestMismatchError`).
+SHA-256), so the mapping is a fact about the bytes, the same for every store. The file
+that keeps it is the user's own (ckptcli/store/digestcache.py: never in the store, where
+whoever can write the store could plant a pair), and it is checked besides: the first
+chunk a take finds in it, and one in VERIFY_EVERY after that at random, is hashed with
+SHA-256 as well, and so is every chunk found in it that the store does not have before it
+is stored (`confirm`); any difference abandons the cache (`DigestMismatchError`).
 """
 
 from __future__ import annotations
@@ -86,20 +85,28 @@ class Digests:
                 known = self._known
         return known
 
-    def id_of(self, piece: bytes | memoryview) -> bytes:
-        """The SHA-256 of `piece`, from the cache when its BLAKE3 is there."""
+    def id_of(self, piece: bytes | memoryview) -> tuple[bytes, bool]:
+        """The SHA-256 of `piece`, from the cache when its BLAKE3 is there; and whether it
+        was computed (or checked) here. One not computed must be `confirm`ed before the
+        chunk is stored: the cache names bytes the store has, never new ones."""
         key = blake3(piece).digest()
         oid = self.known.get(key)
+        hashed = oid is None
         if oid is None:
             oid = hashlib.sha256(piece).digest()
         else:
-            self.hits = next(self._hits)
-            if self.hits == 1 or self._sample() < _VERIFY_FRACTION:
+            hit = self.hits = next(self._hits)  # (this thread's own count: another may set `hits` meanwhile)
+            if hit == 1 or self._sample() < _VERIFY_FRACTION:
                 self.checked = next(self._checked)
-                if hashlib.sha256(piece).digest() != oid:
-                    raise DigestMismatchError("a chunk's SHA-256 is not the one the digest cache recorded for it")
+                self.confirm(piece, oid)
+                hashed = True
         self.seen[key] = oid
-        return oid
+        return oid, hashed
+
+    def confirm(self, piece: bytes | memoryview, oid: bytes) -> None:
+        """Hash `piece` with SHA-256; DigestMismatchError unless it is `oid`."""
+        if hashlib.sha256(piece).digest() != oid:
+            raise DigestMismatchError("a chunk's SHA-256 is not the one the digest cache recorded for it")
 
     def pairs(self, keep: int) -> list[tuple[bytes, bytes]]:
         """What to write back: this take's pairs, then the earlier ones it did not see

@@ -635,6 +635,15 @@ class LocalBackend(LocalLocks, Backend):
         except OSError as exc:
             raise io_error(exc, "read", self._p(path)) from None
 
+    def _forget(self, path: str) -> None:
+        """Drop the descriptor read_range keeps open for `path`: the file was replaced or
+        removed, so a later read_range opens what is there now, not the old file."""
+        if path in self._fds:
+            with self._fd_lock:
+                handle = self._fds.pop(path, None)
+                if handle is not None:
+                    handle.drop()
+
     def _evict(self) -> None:
         # called with _fd_lock held: the oldest half goes
         for path in list(self._fds)[: len(self._fds) // 2]:
@@ -712,6 +721,8 @@ class LocalBackend(LocalLocks, Backend):
                     self._make_dirs(d)
                     dirs[d] = None
                 os.replace(temp, dest)
+            for path, _data in items:
+                self._forget(path)
             for d in dirs:
                 fsync_dir(d, strict=True)
         except OSError as exc:
@@ -731,6 +742,7 @@ class LocalBackend(LocalLocks, Backend):
                 os.close(fd)
             self._make_dirs(os.path.dirname(dest))
             os.replace(self._s(temp), dest)
+            self._forget(path)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(self._s(temp))
@@ -814,6 +826,7 @@ class LocalBackend(LocalLocks, Backend):
             parent = os.path.dirname(dest)
             self._make_dirs(parent)
             os.replace(self._s(temp), dest)
+            self._forget(path)
             fsync_dir(parent, strict=True)
         except OSError as exc:
             self._discard_fd(temp, fd, handle)
@@ -892,6 +905,7 @@ class LocalBackend(LocalLocks, Backend):
     def delete(self, path: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             no_links(self.root, path).unlink()
+        self._forget(path)
 
     def size(self, path: str) -> int:
         try:
