@@ -2,7 +2,8 @@
 does; an empty or unknown --chunker, and an empty path to restore, export or import, are
 refused with one line and exit 2; a blobs directory that cannot be made says why, not
 "0 B free"; a path given as the checkpoint (a directory, a path that is not there) gets
-the same line and code from every verb, `ckpt import` included."""
+the same line and code from every verb, `ckpt import` included; `ckpt init` of a
+directory inside a store is refused, as `ckpt init URL` refuses a prefix inside one."""
 
 from __future__ import annotations
 
@@ -156,3 +157,42 @@ def test_a_path_is_a_checkpoint_file_for_every_verb_as_for_import(
     assert want.code == (ExitCode.INVALID_INPUT if what == "directory" else ExitCode.NOT_FOUND), want.err
     got = cli(verb[0], path, *verb[1:])
     assert (got.code, got.err) == (want.code, want.err)
+
+
+@pytest.mark.parametrize("inner", ["refs/sub", "packs/zz", "cache", "made/deep/er", "made", "new"])
+def test_init_inside_a_store_is_refused_and_the_store_keeps_working(cli: Any, tmp_path: Path, inner: str) -> None:
+    """`ckpt init` of a directory below a store's root (its refs/, packs/xx, cache/, or any
+    directory there, made or not) is refused as `ckpt init URL` refuses a prefix inside a
+    store: it made a config there that the outer store's verify then called damage and
+    its prune deleted as garbage."""
+    s = tmp_path / "proj" / ".ckpt"
+    assert cli("init", s).code == 0
+    doc = tmp_path / "d.json"
+    doc.write_text('{"a": 1}')
+    assert cli("take", doc, "--store", s, "-S", "agent:bot").code == 0
+    (s / "made" / "deep").mkdir(parents=True)
+    before = sorted(p.relative_to(s) for p in s.rglob("*"))
+    got = cli("init", s / inner)
+    assert got.code == ExitCode.CONFLICT, got.err
+    assert got.err.count("\n") == 1 and f"inside the ckpt store {s}" in got.err, got.err
+    assert sorted(p.relative_to(s) for p in s.rglob("*")) == before  # nothing made
+    # cwd inside the store: the default ./.ckpt lies inside it too
+    (s / inner).mkdir(parents=True, exist_ok=True)
+    assert run_ckpt("init", cwd=s / inner).returncode == ExitCode.CONFLICT
+    assert not (s / inner / ".ckpt").exists()
+    for verb in (["verify"], ["prune", "--keep-last", "1"]):
+        r = cli(*verb, "--store", s)
+        assert r.code == 0, (verb, r.err)
+
+
+def test_init_next_to_a_store_or_holding_a_config_file_works(cli: Any, tmp_path: Path) -> None:
+    """Beside a store (not inside it), in a directory that holds a `.ckpt/` store, or below
+    a directory that merely holds a file named `config` (~/.ssh/config), init works."""
+    s = tmp_path / "proj" / ".ckpt"
+    assert cli("init", s).code == 0
+    assert cli("init", tmp_path / "proj" / "other").code == 0
+    assert cli("init", tmp_path / "proj" / "sub" / ".ckpt").code == 0
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "config").write_text("Host *\n")
+    assert cli("init", tmp_path / "home" / "stores" / "a").code == 0
+
