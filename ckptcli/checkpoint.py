@@ -16,9 +16,11 @@ from ckptcli.blobtree import FileInfo, check_origin, find_entry, list_files, val
 from ckptcli.document import Section, join_document, write_document
 from ckptcli.errors import CkptError, ConflictError, CorruptError, InvalidInputError, NotFoundError, StoreNotFoundError, UsageError
 from ckptcli.format import framing, limits
+from ckptcli.format.manifest import NAME_RE
 from ckptcli.format.values import Budget, Decoder, Encoded, LazyBytes
 from ckptcli.listing import info_dict
 from ckptcli.progress import NULL, Progress
+from ckptcli.store import layout
 from ckptcli.store.backends import known_schemes, parse_location, redact
 from ckptcli.store.repository import Store, resolve_store_path, store_location
 from ckptcli.store.single import CheckpointFile, is_checkpoint_file
@@ -32,6 +34,7 @@ __all__ = [
     "looks_like_a_path",
     "names_a_file",
     "open_checkpoint",
+    "refuse_file_and_ref",
     "refuse_output_into_source",
     "refuse_url",
     "store_or_init",
@@ -344,6 +347,63 @@ def looks_like_a_path(ref: str) -> bool:
     return ("/" in ref or os.sep in ref) and os.path.lexists(ref)
 
 
+def refuse_file_and_ref(ref: str, store: Store | None = None, *, store_path: PathLike | None = None) -> None:
+    """A bare word that is both a checkpoint file here (names_a_file, without the marks
+    of a path: a .ckpt suffix, a "/", "./" or "../") and a reference the store resolves
+    (a tag, a branch, an id prefix, `latest`, KIND:NAME...) is neither one silently.
+    Only the store of `store`, else of `store_path`, else the one found from here, is
+    asked; with no store (or none that opens), or a word it does not resolve, the word
+    is the file, as it always was.
+
+    Raises:
+        InvalidInputError naming both meanings and how to give each."""
+    if looks_like_a_path(ref) or not names_a_file(ref):
+        return
+    opened = None
+    if store is None:
+        try:
+            store = opened = Store.open(store_location(store_path) if store_path is not None else None)
+        except CkptError:
+            return  # no store: the word can only be the file
+    # what the store says while it is asked (a damaged ref read around) is said again,
+    # if it matters, when it is read for the checkpoint it names
+    said, store.on_warning, warnings = store.on_warning, None, list(store.warnings)
+    try:
+        cid = store.resolve(ref)
+        what = _what_ref(store, ref)
+    except CkptError:
+        return  # not a reference there (no such name, or one it cannot resolve): the file
+    finally:
+        store.on_warning, store.warnings[:] = said, warnings
+        if opened is not None:
+            opened.close()
+    other = f"{ref}~0" if "~" not in ref else f"its id {cid.hex()[:12]}"
+    raise InvalidInputError(
+        f"{ref!r} is ambiguous: it is the checkpoint file ./{ref}, and {what} in the store at {store.location} "
+        f"(checkpoint {cid.hex()[:12]})",
+        hint=f"give ./{ref} for the file, or {other} for the checkpoint of the store",
+    )
+
+
+def _what_ref(st: Store, ref: str) -> str:
+    """What kind of reference `ref` is, in words, for the line that says it is ambiguous."""
+    base, back = ref, ""
+    if "~" in ref:
+        base, _, n = ref.rpartition("~")
+        back = f"{n} parent(s) back from "
+    if base.endswith("}") and "@{" in base:
+        return f"{back}the reflog entry {base}"
+    if base == "latest":
+        return f"{back}`latest`"
+    if NAME_RE.match(base):
+        for ns in ("tags", "branches"):
+            if st.read_ref(layout.ref_path(f"{ns}/{base}")) is not None:
+                return f"{back}the {ns[:-1]} {base}"
+    if ":" in base:
+        return f"{back}the latest checkpoint of {base}"
+    return f"{back}the checkpoint whose id starts with {base}"
+
+
 def refuse_output_into_source(ck: Checkpoint, out: PathLike, what: str, names: Collection[str] | None = None) -> None:
     """An output path (`export -o`, `restore -o`, `restore --blobs`) must not lie inside
     the store the checkpoint is read from, nor be the checkpoint file itself: it would
@@ -385,6 +445,7 @@ def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLik
     refuse_url(ref, "a checkpoint file")
     p = Path(ref)
     if names_a_file(ref):
+        refuse_file_and_ref(ref, store, store_path=store_path)
         if not is_checkpoint_file(p):
             with open(p, "rb") as fh:
                 framing.check_header(fh.read(framing.HEADER_SIZE), framing.KIND_FILE, str(p), outer=True)

@@ -52,7 +52,7 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.NO_STORE: "no store found (run `ckpt init`, or pass --store), or no such bucket",
     ExitCode.CONFLICT: (
         "conflict: the name already exists in the target, or another writer extended the same history first "
-        "(or reset it while a take ran); `ckpt init URL` at a prefix that holds objects or lies inside a store"
+        "(or reset it while a take ran); `ckpt init` at a prefix that holds objects, or at a prefix or directory inside a store"
     ),
     ExitCode.IO_ERROR: "the operating system refused a read or write",
     ExitCode.DIVERGED: "replay --check: the step function diverged from the recorded events",

@@ -163,6 +163,21 @@ def test_restore_rebuilds_the_dataclass_by_its_type_hints(store: Any) -> None:
     assert again.plan == bot.plan
 
 
+def test_restore_from_a_file_by_a_bare_name_reads_the_file_whatever_the_store_holds(
+    store: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file given as the source is the file, even when its bare name is also a tag of
+    the store found from here (a CLI argument of that name is refused as ambiguous)."""
+    adapter = AgentAdapter(memory=["goal"], redactor=None)
+    first = adapter.take(store, Bot(goal="from the file"), subject="agent:bot")
+    second = adapter.take(store, Bot(goal="from the tag"), subject="agent:bot")
+    store.set_tag("good", second.id)
+    assert run_ckpt("export", first.hex, "-o", tmp_path / "good", "--store", store.location).returncode == 0
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CKPT_STORE", store.location)
+    assert adapter.restore(Path("good"), into=Bot(goal="")).goal == "from the file"
+
+
 class Memo(pydantic.BaseModel):
     topic: str
     score: float = 0.0

@@ -2,12 +2,16 @@
 does; an empty or unknown --chunker, and an empty path to restore, export or import, are
 refused with one line and exit 2; a blobs directory that cannot be made says why, not
 "0 B free"; a path given as the checkpoint (a directory, a path that is not there) gets
-the same line and code from every verb, `ckpt import` included."""
+the same line and code from every verb, `ckpt import` included; `ckpt init` of a
+directory inside a store is refused, as `ckpt init URL` refuses a prefix inside one; a
+bare name that is both a checkpoint file and a ref of the store is refused by every verb."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +160,106 @@ def test_a_path_is_a_checkpoint_file_for_every_verb_as_for_import(
     assert want.code == (ExitCode.INVALID_INPUT if what == "directory" else ExitCode.NOT_FOUND), want.err
     got = cli(verb[0], path, *verb[1:])
     assert (got.code, got.err) == (want.code, want.err)
+
+
+@pytest.mark.parametrize("inner", ["refs/sub", "packs/zz", "cache", "made/deep/er", "made", "new"])
+def test_init_inside_a_store_is_refused_and_the_store_keeps_working(cli: Any, tmp_path: Path, inner: str) -> None:
+    """`ckpt init` of a directory below a store's root (its refs/, packs/xx, cache/, or any
+    directory there, made or not) is refused as `ckpt init URL` refuses a prefix inside a
+    store: it made a config there that the outer store's verify then called damage and
+    its prune deleted as garbage."""
+    s = tmp_path / "proj" / ".ckpt"
+    assert cli("init", s).code == 0
+    doc = tmp_path / "d.json"
+    doc.write_text('{"a": 1}')
+    assert cli("take", doc, "--store", s, "-S", "agent:bot").code == 0
+    (s / "made" / "deep").mkdir(parents=True)
+    before = sorted(p.relative_to(s) for p in s.rglob("*"))
+    got = cli("init", s / inner)
+    assert got.code == ExitCode.CONFLICT, got.err
+    assert got.err.count("\n") == 1 and f"inside the ckpt store {s}" in got.err, got.err
+    assert sorted(p.relative_to(s) for p in s.rglob("*")) == before  # nothing made
+    # cwd inside the store: the default ./.ckpt lies inside it too
+    (s / inner).mkdir(parents=True, exist_ok=True)
+    assert run_ckpt("init", cwd=s / inner).returncode == ExitCode.CONFLICT
+    assert not (s / inner / ".ckpt").exists()
+    for verb in (["verify"], ["prune", "--keep-last", "1"]):
+        r = cli(*verb, "--store", s)
+        assert r.code == 0, (verb, r.err)
+
+
+def test_init_next_to_a_store_or_holding_a_config_file_works(cli: Any, tmp_path: Path) -> None:
+    """Beside a store (not inside it), in a directory that holds a `.ckpt/` store, or below
+    a directory that merely holds a file named `config` (~/.ssh/config), init works."""
+    s = tmp_path / "proj" / ".ckpt"
+    assert cli("init", s).code == 0
+    assert cli("init", tmp_path / "proj" / "other").code == 0
+    assert cli("init", tmp_path / "proj" / "sub" / ".ckpt").code == 0
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "config").write_text("Host *\n")
+    assert cli("init", tmp_path / "home" / "stores" / "a").code == 0
+
+
+#: every verb that takes a checkpoint reference or file, with what follows it
+_REF_TAKERS = [*_READERS, ["diff", "latest"], ["replay"], ["compat"]]
+
+
+def test_a_bare_name_that_is_both_a_checkpoint_file_and_a_ref_is_refused_by_every_verb(
+    cli: Any, store: tuple[Path, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ckpt export TAG -o good`, then `ckpt show good` read the file, not the tag good,
+    without a word: a name that is both is refused with one line naming both meanings
+    and how to give each, by every verb that takes a reference (diff in either place)."""
+    s, made = store
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    assert run_ckpt("export", made[0], "-o", cwd / "good", "--store", s).returncode == 0  # not what the tag names
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("CKPT_STORE", str(s))
+    for argv in [[verb[0], "good", *verb[1:]] for verb in _REF_TAKERS] + [["diff", "latest", "good"]]:
+        got = cli(*argv)
+        assert got.code == ExitCode.INVALID_INPUT, (argv, got.err)
+        assert got.err.count("\n") == 1 and got.err.startswith("ckpt: error: 'good' is ambiguous"), (argv, got.err)
+        assert f"checkpoint file ./good, and the tag good in the store at {s} (checkpoint {made[1][:12]})" in got.err, got.err
+        assert "give ./good for the file, or good~0 for the checkpoint of the store" in got.err, got.err
+
+
+def test_each_meaning_of_a_name_is_reached_and_a_name_with_one_meaning_works(
+    cli: Any, store: tuple[Path, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s, made = store
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    for name in ("good", "latest", made[2][:8], "alone"):
+        assert run_ckpt("export", made[0], "-o", cwd / name, "--store", s).returncode == 0
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("CKPT_STORE", raising=False)
+    for with_store in ([], ["--store", s]):
+        for word, want in (("./good", made[0]), ("good~0", made[1]), ("./latest", made[0]), ("latest~0", made[2])):
+            got = cli("show", word, *with_store, "--json")
+            if with_store or word.startswith("./"):
+                assert got.code == 0 and json.loads(got.out)["id"] == want, (word, got.err)
+        # one meaning: the file (no such ref, or no store)
+        got = cli("show", "alone", *with_store, "--json")
+        assert got.code == 0 and json.loads(got.out)["id"] == made[0], got.err
+        got = cli("show", "good", *with_store, "--json")
+        assert got.code == (ExitCode.INVALID_INPUT if with_store else 0), got.err
+    # `latest` and an id prefix are references too
+    for word, what in (("latest", "`latest`"), (made[2][:8], f"the checkpoint whose id starts with {made[2][:8]}")):
+        got = cli("verify", word, "--store", s)
+        assert got.code == ExitCode.INVALID_INPUT and f"and {what} in the store" in got.err, got.err
+
+
+def test_tui_refuses_a_name_that_is_both_a_checkpoint_file_and_a_ref(store: tuple[Path, list[str]], tmp_path: Path) -> None:
+    s, made = store
+    assert run_ckpt("export", made[0], "-o", tmp_path / "good", "--store", s).returncode == 0
+    r = subprocess.run(
+        [sys.executable, "-m", "ckptcli", "tui", "good", "--store", str(s)],
+        cwd=tmp_path,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        env={k: v for k, v in os.environ.items() if k != "CKPT_STORE"},
+        timeout=60,
+    )
+    err = _one_line_error(r, ExitCode.INVALID_INPUT)
+    assert "'good' is ambiguous" in err, err

@@ -237,7 +237,8 @@ class AgentAdapter:
         if isinstance(source, Store):
             ck = open_checkpoint(ref, source)
         elif os.path.isfile(source):
-            ck = open_checkpoint(os.fspath(source))  # a checkpoint file holds one checkpoint
+            # a checkpoint file holds one checkpoint; its path made absolute is never read as a ref
+            ck = open_checkpoint(os.path.abspath(source))
         else:
             ck = open_checkpoint(ref, store_path=source)
         state = ck.state()

@@ -77,10 +77,14 @@ def is_checkpoint_file(arg: str) -> bool:
     return names_a_file(arg)
 
 
-def is_path(arg: str) -> bool:
-    """Whether an argument names files rather than checkpoints of the store (`ckpt compat`'s
-    sources): a directory, anything with a "/" (refs never hold one), a .ckpt name, or a
-    checkpoint file."""
+def is_path(arg: str, store: Path | str | None = None) -> bool:
+    """Whether an argument names files rather than checkpoints of the store of `store`
+    (`ckpt compat`'s sources): a directory, anything with a "/" (refs never hold one), a
+    .ckpt name, or a checkpoint file; a bare name that is both a checkpoint file and a
+    reference of the store is InvalidInputError (checkpoint.refuse_file_and_ref)."""
+    from ckptcli.checkpoint import refuse_file_and_ref
+
+    refuse_file_and_ref(arg, store_path=store)
     return Path(arg).is_dir() or os.sep in arg or arg.endswith(".ckpt") or is_checkpoint_file(arg)
 
 
@@ -102,14 +106,15 @@ def open_source(
     - a checkpoint file (is_checkpoint_file), or what can only be a path (a .ckpt
       name, ./x, /x...: checkpoint.looks_like_a_path): the file, and its one checkpoint; a
       path that is not there is NotFoundError, a directory InvalidInputError, never a
-      reference (whether or not there is a store);
+      reference (whether or not there is a store); a bare name that is both a checkpoint
+      file and a reference of the store is InvalidInputError (checkpoint.refuse_file_and_ref);
     - with `directory`, a directory or a store's URL: that store (`ckpt tui /srv/ckpt`);
     - anything else: the store of --store, and the checkpoint `target` names in it.
 
     Without `resolve`, the file's checkpoint is not read and a reference is not resolved
     (None): the caller does it (`ckpt verify`, which reports a damaged one)."""
     from ckptcli.api import refuse_url
-    from ckptcli.checkpoint import looks_like_a_path
+    from ckptcli.checkpoint import looks_like_a_path, refuse_file_and_ref
 
     if target is None:
         return open_store(store), None
@@ -117,6 +122,7 @@ def open_source(
         return open_store(target if _is_url(target) else Path(target)), None
     refuse_url(target, "a checkpoint file")
     if not resolve:
+        refuse_file_and_ref(target, store_path=store)
         if is_checkpoint_file(target) or looks_like_a_path(target):
             from ckptcli.store.single import CheckpointFile
 

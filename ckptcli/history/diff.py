@@ -90,7 +90,7 @@ def open_pair(ref_a: str, ref_b: str, *, store: Store | None = None, store_path:
     def one(ref: str) -> Checkpoint:
         nonlocal shared
         if names_a_file(ref) or looks_like_a_path(ref):
-            return open_checkpoint(ref, store_path=store_path)
+            return open_checkpoint(ref, shared, store_path=store_path)  # (a bare name: refused if also a ref)
         if shared is None:
             shared = Store.open(store_location(store_path) if store_path is not None else None)
         return open_checkpoint(ref, shared)

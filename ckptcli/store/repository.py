@@ -275,6 +275,30 @@ def _refuse_occupied(io: ObjectStoreIO, url: str, options: Mapping[str, str] | N
             )
 
 
+def enclosing_store(path: Path) -> Path | None:
+    """The store whose directory holds `path` (a directory that may not exist yet), the
+    nearest one walking up its parents, links resolved, to the file-system root; None
+    when there is none. A parent is a store when it holds a file `config` that is a
+    store's config record, or `config` beside `manifests/` (a store whose config is
+    damaged is still one): not every file named `config` (`~/.ssh/config`).
+
+    A store made there would mix its files with the outer store's: the outer store's
+    verify reports them as damage and its prune deletes them as garbage."""
+    magic = framing.MAGIC_PREFIX + framing.KIND_CONFIG
+    for d in Path(os.path.realpath(path)).parents:
+        config = d / layout.CONFIG
+        try:
+            if not config.is_file():
+                continue
+            with open(config, "rb") as fh:
+                head = fh.read(len(magic))
+        except OSError:
+            continue  # unreadable: no store this process could open either
+        if head == magic or (d / layout.MANIFESTS).is_dir():
+            return d
+    return None
+
+
 def resolve_store_path(path: Path) -> Path:
     if (path / layout.CONFIG).is_file():
         return path
@@ -403,6 +427,12 @@ class Store(Refs):
             return cls(io, config, io.url)
         if (path / layout.CONFIG).exists():
             raise ConflictError(f"a ckpt store already exists at {path}")
+        outer = enclosing_store(path)
+        if outer is not None:
+            raise ConflictError(
+                f"{path} lies inside the ckpt store {outer}: a store is never created in another one",
+                hint="give a directory outside it (stores sit side by side: /srv/a, /srv/b)",
+            )
         try:
             path.mkdir(parents=True, exist_ok=True)
             for sub in layout.CREATED_DIRS:

@@ -169,7 +169,7 @@ def _workflow_results(
 
     seconds = replay_timeout(timeout)
     cwd_importable()
-    paths = [s for s in sources if is_path(s) or s.endswith(".json")]
+    paths = [s for s in sources if is_path(s, store) or s.endswith(".json")]
     refs = [s for s in sources if s not in paths]
     for p in paths:
         refuse_url(p, "a Temporal history")
@@ -211,7 +211,7 @@ def _results(check: CompatCheck, sources: list[str], store: str | None, subject:
     refs: list[str] = []
     for s in sources:
         refuse_url(s, "a source of checkpoint files")
-        if is_path(s):
+        if is_path(s, store):
             paths.append(Path(s))
         else:
             refs.append(s)

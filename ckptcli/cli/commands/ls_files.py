@@ -13,7 +13,10 @@ from ckptcli.cli.output import emit_json, exit_status, human_size, out, safe
 from ckptcli.errors import ExitCode
 
 
-@app.command(name="ls-files", epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION))
+@app.command(
+    name="ls-files",
+    epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION),
+)
 def ls_files(
     ref: RefArg,
     path: Annotated[str, typer.Argument(help="Only this blob or path in it (NAME/sub/dir) and what is below it.", show_default=False)] = "",

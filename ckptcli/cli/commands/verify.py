@@ -12,7 +12,9 @@ from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, 
 from ckptcli.errors import ExitCode, VerifyFailed
 
 
-@app.command(epilog=exit_status(ExitCode.CORRUPT, ExitCode.NOT_FOUND, ExitCode.NO_STORE, ExitCode.UNSUPPORTED_VERSION))
+@app.command(
+    epilog=exit_status(ExitCode.CORRUPT, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.UNSUPPORTED_VERSION)
+)
 def verify(
     refs: Annotated[
         list[str] | None, typer.Argument(help="Checkpoints to check, or one .ckpt file (default: all).", show_default=False)
