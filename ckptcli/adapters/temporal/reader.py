@@ -7,7 +7,11 @@ names, int64 as strings), or the older JSON of tctl and the UI (`eventType`
 too. ijson streams the events one at a time, so a 100 MB history is never parsed whole
 (and, for the importer, a string over 1 MiB is not read into memory at all: longstr.py);
 each event is checked by temporalio's loader (`WorkflowHistory.from_json`, its protobuf
-messages). What is refused, each with one line naming the file and the event:
+messages). The file is read the fast way (ijson's C item builder over the Diverter, which
+scans each read whole and refuses JSON nested too deep before ijson sees it); a file that
+fails that way is read again the careful way (ijson's parse events one by one through the
+depth check, as it always was read), which says what is wrong and names the event. What is
+refused, each with one line naming the file and the event:
 
 - JSON that is malformed or ends early: CorruptError (exit 5);
 - JSON nested deeper than 256 levels: LimitExceededError (exit 7), naming the event;
