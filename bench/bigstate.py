@@ -6,7 +6,9 @@ Data: --mib of mixed state in 8 files, half random bytes (incompressible), half 
 text (compressible). Then ~1% of the bytes are changed in place by 120 scattered edits
 of ~45 KB across three of the files, for the incremental case.
 
-Each row is a median over --runs runs, every run on a fresh repository/store; ckpt and
+Each row is a median over --runs runs, every run on a fresh repository/store (so ckpt's
+full take starts with an empty digest cache, and the incremental take uses the pairs the
+full take recorded, as restic's uses its parent snapshot); ckpt and
 restic alternate which goes first, and dirty pages are written back (sync) before each
 timed step, so neither pays for the other's or the copy's writeback. Peak RSS comes from
 wait4() of each process. The page cache is warm for every tool alike.
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import dir_size, fmt_bytes, median, table, verdict
+from bench.common import workdir as made
 
 VENV_BIN = Path(sys.executable).parent
 CKPT = str(VENV_BIN / "ckpt")
@@ -140,9 +143,7 @@ def check_tools() -> None:
 def measure(mib: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
     """The big-state pairs, `runs` times each on fresh stores and repositories."""
     check_tools()
-    if workdir is not None:
-        workdir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-big-", dir=workdir))
+    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-big-", dir=made(workdir)))
     res: dict[str, list[Run]] = {}
     added: dict[str, list[int]] = {"ckpt": [], "restic": [], "ckpt cache": []}
 
@@ -290,9 +291,7 @@ def _store_bytes(store: Path) -> int:
 def measure_memory(mib: int, workdir: Path | None = None) -> dict[str, Any]:
     """Peak RSS of a full take and a restore of `mib` MiB, ckpt and restic (one run)."""
     check_tools()
-    if workdir is not None:
-        workdir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-mem-", dir=workdir))
+    work = Path(tempfile.mkdtemp(prefix="ckpt-bench-mem-", dir=made(workdir)))
     try:
         print(f"[bench] memory: making {mib} MiB of state", file=sys.stderr, flush=True)
         data = work / "state"

@@ -201,6 +201,17 @@ def dir_size(root: str | os.PathLike[str]) -> DirSize:
 # -- statistics ----------------------------------------------------------------------
 
 
+def workdir(path: str | os.PathLike[str] | None) -> Path | None:
+    """The directory a benchmark's --workdir (or --dir) names, made with its parents when
+    it does not exist yet (it was a traceback from tempfile); None (no option: a new
+    temporary directory) stays None."""
+    if path is None:
+        return None
+    made = Path(path)
+    made.mkdir(parents=True, exist_ok=True)
+    return made
+
+
 def median(xs: Sequence[float]) -> float:
     if not xs:
         return math.nan

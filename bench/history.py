@@ -41,6 +41,7 @@ from bench.common import (
     verdict,
     versions,
 )
+from bench.common import workdir as made
 from ckptcli import api  # imported up front: the source digest in the report is of the code measured
 
 SUBJECT = "agent:bench"
@@ -500,8 +501,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--graph-steps must not exceed --steps (it is compared with the direct puts)")
 
     if args.workdir:
-        workdir = Path(args.workdir)
-        workdir.mkdir(parents=True, exist_ok=True)
+        workdir = made(args.workdir)
+        assert workdir is not None
         if any(workdir.iterdir()):
             ap.error(f"--workdir {workdir} is not empty")
     else:

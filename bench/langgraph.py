@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from bench.common import dir_size, fmt_bytes, fmt_ms, fmt_ratio, make_message, median, percentile, ratio, table, verdict, versions
+from bench.common import workdir as made
 
 THREAD = "bench"
 TARGETS = {"ratio_sqlite": 0.01, "ratio_delta": 0.5, "put_p50_s": 0.001, "put_p99_s": 0.005, "list_s": 0.1, "reopen_history_ratio": 1.0}
@@ -392,8 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.steps < 10 or args.runs < 1:
         ap.error("--steps must be >= 10 and --runs >= 1")
-    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="ckpt-bench-lg-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = made(args.workdir) or Path(tempfile.mkdtemp(prefix="ckpt-bench-lg-"))
     log(f"stores in {workdir}")
     t_all = time.perf_counter()
     res: dict[str, Any] = {

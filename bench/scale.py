@@ -58,6 +58,8 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from bench.common import workdir as made
+
 HERE = Path(__file__).resolve()
 ROOT = HERE.parent.parent
 BUILD_VERSION = 1  # bump when the builder changes what it writes
@@ -406,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",")]
-    args.workdir.mkdir(parents=True, exist_ok=True)
+    made(args.workdir)
     results = []
     for n in sizes:
         path, info = ensure(args.workdir, n, args.subjects, args.batch)

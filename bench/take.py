@@ -158,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.old is not None:
         builds.append(("old", args.old.resolve(), "cached"))
     results: dict[str, Any] = {"sizes": {}, "takes": args.takes, "fill": args.fill, "dir": str(args.dir or tempfile.gettempdir())}
-    with tempfile.TemporaryDirectory(prefix="ckpt-bench-take-", dir=args.dir) as tmp:
+    from bench.common import workdir as made  # here, not at the top: a --worker may run under another build's bench/
+
+    with tempfile.TemporaryDirectory(prefix="ckpt-bench-take-", dir=made(args.dir)) as tmp:
         work = Path(tmp)
         for steps in sizes:
             base = work / f"base-{steps}"

@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import table, verdict
+from bench.common import workdir as made
 
 DEFAULT_WORKDIR = Path("/tmp/ckpt-bench-tui")
 CHECKPOINTS = 10_000
@@ -200,7 +201,7 @@ def build_tail(path: Path, n: int) -> None:
 
 def prepare(workdir: Path, checkpoints: int, events: int, *, store_too: bool = True) -> tuple[Path, Path]:
     """The store and the tail, built once into `workdir`; the store only with `store_too`."""
-    workdir.mkdir(parents=True, exist_ok=True)
+    made(workdir)
     store = workdir / f"store-{checkpoints}"
     tail = workdir / f"tail-{events}"
     for path, build, n in ((store, build_store, checkpoints), (tail, build_tail, events)):

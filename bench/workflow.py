@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import ckptcli
+from bench.common import workdir as made
 from ckptcli import workflow
 from ckptcli.history.recorder import Durability
 
@@ -101,7 +102,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--dir", help="make the stores in this directory (e.g. /dev/shm: the cost without the disk's)")
     args = ap.parse_args()
-    DIR[0] = args.dir
+    DIR[0] = str(made(args.dir)) if args.dir else None
     n, runs = args.steps, args.runs
     bare = statistics.median(_bare(n) for _ in range(runs))
     rows = [

@@ -29,6 +29,7 @@ __all__ = [
     "Source",
     "describe_section",
     "describe_value",
+    "looks_like_a_path",
     "names_a_file",
     "open_checkpoint",
     "refuse_output_into_source",
@@ -329,7 +330,18 @@ def names_a_file(ref: str) -> bool:
     """A reference is a checkpoint file if it looks like a path to one, or is a checkpoint
     file; a bare name that merely matches some other file in cwd is still a tag or branch."""
     p = Path(ref)
-    return p.is_file() and (ref.endswith(".ckpt") or os.sep in ref or is_checkpoint_file(p))
+    return p.is_file() and (looks_like_a_path(ref) or is_checkpoint_file(p))
+
+
+def looks_like_a_path(ref: str) -> bool:
+    """Whether `ref` is a path, never a reference: it ends in ".ckpt", is absolute or
+    starts with "./" or "../" (no reference does), or holds a "/" and something is
+    there (a reference may hold one: a reflog entry, `tags/good@{1}`). A path that does
+    not exist is NotFoundError, a directory InvalidInputError (CheckpointFile), whether
+    or not there is a store, as `ckpt import` says of the same path."""
+    if ref.endswith(".ckpt") or ref.startswith(("/", "./", "../", os.sep, f".{os.sep}", f"..{os.sep}")):
+        return True
+    return ("/" in ref or os.sep in ref) and os.path.lexists(ref)
 
 
 def refuse_output_into_source(ck: Checkpoint, out: PathLike, what: str, names: Collection[str] | None = None) -> None:
@@ -378,8 +390,9 @@ def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLik
                 framing.check_header(fh.read(framing.HEADER_SIZE), framing.KIND_FILE, str(p), outer=True)
         f = CheckpointFile(p)
         return Checkpoint(f, f.id)
-    if ref.endswith(".ckpt") and not p.exists():
-        raise NotFoundError(f"{ref} does not exist")
+    if looks_like_a_path(ref):
+        f = CheckpointFile(p)  # not a regular file: NotFoundError, or a directory's InvalidInputError
+        return Checkpoint(f, f.id)
     st = store if store is not None else Store.open(store_location(store_path) if store_path is not None else None)
     return Checkpoint(st, st.resolve(ref))
 

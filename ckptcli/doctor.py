@@ -271,6 +271,13 @@ def check_locks(ctx: Context) -> Iterable[Check]:
             yield Check(f"lock {name}", OK, f"in use, shared (e.g. {who})", "")
         elif state == "free":
             yield Check(f"lock {name}", OK, "free", "")
+        elif state == "linked":
+            yield Check(
+                f"lock {name}",
+                FAIL,
+                f"{holder} is a symbolic link: every command that takes this lock is refused (exit 8)",
+                "remove it (something other than ckpt made it); ckpt makes the lock file again when it needs it",
+            )
         else:
             yield Check(f"lock {name}", WARN, "cannot tell whether it is held here", "")
 
@@ -489,6 +496,7 @@ DEPENDENCIES = (
     "zstandard",
     "fastcdc",
     "pyfastcdc",
+    "blake3",
     "xxhash",
     "typer",
     "rich",

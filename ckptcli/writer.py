@@ -9,6 +9,8 @@ is committed when encoding fails. Format: formats/v2.md; refs and the reflog: do
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import platform
 import threading
@@ -26,11 +28,17 @@ from ckptcli.checkpoint import Checkpoint, PathLike
 from ckptcli.document import split_document
 from ckptcli.errors import CkptError, InvalidInputError, LatestMovedError
 from ckptcli.format import limits
+from ckptcli.format.digests import HEAD_SIZE as DIGEST_HEAD_SIZE
+from ckptcli.format.digests import MAX_ENTRIES, MIN_KEEP, DigestMismatchError, Digests
+from ckptcli.format.digests import decode_file as decode_digest_file
+from ckptcli.format.digests import encode_file as encode_digest_file
+from ckptcli.format.digests import file_size as digest_file_size
 from ckptcli.format.manifest import Manifest, Subject, check_name
 from ckptcli.format.takecache import CachingEncoder, SubjectCache
 from ckptcli.format.values import Encoded, Encoder
 from ckptcli.listing import parse_labels
 from ckptcli.progress import NULL, Progress
+from ckptcli.store import layout as store_layout
 from ckptcli.store.repository import Store, Transaction
 
 __all__ = ["TakeResult", "drop_take_cache", "origin_of", "take"]
@@ -130,7 +138,19 @@ def take(
         carried = {k: v.ev if isinstance(v, Encoded) else v for k, v in (carry or {}).items()}
         carried_bytes = sum(v.size for v in (carry or {}).values() if isinstance(v, Encoded))
         with _take_cache(store, subj, cache) as subject_cache:
-            encoded, enc, txn, report = _encode(store, sections, carried, blob_paths, parent_ids, force_read, progress, subject_cache)
+            digests = None if force_read or not blob_paths else _DigestFile(store, subj)
+            try:
+                encoded, enc, txn, report = _encode(
+                    store, sections, carried, blob_paths, parent_ids, force_read, progress, subject_cache, digests
+                )
+            except DigestMismatchError:
+                assert digests is not None
+                digests.drop()
+                store.warn(
+                    f"the digest cache {digests.path} named a chunk by a SHA-256 that is not its own; "
+                    "it was removed and the files were read again without it"
+                )
+                encoded, enc, txn, report = _encode(store, sections, carried, blob_paths, parent_ids, force_read, progress, subject_cache)
         manifest = Manifest(
             subject=subj,
             sections=encoded,
@@ -181,12 +201,15 @@ def _encode(
     force_read: bool,
     progress: Progress,
     subject_cache: SubjectCache | None = None,
+    digests: _DigestFile | None = None,
 ) -> tuple[dict[str, bytes], Encoder, Transaction, CaptureReport]:
     """Encode the sections, the carried ones and the blobs section in one committed
     transaction (aborted on any error); returns (section -> encoded root, the encoder,
     the transaction, what capturing the files found). With `subject_cache`, the long
     lists of the sections go through it (its records are checked against the store's
-    index first, and replaced by this take's once it has committed)."""
+    index first, and replaced by this take's once it has committed). With `digests`,
+    the files' chunks are hashed through the subject's digest cache, which is written
+    back once the take has committed."""
     txn = store.transaction()
     try:
         if subject_cache is not None:
@@ -208,6 +231,7 @@ def _encode(
             total = sum(tree_size(p) for p in blob_paths.values())
             progress.start("reading blobs", total)
             before = enc.logical_bytes
+            enc.digests = digests.digests if digests is not None else None
             try:
                 entries = {name: capture(p, enc, progress, report, previous.get(name)) for name, p in blob_paths.items()}
             finally:
@@ -228,7 +252,44 @@ def _encode(
         raise
     if subject_cache is not None:
         subject_cache.commit(CACHE_RECORD_BYTES)
+    if digests is not None:
+        digests.save(report.bytes // store.config.cdc[1])
     return encoded, enc, txn, report
+
+
+class _DigestFile:
+    """A subject's digest cache in a store (`cache/digests/<32 hex>`,
+    ckptcli.format.digests): read on the first chunk a take hashes (a take that reads no
+    file never reads it), written back after the take committed. Best effort both
+    ways: a cache that cannot be read, or is not whole and sound, is an empty one; one
+    that cannot be written (a read-only store) is not."""
+
+    def __init__(self, store: Store, subj: Subject) -> None:
+        self.store = store
+        self.path = f"{store_layout.DIGESTS}/{hashlib.sha256(str(subj).encode()).hexdigest()[:32]}"
+        self.digests = Digests(loader=self._load)
+
+    def _load(self) -> dict[bytes, bytes]:
+        read = self.store.backend.read_range
+        try:
+            size = digest_file_size(read(self.path, 0, DIGEST_HEAD_SIZE))
+            got = decode_digest_file(read(self.path, 0, size + 1)) if size is not None else None
+        except CkptError:
+            return {}
+        return got or {}
+
+    def save(self, chunks: int) -> None:
+        """Write this take's pairs and the earlier ones, about twice the chunks of the
+        files it captured (`chunks`) and at least MIN_KEEP, at most MAX_ENTRIES."""
+        if not self.digests.seen:
+            return
+        keep = min(MAX_ENTRIES, max(MIN_KEEP, 2 * chunks))
+        with contextlib.suppress(CkptError, OSError):
+            self.store.backend.write_hint(self.path, encode_digest_file(self.digests.pairs(keep)))
+
+    def drop(self) -> None:
+        with contextlib.suppress(CkptError, OSError):
+            self.store.backend.delete(self.path)
 
 
 class _StoreCache:

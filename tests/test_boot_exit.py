@@ -236,3 +236,30 @@ def test_an_error_or_a_bad_option_keeps_its_code_when_stderr_cannot_be_written(
     store = _store_with_one(tmp_path)
     assert _run_with_full_stderr(monkeypatch, capsys, "--store", store, "show", "nonexist")[0] == 3
     assert _run_with_full_stderr(monkeypatch, capsys, "--store", store, "ls", "--no-such-option")[0] == 2
+
+
+@pytest.mark.parametrize("debug", ["", "1", "0", "false", "yes"])
+def test_an_internal_error_exits_70_with_or_without_ckpt_debug(tmp_path: Path, debug: str) -> None:
+    """An exception ckpt did not expect (a bug) is exit 70 (docs/exit-codes.md); with
+    CKPT_DEBUG=1 it also prints the traceback (it was exit 1: the exception was raised
+    out of the run, and Python's own handler ended the process)."""
+    store = _store_with_one(tmp_path)
+    code = (
+        "import sys\n"
+        "import ckptcli.listing\n"
+        "def boom(*a, **k):\n"
+        "    raise RuntimeError('planted bug')\n"
+        "ckptcli.listing.list_checkpoints = boom\n"
+        "from ckptcli.cli import entry\n"
+        "sys.argv = ['ckpt', '--store', sys.argv[1], 'ls']\n"
+        "entry()\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code, str(store)], capture_output=True, timeout=120, env={**os.environ, "CKPT_DEBUG": debug})
+    err = p.stderr.decode()
+    assert p.returncode == 70, err
+    line = "ckpt: internal error: RuntimeError: planted bug"
+    if debug in ("1", "yes"):  # CKPT_DEBUG=0 or false is off (any value turned it on)
+        assert err.startswith("Traceback (most recent call last):") and "in boom" in err, err
+        assert err.endswith(f"{line} (please report it with the traceback above)\n"), err
+    else:
+        assert err == f"{line} (set CKPT_DEBUG=1 for the traceback, and please report it)\n", err

@@ -51,8 +51,11 @@ def test_file_or_reference_is_decided_in_one_place(made: tuple[Path, bytes], tmp
     # unresolved (`ckpt verify`): the file unread, a reference left to the caller
     source, got = open_source("bot.ckpt", path, resolve=False)
     assert isinstance(source, CheckpointFile) and got is None
-    source, got = open_source("missing.ckpt", path, resolve=False)
-    assert not isinstance(source, CheckpointFile) and got is None
+    # a path is never a reference, resolved or not (verify took it for one: "no ckpt store")
+    with pytest.raises(NotFoundError, match=r"missing\.ckpt does not exist"):
+        open_source("missing.ckpt", path, resolve=False)
+    with pytest.raises(NotFoundError, match=r"not-here does not exist"):
+        open_source("./not-here", path, resolve=False)
     assert open_checkpoint("bot.ckpt", None).id == open_checkpoint("latest", path).id == cid
     # `ckpt compat`'s sources: paths are directories, anything with a "/", .ckpt names
     assert [is_path(a) for a in ("bot.ckpt", "missing.ckpt", "s", "./bot", "bot", "agent:bot")] == [True, True, True, True, False, False]

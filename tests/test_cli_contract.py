@@ -176,6 +176,34 @@ def test_a_closed_pipe_ends_every_command_quietly_with_0(tmp_path: Path) -> None
             assert err == b"", (args, env, err)
 
 
+def test_an_export_to_stdout_cut_short_fails_with_12(tmp_path: Path) -> None:
+    """`ckpt export latest -o - | ssh host ckpt import -` with the transfer cut: the reader
+    got part of a checkpoint file, so export must not look successful (exit 12, one line),
+    where a listing cut by `head` ends quietly with 0 (the test above)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import run_ckpt
+
+    st = tmp_path / "store"
+    assert run_ckpt("init", st).returncode == 0
+    blob = tmp_path / "weights.bin"
+    blob.write_bytes(os.urandom(2 << 20))  # far more than a pipe holds
+    assert run_ckpt("take", "-", "--store", st, "--blob", f"w={blob}", input=b'{"memory": {"v": 1}}').returncode == 0
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ckptcli", "export", "latest", "-o", "-", "--store", str(st)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.read(1000)
+    p.stdout.close()  # the transfer was cut
+    err = p.stderr.read().decode()
+    p.stderr.close()
+    assert p.wait(timeout=120) == ExitCode.IO_ERROR, err
+    assert err.count("\n") == 1 and err.startswith("ckpt: error: ") and "incomplete" in err and "Traceback" not in err, err
+    whole = run_ckpt("export", "latest", "-o", "-", "--store", st)  # and a reader that takes it all: 0
+    assert whole.returncode == 0 and len(whole.stdout) > 2 << 20, whole.stderr
+
+
 def test_log_says_when_it_stops_at_a_dropped_parent(cli, st: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     c1 = _take(cli, st, tmp_path, {"memory": {"v": 1}}, "-S", "agent:bot")
     packs = st / ".ckpt" / "packs" if (st / ".ckpt").is_dir() else st / "packs"

@@ -1,13 +1,15 @@
 """Edges of the CLI found by outside testers: `ckpt ls REF` shows the refs as `ckpt ls`
 does; an empty or unknown --chunker, and an empty path to restore, export or import, are
 refused with one line and exit 2; a blobs directory that cannot be made says why, not
-"0 B free"."""
+"0 B free"; a path given as the checkpoint (a directory, a path that is not there) gets
+the same line and code from every verb, `ckpt import` included."""
 
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -108,3 +110,49 @@ def test_a_blobs_target_that_is_a_file_says_so(store: tuple[Path, list[str]], tm
         err = _one_line_error(run_ckpt("restore", "agent:bot", "--no-state", "--blobs", target, "--store", s), ExitCode.IO_ERROR)
         assert "directory" in err and "free" not in err, err
     assert f.read_text() == "x"
+
+
+def test_a_directory_given_to_import_as_its_checkpoint_file_is_bad_input(store: tuple[Path, list[str]], tmp_path: Path) -> None:
+    """`ckpt import DIR`: one line saying it is a directory and what to give (it was exit
+    12, "cannot read DIR: Is a directory", as if the system had failed)."""
+    s, _ = store
+    err = _one_line_error(run_ckpt("import", tmp_path / "ws", "--store", s), ExitCode.INVALID_INPUT)
+    assert f"{tmp_path / 'ws'} is a directory, not a checkpoint file; give a .ckpt file" in err, err
+
+
+#: every verb that reads one checkpoint given as a reference or a checkpoint file
+_READERS = [
+    ["show"],
+    ["cat"],
+    ["ls"],
+    ["ls-files"],
+    ["verify"],
+    ["export", "-o", "-"],
+    ["restore", "-o", "-"],
+    ["dump", "x"],
+    ["diff", "latest"],  # the path first: a second argument that is a reference needs a store
+]
+
+
+@pytest.mark.parametrize("with_store", [False, True], ids=["no-store", "store"])
+@pytest.mark.parametrize("what", ["directory", "missing"])
+@pytest.mark.parametrize("verb", _READERS, ids=lambda v: v[0])
+def test_a_path_is_a_checkpoint_file_for_every_verb_as_for_import(
+    cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, verb: list[str], what: str, with_store: bool
+) -> None:
+    """A path (absolute, ./x, ../x, x.ckpt, or x/y that is there): a directory or a path
+    that does not exist gets the line and code `ckpt import` gives it, whatever the verb
+    and whether or not a store is found (show and cat said "no ckpt store", exit 10,
+    where other verbs said "does not exist", exit 3)."""
+    s = tmp_path / "s"
+    assert cli("init", s).code == 0
+    (tmp_path / "ws").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CKPT_STORE", raising=False)
+    if with_store:
+        monkeypatch.setenv("CKPT_STORE", str(s))
+    path = str(tmp_path / "ws") if what == "directory" else "./not-here"
+    want = cli("import", path, "--store", s)
+    assert want.code == (ExitCode.INVALID_INPUT if what == "directory" else ExitCode.NOT_FOUND), want.err
+    got = cli(verb[0], path, *verb[1:])
+    assert (got.code, got.err) == (want.code, want.err)

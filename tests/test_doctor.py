@@ -81,6 +81,20 @@ def test_a_dead_savers_journal_is_a_warning_until_a_saver_replays_it(tmp_path: P
     assert json.loads(res.out)["status"] == "ok" and "4 checkpoint(s)" in _one(_checks(res), "store structure")["detail"]
 
 
+def test_a_linked_lock_file_fails_the_doctor_naming_it(tmp_path: Path, cli: Any) -> None:
+    """A lock file that is a symbolic link: every write is refused (exit 8), while doctor
+    said the lock was "cannot tell" (a warning) and the store fine. It fails, naming it."""
+    store = tmp_path / ".ckpt"
+    assert cli("init", store).code == 0
+    lock = store / "locks" / "store.lock"
+    lock.unlink(missing_ok=True)
+    lock.symlink_to(tmp_path / "elsewhere")
+    res = cli("doctor", "--json", "--store", store)
+    assert res.code != 0 and json.loads(res.out)["status"] != "ok", res
+    check = _one(_checks(res), "lock store")
+    assert check["status"] == "fail" and str(lock) in check["detail"] and "symbolic link" in check["detail"], check
+
+
 def test_another_processs_journal_is_live_until_it_is_killed(tmp_path: Path, cli: Any) -> None:
     """A real worker process mid-turn (its node waits): its journal is live; SIGKILLed,
     the journal is one of a saver that is gone, until a saver replays it."""

@@ -91,7 +91,7 @@ def test_stats_counts_dedup_per_subject(cli: Any, store: Store, ws: Path) -> Non
     assert (s["checkpoints"], s["subjects"]) == (4, 2)
     a, b = s["per_subject"]["agent:a"], s["per_subject"]["workflow:b"]
     assert a["checkpoints"] == 3 and b["checkpoints"] == 1
-    assert a["logical_bytes"] > 3 * 300_000 and 300_000 < a["unique_bytes"] < 2 * 300_000
+    assert a["standalone_bytes"] > 3 * 300_000 and 300_000 < a["unique_bytes"] < 2 * 300_000
     assert s["dedup_ratio"] > 2.0
     assert s["stored_bytes"] <= s["pack_bytes"] and s["packs"] >= 1 and s["objects"] == s["indexed_objects"]
     assert s["unique_bytes"] == a["unique_bytes"] + b["unique_bytes"]  # nothing shared between them
@@ -102,4 +102,19 @@ def test_stats_counts_dedup_per_subject(cli: Any, store: Store, ws: Path) -> Non
 def test_stats_of_one_checkpoint_has_no_dedup(cli: Any, store: Store, ws: Path) -> None:
     api.take(store, {"memory": {}}, subject="agent:a", blobs={"ws": ws})
     s = json.loads(cli("stats", "--store", store.location, "--json").out)
-    assert s["logical_bytes"] == s["unique_bytes"] > 300_000 and s["dedup_ratio"] == 1.0
+    assert s["standalone_bytes"] == s["unique_bytes"] > 300_000 and s["dedup_ratio"] == 1.0
+
+
+def test_stats_does_not_call_logical_what_is_not_the_sum_of_ls_size(cli: Any, store: Store) -> None:
+    """`ckpt ls`'s SIZE is the logical size a take records (strings, bytes, files: a state
+    of numbers alone is 0 B); stats counted each checkpoint's encoded objects, structure
+    included, and called that "logical" too. It is "standalone" now, in text and JSON
+    (where `logical_bytes` stays, deprecated, the same figure, for the scripts reading it)."""
+    api.take(store, {"memory": {"n": list(range(1000))}}, subject="agent:a")
+    rows = json.loads(cli("ls", "--store", store.location, "--json").out)
+    assert [r["stats"]["logical_bytes"] for r in rows] == [0]
+    s = json.loads(cli("stats", "--store", store.location, "--json").out)
+    assert s["logical_bytes"] == s["standalone_bytes"] and s["per_subject"]["agent:a"]["logical_bytes"] == s["standalone_bytes"], s
+    assert s["standalone_bytes"] == s["per_subject"]["agent:a"]["standalone_bytes"] > 1000
+    text = cli("stats", "--store", store.location).out
+    assert "standalone:" in text and "STANDALONE" in text and "logical" not in text.lower(), text

@@ -392,6 +392,17 @@ def test_verify_names_a_damaged_reflog_entry_and_notes_a_torn_one(cli: Any, st: 
     assert [x["new"] for x in json.loads(cli("reflog", "agent:bot", "--json", "--store", st).out)] == [b, a]
 
 
+def test_a_tag_or_branch_named_like_a_checkpoint_file_is_refused(st: Path) -> None:
+    """`ckpt tag rel.ckpt REF` was accepted, and then every verb read `rel.ckpt` as a
+    checkpoint file that does not exist (exit 3): the tag could never be used."""
+    a = _take(st, {"n": 1})
+    for args in (["tag", "rel.ckpt", a], ["tag", "rel.CKPT", a], ["branch", "x.ckpt", a], ["fork", a, "--at", "0", "--branch", "y.ckpt"]):
+        r = run_ckpt("--store", str(st), *args)
+        assert r.returncode == ExitCode.INVALID_INPUT, (args, r.stderr)
+        assert r.stderr.count(b"\n") == 1 and b".ckpt" in r.stderr and b"checkpoint file" in r.stderr, r.stderr
+    assert open_store(st).refs(prefix="refs/tags") == {} and open_store(st).refs(prefix="refs/branches") == {}
+
+
 def test_a_tag_or_branch_cannot_hide_a_checkpoint_id(st: Path) -> None:
     """`ckpt tag <another checkpoint's full id> REF` was accepted, and from then on that id
     meant the tagged checkpoint (show, restore); a prefix did the same, and `latest` as a
@@ -495,3 +506,15 @@ def test_advance_latest_many_reads_back_no_manifest_it_moved_a_ref_to_itself(st:
     with store.ref_lock():  # another writer moves agent:a back to a1: its target is read, as before
         store.write_ref(store.latest_ref(a), a1, log=False)
     assert advance((a, a2), (b, b2)) == [True, True] and read == [a1] and latest("agent:a") == a2
+
+
+def test_a_checkpoint_file_given_as_the_store_is_not_told_to_run_init(st: Path, tmp_path: Path) -> None:
+    """`ckpt --store agent.ckpt show latest` advised `ckpt init` (over a file): it says the
+    file is no store and how a checkpoint file is read."""
+    _take(st, {"n": 1})
+    f = tmp_path / "agent.ckpt"
+    assert run_ckpt("--store", str(st), "export", "latest", "-o", str(f)).returncode == 0
+    r = run_ckpt("--store", str(f), "show", "latest")
+    assert r.returncode == ExitCode.NO_STORE, r.stderr
+    assert r.stderr.count(b"\n") == 1 and b"is a file, not a ckpt store" in r.stderr and b"ckpt init" not in r.stderr, r.stderr
+    assert run_ckpt("show", str(f)).returncode == 0  # as the hint says

@@ -526,3 +526,52 @@ def test_a_local_reflog_larger_than_ckpt_writes_one_is_refused_without_being_rea
     doc.write_text(json.dumps({"memory": {"turn": 2}}))
     took = run_ckpt(*args, "take", str(doc), "-S", "agent:bot")
     assert took.returncode == 0, took.stderr.decode()
+
+
+# -- a lock that cannot be removed, as its command fails or succeeds ------------------------------
+
+
+def _bucket_gone_at(monkeypatch: pytest.MonkeyPatch, s3_bucket: S3Bucket, owner: Any, name: str) -> None:
+    """Empty the server (the bucket goes) as `owner.name` starts, then run it."""
+    original = getattr(owner, name)
+
+    def gone(*args: Any, **kwargs: Any) -> Any:
+        s3_bucket.server.post("/moto-api/reset")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, gone)
+
+
+def _take_as_the_bucket_goes(
+    cli: Any, s3_bucket: S3Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, owner: Any, name: str
+) -> tuple[str, Any]:
+    """A take into a new store of the bucket, the bucket deleted when `owner.name` is
+    first called; returns (the store's URL, the take's result)."""
+    url = f"{s3_bucket.url}/p"
+    assert cli("init", url).code == 0
+    doc = tmp_path / "d.json"
+    doc.write_text('{"memory": {"a": 1}}')
+    _bucket_gone_at(monkeypatch, s3_bucket, owner, name)
+    return url, cli("take", doc, "--store", url, "-S", "agent:a")
+
+
+def test_a_take_failing_as_its_bucket_goes_prints_one_line_not_the_lock_too(
+    cli: Any, s3_bucket: S3Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bucket deleted during a take: the lock's object cannot be removed either, for
+    the same cause. The error is the one line (a warning about the lock came first)."""
+    url, r = _take_as_the_bucket_goes(cli, s3_bucket, tmp_path, monkeypatch, Store, "write_manifest")
+    assert r.code == ExitCode.NO_STORE, r.err
+    assert r.err.count("\n") == 1 and r.err.startswith(f"ckpt: error: {url}: no such bucket"), r.err
+
+
+def test_a_lock_that_cannot_be_removed_after_a_take_that_succeeded_is_a_warning(
+    cli: Any, s3_bucket: S3Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The take committed, then its lock's object could not be removed: the take succeeded
+    (exit 0, its id printed), and the warning says the lock is left to go stale."""
+    from ckptcli.store.objlocks import HeldLock
+
+    _url, r = _take_as_the_bucket_goes(cli, s3_bucket, tmp_path, monkeypatch, HeldLock, "release")
+    assert r.code == 0 and len(r.out.strip()) == 64, r.err
+    assert r.err.startswith("ckpt: warning: could not remove the lock ") and "`ckpt unlock` removes it once stale" in r.err, r.err

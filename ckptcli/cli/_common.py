@@ -87,7 +87,7 @@ def is_path(arg: str) -> bool:
 def open_checkpoint(ref: str, store: Path | str | None) -> Checkpoint:
     """A checkpoint by reference: a checkpoint file (is_checkpoint_file), else a checkpoint
     of the store of --store (an id or prefix, tag, branch, KIND:NAME, latest, REF~N); a
-    .ckpt name that is not there is NotFoundError, not a reference."""
+    path (a .ckpt name, ./x, /x...) that is not there is NotFoundError, not a reference."""
     from ckptcli import api
 
     return api.open_checkpoint(ref, store_path=store)
@@ -99,14 +99,17 @@ def open_source(
     """What a command that reads a store or a checkpoint file works on, and the id of the
     checkpoint `target` names (None for no target):
 
-    - a checkpoint file (is_checkpoint_file): the file, and its one checkpoint; with
-      `resolve`, a .ckpt name that is not there is NotFoundError, not a reference;
+    - a checkpoint file (is_checkpoint_file), or what can only be a path (a .ckpt
+      name, ./x, /x...: checkpoint.looks_like_a_path): the file, and its one checkpoint; a
+      path that is not there is NotFoundError, a directory InvalidInputError, never a
+      reference (whether or not there is a store);
     - with `directory`, a directory or a store's URL: that store (`ckpt tui /srv/ckpt`);
     - anything else: the store of --store, and the checkpoint `target` names in it.
 
     Without `resolve`, the file's checkpoint is not read and a reference is not resolved
     (None): the caller does it (`ckpt verify`, which reports a damaged one)."""
     from ckptcli.api import refuse_url
+    from ckptcli.checkpoint import looks_like_a_path
 
     if target is None:
         return open_store(store), None
@@ -114,12 +117,12 @@ def open_source(
         return open_store(target if _is_url(target) else Path(target)), None
     refuse_url(target, "a checkpoint file")
     if not resolve:
-        if is_checkpoint_file(target):
+        if is_checkpoint_file(target) or looks_like_a_path(target):
             from ckptcli.store.single import CheckpointFile
 
             return CheckpointFile(Path(target)), None
         return open_store(store), None
-    if is_checkpoint_file(target) or target.endswith(".ckpt"):
+    if is_checkpoint_file(target) or looks_like_a_path(target):
         ck = open_checkpoint(target, store)
         return ck.source, ck.id
     st = open_store(store)

@@ -625,7 +625,7 @@ def _run(args: list[str]) -> int:
             return interrupted()
         return rv if isinstance(rv, int) else 0
     except CkptError as exc:
-        if os.environ.get("CKPT_DEBUG") and exc.__cause__ is not None:
+        if _debug() and exc.__cause__ is not None:
             import traceback  # the user's code failed (a migration, an adapter): show where
 
             sys.stderr.write("".join(traceback.format_exception(exc.__cause__)))
@@ -661,15 +661,26 @@ def _run(args: list[str]) -> int:
     except MemoryError:
         sys.stderr.write("ckpt: error: out of memory; the input is too large or hostile (see CKPT_MAX_HELD_BYTES)\n")
         return int(ExitCode.LIMIT_EXCEEDED)
-    except Exception as exc:  # noqa: BLE001 - every failure ends in one line; _internal raises it with CKPT_DEBUG
+    except Exception as exc:  # noqa: BLE001 - every failure ends in one line (after its traceback with CKPT_DEBUG)
         return _internal(exc)
 
 
+def _debug() -> bool:
+    """CKPT_DEBUG set to anything but empty, 0, false, no or off (as NO_COLOR's cousins read)."""
+    return os.environ.get("CKPT_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 def _internal(exc: Exception) -> int:
-    """A failure ckpt did not expect (a bug): one line, exit 70; CKPT_DEBUG=1 raises it."""
-    if os.environ.get("CKPT_DEBUG"):
-        raise exc
-    sys.stderr.write(f"ckpt: internal error: {type(exc).__name__}: {exc} (set CKPT_DEBUG=1 for the traceback, and please report it)\n")
+    """A failure ckpt did not expect (a bug): one line, exit 70; CKPT_DEBUG=1 prints its
+    traceback first (still exit 70, as documented: raised out of the run, Python's own
+    handler ended the process with 1)."""
+    if _debug():
+        import traceback
+
+        sys.stderr.write("".join(traceback.format_exception(exc)))
+        sys.stderr.write(f"ckpt: internal error: {type(exc).__name__}: {exc} (please report it with the traceback above)\n")
+    else:
+        sys.stderr.write(f"ckpt: internal error: {type(exc).__name__}: {exc} (set CKPT_DEBUG=1 for the traceback, and please report it)\n")
     return int(ExitCode.INTERNAL)
 
 

@@ -59,7 +59,8 @@ codes it uses. Any code not listed here also means failure.
 {rows}
 
 On any failure ckpt prints exactly one line on stderr, `ckpt: error: <what is wrong>; <what to do>`,
-and never a traceback (set `CKPT_DEBUG=1` to see one for an internal error, code 70).
+and never a traceback (set `CKPT_DEBUG=1` to see one for an internal error, code 70;
+`CKPT_DEBUG=0`, `false`, `no` or `off` is the same as unset).
 `ckpt diff --exit-code` (like `git diff --exit-code`) and `ckpt verify` use 1 and 5 as documented
 in their help; `ckpt doctor` exits 1 when one of its checks fails (warnings alone exit 0), and 10 when it finds no
 store or cannot reach it (none here, a missing bucket, an endpoint that does not answer);
@@ -84,7 +85,10 @@ rollback again goes on with it), 9 while the workflow runs and 11 when a rollbac
 checkpoint is unfinished; the library's `NonDeterminismError` (a re-run that calls another
 step than the recorded run did) carries 13 (docs/workflows.md).
 When the reader of stdout goes away early (`ckpt log | head`), every command stops quietly
-and exits 0, as `git log | head` does: nothing it would have printed is an error. When
+and exits 0, as `git log | head` does: nothing it would have printed is an error. The one
+exception is `ckpt export -o -`, whose output is of use only whole (a checkpoint file
+piped to `ssh host ckpt import -`): a reader gone before its end is one line and exit 12,
+so a cut transfer does not look successful. When
 stdout cannot be written at all (a full disk, `ckpt ls > /dev/full`, or ckpt started
 with it closed, `ckpt ls >&-`), the command ends with one line,
 `ckpt: error: cannot write the output to stdout: <why>; ...`, and exit 12 (`IO_ERROR`):

@@ -3,6 +3,7 @@ and the exit-status epilog every command's help ends with."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
 from ckptcli._util.units import human_size as human_size  # the commands' sizes
-from ckptcli.errors import EXIT_CODE_MEANINGS, ExitCode
+from ckptcli.errors import EXIT_CODE_MEANINGS, ExitCode, StoreIOError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -98,18 +99,36 @@ def emit_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=indent, ensure_ascii=False, allow_nan=False) + "\n")
 
 
-def emit_spooled(write: Callable[[IO[bytes]], None]) -> None:
+def emit_spooled(write: Callable[[IO[bytes]], None], whole: str | None = None) -> None:
     """Copy to stdout what `write` produces, once all of it is produced (held in memory up
     to 32 MiB, then in a temporary file): a command that fails half-way leaves stdout
-    empty, and a streamed document costs no more memory when it goes to stdout."""
+    empty, and a streamed document costs no more memory when it goes to stdout.
+
+    `whole` names output that is of use only whole (a checkpoint file): when the reader
+    goes away before it has all of it, that is an error (StoreIOError, exit 12), not the
+    quiet end of `ckpt log | head`."""
     import shutil
     import tempfile
 
     with tempfile.SpooledTemporaryFile(max_size=32 * 1024 * 1024) as tmp:
         write(cast("IO[bytes]", tmp))
+        total = tmp.tell()
         tmp.seek(0)
-        shutil.copyfileobj(tmp, sys.stdout.buffer, 1024 * 1024)
-    sys.stdout.buffer.flush()
+        try:
+            shutil.copyfileobj(tmp, sys.stdout.buffer, 1024 * 1024)
+            sys.stdout.buffer.flush()
+        except BrokenPipeError:
+            if whole is None:
+                raise
+            # what is still buffered goes nowhere when the interpreter flushes at exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            raise StoreIOError(
+                f"the reader of stdout went away before the end of {whole} ({total:,} bytes): what it got is incomplete",
+                hint="nothing was changed; run it again into a reader that takes all of it, or write a file with -o FILE",
+            ) from None
 
 
 class BarProgress:
@@ -196,9 +215,9 @@ class Counted:
         return getattr(self.fh, name)
 
 
-def write_output(output: Path | None, write: Any) -> int:
-    """Write through `write(fh)` to `output` (None or `-`: stdout, once complete;
-    otherwise write_file_atomic); returns the bytes written."""
+def write_output(output: Path | None, write: Any, whole: str | None = None) -> int:
+    """Write through `write(fh)` to `output` (None or `-`: stdout, once complete, `whole`
+    as emit_spooled takes it; otherwise write_file_atomic); returns the bytes written."""
     counted: list[Counted] = []
 
     def counting(fh: IO[bytes]) -> None:
@@ -207,7 +226,7 @@ def write_output(output: Path | None, write: Any) -> int:
         write(cast("IO[bytes]", c))
 
     if output is None or str(output) == "-":
-        emit_spooled(counting)
+        emit_spooled(counting, whole)
     else:
         from ckptcli.store.backend import write_file_atomic
 

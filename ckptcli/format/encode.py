@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Generator, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from typing import IO, Any, TypeAlias, cast
+from typing import IO, TYPE_CHECKING, Any, TypeAlias, cast
 
 from ckptcli.errors import CkptError, InvalidInputError, LimitExceededError
 from ckptcli.format import limits
@@ -43,6 +43,9 @@ from ckptcli.format.ev import (
     deep_recursion,
     map_header,
 )
+
+if TYPE_CHECKING:
+    from ckptcli.format.digests import Digests
 
 __all__ = ["Encoder", "ListTree"]
 
@@ -93,6 +96,9 @@ class Encoder:
             )
         #: Bytes of leaf data this encoder saw (logical size), for stats.
         self.logical_bytes = 0
+        #: the digest cache of a take of files (ckptcli.format.digests): the streams'
+        #: chunks are hashed through it; None: with SHA-256 alone
+        self.digests: Digests | None = None
 
     # -- objects ---------------------------------------------------------------
     def _put_node(self, content: bytes) -> bytes:
@@ -103,6 +109,15 @@ class Encoder:
     def _put_data(self, content: bytes) -> bytes:
         oid = hashlib.sha256(content).digest()
         self.sink.put(oid, content, OBJ_DATA)
+        return oid
+
+    def _put_chunk(self, piece: memoryview) -> bytes:
+        """A chunk of a stream read on this thread: hashed through the digest cache when
+        the take has one, as the chunk pool does."""
+        if self.digests is None:
+            return self._put_data(bytes(piece))
+        oid = self.digests.id_of(piece)
+        self.sink.put(oid, bytes(piece), OBJ_DATA)
         return oid
 
     # -- values ----------------------------------------------------------------
@@ -307,10 +322,10 @@ class Encoder:
                 if size <= limits.CHUNK_THRESHOLD:
                     continue
                 if parallel:
-                    pending.append(_pool().submit(_hash_and_compress, held, self.sink.has))  # type: ignore[attr-defined]
+                    pending.append(_pool().submit(_hash_and_compress, held, self.sink.has, self.digests))  # type: ignore[attr-defined]
                     drain(_WINDOWS_IN_FLIGHT)
                 else:
-                    entries.extend((len(p), self._put_data(bytes(p))) for p in held)
+                    entries.extend((len(p), self._put_chunk(p)) for p in held)
                 held = []
             drain(0)
         finally:
@@ -353,7 +368,7 @@ class Encoder:
         try:
             for i, (opener, _size) in enumerate(streams):
                 while nxt is not None and len(readers) < STREAMS_AT_ONCE:
-                    readers[nxt] = _ReadAhead(streams[nxt][0], self.cdc, self.chunker, self.sink.has, stop, buffers)  # type: ignore[attr-defined]
+                    readers[nxt] = _ReadAhead(streams[nxt][0], self.cdc, self.chunker, self.sink.has, stop, buffers, self.digests)  # type: ignore[attr-defined]
                     nxt = next(upcoming, None)
                 reader = readers.pop(i, None)
                 if reader is None:
@@ -561,7 +576,7 @@ _Stored = tuple[bytes, int, "tuple[int, bytes | memoryview, int] | None"]
 _WINDOWS_IN_FLIGHT = 3  # read windows (8 MiB each) hashed/compressed ahead of the writer
 
 
-def _hash_and_compress(pieces: list[memoryview], known: Callable[[bytes], bool]) -> list[_Stored]:
+def _hash_and_compress(pieces: list[memoryview], known: Callable[[bytes], bool], digests: Digests | None = None) -> list[_Stored]:
     """The id, length and stored form of each chunk of a window (None: the store has it,
     so it need not be compressed).
 
@@ -574,14 +589,17 @@ def _hash_and_compress(pieces: list[memoryview], known: Callable[[bytes], bool])
 
     The check of the stored bytes a version-2 pack records (framing.stored_check) is
     taken here too, while those bytes are still in this core's cache, rather than on
-    the thread that adds them to the pack."""
+    the thread that adds them to the pack.
+
+    With `digests` (a take of files, ckptcli.format.digests), a chunk an earlier take
+    hashed gets its id from there instead of SHA-256."""
     from ckptcli.format.framing import CODEC_NONE, CODEC_ZSTD, compress, stored_check
 
     sha256 = hashlib.sha256
     out: list[_Stored] = []
     incompressible = False
     for piece in pieces:
-        oid = sha256(piece).digest()
+        oid = sha256(piece).digest() if digests is None else digests.id_of(piece)
         n = len(piece)
         if known(oid):  # an object the store already has need not be compressed
             out.append((oid, n, None))
@@ -648,8 +666,10 @@ class _ReadAhead:
         known: Callable[[bytes], bool],
         stop: threading.Event,
         buffers: WindowBuffers,
+        digests: Digests | None = None,
     ) -> None:
         self.buffers = buffers
+        self.digests = digests
         self.items: collections.deque[_Handed] = collections.deque()
         self.cond = threading.Condition()
         self.limit = _AHEAD_WINDOWS
@@ -695,7 +715,7 @@ class _ReadAhead:
                         if not self._hand((None, got)):
                             return
                         continue
-                    fut = _pool().submit(_hash_and_compress, held, known)
+                    fut = _pool().submit(_hash_and_compress, held, known, self.digests)
                     held = []
                     if not self._hand((fut, got)):
                         fut.cancel()

@@ -60,6 +60,11 @@ def check_ref_name(value: str, what: str) -> str:
         raise InvalidInputError(f"{what} 'latest' cannot be used: `latest` means the store's newest checkpoint", hint="choose another name")
     if len(value) == 64 and all(c in "0123456789abcdefABCDEF" for c in value):
         raise InvalidInputError(f"{what} {value[:12]}... reads as a checkpoint id", hint="choose a name that is not a checkpoint id")
+    if value.lower().endswith(".ckpt"):  # `.CKPT` too: a file of that name on a case-folding disk
+        raise InvalidInputError(
+            f"{what} {value!r} ends in .ckpt: every command would read it as a checkpoint file",
+            hint="choose a name that does not end in .ckpt",
+        )
     return value
 
 

@@ -21,7 +21,7 @@ import hashlib
 from dataclasses import replace
 from typing import Any
 
-from ckptcli.checkpoint import Checkpoint, names_a_file, open_checkpoint
+from ckptcli.checkpoint import Checkpoint, looks_like_a_path, names_a_file, open_checkpoint
 from ckptcli.document import states_equal
 from ckptcli.errors import CorruptError, LimitExceededError, NotFoundError
 from ckptcli.format import limits
@@ -89,7 +89,7 @@ def open_pair(ref_a: str, ref_b: str, *, store: Store | None = None, store_path:
 
     def one(ref: str) -> Checkpoint:
         nonlocal shared
-        if names_a_file(ref) or ref.endswith(".ckpt"):
+        if names_a_file(ref) or looks_like_a_path(ref):
             return open_checkpoint(ref, store_path=store_path)
         if shared is None:
             shared = Store.open(store_location(store_path) if store_path is not None else None)

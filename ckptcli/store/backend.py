@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import IO
 
 from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError, UnsafePathError
-from ckptcli.store.layout import PACK_TARGET_MAX, TMP, versioned_cap
+from ckptcli.store.layout import PACK_TARGET_MAX, STORE_DIRS, TMP, versioned_cap
 from ckptcli.store.locking import LOCK_NOTICE_AFTER as LOCK_NOTICE_AFTER  # 0.2 names here, kept for one minor release
 from ckptcli.store.locking import WRITERS_DIR as WRITERS_DIR
-from ckptcli.store.locking import LocalLocks, check_no_links, no_links
+from ckptcli.store.locking import LocalLocks, check_no_links, linked_file, no_links, open_unlinked
 from ckptcli.store.locking import Mark as Mark
 from ckptcli.store.locking import WriterMark as WriterMark
 from ckptcli.store.locking import lock_holder as lock_holder
@@ -231,8 +231,10 @@ class Backend(ABC):
 
     def lock_state(self, name: str) -> tuple[str, str | None]:
         """Whether lock `name` is held now, without waiting and without writing: ("free",
-        None), ("shared" or "exclusive", who holds it as `lock_holder` says, or None), or
-        ("unknown", None) where a backend cannot tell (`ckpt doctor`)."""
+        None), ("shared" or "exclusive", who holds it as `lock_holder` says, or None),
+        ("linked", the lock file's path) where the lock file is a symbolic link (every
+        command that takes it is refused), or ("unknown", None) where a backend cannot
+        tell (`ckpt doctor`)."""
         return "unknown", None
 
     @abstractmethod
@@ -532,6 +534,8 @@ class LocalBackend(LocalLocks, Backend):
         self._top = os.fspath(root)  # the root as a string: the per-take calls build no Path objects
         # raw descriptors of recently read packs (closed in close() or when collected)
         self._fds: dict[str, _Handle] = {}
+        # directories of the store found to be no links, and none above them (`_below`)
+        self._unlinked: set[str] = set()
         self._fd_lock = threading.Lock()
 
     def _p(self, path: str) -> Path:
@@ -547,9 +551,35 @@ class LocalBackend(LocalLocks, Backend):
         would block forever)."""
         return self._open_regular_stat(path)[0]
 
+    def check_top_dirs(self) -> None:
+        """Refuse the store (UnsafePathError naming it) when one of its directories
+        (layout.STORE_DIRS: manifests/, index/, packs/, refs/...) is a symbolic link:
+        every read and listing below it would leave the store. One listing of the root,
+        when the store is opened."""
+        try:
+            entries = list(os.scandir(self._top))
+        except OSError:
+            return  # the reads that follow say what is wrong
+        for e in entries:
+            if e.name in STORE_DIRS and e.is_symlink():
+                check_no_links(self._top, f"{e.name}/x", reading=True)
+
+    def _below(self, path: str) -> str:
+        """`_s(path)`, once no directory between the root and `path` is a symbolic link
+        (UnsafePathError naming it): a read never follows a linked manifests/, index/ or
+        pack directory out of the store, as a write never does. Each directory is checked
+        once for the life of the backend."""
+        parent = path.rpartition("/")[0]
+        if parent not in self._unlinked:
+            check_no_links(self._top, path, reading=True)
+            self._unlinked.add(parent)
+        return self._s(path)
+
     def _open_regular_stat(self, path: str) -> tuple[int, os.stat_result]:
-        """`_open_regular`, and the file's status."""
-        fd = os.open(self._s(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        """`_open_regular`, and the file's status. A symbolic link there is refused
+        (UnsafePathError naming it), never followed: a planted link to a manifest
+        elsewhere would be shown, or restored, as if the store held it."""
+        fd = open_unlinked(self._below(path), os.O_RDONLY | os.O_NONBLOCK)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
@@ -823,11 +853,13 @@ class LocalBackend(LocalLocks, Backend):
         refs/tags or a pack directory would let prune remove what they keep."""
         base = self._p(prefix)
         out: list[str] = []
+        self._below(f"{prefix.rstrip('/')}/x")  # the directory listed itself, and those above it
         try:
             for dirpath, dirs, files in os.walk(base):
                 for d in dirs:
                     if os.path.islink(os.path.join(dirpath, d)):
-                        check_no_links(self._top, os.path.relpath(os.path.join(dirpath, d, "x"), self.root).replace(os.sep, "/"))
+                        rel_d = os.path.relpath(os.path.join(dirpath, d, "x"), self.root).replace(os.sep, "/")
+                        check_no_links(self._top, rel_d, reading=True)
                 rel = os.path.relpath(dirpath, self.root)
                 for f in files:
                     out.append(f"{rel}/{f}" if rel != "." else f)
@@ -836,16 +868,20 @@ class LocalBackend(LocalLocks, Backend):
         return sorted(p.replace(os.sep, "/") for p in out)
 
     def list_names(self, directory: str) -> builtins.list[str]:
+        # a link, a FIFO or a device is listed, as `list` lists them (never hidden: its read
+        # is refused, so verify names it and ls says it leaves it out); a subdirectory is not
+        self._below(f"{directory.rstrip('/')}/x")
         try:
-            return [e.name for e in os.scandir(self._p(directory)) if e.is_file(follow_symlinks=False)]
+            return [e.name for e in os.scandir(self._p(directory)) if not e.is_dir(follow_symlinks=False)]
         except FileNotFoundError:
             return []
         except OSError as exc:
             raise io_error(exc, "list", self._p(directory)) from None
 
     def exists(self, path: str) -> bool:
+        # a link there is no file of the store (never followed): a writer replaces it
         try:
-            return stat.S_ISREG(os.stat(self._s(path)).st_mode)
+            return stat.S_ISREG(os.stat(self._s(path), follow_symlinks=False).st_mode)
         except OSError as exc:
             if exc.errno in _ABSENT:
                 return False
@@ -859,9 +895,12 @@ class LocalBackend(LocalLocks, Backend):
 
     def size(self, path: str) -> int:
         try:
-            return self._p(path).stat().st_size
+            st = os.stat(self._s(path), follow_symlinks=False)
         except FileNotFoundError:
             raise NotFoundError(f"{self._p(path)} does not exist") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise linked_file(self._p(path))
+        return st.st_size
 
 
 #: what Path.is_file takes for "no such file" (the errors pathlib ignores)

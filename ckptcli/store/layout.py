@@ -24,6 +24,7 @@ __all__ = [
     "CATALOG",
     "CONFIG",
     "CREATED_DIRS",
+    "DIGESTS",
     "INDEX",
     "INDEX_SNAPSHOT",
     "JOURNAL_DIR",
@@ -77,9 +78,12 @@ TMP = "tmp"  # in-flight writes, renamed into place
 CACHE = "cache"  # rebuildable, ignored by readers of the format
 CATALOG = f"{CACHE}/catalog"
 INDEX_SNAPSHOT = f"{CACHE}/index-snapshot"  # the whole object index, one file (store/index.py)
+DIGESTS = f"{CACHE}/digests"  # digests/<32 hex>: a subject's BLAKE3 -> SHA-256 of chunks (format/digests.py)
 WRITERS = f"{LOCKS}/writers"  # one file per live writer process (`Backend.live_writers`)
 
 CREATED_DIRS = (PACKS, INDEX, MANIFESTS, REFS, LOCKS, TMP)  # what `Store.init` makes
+#: the directories a store may hold; none of them may be a symbolic link (`LocalBackend.check_top_dirs`)
+STORE_DIRS = frozenset((PACKS, INDEX, MANIFESTS, REFS, LOGS, LOCKS, TMP, CACHE))
 LOCAL_DIRS = (TMP, LOCKS)  # absent from a copied store; made again on open
 
 

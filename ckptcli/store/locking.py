@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import fcntl
 import json
 import math
@@ -36,10 +37,12 @@ __all__ = [
     "WriterMark",
     "check_lock_wait",
     "check_no_links",
+    "linked_file",
     "lock_holder",
     "no_linked_dirs",
     "no_links",
     "note_holder",
+    "open_unlinked",
 ]
 
 WRITERS_DIR = WRITERS
@@ -56,9 +59,9 @@ def no_links(root: Path, path: str) -> Path:
     return root / path
 
 
-def check_no_links(root: str, path: str) -> str:
+def check_no_links(root: str, path: str, *, reading: bool = False) -> str:
     """`no_links` on plain strings (no Path objects: every take calls it several times);
-    returns the path joined to `root`."""
+    returns the path joined to `root`. `reading`: the error says read, not write."""
     at = root
     for part in path.split("/")[:-1]:
         at = os.path.join(at, part)
@@ -68,11 +71,34 @@ def check_no_links(root: str, path: str) -> str:
             break  # not there (the writer makes it), or the write itself says what is wrong
         if stat.S_ISLNK(mode):
             raise UnsafePathError(
-                f"{at} is a symbolic link; ckpt writes nothing through it (it would write outside the store)",
+                f"{at} is a symbolic link; ckpt {'reads' if reading else 'writes'} nothing through it "
+                f"(it would {'read' if reading else 'write'} outside the store)",
                 hint="a store's directories are never links (something other than ckpt made it): "
                 "replace it with a directory holding what it points to",
             )
     return os.path.join(root, path)
+
+
+def linked_file(path: str | os.PathLike[str]) -> UnsafePathError:
+    """The error for a file of a store (a manifest, a pack, a lock file...) that is a
+    symbolic link, whatever it points to (a file, nothing, itself): never followed, as
+    a linked directory never is (`check_no_links`)."""
+    return UnsafePathError(
+        f"{os.fspath(path)} is a symbolic link; ckpt never follows a link in a store (it would read or write outside it)",
+        hint="something other than ckpt made it: remove it, or put the file it points to in its place",
+    )
+
+
+def open_unlinked(path: str | os.PathLike[str], flags: int, mode: int = 0o644) -> int:
+    """os.open of a file of a store with O_NOFOLLOW: a symbolic link there is refused
+    (`linked_file`, exit 8) rather than followed, or left to the system's "Too many
+    levels of symbolic links". Raises: UnsafePathError, OSError (anything else)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and os.path.islink(path):
+            raise linked_file(path) from None
+        raise
 
 
 def check_lock_wait(seconds: float, option: str = "--lock-wait") -> float:
@@ -98,11 +124,20 @@ def waitable(seconds: float) -> None:
 
 def no_linked_dirs(root: Path) -> None:
     """Refuse a store (UnsafePathError, as `no_links`) where one of the directories of its
-    layout is a symbolic link: checked as a writer takes the store lock, before it writes
-    anything (each write checks its own path as well)."""
+    layout, or a lock file in locks/, is a symbolic link: checked as a writer takes the
+    store lock, before it writes anything (each write checks its own path as well, and
+    each lock its file: a take that met a linked refs.lock only as it moved the ref had
+    committed its checkpoint already)."""
     top = os.fspath(root)
     for directory in (PACKS, INDEX, MANIFESTS, REFS, LOGS, LOCKS, TMP, CACHE):
         check_no_links(top, f"{directory}/x")
+    try:
+        with os.scandir(os.path.join(top, LOCKS)) as entries:
+            linked = sorted(e.name for e in entries if e.is_symlink())
+    except OSError:
+        return  # no locks/ yet (the lock makes it), or the lock itself says what is wrong
+    if linked:
+        raise linked_file(os.path.join(top, LOCKS, linked[0]))
 
 
 class Mark(Protocol):
@@ -152,7 +187,7 @@ class LocalLocks:
     @contextlib.contextmanager
     def reading_lock(self, name: str, *, wait: float = 300.0) -> Iterator[None]:
         try:
-            fd = os.open(self._p(lock_path(name)), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = open_unlinked(self._p(lock_path(name)), os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             yield  # no lock file (no writer ever) or none to open: nothing to wait for
             return
@@ -176,11 +211,14 @@ class LocalLocks:
             os.close(fd)
 
     def lock_state(self, name: str) -> tuple[str, str | None]:
+        path = self._p(lock_path(name))
         try:
-            fd = os.open(self._p(lock_path(name)), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return "free", None  # never taken
-        except OSError:
+        except OSError as exc:
+            if exc.errno == errno.ELOOP and os.path.islink(path):
+                return "linked", os.fspath(path)  # every command that takes it is refused
             return "unknown", None
         try:
             # shared refused: an exclusive holder; then exclusive refused: shared holders
@@ -246,7 +284,7 @@ class LocalLocks:
             no_linked_dirs(self.root)
         path = check_no_links(os.fspath(self.root), lock_path(name))
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            fd = open_unlinked(path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
             raise io_error(exc, "open the lock", path) from None
         try:

@@ -432,9 +432,12 @@ class HeldLock:
             if etag != self._etag:
                 self._lost = f"its object {self.path} was removed or replaced (by `ckpt unlock`?)"
 
-    def release(self) -> None:
+    def release(self, *, failing: bool = False) -> None:
         """Stop refreshing and delete the object; idempotent. A failed delete is a warning:
-        the object goes stale after STALE_AFTER and `ckpt unlock` removes it."""
+        the object goes stale after STALE_AFTER and `ckpt unlock` removes it. `failing`:
+        the holder is already failing (an exception unwinds through its lock), most often
+        for the cause that makes the delete fail too (a bucket gone, a network down): then
+        the failed delete says nothing, and the command's error stays its one line."""
         with self._mutex:
             if self._deleted:
                 return
@@ -447,7 +450,8 @@ class HeldLock:
         try:
             self.backend.delete(self.path)  # a second delete of a removed object does nothing
         except (CkptError, OSError) as exc:
-            _warn(f"could not remove the lock {self.backend.url}/{self.path} ({exc}); `ckpt unlock` removes it once stale")
+            if not failing:
+                _warn(f"could not remove the lock {self.backend.url}/{self.path} ({exc}); `ckpt unlock` removes it once stale")
         self._deleted = True
         _pending_drop(self.backend, self.path)
 
@@ -455,7 +459,7 @@ class HeldLock:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.release()
+        self.release(failing=kind is not None)
 
 
 def _warn(message: str) -> None:

@@ -30,6 +30,7 @@ from ckptcli.errors import (
     InvalidInputError,
     LatestMovedError,
     NotFoundError,
+    UnsafePathError,
 )
 from ckptcli.format import framing
 from ckptcli.format.manifest import NAME_RE, Manifest, Subject, check_name, check_ref_name, head_order
@@ -99,14 +100,13 @@ class Refs:
         """(target, reset) of the ref at `path`: `reset` is when a subject's latest was
         last moved on purpose (`ckpt reset`, a repair; formats/v1.md), None when never;
         (None, None) when there is no ref. Raises: CorruptError for a damaged ref."""
-        if self.backend.ref_cas:  # object storage: one request, a missing ref is NotFoundError
-            try:
-                return _decode_ref(self.backend.read(path), path)[:2]
-            except NotFoundError:
-                return None, None
-        if not self.backend.exists(path):
+        # one read, a missing ref NotFoundError; never `exists` first: a ref that is a link
+        # or a FIFO is no regular file there, and reading it as "no ref" hid a tag from
+        # prune, which removed what it protects (the read refuses it, naming it)
+        try:
+            return _decode_ref(self.backend.read(path), path)[:2]
+        except NotFoundError:
             return None, None
-        return _decode_ref(self.backend.read(path), path)[:2]
 
     def write_ref(self, path: str, target: bytes, reason: str = "update", *, log: bool = True, reset: int | object | None = _KEEP) -> None:
         """Point the ref at `path` at `target`, whatever it names; the caller holds the
@@ -159,6 +159,8 @@ class Refs:
                 data = self.backend.read(path)  # (one missing is NotFoundError: no `exists` first)
         except NotFoundError:
             data = None
+        except UnsafePathError:
+            raise  # a link (or a linked directory) there: never written through, never replaced unseen
         except CkptError:
             if self.backend.ref_cas:
                 if not replace:
@@ -448,6 +450,8 @@ class Refs:
         path = self.latest_ref(subject)
         try:
             head, reset = self.read_ref_state(path)
+        except UnsafePathError:
+            raise  # a link is refused, not worked around (a take would then replace it)
         except CkptError as exc:
             self.warn(f"{exc.message}; the subject's newest checkpoint is found from the manifests instead; run `ckpt repair refs`")
             newest = self.newest_of(subject)
@@ -650,6 +654,8 @@ class Refs:
             subject = Subject.parse(ref)
             try:
                 head = self.read_ref(self.latest_ref(subject))
+            except UnsafePathError:
+                raise
             except CkptError as exc:
                 self.warn(f"{exc.message}; the newest checkpoint of {ref} was found from the manifests instead; run `ckpt repair refs`")
                 newest = self.newest_of(subject)

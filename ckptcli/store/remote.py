@@ -329,11 +329,8 @@ class ObjectStoreIO(Backend):
     # -- locks ------------------------------------------------------------------------
     @contextlib.contextmanager
     def lock(self, name: str, *, shared: bool, wait: float = 30.0) -> Iterator[None]:
-        held = objlocks.acquire(self.objects, not shared, wait=wait, name=name)
-        try:
-            yield
-        finally:
-            held.release()
+        with objlocks.acquire(self.objects, not shared, wait=wait, name=name):
+            yield  # released as the block ends; quietly when it fails (HeldLock.release)
 
     @contextlib.contextmanager
     def reading_lock(self, name: str, *, wait: float = 300.0) -> Iterator[None]:
@@ -343,10 +340,8 @@ class ObjectStoreIO(Backend):
             notices.info(f"reading {self.url} without its lock ({exc.message})")
             yield
             return
-        try:
+        with held:
             yield
-        finally:
-            held.release()
 
     def lock_state(self, name: str) -> tuple[str, str | None]:
         live = [i.record for i in objlocks.list_locks(self.objects) if i.record and i.record.name == name and not i.stale]

@@ -280,6 +280,13 @@ def resolve_store_path(path: Path) -> Path:
         return path
     if (path / STORE_DIRNAME / layout.CONFIG).is_file():
         return path / STORE_DIRNAME
+    if path.is_file():
+        # a checkpoint file (or any file) given as the store: read it without --store
+        raise StoreNotFoundError(
+            f"{path} is a file, not a ckpt store",
+            hint="a checkpoint file is read by naming it instead of a checkpoint (`ckpt show FILE`), without --store; "
+            "--store / CKPT_STORE name a store's directory",
+        )
     raise StoreNotFoundError(f"{path} is not a ckpt store", hint="run `ckpt init` to create one, or check --store / CKPT_STORE")
 
 
@@ -424,6 +431,7 @@ class Store(Refs):
                 raise
         root = resolve_store_path(where) if path is not None else where
         backend = LocalBackend(root)
+        backend.check_top_dirs()
         config = read_config(backend, str(root / layout.CONFIG))
         for sub in layout.LOCAL_DIRS:
             # absent in a copied or version-controlled store; read-only stores can do without

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import struct
 from pathlib import Path
 from typing import IO, Any
@@ -68,6 +69,18 @@ def write_checkpoint_file(
     return size + 32
 
 
+def not_a_checkpoint_file(path: Path | str, mode: int) -> InvalidInputError:
+    """The error for a path given as a checkpoint file that is a directory, a FIFO, a
+    device... (`mode`: its st_mode): bad input, exit 4, as a directory given to `ckpt
+    take` as its state document is."""
+    if stat.S_ISDIR(mode):
+        return InvalidInputError(
+            f"{path} is a directory, not a checkpoint file",
+            hint="give a .ckpt file (`ckpt export` writes one); a store's directory is --store DIR, and `ckpt copy` copies its checkpoints",
+        )
+    return InvalidInputError(f"{path} is not a regular file, so not a checkpoint file", hint="give a .ckpt file (`ckpt export` writes one)")
+
+
 class CheckpointFile:
     """A checkpoint file opened for reading; an ObjectSource like a store."""
 
@@ -76,12 +89,18 @@ class CheckpointFile:
         self.location = str(path)
         self.fd = -1
         try:
-            self.fd = os.open(path, os.O_RDONLY)
-            self.size = os.fstat(self.fd).st_size
+            # O_NONBLOCK: a FIFO named here is refused below, not waited on forever
+            self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            st = os.fstat(self.fd)
         except FileNotFoundError:
             raise NotFoundError(f"{path} does not exist") from None
         except OSError as exc:
             raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
+        if not stat.S_ISREG(st.st_mode):
+            os.close(self.fd)
+            self.fd = -1
+            raise not_a_checkpoint_file(path, st.st_mode)
+        self.size = st.st_size
         where = str(path)
         head = self._read(0, framing.HEADER_SIZE + 4)
         self.version = framing.check_header(head, framing.KIND_FILE, where, outer=True, intact=self._checksum_holds_any_layout)

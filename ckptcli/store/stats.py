@@ -1,9 +1,12 @@
 """How much a store holds, and how much deduplication and compression save (`ckpt stats`).
 
-Sizes, for the whole store and per subject: logical (each checkpoint's distinct objects,
-uncompressed, as if stored alone), unique (the distinct objects needed, each once), stored
-(those objects compressed, in the packs) and on disk (pack, index and manifest files). The
-dedup ratio is logical / unique, the compression ratio unique / stored; docs/cli.md
+Sizes, for the whole store and per subject: standalone (each checkpoint's distinct
+objects, uncompressed, tree nodes included, as if stored alone), unique (the distinct
+objects needed, each once), stored (those objects compressed, in the packs) and on disk
+(pack, index and manifest files). The dedup ratio is standalone / unique, the compression
+ratio unique / stored. Standalone is not the sum of `ckpt ls`'s SIZE (a take's
+stats.logical_bytes: the strings, byte strings and files it holds, no keys, numbers or
+structure), hence not called logical; docs/cli.md
 (`ckpt stats`) is the user's view. Every checkpoint's nodes are read (as `ckpt
 verify` reads them); data objects are only looked up in the index."""
 
@@ -45,7 +48,7 @@ class NodeCache:
 @dataclass
 class SubjectStats:
     checkpoints: int = 0
-    logical_bytes: int = 0
+    standalone_bytes: int = 0
     unique_bytes: int = 0
     stored_bytes: int = 0
     objects: int = 0
@@ -53,7 +56,7 @@ class SubjectStats:
     added_bytes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return _with_old_name(dict(self.__dict__))
 
 
 @dataclass
@@ -62,7 +65,7 @@ class StoreStats:
     format_version: int
     checkpoints: int = 0
     subjects: int = 0
-    logical_bytes: int = 0
+    standalone_bytes: int = 0
     unique_bytes: int = 0
     stored_bytes: int = 0
     #: objects the checkpoints need / objects the index names (the rest a prune removes)
@@ -78,7 +81,7 @@ class StoreStats:
 
     @property
     def dedup_ratio(self) -> float:
-        return self.logical_bytes / self.unique_bytes if self.unique_bytes else 1.0
+        return self.standalone_bytes / self.unique_bytes if self.unique_bytes else 1.0
 
     @property
     def compression_ratio(self) -> float:
@@ -89,7 +92,14 @@ class StoreStats:
         out["dedup_ratio"] = round(self.dedup_ratio, 3)
         out["compression_ratio"] = round(self.compression_ratio, 3)
         out["per_subject"] = {k: v.to_dict() for k, v in sorted(self.per_subject.items())}
-        return out
+        return _with_old_name(out)
+
+
+def _with_old_name(out: dict[str, Any]) -> dict[str, Any]:
+    """`standalone_bytes` also under the name ckpt 0.2 gave it, `logical_bytes`, for the
+    scripts that read it (docs/cli.md, `ckpt stats`): the same figure, deprecated."""
+    out["logical_bytes"] = out["standalone_bytes"]
+    return out
 
 
 def store_stats(store: Store, progress: Progress = NULL) -> StoreStats:
@@ -123,14 +133,14 @@ def store_stats(store: Store, progress: Progress = NULL) -> StoreStats:
             if res.errors:
                 st.unreadable.append(cid.hex())
             objs = {oid for oid in res.objects if oid in index}
-            logical = sum(index[oid].raw_len for oid in objs)
+            standalone = sum(index[oid].raw_len for oid in objs)
             subject = str(m.subject)
             sub = st.per_subject.setdefault(subject, SubjectStats())
             sub.checkpoints += 1
-            sub.logical_bytes += logical
+            sub.standalone_bytes += standalone
             added = m.stats.get("new_bytes", 0)
             sub.added_bytes += added if isinstance(added, int) else 0
-            st.logical_bytes += logical
+            st.standalone_bytes += standalone
             needed |= objs
             per_subject_objects.setdefault(subject, set()).update(objs)
     finally:

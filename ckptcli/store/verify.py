@@ -304,13 +304,21 @@ class StoreChecker:
         self.rep.objects = len(walked.objects)
         self.bad = _structure_problems(walked, self.entries, "no index names it")
 
+    def _size_or_0(self, path: str) -> int:
+        """A pack's size for the progress bar; 0 for one that cannot be sized (a link, gone):
+        its read then says what is wrong, as a damaged pack."""
+        try:
+            return self.backend.size(path)
+        except CkptError:
+            return 0
+
     def read_data(self, progress: Progress) -> None:
         """Every byte of every pack read and checked (`pack.check_pack_data`; on a local
         disk `pack.check_pack_at`, which reads a version-2 pack piecewise). Packs are
         checked on a thread pool (hashlib and zstandard release the GIL), each held
         whole by its worker on object storage, none held whole on a local disk; results
         are merged here, in order."""
-        total = sum(self.backend.size(p) for p in self.pack_files.values())
+        total = sum(self._size_or_0(p) for p in self.pack_files.values())
         progress.start("reading data", total)
         by_pack: dict[bytes, list[tuple[bytes, IndexEntry]]] = defaultdict(list)
         for oid, entry in self.entries.items():

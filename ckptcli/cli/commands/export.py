@@ -29,7 +29,8 @@ def export(
 
     The file is written under a new random name beside the destination and renamed
     into place once complete; a FIFO or device (/dev/stdout, /dev/null) is written
-    through, never replaced; - writes to stdout.
+    through, never replaced; - writes to stdout, once the whole file is made (a reader
+    that goes away before its end is an error, exit 12).
 
     Examples:
 
@@ -50,7 +51,7 @@ def export(
         check_output_path(output)
     ck = open_checkpoint(ref, store)
     if to_stdout:
-        size = write_output(None, lambda fh: api.export_checkpoint(ck, fh, progress=BarProgress()))
+        size = write_output(None, lambda fh: api.export_checkpoint(ck, fh, progress=BarProgress()), whole="the checkpoint file")
     else:
         size = api.export_checkpoint(ck, output, progress=BarProgress())
     if as_json:

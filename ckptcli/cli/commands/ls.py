@@ -44,7 +44,7 @@ def _created(m: Any) -> str:
 
 
 def _size(m: Any) -> str:
-    """SIZE: the logical size the take recorded (stats.logical_bytes: checkpoint.logical_size), the files it did
+    """SIZE: the logical size the take recorded (manifest stats.logical_bytes: checkpoint.logical_size), the files it did
     not read again (unchanged since the parent) and the sections it carries from another
     checkpoint included. A checkpoint taken before they were counted (no reused_bytes in
     its stats) that has a parent may hold more than it says: "+" (at least this much)."""

@@ -15,9 +15,16 @@ def stats(
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Sizes of a store: logical (each checkpoint as if stored alone), unique (what
+    """Sizes of a store: standalone (each checkpoint as if stored alone), unique (what
     deduplication leaves), stored (compressed, in packs), on disk; the dedup and
     compression ratios; objects, packs; and the same per subject.
+
+    Standalone counts the encoded objects of each checkpoint, uncompressed, tree nodes
+    and map keys included, once per checkpoint that needs them: it is not the sum of
+    `ckpt ls`'s SIZE, which counts only the strings, byte strings and files a take
+    recorded. The dedup ratio is standalone / unique, the compression ratio unique /
+    stored (--json: standalone_bytes, unique_bytes, stored_bytes; logical_bytes, the
+    same figure under its old name, is deprecated and goes in a later release).
 
     Every checkpoint's tree nodes are read (as `ckpt verify` reads them); the data
     itself is not. A checkpoint whose objects cannot all be read is counted with what
@@ -40,7 +47,7 @@ def stats(
     rows = [
         ("store", f"{s.location} (format {s.format_version})"),
         ("checkpoints", f"{s.checkpoints} of {s.subjects} subject(s)"),
-        ("logical", human_size(s.logical_bytes)),
+        ("standalone", human_size(s.standalone_bytes)),
         ("unique", f"{human_size(s.unique_bytes)} (dedup ratio {s.dedup_ratio:.2f}x)"),
         ("stored", f"{human_size(s.stored_bytes)} (compression ratio {s.compression_ratio:.2f}x)"),
         (
@@ -57,10 +64,10 @@ def stats(
         c.print(f"{key + ':':<13}{value}", markup=False, highlight=False)
     if s.per_subject:
         c.print("", markup=False)
-        c.print(f"{'SUBJECT':<32}{'CHECKPOINTS':>12}{'LOGICAL':>12}{'UNIQUE':>12}{'STORED':>12}", markup=False, highlight=False)
+        c.print(f"{'SUBJECT':<32}{'CHECKPOINTS':>12}{'STANDALONE':>12}{'UNIQUE':>12}{'STORED':>12}", markup=False, highlight=False)
         for subject, sub in sorted(s.per_subject.items()):
             c.print(
-                f"{safe(subject):<32}{sub.checkpoints:>12}{human_size(sub.logical_bytes):>12}{human_size(sub.unique_bytes):>12}{human_size(sub.stored_bytes):>12}",
+                f"{safe(subject):<32}{sub.checkpoints:>12}{human_size(sub.standalone_bytes):>12}{human_size(sub.unique_bytes):>12}{human_size(sub.stored_bytes):>12}",
                 markup=False,
                 highlight=False,
             )

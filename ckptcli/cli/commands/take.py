@@ -59,7 +59,13 @@ def take(
     ] = None,
     force_read: Annotated[
         bool,
-        typer.Option("--force-read", help="Read every blob file, even those unchanged since the parent (same size, mtime, ctime, inode)."),
+        typer.Option(
+            "--force-read",
+            help=(
+                "Read every blob file, even those unchanged since the parent (same size, mtime, ctime, inode), "
+                "and hash every chunk with SHA-256, not through the digest cache."
+            ),
+        ),
     ] = False,
     store: StoreOpt = None,
     as_json: JsonOpt = False,

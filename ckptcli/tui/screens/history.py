@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import ClassVar
 
 from rich.text import Text
@@ -101,15 +102,12 @@ def step_of(history: History, subject: str, step: int) -> Node:
 
 
 def _reference(history: History, text: str, store: Store | None) -> Node:
-    """The checkpoint of this history that `text` resolves to as a reference. Raises
-    CkptError (or StopIteration without a store) when there is none."""
-    if store is not None:
-        cid = store.resolve(text)
-    else:
-        cid = next(n.id for n in history.order if n.hex.startswith(text.lower()))
-    node = history.nodes.get(cid)
+    """The checkpoint of this history that `text` resolves to as a reference (without a
+    store: an id prefix). Raises CkptError (NotFoundError when there is none)."""
+    cid = store.resolve(text) if store is not None else next((n.id for n in history.order if n.hex.startswith(text.lower())), None)
+    node = history.nodes.get(cid) if cid is not None else None
     if node is None:
-        raise NotFoundError(f"{text!r} is not in this history")
+        raise NotFoundError(f"{text!r} is not a checkpoint of this history")
     return node
 
 
@@ -117,34 +115,29 @@ def go_to(history: History, text: str, subject: str | None, store: Store | None)
     """What `:` goes to: `N`, step N of `subject`; `SUBJECT N`, step N of the subject named
     (match_subject); anything else a reference (tag, branch, id prefix, KIND:NAME, latest,
     REF~N, as the commands take them) or, failing that, the newest checkpoint of the subject
-    it names. Raises NotFoundError."""
+    it names. One word of digits that is no step of the subject is tried as an id prefix
+    (an id may start with digits only); `#N` is always a step. Raises NotFoundError."""
     words = text.split()
     if words and words[-1].lstrip("#").isdecimal() and words[-1].isascii():
-        step = int(words[-1].lstrip("#"))
         if len(words) > 1:
             subject = match_subject(history, " ".join(words[:-1]))
         try:
             if subject is None:
                 raise NotFoundError("no subject to count steps in", hint="give one: SUBJECT STEP")
-            return step_of(history, subject, step)
+            return step_of(history, subject, int(words[-1].lstrip("#")))
         except NotFoundError:
-            # One word of digits may also be an id prefix ("#N" is always a step).
-            if len(words) > 1 or text.startswith("#"):
-                raise
-            try:
-                return _reference(history, text, store)
-            except (CkptError, StopIteration):
-                pass
+            if len(words) == 1 and not text.startswith("#"):
+                with contextlib.suppress(CkptError):
+                    return _reference(history, text, store)
             raise
-    ref_error: CkptError | None = None
     try:
         return _reference(history, text, store)
-    except (CkptError, StopIteration) as exc:
-        ref_error = exc if isinstance(exc, CkptError) else None
+    except CkptError as exc:
+        ref_error = exc
     try:
         return history.rows(match_subject(history, text))[0]
     except NotFoundError:
-        if ref_error is not None:
+        if store is not None:
             raise ref_error from None
         raise NotFoundError(
             f"{text!r} is not a checkpoint here", hint="a tag, branch, id prefix, KIND:NAME, or STEP / SUBJECT STEP"
