@@ -36,6 +36,16 @@ in the history's size, and <= 200 MB at 100 MB.
 
     python -m bench.temporal --memory [--sizes 25,50,100,200]
 
+With `--cpu`, instead: the CPU seconds (user + system, getrusage of the child) of `ckpt
+import temporal` into a fresh store, each run a child process, of one history of
+`--sizes` MB (the first; the activities shape, 24 KiB results, as the 100 MB test of
+tests/test_temporal.py makes it) and of the `--events` history of the default run; with
+`--trees A,B`, the same runs with each of those checkouts of ckpt on PYTHONPATH, one after
+the other in each round (a noisy machine changes speed from minute to minute: alternate,
+then compare medians):
+
+    python -m bench.temporal --cpu --sizes 100 --runs 5 --trees /path/to/main,.
+
 Needs the temporal extra (`pip install 'ckptcli[temporal]'`).
 """
 
@@ -149,15 +159,75 @@ def memory(sizes: list[int], kinds: tuple[str, ...] = ("signals", "activities"))
     return {"memory": out, "versions": versions("temporalio", "ijson")}
 
 
+_CPU_PROBE = (
+    "import resource, subprocess, sys; "
+    "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE); "
+    "u = resource.getrusage(resource.RUSAGE_CHILDREN); print(r.returncode, u.ru_utime + u.ru_stime); sys.stderr.write(r.stderr.decode())"
+)
+
+
+def import_cpu_s(tree: str, store: Path, path: Path) -> float:
+    """CPU seconds of `ckpt import temporal PATH` into a fresh `store`, ckpt taken from `tree`."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
+    env.pop("CKPT_STORE", None)
+    shutil.rmtree(store, ignore_errors=True)
+    # run in the tree: `python -m` puts the working directory first on sys.path
+    subprocess.run([sys.executable, "-c", f"import ckptcli; ckptcli.init_store({str(store)!r})"], env=env, cwd=tree, check=True)
+    argv = [sys.executable, "-m", "ckptcli", "--store", str(store), "import", "temporal", str(path), "-q"]
+    r = subprocess.run([sys.executable, "-c", _CPU_PROBE, *argv], capture_output=True, text=True, env=env, cwd=tree)
+    code, secs = r.stdout.split()
+    if code != "0":
+        raise SystemExit(f"{tree}: ckpt import temporal {path}: exit {code}: {r.stderr.strip()[-500:]}")
+    return float(secs)
+
+
+def cpu(mb: int, events: int, runs: int, trees: list[str]) -> dict[str, Any]:
+    """Medians of import_cpu_s per history and tree, the trees alternated in each round."""
+    from ckptcli.adapters.temporal.synth import synthesize
+
+    out: dict[str, Any] = {"runs": runs, "histories": {}}
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        histories = {f"{mb} MB (24 KiB results)": tmp / "big.json", f"{events} events": tmp / "wf.json"}
+        # 185 events a MB: 18,500 for 100, the history of the 100 MB test (107.7 MB)
+        n_big = synthesize(FIXTURE, mb * 185, histories[f"{mb} MB (24 KiB results)"], result_bytes=24 << 10)
+        n_small = synthesize(FIXTURE, events, histories[f"{events} events"])
+        rows = []
+        for (name, path), n in zip(histories.items(), (n_big, n_small), strict=True):
+            secs: dict[str, list[float]] = {t: [] for t in trees}
+            for _ in range(runs):
+                for t in trees:
+                    secs[t].append(import_cpu_s(t, tmp / "store", path))
+            size = path.stat().st_size
+            for t in trees:
+                med = median(secs[t])
+                rows.append([name, f"{size / 1e6:.1f}", f"{n:,}", t, f"{med:.2f}", f"{size / 1e6 / med:.1f}"])
+                out["histories"].setdefault(name, {"bytes": size, "events": n})[t] = {"median_cpu_s": med, "cpu_s": secs[t]}
+    print(f"CPU seconds (user + system) of ckpt import temporal into a fresh store, medians of {runs}")
+    print(table(["history", "MB", "events", "ckpt from", "CPU s", "MB per CPU s"], rows))
+    out["versions"] = versions("temporalio", "ijson")
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--events", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--memory", action="store_true", help="measure peak memory by history size instead")
+    ap.add_argument("--cpu", action="store_true", help="measure the CPU seconds of imports instead (child processes)")
+    ap.add_argument("--trees", default=".", help="checkouts of ckpt to alternate for --cpu, comma-separated")
     ap.add_argument("--sizes", default="25,50,100,200", help="history sizes for --memory, MB")
     ap.add_argument("--kinds", default="signals,activities", help="history shapes for --memory")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
+    if args.cpu:
+        res = cpu(int(args.sizes.split(",")[0]), args.events, args.runs, args.trees.split(","))
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=2))
+        return res
     if args.memory:
         res = memory([int(x) for x in args.sizes.split(",")], tuple(args.kinds.split(",")))
         if args.json:

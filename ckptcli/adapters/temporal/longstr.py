@@ -21,9 +21,10 @@ import os
 import re
 import secrets
 from collections.abc import Iterator
+from itertools import accumulate
 from typing import IO, TYPE_CHECKING, Any
 
-from ckptcli.errors import CorruptError, InvalidInputError
+from ckptcli.errors import CorruptError, InvalidInputError, LimitExceededError
 
 if TYPE_CHECKING:
     from ckptcli.store.repository import Store
@@ -37,6 +38,9 @@ _CONTROL = re.compile(rb"[\x00-\x1f]")
 #: digits a number of a history may have (an int64 has 19; a float's digits rarely reach 30)
 MAX_DIGITS = 400
 _LONG_NUMBER = re.compile(rb"[0-9]{%d}" % (MAX_DIGITS + 1))
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)  # an escape of a string: a backslash and the byte it escapes
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_DELTA = [1 if b in b"[{" else -1 for b in range(256)]  # a bracket's change of the depth
 
 
 class LongString:
@@ -96,11 +100,23 @@ class LongString:
 
 class Diverter:
     """The history file as ijson reads it, each long string replaced by a placeholder
-    (`placeholders`: placeholder -> LongString, until `take` takes them)."""
+    (`placeholders`: placeholder -> LongString, until `take` takes them).
 
-    def __init__(self, f: IO[bytes], path: str, *, pass_over: bool = True) -> None:
+    A read of the file is scanned whole with bytes.find, split and regular expressions
+    (`_fast`) when nothing in it needs more: no string it ends or leaves open is over LONG
+    bytes, no number of more than MAX_DIGITS digits (or a run of digits that may be one),
+    no backslash at its end; else it is scanned string by string (`_step`), as
+    before. Either way ijson gets the same bytes, in the same reads. With `max_depth`,
+    JSON nested deeper (brackets outside strings) is refused (LimitExceededError) before
+    any of that read reaches ijson (reader.py: then ijson's C item builder can read the
+    file directly; the reader reads it again the slow way to name the event)."""
+
+    def __init__(self, f: IO[bytes], path: str, *, pass_over: bool = True, max_depth: int | None = None) -> None:
         self.f = f
         self.path = path
+        self.max_depth = max_depth
+        self.depth = 0  # brackets open outside strings, in what was scanned (counted with max_depth only)
+        self.slow = False  # _fast declined the read being scanned: the rest of it goes string by string
         #: False: a long string is decoded here too (a str, never a LongString), for readers
         #: that need every value in memory (replay); numbers are checked either way
         self.pass_over = pass_over
@@ -148,7 +164,7 @@ class Diverter:
 
     def _more(self) -> bool:
         if self.i >= len(self.buf):
-            self.buf, self.i = self.f.read(READ), 0
+            self.buf, self.i, self.slow = self.f.read(READ), 0, False
             if not self.buf:
                 self.eof = True
                 if self.long:  # the file ended inside it: ijson sees a string that never ends
@@ -159,10 +175,16 @@ class Diverter:
     def _step(self) -> None:
         if not self._more():
             return
+        if not (self.long or self.esc_next or self.slow):
+            if self._fast():
+                return
+            self.slow = True
         buf, i = self.buf, self.i
         if not self.inside:
             q = buf.find(b'"', i)
             self._check_numbers(buf, i, len(buf) if q < 0 else q)
+            if self.max_depth is not None:
+                self._count_depth(buf[i : len(buf) if q < 0 else q])
             if q < 0:
                 self.out += buf[i:] if i else buf
                 self.pos += len(buf) - i
@@ -221,6 +243,68 @@ class Diverter:
             self.out += self.held
             self.out += b'"'
             self.held = bytearray()
+
+    def _fast(self) -> bool:
+        """Scan the rest of the read whole, as `_step` would string by string, when nothing
+        in it needs more (see the class docstring); False (nothing done) when something may."""
+        buf, i = self.buf, self.i
+        seg = buf[i:] if i else buf
+        m = len(seg)
+        escapes = seg.find(b"\\") >= 0
+        clean = _ESCAPE.sub(b"__", seg) if escapes else seg  # each escape as two bytes that are no quote
+        if escapes and clean.endswith(b"\\"):
+            return False  # an escape the read cuts in two
+        j = 0
+        if self.inside:
+            q = clean.find(b'"')
+            if q < 0:
+                if len(self.held) + m > LONG:
+                    return False
+                self.held += seg
+                self.escaped = self.escaped or escapes
+                self.pos += m
+                self.i = len(buf)
+                return True
+            if len(self.held) + q > LONG:
+                return False
+            j = q + 1
+        opened = clean.count(b'"', j) % 2 == 1  # a string the read leaves open
+        end = clean.rfind(b'"') + 1 if opened else m
+        if m - end > LONG:
+            return False
+        outside = b" ".join(clean[j:end].split(b'"')[0::2])  # what is between the strings
+        if escapes and b"_" in outside:
+            return False  # a backslash outside a string (no JSON has one): no escape there for _step
+        if _LONG_NUMBER.search(outside) is not None:
+            return False  # _step refuses it, at its place
+        if self.max_depth is not None:
+            self._count_depth(outside)
+        if self.inside:
+            self.out += self.held
+            self.held = bytearray()
+        self.out += seg[:end] if end < m else seg
+        if opened:
+            self.inside, self.escaped, self.esc_next, self.long = True, escapes and seg.find(b"\\", end) >= 0, False, False
+            self.start = self.pos + end
+            self.held = bytearray(seg[end:])
+        else:
+            self.inside = False
+        self.pos += m
+        self.i = len(buf)
+        return True
+
+    def _count_depth(self, outside: bytes) -> None:
+        """Follow the depth of the brackets in `outside` (bytes outside strings); refuse
+        one past max_depth."""
+        brackets = outside.translate(None, _NOT_BRACKETS)
+        if not brackets:
+            return
+        opens = brackets.count(b"{") + brackets.count(b"[")
+        limit = self.max_depth
+        assert limit is not None
+        if self.depth + opens > limit and max(accumulate(map(_DELTA.__getitem__, brackets), initial=self.depth)) > limit:
+            raise LimitExceededError(f"{self.path}: JSON nested deeper than {limit} levels, by byte {self.pos + len(self.buf) - self.i}")
+        self.depth += 2 * opens - len(brackets)
 
     def _check_numbers(self, buf: bytes, i: int, j: int) -> None:
         """Refuse a number of more digits than any field of a history holds, before ijson

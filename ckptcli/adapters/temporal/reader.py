@@ -7,7 +7,11 @@ names, int64 as strings), or the older JSON of tctl and the UI (`eventType`
 too. ijson streams the events one at a time, so a 100 MB history is never parsed whole
 (and, for the importer, a string over 1 MiB is not read into memory at all: longstr.py);
 each event is checked by temporalio's loader (`WorkflowHistory.from_json`, its protobuf
-messages). What is refused, each with one line naming the file and the event:
+messages). The file is read the fast way (ijson's C item builder over the Diverter, which
+scans each read whole and refuses JSON nested too deep before ijson sees it); a file that
+fails that way is read again the careful way (ijson's parse events one by one through the
+depth check, as it always was read), which says what is wrong and names the event. What is
+refused, each with one line naming the file and the event:
 
 - JSON that is malformed or ends early: CorruptError (exit 5);
 - JSON nested deeper than 256 levels: LimitExceededError (exit 7), naming the event;
@@ -182,68 +186,126 @@ def read_events(
     from_json = _loader() if check else None
     where = str(path)
     prev_ts = 0
-    n = 0
+    done = 0  # events yielded
     with _open(path) as f:
-        # every reader goes through the Diverter: its checks of numbers and its one-pass
-        # decoding of long strings spare ijson work quadratic in a token's length
-        source = Diverter(f, where, pass_over=divert)
-        try:
-            # small reads: ijson builds every parse event of a read (each with its prefix, as
-            # long as the depth) before the first reaches _bounded, so 64 KiB of brackets
-            # took gigabytes; 4 KiB bounds that to tens of MiB
-            seen: dict[str, Any] = {}  # the id and type of the event being read, once read
-            items = ijson.items(_bounded(ijson.parse(source, use_float=True, buf_size=PARSE_READ), where, seen), "events.item")
-            for n, raw in enumerate(items, start=1):
+        # the fast way: ijson's C item builder reads the Diverter directly (no Python per
+        # parse event), the Diverter refusing JSON nested past MAX_DEPTH before ijson sees
+        # it; 4 KiB reads as the careful way below, so `position` is the same. Whatever
+        # fails here (bad JSON, a bad event, too deep) is read again the careful way,
+        # which says it as it always has, naming the event.
+        source = Diverter(f, where, pass_over=divert, max_depth=MAX_DEPTH)
+        items = ijson.items(source, "events.item", use_float=True, buf_size=PARSE_READ)
+        while True:
+            try:
+                raw: Any = next(items, _END)
+                if raw is _END:
+                    break
                 if position is not None:
                     position[0] = source.tell()
-                ev = _event(raw, n, where)
+                ev = _event(raw, done + 1, where)
                 if from_json is not None and ev.seq > check_after:
                     from_json(raw, ev.seq, where)  # a long string is checked as its placeholder (a string, and base64)
                 if source.placeholders:
                     put_back(raw, source.placeholders)
-                ts = max(ev.ts, prev_ts)  # ts never decreases (formats/events.md)
-                prev_ts = ts
-                yield HistoryEvent(ev.seq, ts, ev.name, raw) if ts != ev.ts else ev
-        except ijson.JSONError as exc:
-            if "integer overflow" in str(exc):  # valid JSON, but a number no int64 field of Temporal's holds
-                raise InvalidInputError(
-                    f"{where}: event {n + 1} holds an integer beyond 64 bits, which no field of a Temporal history can",
-                    hint="the file is not a history Temporal wrote; export it again: `temporal workflow show -w ID --output json`",
-                ) from None
-            if not isinstance(exc, ijson.IncompleteJSONError):
-                raise CorruptError(
-                    f"{where}: malformed JSON after {n} events: {_first_line(exc)}",
-                    hint="export it again: `temporal workflow show -w ID --output json`",
-                ) from None
-            size = _size(f)
-            if "premature" in str(exc).lower() or "incomplete" in str(exc).lower():
-                raise CorruptError(
-                    f"{where}: the history ends early (truncated JSON, after {n} events of {size} bytes)",
-                    hint="export it again: `temporal workflow show -w ID --output json`",
-                ) from None
+            except Exception:  # noqa: BLE001 - said by the careful reading below, which meets it again
+                f.seek(0)
+                yield from _read_carefully(f, where, from_json, check_after, position, divert, done, prev_ts)
+                return
+            ts = max(ev.ts, prev_ts)  # ts never decreases (formats/events.md)
+            prev_ts = ts
+            done += 1
+            yield HistoryEvent(ev.seq, ts, ev.name, raw) if ts != ev.ts else ev
+    if done == 0:
+        raise _no_events(where)
+
+
+_END = object()
+
+
+def _no_events(where: str) -> InvalidInputError:
+    return InvalidInputError(
+        f'{where}: no history events: not a Temporal history (a JSON object with an "events" list)',
+        hint="export one with `temporal workflow show -w ID --output json`",
+    )
+
+
+def _read_carefully(
+    f: IO[bytes],
+    where: str,
+    from_json: Any,
+    check_after: int,
+    position: list[int] | None,
+    divert: bool,
+    skip: int,
+    prev_ts: int,
+) -> Generator[HistoryEvent, None, None]:
+    """read_events the careful way, from the start of `f`, the first `skip` events (read
+    and yielded already) left out: ijson's parse events one by one through _bounded (the
+    depth, and the id and type of the event being read, for the error line)."""
+    import ijson
+
+    n = 0
+    # every reader goes through the Diverter: its checks of numbers and its one-pass
+    # decoding of long strings spare ijson work quadratic in a token's length
+    source = Diverter(f, where, pass_over=divert)
+    try:
+        # small reads: ijson builds every parse event of a read (each with its prefix, as
+        # long as the depth) before the first reaches _bounded, so 64 KiB of brackets
+        # took gigabytes; 4 KiB bounds that to tens of MiB
+        seen: dict[str, Any] = {}  # the id and type of the event being read, once read
+        items = ijson.items(_bounded(ijson.parse(source, use_float=True, buf_size=PARSE_READ), where, seen), "events.item")
+        for n, raw in enumerate(items, start=1):
+            if n <= skip:
+                if source.placeholders:
+                    put_back(raw, source.placeholders)
+                continue
+            if position is not None:
+                position[0] = source.tell()
+            ev = _event(raw, n, where)
+            if from_json is not None and ev.seq > check_after:
+                from_json(raw, ev.seq, where)  # a long string is checked as its placeholder (a string, and base64)
+            if source.placeholders:
+                put_back(raw, source.placeholders)
+            ts = max(ev.ts, prev_ts)  # ts never decreases (formats/events.md)
+            prev_ts = ts
+            yield HistoryEvent(ev.seq, ts, ev.name, raw) if ts != ev.ts else ev
+    except ijson.JSONError as exc:
+        if "integer overflow" in str(exc):  # valid JSON, but a number no int64 field of Temporal's holds
+            raise InvalidInputError(
+                f"{where}: event {n + 1} holds an integer beyond 64 bits, which no field of a Temporal history can",
+                hint="the file is not a history Temporal wrote; export it again: `temporal workflow show -w ID --output json`",
+            ) from None
+        if not isinstance(exc, ijson.IncompleteJSONError):
             raise CorruptError(
                 f"{where}: malformed JSON after {n} events: {_first_line(exc)}",
                 hint="export it again: `temporal workflow show -w ID --output json`",
             ) from None
-        except InvalidInputError as exc:  # a number too long to be a history's (longstr.py): where in the file
-            raise InvalidInputError(
-                f"{where}: {describe_event(n, seen.get('id'), seen.get('type'))}: {exc.message.removeprefix(where + ': ')}",
-                hint="the file is not a history Temporal wrote; export it again: `temporal workflow show -w ID --output json`",
-            ) from None
-        except CorruptError as exc:  # a long string the importer passes over (longstr.py): where in the file
+        size = _size(f)
+        if "premature" in str(exc).lower() or "incomplete" in str(exc).lower():
             raise CorruptError(
-                f"{where}: {describe_event(n, seen.get('id'), seen.get('type'))}: {exc.message.removeprefix(where + ': ')}",
+                f"{where}: the history ends early (truncated JSON, after {n} events of {size} bytes)",
                 hint="export it again: `temporal workflow show -w ID --output json`",
             ) from None
-        except UnicodeDecodeError:
-            raise CorruptError(
-                f"{where}: not UTF-8 text after {n} events", hint="a history is JSON, as `temporal workflow show --output json` writes it"
-            ) from None
-    if n == 0:
+        raise CorruptError(
+            f"{where}: malformed JSON after {n} events: {_first_line(exc)}",
+            hint="export it again: `temporal workflow show -w ID --output json`",
+        ) from None
+    except InvalidInputError as exc:  # a number too long to be a history's (longstr.py): where in the file
         raise InvalidInputError(
-            f'{where}: no history events: not a Temporal history (a JSON object with an "events" list)',
-            hint="export one with `temporal workflow show -w ID --output json`",
-        )
+            f"{where}: {describe_event(n, seen.get('id'), seen.get('type'))}: {exc.message.removeprefix(where + ': ')}",
+            hint="the file is not a history Temporal wrote; export it again: `temporal workflow show -w ID --output json`",
+        ) from None
+    except CorruptError as exc:  # a long string the importer passes over (longstr.py): where in the file
+        raise CorruptError(
+            f"{where}: {describe_event(n, seen.get('id'), seen.get('type'))}: {exc.message.removeprefix(where + ': ')}",
+            hint="export it again: `temporal workflow show -w ID --output json`",
+        ) from None
+    except UnicodeDecodeError:
+        raise CorruptError(
+            f"{where}: not UTF-8 text after {n} events", hint="a history is JSON, as `temporal workflow show --output json` writes it"
+        ) from None
+    if n == 0:
+        raise _no_events(where)
 
 
 #: how deep a history's JSON may nest: a real event nests about 10 deep (a failure's chain
