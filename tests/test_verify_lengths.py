@@ -127,3 +127,20 @@ def test_checkpoint_file_names_an_object_with_two_lengths(tmp_path: Path, lying_
         assert proc.returncode == ExitCode.CORRUPT, extra
         problems = json.loads(proc.stdout)["problems"]
         assert [(p["kind"], p["name"], p["checkpoints"]) for p in problems] == [("object", changed[0].hex(), [cid])]
+
+
+@pytest.mark.parametrize("wrong", [0, 1], ids=["wrong-first", "wrong-second"])
+def test_copy_refuses_an_object_named_with_two_lengths(tmp_path: Path, lying_tree: Lying, wrong: int) -> None:
+    """`ckpt copy` checks the length of each object it sends against every node of the
+    checkpoint that names it, as verify does."""
+    calls, changed = lying_tree
+    store = ckptcli.init_store(tmp_path / "store")
+    calls.append(wrong)
+    cid = take(store, {"memory": {"blob": DATA}, "plan": [DATA]}, subject="agent:a").hex
+    calls.clear()
+    ckptcli.init_store(tmp_path / "dst")
+    proc = run_ckpt("copy", tmp_path / "store", tmp_path / "dst", cid)
+    assert proc.returncode == ExitCode.CORRUPT
+    size = len(store.get(changed[0]))
+    assert f"object {changed[0].hex()[:12]} holds {size} bytes where a node says {size + 7}" in proc.stderr.decode()
+    assert not ckptcli.open_store(tmp_path / "dst").manifest_ids()
