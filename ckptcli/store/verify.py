@@ -409,9 +409,13 @@ def _structure_problems(walked: WalkResult, entries: dict[bytes, IndexEntry], mi
         entry = entries.get(oid)
         if entry is None:
             bad[oid] = f"object {oid.hex()[:12]} is missing ({missing})"
-        elif wrong := sorted(s for s in walked.sizes_named(oid) if s != entry.raw_len):
-            bad[oid] = _wrong_length(oid, entry.raw_len, wrong)
-            wrong_length.add(oid)
+            continue
+        named = walked.data_sizes.get(oid)
+        if named is None or (named == entry.raw_len and oid not in walked.other_sizes):
+            continue  # a node, or a chunk every node names with its length (no set built: the common case)
+        # a node names it with another length than raw_len, or two nodes disagree (so one does)
+        bad[oid] = _wrong_length(oid, entry.raw_len, sorted(s for s in walked.sizes_named(oid) if s != entry.raw_len))
+        wrong_length.add(oid)
     return bad, wrong_length
 
 
@@ -421,9 +425,9 @@ def _wrong_length(oid: bytes, raw_len: int, wrong: list[int]) -> str:
     file), which --read-data confirms by decompressing the object to exactly that many bytes."""
     says = " and ".join(str(s) for s in wrong)
     return (
-        f"object {oid.hex()[:12]} holds {raw_len} bytes, a tree node says {says}: restore refuses the "
-        "checkpoint(s) named here (the node was written wrong); restore another checkpoint, or take the state again "
-        "with `ckpt take --force-read` (a take reuses the tree of a file unchanged since its parent)"
+        f"object {oid.hex()[:12]} holds {raw_len} bytes, its tree node says {says}: a checkpoint with that node "
+        "cannot be restored (the node was written wrong; the data may be sound); restore another checkpoint, or take "
+        "the state again with `ckpt take --force-read` (a take reuses the tree of a file unchanged since its parent)"
     )
 
 
