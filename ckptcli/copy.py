@@ -229,9 +229,10 @@ class _Copier:
         """An object of SRC, re-hashed (and its size checked) before anything lands in DST."""
         try:
             entry, stored, raw = self.src.read_checked(oid)
-            want = self.walked.data_sizes.get(oid)
-            if want is not None and want != len(raw):
-                raise CorruptError(f"object {oid.hex()[:12]} holds {len(raw)} bytes where its node says {want}")
+            # every length the nodes walked so far name it with, not only one of them
+            if wrong := sorted(n for n in self.walked.sizes_named(oid) if n != len(raw)):
+                says = " and ".join(str(n) for n in wrong)
+                raise CorruptError(f"object {oid.hex()[:12]} holds {len(raw)} bytes where a node says {says}")
         except CkptError as exc:
             raise CorruptError(
                 f"{where}: {exc.message}; nothing of the checkpoint was copied",

@@ -33,8 +33,16 @@ class WalkResult:
     objects: dict[bytes, tuple[int, str]] = field(default_factory=dict)
     #: objects that could not be read or parsed: id -> (section, error message)
     errors: dict[bytes, tuple[str, str]] = field(default_factory=dict)
-    #: data objects: id -> the size their parent node says they have
+    #: data objects: id -> the size the first node that names it says it has
     data_sizes: dict[bytes, int] = field(default_factory=dict)
+    #: data objects that nodes name with different sizes (a writer's bug): id -> the
+    #: sizes other than `data_sizes[id]`, so that a wrong one is never hidden by a right one
+    other_sizes: dict[bytes, set[int]] = field(default_factory=dict)
+
+    def sizes_named(self, oid: bytes) -> set[int]:
+        """Every size the nodes walked say data object `oid` has (empty: none names it)."""
+        first = self.data_sizes.get(oid)
+        return set() if first is None else {first} | self.other_sizes.get(oid, set())
 
 
 def walk_checkpoint(
@@ -85,7 +93,8 @@ def walk_checkpoint(
                 for size, child in children:
                     if child not in seen:
                         seen[child] = (OBJ_DATA, section)
-                    res.data_sizes[child] = size
+                    if res.data_sizes.setdefault(child, size) != size:
+                        res.other_sizes.setdefault(child, set()).add(size)
             else:
                 for count, child in children:
                     stack.append((code, child, level - 1, count, section))

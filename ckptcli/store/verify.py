@@ -135,6 +135,7 @@ class StoreChecker:
         self.decoded: dict[bytes, Manifest] = {}
         self.src = _Source(store, self.entries)
         self.bad: dict[bytes, str] = {}
+        self.wrong_length: set[bytes] = set()  # those of `bad` a node names with another length
 
     def problem(self, kind: str, name: str, message: str) -> Problem:
         p = Problem(kind, name, message)
@@ -302,7 +303,7 @@ class StoreChecker:
         progress.finish()
         self.rep.checkpoints = len(self.decoded)
         self.rep.objects = len(walked.objects)
-        self.bad = _structure_problems(walked, self.entries, "no index names it")
+        self.bad, self.wrong_length = _structure_problems(walked, self.entries, "no index names it")
 
     def _size_or_0(self, path: str) -> int:
         """A pack's size for the progress bar; 0 for one that cannot be sized (a link, gone):
@@ -352,6 +353,9 @@ class StoreChecker:
                     affected = {oid for oid, _e in by_pack.get(bytes.fromhex(hexname), [])}
                     p.checkpoints = _checkpoints_needing(self.src, self.decoded, affected)
                 for oid, msg in found.items():
+                    if oid in self.wrong_length:  # damaged too: every checkpoint that needs it is hurt
+                        self.wrong_length.discard(oid)
+                        self.bad[oid] = msg
                     self.bad.setdefault(oid, msg)
                 progress.advance(nbytes)
         progress.finish()
@@ -364,7 +368,8 @@ class StoreChecker:
         for key, problem in (sweep() if sweep is not None else {}).items():
             self.problem("key", key, f"not a store path ({problem}), skipped by every command; ckpt wrote no such key: remove it")
         if self.bad:
-            needing = _checkpoints_per_object(self.src, self.decoded, set(self.bad))
+            lengths = {oid: self.entries[oid].raw_len for oid in self.wrong_length}
+            needing = _checkpoints_per_object(self.src, self.decoded, set(self.bad), lengths)
             for oid, msg in sorted(self.bad.items()):
                 p = self.problem("object", oid.hex(), msg)
                 p.checkpoints = sorted(needing.get(oid, []))
@@ -389,29 +394,56 @@ def _check_local_pack(
     return size, damaged, found
 
 
-def _structure_problems(walked: WalkResult, entries: dict[bytes, IndexEntry], missing: str) -> dict[bytes, str]:
+def _structure_problems(walked: WalkResult, entries: dict[bytes, IndexEntry], missing: str) -> tuple[dict[bytes, str], set[bytes]]:
     """What the walk found wrong, and what it implies against the table of where objects
     are (a store's index or a file's object table): an object missing from it, or a data
-    object whose size differs from what its tree node says. One function for stores and
-    files, so that a file passes verify exactly when the store it is imported into would."""
+    object whose size differs from what a tree node says (every node that names it, not
+    only one). One function for stores and files, so that a file passes verify exactly
+    when the store it is imported into would. Returns (object id -> what is wrong, the
+    ids whose only fault is a node's length)."""
     bad = {oid: msg for oid, (_s, msg) in walked.errors.items()}
+    wrong_length: set[bytes] = set()
     for oid in walked.objects:
         if oid in bad:
             continue
         entry = entries.get(oid)
         if entry is None:
             bad[oid] = f"object {oid.hex()[:12]} is missing ({missing})"
-        elif oid in walked.data_sizes and entry.raw_len != walked.data_sizes[oid]:
-            bad[oid] = f"object {oid.hex()[:12]} holds {entry.raw_len} bytes, its tree node says {walked.data_sizes[oid]}"
-    return bad
+            continue
+        named = walked.data_sizes.get(oid)
+        if named is None or (named == entry.raw_len and oid not in walked.other_sizes):
+            continue  # a node, or a chunk every node names with its length (no set built: the common case)
+        # a node names it with another length than raw_len, or two nodes disagree (so one does)
+        bad[oid] = _wrong_length(oid, entry.raw_len, sorted(s for s in walked.sizes_named(oid) if s != entry.raw_len))
+        wrong_length.add(oid)
+    return bad, wrong_length
 
 
-def _checkpoints_per_object(src: ObjectSource, manifests: dict[bytes, Manifest], targets: set[bytes]) -> dict[bytes, list[str]]:
+def _wrong_length(oid: bytes, raw_len: int, wrong: list[int]) -> str:
+    """A data object some tree node names with another length than it has (the node was
+    written wrong; the object itself may be sound). The length is the table's (index or
+    file), which --read-data confirms by decompressing the object to exactly that many bytes."""
+    says = " and ".join(str(s) for s in wrong)
+    return (
+        f"object {oid.hex()[:12]} holds {raw_len} bytes, its tree node says {says}: a checkpoint with that node "
+        "cannot be restored (the node was written wrong; the data may be sound); restore another checkpoint, or take "
+        "the state again with `ckpt take --force-read` (a take reuses the tree of a file unchanged since its parent)"
+    )
+
+
+def _checkpoints_per_object(
+    src: ObjectSource, manifests: dict[bytes, Manifest], targets: set[bytes], lengths: dict[bytes, int] | None = None
+) -> dict[bytes, list[str]]:
+    """The checkpoints that reach each of `targets`; for an object in `lengths` (one some
+    node names with another length than it has), only those whose nodes name it so."""
     out: dict[bytes, list[str]] = defaultdict(list)
     cache = _CachingSource(src)
+    lengths = lengths or {}
     for cid, m in manifests.items():
         res = walk_checkpoint(cache, m, on_error=lambda *_: None)
         for oid in targets & set(res.objects):
+            if oid in lengths and res.sizes_named(oid) <= {lengths[oid]}:
+                continue  # its nodes say the right length: this checkpoint restores
             out[oid].append(cid.hex())
     return out
 
@@ -443,7 +475,7 @@ def verify_file(f: CheckpointFile, *, read_data: bool, progress: Progress = NULL
         rep.problems.append(Problem("file", str(f.path), msg, [f.id.hex()]))
     res = walk_checkpoint(f, f.manifest(), on_error=lambda *_: None)
     rep.objects = len(res.objects)
-    bad = _structure_problems(res, f.entries, "the file does not hold it")
+    bad, _lengths = _structure_problems(res, f.entries, "the file does not hold it")
     if read_data:
         progress.start("reading data", len(f.entries))
         for oid in f.entries:

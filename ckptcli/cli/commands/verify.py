@@ -27,11 +27,13 @@ def verify(
     """Check checkpoints for damage.
 
     By default checks structure: every manifest, index and ref matches its checksum,
-    every object a checkpoint needs is present, and every tree node hashes right;
-    beside a local store, the LangGraph saver's journals have no damaged bytes
-    between their records.
-    --read-data re-hashes all data as well. Each damaged file or object is named with
-    the checkpoints that need it; exit status 5 when anything is damaged.
+    every object a checkpoint needs is present, every tree node hashes right, and
+    every length a tree node records for a chunk is the length the index (or the
+    file's table) holds for it, which is what restore checks; beside a local store,
+    the LangGraph saver's journals have no damaged bytes between their records.
+    --read-data re-hashes all data as well, and so also proves each chunk holds the
+    length the index says. Each damaged file or object is named with the checkpoints
+    that need it; exit status 5 when anything is damaged.
 
     Examples:
 
