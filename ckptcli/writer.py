@@ -225,7 +225,9 @@ def _encode(
             total = sum(tree_size(p) for p in blob_paths.values())
             progress.start("reading blobs", total)
             before = enc.logical_bytes
-            enc.digests = digests.digests if digests is not None else None
+            if digests is not None:
+                digests.digests.length_of = txn.raw_len
+                enc.digests = digests.digests
             try:
                 entries = {name: capture(p, enc, progress, report, previous.get(name)) for name, p in blob_paths.items()}
             finally:

@@ -338,3 +338,61 @@ def test_the_cache_keeps_the_pairs_of_files_a_take_did_not_read() -> None:
     pairs = d.pairs(keep=5)
     assert pairs[0][1] == oid and len(pairs) == 5 and all(k in old for k, _ in pairs[1:])
     assert len(d.pairs(keep=100)) == 11
+
+
+@pytest.mark.parametrize("who", ["directory writable by others", "file writable by others", "file of another user"])
+def test_a_cache_that_is_not_the_users_own_is_neither_read_nor_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, who: str, _own_cache_dir: Path
+) -> None:
+    """Someone else who can write the cache could plant a pair (as ssh refuses a key file
+    others may write): such a directory or file is left alone, and the take hashes all."""
+    if who == "file of another user" and os.getuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    rec = _Recorder(monkeypatch)
+    data = _files(tmp_path / "data")
+    root = tmp_path / "s"
+    store = ckptcli.init_store(root)
+    take(store, {"n": 1}, subject=SUBJECT, blobs={"state": data})
+    (path,) = _cache_files(root)
+    if who == "directory writable by others":
+        path.parent.chmod(0o777)
+    elif who == "file writable by others":
+        path.chmod(0o666)
+    else:
+        os.chown(path, 65534, 65534)
+    before = path.read_bytes()
+    _edit(data)
+    cid = take(Store.open(root), {"n": 2}, subject=SUBJECT, blobs={"state": data}).hex
+    assert rec.made[1].hits == 0
+    if who == "directory writable by others":
+        assert path.read_bytes() == before  # nothing written there
+    else:  # the user's own directory: the file is replaced by the user's own, 0600
+        st = path.stat()
+        assert st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o600
+    out = tmp_path / "out"
+    open_checkpoint(cid, Store.open(root)).restore_blobs(out)
+    assert (out / "state" / "weights.bin").read_bytes() == (data / "weights.bin").read_bytes()
+
+
+def test_a_pair_naming_an_object_of_another_length_is_caught_whatever_the_draw(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lying pair whose object the store has but with another length than the chunk:
+    the store's index says so at no cost, so it is caught even when not drawn."""
+    monkeypatch.setattr(digests_mod, "_VERIFY_FRACTION", 0.0)
+
+    def poison(root: Path) -> None:
+        (path,) = _cache_files(root)
+        pairs = list((decode_file(path.read_bytes()) or {}).items())
+        index = Store.open(root).index()
+        length = {oid: index.get(oid).raw_len for _k, oid in pairs}  # type: ignore[union-attr]
+        # every pair but the first (whose hit is checked anyway) names an object the store
+        # has, of another length than the chunk
+        lying = [(k, v if i == 0 else next(o for _k, o in pairs if length[o] != length[v])) for i, (k, v) in enumerate(pairs)]
+        path.write_bytes(encode_file(lying))
+
+    warnings: list[str] = []
+    monkeypatch.setattr(Store, "warn", lambda self, message: warnings.append(message))
+    store, plain, a, b = _twin_takes(tmp_path, poison=poison)
+    assert _blobs_ev(store, a) == _blobs_ev(plain, b)
+    assert any("digest cache" in w for w in warnings), warnings

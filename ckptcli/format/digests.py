@@ -67,6 +67,9 @@ class Digests:
         # which hits are checked: unknown to whoever wrote the cache (seeded from the
         # system's randomness), without a system call per chunk
         self._sample = random.Random(secrets.randbits(64)).random
+        #: the length the store holds for an object (None: not one it had): a chunk the
+        #: cache names by an object of another length is a lie, caught at no cost
+        self.length_of: Callable[[bytes], int | None] | None = None
         self.seen: dict[bytes, bytes] = {}
         self._hits = itertools.count(1)
         self._checked = itertools.count(1)
@@ -95,6 +98,9 @@ class Digests:
         if oid is None:
             oid = hashlib.sha256(piece).digest()
         else:
+            length_of = self.length_of
+            if length_of is not None and (n := length_of(oid)) is not None and n != len(piece):
+                raise DigestMismatchError(f"the digest cache names a chunk of {len(piece)} bytes by an object of {n}")
             hit = self.hits = next(self._hits)  # (this thread's own count: another may set `hits` meanwhile)
             if hit == 1 or self._sample() < _VERIFY_FRACTION:
                 self.checked = next(self._checked)

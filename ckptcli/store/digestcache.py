@@ -6,8 +6,9 @@ can write: a file in a shared store's `cache/` could be planted by anyone who ca
 the store, and one planted pair would make a take store the wrong bytes. So it is kept
 where restic keeps its cache and ckpt its object cache: CKPT_CACHE_DIR/digests when that
 is set (empty: no cache), else $XDG_CACHE_HOME/ckpt/digests, else ~/.cache/ckpt/digests;
-the directory is made 0700, each file 0600, and a directory or file there that is a link
-is never read or written through. Any file may be deleted at any time; the directory
+the directory is made 0700, each file 0600; a directory or file there that is a link, or
+is not the user's own (owned by another, or writable by group or others), is never read
+or written through. Any file may be deleted at any time; the directory
 keeps the MAX_FILES most recently written.
 """
 
@@ -38,9 +39,15 @@ def digest_dir() -> Path | None:
     return Path(base) / "ckpt" / "digests"
 
 
+def _private(st: os.stat_result) -> bool:
+    """Whether a file or directory is the user's own: owned by them, and no one else may
+    write it (as ssh asks of ~/.ssh). Another user who could write it could plant a pair."""
+    return st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
 def _private_dir(d: Path, make: bool) -> bool:
-    """Whether `d` is a directory (not a link) to read and write cache files in; made
-    (0700) when missing and `make`."""
+    """Whether `d` is a directory (not a link) of the user's own to read and write cache
+    files in; made (0700) when missing and `make`."""
     try:
         st = os.lstat(d)
     except FileNotFoundError:
@@ -53,7 +60,7 @@ def _private_dir(d: Path, make: bool) -> bool:
             return False
     except OSError:
         return False
-    return stat.S_ISDIR(st.st_mode)
+    return stat.S_ISDIR(st.st_mode) and _private(st)
 
 
 class DigestFile:
@@ -76,7 +83,7 @@ class DigestFile:
             return {}
         try:
             st = os.fstat(fd)
-            size = file_size(os.pread(fd, HEAD_SIZE, 0)) if stat.S_ISREG(st.st_mode) else None
+            size = file_size(os.pread(fd, HEAD_SIZE, 0)) if stat.S_ISREG(st.st_mode) and _private(st) else None
             if size is None or st.st_size != size:
                 return {}
             with os.fdopen(fd, "rb", closefd=False) as fh:

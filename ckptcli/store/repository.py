@@ -107,6 +107,12 @@ class Transaction:
     def has(self, oid: bytes) -> bool:
         return oid in self.known or oid in self.new
 
+    def raw_len(self, oid: bytes) -> int | None:
+        """The length of an object the store had when the transaction began; None for
+        any other (the digest cache checks the chunks it names by it)."""
+        entry = self.known.get(oid)
+        return entry.raw_len if entry is not None else None
+
     def put(self, oid: bytes, content: bytes, obj_type: int) -> None:
         if oid in self.known or oid in self.new:
             return
