@@ -371,8 +371,14 @@ def refuse_file_and_ref(ref: str, store: Store | None = None, *, store_path: Pat
     try:
         cid = store.resolve(ref)
         what = _what_ref(store, ref)
-    except CkptError:
-        return  # not a reference there (no such name, or one it cannot resolve): the file
+    except NotFoundError:
+        return  # not a reference there: the file
+    except CkptError as exc:  # a reference there that cannot be read (damaged, several ids): still a second meaning
+        raise InvalidInputError(
+            f"{ref!r} is ambiguous: it is the checkpoint file ./{ref}, and a reference of the store at {store.location} "
+            f"that cannot be resolved ({exc.message})",
+            hint=f"give ./{ref} for the file; for the reference: {exc.hint or 'repair it first (ckpt repair refs)'}",
+        ) from None
     finally:
         store.on_warning, store.warnings[:] = said, warnings
         if opened is not None:

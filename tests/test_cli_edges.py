@@ -263,3 +263,42 @@ def test_tui_refuses_a_name_that_is_both_a_checkpoint_file_and_a_ref(store: tupl
     )
     err = _one_line_error(r, ExitCode.INVALID_INPUT)
     assert "'good' is ambiguous" in err, err
+
+
+@pytest.mark.parametrize("inner", ["a store as its packs", "a store whose config is gone", "the user's own tmp"])
+def test_init_refuses_a_directory_that_holds_a_stores_directories(tmp_path: Path, inner: str) -> None:
+    """A new store would take what is there for its own: verify calls it damage, prune
+    deletes it, tmp/ is swept. Refused, exit 11, nothing made; other files are fine."""
+    d = tmp_path / "D"
+    if inner == "a store as its packs":
+        assert run_ckpt("init", d / "packs").returncode == 0
+    elif inner == "a store whose config is gone":
+        assert run_ckpt("init", d).returncode == 0
+        (d / "config").unlink()
+    else:
+        (d / "tmp").mkdir(parents=True)
+        (d / "tmp" / "draft.txt").write_text("mine")
+    before = sorted(p.relative_to(d) for p in d.rglob("*"))
+    r = run_ckpt("init", d)
+    err = r.stderr.decode()
+    assert r.returncode == 11, err
+    assert "already exists" in err and len(err.strip().splitlines()) == 1
+    assert sorted(p.relative_to(d) for p in d.rglob("*")) == before
+    other = tmp_path / "E"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    assert run_ckpt("init", other).returncode == 0
+
+
+def test_a_damaged_tag_named_like_a_checkpoint_file_here_is_still_a_second_meaning(tmp_path: Path) -> None:
+    """A tag file that cannot be read is still a tag: the word is not silently the file."""
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    assert run_ckpt("take", "s.json", "-S", "agent:a", cwd=tmp_path).returncode == 0
+    assert run_ckpt("tag", "good", "latest", cwd=tmp_path).returncode == 0
+    assert run_ckpt("export", "good", "-o", "good", cwd=tmp_path).returncode == 0
+    (tmp_path / ".ckpt" / "refs" / "tags" / "good").write_bytes(b"garbage")
+    r = run_ckpt("show", "good", cwd=tmp_path)
+    err = r.stderr.decode()
+    assert r.returncode == 4 and "ambiguous" in err and "./good" in err and len(err.strip().splitlines()) == 1, err
+    assert run_ckpt("show", "./good", cwd=tmp_path).returncode == 0

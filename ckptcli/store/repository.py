@@ -439,6 +439,16 @@ class Store(Refs):
                 f"{path} lies inside the ckpt store {outer}: a store is never created in another one",
                 hint="give a directory outside it (stores sit side by side: /srv/a, /srv/b)",
             )
+        taken = sorted(d for d in layout.STORE_DIRS if os.path.lexists(path / d))
+        if taken:
+            # a store's own names: what is there would be read as the store's (verify calls
+            # it damage, prune deletes it as garbage, tmp/ is swept): a store whose config
+            # is gone, another store, or the user's own files
+            raise ConflictError(
+                f"{path / taken[0]} already exists: {path} holds a store's directories without its config "
+                "(a damaged store, or another one) or files of its own under the names a store uses",
+                hint="give a new or empty directory, or one without any of " + ", ".join(f"{d}/" for d in sorted(layout.STORE_DIRS)),
+            )
         try:
             path.mkdir(parents=True, exist_ok=True)
             for sub in layout.CREATED_DIRS:
