@@ -2,9 +2,11 @@
 restic's `copy`).
 
 For each checkpoint, oldest first: its objects are found by walking it in SRC
-(format.walk), each object DST lacks is read from SRC, re-hashed (a mismatch stops the
-copy with CorruptError naming the object and the checkpoint) and written to DST as
-stored, never recompressed; then the manifest bytes, verbatim, so the id is the same.
+(format.walk), every length its nodes record for a chunk is checked against the index's
+(verify's check, for every chunk it names: sent now, sent for an earlier checkpoint, or in
+DST already), each object DST lacks is read from SRC, re-hashed (a mismatch, like a wrong
+length, stops the copy with CorruptError naming the object and the checkpoint) and
+written to DST as stored, never recompressed; then the manifest bytes, verbatim, so the id is the same.
 The write order is a take's: objects and their index first, the manifest (the commit
 point) last, then the subject's `latest` in DST moves to it when it is newer than the
 one there (as `ckpt import` does). Checkpoints go in batches (_Copier): the objects of
@@ -33,6 +35,7 @@ from ckptcli.store import layout
 from ckptcli.store.index import IndexEntry
 from ckptcli.store.repository import Store, Transaction
 from ckptcli.store.single import CheckpointFile
+from ckptcli.store.verify import structure_problems
 
 __all__ = ["CopyResult", "copy_checkpoints"]
 
@@ -211,28 +214,65 @@ class _Copier:
 
     def _missing(self, manifest: Manifest, where: str) -> list[bytes]:
         """The objects of `manifest` DST lacks, among those no earlier checkpoint of this copy
-        reached (those were sent then, or were in DST: the walk does not read them again)."""
+        reached (those were sent then, or were in DST: the walk does not read them again).
+        Raises CorruptError when a node of it names a data object with a wrong length."""
         seen_before = len(self.walked.objects)  # (the walk only adds, in order)
         try:
             walk_checkpoint(self.src, manifest, result=self.walked)
         except CkptError as exc:
             raise CorruptError(f"{where}: {exc.message}; nothing of it was copied", hint="run `ckpt verify --read-data` on SRC") from None
+        reached = list(itertools.islice(self.walked.objects, seen_before, None))
+        self._check_lengths(reached, where)
         missing = []
-        for oid in itertools.islice(self.walked.objects, seen_before, None):
+        for oid in reached:
             if self.dst.has(oid):
                 self.result.objects_present += 1
             else:
                 missing.append(oid)
         return missing
 
+    def _check_lengths(self, reached: list[bytes], where: str) -> None:
+        """Every length a node of this checkpoint records for a data object must be the
+        object's, as verify checks it (`structure_problems`), whether the object is sent now,
+        was sent for an earlier checkpoint of this copy, or is in DST already: a wrong one
+        refuses the checkpoint before anything of it is sent. The lengths are the index's
+        (SRC's, else DST's for an object only DST has), so no data is read.
+
+        The walk is shared, so this checkpoint's nodes name two kinds of data objects: those
+        it reached first (`reached`), and ones an earlier checkpoint reached. A node naming
+        one of the latter with another length than the earlier node did puts it in
+        `other_sizes`, and only then: since each earlier checkpoint passed this check (or the
+        copy stopped there), `other_sizes` was empty before this walk and every length in
+        `data_sizes` of those objects is right."""
+        walked = self.walked
+        named = dict.fromkeys(oid for oid in reached if oid in walked.data_sizes)
+        named.update(dict.fromkeys(walked.other_sizes))
+        if not named:
+            return
+        view = WalkResult(
+            objects={oid: walked.objects[oid] for oid in named},
+            data_sizes={oid: walked.data_sizes[oid] for oid in named},
+            other_sizes={oid: walked.other_sizes[oid] for oid in named if oid in walked.other_sizes},
+        )
+        entries = {oid: e for oid in named if (e := self._entry(oid)) is not None}
+        bad, wrong_length = structure_problems(view, entries, "SRC and DST lack it")
+        # (an object neither has is refused when it is read, as a damaged one is)
+        if wrong_length:
+            oid = min(wrong_length)
+            raise CorruptError(
+                f"{where}: {bad[oid]}; nothing of the checkpoint was copied",
+                hint="the checkpoints copied before it are kept in DST",
+            )
+
+    def _entry(self, oid: bytes) -> IndexEntry | None:
+        """An object's index entry, SRC's (or the file's table), else DST's."""
+        entry = self.src.entries.get(oid) if isinstance(self.src, CheckpointFile) else self.src.index().get(oid)
+        return entry if entry is not None else self.dst.index().get(oid)
+
     def _read(self, oid: bytes, where: str) -> tuple[IndexEntry, bytes, bytes]:
         """An object of SRC, re-hashed (and its size checked) before anything lands in DST."""
         try:
-            entry, stored, raw = self.src.read_checked(oid)
-            # every length the nodes walked so far name it with, not only one of them
-            if wrong := sorted(n for n in self.walked.sizes_named(oid) if n != len(raw)):
-                says = " and ".join(str(n) for n in wrong)
-                raise CorruptError(f"object {oid.hex()[:12]} holds {len(raw)} bytes where a node says {says}")
+            entry, stored, raw = self.src.read_checked(oid)  # (raw is entry.raw_len bytes: _check_lengths held)
         except CkptError as exc:
             raise CorruptError(
                 f"{where}: {exc.message}; nothing of the checkpoint was copied",

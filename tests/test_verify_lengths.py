@@ -14,7 +14,8 @@ import pytest
 
 import ckptcli
 from ckptcli.api import take
-from ckptcli.errors import ExitCode
+from ckptcli.copy import copy_checkpoints
+from ckptcli.errors import CorruptError, ExitCode
 from ckptcli.format.encode import Encoder
 from ckptcli.format.values import EXT_BYTES, EXT_STR
 from ckptcli.format.walk import walk_checkpoint
@@ -131,8 +132,8 @@ def test_checkpoint_file_names_an_object_with_two_lengths(tmp_path: Path, lying_
 
 @pytest.mark.parametrize("wrong", [0, 1], ids=["wrong-first", "wrong-second"])
 def test_copy_refuses_an_object_named_with_two_lengths(tmp_path: Path, lying_tree: Lying, wrong: int) -> None:
-    """`ckpt copy` checks the length of each object it sends against every node of the
-    checkpoint that names it, as verify does."""
+    """`ckpt copy` checks the length of each object against every node of the checkpoint
+    that names it, as verify does, and says so in verify's words."""
     calls, changed = lying_tree
     store = ckptcli.init_store(tmp_path / "store")
     calls.append(wrong)
@@ -142,5 +143,65 @@ def test_copy_refuses_an_object_named_with_two_lengths(tmp_path: Path, lying_tre
     proc = run_ckpt("copy", tmp_path / "store", tmp_path / "dst", cid)
     assert proc.returncode == ExitCode.CORRUPT
     size = len(store.get(changed[0]))
-    assert f"object {changed[0].hex()[:12]} holds {size} bytes where a node says {size + 7}" in proc.stderr.decode()
+    assert f"object {changed[0].hex()[:12]} holds {size} bytes, its tree node says {size + 7}" in proc.stderr.decode()
     assert not ckptcli.open_store(tmp_path / "dst").manifest_ids()
+
+
+def _two_takes(tmp_path: Path, lying_tree: Lying, bad_first: bool) -> tuple[Store, bytes, bytes, bytes]:
+    """(SRC, good, bad, the chunk both name): two checkpoints of other subjects whose trees
+    name one chunk, the bad one's node with a wrong length; taken in the order asked."""
+    calls, changed = lying_tree
+    src = ckptcli.init_store(tmp_path / "src")
+    if bad_first:
+        calls.append(0)
+        bad = take(src, {"memory": {"blob": DATA + b"!"}}, subject="agent:b").id
+        calls.clear()
+        good = take(src, {"memory": {"blob": DATA}}, subject="agent:a").id
+    else:
+        good = take(src, {"memory": {"blob": DATA}}, subject="agent:a").id
+        calls.append(1)
+        bad = take(src, {"memory": {"blob": DATA + b"!"}}, subject="agent:b").id
+        calls.clear()
+    assert _names(src, good, changed[0]) and _names(src, bad, changed[0])
+    return src, good, bad, changed[0]
+
+
+def _refused(proc: Any, src: Store, bad: bytes, oid: bytes) -> None:
+    err = proc.stderr.decode()
+    assert proc.returncode == ExitCode.CORRUPT, err
+    size = len(src.get(oid))
+    assert f"object {oid.hex()[:12]} holds {size} bytes, its tree node says {size + 7}" in err, err
+    assert bad.hex()[:12] in err and "Traceback" not in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("bad_first", [False, True], ids=["good-first", "bad-first"])
+def test_copy_refuses_a_checkpoint_naming_a_chunk_another_one_sent_with_a_wrong_length(
+    tmp_path: Path, lying_tree: Lying, bad_first: bool
+) -> None:
+    """A whole-store copy: the chunk is sent once, for whichever checkpoint comes first;
+    the bad checkpoint is refused either way, the good one copied before it kept."""
+    src, good, bad, oid = _two_takes(tmp_path, lying_tree, bad_first)
+    ckptcli.init_store(tmp_path / "dst")
+    _refused(run_ckpt("copy", "--dry-run", tmp_path / "src", tmp_path / "dst"), src, bad, oid)
+    _refused(run_ckpt("copy", tmp_path / "src", tmp_path / "dst"), src, bad, oid)
+    # oldest first, and the copy stops at the refused one: the good one is kept when it came before
+    assert ckptcli.open_store(tmp_path / "dst").manifest_ids() == ([] if bad_first else [good])
+    assert run_ckpt("verify", "--read-data", "--store", tmp_path / "dst").returncode == 0
+
+
+def test_copy_refuses_a_checkpoint_naming_a_chunk_dst_has_with_a_wrong_length(tmp_path: Path, lying_tree: Lying) -> None:
+    """The chunk is in DST already (copied with the good checkpoint): not sent, still checked."""
+    src, good, bad, oid = _two_takes(tmp_path, lying_tree, bad_first=False)
+    ckptcli.init_store(tmp_path / "dst")
+    assert run_ckpt("copy", tmp_path / "src", tmp_path / "dst", good.hex()).returncode == 0
+    for args in (["--dry-run", bad.hex()], [bad.hex()], []):
+        _refused(run_ckpt("copy", tmp_path / "src", tmp_path / "dst", *args), src, bad, oid)
+        assert ckptcli.open_store(tmp_path / "dst").manifest_ids() == [good]
+    # a checkpoint file of it as SRC is checked the same way (its table's lengths)
+    assert run_ckpt("export", bad.hex(), "-o", tmp_path / "bad.ckpt", "--store", tmp_path / "src").returncode == 0
+    _refused(run_ckpt("copy", tmp_path / "bad.ckpt", tmp_path / "dst"), src, bad, oid)
+    assert ckptcli.open_store(tmp_path / "dst").manifest_ids() == [good]
+    assert run_ckpt("verify", "--read-data", "--store", tmp_path / "dst").returncode == 0
+    # and the library says the same
+    with pytest.raises(CorruptError, match=oid.hex()[:12]):
+        copy_checkpoints(src, ckptcli.open_store(tmp_path / "dst"), [bad.hex()])

@@ -39,7 +39,7 @@ from ckptcli.store.repair import dangling_heads
 from ckptcli.store.repository import Store
 from ckptcli.store.single import CheckpointFile
 
-__all__ = ["PHASES", "Problem", "StoreChecker", "VerifyReport", "verify_file", "verify_store"]
+__all__ = ["PHASES", "Problem", "StoreChecker", "VerifyReport", "structure_problems", "verify_file", "verify_store"]
 
 #: a check of an adapter's files beside a store (entry-point group `ckptcli.beside_store`):
 #: (store directory, the store's checkpoint ids when asked) -> [(kind, path, message)]
@@ -303,7 +303,7 @@ class StoreChecker:
         progress.finish()
         self.rep.checkpoints = len(self.decoded)
         self.rep.objects = len(walked.objects)
-        self.bad, self.wrong_length = _structure_problems(walked, self.entries, "no index names it")
+        self.bad, self.wrong_length = structure_problems(walked, self.entries, "no index names it")
 
     def _size_or_0(self, path: str) -> int:
         """A pack's size for the progress bar; 0 for one that cannot be sized (a link, gone):
@@ -394,13 +394,13 @@ def _check_local_pack(
     return size, damaged, found
 
 
-def _structure_problems(walked: WalkResult, entries: dict[bytes, IndexEntry], missing: str) -> tuple[dict[bytes, str], set[bytes]]:
+def structure_problems(walked: WalkResult, entries: dict[bytes, IndexEntry], missing: str) -> tuple[dict[bytes, str], set[bytes]]:
     """What the walk found wrong, and what it implies against the table of where objects
     are (a store's index or a file's object table): an object missing from it, or a data
     object whose size differs from what a tree node says (every node that names it, not
     only one). One function for stores and files, so that a file passes verify exactly
-    when the store it is imported into would. Returns (object id -> what is wrong, the
-    ids whose only fault is a node's length)."""
+    when the store it is imported into would (and `ckpt copy` checks each checkpoint with
+    it). Returns (object id -> what is wrong, the ids whose only fault is a node's length)."""
     bad = {oid: msg for oid, (_s, msg) in walked.errors.items()}
     wrong_length: set[bytes] = set()
     for oid in walked.objects:
@@ -475,7 +475,7 @@ def verify_file(f: CheckpointFile, *, read_data: bool, progress: Progress = NULL
         rep.problems.append(Problem("file", str(f.path), msg, [f.id.hex()]))
     res = walk_checkpoint(f, f.manifest(), on_error=lambda *_: None)
     rep.objects = len(res.objects)
-    bad, _lengths = _structure_problems(res, f.entries, "the file does not hold it")
+    bad, _lengths = structure_problems(res, f.entries, "the file does not hold it")
     if read_data:
         progress.start("reading data", len(f.entries))
         for oid in f.entries:

@@ -51,7 +51,10 @@ def copy(
 
     Only the objects DST lacks are sent; each is read from SRC, re-hashed and refused
     (exit 5, naming the object and the checkpoint) when it does not match its id, before
-    anything of that checkpoint is committed in DST. Objects land first, the manifest
+    anything of that checkpoint is committed in DST. A checkpoint whose tree records a
+    length for a chunk other than the chunk's is refused the same way (as `ckpt verify`
+    finds it), whether the chunk is sent or DST has it already; the copy stops there,
+    and the checkpoints copied before it are kept. Objects land first, the manifest
     last (as a take writes), and checkpoints are committed in batches (up to 256
     checkpoints or 64 MiB): a copy that is interrupted leaves DST consistent, the next
     copy skips the batches committed before, and sends the interrupted batch again (what
