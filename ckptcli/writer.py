@@ -261,7 +261,9 @@ class _DigestFile:
     empty one; one that cannot be written is not written."""
 
     def __init__(self, store: Store, subj: Subject) -> None:
-        self.file = DigestFile(str(store.location), str(subj))
+        # a local store by its real path (`--store .ckpt` in two directories is two stores)
+        local = store.directory
+        self.file = DigestFile(os.path.realpath(local) if local is not None else str(store.location), str(subj))
         self.path = self.file.path
         self.digests = Digests(loader=self.file.load)
 

@@ -302,3 +302,21 @@ def test_a_damaged_tag_named_like_a_checkpoint_file_here_is_still_a_second_meani
     err = r.stderr.decode()
     assert r.returncode == 4 and "ambiguous" in err and "./good" in err and len(err.strip().splitlines()) == 1, err
     assert run_ckpt("show", "./good", cwd=tmp_path).returncode == 0
+
+
+def test_init_refuses_a_directory_inside_a_store_whose_config_is_gone(tmp_path: Path) -> None:
+    s = tmp_path / "s"
+    assert run_ckpt("init", s).returncode == 0
+    (s / "config").unlink()
+    r = run_ckpt("init", s / "refs" / "y")
+    assert r.returncode == 11, r.stderr.decode()
+    assert not (s / "refs" / "y").exists()
+
+
+@pytest.mark.parametrize("args", [["init", "{L}"], ["--store", "{L}", "ls"], ["show", "{L}"], ["show", "{L}.ckpt"], ["import", "{L}"]])
+def test_a_name_longer_than_a_file_system_holds_is_one_line_exit_4(tmp_path: Path, args: list[str]) -> None:
+    long_name = "a" * 300
+    r = run_ckpt(*[a.replace("{L}", long_name) for a in args], cwd=tmp_path)
+    err = r.stderr.decode()
+    assert r.returncode == 4, err
+    assert "too long" in err and "internal error" not in err and len(err.strip().splitlines()) == 1

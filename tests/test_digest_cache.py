@@ -61,7 +61,7 @@ def _cache_files(root: Path) -> list[Path]:
     """The digest cache files of the store at `root` (of any subject)."""
     d = digestcache.digest_dir()
     assert d is not None
-    names = {digestcache.DigestFile(str(Store.open(root).location), s).path for s in (SUBJECT, "process:other")}
+    names = {digestcache.DigestFile(os.path.realpath(root), s).path for s in (SUBJECT, "process:other")}
     return sorted(p for p in d.iterdir() if p in names) if d.is_dir() else []
 
 
@@ -275,10 +275,25 @@ def test_a_chunk_found_by_its_blake3_that_the_store_lacks_is_hashed_before_it_is
     # store does not have the id it gives
     with pytest.raises(DigestMismatchError):
         _hash_and_compress([memoryview(honest), memoryview(lying)], lambda oid: False, d)
-    # a store that has the honest chunk: it is not stored again, so not hashed again
+    # a store that had the honest chunk before the take: found, not stored again, and
+    # hashed only as the first hit
     d2 = Digests({blake3(honest).digest(): hashlib.sha256(honest).digest()})
+    d2.length_of = lambda oid: len(honest) if oid == hashlib.sha256(honest).digest() else None
     out = _hash_and_compress([memoryview(honest), memoryview(honest)], lambda oid: True, d2)
     assert [oid for oid, _n, _s in out] == [hashlib.sha256(honest).digest()] * 2 and d2.checked == 1
+
+
+def test_a_pair_naming_an_object_stored_earlier_in_the_same_take_is_hashed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store has the object the lie names, but only since this take (an earlier file
+    of it): not an object the index knew, so the chunk is hashed whatever the draw."""
+    monkeypatch.setattr(digests_mod, "_VERIFY_FRACTION", 0.0)
+    from blake3 import blake3
+
+    honest, stored_now, lying = os.urandom(20_000), os.urandom(20_000), os.urandom(20_000)
+    d = Digests({blake3(honest).digest(): hashlib.sha256(honest).digest(), blake3(lying).digest(): hashlib.sha256(stored_now).digest()})
+    d.length_of = lambda oid: len(honest) if oid == hashlib.sha256(honest).digest() else None  # the index before the take
+    with pytest.raises(DigestMismatchError):
+        _hash_and_compress([memoryview(honest), memoryview(lying)], lambda oid: True, d)  # both "in the store" now
 
 
 def test_the_cache_directory_keeps_the_most_recent_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -396,3 +411,14 @@ def test_a_pair_naming_an_object_of_another_length_is_caught_whatever_the_draw(
     store, plain, a, b = _twin_takes(tmp_path, poison=poison)
     assert _blobs_ev(store, a) == _blobs_ev(plain, b)
     assert any("digest cache" in w for w in warnings), warnings
+
+
+def test_two_stores_opened_by_the_same_relative_path_have_a_cache_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("a", "b"):
+        d = tmp_path / name
+        d.mkdir()
+        _files(d / "data", seed=ord(name))
+        ckptcli.init_store(d / ".ckpt")
+        monkeypatch.chdir(d)
+        take(Store.open(Path(".ckpt")), {"n": 1}, subject=SUBJECT, blobs={"state": Path("data")})
+    assert len(_cache_files(tmp_path / "a" / ".ckpt") + _cache_files(tmp_path / "b" / ".ckpt")) == 2

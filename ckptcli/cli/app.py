@@ -644,6 +644,10 @@ def _run(args: list[str]) -> int:
     except BrokenPipeError:
         return _stdout_closed(streams)
     except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:  # a path given that no file system holds, wherever it was first used
+            where = f"{exc.filename}: " if exc.filename is not None else ""
+            sys.stderr.write(f"ckpt: error: {where}a file name is too long; give names of at most 255 bytes (a path of at most 4096)\n")
+            return int(ExitCode.INVALID_INPUT)
         if exc.filename is not None or exc.errno not in _OUTPUT_ERRNOS:  # not a failed write of the output: a bug
             return _internal(exc)
         # a write to stdout (a full disk, a closed descriptor): every file ckpt writes

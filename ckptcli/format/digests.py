@@ -67,8 +67,10 @@ class Digests:
         # which hits are checked: unknown to whoever wrote the cache (seeded from the
         # system's randomness), without a system call per chunk
         self._sample = random.Random(secrets.randbits(64)).random
-        #: the length the store holds for an object (None: not one it had): a chunk the
-        #: cache names by an object of another length is a lie, caught at no cost
+        #: the length the store held for an object before the take (None: not one it
+        #: had): a chunk the cache names by an object of another length is a lie, caught
+        #: at no cost, and one it names by an object the store did not have is hashed
+        #: (unset: every hit is hashed, so the cache saves nothing)
         self.length_of: Callable[[bytes], int | None] | None = None
         self.seen: dict[bytes, bytes] = {}
         self._hits = itertools.count(1)
@@ -98,11 +100,14 @@ class Digests:
         if oid is None:
             oid = hashlib.sha256(piece).digest()
         else:
-            length_of = self.length_of
-            if length_of is not None and (n := length_of(oid)) is not None and n != len(piece):
-                raise DigestMismatchError(f"the digest cache names a chunk of {len(piece)} bytes by an object of {n}")
             hit = self.hits = next(self._hits)  # (this thread's own count: another may set `hits` meanwhile)
-            if hit == 1 or self._sample() < _VERIFY_FRACTION:
+            n = self.length_of(oid) if self.length_of is not None else None
+            if n is not None and n != len(piece):
+                raise DigestMismatchError(f"the digest cache names a chunk of {len(piece)} bytes by an object of {n}")
+            # an object the store did not have before this take (not in the store, or stored
+            # earlier in this take) is never taken on the cache's word; the others are
+            # checked on the first hit and at random after it
+            if n is None or hit == 1 or self._sample() < _VERIFY_FRACTION:
                 self.checked = next(self._checked)
                 self.confirm(piece, oid)
                 hashed = True

@@ -286,7 +286,8 @@ def enclosing_store(path: Path) -> Path | None:
     nearest one walking up its parents, links resolved, to the file-system root; None
     when there is none. A parent is a store when it holds a file `config` that is a
     store's config record, or `config` beside `manifests/` (a store whose config is
-    damaged is still one): not every file named `config` (`~/.ssh/config`).
+    damaged is still one), or no `config` but `packs/`, `index/` and `manifests/` (one
+    whose config is gone): not every file named `config` (`~/.ssh/config`).
 
     A store made there would mix its files with the outer store's: the outer store's
     verify reports them as damage and its prune deletes them as garbage."""
@@ -295,6 +296,10 @@ def enclosing_store(path: Path) -> Path | None:
         config = d / layout.CONFIG
         try:
             if not config.is_file():
+                # a store whose config is gone is still one (`ckpt init` refuses to make
+                # one there again): its packs, index and manifests say so
+                if all((d / sub).is_dir() for sub in (layout.PACKS, layout.INDEX, layout.MANIFESTS)):
+                    return d
                 continue
             with open(config, "rb") as fh:
                 head = fh.read(len(magic))
