@@ -12,8 +12,8 @@ SHA-256), so the mapping is a fact about the bytes, the same for every store. Th
 that keeps it is the user's own (ckptcli/store/digestcache.py: never in the store, where
 whoever can write the store could plant a pair), and it is checked besides: the first
 chunk a take finds in it, and one in VERIFY_EVERY after that at random, is hashed with
-SHA-256 as well, and so is every chunk found in it that the store does not have before it
-is stored (`confirm`); any difference abandons the cache (`DigestMismatchError`).
+SHA-256 as well, and so is every chunk it names by an object the store did not have when
+the take began; any difference abandons the cache (`DigestMismatchError`).
 """
 
 from __future__ import annotations
@@ -90,13 +90,12 @@ class Digests:
                 known = self._known
         return known
 
-    def id_of(self, piece: bytes | memoryview) -> tuple[bytes, bool]:
-        """The SHA-256 of `piece`, from the cache when its BLAKE3 is there; and whether it
-        was computed (or checked) here. One not computed must be `confirm`ed before the
-        chunk is stored: the cache names bytes the store has, never new ones."""
+    def id_of(self, piece: bytes | memoryview) -> bytes:
+        """The SHA-256 of `piece`, from the cache when its BLAKE3 is there. An id taken on
+        the cache's word is always one of an object the store had when the take began
+        (`length_of`), of the chunk's length: the cache never puts bytes into the store."""
         key = blake3(piece).digest()
         oid = self.known.get(key)
-        hashed = oid is None
         if oid is None:
             oid = hashlib.sha256(piece).digest()
         else:
@@ -109,15 +108,10 @@ class Digests:
             # checked on the first hit and at random after it
             if n is None or hit == 1 or self._sample() < _VERIFY_FRACTION:
                 self.checked = next(self._checked)
-                self.confirm(piece, oid)
-                hashed = True
+                if hashlib.sha256(piece).digest() != oid:
+                    raise DigestMismatchError("a chunk's SHA-256 is not the one the digest cache recorded for it")
         self.seen[key] = oid
-        return oid, hashed
-
-    def confirm(self, piece: bytes | memoryview, oid: bytes) -> None:
-        """Hash `piece` with SHA-256; DigestMismatchError unless it is `oid`."""
-        if hashlib.sha256(piece).digest() != oid:
-            raise DigestMismatchError("a chunk's SHA-256 is not the one the digest cache recorded for it")
+        return oid
 
     def pairs(self, keep: int) -> list[tuple[bytes, bytes]]:
         """What to write back: this take's pairs, then the earlier ones it did not see

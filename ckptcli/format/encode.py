@@ -116,10 +116,7 @@ class Encoder:
         the take has one, as the chunk pool does."""
         if self.digests is None:
             return self._put_data(bytes(piece))
-        oid, hashed = self.digests.id_of(piece)
-        has = getattr(self.sink, "has", None)
-        if not hashed and (has is None or not has(oid)):
-            self.digests.confirm(piece, oid)  # stored under an id checked here, as _hash_and_compress does
+        oid = self.digests.id_of(piece)
         self.sink.put(oid, bytes(piece), OBJ_DATA)
         return oid
 
@@ -602,16 +599,11 @@ def _hash_and_compress(pieces: list[memoryview], known: Callable[[bytes], bool],
     out: list[_Stored] = []
     incompressible = False
     for piece in pieces:
-        if digests is None:
-            oid, hashed = sha256(piece).digest(), True
-        else:
-            oid, hashed = digests.id_of(piece)
+        oid = sha256(piece).digest() if digests is None else digests.id_of(piece)
         n = len(piece)
         if known(oid):  # an object the store already has need not be compressed
             out.append((oid, n, None))
             continue
-        if not hashed:  # found by its BLAKE3 but not in the store: its id is checked before it is stored
-            digests.confirm(piece, oid)  # type: ignore[union-attr]
         if incompressible and n >= 2 * _SAMPLE:
             mid = (n - _SAMPLE) // 2
             codec, packed = compress(piece[mid : mid + _SAMPLE])
