@@ -311,6 +311,27 @@ def test_the_cache_directory_keeps_the_most_recent_files(tmp_path: Path, monkeyp
     assert {digestcache.DigestFile(f"/store/{i}", SUBJECT).path.name for i in (4, 5, 6, 7)} <= kept  # type: ignore[union-attr]
 
 
+def test_the_bound_never_removes_a_file_ckpt_did_not_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `digests` directory the user already had under CKPT_CACHE_DIR keeps the user's
+    own files, however many: only cache files (and ckpt's temporary ones) count and go."""
+    monkeypatch.setattr(digestcache, "MAX_FILES", 3)
+    d = digestcache.digest_dir()
+    assert d is not None
+    d.mkdir(parents=True, mode=0o700)
+    mine = [d / f"note{i}.txt" for i in range(10)] + [d / ("f" * 32 + ".txt"), d / ("F" * 32)]
+    for i, p in enumerate(mine):
+        p.write_text(f"mine {i}")
+        os.utime(p, ns=(i, i))
+    stale = d / f".{'e' * 32}.99.0123abcd.tmp"  # a writer killed before its rename
+    stale.write_bytes(b"half")
+    os.utime(stale, ns=(0, 0))
+    for i in range(5):
+        digestcache.DigestFile(f"/store/{i}", SUBJECT).save([(bytes([i]) * 32, bytes([i]) * 32)])
+    assert all(p.read_text() == f"mine {i}" for i, p in enumerate(mine))
+    assert not stale.exists()
+    assert len([p for p in d.iterdir() if p not in mine]) == 3
+
+
 def test_a_file_read_by_range_and_then_replaced_is_read_anew(tmp_path: Path) -> None:
     """LocalBackend keeps the descriptors read_range opened: a file it replaces or removes
     itself is read from the new file after, not the old one."""

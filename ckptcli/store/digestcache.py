@@ -9,7 +9,8 @@ is set (empty: no cache), else $XDG_CACHE_HOME/ckpt/digests, else ~/.cache/ckpt/
 the directory is made 0700, each file 0600; a directory or file there that is a link, or
 is not the user's own (owned by another, or writable by group or others), is never read
 or written through. Any file may be deleted at any time; the directory
-keeps the MAX_FILES most recently written.
+keeps the MAX_FILES most recently written, and ckpt never removes a file there it did not
+name (a directory `digests` the user already had keeps the user's files).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
@@ -27,6 +29,8 @@ __all__ = ["MAX_FILES", "DigestFile", "digest_dir"]
 
 #: cache files kept (one per store and subject taken with files); the oldest go first
 MAX_FILES = 256
+#: the names ckpt gives the files of the directory: a cache file, or a temporary one
+_OURS = re.compile(r"[0-9a-f]{32}|\.[0-9a-f]{32}\.[0-9]+\.[0-9a-f]{8}\.tmp")
 
 
 def digest_dir() -> Path | None:
@@ -117,11 +121,17 @@ class DigestFile:
                 self.path.unlink()
 
     def _bound(self) -> None:
-        """Keep the MAX_FILES most recently written files of the directory."""
+        """Keep the MAX_FILES most recently written cache files of the directory (and the
+        temporary files of writers killed before their rename). Only files named as ckpt
+        names them are counted or removed: anything else there is not ckpt's to delete."""
         assert self.dir is not None
         try:
             with os.scandir(self.dir) as it:
-                files = [(e.stat(follow_symlinks=False).st_mtime_ns, e.path) for e in it if e.is_file(follow_symlinks=False)]
+                files = [
+                    (e.stat(follow_symlinks=False).st_mtime_ns, e.path)
+                    for e in it
+                    if _OURS.fullmatch(e.name) and e.is_file(follow_symlinks=False)
+                ]
         except OSError:
             return
         if len(files) <= MAX_FILES:
