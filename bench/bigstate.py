@@ -17,6 +17,14 @@ Besides the pairs, in the same runs: the full take into a store made with
 `ckpt init --chunker fastcdc` (the chunker of stores made before there was a choice)
 and into a format-1 store, and `ckpt restore --durable` (one syncfs before it returns).
 
+And on one core (`taskset -c 0`), where no tool gains from the other core: the full take,
+`tar | zstd -3 -T1`, and the work the format itself asks of a take (`format_work`: cut
+the files into the store's chunks, SHA-256 of each, zstd of each at ckpt's level, nothing
+else). Their ratios say how much of the full take's distance to `tar | zstd` is work the
+format requires (object ids are SHA-256 of each chunk) rather than ckpt's own overhead or
+how it uses the cores: on two cores the take cannot beat `format work / tar | zstd` unless
+it draws more from the second core than `zstd -T0` does.
+
 Peers: restic and zstd from the system packages (`apt-get install restic zstd`; the
 setup step of this benchmark), GNU tar and coreutils sha256sum.
 """
@@ -41,6 +49,7 @@ from bench.common import workdir as made
 
 VENV_BIN = Path(sys.executable).parent
 CKPT = str(VENV_BIN / "ckpt")
+ROOT = Path(__file__).resolve().parent.parent
 RESTIC_ENV = {"RESTIC_PASSWORD": "bench-only-password", "RESTIC_PROGRESS_FPS": "0.0001"}
 
 
@@ -67,6 +76,28 @@ def run(cmd: list[str] | str, *, env: dict[str, str] | None = None, shell: bool 
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"command failed ({os.waitstatus_to_exitcode(status)}): {cmd}\n{err[-2000:]}")
     return Run(elapsed, usage.ru_maxrss, usage.ru_utime + usage.ru_stime)
+
+
+def format_work(data: Path) -> list[bytes]:
+    """What the format asks of a full take of the files under `data`, and nothing else:
+    cut each into a new store's chunks, SHA-256 of each chunk, zstd of each at ckpt's
+    level (framing.compress: raw when zstd does not shrink it). One thread. Returns the
+    chunk ids (the objects a take of the files stores their bytes in)."""
+    import hashlib
+
+    from ckptcli.format import chunker
+    from ckptcli.format.framing import compress
+
+    params = chunker.PARAMS[chunker.DEFAULT_CHUNKER]
+    ids = []
+    for path in sorted(data.iterdir()):
+        for piece in chunker.chunk_bytes(path.read_bytes(), params, chunker.DEFAULT_CHUNKER):
+            ids.append(hashlib.sha256(piece).digest())
+            compress(piece)
+    return ids
+
+
+ONE_CORE = ["taskset", "-c", "0"]
 
 
 # -- data -------------------------------------------------------------------------------
@@ -135,7 +166,7 @@ def restic_backup(repo: Path, data: Path) -> Run:
 
 
 def check_tools() -> None:
-    for tool in ("restic", "zstd", "tar", "sha256sum"):
+    for tool in ("restic", "zstd", "tar", "sha256sum", "taskset"):
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is not installed: run `bash bench/setup` (apt-get install restic zstd)")
 
@@ -190,6 +221,32 @@ def measure(mib: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
             shutil.rmtree(store_v1, ignore_errors=True)
             shutil.rmtree(store_legacy, ignore_errors=True)
             rec("full: tar | zstd -3 -T0", run(f"tar -cf - -C {run_data} . | zstd -3 -T0 -q -f -o {work}/state-{i}.tar.zst", shell=True))
+            one = work / f"store-one-{i}"
+            run([CKPT, "init", str(one)])
+            os.sync()
+            one_core = [
+                (
+                    "one core: ckpt take",
+                    lambda s=one, d=run_data: run(
+                        [*ONE_CORE, CKPT, "take", "--blob", f"state={d}", "-S", "process:bench", "--store", str(s)]
+                    ),
+                ),
+                (
+                    "one core: tar | zstd -3 -T1",
+                    lambda d=run_data, o=work / f"one-{i}.tar.zst": run(
+                        f"{' '.join(ONE_CORE)} sh -c 'tar -cf - -C {d} . | zstd -3 -T1 -q -f -o {o}'", shell=True
+                    ),
+                ),
+                (
+                    "one core: the format's work",
+                    lambda d=run_data: run([*ONE_CORE, sys.executable, "-m", "bench.bigstate", "--format-work", str(d)], cwd=ROOT),
+                ),
+            ]
+            for name, fn in one_core if i % 2 == 0 else one_core[::-1]:
+                rec(name, fn())
+                os.sync()
+            shutil.rmtree(one, ignore_errors=True)
+            (work / f"one-{i}.tar.zst").unlink(missing_ok=True)
             s0, r0 = _store_bytes(store), dir_size(repo).apparent
             c0 = _cache_bytes(store)
             edit_in_place([p for p in run_files if p.is_file()])
@@ -230,6 +287,9 @@ def measure(mib: int, runs: int, workdir: Path | None = None) -> dict[str, Any]:
     checks = [
         ("full take / restic backup", med["full: ckpt take"] / med["full: restic backup"], 0.5),
         ("full take / tar|zstd", med["full: ckpt take"] / med["full: tar | zstd -3 -T0"], 1.3),
+        # on one core, CPU seconds: what another process on that core takes moves the wall time
+        ("one core, CPU: take / tar|zstd", cpu["one core: ckpt take"] / cpu["one core: tar | zstd -3 -T1"], None),
+        ("one core, CPU: format's work / tar|zstd", cpu["one core: the format's work"] / cpu["one core: tar | zstd -3 -T1"], None),
         ("full take, format v2 / v1 store", med["full: ckpt take"] / med["full: ckpt take, format v1 store"], None),
         ("full take, fastcdc2020 / fastcdc store", med["full: ckpt take"] / med["full: ckpt take, fastcdc (old chunker) store"], None),
         ("incr take / restic backup (time)", med["incr: ckpt take"] / med["incr: restic backup"], 0.3),
@@ -327,7 +387,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--workdir", type=Path)
+    ap.add_argument("--format-work", type=Path, help=argparse.SUPPRESS)  # one of the one-core rows, in a process of its own
     args = ap.parse_args()
+    if args.format_work:
+        format_work(args.format_work)
+        return 0
     r = measure(args.mib, args.runs, args.workdir)
     report(r)
     if args.json:
