@@ -21,6 +21,11 @@ than the wall time). The rows:
 - `uncached`: this build, `take(..., cache=False)`: every item encoded and hashed;
 - `old`: the build at --old, `take(...)` as it stands there.
 
+Under the `cached` row, the least the take cache's exact check costs: each worker packs
+the final state's two long lists with the cache's packer, objects hot in the CPU's caches
+(a take meets them colder), and the median of the workers' medians is printed with what
+is left of the take beside it.
+
 --dir puts the stores there: on a disk every take also waits for its fsyncs (about five
 files), on a tmpfs (/dev/shm) it does not, which is the library's own cost. A
 measurement, not a test: the figures depend on the machine and on what else runs on it.
@@ -97,7 +102,28 @@ def worker(store_dir: Path, steps: int, takes: int, mode: str, profile: bool) ->
         print(f"cProfile of {takes} takes at {steps} steps ({mode}), by cumulative time:", file=sys.stderr)
         pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
     store.close()
-    return {"first_s": first, "times_s": times, "cpu_s": cpu, "ckptcli": ckptcli.__file__}
+    return {"first_s": first, "times_s": times, "cpu_s": cpu, "ckptcli": ckptcli.__file__, "check_s": _check_alone(state)}
+
+
+def _check_alone(state: dict[str, Any]) -> float | None:
+    """Median seconds of what the take cache's exact check costs at least: packing the
+    state's two long lists with its packer (msgpack, exact types), nothing else, with the
+    objects hot in the CPU's caches (a take meets them colder). None for a build without
+    the take cache."""
+    try:
+        from ckptcli.format.takecache import _packer
+    except ImportError:
+        return None
+    packer = _packer()
+    lists = [state["memory"]["messages"], state["tools"]]
+    times = []
+    for _ in range(21):
+        t0 = time.perf_counter()
+        for v in lists:
+            packer.pack(v)
+            packer.reset()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
 
 
 def fill(store_dir: Path, steps: int, how: str) -> float:
@@ -170,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             times: dict[str, list[float]] = {label: [] for label, _b, _m in builds}
             cpus: dict[str, list[float]] = {label: [] for label, _b, _m in builds}
             firsts: dict[str, list[float]] = {label: [] for label, _b, _m in builds}
+            checks: list[float] = []
             per_round = -(-args.takes // args.rounds)
             for _round in range(args.rounds):  # the builds take turns, so each sees the same load
                 for label, build, mode in builds:
@@ -180,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
                     times[label] += got["times_s"]
                     cpus[label] += got["cpu_s"]
                     firsts[label].append(got["first_s"])
+                    if label == "cached" and got.get("check_s") is not None:
+                        checks.append(got["check_s"])
                     rows[label] = {"ckptcli": got["ckptcli"]}
             for label, _b, _m in builds:
                 med, p90, low = _stats(times[label])
@@ -192,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
                     takes=len(times[label]),
                 )
                 print(f"[bench] {steps} steps, {label}: median {med * 1e3:.2f} ms ({rows[label]['ckptcli']})", file=sys.stderr, flush=True)
+            if checks:
+                rows["cached"]["check_alone_s"] = _stats(checks)[0]
             if args.profile and steps == max(sizes):  # a run of its own: cProfile slows what it watches
                 store_dir = work / f"profile-{steps}"
                 shutil.copytree(base, store_dir, symlinks=True)
@@ -208,6 +239,12 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{steps:>6}  {label:<9} {r['median_s'] * 1e3:>6.2f} ms {r['p90_s'] * 1e3:>6.2f} ms {r['min_s'] * 1e3:>6.2f} ms"
                 f" {r['cpu_median_s'] * 1e3:>8.2f} ms {r['first_s'] * 1e3:>17.1f} ms"
+            )
+        if "check_alone_s" in rows.get("cached", {}):
+            c = rows["cached"]
+            print(
+                f"{'':>6}  of a cached take, the exact check alone (packing the long lists, hot caches) is at least"
+                f" {c['check_alone_s'] * 1e3:.2f} ms; the rest at most {(c['median_s'] - c['check_alone_s']) * 1e3:.2f} ms"
             )
         if "old" in rows:
             c, o = rows["cached"], rows["old"]
