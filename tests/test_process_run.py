@@ -701,6 +701,33 @@ def test_sigusr1_asks_for_a_checkpoint(env: Env) -> None:
     assert sup.wait(30) == 0
 
 
+def test_sigusr1_while_ckpt_run_still_loads_is_answered_not_fatal(env: Env) -> None:
+    # the docs offer `kill -USR1` to ask for a checkpoint; sent before the supervisor's
+    # handler was in place (ckpt still importing), it ended ckpt with no word (exit 138)
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", "sigstop"], _sim("--steps", "100000000"))
+    # past the interpreter's own start (~30 ms, before any of ckpt's code runs), well
+    # before the CLI has loaded (~300 ms)
+    time.sleep(0.12)
+    os.kill(sup.pid, signal.SIGUSR1)
+    _wait(lambda: env.starts() or sup.poll() is not None, "the start", detail=lambda: env.sup_log())
+    assert sup.poll() is None, env.sup_log()
+    ((_ns, _hexid, labels),) = _wait(lambda: env.checkpoints(), "the requested checkpoint")
+    assert labels["process.reason"] == "request"
+    assert env.ckpt("halt", SUBJECT).returncode == 0
+    assert sup.wait(30) == 0
+
+
+def test_the_command_word_is_found_past_ckpts_own_options() -> None:
+    from ckptcli.cli.boot import _command
+
+    assert _command(["run", "-S", "process:x"]) == "run"
+    assert _command(["-s", "run", "ls"]) == "ls"  # a store named run
+    assert _command(["--store", "/s", "--store-option", "a=b", "--json", "run"]) == "run"
+    assert _command(["--store=/s", "-q", "run"]) == "run"
+    assert _command(["help", "run"]) == "help"
+    assert _command(["--version"]) is None
+
+
 def test_max_restarts_ends_with_the_programs_status_and_the_backoff_doubles(env: Env) -> None:
     sup = env.run(["--max-restarts", "3", "--backoff", "0.01:0.03"], [sys.executable, "-c", "import sys; sys.exit(7)"])
     assert sup.wait(60) == 7

@@ -27,8 +27,34 @@ __all__ = ["start"]
 _INTERRUPTED = 130  # ExitCode.INTERRUPTED (ckptcli.errors is not imported yet)
 
 
+#: options of ckpt itself (before the command) that take a value: `_command` skips it
+_VALUED = frozenset(("-s", "--store", "--store-option"))
+
+
+def _command(argv: list[str]) -> str | None:
+    """The command word of a ckpt command line (`run` in `ckpt -s S run ...`), or None."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _VALUED:
+            skip = True
+        elif arg == "--":
+            return None
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
 def start(load: Callable[[list[str]], Loaded]) -> None:
-    """Load the CLI for sys.argv with `load`, then run it; never returns."""
+    """Load the CLI for sys.argv with `load`, then run it; never returns.
+
+    For `ckpt run`, SIGUSR1 (a request for a checkpoint, docs/processes.md) is held
+    back (blocked) from here until the supervisor's handler is in place, which lets it
+    through (ckptcli.adapters.process.supervisor): sent while the CLI loads, it would
+    otherwise end ckpt without a word before the program even starts."""
+    if _command(sys.argv[1:]) == "run" and hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     pending: list[int] = []
     try:
         previous = signal.signal(signal.SIGINT, lambda signum, _frame: pending.append(signum))

@@ -397,6 +397,9 @@ class Supervisor:
         old_fd = signal.set_wakeup_fd(wake_w)
         for s in old:
             signal.signal(s, self._on_signal)
+        # a SIGUSR1 that came while ckpt loaded was held back (ckptcli.cli.boot): the
+        # handler is in place, so it is let through now, and answered as any request
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
         try:
             self._claim()
             self._begin()
