@@ -705,9 +705,10 @@ def test_sigusr1_while_ckpt_run_still_loads_is_answered_not_fatal(env: Env) -> N
     # the docs offer `kill -USR1` to ask for a checkpoint; sent before the supervisor's
     # handler was in place (ckpt still importing), it ended ckpt with no word (exit 138)
     sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", "sigstop"], _sim("--steps", "100000000"))
-    # past the interpreter's own start (~30 ms, before any of ckpt's code runs), well
-    # before the CLI has loaded (~300 ms)
-    time.sleep(0.12)
+    # sent once ckpt's first line has run (it holds the signal back: SigBlk in /proc says
+    # so) and long before the CLI has loaded and the supervisor's handler is in place;
+    # before that first line, in the interpreter's own start, nothing can be done
+    _wait(lambda: _blocked(sup.pid) & (1 << (signal.SIGUSR1 - 1)), "ckpt holding SIGUSR1 back", timeout=30, detail=env.sup_log)
     os.kill(sup.pid, signal.SIGUSR1)
     _wait(lambda: env.starts() or sup.poll() is not None, "the start", detail=lambda: env.sup_log())
     assert sup.poll() is None, env.sup_log()
@@ -715,6 +716,34 @@ def test_sigusr1_while_ckpt_run_still_loads_is_answered_not_fatal(env: Env) -> N
     assert labels["process.reason"] == "request"
     assert env.ckpt("halt", SUBJECT).returncode == 0
     assert sup.wait(30) == 0
+
+
+def test_a_halt_that_stops_waiting_for_a_program_ignoring_sigterm_says_the_final_checkpoint_is_taken(env: Env) -> None:
+    # it said only "did not answer within 2 s", as if the halt had failed, while the final
+    # checkpoint was committed and the supervisor was waiting out the program's grace time
+    (env.work / "state.bin").write_bytes(b"x")
+    deaf = ["sh", "-c", 'trap "" TERM; while :; do sleep 0.05; done']
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", "sigstop"], deaf)
+    _wait(lambda: _children(sup.pid), "the program")
+    halt = env.ckpt("halt", SUBJECT, "--timeout", "3s")
+    assert halt.returncode == 9, halt.stderr
+    ((_ns, hexid, _labels),) = env.checkpoints()
+    err = halt.stderr
+    assert f"took the final checkpoint {hexid[:12]}" in err and "SIGKILL" in err and "30 s of SIGTERM" in err, err
+    assert len(err.strip().splitlines()) <= 2, err  # the line and its hint
+    for pid in _children(sup.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert sup.wait(30) == 0  # the halt it was asked for: 0 once the program is gone
+
+
+def _blocked(pid: int) -> int:
+    """The signals `pid`'s main thread blocks (SigBlk of /proc/PID/status), 0 once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return int(re.search(r"^SigBlk:\s*([0-9a-f]+)", status, re.M).group(1), 16)  # type: ignore[union-attr]
 
 
 def test_the_command_word_is_found_past_ckpts_own_options() -> None:

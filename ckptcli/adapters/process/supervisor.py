@@ -290,6 +290,30 @@ def thaw_stale_records() -> list[str]:
     return out
 
 
+def _no_answer(store: Store, subject: Subject, rec: dict[str, Any], command: str, timeout: float) -> LockError:
+    """The error of a supervisor that did not answer within `timeout`: for a halt whose
+    final checkpoint is taken (the supervisor's record says so) and whose program has not
+    exited yet, that, rather than no answer at all."""
+    if command == "halt":
+        try:
+            _path, now = find_record(store, subject)
+        except CkptError:
+            now = None
+        halted = now.get("halted") if now is not None and not now["stale"] else None
+        if isinstance(halted, dict):
+            hexid = halted.get("checkpoint")
+            grace = halted.get("grace_s")
+            taken = f"took the final checkpoint {hexid[:12]}" if isinstance(hexid, str) and hexid else "took no final checkpoint"
+            within = f" within {grace:g} s" if isinstance(grace, (int, float)) and not isinstance(grace, bool) else ""
+            return LockError(
+                f"the supervisor of {subject} (pid {rec.get('pid')}) {taken} and sent its program SIGTERM, but the"
+                f" program had not exited when this halt stopped waiting ({timeout:g} s); it is killed (SIGKILL) if it"
+                f" does not exit{within} of SIGTERM",
+                hint=f"wait, or give --timeout more time (ckpt halt {subject} --timeout 60s)",
+            )
+    return LockError(f"the supervisor of {subject} (pid {rec.get('pid')}) did not answer within {timeout:g} s")
+
+
 def ask(store: Store, subject: Subject, command: str, timeout: float) -> str:
     """Send `command` (checkpoint, halt) to the subject's running supervisor and return its
     answer's text (a checkpoint's hex, or "none").
@@ -338,7 +362,7 @@ def ask(store: Store, subject: Subject, command: str, timeout: float) -> str:
                 break
             buf += data
     except TimeoutError:
-        raise LockError(f"the supervisor of {subject} (pid {rec.get('pid')}) did not answer within {timeout:g} s") from None
+        raise _no_answer(store, subject, rec, command, timeout) from None
     except OSError as exc:
         raise LockError(f"cannot reach the supervisor of {subject} (pid {rec.get('pid')}): {exc.strerror}") from None
     finally:
@@ -1006,6 +1030,8 @@ class Supervisor:
             hexid = self._record_events("halt", self.restart_from if self.restart_from is not None else self.last)
         status = 128 + signum  # a signal ended supervision (between two starts: no program status to give)
         if self.proc is not None and self.proc.poll() is None:
+            # for a `ckpt halt` that stops waiting before the program exits (ask)
+            self._update_record(halted={"checkpoint": hexid, "grace_s": GRACE_SECONDS})
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signum)
             try:
