@@ -240,3 +240,29 @@ def test_every_store_io_error_says_what_to_do() -> None:
     for code in (errno.ENOTDIR, errno.EISDIR, errno.ENOENT, errno.EIO, errno.ENOSPC, errno.EACCES):
         msg = str(io_error(OSError(code, os.strerror(code)), "append to", "logs/refs/latest/agent/bot"))
         assert msg.startswith(f"cannot append to logs/refs/latest/agent/bot: {os.strerror(code)}; "), msg
+
+
+#: commands that print no JSON, and why: `--json` is not theirs to take
+_NO_JSON = {
+    "completion": "prints a shell script",
+    "dump": "streams a file's bytes",
+    "help": "prints help",
+    "run": "runs a program; `ckpt checkpoint --json` and `ckpt halt --json` answer for it",
+    "tui": "is a terminal application",
+}
+
+
+def test_every_command_that_prints_takes_json_as_its_own_option() -> None:
+    # `ckpt cat REF --json` was refused ("no such option") while `ckpt --json cat REF` worked
+    import typer.main
+
+    from ckptcli.cli.app import app, load
+
+    load(["help"])  # every command registered
+    missing = []
+    for name, command in typer.main.get_command(app).commands.items():  # type: ignore[attr-defined]
+        subs = getattr(command, "commands", None) or {"": command}
+        for sub, c in subs.items():
+            if "--json" not in {o for p in c.params for o in getattr(p, "opts", [])} and name not in _NO_JSON:
+                missing.append(f"{name} {sub}".strip())
+    assert missing == []

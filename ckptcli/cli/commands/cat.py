@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ckptcli.cli._common import open_checkpoint
-from ckptcli.cli.app import RefArg, SnapshotOpt, StoreOpt, app
+from ckptcli.cli.app import JsonOpt, RefArg, SnapshotOpt, StoreOpt, app
 from ckptcli.cli.output import emit_spooled, exit_status
 from ckptcli.errors import ExitCode
 
@@ -22,6 +22,7 @@ def cat(
     ref: RefArg,
     snapshot: SnapshotOpt = False,
     store: StoreOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Print the whole checkpoint (manifest and every section) as JSON.
 
@@ -45,6 +46,9 @@ def cat(
       ckpt cat agent:bot --snapshot | jq .state
 
       ckpt cat exported.ckpt > decoded.json
+
+    The output is JSON with or without --json (taken, as by every read command); with
+    it, compact even at a terminal.
     """
     import sys
 
@@ -52,7 +56,8 @@ def cat(
 
     at = state_at(open_checkpoint(ref, store), snapshot=snapshot, lenient=True)
     # indented for a person at a terminal; compact (and faster to write) for a program
-    emit_spooled(lambda out: at.write_view(out, indent=2 if sys.stdout.isatty() else None))
+    indent = 2 if sys.stdout.isatty() and not as_json else None
+    emit_spooled(lambda out: at.write_view(out, indent=indent))
     if at.problem is not None:
         from ckptcli.cli.app import warn
         from ckptcli.history.stateat import problem_warning
