@@ -13,9 +13,11 @@ import errno
 import os
 import re
 import secrets
+import shutil
 import stat
 import sys
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Container, Sequence
 from pathlib import Path
@@ -794,6 +796,50 @@ class LocalBackend(LocalLocks, Backend):
         except OSError as exc:
             raise io_error(exc, "create a temporary file in", self.root / TMP) from None
         return f"{TMP}/{name}", fd
+
+    def temp_entries(self) -> builtins.list[tuple[str, str, float]]:
+        """What tmp/ holds, one level, none of it followed: (name, kind, age in seconds
+        by its own mtime), kind "file", "dir" (a real directory), "link" (a symbolic
+        link, to a file, a directory or nothing: a take never writes through one,
+        `create_temp` takes another name) or "other" (a FIFO, a socket...). tmp/ itself
+        a link is refused (UnsafePathError), as every write there is."""
+        check_no_links(self._top, f"{TMP}/x", reading=True)
+        out: builtins.list[tuple[str, str, float]] = []
+        now = time.time()
+        try:
+            with os.scandir(self._s(TMP)) as entries:
+                for e in entries:
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue  # gone meanwhile (its writer renamed it into place)
+                    mode = st.st_mode
+                    kind = "link" if stat.S_ISLNK(mode) else "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
+                    out.append((e.name, kind, now - st.st_mtime))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise io_error(exc, "list", self._s(TMP)) from None
+        return sorted(out)
+
+    def remove_temp(self, name: str) -> None:
+        """Remove tmp/NAME, whatever it is, following no link: a link is unlinked (never
+        what it points to), a real directory removed with what is in it, the links in it
+        unlinked too (shutil.rmtree works through directory descriptors here: a link
+        swapped in meanwhile is not followed either). Gone already is no error."""
+        if "/" in name or name in ("", ".", ".."):
+            raise InvalidInputError(f"refused to remove {name!r} from {TMP}/: not a name of an entry there")
+        check_no_links(self._top, f"{TMP}/x")
+        path = os.path.join(self._s(TMP), name)
+        try:
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise io_error(exc, "remove", path) from None
 
     def commit_temp(self, temp: str, handle: IO[bytes] | int, path: str) -> None:
         # `handle` may be a raw descriptor too (write_atomic's)

@@ -206,6 +206,13 @@ class StoreChecker:
             self.rep.notes.append(
                 f"{len(stale)} temporary file(s) in tmp/ were left by interrupted takes (harmless; the next take removes them)"
             )
+        if isinstance(self.backend, LocalBackend):
+            for name, kind, _age in self.backend.temp_entries():
+                if kind == "link":  # harmless (never followed), but ckpt made none: say so
+                    at = os.path.join(self.backend.root, layout.TMP, name)
+                    self.rep.notes.append(
+                        f"{layout.TMP}/{name} is a symbolic link ckpt did not make (harmless: never followed; prune removes it): rm {at}"
+                    )
         for path in self.backend.list(layout.REFS):
             try:
                 t = self.store.read_ref(path)

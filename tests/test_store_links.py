@@ -1,0 +1,131 @@
+"""Symbolic links, directories and other things planted in a local store where ckpt
+keeps something else: tmp/ (never followed, never written through; the store keeps
+working and the next writer or prune clears it), and the readers and checkers that must
+name what they meet rather than hide it (docs/storage.md, "What ckpt keeps where")."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ckptcli.errors import ExitCode
+from ckptcli.store import layout
+from tests.conftest import run_ckpt
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under `root` (not following links) and the SHA-256 of its bytes."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def _old(path: Path, seconds: float = 120.0) -> None:
+    """Date `path` (not what it points to) `seconds` back."""
+    t = os.lstat(path).st_mtime - seconds
+    os.utime(path, (t, t), follow_symlinks=False)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[Path, Path]:
+    """A local store with two checkpoints of agent:a, and a state document for the next take."""
+    root = tmp_path / "store"
+    assert run_ckpt("init", root).returncode == 0
+    doc = tmp_path / "doc.json"
+    for turn in (1, 2):
+        doc.write_text(f'{{"memory": {{"turn": {turn}}}}}')
+        got = run_ckpt("--store", root, "take", doc, "-S", "agent:a")
+        assert got.returncode == 0, got.stderr
+    doc.write_text('{"memory": {"turn": 3}}')
+    return root, doc
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A directory outside the store with a file in it, for links to point at."""
+    out = tmp_path / "outside"
+    out.mkdir()
+    (out / "f").write_bytes(b"not ckpt's")
+    return out
+
+
+@pytest.mark.parametrize("target", ["dir", "file", "nothing"])
+def test_a_link_planted_in_tmp_is_never_followed_and_takes_and_prune_go_on(store: tuple[Path, Path], outside: Path, target: str) -> None:
+    """A link to a directory in tmp/ stopped every take and prune (exit 8, with advice to
+    replace it by a directory holding what it points to), while a link to a file was
+    ignored. Both are now treated alike: never followed, never written through; takes go
+    on and prune, which empties tmp/, unlinks it."""
+    root, doc = store
+    link = root / layout.TMP / "planted"
+    link.symlink_to({"dir": outside, "file": outside / "f", "nothing": outside / "nowhere"}[target])
+    before = _tree(outside)
+    got = run_ckpt("--store", root, "take", doc, "-S", "agent:a")
+    assert got.returncode == 0, got.stderr
+    assert link.is_symlink()  # a take removes only what killed writers left
+    verify = run_ckpt("--store", root, "verify", "--json")
+    assert verify.returncode == 0, verify.stderr  # harmless: a note, no problem
+    assert any(n.startswith("tmp/planted is a symbolic link") and f"rm {link}" in n for n in json.loads(verify.stdout)["notes"])
+    got = run_ckpt("--store", root, "prune", "--keep-last", "1")
+    assert got.returncode == 0, got.stderr
+    assert not link.is_symlink() and not link.exists()
+    assert _tree(outside) == before and sorted(p.name for p in outside.iterdir()) == ["f"]
+
+
+def test_a_linked_tmp_directory_is_refused_saying_to_remove_the_link(store: tuple[Path, Path], outside: Path) -> None:
+    """tmp/ itself a link: refused (exit 8) in one line that says to remove the link,
+    not to put back what it points to (nothing ckpt needs is there); once removed, takes
+    work again (ckpt makes tmp/ again)."""
+    root, doc = store
+    tmp = root / layout.TMP
+    tmp.rmdir()
+    tmp.symlink_to(outside, target_is_directory=True)
+    got = run_ckpt("--store", root, "take", doc, "-S", "agent:a")
+    err = got.stderr.decode()
+    assert got.returncode == ExitCode.UNSAFE_PATH, err
+    assert err.count("\n") == 1 and f"remove the link (rm {tmp})" in err and "holding what it points to" not in err, err
+    tmp.unlink()
+    assert run_ckpt("--store", root, "take", doc, "-S", "agent:a").returncode == 0
+    assert sorted(p.name for p in outside.iterdir()) == ["f"]
+
+
+def test_a_stale_temporary_directory_is_removed_by_the_next_take_without_following_links(store: tuple[Path, Path], outside: Path) -> None:
+    """A directory `tmp/.ckpt-*.tmp/` left by a killed process was never cleaned: the next
+    take removes it once 60 s old (the rule of temporary files), unlinking the links in
+    it, never following them. A younger one is left alone."""
+    root, doc = store
+    old = root / layout.TMP / ".ckpt-0123456789abcdef.tmp"
+    (old / "sub").mkdir(parents=True)
+    (old / "sub" / "data").write_bytes(b"x")
+    (old / "sub" / "to-dir").symlink_to(outside, target_is_directory=True)
+    (old / "to-file").symlink_to(outside / "f")
+    _old(old)
+    young = root / layout.TMP / ".ckpt-fedcba9876543210.tmp"
+    young.mkdir()
+    before = _tree(outside)
+    got = run_ckpt("--store", root, "take", doc, "-S", "agent:a")
+    assert got.returncode == 0, got.stderr
+    assert not old.exists() and young.is_dir()
+    assert _tree(outside) == before and sorted(p.name for p in outside.iterdir()) == ["f"]
+
+
+def test_a_stale_temporary_file_of_a_killed_take_goes_after_60_s(store: tuple[Path, Path]) -> None:
+    """The rule docs/storage.md states: a killed writer's file (named after its pid, the
+    process gone) stays while younger than 60 s, and the next writer removes it after."""
+    root, doc = store
+    dead = 2**22 + 12345  # above the kernel's pid_max default: no such process
+    young, old = root / layout.TMP / f"{dead}-a.tmp", root / layout.TMP / f"{dead}-b.tmp"
+    young.write_bytes(b"y")
+    old.write_bytes(b"o")
+    _old(old, 61)
+    got = run_ckpt("--store", root, "take", doc, "-S", "agent:a")
+    assert got.returncode == 0, got.stderr
+    assert young.exists() and not old.exists()
+    verify = run_ckpt("--store", root, "verify", "--json")
+    assert verify.returncode == 0, verify.stderr
+    assert json.loads(verify.stdout)["problems"] == []
