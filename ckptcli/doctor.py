@@ -239,6 +239,29 @@ def check_store(ctx: Context) -> Iterable[Check]:
         )
     else:
         yield Check("store structure", OK, f"{what}: readable", "`ckpt verify --read-data` checks every byte")
+    yield from _store_links(st)
+
+
+def _store_links(st: Any) -> Iterable[Check]:
+    """One check per symbolic link in a local store's tree (ckpt makes none, follows
+    none): harmless in tmp/ (a warning), elsewhere failing, as the commands that meet it
+    are refused or read around it; the lock files are `check_locks`'s."""
+    from ckptcli.store.backend import LocalBackend
+    from ckptcli.store.layout import TMP, lock_path
+
+    backend = st.backend
+    if not isinstance(backend, LocalBackend):
+        return
+    own = {lock_path(name) for name in LOCKS}  # check_locks names these
+    for path in backend.planted_links():
+        if path in own:
+            continue
+        at = os.path.join(backend.root, path)
+        if path.startswith(f"{TMP}/"):
+            yield Check(f"link {path}", WARN, f"{at} is a symbolic link: never followed (harmless; prune removes it)", f"rm {at}")
+        else:
+            what = "every command that meets it is refused (exit 8) or reads around it"
+            yield Check(f"link {path}", FAIL, f"{at} is a symbolic link ckpt did not make: {what}", backend.link_hint(path))
 
 
 #: the store's locks (formats/v1.md, "Locks"): name -> what takes it

@@ -13,19 +13,21 @@ import errno
 import os
 import re
 import secrets
+import shutil
 import stat
 import sys
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import IO
 
 from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError, UnsafePathError
-from ckptcli.store.layout import PACK_TARGET_MAX, STORE_DIRS, TMP, versioned_cap
+from ckptcli.store.layout import CACHE, LOCKS, PACK_TARGET_MAX, STORE_DIRS, TMP, versioned_cap
 from ckptcli.store.locking import LOCK_NOTICE_AFTER as LOCK_NOTICE_AFTER  # 0.2 names here, kept for one minor release
 from ckptcli.store.locking import WRITERS_DIR as WRITERS_DIR
-from ckptcli.store.locking import LocalLocks, check_no_links, linked_file, no_links, open_unlinked
+from ckptcli.store.locking import LocalLocks, check_no_links, linked_dir_hint, linked_file, no_links, open_unlinked
 from ckptcli.store.locking import Mark as Mark
 from ckptcli.store.locking import WriterMark as WriterMark
 from ckptcli.store.locking import lock_holder as lock_holder
@@ -157,7 +159,8 @@ class Backend(ABC):
         (created if missing) durably; a crash may leave a prefix of `data` at the end,
         never damage what was there. What follows the file's last newline (an append cut
         short) is cut off first. The caller excludes other writers. Backends without
-        appends rewrite the file whole. Raises: StoreIOError."""
+        appends rewrite the file whole. Raises: StoreIOError; UnsafePathError when the
+        file (local) is a symbolic link."""
         try:
             old = self.read(path)
         except NotFoundError:
@@ -582,6 +585,11 @@ class LocalBackend(LocalLocks, Backend):
         fd = open_unlinked(self._below(path), os.O_RDONLY | os.O_NONBLOCK)
         try:
             st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise CorruptError(
+                    f"{self._p(path)} is a directory, not a file",
+                    hint=f"something other than ckpt put it in the store; remove it (rm -r {self._p(path)})",
+                )
             if not stat.S_ISREG(st.st_mode):
                 raise CorruptError(
                     f"{self._p(path)} is not a regular file", hint="something other than ckpt put it in the store; remove it"
@@ -754,9 +762,8 @@ class LocalBackend(LocalLocks, Backend):
             created = not os.path.exists(dest)
             if created:
                 self._make_dirs(os.path.dirname(dest))
-            fd = os.open(
-                dest, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666
-            )  # less the umask, as every store file
+            # O_NOFOLLOW: a link there is named as one (UnsafePathError), never appended through
+            fd = open_unlinked(dest, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)  # less the umask, as every store file
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     raise CorruptError(f"{dest} is not a regular file", hint="something other than ckpt put it in the store; remove it")
@@ -794,6 +801,71 @@ class LocalBackend(LocalLocks, Backend):
         except OSError as exc:
             raise io_error(exc, "create a temporary file in", self.root / TMP) from None
         return f"{TMP}/{name}", fd
+
+    def planted_links(self) -> builtins.list[str]:
+        """Every symbolic link in the store's tree (store paths, sorted): ckpt makes none,
+        and follows none; walked without following any (a linked directory is listed,
+        not entered). For `ckpt verify` and `ckpt doctor`, which name each one."""
+        out: builtins.list[str] = []
+        for dirpath, dirs, files in os.walk(self._top):  # followlinks=False: a linked dir is in `dirs`, not walked
+            rel = os.path.relpath(dirpath, self._top)
+            for name in (*dirs, *files):
+                if os.path.islink(os.path.join(dirpath, name)):
+                    out.append(name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"))
+        return sorted(out)
+
+    def link_hint(self, path: str) -> str:
+        """What to do about the link at store path `path` (`planted_links`): one clause."""
+        at = self._s(path)
+        if path.split("/")[0] in (TMP, LOCKS, CACHE):
+            return f"remove the link (rm {at}): nothing ckpt needs is behind it"
+        if os.path.isdir(at):
+            return linked_dir_hint(self._top, at)
+        return f"remove the link (rm {at}), or put the file it points to in its place"
+
+    def temp_entries(self) -> builtins.list[tuple[str, str, float]]:
+        """What tmp/ holds, one level, none of it followed: (name, kind, age in seconds
+        by its own mtime), kind "file", "dir" (a real directory), "link" (a symbolic
+        link, to a file, a directory or nothing: a take never writes through one,
+        `create_temp` takes another name) or "other" (a FIFO, a socket...). tmp/ itself
+        a link is refused (UnsafePathError), as every write there is."""
+        check_no_links(self._top, f"{TMP}/x", reading=True)
+        out: builtins.list[tuple[str, str, float]] = []
+        now = time.time()
+        try:
+            with os.scandir(self._s(TMP)) as entries:
+                for e in entries:
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue  # gone meanwhile (its writer renamed it into place)
+                    mode = st.st_mode
+                    kind = "link" if stat.S_ISLNK(mode) else "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
+                    out.append((e.name, kind, now - st.st_mtime))
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise io_error(exc, "list", self._s(TMP)) from None
+        return sorted(out)
+
+    def remove_temp(self, name: str) -> None:
+        """Remove tmp/NAME, whatever it is, following no link: a link is unlinked (never
+        what it points to), a real directory removed with what is in it, the links in it
+        unlinked too (shutil.rmtree works through directory descriptors here: a link
+        swapped in meanwhile is not followed either). Gone already is no error."""
+        if "/" in name or name in ("", ".", ".."):
+            raise InvalidInputError(f"refused to remove {name!r} from {TMP}/: not a name of an entry there")
+        check_no_links(self._top, f"{TMP}/x")
+        path = os.path.join(self._s(TMP), name)
+        try:
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise io_error(exc, "remove", path) from None
 
     def commit_temp(self, temp: str, handle: IO[bytes] | int, path: str) -> None:
         # `handle` may be a raw descriptor too (write_atomic's)
@@ -881,11 +953,12 @@ class LocalBackend(LocalLocks, Backend):
         return sorted(p.replace(os.sep, "/") for p in out)
 
     def list_names(self, directory: str) -> builtins.list[str]:
-        # a link, a FIFO or a device is listed, as `list` lists them (never hidden: its read
-        # is refused, so verify names it and ls says it leaves it out); a subdirectory is not
+        # everything there is listed, a link, a FIFO, a device and a subdirectory too (only
+        # manifests/ is listed by name, and holds files only): never hidden, its read is
+        # refused, so verify and doctor name it and ls, log and stats say they leave it out
         self._below(f"{directory.rstrip('/')}/x")
         try:
-            return [e.name for e in os.scandir(self._p(directory)) if not e.is_dir(follow_symlinks=False)]
+            return [e.name for e in os.scandir(self._p(directory))]
         except FileNotFoundError:
             return []
         except OSError as exc:

@@ -204,9 +204,10 @@ def _listing(store: Store) -> tuple[dict[bytes, Stamp], bool]:
             if is_reg(st.st_mode):
                 m, c = st.st_mtime_ns, st.st_ctime_ns
                 out[cid] = pack(st.st_ino, st.st_size, m, c) if m <= before and c <= before else NO_STAMP
-            elif not stat.S_ISDIR(st.st_mode):
-                # a link, a FIFO, a device: read every time, and refused: left out with a
-                # warning, not hidden (the read opens with O_NONBLOCK: a FIFO never blocks)
+            else:
+                # a link, a FIFO, a device, a directory: read every time, and refused: left
+                # out with a warning, not hidden (the read opens with O_NONBLOCK: a FIFO
+                # never blocks)
                 out[cid] = NO_STAMP
     except OSError:
         return dict.fromkeys(store.manifest_ids(), NO_STAMP), True

@@ -37,6 +37,7 @@ __all__ = [
     "WriterMark",
     "check_lock_wait",
     "check_no_links",
+    "linked_dir_hint",
     "linked_file",
     "lock_holder",
     "no_linked_dirs",
@@ -73,10 +74,27 @@ def check_no_links(root: str, path: str, *, reading: bool = False) -> str:
             raise UnsafePathError(
                 f"{at} is a symbolic link; ckpt {'reads' if reading else 'writes'} nothing through it "
                 f"(it would {'read' if reading else 'write'} outside the store)",
-                hint="a store's directories are never links (something other than ckpt made it): "
-                "replace it with a directory holding what it points to",
+                hint=linked_dir_hint(root, at),
             )
     return os.path.join(root, path)
+
+
+#: directories of a store that hold nothing a checkpoint needs (in-flight writes, local
+#: locks, rebuildable caches): a link there, or below them, is removed, never replaced
+_DISPOSABLE = (TMP, LOCKS, CACHE)
+
+
+def linked_dir_hint(root: str, at: str) -> str:
+    """What to do about the directory `at` of the store at `root`, a symbolic link: under
+    tmp/, locks/ or cache/ nothing ckpt needs is behind it, so remove the link (ckpt
+    makes the directory again); elsewhere (packs/, manifests/, refs/...) it may hold the
+    store's data, so put a real directory holding it in its place."""
+    first = os.path.relpath(at, root).split(os.sep)[0]
+    if first in _DISPOSABLE:
+        return f"nothing ckpt needs is behind it (something other than ckpt made it): remove the link (rm {at}); ckpt makes it again"
+    return (
+        "a store's directories are never links (something other than ckpt made it): replace it with a directory holding what it points to"
+    )
 
 
 def linked_file(path: str | os.PathLike[str]) -> UnsafePathError:

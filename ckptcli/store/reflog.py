@@ -198,11 +198,14 @@ def parse(data: bytes, ref: str, warn: Callable[[str], None]) -> list[Entry]:
 
 
 def read(backend: Backend, ref_path: str, warn: Callable[[str], None]) -> list[Entry]:
-    """The entries of the ref at `ref_path`, oldest first ([] when it has no log)."""
-    path = log_path(ref_path)
-    if not backend.exists(path):
+    """The entries of the ref at `ref_path`, oldest first ([] when it has no log).
+    Raises: UnsafePathError when the log is a symbolic link, CorruptError when it is no
+    regular file (read, not taken for "no log": `exists` says no to both)."""
+    try:
+        data = backend.read(log_path(ref_path))
+    except NotFoundError:
         return []
-    return parse(backend.read(path), ref_path[len("refs/") :], warn)
+    return parse(data, ref_path[len("refs/") :], warn)
 
 
 def read_all(backend: Backend, warn: Callable[[str], None], prefix: str = "refs") -> list[Entry]:

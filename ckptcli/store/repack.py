@@ -217,14 +217,13 @@ def copy_objects(store: Store, objects: list[tuple[bytes, IndexEntry]], progress
 
 def finish(store: Store, repack: RepackPlan, rep: GcReport) -> None:
     """Delete what `repack` replaced: the old index files, then the dropped packs, then
-    temp files of killed takes (none is live: the caller holds the store lock)."""
+    what is in tmp/ (none of it is live: the caller holds the store lock)."""
     for name in repack.old_index_files:
         store.backend.delete(name)
     for pack_id in repack.drop_packs:
         with contextlib.suppress(CkptError):  # already gone: a crashed earlier prune got this far
             store.backend.delete(pack_path(pack_id))
-    for name in store.backend.list(layout.TMP):
-        store.backend.delete(name)
+    store.empty_tmp()
     store.reset_index()
     rep.index_files_after = len(store.backend.list(layout.INDEX))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import secrets
 import struct
 import threading
@@ -63,6 +64,12 @@ from ckptcli.store.refs import Refs
 from ckptcli.store.remote import ObjectStoreIO
 
 _U32 = struct.Struct(">I")
+
+#: how old (seconds, by its mtime) a temporary file of a killed writer is before the next
+#: writer removes it (docs/storage.md, "tmp/")
+STALE_TEMP_AGE = 60.0
+#: the name `create_temp` gives by default (`.ckpt-` + 16 hex digits + `.tmp`): no pid in it
+_TEMP_NAME = re.compile(r"\.ckpt-[0-9a-f]{16}\.tmp")
 
 
 @dataclass(frozen=True)
@@ -518,20 +525,27 @@ class Store(Refs):
         if isinstance(self.backend, (LocalBackend, ObjectStoreIO)):
             self.backend.close()
 
-    def stale_temps(self, min_age: float = 60.0) -> list[str]:
-        """Temp files left by takes that were killed: their process is gone."""
+    def stale_temps(self, min_age: float = STALE_TEMP_AGE) -> list[str]:
+        """What killed writers left in tmp/ (store paths, `tmp/NAME`): an entry named
+        `PID-...` whose process is gone, or `.ckpt-....tmp` (no process to ask), once
+        it is `min_age` seconds old by its own mtime; a file, a real directory or a
+        symbolic link, none of them followed (`clean_stale_temps` unlinks a link and
+        removes a directory with what it holds). Anything else in tmp/ (the lock file
+        of a file:// store, a link under another name) is left: prune empties tmp/."""
+        if not isinstance(self.backend, LocalBackend):
+            return self._stale_temp_files(min_age)
+        out = []
+        for name, _kind, age in self.backend.temp_entries():
+            if age >= min_age and (_temp_of_dead_process(name) or _TEMP_NAME.fullmatch(name)):
+                out.append(f"{layout.TMP}/{name}")
+        return out
+
+    def _stale_temp_files(self, min_age: float) -> list[str]:
+        """`stale_temps` of a backend that is no local directory (files listed by name)."""
         out = []
         now = time.time()
         for name in self.backend.list(layout.TMP):
-            pid_text = name.rsplit("/", 1)[-1].split("-", 1)[0]
-            if not pid_text.isdigit():
-                continue
-            try:
-                os.kill(int(pid_text), 0)
-                continue  # still running (or the pid was reused): leave it
-            except ProcessLookupError:
-                pass
-            except PermissionError:
+            if not _temp_of_dead_process(name.rsplit("/", 1)[-1]):
                 continue
             with contextlib.suppress(OSError):
                 if now - (Path(self.location) / name).stat().st_mtime >= min_age:
@@ -541,8 +555,22 @@ class Store(Refs):
     def clean_stale_temps(self) -> int:
         stale = self.stale_temps()
         for name in stale:
-            self.backend.delete(name)
+            if isinstance(self.backend, LocalBackend):
+                self.backend.remove_temp(name.split("/", 1)[1])
+            else:
+                self.backend.delete(name)
         return len(stale)
+
+    def empty_tmp(self) -> None:
+        """Remove everything in tmp/ (prune, holding the store lock exclusively, so none
+        of it is live): files, directories with what they hold, and symbolic links,
+        unlinked, never followed."""
+        if isinstance(self.backend, LocalBackend):
+            for name, _kind, _age in self.backend.temp_entries():
+                self.backend.remove_temp(name)
+            return
+        for name in self.backend.list(layout.TMP):
+            self.backend.delete(name)
 
     # -- objects -----------------------------------------------------------------
     def index(self) -> ObjectIndex:
@@ -857,3 +885,18 @@ class Store(Refs):
         if not self.backend.exists(layout.manifest_path(cid)):
             self.backend.write_atomic(layout.manifest_path(cid), data)
         return cid
+
+
+def _temp_of_dead_process(name: str) -> bool:
+    """Whether `name` (in tmp/) is `PID-...` and process PID is gone (a pid reused
+    since, or one we may not signal, counts as alive: the file is left)."""
+    pid_text = name.split("-", 1)[0]
+    if not pid_text.isdigit() or "-" not in name:
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError, ValueError):
+        return False
+    return False

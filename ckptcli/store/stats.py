@@ -77,6 +77,8 @@ class StoreStats:
     index_files: int = 0
     manifest_bytes: int = 0
     unreadable: list[str] = field(default_factory=list)  # checkpoints whose objects could not all be read
+    #: checkpoints whose manifest could not be read (left out of every figure) -> why
+    unreadable_manifests: dict[str, str] = field(default_factory=dict)
     per_subject: dict[str, SubjectStats] = field(default_factory=dict)
 
     @property
@@ -105,7 +107,8 @@ def _with_old_name(out: dict[str, Any]) -> dict[str, Any]:
 def store_stats(store: Store, progress: Progress = NULL) -> StoreStats:
     """Count what `store` holds (see the module docstring for what each size means).
     A checkpoint whose objects cannot all be read is counted with what can, and named
-    in `unreadable`. Raises: StoreIOError."""
+    in `unreadable`; one whose manifest cannot be read is left out, named in
+    `unreadable_manifests` with why. Raises: StoreIOError."""
     st = StoreStats(store.location, store.version)
     index = store.index()
     st.indexed_objects = len(index)
@@ -125,8 +128,8 @@ def store_stats(store: Store, progress: Progress = NULL) -> StoreStats:
             try:
                 m = store.manifest(cid)
                 size = len(store.manifest_bytes(cid))
-            except CkptError:
-                st.unreadable.append(cid.hex())
+            except CkptError as exc:  # the manifest itself (a directory, a FIFO, damaged bytes), not its objects
+                st.unreadable_manifests[cid.hex()] = exc.message
                 continue
             st.manifest_bytes += size
             res = walk_checkpoint(nodes, m, on_error=lambda *_a: None)

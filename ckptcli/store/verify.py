@@ -50,7 +50,7 @@ PHASES = ("index", "packs", "refs", "manifests", "structure", "read-data")
 
 @dataclass
 class Problem:
-    kind: str  # pack, index, manifest, ref, reflog, config, object, file, journal (a LangGraph saver's)
+    kind: str  # pack, index, manifest, ref, reflog, config, object, file, link, journal (a LangGraph saver's)
     name: str  # file path or object id
     message: str
     checkpoints: list[str] = field(default_factory=list)
@@ -116,6 +116,7 @@ def verify_store(store: Store, refs: list[str] | None, *, read_data: bool, progr
     check.structure(progress)
     if read_data:
         check.read_data(progress)
+    check.links()
     return check.finish()
 
 
@@ -359,6 +360,23 @@ class StoreChecker:
                     self.bad.setdefault(oid, msg)
                 progress.advance(nbytes)
         progress.finish()
+
+    def links(self) -> None:
+        """Every symbolic link in a local store's tree, one line each: ckpt makes none and
+        follows none, and one it met already (a linked manifest, pack, ref or reflog) is
+        not named twice. Those under tmp/ are harmless (a note); the others (a linked
+        lock file, cache/heads...) stop the commands that meet them (a problem)."""
+        if not isinstance(self.backend, LocalBackend):
+            return
+        named = {p.name for p in self.rep.problems}
+        for path in self.backend.planted_links():
+            if path in named:
+                continue
+            at = os.path.join(self.backend.root, path)
+            if path.startswith(f"{layout.TMP}/"):
+                self.rep.notes.append(f"{path} is a symbolic link ckpt did not make (harmless: never followed; prune removes it): rm {at}")
+            else:
+                self.problem("link", path, f"{at} is a symbolic link ckpt did not make and never follows; {self.backend.link_hint(path)}")
 
     def finish(self) -> VerifyReport:
         """The report, with a problem for each bad object naming the checkpoints that need

@@ -28,7 +28,8 @@ def stats(
 
     Every checkpoint's tree nodes are read (as `ckpt verify` reads them); the data
     itself is not. A checkpoint whose objects cannot all be read is counted with what
-    can be, and named (run `ckpt verify`).
+    can be, and named (run `ckpt verify`); one whose manifest cannot be read is left
+    out, and named with what is wrong with it (--json: unreadable_manifests).
 
     Examples:
 
@@ -71,5 +72,7 @@ def stats(
                 markup=False,
                 highlight=False,
             )
+    for cid, why in list(s.unreadable_manifests.items())[:5]:
+        sys.stderr.write(f"ckpt: warning: checkpoint {cid[:12]} is left out: {safe(why)}; run `ckpt verify`\n")
     for cid in s.unreadable[:5]:
         sys.stderr.write(f"ckpt: warning: checkpoint {cid[:12]} needs objects that cannot be read; run `ckpt verify`\n")

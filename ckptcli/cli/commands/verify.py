@@ -13,7 +13,9 @@ from ckptcli.errors import ExitCode, VerifyFailed
 
 
 @app.command(
-    epilog=exit_status(ExitCode.CORRUPT, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.UNSUPPORTED_VERSION)
+    epilog=exit_status(
+        ExitCode.CORRUPT, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.UNSAFE_PATH, ExitCode.NO_STORE, ExitCode.UNSUPPORTED_VERSION
+    )
 )
 def verify(
     refs: Annotated[
@@ -33,7 +35,9 @@ def verify(
     the LangGraph saver's journals have no damaged bytes between their records.
     --read-data re-hashes all data as well, and so also proves each chunk holds the
     length the index says. Each damaged file or object is named with the checkpoints
-    that need it; exit status 5 when anything is damaged.
+    that need it; exit status 5 when anything is damaged. A symbolic link anywhere in a
+    local store is named too (one under tmp/ as a harmless note); a directory of the
+    store that is one is not listed through, and stops verify with exit status 8.
 
     Examples:
 
