@@ -108,6 +108,9 @@ naming the function and what it did (e.g. `the check mychecks:ok called sys.exit
 the code the command documents for it (4 for a check, a reducer or a step function, 1 for a
 migration); only Ctrl-C (KeyboardInterrupt) is the interruption, 130, and SIGTERM, which
 unwinds the command as Ctrl-C does (its locks released, its temporary files removed), 143.
+What such code writes to stdout while ckpt runs it (a `bisect --check` or `replay --check`
+module, at import and in its function: `print`, `os.write(1, ...)`, a C library) goes to
+stderr, so that stdout (`--json`) carries ckpt's output alone.
 """
 
 
