@@ -151,3 +151,43 @@ def test_a_compensation_that_exits_or_raises_a_base_exception_fails_the_rollback
     assert got.code == 0, got.err
     assert UNDONE == [2, 1]
     assert json.loads(cli("workflow", "show", "cx", *s, "--json").out)["status"] == "rolled back"
+
+
+def test_a_damaged_record_in_the_journal_is_told_in_show_and_when_the_run_resumes(store: Store, cli: Any) -> None:
+    from ckptcli.format.journal import PLAIN_HEAD
+    from ckptcli.history.recorder import read_journal
+    from ckptcli.workflow.core import journal_path
+
+    _killed_at_5(store, "dmg")
+    path = journal_path(store, "dmg")
+    j = read_journal(path)
+    assert len(j.records) >= 4
+    at = j.starts[1]
+    data = bytearray(path.read_bytes())
+    data[at + PLAIN_HEAD.size + 1] ^= 0x40  # a byte of the second record's payload
+    path.write_bytes(bytes(data))
+    lost = len(j.records) - 1
+    got = cli("workflow", "show", "dmg", "--store", store.location, "--json")
+    assert got.code == 0, got.err
+    json.loads(got.out)
+    assert got.err.count("\n") == 1 and got.err.startswith("ckpt: warning: journal ")
+    assert f"record at byte {at} is damaged" in got.err and f"{lost} records" in got.err
+    # a run that resumes says it too (the store's warnings: the CLI prints them)
+    again = Store.open(store.location)
+    CRASH_AT[0] = 5
+    try:
+        with pytest.raises(Crash):
+            workflow.run(again, "dmg", flow, 6)
+    finally:
+        CRASH_AT[0] = 0
+    assert [w for w in again.warnings if f"record at byte {at} is damaged" in w and f"{lost} records" in w]
+
+
+def test_a_torn_last_write_is_no_warning(store: Store, cli: Any) -> None:
+    from ckptcli.workflow.core import journal_path
+
+    _killed_at_5(store, "torn")
+    path = journal_path(store, "torn")
+    path.write_bytes(path.read_bytes()[:-3])  # the last record written in part, as a kill leaves it
+    got = cli("workflow", "show", "torn", "--store", store.location, "--json")
+    assert got.code == 0 and got.err == "", got.err

@@ -165,6 +165,9 @@ def live_state(store: Store, workflow_id: str, journal_dir: str | Path | None = 
     path = existing_journal(store, workflow_id, journal_dir)  # None: a remote store and no journal_dir, the checkpoints alone
     if path is not None and path.is_file():
         j = read_journal(path)
+        damage = j.damage(path)
+        if damage is not None:
+            store.warn(damage)
         if j.header.get("subject") != subject:
             raise CorruptError(f"journal {path} records {j.header.get('subject')}, not {subject}", hint="move it aside")
         ck = open_checkpoint(str(j.header["base"]), store)
