@@ -204,3 +204,11 @@ def test_bisect_check_prints_go_to_stderr_not_into_the_json(hist: tuple[Store, l
     err = p.stderr.decode()
     for line in ("noise at import", "raw noise at import", "noise in the check", "raw noise in the check"):
         assert line in err
+
+
+def test_log_limit_below_zero_is_a_usage_error(cli: Any, hist: tuple[Store, list[str]]) -> None:
+    store, _ids = hist
+    r = cli("log", "agent:bot", "--limit", "-1", "--store", store.location)
+    assert r.code == 2 and r.out == "" and r.err.count("\n") == 1 and "--limit" in r.err, (r.out, r.err)
+    r = cli("log", "agent:bot", "--limit", "0", "--json", "--store", store.location)
+    assert r.code == 0 and json.loads(r.out) == []

@@ -191,3 +191,12 @@ def test_a_torn_last_write_is_no_warning(store: Store, cli: Any) -> None:
     path.write_bytes(path.read_bytes()[:-3])  # the last record written in part, as a kill leaves it
     got = cli("workflow", "show", "torn", "--store", store.location, "--json")
     assert got.code == 0 and got.err == "", got.err
+
+
+def test_a_rollback_to_the_first_checkpoint_says_no_step_stays_done(store: Store, cli: Any) -> None:
+    workflow.run(store, "w0", flow, 2)
+    s = ["--store", store.location]
+    got = cli("workflow", "rollback", "w0", "--to", "workflow:w0~1", *s)
+    assert got.code == 0 and "no step stays done" in got.out and "1-0" not in got.out, got.out
+    got = cli("workflow", "rollback", "w0", "--to", "workflow:w0~1", "--run", *s)
+    assert got.code == 0 and "no step stays done" in got.out, got.err

@@ -172,7 +172,8 @@ def _print_status(s: WorkflowStatus) -> None:
 def _print_plan(plan: RollbackPlan) -> None:
     p = _printer()
     verb = "rolled back" if plan.executed else "would roll back"
-    p(f"workflow:{plan.workflow_id} {verb} to {short(plan.to)} (seq {plan.to_seq}; steps 1-{plan.pointer} stay done)")
+    kept = "no step stays done" if plan.pointer == 0 else "step 1 stays done" if plan.pointer == 1 else f"steps 1-{plan.pointer} stay done"
+    p(f"workflow:{plan.workflow_id} {verb} to {short(plan.to)} (seq {plan.to_seq}; {kept})")
     if not plan.compensations:
         p("  no step completed after it")
     for c in plan.compensations:
