@@ -102,7 +102,10 @@ def test_a_journal_dir_that_is_not_a_directory_is_one_line(
         assert got.err.count("\n") == 1 and words in got.err
 
 
-def test_a_rollback_never_runs_beside_the_workflow_whatever_journal_dirs_they_are_given(store: Store, cli: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("run_dir", ["a", None])  # the workflow run with its own journal directory, or the store's
+def test_a_rollback_never_runs_beside_the_workflow_whatever_journal_dirs_they_are_given(
+    store: Store, cli: Any, tmp_path: Path, run_dir: str | None
+) -> None:
     UNDONE.clear()
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -118,7 +121,7 @@ def test_a_rollback_never_runs_beside_the_workflow_whatever_journal_dirs_they_ar
         with pytest.raises(LockError):
             workflow.rollback(store, "lk2", "workflow:lk2~1", execute=True, journal_dir=tmp_path / "b")
 
-    workflow.run(store, "lk2", running, journal_dir=tmp_path / "a")
+    workflow.run(store, "lk2", running, journal_dir=tmp_path / run_dir if run_dir else None)
     assert seen[0][0] == 9, seen
     assert "lk2 is running" in seen[0][1] and seen[0][1].count("\n") == 1
     assert UNDONE == [] and list((tmp_path / "b").iterdir()) == []

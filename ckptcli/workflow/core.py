@@ -417,22 +417,23 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 @contextlib.contextmanager
-def workflow_lock(store: Store, workflow_id: str) -> Iterator[None]:
+def workflow_lock(store: Store, workflow_id: str, *, probe: bool = False) -> Iterator[None]:
     """Held while workflow `workflow_id` runs or is rolled back, whatever journal directory
     each is given: <store>/workflows/<id>.lock, locked (flock) for a store on this host
-    (a store on object storage: its journal's lock alone).
+    (a store on object storage: its journal's lock alone). With `probe`, a lock file
+    that does not exist is not made (nothing runs the workflow then).
 
     Raises: LockError when another run or rollback of the workflow holds it."""
     import fcntl
 
     root = _local_journals(store)
-    if root is None:
+    subject_of(workflow_id)
+    lock_path = root / f"{workflow_id}.lock" if root is not None else None
+    if lock_path is None or (probe and not lock_path.is_file()):
         yield
         return
-    subject_of(workflow_id)
-    lock_path = root / f"{workflow_id}.lock"
     try:
-        root.mkdir(exist_ok=True)
+        lock_path.parent.mkdir(exist_ok=True)
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         raise StoreIOError(f"cannot open {lock_path}: {exc.strerror}") from None

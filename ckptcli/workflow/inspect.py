@@ -333,6 +333,9 @@ def rollback(
     from ckptcli.history.replay import load_tail, replay
 
     subject = subject_of(workflow_id)
+    if execute:
+        with workflow_lock(store, workflow_id, probe=True):  # running: LockError first, whatever journal_dir says
+            pass
     path = existing_journal(store, workflow_id, journal_dir) or journal_path(store, workflow_id)  # the latter raises: no journal_dir
     if not path.is_file():
         status(store, workflow_id, journal_dir=journal_dir)  # NotFoundError when there is no such workflow
