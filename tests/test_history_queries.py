@@ -178,3 +178,37 @@ def test_bisect_errors_are_library_errors(hist: tuple[Store, list[str]]) -> None
         bisect(store, "agent:other", good=ids[0], bad=ids[-1], expect=Expect("/memory/n", 0))
     with pytest.raises(CkptError, match="already false"):
         bisect(store, None, good=ids[0], bad=ids[-1], expect=Expect("/memory/n", 1))
+
+
+NOISY_CHECK = """import os
+print("noise at import")
+os.write(1, b"raw noise at import\\n")
+
+
+def ok(state):
+    print("noise in the check")
+    os.write(1, b"raw noise in the check\\n")
+    return state["memory"]["some"]["key"] == 0
+"""
+
+
+def test_bisect_check_prints_go_to_stderr_not_into_the_json(hist: tuple[Store, list[str]], tmp_path: Path) -> None:
+    from tests.conftest import REPO, run_ckpt
+
+    store, ids = hist
+    (tmp_path / "noisy_chk.py").write_text(NOISY_CHECK)
+    args = ["bisect", "agent:bot", "--good", ids[0], "--check", "noisy_chk:ok", "--json", "--store", store.location]
+    p = run_ckpt(*args, cwd=tmp_path, env={"PYTHONPATH": str(REPO)})  # the ckptcli under test, the check's directory
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["first_bad"] == ids[PLANT]  # nothing but the JSON on stdout
+    err = p.stderr.decode()
+    for line in ("noise at import", "raw noise at import", "noise in the check", "raw noise in the check"):
+        assert line in err
+
+
+def test_log_limit_below_zero_is_a_usage_error(cli: Any, hist: tuple[Store, list[str]]) -> None:
+    store, _ids = hist
+    r = cli("log", "agent:bot", "--limit", "-1", "--store", store.location)
+    assert r.code == 2 and r.out == "" and r.err.count("\n") == 1 and "--limit" in r.err, (r.out, r.err)
+    r = cli("log", "agent:bot", "--limit", "0", "--json", "--store", store.location)
+    assert r.code == 0 and json.loads(r.out) == []

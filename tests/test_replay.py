@@ -5,6 +5,7 @@ at exactly the event where it diverges, and `ckpt fork` writing a branch of the 
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -481,3 +482,24 @@ def test_a_step_function_that_calls_sys_exit_is_one_line(bot: Any, tmp_path: Pat
     assert p.returncode == ExitCode.INVALID_INPUT, err
     assert err.count("\n") == 1 and "the step function step called sys.exit(0) at event" in err, err
     assert p.stdout == b""
+
+
+def test_a_step_functions_prints_go_to_stderr_not_into_the_json(bot: Any, tmp_path: Path) -> None:
+    _store, path, cid, _live = bot
+    (tmp_path / "noisy_step.py").write_text(
+        "import os\n"
+        "from tests.replay_example.agent import step as _step\n"
+        "print('noise at import')\n"
+        "os.write(1, b'raw noise at import\\n')\n\n\n"
+        "def step(ctx, event):\n"
+        "    print('noise in the step')\n"
+        "    os.write(1, b'raw noise in the step\\n')\n"
+        "    return _step(ctx, event)\n"
+    )
+    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}
+    p = run_ckpt("replay", cid, "--check", "noisy_step:step", "--store", path, "--json", env=env)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["ok"] is True  # nothing but the JSON on stdout
+    err = p.stderr.decode()
+    for line in ("noise at import", "raw noise at import", "noise in the step", "raw noise in the step"):
+        assert line in err

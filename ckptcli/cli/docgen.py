@@ -80,9 +80,12 @@ it, 128+N when signal N did), and before the program starts 4 for a value it can
 duration, a `--state` path its checkpoint holds no copy of), 8 for a `--state` path outside
 the allowed root or through a symlink and 9 when the subject is already supervised;
 `ckpt checkpoint` and `ckpt halt` exit 3 when no supervisor runs (docs/processes.md).
-`ckpt workflow rollback --run` exits 1 when a compensation raises (it is recorded; running the
-rollback again goes on with it), 9 while the workflow runs and 11 when a rollback to another
-checkpoint is unfinished; the library's `NonDeterminismError` (a re-run that calls another
+`ckpt workflow rollback --run` exits 1 when a compensation raises or calls `sys.exit()` (one
+line naming it; it is recorded, and running the rollback again goes on with it), 9 while the
+workflow runs (whatever `--journal-dir` each was given) and 11 when a rollback to another
+checkpoint is unfinished; `ckpt workflow` exits 3 for a `--journal-dir` that does not exist, 4
+for one that is not a directory or is not the one holding the workflow's journal, 8 for a
+symbolic link; the library's `NonDeterminismError` (a re-run that calls another
 step than the recorded run did) carries 13 (docs/workflows.md).
 When the reader of stdout goes away early (`ckpt log | head`), every command stops quietly
 and exits 0, as `git log | head` does: nothing it would have printed is an error. The one
@@ -105,6 +108,9 @@ naming the function and what it did (e.g. `the check mychecks:ok called sys.exit
 the code the command documents for it (4 for a check, a reducer or a step function, 1 for a
 migration); only Ctrl-C (KeyboardInterrupt) is the interruption, 130, and SIGTERM, which
 unwinds the command as Ctrl-C does (its locks released, its temporary files removed), 143.
+What such code writes to stdout while ckpt runs it (a `bisect --check` or `replay --check`
+module, at import and in its function: `print`, `os.write(1, ...)`, a C library) goes to
+stderr, so that stdout (`--json`) carries ckpt's output alone.
 """
 
 

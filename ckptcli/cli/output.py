@@ -7,7 +7,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
@@ -232,3 +232,33 @@ def write_output(output: Path | None, write: Any, whole: str | None = None) -> i
 
         write_file_atomic(output, counting)
     return counted[-1].bytes if counted else 0
+
+
+@contextlib.contextmanager
+def user_output_to_stderr() -> Iterator[None]:
+    """While the user's own code runs (a --check module imported and called): what it
+    writes to stdout goes to stderr, so that the command's own output (--json) is
+    nothing but its own. At the file-descriptor level, so that `os.write(1, ...)` and a C
+    library's writes are moved too (as the Temporal --check child does); put back after."""
+    saved_stream = sys.stdout
+    with contextlib.suppress(Exception):
+        saved_stream.flush()
+    saved_fd: int | None = None
+    try:
+        saved_fd = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # fd 1 or 2 closed: nothing to move, or nowhere to move it to
+        if saved_fd is not None:
+            os.close(saved_fd)
+            saved_fd = None
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        sys.stdout = saved_stream
+        if saved_fd is not None:
+            with contextlib.suppress(OSError):
+                os.dup2(saved_fd, 1)
+            os.close(saved_fd)

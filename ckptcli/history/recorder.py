@@ -192,6 +192,9 @@ class Recovery:
     dropped_bytes: int  # a torn or damaged end of the journal, cut off
     #: the calls recorded without a result: the run may have died during them (ckptcli.indoubt)
     in_doubt: tuple[InDoubt, ...] = ()
+    #: what a damaged journal lost (records written whole, cut off), one line; None for a
+    #: journal intact or only torn at its last write
+    damage: str | None = None
 
 
 # -- the journal file ------------------------------------------------------------------------
@@ -228,6 +231,39 @@ class JournalContents:
     starts: list[int]  # the offset of each in the file
     good_end: int  # where the intact records end
     size: int  # the file's size
+    #: the records cut off after good_end, as far as their length fields say (a torn end: 1)
+    dropped_records: int = 0
+    #: whether what is cut off is only the last record, written in part (a write a crash cut):
+    #: no record that was ever whole is lost
+    torn: bool = False
+
+    def damage(self, path: Path | str) -> str | None:
+        """One line saying what a damaged journal lost (records cut off that were written
+        whole), or None when nothing was, or only a torn last write."""
+        if self.good_end >= self.size or self.torn:
+            return None
+        n = self.dropped_records
+        return (
+            f"journal {path}: the record at byte {self.good_end} is damaged; it and what follows, "
+            f"{n} record{'s' if n != 1 else ''} ({self.size - self.good_end} bytes), are dropped: "
+            "the run goes on from the record before it"
+        )
+
+
+def _cut_off(data: bytes, pos: int) -> tuple[int, bool]:
+    """(how many records follow `pos` by their length fields, whether that is one record
+    that runs past the end: a torn last write)."""
+    n = 0
+    while pos < len(data):
+        if pos + PLAIN_HEAD.size > len(data):
+            return n + 1, n == 0
+        length, _crc = PLAIN_HEAD.unpack_from(data, pos)
+        end = pos + PLAIN_HEAD.size + length
+        n += 1
+        if length > MAX_RECORD or end > len(data):
+            return n, n == 1
+        pos = end
+    return n, False
 
 
 def read_journal(path: Path) -> JournalContents:
@@ -271,7 +307,8 @@ def read_journal(path: Path) -> JournalContents:
     for key, typ in (("subject", str), ("run", str), ("base", str), ("base_seq", int)):
         if type(header.get(key)) is not typ:
             raise CorruptError(f"journal {path}: the header has no valid {key!r}")
-    return JournalContents(header, records, raw, starts, pos, len(data))
+    dropped, torn = _cut_off(data, pos)
+    return JournalContents(header, records, raw, starts, pos, len(data), dropped, torn)
 
 
 def write_journal(path: Path, header: dict[str, Any], records: Iterable[bytes] = ()) -> None:
@@ -502,6 +539,7 @@ class Recorder:
         kept: list[bytes] = []
         expect = self._base_seq + 1
         dropped = j.size - j.good_end
+        damage = j.damage(self.path)
         for i, raw in enumerate(j.records):
             ev = event_from_map(raw, f"journal {self.path}: record {i + 1}")
             if ev.seq <= self._base_seq:
@@ -515,6 +553,11 @@ class Recorder:
                         hint="the journal does not belong to this checkpoint; move it aside to start a new run",
                     )
                 dropped = j.size - j.starts[i]  # a gap: everything from here on is suspect
+                n = len(j.records) - i + j.dropped_records
+                damage = (
+                    f"journal {self.path}: the record at byte {j.starts[i]} is seq {ev.seq}, not {expect}; it and what follows, "
+                    f"{n} record{'s' if n != 1 else ''} ({dropped} bytes), are dropped: the run goes on from the record before it"
+                )
                 break
             self._state = self.reducers.apply(self._state, ev, self._owned)
             self._tail.append(ev)
@@ -522,7 +565,9 @@ class Recorder:
             kept.append(j.raw[i])
             expect += 1
         self._next_seq = expect
-        self.recovery = Recovery(self._base, len(self._tail), skipped, dropped, tuple(in_doubt(self._state)))
+        self.recovery = Recovery(self._base, len(self._tail), skipped, dropped, tuple(in_doubt(self._state)), damage)
+        if damage is not None:
+            self.store.warn(damage)  # records that were written whole are lost: the user must hear of it
         if dropped or skipped or self._base != h["base"]:
             write_journal(self.path, self._header(), kept)
 

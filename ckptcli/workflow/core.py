@@ -26,17 +26,30 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
+import os
 import random
 import re
+import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast, overload
 
-from ckptcli.errors import CkptError, ConflictError, ExitCode, InvalidInputError, UsageError
+from ckptcli.errors import (
+    CkptError,
+    ConflictError,
+    ExitCode,
+    InvalidInputError,
+    LockError,
+    NotFoundError,
+    StoreIOError,
+    UnsafePathError,
+    UsageError,
+)
 from ckptcli.history.events import MEMORY_SET, TOOL_CALL, TOOL_RESULT, Reducers, State, make_event
 from ckptcli.workflow import events as wev
 from ckptcli.workflow import sigint
@@ -320,24 +333,121 @@ def _ref_of(fn: Callable[..., Any]) -> str | None:
     return f"{module}:{qual}"
 
 
-def journal_path(store: Store, workflow_id: str, journal_dir: str | Path | None = None) -> Path:
-    """The journal of workflow `workflow_id`: in `journal_dir`, else <store>/workflows/ for a
-    local store. A store on object storage needs a journal_dir (InvalidInputError)."""
+def _local_journals(store: Store) -> Path | None:
+    """<store>/workflows for a store on this host, else None."""
     from ckptcli.store.backend import LocalBackend
     from ckptcli.store.repository import store_location
 
-    subject_of(workflow_id)
     where = store_location(store.location)  # a path (a local store however it was opened), or a URL
+    if isinstance(store.backend, LocalBackend) or isinstance(where, Path):
+        return Path(store.location) / JOURNAL_DIRNAME
+    return None
+
+
+def journal_path(store: Store, workflow_id: str, journal_dir: str | Path | None = None) -> Path:
+    """The journal of workflow `workflow_id`: in `journal_dir`, else <store>/workflows/ for a
+    local store. A store on object storage needs a journal_dir (InvalidInputError)."""
+    subject_of(workflow_id)
+    local = _local_journals(store)
     if journal_dir is not None:
         root = Path(journal_dir)
-    elif isinstance(store.backend, LocalBackend) or isinstance(where, Path):
-        root = Path(store.location) / JOURNAL_DIRNAME
+    elif local is not None:
+        root = local
     else:
         raise InvalidInputError(
             f"the store {store.location} is not a directory of this host: its workflows need a journal directory here",
             hint="pass journal_dir= (ckpt workflow: --journal-dir) a directory on this host",
         )
     return root / f"{workflow_id}.journal"
+
+
+def check_journal_dir(journal_dir: str | Path) -> Path:
+    """`journal_dir` as given to a reader or a rollback: an existing directory, not a link.
+
+    Raises: NotFoundError (no such directory), UnsafePathError (a symbolic link),
+    InvalidInputError (not a directory)."""
+    path = Path(journal_dir)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise NotFoundError(
+            f"journal directory {path} does not exist", hint="give the directory the workflow was run with (journal_dir=)"
+        ) from None
+    except OSError as exc:
+        raise StoreIOError(f"cannot read journal directory {path}: {exc.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError(f"journal directory {path} is a symbolic link", hint="give the directory itself")
+    if not stat.S_ISDIR(st.st_mode):
+        raise InvalidInputError(
+            f"journal directory {path} is not a directory", hint="give the directory the workflow was run with (journal_dir=)"
+        )
+    return path
+
+
+def existing_journal(store: Store, workflow_id: str, journal_dir: str | Path | None = None) -> Path | None:
+    """The journal a reader or a rollback of workflow `workflow_id` uses (it may not exist
+    yet), or None for a store on object storage and no `journal_dir`.
+
+    A journal_dir given must be a directory (check_journal_dir); for a store on this host it
+    must not be another directory than <store>/workflows when that holds the workflow's
+    journal: reading or rolling back without it would miss the steps it records after the
+    latest checkpoint, and a rollback would start a second history beside it.
+
+    Raises: what check_journal_dir raises; InvalidInputError for another directory than the
+    one that holds the workflow's journal."""
+    local = _local_journals(store)
+    if journal_dir is None:
+        return journal_path(store, workflow_id) if local is not None else None
+    path = journal_path(store, workflow_id, check_journal_dir(journal_dir))
+    if local is not None:
+        default = journal_path(store, workflow_id)
+        if default.is_file() and not _same_file(default, path):
+            raise InvalidInputError(
+                f"workflow {workflow_id} keeps its journal in {default.parent}, not in {Path(journal_dir)}",
+                hint="leave out --journal-dir (journal_dir=): the store's own journal is the workflow's",
+            )
+    return path
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def workflow_lock(store: Store, workflow_id: str, *, probe: bool = False) -> Iterator[None]:
+    """Held while workflow `workflow_id` runs or is rolled back, whatever journal directory
+    each is given: <store>/workflows/<id>.lock, locked (flock) for a store on this host
+    (a store on object storage: its journal's lock alone). With `probe`, a lock file
+    that does not exist is not made (nothing runs the workflow then).
+
+    Raises: LockError when another run or rollback of the workflow holds it."""
+    import fcntl
+
+    root = _local_journals(store)
+    subject_of(workflow_id)
+    lock_path = root / f"{workflow_id}.lock" if root is not None else None
+    if lock_path is None or (probe and not lock_path.is_file()):
+        yield
+        return
+    try:
+        lock_path.parent.mkdir(exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise StoreIOError(f"cannot open {lock_path}: {exc.strerror}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise LockError(
+                f"workflow {workflow_id} is running or being rolled back in another process ({lock_path} is locked)",
+                hint="wait for it to end (or stop it), then run this again",
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
 
 
 def reducers() -> Reducers:
@@ -702,7 +812,8 @@ def run(
         ) from None
     path = journal_path(store, workflow_id, journal_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with sigint.handling():  # Ctrl-C lands in the workflow's code, not inside ckpt's recording
+    # a rollback given another journal directory must still find the workflow running
+    with workflow_lock(store, workflow_id), sigint.handling():  # Ctrl-C lands in the workflow's code, not inside ckpt's recording
         with sigint.holding():
             opened = Recorder.open(
                 store,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptcli.errors import ConflictError, CorruptError, InvalidInputError, NotFoundError
+from ckptcli.errors import ConflictError, CorruptError, InvalidInputError, NotFoundError, how_it_failed, user_failure
 from ckptcli.workflow import events as wev
 from ckptcli.workflow.core import (
     ENGINE,
@@ -28,15 +28,19 @@ from ckptcli.workflow.core import (
     LABEL_TYPE,
     Compensation,
     WorkflowError,
+    check_journal_dir,
     error_text,
+    existing_journal,
     journal_path,
     recorded_steps,
     reducers,
     registered_compensation,
     subject_of,
+    workflow_lock,
 )
 
 if TYPE_CHECKING:
+    from ckptcli.checkpoint import Checkpoint
     from ckptcli.store.repository import Store
 
 __all__ = [
@@ -158,12 +162,12 @@ def live_state(store: Store, workflow_id: str, journal_dir: str | Path | None = 
 
     subject = subject_of(workflow_id)
     red = reducers()
-    try:
-        path: Path | None = journal_path(store, workflow_id, journal_dir)
-    except InvalidInputError:
-        path = None  # a remote store and no journal_dir: the checkpoints alone
+    path = existing_journal(store, workflow_id, journal_dir)  # None: a remote store and no journal_dir, the checkpoints alone
     if path is not None and path.is_file():
         j = read_journal(path)
+        damage = j.damage(path)
+        if damage is not None:
+            store.warn(damage)
         if j.header.get("subject") != subject:
             raise CorruptError(f"journal {path} records {j.header.get('subject')}, not {subject}", hint="move it aside")
         ck = open_checkpoint(str(j.header["base"]), store)
@@ -239,6 +243,8 @@ def list_workflows(store: Store, *, journal_dir: str | Path | None = None) -> li
     workflow.engine=ckpt), by id."""
     from ckptcli.listing import ListFilter, list_checkpoints
 
+    if journal_dir is not None:
+        check_journal_dir(journal_dir)  # a wrong one is said even when the store holds no workflow
     ids = sorted(
         {s.subject.name for _cid, s in list_checkpoints(store, ListFilter(labels={LABEL_ENGINE: ENGINE})) if s.subject.kind == KIND}
     )
@@ -324,11 +330,13 @@ def rollback(
         LockError (the workflow is running); CompensationFailed.
     """
     from ckptcli.checkpoint import open_checkpoint
-    from ckptcli.history.recorder import Recorder
     from ckptcli.history.replay import load_tail, replay
 
     subject = subject_of(workflow_id)
-    path = journal_path(store, workflow_id, journal_dir)
+    if execute:
+        with workflow_lock(store, workflow_id, probe=True):  # running: LockError first, whatever journal_dir says
+            pass
+    path = existing_journal(store, workflow_id, journal_dir) or journal_path(store, workflow_id)  # the latter raises: no journal_dir
     if not path.is_file():
         status(store, workflow_id, journal_dir=journal_dir)  # NotFoundError when there is no such workflow
     ck = open_checkpoint(to, store)
@@ -343,6 +351,24 @@ def rollback(
     if not execute:
         state, _ck, seq, _j = live_state(store, workflow_id, journal_dir)
         return _plan(workflow_id, ck.hex, to_seq, at, seq, state, compensations, execute=False)
+    with workflow_lock(store, workflow_id):  # never beside a run of the workflow, whatever journal directory each was given
+        return _execute(store, workflow_id, subject, path, ck, to_seq, at, compensations)
+
+
+def _execute(
+    store: Store,
+    workflow_id: str,
+    subject: str,
+    path: Path,
+    ck: Checkpoint,
+    to_seq: int,
+    at: dict[str, Any],
+    compensations: Mapping[str, Callable[[Compensation], object]] | None,
+) -> RollbackPlan:
+    """rollback()'s --run, with the workflow locked."""
+    from ckptcli.checkpoint import open_checkpoint
+    from ckptcli.history.recorder import Recorder
+
     path.parent.mkdir(parents=True, exist_ok=True)
     # no journal here (a store on object storage, another host): go on from the latest checkpoint
     base = None if path.is_file() else open_checkpoint(subject, store).hex
@@ -375,12 +401,15 @@ def rollback(
             )
             try:
                 funcs[c.pos](comp)
-            except Exception as exc:
+            except BaseException as exc:  # the user's code failed, sys.exit() and GeneratorExit too; Ctrl-C stays the interruption
+                if not user_failure(exc):
+                    raise
                 error = error_text(exc)
                 rec.append(wev.COMPENSATE, pos=c.pos, step=c.step, key=c.key, status="error", error=error)
                 rec.flush()
+                what = f"failed: {error}" if isinstance(exc, Exception) else how_it_failed(exc)
                 raise CompensationFailed(
-                    f"workflow {workflow_id}: the compensation of step {c.step} (key {c.key}) failed: {error}",
+                    f"workflow {workflow_id}: the compensation {_fn_name(funcs[c.pos], c)} of step {c.step} (key {c.key}) {what}",
                     hint="fix what it needs and run the rollback again: it goes on with this compensation",
                 ) from exc
             rec.append(wev.COMPENSATE, pos=c.pos, step=c.step, key=c.key, status="ok")
@@ -464,6 +493,14 @@ def _plan(
         for c in planned
     ]
     return RollbackPlan(workflow_id, to_hex, to_seq, pointer, planned, in_doubt, execute, ongoing is not None)
+
+
+def _fn_name(fn: Callable[..., object], c: PlannedCompensation) -> str:
+    """How a message names a compensation: "module:function" as recorded, else its own name."""
+    if c.compensate is not None:
+        return c.compensate
+    module, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    return f"{module}:{qual}" if isinstance(module, str) and isinstance(qual, str) else repr(fn)
 
 
 def _find(c: PlannedCompensation, given: Mapping[str, Callable[[Compensation], object]] | None) -> Callable[[Compensation], object]:

@@ -8,7 +8,7 @@ import typer
 
 from ckptcli.cli._common import open_store
 from ckptcli.cli.app import JsonOpt, ReducersOpt, StoreOpt, app
-from ckptcli.cli.output import emit_json, exit_status, out, safe
+from ckptcli.cli.output import emit_json, exit_status, out, safe, user_output_to_stderr
 from ckptcli.errors import ExitCode
 
 
@@ -77,10 +77,11 @@ def bisect_cmd(
     if len(given) != 1:
         raise UsageError("give exactly one predicate: --check MODULE:FUNC, --expect POINTER==JSON or --expect-missing POINTER")
     exp = parse_expect(expect) if expect is not None else (Expect(expect_missing, missing=True) if expect_missing is not None else None)
-    func = load_check(check) if check is not None else None
-    red = load_reducers(reducers or [])
-    st = open_store(store)
-    result = bisect(st, subject, good=good, bad=bad or subject, expect=exp, check=func, check_name=check or "", reducers=red)
+    with user_output_to_stderr():  # the check's module prints on stderr, never into --json
+        func = load_check(check) if check is not None else None
+        red = load_reducers(reducers or [])
+        st = open_store(store)
+        result = bisect(st, subject, good=good, bad=bad or subject, expect=exp, check=func, check_name=check or "", reducers=red)
     if as_json:
         emit_json(result.to_dict())
         return

@@ -22,7 +22,7 @@ from ckptcli.cli.app import (
     app,
     tolerance_of,
 )
-from ckptcli.cli.output import emit_json, exit_status, json_text, out, quiet, safe, short
+from ckptcli.cli.output import emit_json, exit_status, json_text, out, quiet, safe, short, user_output_to_stderr
 from ckptcli.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -146,7 +146,8 @@ def replay_cmd(
         if temporal is not None:
             _check_temporal(temporal, check, as_json, timeout)
             return
-        func = load_step(check)
+        with user_output_to_stderr():  # the step function's module prints on stderr, never into --json
+            func = load_step(check)
         tol = tolerance_of(ignore_order, significant_digits, tolerance, exclude_path)
         _check(open_checkpoint(ref, store), func, red, as_json, tol)
         return
@@ -271,7 +272,8 @@ def _check(ck: Any, func: Any, reducers: Any, as_json: bool, tolerance: Any = No
     from ckptcli.errors import ReplayDiverged
     from ckptcli.history.replay import check
 
-    report = check(ck, func, reducers=reducers, tolerance=tolerance)
+    with user_output_to_stderr():  # the step function prints on stderr, never into --json
+        report = check(ck, func, reducers=reducers, tolerance=tolerance)
     if as_json:
         emit_json(report.to_dict())
     else:

@@ -24,6 +24,7 @@ ACTIONS = ("ls", "show", "rollback")
         ExitCode.USAGE,
         ExitCode.NOT_FOUND,
         ExitCode.INVALID_INPUT,
+        ExitCode.UNSAFE_PATH,
         ExitCode.LOCKED,
         ExitCode.NO_STORE,
         ExitCode.CONFLICT,
@@ -48,8 +49,11 @@ def workflow(
     of the steps completed after it, newest first, and with --run run them, each recorded,
     exactly once even when a rollback is killed and run again. A compensation is found by
     the name the workflow recorded (module:function; the current directory is importable).
-    Exits 1 when a compensation raises (run the rollback again to go on), 9 while the
-    workflow runs, 11 when another rollback is unfinished.
+    Exits 1 when a compensation raises or calls sys.exit() (run the rollback again to go
+    on), 9 while the workflow runs, 11 when another rollback is unfinished. --journal-dir
+    must be the directory the workflow was run with: one that does not exist (3), is not a
+    directory (4), is a link (8), or is not the store's workflows directory when that holds
+    the workflow's journal (4) is refused.
 
     Examples:
 
@@ -168,7 +172,8 @@ def _print_status(s: WorkflowStatus) -> None:
 def _print_plan(plan: RollbackPlan) -> None:
     p = _printer()
     verb = "rolled back" if plan.executed else "would roll back"
-    p(f"workflow:{plan.workflow_id} {verb} to {short(plan.to)} (seq {plan.to_seq}; steps 1-{plan.pointer} stay done)")
+    kept = "no step stays done" if plan.pointer == 0 else "step 1 stays done" if plan.pointer == 1 else f"steps 1-{plan.pointer} stay done"
+    p(f"workflow:{plan.workflow_id} {verb} to {short(plan.to)} (seq {plan.to_seq}; {kept})")
     if not plan.compensations:
         p("  no step completed after it")
     for c in plan.compensations:
