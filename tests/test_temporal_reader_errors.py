@@ -8,7 +8,8 @@ by outside testers, each through the real `ckpt` on real histories:
 - an error line named the wrong event, or the right one twice ("events[7] (its type not
   read yet): event 7 has an unknown event type");
 - a number too long was reported at events[0] whatever event held it, invalid UTF-8 as
-  ijson's bytes repr, `1e999999999` as malformed JSON.
+  ijson's bytes repr, `1e999999999` as malformed JSON, and a closed stdin as a missing
+  file.
 """
 
 from __future__ import annotations
@@ -148,6 +149,26 @@ def test_a_number_out_of_range_says_so_and_where(store_dir: Path, tmp_path: Path
     path = _with_field(tmp_path, "range.json", 8, f'"x": {number}')
     code, line = _refused(store_dir, path)
     assert code == 4 and "out of range" in line and "event 8" in line and "malformed" not in line, line
+
+
+@pytest.mark.parametrize("source", ["-", "/dev/stdin"])
+def test_a_closed_stdin_is_an_io_error(store_dir: Path, source: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "CKPT_STORE"}
+    argv = [sys.executable, "-m", "ckptcli", "--store", str(store_dir), "import", "temporal", source, "--workflow-id", "w"]
+    r = subprocess.run(argv, capture_output=True, env=env, preexec_fn=lambda: os.close(0), timeout=300)  # the child's stdin closed
+    lines = r.stderr.decode().splitlines()
+    assert r.returncode == 12 and len(lines) == 1 and "stdin is closed" in lines[0], r.stderr.decode()
+
+
+def test_a_history_on_stdin_is_imported(store_dir: Path) -> None:
+    r = run_ckpt("--store", store_dir, "import", "temporal", "-", "--workflow-id", "w", input=COMPLETE.read_bytes())
+    assert r.returncode == 0, r.stderr.decode()
+    ck = ckptcli.open_checkpoint("workflow:w", store_path=store_dir)
+    assert json.loads(history_json(ck)) == json.loads(COMPLETE.read_text())
 
 
 def test_a_lone_surrogate_cut_by_the_edge_of_a_read_is_refused(tmp_path: Path) -> None:
