@@ -44,3 +44,18 @@ def test_a_damaged_or_empty_stdin_is_one_line_naming_stdin_and_nothing_is_kept(t
         assert "ckpt-import-" not in err  # not the temporary file's name
     assert json.loads(run_ckpt("--store", b, "ls", "--json").stdout) == []
     assert not list((b / "manifests").iterdir())
+
+
+def test_a_closed_stdin_is_an_io_error_not_a_usage_error(tmp_path: Path) -> None:
+    """`ckpt import -` with stdin closed was exit 2 (a usage error): nothing is wrong with
+    the command; the system refuses the read (exit 12), as `ckpt import temporal -`."""
+    import os
+    import subprocess
+    import sys
+
+    assert run_ckpt("init", tmp_path / "store").returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "CKPT_STORE"}
+    argv = [sys.executable, "-m", "ckptcli", "--store", str(tmp_path / "store"), "import", "-"]
+    r = subprocess.run(argv, capture_output=True, env=env, preexec_fn=lambda: os.close(0), timeout=300)  # the child's stdin closed
+    lines = r.stderr.decode().splitlines()
+    assert r.returncode == 12 and len(lines) == 1 and "stdin is closed" in lines[0], r.stderr.decode()

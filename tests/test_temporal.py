@@ -474,7 +474,9 @@ def test_a_truncated_or_malformed_history_is_one_line_exit_5(store_dir: Path, tm
         (lambda h: h["events"].pop(0), "events[0] has event id '2', not 1"),
         (lambda h: h["events"][2].update(eventTime="yesterday"), "event 3 (WorkflowTaskStarted) has no valid eventTime"),
         (lambda h: h["events"][5]["activityTaskStartedEventAttributes"].update(attempt="many"), "event 6 is not a Temporal history event"),
-        (lambda h: h.update(events={"not": "a list"}), "no history events: not a Temporal history"),
+        (lambda h: h.update(events={"not": "a list"}), 'its "events" is a JSON object, not a list: not a Temporal history'),
+        (lambda h: h.update(events="a string"), 'its "events" is a string, not a list: not a Temporal history'),
+        (lambda h: h.update(other=1, events=[]), "no history events: not a Temporal history"),
         (lambda h: h["events"].__setitem__(1, [1, 2]), "events[1] is a list, not a history event"),
     ],
 )

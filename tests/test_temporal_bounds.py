@@ -155,7 +155,7 @@ def test_an_integer_beyond_64_bits_is_bad_input_not_corrupt_json(store_dir: Path
     r = _ckpt(store_dir, "import", "temporal", path)
     lines = r.stderr.decode().splitlines()
     assert r.returncode == 4 and len(lines) == 1, lines
-    assert lines[0].startswith(f"ckpt: error: {path}: event 5 holds an integer beyond 64 bits"), lines
+    assert lines[0].startswith(f"ckpt: error: {path}: event 5 (ActivityTaskScheduled), field taskId holds an integer beyond 64 bits"), lines
 
 
 def test_a_deeply_nested_file_is_refused_without_taking_gigabytes(tmp_path: Path) -> None:

@@ -77,6 +77,28 @@ def _histories(tmp_path: Path) -> list[Path]:
     put("deep.json", 2 * READ, b'"y": ' + b"[" * 300 + b"]" * 300 + b",")
     put("digits.json", 2 * READ, b'"y": "' + b"9" * 500 + b'",')
     put("number.json", 2 * READ, b'"y": ' + b"9" * 500 + b",")
+    # a lone surrogate (refused), a pair (read), in a short and a long string
+    put("surrogate.json", 2 * READ, b'"y": "a\\ud800b",')
+    put("pair.json", 2 * READ, b'"y": ["a\\ud83d\\ude00b", "\\\\ud800"],')
+    put("surrogate-long.json", READ, b'"y":"' + b"R" * LONG + b'\\udc00",')
+    put("overflow.json", 2 * READ, b'"y": 1e999999999,')
+    put("utf8.json", 2 * READ, b'"y": "a\xffb",')
+    put("dots.json", 2 * READ, b'"events.item": {"item": [1]}, "a.b": 2,')
+    # the top level: only one "events" list is read as the events
+    body = raw[raw.index(b"[") : raw.rindex(b"]") + 1]
+    for name, text in [
+        ("before.json", b'{"meta": {"a": [1]}, "events": ' + body + b"}"),
+        ("after.json", b'{"events": ' + body + b', "meta": "x"}'),
+        ("dotkey.json", b'{"events": ' + body + b', "events.item": {"a": 1}}'),
+        ("twice.json", b'{"events": ' + body + b', "events": []}'),
+        ("map.json", b'{"events": {"item": ' + body + b"}}"),
+        ("spaces.json", b' \n{ "events" :\n' + body + b" \n}\n \n"),
+        ("garbage.json", b'{"events": ' + body + b'} "x"'),
+        ("extra.json", b'{"events": ' + body + b"}}"),
+        ("split.json", b'{"events": ' + body + b" " * (-(len(body) + 11) % READ) + b"}"),  # `]` and `}` in two reads
+    ]:
+        (tmp_path / name).write_bytes(text)
+        out.append(tmp_path / name)
     return out
 
 
@@ -99,8 +121,12 @@ _JSON = st.recursive(
 )
 
 
-#: what a JSON string holds: escapes (of a quote and a backslash too), brackets, UTF-8
-_IN_STRING = [b'\\"', b"\\\\", b"\\n", b"\\u00e9", b"\\/", b"a", b"z ", b"[", b"{", b"}", b"]", b"\xc3\xa9", b"\xf0\x9f\x98\x80"]
+#: what a JSON string holds: escapes (of a quote and a backslash too, of surrogates: alone
+#: or paired), brackets, UTF-8
+_IN_STRING = [
+    *(b'\\"', b"\\\\", b"\\n", b"\\u00e9", b"\\ud800", b"\\udc00", b"\\ud83d\\ude00", b"\\/"),
+    *(b"a", b"z ", b"[", b"{", b"}", b"]", b"\xc3\xa9", b"\xf0\x9f\x98\x80"),
+]
 
 
 @functools.cache
@@ -163,3 +189,24 @@ def test_random_json_across_a_read_edge_reads_alike_both_ways(
     fast = _outcome(reader.read_events(path, check=False, position=position, divert=True), position)
     careful = _careful(path, True, monkeypatch)
     assert fast == careful, (fast[1], careful[1], len(fast[0]), len(careful[0]))
+
+
+def test_a_history_shaped_as_temporal_writes_it_is_read_the_fast_way_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check of the top level (one `"events": [...]` list) sends no history Temporal
+    writes, compact or indented, to the careful way; what else is at the top level does."""
+    from ckptcli.adapters.temporal.synth import synthesize
+
+    base = tmp_path / "base.json"
+    synthesize(COMPLETE, 300, base, result_bytes=2_000)
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps(json.loads(base.read_text()), indent=2))
+    careful: list[str] = []
+    real = reader._read_carefully
+    monkeypatch.setattr(reader, "_read_carefully", lambda f, where, *a: careful.append(where) or real(f, where, *a))
+    for path in (base, pretty, COMPLETE):
+        assert sum(1 for _ in reader.read_events(path, check=False)) > 10
+    assert careful == []
+    after = tmp_path / "after.json"
+    after.write_text(json.dumps({"events": json.loads(base.read_text())["events"], "meta": 1}))
+    assert sum(1 for _ in reader.read_events(after, check=False)) == 299
+    assert careful == [str(after)]

@@ -72,6 +72,7 @@ declare, and for an adapter asked for what it does not do (`NotSupported`); 4 wh
 third-party adapter's own code raises or calls `sys.exit()` (one line naming the adapter).
 `ckpt import temporal` exits 11 for a history of a run the store holds another history of
 (the line names the first event that differs; nothing is written: docs/workflows.md).
+`ckpt import -` and `ckpt import temporal -` (a file on stdin) exit 12 when stdin is closed.
 `ckpt copy` exits 5 when an object or manifest it reads from SRC does not match its hash: the
 line names the object and the checkpoint, nothing of that checkpoint is committed in DST, and
 the checkpoints copied before it (oldest first) stay there.

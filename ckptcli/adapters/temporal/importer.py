@@ -168,7 +168,10 @@ def import_histories(
 
     Args:
         store: the open store.
-        source: a history file, or a directory of `*.json` history files.
+        source: a history file, or a directory of `*.json` history files; `-` (or
+            /dev/stdin, when it is no regular file) for one on stdin, copied to a
+            temporary file first (the file is read twice and long strings are read back
+            from it), which needs `workflow_id`.
         workflow_id: the workflow's id (a history file does not hold it); default: the
             file's name without `.json`.
         progress: counts the events written.
@@ -183,11 +186,14 @@ def import_histories(
 
     Raises:
         NotFoundError, InvalidInputError, CorruptError (reader.py); UsageError for
-        --workflow-id with a directory of several files; ConflictError (exit 11) when the
+        --workflow-id with a directory of several files, or none with stdin; StoreIOError
+        (exit 12) when stdin is closed or cannot be copied; ConflictError (exit 11) when the
         file's events up to the last stored one (or its own last) are not the stored ones:
         another history of the same run, nothing written; LockError (exit 9) when
         another process still imports into one of the subjects after `lock_wait`.
     """
+    if _is_stdin(source):
+        return _import_stdin(store, workflow_id, progress, lock_wait)
     skipped: list[str] = []
     files = history_files(source, skipped)
     for line in skipped:
@@ -201,6 +207,63 @@ def import_histories(
         for subject in sorted(set(subjects), key=str):  # one order: two imports never wait for each other's
             held.enter_context(_subject_lock(store, subject, lock_wait))
         return _import_locked(store, files, subjects, skipped, progress)
+
+
+def _is_stdin(source: str) -> bool:
+    """Whether `source` is stdin to be copied: `-`, or a name of descriptor 0 (/dev/stdin,
+    /dev/fd/0) that is closed or no regular file (a file redirected in is read as it is)."""
+    import os
+    import stat
+
+    from ckptcli.store.backend import descriptor_named
+
+    if source == "-":
+        return True
+    if descriptor_named(Path(source)) != 0:
+        return False
+    try:
+        return not stat.S_ISREG(os.fstat(0).st_mode)
+    except OSError:
+        return True
+
+
+def _import_stdin(store: Store, workflow_id: str | None, progress: Progress, lock_wait: float) -> dict[str, Any]:
+    """import_histories of a history on stdin, copied to a temporary file first; its
+    errors name stdin, not that file."""
+    import os
+    import shutil
+    import sys
+    import tempfile
+
+    from ckptcli.errors import CkptError, StoreIOError
+
+    try:
+        os.fstat(0)
+    except OSError:
+        raise StoreIOError(
+            "stdin is closed: no history to read from it",
+            hint="pipe one in: `temporal workflow show -w ID --output json | ckpt import temporal - --workflow-id ID`",
+        ) from None
+    if workflow_id is None:
+        raise UsageError("a history on stdin has no file name to take the workflow id from", hint="give it with --workflow-id")
+    with tempfile.TemporaryDirectory(prefix="ckpt-temporal-") as tmp:
+        path = Path(tmp) / "stdin.json"
+        try:
+            with path.open("wb") as out:
+                shutil.copyfileobj(sys.stdin.buffer if sys.stdin is not None else open(0, "rb", closefd=False), out, 1 << 20)  # noqa: SIM115
+        except OSError as exc:
+            raise StoreIOError(
+                f"cannot copy stdin to a temporary file in {tempfile.gettempdir()}: {exc.strerror or exc}",
+                hint="free space there, or set TMPDIR to a directory with room for the history",
+            ) from None
+        try:
+            result = import_histories(store, str(path), workflow_id=workflow_id, progress=progress, lock_wait=lock_wait)
+        except CkptError as exc:
+            exc.message = exc.message.replace(str(path), "stdin")
+            raise
+    for row in result["workflows"]:
+        row["file"] = "-"
+    return result
 
 
 def _subject_lock(store: Store, subject: Subject, wait: float) -> contextlib.AbstractContextManager[None]:

@@ -24,12 +24,12 @@ from collections.abc import Iterator
 from itertools import accumulate
 from typing import IO, TYPE_CHECKING, Any
 
-from ckptcli.errors import CorruptError, InvalidInputError, LimitExceededError
+from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LimitExceededError
 
 if TYPE_CHECKING:
     from ckptcli.store.repository import Store
 
-__all__ = ["LONG", "Diverter", "LongString", "encode_longs", "put_back", "store_long"]
+__all__ = ["LONG", "Diverter", "LongString", "NotPlain", "encode_longs", "put_back", "store_long"]
 
 #: a JSON string longer than this (bytes of its content in the file) is kept in the file
 LONG = 1 << 20
@@ -40,6 +40,12 @@ MAX_DIGITS = 400
 _LONG_NUMBER = re.compile(rb"[0-9]{%d}" % (MAX_DIGITS + 1))
 _ESCAPE = re.compile(rb"\\.", re.DOTALL)  # an escape of a string: a backslash and the byte it escapes
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+#: an escape of a UTF-16 surrogate (half of a pair, or alone: then no Unicode text holds it);
+#: it may be a false match (`\\\\ud800` in the file: an escaped backslash): the string is decoded to know
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+#: a history's own start, `{"events": [`: the fast way reads only a file shaped so (see Diverter)
+_HEAD = re.compile(rb'\s*\{\s*"events"\s*:\s*\[')
+_TAIL = re.compile(rb"\]\s*\}\s*\Z")  # and its end, `]}`: the events list ends with the file
 _DELTA = [1 if b in b"[{" else -1 for b in range(256)]  # a bracket's change of the depth
 
 
@@ -98,6 +104,11 @@ class LongString:
         return f"LongString({self.size} bytes at {self.start} of {self.path})"
 
 
+class NotPlain(Exception):  # noqa: N818 - no error: a signal to the reader
+    """The file is not shaped as the fast way reads it (`{"events": [...]}` and nothing
+    else at its top level): reader.py reads it the careful way, which says what it is."""
+
+
 class Diverter:
     """The history file as ijson reads it, each long string replaced by a placeholder
     (`placeholders`: placeholder -> LongString, until `take` takes them).
@@ -109,7 +120,18 @@ class Diverter:
     before. Either way ijson gets the same bytes, in the same reads. With `max_depth`,
     JSON nested deeper (brackets outside strings) is refused (LimitExceededError) before
     any of that read reaches ijson (reader.py: then ijson's C item builder can read the
-    file directly; the reader reads it again the slow way to name the event)."""
+    file directly; the reader reads it again the slow way to name the event), and so is a
+    file whose top level is not `{"events": [...]}` alone (NotPlain): ijson's item builder
+    takes `{"events": {"item": ...}}`, or a key "events.item", for the events list too.
+
+    What it refuses itself (a number too long, a lone surrogate escape, a long string that
+    is not UTF-8) reaches ijson as an exception once ijson has read every byte before it,
+    so the reader's error line names the event that holds it, not one read ahead (without
+    max_depth: the careful way, which says it; the fast way gives up at once).
+
+    A string that escapes half of a UTF-16 surrogate pair without the other half (`"\\ud800"`:
+    ijson reads it as "?") is refused (InvalidInputError): no Unicode text holds one, so
+    neither can a checkpoint (formats/v1.md), nor temporalio's loader."""
 
     def __init__(self, f: IO[bytes], path: str, *, pass_over: bool = True, max_depth: int | None = None) -> None:
         self.f = f
@@ -139,6 +161,9 @@ class Diverter:
         self.eof = False
         self.count = 0
         self.given = 0
+        self.fault: CkptError | None = None  # refused: raised once ijson has read what comes before it
+        self.head_left = 2  # with max_depth: the brackets of `{"events": [` not yet counted
+        self.closed = False  # with max_depth: the events list has ended (only `}` may follow)
 
     def tell(self) -> int:
         """The bytes handed to ijson so far (a long string counts as its placeholder: what
@@ -153,10 +178,17 @@ class Diverter:
         if n == 0:  # ijson's look at the type of what the file gives
             return b""
         want = n if n > 0 else READ
-        while len(self.out) < want and not self.eof:
+        while len(self.out) < want and not self.eof and self.fault is None:
             if self.long and self.out:  # ijson takes what comes before a long string first: then it is in
                 break  # the event that holds it when the string is passed over (and a fault in it is that event's)
-            self._step()
+            try:
+                self._step()
+            except CkptError as exc:  # scanned ahead of ijson: said once ijson has read up to it
+                if self.max_depth is not None:
+                    raise  # the fast way: it reads the file again the careful way, which says where
+                self.fault = exc
+        if self.fault is not None and not self.out:
+            raise self.fault
         data = bytes(self.out[:want])
         del self.out[:want]
         self.given += len(data)
@@ -164,7 +196,10 @@ class Diverter:
 
     def _more(self) -> bool:
         if self.i >= len(self.buf):
+            first = self.pos == 0 and not self.buf
             self.buf, self.i, self.slow = self.f.read(READ), 0, False
+            if first and self.max_depth is not None and self.buf and not _HEAD.match(self.buf):
+                raise NotPlain
             if not self.buf:
                 self.eof = True
                 if self.long:  # the file ended inside it: ijson sees a string that never ends
@@ -185,6 +220,8 @@ class Diverter:
             self._check_numbers(buf, i, len(buf) if q < 0 else q)
             if self.max_depth is not None:
                 self._count_depth(buf[i : len(buf) if q < 0 else q])
+                if self.closed and q >= 0:
+                    raise NotPlain  # a string after the events list
             if q < 0:
                 self.out += buf[i:] if i else buf
                 self.pos += len(buf) - i
@@ -240,6 +277,8 @@ class Diverter:
             held, self.held = bytes(self.held), bytearray()
             self._decode_escaped(held)
         else:
+            if self.escaped and _SURROGATE_ESCAPE.search(self.held):
+                self._check_unicode(bytes(self.held))
             self.out += self.held
             self.out += b'"'
             self.held = bytearray()
@@ -251,9 +290,15 @@ class Diverter:
         seg = buf[i:] if i else buf
         m = len(seg)
         escapes = seg.find(b"\\") >= 0
+        if escapes and _SURROGATE_ESCAPE.search(seg):
+            return False  # _step decodes the string that holds it (a lone one is refused)
+        if self.inside and self.escaped and _SURROGATE_ESCAPE.search(self.held + seg[:6]):
+            return False  # the same, in the string this read goes on with (its escape maybe cut in two)
         clean = _ESCAPE.sub(b"__", seg) if escapes else seg  # each escape as two bytes that are no quote
         if escapes and clean.endswith(b"\\"):
             return False  # an escape the read cuts in two
+        if self.closed and seg.strip():
+            raise NotPlain  # more after the events list than its `}`
         j = 0
         if self.inside:
             q = clean.find(b'"')
@@ -278,7 +323,10 @@ class Diverter:
         if _LONG_NUMBER.search(outside) is not None:
             return False  # _step refuses it, at its place
         if self.max_depth is not None:
+            closed = self.closed
             self._count_depth(outside)
+            if self.closed and not closed and (opened or not _TAIL.search(clean)):
+                raise NotPlain  # a string after the events list
         if self.inside:
             self.out += self.held
             self.held = bytearray()
@@ -296,10 +344,26 @@ class Diverter:
     def _count_depth(self, outside: bytes) -> None:
         """Follow the depth of the brackets in `outside` (bytes outside strings); refuse
         one past max_depth."""
+        if self.closed:
+            if outside.strip():
+                raise NotPlain  # more after the events list than its `}`
+            return
         brackets = outside.translate(None, _NOT_BRACKETS)
         if not brackets:
             return
+        if self.head_left:  # `{"events": [` (_HEAD): the depth of the events list is 2
+            k = min(self.head_left, len(brackets))
+            self.depth, self.head_left, brackets = self.depth + k, self.head_left - k, brackets[k:]
+            if not brackets:
+                return
         opens = brackets.count(b"{") + brackets.count(b"[")
+        if self.depth + opens <= len(brackets) + 1 and min(accumulate(map(_DELTA.__getitem__, brackets), initial=self.depth)) <= 1:
+            # the events list ends here: its `]`, then the `}` of the file, then nothing
+            if not (brackets.endswith(b"]}") and _TAIL.search(outside)):
+                raise NotPlain
+            if min(accumulate(map(_DELTA.__getitem__, brackets[:-2]), initial=self.depth)) <= 1:
+                raise NotPlain
+            self.closed = True
         limit = self.max_depth
         assert limit is not None
         if self.depth + opens > limit and max(accumulate(map(_DELTA.__getitem__, brackets), initial=self.depth)) > limit:
@@ -335,27 +399,40 @@ class Diverter:
         try:
             text = held.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise CorruptError(f"{self.path}: not UTF-8 text in a string at byte {self.start + exc.start}") from None
+            raise CorruptError(f"{self.path}: not valid UTF-8 at byte {self.start + exc.start}") from None
         try:
             value = json.loads('"' + text + '"')
         except ValueError as exc:
             raise CorruptError(f"{self.path}: malformed JSON in a string starting at byte {self.start}: {exc}") from None
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate escape: as ijson reads it, "?"
-            value = value.encode("utf-8", "replace").decode("utf-8")
+        self._check_unicode(value)
         self.count += 1
         name = f"ckptlong{self.nonce}{self.count:08d}"
         self.placeholders[name] = value
         self.out += name.encode() + b'"'
 
+    def _check_unicode(self, value: str | bytes) -> None:
+        """Refuse a string (decoded, or its content in the file) that holds a lone surrogate."""
+        if type(value) is bytes:
+            try:
+                value = json.loads(b'"' + value + b'"')
+            except ValueError:
+                return  # malformed, or not UTF-8: ijson says so, where
+        try:
+            str(value).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidInputError(
+                f"{self.path}: a string at byte {self.start} holds a lone UTF-16 surrogate escape "
+                f"(\\u{ord(str(value)[exc.start]):04x}), which no Unicode text (and no checkpoint) can hold"
+            ) from None
+
     def _pass_over(self, part: bytes) -> None:
         if _CONTROL.search(part):
             raise CorruptError(f"{self.path}: malformed JSON: a control character in a string at byte {self.pos}")
+        pending = len(self.decoder.getstate()[0])  # bytes of a character the last part cut
         try:
             text = self.decoder.decode(part)
-        except UnicodeDecodeError:
-            raise CorruptError(f"{self.path}: not UTF-8 text in a string at byte {self.pos}") from None
+        except UnicodeDecodeError as exc:
+            raise CorruptError(f"{self.path}: not valid UTF-8 at byte {self.pos - pending + exc.start}") from None
         if not self.head:
             self.head = text[:8]
         self.tail = (self.tail + text[-8:])[-8:]
@@ -365,7 +442,7 @@ class Diverter:
         try:
             self.decoder.decode(b"", final=True)
         except UnicodeDecodeError:
-            raise CorruptError(f"{self.path}: not UTF-8 text in a string ending at byte {self.pos}") from None
+            raise CorruptError(f"{self.path}: not valid UTF-8 at byte {self.pos - 1 - len(self.decoder.getstate()[0])}") from None
         self.count += 1
         name = f"ckptlong{self.nonce}{self.count:08d}"
         self.placeholders[name] = LongString(self.path, self.start, self.pos - 1, self.chars, self.head, self.tail)

@@ -10,14 +10,23 @@ each event is checked by temporalio's loader (`WorkflowHistory.from_json`, its p
 messages). The file is read the fast way (ijson's C item builder over the Diverter, which
 scans each read whole and refuses JSON nested too deep before ijson sees it); a file that
 fails that way is read again the careful way (ijson's parse events one by one through the
-depth check, as it always was read), which says what is wrong and names the event. What is
-refused, each with one line naming the file and the event:
+depth check, as it always was read), which says what is wrong and names the event. The
+fast way reads only a file whose top level is `{"events": [...]}` (longstr.NotPlain: as
+every history Temporal writes is); any other is read the careful way, where _bounded
+reads the top level's keys: ijson's prefixes are dotted paths, so `{"events": {"item":
+EVENT}}` or a key "events.item" look like the events list to its item builder. What is
+refused, each with one line naming the file and the event (and the field being read,
+where the fault is inside one):
 
-- JSON that is malformed or ends early: CorruptError (exit 5);
+- JSON that is malformed, not UTF-8 or ends early: CorruptError (exit 5);
 - JSON nested deeper than 256 levels: LimitExceededError (exit 7), naming the event;
-- no `events` list, an event that is no map, of an event type Temporal does not have, whose
-  fields its protobuf message refuses, event ids not 1, 2, 3, ..., a first event that is no
-  WorkflowExecutionStarted: InvalidInputError (exit 4).
+- no top-level `"events": [...]` list (an `events` object, two `events` keys, a top-level
+  key "events.item"), an event that is no map, of an event type Temporal does not have,
+  whose fields its protobuf message refuses, event ids not 1, 2, 3, ..., a first event
+  that is no WorkflowExecutionStarted; a number no field of a history holds (over 400
+  digits, an integer beyond 64 bits, a float beyond 1.8e308), a string with a lone
+  surrogate escape (`"\\ud800"`: no checkpoint holds one, nor temporalio):
+  InvalidInputError (exit 4).
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from typing import IO, Any
 
 from ckptcli.adapters.temporal.events import EVENT_TYPES, type_name
 from ckptcli.adapters.temporal.longstr import Diverter, put_back
-from ckptcli.errors import CorruptError, InvalidInputError, LimitExceededError, NotFoundError, UsageError
+from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LimitExceededError, NotFoundError, UsageError
 from ckptcli.format import limits
 
 __all__ = ["HistoryEvent", "event_time_ns", "history_files", "read_events", "require"]
@@ -248,64 +257,109 @@ def _read_carefully(
     # every reader goes through the Diverter: its checks of numbers and its one-pass
     # decoding of long strings spare ijson work quadratic in a token's length
     source = Diverter(f, where, pass_over=divert)
-    try:
-        # small reads: ijson builds every parse event of a read (each with its prefix, as
-        # long as the depth) before the first reaches _bounded, so 64 KiB of brackets
-        # took gigabytes; 4 KiB bounds that to tens of MiB
-        seen: dict[str, Any] = {}  # the id and type of the event being read, once read
-        items = ijson.items(_bounded(ijson.parse(source, use_float=True, buf_size=PARSE_READ), where, seen), "events.item")
-        for n, raw in enumerate(items, start=1):
-            if n <= skip:
-                if source.placeholders:
-                    put_back(raw, source.placeholders)
-                continue
-            if position is not None:
-                position[0] = source.tell()
-            ev = _event(raw, n, where)
-            if from_json is not None and ev.seq > check_after:
-                from_json(raw, ev.seq, where)  # a long string is checked as its placeholder (a string, and base64)
+    # small reads: ijson builds every parse event of a read (each with its prefix, as
+    # long as the depth) before the first reaches _bounded, so 64 KiB of brackets
+    # took gigabytes; 4 KiB bounds that to tens of MiB
+    seen: dict[str, Any] = {}  # where the reading is: the event's place, id and type, the last parse event
+    items = ijson.items(_bounded(ijson.parse(source, use_float=True, buf_size=PARSE_READ), where, seen), "events.item")
+    while True:
+        # only the reading is located here; what _event, from_json and _bounded refuse
+        # names its event already
+        try:
+            raw: Any = next(items, _END)
+        except ijson.JSONError as exc:
+            raise _json_error(exc, f, where, n, seen) from None
+        except (InvalidInputError, CorruptError) as exc:
+            if exc is not source.fault:
+                raise
+            # refused by the Diverter (a number too long, a lone surrogate, a long string
+            # not UTF-8), once ijson had read every byte before it: `seen` is its place
+            hint = "export it again: `temporal workflow show -w ID --output json`"
+            raise type(exc)(
+                f"{where}: {_place(seen)}: {exc.message.removeprefix(where + ': ')}",
+                hint=hint if isinstance(exc, CorruptError) else f"the file is not a history Temporal wrote; {hint}",
+            ) from None
+        except UnicodeDecodeError:
+            raise CorruptError(
+                f"{where}: not UTF-8 text after {n} events", hint="a history is JSON, as `temporal workflow show --output json` writes it"
+            ) from None
+        if raw is _END:
+            break
+        n += 1
+        if n <= skip:
             if source.placeholders:
                 put_back(raw, source.placeholders)
-            ts = max(ev.ts, prev_ts)  # ts never decreases (formats/events.md)
-            prev_ts = ts
-            yield HistoryEvent(ev.seq, ts, ev.name, raw) if ts != ev.ts else ev
-    except ijson.JSONError as exc:
-        if "integer overflow" in str(exc):  # valid JSON, but a number no int64 field of Temporal's holds
-            raise InvalidInputError(
-                f"{where}: event {n + 1} holds an integer beyond 64 bits, which no field of a Temporal history can",
-                hint="the file is not a history Temporal wrote; export it again: `temporal workflow show -w ID --output json`",
-            ) from None
-        if not isinstance(exc, ijson.IncompleteJSONError):
-            raise CorruptError(
-                f"{where}: malformed JSON after {n} events: {_first_line(exc)}",
-                hint="export it again: `temporal workflow show -w ID --output json`",
-            ) from None
-        size = _size(f)
-        if "premature" in str(exc).lower() or "incomplete" in str(exc).lower():
-            raise CorruptError(
-                f"{where}: the history ends early (truncated JSON, after {n} events of {size} bytes)",
-                hint="export it again: `temporal workflow show -w ID --output json`",
-            ) from None
-        raise CorruptError(
-            f"{where}: malformed JSON after {n} events: {_first_line(exc)}",
-            hint="export it again: `temporal workflow show -w ID --output json`",
-        ) from None
-    except InvalidInputError as exc:  # a number too long to be a history's (longstr.py): where in the file
-        raise InvalidInputError(
-            f"{where}: {describe_event(n, seen.get('id'), seen.get('type'))}: {exc.message.removeprefix(where + ': ')}",
-            hint="the file is not a history Temporal wrote; export it again: `temporal workflow show -w ID --output json`",
-        ) from None
-    except CorruptError as exc:  # a long string the importer passes over (longstr.py): where in the file
-        raise CorruptError(
-            f"{where}: {describe_event(n, seen.get('id'), seen.get('type'))}: {exc.message.removeprefix(where + ': ')}",
-            hint="export it again: `temporal workflow show -w ID --output json`",
-        ) from None
-    except UnicodeDecodeError:
-        raise CorruptError(
-            f"{where}: not UTF-8 text after {n} events", hint="a history is JSON, as `temporal workflow show --output json` writes it"
-        ) from None
+            continue
+        if position is not None:
+            position[0] = source.tell()
+        ev = _event(raw, n, where)
+        if from_json is not None and ev.seq > check_after:
+            from_json(raw, ev.seq, where)  # a long string is checked as its placeholder (a string, and base64)
+        if source.placeholders:
+            put_back(raw, source.placeholders)
+        ts = max(ev.ts, prev_ts)  # ts never decreases (formats/events.md)
+        prev_ts = ts
+        yield HistoryEvent(ev.seq, ts, ev.name, raw) if ts != ev.ts else ev
     if n == 0:
         raise _no_events(where)
+
+
+def _json_error(exc: Exception, f: IO[bytes], where: str, n: int, seen: dict[str, Any]) -> CkptError:
+    """The error line of what ijson refused, at its place (`seen`: ijson hands on every
+    parse event before the one it refuses)."""
+    import ijson
+
+    again = "export it again: `temporal workflow show -w ID --output json`"
+    text = str(exc)
+    if "integer overflow" in text:  # valid JSON, but a number no int64 field of Temporal's holds
+        return InvalidInputError(
+            f"{where}: {_place(seen)} holds an integer beyond 64 bits, which no field of a Temporal history can",
+            hint=f"the file is not a history Temporal wrote; {again}",
+        )
+    if "floating point) overflow" in text:  # valid JSON too: 1e999999999
+        return InvalidInputError(
+            f"{where}: {_place(seen)} holds a number out of range (over a 64-bit float's 1.8e308): "
+            "no field of a Temporal history holds one",
+            hint=f"the file is not a history Temporal wrote; {again}",
+        )
+    if "invalid bytes in UTF8" in text:
+        at = _bad_utf8(f)
+        return CorruptError(f"{where}: {_place(seen)}: not valid UTF-8" + (f" at byte {at}" if at is not None else ""), hint=again)
+    if isinstance(exc, ijson.IncompleteJSONError) and ("premature" in text.lower() or "incomplete" in text.lower()):
+        return CorruptError(f"{where}: the history ends early (truncated JSON, after {n} events of {_size(f)} bytes)", hint=again)
+    return CorruptError(f"{where}: malformed JSON after {n} events: {_first_line(exc)}", hint=again)
+
+
+def _bad_utf8(f: IO[bytes]) -> int | None:
+    """The offset of the first byte of `f` that is not UTF-8 (None: every byte is)."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    f.seek(0)
+    at = 0
+    while True:
+        piece = f.read(1 << 20)
+        pending = len(decoder.getstate()[0])
+        try:
+            decoder.decode(piece, final=not piece)
+        except UnicodeDecodeError as exc:
+            return at - pending + exc.start
+        if not piece:
+            return None
+        at += len(piece)
+
+
+def _place(seen: dict[str, Any]) -> str:
+    """Where the careful reading is (`seen`, kept by _bounded), for an error line: the
+    event, and the field being read: "event 9 (ActivityTaskScheduled), field input"."""
+    prefix, kind, value = seen.get("last", ("", "", None))
+    if kind == "map_key":
+        path = f"{prefix}.{value}" if prefix else str(value)
+    else:
+        path = f"{prefix}.item" if kind == "start_array" else prefix
+    place = _bomb_place(path, seen.get("index", 0), seen.get("id"), seen.get("type"))
+    field = path.removeprefix("events.item.") if path.startswith("events.item.") else ""
+    return f"{place}, field {field}" if field else place
 
 
 #: how deep a history's JSON may nest: a real event nests about 10 deep (a failure's chain
@@ -317,13 +371,31 @@ PARSE_READ = 4096  # bytes ijson parses at a time (read_events)
 
 def _bounded(events: Iterator[tuple[str, str, Any]], where: str, seen: dict[str, Any] | None = None) -> Iterator[tuple[str, str, Any]]:
     """ijson's parse events, refused (LimitExceededError, exit 7) past MAX_DEPTH, naming
-    the event the bomb is in (its id and type when read before it)."""
+    the event the bomb is in (its id and type when read before it); and refused
+    (InvalidInputError) where the file's top level is no one `"events": [...]` list:
+    ijson's prefixes are dotted paths, so `{"events": {"item": EVENT}}` or a key
+    "events.item" look like the events list to its item builder. `seen`, if given, is
+    kept at where the reading is: "index" (events read whole), "id" and "type" of the
+    event being read, once read, and "last", the last parse event."""
     depth = 0
     index = 0  # events read whole so far
     eid: Any = None
     etype: Any = None
+    events_key = False  # the top level's "events" key was read
+    want_list = False  # its value comes next
+    if seen is None:
+        seen = {}
+    seen["index"] = 0
     for ev in events:
         prefix, kind = ev[0], ev[1]
+        if want_list:
+            want_list = False
+            if kind != "start_array":
+                what = "a JSON object" if kind == "start_map" else f"a {kind}"
+                raise InvalidInputError(
+                    f'{where}: its "events" is {what}, not a list: not a Temporal history (a JSON object with an "events" list)',
+                    hint="export one with `temporal workflow show -w ID --output json`",
+                )
         if kind == "start_map" or kind == "start_array":
             depth += 1
             if depth > MAX_DEPTH:
@@ -337,16 +409,27 @@ def _bounded(events: Iterator[tuple[str, str, Any]], where: str, seen: dict[str,
             if depth == 2 and kind == "end_map" and prefix == "events.item":
                 index += 1
                 eid = etype = None
-                if seen is not None:
-                    seen.clear()
+                seen["index"] = index
+                seen.pop("id", None)
+                seen.pop("type", None)
+        elif depth == 1 and kind == "map_key":
+            if ev[2] == "events":
+                if events_key:
+                    raise InvalidInputError(
+                        f'{where}: two "events" keys at its top level: not a Temporal history (one "events" list)',
+                        hint="export it again: `temporal workflow show -w ID --output json`",
+                    )
+                events_key = want_list = True
+            elif ev[2] == "events.item":
+                raise InvalidInputError(
+                    f'{where}: a top-level key "events.item": not a Temporal history (its events are one "events" list)',
+                    hint="export it again: `temporal workflow show -w ID --output json`",
+                )
         elif depth == 3 and prefix in _ID_PREFIXES:
-            eid = ev[2]
-            if seen is not None:
-                seen["id"] = eid
+            eid = seen["id"] = ev[2]
         elif depth == 3 and prefix in _TYPE_PREFIXES:
-            etype = ev[2]
-            if seen is not None:
-                seen["type"] = etype
+            etype = seen["type"] = ev[2]
+        seen["last"] = ev
         yield ev
 
 

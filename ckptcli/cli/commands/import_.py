@@ -151,9 +151,11 @@ def _import_stdin(st: Any) -> bytes:
     from ckptcli import api
 
     stream = getattr(sys.stdin, "buffer", None)
-    if stream is None or sys.stdin.isatty():
+    if stream is None:  # closed: the system refuses the read (not a usage error)
+        raise StoreIOError("stdin is closed: no checkpoint file to read from it", hint="pipe one in: ckpt export -o - | ckpt import -")
+    if sys.stdin.isatty():
         raise UsageError(
-            "`ckpt import -` reads a checkpoint file from stdin, which is a terminal" if stream is not None else "stdin is closed",
+            "`ckpt import -` reads a checkpoint file from stdin, which is a terminal",
             hint="pipe one in: ckpt export latest -o - | ckpt import -",
         )
     with tempfile.NamedTemporaryFile(prefix="ckpt-import-", suffix=".ckpt") as tmp:
