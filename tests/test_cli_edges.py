@@ -4,7 +4,9 @@ refused with one line and exit 2; a blobs directory that cannot be made says why
 "0 B free"; a path given as the checkpoint (a directory, a path that is not there) gets
 the same line and code from every verb, `ckpt import` included; `ckpt init` of a
 directory inside a store is refused, as `ckpt init URL` refuses a prefix inside one; a
-bare name that is both a checkpoint file and a ref of the store is refused by every verb."""
+bare name that is both a checkpoint file and a ref of the store is refused by every verb;
+bad input to `ckpt take` (a missing --blob path, a blob name given twice, a number too large
+to keep, a JSON file that starts with a byte order mark) gets one line, exit 4, or is taken."""
 
 from __future__ import annotations
 
@@ -320,3 +322,64 @@ def test_a_name_longer_than_a_file_system_holds_is_one_line_exit_4(tmp_path: Pat
     err = r.stderr.decode()
     assert r.returncode == 4, err
     assert "too long" in err and "internal error" not in err and len(err.strip().splitlines()) == 1
+
+
+# -- ckpt take: bad state documents and --blob forms get one line, exit 4 ----------------------
+def test_a_missing_blob_path_names_the_blob_the_path_and_what_to_do(tmp_path: Path) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    r = run_ckpt("take", "s.json", "--blob", "work=missing/path", cwd=tmp_path)
+    err = _one_line_error(r, ExitCode.INVALID_INPUT)
+    assert "blob work: missing/path does not exist" in err and f"relative to {tmp_path}" in err, err
+    assert "existing file or directory" in err, err
+
+
+def test_a_blob_name_given_twice_exits_4_as_other_bad_blob_forms(tmp_path: Path) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "x").write_text("x")
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    for bad in (["--blob", "a"], ["--blob", "a=x", "--blob", "a=x"]):
+        err = _one_line_error(run_ckpt("take", "s.json", *bad, cwd=tmp_path), ExitCode.INVALID_INPUT)
+        assert "--blob" in err, err
+
+
+@pytest.mark.parametrize("stdin", [False, True])
+@pytest.mark.parametrize("digits", [3000, 5000])  # below and above Python's own int_max_str_digits
+def test_an_integer_too_long_to_store_says_where_and_the_limit(tmp_path: Path, stdin: bool, digits: int) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    doc = '{"a": 1,\n "b": ' + "9" * digits + "}"
+    (tmp_path / "big.json").write_text(doc)
+    args = ("take", "-") if stdin else ("take", "big.json")
+    r = run_ckpt(*args, input=doc.encode() if stdin else None, cwd=tmp_path)
+    err = _one_line_error(r, ExitCode.INVALID_INPUT)
+    where = "stdin" if stdin else "big.json"
+    assert f"{where}: the integer at line 2, column 7 has {digits} digits" in err, err
+    assert "8192 bits" in err and "Exceeds the limit" not in err and "string" in err, err
+
+
+def test_an_integer_at_the_limit_is_taken_and_given_back(tmp_path: Path) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    value = 2**8191 - 1  # the largest a BIGINT holds
+    (tmp_path / "s.json").write_text(f'{{"a": {value}}}')
+    assert run_ckpt("take", "s.json", cwd=tmp_path).returncode == 0
+    out = run_ckpt("restore", "latest", "-o", "-", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert str(value) in out.stdout.decode()
+
+
+def test_a_json_state_file_with_a_byte_order_mark_is_read_as_json(tmp_path: Path) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "bom.json").write_bytes(b'\xef\xbb\xbf\n {"a": 1}')
+    r = run_ckpt("take", "bom.json", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = run_ckpt("restore", "latest", "-o", "-", cwd=tmp_path)
+    assert json.loads(out.stdout) == {"a": 1}, out
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400"])
+def test_a_float_out_of_range_is_refused_not_made_infinite(tmp_path: Path, number: str) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text(f'{{"a": [1, {number}]}}')
+    err = _one_line_error(run_ckpt("take", "s.json", cwd=tmp_path), ExitCode.INVALID_INPUT)
+    assert f"s.json: the number {number} at line 1, column 11 is out of range for a float" in err, err
+    assert run_ckpt("ls", "--json", cwd=tmp_path).stdout.strip() in (b"[]", b"")
