@@ -383,3 +383,30 @@ def test_a_float_out_of_range_is_refused_not_made_infinite(tmp_path: Path, numbe
     err = _one_line_error(run_ckpt("take", "s.json", cwd=tmp_path), ExitCode.INVALID_INPUT)
     assert f"s.json: the number {number} at line 1, column 11 is out of range for a float" in err, err
     assert run_ckpt("ls", "--json", cwd=tmp_path).stdout.strip() in (b"[]", b"")
+
+
+# -- ckpt init: what is in the way is named ------------------------------------------------
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_init_where_a_config_of_the_users_is_says_it_is_not_a_store(tmp_path: Path, kind: str) -> None:
+    u = tmp_path / "u"
+    u.mkdir()
+    if kind == "file":
+        (u / "config").write_text("[settings]\nmine = yes\n")
+    else:
+        (u / "config").mkdir()
+    err = _one_line_error(run_ckpt("init", u), ExitCode.CONFLICT)
+    assert f"it holds a {kind} named config that is not a store's config" in err and "already exists" not in err, err
+    assert f"move {u / 'config'} away" in err, err
+    assert sorted(p.name for p in u.iterdir()) == ["config"]
+    # a store's config, even damaged, still means a store is there
+    s = tmp_path / "s"
+    assert run_ckpt("init", s).returncode == 0
+    (s / "config").write_bytes((s / "config").read_bytes()[:-3])
+    assert "a ckpt store already exists" in _one_line_error(run_ckpt("init", s), ExitCode.CONFLICT)
+
+
+def test_init_at_a_dangling_link_says_so(tmp_path: Path) -> None:
+    (tmp_path / "L").symlink_to(tmp_path / "nowhere")
+    err = _one_line_error(run_ckpt("init", tmp_path / "L"), ExitCode.IO_ERROR)
+    assert "is a symbolic link to" in err and "dangling" in err and "File exists" not in err, err
+    assert not (tmp_path / "nowhere").exists()
