@@ -182,8 +182,13 @@ def test_copy_refuses_a_checkpoint_naming_a_chunk_another_one_sent_with_a_wrong_
     the bad checkpoint is refused either way, the good one copied before it kept."""
     src, good, bad, oid = _two_takes(tmp_path, lying_tree, bad_first)
     ckptcli.init_store(tmp_path / "dst")
-    _refused(run_ckpt("copy", "--dry-run", tmp_path / "src", tmp_path / "dst"), src, bad, oid)
-    _refused(run_ckpt("copy", tmp_path / "src", tmp_path / "dst"), src, bad, oid)
+    dry = run_ckpt("copy", "--dry-run", tmp_path / "src", tmp_path / "dst")
+    _refused(dry, src, bad, oid)
+    # a dry run copies nothing: its line does not speak of checkpoints copied or kept
+    assert "copied before it" not in dry.stderr.decode() and "nothing is copied in a dry run" in dry.stderr.decode()
+    real = run_ckpt("copy", tmp_path / "src", tmp_path / "dst")
+    _refused(real, src, bad, oid)
+    assert "the checkpoints copied before it are kept in DST" in real.stderr.decode()
     # oldest first, and the copy stops at the refused one: the good one is kept when it came before
     assert ckptcli.open_store(tmp_path / "dst").manifest_ids() == ([] if bad_first else [good])
     assert run_ckpt("verify", "--read-data", "--store", tmp_path / "dst").returncode == 0
