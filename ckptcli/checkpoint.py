@@ -150,6 +150,18 @@ class Checkpoint:
             `force`; ConflictError, StoreIOError while writing (what was written is undone).
         """
         blobs = self.blobs()
+        if not blobs and delete:
+            # --delete removes what the checkpoint does not hold: of a checkpoint without
+            # files, that is everything in a blobs directory. Refused: it is never what was
+            # meant, and in place there is nothing to put back (no blob records an origin)
+            if in_place:
+                wrong = "--in-place --delete has nothing to restore and nowhere to delete from"
+            else:
+                wrong = f"--delete would remove everything in {target}"
+            raise InvalidInputError(
+                f"checkpoint {self.hex[:12]} holds no files (it was taken without --blob): {wrong}; nothing was restored or deleted",
+                hint="pick a checkpoint that holds files (`ckpt ls-files REF` lists them), or restore only its state",
+            )
         if names:
             missing = [n for n in names if n not in blobs]
             if missing:

@@ -410,3 +410,23 @@ def test_init_at_a_dangling_link_says_so(tmp_path: Path) -> None:
     err = _one_line_error(run_ckpt("init", tmp_path / "L"), ExitCode.IO_ERROR)
     assert "is a symbolic link to" in err and "dangling" in err and "File exists" not in err, err
     assert not (tmp_path / "nowhere").exists()
+
+
+# -- ckpt restore of a checkpoint that holds no files ---------------------------------------
+def test_restore_delete_of_a_checkpoint_without_files_deletes_nothing(tmp_path: Path) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    assert run_ckpt("take", "s.json", "-S", "agent:a", cwd=tmp_path).returncode == 0
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("precious")
+    for where in (["--blobs", "out"], ["--in-place"]):
+        for extra in ([], ["--dry-run"]):
+            r = run_ckpt("restore", "latest", *where, "--delete", *extra, "-o", "back.json", cwd=tmp_path)
+            err = _one_line_error(r, ExitCode.INVALID_INPUT)
+            assert "holds no files" in err and "nothing was restored or deleted" in err and "ls-files" in err, err
+            assert (tmp_path / "out" / "mine.txt").read_text() == "precious"
+            assert not (tmp_path / "back.json").exists()  # nothing at all: the state neither
+    for where in (["--blobs", "out"], ["--in-place"]):
+        r = run_ckpt("restore", "latest", *where, "--no-state", cwd=tmp_path)
+        assert r.returncode == 0 and "holds no files" in r.stderr.decode() and "nothing was restored" in r.stderr.decode(), r
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["mine.txt"]
