@@ -468,9 +468,11 @@ def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLik
             with open(p, "rb") as fh:
                 framing.check_header(fh.read(framing.HEADER_SIZE), framing.KIND_FILE, str(p), outer=True)
         f = CheckpointFile(p)
+        f.check_checksum()
         return Checkpoint(f, f.id)
     if looks_like_a_path(ref):
         f = CheckpointFile(p)  # not a regular file: NotFoundError, or a directory's InvalidInputError
+        f.check_checksum()
         return Checkpoint(f, f.id)
     st = store if store is not None else Store.open(store_location(store_path) if store_path is not None else None)
     return Checkpoint(st, st.resolve(ref))

@@ -430,3 +430,40 @@ def test_restore_delete_of_a_checkpoint_without_files_deletes_nothing(tmp_path: 
         r = run_ckpt("restore", "latest", *where, "--no-state", cwd=tmp_path)
         assert r.returncode == 0 and "holds no files" in r.stderr.decode() and "nothing was restored" in r.stderr.decode(), r
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["mine.txt"]
+
+
+# -- a checkpoint file damaged where no object lies ----------------------------------------
+def _flipped(src: Path, dst: Path, offset: int) -> Path:
+    data = bytearray(src.read_bytes())
+    data[offset] ^= 0x01
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def test_show_and_restore_refuse_a_file_whose_header_or_trailer_is_damaged_as_verify_does(tmp_path: Path) -> None:
+    """The header's reserved bytes and the trailing checksum change nothing that is read,
+    but verify refuses them (exit 5): so do show and restore, before writing anything."""
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    assert run_ckpt("take", "s.json", cwd=tmp_path).returncode == 0
+    assert run_ckpt("export", "latest", "-o", "f.ckpt", cwd=tmp_path).returncode == 0
+    good = tmp_path / "f.ckpt"
+    size = good.stat().st_size
+    for offset in (10, 11, size - 32, size - 1):  # reserved header bytes, first and last of the checksum
+        g = _flipped(good, tmp_path / "g.ckpt", offset)
+        assert run_ckpt("verify", g).returncode == ExitCode.CORRUPT
+        for args in (["show", g], ["restore", g, "-o", tmp_path / "out.json"]):
+            err = _one_line_error(run_ckpt(*args), ExitCode.CORRUPT)
+            assert "file checksum mismatch" in err and "ckpt verify" in err, (offset, err)
+        assert not (tmp_path / "out.json").exists()
+    assert run_ckpt("show", good).returncode == 0
+
+
+def test_restore_of_a_version_1_file_checks_its_whole_checksum(tmp_path: Path) -> None:
+    fixture = Path(__file__).parent.parent / "fixtures" / "v1" / "agent.ckpt"
+    g = _flipped(fixture, tmp_path / "g.ckpt", fixture.stat().st_size - 1)
+    assert run_ckpt("verify", g).returncode == ExitCode.CORRUPT
+    err = _one_line_error(run_ckpt("restore", g, "-o", tmp_path / "out.json"), ExitCode.CORRUPT)
+    assert "file checksum mismatch" in err, err
+    assert not (tmp_path / "out.json").exists()
+    assert run_ckpt("restore", fixture, "-o", tmp_path / "out.json").returncode == 0

@@ -231,6 +231,27 @@ class CheckpointFile:
             raise CorruptError(f"{where}: content does not match its hash (the file is damaged)")
         return entry, stored, raw
 
+    def check_checksum(self, *, objects: bool = False) -> None:
+        """Raise CorruptError unless the trailing checksum holds over the bytes it covers.
+
+        Version 2 leaves the objects out of it (their checks and ids cover them), so this
+        hashes only the header, the manifest and the table, which every reader reads
+        anyway: every command that opens the file calls it, so that a flipped byte
+        there (the header's reserved bytes, the checksum itself) is refused by `ckpt
+        show` and `ckpt restore` as by `ckpt verify`, not passed over because nothing
+        read depends on it. A version-1 checksum covers every byte, objects included:
+        checked only with `objects` (a restore, which reads them all anyway); a reader
+        that only displays relies on the record checksums and object hashes
+        (formats/v1.md, "Checkpoint files")."""
+        if self.version == 1 and not objects:
+            return
+        regions = [(0, self.size - 32)] if self.version == 1 else [(0, self.objects_start), (self.table_start, self.size - 32)]
+        if self._read(self.size - 32, 32) != self._hash_regions(regions):
+            raise CorruptError(
+                f"{self.path}: file checksum mismatch (a byte of its header, manifest, table or checksum is damaged)",
+                hint=f"`ckpt verify {self.path}` lists every problem; take the file again from its source (`ckpt export`)",
+            )
+
     def check_whole_file(self) -> str | None:
         """Check every byte of the file against the checksum (and, in version 2, the
         objects against their checks); returns an error message, or None when all hold."""

@@ -171,7 +171,13 @@ def restore(
             "--json prints its report on stdout, where the state document would go",
             hint="write the document with -o FILE, or pass --no-state",
         )
+    from ckptcli.store.single import CheckpointFile
+
     ck = open_checkpoint(ref, store)
+    if isinstance(ck.source, CheckpointFile) and ck.source.version == 1:
+        # (version 2: checked as it was opened) a version-1 checksum covers the objects
+        # too, which a restore reads anyway: held to it before anything is written, as verify is
+        ck.source.check_checksum(objects=True)
     if output is not None and not no_state and not to_stdout:  # before anything is written
         api.refuse_output_into_source(ck, output, "the state document")
     result: dict[str, object] = {"id": ck.hex, "dry_run": dry_run, "state": None, "blobs": None}
