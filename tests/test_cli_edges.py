@@ -467,3 +467,27 @@ def test_restore_of_a_version_1_file_checks_its_whole_checksum(tmp_path: Path) -
     assert "file checksum mismatch" in err, err
     assert not (tmp_path / "out.json").exists()
     assert run_ckpt("restore", fixture, "-o", tmp_path / "out.json").returncode == 0
+
+
+# -- verbs that take a ref of a store, given a checkpoint file -------------------------------
+@pytest.mark.parametrize(
+    ("args", "then"),
+    [
+        (["log", "{F}"], "ckpt show"),
+        (["tag", "good", "{F}"], "ckpt import"),
+        (["branch", "try", "{F}"], "ckpt import"),
+        (["reset", "agent:bot", "{F}"], "ckpt import"),
+    ],
+)
+def test_ref_verbs_given_a_checkpoint_file_say_they_take_a_ref_of_a_store(
+    store: tuple[Path, list[str]], args: list[str], then: str
+) -> None:
+    s, made = store
+    f = s.parent / "x.ckpt"
+    assert run_ckpt("export", made[0], "-o", f, "--store", s).returncode == 0
+    refs_before = run_ckpt("refs", "--store", s, "--json").stdout
+    for given in (str(f), "x.ckpt"):
+        r = run_ckpt(*[given if a == "{F}" else a for a in args], "--store", s, cwd=s.parent)
+        err = _one_line_error(r, ExitCode.USAGE)
+        assert "takes a reference of a store" in err and "not a checkpoint file" in err and then in err, err
+    assert run_ckpt("refs", "--store", s, "--json").stdout == refs_before
