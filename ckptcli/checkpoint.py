@@ -23,7 +23,7 @@ from ckptcli.progress import NULL, Progress
 from ckptcli.store import layout
 from ckptcli.store.backends import known_schemes, parse_location, redact
 from ckptcli.store.repository import Store, resolve_store_path, store_location
-from ckptcli.store.single import CheckpointFile, is_checkpoint_file
+from ckptcli.store.single import CheckpointFile, add_damaged_hint, is_checkpoint_file
 
 __all__ = [
     "Checkpoint",
@@ -466,7 +466,11 @@ def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLik
         refuse_file_and_ref(ref, store, store_path=store_path)
         if not is_checkpoint_file(p):
             with open(p, "rb") as fh:
-                framing.check_header(fh.read(framing.HEADER_SIZE), framing.KIND_FILE, str(p), outer=True)
+                try:
+                    framing.check_header(fh.read(framing.HEADER_SIZE), framing.KIND_FILE, str(p), outer=True)
+                except CorruptError as exc:
+                    add_damaged_hint(exc)
+                    raise
         f = CheckpointFile(p)
         f.check_checksum()
         return Checkpoint(f, f.id)

@@ -590,8 +590,7 @@ class _JsonNumbers:
             short = text if len(text) <= 40 else text[:37] + "..."
             raise _NumberError(
                 InvalidInputError(
-                    f"{self.where}: the number {short}{self._at(text)} is out of range for a float "
-                    "(64-bit, at most about 1.8e308)",
+                    f"{self.where}: the number {short}{self._at(text)} is out of range for a float (64-bit, at most about 1.8e308)",
                     hint="store it as a string",
                 )
             )

@@ -491,3 +491,18 @@ def test_ref_verbs_given_a_checkpoint_file_say_they_take_a_ref_of_a_store(
         err = _one_line_error(r, ExitCode.USAGE)
         assert "takes a reference of a store" in err and "not a checkpoint file" in err and then in err, err
     assert run_ckpt("refs", "--store", s, "--json").stdout == refs_before
+
+
+@pytest.mark.parametrize("part", ["kind", "manifest length", "manifest", "table", "table length"])
+def test_a_file_damaged_in_its_manifest_or_table_says_what_to_do(tmp_path: Path, part: str) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    assert run_ckpt("take", "s.json", cwd=tmp_path).returncode == 0
+    assert run_ckpt("export", "latest", "-o", "f.ckpt", cwd=tmp_path).returncode == 0
+    good = tmp_path / "f.ckpt"
+    size = good.stat().st_size
+    offset = {"kind": 4, "manifest length": 12, "manifest": 20, "table": size - 40, "table length": size - 36}[part]
+    g = _flipped(good, tmp_path / "g.ckpt", offset)
+    for verb in ("show", "restore", "verify", "import"):
+        err = _one_line_error(run_ckpt(verb, g, cwd=tmp_path), ExitCode.CORRUPT)
+        assert "the file is damaged; take it again from its source" in err, (verb, err)

@@ -459,7 +459,9 @@ class Store(Refs):
                     "(a store made there would need that name)",
                     hint=f"give a new or empty directory, or move {path / layout.CONFIG} away",
                 )
-            raise ConflictError(f"a ckpt store already exists at {path}", hint=f"use it as it is (--store {path}), or give another directory")
+            raise ConflictError(
+                f"a ckpt store already exists at {path}", hint=f"use it as it is (--store {path}), or give another directory"
+            )
         if path.is_symlink() and not path.exists():
             raise StoreIOError(
                 f"cannot create a store at {path}: it is a symbolic link to {os.readlink(path)}, which does not exist (a dangling link)",

@@ -81,6 +81,15 @@ def not_a_checkpoint_file(path: Path | str, mode: int) -> InvalidInputError:
     return InvalidInputError(f"{path} is not a regular file, so not a checkpoint file", hint="give a .ckpt file (`ckpt export` writes one)")
 
 
+def add_damaged_hint(exc: CorruptError) -> None:
+    """Give a CorruptError about a checkpoint file, found as it is opened, the what-to-do
+    its decoder could not know (it says what is wrong where; the remedy is the same
+    whichever part of the file it is in). A hint that already says more is kept."""
+    if exc.hint is None or exc.hint in ("run `ckpt verify`", "the file is truncated or damaged"):
+        # (not "run ckpt verify": a file that does not open is all verify can say of it too)
+        exc.hint = "the file is damaged; take it again from its source (`ckpt export` it again)"
+
+
 class CheckpointFile:
     """A checkpoint file opened for reading; an ObjectSource like a store."""
 
@@ -101,6 +110,17 @@ class CheckpointFile:
             self.fd = -1
             raise not_a_checkpoint_file(path, st.st_mode)
         self.size = st.st_size
+        try:
+            self._parse(path)
+        except CorruptError as exc:
+            # the decoders say what is wrong where; what to do about a damaged file is the
+            # same whichever part it is in
+            add_damaged_hint(exc)
+            self.close()
+            raise
+
+    def _parse(self, path: Path) -> None:
+        """Read the header, manifest and table (formats/v1.md and v2.md, "Checkpoint files")."""
         where = str(path)
         head = self._read(0, framing.HEADER_SIZE + 4)
         self.version = framing.check_header(head, framing.KIND_FILE, where, outer=True, intact=self._checksum_holds_any_layout)

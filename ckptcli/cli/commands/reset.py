@@ -12,7 +12,9 @@ from ckptcli.cli.output import emit_json, exit_status, out, short
 from ckptcli.errors import ExitCode
 
 
-@app.command(epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
+@app.command(
+    epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR)
+)
 def reset(
     subject: Annotated[str, typer.Argument(help="The subject whose latest moves, as KIND:NAME.")],
     ref: Annotated[

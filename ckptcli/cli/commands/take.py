@@ -127,7 +127,9 @@ def _blobs(items: list[str]) -> dict[str, Path]:
     for item in items:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
-            raise InvalidInputError(f"--blob {item!r} is not NAME=PATH", hint="give a name and a file or directory, e.g. --blob work=./work")
+            raise InvalidInputError(
+                f"--blob {item!r} is not NAME=PATH", hint="give a name and a file or directory, e.g. --blob work=./work"
+            )
         if name in blobs:
             # the last would silently win and the first be left out of the checkpoint
             # bad input like the other wrong --blob forms (exit 4), not a usage error
