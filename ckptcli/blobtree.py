@@ -122,6 +122,7 @@ def capture(
     progress: Progress = NULL,
     report: CaptureReport | None = None,
     parent: Any = None,
+    name: str | None = None,
 ) -> dict[str, Any]:
     """Read a file or directory tree into a blob entry (file data as BYTES chunk trees).
 
@@ -135,6 +136,13 @@ def capture(
     """
     rep = report if report is not None else CaptureReport()
     reads: list[_FileRead] = []
+    if not os.path.lexists(path):
+        # the path the user gave: say which blob, and where a relative path was looked for
+        blob = f"blob {name}: " if name else "blob "
+        at = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+        raise InvalidInputError(
+            f"{blob}{path} does not exist{at}", hint="give the path of an existing file or directory (--blob NAME=PATH)"
+        )
     entry = _walk(path, progress, rep, parent, reads)
     streams = encoder.encode_streams([(r.open, r.st.st_size) for r in reads], progress.advance)
     try:
@@ -163,7 +171,10 @@ def _walk(path: Path, progress: Progress, rep: CaptureReport, parent: Any, reads
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        raise InvalidInputError(f"blob path {path} does not exist") from None
+        # the top was there (capture checks it): this one went away while the tree was read
+        raise InvalidInputError(
+            f"blob path {path} disappeared while the blob was read", hint="take again once the files stop changing"
+        ) from None
     except OSError as exc:
         raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
     if stat.S_ISREG(st.st_mode):

@@ -23,7 +23,7 @@ from ckptcli.progress import NULL, Progress
 from ckptcli.store import layout
 from ckptcli.store.backends import known_schemes, parse_location, redact
 from ckptcli.store.repository import Store, resolve_store_path, store_location
-from ckptcli.store.single import CheckpointFile, is_checkpoint_file
+from ckptcli.store.single import CheckpointFile, add_damaged_hint, is_checkpoint_file
 
 __all__ = [
     "Checkpoint",
@@ -150,6 +150,18 @@ class Checkpoint:
             `force`; ConflictError, StoreIOError while writing (what was written is undone).
         """
         blobs = self.blobs()
+        if not blobs and delete:
+            # --delete removes what the checkpoint does not hold: of a checkpoint without
+            # files, that is everything in a blobs directory. Refused: it is never what was
+            # meant, and in place there is nothing to put back (no blob records an origin)
+            if in_place:
+                wrong = "--in-place --delete has nothing to restore and nowhere to delete from"
+            else:
+                wrong = f"--delete would remove everything in {target}"
+            raise InvalidInputError(
+                f"checkpoint {self.hex[:12]} holds no files (it was taken without --blob): {wrong}; nothing was restored or deleted",
+                hint="pick a checkpoint that holds files (`ckpt ls-files REF` lists them), or restore only its state",
+            )
         if names:
             missing = [n for n in names if n not in blobs]
             if missing:
@@ -454,11 +466,17 @@ def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLik
         refuse_file_and_ref(ref, store, store_path=store_path)
         if not is_checkpoint_file(p):
             with open(p, "rb") as fh:
-                framing.check_header(fh.read(framing.HEADER_SIZE), framing.KIND_FILE, str(p), outer=True)
+                try:
+                    framing.check_header(fh.read(framing.HEADER_SIZE), framing.KIND_FILE, str(p), outer=True)
+                except CorruptError as exc:
+                    add_damaged_hint(exc)
+                    raise
         f = CheckpointFile(p)
+        f.check_checksum()
         return Checkpoint(f, f.id)
     if looks_like_a_path(ref):
         f = CheckpointFile(p)  # not a regular file: NotFoundError, or a directory's InvalidInputError
+        f.check_checksum()
         return Checkpoint(f, f.id)
     st = store if store is not None else Store.open(store_location(store_path) if store_path is not None else None)
     return Checkpoint(st, st.resolve(ref))

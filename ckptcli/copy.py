@@ -220,7 +220,7 @@ class _Copier:
         try:
             walk_checkpoint(self.src, manifest, result=self.walked)
         except CkptError as exc:
-            raise CorruptError(f"{where}: {exc.message}; nothing of it was copied", hint="run `ckpt verify --read-data` on SRC") from None
+            raise CorruptError(f"{where}: {exc.message}; {self._stopped()}", hint="run `ckpt verify --read-data` on SRC") from None
         reached = list(itertools.islice(self.walked.objects, seen_before, None))
         self._check_lengths(reached, where)
         missing = []
@@ -260,9 +260,17 @@ class _Copier:
         if wrong_length:
             oid = min(wrong_length)
             raise CorruptError(
-                f"{where}: {bad[oid]}; nothing of the checkpoint was copied",
-                hint="the checkpoints copied before it are kept in DST",
+                f"{where}: {bad[oid]}; {self._stopped()}",
+                hint="run `ckpt verify` on SRC" + self._kept(),
             )
+
+    def _stopped(self) -> str:
+        """What a refused checkpoint left in DST, in the words of a copy or of a dry run."""
+        return "a copy would stop there (nothing is copied in a dry run)" if self.dry_run else "nothing of the checkpoint was copied"
+
+    def _kept(self) -> str:
+        # a dry run copied nothing before it either: there is nothing kept to speak of
+        return "" if self.dry_run else "; the checkpoints copied before it are kept in DST"
 
     def _entry(self, oid: bytes) -> IndexEntry | None:
         """An object's index entry, SRC's (or the file's table), else DST's."""
@@ -275,8 +283,7 @@ class _Copier:
             entry, stored, raw = self.src.read_checked(oid)  # (raw is entry.raw_len bytes: _check_lengths held)
         except CkptError as exc:
             raise CorruptError(
-                f"{where}: {exc.message}; nothing of the checkpoint was copied",
-                hint="run `ckpt verify --read-data` on SRC; the checkpoints copied before it are kept in DST",
+                f"{where}: {exc.message}; {self._stopped()}", hint="run `ckpt verify --read-data` on SRC" + self._kept()
             ) from None
         return entry, stored, raw
 

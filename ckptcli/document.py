@@ -23,7 +23,7 @@ from typing import IO, Any, NamedTuple
 
 import msgpack
 
-from ckptcli.errors import CorruptError, InvalidInputError, LimitExceededError
+from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LimitExceededError
 from ckptcli.format import framing, limits
 from ckptcli.format.jsonview import to_json
 from ckptcli.format.manifest import DOC_SECTION_KEYS, EXT_PREFIX, LAYOUT_DOCUMENT, LAYOUT_SECTIONS, NAMESPACE_RE
@@ -517,13 +517,18 @@ def read_document(stream: IO[bytes], fmt: str = "auto", where: str = "state docu
     """Parse a JSON or msgpack state document; returns (value, format name)."""
     data = stream.read()
     if fmt == "auto":
-        stripped = data.lstrip()[:1]
+        # a UTF-8 byte order mark (editors on Windows write one) starts no msgpack document
+        # (0xEF is the integer -17, followed by more data): the text after it is JSON or nothing
+        stripped = data.removeprefix(codecs.BOM_UTF8).lstrip()[:1]
         fmt = "json" if stripped in (b"{", b"[", b'"') or stripped.isdigit() or stripped in (b"-", b"t", b"f", b"n") else "msgpack"
     if fmt == "json":
         try:
-            return json.loads(data), "json"
+            # json.loads detects the encoding of bytes and skips a UTF-8 byte order mark
+            return json.loads(data, parse_int=_JsonNumbers(data, where).integer, parse_float=_JsonNumbers(data, where).real), "json"
         except RecursionError:
             raise LimitExceededError(f"{where}: nesting is deeper than {limits.MAX_DEPTH} levels") from None
+        except _NumberError as exc:
+            raise exc.error from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise InvalidInputError(f"{where}: not valid JSON ({exc})", hint="check the file, or pass --format msgpack") from None
     if fmt == "msgpack":
@@ -534,6 +539,62 @@ def read_document(stream: IO[bytes], fmt: str = "auto", where: str = "state docu
         except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, UnicodeDecodeError) as exc:
             raise InvalidInputError(f"{where}: not valid msgpack ({exc})", hint="check the file, or pass --format json") from None
     raise InvalidInputError(f"unknown document format {fmt!r}", hint="use json, msgpack or auto")
+
+
+#: the most decimal digits an integer ckpt stores can have: a BIGINT holds 8192 bits,
+#: two's complement (formats/v1.md), so |v| < 2**8191, which has 2466 digits
+_MAX_INT_DIGITS = len(str(2**8191))
+
+
+class _NumberError(Exception):
+    """Carries a CkptError out of json.loads, whose callers would take a ValueError for bad JSON."""
+
+    def __init__(self, error: CkptError) -> None:
+        self.error = error
+
+
+class _JsonNumbers:
+    """parse_int/parse_float for json.loads: a number ckpt cannot keep is refused with
+    where it is, rather than left to Python (its own message about an integer string
+    conversion limit) or made infinite (1e400 would silently become Infinity)."""
+
+    def __init__(self, data: bytes, where: str) -> None:
+        self.data = data
+        self.where = where
+
+    def _at(self, text: str) -> str:
+        # json.loads gives the hook the number's text, not its position: the first
+        # place that text appears is where it is in all but contrived documents
+        pos = self.data.find(text.encode("ascii"))
+        if pos < 0:
+            return ""
+        line = self.data.count(b"\n", 0, pos) + 1
+        column = pos - (self.data.rfind(b"\n", 0, pos) + 1) + 1
+        return f" at line {line}, column {column}"
+
+    def integer(self, text: str) -> int:
+        digits = len(text.lstrip("-"))
+        if digits > _MAX_INT_DIGITS:
+            raise _NumberError(
+                InvalidInputError(
+                    f"{self.where}: the integer{self._at(text)} has {digits} digits, more than ckpt stores "
+                    f"(integers of up to 8192 bits, about {_MAX_INT_DIGITS} digits)",
+                    hint="store it as a string",
+                )
+            )
+        return int(text)  # up to _MAX_INT_DIGITS: below Python's int_max_str_digits (4300)
+
+    def real(self, text: str) -> float:
+        value = float(text)
+        if math.isinf(value):
+            short = text if len(text) <= 40 else text[:37] + "..."
+            raise _NumberError(
+                InvalidInputError(
+                    f"{self.where}: the number {short}{self._at(text)} is out of range for a float (64-bit, at most about 1.8e308)",
+                    hint="store it as a string",
+                )
+            )
+        return value
 
 
 def write_value(value: Any, out: IO[bytes], fmt: str) -> None:

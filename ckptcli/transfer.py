@@ -22,8 +22,23 @@ __all__ = ["export_checkpoint", "import_checkpoint"]
 
 def export_checkpoint(ck: Checkpoint, out: PathLike | IO[bytes], progress: Progress = NULL) -> int:
     """Write `ck` as a single checkpoint file; returns its size in bytes."""
+    from ckptcli.store.verify import structure_problems
+
     src = ck.source
     walked = walk_checkpoint(src, ck.manifest)
+    # what verify, import and copy refuse, export refuses too (`structure_problems`, before
+    # anything is written): a file made of a checkpoint whose tree names a chunk with a
+    # wrong length would be refused by every reader it is sent to
+    table = src.entries if isinstance(src, CheckpointFile) else src.index()
+    entries = {oid: e for oid in walked.objects if (e := table.get(oid)) is not None}
+    bad, wrong_length = structure_problems(walked, entries, "the store does not hold it")
+    if bad:
+        oid = min(wrong_length) if wrong_length else min(bad)
+        more = f" (and {len(bad) - 1} more problem(s))" if len(bad) > 1 else ""
+        raise CorruptError(
+            f"checkpoint {ck.hex[:12]}: {bad[oid]}{more}; nothing was exported",
+            hint=f"`ckpt verify {ck.hex[:12]}` lists every problem",
+        )
     objects = []
     progress.start("exporting", len(walked.objects))
     for oid, (typ, _section) in walked.objects.items():

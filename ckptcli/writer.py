@@ -229,7 +229,7 @@ def _encode(
                 digests.digests.length_of = txn.raw_len
                 enc.digests = digests.digests
             try:
-                entries = {name: capture(p, enc, progress, report, previous.get(name)) for name, p in blob_paths.items()}
+                entries = {name: capture(p, enc, progress, report, previous.get(name), name) for name, p in blob_paths.items()}
             finally:
                 progress.finish()
             for name, p in blob_paths.items():

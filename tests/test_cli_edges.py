@@ -4,7 +4,9 @@ refused with one line and exit 2; a blobs directory that cannot be made says why
 "0 B free"; a path given as the checkpoint (a directory, a path that is not there) gets
 the same line and code from every verb, `ckpt import` included; `ckpt init` of a
 directory inside a store is refused, as `ckpt init URL` refuses a prefix inside one; a
-bare name that is both a checkpoint file and a ref of the store is refused by every verb."""
+bare name that is both a checkpoint file and a ref of the store is refused by every verb;
+bad input to `ckpt take` (a missing --blob path, a blob name given twice, a number too large
+to keep, a JSON file that starts with a byte order mark) gets one line, exit 4, or is taken."""
 
 from __future__ import annotations
 
@@ -320,3 +322,187 @@ def test_a_name_longer_than_a_file_system_holds_is_one_line_exit_4(tmp_path: Pat
     err = r.stderr.decode()
     assert r.returncode == 4, err
     assert "too long" in err and "internal error" not in err and len(err.strip().splitlines()) == 1
+
+
+# -- ckpt take: bad state documents and --blob forms get one line, exit 4 ----------------------
+def test_a_missing_blob_path_names_the_blob_the_path_and_what_to_do(tmp_path: Path) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    r = run_ckpt("take", "s.json", "--blob", "work=missing/path", cwd=tmp_path)
+    err = _one_line_error(r, ExitCode.INVALID_INPUT)
+    assert "blob work: missing/path does not exist" in err and f"relative to {tmp_path}" in err, err
+    assert "existing file or directory" in err, err
+
+
+def test_a_blob_name_given_twice_exits_4_as_other_bad_blob_forms(tmp_path: Path) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "x").write_text("x")
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    for bad in (["--blob", "a"], ["--blob", "a=x", "--blob", "a=x"]):
+        err = _one_line_error(run_ckpt("take", "s.json", *bad, cwd=tmp_path), ExitCode.INVALID_INPUT)
+        assert "--blob" in err, err
+
+
+@pytest.mark.parametrize("stdin", [False, True])
+@pytest.mark.parametrize("digits", [3000, 5000])  # below and above Python's own int_max_str_digits
+def test_an_integer_too_long_to_store_says_where_and_the_limit(tmp_path: Path, stdin: bool, digits: int) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    doc = '{"a": 1,\n "b": ' + "9" * digits + "}"
+    (tmp_path / "big.json").write_text(doc)
+    args = ("take", "-") if stdin else ("take", "big.json")
+    r = run_ckpt(*args, input=doc.encode() if stdin else None, cwd=tmp_path)
+    err = _one_line_error(r, ExitCode.INVALID_INPUT)
+    where = "stdin" if stdin else "big.json"
+    assert f"{where}: the integer at line 2, column 7 has {digits} digits" in err, err
+    assert "8192 bits" in err and "Exceeds the limit" not in err and "string" in err, err
+
+
+def test_an_integer_at_the_limit_is_taken_and_given_back(tmp_path: Path) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    value = 2**8191 - 1  # the largest a BIGINT holds
+    (tmp_path / "s.json").write_text(f'{{"a": {value}}}')
+    assert run_ckpt("take", "s.json", cwd=tmp_path).returncode == 0
+    out = run_ckpt("restore", "latest", "-o", "-", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert str(value) in out.stdout.decode()
+
+
+def test_a_json_state_file_with_a_byte_order_mark_is_read_as_json(tmp_path: Path) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "bom.json").write_bytes(b'\xef\xbb\xbf\n {"a": 1}')
+    r = run_ckpt("take", "bom.json", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = run_ckpt("restore", "latest", "-o", "-", cwd=tmp_path)
+    assert json.loads(out.stdout) == {"a": 1}, out
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400"])
+def test_a_float_out_of_range_is_refused_not_made_infinite(tmp_path: Path, number: str) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text(f'{{"a": [1, {number}]}}')
+    err = _one_line_error(run_ckpt("take", "s.json", cwd=tmp_path), ExitCode.INVALID_INPUT)
+    assert f"s.json: the number {number} at line 1, column 11 is out of range for a float" in err, err
+    assert run_ckpt("ls", "--json", cwd=tmp_path).stdout.strip() in (b"[]", b"")
+
+
+# -- ckpt init: what is in the way is named ------------------------------------------------
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_init_where_a_config_of_the_users_is_says_it_is_not_a_store(tmp_path: Path, kind: str) -> None:
+    u = tmp_path / "u"
+    u.mkdir()
+    if kind == "file":
+        (u / "config").write_text("[settings]\nmine = yes\n")
+    else:
+        (u / "config").mkdir()
+    err = _one_line_error(run_ckpt("init", u), ExitCode.CONFLICT)
+    assert f"it holds a {kind} named config that is not a store's config" in err and "already exists" not in err, err
+    assert f"move {u / 'config'} away" in err, err
+    assert sorted(p.name for p in u.iterdir()) == ["config"]
+    # a store's config, even damaged, still means a store is there
+    s = tmp_path / "s"
+    assert run_ckpt("init", s).returncode == 0
+    (s / "config").write_bytes((s / "config").read_bytes()[:-3])
+    assert "a ckpt store already exists" in _one_line_error(run_ckpt("init", s), ExitCode.CONFLICT)
+
+
+def test_init_at_a_dangling_link_says_so(tmp_path: Path) -> None:
+    (tmp_path / "L").symlink_to(tmp_path / "nowhere")
+    err = _one_line_error(run_ckpt("init", tmp_path / "L"), ExitCode.IO_ERROR)
+    assert "is a symbolic link to" in err and "dangling" in err and "File exists" not in err, err
+    assert not (tmp_path / "nowhere").exists()
+
+
+# -- ckpt restore of a checkpoint that holds no files ---------------------------------------
+def test_restore_delete_of_a_checkpoint_without_files_deletes_nothing(tmp_path: Path) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    assert run_ckpt("take", "s.json", "-S", "agent:a", cwd=tmp_path).returncode == 0
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("precious")
+    for where in (["--blobs", "out"], ["--in-place"]):
+        for extra in ([], ["--dry-run"]):
+            r = run_ckpt("restore", "latest", *where, "--delete", *extra, "-o", "back.json", cwd=tmp_path)
+            err = _one_line_error(r, ExitCode.INVALID_INPUT)
+            assert "holds no files" in err and "nothing was restored or deleted" in err and "ls-files" in err, err
+            assert (tmp_path / "out" / "mine.txt").read_text() == "precious"
+            assert not (tmp_path / "back.json").exists()  # nothing at all: the state neither
+    for where in (["--blobs", "out"], ["--in-place"]):
+        r = run_ckpt("restore", "latest", *where, "--no-state", cwd=tmp_path)
+        assert r.returncode == 0 and "holds no files" in r.stderr.decode() and "nothing was restored" in r.stderr.decode(), r
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["mine.txt"]
+
+
+# -- a checkpoint file damaged where no object lies ----------------------------------------
+def _flipped(src: Path, dst: Path, offset: int) -> Path:
+    data = bytearray(src.read_bytes())
+    data[offset] ^= 0x01
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def test_show_and_restore_refuse_a_file_whose_header_or_trailer_is_damaged_as_verify_does(tmp_path: Path) -> None:
+    """The header's reserved bytes and the trailing checksum change nothing that is read,
+    but verify refuses them (exit 5): so do show and restore, before writing anything."""
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    assert run_ckpt("take", "s.json", cwd=tmp_path).returncode == 0
+    assert run_ckpt("export", "latest", "-o", "f.ckpt", cwd=tmp_path).returncode == 0
+    good = tmp_path / "f.ckpt"
+    size = good.stat().st_size
+    for offset in (10, 11, size - 32, size - 1):  # reserved header bytes, first and last of the checksum
+        g = _flipped(good, tmp_path / "g.ckpt", offset)
+        assert run_ckpt("verify", g).returncode == ExitCode.CORRUPT
+        for args in (["show", g], ["restore", g, "-o", tmp_path / "out.json"]):
+            err = _one_line_error(run_ckpt(*args), ExitCode.CORRUPT)
+            assert "file checksum mismatch" in err and "ckpt verify" in err, (offset, err)
+        assert not (tmp_path / "out.json").exists()
+    assert run_ckpt("show", good).returncode == 0
+
+
+def test_restore_of_a_version_1_file_checks_its_whole_checksum(tmp_path: Path) -> None:
+    fixture = Path(__file__).parent.parent / "fixtures" / "v1" / "agent.ckpt"
+    g = _flipped(fixture, tmp_path / "g.ckpt", fixture.stat().st_size - 1)
+    assert run_ckpt("verify", g).returncode == ExitCode.CORRUPT
+    err = _one_line_error(run_ckpt("restore", g, "-o", tmp_path / "out.json"), ExitCode.CORRUPT)
+    assert "file checksum mismatch" in err, err
+    assert not (tmp_path / "out.json").exists()
+    assert run_ckpt("restore", fixture, "-o", tmp_path / "out.json").returncode == 0
+
+
+# -- verbs that take a ref of a store, given a checkpoint file -------------------------------
+@pytest.mark.parametrize(
+    ("args", "then"),
+    [
+        (["log", "{F}"], "ckpt show"),
+        (["tag", "good", "{F}"], "ckpt import"),
+        (["branch", "try", "{F}"], "ckpt import"),
+        (["reset", "agent:bot", "{F}"], "ckpt import"),
+    ],
+)
+def test_ref_verbs_given_a_checkpoint_file_say_they_take_a_ref_of_a_store(
+    store: tuple[Path, list[str]], args: list[str], then: str
+) -> None:
+    s, made = store
+    f = s.parent / "x.ckpt"
+    assert run_ckpt("export", made[0], "-o", f, "--store", s).returncode == 0
+    refs_before = run_ckpt("refs", "--store", s, "--json").stdout
+    for given in (str(f), "x.ckpt"):
+        r = run_ckpt(*[given if a == "{F}" else a for a in args], "--store", s, cwd=s.parent)
+        err = _one_line_error(r, ExitCode.USAGE)
+        assert "takes a reference of a store" in err and "not a checkpoint file" in err and then in err, err
+    assert run_ckpt("refs", "--store", s, "--json").stdout == refs_before
+
+
+@pytest.mark.parametrize("part", ["kind", "manifest length", "manifest", "table", "table length"])
+def test_a_file_damaged_in_its_manifest_or_table_says_what_to_do(tmp_path: Path, part: str) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    assert run_ckpt("take", "s.json", cwd=tmp_path).returncode == 0
+    assert run_ckpt("export", "latest", "-o", "f.ckpt", cwd=tmp_path).returncode == 0
+    good = tmp_path / "f.ckpt"
+    size = good.stat().st_size
+    offset = {"kind": 4, "manifest length": 12, "manifest": 20, "table": size - 40, "table length": size - 36}[part]
+    g = _flipped(good, tmp_path / "g.ckpt", offset)
+    for verb in ("show", "restore", "verify", "import"):
+        err = _one_line_error(run_ckpt(verb, g, cwd=tmp_path), ExitCode.CORRUPT)
+        assert "the file is damaged; take it again from its source" in err, (verb, err)

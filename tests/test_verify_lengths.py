@@ -19,6 +19,7 @@ from ckptcli.errors import CorruptError, ExitCode
 from ckptcli.format.encode import Encoder
 from ckptcli.format.values import EXT_BYTES, EXT_STR
 from ckptcli.format.walk import walk_checkpoint
+from ckptcli.store import verify
 from ckptcli.store.repository import Store
 from tests.conftest import run_ckpt
 
@@ -48,6 +49,14 @@ def lying_tree(monkeypatch: pytest.MonkeyPatch) -> Iterator[Lying]:
     monkeypatch.setattr(Encoder, "_upper_levels", upper_levels)
     yield wrong, changed
     monkeypatch.setattr(Encoder, "_upper_levels", real)
+
+
+def _export_anyway(store: Store, ref: str, out: Path) -> None:
+    """A checkpoint file of a checkpoint export refuses (as a writer with the same bug
+    would make one): export with its structure check made to find nothing."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(verify, "structure_problems", lambda *_a: ({}, set()))
+        ckptcli.export_checkpoint(ckptcli.open_checkpoint(ref, store), out)
 
 
 def _names(store: Store, cid: bytes, oid: bytes) -> bool:
@@ -122,7 +131,7 @@ def test_checkpoint_file_names_an_object_with_two_lengths(tmp_path: Path, lying_
     calls.append(wrong)
     cid = take(store, {"memory": {"blob": DATA}, "plan": [DATA]}, subject="agent:a").hex
     calls.clear()
-    assert run_ckpt("export", cid, "-o", tmp_path / "x.ckpt", "--store", tmp_path / "store").returncode == 0
+    _export_anyway(store, cid, tmp_path / "x.ckpt")
     for extra in ([], ["--read-data"]):
         proc = run_ckpt("verify", *extra, "--json", tmp_path / "x.ckpt")
         assert proc.returncode == ExitCode.CORRUPT, extra
@@ -182,8 +191,13 @@ def test_copy_refuses_a_checkpoint_naming_a_chunk_another_one_sent_with_a_wrong_
     the bad checkpoint is refused either way, the good one copied before it kept."""
     src, good, bad, oid = _two_takes(tmp_path, lying_tree, bad_first)
     ckptcli.init_store(tmp_path / "dst")
-    _refused(run_ckpt("copy", "--dry-run", tmp_path / "src", tmp_path / "dst"), src, bad, oid)
-    _refused(run_ckpt("copy", tmp_path / "src", tmp_path / "dst"), src, bad, oid)
+    dry = run_ckpt("copy", "--dry-run", tmp_path / "src", tmp_path / "dst")
+    _refused(dry, src, bad, oid)
+    # a dry run copies nothing: its line does not speak of checkpoints copied or kept
+    assert "copied before it" not in dry.stderr.decode() and "nothing is copied in a dry run" in dry.stderr.decode()
+    real = run_ckpt("copy", tmp_path / "src", tmp_path / "dst")
+    _refused(real, src, bad, oid)
+    assert "the checkpoints copied before it are kept in DST" in real.stderr.decode()
     # oldest first, and the copy stops at the refused one: the good one is kept when it came before
     assert ckptcli.open_store(tmp_path / "dst").manifest_ids() == ([] if bad_first else [good])
     assert run_ckpt("verify", "--read-data", "--store", tmp_path / "dst").returncode == 0
@@ -198,10 +212,29 @@ def test_copy_refuses_a_checkpoint_naming_a_chunk_dst_has_with_a_wrong_length(tm
         _refused(run_ckpt("copy", tmp_path / "src", tmp_path / "dst", *args), src, bad, oid)
         assert ckptcli.open_store(tmp_path / "dst").manifest_ids() == [good]
     # a checkpoint file of it as SRC is checked the same way (its table's lengths)
-    assert run_ckpt("export", bad.hex(), "-o", tmp_path / "bad.ckpt", "--store", tmp_path / "src").returncode == 0
+    _export_anyway(src, bad.hex(), tmp_path / "bad.ckpt")
     _refused(run_ckpt("copy", tmp_path / "bad.ckpt", tmp_path / "dst"), src, bad, oid)
     assert ckptcli.open_store(tmp_path / "dst").manifest_ids() == [good]
     assert run_ckpt("verify", "--read-data", "--store", tmp_path / "dst").returncode == 0
     # and the library says the same
     with pytest.raises(CorruptError, match=oid.hex()[:12]):
         copy_checkpoints(src, ckptcli.open_store(tmp_path / "dst"), [bad.hex()])
+
+
+@pytest.mark.parametrize("source", ["store", "file"])
+def test_export_refuses_a_checkpoint_that_names_a_chunk_with_a_wrong_length(tmp_path: Path, lying_tree: Lying, source: str) -> None:
+    """As copy, verify and import refuse it: export writes no file of it (exit 5)."""
+    src, good, bad, oid = _two_takes(tmp_path, lying_tree, bad_first=False)
+    if source == "file":  # a checkpoint file as the source of the export is checked the same way
+        _export_anyway(src, bad.hex(), tmp_path / "bad.ckpt")
+        args: list[Any] = [tmp_path / "bad.ckpt"]
+    else:
+        args = [bad.hex(), "--store", tmp_path / "src"]
+    proc = run_ckpt("export", *args, "-o", tmp_path / "out.ckpt")
+    _refused(proc, src, bad, oid)
+    assert "nothing was exported" in proc.stderr.decode() and "ckpt verify" in proc.stderr.decode()
+    assert not (tmp_path / "out.ckpt").exists()
+    assert run_ckpt("export", "-o", "-", *args).stdout == b""
+    # the good checkpoint that names the same chunk rightly is exported
+    assert run_ckpt("export", good.hex(), "-o", tmp_path / "good.ckpt", "--store", tmp_path / "src").returncode == 0
+    assert run_ckpt("verify", "--read-data", tmp_path / "good.ckpt").returncode == 0

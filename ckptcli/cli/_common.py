@@ -133,3 +133,31 @@ def open_source(
         return ck.source, ck.id
     st = open_store(store)
     return st, st.resolve(target)
+
+
+def refuse_checkpoint_file(ref: str, verb: str, st: Store, then: str) -> None:
+    """Verbs that read or move the refs of a store (log, tag, branch, reset) take a
+    reference of it, never a checkpoint file: a path given as REF is refused with one line
+    (UsageError) that says so and what to do (`then`), rather than looked up as a ref name
+    and reported missing. A bare word that is a file here and also a ref of the store is
+    the ref, as before.
+
+    Raises:
+        UsageError for a path (looks_like_a_path), or a checkpoint file here the store
+        does not resolve."""
+    from ckptcli.checkpoint import looks_like_a_path, names_a_file
+    from ckptcli.errors import CkptError, UsageError
+
+    if not looks_like_a_path(ref):
+        if not names_a_file(ref):
+            return
+        try:
+            st.resolve(ref)
+            return
+        except CkptError:
+            pass
+    raise UsageError(
+        f"{ref} is a checkpoint file, but `ckpt {verb}` takes a reference of a store (a tag, a branch, KIND:NAME, an id), "
+        "not a checkpoint file",
+        hint=then,
+    )

@@ -154,7 +154,12 @@ class Encoder:
                 return _packb(v)
             raw = bigint_to_bytes(v)
             if len(raw) > limits.MAX_BIGINT_BYTES:
-                raise self._fail(InvalidInputError(f"integer of {v.bit_length()} bits is larger than ckpt stores (8192 bits)"))
+                raise self._fail(
+                    InvalidInputError(
+                        f"integer of {v.bit_length()} bits is larger than ckpt stores (8192 bits, about 2466 digits)",
+                        hint="store it as a string",
+                    )
+                )
             return _ext(EXT_BIGINT, raw)
         if t is float:
             return _packb(v)

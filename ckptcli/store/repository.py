@@ -332,6 +332,19 @@ def resolve_store_path(path: Path) -> Path:
     raise StoreNotFoundError(f"{path} is not a ckpt store", hint="run `ckpt init` to create one, or check --store / CKPT_STORE")
 
 
+def _looks_like_config(path: Path) -> bool:
+    """Whether `path` is a regular file that starts as a ckpt config record does (a
+    damaged config of a store is still a store's; a file of the user's is not)."""
+    try:
+        if os.path.islink(path) or not path.is_file():
+            return False
+        with open(path, "rb") as fh:
+            head = fh.read(len(framing.MAGIC_PREFIX) + 4)
+    except OSError:
+        return True  # cannot tell: say a store is there, as before, rather than guess it is not
+    return head == framing.MAGIC_PREFIX + framing.KIND_CONFIG
+
+
 def read_config(backend: Backend, where: str) -> StoreConfig:
     """The store config (formats/v1.md, "Config and refs")."""
     try:
@@ -443,8 +456,24 @@ class Store(Refs):
                 io.close()
                 raise
             return cls(io, config, io.url)
-        if (path / layout.CONFIG).exists():
-            raise ConflictError(f"a ckpt store already exists at {path}")
+        if os.path.lexists(path / layout.CONFIG):
+            if not _looks_like_config(path / layout.CONFIG):
+                # the user's own file (or directory, or link) under the name a store's config has
+                there = path / layout.CONFIG
+                kind = "symbolic link" if there.is_symlink() else "directory" if there.is_dir() else "file"
+                raise ConflictError(
+                    f"{path} is not a ckpt store: it holds a {kind} named {layout.CONFIG} that is not a store's config "
+                    "(a store made there would need that name)",
+                    hint=f"give a new or empty directory, or move {path / layout.CONFIG} away",
+                )
+            raise ConflictError(
+                f"a ckpt store already exists at {path}", hint=f"use it as it is (--store {path}), or give another directory"
+            )
+        if path.is_symlink() and not path.exists():
+            raise StoreIOError(
+                f"cannot create a store at {path}: it is a symbolic link to {os.readlink(path)}, which does not exist (a dangling link)",
+                hint="create the directory it points to first, remove the link, or give another directory",
+            )
         outer = enclosing_store(path)
         if outer is not None:
             raise ConflictError(

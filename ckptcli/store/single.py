@@ -81,6 +81,15 @@ def not_a_checkpoint_file(path: Path | str, mode: int) -> InvalidInputError:
     return InvalidInputError(f"{path} is not a regular file, so not a checkpoint file", hint="give a .ckpt file (`ckpt export` writes one)")
 
 
+def add_damaged_hint(exc: CorruptError) -> None:
+    """Give a CorruptError about a checkpoint file, found as it is opened, the what-to-do
+    its decoder could not know (it says what is wrong where; the remedy is the same
+    whichever part of the file it is in). A hint that already says more is kept."""
+    if exc.hint is None or exc.hint in ("run `ckpt verify`", "the file is truncated or damaged"):
+        # (not "run ckpt verify": a file that does not open is all verify can say of it too)
+        exc.hint = "the file is damaged; take it again from its source (`ckpt export` it again)"
+
+
 class CheckpointFile:
     """A checkpoint file opened for reading; an ObjectSource like a store."""
 
@@ -101,6 +110,17 @@ class CheckpointFile:
             self.fd = -1
             raise not_a_checkpoint_file(path, st.st_mode)
         self.size = st.st_size
+        try:
+            self._parse(path)
+        except CorruptError as exc:
+            # the decoders say what is wrong where; what to do about a damaged file is the
+            # same whichever part it is in
+            add_damaged_hint(exc)
+            self.close()
+            raise
+
+    def _parse(self, path: Path) -> None:
+        """Read the header, manifest and table (formats/v1.md and v2.md, "Checkpoint files")."""
         where = str(path)
         head = self._read(0, framing.HEADER_SIZE + 4)
         self.version = framing.check_header(head, framing.KIND_FILE, where, outer=True, intact=self._checksum_holds_any_layout)
@@ -230,6 +250,27 @@ class CheckpointFile:
         if hashlib.sha256(raw).digest() != oid:
             raise CorruptError(f"{where}: content does not match its hash (the file is damaged)")
         return entry, stored, raw
+
+    def check_checksum(self, *, objects: bool = False) -> None:
+        """Raise CorruptError unless the trailing checksum holds over the bytes it covers.
+
+        Version 2 leaves the objects out of it (their checks and ids cover them), so this
+        hashes only the header, the manifest and the table, which every reader reads
+        anyway: every command that opens the file calls it, so that a flipped byte
+        there (the header's reserved bytes, the checksum itself) is refused by `ckpt
+        show` and `ckpt restore` as by `ckpt verify`, not passed over because nothing
+        read depends on it. A version-1 checksum covers every byte, objects included:
+        checked only with `objects` (a restore, which reads them all anyway); a reader
+        that only displays relies on the record checksums and object hashes
+        (formats/v1.md, "Checkpoint files")."""
+        if self.version == 1 and not objects:
+            return
+        regions = [(0, self.size - 32)] if self.version == 1 else [(0, self.objects_start), (self.table_start, self.size - 32)]
+        if self._read(self.size - 32, 32) != self._hash_regions(regions):
+            raise CorruptError(
+                f"{self.path}: file checksum mismatch (a byte of its header, manifest, table or checksum is damaged)",
+                hint=f"`ckpt verify {self.path}` lists every problem; take the file again from its source (`ckpt export`)",
+            )
 
     def check_whole_file(self) -> str | None:
         """Check every byte of the file against the checksum (and, in version 2, the

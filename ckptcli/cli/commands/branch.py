@@ -14,7 +14,13 @@ from ckptcli.errors import ExitCode
 
 @app.command(
     epilog=exit_status(
-        ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.CORRUPT, ExitCode.UNSAFE_PATH, ExitCode.LOCKED, ExitCode.NO_STORE
+        ExitCode.USAGE,
+        ExitCode.NOT_FOUND,
+        ExitCode.INVALID_INPUT,
+        ExitCode.CORRUPT,
+        ExitCode.UNSAFE_PATH,
+        ExitCode.LOCKED,
+        ExitCode.NO_STORE,
     )
 )
 def branch(

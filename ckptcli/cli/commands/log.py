@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli._common import open_store
+from ckptcli.cli._common import open_store, refuse_checkpoint_file
 from ckptcli.cli.app import JsonOpt, ReducersOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import ExitCode
@@ -88,7 +88,11 @@ def log_cmd(
     from ckptcli.history.replay import load_reducers
 
     red = load_reducers(reducers or [])
-    entries = log(open_store(store), ref, path=path, section=section, patch=patch, limit=number, reducers=red)
+    st = open_store(store)
+    refuse_checkpoint_file(
+        ref, "log", st, f"`ckpt show {ref}` shows the checkpoint it holds; to follow its history, `ckpt import {ref}` and log its subject"
+    )
+    entries = log(st, ref, path=path, section=section, patch=patch, limit=number, reducers=red)
     if as_json:
         emit_json([e.to_dict() for e in entries])
         return

@@ -6,13 +6,15 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli._common import opened_store
+from ckptcli.cli._common import opened_store, refuse_checkpoint_file
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, out, short
 from ckptcli.errors import ExitCode
 
 
-@app.command(epilog=exit_status(ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR))
+@app.command(
+    epilog=exit_status(ExitCode.USAGE, ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR)
+)
 def reset(
     subject: Annotated[str, typer.Argument(help="The subject whose latest moves, as KIND:NAME.")],
     ref: Annotated[
@@ -47,6 +49,7 @@ def reset(
 
     subj = Subject.parse(subject)
     with opened_store(store, "shared") as st:  # a prune cannot remove the target meanwhile
+        refuse_checkpoint_file(ref, "reset", st, f"import it first (`ckpt import {ref}`), then reset {subject} to the id it prints")
         cid = st.resolve(ref)
         target = st.manifest(cid).subject
         if target != subj:

@@ -113,6 +113,8 @@ def restore(
     replacing what is there; with --delete, files under it that are not in the
     checkpoint are removed too, so `ckpt restore REF --in-place --delete` rolls a
     workspace back. Run it with --dry-run first to see what it would write and delete.
+    --delete with a checkpoint that holds no files (taken without --blob) is refused
+    (exit 4): it would empty a --blobs directory, and in place has nothing to restore.
     --include limits all of this to matching paths; one that matches no path of the
     checkpoint is an error (exit 3, nothing written), as a typo would be.
 
@@ -169,7 +171,13 @@ def restore(
             "--json prints its report on stdout, where the state document would go",
             hint="write the document with -o FILE, or pass --no-state",
         )
+    from ckptcli.store.single import CheckpointFile
+
     ck = open_checkpoint(ref, store)
+    if isinstance(ck.source, CheckpointFile) and ck.source.version == 1:
+        # (version 2: checked as it was opened) a version-1 checksum covers the objects
+        # too, which a restore reads anyway: held to it before anything is written, as verify is
+        ck.source.check_checksum(objects=True)
     if output is not None and not no_state and not to_stdout:  # before anything is written
         api.refuse_output_into_source(ck, output, "the state document")
     result: dict[str, object] = {"id": ck.hex, "dry_run": dry_run, "state": None, "blobs": None}
@@ -260,6 +268,10 @@ def _restore_blobs(
         durable=durable,
     )
     where = "in place" if in_place else f"into {blobs_dir}"
+    # (decoded again only when nothing was written: a tree of empty files, or none at all)
+    if "blobs" not in ck.manifest.sections or (n == 0 and not report.written and not ck.blobs()):  # (--delete: refused above)
+        sys.stderr.write(f"note: checkpoint {ck.hex[:12]} holds no files (it was taken without --blob): nothing was restored {where}\n")
+        return {"target": None if in_place else str(blobs_dir), "in_place": in_place, **report.to_dict()}
     if dry_run:
         if not as_json:
             c = out()

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ckptcli.cli._common import locked, open_store
+from ckptcli.cli._common import locked, open_store, refuse_checkpoint_file
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import emit_json, exit_status, out, safe
 from ckptcli.errors import ExitCode, UsageError
@@ -14,6 +14,7 @@ from ckptcli.errors import ExitCode, UsageError
 
 @app.command(
     epilog=exit_status(
+        ExitCode.USAGE,
         ExitCode.NOT_FOUND,
         ExitCode.INVALID_INPUT,
         ExitCode.CORRUPT,
@@ -65,6 +66,8 @@ def _ref_command(ns: str, name: str | None, ref: str, delete: bool, force: bool,
         else:
             out().print(f"deleted {name} (was {old.hex()[:12] if old is not None else 'damaged'})", markup=False)
         return
+    verb = "tag" if ns == "tags" else "branch"
+    refuse_checkpoint_file(ref, verb, st, f"import it first (`ckpt import {ref}`), then `ckpt {verb} {name}` the id it prints")
     with locked(st, "shared"):  # a prune cannot remove the target meanwhile
         cid = st.resolve(ref)
         if ns == "tags":

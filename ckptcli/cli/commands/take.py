@@ -11,7 +11,7 @@ import typer
 from ckptcli.cli._common import open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, quiet, safe
-from ckptcli.errors import ExitCode, InvalidInputError, NotFoundError, StoreIOError, UsageError
+from ckptcli.errors import ExitCode, InvalidInputError, NotFoundError, StoreIOError
 
 if TYPE_CHECKING:
     from ckptcli.api import TakeResult
@@ -127,10 +127,13 @@ def _blobs(items: list[str]) -> dict[str, Path]:
     for item in items:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
-            raise InvalidInputError(f"--blob {item!r} is not NAME=PATH")
+            raise InvalidInputError(
+                f"--blob {item!r} is not NAME=PATH", hint="give a name and a file or directory, e.g. --blob work=./work"
+            )
         if name in blobs:
             # the last would silently win and the first be left out of the checkpoint
-            raise UsageError(f"--blob {name}= is given twice ({blobs[name]} and {path})", hint="give each blob its own NAME")
+            # bad input like the other wrong --blob forms (exit 4), not a usage error
+            raise InvalidInputError(f"--blob {name}= is given twice ({blobs[name]} and {path})", hint="give each blob its own NAME")
         blobs[name] = Path(path)
     return blobs
 
