@@ -17,6 +17,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 
 from ckptcli.adapters.langgraph.saver import CkptSaver
+from tests import stress
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -484,14 +485,16 @@ print(json.dumps({"done": done, "conflicts": conflicts, "error": error}), flush=
 """
 
 
-@pytest.mark.parametrize("workers", [3, 5])
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", stress.sample([3, 5], 1))
 def test_several_workers_running_one_thread_back_to_back_all_make_progress(tmp_path: Path, workers: int) -> None:
     """Three workers on one thread: one request file per thread, made by one waiter and
     removed by whichever waiter took the lease, so the other waiters' requests were gone
     and the holder never handed over to them again: they failed with LockError (blaming a
     holder that handed over) while one worker ran hundreds of turns. Now each waiter has
     its own request, the holder hands over while any is alive, oldest first: every worker
-    gets its turns (a conflict, two runs at once, is refused and run again)."""
+    gets its turns (a conflict, two runs at once, is refused and run again). Three in the
+    bounded run (two waiters at once, what failed); five too at CKPT_STRESS_SCALE=1."""
     store = tmp_path / ".ckpt"
     CkptSaver.open(store).close()
     counts = tmp_path / "counts"

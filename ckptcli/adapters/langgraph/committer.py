@@ -118,18 +118,22 @@ class Committer:
         put or written to within the commit interval. A head's pending writes (the next
         step's tasks) come after it: sealed now, it would be written again as a revision
         once they do, a second manifest for the commit thread, which is behind already
-        (a sixth of the manifests of bench/langgraph_async.py's 50 conversations). What
-        is left makes room: the heads are one per thread and namespace in use. Unless they
-        alone are half of `max_backlog`, or the journal is what is over its bound: then
-        everything is sealed (`seal_all`), so that a commit always makes room."""
+        (a sixth of the manifests of bench/langgraph_async.py's 50 conversations). Nor
+        their parents: LangGraph sends a step's writes beside the put of the checkpoint
+        after it, not before, so a head's parent may still get its own (what `_settle`
+        waits for too). What is left makes room: two per thread and namespace in use.
+        Unless they alone are half of `max_backlog`, or the journal is what is over its
+        bound: then everything is sealed (`seal_all`), so that a commit always makes room."""
         sv = self.saver
         todo = sorted(sv._uncommitted(), key=lambda e: e.seq)
         now = time.monotonic()
-        busy = [e for e in todo if e.state == LEAF and not e.has_child and now - e.touched < sv.commit_interval]
+        heads = [e for e in todo if e.state == LEAF and not e.has_child and now - e.touched < sv.commit_interval]
+        parents = [sv._entries.get((e.key[0], e.key[1], e.parent)) if e.parent else None for e in heads]
+        busy = {id(e): e for e in [*heads, *parents] if e is not None and e.state == LEAF}
         if len(busy) * 2 >= sv.max_backlog or sv._journal.size > sv.max_journal_bytes:
             self.seal_all()
             return
-        skip = {id(e) for e in busy}
+        skip = busy.keys()
         breathe = Breather()
         for e in todo:
             if e.state == LEAF and id(e) not in skip:
