@@ -12,6 +12,7 @@ A blob entry is a map (formats/v1.md "The blobs section")::
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import stat
@@ -143,6 +144,16 @@ def capture(
         raise InvalidInputError(
             f"{blob}{path} does not exist{at}", hint="give the path of an existing file or directory (--blob NAME=PATH)"
         )
+    with contextlib.suppress(OSError):  # _walk says what else is wrong with it
+        kind = _special(os.lstat(path).st_mode)
+        if kind is not None:
+            # below the top such a file is skipped with a warning, as tar does; as the top it
+            # would make a blob that holds nothing, taken without a word but that warning
+            blob = f"blob {name}: " if name else "blob "
+            raise InvalidInputError(
+                f"{blob}{path} is {kind}, not a file or directory: a blob holds files, directories and links",
+                hint="give the path of a regular file or a directory (--blob NAME=PATH)",
+            )
     entry = _walk(path, progress, rep, parent, reads)
     streams = encoder.encode_streams([(r.open, r.st.st_size) for r in reads], progress.advance)
     try:
@@ -163,6 +174,19 @@ def capture(
     finally:
         streams.close()
     return entry
+
+
+def _special(mode: int) -> str | None:
+    """What a file of this mode is when a blob cannot hold it (None: a file, directory or link)."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a special file"
 
 
 def _walk(path: Path, progress: Progress, rep: CaptureReport, parent: Any, reads: list[_FileRead]) -> dict[str, Any]:

@@ -432,6 +432,56 @@ def test_restore_delete_of_a_checkpoint_without_files_deletes_nothing(tmp_path: 
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["mine.txt"]
 
 
+def test_restore_delete_of_a_checkpoint_whose_blobs_are_empty_deletes_nothing(tmp_path: Path) -> None:
+    # a blob of empty directories holds no file either: --delete into a blobs directory
+    # removed everything there (exit 0), the case above only covered no blob at all
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    (tmp_path / "ws" / "empty" / "deeper").mkdir(parents=True)
+    r = run_ckpt("take", "s.json", "-S", "agent:a", "--blob", "w=ws", cwd=tmp_path)
+    assert r.returncode == 0, r
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("precious")
+    for where in (["--blobs", "out"], ["--blobs", "out", "--blob", "w"], ["--in-place"]):
+        r = run_ckpt("restore", "latest", *where, "--delete", "--no-state", cwd=tmp_path)
+        err = _one_line_error(r, ExitCode.INVALID_INPUT)
+        assert "holds no files" in err and "blobs are empty" in err and "nothing was restored or deleted" in err, (where, err)
+        assert (tmp_path / "out" / "mine.txt").read_text() == "precious"
+    # with a file in the blob, --delete does what it says (what the checkpoint lacks goes)
+    (tmp_path / "ws" / "empty" / "deeper" / "f").write_text("x")
+    assert run_ckpt("take", "s.json", "-S", "agent:a", "--blob", "w=ws", cwd=tmp_path).returncode == 0
+    assert run_ckpt("restore", "latest", "--blobs", "out", "--delete", "--no-state", cwd=tmp_path).returncode == 0
+    assert not (tmp_path / "out" / "mine.txt").exists() and (tmp_path / "out" / "w" / "empty" / "deeper" / "f").read_text() == "x"
+
+
+@pytest.mark.parametrize("kind", ["device", "FIFO"])
+def test_a_blob_path_that_is_a_device_or_a_fifo_is_refused_not_taken_empty(tmp_path: Path, kind: str) -> None:
+    # it was skipped with a warning and the blob recorded empty, exit 0
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    path = "/dev/null"
+    if kind == "FIFO":
+        os.mkfifo(tmp_path / "ff")
+        path = "ff"
+    err = _one_line_error(run_ckpt("take", "s.json", "--blob", f"w={path}", cwd=tmp_path), ExitCode.INVALID_INPUT)
+    assert f"blob w: {path} is a {kind}" in err and "regular file or a directory" in err, err
+    assert run_ckpt("ls", "--json", cwd=tmp_path).stdout.strip() == b"[]"
+
+
+def test_latest_of_a_store_whose_only_checkpoint_is_damaged_is_said_damaged_not_empty(tmp_path: Path) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    assert run_ckpt("take", "s.json", cwd=tmp_path).returncode == 0
+    (manifest,) = (tmp_path / ".ckpt" / "manifests").iterdir()
+    _flipped(manifest, manifest, 30)
+    for args in (["show", "latest"], ["restore", "latest", "-o", "r.json"], ["export", "latest", "-o", "x.ckpt"]):
+        r = run_ckpt(*args, cwd=tmp_path)
+        assert r.returncode == ExitCode.CORRUPT, (args, r)
+        err = r.stderr.decode()
+        assert "no checkpoint of the store" in err and "ckpt verify" in err and "take one" not in err, err
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "x.ckpt").exists()
+
+
 # -- a checkpoint file damaged where no object lies ----------------------------------------
 def _flipped(src: Path, dst: Path, offset: int) -> Path:
     data = bytearray(src.read_bytes())

@@ -647,6 +647,13 @@ class Refs:
                     if best is None and not damaged:  # (a damaged ref was named already)
                         self.warn("no subject has a readable latest ref; `latest` was found from the manifests; run `ckpt repair refs`")
                     best = newest
+            if best is None and damaged:
+                # every checkpoint a latest ref names is damaged (said above), and no other
+                # manifest reads: not an empty store, and a new take is not the answer
+                raise CorruptError(
+                    f"no checkpoint of the store at {self.location} can be read: `latest` names only damaged ones",
+                    hint="run `ckpt verify` to see what is damaged, and docs/runbooks/store-damaged.md",
+                )
             if best is None:
                 raise NotFoundError(f"the store at {self.location} has no checkpoints yet", hint="take one with `ckpt take`")
             return best[1]
