@@ -1,0 +1,102 @@
+"""A durable workflow's files in a local store (<store>/workflows: the journal, its lock,
+the workflow's lock) are never read or written through a symbolic link, the directory
+itself or any file in it (docs/storage.md): refused in one line, exit 8 (library:
+UnsafePathError), with nothing written."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptcli import workflow
+from ckptcli.errors import UnsafePathError
+from ckptcli.store.repository import Store
+
+
+def undo_loud(c: workflow.Compensation) -> None:
+    print(f"undoing {c.pos}")
+    os.write(1, f"undone {c.pos} at fd 1\n".encode())
+
+
+@workflow.step(compensate=undo_loud)
+def h(i: int) -> int:
+    return i
+
+
+def flow(ctx: workflow.Context, n: int) -> str:
+    for i in range(1, n + 1):
+        h(i)
+        ctx.set(f"v{i}", i)
+    return "done"
+
+
+def _tree(d: Path) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(r, f), d) for r, _ds, fs in os.walk(d) for f in fs)
+
+
+def _linked_workflows(store: Store, tmp_path: Path) -> Path:
+    """The store's workflows/ moved out and a link to it put in its place."""
+    out = tmp_path / "out"
+    ws = Path(store.location) / "workflows"
+    shutil.move(ws, out)
+    ws.symlink_to(out, target_is_directory=True)
+    return out
+
+
+def test_a_linked_workflows_dir_is_never_written_through(store: Store, cli: Any, tmp_path: Path) -> None:
+    workflow.run(store, "w1", flow, 2)
+    out = _linked_workflows(store, tmp_path)
+    before = _tree(out)
+    with pytest.raises(UnsafePathError):
+        workflow.run(store, "w9", flow, 2)
+    with pytest.raises(UnsafePathError):
+        workflow.rollback(store, "w1", "workflow:w1~1", execute=True)
+    s = ["--store", store.location]
+    for args in (["rollback", "w1", "--to", "workflow:w1~1", "--run"], ["rollback", "w1", "--to", "workflow:w1~1"]):
+        got = cli("workflow", *args, *s)
+        assert got.code == 8, (args, got.out, got.err)
+        assert got.err.count("\n") == 1 and "symbolic link" in got.err and "workflows" in got.err
+    assert _tree(out) == before
+
+
+def test_a_linked_workflows_dir_is_never_read_through(store: Store, cli: Any, tmp_path: Path) -> None:
+    workflow.run(store, "w1", flow, 2)
+    _linked_workflows(store, tmp_path)
+    s = ["--store", store.location]
+    for args in (["show", "w1"], ["ls"]):
+        got = cli("workflow", *args, *s, "--json")
+        assert got.code == 8, (args, got.out, got.err)
+        assert got.err.count("\n") == 1 and "symbolic link" in got.err and got.out == ""
+
+
+@pytest.mark.parametrize("suffix", [".journal", ".journal.lock", ".lock"])
+def test_a_linked_file_of_a_workflow_is_never_followed(store: Store, cli: Any, tmp_path: Path, suffix: str) -> None:
+    workflow.run(store, "w1", flow, 2)
+    ws = Path(store.location) / "workflows"
+    target = tmp_path / "x"
+    moved = ws / f"w1{suffix}"
+    if moved.exists():
+        shutil.move(moved, target)
+    moved.symlink_to(target)
+    before = target.read_bytes() if target.exists() else None
+    s = ["--store", store.location]
+    for args in (["show", "w1"], ["rollback", "w1", "--to", "workflow:w1~1", "--run"]):
+        got = cli("workflow", *args, *s)
+        assert got.code == 8, (args, got.out, got.err)
+        assert got.err.count("\n") == 1 and f"w1{suffix} is a symbolic link" in got.err, got.err
+    with pytest.raises(UnsafePathError):
+        workflow.run(store, "w1", flow, 2)
+    assert (target.read_bytes() if target.exists() else None) == before
+
+
+def test_a_linked_lock_of_a_new_workflow_is_refused_before_anything_is_written(store: Store, tmp_path: Path) -> None:
+    ws = Path(store.location) / "workflows"
+    ws.mkdir(exist_ok=True)
+    (ws / "w2.lock").symlink_to(ws / "w2.lock")  # a link to itself: was "Too many levels of symbolic links" (exit 12)
+    with pytest.raises(UnsafePathError):
+        workflow.run(store, "w2", flow, 2)
+    assert sorted(os.listdir(ws)) == ["w2.lock"]
