@@ -1,10 +1,12 @@
 """A durable workflow's files in a local store (<store>/workflows: the journal, its lock,
 the workflow's lock) are never read or written through a symbolic link, the directory
 itself or any file in it (docs/storage.md): refused in one line, exit 8 (library:
-UnsafePathError), with nothing written."""
+UnsafePathError), with nothing written; and what a compensation prints never reaches
+the command's stdout (`--json` is the command's own)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -100,3 +102,16 @@ def test_a_linked_lock_of_a_new_workflow_is_refused_before_anything_is_written(s
     with pytest.raises(UnsafePathError):
         workflow.run(store, "w2", flow, 2)
     assert sorted(os.listdir(ws)) == ["w2.lock"]
+
+
+def test_what_a_compensation_prints_never_reaches_the_json(store: Store, capfd: pytest.CaptureFixture[str]) -> None:
+    from ckptcli.cli.app import run as ckpt
+
+    workflow.run(store, "loud", flow, 2)
+    capfd.readouterr()
+    code = ckpt(["workflow", "rollback", "loud", "--to", "workflow:loud~1", "--run", "--json", "--store", store.location])
+    got = capfd.readouterr()
+    assert code == 0, got.err
+    doc = json.loads(got.out)
+    assert doc["executed"] is True and [c["pos"] for c in doc["compensations"]] == [2, 1]
+    assert "undoing 2" in got.err and "undone 1 at fd 1" in got.err

@@ -9,7 +9,7 @@ import typer
 
 from ckptcli.cli._common import open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
-from ckptcli.cli.output import emit_json, exit_status, out, safe, short
+from ckptcli.cli.output import emit_json, exit_status, out, safe, short, user_output_to_stderr
 from ckptcli.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
@@ -101,7 +101,8 @@ def workflow(
     from ckptcli.schema.migrations import cwd_importable
 
     cwd_importable()  # a compensation recorded as module:function loads from the project's directory, as replay --check's code does
-    plan = wf.rollback(open_store(store), workflow_id, to, execute=run, journal_dir=journal_dir)
+    with user_output_to_stderr():  # the compensations (and their modules) print on stderr, never into --json
+        plan = wf.rollback(open_store(store), workflow_id, to, execute=run, journal_dir=journal_dir)
     if as_json:
         emit_json(plan.to_json())
         return
