@@ -115,3 +115,34 @@ def test_what_a_compensation_prints_never_reaches_the_json(store: Store, capfd: 
     doc = json.loads(got.out)
     assert doc["executed"] is True and [c["pos"] for c in doc["compensations"]] == [2, 1]
     assert "undoing 2" in got.err and "undone 1 at fd 1" in got.err
+
+
+def test_ls_given_a_journal_dir_lists_the_workflows_in_it_beside_those_in_the_store(store: Store, cli: Any, tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    d.mkdir()
+    workflow.run(store, "w1", flow, 1)  # its journal in the store
+    workflow.run(store, "w2", flow, 2, journal_dir=d)
+    got = cli("workflow", "ls", "--journal-dir", d, "--store", store.location, "--json")
+    assert got.code == 0, got.err
+    assert [w["id"] for w in json.loads(got.out)] == ["w1", "w2"]
+    found = {s.workflow_id: s.journal for s in workflow.list_workflows(store, journal_dir=d)}
+    assert found == {"w1": str(Path(store.location) / "workflows" / "w1.journal"), "w2": str(d / "w2.journal")}
+
+
+def test_an_empty_journal_dir_is_refused(store: Store, cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptcli.errors import InvalidInputError
+
+    workflow.run(store, "w1", flow, 1)
+    monkeypatch.chdir(tmp_path)  # "" was taken as "."
+    for args in (["ls"], ["show", "w1"], ["rollback", "w1", "--to", "workflow:w1~1", "--run"]):
+        got = cli("workflow", *args, "--journal-dir", "", "--store", store.location)
+        assert got.code == 2, (args, got.out, got.err)
+        assert "empty" in got.err and "Traceback" not in got.err
+    for call in (
+        lambda: workflow.run(store, "w3", flow, 1, journal_dir=""),
+        lambda: workflow.status(store, "w1", journal_dir=""),
+        lambda: workflow.list_workflows(store, journal_dir=""),
+    ):
+        with pytest.raises(InvalidInputError, match="empty"):
+            call()
+    assert os.listdir(tmp_path) == ["store"]

@@ -372,7 +372,7 @@ def journal_path(store: Store, workflow_id: str, journal_dir: str | Path | None 
     if local is not None:
         _no_linked_files(local, workflow_id)  # its lock is there whatever journal_dir says
     if journal_dir is not None:
-        root = Path(journal_dir)
+        root = _given_dir(journal_dir)
     elif local is not None:
         root = local
     else:
@@ -383,12 +383,20 @@ def journal_path(store: Store, workflow_id: str, journal_dir: str | Path | None 
     return root / f"{workflow_id}.journal"
 
 
+def _given_dir(journal_dir: str | Path) -> Path:
+    """`journal_dir` as a Path, once it is not empty: Path("") is ".", a directory nobody
+    named. Raises: InvalidInputError."""
+    if os.fspath(journal_dir) == "":
+        raise InvalidInputError("the journal directory is empty", hint="give the directory the workflow's journal is in, e.g. ./journals")
+    return Path(journal_dir)
+
+
 def check_journal_dir(journal_dir: str | Path) -> Path:
     """`journal_dir` as given to a reader or a rollback: an existing directory, not a link.
 
     Raises: NotFoundError (no such directory), UnsafePathError (a symbolic link),
-    InvalidInputError (not a directory)."""
-    path = Path(journal_dir)
+    InvalidInputError (not a directory, or an empty path)."""
+    path = _given_dir(journal_dir)
     try:
         st = os.lstat(path)
     except FileNotFoundError:

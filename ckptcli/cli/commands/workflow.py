@@ -18,6 +18,14 @@ if TYPE_CHECKING:
 ACTIONS = ("ls", "show", "rollback")
 
 
+def journal_dir_path(text: str) -> Path:
+    """The parser of --journal-dir: an empty path is refused (Path("") is ".", a directory
+    nobody named)."""
+    if not text:
+        raise typer.BadParameter("the directory is empty: give the directory the workflows' journals are in, e.g. --journal-dir ./journals")
+    return Path(text)
+
+
 @app.command(
     epilog=exit_status(
         ExitCode.FAILURE,
@@ -39,7 +47,9 @@ def workflow(
     run: Annotated[bool, typer.Option("--run", help="rollback: run the compensations (without it, only list them).")] = False,
     journal_dir: Annotated[
         Path | None,
-        typer.Option("--journal-dir", metavar="DIR", help="Where the workflows' journals are (default: <store>/workflows)."),
+        typer.Option(
+            "--journal-dir", metavar="DIR", parser=journal_dir_path, help="Where the workflows' journals are (default: <store>/workflows)."
+        ),
     ] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
@@ -52,8 +62,10 @@ def workflow(
     Exits 1 when a compensation raises or calls sys.exit() (run the rollback again to go
     on), 9 while the workflow runs, 11 when another rollback is unfinished. --journal-dir
     must be the directory the workflow was run with: one that does not exist (3), is not a
-    directory (4), is a link (8), or is not the store's workflows directory when that holds
-    the workflow's journal (4) is refused.
+    directory (4), is a link (8), is empty (2), or is not the store's workflows directory
+    when that holds the workflow's journal (4) is refused; ls lists every workflow, each
+    with its journal in the store's workflows directory if it is there, else in
+    --journal-dir.
 
     Examples:
 
