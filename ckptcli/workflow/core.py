@@ -333,18 +333,18 @@ def _ref_of(fn: Callable[..., Any]) -> str | None:
     return f"{module}:{qual}"
 
 
-def _local_journals(store: Store) -> Path | None:
+def _local_journals(store: Store, *, reading: bool = False) -> Path | None:
     """<store>/workflows for a store on this host, else None.
 
     Raises: UnsafePathError when it is a symbolic link (docs/storage.md: a directory of a
-    local store is never read or written through a link)."""
+    local store is never read or written through a link; `reading`: the error says read)."""
     from ckptcli.store.backend import LocalBackend
     from ckptcli.store.locking import check_no_links
     from ckptcli.store.repository import store_location
 
     where = store_location(store.location)  # a path (a local store however it was opened), or a URL
     if isinstance(store.backend, LocalBackend) or isinstance(where, Path):
-        return Path(check_no_links(os.fspath(store.location), f"{JOURNAL_DIRNAME}/x")).parent
+        return Path(check_no_links(os.fspath(store.location), f"{JOURNAL_DIRNAME}/x", reading=reading)).parent
     return None
 
 

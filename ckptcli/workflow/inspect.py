@@ -28,6 +28,7 @@ from ckptcli.workflow.core import (
     LABEL_TYPE,
     Compensation,
     WorkflowError,
+    _local_journals,
     check_journal_dir,
     error_text,
     existing_journal,
@@ -162,6 +163,7 @@ def live_state(store: Store, workflow_id: str, journal_dir: str | Path | None = 
 
     subject = subject_of(workflow_id)
     red = reducers()
+    _local_journals(store, reading=True)  # a linked <store>/workflows: refused as a read
     path = existing_journal(store, workflow_id, journal_dir)  # None: a remote store and no journal_dir, the checkpoints alone
     if path is not None and path.is_file():
         j = read_journal(path)
@@ -345,6 +347,7 @@ def rollback(
     from ckptcli.history.replay import load_tail, replay
 
     subject = subject_of(workflow_id)
+    _local_journals(store, reading=not execute)  # a linked <store>/workflows: refused before anything
     if execute:
         with workflow_lock(store, workflow_id, probe=True):  # running: LockError first, whatever journal_dir says
             pass
