@@ -333,15 +333,35 @@ def _ref_of(fn: Callable[..., Any]) -> str | None:
     return f"{module}:{qual}"
 
 
-def _local_journals(store: Store) -> Path | None:
-    """<store>/workflows for a store on this host, else None."""
+def _local_journals(store: Store, *, reading: bool = False) -> Path | None:
+    """<store>/workflows for a store on this host, else None.
+
+    Raises: UnsafePathError when it is a symbolic link (docs/storage.md: a directory of a
+    local store is never read or written through a link; `reading`: the error says read)."""
     from ckptcli.store.backend import LocalBackend
+    from ckptcli.store.locking import check_no_links
     from ckptcli.store.repository import store_location
 
     where = store_location(store.location)  # a path (a local store however it was opened), or a URL
     if isinstance(store.backend, LocalBackend) or isinstance(where, Path):
-        return Path(store.location) / JOURNAL_DIRNAME
+        return Path(check_no_links(os.fspath(store.location), f"{JOURNAL_DIRNAME}/x", reading=reading)).parent
     return None
+
+
+#: the files of a workflow in <store>/workflows: its journal, the journal's lock, the workflow's lock
+_STORE_FILES = (".journal", ".journal.lock", ".lock")
+
+
+def _no_linked_files(root: Path, workflow_id: str) -> None:
+    """Refuse (UnsafePathError, exit 8) when a file of workflow `workflow_id` in the
+    store's `root` (<store>/workflows) is a symbolic link, whatever it points to: it is
+    never read or written through (the lock files are opened with O_NOFOLLOW as well)."""
+    from ckptcli.store.locking import linked_file
+
+    for suffix in _STORE_FILES:
+        path = root / f"{workflow_id}{suffix}"
+        if os.path.islink(path):
+            raise linked_file(path)
 
 
 def journal_path(store: Store, workflow_id: str, journal_dir: str | Path | None = None) -> Path:
@@ -349,8 +369,10 @@ def journal_path(store: Store, workflow_id: str, journal_dir: str | Path | None 
     local store. A store on object storage needs a journal_dir (InvalidInputError)."""
     subject_of(workflow_id)
     local = _local_journals(store)
+    if local is not None:
+        _no_linked_files(local, workflow_id)  # its lock is there whatever journal_dir says
     if journal_dir is not None:
-        root = Path(journal_dir)
+        root = _given_dir(journal_dir)
     elif local is not None:
         root = local
     else:
@@ -361,12 +383,20 @@ def journal_path(store: Store, workflow_id: str, journal_dir: str | Path | None 
     return root / f"{workflow_id}.journal"
 
 
+def _given_dir(journal_dir: str | Path) -> Path:
+    """`journal_dir` as a Path, once it is not empty: Path("") is ".", a directory nobody
+    named. Raises: InvalidInputError."""
+    if os.fspath(journal_dir) == "":
+        raise InvalidInputError("the journal directory is empty", hint="give the directory the workflow's journal is in, e.g. ./journals")
+    return Path(journal_dir)
+
+
 def check_journal_dir(journal_dir: str | Path) -> Path:
     """`journal_dir` as given to a reader or a rollback: an existing directory, not a link.
 
     Raises: NotFoundError (no such directory), UnsafePathError (a symbolic link),
-    InvalidInputError (not a directory)."""
-    path = Path(journal_dir)
+    InvalidInputError (not a directory, or an empty path)."""
+    path = _given_dir(journal_dir)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -426,15 +456,19 @@ def workflow_lock(store: Store, workflow_id: str, *, probe: bool = False) -> Ite
     Raises: LockError when another run or rollback of the workflow holds it."""
     import fcntl
 
+    from ckptcli.store.locking import open_unlinked
+
     root = _local_journals(store)
     subject_of(workflow_id)
     lock_path = root / f"{workflow_id}.lock" if root is not None else None
+    if lock_path is not None:
+        _no_linked_files(lock_path.parent, workflow_id)
     if lock_path is None or (probe and not lock_path.is_file()):
         yield
         return
     try:
         lock_path.parent.mkdir(exist_ok=True)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = open_unlinked(lock_path, os.O_RDWR | os.O_CREAT)  # a link planted since: UnsafePathError
     except OSError as exc:
         raise StoreIOError(f"cannot open {lock_path}: {exc.strerror}") from None
     try:

@@ -28,6 +28,7 @@ from ckptcli.workflow.core import (
     LABEL_TYPE,
     Compensation,
     WorkflowError,
+    _local_journals,
     check_journal_dir,
     error_text,
     existing_journal,
@@ -162,6 +163,7 @@ def live_state(store: Store, workflow_id: str, journal_dir: str | Path | None = 
 
     subject = subject_of(workflow_id)
     red = reducers()
+    _local_journals(store, reading=True)  # a linked <store>/workflows: refused as a read
     path = existing_journal(store, workflow_id, journal_dir)  # None: a remote store and no journal_dir, the checkpoints alone
     if path is not None and path.is_file():
         j = read_journal(path)
@@ -240,7 +242,10 @@ def status(store: Store, workflow_id: str, *, journal_dir: str | Path | None = N
 
 def list_workflows(store: Store, *, journal_dir: str | Path | None = None) -> list[WorkflowStatus]:
     """Every durable workflow of the store (subjects `workflow:*` labelled
-    workflow.engine=ckpt), by id."""
+    workflow.engine=ckpt), by id, each read with its journal: the one in the store's
+    workflows directory when it is there, else the one in `journal_dir` (when given).
+    So a `journal_dir` given lists the workflows whose journals are in it as well as the
+    others, never refused because some keep theirs in the store."""
     from ckptcli.listing import ListFilter, list_checkpoints
 
     if journal_dir is not None:
@@ -248,7 +253,16 @@ def list_workflows(store: Store, *, journal_dir: str | Path | None = None) -> li
     ids = sorted(
         {s.subject.name for _cid, s in list_checkpoints(store, ListFilter(labels={LABEL_ENGINE: ENGINE})) if s.subject.kind == KIND}
     )
-    return [status(store, wid, journal_dir=journal_dir) for wid in ids]
+    if journal_dir is None:
+        return [status(store, wid) for wid in ids]
+    return [status(store, wid, journal_dir=None if _in_store(store, wid) else journal_dir) for wid in ids]
+
+
+def _in_store(store: Store, workflow_id: str) -> bool:
+    """Whether the store's workflows directory (a store on this host) holds the workflow's
+    journal: then it is the workflow's, whatever journal directory was given."""
+    path = existing_journal(store, workflow_id)
+    return path is not None and path.is_file()
 
 
 # -- rollback -------------------------------------------------------------------------------------------
@@ -333,6 +347,7 @@ def rollback(
     from ckptcli.history.replay import load_tail, replay
 
     subject = subject_of(workflow_id)
+    _local_journals(store, reading=not execute)  # a linked <store>/workflows: refused before anything
     if execute:
         with workflow_lock(store, workflow_id, probe=True):  # running: LockError first, whatever journal_dir says
             pass

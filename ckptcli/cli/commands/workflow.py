@@ -9,13 +9,21 @@ import typer
 
 from ckptcli.cli._common import open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
-from ckptcli.cli.output import emit_json, exit_status, out, safe, short
+from ckptcli.cli.output import emit_json, exit_status, out, safe, short, user_output_to_stderr
 from ckptcli.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
     from ckptcli.workflow import RollbackPlan, WorkflowStatus
 
 ACTIONS = ("ls", "show", "rollback")
+
+
+def journal_dir_path(text: str) -> Path:
+    """The parser of --journal-dir: an empty path is refused (Path("") is ".", a directory
+    nobody named)."""
+    if not text:
+        raise typer.BadParameter("the directory is empty: give the directory the workflows' journals are in, e.g. --journal-dir ./journals")
+    return Path(text)
 
 
 @app.command(
@@ -39,7 +47,9 @@ def workflow(
     run: Annotated[bool, typer.Option("--run", help="rollback: run the compensations (without it, only list them).")] = False,
     journal_dir: Annotated[
         Path | None,
-        typer.Option("--journal-dir", metavar="DIR", help="Where the workflows' journals are (default: <store>/workflows)."),
+        typer.Option(
+            "--journal-dir", metavar="DIR", parser=journal_dir_path, help="Where the workflows' journals are (default: <store>/workflows)."
+        ),
     ] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
@@ -52,8 +62,10 @@ def workflow(
     Exits 1 when a compensation raises or calls sys.exit() (run the rollback again to go
     on), 9 while the workflow runs, 11 when another rollback is unfinished. --journal-dir
     must be the directory the workflow was run with: one that does not exist (3), is not a
-    directory (4), is a link (8), or is not the store's workflows directory when that holds
-    the workflow's journal (4) is refused.
+    directory (4), is a link (8), is empty (2), or is not the store's workflows directory
+    when that holds the workflow's journal (4) is refused; ls lists every workflow, each
+    with its journal in the store's workflows directory if it is there, else in
+    --journal-dir.
 
     Examples:
 
@@ -101,7 +113,8 @@ def workflow(
     from ckptcli.schema.migrations import cwd_importable
 
     cwd_importable()  # a compensation recorded as module:function loads from the project's directory, as replay --check's code does
-    plan = wf.rollback(open_store(store), workflow_id, to, execute=run, journal_dir=journal_dir)
+    with user_output_to_stderr():  # the compensations (and their modules) print on stderr, never into --json
+        plan = wf.rollback(open_store(store), workflow_id, to, execute=run, journal_dir=journal_dir)
     if as_json:
         emit_json(plan.to_json())
         return
