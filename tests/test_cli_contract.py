@@ -26,7 +26,7 @@ def test_take_refuses_a_blob_name_given_twice(cli, st: Path, tmp_path: Path) -> 
     (tmp_path / "B").mkdir()
     (tmp_path / "B" / "notes.txt").write_text("other")
     r = cli("take", "--store", st, "--blob", f"ws={tmp_path / 'A'}", "--blob", f"ws={tmp_path / 'B'}")
-    assert r.code == ExitCode.USAGE, r
+    assert r.code == ExitCode.INVALID_INPUT, r  # as every other wrong --blob (it was 2, the only one)
     assert r.err.count("\n") == 1 and "--blob ws=" in r.err and "twice" in r.err, r.err
     assert json.loads(cli("ls", "--store", st, "--json").out) == []  # nothing taken
 
