@@ -167,7 +167,12 @@ class Encoder:
             try:
                 data = v.encode("utf-8")
             except UnicodeEncodeError:
-                raise self._fail(InvalidInputError("string is not valid Unicode (lone surrogate)")) from None
+                raise self._fail(
+                    InvalidInputError(
+                        "string is not valid Unicode (a lone surrogate, which UTF-8 cannot carry)",
+                        hint="fix the string where it is made (a broken \\ud800-style escape?), or store the raw bytes as bytes",
+                    )
+                ) from None
             self.logical_bytes += len(data)
             if len(data) > limits.CHUNK_THRESHOLD:
                 return _ext(EXT_STR, self._chunk_tree(EXT_STR, data))
@@ -202,7 +207,12 @@ class Encoder:
                 try:
                     key_len = len(k.encode("utf-8"))
                 except UnicodeEncodeError:
-                    raise self._fail(InvalidInputError(f"map key {k!r} is not valid Unicode (lone surrogate)")) from None
+                    raise self._fail(
+                        InvalidInputError(
+                            f"map key {k!r} is not valid Unicode (a lone surrogate, which UTF-8 cannot carry)",
+                            hint="fix the key where it is made (a broken \\ud800-style escape?)",
+                        )
+                    ) from None
                 if key_len > limits.MAX_KEY_BYTES:
                     raise self._fail(InvalidInputError(f"map key of {key_len} bytes is longer than {limits.MAX_KEY_BYTES}"))
                 kb = _packb(k)

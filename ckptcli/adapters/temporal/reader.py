@@ -468,7 +468,10 @@ def _first_line(exc: BaseException) -> str:
 def _event(raw: Any, n: int, where: str) -> HistoryEvent:
     """Check the fields ckpt reads itself: a map, its id n, a known type, a time."""
     if type(raw) is not dict:
-        raise InvalidInputError(f"{where}: events[{n - 1}] is a {type(raw).__name__}, not a history event (a JSON object)")
+        raise InvalidInputError(
+            f"{where}: events[{n - 1}] is a {type(raw).__name__}, not a history event (a JSON object)",
+            hint="give a history exported whole (`temporal workflow show --output json`)",
+        )
     eid = raw.get("eventId", raw.get("event_id"))
     seq = (
         eid if type(eid) is int else int(eid) if type(eid) is str and eid.isdecimal() and eid.isascii() and len(eid) <= 20 else None
@@ -493,7 +496,10 @@ def _event(raw: Any, n: int, where: str) -> HistoryEvent:
         )
     ts = event_time_ns(raw.get("eventTime", raw.get("event_time")))
     if ts is None:
-        raise InvalidInputError(f"{where}: event {n} ({name}) has no valid eventTime: {raw.get('eventTime')!r}")
+        raise InvalidInputError(
+            f"{where}: event {n} ({name}) has no valid eventTime: {raw.get('eventTime')!r}",
+            hint="every event of an exported history has one (an RFC 3339 time); export the history again",
+        )
     return HistoryEvent(n, ts, name, raw)
 
 
