@@ -213,7 +213,7 @@ class StoreChecker:
                 if t is not None:
                     self.ref_targets.append((path, t))
             except CkptError as exc:
-                self.problem("ref", path, exc.message)
+                self.problem("ref", path, str(exc))  # with its hint: what to do about it
         self._reflog()
 
     def _beside(self) -> None:
@@ -232,7 +232,7 @@ class StoreChecker:
             try:
                 _entries, bad_lines, torn = reflog.check(self.backend.read(path))
             except CkptError as exc:
-                self.problem("reflog", path, exc.message)
+                self.problem("reflog", path, str(exc))  # with its hint: what to do about it
                 continue
             if bad_lines:
                 more = f" (and {len(bad_lines) - 1} more)" if len(bad_lines) > 1 else ""
