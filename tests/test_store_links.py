@@ -345,3 +345,24 @@ def test_a_directory_1100_levels_deep_in_the_store_is_named_not_a_crash(
         assert len(fails) == 1 and f"rm -r {root / str(named)}" in fails[0]["detail"], fails
     prune = run_ckpt("--store", root, "prune", "--keep-last", "1")
     assert prune.returncode == (ExitCode.CORRUPT if area == "refs/tags" else 0), prune.stderr
+
+
+@pytest.mark.parametrize("linked", ["tags", "latest"])
+def test_a_linked_directory_of_reflogs_is_named_and_the_other_logs_still_listed(
+    store: tuple[Path, Path], outside: Path, linked: str
+) -> None:
+    """`ckpt reflog` (every ref) with a directory under logs/refs/ a symbolic link said "no
+    ref moves recorded", exit 0 (`--json`: []), dropping the entries of the logs beside
+    it too. It now warns in one line naming the link, as for a linked log file, and lists
+    the other logs' entries; the reflog of a ref through the link is still refused (8)."""
+    root, _doc = store
+    assert run_ckpt("--store", root, "tag", "keep", "agent:a").returncode == 0
+    at = _link_in_place(root, f"{layout.LOGS}/refs/{linked}", outside)
+    every = run_ckpt("--store", root, "reflog", "--json")
+    err = every.stderr.decode()
+    assert every.returncode == 0, err
+    assert err.startswith("ckpt: warning: ") and err.count("\n") == 1 and f"{at} is a symbolic link" in err and "left out" in err, err
+    refs = {e["ref"] for e in json.loads(every.stdout)}
+    assert refs == ({"latest/agent/a"} if linked == "tags" else {"tags/keep"}), refs
+    one = run_ckpt("--store", root, "reflog", "keep" if linked == "tags" else "agent:a")
+    assert one.returncode == ExitCode.UNSAFE_PATH, one.stderr

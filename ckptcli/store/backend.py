@@ -204,6 +204,13 @@ class Backend(ABC):
     def list(self, prefix: str) -> list[str]:
         """Args: a directory path. Returns: file paths below it (recursive), sorted."""
 
+    def list_around_links(self, prefix: str, warn: Callable[[UnsafePathError], None]) -> builtins.list[str]:
+        """Args: a directory path; what to call for each linked directory below it.
+        Returns: list(prefix), but a directory there that is a symbolic link is passed to
+        `warn` and left out rather than refused (for readers that show what they can:
+        `ckpt reflog` of every ref). Only a local store has links: this default lists."""
+        return self.list(prefix)
+
     def list_names(self, directory: str) -> builtins.list[str]:
         """Args: a directory path. Returns: the names of files directly in it (unsorted).
         Backends may override this with something faster than list()."""
@@ -937,6 +944,13 @@ class LocalBackend(LocalLocks, Backend):
         """Every file under `prefix`. A directory there that is a symbolic link is refused
         (UnsafePathError, as a write through it is), not left out: a listing that missed
         refs/tags or a pack directory would let prune remove what they keep."""
+        return self._list(prefix, None)
+
+    def list_around_links(self, prefix: str, warn: Callable[[UnsafePathError], None]) -> builtins.list[str]:
+        return self._list(prefix, warn)
+
+    def _list(self, prefix: str, warn: Callable[[UnsafePathError], None] | None) -> builtins.list[str]:
+        """`list`, or `list_around_links` with `warn`."""
         base = self._p(prefix)
         out: list[str] = []
         self._below(f"{prefix.rstrip('/')}/x")  # the directory listed itself, and those above it
@@ -954,7 +968,13 @@ class LocalBackend(LocalLocks, Backend):
                         out.append(path)
                     continue
                 if entry.is_symlink() and entry.is_dir():
-                    check_no_links(self._top, f"{path}/x", reading=True)
+                    try:
+                        check_no_links(self._top, f"{path}/x", reading=True)
+                    except UnsafePathError as exc:
+                        if warn is None:
+                            raise
+                        warn(exc)
+                        continue
                 out.append(path)
         except OSError as exc:
             raise io_error(exc, "list", base) from None
