@@ -366,3 +366,14 @@ def test_a_linked_directory_of_reflogs_is_named_and_the_other_logs_still_listed(
     assert refs == ({"latest/agent/a"} if linked == "tags" else {"tags/keep"}), refs
     one = run_ckpt("--store", root, "reflog", "keep" if linked == "tags" else "agent:a")
     assert one.returncode == ExitCode.UNSAFE_PATH, one.stderr
+
+
+def test_verify_names_a_linked_reflog_once(store: tuple[Path, Path], outside: Path) -> None:
+    """verify named a linked reflog twice: a warning (read for the dangling-heads check)
+    and its "damaged reflog" problem. It is one problem now, and no warning."""
+    root, _doc = store
+    at = _link_in_place(root, f"{layout.LOGS}/refs/latest/agent/a", outside)
+    verify = run_ckpt("--store", root, "verify")
+    assert verify.returncode == ExitCode.CORRUPT, verify.stderr
+    said = (verify.stdout + verify.stderr).decode()
+    assert said.count(f"{at} is a symbolic link") == 1 and "warning" not in said, said

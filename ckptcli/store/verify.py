@@ -272,7 +272,7 @@ class StoreChecker:
         """A take killed between its manifest and its ref: a note, not a problem."""
         store, manifests = self.store, self.decoded
         latest = {m.subject: t for path, t in self.ref_targets if (m := manifests.get(t)) and path == store.latest_ref(m.subject)}
-        moved_ns = {s: when for s in latest if (when := store.last_moved_ns(store.latest_ref(s))) is not None}
+        moved_ns = {s: when for s in latest if (when := store.last_moved_ns(store.latest_ref(s), quiet=True)) is not None}
         for cid, subject, head in dangling_heads(manifests, latest, moved_ns):
             if head is not None and is_nested(manifests[head].labels) and not is_nested(manifests[cid].labels):
                 self.rep.notes.append(
