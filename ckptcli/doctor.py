@@ -223,7 +223,7 @@ def check_store(ctx: Context) -> Iterable[Check]:
     try:
         refs = st.refs(strict=True)
     except CkptError as exc:
-        problems.append(f"a ref cannot be read ({exc.message})")
+        problems.append(f"a ref cannot be read ({exc})")  # with its hint: a planted directory says to remove it
         refs = {}
     ids = st.manifest_ids()
     rows = catalog.rows(st, save=False)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from ckptcli.errors import ExitCode
-from ckptcli.store import layout
+from ckptcli.store import dirwalk, layout
 from tests.conftest import run_ckpt
 
 
@@ -252,3 +253,127 @@ def test_an_unreadable_manifest_is_named_with_its_own_reason_by_stats_verify_ls_
     ls = run_ckpt("--store", root, "ls")
     assert ls.returncode == 0 and f"checkpoint {cid[:12]} is left out" in ls.stderr.decode(), ls.stderr
     assert run_ckpt("--store", root, "doctor").returncode == 1
+
+
+@pytest.fixture
+def plant_deep(store: tuple[Path, Path]) -> Iterator[Callable[[Path, str], Path]]:
+    """`_plant_deep`, and what it made removed afterwards without recursing (pytest's
+    own cleanup of tmp_path would hit the recursion limit in Python 3.11)."""
+    root = store[0]
+    yield _plant_deep
+    for area in layout.STORE_DIRS:
+        for p in (root / area).glob("*"):
+            if p.is_dir() and not p.is_symlink():
+                dirwalk.remove_tree(str(p))
+
+
+def _plant_deep(parent: Path, name: str, levels: int = 1100) -> Path:
+    """A directory `parent/name` with `levels` directories nested in it, made through
+    directory descriptors (the path of the deepest is longer than a path may be), a
+    symbolic link at its bottom; returns `parent/name`."""
+    parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for sub in (name, *["a"] * levels):
+            os.mkdir(sub, dir_fd=fd)
+            child = os.open(sub, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        os.symlink("/", "root", dir_fd=fd)
+    finally:
+        os.close(fd)
+    return parent / name
+
+
+def test_a_stale_temporary_directory_1100_levels_deep_is_removed_by_take_and_by_prune(
+    store: tuple[Path, Path], plant_deep: Callable[[Path, str], Path]
+) -> None:
+    """A directory nested 1,100 levels deep in tmp/ made the sweep of the next take crash
+    (shutil.rmtree recursed: exit 7 "input nests too deeply", the take lost) and prune
+    too, leaving it. tmp/ is now removed level by level with an explicit stack: the take
+    goes on and removes it (stale), prune empties tmp/ of a young one too."""
+    root, doc = store
+    stale = plant_deep(root / layout.TMP, ".ckpt-00000000000000aa.tmp")
+    _old(stale)
+    got = run_ckpt("--store", root, "take", doc, "-S", "agent:a")
+    assert got.returncode == 0, got.stderr
+    assert not os.path.lexists(stale)
+    young = plant_deep(root / layout.TMP, "planted")
+    verify = run_ckpt("--store", root, "verify")
+    assert verify.returncode == 0, verify.stderr
+    got = run_ckpt("--store", root, "prune", "--keep-last", "1")
+    assert got.returncode == 0, got.stderr
+    assert not os.path.lexists(young) and list((root / layout.TMP).iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("area", "kind", "named"),
+    [
+        ("refs/tags", "ref", "refs/tags/deep/a"),
+        ("logs/refs/tags", "reflog", "logs/refs/tags/deep/a"),
+        ("packs", "pack", "packs/deep/a"),
+        ("cache", None, None),
+        ("manifests", None, None),
+    ],
+)
+def test_a_directory_1100_levels_deep_in_the_store_is_named_not_a_crash(
+    store: tuple[Path, Path], plant_deep: Callable[[Path, str], Path], area: str, kind: str | None, named: str | None
+) -> None:
+    """The same nesting under refs/, logs/, packs/, cache/ or manifests/ made verify, ls,
+    reflog, prune and doctor crash (exit 7; doctor "the check itself failed:
+    RecursionError"): the listings recursed. They are iterative now and go no deeper than
+    ckpt's own paths there; a directory at that depth, where ckpt keeps only files, is
+    named by verify (exit 5) and by doctor, saying to remove it; what ckpt never reads
+    (cache/, a directory among the manifests) is no problem."""
+    root, _doc = store
+    plant_deep(root / area, "deep")
+    verify = run_ckpt("--store", root, "verify", "--json")
+    problems = [(p["kind"], p["name"]) for p in json.loads(verify.stdout)["problems"]] if verify.stdout else None
+    if kind is None:
+        assert verify.returncode == 0, verify.stderr
+    else:
+        assert verify.returncode == ExitCode.CORRUPT, verify.stderr
+        assert problems == [(kind, named)]
+    for args in (("ls",), ("reflog",), ("stats",)):
+        got = run_ckpt("--store", root, *args)
+        assert got.returncode == 0, (args, got.stderr)
+    doctor = run_ckpt("--store", root, "doctor", "--json")
+    assert b"RecursionError" not in doctor.stdout + doctor.stderr
+    if area == "refs/tags":
+        assert doctor.returncode == 1
+        fails = [c for c in json.loads(doctor.stdout)["checks"] if c["status"] == "fail"]
+        assert len(fails) == 1 and f"rm -r {root / str(named)}" in fails[0]["detail"], fails
+    prune = run_ckpt("--store", root, "prune", "--keep-last", "1")
+    assert prune.returncode == (ExitCode.CORRUPT if area == "refs/tags" else 0), prune.stderr
+
+
+@pytest.mark.parametrize("linked", ["tags", "latest"])
+def test_a_linked_directory_of_reflogs_is_named_and_the_other_logs_still_listed(
+    store: tuple[Path, Path], outside: Path, linked: str
+) -> None:
+    """`ckpt reflog` (every ref) with a directory under logs/refs/ a symbolic link said "no
+    ref moves recorded", exit 0 (`--json`: []), dropping the entries of the logs beside
+    it too. It now warns in one line naming the link, as for a linked log file, and lists
+    the other logs' entries; the reflog of a ref through the link is still refused (8)."""
+    root, _doc = store
+    assert run_ckpt("--store", root, "tag", "keep", "agent:a").returncode == 0
+    at = _link_in_place(root, f"{layout.LOGS}/refs/{linked}", outside)
+    every = run_ckpt("--store", root, "reflog", "--json")
+    err = every.stderr.decode()
+    assert every.returncode == 0, err
+    assert err.startswith("ckpt: warning: ") and err.count("\n") == 1 and f"{at} is a symbolic link" in err and "left out" in err, err
+    refs = {e["ref"] for e in json.loads(every.stdout)}
+    assert refs == ({"latest/agent/a"} if linked == "tags" else {"tags/keep"}), refs
+    one = run_ckpt("--store", root, "reflog", "keep" if linked == "tags" else "agent:a")
+    assert one.returncode == ExitCode.UNSAFE_PATH, one.stderr
+
+
+def test_verify_names_a_linked_reflog_once(store: tuple[Path, Path], outside: Path) -> None:
+    """verify named a linked reflog twice: a warning (read for the dangling-heads check)
+    and its "damaged reflog" problem. It is one problem now, and no warning."""
+    root, _doc = store
+    at = _link_in_place(root, f"{layout.LOGS}/refs/latest/agent/a", outside)
+    verify = run_ckpt("--store", root, "verify")
+    assert verify.returncode == ExitCode.CORRUPT, verify.stderr
+    said = (verify.stdout + verify.stderr).decode()
+    assert said.count(f"{at} is a symbolic link") == 1 and "warning" not in said, said

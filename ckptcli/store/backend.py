@@ -13,7 +13,6 @@ import errno
 import os
 import re
 import secrets
-import shutil
 import stat
 import sys
 import threading
@@ -24,7 +23,8 @@ from pathlib import Path
 from typing import IO
 
 from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError, UnsafePathError
-from ckptcli.store.layout import CACHE, LOCKS, PACK_TARGET_MAX, STORE_DIRS, TMP, versioned_cap
+from ckptcli.store import dirwalk
+from ckptcli.store.layout import CACHE, LOCKS, MAX_PATH_DEPTH, PACK_TARGET_MAX, STORE_DIRS, TMP, path_depth, versioned_cap
 from ckptcli.store.locking import LOCK_NOTICE_AFTER as LOCK_NOTICE_AFTER  # 0.2 names here, kept for one minor release
 from ckptcli.store.locking import WRITERS_DIR as WRITERS_DIR
 from ckptcli.store.locking import LocalLocks, check_no_links, linked_dir_hint, linked_file, no_links, open_unlinked
@@ -203,6 +203,13 @@ class Backend(ABC):
     @abstractmethod
     def list(self, prefix: str) -> list[str]:
         """Args: a directory path. Returns: file paths below it (recursive), sorted."""
+
+    def list_around_links(self, prefix: str, warn: Callable[[UnsafePathError], None]) -> builtins.list[str]:
+        """Args: a directory path; what to call for each linked directory below it.
+        Returns: list(prefix), but a directory there that is a symbolic link is passed to
+        `warn` and left out rather than refused (for readers that show what they can:
+        `ckpt reflog` of every ref). Only a local store has links: this default lists."""
+        return self.list(prefix)
 
     def list_names(self, directory: str) -> builtins.list[str]:
         """Args: a directory path. Returns: the names of files directly in it (unsorted).
@@ -807,11 +814,11 @@ class LocalBackend(LocalLocks, Backend):
         and follows none; walked without following any (a linked directory is listed,
         not entered). For `ckpt verify` and `ckpt doctor`, which name each one."""
         out: builtins.list[str] = []
-        for dirpath, dirs, files in os.walk(self._top):  # followlinks=False: a linked dir is in `dirs`, not walked
-            rel = os.path.relpath(dirpath, self._top)
-            for name in (*dirs, *files):
-                if os.path.islink(os.path.join(dirpath, name)):
-                    out.append(name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"))
+        # iterative, never entering a directory deeper than ckpt's own paths: a planted
+        # tree thousands of levels deep is no crash (the listings name it, `list`)
+        for rel, entry, _depth in dirwalk.entries(self._top, MAX_PATH_DEPTH):
+            if entry.is_symlink():
+                out.append(rel)
         return sorted(out)
 
     def link_hint(self, path: str) -> str:
@@ -851,15 +858,16 @@ class LocalBackend(LocalLocks, Backend):
     def remove_temp(self, name: str) -> None:
         """Remove tmp/NAME, whatever it is, following no link: a link is unlinked (never
         what it points to), a real directory removed with what is in it, the links in it
-        unlinked too (shutil.rmtree works through directory descriptors here: a link
-        swapped in meanwhile is not followed either). Gone already is no error."""
+        unlinked too (dirwalk.remove_tree works through directory descriptors, one level
+        at a time without recursing: a link swapped in meanwhile is not followed either,
+        and a tree of any depth is removed). Gone already is no error."""
         if "/" in name or name in ("", ".", ".."):
             raise InvalidInputError(f"refused to remove {name!r} from {TMP}/: not a name of an entry there")
         check_no_links(self._top, f"{TMP}/x")
         path = os.path.join(self._s(TMP), name)
         try:
             if stat.S_ISDIR(os.lstat(path).st_mode):
-                shutil.rmtree(path)
+                dirwalk.remove_tree(path)
             else:
                 os.unlink(path)
         except FileNotFoundError:
@@ -936,21 +944,41 @@ class LocalBackend(LocalLocks, Backend):
         """Every file under `prefix`. A directory there that is a symbolic link is refused
         (UnsafePathError, as a write through it is), not left out: a listing that missed
         refs/tags or a pack directory would let prune remove what they keep."""
+        return self._list(prefix, None)
+
+    def list_around_links(self, prefix: str, warn: Callable[[UnsafePathError], None]) -> builtins.list[str]:
+        return self._list(prefix, warn)
+
+    def _list(self, prefix: str, warn: Callable[[UnsafePathError], None] | None) -> builtins.list[str]:
+        """`list`, or `list_around_links` with `warn`."""
         base = self._p(prefix)
         out: list[str] = []
         self._below(f"{prefix.rstrip('/')}/x")  # the directory listed itself, and those above it
+        rel_base = os.path.relpath(base, self.root).replace(os.sep, "/")
+        start = 0 if rel_base == "." else rel_base.count("/") + 1
+        # iterative (an explicit stack), and no deeper than ckpt's paths there: a directory
+        # at that depth holds nothing ckpt wrote and is listed itself, so that its reader
+        # names it (a directory is no regular file) rather than walking a planted tree down
+        limit = path_depth(rel_base) - start
         try:
-            for dirpath, dirs, files in os.walk(base):
-                for d in dirs:
-                    if os.path.islink(os.path.join(dirpath, d)):
-                        rel_d = os.path.relpath(os.path.join(dirpath, d, "x"), self.root).replace(os.sep, "/")
-                        check_no_links(self._top, rel_d, reading=True)
-                rel = os.path.relpath(dirpath, self.root)
-                for f in files:
-                    out.append(f"{rel}/{f}" if rel != "." else f)
+            for rel, entry, depth in dirwalk.entries(os.fspath(base), limit):
+                path = rel if rel_base == "." else f"{rel_base}/{rel}"
+                if dirwalk.is_real_dir(entry):
+                    if depth >= limit:
+                        out.append(path)
+                    continue
+                if entry.is_symlink() and entry.is_dir():
+                    try:
+                        check_no_links(self._top, f"{path}/x", reading=True)
+                    except UnsafePathError as exc:
+                        if warn is None:
+                            raise
+                        warn(exc)
+                        continue
+                out.append(path)
         except OSError as exc:
             raise io_error(exc, "list", base) from None
-        return sorted(p.replace(os.sep, "/") for p in out)
+        return sorted(out)
 
     def list_names(self, directory: str) -> builtins.list[str]:
         # everything there is listed, a link, a FIFO, a device and a subdirectory too (only

@@ -112,6 +112,20 @@ def read_cap(path: str) -> int | None:
     return None
 
 
+#: the most components a path ckpt writes has, by its top directory (refs/latest/<kind>/<name>,
+#: logs/refs/latest/<kind>/<name>, packs/<2 hex>/<id>, cache/heads/<kind>/<name>...); the
+#: deepest of all is MAX_PATH_DEPTH. A directory at that depth holds nothing ckpt wrote:
+#: the listings of a local store do not enter it (dirwalk.py) but name it, as a problem
+#: (a planted tree 1,000 levels deep is named, never walked down to its bottom).
+PATH_DEPTHS = {PACKS: 3, INDEX: 2, MANIFESTS: 2, REFS: 4, LOGS: 5, LOCKS: 3, TMP: 2, CACHE: 4}
+MAX_PATH_DEPTH = max(PATH_DEPTHS.values())
+
+
+def path_depth(path: str) -> int:
+    """The most components a file ckpt writes at or below store path `path` has."""
+    return PATH_DEPTHS.get(path.strip("/").split("/", 1)[0], MAX_PATH_DEPTH)
+
+
 def versioned_cap(path: str) -> int | None:
     """The most bytes a compare-and-swap (`Backend.read_versioned`) reads of the file at
     `path`: a record file's `read_cap`; a reflog's MAX_REFLOG_SIZE (a log grows until

@@ -213,9 +213,16 @@ def read_all(backend: Backend, warn: Callable[[str], None], prefix: str = "refs"
     each log's entries in its own (append) order even where its clock stepped back, so
     numbering each ref's moves in this order gives the N of NAME@{N}. A log that cannot
     be read (larger than a reflog can be, say) is left out with a warning naming it."""
+
+    def left_out(exc: CkptError) -> None:
+        warn(f"{exc.message}; its entries are left out" + (f"; {exc.hint}" if exc.hint else ""))
+
     try:
-        paths = backend.list(f"{LOG_ROOT}/{prefix}")
-    except CkptError:
+        # a linked directory (logs/refs/branches...) is named and left out, as a linked
+        # log is: the other logs are still shown, never "no ref moves recorded"
+        paths = backend.list_around_links(f"{LOG_ROOT}/{prefix}", left_out)
+    except CkptError as exc:  # logs/ itself a link, say
+        left_out(exc)
         return []
     logs = []
     for p in paths:
@@ -224,7 +231,7 @@ def read_all(backend: Backend, warn: Callable[[str], None], prefix: str = "refs"
         except NotFoundError:
             continue  # removed since the listing
         except CkptError as exc:  # one unreadable log (too large, not a file): the others are shown
-            warn(f"{exc.message}; its entries are left out" + (f"; {exc.hint}" if exc.hint else ""))
+            left_out(exc)
     return list(heapq.merge(*logs, key=lambda e: e.time_ns, reverse=True))
 
 

@@ -242,14 +242,16 @@ class Refs:
             if cur is not None:
                 self.log_move(path, cur, cur, reason)
 
-    def last_moved_ns(self, path: str) -> int | None:
+    def last_moved_ns(self, path: str, *, quiet: bool = False) -> int | None:
         """When the ref at `path` was last moved (or deliberately kept) by this ckpt, from
         its reflog, or last reset (the ref's own `reset`, which survives a lost reflog);
-        None when it has neither (a store an older ckpt wrote)."""
+        None when it has neither (a store an older ckpt wrote). What is wrong with the
+        reflog is a warning, but not with `quiet` (verify, which names it as a problem)."""
+        warn = (lambda _message: None) if quiet else self.warn
         try:
-            entries = reflog.read(self.backend, path, self.warn)
+            entries = reflog.read(self.backend, path, warn)
         except CkptError as exc:  # unreadable (too large, say): as if there were none; verify names it
-            self.warn(f"{exc.message}; its entries are not used")
+            warn(f"{exc.message}; its entries are not used")
             entries = []
         when = entries[-1].time_ns if entries else None
         try:

@@ -582,13 +582,23 @@ class Store(Refs):
         return out
 
     def clean_stale_temps(self) -> int:
+        """Remove what killed writers left in tmp/ (`stale_temps`); how many were removed.
+        A take calls this first, and never fails for what tmp/ holds: an entry that cannot
+        be removed (no permission, a tree moved meanwhile) is left with one warning that
+        names it, for prune (which empties tmp/) or for its owner."""
         stale = self.stale_temps()
+        removed = 0
         for name in stale:
-            if isinstance(self.backend, LocalBackend):
-                self.backend.remove_temp(name.split("/", 1)[1])
-            else:
-                self.backend.delete(name)
-        return len(stale)
+            try:
+                if isinstance(self.backend, LocalBackend):
+                    self.backend.remove_temp(name.split("/", 1)[1])
+                else:
+                    self.backend.delete(name)
+            except CkptError as exc:
+                self.warn(f"{exc.message}; left in place (`ckpt prune` empties {layout.TMP}/)")
+                continue
+            removed += 1
+        return removed
 
     def empty_tmp(self) -> None:
         """Remove everything in tmp/ (prune, holding the store lock exclusively, so none

@@ -213,7 +213,7 @@ class StoreChecker:
                 if t is not None:
                     self.ref_targets.append((path, t))
             except CkptError as exc:
-                self.problem("ref", path, exc.message)
+                self.problem("ref", path, str(exc))  # with its hint: what to do about it
         self._reflog()
 
     def _beside(self) -> None:
@@ -232,7 +232,7 @@ class StoreChecker:
             try:
                 _entries, bad_lines, torn = reflog.check(self.backend.read(path))
             except CkptError as exc:
-                self.problem("reflog", path, exc.message)
+                self.problem("reflog", path, str(exc))  # with its hint: what to do about it
                 continue
             if bad_lines:
                 more = f" (and {len(bad_lines) - 1} more)" if len(bad_lines) > 1 else ""
@@ -272,7 +272,7 @@ class StoreChecker:
         """A take killed between its manifest and its ref: a note, not a problem."""
         store, manifests = self.store, self.decoded
         latest = {m.subject: t for path, t in self.ref_targets if (m := manifests.get(t)) and path == store.latest_ref(m.subject)}
-        moved_ns = {s: when for s in latest if (when := store.last_moved_ns(store.latest_ref(s))) is not None}
+        moved_ns = {s: when for s in latest if (when := store.last_moved_ns(store.latest_ref(s), quiet=True)) is not None}
         for cid, subject, head in dangling_heads(manifests, latest, moved_ns):
             if head is not None and is_nested(manifests[head].labels) and not is_nested(manifests[cid].labels):
                 self.rep.notes.append(
