@@ -370,9 +370,9 @@ class StoreChecker:
             return
         named = {p.name for p in self.rep.problems}
         for path in self.backend.planted_links():
-            if path in named:
-                continue
             at = os.path.join(self.backend.root, path)
+            if path in named or at in named:  # named already (a hook's check names its files by their full path)
+                continue
             if path.startswith(f"{layout.TMP}/"):
                 self.rep.notes.append(f"{path} is a symbolic link ckpt did not make (harmless: never followed; prune removes it): rm {at}")
             else:
