@@ -12,7 +12,6 @@ A blob entry is a map (formats/v1.md "The blobs section")::
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import os
 import stat
@@ -137,23 +136,25 @@ def capture(
     """
     rep = report if report is not None else CaptureReport()
     reads: list[_FileRead] = []
-    if not os.path.lexists(path):
-        # the path the user gave: say which blob, and where a relative path was looked for
-        blob = f"blob {name}: " if name else "blob "
+    # the path the user gave: said wrong here in the user's words (which blob, and where a
+    # relative path was looked for); anything else wrong with it, _walk says
+    blob = f"blob {name}: " if name else "blob "
+    try:
+        kind = _special(os.lstat(path).st_mode)
+    except FileNotFoundError:
         at = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
         raise InvalidInputError(
             f"{blob}{path} does not exist{at}", hint="give the path of an existing file or directory (--blob NAME=PATH)"
+        ) from None
+    except OSError:
+        kind = None
+    if kind is not None:
+        # below the top such a file is skipped with a warning, as tar does; as the top it
+        # would make a blob that holds nothing, taken without a word but that warning
+        raise InvalidInputError(
+            f"{blob}{path} is {kind}, not a file or directory: a blob holds files, directories and links",
+            hint="give the path of a regular file or a directory (--blob NAME=PATH)",
         )
-    with contextlib.suppress(OSError):  # _walk says what else is wrong with it
-        kind = _special(os.lstat(path).st_mode)
-        if kind is not None:
-            # below the top such a file is skipped with a warning, as tar does; as the top it
-            # would make a blob that holds nothing, taken without a word but that warning
-            blob = f"blob {name}: " if name else "blob "
-            raise InvalidInputError(
-                f"{blob}{path} is {kind}, not a file or directory: a blob holds files, directories and links",
-                hint="give the path of a regular file or a directory (--blob NAME=PATH)",
-            )
     entry = _walk(path, progress, rep, parent, reads)
     streams = encoder.encode_streams([(r.open, r.st.st_size) for r in reads], progress.advance)
     try:
