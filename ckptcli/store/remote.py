@@ -62,9 +62,15 @@ _FETCHERS = 4
 _AHEAD = 8
 
 
+#: the last bytes of an object that a write finding one at its content name compares with
+#: its own, with the size: a truncated or planted object differs in one or the other
+_TAIL = 4096
+
+
 def _content_named(path: str) -> bool:
     """Whether `path` names an immutable object by the hash of its bytes (a pack, an
-    index file, a manifest): written once, and "already there" is success."""
+    index file, a manifest): written once, and "already there" is success when what is
+    there is that object (`ObjectStoreIO._holds`)."""
     directory, _, name = path.rpartition("/")
     return directory.split("/", 1)[0] in (PACKS, INDEX, MANIFESTS) and ObjectCache.cacheable(name)
 
@@ -252,10 +258,11 @@ class ObjectStoreIO(Backend):
 
     # -- writes -----------------------------------------------------------------------
     def write_atomic(self, path: str, data: bytes) -> None:
-        if _content_named(path):
-            self.objects.put_if_absent(path, bytes(data))  # there already: the same bytes, by its name
-        else:
-            self.objects.put(path, bytes(data))
+        data = bytes(data)
+        if not _content_named(path):
+            self.objects.put(path, data)
+        elif not self.objects.put_if_absent(path, data) and not self._holds(path, len(data), data[-_TAIL:]):
+            self.objects.put(path, data)  # the same bytes by its name, whoever else writes them
 
     def write_atomic_many(self, items: Sequence[tuple[str, bytes]]) -> None:
         for path, data in items:
@@ -308,7 +315,10 @@ class ObjectStoreIO(Backend):
             if size < _MULTIPART_FROM:
                 self.write_atomic(path, handle.read())
                 return
-            if _content_named(path) and self.objects.exists(path):
+            handle.seek(size - min(size, _TAIL))
+            tail = handle.read()
+            handle.seek(0)
+            if _content_named(path) and self._holds(path, size, tail):
                 return  # the same pack, uploaded before (a copy or a take that raced this one)
             with self.objects.open_writer(path) as writer:
                 while part := handle.read(_PART):
@@ -318,6 +328,28 @@ class ObjectStoreIO(Backend):
             raise StoreIOError(f"cannot read back the local copy of {path} to upload it: {exc.strerror}") from None
         finally:
             handle.close()
+
+    def _holds(self, path: str, size: int, tail: bytes) -> bool:
+        """Whether the object at content-named `path` is the one to be written there, of
+        `size` bytes ending in `tail`: False when there is none, and when there is another
+        (a generic fsspec store writes in place, so a write killed midway leaves a
+        truncated object at the final name; or other bytes were put at that key), which
+        is named in a warning: the caller writes over it. An object of the same size and
+        last bytes is taken for the same; `ckpt verify --read-data` re-hashes it."""
+        try:
+            info = self.objects.stat(path)
+        except NotFoundError:
+            return False
+        if info.size == size and self.objects.get_range(path, size - len(tail), len(tail)) == tail:
+            return True
+        say = notices.handler()
+        if say is not None:
+            what = f"{info.size} bytes, not {size}" if info.size != size else "other bytes"
+            say(
+                f"{self.url}/{path}: the object there is not the one its name says ({what}: "
+                "left by a write cut short, or put there by something else); replaced it"
+            )
+        return False
 
     def discard_temp(self, temp: str, handle: IO[bytes]) -> None:
         with contextlib.suppress(OSError):
