@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -304,3 +305,22 @@ def test_init_format_version(tmp_path: Path) -> None:
     err = r.stderr.decode()
     assert r.returncode == 4 and "format version 3" in err and "Traceback" not in err
     assert not (tmp_path / "future").exists()
+
+
+def test_an_upgrade_cut_short_after_its_commit_point_is_finished_and_said_so(tmp_path: Path) -> None:
+    # killed after the config says version 2 and before every pack was rewritten (the
+    # upgrade's commit point comes first): run again, it finishes; "from 2 to 2" said nothing
+    store = tmp_path / "store"
+    shutil.copytree(V1 / "store", store)
+    opened = ckptcli.open_store(store)
+    try:
+        opened.set_config(dataclasses.replace(opened.config, version=2))
+    finally:
+        opened.close()
+    r = run_ckpt("migrate", "--format", store)
+    assert r.returncode == 0, r.stderr.decode()
+    line = r.stdout.decode()
+    assert line.startswith(f"finished the upgrade of store {store} to format version 2 that was cut short (v1-to-v2: "), line
+    assert "pack(s) are still in version 1" in line and "from format version" not in line, line
+    assert _headers(store, "packs") == {2}
+    assert run_ckpt("verify", "--read-data", "--store", store).returncode == 0

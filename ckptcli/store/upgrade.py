@@ -42,6 +42,8 @@ class UpgradeReport:
     target: str
     kind: str  # "store" | "file"
     steps: list[str] = field(default_factory=list)
+    #: why each step applies, in the order of `steps`
+    reasons: list[str] = field(default_factory=list)
     version_before: int = 0
     version_after: int = 0
     packs_rewritten: int = 0
@@ -147,7 +149,7 @@ def upgrade(target: Target, *, dry_run: bool = False, lock_wait: float = 300.0, 
         f.close()
         rep = UpgradeReport(str(target), "file", version_before=before, version_after=before, dry_run=dry_run)
         todo = pending(target)
-        rep.steps = [m.name for m, _why in todo]
+        rep.steps, rep.reasons = [m.name for m, _why in todo], [why for _m, why in todo]
         if not dry_run:
             for m, _why in todo:
                 m.apply(target, rep, progress)
@@ -158,7 +160,7 @@ def upgrade(target: Target, *, dry_run: bool = False, lock_wait: float = 300.0, 
     with target.backend.lock("store", shared=False, wait=lock_wait):
         rep = UpgradeReport(target.location, "store", version_before=target.version, version_after=target.version, dry_run=dry_run)
         todo = pending(target)
-        rep.steps = [m.name for m, _why in todo]
+        rep.steps, rep.reasons = [m.name for m, _why in todo], [why for _m, why in todo]
         for m, _why in todo:
             if not dry_run:
                 m.apply(target, rep, progress)

@@ -275,8 +275,13 @@ def _format(path: str | None, store: object, dry_run: bool, lock_wait: float, as
     if not rep.steps:
         c.print(f"{rep.target}: already format version {rep.version_after}; nothing to do", markup=False)
         return
-    verb = "would upgrade" if dry_run else "upgraded"
-    line = f"{verb} {rep.kind} {rep.target} from format version {rep.version_before} to {rep.version_after} ({', '.join(rep.steps)})"
+    if rep.version_before == rep.version_after:  # its commit point was passed, then it was cut short
+        steps = ", ".join(f"{step}: {why}" for step, why in zip(rep.steps, rep.reasons, strict=True))
+        verb = "would finish" if dry_run else "finished"
+        line = f"{verb} the upgrade of {rep.kind} {rep.target} to format version {rep.version_after} that was cut short ({steps})"
+    else:
+        verb = "would upgrade" if dry_run else "upgraded"
+        line = f"{verb} {rep.kind} {rep.target} from format version {rep.version_before} to {rep.version_after} ({', '.join(rep.steps)})"
     if rep.kind == "store" and not dry_run:
         line += f"; {rep.packs_rewritten} pack(s) rewritten, {rep.index_files_before} index file(s) now {rep.index_files_after}"
     c.print(line, markup=False)
