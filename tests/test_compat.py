@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,26 @@ def test_all_compatible_exits_0_with_a_table(cli, fixtures: dict[str, Path], tmp
     assert ET.parse(report).getroot().get("failures") == "0"
     # one file named directly works as well
     assert cli("compat", fixtures["good"] / "v3.ckpt", "-M", MIGRATIONS).code == 0
+
+
+def test_a_fifo_a_device_link_or_a_dangling_link_among_the_fixtures_is_incompatible_not_skipped(
+    cli, fixtures: dict[str, Path], tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    # found in a directory, they were left out without a word and the run passed
+    fixtures_dir = tmp_path / "fixtures"
+    fixtures_dir.mkdir()
+    (fixtures_dir / "v3.ckpt").write_bytes((fixtures["good"] / "v3.ckpt").read_bytes())
+    os.mkfifo(fixtures_dir / "fifo.ckpt")
+    (fixtures_dir / "zero.ckpt").symlink_to("/dev/zero")
+    (fixtures_dir / "gone.ckpt").symlink_to(tmp_path / "gone")
+    r = cli("compat", fixtures_dir, "-M", MIGRATIONS)
+    assert r.code == 1, r.err
+    rows = {line.split()[1].rsplit("/", 1)[-1]: line for line in r.out.splitlines()[1:-1]}
+    assert sorted(rows) == ["fifo.ckpt", "gone.ckpt", "v3.ckpt", "zero.ckpt"], r.out
+    assert rows["v3.ckpt"].startswith("as-is")
+    for name in ("fifo.ckpt", "zero.ckpt"):
+        assert rows[name].startswith("incompatible") and "is not a regular file" in rows[name], rows[name]
+    assert rows["gone.ckpt"].startswith("incompatible") and "does not exist" in rows["gone.ckpt"]
 
 
 def test_assume_version_and_target(cli, fixtures: dict[str, Path]) -> None:  # type: ignore[no-untyped-def]

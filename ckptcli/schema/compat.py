@@ -337,7 +337,9 @@ def _unreadable(r: CompatResult, exc: CkptError) -> None:
 
 
 def find_checkpoint_files(paths: Iterable[Path]) -> list[Path]:
-    """Files as given, and every *.ckpt under a directory (sorted, recursively).
+    """Files as given, and every *.ckpt under a directory (sorted, recursively): a FIFO,
+    a device or a link that is found there is listed too (and found no checkpoint file
+    when checked), never skipped without a word.
 
     Raises:
         NotFoundError for a path that does not exist.
@@ -345,7 +347,7 @@ def find_checkpoint_files(paths: Iterable[Path]) -> list[Path]:
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            out.extend(sorted(q for q in p.rglob("*.ckpt") if q.is_file()))
+            out.extend(sorted(q for q in p.rglob("*.ckpt") if q.is_symlink() or not q.is_dir()))
         elif p.exists():
             out.append(p)
         else:
