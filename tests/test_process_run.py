@@ -604,6 +604,15 @@ def test_state_is_restored_by_its_path_and_a_path_the_checkpoint_does_not_hold_i
     assert (env.work / "important.txt").read_text() == "IMPORTANT"
 
 
+def test_a_fifo_declared_as_state_is_one_line_exit_4_saying_what_to_declare(env: Env) -> None:
+    os.mkfifo(env.work / "pipe")
+    r = env.ckpt("run", "-S", SUBJECT, "-q", "--state", "pipe", "--", "true")
+    assert r.returncode == 4, r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "--state pipe: " in r.stderr and "is a FIFO, neither a regular file nor a directory" in r.stderr, r.stderr
+    assert "declare the regular files or directories the program keeps its state in" in r.stderr, r.stderr
+
+
 def test_a_restored_directory_holds_what_its_copy_holds_and_no_leftover(env: Env) -> None:
     """Files the program made in its state directory after the checkpoint, and the
     temporary file of a restore killed midway, are gone after a restore."""
@@ -671,7 +680,9 @@ def test_a_supervisor_killed_with_sigkill_leaves_a_record_the_next_run_clears(en
     seen = json.loads(env.ckpt("doctor", "--json").stdout)["checks"]
     (stale,) = [c for c in seen if c["name"] == f"supervisor {SUBJECT}"]
     assert stale["status"] == "warn" and f"(pid {sup.pid}) is gone" in stale["detail"], stale
-    assert f"its program (pid {orphan}) still runs, unsupervised" in stale["detail"] and f"ckpt halt {SUBJECT}" in stale["hint"]
+    assert f"its program (pid {orphan}) still runs, unsupervised" in stale["detail"]
+    # halt refuses while the program runs (below): the hint says to stop it first
+    assert stale["hint"].startswith(f"stop its program first (kill -TERM -{orphan}); then `ckpt halt {SUBJECT}`"), stale
     r = env.ckpt("checkpoint", SUBJECT)  # it said "its stale record was cleared", and kept it
     assert r.returncode == 3 and f"its program (pid {orphan}) still runs" in r.stderr and f"kill -TERM -{orphan}" in r.stderr, r.stderr
     r = env.ckpt("run", "-S", SUBJECT, "--state", "state.bin", "--", *prog)

@@ -40,7 +40,7 @@ def check(ctx: Context) -> Iterable[Check]:
         if not rec["stale"]:
             live.append(f"{subject} (pid {rec.get('pid')})")
             continue
-        yield Check(f"supervisor {subject}", WARN, _left(rec), f"`ckpt halt {subject}` (or the next `ckpt run` of it) undoes what it left")
+        yield Check(f"supervisor {subject}", WARN, _left(rec), _undo_hint(subject, rec))
     yield Check("process supervisors", OK, f"{len(live)} running on this host" + (f": {', '.join(live)}" if live else ""))
 
 
@@ -53,3 +53,13 @@ def _left(rec: dict[str, Any]) -> str:
     if isinstance(child, dict) and _alive(child.get("pid"), child.get("started")):
         said.append(f"its program (pid {child.get('pid')}) still runs, unsupervised")
     return "; ".join(said)
+
+
+def _undo_hint(subject: str, rec: dict[str, Any]) -> str:
+    """What undoes what a dead supervisor left: `ckpt halt` (or the next `ckpt run`) thaws
+    and clears, but refuses while its program still runs: that one is stopped first."""
+    then = f"`ckpt halt {subject}` (or the next `ckpt run` of it) undoes what it left"
+    child = rec.get("child")
+    if isinstance(child, dict) and _alive(child.get("pid"), child.get("started")):
+        return f"stop its program first (kill -TERM -{child.get('pgid', child.get('pid'))}); then {then}"
+    return then
