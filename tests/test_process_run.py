@@ -613,6 +613,27 @@ def test_a_fifo_declared_as_state_is_one_line_exit_4_saying_what_to_declare(env:
     assert "declare the regular files or directories the program keeps its state in" in r.stderr, r.stderr
 
 
+_WRITES_FOR_3S = [
+    sys.executable,
+    "-c",
+    "import pathlib, time\nfor i in range(10):\n    pathlib.Path('sd/keep.txt').write_text(str(i)); time.sleep(0.3)",
+]
+
+
+def test_the_supervisor_warns_once_of_a_link_its_checkpoints_skip(env: Env) -> None:
+    # `ckpt take` warns of what it skips; the supervisor said nothing
+    (env.work / "sd").mkdir()
+    (env.work / "sd" / "keep.txt").write_text("kept")
+    (env.work / "sd" / "out").symlink_to("/etc/passwd")
+    r = env.ckpt(
+        "run", "-S", SUBJECT, "--state", "sd", "--every", "300ms", "--freeze", "sigstop", "--timeout", "0.1", "--", *_WRITES_FOR_3S
+    )
+    assert r.returncode == 0, r.stderr
+    warned = [line for line in r.stderr.splitlines() if "warning:" in line]
+    assert len(warned) == 1 and "holds no copy of " in warned[0] and "sd/out (symlink to /etc/passwd" in warned[0], r.stderr
+    assert len(env.checkpoints()) >= 2, r.stderr  # it said so once, not at every checkpoint
+
+
 def test_a_restored_directory_holds_what_its_copy_holds_and_no_leftover(env: Env) -> None:
     """Files the program made in its state directory after the checkpoint, and the
     temporary file of a restore killed midway, are gone after a restore."""

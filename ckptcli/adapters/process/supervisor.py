@@ -395,6 +395,8 @@ class Supervisor:
         self.last: str | None = None  # the newest good checkpoint (taken or restored)
         self.restart_from: str | None = None  # during a backoff: the checkpoint the next start restores
         self.took_since_start = False
+        #: what a checkpoint skipped in the state paths (a link leaving them), said once each
+        self.skipped_said: set[str] = set()
         self.failures: dict[str | None, int] = {}
         self.streak = 0
         self.restarts = 0
@@ -896,6 +898,10 @@ class Supervisor:
         )
         self.snapshot = self.live
         self.tail = []
+        for skipped in result.capture.skipped:  # as `ckpt take` warns of them; once, not every checkpoint
+            if skipped not in self.skipped_said:
+                self.skipped_said.add(skipped)
+                self.cfg.log(f"warning: checkpoint {result.hex[:12]} holds no copy of {skipped}")
         return result.hex
 
     # -- exits and restarts ---------------------------------------------------------------------------
