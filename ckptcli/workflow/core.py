@@ -352,16 +352,36 @@ def _local_journals(store: Store, *, reading: bool = False) -> Path | None:
 _STORE_FILES = (".journal", ".journal.lock", ".lock")
 
 
-def _no_linked_files(root: Path, workflow_id: str) -> None:
-    """Refuse (UnsafePathError, exit 8) when a file of workflow `workflow_id` in the
-    store's `root` (<store>/workflows) is a symbolic link, whatever it points to: it is
-    never read or written through (the lock files are opened with O_NOFOLLOW as well)."""
-    from ckptcli.store.locking import linked_file
-
+def _no_planted_files(root: Path, workflow_id: str) -> None:
+    """Refuse, before anything is written, a file of workflow `workflow_id` in the store's
+    `root` (<store>/workflows) that is a symbolic link, whatever it points to
+    (UnsafePathError, exit 8), or no regular file (a FIFO, a device, a socket, a
+    directory: CorruptError, exit 5). This look only makes the refusal early: each of
+    these files is opened with O_NOFOLLOW|O_NONBLOCK and judged on the descriptor
+    (locking.open_regular), so one planted after it is refused the same way."""
     for suffix in _STORE_FILES:
-        path = root / f"{workflow_id}{suffix}"
-        if os.path.islink(path):
-            raise linked_file(path)
+        journal_file(root / f"{workflow_id}{suffix}")
+
+
+def journal_file(path: Path) -> bool:
+    """Whether there is a journal (or lock file) at `path`: True for a regular file, False
+    for nothing. Never follows a link or opens the file.
+
+    Raises: UnsafePathError (a symbolic link), CorruptError (a FIFO, a device, a socket,
+    a directory), StoreIOError (it cannot be looked at)."""
+    from ckptcli.store.locking import linked_file, not_regular
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise linked_file(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise not_regular(path, st.st_mode)
+    return True
 
 
 def journal_path(store: Store, workflow_id: str, journal_dir: str | Path | None = None) -> Path:
@@ -370,7 +390,7 @@ def journal_path(store: Store, workflow_id: str, journal_dir: str | Path | None 
     subject_of(workflow_id)
     local = _local_journals(store)
     if local is not None:
-        _no_linked_files(local, workflow_id)  # its lock is there whatever journal_dir says
+        _no_planted_files(local, workflow_id)  # its lock is there whatever journal_dir says
     if journal_dir is not None:
         root = _given_dir(journal_dir)
     elif local is not None:
@@ -431,7 +451,7 @@ def existing_journal(store: Store, workflow_id: str, journal_dir: str | Path | N
     path = journal_path(store, workflow_id, check_journal_dir(journal_dir))
     if local is not None:
         default = journal_path(store, workflow_id)
-        if default.is_file() and not _same_file(default, path):
+        if journal_file(default) and not _same_file(default, path):
             raise InvalidInputError(
                 f"workflow {workflow_id} keeps its journal in {default.parent}, not in {Path(journal_dir)}",
                 hint="leave out --journal-dir (journal_dir=): the store's own journal is the workflow's",
@@ -456,19 +476,19 @@ def workflow_lock(store: Store, workflow_id: str, *, probe: bool = False) -> Ite
     Raises: LockError when another run or rollback of the workflow holds it."""
     import fcntl
 
-    from ckptcli.store.locking import open_unlinked
+    from ckptcli.store.locking import open_regular
 
     root = _local_journals(store)
     subject_of(workflow_id)
     lock_path = root / f"{workflow_id}.lock" if root is not None else None
     if lock_path is not None:
-        _no_linked_files(lock_path.parent, workflow_id)
-    if lock_path is None or (probe and not lock_path.is_file()):
+        _no_planted_files(lock_path.parent, workflow_id)
+    if lock_path is None or (probe and not journal_file(lock_path)):
         yield
         return
     try:
         lock_path.parent.mkdir(exist_ok=True)
-        fd = open_unlinked(lock_path, os.O_RDWR | os.O_CREAT)  # a link planted since: UnsafePathError
+        fd = open_regular(lock_path, os.O_RDWR | os.O_CREAT)  # a link or FIFO planted since: refused, never followed
     except OSError as exc:
         raise StoreIOError(f"cannot open {lock_path}: {exc.strerror}") from None
     try:

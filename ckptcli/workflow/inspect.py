@@ -32,6 +32,7 @@ from ckptcli.workflow.core import (
     check_journal_dir,
     error_text,
     existing_journal,
+    journal_file,
     journal_path,
     recorded_steps,
     reducers,
@@ -165,7 +166,7 @@ def live_state(store: Store, workflow_id: str, journal_dir: str | Path | None = 
     red = reducers()
     _local_journals(store, reading=True)  # a linked <store>/workflows: refused as a read
     path = existing_journal(store, workflow_id, journal_dir)  # None: a remote store and no journal_dir, the checkpoints alone
-    if path is not None and path.is_file():
+    if path is not None and journal_file(path):  # a link or FIFO there: refused, never read as "no journal"
         j = read_journal(path)
         damage = j.damage(path)
         if damage is not None:
@@ -262,7 +263,7 @@ def _in_store(store: Store, workflow_id: str) -> bool:
     """Whether the store's workflows directory (a store on this host) holds the workflow's
     journal: then it is the workflow's, whatever journal directory was given."""
     path = existing_journal(store, workflow_id)
-    return path is not None and path.is_file()
+    return path is not None and journal_file(path)
 
 
 # -- rollback -------------------------------------------------------------------------------------------
@@ -352,7 +353,7 @@ def rollback(
         with workflow_lock(store, workflow_id, probe=True):  # running: LockError first, whatever journal_dir says
             pass
     path = existing_journal(store, workflow_id, journal_dir) or journal_path(store, workflow_id)  # the latter raises: no journal_dir
-    if not path.is_file():
+    if not journal_file(path):
         status(store, workflow_id, journal_dir=journal_dir)  # NotFoundError when there is no such workflow
     ck = open_checkpoint(to, store)
     if str(ck.manifest.subject) != subject:
@@ -386,7 +387,7 @@ def _execute(
 
     path.parent.mkdir(parents=True, exist_ok=True)
     # no journal here (a store on object storage, another host): go on from the latest checkpoint
-    base = None if path.is_file() else open_checkpoint(subject, store).hex
+    base = None if journal_file(path) else open_checkpoint(subject, store).hex
     rec = Recorder.open(store, subject, path, reducers=reducers(), base=base)
     try:
         wtype = wev.view(rec.state).get("type")

@@ -32,6 +32,7 @@ def journal_dir_path(text: str) -> Path:
         ExitCode.USAGE,
         ExitCode.NOT_FOUND,
         ExitCode.INVALID_INPUT,
+        ExitCode.CORRUPT,
         ExitCode.UNSAFE_PATH,
         ExitCode.LOCKED,
         ExitCode.NO_STORE,
@@ -65,7 +66,9 @@ def workflow(
     directory (4), is a link (8), is empty (2), or is not the store's workflows directory
     when that holds the workflow's journal (4) is refused; ls lists every workflow, each
     with its journal in the store's workflows directory if it is there, else in
-    --journal-dir.
+    --journal-dir. A journal or lock file that is a symbolic link (8), or a FIFO, socket
+    or device (5), is refused, never read or written through; so is a damaged journal
+    header (5).
 
     Examples:
 
