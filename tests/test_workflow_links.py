@@ -86,7 +86,7 @@ def test_a_linked_workflows_dir_is_never_read_through(store: Store, cli: Any, tm
         assert got.err.count("\n") == 1 and "reads nothing through it" in got.err and got.out == ""
 
 
-@pytest.mark.parametrize("suffix", [".journal", ".journal.lock", ".lock"])
+@pytest.mark.parametrize("suffix", [".journal", ".journal.lock", ".lock", ".journal-dir"])
 def test_a_linked_file_of_a_workflow_is_never_followed(store: Store, cli: Any, tmp_path: Path, suffix: str) -> None:
     workflow.run(store, "w1", flow, 2)
     ws = Path(store.location) / "workflows"
