@@ -243,9 +243,10 @@ def check_store(ctx: Context) -> Iterable[Check]:
 
 
 def _store_links(st: Any) -> Iterable[Check]:
-    """One check per symbolic link in a local store's tree (ckpt makes none, follows
-    none): harmless in tmp/ (a warning), elsewhere failing, as the commands that meet it
-    are refused or read around it; the lock files are `check_locks`'s."""
+    """One check per symbolic link, FIFO, socket or device in a local store's tree (ckpt
+    makes none, reads or writes through none): harmless in tmp/ (a warning), elsewhere
+    failing, as the commands that meet it are refused or read around it; the linked lock
+    files are `check_locks`'s."""
     from ckptcli.store.backend import LocalBackend
     from ckptcli.store.layout import TMP, lock_path
 
@@ -253,10 +254,17 @@ def _store_links(st: Any) -> Iterable[Check]:
     if not isinstance(backend, LocalBackend):
         return
     own = {lock_path(name) for name in LOCKS}  # check_locks names these
-    for path in backend.planted_links():
+    for path, what in backend.planted_files():
+        at = os.path.join(backend.root, path)
+        if what != "a symbolic link":
+            if path.startswith(f"{TMP}/"):
+                yield Check(f"file {path}", WARN, f"{at} is {what}: never read or written through (harmless)", f"rm {at}")
+            else:
+                refused = "every command that meets it is refused (exit 5) or reads around it"
+                yield Check(f"file {path}", FAIL, f"{at} is {what} ckpt did not make: {refused}", f"remove it (rm {at})")
+            continue
         if path in own:
             continue
-        at = os.path.join(backend.root, path)
         if path.startswith(f"{TMP}/"):
             yield Check(f"link {path}", WARN, f"{at} is a symbolic link: never followed (harmless; prune removes it)", f"rm {at}")
         else:

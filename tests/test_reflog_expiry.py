@@ -163,6 +163,27 @@ def test_reflog_expire_command(cli: Any, st: Path) -> None:
     assert r.code == ExitCode.INVALID_INPUT and "not a duration" in r.err
 
 
+def test_a_linked_directory_of_logs_is_left_out_with_a_warning_and_the_others_are_trimmed(cli: Any, st: Path, tmp_path: Path) -> None:
+    _a, b, _c = _reset_back(cli, st)
+    assert cli("tag", "t1", "agent:bot", "--store", st).code == 0
+    assert cli("tag", "-f", "t1", b, "--store", st).code == 0  # two entries in logs/refs/tags/t1
+    tags = st / "logs" / "refs" / "tags"
+    outside = tmp_path / "outside-tags"
+    os.rename(tags, outside)
+    tags.symlink_to(outside, target_is_directory=True)
+    before = outside.joinpath("t1").read_bytes()
+    log = st.joinpath(*LOG)
+    r = cli("reflog", "--expire", "0s", "--dry-run", "--store", st, "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out) == {"dry_run": True, "entries": 3, "logs": 1}  # it was 0: every log left untrimmed
+    assert r.err.count("\n") == 1 and "logs/refs/tags is a symbolic link" in r.err and "left as they are" in r.err, r.err
+    r = cli("prune", "--keep-last", "1", "--reflog-expire", "0s", "--store", st)
+    assert r.code == 0, r.err
+    assert "logs/refs/tags is a symbolic link" in r.err and "reflog: trimmed 3 " in r.out, (r.out, r.err)
+    assert len(log.read_bytes().splitlines()) < 4  # the 3 takes and the reset: trimmed
+    assert outside.joinpath("t1").read_bytes() == before and tags.is_symlink()  # never followed
+
+
 _KILLED = """
 import os, signal, sys, time
 from ckptcli.api import open_store

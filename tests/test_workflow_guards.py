@@ -7,13 +7,14 @@ sys.exit() or raises a BaseException fails the rollback in one line (exit 1), re
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ckptcli import workflow
-from ckptcli.errors import LockError
+from ckptcli.errors import InvalidInputError, LockError
 from ckptcli.store.repository import Store
 
 UNDONE: list[int] = []
@@ -80,6 +81,66 @@ def test_a_rollback_given_another_journal_dir_than_the_workflows_is_refused(stor
     got = cli("workflow", "rollback", "j2", "--to", first, "--run", *s)
     assert got.code == 0, got.err
     assert UNDONE == [4, 3, 2, 1]
+
+
+def _killed_at_5_in(store: Store, wid: str, journal_dir: Path) -> None:
+    """_killed_at_5, the workflow run with a journal directory of its own."""
+    CRASH_AT[0] = 5
+    try:
+        with pytest.raises(Crash):
+            workflow.run(store, wid, flow, 6, journal_dir=journal_dir)
+    finally:
+        CRASH_AT[0] = 0
+
+
+def test_a_journal_dir_other_than_the_one_the_workflow_was_run_with_is_refused(store: Store, cli: Any, tmp_path: Path) -> None:
+    """Run with its own directory X, then given an empty Y: the store's record of X tells
+    them apart from a workflow with no journal (a rollback from Y compensated nothing of
+    what X held since the latest checkpoint, and started a second history in Y)."""
+    UNDONE.clear()
+    x, y = tmp_path / "x", tmp_path / "y"
+    x.mkdir()
+    y.mkdir()
+    _killed_at_5_in(store, "j3", x)
+    record = Path(store.location) / "workflows" / "j3.journal-dir"
+    assert record.read_bytes() == os.fsencode(x)  # written at its first run
+    s = ["--store", store.location]
+    first = "workflow:j3~1"
+    for args in (
+        ["rollback", "j3", "--to", first, "--run", "--journal-dir", y],
+        ["rollback", "j3", "--to", first, "--journal-dir", y],
+        ["show", "j3", "--journal-dir", y],
+        ["show", "j3"],
+    ):
+        got = cli("workflow", *args, *s)
+        assert got.code == 4, (args, got.out, got.err)
+        assert got.err.count("\n") == 1 and f"workflow j3 keeps its journal in {x}, not in" in got.err, got.err
+        assert f"--journal-dir {x}" in got.err and (str(y) in got.err or "--journal-dir" not in args), got.err
+    assert UNDONE == [] and list(y.iterdir()) == []
+    for jd in (y, None):
+        with pytest.raises(InvalidInputError, match="keeps its journal in"):
+            workflow.run(store, "j3", flow, 6, journal_dir=jd)
+    assert list(y.iterdir()) == [] and sorted(os.listdir(Path(store.location) / "workflows")) == ["j3.journal-dir", "j3.lock"]
+    # ls lists it whatever it is given, from its checkpoints with a warning when not from X
+    got = cli("workflow", "ls", "--journal-dir", y, *s, "--json")
+    assert got.code == 0 and json.loads(got.out)[0]["steps_done"] == 3, (got.out, got.err)  # the journal's 4th not counted
+    assert got.err.count("\n") == 1 and f"workflow j3 keeps its journal in {x}, not in {y}" in got.err, got.err
+    assert [s.journal for s in workflow.list_workflows(store, journal_dir=x)] == [str(x / "j3.journal")]
+    got = cli("workflow", "show", "j3", "--journal-dir", x, *s, "--json")
+    assert got.code == 0 and json.loads(got.out)["pointer"] == 4
+    got = cli("workflow", "rollback", "j3", "--to", first, "--run", "--journal-dir", x, *s)
+    assert got.code == 0, got.err
+    assert UNDONE == [4, 3, 2, 1]
+
+
+def test_a_damaged_record_of_the_journal_dir_is_one_line(store: Store, cli: Any, tmp_path: Path) -> None:
+    workflow.run(store, "j4", flow, 1, journal_dir=tmp_path)
+    record = Path(store.location) / "workflows" / "j4.journal-dir"
+    record.write_bytes(b"relative/path")
+    got = cli("workflow", "show", "j4", "--journal-dir", tmp_path, "--store", store.location)
+    assert got.code == 5 and got.err.count("\n") == 1 and "j4.journal-dir is damaged" in got.err and "remove it" in got.err, got.err
+    record.unlink()  # as the line says: the workflow is read as before such records were kept
+    assert cli("workflow", "show", "j4", "--journal-dir", tmp_path, "--store", store.location).code == 0
 
 
 @pytest.mark.parametrize(

@@ -1,21 +1,29 @@
 """A durable workflow's files in a local store (<store>/workflows: the journal, its lock,
 the workflow's lock) are never read or written through a symbolic link, the directory
 itself or any file in it (docs/storage.md): refused in one line, exit 8 (library:
-UnsafePathError), with nothing written; and what a compensation prints never reaches
-the command's stdout (`--json` is the command's own)."""
+UnsafePathError), with nothing written; nor through a FIFO, a socket or a device there,
+which is never waited on (exit 5, CorruptError), and which verify and doctor name; and
+what a compensation prints never reaches the command's stdout (`--json` is the
+command's own)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import socket
+import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ckptcli import workflow
-from ckptcli.errors import UnsafePathError
+from ckptcli.errors import CorruptError, UnsafePathError
+from ckptcli.listing import list_checkpoints
 from ckptcli.store.repository import Store
 
 
@@ -78,7 +86,7 @@ def test_a_linked_workflows_dir_is_never_read_through(store: Store, cli: Any, tm
         assert got.err.count("\n") == 1 and "reads nothing through it" in got.err and got.out == ""
 
 
-@pytest.mark.parametrize("suffix", [".journal", ".journal.lock", ".lock"])
+@pytest.mark.parametrize("suffix", [".journal", ".journal.lock", ".lock", ".journal-dir"])
 def test_a_linked_file_of_a_workflow_is_never_followed(store: Store, cli: Any, tmp_path: Path, suffix: str) -> None:
     workflow.run(store, "w1", flow, 2)
     ws = Path(store.location) / "workflows"
@@ -149,3 +157,143 @@ def test_an_empty_journal_dir_is_refused(store: Store, cli: Any, tmp_path: Path,
         with pytest.raises(InvalidInputError, match="empty"):
             call()
     assert os.listdir(tmp_path) == ["store"]
+
+
+# -- special files: a FIFO (or a socket) where a workflow keeps a file --------------------------------
+REPO = Path(__file__).resolve().parents[1]
+RUN_FLOW = """
+import sys
+import ckptcli
+from ckptcli import workflow
+from ckptcli.errors import CkptError
+
+
+def flow(ctx, n):
+    return n
+
+
+try:
+    workflow.run(ckptcli.open_store(sys.argv[1]), "w1", flow, 1)
+except CkptError as exc:
+    print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+    sys.exit(int(exc.exit_code))
+"""
+
+
+def _ckpt(*args: str | os.PathLike[str]) -> subprocess.CompletedProcess[str]:
+    """`ckpt ARGS` in a subprocess of this checkout: one that hangs fails the test after 20 s."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "ckptcli", *map(str, args)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=20,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"ckpt {' '.join(map(str, args))} hung (killed after 20 s)")
+
+
+def _run_flow(store: Store) -> subprocess.CompletedProcess[str]:
+    """workflow.run of w1 (the library) in a subprocess: one that hangs fails the test."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", RUN_FLOW, store.location], capture_output=True, text=True, cwd=REPO, timeout=20, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("workflow.run hung on a FIFO (killed after 20 s)")
+
+
+def _fifo(path: Path) -> None:
+    path.parent.mkdir(exist_ok=True)
+    if path.exists():
+        path.unlink()
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize("suffix", [".journal", ".journal.lock", ".lock"])
+def test_a_fifo_for_a_file_of_a_new_workflow_is_refused_without_hanging(store: Store, suffix: str) -> None:
+    ws = Path(store.location) / "workflows"
+    _fifo(ws / f"w1{suffix}")  # the open of a FIFO to read or append blocks until a writer or reader comes
+    got = _run_flow(store)
+    assert got.returncode == 5, (got.stdout, got.stderr)
+    assert f"w1{suffix} is a FIFO, not a regular file" in got.stderr and got.stderr.count("\n") == 1, got.stderr
+    assert sorted(os.listdir(ws)) == [f"w1{suffix}"] and stat.S_ISFIFO(os.lstat(ws / f"w1{suffix}").st_mode)
+    assert list_checkpoints(store) == []  # refused before the first checkpoint
+
+
+def test_a_fifo_for_the_journal_of_a_workflow_is_named_by_every_command_never_waited_on(store: Store) -> None:
+    workflow.run(store, "w1", flow, 2)
+    journal = Path(store.location) / "workflows" / "w1.journal"
+    _fifo(journal)
+    got = _run_flow(store)
+    assert got.returncode == 5 and "w1.journal is a FIFO" in got.stderr, got.stderr
+    s = ["--store", store.location]
+    for args in (["show", "w1"], ["ls"], ["rollback", "w1", "--to", "workflow:w1~1"], ["rollback", "w1", "--to", "workflow:w1~1", "--run"]):
+        r = _ckpt("workflow", *args, *s)
+        assert r.returncode == 5, (args, r.stdout, r.stderr)
+        assert r.stderr.count("\n") == 1 and "w1.journal is a FIFO, not a regular file" in r.stderr and "remove it" in r.stderr, r.stderr
+    assert stat.S_ISFIFO(os.lstat(journal).st_mode)  # neither written through nor replaced
+    for cmd in ("verify", "doctor"):
+        r = _ckpt(cmd, *s)
+        assert r.returncode == (5 if cmd == "verify" else 1), (cmd, r.stdout, r.stderr)
+        assert "workflows/w1.journal is a FIFO" in r.stdout, (cmd, r.stdout)
+
+
+def test_a_socket_in_a_custom_journal_dir_is_refused(store: Store, tmp_path: Path) -> None:
+    d = tmp_path / "short"
+    d.mkdir()
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(d / "w1.journal"))
+        with pytest.raises(CorruptError, match=re.escape("w1.journal is a socket, not a regular file")):
+            workflow.run(store, "w1", flow, 1, journal_dir=d)
+        with pytest.raises(CorruptError, match="is a socket"):
+            workflow.status(store, "w1", journal_dir=d)
+    finally:
+        sock.close()
+
+
+def test_a_journal_replaced_by_a_link_after_it_was_looked_at_is_never_appended_through(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look before the open is not what protects the journal: a link planted after it
+    (here, as the recorder opens the journal to append) is refused by the open itself."""
+    from ckptcli.history import recorder
+
+    workflow.run(store, "w1", flow, 1)
+    journal = Path(store.location) / "workflows" / "w1.journal"
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"not ckpt's")
+    real_open = recorder.Recorder._open_writer
+
+    def planted_then_open(self: recorder.Recorder) -> Any:
+        if self.path == journal:  # what a process racing the checks does
+            journal.unlink()
+            journal.symlink_to(outside)
+        return real_open(self)
+
+    monkeypatch.setattr(recorder.Recorder, "_open_writer", planted_then_open)
+    with pytest.raises(UnsafePathError, match=re.escape("w1.journal is a symbolic link")):
+        workflow.rollback(store, "w1", "workflow:w1~1", execute=True)
+    assert outside.read_bytes() == b"not ckpt's"
+
+
+def test_the_recorder_never_appends_to_a_link_or_waits_on_a_fifo(store: Store, tmp_path: Path) -> None:
+    from ckptcli.history.recorder import Recorder, open_journal
+
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"")
+    link = tmp_path / "j.journal"
+    link.symlink_to(outside)
+    with pytest.raises(UnsafePathError, match=re.escape("j.journal is a symbolic link")):
+        Recorder.open(store, "agent:a", link)
+    with pytest.raises(UnsafePathError, match=re.escape("j.journal is a symbolic link")):
+        open_journal(link, os.O_WRONLY | os.O_APPEND)
+    fifo = tmp_path / "f.journal"
+    os.mkfifo(fifo)
+    for flags in (os.O_RDONLY, os.O_WRONLY | os.O_APPEND, os.O_RDWR | os.O_CREAT):
+        with pytest.raises(CorruptError, match=re.escape("f.journal is a FIFO")):
+            open_journal(fifo, flags)
+    assert outside.read_bytes() == b""

@@ -85,8 +85,10 @@ the allowed root or through a symlink and 9 when the subject is already supervis
 line naming it; it is recorded, and running the rollback again goes on with it), 9 while the
 workflow runs (whatever `--journal-dir` each was given) and 11 when a rollback to another
 checkpoint is unfinished; `ckpt workflow` exits 3 for a `--journal-dir` that does not exist, 4
-for one that is not a directory or is not the one holding the workflow's journal, 8 for a
-symbolic link; the library's `NonDeterminismError` (a re-run that calls another
+for one that is not a directory, is not the one holding the workflow's journal or is not the
+one its first run recorded, 8 for a
+symbolic link, and 5 for a workflow's journal or lock file that is a FIFO, a socket or a
+device (never waited on, read or written through); the library's `NonDeterminismError` (a re-run that calls another
 step than the recorded run did) carries 13 (docs/workflows.md).
 When the reader of stdout goes away early (`ckpt log | head`), every command stops quietly
 and exits 0, as `git log | head` does: nothing it would have printed is an error. The one

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import threading
 import time
 import uuid
@@ -266,20 +265,45 @@ def _cut_off(data: bytes, pos: int) -> tuple[int, bool]:
     return n, False
 
 
-def read_journal(path: Path) -> JournalContents:
-    """Read a journal: the header, then records up to the first that is torn or damaged.
+def open_journal(path: str | os.PathLike[str], flags: int, *, follow: bool = False) -> int:
+    """The journal (or its lock file) at `path`, opened with `flags`: never through a
+    symbolic link (UnsafePathError, exit 8; `follow`: a link the user named to read is
+    followed), never waiting on a FIFO, and only a regular file (CorruptError, exit 5),
+    judged on the file opened (locking.open_regular). Raises: OSError besides."""
+    from ckptcli.store.locking import open_regular
 
-    Raises:
-        CorruptError when the file is not a journal or its header record is damaged;
-        StoreIOError when it cannot be read.
-    """
+    return open_regular(path, flags, 0o644, follow=follow)
+
+
+def journal_size(path: Path) -> int:
+    """The size of the journal at `path`, 0 when there is none (judged on the file opened,
+    as `open_journal`). Raises: UnsafePathError, CorruptError, StoreIOError."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO given or planted must not hang
+        fd = open_journal(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return 0
     except OSError as exc:
         raise StoreIOError(f"cannot read journal {path}: {exc.strerror}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise CorruptError(f"{path} is not a ckpt journal (not a regular file)", hint="give the recorder's journal file")
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
+def read_journal(path: Path, *, follow: bool = False) -> JournalContents:
+    """Read a journal: the header, then records up to the first that is torn or damaged.
+    `follow`: a symbolic link at `path` (one the user named) is read through.
+
+    Raises:
+        CorruptError when the file is not a journal (a FIFO, a device...) or its header
+        record is damaged; UnsafePathError when it is a link; StoreIOError when it cannot
+        be read.
+    """
+    try:
+        fd = open_journal(path, os.O_RDONLY, follow=follow)  # a FIFO given or planted must not hang
+    except OSError as exc:
+        raise StoreIOError(f"cannot read journal {path}: {exc.strerror}") from None
+    try:
         with open(fd, "rb", closefd=False) as f:
             data = f.read()
     except OSError as exc:
@@ -320,7 +344,7 @@ def write_journal(path: Path, header: dict[str, Any], records: Iterable[bytes] =
         for rec in records:
             fh.write(rec)
 
-    write_file_atomic(path, write, f"journal {path}")
+    write_file_atomic(path, write, f"journal {path}", through=False)  # a link or FIFO planted there is replaced, never written through
 
 
 # -- the recorder ------------------------------------------------------------------------------------
@@ -394,7 +418,7 @@ class Recorder:
         parse_labels(rec.labels)
         rec._acquire()
         try:
-            if rec.path.exists() and rec.path.stat().st_size > 0:
+            if journal_size(rec.path) > 0:
                 rec._recover()
                 if rec._schedule is not None and rec.recovery is not None and rec.recovery.dropped_bytes:
                     rec._schedule.failed(time.monotonic())  # a torn journal: the last run died mid-write
@@ -433,7 +457,7 @@ class Recorder:
 
         lock_path = self.path.with_name(self.path.name + ".lock")
         try:
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            fd = open_journal(lock_path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
             raise StoreIOError(f"cannot open {lock_path}: {exc.strerror}") from None
         try:
@@ -456,7 +480,7 @@ class Recorder:
 
     def _open_writer(self) -> JournalWriter:
         """The journal, open to append to (raises OSError)."""
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        fd = open_journal(self.path, os.O_WRONLY | os.O_APPEND)  # never a link or FIFO planted since it was read
         try:
             size = os.fstat(fd).st_size
         except OSError:

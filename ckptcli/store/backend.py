@@ -24,10 +24,10 @@ from typing import IO
 
 from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError, UnsafePathError
 from ckptcli.store import dirwalk
-from ckptcli.store.layout import CACHE, LOCKS, MAX_PATH_DEPTH, PACK_TARGET_MAX, STORE_DIRS, TMP, path_depth, versioned_cap
+from ckptcli.store.layout import CACHE, JOURNAL_DIR, LOCKS, MAX_PATH_DEPTH, PACK_TARGET_MAX, STORE_DIRS, TMP, path_depth, versioned_cap
 from ckptcli.store.locking import LOCK_NOTICE_AFTER as LOCK_NOTICE_AFTER  # 0.2 names here, kept for one minor release
 from ckptcli.store.locking import WRITERS_DIR as WRITERS_DIR
-from ckptcli.store.locking import LocalLocks, check_no_links, linked_dir_hint, linked_file, no_links, open_unlinked
+from ckptcli.store.locking import LocalLocks, check_no_links, file_kind, linked_dir_hint, linked_file, no_links, open_unlinked
 from ckptcli.store.locking import Mark as Mark
 from ckptcli.store.locking import WriterMark as WriterMark
 from ckptcli.store.locking import lock_holder as lock_holder
@@ -402,7 +402,7 @@ def create_temp(
     raise FileExistsError(errno.EEXIST, f"no free temporary name after {TEMP_TRIES} random tries")
 
 
-def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str = "") -> None:
+def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str = "", *, through: bool = True) -> None:
     """Write the file at `path` whole or not at all, outside a store (an exported
     checkpoint, a restored document, a recorder's journal): `write` fills a new
     temporary file beside it (create_temp: random name, O_EXCL|O_NOFOLLOW; the mode of
@@ -414,14 +414,16 @@ def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str 
     descriptors (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N, or a link to one:
     writing there means writing to the descriptor, whatever it is open on), and a path
     that is (or links to) something other than a regular file (a FIFO, a device such as
-    /dev/null, a socket).
+    /dev/null, a socket). Not with `through` False (a file ckpt keeps, such as a
+    journal): whatever is at `path` then, a link or a FIFO too, is replaced by the
+    rename, never written through (nor waited on: a FIFO's open blocks for a reader).
 
     Raises:
         StoreIOError naming `what` (default: the path) for an OSError; InvalidInputError
         when `path` is a directory; what `write` raised.
     """
     shown = what or str(path)
-    fd_alias = descriptor_named(path)
+    fd_alias = descriptor_named(path) if through else None
     if fd_alias is not None:
         try:
             fd = os.dup(fd_alias)
@@ -430,14 +432,14 @@ def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str 
         _write_to(fd, write, shown)
         return
     try:
-        st: os.stat_result | None = os.stat(path)
+        st: os.stat_result | None = os.stat(path) if through else os.lstat(path)
     except FileNotFoundError:
         st = None
     except OSError as exc:
         raise output_error(exc, shown, path) from None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise InvalidInputError(f"cannot write {shown}: it is a directory", hint="give the name of a file")
-    if st is not None and not stat.S_ISREG(st.st_mode) and _write_through(path, write, shown):
+    if through and st is not None and not stat.S_ISREG(st.st_mode) and _write_through(path, write, shown):
         return
     parent = path.parent
     tmp: Path | None = None
@@ -809,17 +811,31 @@ class LocalBackend(LocalLocks, Backend):
             raise io_error(exc, "create a temporary file in", self.root / TMP) from None
         return f"{TMP}/{name}", fd
 
-    def planted_links(self) -> builtins.list[str]:
-        """Every symbolic link in the store's tree (store paths, sorted): ckpt makes none,
-        and follows none; walked without following any (a linked directory is listed,
-        not entered). For `ckpt verify` and `ckpt doctor`, which name each one."""
-        out: builtins.list[str] = []
+    def planted_files(self) -> builtins.list[tuple[str, str]]:
+        """Every file of the store's tree that ckpt never makes, (store path, what it is),
+        sorted: a symbolic link ("a symbolic link"; ckpt follows none), a FIFO, a socket or
+        a device (`file_kind`; ckpt reads and writes through none, nor waits on a FIFO).
+        Walked in one pass without following any link (a linked directory is listed, not
+        entered). For `ckpt verify` and `ckpt doctor`, which name each one. The LangGraph
+        saver's directory (`langgraph/`) has its own checks, which say what the saver does
+        with a file there that is no regular one (it skips it): its links only are here."""
+        out: builtins.list[tuple[str, str]] = []
+        adapters = f"{JOURNAL_DIR}/"
         # iterative, never entering a directory deeper than ckpt's own paths: a planted
         # tree thousands of levels deep is no crash (the listings name it, `list`)
         for rel, entry, _depth in dirwalk.entries(self._top, MAX_PATH_DEPTH):
-            if entry.is_symlink():
-                out.append(rel)
+            try:
+                if entry.is_symlink():
+                    out.append((rel, "a symbolic link"))
+                elif not rel.startswith(adapters) and not entry.is_dir(follow_symlinks=False) and not entry.is_file(follow_symlinks=False):
+                    out.append((rel, file_kind(entry.stat(follow_symlinks=False).st_mode)))
+            except OSError:
+                continue  # gone meanwhile
         return sorted(out)
+
+    def planted_links(self) -> builtins.list[str]:
+        """The symbolic links of `planted_files` (store paths, sorted)."""
+        return [path for path, what in self.planted_files() if what == "a symbolic link"]
 
     def link_hint(self, path: str) -> str:
         """What to do about the link at store path `path` (`planted_links`): one clause."""

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from ckptcli import notices
-from ckptcli.errors import InvalidInputError, LockError, UnsafePathError, UsageError
+from ckptcli.errors import CorruptError, InvalidInputError, LockError, UnsafePathError, UsageError
 from ckptcli.store.command import current_command
 from ckptcli.store.layout import CACHE, INDEX, LOCKS, LOGS, MANIFESTS, PACKS, REFS, TMP, WRITERS, lock_path
 from ckptcli.store.oserror import io_error
@@ -37,12 +37,15 @@ __all__ = [
     "WriterMark",
     "check_lock_wait",
     "check_no_links",
+    "file_kind",
     "linked_dir_hint",
     "linked_file",
     "lock_holder",
     "no_linked_dirs",
     "no_links",
+    "not_regular",
     "note_holder",
+    "open_regular",
     "open_unlinked",
 ]
 
@@ -117,6 +120,63 @@ def open_unlinked(path: str | os.PathLike[str], flags: int, mode: int = 0o644) -
         if exc.errno == errno.ELOOP and os.path.islink(path):
             raise linked_file(path) from None
         raise
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words ("a FIFO", "a socket"...)."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def not_regular(path: str | os.PathLike[str], mode: int) -> CorruptError:
+    """The error for a file ckpt keeps (a journal, a lock file) that is something else than
+    a regular file (a FIFO, a device, a socket, a directory): never read or written
+    through, as a manifest that is no file is not (exit 5, docs/storage.md)."""
+    return CorruptError(
+        f"{os.fspath(path)} is {file_kind(mode)}, not a regular file; ckpt never reads or writes through it",
+        hint="something other than ckpt put it there: remove it",
+    )
+
+
+def open_regular(path: str | os.PathLike[str], flags: int, mode: int = 0o644, *, follow: bool = False) -> int:
+    """`open_unlinked` of a file that must be a regular one (a journal, a lock file): a
+    symbolic link is refused (`linked_file`, exit 8), and so is anything else than a
+    regular file (`not_regular`, exit 5), judged on the descriptor opened (fstat), never
+    on a look before the open, which a file planted in between would pass. Opened with
+    O_NONBLOCK, which changes nothing for a regular file: a FIFO planted there is never
+    waited on (an open for reading or appending would block until a writer or reader
+    came). `follow`: a link the user named is followed (to a regular file only).
+    Raises: UnsafePathError, CorruptError, OSError (anything else)."""
+    try:
+        if follow:
+            fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+        else:
+            fd = open_unlinked(path, flags | os.O_NONBLOCK, mode)
+    except OSError as exc:
+        # a FIFO without a reader, or a socket, opened to write: ENXIO; a directory: EISDIR
+        try:
+            st = os.stat(path) if follow else os.lstat(path)
+        except OSError:
+            raise exc from None
+        if not stat.S_ISREG(st.st_mode):
+            raise not_regular(path, st.st_mode) from None
+        raise
+    try:
+        st_mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(st_mode):
+        os.close(fd)
+        raise not_regular(path, st_mode)
+    return fd
 
 
 def check_lock_wait(seconds: float, option: str = "--lock-wait") -> float:

@@ -293,10 +293,22 @@ def expire(
     a log is rewritten by compare-and-swap, trimmed again if an entry came meanwhile;
     one left empty is removed only when the caller holds the store lock exclusively
     (`exclusive`: no ref moves meanwhile; object storage has no conditional delete),
-    else left empty. Nothing is written with `dry_run`. Returns: each log's outcome."""
+    else left empty. Nothing is written with `dry_run`. Returns: each log's outcome.
+
+    A log that cannot be read, and a directory of logs that is a symbolic link (never
+    followed), are left as they are with a warning naming them; the other logs are
+    trimmed all the same (one linked directory left every log untrimmed)."""
+
+    def left_out(exc: CkptError) -> None:
+        if warn is not None:
+            warn(f"{exc.message}; its entries are left as they are" + (f"; {exc.hint}" if exc.hint else ""))
+
     try:
-        paths = backend.list(f"{LOG_ROOT}/refs")
-    except CkptError:
+        paths = backend.list_around_links(f"{LOG_ROOT}/refs", left_out)
+    except NotFoundError:
+        return []
+    except CkptError as exc:  # logs/ or logs/refs itself a link, say: nothing below it is read
+        left_out(exc)
         return []
     out: list[Trimmed] = []
     for path in paths:

@@ -50,7 +50,7 @@ PHASES = ("index", "packs", "refs", "manifests", "structure", "read-data")
 
 @dataclass
 class Problem:
-    kind: str  # pack, index, manifest, ref, reflog, config, object, file, link, journal (a LangGraph saver's)
+    kind: str  # pack, index, manifest, ref, reflog, config, object, file, link, special, journal (a LangGraph saver's)
     name: str  # file path or object id
     message: str
     checkpoints: list[str] = field(default_factory=list)
@@ -362,21 +362,32 @@ class StoreChecker:
         progress.finish()
 
     def links(self) -> None:
-        """Every symbolic link in a local store's tree, one line each: ckpt makes none and
-        follows none, and one it met already (a linked manifest, pack, ref or reflog) is
-        not named twice. Those under tmp/ are harmless (a note); the others (a linked
-        lock file, cache/heads...) stop the commands that meet them (a problem)."""
+        """Every symbolic link, FIFO, socket or device in a local store's tree, one line
+        each: ckpt makes none and reads or writes through none, and one it met already (a
+        linked manifest, pack, ref or reflog, a FIFO for a manifest) is not named twice.
+        Those under tmp/ are harmless (a note); the others (a linked lock file,
+        cache/heads, a FIFO for a workflow's journal...) stop the commands that meet them
+        (a problem of kind `link`, or `special` for the others)."""
         if not isinstance(self.backend, LocalBackend):
             return
         named = {p.name for p in self.rep.problems}
-        for path in self.backend.planted_links():
+        for path, what in self.backend.planted_files():
             at = os.path.join(self.backend.root, path)
             if path in named or at in named:  # named already (a hook's check names its files by their full path)
                 continue
+            linked = what == "a symbolic link"
             if path.startswith(f"{layout.TMP}/"):
-                self.rep.notes.append(f"{path} is a symbolic link ckpt did not make (harmless: never followed; prune removes it): rm {at}")
-            else:
+                never = "never followed; prune removes it" if linked else "never read or written through"
+                self.rep.notes.append(f"{path} is {what} ckpt did not make (harmless: {never}): rm {at}")
+            elif linked:
                 self.problem("link", path, f"{at} is a symbolic link ckpt did not make and never follows; {self.backend.link_hint(path)}")
+            else:
+                self.problem(
+                    "special",
+                    path,
+                    f"{at} is {what} ckpt did not make and never reads or writes through (the commands that meet it are "
+                    f"refused); remove it (rm {at})",
+                )
 
     def finish(self) -> VerifyReport:
         """The report, with a problem for each bad object naming the checkpoints that need

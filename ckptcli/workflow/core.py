@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast, overload
+from typing import IO, TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, cast, overload
 
 from ckptcli.errors import (
     CkptError,
@@ -348,20 +348,46 @@ def _local_journals(store: Store, *, reading: bool = False) -> Path | None:
     return None
 
 
-#: the files of a workflow in <store>/workflows: its journal, the journal's lock, the workflow's lock
-_STORE_FILES = (".journal", ".journal.lock", ".lock")
+#: where a workflow run with a journal_dir of its own keeps its journal, written at its first
+#: run: <store>/workflows/<id>.journal-dir holds that directory's absolute path (UTF-8)
+WHERE_SUFFIX = ".journal-dir"
+#: the most bytes a record of where the journal is may hold (a path, with room to spare)
+_WHERE_MAX = 16384
+#: the files of a workflow in <store>/workflows: its journal, the journal's lock, the workflow's
+#: lock, the record of where its journal is
+_STORE_FILES = (".journal", ".journal.lock", ".lock", WHERE_SUFFIX)
 
 
-def _no_linked_files(root: Path, workflow_id: str) -> None:
-    """Refuse (UnsafePathError, exit 8) when a file of workflow `workflow_id` in the
-    store's `root` (<store>/workflows) is a symbolic link, whatever it points to: it is
-    never read or written through (the lock files are opened with O_NOFOLLOW as well)."""
-    from ckptcli.store.locking import linked_file
-
+def _no_planted_files(root: Path, workflow_id: str) -> None:
+    """Refuse, before anything is written, a file of workflow `workflow_id` in the store's
+    `root` (<store>/workflows) that is a symbolic link, whatever it points to
+    (UnsafePathError, exit 8), or no regular file (a FIFO, a device, a socket, a
+    directory: CorruptError, exit 5). This look only makes the refusal early: each of
+    these files is opened with O_NOFOLLOW|O_NONBLOCK and judged on the descriptor
+    (locking.open_regular), so one planted after it is refused the same way."""
     for suffix in _STORE_FILES:
-        path = root / f"{workflow_id}{suffix}"
-        if os.path.islink(path):
-            raise linked_file(path)
+        journal_file(root / f"{workflow_id}{suffix}")
+
+
+def journal_file(path: Path) -> bool:
+    """Whether there is a journal (or lock file) at `path`: True for a regular file, False
+    for nothing. Never follows a link or opens the file.
+
+    Raises: UnsafePathError (a symbolic link), CorruptError (a FIFO, a device, a socket,
+    a directory), StoreIOError (it cannot be looked at)."""
+    from ckptcli.store.locking import linked_file, not_regular
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise linked_file(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise not_regular(path, st.st_mode)
+    return True
 
 
 def journal_path(store: Store, workflow_id: str, journal_dir: str | Path | None = None) -> Path:
@@ -370,7 +396,7 @@ def journal_path(store: Store, workflow_id: str, journal_dir: str | Path | None 
     subject_of(workflow_id)
     local = _local_journals(store)
     if local is not None:
-        _no_linked_files(local, workflow_id)  # its lock is there whatever journal_dir says
+        _no_planted_files(local, workflow_id)  # its lock is there whatever journal_dir says
     if journal_dir is not None:
         root = _given_dir(journal_dir)
     elif local is not None:
@@ -414,6 +440,101 @@ def check_journal_dir(journal_dir: str | Path) -> Path:
     return path
 
 
+def recorded_journal_dir(store: Store, workflow_id: str) -> Path | None:
+    """The journal directory workflow `workflow_id` was first run with, as recorded in
+    <store>/workflows/<id>.journal-dir; None when there is no record (a store on object
+    storage, a workflow whose journal is in <store>/workflows, one run by an older ckpt).
+
+    Raises: UnsafePathError (the record a link), CorruptError (no regular file, or what it
+    holds is no absolute path), StoreIOError."""
+    from ckptcli.errors import CorruptError
+    from ckptcli.store.locking import open_regular
+
+    local = _local_journals(store, reading=True)
+    if local is None:
+        return None
+    path = local / f"{workflow_id}{WHERE_SUFFIX}"
+    try:
+        fd = open_regular(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = os.read(fd, _WHERE_MAX + 1)
+    except OSError as exc:
+        raise StoreIOError(f"cannot read {path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    text = os.fsdecode(data)  # as it was written (os.fsencode): a path of any bytes
+    if len(data) > _WHERE_MAX or not text.startswith("/") or "\0" in text or "\n" in text:
+        raise CorruptError(
+            f"{path} is damaged: it does not hold the absolute path of a journal directory",
+            hint="remove it: the next run of the workflow records the directory it is given again",
+        )
+    return Path(text)
+
+
+def _record_journal_dir(store: Store, workflow_id: str, journal_dir: Path) -> None:
+    """Record, at workflow `workflow_id`'s first run, that its journal is in `journal_dir`
+    (a directory of its own, not <store>/workflows), so that a reader or a rollback given
+    another directory is refused rather than taking it for a workflow with no journal.
+    Written atomically (a temporary file renamed into place); nothing for a store on
+    object storage, or for a workflow the store already holds checkpoints of."""
+    from ckptcli.store.backend import write_file_atomic
+
+    local = _local_journals(store)
+    if local is None or recorded_journal_dir(store, workflow_id) is not None:
+        return
+    where = Path(os.path.abspath(journal_dir))
+    if _same_dir(where, local):
+        return
+    try:
+        store.resolve(f"{KIND}:{workflow_id}")
+        return  # not its first run (an older ckpt ran it, keeping no record): nothing to go by
+    except NotFoundError:
+        pass
+    local.mkdir(parents=True, exist_ok=True)
+    path = local / f"{workflow_id}{WHERE_SUFFIX}"
+    what = f"the record of where workflow {workflow_id} keeps its journal"
+
+    def write(fh: IO[bytes]) -> None:
+        fh.write(os.fsencode(where))
+
+    write_file_atomic(path, write, what, through=False)
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    """Whether `a` and `b` name one directory (the same inode when both exist, else the
+    same absolute path)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def check_recorded_dir(store: Store, workflow_id: str, journal_dir: str | Path | None) -> None:
+    """Refuse (InvalidInputError, exit 4: one line naming both) a journal directory that is
+    not the one workflow `workflow_id` was first run with, as recorded
+    (`recorded_journal_dir`); leaving it out (<store>/workflows) when one was recorded too.
+    Without it, a reader or a rollback given an empty directory could not tell the
+    workflow from one that never ran, and would miss (or leave uncompensated) the steps
+    recorded since its latest checkpoint, and a run would start a second history."""
+    want = recorded_journal_dir(store, workflow_id)
+    if want is None:
+        return
+    if journal_dir is None:
+        raise InvalidInputError(
+            f"workflow {workflow_id} keeps its journal in {want}, not in the store's workflows directory",
+            hint=f"give the directory it was run with: --journal-dir {want} (journal_dir=)",
+        )
+    if not _same_dir(want, Path(journal_dir)):
+        raise InvalidInputError(
+            f"workflow {workflow_id} keeps its journal in {want}, not in {journal_dir}",
+            hint=f"give the directory it was run with: --journal-dir {want} (journal_dir=)",
+        )
+
+
 def existing_journal(store: Store, workflow_id: str, journal_dir: str | Path | None = None) -> Path | None:
     """The journal a reader or a rollback of workflow `workflow_id` uses (it may not exist
     yet), or None for a store on object storage and no `journal_dir`.
@@ -427,11 +548,16 @@ def existing_journal(store: Store, workflow_id: str, journal_dir: str | Path | N
     one that holds the workflow's journal."""
     local = _local_journals(store)
     if journal_dir is None:
-        return journal_path(store, workflow_id) if local is not None else None
+        if local is None:
+            return None
+        path = journal_path(store, workflow_id)
+        check_recorded_dir(store, workflow_id, None)
+        return path
     path = journal_path(store, workflow_id, check_journal_dir(journal_dir))
+    check_recorded_dir(store, workflow_id, journal_dir)
     if local is not None:
         default = journal_path(store, workflow_id)
-        if default.is_file() and not _same_file(default, path):
+        if journal_file(default) and not _same_file(default, path):
             raise InvalidInputError(
                 f"workflow {workflow_id} keeps its journal in {default.parent}, not in {Path(journal_dir)}",
                 hint="leave out --journal-dir (journal_dir=): the store's own journal is the workflow's",
@@ -456,19 +582,19 @@ def workflow_lock(store: Store, workflow_id: str, *, probe: bool = False) -> Ite
     Raises: LockError when another run or rollback of the workflow holds it."""
     import fcntl
 
-    from ckptcli.store.locking import open_unlinked
+    from ckptcli.store.locking import open_regular
 
     root = _local_journals(store)
     subject_of(workflow_id)
     lock_path = root / f"{workflow_id}.lock" if root is not None else None
     if lock_path is not None:
-        _no_linked_files(lock_path.parent, workflow_id)
-    if lock_path is None or (probe and not lock_path.is_file()):
+        _no_planted_files(lock_path.parent, workflow_id)
+    if lock_path is None or (probe and not journal_file(lock_path)):
         yield
         return
     try:
         lock_path.parent.mkdir(exist_ok=True)
-        fd = open_unlinked(lock_path, os.O_RDWR | os.O_CREAT)  # a link planted since: UnsafePathError
+        fd = open_regular(lock_path, os.O_RDWR | os.O_CREAT)  # a link or FIFO planted since: refused, never followed
     except OSError as exc:
         raise StoreIOError(f"cannot open {lock_path}: {exc.strerror}") from None
     try:
@@ -849,6 +975,9 @@ def run(
     # a rollback given another journal directory must still find the workflow running
     with workflow_lock(store, workflow_id), sigint.handling():  # Ctrl-C lands in the workflow's code, not inside ckpt's recording
         with sigint.holding():
+            check_recorded_dir(store, workflow_id, journal_dir)  # another directory than its first run's: a second history
+            if journal_dir is not None:
+                _record_journal_dir(store, workflow_id, Path(journal_dir))
             opened = Recorder.open(
                 store,
                 subject,

@@ -29,10 +29,13 @@ from ckptcli.workflow.core import (
     Compensation,
     WorkflowError,
     _local_journals,
+    _same_dir,
     check_journal_dir,
     error_text,
     existing_journal,
+    journal_file,
     journal_path,
+    recorded_journal_dir,
     recorded_steps,
     reducers,
     registered_compensation,
@@ -152,8 +155,11 @@ class WorkflowStatus:
         }
 
 
-def live_state(store: Store, workflow_id: str, journal_dir: str | Path | None = None) -> tuple[dict[str, Any], str | None, int, str | None]:
-    """(live state, the checkpoint it continues, the live seq, the journal read or None).
+def live_state(
+    store: Store, workflow_id: str, journal_dir: str | Path | None = None, *, checkpoints_only: bool = False
+) -> tuple[dict[str, Any], str | None, int, str | None]:
+    """(live state, the checkpoint it continues, the live seq, the journal read or None);
+    `checkpoints_only`: the latest checkpoint's, no journal read.
 
     Raises: NotFoundError when the store holds no such workflow."""
     from ckptcli.checkpoint import open_checkpoint
@@ -164,8 +170,9 @@ def live_state(store: Store, workflow_id: str, journal_dir: str | Path | None = 
     subject = subject_of(workflow_id)
     red = reducers()
     _local_journals(store, reading=True)  # a linked <store>/workflows: refused as a read
-    path = existing_journal(store, workflow_id, journal_dir)  # None: a remote store and no journal_dir, the checkpoints alone
-    if path is not None and path.is_file():
+    # None: a remote store and no journal_dir, the checkpoints alone
+    path = None if checkpoints_only else existing_journal(store, workflow_id, journal_dir)
+    if path is not None and journal_file(path):  # a link or FIFO there: refused, never read as "no journal"
         j = read_journal(path)
         damage = j.damage(path)
         if damage is not None:
@@ -245,7 +252,9 @@ def list_workflows(store: Store, *, journal_dir: str | Path | None = None) -> li
     workflow.engine=ckpt), by id, each read with its journal: the one in the store's
     workflows directory when it is there, else the one in `journal_dir` (when given).
     So a `journal_dir` given lists the workflows whose journals are in it as well as the
-    others, never refused because some keep theirs in the store."""
+    others, never refused because some keep theirs in the store. A workflow whose
+    recorded journal directory (`recorded_journal_dir`) is not `journal_dir` is listed
+    from its latest checkpoint, with a warning naming both (its `journal` is None)."""
     from ckptcli.listing import ListFilter, list_checkpoints
 
     if journal_dir is not None:
@@ -253,16 +262,29 @@ def list_workflows(store: Store, *, journal_dir: str | Path | None = None) -> li
     ids = sorted(
         {s.subject.name for _cid, s in list_checkpoints(store, ListFilter(labels={LABEL_ENGINE: ENGINE})) if s.subject.kind == KIND}
     )
-    if journal_dir is None:
-        return [status(store, wid) for wid in ids]
-    return [status(store, wid, journal_dir=None if _in_store(store, wid) else journal_dir) for wid in ids]
+    found = []
+    for wid in ids:
+        want = recorded_journal_dir(store, wid)
+        if want is None:  # its journal in the store's workflows directory, or run by an older ckpt
+            found.append(status(store, wid, journal_dir=None if journal_dir is None or _in_store(store, wid) else journal_dir))
+        elif journal_dir is not None and _same_dir(want, Path(journal_dir)):
+            found.append(status(store, wid, journal_dir=journal_dir))
+        else:
+            store.warn(
+                f"workflow {wid} keeps its journal in {want}, not in "
+                f"{journal_dir if journal_dir is not None else 'the store' + chr(39) + 's workflows directory'}: listed from its "
+                f"latest checkpoint alone (what it did since is not counted); give --journal-dir {want} to read its journal"
+            )
+            state, ck, seq, _journal = live_state(store, wid, checkpoints_only=True)
+            found.append(_view_of(wid, state, ck, seq, None))
+    return found
 
 
 def _in_store(store: Store, workflow_id: str) -> bool:
     """Whether the store's workflows directory (a store on this host) holds the workflow's
     journal: then it is the workflow's, whatever journal directory was given."""
     path = existing_journal(store, workflow_id)
-    return path is not None and path.is_file()
+    return path is not None and journal_file(path)
 
 
 # -- rollback -------------------------------------------------------------------------------------------
@@ -352,7 +374,7 @@ def rollback(
         with workflow_lock(store, workflow_id, probe=True):  # running: LockError first, whatever journal_dir says
             pass
     path = existing_journal(store, workflow_id, journal_dir) or journal_path(store, workflow_id)  # the latter raises: no journal_dir
-    if not path.is_file():
+    if not journal_file(path):
         status(store, workflow_id, journal_dir=journal_dir)  # NotFoundError when there is no such workflow
     ck = open_checkpoint(to, store)
     if str(ck.manifest.subject) != subject:
@@ -386,7 +408,7 @@ def _execute(
 
     path.parent.mkdir(parents=True, exist_ok=True)
     # no journal here (a store on object storage, another host): go on from the latest checkpoint
-    base = None if path.is_file() else open_checkpoint(subject, store).hex
+    base = None if journal_file(path) else open_checkpoint(subject, store).hex
     rec = Recorder.open(store, subject, path, reducers=reducers(), base=base)
     try:
         wtype = wev.view(rec.state).get("type")

@@ -42,6 +42,7 @@ from ckptcli.format.journal import (
 from ckptcli.format.journal import MAX_LENGTH as MAX_RECORD
 from ckptcli.store.backend import create_temp, fsync_dir
 from ckptcli.store.layout import JOURNAL_DIR, journal_dir, lease_dir, memory_store_dir, want_dir
+from ckptcli.store.locking import file_kind
 
 __all__ = [
     "DAMAGED_SUFFIX",
@@ -144,19 +145,6 @@ class JournalContents:
 
 
 READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def file_kind(mode: int) -> str:
-    """What a file that is not a regular one is, in words."""
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
 
 
 def open_regular(path: Path) -> int | str:

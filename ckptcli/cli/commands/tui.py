@@ -114,7 +114,7 @@ def tui_cmd(
     if journal is not None:
         from ckptcli.history.recorder import read_journal
 
-        read_journal(journal)  # a file that is no journal: one line and its exit code, now
+        read_journal(journal, follow=True)  # a file that is no journal: one line and its exit code, now
     opened = api.Checkpoint(source, checkpoint) if checkpoint is not None else None
     if timeline or follow:
         if opened is None:

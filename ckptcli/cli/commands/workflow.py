@@ -32,6 +32,7 @@ def journal_dir_path(text: str) -> Path:
         ExitCode.USAGE,
         ExitCode.NOT_FOUND,
         ExitCode.INVALID_INPUT,
+        ExitCode.CORRUPT,
         ExitCode.UNSAFE_PATH,
         ExitCode.LOCKED,
         ExitCode.NO_STORE,
@@ -62,10 +63,14 @@ def workflow(
     Exits 1 when a compensation raises or calls sys.exit() (run the rollback again to go
     on), 9 while the workflow runs, 11 when another rollback is unfinished. --journal-dir
     must be the directory the workflow was run with: one that does not exist (3), is not a
-    directory (4), is a link (8), is empty (2), or is not the store's workflows directory
-    when that holds the workflow's journal (4) is refused; ls lists every workflow, each
-    with its journal in the store's workflows directory if it is there, else in
-    --journal-dir.
+    directory (4), is a link (8), is empty (2), is not the store's workflows directory
+    when that holds the workflow's journal (4), or is not the directory the store
+    recorded at the workflow's first run (4; leaving it out too) is refused; ls lists
+    every workflow, each with its journal in the store's workflows directory if it is
+    there, else in --journal-dir (one whose recorded directory is another is listed from
+    its latest checkpoint, with a warning). A journal or lock file that is a symbolic link (8), or a FIFO, socket
+    or device (5), is refused, never read or written through; so is a damaged journal
+    header (5).
 
     Examples:
 
