@@ -556,3 +556,22 @@ def test_a_file_damaged_in_its_manifest_or_table_says_what_to_do(tmp_path: Path,
     for verb in ("show", "restore", "verify", "import"):
         err = _one_line_error(run_ckpt(verb, g, cwd=tmp_path), ExitCode.CORRUPT)
         assert "the file is damaged; take it again from its source" in err, (verb, err)
+
+
+# -- a state document nested deeper than ckpt stores ------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        # deeper than the JSON parser recurses: the line says where the 257th level opens
+        ('{"a":\n' + "[" * 5000 + "]" * 5000 + "\n}", "deep.json: nesting is deeper than 256 levels (line 2, column 256)"),
+        # parsed, then refused by the encoder, which names the path
+        ('{"a": ' + "[" * 300 + "]" * 300 + "}", "memory.a[0][0]"),
+    ],
+    ids=["5000-deep", "300-deep"],
+)
+def test_a_state_document_nested_too_deep_says_where_the_limit_and_what_to_do(tmp_path: Path, text: str, where: str) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "deep.json").write_text(text)
+    err = _one_line_error(run_ckpt("take", "deep.json", cwd=tmp_path), ExitCode.LIMIT_EXCEEDED)
+    assert where in err and "nesting is deeper than 256 levels" in err and "; flatten it to 256 levels or fewer" in err, err
+    assert "`ckpt take --blob NAME=PATH`" in err, err
