@@ -149,7 +149,7 @@ def replay_cmd(
         with user_output_to_stderr():  # the step function's module prints on stderr, never into --json
             func = load_step(check)
         tol = tolerance_of(ignore_order, significant_digits, tolerance, exclude_path)
-        _check(open_checkpoint(ref, store), func, red, as_json, tol)
+        _check(open_checkpoint(ref, store), func, red, as_json, tol, name=check)
         return
     to_seq, to_time = _parse_to(to)
     tail = _tail(open_checkpoint(ref, store))
@@ -268,12 +268,12 @@ def _steps(tail: Any, to_seq: int | None, to_time: int | None, reducers: Any, as
     sys.stdout.writelines(line + "\n" for line in lines)
 
 
-def _check(ck: Any, func: Any, reducers: Any, as_json: bool, tolerance: Any = None) -> None:
+def _check(ck: Any, func: Any, reducers: Any, as_json: bool, tolerance: Any = None, name: str | None = None) -> None:
     from ckptcli.errors import ReplayDiverged
     from ckptcli.history.replay import check
 
     with user_output_to_stderr():  # the step function prints on stderr, never into --json
-        report = check(ck, func, reducers=reducers, tolerance=tolerance)
+        report = check(ck, func, reducers=reducers, tolerance=tolerance, name=name)
     if as_json:
         emit_json(report.to_dict())
     else:
