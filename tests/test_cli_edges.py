@@ -590,3 +590,15 @@ def test_a_file_damaged_in_its_header_says_so_once_and_not_to_run_verify(tmp_pat
         err = _one_line_error(run_ckpt(verb, g, cwd=tmp_path), ExitCode.CORRUPT)
         assert err.replace(str(g), "").count("damaged") == 1 and "ckpt verify" not in err, (part, verb, err)
         assert "take it again from its source (`ckpt export` it again)" in err, (part, verb, err)
+
+
+def test_run_refuses_the_global_json_with_one_line_and_runs_nothing(tmp_path: Path) -> None:
+    # `ckpt --json run` ran the program and printed its status lines as ever: the --json
+    # was dropped without a word. Its stdout is the program's, so it is refused.
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    marker = tmp_path / "ran"
+    r = run_ckpt("--json", "run", "-S", "process:job", "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')", cwd=tmp_path)
+    err = _one_line_error(r, ExitCode.USAGE)
+    assert "--json: ckpt run prints no JSON" in err and "`ckpt ls process:job --json`" in err, err
+    assert r.stdout == b"" and not marker.exists()
+    assert json.loads(run_ckpt("ls", "--json", cwd=tmp_path).stdout) == []
