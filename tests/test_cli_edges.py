@@ -602,3 +602,23 @@ def test_run_refuses_the_global_json_with_one_line_and_runs_nothing(tmp_path: Pa
     assert "--json: ckpt run prints no JSON" in err and "`ckpt ls process:job --json`" in err, err
     assert r.stdout == b"" and not marker.exists()
     assert json.loads(run_ckpt("ls", "--json", cwd=tmp_path).stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [
+        (["--exclude-path", "("], "--exclude-path '(' is not a regular expression"),
+        (["--tolerance", "-1"], "--tolerance must be a number of 0 or more"),
+        (["--significant-digits", "-3"], "--significant-digits must be 0 or more"),
+    ],
+)
+@pytest.mark.parametrize("check", [[], ["--check", "no_such_module:step"]], ids=["replay", "check"])
+def test_replay_refuses_a_bad_tolerant_option_with_or_without_check(tmp_path: Path, bad: list[str], said: str, check: list[str]) -> None:
+    # without --check they were never looked at (the replay printed the state, exit 0);
+    # with it, the step function was imported before they were
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    assert run_ckpt("take", "s.json", cwd=tmp_path).returncode == 0
+    r = run_ckpt("replay", "latest", *check, *bad, cwd=tmp_path)
+    err = _one_line_error(r, ExitCode.USAGE)
+    assert said in err and r.stdout == b"", err

@@ -136,6 +136,9 @@ def replay_cmd(
         from ckptcli.errors import UsageError
 
         raise UsageError("--check replays the whole tail", hint="leave out --step and --to")
+    # checked whatever else is given: a bad value is a usage error before anything is
+    # imported or read, with --check or without (where they change nothing)
+    tol = tolerance_of(ignore_order, significant_digits, tolerance, exclude_path)
     red = load_reducers(reducers or [])
     if check is not None:
         from ckptcli.history.replay import load_step
@@ -148,7 +151,6 @@ def replay_cmd(
             return
         with user_output_to_stderr():  # the step function's module prints on stderr, never into --json
             func = load_step(check)
-        tol = tolerance_of(ignore_order, significant_digits, tolerance, exclude_path)
         _check(open_checkpoint(ref, store), func, red, as_json, tol, name=check)
         return
     to_seq, to_time = _parse_to(to)
