@@ -473,7 +473,7 @@ def open_checkpoint(ref: str, store: Store | None = None, *, store_path: PathLik
                 try:
                     framing.check_header(fh.read(framing.HEADER_SIZE), framing.KIND_FILE, str(p), outer=True)
                 except CorruptError as exc:
-                    add_damaged_hint(exc)
+                    add_damaged_hint(exc, p)
                     raise
         f = CheckpointFile(p)
         f.check_checksum()

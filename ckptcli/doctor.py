@@ -220,11 +220,12 @@ def check_store(ctx: Context) -> Iterable[Check]:
     if st.damaged_index:
         problems.append(f"{len(st.damaged_index)} damaged index file(s)")
     objects = len(st.index())
-    try:
-        refs = st.refs(strict=True)
-    except CkptError as exc:
-        problems.append(f"a ref cannot be read ({exc})")  # with its hint: a planted directory says to remove it
-        refs = {}
+    # the refs `ckpt refs` lists (those that read), counted by kind; one that does not read
+    # is a problem of its own, not a reason to count the others as none
+    refs, unreadable = st.readable_refs()
+    if unreadable:
+        more = f" ({len(unreadable)} in all)" if len(unreadable) > 1 else ""
+        problems.append(f"a ref cannot be read{more} ({unreadable[0][1]})")  # with its hint: a planted directory says to remove it
     ids = st.manifest_ids()
     rows = catalog.rows(st, save=False)
     if len(rows) < len(ids):
@@ -232,7 +233,7 @@ def check_store(ctx: Context) -> Iterable[Check]:
     missing = [name for name, target in refs.items() if target not in rows]
     if missing:
         problems.append(f"{len(missing)} ref(s) name a checkpoint that is not there ({missing[0]})")
-    what = f"{len(ids)} checkpoint(s), {objects} indexed object(s), {len(refs)} ref(s)"
+    what = f"{len(ids)} checkpoint(s), {objects} indexed object(s), {_ref_count(refs)}"
     if problems:
         yield Check(
             "store structure", FAIL, f"{what}: {'; '.join(problems)}", "run `ckpt verify` to name every damaged file, then `ckpt repair`"
@@ -240,6 +241,18 @@ def check_store(ctx: Context) -> Iterable[Check]:
     else:
         yield Check("store structure", OK, f"{what}: readable", "`ckpt verify --read-data` checks every byte")
     yield from _store_links(st)
+
+
+def _ref_count(refs: dict[str, bytes]) -> str:
+    """ "N ref(s) (A latest, B branch(es), C tag(s))": what `ckpt refs` lists, by kind (a
+    subject's latest, a branch, a tag; `ckpt ls` shows them as latest, branch:, tag:)."""
+    kinds = {"latest": 0, "branches": 0, "tags": 0}
+    for name in refs:
+        top = name.split("/", 1)[0]
+        kinds[top] = kinds.get(top, 0) + 1
+    words = {"latest": "latest", "branches": "branch(es)", "tags": "tag(s)"}
+    parts = [f"{n} {words.get(kind, kind)}" for kind, n in kinds.items() if n or kind in words]
+    return f"{len(refs)} ref(s) ({', '.join(parts)})"
 
 
 def _store_links(st: Any) -> Iterable[Check]:

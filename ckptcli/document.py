@@ -25,6 +25,7 @@ import msgpack
 
 from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LimitExceededError
 from ckptcli.format import framing, limits
+from ckptcli.format.encode import DEPTH_HINT
 from ckptcli.format.jsonview import to_json
 from ckptcli.format.manifest import DOC_SECTION_KEYS, EXT_PREFIX, LAYOUT_DOCUMENT, LAYOUT_SECTIONS, NAMESPACE_RE
 from ckptcli.format.values import (
@@ -526,7 +527,9 @@ def read_document(stream: IO[bytes], fmt: str = "auto", where: str = "state docu
             # json.loads detects the encoding of bytes and skips a UTF-8 byte order mark
             return json.loads(data, parse_int=_JsonNumbers(data, where).integer, parse_float=_JsonNumbers(data, where).real), "json"
         except RecursionError:
-            raise LimitExceededError(f"{where}: nesting is deeper than {limits.MAX_DEPTH} levels") from None
+            raise LimitExceededError(
+                f"{where}: nesting is deeper than {limits.MAX_DEPTH} levels{_json_too_deep_at(data)}", hint=DEPTH_HINT
+            ) from None
         except _NumberError as exc:
             raise exc.error from None
         except (ValueError, UnicodeDecodeError) as exc:
@@ -535,10 +538,41 @@ def read_document(stream: IO[bytes], fmt: str = "auto", where: str = "state docu
         try:
             return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_document_ext, timestamp=0), "msgpack"
         except msgpack.StackError:
-            raise LimitExceededError(f"{where}: nesting is deeper than the decoder allows") from None
+            raise LimitExceededError(f"{where}: nesting is deeper than the decoder allows", hint=DEPTH_HINT) from None
         except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, UnicodeDecodeError) as exc:
             raise InvalidInputError(f"{where}: not valid msgpack ({exc})", hint="check the file, or pass --format json") from None
     raise InvalidInputError(f"unknown document format {fmt!r}", hint="use json, msgpack or auto")
+
+
+def _json_too_deep_at(data: bytes) -> str:
+    """Where a JSON text first opens a container deeper than limits.MAX_DEPTH, as
+    " (line L, column C)", or "" when it does not (the parser recursed for another reason).
+    Only called once json.loads gave up, so the scan costs nothing on good input."""
+    try:
+        text = data.decode(json.detect_encoding(data)).removeprefix("\ufeff")
+    except (UnicodeDecodeError, LookupError):
+        return ""
+    depth, in_string, escaped, line, column = 0, False, False, 1, 0
+    for ch in text:
+        column += 1
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limits.MAX_DEPTH:
+                return f" (line {line}, column {column})"
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "\n":
+            line, column = line + 1, 0
+    return ""
 
 
 #: the most decimal digits an integer ckpt stores can have: a BIGINT holds 8192 bits,

@@ -24,7 +24,7 @@ from ckptcli._version import __version__
 from ckptcli.blobtree import CaptureReport, capture, tree_size
 from ckptcli.checkpoint import Checkpoint, PathLike
 from ckptcli.document import split_document
-from ckptcli.errors import CkptError, InvalidInputError, LatestMovedError
+from ckptcli.errors import CkptError, InvalidInputError, LatestMovedError, LimitExceededError
 from ckptcli.format import limits
 from ckptcli.format.digests import MAX_ENTRIES, MIN_KEEP, DigestMismatchError, Digests
 from ckptcli.format.manifest import Manifest, Subject, check_name
@@ -235,7 +235,12 @@ def _encode(
             for name, p in blob_paths.items():
                 if entries[name].get("type") != "skipped":
                     entries[name]["origin"] = origin_of(p)  # where `restore --in-place` puts it back
-            encoded["blobs"] = enc.encode_root(entries, where="blobs")
+            try:
+                encoded["blobs"] = enc.encode_root(entries, where="blobs")
+            except LimitExceededError as exc:
+                # a directory tree is what nests there: flattening it is not the user's to do
+                exc.hint = "pack the deepest directories as one file (tar) and store that"
+                raise
             # the blobs count the bytes of their files, not the strings of their listing
             # (names, types, link targets, origins): what a fork or a migration that
             # carries them counts (Checkpoint.carried), the SIZE of `ckpt ls`

@@ -555,4 +555,70 @@ def test_a_file_damaged_in_its_manifest_or_table_says_what_to_do(tmp_path: Path,
     g = _flipped(good, tmp_path / "g.ckpt", offset)
     for verb in ("show", "restore", "verify", "import"):
         err = _one_line_error(run_ckpt(verb, g, cwd=tmp_path), ExitCode.CORRUPT)
-        assert "the file is damaged; take it again from its source" in err, (verb, err)
+        assert "take it again from its source" in err and err.replace(str(g), "").count("damaged") == 1, (verb, err)
+
+
+# -- a state document nested deeper than ckpt stores ------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        # deeper than the JSON parser recurses: the line says where the 257th level opens
+        ('{"a":\n' + "[" * 5000 + "]" * 5000 + "\n}", "deep.json: nesting is deeper than 256 levels (line 2, column 256)"),
+        # parsed, then refused by the encoder, which names the path
+        ('{"a": ' + "[" * 300 + "]" * 300 + "}", "memory.a[0][0]"),
+    ],
+    ids=["5000-deep", "300-deep"],
+)
+def test_a_state_document_nested_too_deep_says_where_the_limit_and_what_to_do(tmp_path: Path, text: str, where: str) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "deep.json").write_text(text)
+    err = _one_line_error(run_ckpt("take", "deep.json", cwd=tmp_path), ExitCode.LIMIT_EXCEEDED)
+    assert where in err and "nesting is deeper than 256 levels" in err and "; flatten it to 256 levels or fewer" in err, err
+    assert "`ckpt take --blob NAME=PATH`" in err, err
+
+
+@pytest.mark.parametrize(("part", "offset"), [("file version", 8), ("manifest version", 24), ("manifest body", 40)])
+def test_a_file_damaged_in_its_header_says_so_once_and_not_to_run_verify(tmp_path: Path, part: str, offset: int) -> None:
+    # the decoders' own hints said "run `ckpt verify`" (the command just run, which can say
+    # no more of a file that does not open) or repeated "the file is damaged"
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    assert run_ckpt("take", "s.json", cwd=tmp_path).returncode == 0
+    assert run_ckpt("export", "latest", "-o", "f.ckpt", cwd=tmp_path).returncode == 0
+    g = _flipped(tmp_path / "f.ckpt", tmp_path / "g.ckpt", offset)
+    for verb in ("verify", "show"):
+        err = _one_line_error(run_ckpt(verb, g, cwd=tmp_path), ExitCode.CORRUPT)
+        assert err.replace(str(g), "").count("damaged") == 1 and "ckpt verify" not in err, (part, verb, err)
+        assert "take it again from its source (`ckpt export` it again)" in err, (part, verb, err)
+
+
+def test_run_refuses_the_global_json_with_one_line_and_runs_nothing(tmp_path: Path) -> None:
+    # `ckpt --json run` ran the program and printed its status lines as ever: the --json
+    # was dropped without a word. Its stdout is the program's, so it is refused.
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    marker = tmp_path / "ran"
+    r = run_ckpt("--json", "run", "-S", "process:job", "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')", cwd=tmp_path)
+    err = _one_line_error(r, ExitCode.USAGE)
+    assert "--json: ckpt run prints no JSON" in err and "`ckpt ls process:job --json`" in err, err
+    assert r.stdout == b"" and not marker.exists()
+    assert json.loads(run_ckpt("ls", "--json", cwd=tmp_path).stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [
+        (["--exclude-path", "("], "--exclude-path '(' is not a regular expression"),
+        (["--tolerance", "-1"], "--tolerance must be a number of 0 or more"),
+        (["--significant-digits", "-3"], "--significant-digits must be 0 or more"),
+    ],
+)
+@pytest.mark.parametrize("check", [[], ["--check", "no_such_module:step"]], ids=["replay", "check"])
+def test_replay_refuses_a_bad_tolerant_option_with_or_without_check(tmp_path: Path, bad: list[str], said: str, check: list[str]) -> None:
+    # without --check they were never looked at (the replay printed the state, exit 0);
+    # with it, the step function was imported before they were
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    assert run_ckpt("take", "s.json", cwd=tmp_path).returncode == 0
+    r = run_ckpt("replay", "latest", *check, *bad, cwd=tmp_path)
+    err = _one_line_error(r, ExitCode.USAGE)
+    assert said in err and r.stdout == b"", err

@@ -470,3 +470,30 @@ def test_doctors_verdict_is_whether_the_saver_opens_the_store(tmp_path: Path, cl
             assert any(c["status"] == "fail" and c["detail"].endswith(str(getattr(err, "message", err))) for c in _checks(res)), (what, err)
     assert all(fails == raises for fails, raises in verdicts.values()), verdicts
     assert sum(raises for _fails, raises in verdicts.values()) == 5, verdicts  # some of each
+
+
+def test_the_ref_count_is_what_ckpt_refs_lists_by_kind_and_a_damaged_ref_leaves_the_others_counted(tmp_path: Path, cli: Any) -> None:
+    # one damaged ref made the count "0 ref(s)", while `ckpt refs` listed every other
+    store = tmp_path / "s"
+    assert cli("init", store).code == 0
+    doc = tmp_path / "d.json"
+    doc.write_text('{"a": 1}')
+    for subject in ("agent:a", "agent:b"):
+        assert cli("take", doc, "-S", subject, "--store", store).code == 0
+    assert cli("tag", "good", "agent:a", "--store", store).code == 0
+    assert cli("tag", "bad", "agent:a", "--store", store).code == 0
+    assert cli("branch", "try", "agent:b", "--store", store).code == 0
+
+    def structure() -> dict[str, str]:
+        return _one(_checks(cli("doctor", "--json", "--store", store)), "store structure")
+
+    listed = json.loads(cli("refs", "--json", "--store", store).out)
+    assert len(listed) == 5
+    found = structure()
+    assert found["status"] == "ok" and "5 ref(s) (2 latest, 1 branch(es), 2 tag(s))" in found["detail"], found
+    (store / "refs" / "tags" / "bad").write_bytes(b"garbage")
+    listed = json.loads(cli("refs", "--json", "--store", store).out)
+    assert len(listed) == 4
+    found = structure()
+    assert found["status"] == "fail" and "4 ref(s) (2 latest, 1 branch(es), 1 tag(s))" in found["detail"], found
+    assert "a ref cannot be read (refs/tags/bad: " in found["detail"], found

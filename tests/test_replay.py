@@ -480,8 +480,13 @@ def test_a_step_function_that_calls_sys_exit_is_one_line(bot: Any, tmp_path: Pat
     p = run_ckpt("replay", cid, "--check", "exiting_step:step", "--store", path, env={"PYTHONPATH": str(tmp_path)})
     err = p.stderr.decode()
     assert p.returncode == ExitCode.INVALID_INPUT, err
-    assert err.count("\n") == 1 and "the step function step called sys.exit(0) at event" in err, err
+    assert err.count("\n") == 1 and "the step function exiting_step:step called sys.exit(0) at event" in err, err
     assert p.stdout == b""
+    # named as the user gave it, not by the function's own name
+    (tmp_path / "exiting_step.py").write_text("import sys\n\ndef step(ctx, event):\n    sys.exit(3)\n\nalias = step\n")
+    p = run_ckpt("replay", cid, "--check", "exiting_step:alias", "--store", path, env={"PYTHONPATH": str(tmp_path)})
+    err = p.stderr.decode()
+    assert p.returncode == ExitCode.INVALID_INPUT and "the step function exiting_step:alias called sys.exit(3) at" in err, err
 
 
 def test_a_step_functions_prints_go_to_stderr_not_into_the_json(bot: Any, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from ckptcli.errors import ExitCode
 from ckptcli.store import dirwalk, layout
-from tests.conftest import run_ckpt
+from tests.conftest import REPO, run_ckpt
 
 
 def _tree(root: Path) -> dict[str, str]:
@@ -377,3 +377,24 @@ def test_verify_names_a_linked_reflog_once(store: tuple[Path, Path], outside: Pa
     assert verify.returncode == ExitCode.CORRUPT, verify.stderr
     said = (verify.stdout + verify.stderr).decode()
     assert said.count(f"{at} is a symbolic link") == 1 and "warning" not in said, said
+
+
+@pytest.mark.parametrize("lock", ["store.lock", "refs.lock"])
+def test_verify_stops_at_a_linked_store_lock_and_names_a_linked_refs_lock(store: tuple[Path, Path], outside: Path, lock: str) -> None:
+    """The two differ on purpose (docs/exit-codes.md, `ckpt verify --help`): verify takes
+    locks/store.lock (shared, so that no prune deletes what it reads) and cannot through a
+    link, as no command can: exit 8, one line naming it. It does not take refs.lock: a
+    link there is one of the problems it names, kind `link`, exit 5."""
+    root, _doc = store
+    at = _link_in_place(root, f"{layout.LOCKS}/{lock}", outside)
+    verify = run_ckpt("--store", root, "verify", "--json")
+    if lock == "store.lock":
+        err = verify.stderr.decode()
+        assert verify.returncode == ExitCode.UNSAFE_PATH and verify.stdout == b"", err
+        assert err.count("\n") == 1 and f"{at} is a symbolic link" in err and "remove it" in err, err
+    else:
+        assert verify.returncode == ExitCode.CORRUPT, verify.stderr
+        problems = json.loads(verify.stdout)["problems"]
+        assert [(p["kind"], p["name"]) for p in problems] == [("link", f"{layout.LOCKS}/{lock}")], problems
+    for text in ((REPO / "docs" / "exit-codes.md").read_text(), run_ckpt("verify", "--help").stdout.decode()):
+        assert "store.lock" in text and "refs.lock" in text

@@ -93,6 +93,8 @@ def _histories(tmp_path: Path) -> list[Path]:
         ("twice.json", b'{"events": ' + body + b', "events": []}'),
         ("map.json", b'{"events": {"item": ' + body + b"}}"),
         ("spaces.json", b' \n{ "events" :\n' + body + b" \n}\n \n"),
+        ("bom.json", b'\xef\xbb\xbf{"events": ' + body + b"}"),  # a UTF-8 byte order mark
+        ("bom-spaces.json", b'\xef\xbb\xbf \n{"events": ' + body + b"}"),
         ("garbage.json", b'{"events": ' + body + b'} "x"'),
         ("extra.json", b'{"events": ' + body + b"}}"),
         ("split.json", b'{"events": ' + body + b" " * (-(len(body) + 11) % READ) + b"}"),  # `]` and `}` in two reads
@@ -210,3 +212,39 @@ def test_a_history_shaped_as_temporal_writes_it_is_read_the_fast_way_only(tmp_pa
     after.write_text(json.dumps({"events": json.loads(base.read_text())["events"], "meta": 1}))
     assert sum(1 for _ in reader.read_events(after, check=False)) == 299
     assert careful == [str(after)]
+
+
+def test_a_history_that_starts_with_a_byte_order_mark_reads_as_without_it(tmp_path: Path) -> None:
+    # an editor on Windows saves one; ijson took it for malformed JSON (exit 5) while
+    # `ckpt take` of a JSON document with one reads it. A long string after it is read
+    # back from its file offsets, which the mark shifts.
+    import codecs
+
+    from ckptcli.adapters.temporal.synth import synthesize
+
+    base = tmp_path / "base.json"
+    synthesize(COMPLETE, 30, base, result_bytes=2_000)
+    raw = base.read_bytes()
+    j = raw.index(b'"eventId"', len(raw) // 2)
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(raw[:j] + b'"y":"' + b"R" * LONG + b'Q",' + raw[j:])
+    marked = tmp_path / "marked.json"
+    marked.write_bytes(codecs.BOM_UTF8 + plain.read_bytes())
+
+    def read(path: Path, divert: bool) -> list[Any]:
+        position = [0]
+        out = []
+        for ev in reader.read_events(path, check=True, position=position, divert=divert):
+            text = json.dumps(ev.raw, default=lambda o: o.read() if isinstance(o, LongString) else None)
+            out.append((ev.seq, ev.ts, ev.name, text, position[0]))
+        return out
+
+    for divert in (True, False):
+        want = read(plain, divert)
+        assert len(want) > 20 and any("R" * LONG + "Q" in e[3] for e in want)
+        assert read(marked, divert) == want, divert
+    from tests.conftest import run_ckpt
+
+    assert run_ckpt("init", tmp_path / "s").returncode == 0
+    r = run_ckpt("import", "temporal", marked, "--store", tmp_path / "s")
+    assert r.returncode == 0 and r.stderr == b"", r.stderr

@@ -62,7 +62,12 @@ On any failure ckpt prints exactly one line on stderr, `ckpt: error: <what is wr
 and never a traceback (set `CKPT_DEBUG=1` to see one for an internal error, code 70;
 `CKPT_DEBUG=0`, `false`, `no` or `off` is the same as unset).
 `ckpt diff --exit-code` (like `git diff --exit-code`) and `ckpt verify` use 1 and 5 as documented
-in their help; `ckpt doctor` exits 1 when one of its checks fails (warnings alone exit 0), and 10 when it finds no
+in their help. `ckpt verify` names what it finds as problems and exits 5 (a symbolic link in the
+store among them, `locks/refs.lock` too); what keeps it from reading at all stops it with
+that error's own code, as it stops every command: 8 for a store directory that is a link, and
+for a linked `locks/store.lock`, the lock verify takes (shared, so that no prune deletes what
+it reads) and cannot take through a link, as no command can.
+`ckpt doctor` exits 1 when one of its checks fails (warnings alone exit 0), and 10 when it finds no
 store or cannot reach it (none here, a missing bucket, an endpoint that does not answer);
 asked about one adapter or backend (`ckpt doctor --adapter NAME`, `--backend SCHEME`), it exits
 0 when that works here, 1 when not, and 2 when none of that name is installed.

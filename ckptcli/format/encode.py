@@ -52,6 +52,13 @@ __all__ = ["Encoder", "ListTree"]
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
 
+#: what to do about a value nested deeper than limits.MAX_DEPTH (a state document, a
+#: section a library caller gives): ckpt stores no deeper, so the value has to change
+DEPTH_HINT = (
+    f"flatten it to {limits.MAX_DEPTH} levels or fewer, or keep the deep part as bytes "
+    "(a blob: `ckpt take --blob NAME=PATH`, or an encoded string)"
+)
+
 
 def _is_boundary(digest: bytes) -> bool:
     return (digest[0] & limits.TREE_BOUNDARY_MASK) == 0
@@ -132,7 +139,7 @@ class Encoder:
             err.message = f"{path}: {err.message}"
             raise err from None
         except RecursionError:
-            raise LimitExceededError(f"{where or 'value'}: nesting is deeper than {limits.MAX_DEPTH} levels") from None
+            raise LimitExceededError(f"{where or 'value'}: nesting is deeper than {limits.MAX_DEPTH} levels", hint=DEPTH_HINT) from None
 
     def encode_root(self, value: Any, where: str = "") -> bytes:
         """Like encode, but a large result becomes its own object, so the manifest
@@ -188,7 +195,7 @@ class Encoder:
             return cast(bytes, v.ev)
         if t is list or t is tuple:
             if depth >= limits.MAX_DEPTH:
-                raise self._fail(LimitExceededError(f"nesting is deeper than {limits.MAX_DEPTH} levels"))
+                raise self._fail(LimitExceededError(f"nesting is deeper than {limits.MAX_DEPTH} levels", hint=DEPTH_HINT))
             items = []
             for i, x in enumerate(v):
                 try:
@@ -199,7 +206,7 @@ class Encoder:
             return self._container(EXT_LIST, items, array_header)
         if t is dict:
             if depth >= limits.MAX_DEPTH:
-                raise self._fail(LimitExceededError(f"nesting is deeper than {limits.MAX_DEPTH} levels"))
+                raise self._fail(LimitExceededError(f"nesting is deeper than {limits.MAX_DEPTH} levels", hint=DEPTH_HINT))
             entries = []
             for k, x in v.items():
                 if type(k) is not str:

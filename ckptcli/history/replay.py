@@ -418,7 +418,12 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
 
 
 def check(
-    source: Checkpoint | Tail, step: StepFunc, *, reducers: Reducers | None = None, tolerance: Tolerance | None = None
+    source: Checkpoint | Tail,
+    step: StepFunc,
+    *,
+    reducers: Reducers | None = None,
+    tolerance: Tolerance | None = None,
+    name: str | None = None,
 ) -> CheckReport:
     """Re-run `step` over the tail's inputs and compare what it emits with the recording.
 
@@ -431,7 +436,8 @@ def check(
     checked up to there (`partial_step`). With `tolerance` (ckptcli.history.tolerant.Tolerance),
     an emitted event whose fields differ from the recorded one's only in that noise
     (list order, float digits, fields whose JSON Pointer, e.g. "/result/ts", matches an
-    exclusion) matches it.
+    exclusion) matches it. `name` is the step as the user named it (`ckpt replay --check
+    MODULE:FUNC`), for the line that says it failed; by default its MODULE:QUALNAME.
 
     Raises:
         what replaying the recorded events raises (InvalidInputError, NotFoundError for a
@@ -470,9 +476,9 @@ def check(
             except BaseException as exc:  # sys.exit(), GeneratorExit...: no recording has them; not Ctrl-C
                 if not user_failure(exc):
                     raise
-                name = getattr(step, "__qualname__", repr(step))
                 raise InvalidInputError(
-                    f"the step function {name} {how_it_failed(exc)} at {ev.where()}", hint="a step function returns, or raises an Exception"
+                    f"the step function {name or _step_name(step)} {how_it_failed(exc)} at {ev.where()}",
+                    hint="a step function returns, or raises an Exception",
                 ) from exc
             else:
                 ctx.returned()
@@ -485,6 +491,15 @@ def check(
         state = ctx.state
         i = ctx.pos
     return report
+
+
+def _step_name(step: StepFunc) -> str:
+    """MODULE:QUALNAME of a step function given in Python, as `--check` would name it."""
+    qualname = getattr(step, "__qualname__", None)
+    if qualname is None:
+        return repr(step)
+    module = getattr(step, "__module__", None)
+    return f"{module}:{qualname}" if module else str(qualname)
 
 
 #: How many ancestors a check looks through for the input of a step begun before the tail.

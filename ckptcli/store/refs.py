@@ -290,10 +290,12 @@ class Refs:
         caller that decides what to delete by the refs (prune) must not overlook one."""
         return self._read_refs(prefix, strict)[0]
 
-    def _read_refs(self, prefix: str, strict: bool = False) -> tuple[dict[str, bytes], int]:
-        """refs(), and how many refs were left out as damaged."""
+    def readable_refs(self, prefix: str = "refs", *, strict: bool = False) -> tuple[dict[str, bytes], list[tuple[str, CkptError]]]:
+        """Every ref under `prefix` that reads (as refs() gives them), and each that does
+        not, with its error, for the caller to say (no warning here); `strict` raises the
+        first such error instead."""
         out = {}
-        damaged: list[tuple[str, str]] = []
+        damaged: list[tuple[str, CkptError]] = []
         for path in self.backend.list(prefix):
             try:
                 t = self.read_ref(path)
@@ -302,10 +304,16 @@ class Refs:
             except CkptError as exc:
                 if strict:
                     raise
-                damaged.append((path, exc.message))
+                damaged.append((path, exc))
                 continue
             if t is not None:
                 out[path[len("refs/") :]] = t
+        return out, damaged
+
+    def _read_refs(self, prefix: str, strict: bool = False) -> tuple[dict[str, bytes], int]:
+        """refs(), and how many refs were left out as damaged."""
+        out, left_out = self.readable_refs(prefix, strict=strict)
+        damaged = [(path, exc.message) for path, exc in left_out]
         if damaged:
             more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
             todo = "run `ckpt repair refs`" if all(p.startswith("refs/latest/") for p, _m in damaged) else "run `ckpt verify`"

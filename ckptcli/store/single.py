@@ -14,7 +14,7 @@ import struct
 from pathlib import Path
 from typing import IO, Any
 
-from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError
+from ckptcli.errors import CkptError, CorruptError, DataError, InvalidInputError, NotFoundError, StoreIOError
 from ckptcli.format import framing, limits
 from ckptcli.format.manifest import Manifest
 from ckptcli.store.index import IndexEntry, parse_entry_rows
@@ -81,13 +81,20 @@ def not_a_checkpoint_file(path: Path | str, mode: int) -> InvalidInputError:
     return InvalidInputError(f"{path} is not a regular file, so not a checkpoint file", hint="give a .ckpt file (`ckpt export` writes one)")
 
 
-def add_damaged_hint(exc: CorruptError) -> None:
-    """Give a CorruptError about a checkpoint file, found as it is opened, the what-to-do
-    its decoder could not know (it says what is wrong where; the remedy is the same
-    whichever part of the file it is in). A hint that already says more is kept."""
-    if exc.hint is None or exc.hint in ("run `ckpt verify`", "the file is truncated or damaged"):
-        # (not "run ckpt verify": a file that does not open is all verify can say of it too)
-        exc.hint = "the file is damaged; take it again from its source (`ckpt export` it again)"
+def add_damaged_hint(exc: CkptError, path: Path | str) -> None:
+    """Give an error about a checkpoint file, found as it is opened (damage, or a size it
+    declares past a limit), the what-to-do its decoder could not know: it says what is
+    wrong where, and the remedy is the same whichever part of the file it is in. The
+    decoders' own hints send the user to `ckpt verify`, which is no remedy for a file
+    that does not open (verify of it says the same line); a hint that says more is kept.
+    A message that already says the file is damaged (`path` aside) is not told so again."""
+    if exc.hint is not None and "ckpt verify" not in exc.hint and exc.hint != "the file is truncated or damaged":
+        return
+    remedy = "take it again from its source (`ckpt export` it again)"
+    if "upgrade ckpt" in (exc.hint or ""):
+        # its header names a format version this ckpt does not read, and its checksum fails
+        remedy += ", or upgrade ckpt if a much newer one wrote it"
+    exc.hint = remedy if "damaged" in exc.message.replace(str(path), "") else f"the file is damaged; {remedy}"
 
 
 class CheckpointFile:
@@ -112,10 +119,10 @@ class CheckpointFile:
         self.size = st.st_size
         try:
             self._parse(path)
-        except CorruptError as exc:
+        except DataError as exc:
             # the decoders say what is wrong where; what to do about a damaged file is the
             # same whichever part it is in
-            add_damaged_hint(exc)
+            add_damaged_hint(exc, path)
             self.close()
             raise
 

@@ -198,6 +198,11 @@ class Diverter:
         if self.i >= len(self.buf):
             first = self.pos == 0 and not self.buf
             self.buf, self.i, self.slow = self.f.read(READ), 0, False
+            if first and self.buf.startswith(codecs.BOM_UTF8):
+                # a UTF-8 byte order mark (an editor on Windows saved the file) starts no
+                # JSON ijson reads; `ckpt take` skips one too (document.read_document)
+                self.buf = self.buf[len(codecs.BOM_UTF8) :]
+                self.pos = len(codecs.BOM_UTF8)
             if first and self.max_depth is not None and self.buf and not _HEAD.match(self.buf):
                 raise NotPlain
             if not self.buf:

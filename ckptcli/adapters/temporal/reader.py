@@ -4,7 +4,8 @@ A history is `{"events": [...]}` as `temporal workflow show --output json`, the 
 download or `WorkflowHistory.to_json()` write it (protobuf JSON: `EVENT_TYPE_...` enum
 names, int64 as strings), or the older JSON of tctl and the UI (`eventType`
 `WorkflowExecutionStarted`, enum values as `Normal`), which temporalio's own loader reads
-too. ijson streams the events one at a time, so a 100 MB history is never parsed whole
+too; a UTF-8 byte order mark before it is skipped (as `ckpt take` skips one). ijson
+streams the events one at a time, so a 100 MB history is never parsed whole
 (and, for the importer, a string over 1 MiB is not read into memory at all: longstr.py);
 each event is checked by temporalio's loader (`WorkflowHistory.from_json`, its protobuf
 messages). The file is read the fast way (ijson's C item builder over the Diverter, which

@@ -136,6 +136,9 @@ def replay_cmd(
         from ckptcli.errors import UsageError
 
         raise UsageError("--check replays the whole tail", hint="leave out --step and --to")
+    # checked whatever else is given: a bad value is a usage error before anything is
+    # imported or read, with --check or without (where they change nothing)
+    tol = tolerance_of(ignore_order, significant_digits, tolerance, exclude_path)
     red = load_reducers(reducers or [])
     if check is not None:
         from ckptcli.history.replay import load_step
@@ -148,8 +151,7 @@ def replay_cmd(
             return
         with user_output_to_stderr():  # the step function's module prints on stderr, never into --json
             func = load_step(check)
-        tol = tolerance_of(ignore_order, significant_digits, tolerance, exclude_path)
-        _check(open_checkpoint(ref, store), func, red, as_json, tol)
+        _check(open_checkpoint(ref, store), func, red, as_json, tol, name=check)
         return
     to_seq, to_time = _parse_to(to)
     tail = _tail(open_checkpoint(ref, store))
@@ -268,12 +270,12 @@ def _steps(tail: Any, to_seq: int | None, to_time: int | None, reducers: Any, as
     sys.stdout.writelines(line + "\n" for line in lines)
 
 
-def _check(ck: Any, func: Any, reducers: Any, as_json: bool, tolerance: Any = None) -> None:
+def _check(ck: Any, func: Any, reducers: Any, as_json: bool, tolerance: Any = None, name: str | None = None) -> None:
     from ckptcli.errors import ReplayDiverged
     from ckptcli.history.replay import check
 
     with user_output_to_stderr():  # the step function prints on stderr, never into --json
-        report = check(ck, func, reducers=reducers, tolerance=tolerance)
+        report = check(ck, func, reducers=reducers, tolerance=tolerance, name=name)
     if as_json:
         emit_json(report.to_dict())
     else:

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from ckptcli.cli._common import open_store
-from ckptcli.cli.app import ProgramStatus, StoreOpt, app
+from ckptcli.cli.app import GLOBALS, ProgramStatus, StoreOpt, app
 from ckptcli.cli.output import exit_status, quiet, safe
 from ckptcli.errors import ExitCode, UnsafePathError, UsageError
 
@@ -113,6 +113,13 @@ def run(
     from ckptcli.adapters.process.state import check_state_paths
     from ckptcli.adapters.process.supervisor import FixedSchedule, RunConfig, Schedule, Supervisor, parse_backoff, process_subject
 
+    if GLOBALS.get("json"):
+        # stdout is the program's own (it inherits it), and the status lines on stderr
+        # are for people: JSON would be mixed into the program's output
+        raise UsageError(
+            "--json: ckpt run prints no JSON (its stdout is the program's, its status lines on stderr are for people)",
+            hint=f"leave out --json; `ckpt ls {safe(subject)} --json` lists the checkpoints of a run",
+        )
     subj = process_subject(subject)
     if not cmd:
         raise UsageError("no program to run", hint="give it after --: ckpt run --subject process:NAME -- CMD ARGS...")

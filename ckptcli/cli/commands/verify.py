@@ -37,7 +37,10 @@ def verify(
     length the index says. Each damaged file or object is named with the checkpoints
     that need it; exit status 5 when anything is damaged. A symbolic link anywhere in a
     local store is named too (one under tmp/ as a harmless note); a directory of the
-    store that is one is not listed through, and stops verify with exit status 8.
+    store that is one is not listed through, and stops verify with exit status 8, as
+    does a linked locks/store.lock: verify takes that lock (shared, so that no prune
+    deletes what it reads) and cannot, as every command that takes it cannot. A linked
+    locks/refs.lock, which verify does not take, is one of the problems it names (5).
 
     Examples:
 
