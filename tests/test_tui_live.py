@@ -92,6 +92,18 @@ async def until(pilot: Any, check: Any, what: str) -> None:
         await pilot.pause(0.05)
 
 
+def test_a_fifo_at_the_journals_path_is_no_journal_and_never_waited_on(tmp_path: Path) -> None:
+    # the open for reading blocked until a writer came: `ckpt tui --follow` hung
+    fifo = tmp_path / "run.journal"
+    os.mkfifo(fifo)
+    code = (
+        "import sys; from pathlib import Path; from ckptcli.tui.follow import JournalReader, journal_header\n"
+        "p = Path(sys.argv[1]); print(JournalReader(p).poll(), journal_header(p))"
+    )
+    got = subprocess.run([sys.executable, "-c", code, str(fifo)], capture_output=True, text=True, timeout=30)
+    assert got.returncode == 0 and got.stdout == "[] None\n", got
+
+
 def test_a_followed_timeline_appends_events_and_checkpoints_and_the_cursor_stays_unless_at_the_end(tmp_path: Path) -> None:
     store_dir, _journal, rec = recorder(tmp_path)
     for i in range(5):

@@ -15,6 +15,7 @@ stays where it is. No Textual here but the message a poll posts.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -105,11 +106,15 @@ class JournalReader:
         if (st.st_dev, st.st_ino) == self.ident and st.st_size == self.offset:
             return []
         try:
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            # O_NONBLOCK: a FIFO put at the journal's path is never waited on (an open for
+            # reading blocks until a writer comes); it is no journal (S_ISREG below)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return []
         try:
             st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return []
             rewritten = (self.offset > 0 and (st.st_dev, st.st_ino) == self.ident and st.st_size >= self.offset) and os.pread(
                 fd, len(self._head), 0
             ) != self._head  # truncated, then written again past where it was read
@@ -148,7 +153,10 @@ class JournalReader:
 def journal_header(path: Path) -> dict[str, Any] | None:
     """The header of the recorder journal at `path`, None for anything else (read: 64 KiB at most)."""
     try:
-        with open(path, "rb") as fh:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO: not waited on
+        with open(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
             if fh.read(len(MAGIC)) != MAGIC:  # most files: 8 bytes read
                 return None
             data = MAGIC + fh.read(64 * 1024)
