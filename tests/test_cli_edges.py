@@ -445,13 +445,88 @@ def test_restore_delete_of_a_checkpoint_whose_blobs_are_empty_deletes_nothing(tm
     for where in (["--blobs", "out"], ["--blobs", "out", "--blob", "w"], ["--in-place"]):
         r = run_ckpt("restore", "latest", *where, "--delete", "--no-state", cwd=tmp_path)
         err = _one_line_error(r, ExitCode.INVALID_INPUT)
-        assert "holds no files" in err and "blobs are empty" in err and "nothing was restored or deleted" in err, (where, err)
+        said = "blob 'w' holds no files" if "--blob" in where else "holds no files (its blobs are empty"
+        assert said in err and "nothing was restored or deleted" in err, (where, err)
         assert (tmp_path / "out" / "mine.txt").read_text() == "precious"
     # with a file in the blob, --delete does what it says (what the checkpoint lacks goes)
     (tmp_path / "ws" / "empty" / "deeper" / "f").write_text("x")
     assert run_ckpt("take", "s.json", "-S", "agent:a", "--blob", "w=ws", cwd=tmp_path).returncode == 0
     assert run_ckpt("restore", "latest", "--blobs", "out", "--delete", "--no-state", cwd=tmp_path).returncode == 0
     assert not (tmp_path / "out" / "mine.txt").exists() and (tmp_path / "out" / "w" / "empty" / "deeper" / "f").read_text() == "x"
+
+
+@pytest.fixture
+def partly_empty(tmp_path: Path) -> Path:
+    """A store whose latest checkpoint has blob w (sub/ and deep/a/b/ empty, pipes/ holding
+    only a FIFO, which take skips, and other/f) and blob e (empty directories only); the
+    user has since put files in w's sub/, deep/a/b/ and pipes/, and in e."""
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    w, e = tmp_path / "w", tmp_path / "e"
+    for d in (w / "sub", w / "deep" / "a" / "b", w / "other", w / "pipes", e / "x"):
+        d.mkdir(parents=True)
+    (w / "other" / "f").write_text("x")
+    os.mkfifo(w / "pipes" / "ff")
+    r = run_ckpt("take", "s.json", "-S", "agent:a", "--blob", f"w={w}", "--blob", f"e={e}", cwd=tmp_path)
+    assert r.returncode == 0, r
+    (w / "pipes" / "ff").unlink()
+    for d in (w / "sub", w / "deep" / "a" / "b", w / "pipes", e / "x", e):
+        (d / "mine.txt").write_text("precious")
+    return tmp_path
+
+
+def _users_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("mine.txt"))
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        ["--include", "sub"],
+        ["--include", "w/sub"],
+        ["--include", "sub", "--include", "deep"],
+        ["--include", "b"],  # a nested empty directory, matched by its own name
+        ["--include", "w/deep/a"],
+        ["--include", "pipes"],  # what it held was skipped when taken: no file either
+        ["--blob", "w", "--include", "sub"],
+        ["--blob", "e"],
+        ["--blob", "e", "--include", "x"],
+    ],
+)
+def test_restore_delete_of_a_selection_without_files_deletes_nothing(partly_empty: Path, choice: list[str]) -> None:
+    # the checkpoint holds files, but what --blob and --include chose of it holds none:
+    # --delete emptied the user's directories it named (exit 0); the check looked only
+    # at the chosen blobs, not at what --include left of them
+    t = partly_empty
+    (t / "out" / "w" / "sub").mkdir(parents=True)
+    (t / "out" / "w" / "sub" / "mine.txt").write_text("precious")
+    (t / "out" / "e").mkdir()
+    (t / "out" / "e" / "mine.txt").write_text("precious")
+    before = _users_files(t)
+    for where in (["--in-place"], ["--blobs", "out"], ["--in-place", "--dry-run"], ["--blobs", "out", "--dry-run"]):
+        r = run_ckpt("restore", "latest", *where, "--delete", "--no-state", *choice, cwd=t)
+        err = _one_line_error(r, ExitCode.INVALID_INPUT)
+        assert "nothing was restored or deleted" in err and "or restore without --delete" in err, (where, err)
+        if "--include" in choice:
+            assert "the paths --include" in err and "hold no files" in err and "include paths that hold files" in err, err
+        else:
+            assert "blob 'e' holds no files" in err and "choose a blob that holds files" in err and "checkpoint " in err, err
+        assert _users_files(t) == before, (where, choice)
+    assert not (t / "out" / "w" / "other").exists()
+
+
+def test_restore_delete_of_a_selection_with_files_still_deletes_what_it_lacks(partly_empty: Path) -> None:
+    # the refusal is of a selection holding nothing: one holding a file (other/f beside
+    # the empty sub/) restores and deletes as asked, in place and into a directory
+    t = partly_empty
+    (t / "w" / "other" / "extra").write_text("goes")
+    r = run_ckpt("restore", "latest", "--in-place", "--delete", "--no-state", "--include", "sub", "--include", "other", cwd=t)
+    assert r.returncode == 0, r
+    assert not (t / "w" / "sub" / "mine.txt").exists() and not (t / "w" / "other" / "extra").exists()
+    assert (t / "w" / "deep" / "a" / "b" / "mine.txt").exists() and (t / "e" / "mine.txt").exists()
+    r = run_ckpt("restore", "latest", "--blobs", "out", "--delete", "--no-state", "--blob", "w", "--blob", "e", cwd=t)
+    assert r.returncode == 0, r
+    assert (t / "out" / "w" / "other" / "f").read_text() == "x" and (t / "out" / "e" / "x").is_dir()
 
 
 @pytest.mark.parametrize("kind", ["device", "FIFO"])

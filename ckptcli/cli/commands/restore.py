@@ -113,9 +113,10 @@ def restore(
     replacing what is there; with --delete, files under it that are not in the
     checkpoint are removed too, so `ckpt restore REF --in-place --delete` rolls a
     workspace back. Run it with --dry-run first to see what it would write and delete.
-    --delete with a checkpoint that holds no files (taken without --blob, or whose
-    blobs hold only empty directories) is refused (exit 4): it would empty a --blobs
-    directory, and in place has nothing to restore.
+    --delete when what is restored holds no files (a checkpoint taken without --blob,
+    blobs of empty directories only, or --blob and --include choosing only those) is
+    refused (exit 4), nothing written or deleted: it would only empty the directories
+    it names.
     --include limits all of this to matching paths; one that matches no path of the
     checkpoint is an error (exit 3, nothing written), as a typo would be.
 
