@@ -529,6 +529,40 @@ def test_restore_delete_of_a_selection_with_files_still_deletes_what_it_lacks(pa
     assert (t / "out" / "w" / "other" / "f").read_text() == "x" and (t / "out" / "e" / "x").is_dir()
 
 
+def test_a_pack_missing_from_the_store_is_damage_to_every_verb_and_nothing_is_written(tmp_path: Path) -> None:
+    # restore, show, dump, export, cat and ls-files exited 3 ("... does not exist", as
+    # for a name the user got wrong) and copy 5: the store is damaged, exit 5 from all
+    assert run_ckpt("init", "s", cwd=tmp_path).returncode == 0
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "f").write_bytes(os.urandom(5000))
+    (tmp_path / "st.json").write_text(json.dumps({"big": ["x" * 40 + str(i) for i in range(3000)]}))
+    assert run_ckpt("take", "st.json", "-s", "s", "-S", "agent:a", "--blob", "w=ws", cwd=tmp_path).returncode == 0
+    packs = [p for p in (tmp_path / "s" / "packs").rglob("*") if p.is_file()]
+    assert len(packs) == 1
+    packs[0].unlink()
+    name = str(packs[0].relative_to(tmp_path / "s"))
+    (tmp_path / "ws" / "f").write_text("mine")
+    assert run_ckpt("init", "d", cwd=tmp_path).returncode == 0
+    for args in (
+        ["restore", "latest", "--blobs", "out", "-o", "back.json"],
+        ["restore", "latest", "--no-state", "--in-place", "--delete"],
+        ["restore", "latest", "-o", "back.json"],
+        ["show", "latest"],
+        ["dump", "latest", "memory"],
+        ["export", "latest", "-o", "x.ckpt"],
+        ["cat", "latest"],
+        ["ls-files", "latest"],
+        ["copy", "s", "d"],
+    ):
+        r = run_ckpt(*args, *([] if args[0] == "copy" else ["-s", "s"]), cwd=tmp_path)
+        err = _one_line_error(r, ExitCode.CORRUPT)
+        assert f"pack {name} is missing" in err and "the store is damaged" in err and "ckpt verify" in err, (args, err)
+        assert r.stdout == b"", args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "s", "st.json", "ws"]
+    assert (tmp_path / "ws" / "f").read_text() == "mine"
+    assert json.loads(run_ckpt("ls", "-s", "d", "--json", cwd=tmp_path).stdout) == []
+
+
 @pytest.mark.parametrize("kind", ["device", "FIFO"])
 def test_a_blob_path_that_is_a_device_or_a_fifo_is_refused_not_taken_empty(tmp_path: Path, kind: str) -> None:
     # it was skipped with a warning and the blob recorded empty, exit 0
