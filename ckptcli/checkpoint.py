@@ -95,9 +95,15 @@ class Checkpoint:
         streamed from the store: memory stays O(largest object), whatever the state's size
         (ckptcli.document). Refused (LimitExceededError) before the first byte when the
         state is larger than CKPT_MAX_DECODED_BYTES; other errors may come after part of
-        the output, so write to a temporary file (write_file_atomic) or a spool."""
+        the output, so write to a temporary file (write_file_atomic) or a spool.
+
+        JSON is strict, as JSON has no byte strings, NaN or infinities: a state holding
+        one is refused (InvalidInputError), except NaN and infinities in a document taken
+        as JSON, which held them as Python's json writes them (NaN, Infinity) and gets
+        them back so: restore gives back the document that was taken."""
         sections = {n: Section(ev, f"section {n}") for n, ev in self.manifest.sections.items() if n != "blobs"}
-        write_document(join_document(self.manifest.layout, sections), self.source, out, fmt)
+        as_taken = self.manifest.layout.get("format") == "json"
+        write_document(join_document(self.manifest.layout, sections), self.source, out, fmt, allow_nan=as_taken)
 
     def write_view(self, out: IO[bytes], *, indent: int | None = None) -> None:
         """Write the whole checkpoint (metadata, layout, every section) in the JSON view

@@ -563,6 +563,55 @@ def test_a_pack_missing_from_the_store_is_damage_to_every_verb_and_nothing_is_wr
     assert json.loads(run_ckpt("ls", "-s", "d", "--json", cwd=tmp_path).stdout) == []
 
 
+def _strict_json(text: bytes | str) -> Any:
+    def refuse(const: str) -> Any:
+        raise AssertionError(f"{const} is not JSON: {text!r}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")], ids=["inf", "-inf", "nan"])
+def test_json_output_of_a_state_never_holds_a_bare_nan_or_infinity(tmp_path: Path, value: float) -> None:
+    # restore --format json of a state taken as msgpack printed a bare Infinity, which is
+    # not JSON: refused now, as a byte string is; every JSON view prints {"$float": ...}
+    import msgpack
+
+    tag = {"$float": "nan" if value != value else ("inf" if value > 0 else "-inf")}
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "a.msgpack").write_bytes(msgpack.packb({"x": 1.0, "l": [1]}))
+    (tmp_path / "b.msgpack").write_bytes(msgpack.packb({"x": value, "l": [1, value]}))
+    for name in ("a", "b"):
+        assert run_ckpt("take", f"{name}.msgpack", "-S", "agent:f", cwd=tmp_path).returncode == 0
+    for args in (["--format", "json"], ["--format", "json", "-o", "back.json"]):
+        err = _one_line_error(run_ckpt("restore", "latest", *args, cwd=tmp_path), ExitCode.INVALID_INPUT)
+        assert "NaN or infinity, which JSON cannot carry" in err and "--format msgpack" in err and "ckpt cat" in err, err
+    assert not (tmp_path / "back.json").exists()
+    back = run_ckpt("restore", "latest", cwd=tmp_path).stdout  # as taken: msgpack keeps them
+    assert msgpack.unpackb(back)["l"][0] == 1 and repr(msgpack.unpackb(back)["x"]) == repr(value)
+    views = {
+        "cat": _strict_json(run_ckpt("cat", "latest", cwd=tmp_path).stdout)["sections"]["memory"],
+        "show": _strict_json(run_ckpt("show", "latest", "--section", "memory", cwd=tmp_path).stdout),
+        "show --json": _strict_json(run_ckpt("show", "latest", "--section", "memory", "--json", cwd=tmp_path).stdout),
+    }
+    for how, got in views.items():
+        assert got == {"x": tag, "l": [1, tag]}, how
+    patch = _strict_json(run_ckpt("diff", "latest~1", "latest", "--json", cwd=tmp_path).stdout)["patch"]
+    assert {"op": "replace", "path": "/x", "value": tag} in patch, patch
+
+
+def test_a_json_document_holding_nan_comes_back_as_it_was_taken(tmp_path: Path) -> None:
+    # Python's json writes and reads NaN and Infinity: such a document is taken, and
+    # restore gives it back as it was (strictness is for states that were not JSON)
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": NaN, "b": Infinity, "c": -Infinity, "d": {"$float": "inf"}}')
+    assert run_ckpt("take", "s.json", cwd=tmp_path).returncode == 0
+    r = run_ckpt("restore", "latest", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.dumps(json.loads(r.stdout)) == json.dumps(json.loads((tmp_path / "s.json").read_text()))
+    got = _strict_json(run_ckpt("cat", "latest", cwd=tmp_path).stdout)["sections"]["memory"]
+    assert got == {"a": {"$float": "nan"}, "b": {"$float": "inf"}, "c": {"$float": "-inf"}, "d": {"$map": {"$float": "inf"}}}
+
+
 @pytest.mark.parametrize("kind", ["device", "FIFO"])
 def test_a_blob_path_that_is_a_device_or_a_fifo_is_refused_not_taken_empty(tmp_path: Path, kind: str) -> None:
     # it was skipped with a warning and the blob recorded empty, exit 0

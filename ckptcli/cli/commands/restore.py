@@ -144,6 +144,12 @@ def restore(
     "started", "seq", "index"}] (absent when there are none). Reconcile them (retry with
     the same key, query, or compensate) before resuming (docs/workflows.md).
 
+    --format json writes strict JSON, which has no byte strings, NaN or infinities: a
+    state holding one (taken as msgpack, or through the library) is refused (exit 4);
+    --format msgpack keeps it, and `ckpt cat` shows it in the JSON view ({"$bytes":
+    base64}, {"$float": "inf"}). A document taken as JSON comes back as it was taken,
+    NaN and Infinity included, as Python's json module writes and reads them.
+
     The state document is streamed from the store (memory stays small whatever its
     size) and appears only once complete; one that decodes to more than
     CKPT_MAX_DECODED_BYTES (default 4 GiB) is refused before anything is written. -o
