@@ -98,6 +98,16 @@ def test_an_empty_path_is_refused_before_anything_is_written(store: tuple[Path, 
     assert sorted(os.listdir(cwd)) == ["h.json"]
 
 
+@pytest.mark.parametrize("path", ["", "/", "//"])
+def test_dump_of_a_path_that_names_no_file_is_a_usage_error(store: tuple[Path, list[str]], tmp_path: Path, path: str) -> None:
+    # it exited 3 ("no blob path given"), as for a file the checkpoint does not have
+    s, _made = store
+    for ref in ("agent:bot", "no-such-ref"):  # said before the checkpoint is looked for
+        err = _one_line_error(run_ckpt("dump", ref, path, "-o", tmp_path / "out", "--store", s), ExitCode.USAGE)
+        assert f"the path {path!r} names no file" in err and "ckpt ls-files" in err, err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc (Linux)")
 @pytest.mark.parametrize("target", ["/proc/ckpt-no-such-dir", "/proc/ckpt-no-such-dir/sub"])
 def test_a_blobs_directory_that_cannot_be_made_says_why_not_no_space(store: tuple[Path, list[str]], target: str) -> None:
