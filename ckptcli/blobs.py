@@ -33,6 +33,7 @@ from ckptcli.blobtree import (
     check_origin,
     filter_tree,
     find_entry,
+    holds_files,
     list_files,
     make_matcher,
     split_blob_path,
@@ -593,7 +594,9 @@ def restore_blobs(
     rest is written, so a failed restore puts it back. `include`: only paths matching
     these globs (make_matcher) are written, and deleted. `dry_run`: nothing is written;
     `report.written`/`report.deleted` say what would be. Nothing at or below a path in
-    `protect` (the store restored from) is written or deleted.
+    `protect` (the store restored from) is written or deleted. `delete` when what was
+    chosen (`names`, cut down to `include`) holds no file or link is refused
+    (InvalidInputError, nothing written): it would only empty what it names.
 
     Durability (docs/design.md, "Restore: what it promises"): by default the files are
     in the page cache when this returns, as after `tar -x` or `restic restore`: another
@@ -605,6 +608,8 @@ def restore_blobs(
     """
     rep = report if report is not None else RestoreReport()
     chosen, match = _choose(blobs, names, include, where)
+    if delete and not holds_files(chosen):
+        _refuse_delete_of_nothing(blobs, chosen, names, include, target, where)
     if in_place:
         targets = _in_place_targets(chosen, where)
         overwrite = True
@@ -695,6 +700,36 @@ def _choose(blobs: dict[str, Any], names: list[str] | None, include: list[str] |
                 )
         chosen = filter_tree(chosen, match)
     return chosen, match
+
+
+def _refuse_delete_of_nothing(
+    blobs: dict[str, Any], chosen: dict[str, Any], names: list[str] | None, include: list[str] | None, target: Path | None, where: str
+) -> None:
+    """Refuse --delete when what was chosen (the blobs `names`, cut down to `include`)
+    holds no file: --delete removes what the selection does not hold, which is then
+    everything below the directories it names, and it is never what was meant (in place,
+    there may be nothing to put back). Raises InvalidInputError saying which choice
+    holds nothing."""
+    named = f"blob{'s' if names and len(names) > 1 else ''} {', '.join(map(repr, names or []))}"
+    if include:
+        of = f" of {named}" if names else ""
+        what = f"{where}: the paths --include {' '.join(map(repr, include))} selects{of} hold no files, only empty directories"
+        hint = "include paths that hold files (`ckpt ls-files REF` lists them), or restore without --delete"
+    elif names:
+        held = "holds no files (no file or link in it)" if len(names) == 1 else "hold no files (no file or link in them)"
+        what = f"{where}: {named} {held}"
+        hint = "choose a blob that holds files with --blob (`ckpt ls-files REF` lists them), or restore without --delete"
+    else:
+        why = "it was taken without --blob" if not blobs else "its blobs are empty: no file or link in them"
+        what = f"{where} holds no files ({why})"
+        hint = "pick a checkpoint that holds files (`ckpt ls-files REF` lists them), or restore without --delete"
+    if not chosen and target is None:
+        wrong = "--in-place --delete has nothing to restore and nowhere to delete from"
+    elif target is None or names or include:
+        wrong = "--delete would only empty the directories it restores"
+    else:
+        wrong = f"--delete would remove everything in {target}"
+    raise InvalidInputError(f"{what}: {wrong}; nothing was restored or deleted", hint=hint)
 
 
 def _in_place_targets(chosen: dict[str, Any], where: str) -> list[_Target]:

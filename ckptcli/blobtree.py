@@ -35,6 +35,7 @@ __all__ = [
     "check_origin",
     "filter_tree",
     "find_entry",
+    "holds_files",
     "list_files",
     "make_matcher",
     "split_blob_path",
@@ -361,6 +362,21 @@ def filter_tree(entries: dict[str, Any], match: Matcher, prefix: str = "") -> di
             if sub:
                 out[name] = {**entry, "entries": sub}
     return out
+
+
+def holds_files(entries: dict[str, Any]) -> bool:
+    """Whether a validated blob tree (entries by name) holds a file or a symbolic link at
+    any depth: one of empty directories, or of entries skipped when taken, holds none (a
+    restore of it writes no file)."""
+    stack = list(entries.values())
+    while stack:
+        entry = stack.pop()
+        kind = entry.get("type")
+        if kind == "dir":
+            stack.extend(entry["entries"].values())
+        elif kind != "skipped":
+            return True
+    return False
 
 
 def check_origin(origin: Any, name: str, where: str) -> Path:

@@ -95,9 +95,15 @@ class Checkpoint:
         streamed from the store: memory stays O(largest object), whatever the state's size
         (ckptcli.document). Refused (LimitExceededError) before the first byte when the
         state is larger than CKPT_MAX_DECODED_BYTES; other errors may come after part of
-        the output, so write to a temporary file (write_file_atomic) or a spool."""
+        the output, so write to a temporary file (write_file_atomic) or a spool.
+
+        JSON is strict, as JSON has no byte strings, NaN or infinities: a state holding
+        one is refused (InvalidInputError), except NaN and infinities in a document taken
+        as JSON, which held them as Python's json writes them (NaN, Infinity) and gets
+        them back so: restore gives back the document that was taken."""
         sections = {n: Section(ev, f"section {n}") for n, ev in self.manifest.sections.items() if n != "blobs"}
-        write_document(join_document(self.manifest.layout, sections), self.source, out, fmt)
+        as_taken = self.manifest.layout.get("format") == "json"
+        write_document(join_document(self.manifest.layout, sections), self.source, out, fmt, allow_nan=as_taken)
 
     def write_view(self, out: IO[bytes], *, indent: int | None = None) -> None:
         """Write the whole checkpoint (metadata, layout, every section) in the JSON view
@@ -147,25 +153,11 @@ class Checkpoint:
             UnsafePathError, CorruptError before anything is written (blobs.validate);
             LimitExceededError, also before anything is written, when the files declare
             more bytes than the file system of `target` has free (less a margin), unless
-            `force`; ConflictError, StoreIOError while writing (what was written is undone).
+            `force`; ConflictError, StoreIOError while writing (what was written is undone);
+            InvalidInputError, before anything is written, for `delete` when what was
+            chosen (the blobs, `names`, cut down to `include`) holds no file or link.
         """
         blobs = self.blobs()
-        chosen = blobs if names is None else {n: e for n, e in blobs.items() if n in names}
-        if delete and not _holds_files(chosen):
-            # --delete removes what the checkpoint does not hold: of a checkpoint without
-            # files (no blob, or only empty ones), that is everything in a blobs directory.
-            # Refused: it is never what was meant, and in place there may be nothing to put back
-            why = "it was taken without --blob" if not blobs else "its blobs are empty: no file or link in them"
-            if not chosen and in_place:
-                wrong = "--in-place --delete has nothing to restore and nowhere to delete from"
-            elif in_place or names is not None:
-                wrong = "--delete would only empty the directories it restores"
-            else:
-                wrong = f"--delete would remove everything in {target}"
-            raise InvalidInputError(
-                f"checkpoint {self.hex[:12]} holds no files ({why}): {wrong}; nothing was restored or deleted",
-                hint="pick a checkpoint that holds files (`ckpt ls-files REF` lists them), or restore without --delete",
-            )
         if names:
             missing = [n for n in names if n not in blobs]
             if missing:
@@ -517,19 +509,3 @@ def _remote_store_or_init(url: str) -> Store:
         return Store.init(url, limits.FORMAT_VERSION)
     except ConflictError:
         return Store.open(url)
-
-
-def _holds_files(blobs: dict[str, Any]) -> bool:
-    """Whether any of these blob entries holds a file or a symbolic link, at any depth
-    (a blob of empty directories holds none). Malformed entries count as files: restore
-    itself says what is wrong with them."""
-    stack = list(blobs.values())
-    while stack:
-        entry = stack.pop()
-        if not isinstance(entry, dict) or entry.get("type") != "dir":
-            return True
-        children = entry.get("entries")
-        if not isinstance(children, dict):
-            return True
-        stack.extend(children.values())
-    return False

@@ -209,12 +209,13 @@ _NOT_SMALL = object()
 class _Writer:
     """Writes raw values (unpacked EVs) to `out` as JSON (plain or the view) or msgpack."""
 
-    def __init__(self, source: ObjectSource, out: IO[bytes], fmt: str, indent: int | None) -> None:
+    def __init__(self, source: ObjectSource, out: IO[bytes], fmt: str, indent: int | None, allow_nan: bool = True) -> None:
         self.source = source
         self.out = out
         self.buf = bytearray()
         self.fmt = fmt  # json, view or msgpack
         self.view = fmt == "view"
+        self.allow_nan = allow_nan and not self.view  # the view writes them as {"$float": ...}
         self.indent = indent if fmt != "msgpack" else None
         self.sep = "," if self.indent else ", "
         self.budget = Budget.streaming()
@@ -238,8 +239,13 @@ class _Writer:
     def dumps(self, value: Any, level: int) -> str:
         """A decoded value (already prepared) as JSON text, indented for `level`."""
         try:
-            text = json.dumps(value, ensure_ascii=False, indent=self.indent, allow_nan=not self.view, default=refuse_json)
+            text = json.dumps(value, ensure_ascii=False, indent=self.indent, allow_nan=self.allow_nan, default=refuse_json)
         except ValueError as exc:
+            if not self.allow_nan and "Out of range float" in str(exc):
+                raise InvalidInputError(
+                    "the state holds a float NaN or infinity, which JSON cannot carry",
+                    hint='pass --format msgpack (`ckpt cat REF` shows such values as {"$float": "inf"})',
+                ) from None
             raise InvalidInputError(f"the state cannot be written as JSON ({exc})", hint="pass --format msgpack") from None
         return text.replace("\n", self.nl(level)) if self.indent and level else text
 
@@ -445,10 +451,13 @@ class _Writer:
             self.write(self.nl(level) + close_ch if opened else open_ch + close_ch)
 
 
-def write_document(skeleton: Any, source: ObjectSource, out: IO[bytes], fmt: str, *, indent: int | None = 2) -> None:
+def write_document(
+    skeleton: Any, source: ObjectSource, out: IO[bytes], fmt: str, *, indent: int | None = 2, allow_nan: bool = True
+) -> None:
     """Write `skeleton` (see the module docstring) to `out` as `fmt`: "json" (what
-    write_value writes: indented, NaN allowed, byte strings refused), "view"
-    (jsonview.to_json then strict JSON, `indent` None for compact) or "msgpack".
+    write_value writes: indented, NaN and infinities as Python's json writes them unless
+    not `allow_nan`, byte strings refused), "view" (jsonview.to_json then strict JSON,
+    `indent` None for compact) or "msgpack".
 
     Raises:
         LimitExceededError before writing anything when the output is sized over the
@@ -459,7 +468,7 @@ def write_document(skeleton: Any, source: ObjectSource, out: IO[bytes], fmt: str
     if fmt not in ("json", "view", "msgpack"):
         raise InvalidInputError(f"unknown document format {fmt!r}", hint="use json or msgpack")
     ahead = _ReadAhead(source)
-    w = _Writer(ahead, out, fmt, indent if fmt != "json" else 2)
+    w = _Writer(ahead, out, fmt, indent if fmt != "json" else 2, allow_nan)
     try:
         with deep_recursion():
             try:

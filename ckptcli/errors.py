@@ -44,7 +44,7 @@ EXIT_CODE_MEANINGS: dict[ExitCode, str] = {
     ExitCode.USAGE: "usage error: bad option or argument",
     ExitCode.NOT_FOUND: "no such checkpoint, ref, section or file",
     ExitCode.INVALID_INPUT: "input ckpt cannot take (state document, name, label)",
-    ExitCode.CORRUPT: "damaged data: hash mismatch, truncated or malformed file",
+    ExitCode.CORRUPT: "damaged data: hash mismatch, truncated or malformed file, a pack missing from the store",
     ExitCode.UNSUPPORTED_VERSION: "written by a newer ckpt, or not a ckpt file",
     ExitCode.LIMIT_EXCEEDED: "a size, depth or count limit was exceeded",
     ExitCode.UNSAFE_PATH: "a path inside a checkpoint would escape the target directory, or a store directory is a link",

@@ -98,6 +98,16 @@ def test_an_empty_path_is_refused_before_anything_is_written(store: tuple[Path, 
     assert sorted(os.listdir(cwd)) == ["h.json"]
 
 
+@pytest.mark.parametrize("path", ["", "/", "//"])
+def test_dump_of_a_path_that_names_no_file_is_a_usage_error(store: tuple[Path, list[str]], tmp_path: Path, path: str) -> None:
+    # it exited 3 ("no blob path given"), as for a file the checkpoint does not have
+    s, _made = store
+    for ref in ("agent:bot", "no-such-ref"):  # said before the checkpoint is looked for
+        err = _one_line_error(run_ckpt("dump", ref, path, "-o", tmp_path / "out", "--store", s), ExitCode.USAGE)
+        assert f"the path {path!r} names no file" in err and "ckpt ls-files" in err, err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc (Linux)")
 @pytest.mark.parametrize("target", ["/proc/ckpt-no-such-dir", "/proc/ckpt-no-such-dir/sub"])
 def test_a_blobs_directory_that_cannot_be_made_says_why_not_no_space(store: tuple[Path, list[str]], target: str) -> None:
@@ -445,13 +455,171 @@ def test_restore_delete_of_a_checkpoint_whose_blobs_are_empty_deletes_nothing(tm
     for where in (["--blobs", "out"], ["--blobs", "out", "--blob", "w"], ["--in-place"]):
         r = run_ckpt("restore", "latest", *where, "--delete", "--no-state", cwd=tmp_path)
         err = _one_line_error(r, ExitCode.INVALID_INPUT)
-        assert "holds no files" in err and "blobs are empty" in err and "nothing was restored or deleted" in err, (where, err)
+        said = "blob 'w' holds no files" if "--blob" in where else "holds no files (its blobs are empty"
+        assert said in err and "nothing was restored or deleted" in err, (where, err)
         assert (tmp_path / "out" / "mine.txt").read_text() == "precious"
     # with a file in the blob, --delete does what it says (what the checkpoint lacks goes)
     (tmp_path / "ws" / "empty" / "deeper" / "f").write_text("x")
     assert run_ckpt("take", "s.json", "-S", "agent:a", "--blob", "w=ws", cwd=tmp_path).returncode == 0
     assert run_ckpt("restore", "latest", "--blobs", "out", "--delete", "--no-state", cwd=tmp_path).returncode == 0
     assert not (tmp_path / "out" / "mine.txt").exists() and (tmp_path / "out" / "w" / "empty" / "deeper" / "f").read_text() == "x"
+
+
+@pytest.fixture
+def partly_empty(tmp_path: Path) -> Path:
+    """A store whose latest checkpoint has blob w (sub/ and deep/a/b/ empty, pipes/ holding
+    only a FIFO, which take skips, and other/f) and blob e (empty directories only); the
+    user has since put files in w's sub/, deep/a/b/ and pipes/, and in e."""
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    w, e = tmp_path / "w", tmp_path / "e"
+    for d in (w / "sub", w / "deep" / "a" / "b", w / "other", w / "pipes", e / "x"):
+        d.mkdir(parents=True)
+    (w / "other" / "f").write_text("x")
+    os.mkfifo(w / "pipes" / "ff")
+    r = run_ckpt("take", "s.json", "-S", "agent:a", "--blob", f"w={w}", "--blob", f"e={e}", cwd=tmp_path)
+    assert r.returncode == 0, r
+    (w / "pipes" / "ff").unlink()
+    for d in (w / "sub", w / "deep" / "a" / "b", w / "pipes", e / "x", e):
+        (d / "mine.txt").write_text("precious")
+    return tmp_path
+
+
+def _users_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("mine.txt"))
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        ["--include", "sub"],
+        ["--include", "w/sub"],
+        ["--include", "sub", "--include", "deep"],
+        ["--include", "b"],  # a nested empty directory, matched by its own name
+        ["--include", "w/deep/a"],
+        ["--include", "pipes"],  # what it held was skipped when taken: no file either
+        ["--blob", "w", "--include", "sub"],
+        ["--blob", "e"],
+        ["--blob", "e", "--include", "x"],
+    ],
+)
+def test_restore_delete_of_a_selection_without_files_deletes_nothing(partly_empty: Path, choice: list[str]) -> None:
+    # the checkpoint holds files, but what --blob and --include chose of it holds none:
+    # --delete emptied the user's directories it named (exit 0); the check looked only
+    # at the chosen blobs, not at what --include left of them
+    t = partly_empty
+    (t / "out" / "w" / "sub").mkdir(parents=True)
+    (t / "out" / "w" / "sub" / "mine.txt").write_text("precious")
+    (t / "out" / "e").mkdir()
+    (t / "out" / "e" / "mine.txt").write_text("precious")
+    before = _users_files(t)
+    for where in (["--in-place"], ["--blobs", "out"], ["--in-place", "--dry-run"], ["--blobs", "out", "--dry-run"]):
+        r = run_ckpt("restore", "latest", *where, "--delete", "--no-state", *choice, cwd=t)
+        err = _one_line_error(r, ExitCode.INVALID_INPUT)
+        assert "nothing was restored or deleted" in err and "or restore without --delete" in err, (where, err)
+        if "--include" in choice:
+            assert "the paths --include" in err and "hold no files" in err and "include paths that hold files" in err, err
+        else:
+            assert "blob 'e' holds no files" in err and "choose a blob that holds files" in err and "checkpoint " in err, err
+        assert _users_files(t) == before, (where, choice)
+    assert not (t / "out" / "w" / "other").exists()
+
+
+def test_restore_delete_of_a_selection_with_files_still_deletes_what_it_lacks(partly_empty: Path) -> None:
+    # the refusal is of a selection holding nothing: one holding a file (other/f beside
+    # the empty sub/) restores and deletes as asked, in place and into a directory
+    t = partly_empty
+    (t / "w" / "other" / "extra").write_text("goes")
+    r = run_ckpt("restore", "latest", "--in-place", "--delete", "--no-state", "--include", "sub", "--include", "other", cwd=t)
+    assert r.returncode == 0, r
+    assert not (t / "w" / "sub" / "mine.txt").exists() and not (t / "w" / "other" / "extra").exists()
+    assert (t / "w" / "deep" / "a" / "b" / "mine.txt").exists() and (t / "e" / "mine.txt").exists()
+    r = run_ckpt("restore", "latest", "--blobs", "out", "--delete", "--no-state", "--blob", "w", "--blob", "e", cwd=t)
+    assert r.returncode == 0, r
+    assert (t / "out" / "w" / "other" / "f").read_text() == "x" and (t / "out" / "e" / "x").is_dir()
+
+
+def test_a_pack_missing_from_the_store_is_damage_to_every_verb_and_nothing_is_written(tmp_path: Path) -> None:
+    # restore, show, dump, export, cat and ls-files exited 3 ("... does not exist", as
+    # for a name the user got wrong) and copy 5: the store is damaged, exit 5 from all
+    assert run_ckpt("init", "s", cwd=tmp_path).returncode == 0
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "f").write_bytes(os.urandom(5000))
+    (tmp_path / "st.json").write_text(json.dumps({"big": ["x" * 40 + str(i) for i in range(3000)]}))
+    assert run_ckpt("take", "st.json", "-s", "s", "-S", "agent:a", "--blob", "w=ws", cwd=tmp_path).returncode == 0
+    packs = [p for p in (tmp_path / "s" / "packs").rglob("*") if p.is_file()]
+    assert len(packs) == 1
+    packs[0].unlink()
+    name = str(packs[0].relative_to(tmp_path / "s"))
+    (tmp_path / "ws" / "f").write_text("mine")
+    assert run_ckpt("init", "d", cwd=tmp_path).returncode == 0
+    for args in (
+        ["restore", "latest", "--blobs", "out", "-o", "back.json"],
+        ["restore", "latest", "--no-state", "--in-place", "--delete"],
+        ["restore", "latest", "-o", "back.json"],
+        ["show", "latest"],
+        ["dump", "latest", "memory"],
+        ["export", "latest", "-o", "x.ckpt"],
+        ["cat", "latest"],
+        ["ls-files", "latest"],
+        ["copy", "s", "d"],
+    ):
+        r = run_ckpt(*args, *([] if args[0] == "copy" else ["-s", "s"]), cwd=tmp_path)
+        err = _one_line_error(r, ExitCode.CORRUPT)
+        assert f"pack {name} is missing" in err and "the store is damaged" in err and "ckpt verify" in err, (args, err)
+        assert r.stdout == b"", args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "s", "st.json", "ws"]
+    assert (tmp_path / "ws" / "f").read_text() == "mine"
+    assert json.loads(run_ckpt("ls", "-s", "d", "--json", cwd=tmp_path).stdout) == []
+
+
+def _strict_json(text: bytes | str) -> Any:
+    def refuse(const: str) -> Any:
+        raise AssertionError(f"{const} is not JSON: {text!r}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")], ids=["inf", "-inf", "nan"])
+def test_json_output_of_a_state_never_holds_a_bare_nan_or_infinity(tmp_path: Path, value: float) -> None:
+    # restore --format json of a state taken as msgpack printed a bare Infinity, which is
+    # not JSON: refused now, as a byte string is; every JSON view prints {"$float": ...}
+    import msgpack
+
+    tag = {"$float": "nan" if value != value else ("inf" if value > 0 else "-inf")}
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "a.msgpack").write_bytes(msgpack.packb({"x": 1.0, "l": [1]}))
+    (tmp_path / "b.msgpack").write_bytes(msgpack.packb({"x": value, "l": [1, value]}))
+    for name in ("a", "b"):
+        assert run_ckpt("take", f"{name}.msgpack", "-S", "agent:f", cwd=tmp_path).returncode == 0
+    for args in (["--format", "json"], ["--format", "json", "-o", "back.json"]):
+        err = _one_line_error(run_ckpt("restore", "latest", *args, cwd=tmp_path), ExitCode.INVALID_INPUT)
+        assert "NaN or infinity, which JSON cannot carry" in err and "--format msgpack" in err and "ckpt cat" in err, err
+    assert not (tmp_path / "back.json").exists()
+    back = run_ckpt("restore", "latest", cwd=tmp_path).stdout  # as taken: msgpack keeps them
+    assert msgpack.unpackb(back)["l"][0] == 1 and repr(msgpack.unpackb(back)["x"]) == repr(value)
+    views = {
+        "cat": _strict_json(run_ckpt("cat", "latest", cwd=tmp_path).stdout)["sections"]["memory"],
+        "show": _strict_json(run_ckpt("show", "latest", "--section", "memory", cwd=tmp_path).stdout),
+        "show --json": _strict_json(run_ckpt("show", "latest", "--section", "memory", "--json", cwd=tmp_path).stdout),
+    }
+    for how, got in views.items():
+        assert got == {"x": tag, "l": [1, tag]}, how
+    patch = _strict_json(run_ckpt("diff", "latest~1", "latest", "--json", cwd=tmp_path).stdout)["patch"]
+    assert {"op": "replace", "path": "/x", "value": tag} in patch, patch
+
+
+def test_a_json_document_holding_nan_comes_back_as_it_was_taken(tmp_path: Path) -> None:
+    # Python's json writes and reads NaN and Infinity: such a document is taken, and
+    # restore gives it back as it was (strictness is for states that were not JSON)
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "s.json").write_text('{"a": NaN, "b": Infinity, "c": -Infinity, "d": {"$float": "inf"}}')
+    assert run_ckpt("take", "s.json", cwd=tmp_path).returncode == 0
+    r = run_ckpt("restore", "latest", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.dumps(json.loads(r.stdout)) == json.dumps(json.loads((tmp_path / "s.json").read_text()))
+    got = _strict_json(run_ckpt("cat", "latest", cwd=tmp_path).stdout)["sections"]["memory"]
+    assert got == {"a": {"$float": "nan"}, "b": {"$float": "inf"}, "c": {"$float": "-inf"}, "d": {"$map": {"$float": "inf"}}}
 
 
 @pytest.mark.parametrize("kind", ["device", "FIFO"])

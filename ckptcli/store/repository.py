@@ -846,7 +846,23 @@ class Store(Refs):
             raise CorruptError(
                 f"object {oid.hex()[:12]} is missing from the store", hint="run `ckpt verify` to see which checkpoints need it"
             )
-        stored = self.backend.read_range(pack_path(entry.pack), entry.offset, entry.stored_len)
+        try:
+            stored = self.backend.read_range(pack_path(entry.pack), entry.offset, entry.stored_len)
+        except NotFoundError:
+            # a prune that ran since the index was read may have repacked the object: the
+            # index it rewrote says where it is now; else the pack is gone, and the store
+            # is damaged (exit 5, as for a damaged pack), not a name the user got wrong
+            self.refresh_index(force=True)
+            moved = self.index().get(oid)
+            if moved is None or moved.pack == entry.pack:
+                raise CorruptError(
+                    f"pack {pack_path(entry.pack)} is missing from the store at {self.location} (its index names it for object "
+                    f"{oid.hex()[:12]}): the store is damaged",
+                    hint="run `ckpt verify` to see which checkpoints need it, and copy the pack back from a copy of the store "
+                    "(docs/runbooks/store-damaged.md)",
+                ) from None
+            entry = moved
+            stored = self.backend.read_range(pack_path(entry.pack), entry.offset, entry.stored_len)
         if len(stored) != entry.stored_len:
             raise CorruptError(f"pack {entry.pack.hex()[:12]} is truncated (object {oid.hex()[:12]})", hint="run `ckpt verify`")
         return entry, stored

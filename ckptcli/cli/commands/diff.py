@@ -78,7 +78,7 @@ def diff(
 
     --json prints {"a", "b", "same", "summary", "patch", "blobs_patch"}: "patch" is a
     JSON Patch (RFC 6902) that turns the JSON view of A's state document (as `ckpt cat`
-    and `ckpt restore --format json` print values: byte strings as {"$bytes": base64},
+    and `ckpt show --section` print values: byte strings as {"$bytes": base64},
     NaN and infinities as {"$float": "nan"}, big integers as JSON integers, a map whose
     only key starts with "$" as {"$map": {...}}) into B's; "blobs_patch" does the same
     for the blob listing (path -> type, size, mode and content id; never the content).

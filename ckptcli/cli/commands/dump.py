@@ -13,6 +13,14 @@ from ckptcli.cli.output import exit_status, write_output
 from ckptcli.errors import ExitCode
 
 
+def blob_file_path(text: str) -> str:
+    """The parser of PATH: one that names nothing ("", or only slashes) is a usage error,
+    said before the checkpoint is opened."""
+    if not text.strip("/"):
+        raise typer.BadParameter(f"the path {text!r} names no file: give NAME or NAME/sub/file (`ckpt ls-files REF` lists them)")
+    return text
+
+
 @app.command(
     epilog=exit_status(
         ExitCode.NOT_FOUND, ExitCode.INVALID_INPUT, ExitCode.NO_STORE, ExitCode.CORRUPT, ExitCode.UNSUPPORTED_VERSION, ExitCode.IO_ERROR
@@ -20,7 +28,9 @@ from ckptcli.errors import ExitCode
 )
 def dump(
     ref: RefArg,
-    path: Annotated[str, typer.Argument(help="The file: NAME for a file blob, NAME/sub/file inside a directory blob.")],
+    path: Annotated[
+        str, typer.Argument(parser=blob_file_path, help="The file: NAME for a file blob, NAME/sub/file inside a directory blob.")
+    ],
     output: Annotated[
         Path | None,
         typer.Option(

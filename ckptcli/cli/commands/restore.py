@@ -113,9 +113,10 @@ def restore(
     replacing what is there; with --delete, files under it that are not in the
     checkpoint are removed too, so `ckpt restore REF --in-place --delete` rolls a
     workspace back. Run it with --dry-run first to see what it would write and delete.
-    --delete with a checkpoint that holds no files (taken without --blob, or whose
-    blobs hold only empty directories) is refused (exit 4): it would empty a --blobs
-    directory, and in place has nothing to restore.
+    --delete when what is restored holds no files (a checkpoint taken without --blob,
+    blobs of empty directories only, or --blob and --include choosing only those) is
+    refused (exit 4), nothing written or deleted: it would only empty the directories
+    it names.
     --include limits all of this to matching paths; one that matches no path of the
     checkpoint is an error (exit 3, nothing written), as a typo would be.
 
@@ -142,6 +143,12 @@ def restore(
     idempotency key"; --json adds "in_doubt": [{"call_id", "tool", "args", "key",
     "started", "seq", "index"}] (absent when there are none). Reconcile them (retry with
     the same key, query, or compensate) before resuming (docs/workflows.md).
+
+    --format json writes strict JSON, which has no byte strings, NaN or infinities: a
+    state holding one (taken as msgpack, or through the library) is refused (exit 4);
+    --format msgpack keeps it, and `ckpt cat` shows it in the JSON view ({"$bytes":
+    base64}, {"$float": "inf"}). A document taken as JSON comes back as it was taken,
+    NaN and Infinity included, as Python's json module writes and reads them.
 
     The state document is streamed from the store (memory stays small whatever its
     size) and appears only once complete; one that decodes to more than
