@@ -294,7 +294,7 @@ class _Writer:
         `include`, only what matches it goes."""
         own = {aside for p, aside, _name in self.aside if p == parts}
         for name in sorted(os.listdir(dir_fd)):
-            if name in entries or name in own or (*parts, name) in self.protect:
+            if name in own or (*parts, name) in self.protect or not extra_entry(entries, name, dir_fd):
                 continue
             rel = _rel(parts, name)
             if self.include is not None and not self.include(self.blob_path(rel)):
@@ -789,6 +789,25 @@ def _open_target(t: _Target) -> None:
         raise StoreIOError(f"cannot use {target} as the restore target: {exc.strerror}") from None
 
 
+def extra_entry(entries: dict[str, Any], name: str, dir_fd: int) -> bool:
+    """Whether `name`, in the directory `dir_fd` whose checkpoint entries are `entries`, is
+    not the checkpoint's (a restore with delete removes it): not among the entries, or an
+    entry the take skipped (a link leaving the tree, a FIFO, a device) that is now a
+    regular file or a directory. That one was written after the checkpoint, which would
+    have stored it, so it is not what was skipped; a link or special file there now is
+    left as it is: it may be the one skipped."""
+    entry = entries.get(name)
+    if entry is None:
+        return True
+    if entry.get("type") != "skipped":
+        return False
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)
+
+
 def _plan_target(t: _Target, overwrite: bool) -> None:
     """What restoring `t` would write and delete (dry run): conflicts raise as they would."""
     assert t.writer is not None
@@ -838,7 +857,11 @@ def _plan(w: _Writer, dir_fd: int, entries: dict[str, Any], parts: _Parts) -> No
     if w.delete and dir_fd >= 0 and (parts or w.root_delete):
         for name in sorted(os.listdir(dir_fd)):
             rel = _rel(parts, name)
-            if name not in entries and (*parts, name) not in w.protect and (w.include is None or w.include(w.blob_path(rel))):
+            if (
+                (*parts, name) not in w.protect
+                and (w.include is None or w.include(w.blob_path(rel)))
+                and extra_entry(entries, name, dir_fd)
+            ):
                 rep.deleted.append(w.shown + rel)
 
 

@@ -790,3 +790,27 @@ def test_replay_refuses_a_bad_tolerant_option_with_or_without_check(tmp_path: Pa
     r = run_ckpt("replay", "latest", *check, *bad, cwd=tmp_path)
     err = _one_line_error(r, ExitCode.USAGE)
     assert said in err and r.stdout == b"", err
+
+
+def test_restore_delete_removes_a_file_written_where_the_take_skipped_a_link_and_keeps_a_link(tmp_path: Path) -> None:
+    # the checkpoint skipped x (a link leaving the tree); a regular file written there
+    # since is not what it skipped: --delete removes it, as any file made since (it was kept)
+    store, work = tmp_path / "s", tmp_path / "W"
+    assert run_ckpt("init", store).returncode == 0
+    work.mkdir()
+    (work / "a").write_text("keep")
+    (work / "x").symlink_to("/etc/passwd")
+    (work / "y").symlink_to("/etc/hosts")
+    doc = tmp_path / "s.json"
+    doc.write_text('{"a": 1}')
+    took = run_ckpt("--store", store, "take", doc, "-S", "agent:ip", "--blob", f"w={work}")
+    assert took.returncode == 0 and took.stderr.decode().count("skipped") == 2, took.stderr
+    (work / "x").unlink()
+    (work / "x").write_text("POST-CHECKPOINT")
+    dry = run_ckpt("--store", store, "restore", "agent:ip", "--in-place", "--delete", "--dry-run", "-o", os.devnull)
+    assert dry.returncode == 0 and f"would delete {work / 'x'}" in dry.stdout.decode() and "/y" not in dry.stdout.decode(), dry
+    done = run_ckpt("--store", store, "restore", "agent:ip", "--in-place", "--delete", "-o", os.devnull)
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(work)) == ["a", "y"] and os.readlink(work / "y") == "/etc/hosts"
+    kept = run_ckpt("--store", store, "restore", "agent:ip", "--in-place", "-o", os.devnull)  # without --delete nothing goes
+    assert kept.returncode == 0 and sorted(os.listdir(work)) == ["a", "y"]

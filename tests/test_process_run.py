@@ -604,6 +604,26 @@ def test_state_is_restored_by_its_path_and_a_path_the_checkpoint_does_not_hold_i
     assert (env.work / "important.txt").read_text() == "IMPORTANT"
 
 
+def test_a_file_written_where_the_checkpoint_skipped_a_link_is_gone_after_a_restore(env: Env) -> None:
+    """A state directory's link leaving it is skipped by the checkpoint; the program then
+    writes a regular file there and is started again: that file is from after the
+    checkpoint and goes, as every other file made since does (it was kept). A link still
+    there may be the one skipped, and stays."""
+    sd = env.work / "sd"
+    sd.mkdir()
+    (sd / "keep.txt").write_text("kept")
+    (sd / "x").symlink_to("/etc/passwd")
+    (sd / "y").symlink_to("/etc/hosts")
+    assert env.ckpt("run", "-S", SUBJECT, "-q", "--state", "sd", "--", "true").returncode == 0
+    (sd / "x").unlink()
+    (sd / "x").write_text("POST-CHECKPOINT")
+    look = "import os; open('seen.txt', 'w').write(' '.join(sorted(os.listdir('sd'))))"
+    r = env.ckpt("run", "-S", SUBJECT, "-q", "--state", "sd", "--", sys.executable, "-c", look)
+    assert r.returncode == 0, r.stderr
+    assert (env.work / "seen.txt").read_text() == "keep.txt y"
+    assert os.readlink(sd / "y") == "/etc/hosts"
+
+
 def test_a_fifo_declared_as_state_is_one_line_exit_4_saying_what_to_declare(env: Env) -> None:
     os.mkfifo(env.work / "pipe")
     r = env.ckpt("run", "-S", SUBJECT, "-q", "--state", "pipe", "--", "true")

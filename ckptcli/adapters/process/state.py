@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ckptcli.blobs import extra_entry
 from ckptcli.errors import CkptError, InvalidInputError, UnsafePathError
 
 if TYPE_CHECKING:
@@ -199,12 +200,13 @@ def _put(ck: Checkpoint, blob_path: str, entry: dict[str, Any], root: Path, part
         }
         dfd = _open_dir(root, parts, create=True)
         try:
-            present = os.listdir(dfd)
+            # what the program made after the checkpoint (and a killed restore's temporary
+            # files), and a file or directory where the checkpoint skipped a link
+            gone = [name for name in os.listdir(dfd) if extra_entry(keep, name, dfd)]
         finally:
             os.close(dfd)
-        for name in present:  # what the program made after the checkpoint (and a killed restore's temporary files)
-            if name not in keep:
-                _remove(root, (*parts, name))
+        for name in gone:
+            _remove(root, (*parts, name))
         return sum(_put(ck, f"{blob_path}/{name}", child, root, (*parts, name)) for name, child in keep.items())
     if kind == "symlink":
         target = entry.get("target")
