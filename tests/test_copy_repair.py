@@ -1,6 +1,7 @@
 """`ckpt copy SRC DST` repairs what DST lost of checkpoints it has already: objects whose
 pack is gone (or that no index names), and a manifest at `manifests/<id>` that is not the
-checkpoint of that id. Real stores on disk and on a real S3 server (moto)."""
+checkpoint of that id. And `ckpt verify` of a remote store reads what the bucket holds,
+not the local cache's copy. Real stores on disk and on a real S3 server (moto)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 import ckptcli
 from ckptcli.copy import copy_checkpoints
+from ckptcli.errors import ExitCode
 from ckptcli.store import layout
 from ckptcli.store.repository import Store
 from tests.helpers_faults import run_cli
@@ -111,3 +113,24 @@ def test_copy_into_a_new_s3_store_with_a_planted_manifest(
     assert reopened.backend.objects.get(layout.manifest_path(cid)) == src.manifest_bytes(cid)  # type: ignore[attr-defined]
     assert reopened.latest_state(src.manifest(cid).subject)[0] == cid
     assert not _problems(reopened)
+
+
+def test_verify_on_s3_reads_the_bucket_not_the_cache(
+    src: Store, s3_bucket: S3Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CKPT_CACHE_DIR", str(tmp_path / "cache"))
+    url = s3_bucket.url + "/dst"
+    copy_checkpoints(src, ckptcli.init_store(url))
+    cid = src.manifest_ids()[0]
+    assert not _problems(Store.open(url))
+    store = Store.open(url)
+    store.manifest(cid), store.index()  # read on this host: in its cache now
+    index_file = store.backend.list(layout.INDEX)[0]
+    store.backend.objects.put(layout.manifest_path(cid), b"garbage bytes")  # type: ignore[attr-defined]
+    store.backend.objects.put(index_file, b"garbage bytes")  # type: ignore[attr-defined]
+    problems = _problems(Store.open(url))
+    for name in (layout.manifest_path(cid), index_file):
+        assert any(name in m and "does not match its name" in m and "cache" in m for m in problems), (name, problems)
+    done = run_cli("verify", "--store", url, env={"CKPT_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == ExitCode.CORRUPT, done.stderr
+    assert cid.hex()[:12] in done.stdout.decode() + done.stderr.decode()

@@ -38,6 +38,9 @@ def verify(
     that need it; exit status 5 when anything is damaged. A symbolic link anywhere in a
     local store is named too (one under tmp/ as a harmless note); a directory of the
     store that is one is not listed through, and stops verify with exit status 8.
+    On object storage the index files and manifests are read from the store, never
+    from this host's cache of them (CKPT_CACHE_DIR), and a damaged one whose good
+    copy the cache holds is said to be so.
 
     Examples:
 
