@@ -134,3 +134,20 @@ def test_verify_on_s3_reads_the_bucket_not_the_cache(
     done = run_cli("verify", "--store", url, env={"CKPT_CACHE_DIR": str(tmp_path / "cache")})
     assert done.returncode == ExitCode.CORRUPT, done.stderr
     assert cid.hex()[:12] in done.stdout.decode() + done.stderr.decode()
+
+
+def test_import_writes_over_a_damaged_manifest_on_s3(
+    src: Store, s3_bucket: S3Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ckpt import FILE` of a checkpoint whose manifest the bucket holds damaged writes
+    it again (a put where nothing is replaced would leave the garbage, hidden by a warm
+    cache on this host)."""
+    monkeypatch.setenv("CKPT_CACHE_DIR", str(tmp_path / "cache"))
+    url = s3_bucket.url + "/dst"
+    dst = ckptcli.init_store(url)
+    cid = src.manifest_ids()[0]
+    ckptcli.export_checkpoint(ckptcli.open_checkpoint(cid.hex(), src), tmp_path / "one.ckpt")
+    dst.backend.objects.put(layout.manifest_path(cid), b"garbage bytes")  # type: ignore[attr-defined]
+    assert ckptcli.import_checkpoint(Store.open(url), tmp_path / "one.ckpt") == cid
+    assert Store.open(url).backend.objects.get(layout.manifest_path(cid)) == src.manifest_bytes(cid)  # type: ignore[attr-defined]
+    assert not _problems(Store.open(url))

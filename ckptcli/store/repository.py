@@ -967,10 +967,21 @@ class Store(Refs):
         return rewritten
 
     def add_manifest_bytes(self, data: bytes) -> bytes:
+        """Commit the manifest `data` (an import's, a copy's); returns its id. One its path
+        holds already is kept when it is these bytes (as the store holds them, not a
+        cache's copy), else written over: a damaged one is put right by importing again."""
         cid = hashlib.sha256(data).digest()
         Manifest.decode(data, "imported manifest")
-        if not self.backend.exists(layout.manifest_path(cid)):
-            self.backend.write_atomic(layout.manifest_path(cid), data)
+        path = layout.manifest_path(cid)
+        if not self.backend.exists(path):
+            self.backend.write_atomic(path, data)
+            return cid
+        try:
+            same = self.backend.read_stored_copy(path) == data
+        except CkptError:
+            same = False  # unreadable (a link, gone meanwhile): written again
+        if not same:
+            self.replace_manifest_bytes(data)
         return cid
 
 
