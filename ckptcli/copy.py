@@ -14,6 +14,16 @@ several share one pack and one index file, then their manifests follow, so copyi
 small checkpoints does not cost a pack, an index file and their syncs each. A copy
 killed at any instant leaves DST readable; the next copy sends what is still missing.
 
+A checkpoint DST has already (its manifest is there) is checked, not taken on trust
+(_DstCheck): its manifest in DST must be SRC's bytes (sizes from one listing of
+manifests/; the bytes themselves compared on a local store, or when few checkpoints are
+checked), and every object it needs must be in DST's index in a pack that exists (one
+listing of packs/). What DST lost is sent again (an object whose pack is gone is written
+into a new pack, and the index files that named it for the lost pack are rewritten
+without it: Store.drop_index_rows), and a manifest that is not the checkpoint's is
+written again; the same object check holds for the checkpoints copied anew. The walk of
+those checkpoints in SRC is the cost of the check: node objects are read, data is not.
+
 Only Store's public methods are used on both sides, so the copy works between any two
 stores whatever they are stored on. A checkpoint file (`ckpt export`) is a source too.
 """
@@ -59,6 +69,11 @@ class CopyResult:
     objects_sent: int = 0
     bytes_sent: int = 0  # stored (compressed) bytes of the objects sent
     objects_present: int = 0  # objects the checkpoints need that DST had already
+    #: of objects_sent: those DST had lost (its index named them in a pack that is gone, or
+    #: a checkpoint it had already needed them and no index named them)
+    objects_repaired: int = 0
+    #: checkpoints DST had whose manifest there was not theirs (damaged, or other bytes): written again
+    manifests_rewritten: list[bytes] = field(default_factory=list)
     latest_moved: list[str] = field(default_factory=list)  # subjects whose latest moved in DST
     refs_copied: list[str] = field(default_factory=list)  # with `refs`: "tags/NAME", "branches/NAME"
     refs_skipped: list[str] = field(default_factory=list)  # with `refs`: named in DST already, at another checkpoint
@@ -72,6 +87,8 @@ class CopyResult:
             "objects_sent": self.objects_sent,
             "bytes_sent": self.bytes_sent,
             "objects_present": self.objects_present,
+            "objects_repaired": self.objects_repaired,
+            "manifests_rewritten": [c.hex() for c in self.manifests_rewritten],
             "latest_moved": self.latest_moved,
             "refs_copied": self.refs_copied,
             "refs_skipped": self.refs_skipped,
@@ -108,14 +125,15 @@ def copy_checkpoints(
         chosen = _choose(src, refs)
         for cid, manifest in chosen:  # before anything is sent
             _check_version(src, dst, cid, manifest)
-        present = set(dst.manifest_ids())
-        copier = _Copier(src, dst, result, dry_run, progress)
+        check = _DstCheck(src, dst)
+        wrong = check.wrong_manifests([cid for cid, _m in chosen if cid in check.present])
+        copier = _Copier(src, dst, result, dry_run, progress, check)
         try:
             for cid, manifest in chosen:
                 result.checkpoints.append(cid)
-                if cid in present:
+                if cid in check.present:
                     result.already_present.append(cid)
-                    copier.advance_latest(cid, manifest)
+                    copier.add(cid, manifest, had=True, rewrite=cid in wrong)
                 else:
                     copier.add(cid, manifest)
             copier.flush()
@@ -173,48 +191,127 @@ def _manifest_bytes(src: Source, cid: bytes) -> bytes:
     return data
 
 
+class _DstCheck:
+    """What DST holds of the checkpoints it has already, checked rather than trusted: a
+    manifest at `manifests/<id>` that is not SRC's bytes of that checkpoint (damaged,
+    planted), an object whose pack is gone."""
+
+    #: on object storage, the bytes of the manifests DST has are compared only when this
+    #: few are checked (a GET each); above it, their sizes (one listing) are
+    COMPARE_REMOTE = 64
+
+    def __init__(self, src: Source, dst: Store) -> None:
+        self.src, self.dst = src, dst
+        self.local = dst.directory is not None
+        # a local store's names (sizes are not needed: its bytes are compared), else one
+        # listing that gives each manifest's size with its name
+        self.sizes: dict[bytes, int] = {}
+        if self.local:
+            self.present = set(dst.manifest_ids())
+        else:
+            for name, size in dst.backend.sizes(layout.MANIFESTS).items():
+                with contextlib.suppress(ValueError):
+                    if len(name) == 64:
+                        self.sizes[bytes.fromhex(name)] = size
+            self.present = set(self.sizes)
+        self._packs: set[bytes] | None = None  # DST's packs, listed once when first needed
+        self.lost_packs: set[bytes] = set()
+
+    def wrong_manifests(self, ids: list[bytes]) -> set[bytes]:
+        """Of `ids` (in SRC and DST), those whose manifest in DST is not SRC's bytes."""
+        compare = self.local or len(ids) <= self.COMPARE_REMOTE
+        wrong = set()
+        for cid in ids:
+            data = _manifest_bytes(self.src, cid)
+            if not compare:
+                if self.sizes.get(cid) != len(data):
+                    wrong.add(cid)
+                continue
+            try:
+                theirs = self.dst.backend.read_stored_copy(layout.manifest_path(cid))
+            except CkptError:
+                theirs = None  # gone since the listing, a link, unreadable: written again
+            if theirs != data:
+                wrong.add(cid)
+        return wrong
+
+    def has(self, oid: bytes) -> tuple[bool, bytes | None]:
+        """(whether DST holds object `oid`, the lost pack its index names it in, if so)."""
+        entry = self.dst.index().get(oid)
+        if entry is None:
+            return False, None
+        if self._packs is None:
+            self._packs = set()
+            for path in self.dst.backend.list(layout.PACKS):
+                with contextlib.suppress(ValueError):
+                    self._packs.add(bytes.fromhex(path.rsplit("/", 1)[-1]))
+        pack = entry.pack
+        if pack in self._packs:
+            return True, None
+        if pack not in self.lost_packs:
+            # not listed: written since the listing (this copy's, another writer's), or lost
+            if self.dst.backend.exists(layout.pack_path(pack)):
+                self._packs.add(pack)
+                return True, None
+            self.lost_packs.add(pack)
+        return False, pack
+
+
 class _Copier:
     """Sends checkpoints into DST in batches: the objects of several checkpoints go into one
     transaction (one pack, one index file, not one per checkpoint), then their manifests,
     oldest first, then their latest refs. A batch is committed when it holds BATCH_BYTES or
     BATCH_CHECKPOINTS, so a long copy commits as it goes."""
 
-    def __init__(self, src: Source, dst: Store, result: CopyResult, dry_run: bool, progress: Progress) -> None:
+    def __init__(self, src: Source, dst: Store, result: CopyResult, dry_run: bool, progress: Progress, check: _DstCheck) -> None:
         self.src, self.dst, self.result, self.dry_run, self.progress = src, dst, result, dry_run, progress
+        self.check = check
         self.walked = WalkResult()  # shared: an object several checkpoints need is walked once
         self.txn: Transaction | None = None
-        self.batch: list[tuple[bytes, bytes, Manifest]] = []  # (id, manifest bytes, manifest), complete
+        #: (id, manifest bytes, manifest, what to do with the manifest in DST: "add", "rewrite"
+        #: or "keep" (DST has it right)), complete
+        self.batch: list[tuple[bytes, bytes, Manifest, str]] = []
+        self.drop: dict[bytes, set[bytes]] = {}  # lost pack -> its objects sent again in this batch
 
-    def add(self, cid: bytes, manifest: Manifest) -> None:
+    def add(self, cid: bytes, manifest: Manifest, *, had: bool = False, rewrite: bool = False) -> None:
         """Send what DST lacks of checkpoint `cid`; its manifest follows at the next flush.
+        `had`: DST has the checkpoint already (what it lacks of it is what it lost);
+        `rewrite`: ... but its manifest there is not the checkpoint's.
         Raises CorruptError, with nothing of `cid` in the batch."""
         where = f"checkpoint {cid.hex()[:12]} of {self.src.location}"
         data = _manifest_bytes(self.src, cid)
         missing = self._missing(manifest, where)
+        repaired = len(missing) if had else sum(1 for _oid, lost in missing if lost is not None)
+        self.result.objects_repaired += repaired
+        if rewrite:
+            self.result.manifests_rewritten.append(cid)
         if self.dry_run:
-            self.result.bytes_sent += sum(_stored_len(self.src, oid) for oid in missing)
+            self.result.bytes_sent += sum(_stored_len(self.src, oid) for oid, _lost in missing)
             self.result.objects_sent += len(missing)
             return
-        if self.txn is None:
-            self.txn = self.dst.transaction()
         if missing:
-            self.progress.start(f"copying {cid.hex()[:12]}", len(missing))
-        try:
-            for oid in missing:
-                entry, stored, raw = self._read(oid, where)
-                self.txn.put_stored(oid, entry.obj_type, entry.codec, stored, len(raw))
-                self.result.objects_sent += 1
-                self.result.bytes_sent += len(stored)
-                self.progress.advance(1)
-        finally:
-            self.progress.finish()
-        self.batch.append((cid, data, manifest))
-        if self.txn.new_stored_bytes >= BATCH_BYTES or len(self.batch) >= BATCH_CHECKPOINTS:
+            if self.txn is None:
+                self.txn = self.dst.transaction()
+            self.progress.start(f"{'repairing' if had else 'copying'} {cid.hex()[:12]}", len(missing))
+            try:
+                for oid, lost in missing:
+                    entry, stored, raw = self._read(oid, where)
+                    self.txn.put_stored(oid, entry.obj_type, entry.codec, stored, len(raw), again=lost is not None)
+                    if lost is not None:
+                        self.drop.setdefault(lost, set()).add(oid)
+                    self.result.objects_sent += 1
+                    self.result.bytes_sent += len(stored)
+                    self.progress.advance(1)
+            finally:
+                self.progress.finish()
+        self.batch.append((cid, data, manifest, "rewrite" if rewrite else "keep" if had else "add"))
+        if (self.txn is not None and self.txn.new_stored_bytes >= BATCH_BYTES) or len(self.batch) >= BATCH_CHECKPOINTS:
             self.flush()
 
-    def _missing(self, manifest: Manifest, where: str) -> list[bytes]:
+    def _missing(self, manifest: Manifest, where: str) -> list[tuple[bytes, bytes | None]]:
         """The objects of `manifest` DST lacks, among those no earlier checkpoint of this copy
-        reached (those were sent then, or were in DST: the walk does not read them again).
+        reached (those were sent then, or were in DST: the walk does not read them again),
+        each with the lost pack DST's index names it in (None: no index names it).
         Raises CorruptError when a node of it names a data object with a wrong length."""
         seen_before = len(self.walked.objects)  # (the walk only adds, in order)
         try:
@@ -225,10 +322,11 @@ class _Copier:
         self._check_lengths(reached, where)
         missing = []
         for oid in reached:
-            if self.dst.has(oid):
+            there, lost = self.check.has(oid)
+            if there:
                 self.result.objects_present += 1
             else:
-                missing.append(oid)
+                missing.append((oid, lost))
         return missing
 
     def _check_lengths(self, reached: list[bytes], where: str) -> None:
@@ -296,12 +394,22 @@ class _Copier:
                 txn.commit()
             except BaseException:
                 txn.abort()
-                self.batch = []
+                self.batch, self.drop = [], {}
                 raise
+        if self.drop:  # the lost packs' rows of what was sent again, now that its new index is committed
+            # (a lost pack whose objects were all sent again, alone, is written again under
+            # its own name, with the same index file: nothing to drop then)
+            drop, self.drop = self.drop, {}
+            drop = {pack: oids for pack, oids in drop.items() if not self.dst.backend.exists(layout.pack_path(pack))}
+            if drop:
+                self.dst.drop_index_rows(drop)
         batch, self.batch = self.batch, []
-        for _cid, data, _m in batch:
-            self.dst.add_manifest_bytes(data)
-        for cid, _d, manifest in batch:
+        for _cid, data, _m, how in batch:
+            if how == "add":
+                self.dst.add_manifest_bytes(data)
+            elif how == "rewrite":
+                self.dst.replace_manifest_bytes(data)
+        for cid, _d, manifest, _how in batch:
             self.advance_latest(cid, manifest)
 
     def keep_complete(self) -> None:
@@ -318,7 +426,7 @@ class _Copier:
         if self.txn is not None:
             self.txn.abort()
             self.txn = None
-        self.batch = []
+        self.batch, self.drop = [], {}
 
     def advance_latest(self, cid: bytes, manifest: Manifest) -> None:
         if not self.dry_run and _advance_latest(self.dst, cid, manifest) and str(manifest.subject) not in self.result.latest_moved:

@@ -122,6 +122,8 @@ def test_json_shape_and_dry_run_change_nothing(src: Store, tmp_path: Path) -> No
         "objects_sent",
         "bytes_sent",
         "objects_present",
+        "objects_repaired",
+        "manifests_rewritten",
         "latest_moved",
         "refs_copied",
         "refs_skipped",
@@ -130,7 +132,7 @@ def test_json_shape_and_dry_run_change_nothing(src: Store, tmp_path: Path) -> No
     assert set(d) == set(r) == keys
     assert (d["dry_run"], r["dry_run"]) == (True, False)
     assert d["latest_moved"] == [] and sorted(r["latest_moved"]) == ["agent:bot", "workflow:etl"]
-    for k in ("checkpoints", "copied", "already_present", "objects_sent", "bytes_sent", "objects_present"):
+    for k in ("checkpoints", "copied", "already_present", "objects_sent", "bytes_sent", "objects_present", "objects_repaired"):
         assert d[k] == r[k], k
     assert r["checkpoints"] == [c.hex() for c in sorted(src.manifest_ids(), key=lambda c: (src.manifest(c).created_ns, c))]
     text = _copy_cli(src.location, ckptcli.init_store(tmp_path / "other").location)

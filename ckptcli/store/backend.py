@@ -22,7 +22,7 @@ from collections.abc import Callable, Container, Sequence
 from pathlib import Path
 from typing import IO
 
-from ckptcli.errors import CorruptError, InvalidInputError, NotFoundError, StoreIOError, UnsafePathError
+from ckptcli.errors import CkptError, CorruptError, InvalidInputError, NotFoundError, StoreIOError, UnsafePathError
 from ckptcli.store import dirwalk
 from ckptcli.store.layout import CACHE, JOURNAL_DIR, LOCKS, MAX_PATH_DEPTH, PACK_TARGET_MAX, STORE_DIRS, TMP, path_depth, versioned_cap
 from ckptcli.store.locking import LOCK_NOTICE_AFTER as LOCK_NOTICE_AFTER  # 0.2 names here, kept for one minor release
@@ -216,6 +216,38 @@ class Backend(ABC):
         Backends may override this with something faster than list()."""
         prefix = directory.rstrip("/") + "/"
         return [p[len(prefix) :] for p in self.list(directory) if "/" not in p[len(prefix) :]]
+
+    def sizes(self, directory: str) -> dict[str, int]:
+        """Args: a directory path. Returns: name -> size in bytes of the files directly in
+        it (what `list_names` lists; one that cannot be sized is left out). Object
+        storage answers from one listing; this default sizes each file (a stat each)."""
+        prefix = directory.rstrip("/") + "/"
+        out = {}
+        for name in self.list_names(directory):
+            try:
+                out[name] = self.size(prefix + name)
+            except CkptError:
+                continue  # gone since the listing, or not a file: its read says what is wrong
+        return out
+
+    def read_stored_copy(self, path: str) -> bytes:
+        """Args: path. Returns: the file's bytes as the store holds them now, never a
+        local cache's copy (what `ckpt verify` checks, and what a copy compares). Where
+        nothing is cached (a local disk) this is `read`. Raises: as `read`."""
+        return self.read(path)
+
+    def cached_copy(self, path: str) -> bytes | None:
+        """Args: path. Returns: the good copy a local cache holds of the file (one whose
+        bytes match its name), or None: readers on this host read that copy rather than
+        the store's (`ckpt verify` says so when the store's differs). Raises nothing."""
+        return None
+
+    def replace(self, path: str, data: bytes) -> None:
+        """Args: path, data. Writes the whole file as `write_atomic` does, but replacing
+        what is there even where the path names its content (a manifest found damaged is
+        written again by `ckpt copy`; `write_atomic` leaves a content-named file that
+        exists, taking it for the same bytes). Raises: StoreIOError."""
+        self.write_atomic(path, data)
 
     @abstractmethod
     def exists(self, path: str) -> bool:

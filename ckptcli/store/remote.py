@@ -37,11 +37,11 @@ from typing import IO
 
 from ckptcli import notices
 from ckptcli._util.threads import executor
-from ckptcli.errors import ConflictError, NotFoundError, StoreIOError
+from ckptcli.errors import CkptError, ConflictError, NotFoundError, StoreIOError
 from ckptcli.store import objlocks
 from ckptcli.store.backend import Backend, Mark, too_large
 from ckptcli.store.backends import redact
-from ckptcli.store.backends.base import ObjectBackend
+from ckptcli.store.backends.base import ObjectBackend, ObjectInfo
 from ckptcli.store.backends.paths import path_problem
 from ckptcli.store.layout import CACHE, INDEX, LOCKS, LOGS, MANIFESTS, PACK_FILE_MAX, PACKS, REFS, versioned_cap
 from ckptcli.store.objcache import ObjectCache
@@ -121,6 +121,18 @@ class ObjectStoreIO(Backend):
             data = self._get(path)
             self.cache.put(name, data)  # kept only if its bytes are what its name says
         return data
+
+    def read_stored_copy(self, path: str) -> bytes:
+        return self._get(path)  # the bucket's bytes, whatever the cache holds
+
+    def cached_copy(self, path: str) -> bytes | None:
+        directory, _, name = path.rpartition("/")
+        if self.cache is None or directory not in (INDEX, MANIFESTS) or not ObjectCache.cacheable(name):
+            return None
+        try:
+            return self.cache.get(name)
+        except CkptError:
+            return None  # a cache that cannot be read holds no copy anyone reads
 
     def _get(self, path: str) -> bytes:
         """The object at `path`, whole; a record file or a reflog (`versioned_cap`) by a
@@ -228,18 +240,20 @@ class ObjectStoreIO(Backend):
         """The paths under `prefix`, but keys that cannot be a store's objects (an empty,
         '.' or '..' part: put in the bucket by something else): each is skipped, never
         read, copied or deleted, and named once (`strange_keys`, `on_strange`)."""
-        out = []
+        return [info.path for info in self._store_infos(prefix)]
+
+    def _store_infos(self, prefix: str) -> Iterator[ObjectInfo]:
+        """`_store_paths`, each with what the listing says of it (its size)."""
         self._listed.add(prefix)
-        for path in self.objects.list_paths(prefix):
-            problem = path_problem(path)
+        for info in self.objects.list(prefix):
+            problem = path_problem(info.path)
             if not problem:
-                out.append(path)
-            elif path not in self.strange_keys:
-                self.strange_keys[path] = problem
+                yield info
+            elif info.path not in self.strange_keys:
+                self.strange_keys[info.path] = problem
                 say = self.on_strange or notices.handler()
                 if say is not None:
-                    say(f"{self.url}: skipped the key {path!r}: not a store path ({problem}); ckpt wrote no such key")
-        return out
+                    say(f"{self.url}: skipped the key {info.path!r}: not a store path ({problem}); ckpt wrote no such key")
 
     def sweep(self) -> dict[str, str]:
         """Lists every directory of the store's layout once (`ckpt verify`), so that keys
@@ -249,6 +263,11 @@ class ObjectStoreIO(Backend):
             if f"{directory}/" not in self._listed:  # what a listing of this object met is known already
                 self._store_paths(f"{directory}/")
         return self.strange_keys
+
+    def sizes(self, directory: str) -> dict[str, int]:
+        """One listing (sizes come with the names), skipping the keys `_store_paths` skips."""
+        start = directory.rstrip("/") + "/"
+        return {name: info.size for info in self._store_infos(start) if "/" not in (name := info.path[len(start) :])}
 
     def exists(self, path: str) -> bool:
         return self.objects.exists(path)
@@ -267,6 +286,9 @@ class ObjectStoreIO(Backend):
     def write_atomic_many(self, items: Sequence[tuple[str, bytes]]) -> None:
         for path, data in items:
             self.write_atomic(path, data)
+
+    def replace(self, path: str, data: bytes) -> None:
+        self.objects.put(path, bytes(data))  # a put replaces; the cache's copy, named by its hash, stays right
 
     def append(self, path: str, data: bytes) -> None:
         """The reflog's append: read the log and its version, put it back longer only if

@@ -128,8 +128,10 @@ class Transaction:
         codec, stored = framing.compress(content)
         self.put_stored(oid, obj_type, codec, stored, len(content))
 
-    def put_stored(self, oid: bytes, obj_type: int, codec: int, stored: bytes | memoryview, raw_len: int) -> None:
-        if oid in self.known or oid in self.new:
+    def put_stored(self, oid: bytes, obj_type: int, codec: int, stored: bytes | memoryview, raw_len: int, *, again: bool = False) -> None:
+        """`again`: write it even though the index names it (its pack is lost: `ckpt copy`
+        sends it again; see Store.drop_index_rows)."""
+        if oid in self.new or (oid in self.known and not again):
             return
         if self.pack is None:
             self.pack = PackWriter(self.store.backend, self.store.version)
@@ -934,11 +936,68 @@ class Store(Refs):
         self._manifest_cache[cid] = manifest
         return cid
 
+    def replace_manifest_bytes(self, data: bytes) -> bytes:
+        """Write the manifest `data` over whatever its path holds (one found damaged, or
+        another's bytes: `ckpt copy` puts it right); returns its id."""
+        cid = hashlib.sha256(data).digest()
+        Manifest.decode(data, "copied manifest")
+        self.backend.replace(layout.manifest_path(cid), data)
+        self._manifest_cache.pop(cid, None)
+        return cid
+
+    def drop_index_rows(self, drop: dict[bytes, set[bytes]]) -> int:
+        """Rewrite each index file that names, for a pack P of `drop`, an object of
+        drop[P], without those rows: the objects of a lost pack that were written again
+        elsewhere (`ckpt copy`), so that readers, who take the first entry of an object,
+        find the new one, and no index names the lost pack for them. Each new file is
+        written before the old one is deleted (a reader that misses the old file reads
+        the index again, as after a prune); a damaged index file is left as it is (`ckpt
+        repair index`). Returns: how many index files were rewritten."""
+        rewritten = 0
+        for name in sorted(self._index_names()):
+            try:
+                packs = self.read_index_file(name)
+            except CkptError:
+                continue  # gone since the listing, or damaged
+            if not any(pid in drop for pid, _rows in packs):
+                continue
+            kept: list[tuple[bytes, list[list[Any]]]] = []
+            changed = False
+            try:
+                for pid, rows in packs:
+                    entries = list(parse_entry_rows(rows, pid, name))
+                    gone = drop.get(pid, set())
+                    left = [[oid, *e[1:]] for oid, e in entries if oid not in gone]
+                    changed |= len(left) != len(entries)
+                    if left:
+                        kept.append((pid, left))
+            except CkptError:
+                continue
+            if not changed:
+                continue
+            if kept:
+                write_index(self.backend, kept, self.version)
+            self.backend.delete(name)
+            rewritten += 1
+        self.reset_index()
+        return rewritten
+
     def add_manifest_bytes(self, data: bytes) -> bytes:
+        """Commit the manifest `data` (an import's, a copy's); returns its id. One its path
+        holds already is kept when it is these bytes (as the store holds them, not a
+        cache's copy), else written over: a damaged one is put right by importing again."""
         cid = hashlib.sha256(data).digest()
         Manifest.decode(data, "imported manifest")
-        if not self.backend.exists(layout.manifest_path(cid)):
-            self.backend.write_atomic(layout.manifest_path(cid), data)
+        path = layout.manifest_path(cid)
+        if not self.backend.exists(path):
+            self.backend.write_atomic(path, data)
+            return cid
+        try:
+            same = self.backend.read_stored_copy(path) == data
+        except CkptError:
+            same = False  # unreadable (a link, gone meanwhile): written again
+        if not same:
+            self.replace_manifest_bytes(data)
         return cid
 
 

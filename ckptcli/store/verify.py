@@ -30,7 +30,7 @@ from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
 from ckptcli.store import layout, reflog
 from ckptcli.store.backend import LocalBackend, too_large
-from ckptcli.store.index import IndexEntry, parse_entry_rows
+from ckptcli.store.index import IndexEntry, decode_index, parse_entry_rows
 from ckptcli.store.layout import manifest_path, pack_path, versioned_cap
 from ckptcli.store.pack import PackTable as PackTable
 from ckptcli.store.pack import check_pack_at, check_pack_data, read_pack_table
@@ -143,6 +143,25 @@ class StoreChecker:
         self.rep.problems.append(p)
         return p
 
+    def _stored_copy(self, path: str) -> bytes:
+        """An index file or a manifest as the store holds it: never the local cache's copy
+        of a remote store's (that one is right by its name, whatever the bucket holds).
+        Raises: as Backend.read; CorruptError (an index file that does not match its name,
+        said with `_cached`)."""
+        data = self.backend.read_stored_copy(path)
+        if path.startswith(layout.INDEX + "/") and hashlib.sha256(data).hexdigest() != path.rsplit("/", 1)[-1]:
+            raise CorruptError(f"{path}: content does not match its name (the index file is damaged){self._cached(path)}")
+        return data
+
+    def _cached(self, path: str) -> str:
+        """What to add to the report of a damaged file whose good copy this host's cache holds."""
+        if self.backend.cached_copy(path) is None:
+            return ""
+        return (
+            "; this host's object cache (CKPT_CACHE_DIR) holds a good copy, which readers here read instead, "
+            "so only other hosts (or an emptied cache) see the damage"
+        )
+
     def config(self) -> None:
         try:
             framing.decode_record(self.backend.read(layout.CONFIG), framing.KIND_CONFIG, layout.CONFIG)
@@ -153,7 +172,7 @@ class StoreChecker:
         """Every index file (tolerant: a damaged one is reported, its packs are read from their own tables)."""
         for name in self.backend.list(layout.INDEX):
             try:
-                for pack_id, rows in self.store.read_index_file(name):
+                for pack_id, rows in decode_index(self._stored_copy(name), name):
                     for oid, entry in parse_entry_rows(rows, pack_id, name):
                         self.entries.setdefault(oid, entry)
                     self.indexed_packs.add(pack_id)
@@ -255,9 +274,9 @@ class StoreChecker:
         for cid in ids:
             name = manifest_path(cid)
             try:
-                data = self.backend.read(name)
+                data = self._stored_copy(name)
                 if hashlib.sha256(data).digest() != cid:
-                    raise CorruptError(f"{name}: content does not match its name (the manifest is damaged)")
+                    raise CorruptError(f"{name}: content does not match its name (the manifest is damaged){self._cached(name)}")
                 self.decoded[cid] = Manifest.decode(data, name)
             except CkptError as exc:
                 self.problem("manifest", name, exc.message).checkpoints.append(cid.hex())

@@ -65,9 +65,17 @@ def copy(
     Parents are not copied unless named: a copied checkpoint's parent link may name one
     DST does not have.
 
+    A checkpoint DST has already is checked, not trusted: every object it needs must
+    be in DST's index, in a pack that exists, and what DST lost is sent again (said as
+    "repaired N objects DST had lost"; the index no longer names the lost pack for
+    them); its manifest in DST must be SRC's (its size, from one listing; its bytes on
+    a local store, or when at most 64 checkpoints DST has are copied from object
+    storage), and one that is not is written again. Run the copy again to repair what
+    an interrupted or damaged DST lost.
+
     --json prints {"checkpoints", "copied", "already_present", "objects_sent",
-    "bytes_sent", "objects_present", "latest_moved", "refs_copied", "refs_skipped",
-    "dry_run"}.
+    "bytes_sent", "objects_present", "objects_repaired", "manifests_rewritten",
+    "latest_moved", "refs_copied", "refs_skipped", "dry_run"}.
 
     Examples:
 
@@ -113,6 +121,12 @@ def _print(result: CopyResult, dst: str) -> None:
         f"{sent} {result.objects_sent} objects ({human_size(result.bytes_sent)}); {result.objects_present} were in DST already",
         markup=False,
     )
+    if result.objects_repaired:
+        fixed = "would repair" if result.dry_run else "repaired"
+        out().print(f"{fixed} {result.objects_repaired} objects DST had lost (sent again, counted above)", markup=False)
+    for cid in result.manifests_rewritten:
+        fixed = "would rewrite" if result.dry_run else "rewrote"
+        out().print(f"{fixed} the manifest of {cid.hex()[:12]}: DST's was not that checkpoint's", markup=False)
     for subject in result.latest_moved:
         out().print(f"latest of {subject} moved", markup=False)
     for name in result.refs_copied:

@@ -41,6 +41,9 @@ def verify(
     does a linked locks/store.lock: verify takes that lock (shared, so that no prune
     deletes what it reads) and cannot, as every command that takes it cannot. A linked
     locks/refs.lock, which verify does not take, is one of the problems it names (5).
+    On object storage the index files and manifests are read from the store, never
+    from this host's cache of them (CKPT_CACHE_DIR), and a damaged one whose good
+    copy the cache holds is said to be so.
 
     Examples:
 
