@@ -243,10 +243,11 @@ class Backend(ABC):
         return None
 
     def replace(self, path: str, data: bytes) -> None:
-        """Args: path, data. Writes the whole file as `write_atomic` does, but replacing
-        what is there even where the path names its content (a manifest found damaged is
-        written again by `ckpt copy`; `write_atomic` leaves a content-named file that
-        exists, taking it for the same bytes). Raises: StoreIOError."""
+        """Args: path, data. Writes the whole file as `write_atomic` does, replacing what
+        is there without looking at it first: the caller has found it is not these bytes
+        (a manifest found damaged is written again by `ckpt copy`), where `write_atomic`
+        of a content-named file on object storage first compares what is there (its size
+        and last bytes). Raises: StoreIOError."""
         self.write_atomic(path, data)
 
     @abstractmethod
