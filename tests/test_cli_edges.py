@@ -814,3 +814,23 @@ def test_restore_delete_removes_a_file_written_where_the_take_skipped_a_link_and
     assert sorted(os.listdir(work)) == ["a", "y"] and os.readlink(work / "y") == "/etc/hosts"
     kept = run_ckpt("--store", store, "restore", "agent:ip", "--in-place", "-o", os.devnull)  # without --delete nothing goes
     assert kept.returncode == 0 and sorted(os.listdir(work)) == ["a", "y"]
+
+
+def test_a_state_restore_that_would_fail_fails_before_the_blobs_are_written(tmp_path: Path) -> None:
+    # the blobs were written first and the state after: a state JSON cannot carry (here a
+    # NaN taken as msgpack) failed the command with the blobs directory already restored
+    import msgpack
+
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "f.txt").write_text("data")
+    (tmp_path / "s.msgpack").write_bytes(msgpack.packb({"x": float("nan")}))
+    assert run_ckpt("take", "s.msgpack", "-S", "agent:f", "--blob", "w=w", cwd=tmp_path).returncode == 0
+    for args in (["-o", "back.json"], []):
+        got = run_ckpt("restore", "latest", "--format", "json", "--blobs", "out", *args, cwd=tmp_path)
+        err = _one_line_error(got, ExitCode.INVALID_INPUT)
+        assert "JSON cannot carry" in err and got.stdout == b"", err
+        assert not (tmp_path / "out").exists() and not (tmp_path / "back.json").exists()
+    done = run_ckpt("restore", "latest", "--blobs", "out", "-o", "back.msgpack", cwd=tmp_path)  # as taken: it restores
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "w" / "f.txt").read_text() == "data"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -154,7 +155,9 @@ def restore(
     size) and appears only once complete; one that decodes to more than
     CKPT_MAX_DECODED_BYTES (default 4 GiB) is refused before anything is written. -o
     writes it under a new random name beside the destination, renamed into place; a
-    FIFO or device (/dev/stdout, /dev/null) is written through, never replaced.
+    FIFO or device (/dev/stdout, /dev/null) is written through, never replaced. With
+    --blobs or --in-place the state is read through once before any blob is written, so
+    that a state that cannot be written fails the restore before it changes any file.
 
     Examples:
 
@@ -190,6 +193,13 @@ def restore(
         api.refuse_output_into_source(ck, output, "the state document")
     result: dict[str, object] = {"id": ck.hex, "dry_run": dry_run, "state": None, "blobs": None}
     doubt = calls_in_doubt(ck)
+    doc_fmt = fmt or ("msgpack" if ck.manifest.layout.get("format") == "msgpack" else "json")
+    if (blobs_dir is not None or in_place) and not no_state and not dry_run:
+        # the state is written after the blobs: read it through once first, so that one
+        # that cannot be written (a value the format cannot carry, an object the store
+        # lost) fails the restore before any blob is, not after
+        with open(os.devnull, "wb") as sink:
+            ck.write_state(sink, doc_fmt)
     if blobs_dir is not None or in_place:
         result["blobs"] = _restore_blobs(
             ck,
@@ -206,7 +216,6 @@ def restore(
             durable=durable,
         )
     if not no_state and not dry_run:
-        doc_fmt = fmt or ("msgpack" if ck.manifest.layout.get("format") == "msgpack" else "json")
         size = write_output(None if to_stdout else output, lambda fh: ck.write_state(fh, doc_fmt))
         result["state"] = {"path": "-" if to_stdout else str(output), "bytes": size}
     if as_json:
