@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptcli.blobs import extra_entry
 from ckptcli.errors import CkptError, InvalidInputError, UnsafePathError
+from ckptcli.store.locking import file_kind
 
 if TYPE_CHECKING:
     from ckptcli.checkpoint import Checkpoint
@@ -92,7 +93,7 @@ def check_state_paths(given: list[str], root: Path, cwd: Path) -> list[StatePath
                 raise InvalidInputError(f"--state {item}: {here} is not a directory", hint="declare a path below directories")
             if last and not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
                 raise InvalidInputError(
-                    f"--state {item}: {here} is {_kind(st.st_mode)}, neither a regular file nor a directory",
+                    f"--state {item}: {here} is {file_kind(st.st_mode)}, neither a regular file nor a directory",
                     hint="declare the regular files or directories the program keeps its state in",
                 )
         if any(p.parts[: len(parts)] == parts or parts[: len(p.parts)] == p.parts for p in out):
@@ -274,14 +275,3 @@ def _sweep_temporaries(dfd: int, name: str) -> None:
         if other.startswith(prefix) and other[len(prefix) :].isdigit():
             with contextlib.suppress(FileNotFoundError, IsADirectoryError):
                 os.unlink(other, dir_fd=dfd)
-
-
-def _kind(mode: int) -> str:
-    """What a file that is neither a regular file, a directory nor a link is, for a message."""
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "a special file"
