@@ -137,6 +137,7 @@ class Checkpoint:
         include: list[str] | None = None,
         dry_run: bool = False,
         durable: bool = False,
+        protect: list[Path] | None = None,
     ) -> int:
         """Write the blobs (all, or `names`) under `target`; returns the bytes written.
         All or nothing, set-uid/set-gid/sticky bits dropped unless `keep_special_modes`
@@ -147,7 +148,8 @@ class Checkpoint:
         does not. `include`: only paths matching these globs. `dry_run`: write nothing,
         `report` says what would change. `durable`: everything written is on disk before
         this returns (one syncfs of the target's file system; without it the files are
-        in the page cache, as after tar or restic restore).
+        in the page cache, as after tar or restic restore). Nothing at or below a path in
+        `protect` (a file the caller is about to rename into place) is written or deleted.
 
         Raises:
             UnsafePathError, CorruptError before anything is written (blobs.validate);
@@ -187,7 +189,10 @@ class Checkpoint:
             include=include,
             dry_run=dry_run,
             durable=durable,
-            protect=[self.source.directory] if isinstance(self.source, Store) and self.source.directory is not None else None,
+            protect=[
+                *([self.source.directory] if isinstance(self.source, Store) and self.source.directory is not None else []),
+                *(protect or []),
+            ],
         )
 
     def list_files(self, path: str = "") -> list[FileInfo]:

@@ -834,3 +834,46 @@ def test_a_state_restore_that_would_fail_fails_before_the_blobs_are_written(tmp_
     done = run_ckpt("restore", "latest", "--blobs", "out", "-o", "back.msgpack", cwd=tmp_path)  # as taken: it restores
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out" / "w" / "f.txt").read_text() == "data"
+
+
+@pytest.mark.parametrize("where", ["nodir/state.json", "adir"])
+def test_an_output_that_cannot_be_written_fails_a_restore_before_it_changes_a_file(tmp_path: Path, where: str) -> None:
+    # the state was written last: the blobs were restored in place (and --delete removed
+    # the user's new file), then -o failed, exit 12, and nothing was put back
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("original")
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    assert run_ckpt("take", "s.json", "-S", "agent:m", "--blob", "w=ws", cwd=tmp_path).returncode == 0
+    (ws / "a.txt").write_text("modified")
+    (ws / "new.txt").write_text("new work")
+    (tmp_path / "adir").mkdir()
+    got = run_ckpt("restore", "latest", "--in-place", "--delete", "-o", where, cwd=tmp_path)
+    _one_line_error(got, ExitCode.IO_ERROR if where.startswith("nodir") else ExitCode.INVALID_INPUT)
+    assert (ws / "a.txt").read_text() == "modified" and (ws / "new.txt").read_text() == "new work"
+    assert sorted(os.listdir(tmp_path / "adir")) == [] and not (tmp_path / "nodir").exists()
+
+
+def test_a_state_written_into_the_restored_directory_survives_delete_and_a_failed_blob_restore_leaves_it_as_it_was(
+    tmp_path: Path,
+) -> None:
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("original")
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    assert run_ckpt("take", "s.json", "-S", "agent:m", "--blob", "w=ws", cwd=tmp_path).returncode == 0
+    # -o inside the directory --delete empties of what the checkpoint does not hold: its
+    # temporary file is not taken for an extra
+    done = run_ckpt("restore", "latest", "--in-place", "--delete", "-o", "ws/state.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((ws / "state.json").read_text()) == {"a": 1} and (ws / "a.txt").read_text() == "original"
+    assert sorted(os.listdir(ws)) == ["a.txt", "state.json"]
+    # a blob restore that fails (a directory where the checkpoint has a file, without
+    # --overwrite) leaves -o as it was and no temporary file beside it
+    (tmp_path / "out" / "w" / "a.txt").mkdir(parents=True)
+    (tmp_path / "old.json").write_text("old")
+    failed = run_ckpt("restore", "latest", "--blobs", "out", "-o", "old.json", cwd=tmp_path)
+    assert failed.returncode != 0 and (tmp_path / "old.json").read_text() == "old", failed.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("old", ".old"))) == ["old.json"]

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -455,9 +455,22 @@ def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str 
         StoreIOError naming `what` (default: the path) for an OSError; InvalidInputError
         when `path` is a directory; what `write` raised.
     """
+    with staged_file(path, write, what, through=through):
+        pass
+
+
+@contextlib.contextmanager
+def staged_file(path: Path, write: Callable[[IO[bytes]], None], what: str = "", *, through: bool = True) -> Iterator[Path | None]:
+    """`write_file_atomic` in two steps, for a file that must appear only if what the
+    block does succeeds (a restore's state document, after its blobs): the file is
+    written whole under its temporary name as the block starts (the name is yielded), and
+    renamed over `path` when the block ends; removed, `path` untouched, when the block
+    raises. A path written through (a descriptor's, a FIFO, a device: None is yielded)
+    is written when the block ends. Raises: as `write_file_atomic`; what the block raised."""
     shown = what or str(path)
     fd_alias = descriptor_named(path) if through else None
     if fd_alias is not None:
+        yield None
         try:
             fd = os.dup(fd_alias)
         except OSError as exc:
@@ -472,7 +485,10 @@ def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str 
         raise output_error(exc, shown, path) from None
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise InvalidInputError(f"cannot write {shown}: it is a directory", hint="give the name of a file")
-    if through and st is not None and not stat.S_ISREG(st.st_mode) and _write_through(path, write, shown):
+    if through and st is not None and not stat.S_ISREG(st.st_mode):
+        yield None
+        if not _write_through(path, write, shown):  # it turned into a regular file meanwhile: replaced as usual
+            write_file_atomic(path, write, what, through=through)
         return
     parent = path.parent
     tmp: Path | None = None
@@ -485,8 +501,6 @@ def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str 
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        tmp = None
     except BaseException as exc:
         if tmp is not None:
             with contextlib.suppress(OSError):
@@ -494,6 +508,18 @@ def write_file_atomic(path: Path, write: Callable[[IO[bytes]], None], what: str 
         if isinstance(exc, OSError):
             raise output_error(exc, shown, path) from None
         raise
+    try:
+        yield tmp
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise output_error(exc, shown, path) from None
     fsync_dir(parent)
 
 

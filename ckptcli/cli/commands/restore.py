@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import IO, TYPE_CHECKING, Annotated, cast
 
 import typer
 
 from ckptcli.cli._common import open_checkpoint
 from ckptcli.cli._indoubt import calls_in_doubt, in_doubt_json, in_doubt_lines
 from ckptcli.cli.app import JsonOpt, RefArg, StoreOpt, app, output_path
-from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, quiet, safe, write_output
+from ckptcli.cli.output import BarProgress, Counted, emit_json, exit_status, human_size, out, quiet, safe, write_output
 from ckptcli.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
@@ -156,8 +157,10 @@ def restore(
     CKPT_MAX_DECODED_BYTES (default 4 GiB) is refused before anything is written. -o
     writes it under a new random name beside the destination, renamed into place; a
     FIFO or device (/dev/stdout, /dev/null) is written through, never replaced. With
-    --blobs or --in-place the state is read through once before any blob is written, so
-    that a state that cannot be written fails the restore before it changes any file.
+    --blobs or --in-place, -o FILE is written whole (under its temporary name) before any
+    blob is, and put in place once they all are: a state or an -o that cannot be written
+    fails the restore before it changes any file, and a blob restore that fails leaves
+    FILE as it was. A state for stdout, a FIFO or a device is read through once first.
 
     Examples:
 
@@ -194,30 +197,46 @@ def restore(
     result: dict[str, object] = {"id": ck.hex, "dry_run": dry_run, "state": None, "blobs": None}
     doubt = calls_in_doubt(ck)
     doc_fmt = fmt or ("msgpack" if ck.manifest.layout.get("format") == "msgpack" else "json")
-    if (blobs_dir is not None or in_place) and not no_state and not dry_run:
-        # the state is written after the blobs: read it through once first, so that one
-        # that cannot be written (a value the format cannot carry, an object the store
-        # lost) fails the restore before any blob is, not after
-        with open(os.devnull, "wb") as sink:
-            ck.write_state(sink, doc_fmt)
-    if blobs_dir is not None or in_place:
-        result["blobs"] = _restore_blobs(
-            ck,
-            blobs_dir,
-            in_place,
-            as_json,
-            names=blob or None,
-            overwrite=overwrite,
-            keep_special_modes=keep_special_modes,
-            force=force,
-            delete=delete,
-            include=include or None,
-            dry_run=dry_run,
-            durable=durable,
-        )
+    counted: list[Counted] = []
+
+    def write_state(fh: IO[bytes]) -> None:
+        counted.append(Counted(fh))
+        ck.write_state(cast("IO[bytes]", counted[-1]), doc_fmt)
+
+    with contextlib.ExitStack() as stack:
+        staged: Path | None = None
+        if (blobs_dir is not None or in_place) and not no_state and not dry_run:
+            # the state is written before the blobs (under a temporary name beside -o, put
+            # in place after them): one that cannot be written fails the restore before it
+            # changes a file, and a failed blob restore leaves -o as it was
+            if not to_stdout:
+                from ckptcli.store.backend import staged_file
+
+                assert output is not None  # (not to stdout)
+                staged = stack.enter_context(staged_file(output, write_state))
+            if staged is None:  # stdout, a FIFO, a device: written after the blobs; read through first
+                with open(os.devnull, "wb") as sink:
+                    ck.write_state(sink, doc_fmt)
+        if blobs_dir is not None or in_place:
+            result["blobs"] = _restore_blobs(
+                ck,
+                blobs_dir,
+                in_place,
+                as_json,
+                names=blob or None,
+                overwrite=overwrite,
+                keep_special_modes=keep_special_modes,
+                force=force,
+                delete=delete,
+                include=include or None,
+                dry_run=dry_run,
+                durable=durable,
+                protect=[staged] if staged is not None else None,
+            )
+        if not no_state and not dry_run and (to_stdout or (blobs_dir is None and not in_place)):  # else: staged_file's
+            write_output(None if to_stdout else output, write_state)
     if not no_state and not dry_run:
-        size = write_output(None if to_stdout else output, lambda fh: ck.write_state(fh, doc_fmt))
-        result["state"] = {"path": "-" if to_stdout else str(output), "bytes": size}
+        result["state"] = {"path": "-" if to_stdout else str(output), "bytes": counted[-1].bytes if counted else 0}
     if as_json:
         emit_json({**result, **in_doubt_json(doubt)} if doubt else result)
     elif doubt:
@@ -264,6 +283,7 @@ def _restore_blobs(
     include: list[str] | None,
     dry_run: bool,
     durable: bool = False,
+    protect: list[Path] | None = None,
 ) -> dict[str, object]:
     """Restore the blobs (or, with dry_run, list what that would write and delete) and say so
     on stderr; returns the report of --json."""
@@ -283,6 +303,7 @@ def _restore_blobs(
         include=include,
         dry_run=dry_run,
         durable=durable,
+        protect=protect,
     )
     where = "in place" if in_place else f"into {blobs_dir}"
     # (decoded again only when nothing was written: a tree of empty files, or none at all)
