@@ -742,6 +742,22 @@ def test_a_supervisor_killed_with_sigkill_leaves_a_record_the_next_run_clears(en
     assert sup.wait(30) == 0
 
 
+def test_a_store_spelled_another_way_is_the_same_store_to_the_supervisor(env: Env) -> None:
+    """`-s .ckpt` and `-s /abs/.ckpt/` (or a link to it) name one store: a second `ckpt run`
+    of the subject is refused, and checkpoint and halt reach the first (a second
+    supervisor ran beside the first, and both checkpointed the same state)."""
+    (env.work / "alias").symlink_to(env.work / ".ckpt")
+    sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", "sigstop"], _sim("--steps", "100000000"))
+    _wait(lambda: env.starts(), "the start")
+    for spelling in (str(env.work / ".ckpt") + "/", "./alias"):
+        r = env.ckpt("-s", spelling, "run", "-S", SUBJECT, "--state", "state.bin", "--", "true")
+        assert r.returncode == 9 and "is already supervised" in r.stderr, (spelling, r.stderr)
+        asked = env.ckpt("-s", spelling, "checkpoint", SUBJECT)
+        assert asked.returncode == 0, (spelling, asked.stderr)
+    assert env.ckpt("-s", "./alias", "halt", SUBJECT).returncode == 0
+    assert sup.wait(30) == 0
+
+
 def test_sigusr1_asks_for_a_checkpoint(env: Env) -> None:
     sup = env.run(["--state", "state.bin", "--every", "1h", "--freeze", "sigstop"], _sim("--steps", "100000000"))
     _wait(lambda: env.starts(), "the start")

@@ -164,7 +164,12 @@ def runtime_dir() -> Path:
 
 
 def _key(store: Store, subject: Subject) -> str:
-    return hashlib.sha256(f"{store.location}\0{subject}".encode()).hexdigest()[:24]
+    """The name of `subject`'s runtime record and claim with `store`: the same whatever
+    the store's path was spelled as (`-s store`, `-s /abs/store`, `-s ./store/`, a link
+    to it), so that a second supervisor is refused and `ckpt checkpoint` and `ckpt halt`
+    find the first."""
+    where = os.path.realpath(store.directory) if store.directory is not None else store.location.rstrip("/")
+    return hashlib.sha256(f"{where}\0{subject}".encode()).hexdigest()[:24]
 
 
 def _start_time(pid: int) -> int | None:
