@@ -24,9 +24,11 @@ def _rel(parts: _Parts, name: str) -> str:
     return "/".join((*parts, name))
 
 
-def _check_conflicts(dir_fd: int, entries: dict[str, Any], parts: _Parts, overwrite: bool) -> None:
+def _check_conflicts(dir_fd: int, entries: dict[str, Any], parts: _Parts, overwrite: bool, delete: bool = False) -> None:
     """Raise ConflictError for the first name of the checkpoint that the existing target
-    does not let restore write (before anything is written)."""
+    does not let restore write (before anything is written). `delete`: a directory where
+    the checkpoint has a file or link is what the target holds that the checkpoint does
+    not, and goes (kept aside, as every file --delete removes)."""
     for name, entry in entries.items():
         kind = entry["type"]
         if kind == "skipped":
@@ -38,17 +40,20 @@ def _check_conflicts(dir_fd: int, entries: dict[str, Any], parts: _Parts, overwr
         if kind == "dir" and stat.S_ISDIR(st.st_mode):
             fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
             try:
-                _check_conflicts(fd, entry["entries"], (*parts, name), overwrite)
+                _check_conflicts(fd, entry["entries"], (*parts, name), overwrite, delete)
             finally:
                 os.close(fd)
         else:
-            _conflict(_rel(parts, name), st, overwrite, "; nothing was written")
+            _conflict(_rel(parts, name), st, overwrite, "; nothing was written", delete)
 
 
-def _conflict(rel: str, st: os.stat_result, overwrite: bool, outcome: str = "") -> None:
+def _conflict(rel: str, st: os.stat_result, overwrite: bool, outcome: str = "", delete: bool = False) -> None:
     if stat.S_ISDIR(st.st_mode):
+        if delete:
+            return
         raise ConflictError(
-            f"{rel} exists as a directory in the target, where the checkpoint has a file or link", hint=f"remove it first{outcome}"
+            f"{rel} exists as a directory in the target, where the checkpoint has a file or link",
+            hint=f"remove it first, or pass --delete to remove it with what else the checkpoint does not hold{outcome}",
         )
     if not overwrite:
         raise ConflictError(

@@ -330,7 +330,11 @@ class _Writer:
             return None
         if want_dir and stat.S_ISDIR(st.st_mode):
             return st
-        _conflict(_rel(parts, name), st, self.overwrite)  # appeared since the check: restore_blobs undoes
+        _conflict(_rel(parts, name), st, self.overwrite, delete=self.delete)  # appeared since the check: restore_blobs undoes
+        if stat.S_ISDIR(st.st_mode):  # (delete) a directory where the checkpoint has a file or link
+            self.aside.append((parts, _dir_aside(dir_fd, name, entries), name))
+            self.report.deleted.append(self.shown + _rel(parts, name))
+            return None
         aside, linked = _keep_aside(dir_fd, name, entries)
         self.aside.append((parts, aside, name))
         self.report.replaced += 1
@@ -652,7 +656,7 @@ def _write_targets(targets: list[_Target], overwrite: bool, durable: bool = Fals
     for t in targets:
         _open_target(t)
         if not t.fresh:
-            _check_conflicts(t.root_fd, t.entries, (), overwrite)
+            _check_conflicts(t.root_fd, t.entries, (), overwrite, t.writer is not None and t.writer.delete)
     for t in targets:
         assert t.writer is not None
         t.writer.write_entries(t.root_fd, t.entries, (), t.fresh)
@@ -819,7 +823,7 @@ def _plan_target(t: _Target, overwrite: bool) -> None:
         raise StoreIOError(f"cannot use {t.path} as the restore target: {exc.strerror}") from None
     try:
         if fd >= 0:
-            _check_conflicts(fd, t.entries, (), overwrite)
+            _check_conflicts(fd, t.entries, (), overwrite, t.writer.delete)
         _plan(t.writer, fd, t.entries, ())
     finally:
         if fd >= 0:
@@ -847,7 +851,9 @@ def _plan(w: _Writer, dir_fd: int, entries: dict[str, Any], parts: _Parts) -> No
             else:
                 _plan(w, -1, entry["entries"], (*parts, name))
             continue
-        if st is not None:
+        if st is not None and stat.S_ISDIR(st.st_mode):  # (delete: else a conflict) it goes
+            rep.deleted.append(w.shown + _rel(parts, name))
+        elif st is not None:
             rep.replaced += 1
         if kind == "file":
             rep.files += 1

@@ -877,3 +877,27 @@ def test_a_state_written_into_the_restored_directory_survives_delete_and_a_faile
     failed = run_ckpt("restore", "latest", "--blobs", "out", "-o", "old.json", cwd=tmp_path)
     assert failed.returncode != 0 and (tmp_path / "old.json").read_text() == "old", failed.stderr
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("old", ".old"))) == ["old.json"]
+
+
+def test_restore_delete_rolls_a_file_that_became_a_directory_back(tmp_path: Path) -> None:
+    # refused, exit 11 "remove it first", while the other way round (a directory that
+    # became a file) was replaced: with --delete the directory is what the checkpoint
+    # does not hold, and goes as any such file does; without it, still refused
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("orig")
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    assert run_ckpt("take", "s.json", "-S", "agent:m", "--blob", "w=ws", cwd=tmp_path).returncode == 0
+    (ws / "a.txt").unlink()
+    (ws / "a.txt").mkdir()
+    (ws / "a.txt" / "q").write_text("later")
+    refused = run_ckpt("restore", "latest", "--no-state", "--in-place", cwd=tmp_path)
+    err = _one_line_error(refused, ExitCode.CONFLICT)
+    assert "pass --delete" in err and (ws / "a.txt" / "q").read_text() == "later", err
+    dry = run_ckpt("restore", "latest", "--no-state", "--in-place", "--delete", "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0 and f"would delete {ws / 'a.txt'}" in dry.stdout.decode(), dry
+    assert (ws / "a.txt" / "q").read_text() == "later"
+    done = run_ckpt("restore", "latest", "--no-state", "--in-place", "--delete", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (ws / "a.txt").read_text() == "orig" and sorted(os.listdir(ws)) == ["a.txt"]
