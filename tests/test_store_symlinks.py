@@ -133,12 +133,13 @@ def test_the_object_cache_writes_nothing_through_a_linked_shard(s3_bucket: S3Buc
     for i in range(256):
         (cache / f"{i:02x}").symlink_to(outside, target_is_directory=True)
     _one_line(run_ckpt("--store", url, "show", "agent:a", env=env), str(cache), "is a symbolic link", "CKPT_CACHE_DIR")
-    got = run_ckpt("--store", url, "verify", env=env)  # each manifest it cannot read is a problem it names
-    assert got.returncode == ExitCode.CORRUPT and "is a symbolic link" in got.stdout.decode(), (got.stdout, got.stderr)
+    # verify reads what the bucket holds, never the cache: the links are not its business
+    got = run_ckpt("--store", url, "verify", env=env)
+    assert got.returncode == 0, (got.stdout, got.stderr)
     assert list(outside.iterdir()) == []
     # a cache without links works again
     shutil.rmtree(cache)
-    got = run_ckpt("--store", url, "verify", env=env)
+    got = run_ckpt("--store", url, "show", "agent:a", env=env)
     assert got.returncode == 0, got.stderr
     assert any(p.is_file() for p in cache.rglob("*"))
 
