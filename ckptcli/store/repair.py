@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptcli.errors import CkptError, NotFoundError
+from ckptcli.errors import CkptError, CorruptError, LimitExceededError, NotFoundError, UnsupportedVersionError
 from ckptcli.format import framing
 from ckptcli.format.manifest import Manifest, Subject, head_order, is_nested
 from ckptcli.format.values import EXT_REF, OBJ_DATA, Encoded, Encoder, Ext, packable, unpack_ev
@@ -260,6 +260,9 @@ class CheckpointsRepair:
     checked: int = 0
     damaged: dict[str, DamagedCheckpoint] = field(default_factory=dict)  # checkpoint id -> what
     unreadable: dict[str, str] = field(default_factory=dict)  # manifest path -> what is wrong
+    #: of those, the damaged ones `drop` removes (or, in a dry run, would remove)
+    dropped_unreadable: list[str] = field(default_factory=list)
+    newer: list[str] = field(default_factory=list)  # of those, the ones a newer ckpt wrote (never removed)
     refs: dict[str, dict[str, str | None]] = field(default_factory=dict)  # ref -> {"from", "to"} ("to": None removed)
     forgotten: list[str] = field(default_factory=list)  # damaged originals removed
     missing_packs: list[str] = field(default_factory=list)  # packs the index names that are gone
@@ -325,8 +328,10 @@ def repair_checkpoints(
     repaired.from / repaired.dropped, every ref that named it moved to the new one
     (`forget`: the damaged original is removed then); or, with `drop`, remove them
     (a latest ref moves to its subject's newest intact checkpoint, a branch to its
-    nearest intact ancestor, a tag naming one is removed). Nothing changes when
-    `dry_run` (the default).
+    nearest intact ancestor, a tag naming one is removed), and remove every damaged
+    manifest too (its bytes do not decode, or are not the ones its name is the hash
+    of: nothing can be rewritten from it; a ref naming it moves as for a dropped
+    checkpoint with no intact ancestor). Nothing changes when `dry_run` (the default).
 
     Kill-safe: new objects and the new manifest are committed before any ref moves, and
     refs move before anything is removed; a kill leaves a readable store (at worst an
@@ -336,7 +341,7 @@ def repair_checkpoints(
     with store.backend.lock("store", shared=False, wait=lock_wait):
         store.reset_index()
         store.find_in_packs()  # objects a damaged index file named are still found
-        manifests = _readable_manifests(store, rep)
+        manifests, damaged_manifests = _readable_manifests(store, rep)
         order = sorted(manifests, key=lambda c: (manifests[c].created_ns, c))  # parents before children
         packs: dict[bytes, bool] = {}
         damaged = _find_damaged(store, manifests, order, packs, rep.mode, progress)
@@ -350,6 +355,10 @@ def repair_checkpoints(
                 replaced[cid] = None
                 continue
             replaced[cid] = _rewrite(store, cid, manifests[cid], d, packs, replaced, dry_run)
+        if drop:
+            for cid in damaged_manifests:
+                rep.dropped_unreadable.append(layout.manifest_path(cid))
+                replaced[cid] = None
         for pack in {e.pack for e in store.index().values()}:
             packs.setdefault(pack, store.backend.exists(pack_path(pack)))
         rep.missing_packs = sorted(pack_path(p) for p, there in packs.items() if not there)
@@ -362,16 +371,26 @@ def repair_checkpoints(
     return rep
 
 
-def _readable_manifests(store: Store, rep: CheckpointsRepair) -> dict[bytes, Manifest]:
-    """Every manifest that can be read; the others are recorded in `rep.unreadable`."""
+def _readable_manifests(store: Store, rep: CheckpointsRepair) -> tuple[dict[bytes, Manifest], list[bytes]]:
+    """(every manifest that can be read, the ids of those whose bytes are damaged); the
+    others are recorded in `rep.unreadable` (a damaged one, a newer format's, one that
+    cannot be read at all: a directory, a FIFO)."""
     manifests: dict[bytes, Manifest] = {}
+    damaged: list[bytes] = []
     for cid in store.manifest_ids():
         try:
             manifests[cid] = store.manifest(cid)
-        except CkptError as exc:
+        except NotFoundError:
+            continue  # removed since the listing
+        except (CorruptError, LimitExceededError) as exc:
             rep.unreadable[layout.manifest_path(cid)] = exc.message
+            damaged.append(cid)
+        except CkptError as exc:
+            rep.unreadable[layout.manifest_path(cid)] = str(exc)  # with its hint (a newer format's: upgrade ckpt)
+            if isinstance(exc, UnsupportedVersionError):
+                rep.newer.append(layout.manifest_path(cid))
     rep.checked = len(manifests)
-    return manifests
+    return manifests, damaged
 
 
 def _find_damaged(
@@ -460,14 +479,14 @@ def _move_refs(
     reset does (the checkpoints newer than it were left behind on purpose)."""
     if not replaced:
         return
-    refs = store.refs()
+    refs = store.refs()  # (a damaged ref, or a newer format's, is left out and left alone)
     intact = {cid: m for cid, m in manifests.items() if cid not in replaced}
     for name, target in sorted(refs.items()):
         if target not in replaced:
             continue
         to = replaced[target]
         if to is None and name.startswith(("latest/", "branches/")):
-            todo, seen = list(manifests[target].parents), set()
+            todo, seen = list(manifests[target].parents) if target in manifests else [], set()
             while todo and to is None:
                 p = todo.pop(0)
                 if p in seen:
@@ -477,9 +496,9 @@ def _move_refs(
                     to = p
                 elif p in manifests:
                     todo.extend(manifests[p].parents)
-            if to is None and name.startswith("latest/"):
-                subject = manifests[target].subject
-                rest = [(head_order(m.labels, m.created_ns), cid) for cid, m in intact.items() if m.subject == subject]
+            if to is None and name.startswith("latest/"):  # (of a damaged manifest: the subject its path names)
+                path = layout.ref_path(name)
+                rest = [(head_order(m.labels, m.created_ns), cid) for cid, m in intact.items() if store.latest_ref(m.subject) == path]
                 to = max(rest)[1] if rest else None
         shown = "(its repair)" if to == target else to.hex() if to else None
         rep.refs[name] = {"from": target.hex(), "to": shown}

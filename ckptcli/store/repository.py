@@ -30,6 +30,7 @@ from ckptcli.errors import (
     ConflictError,
     CorruptError,
     InvalidInputError,
+    LimitExceededError,
     NotFoundError,
     StoreIOError,
     StoreNotFoundError,
@@ -64,6 +65,21 @@ from ckptcli.store.refs import Refs
 from ckptcli.store.remote import ObjectStoreIO
 
 _U32 = struct.Struct(">I")
+
+#: what to do about a manifest that cannot be read (damaged bytes, or bytes that are not
+#: the ones its name is the hash of): every command that meets one says it
+DAMAGED_MANIFEST_HINT = (
+    "restore it from a copy of the store (the file of the same name there), or remove it with "
+    "`ckpt repair checkpoints --drop --force` (docs/runbooks/store-damaged.md)"
+)
+
+
+def damaged_manifest_hint(store: str | None = None) -> str:
+    """DAMAGED_MANIFEST_HINT, its command naming `store` (for a command given two stores)."""
+    if store is None:
+        return DAMAGED_MANIFEST_HINT
+    return DAMAGED_MANIFEST_HINT.replace("--drop --force`", f"--drop --force --store {store}`")
+
 
 #: how old (seconds, by its mtime) a temporary file of a killed writer is before the next
 #: writer removes it (docs/storage.md, "tmp/")
@@ -917,8 +933,12 @@ class Store(Refs):
             except NotFoundError:
                 raise NotFoundError(f"checkpoint {cid.hex()[:12]} does not exist in {self.location}") from None
             if hashlib.sha256(data).digest() != cid:
-                raise CorruptError(f"{name}: content does not match its name (the manifest is damaged)", hint="run `ckpt verify`")
-            m = Manifest.decode(data, name)
+                raise CorruptError(f"{name}: content does not match its name (the manifest is damaged)", hint=DAMAGED_MANIFEST_HINT)
+            try:
+                m = Manifest.decode(data, name)
+            except (CorruptError, LimitExceededError) as exc:  # damage; a newer format's (exit 6) keeps its own hint
+                exc.hint = DAMAGED_MANIFEST_HINT
+                raise
             self._manifest_cache[cid] = m
         return m
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptcli import plugins
-from ckptcli.errors import CkptError, CorruptError
+from ckptcli.errors import CkptError, CorruptError, LimitExceededError
 from ckptcli.format import framing, limits
 from ckptcli.format.ev import _pool, _workers
 from ckptcli.format.manifest import Manifest, is_nested
@@ -36,7 +36,7 @@ from ckptcli.store.pack import PackTable as PackTable
 from ckptcli.store.pack import check_pack_at, check_pack_data, read_pack_table
 from ckptcli.store.pack import read_pack as read_pack
 from ckptcli.store.repair import dangling_heads
-from ckptcli.store.repository import Store
+from ckptcli.store.repository import DAMAGED_MANIFEST_HINT, Store
 from ckptcli.store.single import CheckpointFile
 
 __all__ = ["PHASES", "Problem", "StoreChecker", "VerifyReport", "structure_problems", "verify_file", "verify_store"]
@@ -278,8 +278,10 @@ class StoreChecker:
                 if hashlib.sha256(data).digest() != cid:
                     raise CorruptError(f"{name}: content does not match its name (the manifest is damaged){self._cached(name)}")
                 self.decoded[cid] = Manifest.decode(data, name)
+            except (CorruptError, LimitExceededError) as exc:
+                self.problem("manifest", name, f"{exc.message}; {DAMAGED_MANIFEST_HINT}").checkpoints.append(cid.hex())
             except CkptError as exc:
-                self.problem("manifest", name, exc.message).checkpoints.append(cid.hex())
+                self.problem("manifest", name, str(exc)).checkpoints.append(cid.hex())  # with its hint: what to do about it
         all_ids = set(self.store.manifest_ids())
         for path, t in self.ref_targets:
             if t not in all_ids:
