@@ -15,8 +15,12 @@ import pytest
 
 from ckptcli import api
 from ckptcli.errors import ExitCode
+from ckptcli.format import framing
 from ckptcli.store import layout
+from ckptcli.store.backends.s3 import S3Backend
 from ckptcli.store.repository import Store
+from tests.conftest import run_ckpt
+from tests.s3_server import S3Bucket, fixture_s3_bucket, fixture_s3_env, fixture_s3_server  # noqa: F401 - pytest fixtures
 
 DROP = "ckpt repair checkpoints --drop --force"
 RUNBOOK = "docs/runbooks/store-damaged.md"
@@ -112,3 +116,91 @@ def test_copy_copies_the_good_checkpoints_and_names_the_damaged_one(cli: Any, tm
     assert sorted(result["checkpoints"]) == sorted(ids) and list(result["damaged"]) == [bad]
     assert sorted(c.hex() for c in api.open_store(dst.location).manifest_ids()) == sorted(ids)
     assert cli("verify", "--store", dst.location).code == 0
+
+
+# -- a damaged config ---------------------------------------------------------------------------------
+CONFIG_SECTION = f'{RUNBOOK}, "A damaged config"'
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "magic"])
+def test_a_damaged_config_says_what_to_do_locally(tmp_path: Path, damage: str) -> None:
+    st, _ids = _store(tmp_path, 1)
+    config = Path(st.location) / "config"
+    good = config.read_bytes()
+    config.write_bytes({"garbage": b"garbage", "truncated": good[:40], "magic": b"xxxx" + good[4:]}[damage])
+    for args in (["verify"], ["ls"], ["prune", "--keep-last", "1"]):
+        r = run_ckpt("--store", st.location, *args)
+        err = r.stderr.decode()
+        assert r.returncode == ExitCode.CORRUPT and CONFIG_SECTION in err and "ckpt verify" not in err, (args, err)
+        assert len(err.strip().splitlines()) == 1, err
+    config.write_bytes(good)  # the runbook's first remedy: the config back from a copy
+    assert run_ckpt("verify", "--store", st.location).returncode == 0
+
+
+def test_a_damaged_config_says_what_to_do_on_s3(s3_bucket: S3Bucket) -> None:
+    url = f"{s3_bucket.url}/damaged"
+    assert run_ckpt("init", url).returncode == 0
+    planter = S3Backend.from_url(url, {})
+    try:
+        planter.put(layout.CONFIG, b"this is not a config at all")
+    finally:
+        planter.close()
+    for args in (["verify"], ["ls"]):
+        r = run_ckpt("--store", url, *args)
+        err = r.stderr.decode()
+        assert r.returncode == ExitCode.CORRUPT and CONFIG_SECTION in err and "ckpt verify" not in err, (args, err)
+
+
+# -- a ref of a newer format ----------------------------------------------------------------------------
+def _reversion(path: Path, version: int) -> bytes:
+    """Rewrite the ref record at `path` as format version `version`, its checksum valid."""
+    _v, body = framing.decode_record(path.read_bytes(), framing.KIND_REF, str(path))
+    data = framing.encode_record(framing.KIND_REF, body, version)
+    path.write_bytes(data)
+    return data
+
+
+def test_a_ref_of_a_newer_format_is_refused_never_replaced(cli: Any, tmp_path: Path) -> None:
+    st, _ids = _store(tmp_path)
+    ref = Path(st.location) / layout.latest_ref("agent", "x")
+    future = _reversion(ref, 3)
+    (tmp_path / "doc.json").write_text('{"memory": {"step": 9}}')
+    before = sorted(c.hex() for c in st.manifest_ids())
+    runs = {
+        "take": cli("take", tmp_path / "doc.json", "--subject", "agent:x", "--store", st.location),
+        "repair refs": cli("repair", "refs", "--store", st.location),
+        "repair refs --json": cli("repair", "refs", "--store", st.location, "--json"),
+        "verify": cli("verify", "--store", st.location),
+        "prune": cli("prune", "--keep-last", "1", "--store", st.location),
+    }
+    for what, r in runs.items():
+        assert r.code == ExitCode.UNSUPPORTED_VERSION and "upgrade ckpt" in r.err, (what, r.out, r.err)
+        assert ref.read_bytes() == future, what
+    assert "newer ref refs/latest/agent/x" in runs["verify"].out and "damaged" not in runs["verify"].out, runs["verify"].out
+    assert json.loads(runs["repair refs --json"].out)["newer"] == {"refs/latest/agent/x": ANY_TEXT}
+    assert sorted(c.hex() for c in api.open_store(st.location).manifest_ids()) == before  # the take wrote nothing
+
+
+class _AnyText:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and "version 3" in other
+
+
+ANY_TEXT = _AnyText()
+
+
+# -- a damaged tag --------------------------------------------------------------------------------------
+def test_a_truncated_tag_says_what_to_do_and_that_works(cli: Any, tmp_path: Path) -> None:
+    st, ids = _store(tmp_path)
+    st.set_tag("evil", bytes.fromhex(ids[0]))
+    (Path(st.location) / "refs" / "tags" / "evil").write_bytes(b"CKPTREF\0")
+    r = cli("prune", "--keep-last", "1", "--store", st.location)
+    assert r.code == ExitCode.CORRUPT and "refs/tags/evil: truncated" in r.err, r.err
+    assert "`ckpt tag --delete evil`" in r.err and "`ckpt reflog tags/evil`" in r.err, r.err
+    r = cli("verify", "--store", st.location)
+    assert r.code == ExitCode.CORRUPT and "`ckpt tag --delete evil`" in r.out and "run `ckpt verify`" not in r.out + r.err
+    assert ids[0][:12] in cli("reflog", "tags/evil", "--store", st.location).out  # what it named
+    assert cli("tag", "--delete", "evil", "--store", st.location).code == 0  # what the line says works
+    assert cli("tag", "evil", ids[0], "--store", st.location).code == 0
+    assert cli("prune", "--keep-last", "1", "--store", st.location).code == 0
+    assert cli("verify", "--store", st.location).code == 0

@@ -371,7 +371,7 @@ def test_store_damaged_manifest(tmp_path: Path) -> None:
     bad = hashlib.sha256(junk).hexdigest()
     (store_dir / "manifests" / bad).write_bytes(junk)
     store.set_tag("suspect", bytes.fromhex(bad))
-    section = damaged_page_part("## A damaged manifest", "## What ckpt cannot do here")
+    section = damaged_page_part("## A damaged manifest", "## A damaged config")
     run = run_page("store-damaged.md", tmp_path, page_text=f"```console\n$ export CKPT_STORE=/srv/ckpt\n```\n{section}")
     verifies = [proc.stdout for text, proc in run.results if text.startswith("ckpt verify")]
     assert f"damaged manifest manifests/{bad}" in verifies[0] and "no problems found" in verifies[-1]
@@ -379,6 +379,27 @@ def test_store_damaged_manifest(tmp_path: Path) -> None:
     assert "no problems found" in run.output("ckpt verify")
     assert sorted(p.name for p in (store_dir / "manifests").iterdir()) == sorted(ids)
     assert "tags/suspect" not in refs(store_dir)
+
+
+def test_store_damaged_config(tmp_path: Path) -> None:
+    """The page's "A damaged config", no copy of it: a new config from `ckpt init`."""
+    store_dir = tmp_path / "srv" / "ckpt"
+    store = ckptcli.init_store(store_dir)
+    ids = [ckptcli.take(store, {"memory": {"turn": n}}, subject="agent:support-bot").hex for n in range(2)]
+    (store_dir / "config").write_bytes(b"garbage")
+
+    def copy_config() -> None:
+        (store_dir / "config").write_bytes((tmp_path / "srv" / "fresh" / "config").read_bytes())
+
+    section = damaged_page_part("## A damaged config", "## A damaged ref")
+    page = f"```console\n$ export CKPT_STORE=/srv/ckpt\n```\n{section}"
+    run = run_page("store-damaged.md", tmp_path, page_text=page, human={"cp /srv/fresh/config": copy_config})
+    verifies = [proc for text, proc in run.results if text.startswith("ckpt verify")]
+    assert "A damaged config" in verifies[0].stderr and "no problems found" in verifies[-1].stdout
+    store = ckptcli.open_store(store_dir)
+    assert sorted(c.hex() for c in store.manifest_ids()) == sorted(ids)
+    assert ckptcli.open_checkpoint("agent:support-bot", store).state() == {"memory": {"turn": 1}}
+    ckptcli.take(store, {"memory": {"turn": 2}}, subject="agent:support-bot")
 
 
 # -- 3. migration-failed -------------------------------------------------------------------------------

@@ -173,6 +173,7 @@ class RefsRepair:
     dry_run: bool
     moved: dict[str, dict[str, str | None]] = field(default_factory=dict)  # ref -> {"from", "to"}
     damaged: dict[str, str] = field(default_factory=dict)  # tag or branch -> what is wrong (left alone)
+    newer: dict[str, str] = field(default_factory=dict)  # ref a newer ckpt wrote -> why (left alone)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -182,7 +183,8 @@ def repair_refs(store: Store, *, dry_run: bool = False, lock_wait: float = 300.0
     """Point each subject's latest ref at its newest committed checkpoint (a damaged
     latest ref is rewritten; one naming a subject with no checkpoint left is deleted),
     unless the reflog says it was left behind on purpose (dangling_heads). Damaged
-    tags and branches are reported, not touched."""
+    tags and branches are reported, not touched; so is a ref a newer ckpt wrote
+    (`newer`: the caller refuses, exit 6)."""
     rep = RefsRepair(dry_run)
     with store.backend.lock("store", shared=False, wait=lock_wait):
         manifests: dict[bytes, Manifest] = {}
@@ -202,6 +204,9 @@ def repair_refs(store: Store, *, dry_run: bool = False, lock_wait: float = 300.0
                 current[path] = store.read_ref(path)
             except NotFoundError:
                 continue
+            except UnsupportedVersionError as exc:
+                rep.newer[path] = exc.message  # never replaced by a ckpt that cannot read it
+                continue
             except CkptError as exc:
                 if path.startswith("refs/latest/"):
                     current[path] = None
@@ -217,7 +222,7 @@ def repair_refs(store: Store, *, dry_run: bool = False, lock_wait: float = 300.0
                 if (when := store.last_moved_ns(path)) is not None:
                     moved_ns[manifests[have].subject] = when
         dangling = {cid for cid, _s, _h in dangling_heads(manifests, latest, moved_ns)}
-        for path in sorted(set(newest) | {p for p in current if p.startswith("refs/latest/")}):
+        for path in sorted(set(newest) - set(rep.newer) | {p for p in current if p.startswith("refs/latest/")}):
             want = newest[path][1] if path in newest else None
             have = current.get(path)
             if (path in current and have == want) or (path not in current and want is None):

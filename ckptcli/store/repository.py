@@ -34,6 +34,7 @@ from ckptcli.errors import (
     NotFoundError,
     StoreIOError,
     StoreNotFoundError,
+    generic_hint,
 )
 from ckptcli.format import framing, limits
 from ckptcli.format.chunker import CHUNKERS, DEFAULT_CHUNKER, LEGACY_CHUNKER
@@ -80,6 +81,12 @@ def damaged_manifest_hint(store: str | None = None) -> str:
         return DAMAGED_MANIFEST_HINT
     return DAMAGED_MANIFEST_HINT.replace("--drop --force`", f"--drop --force --store {store}`")
 
+
+#: what to do about a damaged `config`: no command opens the store until it is put back
+DAMAGED_CONFIG_HINT = (
+    "no command can open the store until it is put back: copy `config` from a copy of the store, "
+    'or make a new one (docs/runbooks/store-damaged.md, "A damaged config")'
+)
 
 #: how old (seconds, by its mtime) a temporary file of a killed writer is before the next
 #: writer removes it (docs/storage.md, "tmp/")
@@ -364,7 +371,17 @@ def _looks_like_config(path: Path) -> bool:
 
 
 def read_config(backend: Backend, where: str) -> StoreConfig:
-    """The store config (formats/v1.md, "Config and refs")."""
+    """The store config (formats/v1.md, "Config and refs"). A damaged one is CorruptError
+    saying what to do (DAMAGED_CONFIG_HINT); a newer ckpt's, UnsupportedVersionError."""
+    try:
+        return _read_config(backend, where)
+    except (CorruptError, LimitExceededError) as exc:
+        if generic_hint(exc):  # (`ckpt verify` cannot open the store either: never point at it)
+            exc.hint = DAMAGED_CONFIG_HINT
+        raise
+
+
+def _read_config(backend: Backend, where: str) -> StoreConfig:
     try:
         data = backend.read(layout.CONFIG)
     except NotFoundError:
@@ -937,7 +954,8 @@ class Store(Refs):
             try:
                 m = Manifest.decode(data, name)
             except (CorruptError, LimitExceededError) as exc:  # damage; a newer format's (exit 6) keeps its own hint
-                exc.hint = DAMAGED_MANIFEST_HINT
+                if generic_hint(exc):
+                    exc.hint = DAMAGED_MANIFEST_HINT
                 raise
             self._manifest_cache[cid] = m
         return m

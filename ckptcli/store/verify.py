@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptcli import plugins
-from ckptcli.errors import CkptError, CorruptError, LimitExceededError
+from ckptcli.errors import CkptError, CorruptError, LimitExceededError, UnsupportedVersionError
 from ckptcli.format import framing, limits
 from ckptcli.format.ev import _pool, _workers
 from ckptcli.format.manifest import Manifest, is_nested
@@ -54,9 +54,17 @@ class Problem:
     name: str  # file path or object id
     message: str
     checkpoints: list[str] = field(default_factory=list)
+    #: not damage: a file a newer ckpt wrote, in a format version this one does not read
+    newer_version: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "message": self.message, "checkpoints": self.checkpoints}
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "message": self.message,
+            "checkpoints": self.checkpoints,
+            "newer_version": self.newer_version,
+        }
 
 
 @dataclass
@@ -70,6 +78,11 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def only_newer(self) -> bool:
+        """Whether every problem is a file of a newer format (exit 6, not damage: exit 5)."""
+        return bool(self.problems) and all(p.newer_version for p in self.problems)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -231,6 +244,8 @@ class StoreChecker:
                 t = self.store.read_ref(path)
                 if t is not None:
                     self.ref_targets.append((path, t))
+            except UnsupportedVersionError as exc:
+                self.problem("ref", path, str(exc)).newer_version = True
             except CkptError as exc:
                 self.problem("ref", path, str(exc))  # with its hint: what to do about it
         self._reflog()
@@ -281,7 +296,9 @@ class StoreChecker:
             except (CorruptError, LimitExceededError) as exc:
                 self.problem("manifest", name, f"{exc.message}; {DAMAGED_MANIFEST_HINT}").checkpoints.append(cid.hex())
             except CkptError as exc:
-                self.problem("manifest", name, str(exc)).checkpoints.append(cid.hex())  # with its hint: what to do about it
+                p = self.problem("manifest", name, str(exc))  # with its hint: what to do about it
+                p.checkpoints.append(cid.hex())
+                p.newer_version = isinstance(exc, UnsupportedVersionError)
         all_ids = set(self.store.manifest_ids())
         for path, t in self.ref_targets:
             if t not in all_ids:

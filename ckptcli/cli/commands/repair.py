@@ -23,7 +23,15 @@ class What(StrEnum):
 
 
 @app.command(
-    epilog=exit_status(ExitCode.USAGE, ExitCode.CORRUPT, ExitCode.UNSAFE_PATH, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR)
+    epilog=exit_status(
+        ExitCode.USAGE,
+        ExitCode.CORRUPT,
+        ExitCode.UNSUPPORTED_VERSION,
+        ExitCode.UNSAFE_PATH,
+        ExitCode.LOCKED,
+        ExitCode.NO_STORE,
+        ExitCode.IO_ERROR,
+    )
 )
 def repair(
     what: Annotated[
@@ -155,7 +163,17 @@ def _index(rep: IndexRepair, dry_run: bool, as_json: bool) -> None:
 def _refs(refs: RefsRepair, dry_run: bool, as_json: bool) -> None:
     if as_json:
         emit_json(refs.to_dict())
-        return
+    else:
+        _print_refs(refs, dry_run)
+    if refs.newer:
+        first = next(iter(refs.newer))
+        more = f" (and {len(refs.newer) - 1} more)" if len(refs.newer) > 1 else ""
+        raise UnsupportedVersionError(
+            f"{first}{more} was left alone: {refs.newer[first]}", hint="upgrade ckpt (pip install -U ckptcli) to repair it"
+        )
+
+
+def _print_refs(refs: RefsRepair, dry_run: bool) -> None:
     c = out()
     verb = "would move" if dry_run else "moved"
     for name, move in refs.moved.items():
