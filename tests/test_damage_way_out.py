@@ -177,6 +177,7 @@ def test_a_ref_of_a_newer_format_is_refused_never_replaced(cli: Any, tmp_path: P
         assert r.code == ExitCode.UNSUPPORTED_VERSION and "upgrade ckpt" in r.err, (what, r.out, r.err)
         assert ref.read_bytes() == future, what
     assert "newer ref refs/latest/agent/x" in runs["verify"].out and "damaged" not in runs["verify"].out, runs["verify"].out
+    assert "repair refs" not in runs["verify"].out, runs["verify"].out  # (which would refuse it: no note says to run it)
     assert json.loads(runs["repair refs --json"].out)["newer"] == {"refs/latest/agent/x": ANY_TEXT}
     assert sorted(c.hex() for c in api.open_store(st.location).manifest_ids()) == before  # the take wrote nothing
 

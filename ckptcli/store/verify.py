@@ -311,7 +311,10 @@ class StoreChecker:
         store, manifests = self.store, self.decoded
         latest = {m.subject: t for path, t in self.ref_targets if (m := manifests.get(t)) and path == store.latest_ref(m.subject)}
         moved_ns = {s: when for s in latest if (when := store.last_moved_ns(store.latest_ref(s), quiet=True)) is not None}
+        newer = {p.name for p in self.rep.problems if p.kind == "ref" and p.newer_version}
         for cid, subject, head in dangling_heads(manifests, latest, moved_ns):
+            if store.latest_ref(subject) in newer:
+                continue  # its latest is a newer ckpt's (named above): not a take cut short
             if head is not None and is_nested(manifests[head].labels) and not is_nested(manifests[cid].labels):
                 self.rep.notes.append(
                     f"the latest ref of {subject} names {head.hex()[:12]}, a LangGraph subgraph's checkpoint, not the thread's root head "
