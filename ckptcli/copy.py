@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptcli.errors import CkptError, CorruptError, InvalidInputError, UnsupportedVersionError
+from ckptcli.errors import CkptError, CorruptError, InvalidInputError, LimitExceededError, UnsupportedVersionError
 from ckptcli.format.manifest import Manifest, is_nested
 from ckptcli.format.walk import WalkResult, walk_checkpoint
 from ckptcli.progress import NULL, Progress
@@ -77,6 +77,8 @@ class CopyResult:
     latest_moved: list[str] = field(default_factory=list)  # subjects whose latest moved in DST
     refs_copied: list[str] = field(default_factory=list)  # with `refs`: "tags/NAME", "branches/NAME"
     refs_skipped: list[str] = field(default_factory=list)  # with `refs`: named in DST already, at another checkpoint
+    #: checkpoints of SRC whose manifest is damaged (left out: nothing of them is copied) -> what is wrong
+    damaged: dict[bytes, str] = field(default_factory=dict)
     dry_run: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,6 +94,7 @@ class CopyResult:
             "latest_moved": self.latest_moved,
             "refs_copied": self.refs_copied,
             "refs_skipped": self.refs_skipped,
+            "damaged": {c.hex(): why for c, why in self.damaged.items()},
             "dry_run": self.dry_run,
         }
 
@@ -113,8 +116,10 @@ def copy_checkpoints(
     `copy_refs`: also copy the tags and branches of `src` that name a copied checkpoint,
     unless `dst` has one of that name at another checkpoint (then it is left and listed in
     `refs_skipped`). `dry_run`: send nothing, count what would be sent.
-    Raises: CorruptError (an object or manifest of `src` is damaged: nothing of that
-    checkpoint is committed in `dst`, the ones copied before it stay),
+    A checkpoint whose manifest is damaged is left out, named in `damaged`, and the
+    others are copied: the caller says so (`ckpt copy` exits 5).
+    Raises: CorruptError (an object of `src` is damaged: nothing of that checkpoint is
+    committed in `dst`, the ones copied before it stay),
     UnsupportedVersionError, InvalidInputError (SRC and DST are one store), NotFoundError."""
     if isinstance(src, Store) and src.location == dst.location:
         raise InvalidInputError(f"SRC and DST are the same store ({dst.location})", hint="name two different stores")
@@ -122,7 +127,7 @@ def copy_checkpoints(
     with _reading(src), contextlib.ExitStack() as held:
         if not dry_run:
             held.enter_context(dst.backend.lock("store", shared=True))  # no prune of DST meanwhile
-        chosen = _choose(src, refs)
+        chosen = _choose(src, refs, result)
         for cid, manifest in chosen:  # before anything is sent
             _check_version(src, dst, cid, manifest)
         check = _DstCheck(src, dst)
@@ -158,19 +163,17 @@ def _reading(src: Source) -> Iterator[None]:
         yield
 
 
-def _choose(src: Source, refs: list[str] | None) -> list[tuple[bytes, Manifest]]:
+def _choose(src: Source, refs: list[str] | None, result: CopyResult) -> list[tuple[bytes, Manifest]]:
     """(id, manifest) of the checkpoints to copy, oldest first (parents before children,
-    so that DST's latest only ever moves forward)."""
+    so that DST's latest only ever moves forward). One whose manifest is damaged is left
+    out and named in `result.damaged`."""
     ids = list(dict.fromkeys(src.resolve(r) for r in refs)) if refs else src.manifest_ids()
     chosen = []
     for cid in ids:
         try:
             chosen.append((cid, src.manifest(cid)))
-        except CorruptError as exc:
-            raise CorruptError(
-                f"checkpoint {cid.hex()[:12]} in {src.location}: {exc.message}; nothing was copied",
-                hint="run `ckpt verify` on SRC, or name the checkpoints to copy",
-            ) from None
+        except (CorruptError, LimitExceededError) as exc:  # (a checkpoint file's was read when it was opened)
+            result.damaged[cid] = exc.message
     chosen.sort(key=lambda c: (c[1].created_ns, c[0]))
     return chosen
 

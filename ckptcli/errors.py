@@ -180,6 +180,13 @@ class ReplayDiverged(CkptError):  # noqa: N818 - a verdict, not a fault in ckpt
     exit_code = ExitCode.DIVERGED
 
 
+def generic_hint(exc: CkptError) -> bool:
+    """Whether `exc` says nothing of what to do about the file it names but "run `ckpt
+    verify`" (the decoder's word, which knows no more), or nothing at all: the reader of
+    that kind of file then says what repairs it."""
+    return exc.hint is None or exc.hint.startswith("run `ckpt verify`") or exc.hint.endswith("; run `ckpt verify`")
+
+
 def user_failure(exc: BaseException) -> bool:
     """Whether `exc`, raised by the user's code that ckpt called, is that code's failure:
     every exception (``sys.exit()``'s SystemExit, GeneratorExit and other BaseExceptions

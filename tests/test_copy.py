@@ -127,6 +127,7 @@ def test_json_shape_and_dry_run_change_nothing(src: Store, tmp_path: Path) -> No
         "latest_moved",
         "refs_copied",
         "refs_skipped",
+        "damaged",
         "dry_run",
     }
     assert set(d) == set(r) == keys
@@ -333,19 +334,19 @@ def test_newer_format_than_dst_is_refused_before_anything_is_sent(tmp_path: Path
     _verify_clean(new)
 
 
-def test_damaged_manifest_in_src_stops_before_anything_is_sent(src: Store, tmp_path: Path) -> None:
+def test_damaged_manifest_in_src_is_named_and_the_others_are_copied(src: Store, tmp_path: Path) -> None:
     victim = src.resolve("workflow:etl")
     flip_byte(Path(src.location) / "manifests" / victim.hex(), 40)
     dst = ckptcli.init_store(tmp_path / "dst")
-    before = tree_snapshot(Path(dst.location), skip=("locks", "tmp"))
     r = _copy_cli(src.location, dst.location)
     assert r.returncode == ExitCode.CORRUPT, describe(r)
-    assert victim.hex()[:12] in r.stderr.decode() and b"nothing was copied" in r.stderr, describe(r)
-    assert tree_snapshot(Path(dst.location), skip=("locks", "tmp")) == before
-    # the others can still be named and copied
+    assert victim.hex()[:12] in r.stderr.decode() and b"ckpt repair checkpoints --drop --force --store" in r.stderr, describe(r)
+    others = sorted(c for c in src.manifest_ids() if c != victim)
+    assert sorted(Store.open(Path(dst.location)).manifest_ids()) == others
+    _verify_clean(dst)
+    # named, the others copy with exit 0 (they are there already)
     r = _copy_cli(src.location, dst.location, "agent:bot", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["checkpoints"] == [src.resolve("agent:bot").hex()], describe(r)
-    _verify_clean(dst)
 
 
 @pytest.mark.parametrize("batch", [1, 2, 256])

@@ -163,5 +163,5 @@ def test_a_damaged_manifest_is_named_not_rewritten(cli: Any, tmp_path: Path) -> 
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
     r = cli("repair", "checkpoints", "--store", st.location, "--force")
-    assert r.code == ExitCode.CORRUPT and "cannot be read" in r.err and "ckpt verify" in r.err
+    assert r.code == ExitCode.CORRUPT and "cannot be read" in r.err and "ckpt repair checkpoints --drop --force" in r.err
     assert path.read_bytes() == bytes(data)

@@ -132,8 +132,9 @@ def run_page(
             continue
         words = shlex.split(subst(line.text), comments=True)
         if words[0] == "ckpt":
+            env = {**run.env, "PYTHONPATH": str(REPO)}  # this checkout's ckpt, whichever one the venv installed
             proc = subprocess.run(
-                [sys.executable, "-m", "ckptcli", *words[1:]], capture_output=True, text=True, env=run.env, cwd=run.cwd, timeout=120
+                [sys.executable, "-m", "ckptcli", *words[1:]], capture_output=True, text=True, env=env, cwd=run.cwd, timeout=120
             )
             run.results.append((line.text, proc))
             want = expected_exit(line.text)
@@ -321,7 +322,8 @@ def test_store_damaged(tmp_path: Path) -> None:
     def copy_the_pack() -> None:
         (store_dir / pack).write_bytes((replica / pack).read_bytes())
 
-    run = run_page("store-damaged.md", tmp_path, known={"PACK": pack}, human={"cp /mnt/replica/ckpt/$PACK": copy_the_pack})
+    steps = damaged_page_part(None, "## A damaged manifest")  # steps 1 to 6: the damaged packs
+    run = run_page("store-damaged.md", tmp_path, known={"PACK": pack}, human={"cp /mnt/replica/ckpt/$PACK": copy_the_pack}, page_text=steps)
     # the first verify named the checkpoints that need each damaged object
     first = run.results[0][1].stdout
     needed = {frozenset(m.split(", ")) for m in re.findall(r"damaged object .*needed by \d+ checkpoint\(s\): ([0-9a-f, ]+)\)", first)}
@@ -345,6 +347,59 @@ def test_store_damaged(tmp_path: Path) -> None:
     # damaged object imported again elsewhere) was rewritten, the bot's deleted
     assert "no problems found" in run.output("ckpt verify --read-data")
     assert not fx.packs["etl2"].exists() and not fx.packs["bot2"].exists()
+
+
+def damaged_page_part(start: str | None, end: str | None) -> str:
+    """The text of store-damaged.md from the heading `start` (None: its top) to the heading
+    `end` (None: its end): its sections are run each on a store damaged as it says."""
+    text = (PAGES / "store-damaged.md").read_text()
+    begin = text.index(start) if start else 0
+    stop = text.index(end) if end else len(text)
+    assert begin < stop
+    return text[begin:stop]
+
+
+def test_store_damaged_manifest(tmp_path: Path) -> None:
+    """The page's "A damaged manifest": a file in manifests/ that is no manifest (its
+    name the hash of its bytes), a tag naming it; no copy has it."""
+    import hashlib
+
+    store_dir = tmp_path / "srv" / "ckpt"
+    store = ckptcli.init_store(store_dir)
+    ids = [ckptcli.take(store, {"memory": {"turn": n}}, subject="agent:support-bot").hex for n in range(3)]
+    junk = b"this is not msgpack"
+    bad = hashlib.sha256(junk).hexdigest()
+    (store_dir / "manifests" / bad).write_bytes(junk)
+    store.set_tag("suspect", bytes.fromhex(bad))
+    section = damaged_page_part("## A damaged manifest", "## A damaged config")
+    run = run_page("store-damaged.md", tmp_path, page_text=f"```console\n$ export CKPT_STORE=/srv/ckpt\n```\n{section}")
+    verifies = [proc.stdout for text, proc in run.results if text.startswith("ckpt verify")]
+    assert f"damaged manifest manifests/{bad}" in verifies[0] and "no problems found" in verifies[-1]
+    assert (store_dir / "manifests").is_dir() and not (store_dir / "manifests" / bad).exists()
+    assert "no problems found" in run.output("ckpt verify")
+    assert sorted(p.name for p in (store_dir / "manifests").iterdir()) == sorted(ids)
+    assert "tags/suspect" not in refs(store_dir)
+
+
+def test_store_damaged_config(tmp_path: Path) -> None:
+    """The page's "A damaged config", no copy of it: a new config from `ckpt init`."""
+    store_dir = tmp_path / "srv" / "ckpt"
+    store = ckptcli.init_store(store_dir)
+    ids = [ckptcli.take(store, {"memory": {"turn": n}}, subject="agent:support-bot").hex for n in range(2)]
+    (store_dir / "config").write_bytes(b"garbage")
+
+    def copy_config() -> None:
+        (store_dir / "config").write_bytes((tmp_path / "srv" / "fresh" / "config").read_bytes())
+
+    section = damaged_page_part("## A damaged config", "## A damaged ref")
+    page = f"```console\n$ export CKPT_STORE=/srv/ckpt\n```\n{section}"
+    run = run_page("store-damaged.md", tmp_path, page_text=page, human={"cp /srv/fresh/config": copy_config})
+    verifies = [proc for text, proc in run.results if text.startswith("ckpt verify")]
+    assert "A damaged config" in verifies[0].stderr and "no problems found" in verifies[-1].stdout
+    store = ckptcli.open_store(store_dir)
+    assert sorted(c.hex() for c in store.manifest_ids()) == sorted(ids)
+    assert ckptcli.open_checkpoint("agent:support-bot", store).state() == {"memory": {"turn": 1}}
+    ckptcli.take(store, {"memory": {"turn": 2}}, subject="agent:support-bot")
 
 
 # -- 3. migration-failed -------------------------------------------------------------------------------

@@ -78,9 +78,11 @@ third-party adapter's own code raises or calls `sys.exit()` (one line naming the
 `ckpt import temporal` exits 11 for a history of a run the store holds another history of
 (the line names the first event that differs; nothing is written: docs/workflows.md).
 `ckpt import -` and `ckpt import temporal -` (a file on stdin) exit 12 when stdin is closed.
-`ckpt copy` exits 5 when an object or manifest it reads from SRC does not match its hash: the
-line names the object and the checkpoint, nothing of that checkpoint is committed in DST, and
-the checkpoints copied before it (oldest first) stay there.
+`ckpt copy` exits 5 when an object it reads from SRC does not match its hash: the line names
+the object and the checkpoint, nothing of that checkpoint is committed in DST, and the
+checkpoints copied before it (oldest first) stay there. A checkpoint of SRC whose manifest
+cannot be read is left out and the others are copied; then it exits 5, the line naming it
+(docs/runbooks/store-damaged.md, "A damaged manifest").
 `ckpt run` exits with its program's status (0 when the program exited 0 or `ckpt halt` ended
 it, 128+N when signal N did), and before the program starts 4 for a value it cannot use (a
 duration, a `--state` path its checkpoint holds no copy of), 8 for a `--state` path outside

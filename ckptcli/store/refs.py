@@ -29,8 +29,11 @@ from ckptcli.errors import (
     CorruptError,
     InvalidInputError,
     LatestMovedError,
+    LimitExceededError,
     NotFoundError,
     UnsafePathError,
+    UnsupportedVersionError,
+    generic_hint,
 )
 from ckptcli.format import framing
 from ckptcli.format.manifest import NAME_RE, Manifest, Subject, check_name, check_ref_name, head_order
@@ -107,6 +110,10 @@ class Refs:
             return _decode_ref(self.backend.read(path), path)[:2]
         except NotFoundError:
             return None, None
+        except (CorruptError, LimitExceededError) as exc:  # (a newer format's keeps its own: upgrade ckpt)
+            if generic_hint(exc):
+                exc.hint = damaged_ref_hint(path)
+            raise
 
     def write_ref(self, path: str, target: bytes, reason: str = "update", *, log: bool = True, reset: int | object | None = _KEEP) -> None:
         """Point the ref at `path` at `target`, whatever it names; the caller holds the
@@ -159,7 +166,7 @@ class Refs:
                 data = self.backend.read(path)  # (one missing is NotFoundError: no `exists` first)
         except NotFoundError:
             data = None
-        except UnsafePathError:
+        except (UnsafePathError, UnsupportedVersionError):
             raise  # a link (or a linked directory) there: never written through, never replaced unseen
         except CkptError:
             if self.backend.ref_cas:
@@ -172,6 +179,8 @@ class Refs:
             return _Seen(None, None, None, False, version)
         try:
             return _Seen(*_decode_ref(data, path), True, version)
+        except UnsupportedVersionError:
+            raise  # a newer ckpt's: never replaced by one that cannot read it (formats/v2.md)
         except CkptError:
             return _Seen(None, None, None, True, version)
 
@@ -301,7 +310,7 @@ class Refs:
                 t = self.read_ref(path)
             except NotFoundError:
                 continue  # deleted since the listing
-            except CkptError as exc:
+            except CkptError as exc:  # (a newer ckpt's too: the caller tells it apart)
                 if strict:
                     raise
                 damaged.append((path, exc))
@@ -313,12 +322,17 @@ class Refs:
     def _read_refs(self, prefix: str, strict: bool = False) -> tuple[dict[str, bytes], int]:
         """refs(), and how many refs were left out as damaged."""
         out, left_out = self.readable_refs(prefix, strict=strict)
-        damaged = [(path, exc.message) for path, exc in left_out]
+        damaged = [(path, exc.message) for path, exc in left_out if not isinstance(exc, UnsupportedVersionError)]
+        newer = [(path, exc.message) for path, exc in left_out if isinstance(exc, UnsupportedVersionError)]  # not damage
         if damaged:
             more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
-            todo = "run `ckpt repair refs`" if all(p.startswith("refs/latest/") for p, _m in damaged) else "run `ckpt verify`"
-            self.warn(f"ref {damaged[0][0]}{more} is damaged ({damaged[0][1]}) and is left out; {todo}")
-        return out, len(damaged)
+            first = damaged[0][0]
+            todo = damaged_ref_hint(first) if len(damaged) == 1 else "`ckpt verify` names each; docs/runbooks/store-damaged.md"
+            self.warn(f"ref {first}{more} is damaged ({damaged[0][1]}) and is left out; {todo}")
+        if newer:
+            more = f" (and {len(newer) - 1} more)" if len(newer) > 1 else ""
+            self.warn(f"ref {newer[0][0]}{more} is left out: {newer[0][1]}; upgrade ckpt (pip install -U ckptcli)")
+        return out, len(damaged) + len(newer)
 
     @staticmethod
     def latest_ref(subject: Subject) -> str:
@@ -329,6 +343,8 @@ class Refs:
         missing or damaged): what a take passes back to advance_latest as `expect`."""
         try:
             return self.read_ref_state(self.latest_ref(subject))
+        except UnsupportedVersionError:
+            raise  # a newer ckpt's ref: a take refuses it rather than replace it
         except CkptError:
             return None, None
 
@@ -460,8 +476,8 @@ class Refs:
         path = self.latest_ref(subject)
         try:
             head, reset = self.read_ref_state(path)
-        except UnsafePathError:
-            raise  # a link is refused, not worked around (a take would then replace it)
+        except (UnsafePathError, UnsupportedVersionError):
+            raise  # a link, or a newer ckpt's ref, is refused, not worked around (a take would then replace it)
         except CkptError as exc:
             self.warn(f"{exc.message}; the subject's newest checkpoint is found from the manifests instead; run `ckpt repair refs`")
             newest = self.newest_of(subject)
@@ -671,7 +687,7 @@ class Refs:
             subject = Subject.parse(ref)
             try:
                 head = self.read_ref(self.latest_ref(subject))
-            except UnsafePathError:
+            except (UnsafePathError, UnsupportedVersionError):
                 raise
             except CkptError as exc:
                 self.warn(f"{exc.message}; the newest checkpoint of {ref} was found from the manifests instead; run `ckpt repair refs`")
@@ -718,6 +734,23 @@ class Refs:
             f"no checkpoint, tag or branch named {ref!r} in {self.location}",
             hint="see `ckpt ls` for ids, or use a tag, a branch, KIND:NAME or latest",
         )
+
+
+def damaged_ref_hint(path: str) -> str:
+    """What to do about the damaged ref at `path` (docs/runbooks/store-damaged.md): a
+    latest ref is rebuilt from the manifests; a tag or a branch names a choice only a
+    person can make again."""
+    rel = path.removeprefix(f"{layout.REFS}/")
+    kind, _, name = rel.partition("/")
+    if kind == "latest":
+        return "run `ckpt repair refs` (it points latest at the subject's newest checkpoint)"
+    if kind in ("tags", "branches"):
+        verb = "tag" if kind == "tags" else "branch"
+        return (
+            f"delete it (`ckpt {verb} --delete {name}`), then make it again if it is still wanted (`ckpt {verb} {name} ID`); "
+            f"`ckpt reflog {rel}` shows what it named (docs/runbooks/store-damaged.md)"
+        )
+    return f"ckpt writes no ref there: remove {path} (docs/runbooks/store-damaged.md)"
 
 
 def _decode_ref(data: bytes, path: str) -> tuple[bytes, int | None, int | None]:

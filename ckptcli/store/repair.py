@@ -20,7 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptcli.errors import CkptError, NotFoundError
+from ckptcli.errors import CkptError, CorruptError, LimitExceededError, NotFoundError, UnsupportedVersionError
 from ckptcli.format import framing
 from ckptcli.format.manifest import Manifest, Subject, head_order, is_nested
 from ckptcli.format.values import EXT_REF, OBJ_DATA, Encoded, Encoder, Ext, packable, unpack_ev
@@ -173,6 +173,7 @@ class RefsRepair:
     dry_run: bool
     moved: dict[str, dict[str, str | None]] = field(default_factory=dict)  # ref -> {"from", "to"}
     damaged: dict[str, str] = field(default_factory=dict)  # tag or branch -> what is wrong (left alone)
+    newer: dict[str, str] = field(default_factory=dict)  # ref a newer ckpt wrote -> why (left alone)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -182,7 +183,8 @@ def repair_refs(store: Store, *, dry_run: bool = False, lock_wait: float = 300.0
     """Point each subject's latest ref at its newest committed checkpoint (a damaged
     latest ref is rewritten; one naming a subject with no checkpoint left is deleted),
     unless the reflog says it was left behind on purpose (dangling_heads). Damaged
-    tags and branches are reported, not touched."""
+    tags and branches are reported, not touched; so is a ref a newer ckpt wrote
+    (`newer`: the caller refuses, exit 6)."""
     rep = RefsRepair(dry_run)
     with store.backend.lock("store", shared=False, wait=lock_wait):
         manifests: dict[bytes, Manifest] = {}
@@ -202,6 +204,9 @@ def repair_refs(store: Store, *, dry_run: bool = False, lock_wait: float = 300.0
                 current[path] = store.read_ref(path)
             except NotFoundError:
                 continue
+            except UnsupportedVersionError as exc:
+                rep.newer[path] = exc.message  # never replaced by a ckpt that cannot read it
+                continue
             except CkptError as exc:
                 if path.startswith("refs/latest/"):
                     current[path] = None
@@ -217,7 +222,7 @@ def repair_refs(store: Store, *, dry_run: bool = False, lock_wait: float = 300.0
                 if (when := store.last_moved_ns(path)) is not None:
                     moved_ns[manifests[have].subject] = when
         dangling = {cid for cid, _s, _h in dangling_heads(manifests, latest, moved_ns)}
-        for path in sorted(set(newest) | {p for p in current if p.startswith("refs/latest/")}):
+        for path in sorted(set(newest) - set(rep.newer) | {p for p in current if p.startswith("refs/latest/")}):
             want = newest[path][1] if path in newest else None
             have = current.get(path)
             if (path in current and have == want) or (path not in current and want is None):
@@ -260,6 +265,9 @@ class CheckpointsRepair:
     checked: int = 0
     damaged: dict[str, DamagedCheckpoint] = field(default_factory=dict)  # checkpoint id -> what
     unreadable: dict[str, str] = field(default_factory=dict)  # manifest path -> what is wrong
+    #: of those, the damaged ones `drop` removes (or, in a dry run, would remove)
+    dropped_unreadable: list[str] = field(default_factory=list)
+    newer: list[str] = field(default_factory=list)  # of those, the ones a newer ckpt wrote (never removed)
     refs: dict[str, dict[str, str | None]] = field(default_factory=dict)  # ref -> {"from", "to"} ("to": None removed)
     forgotten: list[str] = field(default_factory=list)  # damaged originals removed
     missing_packs: list[str] = field(default_factory=list)  # packs the index names that are gone
@@ -325,8 +333,10 @@ def repair_checkpoints(
     repaired.from / repaired.dropped, every ref that named it moved to the new one
     (`forget`: the damaged original is removed then); or, with `drop`, remove them
     (a latest ref moves to its subject's newest intact checkpoint, a branch to its
-    nearest intact ancestor, a tag naming one is removed). Nothing changes when
-    `dry_run` (the default).
+    nearest intact ancestor, a tag naming one is removed), and remove every damaged
+    manifest too (its bytes do not decode, or are not the ones its name is the hash
+    of: nothing can be rewritten from it; a ref naming it moves as for a dropped
+    checkpoint with no intact ancestor). Nothing changes when `dry_run` (the default).
 
     Kill-safe: new objects and the new manifest are committed before any ref moves, and
     refs move before anything is removed; a kill leaves a readable store (at worst an
@@ -336,7 +346,7 @@ def repair_checkpoints(
     with store.backend.lock("store", shared=False, wait=lock_wait):
         store.reset_index()
         store.find_in_packs()  # objects a damaged index file named are still found
-        manifests = _readable_manifests(store, rep)
+        manifests, damaged_manifests = _readable_manifests(store, rep)
         order = sorted(manifests, key=lambda c: (manifests[c].created_ns, c))  # parents before children
         packs: dict[bytes, bool] = {}
         damaged = _find_damaged(store, manifests, order, packs, rep.mode, progress)
@@ -350,6 +360,10 @@ def repair_checkpoints(
                 replaced[cid] = None
                 continue
             replaced[cid] = _rewrite(store, cid, manifests[cid], d, packs, replaced, dry_run)
+        if drop:
+            for cid in damaged_manifests:
+                rep.dropped_unreadable.append(layout.manifest_path(cid))
+                replaced[cid] = None
         for pack in {e.pack for e in store.index().values()}:
             packs.setdefault(pack, store.backend.exists(pack_path(pack)))
         rep.missing_packs = sorted(pack_path(p) for p, there in packs.items() if not there)
@@ -362,16 +376,26 @@ def repair_checkpoints(
     return rep
 
 
-def _readable_manifests(store: Store, rep: CheckpointsRepair) -> dict[bytes, Manifest]:
-    """Every manifest that can be read; the others are recorded in `rep.unreadable`."""
+def _readable_manifests(store: Store, rep: CheckpointsRepair) -> tuple[dict[bytes, Manifest], list[bytes]]:
+    """(every manifest that can be read, the ids of those whose bytes are damaged); the
+    others are recorded in `rep.unreadable` (a damaged one, a newer format's, one that
+    cannot be read at all: a directory, a FIFO)."""
     manifests: dict[bytes, Manifest] = {}
+    damaged: list[bytes] = []
     for cid in store.manifest_ids():
         try:
             manifests[cid] = store.manifest(cid)
-        except CkptError as exc:
+        except NotFoundError:
+            continue  # removed since the listing
+        except (CorruptError, LimitExceededError) as exc:
             rep.unreadable[layout.manifest_path(cid)] = exc.message
+            damaged.append(cid)
+        except CkptError as exc:
+            rep.unreadable[layout.manifest_path(cid)] = str(exc)  # with its hint (a newer format's: upgrade ckpt)
+            if isinstance(exc, UnsupportedVersionError):
+                rep.newer.append(layout.manifest_path(cid))
     rep.checked = len(manifests)
-    return manifests
+    return manifests, damaged
 
 
 def _find_damaged(
@@ -460,14 +484,14 @@ def _move_refs(
     reset does (the checkpoints newer than it were left behind on purpose)."""
     if not replaced:
         return
-    refs = store.refs()
+    refs = store.refs()  # (a damaged ref, or a newer format's, is left out and left alone)
     intact = {cid: m for cid, m in manifests.items() if cid not in replaced}
     for name, target in sorted(refs.items()):
         if target not in replaced:
             continue
         to = replaced[target]
         if to is None and name.startswith(("latest/", "branches/")):
-            todo, seen = list(manifests[target].parents), set()
+            todo, seen = list(manifests[target].parents) if target in manifests else [], set()
             while todo and to is None:
                 p = todo.pop(0)
                 if p in seen:
@@ -477,9 +501,9 @@ def _move_refs(
                     to = p
                 elif p in manifests:
                     todo.extend(manifests[p].parents)
-            if to is None and name.startswith("latest/"):
-                subject = manifests[target].subject
-                rest = [(head_order(m.labels, m.created_ns), cid) for cid, m in intact.items() if m.subject == subject]
+            if to is None and name.startswith("latest/"):  # (of a damaged manifest: the subject its path names)
+                path = layout.ref_path(name)
+                rest = [(head_order(m.labels, m.created_ns), cid) for cid, m in intact.items() if store.latest_ref(m.subject) == path]
                 to = max(rest)[1] if rest else None
         shown = "(its repair)" if to == target else to.hex() if to else None
         rep.refs[name] = {"from": target.hex(), "to": shown}

@@ -30,9 +30,11 @@ from ckptcli.errors import (
     ConflictError,
     CorruptError,
     InvalidInputError,
+    LimitExceededError,
     NotFoundError,
     StoreIOError,
     StoreNotFoundError,
+    generic_hint,
 )
 from ckptcli.format import framing, limits
 from ckptcli.format.chunker import CHUNKERS, DEFAULT_CHUNKER, LEGACY_CHUNKER
@@ -64,6 +66,27 @@ from ckptcli.store.refs import Refs
 from ckptcli.store.remote import ObjectStoreIO
 
 _U32 = struct.Struct(">I")
+
+#: what to do about a manifest that cannot be read (damaged bytes, or bytes that are not
+#: the ones its name is the hash of): every command that meets one says it
+DAMAGED_MANIFEST_HINT = (
+    "restore it from a copy of the store (the file of the same name there), or remove it with "
+    "`ckpt repair checkpoints --drop --force` (docs/runbooks/store-damaged.md)"
+)
+
+
+def damaged_manifest_hint(store: str | None = None) -> str:
+    """DAMAGED_MANIFEST_HINT, its command naming `store` (for a command given two stores)."""
+    if store is None:
+        return DAMAGED_MANIFEST_HINT
+    return DAMAGED_MANIFEST_HINT.replace("--drop --force`", f"--drop --force --store {store}`")
+
+
+#: what to do about a damaged `config`: no command opens the store until it is put back
+DAMAGED_CONFIG_HINT = (
+    "no command can open the store until it is put back: copy `config` from a copy of the store, "
+    'or make a new one (docs/runbooks/store-damaged.md, "A damaged config")'
+)
 
 #: how old (seconds, by its mtime) a temporary file of a killed writer is before the next
 #: writer removes it (docs/storage.md, "tmp/")
@@ -348,7 +371,17 @@ def _looks_like_config(path: Path) -> bool:
 
 
 def read_config(backend: Backend, where: str) -> StoreConfig:
-    """The store config (formats/v1.md, "Config and refs")."""
+    """The store config (formats/v1.md, "Config and refs"). A damaged one is CorruptError
+    saying what to do (DAMAGED_CONFIG_HINT); a newer ckpt's, UnsupportedVersionError."""
+    try:
+        return _read_config(backend, where)
+    except (CorruptError, LimitExceededError) as exc:
+        if generic_hint(exc):  # (`ckpt verify` cannot open the store either: never point at it)
+            exc.hint = DAMAGED_CONFIG_HINT
+        raise
+
+
+def _read_config(backend: Backend, where: str) -> StoreConfig:
     try:
         data = backend.read(layout.CONFIG)
     except NotFoundError:
@@ -917,8 +950,13 @@ class Store(Refs):
             except NotFoundError:
                 raise NotFoundError(f"checkpoint {cid.hex()[:12]} does not exist in {self.location}") from None
             if hashlib.sha256(data).digest() != cid:
-                raise CorruptError(f"{name}: content does not match its name (the manifest is damaged)", hint="run `ckpt verify`")
-            m = Manifest.decode(data, name)
+                raise CorruptError(f"{name}: content does not match its name (the manifest is damaged)", hint=DAMAGED_MANIFEST_HINT)
+            try:
+                m = Manifest.decode(data, name)
+            except (CorruptError, LimitExceededError) as exc:  # damage; a newer format's (exit 6) keeps its own hint
+                if generic_hint(exc):
+                    exc.hint = DAMAGED_MANIFEST_HINT
+                raise
             self._manifest_cache[cid] = m
         return m
 

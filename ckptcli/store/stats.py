@@ -117,7 +117,6 @@ def store_stats(store: Store, progress: Progress = NULL) -> StoreStats:
     st.pack_bytes = sum(store.backend.size(p) for p in pack_paths)
     st.index_files = len(store.backend.list(layout.INDEX))
     ids = store.manifest_ids()
-    st.checkpoints = len(ids)
     needed: set[bytes] = set()
     per_subject_objects: dict[str, set[bytes]] = {}
     nodes = NodeCache(store)
@@ -148,6 +147,7 @@ def store_stats(store: Store, progress: Progress = NULL) -> StoreStats:
             per_subject_objects.setdefault(subject, set()).update(objs)
     finally:
         progress.finish()
+    st.checkpoints = len(ids) - len(st.unreadable_manifests)  # those counted: as the per-subject rows add up
     st.subjects = len(st.per_subject)
     st.objects = len(needed)
     st.unique_bytes = sum(index[o].raw_len for o in needed)

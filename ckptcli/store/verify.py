@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptcli import plugins
-from ckptcli.errors import CkptError, CorruptError
+from ckptcli.errors import CkptError, CorruptError, LimitExceededError, UnsupportedVersionError
 from ckptcli.format import framing, limits
 from ckptcli.format.ev import _pool, _workers
 from ckptcli.format.manifest import Manifest, is_nested
@@ -36,7 +36,7 @@ from ckptcli.store.pack import PackTable as PackTable
 from ckptcli.store.pack import check_pack_at, check_pack_data, read_pack_table
 from ckptcli.store.pack import read_pack as read_pack
 from ckptcli.store.repair import dangling_heads
-from ckptcli.store.repository import Store
+from ckptcli.store.repository import DAMAGED_MANIFEST_HINT, Store
 from ckptcli.store.single import CheckpointFile
 
 __all__ = ["PHASES", "Problem", "StoreChecker", "VerifyReport", "structure_problems", "verify_file", "verify_store"]
@@ -54,9 +54,17 @@ class Problem:
     name: str  # file path or object id
     message: str
     checkpoints: list[str] = field(default_factory=list)
+    #: not damage: a file a newer ckpt wrote, in a format version this one does not read
+    newer_version: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "message": self.message, "checkpoints": self.checkpoints}
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "message": self.message,
+            "checkpoints": self.checkpoints,
+            "newer_version": self.newer_version,
+        }
 
 
 @dataclass
@@ -70,6 +78,11 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def only_newer(self) -> bool:
+        """Whether every problem is a file of a newer format (exit 6, not damage: exit 5)."""
+        return bool(self.problems) and all(p.newer_version for p in self.problems)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -231,6 +244,8 @@ class StoreChecker:
                 t = self.store.read_ref(path)
                 if t is not None:
                     self.ref_targets.append((path, t))
+            except UnsupportedVersionError as exc:
+                self.problem("ref", path, str(exc)).newer_version = True
             except CkptError as exc:
                 self.problem("ref", path, str(exc))  # with its hint: what to do about it
         self._reflog()
@@ -278,8 +293,12 @@ class StoreChecker:
                 if hashlib.sha256(data).digest() != cid:
                     raise CorruptError(f"{name}: content does not match its name (the manifest is damaged){self._cached(name)}")
                 self.decoded[cid] = Manifest.decode(data, name)
+            except (CorruptError, LimitExceededError) as exc:
+                self.problem("manifest", name, f"{exc.message}; {DAMAGED_MANIFEST_HINT}").checkpoints.append(cid.hex())
             except CkptError as exc:
-                self.problem("manifest", name, exc.message).checkpoints.append(cid.hex())
+                p = self.problem("manifest", name, str(exc))  # with its hint: what to do about it
+                p.checkpoints.append(cid.hex())
+                p.newer_version = isinstance(exc, UnsupportedVersionError)
         all_ids = set(self.store.manifest_ids())
         for path, t in self.ref_targets:
             if t not in all_ids:
@@ -292,7 +311,10 @@ class StoreChecker:
         store, manifests = self.store, self.decoded
         latest = {m.subject: t for path, t in self.ref_targets if (m := manifests.get(t)) and path == store.latest_ref(m.subject)}
         moved_ns = {s: when for s in latest if (when := store.last_moved_ns(store.latest_ref(s), quiet=True)) is not None}
+        newer = {p.name for p in self.rep.problems if p.kind == "ref" and p.newer_version}
         for cid, subject, head in dangling_heads(manifests, latest, moved_ns):
+            if store.latest_ref(subject) in newer:
+                continue  # its latest is a newer ckpt's (named above): not a take cut short
             if head is not None and is_nested(manifests[head].labels) and not is_nested(manifests[cid].labels):
                 self.rep.notes.append(
                     f"the latest ref of {subject} names {head.hex()[:12]}, a LangGraph subgraph's checkpoint, not the thread's root head "

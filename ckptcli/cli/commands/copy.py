@@ -10,7 +10,7 @@ import typer
 from ckptcli.cli._common import open_store
 from ckptcli.cli.app import JsonOpt, app
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out
-from ckptcli.errors import ExitCode, UsageError
+from ckptcli.errors import CorruptError, ExitCode, UsageError
 
 if TYPE_CHECKING:
     from ckptcli.copy import CopyResult
@@ -63,7 +63,8 @@ def copy(
     none), as `ckpt import` does. Tags and branches are copied only with --refs, and a
     tag or branch DST has at another checkpoint is left as it is (listed as skipped).
     Parents are not copied unless named: a copied checkpoint's parent link may name one
-    DST does not have.
+    DST does not have. A checkpoint of SRC whose manifest cannot be read is left out and
+    the others are copied; the copy then exits 5, naming it (docs/runbooks/store-damaged.md).
 
     A checkpoint DST has already is checked, not trusted: every object it needs must
     be in DST's index, in a pack that exists, and what DST lost is sent again (said as
@@ -75,7 +76,8 @@ def copy(
 
     --json prints {"checkpoints", "copied", "already_present", "objects_sent",
     "bytes_sent", "objects_present", "objects_repaired", "manifests_rewritten",
-    "latest_moved", "refs_copied", "refs_skipped", "dry_run"}.
+    "latest_moved", "refs_copied", "refs_skipped", "damaged", "dry_run"} ("damaged":
+    checkpoint id -> why its manifest cannot be read).
 
     Examples:
 
@@ -107,8 +109,18 @@ def copy(
     result = copy_checkpoints(source, target, refs or None, copy_refs=copy_refs, dry_run=dry_run, progress=BarProgress())
     if as_json:
         emit_json(result.to_dict())
-        return
-    _print(result, dst)
+    else:
+        _print(result, dst)
+    if result.damaged:
+        from ckptcli.store.repository import damaged_manifest_hint
+
+        first, why = next(iter(result.damaged.items()))
+        more = f" (and {len(result.damaged) - 1} more)" if len(result.damaged) > 1 else ""
+        raise CorruptError(
+            f"checkpoint {first.hex()[:12]}{more} of {source.location} was not copied: {why}; "
+            f"the other {len(result.checkpoints)} {'would be' if dry_run else 'were'} (see above)",
+            hint=damaged_manifest_hint(source.location),
+        )
 
 
 def _print(result: CopyResult, dst: str) -> None:

@@ -10,7 +10,7 @@ import typer
 from ckptcli.cli._common import open_store
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, out, safe
-from ckptcli.errors import CorruptError, ExitCode, UsageError
+from ckptcli.errors import CkptError, CorruptError, ExitCode, UnsupportedVersionError, UsageError
 
 if TYPE_CHECKING:
     from ckptcli.store.repair import CheckpointsRepair, IndexRepair, RefsRepair
@@ -23,7 +23,15 @@ class What(StrEnum):
 
 
 @app.command(
-    epilog=exit_status(ExitCode.USAGE, ExitCode.CORRUPT, ExitCode.UNSAFE_PATH, ExitCode.LOCKED, ExitCode.NO_STORE, ExitCode.IO_ERROR)
+    epilog=exit_status(
+        ExitCode.USAGE,
+        ExitCode.CORRUPT,
+        ExitCode.UNSUPPORTED_VERSION,
+        ExitCode.UNSAFE_PATH,
+        ExitCode.LOCKED,
+        ExitCode.NO_STORE,
+        ExitCode.IO_ERROR,
+    )
 )
 def repair(
     what: Annotated[
@@ -73,7 +81,11 @@ def repair(
     dropped one keep it as their parent, so their history breaks there: `ckpt log` stops
     at it (and says so on stderr), `ckpt bisect` cannot reach the older ones from them,
     which stay in the store under their own ids and refs; rewriting (no --drop) keeps the
-    history whole. It only
+    history whole. --drop also removes a manifest that cannot be read (its bytes are
+    damaged, or are not the ones its name is the hash of): nothing can be rewritten from
+    it; a latest ref naming it moves to its subject's newest intact checkpoint, a tag or
+    branch naming it is removed. Restore such a file from a copy of the store first if
+    there is one (docs/runbooks/store-damaged.md). It only
     says what it would do unless --force. New objects and the new checkpoint are
     written before any ref moves, and refs move before anything is removed: a kill
     leaves a readable store; run it again to finish. When packs the index names are
@@ -151,7 +163,17 @@ def _index(rep: IndexRepair, dry_run: bool, as_json: bool) -> None:
 def _refs(refs: RefsRepair, dry_run: bool, as_json: bool) -> None:
     if as_json:
         emit_json(refs.to_dict())
-        return
+    else:
+        _print_refs(refs, dry_run)
+    if refs.newer:
+        first = next(iter(refs.newer))
+        more = f" (and {len(refs.newer) - 1} more)" if len(refs.newer) > 1 else ""
+        raise UnsupportedVersionError(
+            f"{first}{more} was left alone: {refs.newer[first]}", hint="upgrade ckpt (pip install -U ckptcli) to repair it"
+        )
+
+
+def _print_refs(refs: RefsRepair, dry_run: bool) -> None:
     c = out()
     verb = "would move" if dry_run else "moved"
     for name, move in refs.moved.items():
@@ -193,20 +215,30 @@ def _checkpoints(rep: CheckpointsRepair, as_json: bool) -> None:
                 else f"{would}remove {safe(name)}",
                 markup=False,
             )
+        for path in rep.dropped_unreadable:
+            c.print(f"damaged manifest: {safe(rep.unreadable[path], backslash=False)}", markup=False)  # (the message names it)
+            if rep.dry_run:
+                c.print("  would remove it", markup=False)  # (done: "removed ID" below)
         for cid in rep.forgotten:
             c.print(f"removed {cid[:12]}", markup=False)
         if not rep.damaged:
-            c.print(f"all {rep.checked} checkpoint(s) have every object they need", markup=False)
-        elif rep.dry_run:
+            c.print(f"all {rep.checked} readable checkpoint(s) have every object they need", markup=False)
+        if rep.dry_run and (rep.damaged or rep.dropped_unreadable):
             c.print("nothing was changed; run again with --force to do it", markup=False)
         if rep.missing_packs:
             c.print(
                 f"{len(rep.missing_packs)} pack(s) the index names are gone; run `ckpt repair index` so that it names only what is there",
                 markup=False,
             )
-    if rep.unreadable:
-        first = next(iter(rep.unreadable))
+    from ckptcli.store.repository import DAMAGED_MANIFEST_HINT
+
+    left = {path: why for path, why in rep.unreadable.items() if path not in rep.dropped_unreadable}
+    if left:
+        first = next(iter(left))
+        if rep.mode == "drop" or set(left) <= set(rep.newer):  # none that --drop removes: a newer format's, or not a file
+            error = UnsupportedVersionError if set(left) <= set(rep.newer) else CkptError
+            raise error(f"{len(left)} checkpoint manifest(s) cannot be read and were left alone, e.g. {first}: {left[first]}")
         raise CorruptError(
-            f"{len(rep.unreadable)} checkpoint manifest(s) cannot be read, e.g. {first}: {rep.unreadable[first]}",
-            hint="run `ckpt verify`; a damaged manifest cannot be rewritten",
+            f"{len(left)} checkpoint manifest(s) cannot be read, e.g. {first}: {left[first]}; a damaged manifest cannot be rewritten",
+            hint=DAMAGED_MANIFEST_HINT,
         )

@@ -37,6 +37,7 @@ def stats(
 
       ckpt stats --json | jq .dedup_ratio
     """
+    from ckptcli.store.repository import DAMAGED_MANIFEST_HINT
     from ckptcli.store.stats import store_stats
 
     st = open_store(store)
@@ -47,7 +48,7 @@ def stats(
     c = out()
     rows = [
         ("store", f"{s.location} (format {s.format_version})"),
-        ("checkpoints", f"{s.checkpoints} of {s.subjects} subject(s)"),
+        ("checkpoints", f"{s.checkpoints} of {s.subjects} subject(s){_left_out(s.unreadable_manifests)}"),
         ("standalone", human_size(s.standalone_bytes)),
         ("unique", f"{human_size(s.unique_bytes)} (dedup ratio {s.dedup_ratio:.2f}x)"),
         ("stored", f"{human_size(s.stored_bytes)} (compression ratio {s.compression_ratio:.2f}x)"),
@@ -73,6 +74,14 @@ def stats(
                 highlight=False,
             )
     for cid, why in list(s.unreadable_manifests.items())[:5]:
-        sys.stderr.write(f"ckpt: warning: checkpoint {cid[:12]} is left out: {safe(why)}; run `ckpt verify`\n")
+        sys.stderr.write(f"ckpt: warning: checkpoint {cid[:12]} is left out: {safe(why)}; {DAMAGED_MANIFEST_HINT}\n")
     for cid in s.unreadable[:5]:
         sys.stderr.write(f"ckpt: warning: checkpoint {cid[:12]} needs objects that cannot be read; run `ckpt verify`\n")
+
+
+def _left_out(unreadable: dict[str, str]) -> str:
+    """What the count of checkpoints leaves out (named on stderr), for its line."""
+    if not unreadable:
+        return ""
+    shown = ", ".join(cid[:12] for cid in list(unreadable)[:3]) + (" ..." if len(unreadable) > 3 else "")
+    return f" ({len(unreadable)} more left out: manifest cannot be read: {shown})"

@@ -9,7 +9,7 @@ import typer
 from ckptcli.cli._common import open_source
 from ckptcli.cli.app import JsonOpt, StoreOpt, app
 from ckptcli.cli.output import BarProgress, emit_json, exit_status, human_size, out, safe
-from ckptcli.errors import ExitCode, VerifyFailed
+from ckptcli.errors import ExitCode, UnsupportedVersionError, VerifyFailed
 
 
 @app.command(
@@ -35,7 +35,9 @@ def verify(
     the LangGraph saver's journals have no damaged bytes between their records.
     --read-data re-hashes all data as well, and so also proves each chunk holds the
     length the index says. Each damaged file or object is named with the checkpoints
-    that need it; exit status 5 when anything is damaged. A symbolic link anywhere in a
+    that need it; exit status 5 when anything is damaged, 6 when the only problems are
+    files a newer ckpt wrote (a ref or manifest of a format version this one does not
+    read: upgrade ckpt; nothing here replaces them). A symbolic link anywhere in a
     local store is named too (one under tmp/ as a harmless note); a directory of the
     store that is one is not listed through, and stops verify with exit status 8, as
     does a linked locks/store.lock: verify takes that lock (shared, so that no prune
@@ -72,7 +74,8 @@ def verify(
                 if p.checkpoints
                 else ""
             )
-            c.print(f"damaged {p.kind} {safe(p.name)}: {safe(p.message, backslash=False)}{affected}", markup=False)
+            what = "newer" if p.newer_version else "damaged"
+            c.print(f"{what} {p.kind} {safe(p.name)}: {safe(p.message, backslash=False)}{affected}", markup=False)
         for n in report.notes:
             c.print(f"note: {safe(n, backslash=False)}", markup=False)
         what = f", {human_size(report.bytes_read)} read" if read_data else ""
@@ -80,4 +83,9 @@ def verify(
         c.print(f"checked {report.checkpoints} checkpoint(s), {report.objects} object(s){what}: {status}", markup=False)
     if not report.ok:
         where = "they are listed in the JSON on stdout" if as_json else "see above (with --json, as JSON)"
+        if report.only_newer:  # nothing is damaged: this ckpt cannot read what a newer one wrote
+            raise UnsupportedVersionError(
+                f"verify found {len(report.problems)} file(s) written by a newer ckpt, nothing damaged",
+                hint=f"upgrade ckpt (pip install -U ckptcli) to check them; {where}",
+            )
         raise VerifyFailed(f"verify found {len(report.problems)} problem(s)", hint=where)
