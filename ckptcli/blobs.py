@@ -717,7 +717,8 @@ def _refuse_delete_of_nothing(
     named = f"blob{'s' if names and len(names) > 1 else ''} {', '.join(map(repr, names or []))}"
     if include:
         of = f" of {named}" if names else ""
-        what = f"{where}: the paths --include {' '.join(map(repr, include))} selects{of} hold no files, only empty directories"
+        patterns = " ".join(map(repr, include))
+        what = f"{where}: the paths --include {patterns} selects{of} hold no files (only directories, or what the take skipped)"
         hint = "include paths that hold files (`ckpt ls-files REF` lists them), or restore without --delete"
     elif names:
         held = "holds no files (no file or link in it)" if len(names) == 1 else "hold no files (no file or link in them)"

@@ -297,3 +297,23 @@ def test_the_recorder_never_appends_to_a_link_or_waits_on_a_fifo(store: Store, t
         with pytest.raises(CorruptError, match=re.escape("f.journal is a FIFO")):
             open_journal(fifo, flags)
     assert outside.read_bytes() == b""
+
+
+@pytest.mark.parametrize("planted", ["fifo", "directory", "link", "garbage"])
+def test_one_bad_journal_dir_record_does_not_stop_ls_of_every_workflow(store: Store, cli: Any, tmp_path: Path, planted: str) -> None:
+    # ls failed for all (exit 5 or 8) over one planted record; docs: ls lists every workflow
+    workflow.run(store, "w1", flow, 1)
+    workflow.run(store, "w2", flow, 2)
+    record = Path(store.location) / "workflows" / "w2.journal-dir"
+    if planted == "fifo":
+        os.mkfifo(record)
+    elif planted == "directory":
+        record.mkdir()
+    elif planted == "link":
+        record.symlink_to(tmp_path)
+    else:
+        record.write_text("not a path")
+    got = cli("workflow", "ls", "--store", store.location, "--json")
+    assert got.code == 0, got.err
+    assert [w["id"] for w in json.loads(got.out)] == ["w1", "w2"]
+    assert got.err.count("\n") == 1 and "workflow w2: " in got.err and "w2.journal-dir" in got.err, got.err

@@ -101,11 +101,12 @@ def linked_dir_hint(root: str, at: str) -> str:
 
 
 def linked_file(path: str | os.PathLike[str]) -> UnsafePathError:
-    """The error for a file of a store (a manifest, a pack, a lock file...) that is a
-    symbolic link, whatever it points to (a file, nothing, itself): never followed, as
-    a linked directory never is (`check_no_links`)."""
+    """The error for a file ckpt keeps (a manifest, a pack, a lock file, a workflow's
+    journal, in a store or beside it) that is a symbolic link, whatever it points to (a
+    file, nothing, itself): never followed, as a linked directory of a store never is
+    (`check_no_links`)."""
     return UnsafePathError(
-        f"{os.fspath(path)} is a symbolic link; ckpt never follows a link in a store (it would read or write outside it)",
+        f"{os.fspath(path)} is a symbolic link; ckpt never follows a link to a file it keeps (it would read or write elsewhere)",
         hint="something other than ckpt made it: remove it, or put the file it points to in its place",
     )
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptcli.errors import ConflictError, CorruptError, InvalidInputError, NotFoundError, how_it_failed, user_failure
+from ckptcli.errors import CkptError, ConflictError, CorruptError, InvalidInputError, NotFoundError, how_it_failed, user_failure
 from ckptcli.workflow import events as wev
 from ckptcli.workflow.core import (
     ENGINE,
@@ -264,7 +264,13 @@ def list_workflows(store: Store, *, journal_dir: str | Path | None = None) -> li
     )
     found = []
     for wid in ids:
-        want = recorded_journal_dir(store, wid)
+        try:
+            want = recorded_journal_dir(store, wid)
+        except CkptError as exc:  # one damaged or planted record: said, and the others are listed
+            store.warn(f"workflow {wid}: {exc.message}; listed from its latest checkpoint alone ({exc.hint or 'remove it'})")
+            state, ck, seq, _journal = live_state(store, wid, checkpoints_only=True)
+            found.append(_view_of(wid, state, ck, seq, None))
+            continue
         if want is None:  # its journal in the store's workflows directory, or run by an older ckpt
             found.append(status(store, wid, journal_dir=None if journal_dir is None or _in_store(store, wid) else journal_dir))
         elif journal_dir is not None and _same_dir(want, Path(journal_dir)):
