@@ -263,6 +263,8 @@ def list_workflows(store: Store, *, journal_dir: str | Path | None = None) -> li
         {s.subject.name for _cid, s in list_checkpoints(store, ListFilter(labels={LABEL_ENGINE: ENGINE})) if s.subject.kind == KIND}
     )
     found = []
+    if ids:
+        _local_journals(store, reading=True)  # a linked workflows directory stops the list (exit 8)
     for wid in ids:
         try:
             want = recorded_journal_dir(store, wid)

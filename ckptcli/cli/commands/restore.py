@@ -205,16 +205,18 @@ def restore(
 
     with contextlib.ExitStack() as stack:
         staged: Path | None = None
+        via_staged = False  # -o is staged_file's: written before the blobs, put in place after
         if (blobs_dir is not None or in_place) and not no_state and not dry_run:
             # the state is written before the blobs (under a temporary name beside -o, put
             # in place after them): one that cannot be written fails the restore before it
             # changes a file, and a failed blob restore leaves -o as it was
-            if not to_stdout:
+            if not to_stdout and not _made_by_blobs(output, blobs_dir):
                 from ckptcli.store.backend import staged_file
 
                 assert output is not None  # (not to stdout)
                 staged = stack.enter_context(staged_file(output, write_state))
-            if staged is None:  # stdout, a FIFO, a device: written after the blobs; read through first
+                via_staged = True
+            if staged is None:  # stdout, a FIFO, a device, a directory the blobs make: after them; read through first
                 with open(os.devnull, "wb") as sink:
                     ck.write_state(sink, doc_fmt)
         if blobs_dir is not None or in_place:
@@ -233,7 +235,7 @@ def restore(
                 durable=durable,
                 protect=[staged] if staged is not None else None,
             )
-        if not no_state and not dry_run and (to_stdout or (blobs_dir is None and not in_place)):  # else: staged_file's
+        if not no_state and not dry_run and not via_staged:
             write_output(None if to_stdout else output, write_state)
     if not no_state and not dry_run:
         result["state"] = {"path": "-" if to_stdout else str(output), "bytes": counted[-1].bytes if counted else 0}
@@ -241,6 +243,19 @@ def restore(
         emit_json({**result, **in_doubt_json(doubt)} if doubt else result)
     elif doubt:
         sys.stderr.write("".join(f"{line}\n" for line in in_doubt_lines(doubt, ck.hex)))
+
+
+def _made_by_blobs(output: Path | None, blobs_dir: Path | None) -> bool:
+    """Whether -o's directory does not exist yet and is one the blob restore makes (the
+    --blobs directory, one above it, or one in it): the state is then written after the
+    blobs, into it, as it was before -o was written first."""
+    if output is None or blobs_dir is None:
+        return False
+    parent = Path(os.path.abspath(output)).parent
+    if parent.is_dir():
+        return False
+    made = Path(os.path.abspath(blobs_dir))
+    return parent == made or parent in made.parents or made in parent.parents
 
 
 def blobs_path(text: str) -> Path:
