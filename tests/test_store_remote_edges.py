@@ -575,3 +575,16 @@ def test_a_lock_that_cannot_be_removed_after_a_take_that_succeeded_is_a_warning(
     _url, r = _take_as_the_bucket_goes(cli, s3_bucket, tmp_path, monkeypatch, HeldLock, "release")
     assert r.code == 0 and len(r.out.strip()) == 64, r.err
     assert r.err.startswith("ckpt: warning: could not remove the lock ") and "`ckpt unlock` removes it once stale" in r.err, r.err
+
+
+def test_an_unreachable_s3_endpoint_says_what_to_check(s3_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # "... HTTP error: error sending request (Connection refused)", exit 12, and no hint
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    for args in (["init", "s3://nobody/d"], ["--store", "s3://nobody/d", "ls"]):
+        err = one_error(run_ckpt(*args), ExitCode.IO_ERROR)
+        assert "check the endpoint (AWS_ENDPOINT_URL, or --store-option endpoint=URL), that its server is up" in err, (args, err)

@@ -328,7 +328,16 @@ class S3Backend(ObjectBackend):
             return self._no_bucket()
         if isinstance(exc, FileNotFoundError):
             return NotFoundError(f"{self._where(path)}: no such object")
-        return StoreIOError(_scrub(f"{self._where(path)}: {verb} failed: {_reason(text)}", self._secrets))
+        return StoreIOError(_scrub(f"{self._where(path)}: {verb} failed: {_reason(text)}", self._secrets), hint=self._hint(text))
+
+    def _hint(self, text: str) -> str:
+        """What to do about a failed request: for one that reached no server, check the
+        server and the endpoint; else try again, and `ckpt doctor` if it goes on."""
+        if _UNREACHED.search(text):
+            scheme = urlsplit(self.url).scheme
+            where = _ENDPOINT_HINT.get(scheme, "the store options")
+            return f"check the endpoint ({where}, or --store-option endpoint=URL), that its server is up, and the network"
+        return "try again; if it goes on, `ckpt doctor` checks the store and its credentials"
 
     def _no_bucket(self) -> NoBucketError:
         bucket = _bucket(urlsplit(self.url))
@@ -567,6 +576,8 @@ class S3Backend(ObjectBackend):
 
 _EXTRA = {"s3": "s3", "gs": "gcs", "az": "azure"}
 _ENDPOINT_HINT = {"s3": "AWS_ENDPOINT_URL", "gs": "the GOOGLE_* variables", "az": "the AZURE_STORAGE_* variables"}
+#: obstore's words for a request that reached no server (refused, no such host, timed out)
+_UNREACHED = re.compile(r"error sending request|Connection refused|dns error|timed out|connect error", re.IGNORECASE)
 _STATUS_404 = re.compile(r"status code: 404\b|\b404 Not Found\b")  # obstore's words for the reply's status
 _BAD_PARTS = {"..": 0, ".": 1, "": 2}  # the parts object_store refuses, in the order their keys sort
 _BAD_KEY = re.compile(r'Path "((?:[^"\\]|\\.)*)"')
