@@ -836,16 +836,23 @@ def test_a_state_restore_that_would_fail_fails_before_the_blobs_are_written(tmp_
     assert (tmp_path / "out" / "w" / "f.txt").read_text() == "data"
 
 
+def _workspace_checkpoint(tmp_path: Path, text: str) -> Path:
+    """A store in tmp_path with one checkpoint of state {"a": 1} and blob w = ws/ holding
+    a.txt (`text`); returns ws."""
+    assert run_ckpt("init", cwd=tmp_path).returncode == 0
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text(text)
+    (tmp_path / "s.json").write_text('{"a": 1}')
+    assert run_ckpt("take", "s.json", "-S", "agent:m", "--blob", "w=ws", cwd=tmp_path).returncode == 0
+    return ws
+
+
 @pytest.mark.parametrize("where", ["nodir/state.json", "adir"])
 def test_an_output_that_cannot_be_written_fails_a_restore_before_it_changes_a_file(tmp_path: Path, where: str) -> None:
     # the state was written last: the blobs were restored in place (and --delete removed
     # the user's new file), then -o failed, exit 12, and nothing was put back
-    assert run_ckpt("init", cwd=tmp_path).returncode == 0
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "a.txt").write_text("original")
-    (tmp_path / "s.json").write_text('{"a": 1}')
-    assert run_ckpt("take", "s.json", "-S", "agent:m", "--blob", "w=ws", cwd=tmp_path).returncode == 0
+    ws = _workspace_checkpoint(tmp_path, "original")
     (ws / "a.txt").write_text("modified")
     (ws / "new.txt").write_text("new work")
     (tmp_path / "adir").mkdir()
@@ -858,12 +865,7 @@ def test_an_output_that_cannot_be_written_fails_a_restore_before_it_changes_a_fi
 def test_a_state_written_into_the_restored_directory_survives_delete_and_a_failed_blob_restore_leaves_it_as_it_was(
     tmp_path: Path,
 ) -> None:
-    assert run_ckpt("init", cwd=tmp_path).returncode == 0
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "a.txt").write_text("original")
-    (tmp_path / "s.json").write_text('{"a": 1}')
-    assert run_ckpt("take", "s.json", "-S", "agent:m", "--blob", "w=ws", cwd=tmp_path).returncode == 0
+    ws = _workspace_checkpoint(tmp_path, "original")
     # -o inside the directory --delete empties of what the checkpoint does not hold: its
     # temporary file is not taken for an extra
     done = run_ckpt("restore", "latest", "--in-place", "--delete", "-o", "ws/state.json", cwd=tmp_path)
@@ -883,12 +885,7 @@ def test_restore_delete_rolls_a_file_that_became_a_directory_back(tmp_path: Path
     # refused, exit 11 "remove it first", while the other way round (a directory that
     # became a file) was replaced: with --delete the directory is what the checkpoint
     # does not hold, and goes as any such file does; without it, still refused
-    assert run_ckpt("init", cwd=tmp_path).returncode == 0
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "a.txt").write_text("orig")
-    (tmp_path / "s.json").write_text('{"a": 1}')
-    assert run_ckpt("take", "s.json", "-S", "agent:m", "--blob", "w=ws", cwd=tmp_path).returncode == 0
+    ws = _workspace_checkpoint(tmp_path, "orig")
     (ws / "a.txt").unlink()
     (ws / "a.txt").mkdir()
     (ws / "a.txt" / "q").write_text("later")
