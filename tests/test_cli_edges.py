@@ -898,3 +898,27 @@ def test_restore_delete_rolls_a_file_that_became_a_directory_back(tmp_path: Path
     done = run_ckpt("restore", "latest", "--no-state", "--in-place", "--delete", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (ws / "a.txt").read_text() == "orig" and sorted(os.listdir(ws)) == ["a.txt"]
+
+
+@pytest.mark.parametrize("where", ["ws/sub", "ws/a.txt", "ws/a.txt/state.json", "/dev/full"])
+def test_an_output_the_blob_restore_would_clash_with_fails_before_it_changes_a_file(tmp_path: Path, where: str) -> None:
+    # -o a directory the restore makes, a blob's own file, or below a directory the
+    # restore replaces by a file: the state was renamed over the blob's file (exit 0) or
+    # failed after the blobs were restored and --delete had removed the user's file; a
+    # device (full) failed after them too
+    ws = _workspace_checkpoint(tmp_path, "original")
+    (ws / "sub").mkdir()
+    (ws / "sub" / "b.txt").write_text("b")
+    assert run_ckpt("take", "s.json", "-S", "agent:m", "--blob", "w=ws", cwd=tmp_path).returncode == 0
+    (ws / "sub" / "b.txt").unlink()
+    (ws / "sub").rmdir()
+    if where == "ws/a.txt/state.json":
+        (ws / "a.txt").unlink()
+        (ws / "a.txt").mkdir()
+    (ws / "user.txt").write_text("mine")
+    before = {p.relative_to(ws): p.read_bytes() if p.is_file() else None for p in ws.rglob("*")}
+    got = run_ckpt("restore", "latest", "--in-place", "--delete", "-o", where, cwd=tmp_path)
+    assert got.returncode in (ExitCode.USAGE, ExitCode.IO_ERROR), got.stderr
+    err = _one_line_error(got, got.returncode)
+    assert "/dev/full" in err or "the state and the blobs would overwrite each other" in err, err
+    assert {p.relative_to(ws): p.read_bytes() if p.is_file() else None for p in ws.rglob("*")} == before

@@ -645,7 +645,7 @@ def test_descriptor_named_knows_the_standard_streams() -> None:
 def test_dash_o_to_a_full_device_is_one_line(cli: Any, store: Store, ck: api.Checkpoint, command: Callable[..., Any]) -> None:
     r = command(cli, store, ck, Path("/dev/full"))
     assert r.code == ExitCode.IO_ERROR, r.err
-    assert r.err.splitlines() == ["ckpt: error: cannot write /dev/full: No space left on device"]
+    assert r.err.splitlines() == ["ckpt: error: cannot write /dev/full: No space left on device; write to a file instead (-o FILE)"]
 
 
 def test_dash_o_keeps_the_mode_of_the_file_it_replaces(cli: Any, store: Store, ck: api.Checkpoint, tmp_path: Path) -> None:

@@ -70,8 +70,8 @@ def oversized_hint(path: str) -> str:
 def output_error(exc: OSError, shown: str, path: Path | None = None) -> StoreIOError:
     """A file the user named (-o) could not be written: the system's reason, and what to
     do about `path` (None: a device or pipe written through, the reason alone)."""
-    if path is None:  # a device or pipe written through: the system's reason says it all
-        return StoreIOError(f"cannot write {shown}: {exc.strerror or exc}")
+    if path is None:  # a device or pipe written through: the system's reason, and the way out
+        return StoreIOError(f"cannot write {shown}: {exc.strerror or exc}", hint="write to a file instead (-o FILE)")
     where = str(path.parent)
     if exc.errno == errno.ENOENT:
         hint = f"create the directory {where} first, or give another path"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated, cast
@@ -160,7 +161,9 @@ def restore(
     --blobs or --in-place, -o FILE is written whole (under its temporary name) before any
     blob is, and put in place once they all are: a state or an -o that cannot be written
     fails the restore before it changes any file, and a blob restore that fails leaves
-    FILE as it was. A state for stdout, a FIFO or a device is read through once first.
+    FILE as it was. An -o that is, holds or lies below a path the blobs restore is refused
+    (exit 2); stdout, a FIFO or a device is written before the blobs; an -o in a
+    directory the blob restore makes is written after them, its state read through first.
 
     Examples:
 
@@ -203,23 +206,29 @@ def restore(
         counted.append(Counted(fh))
         ck.write_state(cast("IO[bytes]", counted[-1]), doc_fmt)
 
+    blob_mode = blobs_dir is not None or in_place
+    state_wanted = not no_state and not dry_run
+    after = not blob_mode  # the state written after the blobs (or alone)
     with contextlib.ExitStack() as stack:
         staged: Path | None = None
-        via_staged = False  # -o is staged_file's: written before the blobs, put in place after
-        if (blobs_dir is not None or in_place) and not no_state and not dry_run:
-            # the state is written before the blobs (under a temporary name beside -o, put
-            # in place after them): one that cannot be written fails the restore before it
-            # changes a file, and a failed blob restore leaves -o as it was
-            if not to_stdout and not _made_by_blobs(output, blobs_dir):
-                from ckptcli.store.backend import staged_file
-
+        if blob_mode and state_wanted:
+            # one that cannot be written must fail the restore before it changes a file
+            if to_stdout or _streamed(output):
+                # stdout, a FIFO, a device: written first (a stream cannot be taken back)
+                write_output(None if to_stdout else output, write_state)
+            else:
                 assert output is not None  # (not to stdout)
-                staged = stack.enter_context(staged_file(output, write_state))
-                via_staged = True
-            if staged is None:  # stdout, a FIFO, a device, a directory the blobs make: after them; read through first
-                with open(os.devnull, "wb") as sink:
-                    ck.write_state(sink, doc_fmt)
-        if blobs_dir is not None or in_place:
+                plan = _plan_blobs(ck, blobs_dir, in_place, blob, include, overwrite, force, delete)
+                _refuse_output_among_blobs(output, plan)
+                if _made_by_blobs(output, blobs_dir, plan):  # its directory is made by the blob restore
+                    with open(os.devnull, "wb") as sink:
+                        ck.write_state(sink, doc_fmt)  # read through first
+                    after = True
+                else:  # written whole under a temporary name now, put in place after the blobs
+                    from ckptcli.store.backend import staged_file
+
+                    staged = stack.enter_context(staged_file(output, write_state))
+        if blob_mode:
             result["blobs"] = _restore_blobs(
                 ck,
                 blobs_dir,
@@ -235,7 +244,7 @@ def restore(
                 durable=durable,
                 protect=[staged] if staged is not None else None,
             )
-        if not no_state and not dry_run and not via_staged:
+        if state_wanted and after:
             write_output(None if to_stdout else output, write_state)
     if not no_state and not dry_run:
         result["state"] = {"path": "-" if to_stdout else str(output), "bytes": counted[-1].bytes if counted else 0}
@@ -245,17 +254,82 @@ def restore(
         sys.stderr.write("".join(f"{line}\n" for line in in_doubt_lines(doubt, ck.hex)))
 
 
-def _made_by_blobs(output: Path | None, blobs_dir: Path | None) -> bool:
-    """Whether -o's directory does not exist yet and is one the blob restore makes (the
-    --blobs directory, one above it, or one in it): the state is then written after the
-    blobs, into it, as it was before -o was written first."""
-    if output is None or blobs_dir is None:
+def _streamed(output: Path | None) -> bool:
+    """Whether -o is written through rather than replaced: one of this process's
+    descriptors (/dev/stdout...), a FIFO, a device (write_file_atomic)."""
+    from ckptcli.store.backend import descriptor_named
+
+    if output is None:
         return False
-    parent = Path(os.path.abspath(output)).parent
+    if descriptor_named(output) is not None:
+        return True
+    try:
+        mode = os.stat(output).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _plan_blobs(
+    ck: Checkpoint,
+    blobs_dir: Path | None,
+    in_place: bool,
+    names: list[str] | None,
+    include: list[str] | None,
+    overwrite: bool,
+    force: bool,
+    delete: bool,
+) -> tuple[list[Path], list[Path]]:
+    """The real paths the blob restore would write (files and links) and delete (a dry
+    run of it: what it refuses is refused now, before anything is written)."""
+    from ckptcli.blobs import RestoreReport
+
+    report = RestoreReport()
+    ck.restore_blobs(
+        blobs_dir,
+        names=names or None,
+        overwrite=overwrite,
+        force=force,
+        report=report,
+        in_place=in_place,
+        delete=delete,
+        include=include or None,
+        dry_run=True,
+    )
+
+    def real(shown: str) -> Path:
+        return Path(os.path.realpath(shown if shown.startswith("/") or blobs_dir is None else blobs_dir / shown))
+
+    return [real(p) for p in report.written], [real(p) for p in report.deleted]
+
+
+def _refuse_output_among_blobs(output: Path, plan: tuple[list[Path], list[Path]]) -> None:
+    """-o must not be, lie below or hold a file the blob restore writes, nor lie below
+    what it deletes: the state and the blobs would overwrite each other (the state was
+    renamed over the blob's file, exit 0, or failed after the blobs). Raises UsageError."""
+    out = Path(os.path.realpath(output))
+    written, deleted = plan
+    clash = next((w for w in written if w == out or w in out.parents or out in w.parents), None)
+    clash = clash or next((d for d in deleted if d in out.parents), None)
+    if clash is not None:
+        raise UsageError(
+            f"-o {output} is where the blob restore writes or removes {clash}: the state and the blobs would overwrite each other",
+            hint="give -o a path outside what the blobs restore, or restore the state and the blobs apart (--no-state)",
+        )
+
+
+def _made_by_blobs(output: Path, blobs_dir: Path | None, plan: tuple[list[Path], list[Path]]) -> bool:
+    """Whether -o's directory does not exist yet and is one the blob restore makes (the
+    --blobs directory or one above it, or one a restored file lies in): the state is then
+    written after the blobs, into it (a restore --blobs /srv/x/restored -o /srv/x/state.json)."""
+    parent = Path(os.path.realpath(output)).parent
     if parent.is_dir():
         return False
-    made = Path(os.path.abspath(blobs_dir))
-    return parent == made or parent in made.parents or made in parent.parents
+    if blobs_dir is not None:
+        made = Path(os.path.realpath(blobs_dir))
+        if parent == made or parent in made.parents:
+            return True
+    return any(parent in w.parents for w in plan[0])
 
 
 def blobs_path(text: str) -> Path:
