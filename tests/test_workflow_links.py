@@ -317,3 +317,19 @@ def test_one_bad_journal_dir_record_does_not_stop_ls_of_every_workflow(store: St
     assert got.code == 0, got.err
     assert [w["id"] for w in json.loads(got.out)] == ["w1", "w2"]
     assert got.err.count("\n") == 1 and "workflow w2: " in got.err and "w2.journal-dir" in got.err, got.err
+
+
+def test_a_record_naming_another_directory_for_a_workflow_whose_journal_is_in_the_store_says_to_remove_it(
+    store: Store, cli: Any, tmp_path: Path
+) -> None:
+    # show said "give --journal-dir OTHER", and given it, "leave out --journal-dir": a loop
+    workflow.run(store, "w1", flow, 2)
+    record = Path(store.location) / "workflows" / "w1.journal-dir"
+    record.write_text(str(tmp_path / "other"))
+    (tmp_path / "other").mkdir()
+    for extra in ([], ["--journal-dir", str(tmp_path / "other")]):
+        got = cli("workflow", "show", "w1", *extra, "--store", store.location)
+        assert got.code == 5, (extra, got.err)
+        assert got.err.count("\n") == 1 and f"remove it (rm {record})" in got.err, got.err
+    record.unlink()
+    assert cli("workflow", "show", "w1", "--store", store.location).code == 0

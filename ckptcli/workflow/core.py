@@ -523,6 +523,15 @@ def check_recorded_dir(store: Store, workflow_id: str, journal_dir: str | Path |
     want = recorded_journal_dir(store, workflow_id)
     if want is None:
         return
+    own = journal_path(store, workflow_id)
+    if journal_file(own):  # a workflow run with a directory of its own has no journal in the store
+        from ckptcli.errors import CorruptError
+
+        record = own.parent / f"{workflow_id}{WHERE_SUFFIX}"
+        raise CorruptError(
+            f"{record} says workflow {workflow_id} keeps its journal in {want}, but its journal is {own}: the record is not one ckpt wrote",
+            hint=f"remove it (rm {record}); the workflow's journal in the store is its own",
+        )
     if journal_dir is None:
         raise InvalidInputError(
             f"workflow {workflow_id} keeps its journal in {want}, not in the store's workflows directory",
