@@ -151,6 +151,30 @@ def test_a_damaged_config_says_what_to_do_on_s3(s3_bucket: S3Bucket) -> None:
         assert r.returncode == ExitCode.CORRUPT and CONFIG_SECTION in err and "ckpt verify" not in err, (args, err)
 
 
+def test_a_missing_config_says_the_store_lost_it_not_to_init_one(tmp_path: Path) -> None:
+    # "is not a ckpt store; run `ckpt init`", and `ckpt init` then refused the directory
+    st, _ids = _store(tmp_path, 1)
+    (Path(st.location) / "config").unlink()
+    r = run_ckpt("--store", st.location, "ls")
+    err = r.stderr.decode()
+    assert r.returncode == ExitCode.NO_STORE and "but no config" in err and CONFIG_SECTION in err, err
+    assert len(err.strip().splitlines()) == 1 and "run `ckpt init`" not in err, err
+
+
+def test_a_missing_config_on_s3_says_the_store_lost_it(s3_bucket: S3Bucket) -> None:
+    url = f"{s3_bucket.url}/lost"
+    assert run_ckpt("init", url).returncode == 0
+    planter = S3Backend.from_url(url, {})
+    try:
+        planter.put("manifests/" + "ab" * 32, b"x")  # what a store with checkpoints holds
+        planter.delete(layout.CONFIG)
+    finally:
+        planter.close()
+    r = run_ckpt("--store", url, "ls")
+    err = r.stderr.decode()
+    assert r.returncode == ExitCode.NO_STORE and "but no config object" in err and CONFIG_SECTION in err, err
+
+
 # -- a ref of a newer format ----------------------------------------------------------------------------
 def _reversion(path: Path, version: int) -> bytes:
     """Rewrite the ref record at `path` as format version `version`, its checksum valid."""

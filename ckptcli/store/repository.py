@@ -354,6 +354,11 @@ def resolve_store_path(path: Path) -> Path:
             hint="a checkpoint file is read by naming it instead of a checkpoint (`ckpt show FILE`), without --store; "
             "--store / CKPT_STORE name a store's directory",
         )
+    for d in (path, path / STORE_DIRNAME):
+        if all((d / sub).is_dir() for sub in (layout.PACKS, layout.MANIFESTS)):  # a store that lost its config
+            raise StoreNotFoundError(
+                f"{d} holds a store's {layout.PACKS}/ and {layout.MANIFESTS}/ but no {layout.CONFIG}", hint=DAMAGED_CONFIG_HINT
+            )
     raise StoreNotFoundError(f"{path} is not a ckpt store", hint="run `ckpt init` to create one, or check --store / CKPT_STORE")
 
 
@@ -391,6 +396,10 @@ def _read_config(backend: Backend, where: str) -> StoreConfig:
                 f"{root} is not a ckpt store", hint="run `ckpt init` to create one, or check --store / CKPT_STORE"
             ) from None
         backend.check_bucket()  # NoBucketError: the bucket itself is missing, not just the store
+        if backend.list_names(layout.MANIFESTS):  # a store that lost its config
+            raise StoreNotFoundError(
+                f"{root} holds a store's {layout.MANIFESTS}/ but no {layout.CONFIG} object", hint=DAMAGED_CONFIG_HINT
+            ) from None
         raise StoreNotFoundError(
             f"{root} is not a ckpt store (no {layout.CONFIG} object there)",
             hint=f"run `ckpt init {root}` to create one, or check the URL, its bucket and prefix (a store's prefix holds "
