@@ -203,6 +203,8 @@ def test_a_ref_of_a_newer_format_is_refused_never_replaced(cli: Any, tmp_path: P
     assert "newer ref refs/latest/agent/x" in runs["verify"].out and "damaged" not in runs["verify"].out, runs["verify"].out
     assert "repair refs" not in runs["verify"].out, runs["verify"].out  # (which would refuse it: no note says to run it)
     assert json.loads(runs["repair refs --json"].out)["newer"] == {"refs/latest/agent/x": ANY_TEXT}
+    # it said "every latest ref names its subject's newest checkpoint", then exit 6
+    assert runs["repair refs"].out.strip().endswith("but for 1 of a newer format (below)"), runs["repair refs"].out
     assert sorted(c.hex() for c in api.open_store(st.location).manifest_ids()) == before  # the take wrote nothing
 
 

@@ -190,7 +190,8 @@ def _print_refs(refs: RefsRepair, dry_run: bool) -> None:
             f"damaged {safe(path)}: {safe(msg, backslash=False)} (left alone; delete or re-create it with ckpt tag/branch)", markup=False
         )
     if not refs.moved:
-        c.print("every latest ref names its subject's newest checkpoint", markup=False)
+        newer = f", but for {len(refs.newer)} of a newer format (below)" if refs.newer else ""
+        c.print(f"every latest ref names its subject's newest checkpoint{newer}", markup=False)
 
 
 def _checkpoints(rep: CheckpointsRepair, as_json: bool) -> None:
