@@ -212,13 +212,15 @@ def restore(
     with contextlib.ExitStack() as stack:
         staged: Path | None = None
         if blob_mode and state_wanted:
-            # one that cannot be written must fail the restore before it changes a file
+            # one that cannot be written must fail the restore before it changes a file; and
+            # what the blob restore refuses (an unsafe path, a conflict) is refused before
+            # the state is written anywhere: a dry run of it first
+            plan = _plan_blobs(ck, blobs_dir, in_place, blob, include, overwrite, force, delete)
             if to_stdout or _streamed(output):
                 # stdout, a FIFO, a device: written first (a stream cannot be taken back)
                 write_output(None if to_stdout else output, write_state)
             else:
                 assert output is not None  # (not to stdout)
-                plan = _plan_blobs(ck, blobs_dir, in_place, blob, include, overwrite, force, delete)
                 _refuse_output_among_blobs(output, plan)
                 if _made_by_blobs(output, blobs_dir, plan):  # its directory is made by the blob restore
                     with open(os.devnull, "wb") as sink:
