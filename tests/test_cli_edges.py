@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -922,3 +923,20 @@ def test_an_output_the_blob_restore_would_clash_with_fails_before_it_changes_a_f
     err = _one_line_error(got, got.returncode)
     assert "/dev/full" in err or "the state and the blobs would overwrite each other" in err, err
     assert {p.relative_to(ws): p.read_bytes() if p.is_file() else None for p in ws.rglob("*")} == before
+
+
+def test_a_reader_that_stops_early_on_stdout_never_stops_the_blob_restore(tmp_path: Path) -> None:
+    # `restore --in-place | head -c 10` exited 0 with the state cut short and no blob
+    # restored (`| true`: the reader is gone before the state is written)
+    ws = _workspace_checkpoint(tmp_path, "original")
+    (ws / "a.txt").write_text("edited")
+    store = tmp_path / ".ckpt"
+    proc = subprocess.run(
+        f"{shlex.quote(sys.executable)} -m ckptcli --store {shlex.quote(str(store))} restore latest --in-place | true",
+        shell=True,
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (ws / "a.txt").read_text() == "original", proc.stderr

@@ -162,8 +162,8 @@ def restore(
     blob is, and put in place once they all are: a state or an -o that cannot be written
     fails the restore before it changes any file, and a blob restore that fails leaves
     FILE as it was. An -o that is, holds or lies below a path the blobs restore is refused
-    (exit 2); stdout, a FIFO or a device is written before the blobs; an -o in a
-    directory the blob restore makes is written after them, its state read through first.
+    (exit 2); a FIFO or a device is written before the blobs; stdout, and an -o in a
+    directory the blob restore makes, after them, the state read through first.
 
     Examples:
 
@@ -216,9 +216,15 @@ def restore(
             # what the blob restore refuses (an unsafe path, a conflict) is refused before
             # the state is written anywhere: a dry run of it first
             plan = _plan_blobs(ck, blobs_dir, in_place, blob, include, overwrite, force, delete)
-            if to_stdout or _streamed(output):
-                # stdout, a FIFO, a device: written first (a stream cannot be taken back)
-                write_output(None if to_stdout else output, write_state)
+            if to_stdout:
+                # stdout after the blobs, as before: a reader that stops early (`| head`)
+                # ends the command quietly, and must not do so before the blobs are restored
+                with open(os.devnull, "wb") as sink:
+                    ck.write_state(sink, doc_fmt)  # read through first
+                after = True
+            elif _streamed(output):
+                # a FIFO, a device: written first (a stream cannot be taken back)
+                write_output(output, write_state)
             else:
                 assert output is not None  # (not to stdout)
                 _refuse_output_among_blobs(output, plan)
